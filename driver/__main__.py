@@ -1,0 +1,5 @@
+import sys
+
+from dl.cli import main
+
+sys.exit(main())

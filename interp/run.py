@@ -1,0 +1,104 @@
+"""Running a program on the interpreter: compile to closures, then call `main`.
+
+`run(program, args)` compiles every module (interp/compile.py), evaluates
+module constants, and calls `main` with the command-line arguments as strings.
+A failure of the user's program raises `DiagnosticError` carrying the run-time
+diagnostic, with the DL call stack in its notes.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from typing import Any
+
+import numpy as np
+from dl.interp.compile import Compiler
+from dl.interp.primitives import RandomSource
+from dl.interp.runtime import STACK, Function, RunError, invoke
+from dl.lang.diagnostics import DiagnosticError, Span, error
+from dl.lang.modules import Program
+
+# Deep DL recursion nests a few Python frames per call: give it room, on a
+# thread whose C stack is large enough for that depth.
+RECURSION_LIMIT = 200_000
+THREAD_STACK_BYTES = 1024 * 1024 * 1024
+
+
+def compile_program(program: Program) -> Compiler:
+    compiler = Compiler(program)
+    compiler.compile_program()
+    return compiler
+
+
+def run(program: Program, args: list[str]) -> Any:
+    """Compile and run `main(args...)`; returns what `main` returns."""
+    RandomSource.reset()
+    compiler = compile_program(program)
+    state = compiler.states[program.entry]
+    main = state.cells.get("main")
+    if main is None or not isinstance(main.value, Function):
+        raise DiagnosticError(
+            error(
+                "E0405",
+                f"`{program.entry}` has no `main` function",
+                Span(program.entry, 1, 1, 1, 1),
+                notes=("help: add `fn main() { ... }`; `dlrun` calls it",),
+            )
+        )
+    function = main.value
+    if len(function.params) != len(args):
+        raise UsageError(
+            f"`main` takes {len(function.params)} argument{'s' * (len(function.params) != 1)}, "
+            f"{len(args)} given on the command line"
+        )
+    return run_guarded(lambda: invoke(function, list(args), function.span))
+
+
+class UsageError(Exception):
+    """The command line does not fit the program (exit status 2)."""
+
+
+def run_guarded(action) -> Any:
+    """Run `action` with deep recursion allowed; user failures become `DiagnosticError`."""
+    outcome: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            with np.errstate(all="ignore"):
+                outcome["value"] = action()
+        except RunError as failure:
+            outcome["error"] = DiagnosticError(failure.diagnostic)
+        except RecursionError:
+            name, span = STACK[-1] if STACK else ("main", Span("<unknown>", 1, 1, 1, 1))
+            outcome["error"] = DiagnosticError(
+                error(
+                    "E0506",
+                    f"recursion too deep in `{name}` ({len(STACK)} calls active)",
+                    span,
+                    notes=("help: check that the recursion reaches its base case",),
+                )
+            )
+        except BaseException as failure:  # carried to the caller's thread, re-raised there
+            outcome["exception"] = failure
+        finally:
+            STACK.clear()
+
+    previous_limit = sys.getrecursionlimit()
+    previous_stack = threading.stack_size()
+    sys.setrecursionlimit(RECURSION_LIMIT)
+    threading.stack_size(THREAD_STACK_BYTES)
+    try:
+        worker = threading.Thread(target=target, name="dl-main", daemon=True)
+        worker.start()
+        threading.stack_size(previous_stack)
+        while worker.is_alive():
+            worker.join(0.1)
+    finally:
+        sys.setrecursionlimit(previous_limit)
+        threading.stack_size(previous_stack)
+    if "exception" in outcome:
+        raise outcome["exception"]
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome.get("value")

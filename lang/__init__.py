@@ -1,0 +1,1 @@
+"""DL's front end: parsing, diagnostics, the AST, the checker and autodiff."""

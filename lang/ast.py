@@ -1,0 +1,371 @@
+"""The abstract syntax tree of DL.
+
+Every node is a small immutable value carrying the `Span` it came from. Spans
+are excluded from equality, so two trees compare equal when they mean the same
+program (the printer's round-trip property relies on it). Passes build new trees
+instead of mutating old ones.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from dl.lang.diagnostics import UNKNOWN_SPAN, Span
+
+
+def _span() -> Span:
+    return field(default=UNKNOWN_SPAN, compare=False, repr=False)
+
+
+node = dataclass(frozen=True, slots=True)
+
+# ------------------------------------------------------------------ types
+
+
+@node
+class DimLiteral:
+    value: int
+    span: Span = _span()
+
+
+@node
+class DimName:
+    """A dimension variable (`B`), a const used as a dimension, or `_` (unknown)."""
+
+    name: str
+    span: Span = _span()
+
+
+Dim = DimLiteral | DimName
+
+
+@node
+class NamedType:
+    """A scalar dtype (`f32`), `str`, or a struct name, optionally module-qualified."""
+
+    name: str
+    module: str | None = None
+    span: Span = _span()
+
+
+@node
+class TensorTypeExpr:
+    dtype: str
+    dims: tuple[Dim, ...]
+    span: Span = _span()
+
+
+@node
+class TupleTypeExpr:
+    items: tuple[TypeExpr, ...]
+    span: Span = _span()
+
+
+@node
+class FunctionTypeExpr:
+    params: tuple[TypeExpr, ...]
+    result: TypeExpr
+    span: Span = _span()
+
+
+TypeExpr = NamedType | TensorTypeExpr | TupleTypeExpr | FunctionTypeExpr
+
+# ------------------------------------------------------------------ expressions
+
+
+@node
+class Name:
+    id: str
+    span: Span = _span()
+
+
+@node
+class IntLiteral:
+    value: int
+    dtype: str | None = None  # from a suffix: `3i32`
+    span: Span = _span()
+
+
+@node
+class FloatLiteral:
+    value: float
+    dtype: str | None = None  # from a suffix: `1.0f64`
+    span: Span = _span()
+
+
+@node
+class BoolLiteral:
+    value: bool
+    span: Span = _span()
+
+
+@node
+class StringLiteral:
+    value: str
+    span: Span = _span()
+
+
+@node
+class Unary:
+    op: str  # "-" or "not"
+    operand: Expr
+    span: Span = _span()
+
+
+@node
+class Binary:
+    op: str
+    lhs: Expr
+    rhs: Expr
+    span: Span = _span()
+
+
+@node
+class Keyword:
+    name: str
+    value: Expr
+    span: Span = _span()
+
+
+@node
+class Call:
+    func: Expr
+    args: tuple[Expr, ...]
+    keywords: tuple[Keyword, ...] = ()
+    span: Span = _span()
+
+
+@node
+class Slice:
+    start: Expr | None
+    stop: Expr | None
+    step: Expr | None
+    span: Span = _span()
+
+
+@node
+class Index:
+    target: Expr
+    indices: tuple[Expr | Slice, ...]
+    span: Span = _span()
+
+
+@node
+class Field:
+    target: Expr
+    name: str
+    span: Span = _span()
+
+
+@node
+class TupleLiteral:
+    items: tuple[Expr, ...]
+    span: Span = _span()
+
+
+@node
+class TensorLiteral:
+    items: tuple[Expr, ...]
+    span: Span = _span()
+
+
+@node
+class FieldInit:
+    name: str
+    value: Expr
+    span: Span = _span()
+
+
+@node
+class StructLiteral:
+    type: Expr  # a Name, or a Field for a module-qualified struct
+    fields: tuple[FieldInit, ...]
+    span: Span = _span()
+
+
+@node
+class Param:
+    name: str
+    annotation: TypeExpr | None = None
+    default: Expr | None = None
+    span: Span = _span()
+
+
+@node
+class Lambda:
+    params: tuple[Param, ...]
+    result: TypeExpr | None
+    body: Expr | Block
+    span: Span = _span()
+
+
+Expr = (
+    Name
+    | IntLiteral
+    | FloatLiteral
+    | BoolLiteral
+    | StringLiteral
+    | Unary
+    | Binary
+    | Call
+    | Index
+    | Field
+    | TupleLiteral
+    | TensorLiteral
+    | StructLiteral
+    | Lambda
+)
+
+# ------------------------------------------------------------------ statements
+
+
+@node
+class NamePattern:
+    name: str
+    span: Span = _span()
+
+
+@node
+class TuplePattern:
+    items: tuple[Pattern, ...]
+    span: Span = _span()
+
+
+Pattern = NamePattern | TuplePattern
+
+
+@node
+class Block:
+    body: tuple[Stmt, ...]
+    span: Span = _span()
+
+
+@node
+class Let:
+    pattern: Pattern
+    annotation: TypeExpr | None
+    value: Expr
+    span: Span = _span()
+
+
+@node
+class Assign:
+    """`target = value` or `target op= value`; targets are names, fields, indexings or tuples."""
+
+    target: Expr
+    op: str  # "=", "+=", "-=", "*=", "/="
+    value: Expr
+    span: Span = _span()
+
+
+@node
+class ExprStmt:
+    expr: Expr
+    span: Span = _span()
+
+
+@node
+class If:
+    cond: Expr
+    then: Block
+    orelse: Block | If | None
+    span: Span = _span()
+
+
+@node
+class While:
+    cond: Expr
+    body: Block
+    span: Span = _span()
+
+
+@node
+class Range:
+    start: Expr
+    stop: Expr
+    span: Span = _span()
+
+
+@node
+class For:
+    pattern: Pattern
+    iterable: Expr | Range
+    body: Block
+    span: Span = _span()
+
+
+@node
+class Return:
+    value: Expr | None
+    span: Span = _span()
+
+
+@node
+class Break:
+    span: Span = _span()
+
+
+@node
+class Continue:
+    span: Span = _span()
+
+
+@node
+class FnDecl:
+    name: str
+    params: tuple[Param, ...]
+    result: TypeExpr | None
+    body: Block
+    span: Span = _span()
+    name_span: Span = _span()
+
+
+Stmt = Let | Assign | ExprStmt | If | While | For | Return | Break | Continue | FnDecl
+
+# ------------------------------------------------------------------ declarations
+
+
+@node
+class Import:
+    module: str
+    alias: str | None
+    span: Span = _span()
+
+
+@node
+class Const:
+    name: str
+    annotation: TypeExpr | None
+    value: Expr
+    span: Span = _span()
+
+
+@node
+class FieldDecl:
+    name: str
+    type: TypeExpr
+    span: Span = _span()
+
+
+@node
+class StructDecl:
+    name: str
+    fields: tuple[FieldDecl, ...]
+    span: Span = _span()
+    name_span: Span = _span()
+
+
+Decl = Import | Const | StructDecl | FnDecl
+
+
+@node
+class Module:
+    path: str
+    decls: tuple[Decl, ...]
+
+
+@node
+class ReplInput:
+    """What one REPL entry holds: declarations and statements in order."""
+
+    items: tuple[Decl | Stmt, ...]

@@ -1,0 +1,141 @@
+"""Diagnostics: the one type every pass reports user mistakes with, and its renderer.
+
+A `Diagnostic` has a severity, a code (listed in docs/errors.md), a message, a
+primary span with an optional label, labelled secondary spans and notes.
+Passes collect diagnostics and keep going where they can; `DiagnosticError`
+carries them out of a pass. Only front ends (CLI, REPL, LSP) decide how to show
+them; `render` produces the brief's text format.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+
+
+@dataclass(frozen=True, slots=True)
+class Span:
+    """A region of source: 1-based lines and columns, end column exclusive."""
+
+    path: str
+    line: int
+    column: int
+    end_line: int
+    end_column: int
+
+    def to(self, other: Span) -> Span:
+        """The span from the start of `self` to the end of `other`."""
+        return Span(self.path, self.line, self.column, other.end_line, other.end_column)
+
+    def __str__(self) -> str:
+        return f"{self.path}:{self.line}:{self.column}"
+
+
+UNKNOWN_SPAN = Span("<unknown>", 1, 1, 1, 1)
+
+
+class Severity(Enum):
+    ERROR = "error"
+    WARNING = "warning"
+
+
+@dataclass(frozen=True, slots=True)
+class Label:
+    span: Span
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class Diagnostic:
+    code: str
+    message: str
+    span: Span
+    label: str = ""
+    severity: Severity = Severity.ERROR
+    secondary: tuple[Label, ...] = ()
+    notes: tuple[str, ...] = ()
+
+    @property
+    def is_error(self) -> bool:
+        return self.severity is Severity.ERROR
+
+
+def error(
+    code: str,
+    message: str,
+    span: Span,
+    label: str = "",
+    *,
+    notes: tuple[str, ...] = (),
+    secondary: tuple[Label, ...] = (),
+) -> Diagnostic:
+    return Diagnostic(code, message, span, label, Severity.ERROR, secondary, notes)
+
+
+def warning(code: str, message: str, span: Span, label: str = "", *, notes: tuple[str, ...] = ()) -> Diagnostic:
+    return Diagnostic(code, message, span, label, Severity.WARNING, (), notes)
+
+
+class DiagnosticError(Exception):
+    """Carries one or more diagnostics out of a pass."""
+
+    def __init__(self, diagnostics: list[Diagnostic] | Diagnostic):
+        if isinstance(diagnostics, Diagnostic):
+            diagnostics = [diagnostics]
+        self.diagnostics = list(diagnostics)
+        super().__init__(self.diagnostics[0].message if self.diagnostics else "diagnostics")
+
+
+@dataclass
+class SourceMap:
+    """Source text by path, so the renderer can show the offending lines."""
+
+    texts: dict[str, str] = field(default_factory=dict)
+
+    def add(self, path: str, text: str) -> None:
+        self.texts[path] = text
+
+    def line(self, path: str, number: int) -> str | None:
+        text = self.texts.get(path)
+        if text is None:
+            return None
+        lines = text.splitlines()
+        if 1 <= number <= len(lines):
+            return lines[number - 1].expandtabs(4)
+        return "" if number == len(lines) + 1 else None
+
+
+def render(diagnostic: Diagnostic, sources: SourceMap) -> str:
+    """Render one diagnostic in the brief's format (no trailing newline)."""
+    span = diagnostic.span
+    lines = [f"{diagnostic.severity.value}[{diagnostic.code}]: {diagnostic.message}"]
+    shown = [Label(span, diagnostic.label), *diagnostic.secondary]
+    width = max(len(str(label.span.line)) for label in shown)
+    pad = " " * width
+    lines.append(f"{pad}--> {span}")
+    for index, label in enumerate(shown):
+        source_line = sources.line(label.span.path, label.span.line)
+        if source_line is None:
+            if index > 0:
+                lines.append(f"{pad}  = note: {label.text} (at {label.span})")
+            continue
+        if index > 0 and label.span.path != span.path:
+            lines.append(f"{pad}::: {label.span}")
+        marker = "^" if index == 0 else "-"
+        lines.append(f"{pad} |")
+        lines.append(f"{str(label.span.line).rjust(width)} | {source_line}")
+        start = label.span.column
+        end = label.span.end_column if label.span.end_line == label.span.line else len(source_line) + 1
+        count = max(1, end - start)
+        caret = " " * (start - 1) + marker * count
+        lines.append(f"{pad} | {caret}{' ' + label.text if label.text else ''}".rstrip())
+    for note in diagnostic.notes:
+        note_lines = note.splitlines() or [""]
+        prefix = "" if note_lines[0].startswith(("help:", "note:")) else "note: "
+        lines.append(f"{pad} = {prefix}{note_lines[0]}")
+        lines.extend(f"{pad}   {rest}" for rest in note_lines[1:])
+    return "\n".join(lines)
+
+
+def render_all(diagnostics: list[Diagnostic], sources: SourceMap) -> str:
+    return "\n\n".join(render(d, sources) for d in diagnostics)

@@ -1,0 +1,220 @@
+"""The one table of DL's primitives: names, call signatures and properties.
+
+Every built-in function is a member of `Prim`. Its `Signature` (how arguments
+bind) lives in `SIGNATURES`; properties are sets over the enum. Each backend
+hangs its implementation off the same member (interp/primitives.py for the
+numpy interpreter), and tests assert that every member has one, so adding a
+primitive means adding one entry here and one per backend.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+
+class Prim(Enum):
+    # elementwise math
+    EXP = "exp"
+    LOG = "log"
+    SQRT = "sqrt"
+    TANH = "tanh"
+    SIGMOID = "sigmoid"
+    RELU = "relu"
+    ABS = "abs"
+    SIN = "sin"
+    COS = "cos"
+    MAXIMUM = "maximum"
+    MINIMUM = "minimum"
+    WHERE = "where"
+    # reductions
+    SUM = "sum"
+    MEAN = "mean"
+    MAX = "max"
+    MIN = "min"
+    ARGMAX = "argmax"
+    ARGMIN = "argmin"
+    LOGSUMEXP = "logsumexp"
+    SOFTMAX = "softmax"
+    LOG_SOFTMAX = "log_softmax"
+    # structure
+    MATMUL = "matmul"
+    TRANSPOSE = "transpose"
+    RESHAPE = "reshape"
+    CONCAT = "concat"
+    STACK = "stack"
+    BROADCAST_TO = "broadcast_to"
+    GATHER = "gather"
+    ONE_HOT = "one_hot"
+    # creation
+    ZEROS = "zeros"
+    ONES = "ones"
+    FULL = "full"
+    ARANGE = "arange"
+    RANDN = "randn"
+    RAND = "rand"
+    # inspection and conversion
+    SHAPE = "shape"
+    LEN = "len"
+    FLOAT = "float"
+    INT = "int"
+    # effects
+    ASSERT = "assert"
+    PRINT = "print"
+
+
+@dataclass(frozen=True, slots=True)
+class Signature:
+    """How a call binds: required positionals, optional positionals with defaults,
+    an optional variadic tail (name, fewest, most), and keyword-only parameters.
+
+    Implementations receive, positionally and in this order: the required
+    positionals, the optional positionals, the variadic tail as a tuple, then
+    the keyword-only values.
+    """
+
+    positional: tuple[str, ...] = ()
+    optional: tuple[tuple[str, object], ...] = ()
+    variadic: tuple[str, int, int | None] | None = None
+    keywords: tuple[tuple[str, object], ...] = ()
+
+    @property
+    def keyword_names(self) -> tuple[str, ...]:
+        return tuple(name for name, _ in self.keywords)
+
+
+F32 = "f32"  # the default dtype keyword value, resolved by each backend
+ONE = Signature(("x",))
+REDUCTION = Signature(("x",), keywords=(("axis", None), ("keepdims", False)))
+CREATION = Signature(variadic=("dims", 0, None), keywords=(("dtype", F32),))
+RANDOM = Signature(variadic=("dims", 0, None), keywords=(("seed", None), ("dtype", F32)))
+
+SIGNATURES: dict[Prim, Signature] = {
+    **{
+        p: ONE
+        for p in (Prim.EXP, Prim.LOG, Prim.SQRT, Prim.TANH, Prim.SIGMOID, Prim.RELU, Prim.ABS, Prim.SIN, Prim.COS)
+    },
+    Prim.MAXIMUM: Signature(("a", "b")),
+    Prim.MINIMUM: Signature(("a", "b")),
+    Prim.WHERE: Signature(("condition", "a", "b")),
+    **{p: REDUCTION for p in (Prim.SUM, Prim.MEAN, Prim.MAX, Prim.MIN, Prim.LOGSUMEXP)},
+    Prim.ARGMAX: Signature(("x",), keywords=(("axis", None), ("keepdims", False))),
+    Prim.ARGMIN: Signature(("x",), keywords=(("axis", None), ("keepdims", False))),
+    Prim.SOFTMAX: Signature(("x",), keywords=(("axis", -1),)),
+    Prim.LOG_SOFTMAX: Signature(("x",), keywords=(("axis", -1),)),
+    Prim.MATMUL: Signature(("a", "b")),
+    Prim.TRANSPOSE: Signature(("x",), variadic=("axes", 0, None)),
+    Prim.RESHAPE: Signature(("x",), variadic=("dims", 1, None)),
+    Prim.CONCAT: Signature(("tensors",), keywords=(("axis", 0),)),
+    Prim.STACK: Signature(("tensors",), keywords=(("axis", 0),)),
+    Prim.BROADCAST_TO: Signature(("x",), variadic=("dims", 0, None)),
+    Prim.GATHER: Signature(("x", "indices"), keywords=(("axis", 0),)),
+    Prim.ONE_HOT: Signature(("labels", "classes")),
+    Prim.ZEROS: CREATION,
+    Prim.ONES: CREATION,
+    Prim.FULL: Signature(variadic=("dims", 0, None), keywords=(("value", None), ("dtype", F32))),
+    Prim.ARANGE: Signature(variadic=("bounds", 1, 2)),
+    Prim.RANDN: RANDOM,
+    Prim.RAND: RANDOM,
+    Prim.SHAPE: ONE,
+    Prim.LEN: ONE,
+    Prim.FLOAT: Signature(("x",), keywords=(("dtype", F32),)),
+    Prim.INT: Signature(("x",)),
+    Prim.ASSERT: Signature(("condition",), optional=(("message", "assertion failed"),)),
+    Prim.PRINT: Signature(variadic=("values", 0, None)),
+}
+
+BY_NAME: dict[str, Prim] = {p.value: p for p in Prim}
+
+ELEMENTWISE_UNARY = frozenset(
+    {Prim.EXP, Prim.LOG, Prim.SQRT, Prim.TANH, Prim.SIGMOID, Prim.RELU, Prim.ABS, Prim.SIN, Prim.COS}
+)
+REDUCTIONS = frozenset({Prim.SUM, Prim.MEAN, Prim.MAX, Prim.MIN, Prim.ARGMAX, Prim.ARGMIN, Prim.LOGSUMEXP})
+RANDOMNESS = frozenset({Prim.RANDN, Prim.RAND})
+EFFECTS = frozenset({Prim.ASSERT, Prim.PRINT})
+NON_DIFFERENTIABLE = frozenset(
+    {
+        Prim.ARGMAX,
+        Prim.ARGMIN,
+        Prim.ONE_HOT,
+        Prim.ZEROS,
+        Prim.ONES,
+        Prim.FULL,
+        Prim.ARANGE,
+        Prim.RANDN,
+        Prim.RAND,
+        Prim.SHAPE,
+        Prim.LEN,
+        Prim.INT,
+        Prim.ASSERT,
+        Prim.PRINT,
+    }
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Binding:
+    """Where each parameter's value comes from: an index into the call's
+    positional arguments, a keyword name, or the default."""
+
+    fixed: tuple[int | str | None, ...]  # per positional/optional parameter
+    variadic: tuple[int, ...]
+    keywords: tuple[str | None, ...]  # per keyword-only parameter: the keyword used, or None for default
+
+
+class BindingError(Exception):
+    def __init__(self, message: str, keyword: str | None = None, suggestion: str | None = None):
+        super().__init__(message)
+        self.keyword = keyword
+        self.suggestion = suggestion
+
+
+def bind(signature: Signature, positional_count: int, keyword_names: list[str]) -> Binding:
+    """Bind a call's arguments to `signature`, or raise `BindingError` saying why not."""
+    fixed_names = [*signature.positional, *(name for name, _ in signature.optional)]
+    used_keywords: set[str] = set()
+    for name in keyword_names:
+        if name in used_keywords:
+            raise BindingError(f"keyword argument `{name}` is given twice", name)
+        used_keywords.add(name)
+        if name not in fixed_names and name not in signature.keyword_names:
+            raise BindingError(
+                f"unexpected keyword argument `{name}`", name, closest(name, [*fixed_names, *signature.keyword_names])
+            )
+    fixed: list[int | str | None] = []
+    position = 0
+    for index, name in enumerate(fixed_names):
+        if name in used_keywords:
+            fixed.append(name)
+        elif position < positional_count and (signature.variadic is None or index < len(signature.positional)):
+            fixed.append(position)
+            position += 1
+        elif index < len(signature.positional):
+            raise BindingError(f"missing argument `{name}`")
+        else:
+            fixed.append(None)
+    variadic: tuple[int, ...] = ()
+    if signature.variadic is not None:
+        _, fewest, most = signature.variadic
+        variadic = tuple(range(position, positional_count))
+        if len(variadic) < fewest or (most is not None and len(variadic) > most):
+            expected = (
+                f"{fewest}" if fewest == most else f"at least {fewest}" if most is None else f"{fewest} to {most}"
+            )
+            raise BindingError(f"expected {expected} `{signature.variadic[0]}` arguments, found {len(variadic)}")
+        position = positional_count
+    if position < positional_count:
+        most = len(fixed_names)
+        raise BindingError(
+            f"expected at most {most} positional argument{'s' if most != 1 else ''}, found {positional_count}"
+        )
+    keywords = tuple(name if name in used_keywords else None for name in signature.keyword_names)
+    return Binding(tuple(fixed), variadic, keywords)
+
+
+def closest(name: str, candidates) -> str | None:
+    """The candidate most like `name`, if any is close enough to suggest."""
+    import difflib
+
+    matches = difflib.get_close_matches(name, list(candidates), n=1, cutoff=0.6)
+    return matches[0] if matches else None

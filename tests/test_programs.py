@@ -1,0 +1,32 @@
+"""Golden tests: every program under tests/programs and examples/ prints exactly its `.out`;
+every broken program under tests/errors reports exactly its `.err` and exits with status 1."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from conftest import ROOT, check_golden
+
+PROGRAMS = sorted((ROOT / "tests" / "programs").glob("*.dl")) + sorted((ROOT / "examples").glob("*.dl"))
+BROKEN = sorted((ROOT / "tests" / "errors").glob("*.dl"))
+
+
+def relative(path: Path) -> str:
+    return str(path.relative_to(ROOT))
+
+
+@pytest.mark.parametrize("path", PROGRAMS, ids=relative)
+def test_program_output(path: Path, dlrun, update_goldens: bool) -> None:
+    golden = path.with_suffix(".out")
+    status, out, err = dlrun(relative(path))
+    assert err == "", err
+    assert status == 0
+    check_golden(golden, out, update_goldens)
+
+
+@pytest.mark.parametrize("path", BROKEN, ids=relative)
+def test_program_diagnostics(path: Path, dlrun, update_goldens: bool) -> None:
+    status, _, err = dlrun(relative(path))
+    assert status == 1, err
+    check_golden(path.with_suffix(".err"), err, update_goldens)
