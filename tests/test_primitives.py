@@ -1,0 +1,1198 @@
+"""Every DL primitive and operator, run through the real interpreter, against numpy (and PyTorch
+where it is the natural reference), on random inputs and broadcasting/dtype/numerical edge cases.
+
+`PRIM_TESTS` and `OPERATOR_TESTS` at the bottom name the tests covering each member of `Prim`
+and each operator; a coverage test asserts they match the primitive and operator tables, so a
+new primitive or operator without a test fails here.
+
+Tests marked `xfail(strict=True, reason="BUG: ...")` document real bugs in the implementation.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from dl.interp.primitives import IMPLEMENTATIONS
+from dl.interp.runtime import BINARY, UNARY
+from dl.lang.diagnostics import DiagnosticError
+from dl.lang.primitives import SIGNATURES, Prim
+from dlharness import dl_error, dl_eval, dl_main, dl_run, dl_value, dtype_of
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+try:
+    import torch
+except ImportError:  # pragma: no cover - torch is a dev dependency
+    torch = None
+
+needs_torch = pytest.mark.skipif(torch is None, reason="PyTorch is not installed")
+
+SETTINGS = settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+F32 = np.dtype(np.float32)
+F64 = np.dtype(np.float64)
+I64 = np.dtype(np.int64)
+BOOL = np.dtype(np.bool_)
+
+shapes = hnp.array_shapes(min_dims=0, max_dims=4, min_side=1, max_side=4)
+nonscalar_shapes = hnp.array_shapes(min_dims=1, max_dims=4, min_side=1, max_side=4)
+seeds = st.integers(0, 2**32 - 1)
+float_dtypes = st.sampled_from([F32, F64])
+
+
+def bug(reason: str):
+    return pytest.mark.xfail(strict=True, reason=f"BUG: {reason}")
+
+
+def randn(rng: np.random.Generator, shape, dtype=F32, low=None, high=None) -> np.ndarray:
+    if low is not None:
+        return rng.uniform(low, high, size=shape).astype(dtype)
+    return (rng.standard_normal(shape) * 3).astype(dtype)
+
+
+def check(actual, expected, dtype=None, rtol: float = 1e-5, atol: float = 1e-6) -> None:
+    """`actual` (a DL value) has `expected`'s shape, the given dtype (default: expected's) and values."""
+    expected_array = np.asarray(expected)
+    want = np.dtype(dtype) if dtype is not None else expected_array.dtype
+    assert np.shape(actual) == expected_array.shape, f"shape {np.shape(actual)} != {expected_array.shape}"
+    assert dtype_of(actual) == want, f"dtype {dtype_of(actual)} != {want}"
+    if np.ndim(actual) == 0:
+        assert not isinstance(actual, np.ndarray), f"0-d result must be a DL scalar, found {actual!r}"
+    if want.kind in "fc":
+        np.testing.assert_allclose(
+            np.asarray(actual, dtype=np.float64),
+            expected_array.astype(np.float64),
+            rtol=rtol,
+            atol=atol,
+            equal_nan=True,
+        )
+    else:
+        np.testing.assert_array_equal(np.asarray(actual), expected_array)
+
+
+def runtime_error(expr: str, *args) -> DiagnosticError:
+    failure = dl_error(expr, *args)
+    codes = [d.code for d in failure.diagnostics]
+    assert codes and all(code.startswith("E05") for code in codes), f"{expr}: codes {codes}: {failure}"
+    return failure
+
+
+def to_torch(x):
+    return torch.from_numpy(np.array(x, copy=True))
+
+
+# ======================================================================= elementwise math
+
+UNARY_REFERENCES = {
+    # prim: (numpy reference, lowest input, highest input)
+    Prim.EXP: (np.exp, -10, 10),
+    Prim.LOG: (np.log, 0.01, 100),
+    Prim.SQRT: (np.sqrt, 0, 100),
+    Prim.TANH: (np.tanh, -10, 10),
+    Prim.SIGMOID: (lambda x: (1 / (1 + np.exp(-x.astype(np.float64)))).astype(x.dtype), -30, 30),
+    Prim.RELU: (lambda x: np.maximum(x, 0), -10, 10),
+    Prim.ABS: (np.abs, -10, 10),
+    Prim.SIN: (np.sin, -10, 10),
+    Prim.COS: (np.cos, -10, 10),
+}
+FLOAT_ONLY = [Prim.EXP, Prim.LOG, Prim.SQRT, Prim.TANH, Prim.SIGMOID, Prim.SIN, Prim.COS]
+
+
+@pytest.mark.parametrize("prim", list(UNARY_REFERENCES), ids=lambda p: p.value)
+@SETTINGS
+@given(shape=shapes, dtype=float_dtypes, seed=seeds)
+def test_unary_elementwise(prim: Prim, shape, dtype, seed) -> None:
+    reference, low, high = UNARY_REFERENCES[prim]
+    x = dl_value(randn(np.random.default_rng(seed), shape, dtype, low, high))
+    check(dl_eval(f"{prim.value}(a)", x), reference(np.asarray(x)), dtype)
+
+
+@pytest.mark.parametrize("prim", FLOAT_ONLY, ids=lambda p: p.value)
+def test_float_only_unary_rejects_integers(prim: Prim) -> None:
+    runtime_error(f"{prim.value}(a)", np.arange(3))
+    runtime_error(f"{prim.value}(a)", 2)
+    runtime_error(f"{prim.value}(a)", np.array([True]))
+
+
+def test_relu_and_abs_keep_integer_dtype() -> None:
+    x = np.array([-3, 0, 4])
+    check(dl_eval("relu(a)", x), np.array([0, 0, 4]))
+    check(dl_eval("abs(a)", x), np.array([3, 0, 4]))
+    check(dl_eval("relu(a)", -5), np.int64(0), I64)
+    check(dl_eval("abs(-5)"), np.int64(5), I64)
+
+
+@needs_torch
+@SETTINGS
+@given(shape=shapes, seed=seeds)
+def test_sigmoid_relu_tanh_match_torch(shape, seed) -> None:
+    x = randn(np.random.default_rng(seed), shape)
+    for name in ("sigmoid", "relu", "tanh"):
+        expected = getattr(torch, name)(to_torch(x)).numpy()
+        check(dl_eval(f"{name}(a)", dl_value(x)), expected, F32)
+
+
+@needs_torch
+@pytest.mark.parametrize("dtype", [F32, F64], ids=str)
+def test_sigmoid_extreme_inputs(dtype) -> None:
+    x = np.array([-1e30, -1e4, -1000, -100, -88.8, -20, 0, 20, 88.8, 100, 1000, 1e4, 1e30], dtype=dtype)
+    result = dl_eval("sigmoid(a)", x)
+    assert np.all(np.isfinite(result))
+    check(result, torch.sigmoid(to_torch(x)).numpy(), dtype, rtol=1e-6, atol=1e-30)
+    for value in (-1000.0, 1000.0):
+        scalar = dl_eval("sigmoid(a)", dtype.type(value))
+        check(scalar, torch.sigmoid(torch.tensor(value, dtype=getattr(torch, dtype.name))).numpy(), dtype)
+
+
+@SETTINGS
+@given(shapes=hnp.mutually_broadcastable_shapes(num_shapes=2, min_dims=0, max_dims=3, max_side=4), seed=seeds)
+def test_maximum_minimum_broadcast(shapes, seed) -> None:
+    rng = np.random.default_rng(seed)
+    a, b = (dl_value(randn(rng, s)) for s in shapes.input_shapes)
+    check(dl_eval("maximum(a, b)", a, b), np.maximum(a, b), F32)
+    check(dl_eval("minimum(a, b)", a, b), np.minimum(a, b), F32)
+    check(dl_eval("maximum(b, a)", a, b), np.maximum(a, b), F32)
+
+
+def test_maximum_minimum_with_literals_keep_dtype() -> None:
+    x = np.array([-1.5, 0.25, 3.0], dtype=np.float32)
+    check(dl_eval("maximum(a, 0)", x), np.maximum(x, 0), F32)
+    check(dl_eval("minimum(0, a)", x), np.minimum(x, 0), F32)
+    check(dl_eval("maximum(a, 0.5)", x), np.maximum(x, np.float32(0.5)), F32)
+    check(dl_eval("minimum(a, 1)", np.arange(-2, 3)), np.minimum(np.arange(-2, 3), 1), I64)
+    x64 = x.astype(np.float64)
+    check(dl_eval("maximum(a, 0)", x64), np.maximum(x64, 0), F64)
+    check(dl_eval("maximum(a, b)", np.float32(2), np.float32(3)), np.float32(3), F32)
+
+
+@pytest.mark.parametrize(
+    "expr",
+    [
+        pytest.param("maximum(a, b)", marks=bug("maximum(f32, i64) gives f64 (no DL promotion in elementwise_pair)")),
+        pytest.param("minimum(b, a)", marks=bug("minimum(i64, f32) gives f64 (no DL promotion in elementwise_pair)")),
+        pytest.param("where(a > 0.0, a, b)", marks=bug("where(c, f32, i64) gives f64 (no DL promotion)")),
+    ],
+)
+def test_mixed_int_float_elementwise_prims_give_f32(expr: str) -> None:
+    x = np.array([-1.5, 0.5, 3.0], dtype=np.float32)
+    i = np.array([0, 1, 2])
+    expected = {
+        "maximum(a, b)": np.maximum(x, i),
+        "minimum(b, a)": np.minimum(i, x),
+        "where(a > 0.0, a, b)": np.where(x > 0, x, i),
+    }[expr]
+    check(dl_eval(expr, x, i), expected.astype(np.float32), F32)
+
+
+@SETTINGS
+@given(shapes=hnp.mutually_broadcastable_shapes(num_shapes=3, min_dims=0, max_dims=3, max_side=4), seed=seeds)
+def test_where_broadcast(shapes, seed) -> None:
+    rng = np.random.default_rng(seed)
+    cond = dl_value(rng.random(shapes.input_shapes[0]) < 0.5)
+    a, b = (dl_value(randn(rng, s)) for s in shapes.input_shapes[1:])
+    check(dl_eval("where(a, b, c)", cond, a, b), np.where(cond, a, b), F32)
+
+
+def test_where_literals_and_errors() -> None:
+    cond = np.array([True, False, True])
+    check(dl_eval("where(a, 1.0, 2.0)", cond), np.array([1, 2, 1], np.float32), F32)
+    check(dl_eval("where(a, 1, 2)", cond), np.array([1, 2, 1]), I64)
+    x = np.array([-1.0, 2.0, -3.0], np.float32)
+    check(dl_eval("where(a < 0.0, 0.0, a)", x), np.array([0, 2, 0], np.float32), F32)
+    check(dl_eval("where(true, a, b)", np.float32(1), np.float32(2)), np.float32(1), F32)
+    runtime_error("where(a, 1.0, 2.0)", np.array([1, 0]))
+
+
+@pytest.mark.parametrize(
+    "expr",
+    [
+        pytest.param("where(a, b, c)", marks=bug("where with shapes that do not broadcast raises numpy ValueError")),
+        pytest.param("maximum(b, c)", marks=bug("maximum with shapes that do not broadcast raises numpy ValueError")),
+        pytest.param("minimum(b, c)", marks=bug("minimum with shapes that do not broadcast raises numpy ValueError")),
+    ],
+)
+def test_elementwise_prims_with_unbroadcastable_shapes(expr: str) -> None:
+    runtime_error(expr, np.array([True, False, True]), np.ones(2, np.float32), np.ones(3, np.float32))
+
+
+# ======================================================================= reductions
+
+REDUCTION_REFERENCES = {
+    Prim.SUM: np.sum,
+    Prim.MEAN: np.mean,
+    Prim.MAX: np.max,
+    Prim.MIN: np.min,
+    Prim.ARGMAX: np.argmax,
+    Prim.ARGMIN: np.argmin,
+}
+
+
+def numpy_logsumexp(x: np.ndarray, axis=None, keepdims=False) -> np.ndarray:
+    wide = x.astype(np.float64)
+    peak = np.max(wide, axis=axis, keepdims=True)
+    total = np.log(np.sum(np.exp(wide - peak), axis=axis, keepdims=True)) + peak
+    if not keepdims:
+        total = np.squeeze(total, axis=axis)
+    return total.astype(x.dtype)
+
+
+@pytest.mark.parametrize("prim", [*REDUCTION_REFERENCES, Prim.LOGSUMEXP], ids=lambda p: p.value)
+@SETTINGS
+@given(shape=nonscalar_shapes, dtype=float_dtypes, seed=seeds)
+def test_reduction_every_axis(prim: Prim, shape, dtype, seed) -> None:
+    x = randn(np.random.default_rng(seed), shape, dtype)
+    rank = x.ndim
+    integer_result = prim in (Prim.ARGMAX, Prim.ARGMIN)
+    want = I64 if integer_result else dtype
+    reference = REDUCTION_REFERENCES.get(prim, numpy_logsumexp)
+    # default: over every element, to a scalar
+    check(dl_eval(f"{prim.value}(a)", x), reference(x), want)
+    for axis in range(-rank, rank):
+        for keepdims in (False, True):
+            expected = reference(x, axis=axis, keepdims=keepdims)
+            check(dl_eval(f"{prim.value}(a, axis=b, keepdims=c)", x, axis, keepdims), expected, want)
+    check(dl_eval(f"{prim.value}(a, keepdims=true)", x), reference(x, axis=None, keepdims=True), want)
+
+
+def test_reduction_literal_negative_axis() -> None:
+    x = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    check(dl_eval("sum(a, axis=-1)", x), x.sum(axis=-1), F32)
+    check(dl_eval("mean(a, axis=-2, keepdims=true)", x), x.mean(axis=-2, keepdims=True), F32)
+    check(dl_eval("argmax(a, axis=-3)", x), x.argmax(axis=-3), I64)
+
+
+def test_reductions_integer_and_bool_inputs() -> None:
+    i = np.array([[3, -1, 7], [2, 9, 0]])
+    check(dl_eval("sum(a)", i), np.int64(i.sum()), I64)
+    check(dl_eval("sum(a, axis=0)", i), i.sum(axis=0), I64)
+    check(dl_eval("max(a, axis=1)", i), i.max(axis=1), I64)
+    check(dl_eval("min(a)", i), np.int64(-1), I64)
+    check(dl_eval("argmax(a)", i), np.int64(4), I64)
+    check(dl_eval("argmin(a, axis=1)", i), np.array([1, 2]), I64)
+    assert isinstance(dl_eval("argmax(a)", i), int)
+    check(dl_eval("sum(a > 2)", i), np.int64(3), I64)
+
+
+def test_argmax_argmin_ties_pick_first() -> None:
+    x = np.array([[1.0, 5.0, 5.0], [2.0, 2.0, 0.0]], np.float32)
+    check(dl_eval("argmax(a, axis=1)", x), np.array([1, 0]), I64)
+    check(dl_eval("argmin(a, axis=1)", x), np.array([0, 2]), I64)
+
+
+def test_reductions_of_scalars() -> None:
+    check(dl_eval("sum(a)", np.float32(2.5)), np.float32(2.5), F32)
+    check(dl_eval("max(a)", np.float32(2.5)), np.float32(2.5), F32)
+    check(dl_eval("argmax(a)", np.float32(2.5)), np.int64(0), I64)
+    check(dl_eval("logsumexp(a)", np.float32(2.5)), np.float32(2.5), F32)
+
+
+def test_reductions_of_empty_tensors() -> None:
+    empty = np.zeros((0, 3), np.float32)
+    check(dl_eval("sum(a)", empty), np.float32(0), F32)
+    check(dl_eval("sum(a, axis=0)", empty), np.zeros(3, np.float32), F32)
+    check(dl_eval("sum(a, axis=1)", empty), np.zeros(0, np.float32), F32)
+    for name in ("mean", "max", "min", "argmax", "argmin"):
+        runtime_error(f"{name}(a)", empty)
+        runtime_error(f"{name}(a, axis=0)", empty)
+
+
+@needs_torch
+@pytest.mark.parametrize(
+    "expr",
+    [
+        pytest.param("logsumexp(a, axis=0)", marks=bug("logsumexp over a zero-length axis raises numpy ValueError")),
+        pytest.param("softmax(a, axis=0)", marks=bug("softmax over a zero-length axis raises numpy ValueError")),
+        pytest.param(
+            "log_softmax(a, axis=0)", marks=bug("log_softmax over a zero-length axis raises numpy ValueError")
+        ),
+        "softmax(a, axis=1)",
+        "logsumexp(a, axis=1)",
+    ],
+)
+def test_normalizers_over_empty_axis_match_torch_or_diagnose(expr: str) -> None:
+    """Over a zero-length axis the result must match torch, or be a DL diagnostic, never a Python exception."""
+    empty = np.zeros((0, 3), np.float32)
+    try:
+        result = dl_eval(expr, empty)
+    except DiagnosticError as failure:
+        assert all(d.code.startswith("E05") for d in failure.diagnostics)
+        return
+    name, axis = expr.split("(")[0], int(expr[-2])
+    function = {"logsumexp": torch.logsumexp, "softmax": torch.softmax, "log_softmax": torch.log_softmax}[name]
+    check(result, function(to_torch(empty), axis).numpy(), F32)
+
+
+@needs_torch
+@SETTINGS
+@given(shape=nonscalar_shapes, seed=seeds)
+def test_logsumexp_matches_torch(shape, seed) -> None:
+    x = randn(np.random.default_rng(seed), shape)
+    check(dl_eval("logsumexp(a)", x), torch.logsumexp(to_torch(x).flatten(), 0).numpy(), F32)
+    for axis in range(-x.ndim, x.ndim):
+        expected = torch.logsumexp(to_torch(x), axis, keepdim=True).numpy()
+        check(dl_eval("logsumexp(a, axis=b, keepdims=true)", x, axis), expected, F32)
+
+
+# ======================================================================= softmax family
+
+
+@needs_torch
+@SETTINGS
+@given(shape=nonscalar_shapes, dtype=float_dtypes, seed=seeds)
+def test_softmax_log_softmax_match_torch(shape, dtype, seed) -> None:
+    x = randn(np.random.default_rng(seed), shape, dtype)
+    t = to_torch(x)
+    check(dl_eval("softmax(a)", x), torch.softmax(t, -1).numpy(), dtype)
+    check(dl_eval("log_softmax(a)", x), torch.log_softmax(t, -1).numpy(), dtype, atol=1e-5)
+    for axis in range(-x.ndim, x.ndim):
+        check(dl_eval("softmax(a, axis=b)", x, axis), torch.softmax(t, axis).numpy(), dtype)
+        check(dl_eval("log_softmax(a, axis=b)", x, axis), torch.log_softmax(t, axis).numpy(), dtype, atol=1e-5)
+
+
+EXTREME = np.array(
+    [
+        [1000.0, -1000.0, 0.0],
+        [-1000.0, -1000.0, -1000.0],
+        [1000.0, 1000.0, 999.0],
+        [88.8, 89.0, -88.8],
+        [1e30, -1e30, 3.0],
+    ],
+    dtype=np.float32,
+)
+
+
+@needs_torch
+@pytest.mark.parametrize("dtype", [F32, F64], ids=str)
+@pytest.mark.parametrize("axis", [0, 1, -1])
+def test_normalizers_extreme_inputs_finite_and_match_torch(dtype, axis) -> None:
+    x = EXTREME.astype(dtype)
+    t = to_torch(x)
+    for name, function, atol in (("softmax", torch.softmax, 1e-6), ("log_softmax", torch.log_softmax, 1e-3)):
+        result = dl_eval(f"{name}(a, axis=b)", x, axis)
+        assert np.all(np.isfinite(result)), f"{name}: {result}"
+        check(result, function(t, axis).numpy(), dtype, atol=atol)
+    result = dl_eval("logsumexp(a, axis=b)", x, axis)
+    assert np.all(np.isfinite(result))
+    check(result, torch.logsumexp(t, axis).numpy(), dtype)
+    whole = dl_eval("logsumexp(a)", x)
+    check(whole, torch.logsumexp(t.flatten(), 0).numpy(), dtype)
+    check(dl_eval("softmax(a)", x[0]), torch.softmax(t[0], 0).numpy(), dtype)
+
+
+@needs_torch
+def test_logsumexp_infinities_match_torch() -> None:
+    x = np.array([[-np.inf, 0.0], [-np.inf, -np.inf], [np.inf, 1.0]], np.float32)
+    check(dl_eval("logsumexp(a, axis=1)", x), torch.logsumexp(to_torch(x), 1).numpy(), F32)
+    check(dl_eval("softmax(a, axis=1)", x[:1]), torch.softmax(to_torch(x[:1]), 1).numpy(), F32)
+
+
+def test_softmax_rejects_integers_and_scalars() -> None:
+    runtime_error("softmax(a)", np.arange(3))
+    runtime_error("log_softmax(a)", np.arange(3))
+    runtime_error("logsumexp(a)", np.arange(3))
+    runtime_error("softmax(a)", np.float32(1))
+    runtime_error("softmax(a, axis=2)", np.ones((2, 2), np.float32))
+
+
+# ======================================================================= matmul
+
+MATMUL_SHAPES = [
+    ((3, 4), (4, 5)),
+    ((2, 3, 4), (4, 5)),  # batched @ matrix
+    ((5, 2, 3, 4), (4, 1)),
+    ((2, 3, 4), (2, 4, 5)),
+    ((2, 1, 3, 4), (5, 4, 2)),  # batch broadcasting
+    ((1, 3, 4), (6, 4, 2)),
+    ((3, 4), (4,)),  # matvec
+    ((4,), (4, 5)),  # vecmat
+    ((4,), (4,)),  # dot -> scalar
+    ((4,), (2, 4, 3)),
+    ((2, 3, 4), (4,)),
+    ((1, 1), (1, 1)),
+    ((0, 4), (4, 3)),  # empty rows
+    ((3, 0), (0, 2)),  # empty inner dimension
+]
+
+
+@needs_torch
+@pytest.mark.parametrize("shape_a,shape_b", MATMUL_SHAPES, ids=str)
+@pytest.mark.parametrize("dtype", [F32, F64], ids=str)
+def test_matmul_shapes_match_numpy_and_torch(shape_a, shape_b, dtype) -> None:
+    rng = np.random.default_rng(hash((shape_a, shape_b)) % 2**32)
+    a, b = randn(rng, shape_a, dtype), randn(rng, shape_b, dtype)
+    expected = np.matmul(a, b)
+    rtol = 1e-5 if dtype == F32 else 1e-12
+    for expr in ("a @ b", "matmul(a, b)"):
+        result = dl_eval(expr, a, b)
+        check(result, expected, dtype, rtol=rtol, atol=1e-5)
+        check(result, torch.matmul(to_torch(a), to_torch(b)).numpy(), dtype, rtol=rtol, atol=1e-5)
+
+
+def test_matmul_integer_and_mixed_dtypes() -> None:
+    i = np.arange(6).reshape(2, 3)
+    j = np.arange(3)
+    check(dl_eval("a @ b", i, j), i @ j, I64)
+    x = np.ones((3, 2), np.float32)
+    check(dl_eval("a @ b", i, x), i.astype(np.float32) @ x, F32)
+    check(dl_eval("b @ a", i, x), x @ i.astype(np.float32), F32)
+
+
+@bug("matmul(i64, f32) gives f64: the matmul primitive skips the DL promotion that `@` applies")
+def test_matmul_primitive_mixed_dtypes_give_f32() -> None:
+    i = np.arange(6).reshape(2, 3)
+    x = np.ones((3, 2), np.float32)
+    check(dl_eval("matmul(a, b)", i, x), i.astype(np.float32) @ x, F32)
+
+
+@pytest.mark.parametrize(
+    "shape_a,shape_b",
+    [
+        ((3, 4), (5, 6)),
+        ((4,), (3,)),
+        ((2, 3, 4), (5, 6)),
+        ((3,), (2, 4, 3)),
+        pytest.param((2, 3, 4), (3, 4, 5), marks=bug("matmul batch dims that do not broadcast raise numpy ValueError")),
+        pytest.param(
+            (2, 3, 4), (2, 3, 4, 5), marks=bug("matmul batch dims that do not broadcast raise numpy ValueError")
+        ),
+    ],
+    ids=str,
+)
+def test_matmul_shape_mismatch_is_a_diagnostic(shape_a, shape_b) -> None:
+    a, b = np.ones(shape_a, np.float32), np.ones(shape_b, np.float32)
+    runtime_error("a @ b", a, b)
+    runtime_error("matmul(a, b)", a, b)
+
+
+def test_matmul_rejects_scalars() -> None:
+    runtime_error("a @ b", np.float32(2), np.ones(3, np.float32))
+    runtime_error("matmul(a, b)", np.ones(3, np.float32), np.float32(2))
+
+
+# ======================================================================= structure
+
+
+@SETTINGS
+@given(shape=shapes, seed=seeds, data=st.data())
+def test_transpose(shape, seed, data) -> None:
+    x = randn(np.random.default_rng(seed), shape)
+    if x.ndim:
+        check(dl_eval("transpose(a)", x), x.T, F32)
+        permutation = data.draw(st.permutations(range(x.ndim)))
+        args = ", ".join(str(p) for p in permutation)
+        check(dl_eval(f"transpose(a, {args})", x), np.transpose(x, permutation), F32)
+
+
+@bug(
+    "transpose/broadcast_to of a scalar return a 0-d ndarray, not a DL scalar; `if transpose(true) {}` then "
+    "fails with E0508 'found bool[]'"
+)
+@pytest.mark.parametrize("expr", ["transpose(a)", "broadcast_to(a)"])
+def test_structure_of_scalar_stays_scalar(expr: str) -> None:
+    check(dl_eval(expr, np.float32(2.5)), np.float32(2.5), F32)
+    assert dl_run(f"let t = {expr.replace('a', 'true')}\nif t {{ return 1 }}\nreturn 2") == 1
+
+
+def test_transpose_errors() -> None:
+    x = np.ones((2, 3), np.float32)
+    runtime_error("transpose(a, 0, 0)", x)
+    runtime_error("transpose(a, 0)", x)
+    runtime_error("transpose(a, 0, 1, 2)", x)
+    runtime_error("transpose(a, 2, 0)", x)
+
+
+@SETTINGS
+@given(shape=nonscalar_shapes, seed=seeds, data=st.data())
+def test_reshape(shape, seed, data) -> None:
+    x = randn(np.random.default_rng(seed), shape)
+    target = data.draw(st.permutations(list(shape)))
+    check(dl_eval("reshape(a, " + ", ".join(map(str, target)) + ")", x), x.reshape(target), F32)
+    hole = data.draw(st.integers(0, len(target) - 1))
+    with_hole = [-1 if k == hole else d for k, d in enumerate(target)]
+    check(dl_eval("reshape(a, " + ", ".join(map(str, with_hole)) + ")", x), x.reshape(target), F32)
+    check(dl_eval("reshape(a, -1)", x), x.reshape(-1), F32)
+    check(dl_eval("reshape(a, 1, -1, 1)", x), x.reshape(1, -1, 1), F32)
+
+
+def test_reshape_edges() -> None:
+    check(dl_eval("reshape(a, 1, 1)", np.float32(3)), np.full((1, 1), 3, np.float32), F32)
+    check(dl_eval("reshape(a, 0, 5)", np.zeros((5, 0), np.float32)), np.zeros((0, 5), np.float32), F32)
+    check(dl_eval("reshape(a, 2, -1)", np.arange(6)), np.arange(6).reshape(2, 3), I64)
+    check(dl_eval("reshape(a, b, c)", np.arange(6), 3, 2), np.arange(6).reshape(3, 2), I64)
+    with_scalar = dl_eval("reshape(a, 1)", np.float32(4))
+    check(with_scalar, np.array([4], np.float32), F32)
+
+
+@pytest.mark.parametrize("dims", ["2, 2", "7", "4, -1", "-1, -1", "0, -1", "-2, 3", "2.0, 3", "2, 3, 2"])
+def test_reshape_errors(dims: str) -> None:
+    runtime_error(f"reshape(a, {dims})", np.ones((2, 3), np.float32))
+
+
+@SETTINGS
+@given(shape=nonscalar_shapes, seed=seeds, data=st.data())
+def test_concat(shape, seed, data) -> None:
+    rng = np.random.default_rng(seed)
+    axis = data.draw(st.integers(-len(shape), len(shape) - 1))
+    sizes = data.draw(st.lists(st.integers(0, 3), min_size=1, max_size=3))
+    parts = []
+    for size in sizes:
+        part_shape = list(shape)
+        part_shape[axis] = size
+        parts.append(randn(rng, tuple(part_shape)))
+    names = ", ".join("abc"[: len(parts)])
+    tuple_text = f"({names},)" if len(parts) == 1 else f"({names})"
+    expected = np.concatenate(parts, axis=axis)
+    check(dl_eval(f"concat({tuple_text}, axis={axis})", *parts), expected, F32)
+    if axis == 0:
+        check(dl_eval(f"concat({tuple_text})", *parts), expected, F32)
+
+
+def test_concat_integers_and_errors() -> None:
+    check(dl_eval("concat((a, b))", np.arange(2), np.arange(3)), np.concatenate([np.arange(2), np.arange(3)]), I64)
+    a, b = np.ones((2, 3), np.float32), np.ones((2, 4), np.float32)
+    runtime_error("concat((a, b), axis=0)", a, b)
+    runtime_error("concat((a, b), axis=2)", a, b)
+    runtime_error("concat((a, b))", a, np.ones(3, np.float32))
+    runtime_error("concat(a)", a)
+    runtime_error("concat((a, b), axis=1.5)", a, b)
+
+
+@bug("concat of 0-d tensors raises numpy ValueError ('zero-dimensional arrays cannot be concatenated')")
+def test_concat_of_scalars_is_a_diagnostic() -> None:
+    runtime_error("concat((1.0, 2.0), axis=0)")
+
+
+@SETTINGS
+@given(shape=shapes, seed=seeds, data=st.data())
+def test_stack(shape, seed, data) -> None:
+    rng = np.random.default_rng(seed)
+    count = data.draw(st.integers(1, 3))
+    parts = [randn(rng, shape) for _ in range(count)]
+    axis = data.draw(st.integers(-len(shape) - 1, len(shape)))
+    names = ", ".join("abc"[:count])
+    tuple_text = f"({names},)" if count == 1 else f"({names})"
+    args = [dl_value(p) for p in parts]
+    check(dl_eval(f"stack({tuple_text}, axis={axis})", *args), np.stack(parts, axis=axis), F32)
+    check(dl_eval(f"stack({tuple_text})", *args), np.stack(parts), F32)
+
+
+def test_stack_errors() -> None:
+    a = np.ones((2, 3), np.float32)
+    runtime_error("stack((a, b))", a, np.ones(3, np.float32))
+    runtime_error("stack((a, b), axis=3)", a, a)
+    runtime_error("stack((a, b), axis=-4)", a, a)
+    runtime_error("stack(a)", a)
+
+
+@bug("stack accepts a non-integer axis (int(1.5) == 1) where concat and reductions give a diagnostic")
+def test_stack_rejects_float_axis() -> None:
+    a = np.ones((2, 3), np.float32)
+    runtime_error("stack((a, b), axis=1.5)", a, a)
+
+
+@SETTINGS
+@given(shape=shapes, seed=seeds, data=st.data())
+def test_broadcast_to(shape, seed, data) -> None:
+    x = dl_value(randn(np.random.default_rng(seed), shape))
+    target = [data.draw(st.integers(0, 3)) if d == 1 else d for d in shape]
+    target = data.draw(st.lists(st.integers(1, 3), max_size=2)) + target
+    expected = np.broadcast_to(np.asarray(x), target)
+    if target:
+        check(dl_eval("broadcast_to(a, " + ", ".join(map(str, target)) + ")", x), expected, F32)
+
+
+def test_broadcast_to_value_semantics_and_errors() -> None:
+    x = np.array([1.0, 2.0, 3.0], np.float32)
+    updated = dl_run("let y = broadcast_to(a, 2, 3)\ny[0, 1] = 9.0\nreturn (a, y)", x)
+    np.testing.assert_array_equal(updated[0], [1, 2, 3])
+    np.testing.assert_array_equal(updated[1], [[1, 9, 3], [1, 2, 3]])
+    check(dl_eval("broadcast_to(a, 2, 3)", np.float32(7)), np.full((2, 3), 7, np.float32), F32)
+    runtime_error("broadcast_to(a, 2, 2)", x)
+    runtime_error("broadcast_to(a, 3, 1)", np.ones((3, 2), np.float32))
+    runtime_error("broadcast_to(a, -1)", x)
+
+
+@SETTINGS
+@given(
+    shape=nonscalar_shapes,
+    index_shape=hnp.array_shapes(min_dims=0, max_dims=2, min_side=0, max_side=3),
+    seed=seeds,
+    data=st.data(),
+)
+def test_gather_matches_take(shape, index_shape, seed, data) -> None:
+    rng = np.random.default_rng(seed)
+    x = randn(rng, shape)
+    axis = data.draw(st.integers(-len(shape), len(shape) - 1))
+    size = shape[axis]
+    indices = dl_value(rng.integers(-size, size, size=index_shape))
+    check(dl_eval("gather(a, b, axis=c)", x, indices, axis), np.take(x, indices, axis=axis), F32)
+    if axis == 0:
+        check(dl_eval("gather(a, b)", x, indices), np.take(x, indices, axis=0), F32)
+
+
+@needs_torch
+@SETTINGS
+@given(shape=nonscalar_shapes, seed=seeds, data=st.data())
+def test_gather_matches_torch_index_select(shape, seed, data) -> None:
+    rng = np.random.default_rng(seed)
+    x = randn(rng, shape)
+    axis = data.draw(st.integers(0, len(shape) - 1))
+    indices = rng.integers(0, shape[axis], size=data.draw(st.integers(0, 5)))
+    expected = torch.index_select(to_torch(x), axis, to_torch(indices)).numpy()
+    check(dl_eval("gather(a, b, axis=c)", x, indices, axis), expected, F32)
+
+
+def test_gather_dtypes_and_errors() -> None:
+    table = np.arange(12).reshape(3, 4)
+    check(dl_eval("gather(a, 2)", table), table[2], I64)
+    check(dl_eval("gather(a, -1, axis=1)", table), table[:, -1], I64)
+    check(dl_eval("gather(gather(a, 1), 3)", table), np.int64(7), I64)
+    runtime_error("gather(a, 3)", table)
+    runtime_error("gather(a, -4)", table)
+    runtime_error("gather(a, b, axis=1)", table, np.array([[0, 4]]))
+    runtime_error("gather(a, b)", table, np.array([0.0, 1.0], np.float32))
+    runtime_error("gather(a, b)", table, np.array([True]))
+    runtime_error("gather(a, 0, axis=2)", table)
+
+
+@bug("gather on a 0-d tensor raises Python IndexError (axis_of allows axis 0 for rank 0, then shape[0])")
+def test_gather_on_scalar_is_a_diagnostic() -> None:
+    runtime_error("gather(3.0, 0)")
+
+
+@needs_torch
+@SETTINGS
+@given(
+    label_shape=hnp.array_shapes(min_dims=0, max_dims=2, min_side=0, max_side=4), classes=st.integers(1, 6), seed=seeds
+)
+def test_one_hot_matches_torch(label_shape, classes, seed) -> None:
+    labels = dl_value(np.random.default_rng(seed).integers(0, classes, size=label_shape))
+    expected = torch.nn.functional.one_hot(torch.as_tensor(np.asarray(labels)), classes).float().numpy()
+    check(dl_eval("one_hot(a, b)", labels, classes), expected, F32)
+    check(dl_eval(f"one_hot(a, {classes})", labels), expected, F32)
+
+
+def test_one_hot_errors() -> None:
+    runtime_error("one_hot(a, 3)", np.array([0, 3]))
+    runtime_error("one_hot(a, 3)", np.array([-1]))
+    runtime_error("one_hot(a, -1)", np.array([0]))
+    runtime_error("one_hot(a, 3)", np.array([0.0], np.float32))
+
+
+# ======================================================================= creation
+
+DIMS = st.lists(st.integers(0, 4), min_size=0, max_size=3)
+CREATION_DTYPES = {"f32": F32, "f64": F64, "i64": I64, "i32": np.dtype(np.int32), "bool": BOOL}
+
+
+@SETTINGS
+@given(dims=DIMS)
+def test_zeros_ones_full(dims) -> None:
+    args = ", ".join(map(str, dims))
+    sep = ", " if dims else ""
+    check(dl_eval(f"zeros({args})"), np.zeros(dims, np.float32), F32)
+    check(dl_eval(f"ones({args})"), np.ones(dims, np.float32), F32)
+    check(dl_eval(f"full({args}{sep}value=0.5)"), np.full(dims, 0.5, np.float32), F32)
+    check(dl_eval(f"full({args}{sep}value=3)"), np.full(dims, 3, np.float32), F32)
+    for name, dtype in CREATION_DTYPES.items():
+        check(dl_eval(f"zeros({args}{sep}dtype={name})"), np.zeros(dims, dtype), dtype)
+        check(dl_eval(f"ones({args}{sep}dtype={name})"), np.ones(dims, dtype), dtype)
+    check(dl_eval(f"full({args}{sep}value=-2.25, dtype=f64)"), np.full(dims, -2.25), F64)
+    check(dl_eval(f"full({args}{sep}value=7, dtype=i64)"), np.full(dims, 7), I64)
+
+
+def test_creation_dims_from_values_and_errors() -> None:
+    check(dl_eval("zeros(a, b)", 2, 3), np.zeros((2, 3), np.float32), F32)
+    check(dl_eval("ones(len(a))", np.ones(4)), np.ones(4, np.float32), F32)
+    for expr in ("zeros(-1)", "zeros(2.0)", "ones(2, dtype=3)", "full(2)", "ones(true)"):
+        runtime_error(expr)
+
+
+def test_arange() -> None:
+    for n in (0, 1, 5):
+        check(dl_eval(f"arange({n})"), np.arange(n), I64)
+    check(dl_eval("arange(2, 7)"), np.arange(2, 7), I64)
+    check(dl_eval("arange(-3, 2)"), np.arange(-3, 2), I64)
+    check(dl_eval("arange(5, 2)"), np.arange(5, 2), I64)
+    check(dl_eval("arange(a)", 4), np.arange(4), I64)
+    runtime_error("arange(2.0)")
+    runtime_error("arange(1, 2.5)")
+    runtime_error("arange(true)")
+
+
+@pytest.mark.parametrize("name", ["randn", "rand"])
+@SETTINGS
+@given(dims=DIMS, seed=st.integers(0, 2**31 - 1))
+def test_random_seeded_reproducible(name, dims, seed) -> None:
+    args = ", ".join([*map(str, dims), f"seed={seed}"])
+    first, second = dl_eval(f"{name}({args})"), dl_eval(f"{name}({args})")
+    check(first, np.asarray(second), F32, rtol=0, atol=0)
+    wide = dl_eval(f"{name}({args}, dtype=f64)")
+    assert dtype_of(wide) == F64 and np.shape(wide) == tuple(dims)
+    if name == "rand":
+        assert np.all((np.asarray(first) >= 0) & (np.asarray(first) < 1))
+
+
+@pytest.mark.parametrize("name", ["randn", "rand"])
+def test_random_seeds_differ_and_statistics(name) -> None:
+    a = dl_eval(f"{name}(10000, seed=1)")
+    b = dl_eval(f"{name}(10000, seed=2)")
+    assert not np.array_equal(a, b)
+    check(a, np.asarray(dl_eval(f"{name}(100, 100, seed=1)")).reshape(-1), F32, rtol=0, atol=0)
+    mean, std = float(np.mean(a)), float(np.std(a))
+    if name == "randn":
+        assert abs(mean) < 0.05 and abs(std - 1) < 0.05
+    else:
+        assert abs(mean - 0.5) < 0.02 and abs(std - (1 / 12) ** 0.5) < 0.02
+        assert a.min() >= 0 and a.max() < 1
+    assert dtype_of(dl_eval(f"{name}(seed=3)")) == F32 and np.ndim(dl_eval(f"{name}(seed=3)")) == 0
+
+
+def test_random_unseeded_draws_differ_within_a_run_and_repeat_across_runs() -> None:
+    source = "fn main() {\n    print(randn(3))\n    print(randn(3))\n    print(rand(2, dtype=f64))\n}\n"
+    first = dl_main(source)
+    assert first == dl_main(source)
+    lines = first.splitlines()
+    assert lines[0] != lines[1]
+
+
+def test_random_errors() -> None:
+    runtime_error("randn(2, dtype=i64)")
+    runtime_error("rand(2, dtype=bool)")
+    runtime_error("randn(-2, seed=1)")
+
+
+@bug("randn/rand with a negative seed raise numpy ValueError ('expected non-negative integer')")
+@pytest.mark.parametrize("name", ["randn", "rand"])
+def test_random_negative_seed_is_a_diagnostic(name) -> None:
+    runtime_error(f"{name}(2, seed=-1)")
+
+
+@bug("the dtype error of randn/rand names numpy's draw (`standard_normal`/`random`), not the DL primitive")
+@pytest.mark.parametrize("name", ["randn", "rand"])
+def test_random_dtype_error_names_the_primitive(name) -> None:
+    message = str(runtime_error(f"{name}(2, dtype=i64)"))
+    assert "standard_normal" not in message and "`random`" not in message
+
+
+# ======================================================================= inspection and conversion
+
+
+@SETTINGS
+@given(shape=shapes)
+def test_shape_and_len(shape) -> None:
+    x = dl_value(np.zeros(shape, np.float32))
+    result = dl_eval("shape(a)", x)
+    assert result == shape and isinstance(result, tuple) and all(type(n) is int for n in result)
+    if shape:
+        length = dl_eval("len(a)", x)
+        assert length == shape[0] and type(length) is int
+    else:
+        runtime_error("len(a)", x)
+
+
+def test_shape_len_edges() -> None:
+    assert dl_eval("shape(a)", np.zeros((0, 3))) == (0, 3)
+    assert dl_eval("len(a)", np.zeros((0, 3))) == 0
+    assert dl_eval("shape(3)") == ()
+    assert dl_eval("len((1, 2.0, true))") == 3
+    runtime_error("len(3)")
+
+
+def test_float_conversion() -> None:
+    i = np.array([-2, 0, 7])
+    check(dl_eval("float(a)", i), i.astype(np.float32), F32)
+    check(dl_eval("float(a, dtype=f64)", i), i.astype(np.float64), F64)
+    check(dl_eval("float(a)", np.array([True, False])), np.array([1, 0], np.float32), F32)
+    check(dl_eval("float(a)", np.array([1.5], np.float64)), np.array([1.5], np.float32), F32)
+    check(dl_eval("float(3)"), np.float32(3), F32)
+    check(dl_eval("float(3, dtype=f64)"), np.float64(3), F64)
+    check(dl_eval("float(a)", np.float64(0.1)), np.float32(0.1), F32)
+    check(dl_eval("float(true)"), np.float32(1), F32)
+    runtime_error("float(a, dtype=i64)", 1)
+    runtime_error("float(a, dtype=3)", 1)
+
+
+def test_int_conversion_truncates() -> None:
+    x = np.array([-2.7, -0.5, 0.0, 0.5, 2.7, 1e9], np.float32)
+    check(dl_eval("int(a)", x), np.trunc(x).astype(np.int64), I64)
+    result = dl_eval("int(a)", np.float32(-2.7))
+    assert result == -2 and type(result) is int
+    assert dl_eval("int(2.9)") == 2
+    check(dl_eval("int(a)", np.array([True, False])), np.array([1, 0]), I64)
+    check(dl_eval("int(a)", np.array([3, -4], np.int32)), np.array([3, -4]), I64)
+    assert dl_eval("int(true)") == 1
+    for bad in (np.float32("nan"), np.float32("inf"), np.array([1.0, np.inf], np.float32)):
+        runtime_error("int(a)", bad)
+
+
+@bug(
+    "int() of a float outside the i64 range gives a silently wrapped tensor (-2**63) or a Python int "
+    "wider than i64, instead of a diagnostic"
+)
+@pytest.mark.parametrize("value", [np.float32(1e30), np.array([1e30], np.float32)], ids=["scalar", "tensor"])
+def test_int_out_of_range_is_a_diagnostic(value) -> None:
+    runtime_error("int(a)", value)
+
+
+# ======================================================================= effects
+
+
+def test_assert() -> None:
+    assert dl_eval("assert(true)") == ()
+    assert dl_eval('assert(a > 0, "positive")', 3) == ()
+    failure = runtime_error('assert(false, "boom")')
+    assert failure.diagnostics[0].code == "E0502" and "boom" in str(failure)
+    assert runtime_error("assert(a < 0)", 3).diagnostics[0].code == "E0502"
+    runtime_error("assert(1)")
+    runtime_error("assert(a)", np.array([True]))
+
+
+def test_print_formats() -> None:
+    source = (
+        "fn main() {\n"
+        '    print(1, 2.5, 0.1 + 0.2, true, false, "text", (1, 2.0), -3)\n'
+        "    print()\n"
+        "    print([[1.0, 2.0], [3.0, 4.0]])\n"
+        "    print(arange(3), float(2), 1.0f64 / 3.0f64)\n"
+        "}\n"
+    )
+    assert dl_main(source) == (
+        "1 2.5 0.3 true false text (1, 2.0) -3\n\n[[1. 2.]\n [3. 4.]]\n[0 1 2] 2.0 0.3333333333333333\n"
+    )
+    assert dl_eval("print(a)", np.float32(1)) == ()
+
+
+# ======================================================================= operators
+
+ARITHMETIC = {
+    "+": np.add,
+    "-": np.subtract,
+    "*": np.multiply,
+    "/": np.divide,
+    "//": np.floor_divide,
+    "%": np.mod,
+    "**": np.power,
+}
+COMPARISON = {
+    "==": np.equal,
+    "!=": np.not_equal,
+    "<": np.less,
+    "<=": np.less_equal,
+    ">": np.greater,
+    ">=": np.greater_equal,
+}
+
+
+def operands(rng, shapes, op: str, dtype=F32):
+    a = randn(rng, shapes[0], dtype)
+    if op == "**":
+        a = np.abs(a) + dtype.type(0.5)
+    b = randn(rng, shapes[1], dtype)
+    if op in ("//", "%", "/"):
+        b = np.where(np.abs(b) < 0.5, dtype.type(1.5), b).astype(dtype)
+    if op == "**":
+        b = b / dtype.type(3)
+    if op in COMPARISON:  # make equal elements likely
+        a, b = np.round(a).astype(dtype), np.round(b).astype(dtype)
+    return dl_value(a), dl_value(b)
+
+
+@pytest.mark.parametrize("op", [*ARITHMETIC, *COMPARISON])
+@SETTINGS
+@given(
+    shapes=hnp.mutually_broadcastable_shapes(num_shapes=2, min_dims=0, max_dims=4, max_side=4),
+    dtype=float_dtypes,
+    seed=seeds,
+)
+def test_binary_operators_broadcast(op, shapes, dtype, seed) -> None:
+    a, b = operands(np.random.default_rng(seed), shapes.input_shapes, op, dtype)
+    reference = ARITHMETIC.get(op) or COMPARISON[op]
+    expected = reference(a, b)
+    check(dl_eval(f"a {op} b", a, b), expected, BOOL if op in COMPARISON else dtype, rtol=2e-5)
+
+
+BROADCAST_CASES = [
+    ((3, 1), (4,)),
+    ((4,), (3, 1)),
+    ((1,), (2, 3)),
+    ((2, 1, 3), (4, 1)),
+    ((1, 1), (1,)),
+    ((), (2, 3)),
+    ((2, 3), ()),
+    ((0, 3), (3,)),
+    ((2, 0), (1,)),
+    ((0,), ()),
+    ((1, 0), (3, 1)),
+]
+
+
+@pytest.mark.parametrize("shape_a,shape_b", BROADCAST_CASES, ids=str)
+@pytest.mark.parametrize("op", ["+", "-", "*", "/", "<", "=="])
+def test_broadcast_edge_shapes(shape_a, shape_b, op) -> None:
+    rng = np.random.default_rng(7)
+    a, b = operands(rng, (shape_a, shape_b), op)
+    expected = (ARITHMETIC.get(op) or COMPARISON[op])(a, b)
+    check(dl_eval(f"a {op} b", a, b), expected, BOOL if op in COMPARISON else F32)
+
+
+@pytest.mark.parametrize("op", ["+", "-", "*", "/", "//", "%", "==", "<"])
+def test_shapes_that_do_not_broadcast(op) -> None:
+    runtime_error(f"a {op} b", np.ones((2, 3), np.float32), np.ones((3, 2), np.float32))
+    runtime_error(f"a {op} b", np.ones(3, np.float32), np.ones(4, np.float32))
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # the numpy reference of a negative f64 ** 0.5
+@pytest.mark.parametrize("op", ["+", "-", "*", "/", "**", "//", "%", "<", "=="])
+def test_dtype_rules(op) -> None:
+    x = np.array([[1.5, -2.0, 3.25]], np.float32)
+    i = np.array([[2], [3]])
+    f64 = x.astype(np.float64)
+    want = BOOL if op in COMPARISON else None
+    # An i64 tensor meeting an f32 tensor gives f32 (DL's rule), in both orders.
+    check(dl_eval(f"a {op} b", x, i), (ARITHMETIC.get(op) or COMPARISON.get(op))(x, i.astype(np.float32)), want or F32)
+    check(dl_eval(f"b {op} a", x, i), (ARITHMETIC.get(op) or COMPARISON.get(op))(i.astype(np.float32), x), want or F32)
+    # An integer literal with an f32 tensor stays f32; with f64 stays f64.
+    check(dl_eval(f"a {op} 2", x), (ARITHMETIC.get(op) or COMPARISON.get(op))(x, np.float32(2)), want or F32)
+    check(dl_eval(f"2 {op} a", x), (ARITHMETIC.get(op) or COMPARISON.get(op))(np.float32(2), x), want or F32)
+    check(dl_eval(f"a {op} 2", f64), (ARITHMETIC.get(op) or COMPARISON.get(op))(f64, 2.0), want or F64)
+    # A float literal with an f64 tensor takes the tensor's dtype.
+    check(dl_eval(f"a {op} 0.5", f64), (ARITHMETIC.get(op) or COMPARISON.get(op))(f64, 0.5), want or F64)
+    # An i64 scalar meeting an f32 tensor gives f32.
+    check(dl_eval(f"a {op} b", x, 3), (ARITHMETIC.get(op) or COMPARISON.get(op))(x, np.float32(3)), want or F32)
+    # An f32 scalar meeting an i64 tensor gives f32.
+    check(
+        dl_eval(f"b {op} a", np.float32(2.5), i + 1),
+        (ARITHMETIC.get(op) or COMPARISON.get(op))((i + 1).astype(np.float32), np.float32(2.5)),
+        want or F32,
+    )
+
+
+@pytest.mark.parametrize(
+    "op",
+    [
+        pytest.param(
+            op,
+            marks=bug(
+                "an unsuffixed float literal meeting an i64 tensor gives f64 (the weak "
+                "literal is a Python float; DL float literals are f32)"
+            ),
+        )
+        for op in ["+", "-", "*", "/", "**", "//", "%"]
+    ],
+)
+def test_float_literal_with_integer_tensor_gives_f32(op) -> None:
+    i = np.array([1, 2, 3])
+    reference = ARITHMETIC[op]
+    check(dl_eval(f"a {op} 0.5", i), reference(i.astype(np.float32), np.float32(0.5)), F32)
+    check(dl_eval(f"0.5 {op} a", i), reference(np.float32(0.5), i.astype(np.float32)), F32)
+
+
+def test_scalar_dtype_rules() -> None:
+    check(dl_eval("a * 2", np.float32(1.5)), np.float32(3), F32)
+    check(dl_eval("2 * a", np.float32(1.5)), np.float32(3), F32)
+    check(dl_eval("1 + 0.5"), np.float32(1.5), F32)
+    check(dl_eval("a + b", 1, np.float32(0.5)), np.float32(1.5), F32)
+    check(dl_eval("a + b", np.float32(1), np.float64(0.5)), np.float64(1.5), F64)
+    check(dl_eval("1.0f64 + 1"), np.float64(2), F64)
+    check(dl_eval("a + b", 2, 3), np.int64(5), I64)
+    assert type(dl_eval("a + b", 2, 3)) is int
+    check(
+        dl_eval("a + b", np.arange(3, dtype=np.int32), np.ones(3, np.float32)), np.arange(1, 4, dtype=np.float32), F32
+    )
+    check(dl_eval("a + b", np.arange(3), np.arange(3)), np.arange(0, 6, 2), I64)
+    check(dl_eval("a < b", 2, 3), np.bool_(True), BOOL)
+    assert dl_eval("a == b", 2, 2) is True or dl_eval("a == b", 2, 2).__class__ is np.bool_
+
+
+@SETTINGS
+@given(a=st.integers(-50, 50), b=st.integers(-7, 7).filter(bool))
+def test_integer_floor_division_and_modulo(a, b) -> None:
+    assert dl_eval("a // b", a, b) == a // b
+    assert dl_eval("a % b", a, b) == a % b
+    x = np.arange(-6, 7)
+    check(dl_eval("a // b", x, b), x // b, I64)
+    check(dl_eval("a % b", x, b), x % b, I64)
+
+
+def test_integer_operator_errors() -> None:
+    runtime_error("a / b", 1, 2)
+    runtime_error("a / b", np.arange(3), np.arange(1, 4))
+    runtime_error("a // b", 1, 0)
+    runtime_error("a % b", np.arange(3), np.array([1, 0, 1]))
+    runtime_error("a ** b", 2, -1)
+    check(dl_eval("a ** b", 2, 10), np.int64(1024), I64)
+    check(dl_eval("a ** 2", np.arange(4)), np.arange(4) ** 2, I64)
+    check(dl_eval("a // b", np.float32(1), np.float32(0)), np.float32(np.inf), F32)
+
+
+def test_unary_operators() -> None:
+    x = np.array([[1.5, -2.0]], np.float32)
+    check(dl_eval("-a", x), -x, F32)
+    check(dl_eval("-a", np.arange(3)), -np.arange(3), I64)
+    check(dl_eval("-a", np.float64(2)), np.float64(-2), F64)
+    check(dl_eval("-a", 4), np.int64(-4), I64)
+    check(dl_eval("--a", x), x, F32)
+    check(dl_eval("-a ** 2", np.float32(3)), np.float32(-9), F32)
+    check(dl_eval("not a", np.array([True, False])), np.array([False, True]), BOOL)
+    assert dl_eval("not a", True) is False
+    runtime_error("-a", True)
+    runtime_error("-a", np.array([True]))
+    runtime_error("-a", "text")
+    runtime_error("not a", 1)
+    runtime_error("not a", np.arange(2))
+
+
+def test_logical_operators() -> None:
+    p, q = np.array([True, True, False, False]), np.array([True, False, True, False])
+    check(dl_eval("a and b", p, q), p & q, BOOL)
+    check(dl_eval("a or b", p, q), p | q, BOOL)
+    check(dl_eval("a and b", p, True), p, BOOL)
+    check(dl_eval("(a > 0) or (a < -1)", np.array([1, -2, -1])), np.array([True, True, False]), BOOL)
+    assert dl_eval("a and b", True, False) is False
+    assert dl_eval("a or b", False, True) is True
+    assert dl_eval("false and a", 1) is False  # short-circuit: the right operand is not evaluated
+    runtime_error("a and b", 1, True)
+    runtime_error("a or b", False, 1)
+    runtime_error("a and b", np.arange(2), q[:2])
+
+
+# ======================================================================= misuse is a diagnostic
+
+MISUSE = [
+    ("reshape(a, 5)", (np.ones((2, 3), np.float32),)),
+    ("a @ b", (np.ones((2, 3), np.float32), np.ones((2, 3), np.float32))),
+    ("matmul(a, b)", (np.ones((2, 3), np.float32), np.ones(2, np.float32))),
+    ("gather(a, 5)", (np.ones(3, np.float32),)),
+    ("gather(a, b, axis=1)", (np.ones((2, 3), np.float32), np.array([3]))),
+    ("concat((a, b), axis=0)", (np.ones((2, 3), np.float32), np.ones((2, 2), np.float32))),
+    ("stack((a, b))", (np.ones(2, np.float32), np.ones(3, np.float32))),
+    ("one_hot(a, 2)", (np.array([2]),)),
+    ("a + b", (np.ones(2, np.float32), np.ones(3, np.float32))),
+    ("a + b", ("text", 1)),
+    ("sum(a, axis=3)", (np.ones((2, 3), np.float32),)),
+    ("mean(a)", (np.zeros(0, np.float32),)),
+    ("zeros(-3)", ()),
+    ("log(a)", (np.arange(3),)),
+    ("transpose(a, 1, 1)", (np.ones((2, 3), np.float32),)),
+    ("broadcast_to(a, 4)", (np.ones(3, np.float32),)),
+    ("int(a)", (np.float32("inf"),)),
+    ("len(a)", (np.float32(1),)),
+    ('assert(a, "no")', (False,)),
+    pytest.param("abs(a)", ("text",), marks=bug("abs of a string raises numpy UFuncTypeError")),
+    pytest.param("sum(a)", ("text",), marks=bug("sum of a string raises numpy TypeError")),
+    pytest.param("relu(a)", ("text",), marks=bug("relu of a string raises numpy UFuncTypeError")),
+    pytest.param("maximum(a, 1.0)", ("text",), marks=bug("maximum of a string raises numpy UFuncTypeError")),
+]
+
+
+@pytest.mark.parametrize("expr,args", MISUSE, ids=lambda v: v if isinstance(v, str) else "")
+def test_runtime_misuse_is_a_diagnostic(expr, args) -> None:
+    failure = runtime_error(expr, *args)
+    diagnostic = failure.diagnostics[0]
+    assert diagnostic.span.path.startswith("<dl-test-") and diagnostic.span.line == 2
+    assert diagnostic.notes and "call stack" in diagnostic.notes[0]
+
+
+# ======================================================================= coverage
+
+PRIM_TESTS: dict[Prim, tuple[str, ...]] = {
+    Prim.EXP: ("test_unary_elementwise", "test_float_only_unary_rejects_integers"),
+    Prim.LOG: ("test_unary_elementwise", "test_float_only_unary_rejects_integers"),
+    Prim.SQRT: ("test_unary_elementwise", "test_float_only_unary_rejects_integers"),
+    Prim.TANH: ("test_unary_elementwise", "test_sigmoid_relu_tanh_match_torch"),
+    Prim.SIGMOID: ("test_unary_elementwise", "test_sigmoid_relu_tanh_match_torch", "test_sigmoid_extreme_inputs"),
+    Prim.RELU: ("test_unary_elementwise", "test_sigmoid_relu_tanh_match_torch", "test_relu_and_abs_keep_integer_dtype"),
+    Prim.ABS: ("test_unary_elementwise", "test_relu_and_abs_keep_integer_dtype"),
+    Prim.SIN: ("test_unary_elementwise", "test_float_only_unary_rejects_integers"),
+    Prim.COS: ("test_unary_elementwise", "test_float_only_unary_rejects_integers"),
+    Prim.MAXIMUM: ("test_maximum_minimum_broadcast", "test_maximum_minimum_with_literals_keep_dtype"),
+    Prim.MINIMUM: ("test_maximum_minimum_broadcast", "test_maximum_minimum_with_literals_keep_dtype"),
+    Prim.WHERE: (
+        "test_where_broadcast",
+        "test_where_literals_and_errors",
+        "test_elementwise_prims_with_unbroadcastable_shapes",
+    ),
+    Prim.SUM: (
+        "test_reduction_every_axis",
+        "test_reductions_integer_and_bool_inputs",
+        "test_reductions_of_empty_tensors",
+    ),
+    Prim.MEAN: ("test_reduction_every_axis", "test_reductions_of_empty_tensors"),
+    Prim.MAX: ("test_reduction_every_axis", "test_reductions_integer_and_bool_inputs"),
+    Prim.MIN: ("test_reduction_every_axis", "test_reductions_integer_and_bool_inputs"),
+    Prim.ARGMAX: ("test_reduction_every_axis", "test_argmax_argmin_ties_pick_first"),
+    Prim.ARGMIN: ("test_reduction_every_axis", "test_argmax_argmin_ties_pick_first"),
+    Prim.LOGSUMEXP: (
+        "test_reduction_every_axis",
+        "test_logsumexp_matches_torch",
+        "test_normalizers_extreme_inputs_finite_and_match_torch",
+        "test_logsumexp_infinities_match_torch",
+    ),
+    Prim.SOFTMAX: ("test_softmax_log_softmax_match_torch", "test_normalizers_extreme_inputs_finite_and_match_torch"),
+    Prim.LOG_SOFTMAX: (
+        "test_softmax_log_softmax_match_torch",
+        "test_normalizers_extreme_inputs_finite_and_match_torch",
+    ),
+    Prim.MATMUL: ("test_matmul_shapes_match_numpy_and_torch", "test_matmul_shape_mismatch_is_a_diagnostic"),
+    Prim.TRANSPOSE: ("test_transpose", "test_transpose_errors"),
+    Prim.RESHAPE: ("test_reshape", "test_reshape_edges", "test_reshape_errors"),
+    Prim.CONCAT: ("test_concat", "test_concat_integers_and_errors"),
+    Prim.STACK: ("test_stack", "test_stack_errors"),
+    Prim.BROADCAST_TO: ("test_broadcast_to", "test_broadcast_to_value_semantics_and_errors"),
+    Prim.GATHER: (
+        "test_gather_matches_take",
+        "test_gather_matches_torch_index_select",
+        "test_gather_dtypes_and_errors",
+        "test_gather_on_scalar_is_a_diagnostic",
+    ),
+    Prim.ONE_HOT: ("test_one_hot_matches_torch", "test_one_hot_errors"),
+    Prim.ZEROS: ("test_zeros_ones_full", "test_creation_dims_from_values_and_errors"),
+    Prim.ONES: ("test_zeros_ones_full", "test_creation_dims_from_values_and_errors"),
+    Prim.FULL: ("test_zeros_ones_full", "test_creation_dims_from_values_and_errors"),
+    Prim.ARANGE: ("test_arange",),
+    Prim.RANDN: ("test_random_seeded_reproducible", "test_random_seeds_differ_and_statistics", "test_random_errors"),
+    Prim.RAND: ("test_random_seeded_reproducible", "test_random_seeds_differ_and_statistics", "test_random_errors"),
+    Prim.SHAPE: ("test_shape_and_len", "test_shape_len_edges"),
+    Prim.LEN: ("test_shape_and_len", "test_shape_len_edges"),
+    Prim.FLOAT: ("test_float_conversion",),
+    Prim.INT: ("test_int_conversion_truncates",),
+    Prim.ASSERT: ("test_assert",),
+    Prim.PRINT: ("test_print_formats",),
+}
+
+OPERATOR_TESTS: dict[str, tuple[str, ...]] = {
+    **{
+        op: ("test_binary_operators_broadcast", "test_broadcast_edge_shapes", "test_dtype_rules")
+        for op in ("+", "-", "*", "/")
+    },
+    **{
+        op: ("test_binary_operators_broadcast", "test_dtype_rules", "test_integer_floor_division_and_modulo")
+        for op in ("//", "%")
+    },
+    "**": ("test_binary_operators_broadcast", "test_dtype_rules", "test_integer_operator_errors"),
+    "@": ("test_matmul_shapes_match_numpy_and_torch", "test_matmul_integer_and_mixed_dtypes"),
+    **{op: ("test_binary_operators_broadcast", "test_dtype_rules") for op in COMPARISON},
+    "and": ("test_logical_operators",),
+    "or": ("test_logical_operators",),
+}
+UNARY_OPERATOR_TESTS: dict[str, tuple[str, ...]] = {"-": ("test_unary_operators",), "not": ("test_unary_operators",)}
+
+
+def test_every_primitive_has_signature_implementation_and_tests() -> None:
+    everything = set(Prim)
+    assert set(SIGNATURES) == everything, f"missing signatures: {everything - set(SIGNATURES)}"
+    assert set(IMPLEMENTATIONS) == everything, f"missing implementations: {everything - set(IMPLEMENTATIONS)}"
+    assert set(PRIM_TESTS) == everything, (
+        f"primitives without tests: {everything - set(PRIM_TESTS)}; stale entries: {set(PRIM_TESTS) - everything}"
+    )
+    for name in {n for names in PRIM_TESTS.values() for n in names}:
+        assert callable(globals().get(name)) and name.startswith("test_"), f"no test named {name}"
+
+
+def test_every_operator_has_tests() -> None:
+    assert set(OPERATOR_TESTS) == set(BINARY), f"binary operators: {set(BINARY) ^ set(OPERATOR_TESTS)}"
+    assert set(UNARY_OPERATOR_TESTS) == set(UNARY), f"unary operators: {set(UNARY) ^ set(UNARY_OPERATOR_TESTS)}"
+    for names in [*OPERATOR_TESTS.values(), *UNARY_OPERATOR_TESTS.values()]:
+        for name in names:
+            assert callable(globals().get(name)) and name.startswith("test_"), f"no test named {name}"
