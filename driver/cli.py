@@ -2,6 +2,7 @@
 
     dlrun FILE.dl [ARGS...]     check, then run main(ARGS...)
     dlrun check FILE.dl         check only; print `ok` or every diagnostic
+    dlrun check --types FILE.dl print each function's signature with inferred shapes
 
 Exit status: 0 ok, 1 the program's error (diagnostic on stderr), 2 usage error.
 A Python traceback is only ever shown for a bug in DL itself, and says so.
@@ -15,6 +16,7 @@ import traceback
 
 from dl import __version__, pipeline
 from dl.interp.run import UsageError
+from dl.lang.check import Typed
 from dl.lang.diagnostics import DiagnosticError, SourceMap, render_all
 from dl.lang.modules import Program
 
@@ -23,11 +25,14 @@ EPILOG = """commands:
   dlrun FILE.dl [ARGS...]   check FILE.dl, then run its main(ARGS...)
   dlrun run FILE.dl [ARGS]  the same, spelled out
   dlrun check FILE.dl       check only: prints `ok` or every diagnostic
+  dlrun check --types FILE.dl
+                            check, then print each function's inferred signature
 
 exit status: 0 ok, 1 the program's error (diagnostic on stderr), 2 usage error"""
 
 
 def parser() -> argparse.ArgumentParser:
+    """`dlrun [--backend B] FILE.dl [ARGS...]`, the default command."""
     command = argparse.ArgumentParser(
         prog="dlrun",
         description="Run DL programs: tensors with shapes in their types, and grad.",
@@ -35,28 +40,51 @@ def parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     command.add_argument("--version", action="version", version=f"dlrun {__version__}")
+    add_backend(command)
+    command.add_argument("file", help="the .dl program (or a command: check, run)")
+    command.add_argument("args", nargs=argparse.REMAINDER, help="arguments passed to main() as strings")
+    return command
+
+
+def add_backend(command: argparse.ArgumentParser) -> None:
     command.add_argument(
         "--backend",
         choices=["interp"],
         default="interp",
         help="where the program runs (default: interp, the numpy interpreter)",
     )
-    command.add_argument("file", help="the .dl program (or a command: check, run)")
+
+
+def subcommand_parser(name: str) -> argparse.ArgumentParser:
+    if name == "check":
+        command = argparse.ArgumentParser(prog="dlrun check", description="Check types and shapes without running.")
+        command.add_argument(
+            "--types", action="store_true", help="print each function's signature with inferred shapes"
+        )
+        command.add_argument("file", help="the .dl program")
+        return command
+    command = argparse.ArgumentParser(prog="dlrun run", description="Check, then run main(ARGS...).")
+    add_backend(command)
+    command.add_argument("file", help="the .dl program")
     command.add_argument("args", nargs=argparse.REMAINDER, help="arguments passed to main() as strings")
     return command
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    options = parser().parse_args(argv)
-    command, file, args = "run", options.file, options.args
-    if file in SUBCOMMANDS:
-        if not args:
-            parser().error(f"`dlrun {file}` needs a FILE.dl")
-        command, file, args = file, args[0], args[1:]
+    if not argv:
+        parser().print_usage(sys.stderr)
+        print("dlrun: error: give a FILE.dl to run (the interactive REPL is not available yet)", file=sys.stderr)
+        return 2
+    command = argv[0] if argv[0] in SUBCOMMANDS else "run"
+    if argv[0] in SUBCOMMANDS:
+        options = subcommand_parser(command).parse_args(argv[1:])
+    else:
+        options = parser().parse_args(argv)
+    file, args = options.file, getattr(options, "args", [])
     sources = SourceMap()
     try:
-        return execute(command, file, args, options.backend, sources)
+        return execute(command, file, args, options, sources)
     except DiagnosticError as failure:
         print(render_all(failure.diagnostics, sources), file=sys.stderr)
         return 1
@@ -72,32 +100,32 @@ def main(argv: list[str] | None = None) -> int:
         return 3
 
 
-def execute(command: str, file: str, args: list[str], backend: str, sources: SourceMap) -> int:
-    program = load(file, sources)
+def execute(command: str, file: str, args: list[str], options: argparse.Namespace, sources: SourceMap) -> int:
+    program = pipeline.load(file, sources=sources)
     if command == "check":
-        if args:
-            raise UsageError("`dlrun check` takes one FILE.dl")
-        pipeline.check(program)
-        print("ok")
-        return 0
-    pipeline.run(program, args, backend)
+        return check(program, options.types, sources)
+    typed = pipeline.check(program)
+    show_warnings(typed, sources)
+    pipeline.run(program, args, options.backend, typed)
     return 0
 
 
-def load(file: str, sources: SourceMap) -> Program:
-    try:
-        with open(file, encoding="utf-8") as handle:
-            sources.add(file, handle.read())
-    except OSError:
-        pass  # load_program reports a missing or unreadable file as a diagnostic
-    except UnicodeDecodeError:
-        pass
-    try:
-        program = pipeline.load(file)
-    except DiagnosticError:
-        raise
-    sources.texts.update(program.sources.texts)
-    return program
+def check(program: Program, types: bool, sources: SourceMap) -> int:
+    typed = pipeline.check(program)
+    show_warnings(typed, sources)
+    if types:
+        for path, signatures in typed.signatures.items():
+            if path == program.entry:
+                for signature in signatures:
+                    print(signature)
+    else:
+        print("ok")
+    return 0
+
+
+def show_warnings(typed: Typed, sources: SourceMap) -> None:
+    if typed.diagnostics:
+        print(render_all(typed.diagnostics, sources), file=sys.stderr)
 
 
 if __name__ == "__main__":

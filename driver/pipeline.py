@@ -1,4 +1,4 @@
-"""The pipeline in one place: load (parse + imports) -> run on a backend.
+"""The pipeline in one place: load (parse + imports) -> check -> run on a backend.
 
 The CLI, the REPL and the language server call these functions; none of them
 re-implements a step.
@@ -9,21 +9,30 @@ from __future__ import annotations
 from typing import Any
 
 from dl.interp import run as interpreter
+from dl.lang.check import Typed
+from dl.lang.check import check as check_program
+from dl.lang.diagnostics import DiagnosticError, SourceMap
 from dl.lang.modules import Program, load_program
 
 
-def load(path: str, source: str | None = None) -> Program:
+def load(path: str, source: str | None = None, sources: SourceMap | None = None) -> Program:
     """Parse `path` and its imports. Raises `DiagnosticError`."""
-    return load_program(path, source)
+    return load_program(path, source, sources)
 
 
-def check(program: Program) -> None:
-    """Check a loaded program without running it. Raises `DiagnosticError`."""
-    interpreter.compile_program(program)
+def check(program: Program) -> Typed:
+    """Check types and shapes of a loaded program. Raises `DiagnosticError` (with warnings too) on an error;
+    otherwise returns the typed program, whose `diagnostics` then hold only warnings."""
+    typed = check_program(program)
+    if typed.errors:
+        raise DiagnosticError(typed.diagnostics)
+    return typed
 
 
-def run(program: Program, args: list[str], backend: str = "interp") -> Any:
-    """Run `main(args...)` of a loaded program on `backend`."""
+def run(program: Program, args: list[str], backend: str = "interp", typed: Typed | None = None) -> Any:
+    """Run `main(args...)` of a program on `backend`; it is checked first unless `typed` is given."""
     if backend != "interp":
         raise ValueError(f"unknown backend {backend!r}")
-    return interpreter.run(program, args)
+    if typed is None:
+        typed = check(program)
+    return interpreter.run(program, args, typed)

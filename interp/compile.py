@@ -14,22 +14,31 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-from dl.interp.primitives import IMPLEMENTATIONS, AssertionFailure, PrimitiveError, as_array, scalar
+from dl.interp.conform import conforms
+from dl.interp.dispatch import Argument, Primitive, call_primitive, primitive_step
+from dl.interp.primitives import PrimitiveError, as_array, is_number_or_tensor, scalar
 from dl.interp.runtime import (
     BINARY,
     BREAK,
+    COMPARISONS,
     CONTINUE,
+    FUNCTIONS,
     RETURN,
     UNARY,
+    DeepRecursion,
     Function,
     RunError,
     complete_arguments,
     fail,
+    integer_function,
     invoke,
     is_bool_scalar,
+    recursion_error,
+    with_literal,
 )
 from dl.interp.values import DTYPES, Cell, ModuleValue, StructType, StructValue, describe
 from dl.lang import ast
+from dl.lang.check import CallCheck, RuntimeCheck, Typed
 from dl.lang.diagnostics import Diagnostic, DiagnosticError, Span, error
 from dl.lang.modules import Program
 from dl.lang.primitives import BY_NAME, SIGNATURES, BindingError, Prim, bind, closest
@@ -56,37 +65,6 @@ KEYWORDS = (
     "true",
     "false",
 )
-
-
-class Primitive:
-    """A built-in used as a value (passed to or returned from a function)."""
-
-    __slots__ = ("name", "prim")
-
-    def __init__(self, prim: Prim) -> None:
-        self.prim = prim
-        self.name = prim.value
-
-    def __call__(self, *args: Any) -> Any:
-        return call_primitive_dynamic(self.prim, list(args), {})
-
-
-def call_primitive_dynamic(prim: Prim, args: list, keywords: dict) -> Any:
-    signature = SIGNATURES[prim]
-    binding = bind(signature, len(args), list(keywords))
-    values = [
-        args[s] if isinstance(s, int) else keywords[s] if isinstance(s, str) else default
-        for s, (_, default) in zip(
-            binding.fixed, [(n, None) for n in signature.positional] + list(signature.optional), strict=True
-        )
-    ]
-    if signature.variadic is not None:
-        values.append(tuple(args[i] for i in binding.variadic))
-    values.extend(
-        keywords[k] if k is not None else default
-        for k, (_, default) in zip(binding.keywords, signature.keywords, strict=True)
-    )
-    return IMPLEMENTATIONS[prim](*values)
 
 
 # ---------------------------------------------------------------------- scopes
@@ -170,11 +148,15 @@ class ModuleState:
 class Compiler:
     """Compiles every module of a program; `diagnostics` collects what went wrong."""
 
-    def __init__(self, program: Program) -> None:
+    def __init__(self, program: Program, typed: Typed | None = None) -> None:
         self.program = program
         self.states: dict[str, ModuleState] = {}
         self.diagnostics: list[Diagnostic] = []
         self.state: ModuleState | None = None
+        # What the checker left for run time: literals that take a declared dtype, annotations to check.
+        self.coercions: dict[int, str] = typed.coercions if typed is not None else {}
+        self.runtime_checks: dict[int, RuntimeCheck] = typed.runtime_checks if typed is not None else {}
+        self.checked_calls: dict[int, CallCheck] = typed.checked_calls if typed is not None else {}
 
     # -------------------------------------------------------------- entry points
     def compile_program(self) -> None:
@@ -224,8 +206,13 @@ class Compiler:
     def compile_module(self, path: str) -> None:
         state = self.states[path]
         self.state = state
+        # Functions first, so that a constant may call any function of its module.
         for decl in state.module.decls:
-            self.compile_declaration(state, decl)
+            if isinstance(decl, ast.FnDecl):
+                self.compile_declaration(state, decl)
+        for decl in state.module.decls:
+            if not isinstance(decl, ast.FnDecl):
+                self.compile_declaration(state, decl)
 
     def compile_declaration(self, state: ModuleState, decl: ast.Decl) -> None:
         self.state = state
@@ -238,6 +225,8 @@ class Compiler:
                     state.cells[name].value = step([None])
                 except RunError as failure:
                     self.diagnostics.append(failure.diagnostic)
+                except DeepRecursion as failure:
+                    self.diagnostics.append(recursion_error(failure.args[0], value.span))
             case _:
                 pass
 
@@ -270,9 +259,14 @@ class Compiler:
                 frame[0] = value(frame)
                 return RETURN
 
-        label = name or getattr(decl, "name", "<fn>")
+        call_check = self.checked_calls.get(id(decl))
+        if call_check is not None:
+            body = checked_body(body, call_check, tuple(p.name for p in decl.params))
         params = tuple(p.name for p in decl.params)
-        return Function(label, params, defaults, body, function_scope.size, decl.span, (), self_slot), function_scope
+        label = name or getattr(decl, "name", None) or f"fn({', '.join(params)})"
+        display = None if isinstance(decl, ast.FnDecl) else f"<{label} at {decl.span}>"
+        function = Function(label, params, defaults, body, function_scope.size, decl.span, (), self_slot, display)
+        return function, function_scope
 
     # -------------------------------------------------------------- statements
     def block(self, block: ast.Block, scope: Scope) -> Step:
@@ -311,7 +305,21 @@ class Compiler:
     def let(self, stmt: ast.Let, scope: Scope) -> Step:
         value = self.expression(stmt.value, scope)
         store = self.pattern_store(stmt.pattern, scope)
-        return lambda frame: store(frame, value(frame))
+        check = self.runtime_checks.get(id(stmt))
+        if check is None:
+            if isinstance(stmt.pattern, ast.NamePattern):
+                return local_store(scope.names[stmt.pattern.name], value)
+            return lambda frame: store(frame, value(frame))
+        what = f"`{stmt.pattern.name}`" if isinstance(stmt.pattern, ast.NamePattern) else "the value"
+
+        def checked_let(frame: list) -> None:
+            result = value(frame)
+            problem = conforms(result, check.type, {})
+            if problem is not None:
+                raise fail("E0520", f"{what} does not match its annotation: {problem}", check.span)
+            store(frame, result)
+
+        return checked_let
 
     def pattern_store(self, pattern: ast.Pattern, scope: Scope) -> Callable[[list, Any], None]:
         """A function storing a value into the slots a pattern declares."""
@@ -350,35 +358,42 @@ class Compiler:
 
         return run
 
-    def condition(self, expr: ast.Expr, scope: Scope, what: str) -> Step:
-        step = self.expression(expr, scope)
-        span = expr.span
-
-        def check(frame: list) -> Any:
-            value = step(frame)
-            if value is True or value is False or value.__class__ is np.bool_:
-                return value
-            raise fail("E0508", f"the condition of `{what}` must be a bool, found {describe(value)}", span)
-
-        return check
-
     def if_statement(self, stmt: ast.If, scope: Scope) -> Step:
-        condition = self.condition(stmt.cond, scope, "if")
+        condition = self.expression(stmt.cond, scope)
+        span = stmt.cond.span
         then = self.block(stmt.then, scope.child())
         if stmt.orelse is None:
-            return lambda frame: then(frame) if condition(frame) else None
+
+            def run_then(frame: list) -> Any:
+                holds = condition(frame)
+                if holds is True or (holds is not False and truth(holds, span, "if")):
+                    return then(frame)
+                return None
+
+            return run_then
         if isinstance(stmt.orelse, ast.If):
             otherwise = self.if_statement(stmt.orelse, scope.child())
         else:
             otherwise = self.block(stmt.orelse, scope.child())
-        return lambda frame: then(frame) if condition(frame) else otherwise(frame)
+
+        def run(frame: list) -> Any:
+            holds = condition(frame)
+            if holds is True or (holds is not False and truth(holds, span, "if")):
+                return then(frame)
+            return otherwise(frame)
+
+        return run
 
     def while_statement(self, stmt: ast.While, scope: Scope) -> Step:
-        condition = self.condition(stmt.cond, scope, "while")
+        condition = self.expression(stmt.cond, scope)
+        span = stmt.cond.span
         body = self.block(stmt.body, scope.child())
 
         def run(frame: list) -> Any:
-            while condition(frame):
+            while True:
+                holds = condition(frame)
+                if holds is not True and (holds is False or not truth(holds, span, "while")):
+                    return None
                 signal = body(frame)
                 if signal is not None:
                     if signal is BREAK:
@@ -405,6 +420,8 @@ class Compiler:
             items = self.iteration(stmt.iterable, stmt.pattern, scope)
         store = self.pattern_store(stmt.pattern, inner)
         body = self.block(stmt.body, inner)
+        if isinstance(stmt.pattern, ast.NamePattern):
+            return for_name(inner.names[stmt.pattern.name], items, body)
 
         def run(frame: list) -> Any:
             for item in items(frame):
@@ -450,35 +467,60 @@ class Compiler:
 
         return run
 
-    def closure(self, decl: ast.FnDecl | ast.Lambda, scope: Scope, name: str, self_name: str | None) -> Step:
+    def closure(self, decl: ast.FnDecl | ast.Lambda, scope: Scope, name: str | None, self_name: str | None) -> Step:
         template, function_scope = self.function(decl, scope, name, self_name)
         captures = tuple(function_scope.captures)
         parts = (template.name, template.params, template.defaults, template.body, template.size, template.span)
         self_slot = template.self_slot
+        display = template.display
 
         def make(frame: list) -> Function:
             captured = tuple((inner, frame[outer]) for outer, inner in captures)
-            return Function(*parts, captured, self_slot)
+            return Function(*parts, captured, self_slot, display)
 
         return make
 
     # -------------------------------------------------------------- assignment
     def assign(self, stmt: ast.Assign, scope: Scope) -> Step:
-        value = self.expression(stmt.value, scope)
-        if stmt.op != "=":
-            current = self.expression(stmt.target, scope)
-            combine = BINARY[stmt.op[0]]
-            operand = value
-            span = stmt.span
+        target = stmt.target
+        slot = scope.lookup(target.id) if isinstance(target, ast.Name) else None
+        if stmt.op == "=":
+            value = self.expression(stmt.value, scope)
+        else:
+            literal = self.weak_literal(stmt.value)
+            if slot is not None and literal is not None:
+                return local_update(slot, stmt.op[:-1], literal, stmt.span)
+            value = self.augmented(stmt, literal, scope)
+        if slot is not None:
+            return local_store(slot, value)
+        store = self.target_store(target, scope)
+        return lambda frame: store(frame, value(frame))
 
-            def value(frame: list) -> Any:
+    def augmented(self, stmt: ast.Assign, literal: int | float | None, scope: Scope) -> Step:
+        """The new value of the target of `target op= value`."""
+        symbol = stmt.op[:-1]
+        current = self.expression(stmt.target, scope)
+        span = stmt.span
+        if literal is not None:
+            apply_literal = with_literal(symbol, literal, True)
+
+            def update_literal(frame: list) -> Any:
                 try:
-                    return combine(current(frame), operand(frame))
+                    return apply_literal(current(frame))
                 except PrimitiveError as problem:
                     raise fail("E0510", str(problem), span) from None
 
-        store = self.target_store(stmt.target, scope)
-        return lambda frame: store(frame, value(frame))
+            return update_literal
+        operand = self.expression(stmt.value, scope)
+        combine = BINARY[symbol]
+
+        def update(frame: list) -> Any:
+            try:
+                return combine(current(frame), operand(frame))
+            except PrimitiveError as problem:
+                raise fail("E0510", str(problem), span) from None
+
+        return update
 
     def target_store(self, target: ast.Expr, scope: Scope) -> Callable[[list, Any], None]:
         """A function storing a value into an assignable expression (functional update)."""
@@ -547,11 +589,11 @@ class Compiler:
     # -------------------------------------------------------------- expressions
     def expression(self, expr: ast.Expr, scope: Scope) -> Step:
         match expr:
-            case ast.IntLiteral(value=value, dtype=dtype):
-                constant = DTYPES[dtype].type(value) if dtype else value
+            case ast.IntLiteral():
+                constant = self.integer_constant(expr)
                 return lambda frame: constant
             case ast.FloatLiteral(value=value, dtype=dtype):
-                constant = DTYPES[dtype or "f32"].type(value)
+                constant = DTYPES[dtype or self.coercions.get(id(expr), "f32")].type(value)
                 return lambda frame: constant
             case ast.BoolLiteral(value=value):
                 return lambda frame: value
@@ -577,7 +619,7 @@ class Compiler:
             case ast.StructLiteral():
                 return self.struct_literal(expr, scope)
             case ast.Lambda():
-                return self.closure(expr, scope, "<fn>", None)
+                return self.closure(expr, scope, None, None)
         raise AssertionError(f"unknown expression {expr!r}")
 
     def name(self, expr: ast.Name, scope: Scope) -> Step:
@@ -628,44 +670,62 @@ class Compiler:
         self.report(error("E0201", message, expr.span, "not found in this scope", notes=notes))
 
     def binary(self, expr: ast.Binary, scope: Scope) -> Step:
-        lhs = self.expression(expr.lhs, scope)
-        rhs = self.expression(expr.rhs, scope)
-        span = expr.span
-        op = expr.op
+        op, span = expr.op, expr.span
         if op in ("and", "or"):
-            return self.short_circuit(op, lhs, rhs, span)
-        apply = BINARY[op]
+            return self.short_circuit(op, self.expression(expr.lhs, scope), self.expression(expr.rhs, scope), span)
         code = "E0513" if op == "@" else "E0510"
-        weak_rhs = _weak_constant(expr.rhs)
-        weak_lhs = _weak_constant(expr.lhs)
-        if weak_rhs is not None and weak_lhs is None:
-            constant = weak_rhs
+        literal_lhs, literal_rhs = self.weak_literal(expr.lhs), self.weak_literal(expr.rhs)
+        if literal_rhs is not None and literal_lhs is None:
+            lhs = self.operand(expr.lhs, scope)
+            if isinstance(lhs, int) and op in COMPARISONS and literal_rhs.__class__ is int:
+                return compare_slot_with_integer(lhs, op, literal_rhs, span)
+            return operator_step(with_literal(op, literal_rhs, True), [lhs], code, span)
+        if literal_lhs is not None and literal_rhs is None:
+            return operator_step(with_literal(op, literal_lhs, False), [self.operand(expr.rhs, scope)], code, span)
+        operands = [self.operand(expr.lhs, scope), self.operand(expr.rhs, scope)]
+        if op in COMPARISONS and isinstance(operands[0], int) and isinstance(operands[1], int):
+            return compare_slots(operands[0], operands[1], op, span)
+        return operator_step(BINARY[op], operands, code, span)
 
-            def apply_constant(frame: list) -> Any:
-                try:
-                    return apply(lhs(frame), constant)
-                except PrimitiveError as problem:
-                    raise fail(code, str(problem), span) from None
+    def operand(self, expr: ast.Expr, scope: Scope) -> int | Step:
+        """A local variable's slot, or else the step computing `expr`."""
+        if isinstance(expr, ast.Name):
+            slot = scope.lookup(expr.id)
+            if slot is not None:
+                return slot
+        return self.expression(expr, scope)
 
-            return apply_constant
-        if weak_lhs is not None and weak_rhs is None:
-            constant = weak_lhs
+    def weak_literal(self, expr: ast.Expr) -> int | float | None:
+        """The value of an unsuffixed number literal (possibly negated), which adapts to the other operand."""
+        if id(expr) in self.coercions:
+            return None
+        match expr:
+            case ast.IntLiteral(dtype=None) if -(2**63) <= expr.value < 2**63:
+                return expr.value
+            case ast.FloatLiteral(dtype=None):
+                return float(expr.value)
+            case ast.Unary(op="-", operand=operand):
+                value = self.weak_literal(operand)
+                return -value if value is not None else None
+        return None
 
-            def constant_apply(frame: list) -> Any:
-                try:
-                    return apply(constant, rhs(frame))
-                except PrimitiveError as problem:
-                    raise fail(code, str(problem), span) from None
-
-            return constant_apply
-
-        def run(frame: list) -> Any:
-            try:
-                return apply(lhs(frame), rhs(frame))
-            except PrimitiveError as problem:
-                raise fail(code, str(problem), span) from None
-
-        return run
+    def integer_constant(self, expr: ast.IntLiteral) -> Any:
+        """An integer literal's value: a Python int for i64, else of its suffix's (or context's) dtype."""
+        dtype = expr.dtype or self.coercions.get(id(expr))  # a literal takes the dtype its context declares
+        kind = DTYPES[dtype or "i64"]
+        if kind.kind in "iu":
+            limits = np.iinfo(kind)
+            if not limits.min <= expr.value <= limits.max:
+                self.report(
+                    error(
+                        "E0515",
+                        f"integer literal {expr.value} is out of range for {dtype or 'i64'}",
+                        expr.span,
+                        f"{dtype or 'i64'} holds {limits.min}..{limits.max}",
+                    )
+                )
+                return 0
+        return kind.type(expr.value) if dtype else expr.value
 
     @staticmethod
     def short_circuit(op: str, lhs: Step, rhs: Step, span: Span) -> Step:
@@ -784,51 +844,34 @@ class Compiler:
             span = next((k.span for k in expr.keywords if k.name == problem.keyword), expr.span)
             self.report(error("E0206", f"in call to `{prim.value}`: {problem}", span, notes=notes))
             return lambda frame: None
-        positional, keywords = self.arguments(expr, scope)
+        positional = [self.argument(arg, scope) for arg in expr.args]
+        keywords = {k.name: self.argument(k.value, scope) for k in expr.keywords}
         defaults = [*((n, None) for n in signature.positional), *signature.optional]
-        steps: list[Step] = []
+        arguments: list[Argument] = []
         for source, (_, default) in zip(binding.fixed, defaults, strict=True):
-            steps.append(
-                positional[source]
-                if isinstance(source, int)
-                else keywords[source]
-                if source
-                else _constant(_default_value(default))
-            )
+            if isinstance(source, int):
+                arguments.append(positional[source])
+            else:
+                arguments.append(keywords[source] if source else Argument(value=_default_value(default)))
         if signature.variadic is not None:
-            rest = [positional[i] for i in binding.variadic]
-            steps.append(lambda frame: tuple([step(frame) for step in rest]))
+            arguments.append(tuple_argument([positional[i] for i in binding.variadic]))
         for source, (_, default) in zip(binding.keywords, signature.keywords, strict=True):
-            steps.append(keywords[source] if source else _constant(_default_value(default)))
-        return self.primitive_step(prim, steps, expr.span)
+            arguments.append(keywords[source] if source else Argument(value=_default_value(default)))
+        return primitive_step(prim, arguments, expr.span)
 
-    def primitive_step(self, prim: Prim, steps: list[Step], span: Span) -> Step:
-        implementation = IMPLEMENTATIONS[prim]
-        code = "E0502" if prim is Prim.ASSERT else "E0513"
-
-        def failure(problem: Exception) -> RunError:
-            if isinstance(problem, AssertionFailure):
-                return fail("E0502", str(problem), span)
-            return fail(code, f"{prim.value}: {problem}", span)
-
-        if len(steps) == 1:
-            (only,) = steps
-
-            def run_one(frame: list) -> Any:
-                try:
-                    return implementation(only(frame))
-                except PrimitiveError as problem:
-                    raise failure(problem) from None
-
-            return run_one
-
-        def run(frame: list) -> Any:
-            try:
-                return implementation(*[step(frame) for step in steps])
-            except PrimitiveError as problem:
-                raise failure(problem) from None
-
-        return run
+    def argument(self, expr: ast.Expr, scope: Scope) -> Argument:
+        """A primitive's argument: literals and type names are constants, bound when the call is compiled."""
+        literal = self.weak_literal(expr)
+        match expr:
+            case ast.IntLiteral() | ast.FloatLiteral() | ast.BoolLiteral() | ast.StringLiteral():
+                return Argument(value=self.expression(expr, scope)([]), literal=literal)
+            case ast.Unary(op="-", operand=ast.IntLiteral() | ast.FloatLiteral()):
+                return Argument(value=self.expression(expr, scope)([]), literal=literal)
+            case ast.Name(id=name) if name in DTYPES and scope.lookup(name) is None and name not in self.state.cells:
+                return Argument(value=DTYPES[name])
+            case ast.Name(id=name) if scope.lookup(name) is not None:
+                return Argument(step=self.expression(expr, scope), slot=scope.lookup(name))
+        return Argument(step=self.expression(expr, scope))
 
     def dynamic_call(self, expr: ast.Call, scope: Scope) -> Step:
         callee = self.expression(expr.func, scope)
@@ -842,12 +885,7 @@ class Compiler:
             if isinstance(function, Function):
                 return invoke(function, complete_arguments(function, args, named, span), span)
             if isinstance(function, Primitive):
-                try:
-                    return call_primitive_dynamic(function.prim, args, named)
-                except BindingError as problem:
-                    raise fail("E0503", f"in call to `{function.name}`: {problem}", span) from None
-                except PrimitiveError as problem:
-                    raise fail("E0513", f"{function.name}: {problem}", span) from None
+                return call_primitive(function.prim, args, named, span)
             raise fail("E0503", f"{describe(function)} is not a function and cannot be called", span)
 
         return run
@@ -901,17 +939,23 @@ class Compiler:
         target = self.expression(expr.target, scope)
         name = expr.name
         span = expr.span
-        cache: list = [None, 0]
+        cache: list = [None, 0]  # the struct type last seen here, and the field's position in it
 
         def run(frame: list) -> Any:
             record = target(frame)
-            struct_type = getattr(record, "type", None)
-            if struct_type is cache[0]:
-                return record.values[cache[1]]
-            if not isinstance(record, StructValue) or name not in struct_type.index:
-                raise fail("E0511", f"{describe(record)} has no field `{name}`", span)
-            cache[0], cache[1] = struct_type, struct_type.index[name]
-            return record.values[cache[1]]
+            if record.__class__ is StructValue:
+                struct_type = record.type
+                if struct_type is cache[0]:
+                    return record.values[cache[1]]
+                position = struct_type.index.get(name)
+                if position is not None:
+                    cache[0], cache[1] = struct_type, position
+                    return record.values[position]
+            elif record.__class__ is ModuleValue:
+                if name in record.members:
+                    return record.members[name].value
+                raise fail("E0511", f"{describe(record)} has no member `{name}`", span)
+            raise fail("E0511", f"{describe(record)} has no field `{name}`", span)
 
         return run
 
@@ -935,7 +979,10 @@ class Compiler:
             return tensor_from([step(frame) for step in steps], span)
 
         if all(_is_constant(item) for item in expr.items):
-            constant = run([None])
+            try:
+                constant = run([None])
+            except RunError:
+                return run  # a bad literal fails when it runs, with the DL call stack
             constant.setflags(write=False)
             return lambda frame: constant
         return run
@@ -1015,21 +1062,168 @@ def sequence(steps: list[Step]) -> Step:
     return run
 
 
-def _constant(value: Any) -> Step:
-    return lambda frame: value
-
-
 def _default_value(default: Any) -> Any:
     return DTYPES[default] if isinstance(default, str) and default in DTYPES else default
 
 
-def _weak_constant(expr: ast.Expr) -> Any:
-    """An unsuffixed literal operand takes its dtype from the other operand (Python scalars are weak in numpy)."""
-    if isinstance(expr, ast.IntLiteral) and expr.dtype is None:
-        return expr.value
-    if isinstance(expr, ast.FloatLiteral) and expr.dtype is None:
-        return float(expr.value)
-    return None
+def tuple_argument(items: list[Argument]) -> Argument:
+    """The variadic arguments of a primitive, as one tuple argument (constant when every item is)."""
+    if all(item.constant for item in items):
+        return Argument(value=tuple(item.value for item in items))
+    sources = [(item.step, item.value) for item in items]
+    return Argument(step=lambda frame: tuple([constant if step is None else step(frame) for step, constant in sources]))
+
+
+def truth(value: Any, span: Span, what: str) -> bool:
+    """A condition that is not a Python bool: a numpy bool, or else E0508."""
+    if value.__class__ is np.bool_:
+        return bool(value)
+    raise fail("E0508", f"the condition of `{what}` must be a bool, found {describe(value)}", span)
+
+
+def for_name(slot: int, items: Step, body: Step) -> Step:
+    """`for name in ...`: each item goes straight into the name's slot."""
+
+    def run(frame: list) -> Any:
+        for item in items(frame):
+            frame[slot] = item
+            signal = body(frame)
+            if signal is not None:
+                if signal is BREAK:
+                    return None
+                if signal is not CONTINUE:
+                    return signal
+        return None
+
+    return run
+
+
+def local_store(slot: int, value: Step) -> Step:
+    def store(frame: list) -> None:
+        frame[slot] = value(frame)
+
+    return store
+
+
+def local_update(slot: int, symbol: str, literal: int | float, span: Span) -> Step:
+    """`name op= literal` for a local `name` (`i += 1`): an i64 `name` takes Python's own integer operator."""
+    apply = with_literal(symbol, literal, True)
+    integers = integer_function(symbol, literal)
+    if integers is None:
+
+        def update(frame: list) -> None:
+            try:
+                frame[slot] = apply(frame[slot])
+            except PrimitiveError as problem:
+                raise fail("E0510", str(problem), span) from None
+
+        return update
+
+    def update_integer(frame: list) -> None:
+        value = frame[slot]
+        if value.__class__ is int:
+            frame[slot] = integers(value, literal)
+            return
+        try:
+            frame[slot] = apply(value)
+        except PrimitiveError as problem:
+            raise fail("E0510", str(problem), span) from None
+
+    return update_integer
+
+
+def compare_slots(lhs: int, rhs: int, symbol: str, span: Span) -> Step:
+    """A comparison of two local variables (`i < n`): two i64s compare directly."""
+    apply = BINARY[symbol]
+    integers = FUNCTIONS[symbol]
+
+    def run(frame: list) -> Any:
+        a = frame[lhs]
+        b = frame[rhs]
+        if a.__class__ is int and b.__class__ is int:
+            return integers(a, b)
+        try:
+            return apply(a, b)
+        except PrimitiveError as problem:
+            raise fail("E0510", str(problem), span) from None
+
+    return run
+
+
+def compare_slot_with_integer(slot: int, symbol: str, literal: int, span: Span) -> Step:
+    """A comparison of a local variable with an integer literal (`i < 10`)."""
+    apply = with_literal(symbol, literal, True)
+    integers = FUNCTIONS[symbol]
+
+    def run(frame: list) -> Any:
+        value = frame[slot]
+        if value.__class__ is int:
+            return integers(value, literal)
+        try:
+            return apply(value)
+        except PrimitiveError as problem:
+            raise fail("E0510", str(problem), span) from None
+
+    return run
+
+
+def operator_step(apply: Callable, operands: list[int | Step], code: str, span: Span) -> Step:
+    """The step of an operator: `apply` of one or two operands, each a local slot (read inline) or a step."""
+    if len(operands) == 1:
+        (only,) = operands
+        if isinstance(only, int):
+
+            def run_slot(frame: list) -> Any:
+                try:
+                    return apply(frame[only])
+                except PrimitiveError as problem:
+                    raise fail(code, str(problem), span) from None
+
+            return run_slot
+
+        def run_step(frame: list) -> Any:
+            try:
+                return apply(only(frame))
+            except PrimitiveError as problem:
+                raise fail(code, str(problem), span) from None
+
+        return run_step
+    lhs, rhs = operands
+    if isinstance(lhs, int) and isinstance(rhs, int):
+
+        def run_slots(frame: list) -> Any:
+            try:
+                return apply(frame[lhs], frame[rhs])
+            except PrimitiveError as problem:
+                raise fail(code, str(problem), span) from None
+
+        return run_slots
+    if isinstance(lhs, int):
+
+        def run_slot_step(frame: list) -> Any:
+            try:
+                return apply(frame[lhs], rhs(frame))
+            except PrimitiveError as problem:
+                raise fail(code, str(problem), span) from None
+
+        return run_slot_step
+    if isinstance(rhs, int):
+
+        def run_step_slot(frame: list) -> Any:
+            try:
+                return apply(lhs(frame), frame[rhs])
+            except PrimitiveError as problem:
+                raise fail(code, str(problem), span) from None
+
+        return run_step_slot
+
+    def run(frame: list) -> Any:
+        try:
+            return apply(lhs(frame), rhs(frame))
+        except PrimitiveError as problem:
+            raise fail(code, str(problem), span) from None
+
+    return run
 
 
 def _is_constant(expr: ast.Expr) -> bool:
@@ -1069,15 +1263,16 @@ def index_message(problem: IndexError, value: Any) -> str:
     if "out of bounds" in text or "out of range" in text:
         detail = text.split("index ", 1)[-1]
         return f"index {detail}" if detail[:1].lstrip("-").isdigit() else f"index out of range for {describe(value)}"
-    return f"invalid index for {describe(value)}: {text}"
+    return f"invalid index for {describe(value)}: use integers, slices or integer or bool tensors"
 
 
 def tensor_from(values: list, span: Span) -> np.ndarray:
     """Build a tensor from a literal's elements: unsuffixed floats make f32, integers i64."""
     if not values:
         return np.zeros(0, dtype=np.float32)
-    if any(isinstance(v, (tuple, StructValue, str)) for v in values):
-        raise fail("E0514", "tensor literals hold numbers or tensors of numbers", span)
+    for value in values:
+        if not is_number_or_tensor(value):
+            raise fail("E0514", f"tensor literals hold numbers or tensors of numbers, found {describe(value)}", span)
     arrays = [as_array(v) for v in values]
     shapes = {a.shape for a in arrays}
     if len(shapes) > 1:
@@ -1090,3 +1285,28 @@ def tensor_from(values: list, span: Span) -> np.ndarray:
     floats = [d for d in dtypes if d.kind == "f"]
     dtype = max(floats, key=lambda d: d.itemsize) if floats else max(dtypes, key=lambda d: (d.kind != "b", d.itemsize))
     return np.stack(arrays).astype(dtype, copy=False)
+
+
+def checked_body(body: Step, call_check: CallCheck, names: tuple[str, ...]) -> Step:
+    """Check a call's annotated parameters (slots 1, 2, ...) on entry and its result (slot 0) on return."""
+    params = [
+        (slot, check, name)
+        for slot, (check, name) in enumerate(zip(call_check.params, names, strict=True), start=1)
+        if check is not None
+    ]
+    result = call_check.result
+
+    def run(frame: list) -> Any:
+        bindings: dict[str, int] = {}
+        for slot, check, name in params:
+            problem = conforms(frame[slot], check.type, bindings)
+            if problem is not None:
+                raise fail("E0520", f"argument `{name}` does not match its annotation: {problem}", check.span)
+        outcome = body(frame)
+        if result is not None:
+            problem = conforms(frame[0], result.type, bindings)
+            if problem is not None:
+                raise fail("E0520", f"the result does not match its annotation: {problem}", result.span)
+        return outcome
+
+    return run

@@ -15,8 +15,9 @@ from typing import Any
 import numpy as np
 from dl.interp.compile import Compiler
 from dl.interp.primitives import RandomSource
-from dl.interp.runtime import STACK, Function, RunError, invoke
-from dl.lang.diagnostics import DiagnosticError, Span, error
+from dl.interp.runtime import STACK, DeepRecursion, Function, RunError, invoke, recursion_error
+from dl.lang.check import Typed
+from dl.lang.diagnostics import UNKNOWN_SPAN, DiagnosticError, Span, error
 from dl.lang.modules import Program
 
 # Deep DL recursion nests a few Python frames per call: give it room, on a
@@ -25,16 +26,18 @@ RECURSION_LIMIT = 200_000
 THREAD_STACK_BYTES = 1024 * 1024 * 1024
 
 
-def compile_program(program: Program) -> Compiler:
-    compiler = Compiler(program)
+def compile_program(program: Program, typed: Typed | None = None) -> Compiler:
+    """Compile every module; `typed` (the checker's result) adds literal dtypes and run-time annotation checks."""
+    compiler = Compiler(program, typed)
     compiler.compile_program()
     return compiler
 
 
-def run(program: Program, args: list[str]) -> Any:
+def run(program: Program, args: list[str], typed: Typed | None = None) -> Any:
     """Compile and run `main(args...)`; returns what `main` returns."""
     RandomSource.reset()
-    compiler = compile_program(program)
+    # Module constants run while compiling: give them the same room and guards as `main`.
+    compiler = run_guarded(lambda: compile_program(program, typed))
     state = compiler.states[program.entry]
     main = state.cells.get("main")
     if main is None or not isinstance(main.value, Function):
@@ -69,16 +72,10 @@ def run_guarded(action) -> Any:
                 outcome["value"] = action()
         except RunError as failure:
             outcome["error"] = DiagnosticError(failure.diagnostic)
-        except RecursionError:
-            name, span = STACK[-1] if STACK else ("main", Span("<unknown>", 1, 1, 1, 1))
-            outcome["error"] = DiagnosticError(
-                error(
-                    "E0506",
-                    f"recursion too deep in `{name}` ({len(STACK)} calls active)",
-                    span,
-                    notes=("help: check that the recursion reaches its base case",),
-                )
-            )
+        except DeepRecursion as failure:  # the stack as it was at the innermost call
+            outcome["error"] = DiagnosticError(recursion_error(failure.args[0], UNKNOWN_SPAN))
+        except RecursionError:  # outside any DL call
+            outcome["error"] = DiagnosticError(recursion_error(STACK.copy(), UNKNOWN_SPAN))
         except BaseException as failure:  # carried to the caller's thread, re-raised there
             outcome["exception"] = failure
         finally:

@@ -54,9 +54,12 @@ def read_source(path: Path, span: Span | None = None) -> str:
     raise DiagnosticError(error("E0404", f"cannot read `{path}`: {problem}", span or Span(str(path), 1, 1, 1, 1)))
 
 
-def load_program(path: str, source: str | None = None) -> Program:
-    """Parse `path` (or `source` given for it) and everything it imports."""
-    program = Program(entry=path)
+def load_program(path: str, source: str | None = None, sources: SourceMap | None = None) -> Program:
+    """Parse `path` (or `source` given for it) and everything it imports.
+
+    Each file's text goes into `sources` as soon as it is read, so a diagnostic
+    raised while loading (in an imported module too) can show its line."""
+    program = Program(entry=path, sources=sources if sources is not None else SourceMap())
     text = read_source(Path(path)) if source is None else source
     _load(program, path, text, [])
     return program

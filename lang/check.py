@@ -1,0 +1,1620 @@
+"""The static checker: a loaded `Program` -> `Typed` (every expression's type) + diagnostics.
+
+Runs before anything executes. It resolves names, binds calls, and computes a
+type with a symbolic shape for every expression (lang/types.py), using the
+shape rules of lang/shapes.py. A function whose parameters are all annotated is
+checked once, generically: its dimension names (`B`, `N`) are fixed inside it
+and bound per call from outside. A function with unannotated parameters is
+checked per call with the argument types (each distinct set once). A variable
+keeps the type it was declared with; rebinding must fit it (`_` in an
+annotation marks a dimension that may change, checked at run time).
+
+Errors are collected (each mistake once, at its source) and returned; the
+checker keeps going after an error by giving the bad expression the type
+`ANY`, which fits everywhere and so causes no second report.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from dl.lang import ast
+from dl.lang.diagnostics import Diagnostic, DiagnosticError, Label, Span, error, warning
+from dl.lang.modules import Program
+from dl.lang.primitives import BY_NAME, SIGNATURES, BindingError, Prim, bind, closest
+from dl.lang.printer import print_expr
+from dl.lang.shapes import (
+    RULES,
+    Argument,
+    ShapeError,
+    arithmetic,
+    comparison,
+    logical,
+    matmul_type,
+    promote_dtypes,
+    same_dim,
+    widens_f32,
+)
+from dl.lang.types import (
+    ANY,
+    BOOL,
+    DTYPES,
+    FLOATS,
+    I64,
+    INTEGERS,
+    STR,
+    UNIT,
+    UNKNOWN,
+    AnyType,
+    Dim,
+    DimVar,
+    DTypeType,
+    FunctionRef,
+    FunctionType,
+    ModuleType,
+    PrimitiveRef,
+    StructType,
+    TensorType,
+    TupleType,
+    Type,
+    Unknown,
+    strong,
+)
+
+MAX_INSTANCES = 16  # per function: beyond this, unannotated parameters are checked as unknown
+
+
+@dataclass
+class Signature:
+    """A checked function: parameter names and types, and the result type."""
+
+    name: str
+    params: tuple[tuple[str, Type], ...]
+    result: Type
+
+    def __str__(self) -> str:
+        shown = ", ".join(f"{name}: {t}" for name, t in self.params)
+        return f"fn {self.name}({shown}) -> {self.result}"
+
+
+@dataclass(frozen=True, slots=True)
+class RuntimeCheck:
+    """An annotation the checker could not prove (a `_` or data-dependent size met it): the backend checks
+    the value against `type` when it runs, and a failure points at the annotation's `span`."""
+
+    type: Type
+    span: Span
+
+
+@dataclass(frozen=True, slots=True)
+class CallCheck:
+    """A function some call could not be proven to fit: every call checks its annotated parameters
+    (`None` where unannotated) and its result at run time, binding dimension names consistently."""
+
+    params: tuple[RuntimeCheck | None, ...]
+    result: RuntimeCheck | None
+
+
+@dataclass
+class Typed:
+    """What the checker knows: expression types by node id, function signatures, diagnostics, and the
+    annotations left to check at run time (keyed by the id of the `Let`, or of the `FnDecl` whose
+    parameters and result are checked on every call)."""
+
+    program: Program
+    types: dict[int, Type] = field(default_factory=dict)
+    signatures: dict[str, list[Signature]] = field(default_factory=dict)  # by module path, in order
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+    runtime_checks: dict[int, RuntimeCheck] = field(default_factory=dict)
+    checked_calls: dict[int, CallCheck] = field(default_factory=dict)  # by id of the FnDecl
+    coercions: dict[int, str] = field(default_factory=dict)  # id of a number literal -> the dtype it takes
+
+    def type_of(self, node: ast.Expr) -> Type | None:
+        return self.types.get(id(node))
+
+    @property
+    def errors(self) -> list[Diagnostic]:
+        return [d for d in self.diagnostics if d.is_error]
+
+
+@dataclass
+class ModuleInfo:
+    path: str
+    functions: dict[str, ast.FnDecl] = field(default_factory=dict)
+    structs: dict[str, StructType] = field(default_factory=dict)
+    struct_decls: dict[str, ast.StructDecl] = field(default_factory=dict)
+    consts: dict[str, Type] = field(default_factory=dict)
+    imports: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class FunctionInfo:
+    """A declaration or lambda that calls check: where it lives and what it captured."""
+
+    decl: ast.FnDecl | ast.Lambda
+    module: ModuleInfo
+    name: str
+    environment: dict[str, Type] | None = None  # captured names, for local functions and lambdas
+
+    @property
+    def generic(self) -> bool:
+        return all(p.annotation is not None for p in self.decl.params)
+
+
+class Scope:
+    def __init__(self, parent: Scope | None = None) -> None:
+        self.parent = parent
+        self.names: dict[str, Type] = {}
+
+    def lookup(self, name: str) -> Type | None:
+        scope: Scope | None = self
+        while scope is not None:
+            if name in scope.names:
+                return scope.names[name]
+            scope = scope.parent
+        return None
+
+    def visible(self) -> dict[str, Type]:
+        chain = []
+        scope: Scope | None = self
+        while scope is not None:
+            chain.append(scope.names)
+            scope = scope.parent
+        merged: dict[str, Type] = {}
+        for names in reversed(chain):
+            merged.update(names)
+        return merged
+
+
+@dataclass
+class Context:
+    """The function being checked."""
+
+    module: ModuleInfo
+    name: str
+    expected_result: Type | None
+    rebound: frozenset[str]
+    returns: list[tuple[Type, Span]] = field(default_factory=list)
+    loops: int = 0
+    decl: ast.FnDecl | ast.Lambda | None = None
+    dim_names: frozenset[str] | None = None  # the dimension names in scope; None: not tracked (nested functions)
+
+
+def check(program: Program) -> Typed:
+    """Check every module of `program`. Never raises for a user mistake: see `Typed.diagnostics`."""
+    return Checker(program).run()
+
+
+def check_or_raise(program: Program) -> Typed:
+    typed = check(program)
+    if typed.errors:
+        raise DiagnosticError(typed.diagnostics)
+    return typed
+
+
+class Checker:
+    def __init__(self, program: Program) -> None:
+        self.program = program
+        self.typed = Typed(program)
+        self.modules: dict[str, ModuleInfo] = {}
+        self.functions: dict[int, FunctionInfo] = {}
+        self.generic_signatures: dict[int, Signature | None] = {}
+        self.instances: dict[tuple, Type] = {}
+        self.instance_counts: dict[int, int] = {}
+        self.in_progress: set[tuple] = set()
+        self.reported: set[tuple[str, Span]] = set()
+
+    # -------------------------------------------------------------- driver
+    def run(self) -> Typed:
+        order = self.module_order()
+        for path in order:
+            self.declare_module(path)
+        for path in order:
+            self.check_module(path)
+        self.typed.diagnostics.sort(
+            key=lambda d: (d.span.path != self.program.entry, d.span.path, d.span.line, d.span.column)
+        )
+        return self.typed
+
+    def module_order(self) -> list[str]:
+        order: list[str] = []
+
+        def visit(path: str) -> None:
+            if path in order:
+                return
+            for _, target in self.program.imports.get(path, []):
+                visit(target)
+            order.append(path)
+
+        visit(self.program.entry)
+        return order
+
+    def report(self, diagnostic: Diagnostic) -> None:
+        key = (diagnostic.code, diagnostic.span)
+        if key in self.reported:
+            return
+        self.reported.add(key)
+        self.typed.diagnostics.append(diagnostic)
+
+    def declare_module(self, path: str) -> None:
+        info = ModuleInfo(path)
+        self.modules[path] = info
+        info.imports = dict(self.program.imports.get(path, []))
+        module = self.program.modules[path]
+        for decl in module.decls:
+            match decl:
+                case ast.FnDecl(name=name):
+                    self.declare_unique(info, name, decl.name_span)
+                    info.functions[name] = decl
+                    self.functions[id(decl)] = FunctionInfo(decl, info, name)
+                case ast.StructDecl(name=name):
+                    self.declare_unique(info, name, decl.name_span)
+                    info.struct_decls[name] = decl
+                    info.structs[name] = StructType(name, path, ())
+        for decl in module.decls:
+            if isinstance(decl, ast.StructDecl):
+                self.resolve_struct(info, decl)
+
+    def declare_unique(self, info: ModuleInfo, name: str, span: Span) -> None:
+        if name in info.functions or name in info.struct_decls:
+            self.report(error("E0211", f"`{name}` is declared twice in this module", span))
+
+    def resolve_struct(self, info: ModuleInfo, decl: ast.StructDecl) -> None:
+        fields = []
+        seen = set()
+        for field_decl in decl.fields:
+            if field_decl.name in seen:
+                self.report(error("E0211", f"field `{field_decl.name}` is declared twice", field_decl.span))
+            seen.add(field_decl.name)
+            fields.append((field_decl.name, self.resolve_type(field_decl.type, info, struct_field=True)))
+        info.structs[decl.name] = StructType(decl.name, info.path, tuple(fields))
+
+    def check_module(self, path: str) -> None:
+        info = self.modules[path]
+        module = self.program.modules[path]
+        for decl in module.decls:
+            if isinstance(decl, ast.Const):
+                self.check_const(info, decl)
+        for decl in module.decls:
+            if isinstance(decl, ast.StructDecl) and any(
+                isinstance(t, StructType) and t.name == decl.name and t.module == path
+                for _, t in info.structs[decl.name].fields
+            ):
+                self.report(error("E0212", f"struct `{decl.name}` contains itself", decl.name_span))
+        functions = [decl for decl in module.decls if isinstance(decl, ast.FnDecl)]
+        for decl in functions:
+            if self.functions[id(decl)].generic:
+                self.generic_signature(self.functions[id(decl)])
+        signatures = self.typed.signatures.setdefault(path, [])
+        for decl in functions:  # after every body is checked, so each call has made its instance
+            function = self.functions[id(decl)]
+            if function.generic:
+                signature = self.generic_signature(function)
+                signatures.extend([signature] if signature is not None else [])
+            else:
+                signatures.extend(self.instance_signatures(decl))
+
+    def instance_signatures(self, decl: ast.FnDecl) -> list[Signature]:
+        key = id(decl)
+        found = [
+            Signature(decl.name, tuple(zip((p.name for p in decl.params), args, strict=True)), result)
+            for (k, args), result in self.instances.items()
+            if k == key
+        ]
+        if found:
+            return found
+        # Never called: check it once with unknown parameters so its own mistakes are still found.
+        function = self.functions[key]
+        command_line = decl.name == "main" and function.module.path == self.program.entry
+        params = tuple(
+            STR if command_line and p.annotation is None else self.annotation_or_any(p, function.module)
+            for p in decl.params
+        )
+        result = self.instantiate(function, params)
+        return [Signature(decl.name, tuple(zip((p.name for p in decl.params), params, strict=True)), result)]
+
+    def annotation_or_any(self, param: ast.Param, info: ModuleInfo) -> Type:
+        return self.resolve_type(param.annotation, info) if param.annotation is not None else ANY
+
+    def check_const(self, info: ModuleInfo, decl: ast.Const) -> None:
+        context = Context(info, decl.name, None, frozenset())
+        value = self.expression(decl.value, Scope(), context)
+        if decl.annotation is not None:
+            declared = self.resolve_type(decl.annotation, info)
+            self.expect_fits(declared, value, decl.value.span, f"`{decl.name}` is declared {declared}", node=decl.value)
+            value = (
+                declared
+                if not isinstance(value, TensorType)
+                else TensorType(getattr(declared, "dtype", value.dtype), value.dims, False, value.value)
+            )
+        info.consts[decl.name] = strong_keep_value(value)
+
+    # -------------------------------------------------------------- types in annotations
+    def resolve_type(self, node: ast.TypeExpr, info: ModuleInfo, struct_field: bool = False) -> Type:
+        match node:
+            case ast.NamedType(name=name, module=None):
+                if name in DTYPES:
+                    return TensorType(name)
+                if name == "str":
+                    return STR
+                if name in info.structs:
+                    return info.structs[name]
+                return self.unknown_type(name, node.span, info.structs)
+            case ast.NamedType(name=name, module=module):
+                target = info.imports.get(module)
+                if target is None:
+                    self.report(error("E0318", f"unknown module `{module}` in a type", node.span))
+                    return ANY
+                structs = self.modules[target].structs
+                return structs[name] if name in structs else self.unknown_type(f"{module}.{name}", node.span, {})
+            case ast.TensorTypeExpr(dtype=dtype, dims=dims):
+                if dtype not in DTYPES:
+                    self.report(
+                        error(
+                            "E0318",
+                            f"unknown element type `{dtype}`",
+                            node.span,
+                            notes=("help: tensor element types are f32, f64, i32, i64 and bool",),
+                        )
+                    )
+                    return ANY
+                return TensorType(dtype, tuple(self.resolve_dim(d, info, struct_field) for d in dims))
+            case ast.TupleTypeExpr(items=items):
+                return TupleType(tuple(self.resolve_type(item, info, struct_field) for item in items))
+            case ast.FunctionTypeExpr(params=params, result=result):
+                return FunctionType(tuple(self.resolve_type(p, info) for p in params), self.resolve_type(result, info))
+        raise AssertionError(node)
+
+    def unknown_type(self, name: str, span: Span, candidates) -> Type:
+        suggestion = closest(name, [*DTYPES, "str", *candidates])
+        notes = (f"help: did you mean `{suggestion}`?",) if suggestion else ()
+        self.report(error("E0318", f"unknown type `{name}`", span, notes=notes))
+        return ANY
+
+    def resolve_dim(self, dim: ast.Dim, info: ModuleInfo, struct_field: bool) -> Dim:
+        if isinstance(dim, ast.DimLiteral):
+            return dim.value
+        if dim.name == "_":
+            return UNKNOWN
+        const = info.consts.get(dim.name)
+        if const is not None:
+            if isinstance(const, TensorType) and isinstance(const.value, int):
+                return const.value
+            self.report(
+                error("E0318", f"const `{dim.name}` is not a known integer, so it cannot be a dimension", dim.span)
+            )
+            return UNKNOWN
+        if struct_field:
+            return UNKNOWN  # struct fields are not generic: a free name there is a size known only at run time
+        return DimVar(dim.name)
+
+    # -------------------------------------------------------------- functions
+    def generic_signature(self, function: FunctionInfo) -> Signature | None:
+        key = id(function.decl)
+        if key in self.generic_signatures:
+            return self.generic_signatures[key]
+        self.generic_signatures[key] = None  # a recursive call meanwhile sees no signature yet
+        decl = function.decl
+        params = tuple((p.name, self.resolve_type(p.annotation, function.module)) for p in decl.params)
+        declared = self.resolve_type(decl.result, function.module) if decl.result is not None else None
+        if declared is not None:
+            self.generic_signatures[key] = Signature(function.name, params, declared)
+        result = self.check_body(function, [t for _, t in params], declared)
+        signature = Signature(function.name, params, declared or result)
+        self.generic_signatures[key] = signature
+        return signature
+
+    def instantiate(self, function: FunctionInfo, args: tuple[Type, ...]) -> Type:
+        """Check a function with unannotated parameters for these argument types (once per distinct types)."""
+        key = id(function.decl)
+        count = self.instance_counts.get(key, 0)
+        if count >= MAX_INSTANCES:
+            args = tuple(ANY for _ in args)
+        instance = (key, args)
+        if instance in self.instances:
+            return self.instances[instance]
+        if instance in self.in_progress:
+            return ANY  # recursion: the result is what the non-recursive returns give
+        self.in_progress.add(instance)
+        self.instance_counts[key] = count + 1
+        declared = (
+            self.resolve_type(function.decl.result, function.module) if function.decl.result is not None else None
+        )
+        try:
+            result = self.check_body(function, list(args), declared)
+            if declared is None and result is not ANY:
+                self.instances[instance] = result
+                result = self.check_body(function, list(args), declared, report=False)
+        finally:
+            self.in_progress.discard(instance)
+        self.instances[instance] = declared or result
+        return declared or result
+
+    def check_body(
+        self, function: FunctionInfo, params: list[Type], declared: Type | None, report: bool = True
+    ) -> Type:
+        decl = function.decl
+        scope = Scope()
+        if function.environment:
+            scope.names.update(function.environment)
+        scope = Scope(scope)
+        for param, param_type in zip(decl.params, params, strict=True):
+            scope.names[param.name] = param_type
+        context = Context(
+            function.module,
+            function.name,
+            declared,
+            frozenset(rebound_names(decl.body)),
+            decl=decl,
+            dim_names=None if function.environment is not None else self.signature_dims(decl, function.module),
+        )
+        saved = self.reported
+        if not report:
+            self.reported = _Everything()
+        try:
+            if isinstance(decl.body, ast.Block):
+                self.block(decl.body, scope, context)
+                self.check_falls_off_end(decl, context, declared)
+                return self.result_type(context, declared, decl)
+            value = self.expression(decl.body, scope, context)
+            if declared is not None:
+                self.expect_fits(declared, value, decl.body.span, "the declared result", node=decl.body)
+                return declared
+            return strong(value)
+        finally:
+            self.reported = saved
+
+    def signature_dims(self, decl: ast.FnDecl | ast.Lambda, info: ModuleInfo) -> frozenset[str]:
+        names: set[str] = set()
+        annotations = [p.annotation for p in decl.params if p.annotation is not None]
+        result = getattr(decl, "result", None)
+        for annotation in [*annotations, *([result] if result is not None else [])]:
+            names |= dim_names(self.resolve_type(annotation, info))
+        return frozenset(names)
+
+    def check_falls_off_end(self, decl: ast.FnDecl | ast.Lambda, context: Context, declared: Type | None) -> None:
+        """A function that returns a value must return one on every path (the end gives `()`)."""
+        gives_value = declared is not None and declared != UNIT
+        if not gives_value:
+            gives_value = any(t != UNIT for t, _ in context.returns)
+        if not gives_value or always_returns(decl.body):
+            return
+        what = f"{declared}" if declared is not None else "a value"
+        self.report(
+            error(
+                "E0322",
+                f"`{context.name}` returns {what}, but can reach the end of its body without `return`",
+                decl.name_span if isinstance(decl, ast.FnDecl) else decl.span,
+                notes=("help: add a `return` after the last statement, or an `else` branch that returns",),
+            )
+        )
+
+    def result_type(self, context: Context, declared: Type | None, decl) -> Type:
+        if declared is not None:
+            return declared
+        found = [(t, span) for t, span in context.returns if not isinstance(t, AnyType)]
+        if not found:
+            return ANY if context.returns else UNIT
+        first, first_span = found[0]
+        joined = strong(first)
+        for other, span in found[1:]:
+            if not fits(first, other) and not fits(other, first):
+                self.report(
+                    error(
+                        "E0315",
+                        f"`{context.name}` returns {other} here but {first} at line {first_span.line}",
+                        span,
+                        str(other),
+                        notes=("help: annotate the result type to say which is meant",),
+                    )
+                )
+                return ANY
+            joined = join_types(joined, strong(other))
+        if len(found) < len(context.returns):  # a recursive call's result, not known yet: any size
+            joined = join_types(joined, forget_dims(joined))
+        return joined
+
+    # -------------------------------------------------------------- statements
+    def block(self, block: ast.Block, scope: Scope, context: Context) -> None:
+        for stmt in block.body:
+            self.statement(stmt, scope, context)
+
+    def statement(self, stmt: ast.Stmt, scope: Scope, context: Context) -> None:
+        match stmt:
+            case ast.Let():
+                self.let(stmt, scope, context)
+            case ast.Assign():
+                self.assign(stmt, scope, context)
+            case ast.ExprStmt(expr=expr):
+                self.expression(expr, scope, context)
+            case ast.If():
+                self.if_statement(stmt, scope, context)
+            case ast.While(cond=cond, body=body):
+                self.condition(cond, scope, context, "while")
+                context.loops += 1
+                self.block(body, Scope(scope), context)
+                context.loops -= 1
+            case ast.For():
+                self.for_statement(stmt, scope, context)
+            case ast.Return(value=value):
+                self.return_statement(value, stmt.span, scope, context)
+            case ast.Break() | ast.Continue():
+                if not context.loops:
+                    word = "break" if isinstance(stmt, ast.Break) else "continue"
+                    self.report(error("E0321", f"`{word}` outside of a loop", stmt.span))
+            case ast.FnDecl(name=name):
+                info = FunctionInfo(stmt, context.module, name)
+                self.functions[id(stmt)] = info
+                reference = FunctionRef(name, id(stmt))
+                scope.names[name] = reference
+                info.environment = scope.visible()
+
+    def let(self, stmt: ast.Let, scope: Scope, context: Context) -> None:
+        value = self.expression(stmt.value, scope, context)
+        if stmt.annotation is not None:
+            declared = self.resolve_type(stmt.annotation, context.module)
+            unbound = sorted(dim_names(declared) - context.dim_names) if context.dim_names is not None else []
+            if unbound:
+                where = f"`{context.name}`" if context.decl is not None else "this declaration"
+                self.report(
+                    error(
+                        "E0318",
+                        f"unknown dimension `{unbound[0]}`: it is not a dimension of {where}'s parameters",
+                        stmt.annotation.span,
+                        notes=(
+                            "help: dimension names are bound by a function's parameter types; "
+                            "write a number, a const, or `_` for a size known only at run time",
+                        ),
+                    )
+                )
+                declared = ANY
+            what = (
+                f"`{stmt.pattern.name}` is declared {declared}"
+                if isinstance(stmt.pattern, ast.NamePattern)
+                else f"the pattern is declared {declared}"
+            )
+            fitting = self.expect_fits(
+                declared, value, stmt.value.span, what, annotation=stmt.annotation.span, node=stmt.value
+            )
+            if fitting and not proven(declared, value):
+                self.typed.runtime_checks[id(stmt)] = RuntimeCheck(declared, stmt.annotation.span)
+            value = declared  # what the user meant, also after a mismatch (reported once, here)
+        self.bind_pattern(stmt.pattern, value, scope, context)
+
+    def bind_pattern(self, pattern: ast.Pattern, value: Type, scope: Scope, context: Context) -> None:
+        if isinstance(pattern, ast.NamePattern):
+            kept = strong_keep_value(value)
+            if pattern.name in context.rebound and isinstance(kept, TensorType):
+                kept = TensorType(kept.dtype, kept.dims)
+            scope.names[pattern.name] = kept
+            return
+        items = self.destructure(value, len(pattern.items), pattern.span)
+        for item, item_type in zip(pattern.items, items, strict=True):
+            self.bind_pattern(item, item_type, scope, context)
+
+    def destructure(self, value: Type, count: int, span: Span) -> tuple[Type, ...]:
+        if isinstance(value, AnyType):
+            return (ANY,) * count
+        if not isinstance(value, TupleType):
+            self.report(error("E0312", f"cannot destructure {value} into {count} names", span, str(value)))
+            return (ANY,) * count
+        if len(value.items) != count:
+            self.report(
+                error("E0312", f"cannot destructure a tuple of {len(value.items)} into {count} names", span, str(value))
+            )
+            return (ANY,) * count
+        return value.items
+
+    def assign(self, stmt: ast.Assign, scope: Scope, context: Context) -> None:
+        if isinstance(stmt.target, ast.TupleLiteral):
+            value = self.expression(stmt.value, scope, context)
+            items = self.destructure(value, len(stmt.target.items), stmt.target.span)
+            for target, item in zip(stmt.target.items, items, strict=True):
+                self.store(target, item, stmt.value.span, scope, context)
+            return
+        value = self.expression(stmt.value, scope, context)
+        if stmt.op != "=":
+            current = self.expression(stmt.target, scope, context)
+            value = self.binary_type(stmt.op[0], current, value, stmt.span)
+        self.store(stmt.target, value, stmt.value.span, scope, context)
+
+    def store(self, target: ast.Expr, value: Type, span: Span, scope: Scope, context: Context) -> None:
+        current = self.expression(target, scope, context)
+        if isinstance(target, ast.Name) and scope.lookup(target.id) is None:
+            return  # already reported as unknown, or a global: reported below
+        if isinstance(target, ast.Index):
+            region = current
+            if isinstance(region, TensorType) and isinstance(value, TensorType):
+                if value.dims and not self.broadcasts_into(value, region):
+                    self.report(error("E0303", f"cannot store {value} into {region}", span, f"{value} into {region}"))
+                elif (
+                    strong(value).dtype != region.dtype
+                    and not value.weak
+                    and not (region.dtype in FLOATS and value.dtype in INTEGERS)
+                ):
+                    self.report(error("E0301", f"cannot store {value} into a {region.dtype} tensor", span))
+            return
+        if not fits(current, value):
+            self.report(
+                error(
+                    "E0305",
+                    f"`{print_expr(target)}` has type {current}; it cannot be rebound to {value}",
+                    span,
+                    str(value),
+                    notes=(rebinding_help(target, current, value),),
+                )
+            )
+
+    @staticmethod
+    def broadcasts_into(value: TensorType, region: TensorType) -> bool:
+        if value.rank > region.rank:
+            return False
+        return all(v == 1 or same_dim(v, r) for v, r in zip(reversed(value.dims), reversed(region.dims), strict=False))
+
+    def if_statement(self, stmt: ast.If, scope: Scope, context: Context) -> None:
+        self.condition(stmt.cond, scope, context, "if")
+        self.block(stmt.then, Scope(scope), context)
+        if isinstance(stmt.orelse, ast.If):
+            self.if_statement(stmt.orelse, scope, context)
+        elif isinstance(stmt.orelse, ast.Block):
+            self.block(stmt.orelse, Scope(scope), context)
+
+    def condition(self, expr: ast.Expr, scope: Scope, context: Context, what: str) -> None:
+        value = self.expression(expr, scope, context)
+        if isinstance(value, AnyType) or value == BOOL:
+            return
+        hint = (
+            ("help: reduce it first, e.g. `sum(c) > 0` or `all`-style with `min`",)
+            if (isinstance(value, TensorType) and value.dtype == "bool")
+            else ()
+        )
+        self.report(
+            error(
+                "E0304",
+                f"the condition of `{what}` must be a bool scalar, found {value}",
+                expr.span,
+                str(value),
+                notes=hint,
+            )
+        )
+
+    def for_statement(self, stmt: ast.For, scope: Scope, context: Context) -> None:
+        inner = Scope(scope)
+        if isinstance(stmt.iterable, ast.Range):
+            for bound in (stmt.iterable.start, stmt.iterable.stop):
+                bound_type = self.expression(bound, scope, context)
+                if not isinstance(bound_type, AnyType) and not (
+                    isinstance(bound_type, TensorType) and not bound_type.dims and bound_type.dtype in INTEGERS
+                ):
+                    self.report(
+                        error("E0301", f"a range needs integer bounds, found {bound_type}", bound.span, str(bound_type))
+                    )
+            elements: list[Type] = [I64]
+        else:
+            elements = self.element_types(stmt.iterable, stmt.pattern, scope, context)
+        context.loops += 1
+        for element in elements:  # a tuple of several types: the body is checked for each, as if unrolled
+            inner = Scope(scope)
+            self.bind_pattern(stmt.pattern, element, inner, context)
+            self.block(stmt.body, inner, context)
+        context.loops -= 1
+
+    def element_types(self, iterable: ast.Expr, pattern: ast.Pattern, scope: Scope, context: Context) -> list[Type]:
+        """The types the loop variable takes: one, or each distinct item type of a tuple."""
+        value = self.expression(iterable, scope, context)
+        if isinstance(value, TupleType) and not zips(value, pattern):
+            return list(dict.fromkeys(strong(item) for item in value.items)) or [ANY]
+        return [self.element_type(value, iterable)]
+
+    def element_type(self, value: Type, iterable: ast.Expr) -> Type:
+        if isinstance(value, AnyType):
+            return ANY
+        if isinstance(value, TensorType):
+            if not value.dims:
+                self.report(error("E0309", f"cannot iterate over a scalar {value}", iterable.span, str(value)))
+                return ANY
+            return TensorType(value.dtype, value.dims[1:])
+        if isinstance(value, TupleType):  # zipped, see `zips`
+            lengths = [item.dims[0] for item in value.items if isinstance(item, TensorType)]
+            if any(not same_dim(lengths[0], n) for n in lengths):
+                self.report(
+                    error("E0309", f"`for` zips tensors of different lengths: {value}", iterable.span, str(value))
+                )
+            return TupleType(
+                tuple(TensorType(i.dtype, i.dims[1:]) if isinstance(i, TensorType) else ANY for i in value.items)
+            )
+        self.report(error("E0309", f"cannot iterate over {value}", iterable.span, str(value)))
+        return ANY
+
+    def return_statement(self, value: ast.Expr | None, span: Span, scope: Scope, context: Context) -> None:
+        result = UNIT if value is None else self.expression(value, scope, context)
+        where = value.span if value is not None else span
+        if context.expected_result is not None:
+            fitting = self.expect_fits(
+                context.expected_result,
+                result,
+                where,
+                f"`{context.name}` is declared to return {context.expected_result}",
+                node=value,
+            )
+            if fitting and not proven(context.expected_result, result) and context.decl is not None:
+                self.check_calls(context.decl, context.module)
+        context.returns.append((result, where))
+
+    # -------------------------------------------------------------- fitting types
+    def expect_fits(
+        self,
+        declared: Type,
+        value: Type,
+        span: Span,
+        what: str,
+        annotation: Span | None = None,
+        node: ast.Expr | None = None,
+    ) -> bool:
+        """Report E0301 unless `value` fits `declared`; a literal of `node` that fits takes the declared dtype."""
+        if fits(declared, value):
+            if node is not None:
+                self.coerce(declared, value, node)
+            return self.function_fits(declared, value, span)
+        secondary = (Label(annotation, "declared here"),) if annotation is not None else ()
+        self.report(error("E0301", f"{what}, but the value is {value}", span, f"this is {value}", secondary=secondary))
+        return False
+
+    def function_fits(self, declared: Type, value: Type, span: Span) -> bool:
+        """A function passed where a function type is declared: applied to the declared parameter types,
+        it must accept them and give the declared result (a mistake inside a lambda is reported there)."""
+        if not isinstance(declared, FunctionType) or not isinstance(value, (FunctionRef, PrimitiveRef)):
+            return True
+        result = self.apply_function(value, list(declared.params), span)
+        if result is None or fits(declared.result, result):
+            return True
+        self.report(
+            error(
+                "E0301",
+                f"`{value.name}` does not fit {declared}: it returns {result}",
+                span,
+                f"expected {declared}",
+            )
+        )
+        return False
+
+    def apply_function(self, value: FunctionRef | PrimitiveRef, args: list[Type], span: Span) -> Type | None:
+        """The result of calling a function value with arguments of these types; None if it cannot be called so."""
+        if isinstance(value, PrimitiveRef):
+            prim = BY_NAME[value.name]
+            try:
+                binding = bind(SIGNATURES[prim], len(args), [])
+            except BindingError as problem:
+                self.report(
+                    error("E0301", f"`{value.name}` cannot be called with {len(args)} arguments: {problem}", span)
+                )
+                return None
+            arguments = [
+                Argument(args[i]) if i is not None else Argument(ANY, None, given=False) for i in binding.fixed
+            ]
+            arguments.extend(Argument(args[i]) for i in binding.variadic)
+            arguments.extend(Argument(ANY, None, given=False) for _ in binding.keywords)
+            try:
+                return RULES[prim](arguments)
+            except ShapeError as problem:
+                self.report(
+                    error(problem.code, f"`{value.name}` cannot take {', '.join(map(str, args))}: {problem}", span)
+                )
+                return None
+        function = self.functions[value.key]
+        if len(function.decl.params) != len(args):
+            self.report(
+                error("E0301", f"`{value.name}` takes {len(function.decl.params)} arguments, not {len(args)}", span)
+            )
+            return None
+        if function.generic:
+            signature = self.generic_signature(function)
+            if signature is None:
+                return ANY
+            bindings: dict[str, tuple[Dim, Span]] = {}
+            for (_, param), arg in zip(signature.params, args, strict=True):
+                problem = unify(param, arg, bindings, span)
+                if problem is not None:
+                    self.report(error("E0301", f"`{value.name}` cannot take {arg}: {problem}", span))
+                    return None
+            return substitute(signature.result, {k: v for k, (v, _) in bindings.items()})
+        return self.instantiate(function, tuple(args))
+
+    def check_calls(self, decl: ast.FnDecl | ast.Lambda, info: ModuleInfo) -> None:
+        if id(decl) in self.typed.checked_calls:
+            return
+        params = tuple(
+            RuntimeCheck(self.resolve_type(p.annotation, info), p.annotation.span) if p.annotation else None
+            for p in decl.params
+        )
+        result = getattr(decl, "result", None)
+        checked = RuntimeCheck(self.resolve_type(result, info), result.span) if result is not None else None
+        self.typed.checked_calls[id(decl)] = CallCheck(params, checked)
+
+    def coerce(self, declared: Type, value: Type, node: ast.Expr) -> None:
+        """A weak literal (`1.0`, `[1, 2]`) stored where a dtype is declared becomes that dtype."""
+        if (
+            isinstance(declared, TensorType)
+            and isinstance(value, TensorType)
+            and value.weak
+            and value.dtype != declared.dtype
+        ):
+            self.mark_literals(node, declared.dtype)
+
+    def mark_literals(self, node: ast.Expr, dtype: str) -> None:
+        match node:
+            case ast.IntLiteral(dtype=None) | ast.FloatLiteral(dtype=None):
+                self.typed.coercions[id(node)] = dtype
+            case ast.TensorLiteral(items=items):
+                for item in items:
+                    self.mark_literals(item, dtype)
+            case ast.Unary(operand=operand):
+                self.mark_literals(operand, dtype)
+            case ast.Binary(lhs=lhs, rhs=rhs):
+                self.mark_literals(lhs, dtype)
+                self.mark_literals(rhs, dtype)
+
+    # -------------------------------------------------------------- expressions
+    def expression(self, expr: ast.Expr, scope: Scope, context: Context) -> Type:
+        result = self.expression_type(expr, scope, context)
+        self.typed.types[id(expr)] = result
+        return result
+
+    def expression_type(self, expr: ast.Expr, scope: Scope, context: Context) -> Type:
+        match expr:
+            case ast.IntLiteral(value=value, dtype=dtype):
+                return TensorType(dtype or "i64", (), dtype is None, value)
+            case ast.FloatLiteral(dtype=dtype):
+                return TensorType(dtype or "f32", (), dtype is None)
+            case ast.BoolLiteral():
+                return BOOL
+            case ast.StringLiteral():
+                return STR
+            case ast.Name():
+                return self.name(expr, scope, context)
+            case ast.Binary(op=op, lhs=lhs, rhs=rhs):
+                left = self.expression(lhs, scope, context)
+                right = self.expression(rhs, scope, context)
+                return self.binary_type(op, left, right, expr.span)
+            case ast.Unary(op=op, operand=operand):
+                return self.unary_type(op, self.expression(operand, scope, context), expr.span)
+            case ast.Call():
+                return self.call(expr, scope, context)
+            case ast.Index():
+                return self.index(expr, scope, context)
+            case ast.Field():
+                return self.field(expr, scope, context)
+            case ast.TupleLiteral(items=items):
+                return TupleType(tuple(strong_keep_value(self.expression(item, scope, context)) for item in items))
+            case ast.TensorLiteral():
+                return self.tensor_literal(expr, scope, context)
+            case ast.StructLiteral():
+                return self.struct_literal(expr, scope, context)
+            case ast.Lambda():
+                name = f"fn({', '.join(p.name for p in expr.params)})"
+                self.functions[id(expr)] = FunctionInfo(expr, context.module, name, scope.visible())
+                return FunctionRef(name, id(expr))
+        raise AssertionError(expr)
+
+    def name(self, expr: ast.Name, scope: Scope, context: Context) -> Type:
+        local = scope.lookup(expr.id)
+        if local is not None:
+            return local
+        info = context.module
+        if expr.id in info.functions:
+            return FunctionRef(expr.id, id(info.functions[expr.id]))
+        if expr.id in info.consts:
+            return info.consts[expr.id]
+        if expr.id in info.imports:
+            return ModuleType(info.imports[expr.id])
+        if expr.id in BY_NAME:
+            return PrimitiveRef(expr.id)
+        if expr.id in DTYPES:
+            return DTypeType(expr.id)
+        if expr.id in info.structs:
+            self.report(
+                error(
+                    "E0202",
+                    f"struct `{expr.id}` is a type, not a value",
+                    expr.span,
+                    notes=(f"help: build one with `{expr.id} {{ field: value, ... }}`",),
+                )
+            )
+            return ANY
+        candidates = {*scope.visible(), *info.functions, *info.consts, *info.imports, *BY_NAME}
+        suggestion = closest(expr.id, candidates)
+        notes = (f"help: did you mean `{suggestion}`?",) if suggestion else ()
+        self.report(error("E0201", f"unknown name `{expr.id}`", expr.span, "not found in this scope", notes=notes))
+        return ANY
+
+    def binary_type(self, op: str, left: Type, right: Type, span: Span) -> Type:
+        try:
+            if op in ("and", "or"):
+                return logical(left, right, op)
+            if op in ("==", "!=", "<", "<=", ">", ">="):
+                result = comparison(left, right, op)
+            elif op == "@":
+                result = matmul_type(left, right)
+            else:
+                result = arithmetic(left, right, op)
+        except ShapeError as problem:
+            self.report(error(problem.code, str(problem), span, problem.label, notes=problem.notes))
+            return ANY
+        if isinstance(left, TensorType) and isinstance(right, TensorType) and widens_f32(left, right):
+            self.report(
+                warning(
+                    "W0301",
+                    f"f32 is widened to f64 in `{op}`: {left} {op} {right}",
+                    span,
+                    notes=("help: convert explicitly with `float(x, dtype=f64)` if that is meant",),
+                )
+            )
+        return with_folded_value(result, op, left, right)
+
+    def unary_type(self, op: str, operand: Type, span: Span) -> Type:
+        if isinstance(operand, AnyType):
+            return ANY
+        if not isinstance(operand, TensorType):
+            self.report(error("E0311", f"cannot apply `{op}` to {operand}", span, str(operand)))
+            return ANY
+        if op == "not" and operand.dtype != "bool":
+            self.report(error("E0311", f"`not` needs a bool, found {operand}", span, str(operand)))
+            return ANY
+        if op == "-" and operand.dtype == "bool":
+            self.report(error("E0311", f"cannot negate {operand}; use `not`", span, str(operand)))
+            return ANY
+        if op == "-" and isinstance(operand.value, int):
+            return TensorType(operand.dtype, operand.dims, operand.weak, -operand.value)
+        return TensorType(operand.dtype, operand.dims, operand.weak)
+
+    # -------------------------------------------------------------- calls
+    def call(self, expr: ast.Call, scope: Scope, context: Context) -> Type:
+        callee = self.expression(expr.func, scope, context)
+        args = [self.expression(arg, scope, context) for arg in expr.args]
+        keywords = {k.name: self.expression(k.value, scope, context) for k in expr.keywords}
+        return self.call_type(callee, expr, args, keywords, context)
+
+    def call_type(
+        self, callee: Type, expr: ast.Call, args: list[Type], keywords: dict[str, Type], context: Context
+    ) -> Type:
+        match callee:
+            case AnyType():
+                return ANY
+            case PrimitiveRef(name=name):
+                return self.primitive_call(BY_NAME[name], expr, args, keywords)
+            case FunctionRef(key=key):
+                return self.user_call(self.functions[key], expr, args, keywords)
+            case FunctionType(params=params, result=result):
+                if keywords or len(args) != len(params):
+                    self.report(
+                        error(
+                            "E0204",
+                            f"a function of type {callee} takes {len(params)} positional "
+                            f"argument{'s' * (len(params) != 1)}",
+                            expr.span,
+                        )
+                    )
+                    return result
+                for position, (param, arg) in enumerate(zip(params, args, strict=True)):
+                    self.expect_fits(
+                        param,
+                        arg,
+                        expr.args[position].span,
+                        f"argument {position + 1} is {param}",
+                        node=expr.args[position],
+                    )
+                return result
+        self.report(error("E0314", f"{callee} is not a function and cannot be called", expr.func.span, str(callee)))
+        return ANY
+
+    def primitive_call(self, prim: Prim, expr: ast.Call, args: list[Type], keywords: dict[str, Type]) -> Type:
+        signature = SIGNATURES[prim]
+        try:
+            binding = bind(signature, len(args), list(keywords))
+        except BindingError as problem:
+            notes = (f"help: did you mean `{problem.suggestion}`?",) if problem.suggestion else ()
+            span = next((k.span for k in expr.keywords if k.name == problem.keyword), expr.span)
+            self.report(error("E0206", f"in call to `{prim.value}`: {problem}", span, notes=notes))
+            return ANY
+        nodes = {k.name: k.value for k in expr.keywords}
+        arguments: list[Argument] = []
+        fixed = [*((name, None) for name in signature.positional), *signature.optional]
+        for source, _ in zip(binding.fixed, fixed, strict=True):
+            arguments.append(self.argument(source, args, keywords, expr, nodes))
+        arguments.extend(self.argument(index, args, keywords, expr, nodes) for index in binding.variadic)
+        arguments.extend(self.argument(source, args, keywords, expr, nodes) for source in binding.keywords)
+        try:
+            return RULES[prim](arguments)
+        except ShapeError as problem:
+            self.report(
+                error(
+                    problem.code,
+                    str(problem)
+                    if f"`{prim.value}`" in str(problem) or str(problem).startswith(prim.value)
+                    else f"{prim.value}: {problem}",
+                    expr.span,
+                    problem.label,
+                    notes=problem.notes,
+                )
+            )
+            return ANY
+
+    def argument(
+        self,
+        source: int | str | None,
+        args: list[Type],
+        keywords: dict[str, Type],
+        expr: ast.Call,
+        nodes: dict[str, ast.Expr],
+    ) -> Argument:
+        if source is None:
+            return Argument(ANY, None, given=False)
+        value_type = args[source] if isinstance(source, int) else keywords[source]
+        node = expr.args[source] if isinstance(source, int) else nodes[source]
+        return Argument(value_type, static_value(node, value_type))
+
+    def user_call(self, function: FunctionInfo, expr: ast.Call, args: list[Type], keywords: dict[str, Type]) -> Type:
+        decl = function.decl
+        params = decl.params
+        if len(args) > len(params):
+            self.report(
+                error(
+                    "E0204",
+                    f"`{function.name}` takes {len(params)} argument{'s' * (len(params) != 1)}, found {len(args)}",
+                    expr.span,
+                    notes=(f"`{function.name}` is declared at {decl.span}",),
+                )
+            )
+            return ANY
+        bound = list(args)
+        nodes = list(expr.args)
+        names = [p.name for p in params]
+        for keyword in expr.keywords:
+            if keyword.name not in names:
+                suggestion = closest(keyword.name, names)
+                notes = (f"help: did you mean `{suggestion}`?",) if suggestion else ()
+                self.report(
+                    error("E0205", f"`{function.name}` has no parameter `{keyword.name}`", keyword.span, notes=notes)
+                )
+                return ANY
+            if names.index(keyword.name) < len(args):
+                self.report(error("E0205", f"argument `{keyword.name}` is given twice", keyword.span))
+                return ANY
+        for param in params[len(args) :]:
+            if param.name in keywords:
+                bound.append(keywords[param.name])
+                nodes.append(next(k.value for k in expr.keywords if k.name == param.name))
+            elif param.default is not None:
+                default_context = Context(function.module, function.name, None, frozenset())
+                bound.append(self.expression(param.default, Scope(), default_context))
+                nodes.append(param.default)
+            else:
+                self.report(error("E0204", f"missing argument `{param.name}` in call to `{function.name}`", expr.span))
+                return ANY
+        if function.generic:
+            return self.generic_call(function, bound, nodes)
+        annotated = [
+            (index, (param.name, self.resolve_type(param.annotation, function.module)))
+            for index, param in enumerate(params)
+            if param.annotation is not None
+        ]
+        bindings = self.unify_arguments(
+            function, [p for _, p in annotated], [bound[i] for i, _ in annotated], [nodes[i] for i, _ in annotated]
+        )
+        if bindings is None:
+            return ANY
+        params_types = [strong_keep_value(arg) for arg in bound]
+        for index, (_, declared) in annotated:
+            params_types[index] = substitute(declared, bindings) if isinstance(declared, TensorType) else declared
+        return self.instantiate(function, tuple(params_types))
+
+    def generic_call(self, function: FunctionInfo, args: list[Type], nodes: list[ast.Expr]) -> Type:
+        signature = self.generic_signature(function)
+        if signature is None:  # a recursive call while the signature is being checked, result not annotated
+            return ANY
+        bindings = self.unify_arguments(function, list(signature.params), args, nodes)
+        return ANY if bindings is None else substitute(signature.result, bindings)
+
+    def unify_arguments(
+        self, function: FunctionInfo, params: list[tuple[str, Type]], args: list[Type], nodes: list[ast.Expr]
+    ) -> dict[str, Dim] | None:
+        """Match arguments against annotated parameters, binding dimension names; None after an error."""
+        bindings: dict[str, tuple[Dim, Span]] = {}
+        for (name, param), arg, node in zip(params, args, nodes, strict=True):
+            span = node.span
+            if not self.function_fits(param, arg, span):
+                return None
+            if not proven(param, arg):
+                self.check_calls(function.decl, function.module)
+            problem = unify(param, arg, bindings, span)
+            if problem is not None:
+                notes = tuple(
+                    f"`{dim}` is {bound} from the argument at {where.line}:{where.column}"
+                    for dim, (bound, where) in bindings.items()
+                    if f"`{dim}`" in problem and where != span
+                )
+                self.report(
+                    error(
+                        "E0301",
+                        f"argument `{name}` of `{function.name}` expects {param}, found {arg}",
+                        span,
+                        problem,
+                        notes=notes,
+                    )
+                )
+                return None
+            self.coerce(param, arg, node)
+        return {k: v for k, (v, _) in bindings.items()}
+
+    # -------------------------------------------------------------- indexing and fields
+    def index(self, expr: ast.Index, scope: Scope, context: Context) -> Type:
+        target = self.expression(expr.target, scope, context)
+        parts = []
+        for item in expr.indices:
+            if isinstance(item, ast.Slice):
+                for bound in (item.start, item.stop, item.step):
+                    if bound is not None:
+                        self.index_value(bound, scope, context)
+                parts.append(item)
+            else:
+                parts.append((item, self.index_value(item, scope, context)))
+        if isinstance(target, AnyType):
+            return ANY
+        if isinstance(target, TupleType):
+            return self.tuple_index(target, expr, parts)
+        if not isinstance(target, TensorType):
+            self.report(error("E0309", f"cannot index {target}", expr.span, str(target)))
+            return ANY
+        if len(parts) > target.rank:
+            self.report(
+                error(
+                    "E0309",
+                    f"too many indices: {len(parts)} for {target} of rank {target.rank}",
+                    expr.span,
+                    str(target),
+                )
+            )
+            return ANY
+        dims: list[Dim] = []
+        for axis, part in enumerate(parts):
+            size = target.dims[axis]
+            if isinstance(part, ast.Slice):
+                dims.append(slice_size(part, size))
+                continue
+            node, index_type = part
+            if isinstance(index_type, TensorType) and index_type.dims:
+                dims.extend(index_type.dims)
+                continue
+            literal = static_value(node, index_type)
+            if isinstance(literal, int) and isinstance(size, int) and not -size <= literal < size:
+                self.report(
+                    error(
+                        "E0308",
+                        f"index {literal} is out of range for axis {axis} with size {size}",
+                        node.span,
+                        f"{target} has {size} entries along axis {axis}",
+                    )
+                )
+        dims.extend(target.dims[len(parts) :])
+        return TensorType(target.dtype, tuple(dims))
+
+    def index_value(self, node: ast.Expr, scope: Scope, context: Context) -> Type:
+        value = self.expression(node, scope, context)
+        if isinstance(value, AnyType):
+            return value
+        if not isinstance(value, TensorType) or value.dtype not in INTEGERS:
+            self.report(error("E0320", f"an index must be an integer, found {value}", node.span, str(value)))
+            return ANY
+        return value
+
+    def tuple_index(self, target: TupleType, expr: ast.Index, parts: list) -> Type:
+        if len(parts) != 1 or isinstance(parts[0], ast.Slice):
+            self.report(error("E0309", "a tuple takes one integer index", expr.span, str(target)))
+            return ANY
+        node, index_type = parts[0]
+        position = static_value(node, index_type)
+        if not isinstance(position, int):
+            self.report(
+                error(
+                    "E0309",
+                    "a tuple index must be a literal integer or const",
+                    node.span,
+                    notes=("help: destructure instead: `let (a, b) = t`",),
+                )
+            )
+            return ANY
+        if not -len(target.items) <= position < len(target.items):
+            self.report(error("E0308", f"index {position} is out of range for {target}", node.span))
+            return ANY
+        return target.items[position]
+
+    def field(self, expr: ast.Field, scope: Scope, context: Context) -> Type:
+        target = self.expression(expr.target, scope, context)
+        match target:
+            case AnyType():
+                return ANY
+            case ModuleType(path=path):
+                return self.module_member(self.modules[path], expr)
+            case StructType():
+                found = target.field_type(expr.name)
+                if found is not None:
+                    return found
+                suggestion = closest(expr.name, [n for n, _ in target.fields])
+                notes = (f"help: did you mean `{suggestion}`?",) if suggestion else ()
+                self.report(
+                    error("E0313", f"struct `{target.name}` has no field `{expr.name}`", expr.span, notes=notes)
+                )
+                return ANY
+        self.report(error("E0313", f"{target} has no fields; `.{expr.name}` needs a struct", expr.span, str(target)))
+        return ANY
+
+    def module_member(self, info: ModuleInfo, expr: ast.Field) -> Type:
+        if expr.name in info.functions:
+            return FunctionRef(expr.name, id(info.functions[expr.name]))
+        if expr.name in info.consts:
+            return info.consts[expr.name]
+        if expr.name in info.structs:
+            self.report(error("E0202", f"struct `{expr.name}` is a type, not a value", expr.span))
+            return ANY
+        module_name = expr.target.id if isinstance(expr.target, ast.Name) else "module"
+        suggestion = closest(expr.name, [*info.functions, *info.consts])
+        notes = (f"help: did you mean `{module_name}.{suggestion}`?",) if suggestion else ()
+        self.report(error("E0207", f"module `{module_name}` has no member `{expr.name}`", expr.span, notes=notes))
+        return ANY
+
+    # -------------------------------------------------------------- literals
+    def tensor_literal(self, expr: ast.TensorLiteral, scope: Scope, context: Context) -> Type:
+        items = [self.expression(item, scope, context) for item in expr.items]
+        if not items:
+            return TensorType("f32", (0,))
+        if any(isinstance(item, AnyType) for item in items):
+            return ANY
+        if not all(isinstance(item, TensorType) for item in items):
+            bad = next(item for item in items if not isinstance(item, TensorType))
+            self.report(error("E0301", f"tensor literals hold numbers, found {bad}", expr.span, str(bad)))
+            return ANY
+        first = items[0]
+        dtype = first
+        for position, item in enumerate(items[1:], start=1):
+            if item.rank != first.rank or not all(same_dim(a, b) for a, b in zip(item.dims, first.dims, strict=True)):
+                self.report(
+                    error(
+                        "E0303",
+                        f"the rows of a tensor literal must have one shape: {first} and {item}",
+                        expr.items[position].span,
+                        str(item),
+                    )
+                )
+                return ANY
+            dtype = TensorType(promote_dtypes(dtype, item), (), dtype.weak and item.weak)
+        return TensorType(dtype.dtype, (len(items), *first.dims), dtype.weak)
+
+    def struct_literal(self, expr: ast.StructLiteral, scope: Scope, context: Context) -> Type:
+        struct = self.struct_of(expr.type, context)
+        given = {}
+        for field_init in expr.fields:
+            value = self.expression(field_init.value, scope, context)
+            if field_init.name in given:
+                self.report(error("E0208", f"field `{field_init.name}` is given twice", field_init.span))
+            given[field_init.name] = value
+            if struct is None:
+                continue
+            declared = struct.field_type(field_init.name)
+            if declared is None:
+                suggestion = closest(field_init.name, [n for n, _ in struct.fields])
+                notes = (f"help: did you mean `{suggestion}`?",) if suggestion else ()
+                self.report(
+                    error(
+                        "E0208",
+                        f"struct `{struct.name}` has no field `{field_init.name}`",
+                        field_init.span,
+                        notes=notes,
+                    )
+                )
+                continue
+            self.expect_fits(
+                declared,
+                value,
+                field_init.value.span,
+                f"field `{field_init.name}` is {declared}",
+                node=field_init.value,
+            )
+        if struct is None:
+            return ANY
+        missing = [name for name, _ in struct.fields if name not in given]
+        misspelt = any(struct.field_type(name) is None for name in given)
+        if missing and not misspelt:  # a misspelt field is reported once, as unknown
+            self.report(
+                error(
+                    "E0209",
+                    f"missing field{'s' * (len(missing) > 1)} "
+                    f"{', '.join(f'`{m}`' for m in missing)} in `{struct.name}` literal",
+                    expr.span,
+                )
+            )
+        return struct
+
+    def struct_of(self, type_expr: ast.Expr, context: Context) -> StructType | None:
+        info, name = context.module, None
+        if isinstance(type_expr, ast.Name):
+            name = type_expr.id
+        elif isinstance(type_expr, ast.Field) and isinstance(type_expr.target, ast.Name):
+            target = context.module.imports.get(type_expr.target.id)
+            info = self.modules[target] if target else None
+            name = type_expr.name
+        if info is not None and name in info.structs:
+            return info.structs[name]
+        suggestion = closest(name, info.structs) if info is not None and name else None
+        notes = (f"help: did you mean `{suggestion}`?",) if suggestion else ()
+        self.report(error("E0210", f"unknown struct `{name or 'this expression'}`", type_expr.span, notes=notes))
+        return None
+
+
+class _Everything(set):
+    """A `reported` set that already holds every diagnostic: used to re-check silently."""
+
+    def __contains__(self, item: object) -> bool:
+        return True
+
+
+# ---------------------------------------------------------------------- helpers
+
+
+def strong_keep_value(t: Type) -> Type:
+    if isinstance(t, TensorType) and t.weak:
+        return TensorType(t.dtype, t.dims, False, t.value)
+    return t
+
+
+def static_value(node: ast.Expr, value_type: Type) -> Dim | None:
+    """An integer argument's value when it is known before running: a literal, a const, `len(x)`, ..."""
+    if isinstance(value_type, TensorType) and value_type.value is not None and not value_type.dims:
+        return value_type.value
+    if isinstance(node, ast.BoolLiteral):
+        return node.value
+    if isinstance(node, ast.Unary) and node.op == "-" and isinstance(node.operand, ast.IntLiteral):
+        return -node.operand.value
+    return None
+
+
+def slice_size(part: ast.Slice, size: Dim) -> Dim:
+    start = _literal(part.start)
+    stop = _literal(part.stop)
+    step = _literal(part.step) if part.step is not None else 1
+    if any(v is _UNSET for v in (start, stop, step)) or not isinstance(step, int) or step == 0:
+        return UNKNOWN
+    if part.start is None and part.stop is None and step == 1:
+        return size
+    if not isinstance(size, int):
+        return UNKNOWN
+    return len(range(size)[slice(start, stop, step)])
+
+
+_UNSET = object()
+
+
+def _literal(node: ast.Expr | None):
+    if node is None:
+        return None
+    if isinstance(node, ast.IntLiteral):
+        return node.value
+    if isinstance(node, ast.Unary) and node.op == "-" and isinstance(node.operand, ast.IntLiteral):
+        return -node.operand.value
+    return _UNSET
+
+
+def fits(declared: Type, value: Type) -> bool:
+    """Can a value of type `value` be stored where `declared` is expected (dims compared, `_` fits all)?"""
+    if isinstance(declared, AnyType) or isinstance(value, AnyType):
+        return True
+    if isinstance(declared, TensorType) and isinstance(value, TensorType):
+        dtype_fits = declared.dtype == value.dtype or (
+            value.weak and (declared.dtype in FLOATS or value.dtype in INTEGERS) and declared.dtype != "bool"
+        )
+        return (
+            dtype_fits
+            and declared.rank == value.rank
+            and all(same_dim(a, b) for a, b in zip(declared.dims, value.dims, strict=True))
+        )
+    if isinstance(declared, TupleType) and isinstance(value, TupleType):
+        return len(declared.items) == len(value.items) and all(
+            fits(a, b) for a, b in zip(declared.items, value.items, strict=True)
+        )
+    if isinstance(declared, FunctionType) and isinstance(value, (FunctionRef, PrimitiveRef, FunctionType)):
+        return True
+    return declared == value
+
+
+INTEGER_FOLDS = {
+    "+": lambda a, b: a + b,
+    "-": lambda a, b: a - b,
+    "*": lambda a, b: a * b,
+    "//": lambda a, b: a // b if b else None,
+    "%": lambda a, b: a % b if b else None,
+}
+
+
+def with_folded_value(result: Type, op: str, left: Type, right: Type) -> Type:
+    """Integer arithmetic on known values (`IN * 2` of consts) keeps a known value, usable as a dimension."""
+    fold = INTEGER_FOLDS.get(op)
+    if fold is None or not isinstance(result, TensorType) or result.dims or result.dtype not in INTEGERS:
+        return result
+    a, b = getattr(left, "value", None), getattr(right, "value", None)
+    if a.__class__ is not int or b.__class__ is not int:
+        return result
+    return TensorType(result.dtype, (), result.weak, fold(a, b))
+
+
+def dim_names(t: Type) -> set[str]:
+    if isinstance(t, TensorType):
+        return {d.name for d in t.dims if isinstance(d, DimVar)}
+    if isinstance(t, TupleType):
+        return set().union(*(dim_names(item) for item in t.items))
+    return set()
+
+
+def zips(value: TupleType, pattern: ast.Pattern) -> bool:
+    """`for (x, y) in (xs, ys)`: walking tensors of one length together, not the tuple's items."""
+    return (
+        isinstance(pattern, ast.TuplePattern)
+        and len(pattern.items) == len(value.items)
+        and all(isinstance(item, (TensorType, AnyType)) and getattr(item, "dims", (1,)) for item in value.items)
+    )
+
+
+def join_types(a: Type, b: Type) -> Type:
+    """One type for two values that fit each other: a dimension they disagree on becomes unknown."""
+    if isinstance(a, TensorType) and isinstance(b, TensorType) and a.rank == b.rank:
+        dims = tuple(x if x == y else UNKNOWN for x, y in zip(a.dims, b.dims, strict=True))
+        return TensorType(a.dtype, dims)
+    if isinstance(a, TupleType) and isinstance(b, TupleType) and len(a.items) == len(b.items):
+        return TupleType(tuple(join_types(x, y) for x, y in zip(a.items, b.items, strict=True)))
+    return a
+
+
+def forget_dims(t: Type) -> Type:
+    if isinstance(t, TensorType):
+        return TensorType(t.dtype, tuple(UNKNOWN for _ in t.dims))
+    if isinstance(t, TupleType):
+        return TupleType(tuple(forget_dims(item) for item in t.items))
+    return t
+
+
+def proven(declared: Type, value: Type) -> bool:
+    """Does `value` certainly fit `declared`? False where only a run-time check can tell: the value's
+    type or one of its dimensions is unknown while the annotation asks for something definite."""
+    if isinstance(declared, AnyType):
+        return True
+    if isinstance(value, AnyType):
+        return False
+    if isinstance(declared, TensorType) and isinstance(value, TensorType):
+        if value.weak and not value.dims:
+            return True
+        return all(
+            isinstance(expected, Unknown) or not isinstance(actual, Unknown)
+            for expected, actual in zip(declared.dims, value.dims, strict=False)
+        )
+    if isinstance(declared, TupleType) and isinstance(value, TupleType):
+        return all(proven(a, b) for a, b in zip(declared.items, value.items, strict=False))
+    return True
+
+
+def unify(param: Type, arg: Type, bindings: dict[str, tuple[Dim, Span]], span: Span) -> str | None:
+    """Match an argument against a generic parameter, binding its dimension names; a label on mismatch."""
+    if isinstance(param, AnyType) or isinstance(arg, AnyType):
+        return None
+    if isinstance(param, TensorType) and isinstance(arg, TensorType):
+        if not fits(TensorType(param.dtype, tuple(UNKNOWN for _ in param.dims)), arg):
+            return f"expected {param}, found {arg}"
+        for expected, actual in zip(param.dims, arg.dims, strict=True):
+            if isinstance(expected, DimVar):
+                bound = bindings.get(expected.name)
+                if bound is None:
+                    bindings[expected.name] = (actual, span)
+                elif not same_dim(bound[0], actual):
+                    return f"`{expected.name}` is {bound[0]} from an earlier argument, but {actual} here"
+            elif not same_dim(expected, actual):
+                return f"expected {param}, found {arg}"
+        return None
+    if isinstance(param, TupleType) and isinstance(arg, TupleType) and len(param.items) == len(arg.items):
+        for p, a in zip(param.items, arg.items, strict=True):
+            problem = unify(p, a, bindings, span)
+            if problem is not None:
+                return problem
+        return None
+    return None if fits(param, arg) else f"expected {param}, found {arg}"
+
+
+def substitute(t: Type, bindings: dict[str, Dim]) -> Type:
+    if isinstance(t, TensorType):
+        dims = tuple(bindings.get(d.name, UNKNOWN) if isinstance(d, DimVar) else d for d in t.dims)
+        return TensorType(t.dtype, dims)
+    if isinstance(t, TupleType):
+        return TupleType(tuple(substitute(item, bindings) for item in t.items))
+    return t
+
+
+def rebinding_help(target: ast.Expr, current: Type, value: Type) -> str:
+    same_kind = (
+        isinstance(current, TensorType)
+        and isinstance(value, TensorType)
+        and current.dtype == strong(value).dtype
+        and current.rank == value.rank
+    )
+    if same_kind and isinstance(target, ast.Name):
+        dims = ", ".join("_" if a != b else str(a) for a, b in zip(current.dims, value.dims, strict=True))
+        return (
+            f"help: a variable keeps the type it was declared with; if its size changes, declare the "
+            f"changing dimension as `_`: `let {target.id}: {current.dtype}[{dims}] = ...`"
+        )
+    if isinstance(target, ast.Name):
+        return "help: a variable keeps the type it was declared with; bind the new value to a new name with `let`"
+    return "help: a field or element keeps the type it was declared with"
+
+
+def always_returns(body: ast.Block) -> bool:
+    """Does every path through `body` end in `return`? (Loops may run zero times, so they never count.)"""
+    for stmt in body.body:
+        match stmt:
+            case ast.Return():
+                return True
+            case ast.If(then=then, orelse=orelse) if orelse is not None:
+                if always_returns(then) and always_returns(as_block(orelse)):
+                    return True
+            case ast.While(cond=ast.BoolLiteral(value=True), body=loop) if not breaks(loop):
+                return True  # leaves only by `return`
+    return False
+
+
+def as_block(orelse: ast.Block | ast.If) -> ast.Block:
+    """`else if` as the block `else { if ... }`."""
+    return orelse if isinstance(orelse, ast.Block) else ast.Block((orelse,))
+
+
+def breaks(body: ast.Block) -> bool:
+    """Does a `break` leave this loop body (not counting loops nested in it)?"""
+    for stmt in body.body:
+        match stmt:
+            case ast.Break():
+                return True
+            case ast.If(then=then, orelse=orelse):
+                if breaks(then) or (orelse is not None and breaks(as_block(orelse))):
+                    return True
+    return False
+
+
+def rebound_names(body: ast.Block | ast.Expr) -> Iterator[str]:
+    """Names assigned anywhere in a body (their `let` cannot promise a fixed value)."""
+    if not isinstance(body, ast.Block):
+        return
+    for stmt in body.body:
+        yield from _rebound_in(stmt)
+
+
+def _rebound_in(stmt: ast.Stmt) -> Iterator[str]:
+    match stmt:
+        case ast.Assign(target=target):
+            yield from _target_names(target)
+        case ast.If(then=then, orelse=orelse):
+            yield from rebound_names(then)
+            if isinstance(orelse, ast.If):
+                yield from _rebound_in(orelse)
+            elif orelse is not None:
+                yield from rebound_names(orelse)
+        case ast.While(body=body) | ast.For(body=body):
+            yield from rebound_names(body)
+
+
+def _target_names(target: ast.Expr) -> Iterator[str]:
+    match target:
+        case ast.Name(id=name):
+            yield name
+        case ast.TupleLiteral(items=items):
+            for item in items:
+                yield from _target_names(item)
+        case ast.Field(target=inner) | ast.Index(target=inner):
+            yield from _target_names(inner)
+
+
+__all__ = ["Checker", "Signature", "Typed", "Unknown", "check", "check_or_raise"]

@@ -1,0 +1,624 @@
+"""Shape algebra and the checker's rule for every primitive.
+
+`broadcast`, `promote`, `matmul_shape` work on symbolic dimensions (lang/types.py).
+`RULES` maps each `Prim` to a function computing the result type of a call from
+the argument types (and the argument expressions, for static values such as
+`axis=1` or `reshape(x, 2, 3)`). A rule raises `ShapeError` with a message in
+the user's terms; the checker turns it into a diagnostic at the call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from math import prod
+
+from dl.lang.primitives import Prim
+from dl.lang.types import (
+    ANY,
+    BOOL,
+    FLOATS,
+    I64,
+    INTEGERS,
+    UNIT,
+    UNKNOWN,
+    AnyType,
+    Dim,
+    DimVar,
+    DTypeType,
+    StrType,
+    TensorType,
+    TupleType,
+    Type,
+    Unknown,
+    strong,
+)
+
+
+class ShapeError(Exception):
+    """A type or shape mistake in one operation: `code`, message and an optional label."""
+
+    def __init__(self, code: str, message: str, label: str = "", notes: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.code = code
+        self.label = label
+        self.notes = notes
+
+
+@dataclass(frozen=True, slots=True)
+class Argument:
+    """One argument as a rule sees it: its type and, when known statically, its integer value."""
+
+    type: Type
+    value: Dim | None = None  # a statically known integer (literal, const, len(x), ...)
+    given: bool = True  # False when the parameter took its default
+
+
+# ---------------------------------------------------------------------- dimensions
+
+
+def same_dim(a: Dim, b: Dim) -> bool:
+    """Could `a` and `b` be the same size? Unknown matches anything; named ones must match by name."""
+    return isinstance(a, Unknown) or isinstance(b, Unknown) or a == b
+
+
+def join_dim(a: Dim, b: Dim) -> Dim:
+    if isinstance(a, Unknown):
+        return b
+    return a
+
+
+def broadcast_dims(a: tuple[Dim, ...], b: tuple[Dim, ...]) -> tuple[Dim, ...] | None:
+    """numpy broadcasting on symbolic dims; None when they cannot broadcast."""
+    result: list[Dim] = []
+    for position in range(1, max(len(a), len(b)) + 1):
+        left = a[-position] if position <= len(a) else 1
+        right = b[-position] if position <= len(b) else 1
+        if left == 1:
+            result.append(right)
+        elif right == 1 or left == right:
+            result.append(left)
+        elif isinstance(left, Unknown) or isinstance(right, Unknown):
+            result.append(right if isinstance(left, Unknown) else left)
+        else:
+            return None
+    return tuple(reversed(result))
+
+
+# ---------------------------------------------------------------------- dtypes
+
+PROMOTION_ORDER = {"bool": 0, "i32": 1, "i64": 2, "f32": 3, "f64": 4}
+
+
+def promote_dtypes(a: TensorType, b: TensorType) -> str:
+    """DL's promotion: a weak literal takes the other side's dtype; an integer meeting a float takes the float's;
+    otherwise the wider of the two."""
+    if a.weak and not b.weak:
+        return b.dtype if not (a.dtype in FLOATS and b.dtype not in FLOATS) else a.dtype
+    if b.weak and not a.weak:
+        return a.dtype if not (b.dtype in FLOATS and a.dtype not in FLOATS) else b.dtype
+    if a.dtype in FLOATS and b.dtype in INTEGERS:
+        return a.dtype
+    if b.dtype in FLOATS and a.dtype in INTEGERS:
+        return b.dtype
+    return a.dtype if PROMOTION_ORDER[a.dtype] >= PROMOTION_ORDER[b.dtype] else b.dtype
+
+
+def widens_f32(a: TensorType, b: TensorType) -> bool:
+    return not a.weak and not b.weak and {a.dtype, b.dtype} == {"f32", "f64"}
+
+
+def tensor(t: Type, what: str) -> TensorType | None:
+    """The tensor type of an operand, None if it is unknown (ANY); a non-tensor is an error."""
+    if isinstance(t, AnyType):
+        return None
+    if not isinstance(t, TensorType):
+        raise ShapeError("E0311", f"{what} needs a tensor or number, found {t}", str(t))
+    return t
+
+
+def broadcast(a: TensorType, b: TensorType, symbol: str) -> tuple[Dim, ...]:
+    dims = broadcast_dims(a.dims, b.dims)
+    if dims is None:
+        raise ShapeError(
+            "E0303", f"shapes do not broadcast: {a} {symbol} {b}", f"{a} {symbol} {b}", notes=broadcast_notes(a, b)
+        )
+    return dims
+
+
+def broadcast_notes(a: TensorType, b: TensorType) -> tuple[str, ...]:
+    for position in range(1, min(a.rank, b.rank) + 1):
+        left, right = a.dims[-position], b.dims[-position]
+        if (
+            left != right
+            and 1 not in (left, right)
+            and not isinstance(left, Unknown)
+            and not isinstance(right, Unknown)
+        ):
+            if isinstance(left, DimVar) and isinstance(right, DimVar):
+                return (f"`{left}` and `{right}` may differ; give them one name if they are the same size",)
+            if isinstance(left, DimVar) or isinstance(right, DimVar):
+                name, size = (left, right) if isinstance(left, DimVar) else (right, left)
+                return (f"`{name}` is any size, so it need not be {size}",)
+            return (f"dimension {left} and dimension {right} differ, and neither is 1",)
+    return ()
+
+
+# ---------------------------------------------------------------------- operators
+
+
+def arithmetic(a: Type, b: Type, symbol: str) -> Type:
+    left, right = tensor(a, f"`{symbol}`"), tensor(b, f"`{symbol}`")
+    if left is None or right is None:
+        return ANY
+    if "bool" in (left.dtype, right.dtype):
+        raise ShapeError(
+            "E0311",
+            f"`{symbol}` needs numbers, found {left} {symbol} {right}",
+            f"{left} {symbol} {right}",
+            notes=("help: convert a bool with `float(b)` or choose values with `where(c, a, b)`",),
+        )
+    if symbol == "/" and left.dtype in INTEGERS and right.dtype in INTEGERS:
+        raise ShapeError(
+            "E0310",
+            f"`/` divides floats, found {left} / {right}",
+            f"{left} / {right}",
+            notes=("help: use `//` for integer division, or convert with `float(x)`",),
+        )
+    dims = broadcast(left, right, symbol)
+    return TensorType(promote_dtypes(left, right), dims, left.weak and right.weak)
+
+
+def comparison(a: Type, b: Type, symbol: str) -> Type:
+    left, right = tensor(a, f"`{symbol}`"), tensor(b, f"`{symbol}`")
+    if left is None or right is None:
+        return ANY
+    if (left.dtype == "bool") != (right.dtype == "bool") and symbol not in ("==", "!="):
+        raise ShapeError("E0311", f"cannot compare {left} {symbol} {right}", f"{left} {symbol} {right}")
+    return TensorType("bool", broadcast(left, right, symbol))
+
+
+def logical(a: Type, b: Type, symbol: str) -> Type:
+    left, right = tensor(a, f"`{symbol}`"), tensor(b, f"`{symbol}`")
+    if left is None or right is None:
+        return ANY
+    if left.dtype != "bool" or right.dtype != "bool":
+        raise ShapeError(
+            "E0311", f"`{symbol}` needs bool operands, found {left} {symbol} {right}", f"{left} {symbol} {right}"
+        )
+    return TensorType("bool", broadcast(left, right, symbol))
+
+
+def matmul_type(a: Type, b: Type) -> Type:
+    left, right = tensor(a, "`@`"), tensor(b, "`@`")
+    if left is None or right is None:
+        return ANY
+    label = f"{left} @ {right}"
+    if left.rank == 0 or right.rank == 0:
+        raise ShapeError(
+            "E0302",
+            f"`@` needs tensors of rank 1 or more, found {label}",
+            label,
+            notes=("help: multiply by a scalar with `*`",),
+        )
+    if "bool" in (left.dtype, right.dtype):
+        raise ShapeError("E0311", f"`@` needs numbers, found {label}", label)
+    inner_left = left.dims[-1]
+    inner_right = right.dims[-2] if right.rank > 1 else right.dims[0]
+    if not same_dim(inner_left, inner_right):
+        raise ShapeError("E0302", f"matmul inner dimensions differ: {inner_left} vs {inner_right}", label)
+    batch_left = left.dims[:-2] if left.rank > 1 else ()
+    batch_right = right.dims[:-2] if right.rank > 1 else ()
+    batch = broadcast_dims(batch_left, batch_right)
+    if batch is None:
+        raise ShapeError("E0303", f"matmul batch dimensions do not broadcast: {label}", label)
+    rows = (left.dims[-2],) if left.rank > 1 else ()
+    columns = (right.dims[-1],) if right.rank > 1 else ()
+    return TensorType(promote_dtypes(left, right), batch + rows + columns)
+
+
+# ---------------------------------------------------------------------- primitive rules
+
+Rule = Callable[[list[Argument]], Type]
+
+
+def needs_float(t: TensorType, name: str) -> None:
+    if t.dtype not in FLOATS:
+        raise ShapeError(
+            "E0317", f"`{name}` needs a float tensor, found {t}", str(t), notes=("help: convert with `float(x)`",)
+        )
+
+
+def elementwise(name: str, floats_only: bool = True) -> Rule:
+    def rule(args: list[Argument]) -> Type:
+        x = tensor(args[0].type, f"`{name}`")
+        if x is None:
+            return ANY
+        if floats_only and not x.weak:
+            needs_float(x, name)
+        if x.dtype == "bool":
+            raise ShapeError("E0317", f"`{name}` needs numbers, found {x}", str(x))
+        dtype = "f32" if x.weak and x.dtype not in FLOATS else x.dtype
+        return TensorType(dtype, x.dims)
+
+    return rule
+
+
+def pairwise(name: str) -> Rule:
+    def rule(args: list[Argument]) -> Type:
+        return strong(arithmetic(args[0].type, args[1].type, f"{name}(..)"))
+
+    return rule
+
+
+def where_rule(args: list[Argument]) -> Type:
+    condition = tensor(args[0].type, "`where`")
+    value = arithmetic(args[1].type, args[2].type, "where(..)")
+    if condition is None or not isinstance(value, TensorType):
+        return ANY
+    if condition.dtype != "bool":
+        raise ShapeError("E0304", f"`where` needs a bool condition, found {condition}", str(condition))
+    return TensorType(value.dtype, broadcast(condition, value, "where(..)"))
+
+
+def static_axis(argument: Argument, rank: int, name: str) -> int | None:
+    """The axis an `axis=` argument names, normalized; None for "all axes"."""
+    if not argument.given and argument.value is None:
+        return None
+    if isinstance(argument.type, TensorType) and argument.type.dtype == "bool":
+        raise ShapeError("E0306", f"`axis=` takes an integer, found {argument.type}")
+    if not isinstance(argument.value, int):
+        if isinstance(argument.type, TensorType) and argument.type.dtype in INTEGERS:
+            raise ShapeError(
+                "E0306",
+                f"`{name}` needs `axis=` as a literal integer or const",
+                notes=("help: the axis decides the result's shape, so it must be known statically",),
+            )
+        raise ShapeError("E0306", f"`axis=` takes an integer, found {argument.type}")
+    axis = argument.value
+    if not -max(rank, 1) <= axis < max(rank, 1):
+        raise ShapeError("E0306", f"axis {axis} is out of range for `{name}` of a rank-{rank} tensor")
+    return axis % rank if rank else 0
+
+
+def reduction(name: str, result_dtype: str | None = None, averages: bool = False, floats_only: bool = False) -> Rule:
+    """`averages`: the result of an integer tensor is f32 (a mean is a fraction)."""
+
+    def rule(args: list[Argument]) -> Type:
+        x = tensor(args[0].type, f"`{name}`")
+        if x is None:
+            return ANY
+        if floats_only:
+            needs_float(strong_float(x), name)
+        axis = static_axis(Argument(args[1].type, args[1].value, args[1].given), x.rank, name)
+        keepdims = bool(args[2].value)
+        dtype = result_dtype or strong_float(x).dtype
+        if averages and dtype not in FLOATS:
+            dtype = "f32"
+        elif name == "sum" and dtype == "bool":  # counting: numpy's sum of bools is an integer
+            dtype = "i64"
+        if axis is None:
+            return TensorType(dtype, (1,) * x.rank if keepdims else ())
+        dims = list(x.dims)
+        if keepdims:
+            dims[axis] = 1
+        else:
+            del dims[axis]
+        return TensorType(dtype, tuple(dims))
+
+    return rule
+
+
+def strong_float(x: TensorType) -> TensorType:
+    if x.weak and x.dtype in INTEGERS:
+        return TensorType("i64", x.dims)
+    return strong(x)
+
+
+def softmax_rule(name: str) -> Rule:
+    def rule(args: list[Argument]) -> Type:
+        x = tensor(args[0].type, f"`{name}`")
+        if x is None:
+            return ANY
+        needs_float(strong(x), name)
+        axis_value = args[1].value if args[1].value is not None else -1
+        static_axis(Argument(args[1].type, axis_value, True), x.rank, name)
+        return strong(x)
+
+    return rule
+
+
+def matmul_rule(args: list[Argument]) -> Type:
+    return matmul_type(args[0].type, args[1].type)
+
+
+def transpose_rule(args: list[Argument]) -> Type:
+    x = tensor(args[0].type, "`transpose`")
+    if x is None:
+        return ANY
+    axes = args[1:]
+    if not axes:
+        return TensorType(x.dtype, tuple(reversed(x.dims)))
+    values = [a.value for a in axes]
+    if any(not isinstance(v, int) for v in values):
+        raise ShapeError("E0319", "`transpose` axes must be literal integers or consts")
+    if sorted(values) != list(range(x.rank)):
+        raise ShapeError(
+            "E0319", f"transpose axes {tuple(values)} are not a permutation of the {x.rank} axes of {x}", str(x)
+        )
+    return TensorType(x.dtype, tuple(x.dims[v] for v in values))
+
+
+def dims_from(args: list[Argument], name: str) -> tuple[Dim, ...]:
+    dims: list[Dim] = []
+    for argument in args:
+        t = argument.type
+        if isinstance(t, AnyType):
+            dims.append(UNKNOWN)
+            continue
+        if not isinstance(t, TensorType) or t.rank or t.dtype not in INTEGERS:
+            raise ShapeError("E0301", f"`{name}` takes dimensions as integers, found {t}", str(t))
+        value = argument.value
+        if isinstance(value, int) and value < 0 and not (name == "reshape" and value == -1):
+            raise ShapeError("E0307", f"`{name}` dimension {value} is negative")
+        dims.append(value if value is not None else UNKNOWN)
+    return tuple(dims)
+
+
+def reshape_rule(args: list[Argument]) -> Type:
+    x = tensor(args[0].type, "`reshape`")
+    dims = list(dims_from(args[1:], "reshape"))
+    if x is None:
+        return ANY
+    if dims.count(-1) > 1:
+        raise ShapeError("E0307", "`reshape` allows only one -1 dimension")
+    known_source = all(isinstance(d, int) for d in x.dims)
+    known_target = [d for d in dims if d != -1]
+    size = prod(x.dims) if known_source else None
+    if -1 in dims:
+        rest = prod(known_target) if all(isinstance(d, int) for d in known_target) else None
+        if size is not None and rest:
+            if size % rest:
+                raise ShapeError(
+                    "E0307", f"cannot reshape {x} ({size} elements) into [{', '.join(map(str, dims))}]", str(x)
+                )
+            dims[dims.index(-1)] = size // rest
+        else:
+            dims[dims.index(-1)] = UNKNOWN
+    elif size is not None and all(isinstance(d, int) for d in dims) and prod(dims) != size:
+        raise ShapeError(
+            "E0307",
+            f"cannot reshape {x} ({size} elements) into [{', '.join(map(str, dims))}] ({prod(dims)} elements)",
+            str(x),
+        )
+    return TensorType(x.dtype, tuple(dims))
+
+
+def tensors_in(argument: Argument, name: str) -> list[TensorType] | None:
+    t = argument.type
+    if isinstance(t, AnyType):
+        return None
+    if not isinstance(t, TupleType) or not t.items:
+        raise ShapeError(
+            "E0316",
+            f"`{name}` takes a non-empty tuple of tensors, found {t}",
+            notes=(f"help: write `{name}((a, b), axis=0)`",),
+        )
+    items = [tensor(item, f"`{name}`") for item in t.items]
+    if any(item is None for item in items):
+        return None
+    dtypes = {strong(item).dtype for item in items}
+    if len(dtypes) > 1:
+        raise ShapeError("E0316", f"`{name}` needs tensors of one dtype, found {t}", str(t))
+    return items
+
+
+def concat_rule(args: list[Argument]) -> Type:
+    items = tensors_in(args[0], "concat")
+    if items is None:
+        return ANY
+    rank = items[0].rank
+    if rank == 0 or any(item.rank != rank for item in items):
+        raise ShapeError("E0316", f"`concat` needs tensors of one rank (1 or more), found {TupleType(tuple(items))}")
+    axis = static_axis(args[1] if args[1].value is not None else Argument(I64, 0), rank, "concat")
+    dims: list[Dim] = list(items[0].dims)
+    for item in items[1:]:
+        for position in range(rank):
+            if position == axis:
+                continue
+            if not same_dim(dims[position], item.dims[position]):
+                raise ShapeError(
+                    "E0316",
+                    f"concat needs equal dimensions except along axis {axis}, found {TupleType(tuple(items))}",
+                    str(TupleType(tuple(items))),
+                )
+            dims[position] = join_dim(dims[position], item.dims[position])
+    along = [item.dims[axis] for item in items]
+    dims[axis] = sum(along) if all(isinstance(d, int) for d in along) else UNKNOWN
+    return TensorType(strong(items[0]).dtype, tuple(dims))
+
+
+def stack_rule(args: list[Argument]) -> Type:
+    items = tensors_in(args[0], "stack")
+    if items is None:
+        return ANY
+    first = items[0]
+    for item in items[1:]:
+        if item.rank != first.rank or not all(same_dim(a, b) for a, b in zip(first.dims, item.dims, strict=True)):
+            raise ShapeError("E0316", f"stack needs tensors of one shape, found {TupleType(tuple(items))}")
+    axis = static_axis(args[1] if args[1].value is not None else Argument(I64, 0), first.rank + 1, "stack")
+    dims = list(first.dims)
+    dims.insert(axis, len(items))
+    return TensorType(strong(first).dtype, tuple(dims))
+
+
+def broadcast_to_rule(args: list[Argument]) -> Type:
+    x = tensor(args[0].type, "`broadcast_to`")
+    dims = dims_from(args[1:], "broadcast_to")
+    if x is None:
+        return ANY
+    result = broadcast_dims(x.dims, dims)
+    if result is None or len(dims) < x.rank or (result != dims and not any(isinstance(d, Unknown) for d in dims)):
+        raise ShapeError("E0303", f"cannot broadcast {x} to [{', '.join(map(str, dims))}]", str(x))
+    return TensorType(strong(x).dtype, dims)
+
+
+def integer_tensor(t: Type, name: str) -> TensorType | None:
+    x = tensor(t, f"`{name}`")
+    if x is not None and x.dtype not in INTEGERS:
+        raise ShapeError("E0320", f"`{name}` needs integer indices, found {x}", str(x))
+    return x
+
+
+def gather_rule(args: list[Argument]) -> Type:
+    x = tensor(args[0].type, "`gather`")
+    indices = integer_tensor(args[1].type, "gather")
+    if x is None or indices is None:
+        return ANY
+    axis = static_axis(args[2] if args[2].value is not None else Argument(I64, 0), x.rank, "gather")
+    if x.rank == 0:
+        raise ShapeError("E0309", f"`gather` needs a tensor of rank 1 or more, found {x}")
+    return TensorType(x.dtype, x.dims[:axis] + indices.dims + x.dims[axis + 1 :])
+
+
+def one_hot_rule(args: list[Argument]) -> Type:
+    labels = integer_tensor(args[0].type, "one_hot")
+    (classes,) = dims_from(args[1:2], "one_hot")
+    if labels is None:
+        return ANY
+    return TensorType("f32", (*labels.dims, classes))
+
+
+def dtype_argument(argument: Argument, name: str, floats_only: bool = False) -> str:
+    t = argument.type
+    if not argument.given or isinstance(t, AnyType):
+        return "f32"
+    if not isinstance(t, DTypeType):
+        raise ShapeError("E0301", f"`dtype=` takes a type name such as `f64`, found {t}")
+    if floats_only and t.dtype not in FLOATS:
+        raise ShapeError("E0317", f"`{name}` makes float tensors; `dtype=` must be f32 or f64, found {t.dtype}")
+    return t.dtype
+
+
+def make_creation(name: str, extra: int, floats_only: bool = False) -> Rule:
+    """Creation primitives: the dimensions, then `extra` keyword values (`seed=` or `value=`), then `dtype=`."""
+
+    def rule(args: list[Argument]) -> Type:
+        dims = dims_from(args[: len(args) - 1 - extra], name)
+        option = args[-2] if extra else None
+        if option is not None and name in ("randn", "rand") and option.given:
+            seed = option.type
+            if not isinstance(seed, AnyType) and not (
+                isinstance(seed, TensorType) and seed.dtype in INTEGERS and not seed.dims
+            ):
+                raise ShapeError("E0301", f"`seed=` takes an integer, found {seed}")
+        if option is not None and name == "full":
+            if not option.given:
+                raise ShapeError("E0301", "`full` needs `value=`, as in `full(3, 4, value=0.5)`")
+            value = option.type
+            if not isinstance(value, (AnyType, TensorType)) or (isinstance(value, TensorType) and value.dims):
+                raise ShapeError("E0301", f"`value=` takes a number, found {value}")
+        return TensorType(dtype_argument(args[-1], name, floats_only), dims)
+
+    return rule
+
+
+def arange_rule(args: list[Argument]) -> Type:
+    values = dims_from(args, "arange")
+    if len(values) == 1:
+        return TensorType("i64", (values[0],))
+    low, high = values
+    if low == 0:
+        return TensorType("i64", (high,))
+    size = max(high - low, 0) if isinstance(low, int) and isinstance(high, int) else UNKNOWN
+    return TensorType("i64", (size,))
+
+
+def shape_rule(args: list[Argument]) -> Type:
+    x = tensor(args[0].type, "`shape`")
+    if x is None:
+        return ANY
+    return TupleType(tuple(TensorType("i64", (), False, d) for d in x.dims))
+
+
+def len_rule(args: list[Argument]) -> Type:
+    t = args[0].type
+    if isinstance(t, TupleType):
+        return TensorType("i64", (), False, len(t.items))
+    x = tensor(t, "`len`")
+    if x is None:
+        return I64
+    if x.rank == 0:
+        raise ShapeError("E0309", f"`len` needs a tensor of rank 1 or more, found {x}", str(x))
+    return TensorType("i64", (), False, x.dims[0])
+
+
+def float_rule(args: list[Argument]) -> Type:
+    dtype = dtype_argument(args[1], "float", floats_only=True) if args[1].given else "f32"
+    if isinstance(args[0].type, StrType):  # parsing text, such as a command-line argument
+        return TensorType(dtype)
+    x = tensor(args[0].type, "`float`")
+    return ANY if x is None else TensorType(dtype, x.dims)
+
+
+def int_rule(args: list[Argument]) -> Type:
+    if isinstance(args[0].type, StrType):
+        return I64
+    x = tensor(args[0].type, "`int`")
+    return ANY if x is None else TensorType("i64", x.dims)
+
+
+def assert_rule(args: list[Argument]) -> Type:
+    condition = args[0].type
+    if not isinstance(condition, AnyType) and condition != BOOL:
+        raise ShapeError("E0304", f"`assert` needs a bool scalar condition, found {condition}", str(condition))
+    return UNIT
+
+
+def print_rule(args: list[Argument]) -> Type:
+    return UNIT
+
+
+RULES: dict[Prim, Rule] = {
+    Prim.EXP: elementwise("exp"),
+    Prim.LOG: elementwise("log"),
+    Prim.SQRT: elementwise("sqrt"),
+    Prim.TANH: elementwise("tanh"),
+    Prim.SIGMOID: elementwise("sigmoid"),
+    Prim.RELU: elementwise("relu", floats_only=False),
+    Prim.ABS: elementwise("abs", floats_only=False),
+    Prim.SIN: elementwise("sin"),
+    Prim.COS: elementwise("cos"),
+    Prim.MAXIMUM: pairwise("maximum"),
+    Prim.MINIMUM: pairwise("minimum"),
+    Prim.WHERE: where_rule,
+    Prim.SUM: reduction("sum"),
+    Prim.MEAN: reduction("mean", averages=True),
+    Prim.MAX: reduction("max"),
+    Prim.MIN: reduction("min"),
+    Prim.ARGMAX: reduction("argmax", result_dtype="i64"),
+    Prim.ARGMIN: reduction("argmin", result_dtype="i64"),
+    Prim.LOGSUMEXP: reduction("logsumexp", floats_only=True),
+    Prim.SOFTMAX: softmax_rule("softmax"),
+    Prim.LOG_SOFTMAX: softmax_rule("log_softmax"),
+    Prim.MATMUL: matmul_rule,
+    Prim.TRANSPOSE: transpose_rule,
+    Prim.RESHAPE: reshape_rule,
+    Prim.CONCAT: concat_rule,
+    Prim.STACK: stack_rule,
+    Prim.BROADCAST_TO: broadcast_to_rule,
+    Prim.GATHER: gather_rule,
+    Prim.ONE_HOT: one_hot_rule,
+    Prim.ZEROS: make_creation("zeros", 0),
+    Prim.ONES: make_creation("ones", 0),
+    Prim.FULL: make_creation("full", 1),
+    Prim.ARANGE: arange_rule,
+    Prim.RANDN: make_creation("randn", 1, floats_only=True),
+    Prim.RAND: make_creation("rand", 1, floats_only=True),
+    Prim.SHAPE: shape_rule,
+    Prim.LEN: len_rule,
+    Prim.FLOAT: float_rule,
+    Prim.INT: int_rule,
+    Prim.ASSERT: assert_rule,
+    Prim.PRINT: print_rule,
+}

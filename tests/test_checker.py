@@ -1,0 +1,118 @@
+"""The checker's API for tools, literals taking their declared dtype, and run-time checks of annotations."""
+
+from __future__ import annotations
+
+import dl.lang
+import numpy as np
+import pytest
+from dl.interp.values import format_value
+from dl.lang.types import DimVar, TensorType
+
+
+@pytest.fixture
+def run_dl(dlrun, tmp_path, monkeypatch):
+    """Write `source` as prog.dl in a fresh directory and run it with `dlrun`: (status, stdout, stderr)."""
+
+    def run(source: str, args: list[str] | None = None) -> tuple[int, str, str]:
+        (tmp_path / "prog.dl").write_text(source)
+        monkeypatch.chdir(tmp_path)
+        return dlrun("prog.dl", *(args or []))
+
+    return run
+
+
+def codes(typed: dl.lang.Typed) -> list[tuple[str, int, int]]:
+    return [(d.code, d.span.line, d.span.column) for d in typed.diagnostics]
+
+
+def test_check_api_returns_signatures_and_types() -> None:
+    source = "fn f(x: f32[N, 3]) -> f32[3] {\n    return sum(x, axis=0)\n}\nfn main() { print(f(ones(2, 3))) }\n"
+    typed = dl.lang.check(source, "api.dl")
+    assert typed.diagnostics == []
+    (f, main) = typed.signatures["api.dl"]
+    assert str(f) == "fn f(x: f32[N, 3]) -> f32[3]"
+    assert f.params[0][1] == TensorType("f32", (DimVar("N"), 3))
+    assert str(main) == "fn main() -> ()"
+    module = typed.program.modules["api.dl"]
+    returned = module.decls[0].body.body[0].value
+    assert str(typed.type_of(returned)) == "f32[3]"
+
+
+def test_check_api_reports_syntax_errors_without_raising() -> None:
+    typed = dl.lang.check("fn main() {\n    let = 3\n}\n", "broken.dl")
+    assert codes(typed) == [("E0102", 2, 9)]
+    assert typed.program.modules == {}
+
+
+def test_check_api_reports_every_independent_error_in_order() -> None:
+    source = (
+        "fn main() {\n    let a = ones(2, 3) @ ones(2, 3)\n    let b = relu(undefined)\n    if 1.0 { print(a, b) }\n}\n"
+    )
+    typed = dl.lang.check(source, "many.dl")
+    assert codes(typed) == [("E0302", 2, 13), ("E0201", 3, 18), ("E0304", 4, 8)]
+
+
+def test_error_in_a_function_called_from_many_places_is_reported_once() -> None:
+    source = (
+        "fn bad(x) {\n    return x @ ones(7)\n}\nfn main() {\n    print(bad(ones(3)), bad(ones(3)), bad(ones(3)))\n}\n"
+    )
+    assert codes(dl.lang.check(source, "once.dl")) == [("E0302", 2, 12)]
+
+
+def test_main_parameters_are_strings() -> None:
+    typed = dl.lang.check("fn main(n) {\n    print(zeros(int(n)))\n}\n", "args.dl")
+    assert typed.diagnostics == []
+    assert str(typed.signatures["args.dl"][0]) == "fn main(n: str) -> ()"
+
+
+@pytest.mark.parametrize(
+    ("declaration", "expected"),
+    [
+        ("let h: f64 = 0.1", np.float64(0.1)),
+        ("let h: f64[2] = [0.1, -0.2]", np.array([0.1, -0.2], dtype=np.float64)),
+        ("let h: f32 = 1", np.float32(1.0)),
+        ("let h: i32 = 7", np.int32(7)),
+        ("let h = scale(0.1)", np.float64(0.2)),
+        ("let h = Holder { value: 0.1 }.value", np.float64(0.1)),
+    ],
+)
+def test_literals_take_the_declared_dtype_exactly(run_dl, declaration: str, expected) -> None:
+    source = (
+        "struct Holder { value: f64 }\n"
+        "fn scale(x: f64) -> f64 { return x * 2.0 }\n"
+        f"fn main() {{\n    {declaration}\n    print(h)\n}}\n"
+    )
+    assert run_dl(source) == (0, f"{format_value(expected)}\n", "")
+
+
+def test_unproven_annotation_is_checked_at_run_time_at_the_annotation(run_dl) -> None:
+    source = "fn main(n) {\n    let rows = int(n)\n    let picked: f32[2] = ones(rows)\n    print(picked)\n}\n"
+    assert run_dl(source, ["2"]) == (0, "[1. 1.]\n", "")
+    status, out, err = run_dl(source, ["5"])
+    assert status == 1 and out == ""
+    assert err.startswith("error[E0520]: `picked` does not match its annotation: expected f32[2], found f32[5]")
+    assert "--> prog.dl:3:17" in err
+
+
+def test_dimension_variables_are_bound_consistently_at_run_time(run_dl) -> None:
+    source = (
+        "fn pair(a: f32[N], b: f32[N]) -> f32[N] {\n    return a + b\n}\n"
+        "fn main(n, m) {\n    print(pair(ones(int(n)), ones(int(m))))\n}\n"
+    )
+    assert run_dl(source, ["2", "2"]) == (0, "[2. 2.]\n", "")
+    status, _, err = run_dl(source, ["2", "3"])
+    assert status == 1
+    assert err.startswith(
+        "error[E0520]: argument `b` does not match its annotation: expected f32[N] with `N` = 2, found f32[3]"
+    )
+    assert "--> prog.dl:1:23" in err
+    assert "in `pair` at prog.dl:1:23" in err
+
+
+def test_unproven_result_annotation_is_checked_at_run_time(run_dl) -> None:
+    source = "fn grow(n) -> f32[3] {\n    return ones(n)\n}\nfn main(n) {\n    print(grow(int(n)))\n}\n"
+    assert run_dl(source, ["3"]) == (0, "[1. 1. 1.]\n", "")
+    status, _, err = run_dl(source, ["4"])
+    assert status == 1
+    assert err.startswith("error[E0520]: the result does not match its annotation: expected f32[3], found f32[4]")
+    assert "--> prog.dl:1:15" in err

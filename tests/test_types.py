@@ -1,0 +1,128 @@
+"""Golden tests of the static type and shape checker (lang/check.py, lang/shapes.py).
+
+tests/types/bad/*.dl are ill-typed programs, one mistake each (the `several_errors_*` ones have
+several independent mistakes). Each is checked three ways:
+
+* `dlrun check FILE` prints exactly the golden FILE.err on stderr and exits with status 1.
+* Every line holding a mistake ends in a marker `#~ CODE` (several codes may follow one `#~`),
+  and the diagnostics reported are exactly those: the same codes on the same lines, no more
+  (no cascades, no repeats) and no fewer.
+* Run without the checker, on the interpreter, the program must really run into its mistake:
+  it stops with a run-time diagnostic on a `#~` line, or on the line ending in `#!` where the
+  failure only shows later (inside the function that a bad call reaches). A comment line that
+  starts with `#!` instead says the run completes, and why: mistakes that only the checker can
+  see, such as an annotation the value does not match.
+
+Warnings: a program whose only diagnostics are warnings (`warning_*.dl`, W0301 for an f32 value
+widened to f64) passes `dlrun check` (status 0, `ok` on stdout); its golden .err holds the
+warnings. A warning in a program that also has an error is shown with the error, and the status
+is 1 (`widening_warning_with_error.dl`).
+
+tests/types/good/*.dl are well-typed programs: `dlrun check --types FILE` prints the golden
+FILE.sig (one signature per function, one per instantiation for unannotated parameters) with
+nothing on stderr and status 0, and `dlrun FILE` runs `main` to the end (status 0, no stderr).
+
+Rewrite goldens with `--update-goldens`, then read every changed one.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from conftest import ROOT, check_golden
+
+BAD = sorted((ROOT / "tests" / "types" / "bad").glob("*.dl"))
+GOOD = sorted((ROOT / "tests" / "types" / "good").glob("*.dl"))
+
+DIAGNOSTIC = re.compile(r"^(?:error|warning)\[(?P<code>[EW]\d{4})\]: .*\n *--> (?P<path>.+):(?P<line>\d+):\d+$", re.M)
+
+
+def relative(path: Path) -> str:
+    return str(path.relative_to(ROOT))
+
+
+def markers(path: Path) -> set[tuple[int, str]]:
+    """The (line, code) pairs of the `#~ CODE` markers."""
+    found = set()
+    for number, line in enumerate(path.read_text().splitlines(), start=1):
+        if "#~" in line:
+            codes = line.split("#~", 1)[1].replace("#!", " ").split()
+            assert codes, f"{path.name}:{number}: a `#~` marker names no code"
+            found.update((number, code) for code in codes)
+    return found
+
+
+def reported(stderr: str, path: Path) -> list[tuple[int, str]]:
+    """The (line, code) pairs of the diagnostics in `dlrun`'s stderr, sorted, repeats kept."""
+    found = []
+    for match in DIAGNOSTIC.finditer(stderr):
+        assert match["path"] == relative(path), match.group(0)
+        found.append((int(match["line"]), match["code"]))
+    return sorted(found)
+
+
+def is_warning_only(path: Path) -> bool:
+    return all(code.startswith("W") for _, code in markers(path))
+
+
+@pytest.mark.parametrize("path", BAD, ids=relative)
+def test_bad_program_diagnostics(path: Path, dlrun, update_goldens: bool) -> None:
+    expected = markers(path)
+    assert expected, f"{path.name} marks no mistake with `#~ CODE`"
+    status, out, err = dlrun("check", relative(path))
+    if is_warning_only(path):
+        assert status == 0, err
+        assert out == "ok\n"
+    else:
+        assert status == 1, err
+        assert out == ""
+    assert reported(err, path) == sorted(expected), err
+    check_golden(path.with_suffix(".err"), err, update_goldens)
+
+
+def unchecked_run_expectation(path: Path) -> tuple[set[int], str | None]:
+    """Lines where an unchecked run may stop, or no lines and the reason it runs to the end."""
+    lines = path.read_text().splitlines()
+    completes = [line[2:].strip() for line in lines if line.startswith("#!")]
+    failing = {n for n, line in enumerate(lines, start=1) if line.rstrip().endswith("#!") and not line.startswith("#")}
+    if completes:
+        assert not failing, f"{path.name}: a run cannot both complete and fail"
+        return set(), completes[0]
+    return failing or {line for line, _ in markers(path)}, None
+
+
+@pytest.mark.parametrize("path", BAD, ids=relative)
+def test_bad_program_fails_where_marked_without_checker(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import dl.pipeline
+    from dl.interp.run import run
+    from dl.lang.diagnostics import DiagnosticError
+
+    monkeypatch.chdir(ROOT)
+    lines, completes = unchecked_run_expectation(path)
+    program = dl.pipeline.load(relative(path))
+    try:
+        run(program, [])
+    except DiagnosticError as failure:
+        span = failure.diagnostics[0].span
+        assert completes is None, f"expected the run to complete ({completes}), but: {failure}"
+        assert span.path == relative(path), failure
+        assert span.line in lines, f"run-time failure at line {span.line}, expected one of {sorted(lines)}: {failure}"
+        return
+    assert completes is not None, f"the unchecked run completed, expected a failure at line(s) {sorted(lines)}"
+
+
+@pytest.mark.parametrize("path", GOOD, ids=relative)
+def test_good_program_signatures(path: Path, dlrun, update_goldens: bool) -> None:
+    status, out, err = dlrun("check", "--types", relative(path))
+    assert err == "", err
+    assert status == 0
+    check_golden(path.with_suffix(".sig"), out, update_goldens)
+
+
+@pytest.mark.parametrize("path", GOOD, ids=relative)
+def test_good_program_runs(path: Path, dlrun) -> None:
+    status, _, err = dlrun(relative(path))
+    assert err == "", err
+    assert status == 0

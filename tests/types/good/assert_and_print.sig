@@ -1,0 +1,2 @@
+fn checked_mean(x: f32[N]) -> f32
+fn main() -> ()

@@ -1,0 +1,2 @@
+fn with_bias_column(x: f32[B, D]) -> f32[B, _]
+fn main() -> ()

@@ -1,0 +1,2 @@
+fn row_norms(x: f32[B, D]) -> f32[B]
+fn main() -> ()

@@ -1,0 +1,2 @@
+fn make_model(scale: f32) -> fn layer
+fn main() -> ()

@@ -1,0 +1,3 @@
+fn is_even(n: i64) -> bool
+fn is_odd(n: i64) -> bool
+fn main() -> ()

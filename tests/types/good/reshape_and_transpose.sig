@@ -1,0 +1,2 @@
+fn flatten(images: f32[N, 2, 3]) -> f32[_, 6]
+fn main() -> ()

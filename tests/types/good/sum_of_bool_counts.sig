@@ -1,0 +1,2 @@
+fn count_positive(x: f32[N]) -> i64
+fn main() -> ()

@@ -1,0 +1,2 @@
+fn newton_sqrt(a: f32) -> f32
+fn main() -> ()
