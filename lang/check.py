@@ -125,6 +125,7 @@ class ModuleInfo:
     structs: dict[str, StructType] = field(default_factory=dict)
     struct_decls: dict[str, ast.StructDecl] = field(default_factory=dict)
     consts: dict[str, Type] = field(default_factory=dict)
+    const_decls: dict[str, ast.Const] = field(default_factory=dict)
     imports: dict[str, str] = field(default_factory=dict)
 
 
@@ -248,6 +249,8 @@ class Checker:
                     self.declare_unique(info, name, decl.name_span)
                     info.functions[name] = decl
                     self.functions[id(decl)] = FunctionInfo(decl, info, name)
+                case ast.Const(name=name):
+                    info.const_decls[name] = decl
                 case ast.StructDecl(name=name):
                     self.declare_unique(info, name, decl.name_span)
                     info.struct_decls[name] = decl
@@ -435,6 +438,7 @@ class Checker:
         self, function: FunctionInfo, params: list[Type], declared: Type | None, report: bool = True
     ) -> Type:
         decl = function.decl
+        self.check_unique_params(decl)
         scope = Scope()
         if function.environment:
             scope.names.update(function.environment)
@@ -464,6 +468,13 @@ class Checker:
             return strong(value)
         finally:
             self.reported = saved
+
+    def check_unique_params(self, decl: ast.FnDecl | ast.Lambda) -> None:
+        seen: set[str] = set()
+        for param in decl.params:
+            if param.name in seen:
+                self.report(error("E0211", f"parameter `{param.name}` is declared twice", param.span))
+            seen.add(param.name)
 
     def signature_dims(self, decl: ast.FnDecl | ast.Lambda, info: ModuleInfo) -> frozenset[str]:
         names: set[str] = set()
@@ -614,15 +625,16 @@ class Checker:
                 self.store(target, item, stmt.value.span, scope, context)
             return
         value = self.expression(stmt.value, scope, context)
-        if stmt.op != "=":
+        if stmt.op != "=" and not (isinstance(stmt.target, ast.Name) and scope.lookup(stmt.target.id) is None):
             current = self.expression(stmt.target, scope, context)
             value = self.binary_type(stmt.op[0], current, value, stmt.span)
         self.store(stmt.target, value, stmt.value.span, scope, context)
 
     def store(self, target: ast.Expr, value: Type, span: Span, scope: Scope, context: Context) -> None:
-        current = self.expression(target, scope, context)
         if isinstance(target, ast.Name) and scope.lookup(target.id) is None:
-            return  # already reported as unknown, or a global: reported below
+            self.store_undeclared(target, value, scope, context)
+            return
+        current = self.expression(target, scope, context)
         if isinstance(target, ast.Index):
             region = current
             if isinstance(region, TensorType) and isinstance(value, TensorType):
@@ -645,6 +657,40 @@ class Checker:
                     notes=(rebinding_help(target, current, value),),
                 )
             )
+
+    def store_undeclared(self, target: ast.Name, value: Type, scope: Scope, context: Context) -> None:
+        info = context.module
+        kind = next(
+            (
+                what
+                for what, names in (("a function", info.functions), ("a const", info.consts), ("a module", info.imports))
+                if target.id in names
+            ),
+            None,
+        )
+        if kind is not None:
+            self.report(
+                error(
+                    "E0203",
+                    f"cannot assign to `{target.id}`: it is {kind}, not a local variable",
+                    target.span,
+                    notes=(f"help: bind a local with `let {target.id} = ...`",),
+                )
+            )
+            return
+        candidates = {*scope.visible()}
+        suggestion = closest(target.id, candidates)
+        notes = (f"help: did you mean `{suggestion}`?",) if suggestion else ()
+        self.report(
+            error(
+                "E0201",
+                f"unknown name `{target.id}`",
+                target.span,
+                "not declared",
+                notes=(*notes, f"help: declare it first with `let {target.id} = ...`"),
+            )
+        )
+        scope.names[target.id] = strong_keep_value(value)  # so later uses are not reported again
 
     @staticmethod
     def broadcasts_into(value: TensorType, region: TensorType) -> bool:
@@ -906,6 +952,16 @@ class Checker:
             return FunctionRef(expr.id, id(info.functions[expr.id]))
         if expr.id in info.consts:
             return info.consts[expr.id]
+        if expr.id in info.const_decls:
+            self.report(
+                error(
+                    "E0512",
+                    f"`{expr.id}` is used before it is defined",
+                    expr.span,
+                    notes=(f"`{expr.id}` is defined at {info.const_decls[expr.id].span}; move it above this use",),
+                )
+            )
+            return ANY
         if expr.id in info.imports:
             return ModuleType(info.imports[expr.id])
         if expr.id in BY_NAME:
@@ -1246,7 +1302,15 @@ class Checker:
                     error("E0313", f"struct `{target.name}` has no field `{expr.name}`", expr.span, notes=notes)
                 )
                 return ANY
-        self.report(error("E0313", f"{target} has no fields; `.{expr.name}` needs a struct", expr.span, str(target)))
+        self.report(
+            error(
+                "E0313",
+                f"{target} has no fields; `.{expr.name}` needs a struct",
+                expr.span,
+                str(target),
+                notes=field_help(expr),
+            )
+        )
         return ANY
 
     def module_member(self, info: ModuleInfo, expr: ast.Field) -> Type:
@@ -1280,7 +1344,7 @@ class Checker:
             if item.rank != first.rank or not all(same_dim(a, b) for a, b in zip(item.dims, first.dims, strict=True)):
                 self.report(
                     error(
-                        "E0303",
+                        "E0323",
                         f"the rows of a tensor literal must have one shape: {first} and {item}",
                         expr.items[position].span,
                         str(item),
@@ -1533,6 +1597,16 @@ def substitute(t: Type, bindings: dict[str, Dim]) -> Type:
     if isinstance(t, TupleType):
         return TupleType(tuple(substitute(item, bindings) for item in t.items))
     return t
+
+
+def field_help(expr: ast.Field) -> tuple[str, ...]:
+    """Methods users bring from numpy and PyTorch (`x.T`, `x.sum()`) are functions in DL."""
+    shown = print_expr(expr.target)
+    if expr.name == "T":
+        return (f"help: transpose with `transpose({shown})`",)
+    if expr.name in BY_NAME:
+        return (f"help: DL has no methods; call `{expr.name}({shown})`",)
+    return ()
 
 
 def rebinding_help(target: ast.Expr, current: Type, value: Type) -> str:

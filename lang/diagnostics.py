@@ -101,8 +101,16 @@ class SourceMap:
             return None
         lines = text.splitlines()
         if 1 <= number <= len(lines):
-            return lines[number - 1].expandtabs(4)
+            return lines[number - 1]
         return "" if number == len(lines) + 1 else None
+
+
+def display_column(line: str, column: int) -> int:
+    """The 1-based column where character `column` of `line` appears once tabs are expanded."""
+    return len(line[: column - 1].expandtabs(TAB_WIDTH)) + 1
+
+
+TAB_WIDTH = 4
 
 
 def render(diagnostic: Diagnostic, sources: SourceMap) -> str:
@@ -113,6 +121,7 @@ def render(diagnostic: Diagnostic, sources: SourceMap) -> str:
     width = max(len(str(label.span.line)) for label in shown)
     pad = " " * width
     lines.append(f"{pad}--> {span}")
+    previous: Span | None = None
     for index, label in enumerate(shown):
         source_line = sources.line(label.span.path, label.span.line)
         if source_line is None:
@@ -122,13 +131,16 @@ def render(diagnostic: Diagnostic, sources: SourceMap) -> str:
         if index > 0 and label.span.path != span.path:
             lines.append(f"{pad}::: {label.span}")
         marker = "^" if index == 0 else "-"
-        lines.append(f"{pad} |")
-        lines.append(f"{str(label.span.line).rjust(width)} | {source_line}")
-        start = label.span.column
-        end = label.span.end_column if label.span.end_line == label.span.line else len(source_line) + 1
-        count = max(1, end - start)
-        caret = " " * (start - 1) + marker * count
+        same_line = previous is not None and (previous.path, previous.line) == (label.span.path, label.span.line)
+        if not same_line:  # a second label on a shown line only adds its marker line
+            lines.append(f"{pad} |")
+            lines.append(f"{str(label.span.line).rjust(width)} | {source_line.expandtabs(TAB_WIDTH)}")
+        start = display_column(source_line, label.span.column)
+        end_column = label.span.end_column if label.span.end_line == label.span.line else len(source_line) + 1
+        end = display_column(source_line, end_column)
+        caret = " " * (start - 1) + marker * max(1, end - start)
         lines.append(f"{pad} | {caret}{' ' + label.text if label.text else ''}".rstrip())
+        previous = label.span
     for note in diagnostic.notes:
         note_lines = note.splitlines() or [""]
         prefix = "" if note_lines[0].startswith(("help:", "note:")) else "note: "

@@ -213,8 +213,20 @@ def bind(signature: Signature, positional_count: int, keyword_names: list[str]) 
 
 
 def closest(name: str, candidates) -> str | None:
-    """The candidate most like `name`, if any is close enough to suggest."""
+    """The candidate most like `name`, if any is close enough to suggest: a near spelling, the same
+    letters swapped (`rl` for `lr`), or the name other frameworks use for it (`dim` for `axis`)."""
     import difflib
 
-    matches = difflib.get_close_matches(name, list(candidates), n=1, cutoff=0.6)
+    candidates = list(candidates)
+    alias = ALIASES.get(name)
+    if alias in candidates:
+        return alias
+    swapped = [c for c in candidates if len(c) == len(name) and sorted(c) == sorted(name) and c != name]
+    if swapped:
+        return swapped[0]
+    matches = difflib.get_close_matches(name, candidates, n=1, cutoff=0.6)
     return matches[0] if matches else None
+
+
+# What PyTorch and numpy users type, and DL's name for it.
+ALIASES = {"dim": "axis", "keepdim": "keepdims", "axes": "axis", "generator": "seed", "random_state": "seed"}
