@@ -205,6 +205,12 @@ class Checker:
         self.instance_counts: dict[int, int] = {}
         self.in_progress: set[tuple] = set()
         self.reported: set[tuple[str, Span]] = set()
+        # Literal dtypes from context: in which checks (of a function body, a const) each literal was seen and
+        # coerced, so one used differently by two instantiations is left alone.
+        self.check_pass = 0
+        self.pass_count = 0
+        self.literal_passes: dict[int, set[int]] = {}
+        self.coerced_passes: dict[int, dict[str, set[int]]] = {}
 
     # -------------------------------------------------------------- driver
     def run(self) -> Typed:
@@ -213,6 +219,7 @@ class Checker:
             self.declare_module(path)
         for path in order:
             self.check_module(path)
+        self.settle_coercions()
         self.typed.diagnostics.sort(
             key=lambda d: (d.span.path != self.program.entry, d.span.path, d.span.line, d.span.column)
         )
@@ -438,6 +445,9 @@ class Checker:
         self, function: FunctionInfo, params: list[Type], declared: Type | None, report: bool = True
     ) -> Type:
         decl = function.decl
+        outer_pass = self.check_pass
+        self.pass_count += 1
+        self.check_pass = self.pass_count
         self.check_unique_params(decl)
         scope = Scope()
         if function.environment:
@@ -468,6 +478,7 @@ class Checker:
             return strong(value)
         finally:
             self.reported = saved
+            self.check_pass = outer_pass
 
     def check_unique_params(self, decl: ast.FnDecl | ast.Lambda) -> None:
         seen: set[str] = set()
@@ -888,10 +899,26 @@ class Checker:
         ):
             self.mark_literals(node, declared.dtype)
 
+    def settle_coercions(self) -> None:
+        """A literal takes a dtype from its context only where every check of it agreed (a function checked
+        once per argument types may meet f32 in one call and f64 in another: it keeps its own dtype then)."""
+        for key, by_dtype in self.coerced_passes.items():
+            if len(by_dtype) == 1:
+                ((dtype, passes),) = by_dtype.items()
+                if passes == self.literal_passes.get(key):
+                    self.typed.coercions[key] = dtype
+
+    def coerce_operands(self, result: Type, operands) -> None:
+        """Literals meeting a typed value take its dtype (`x * 0.1` with `x: f64` multiplies by the f64 0.1)."""
+        if not isinstance(result, TensorType) or result.weak or result.dtype == "bool":
+            return
+        for node, operand in operands:
+            self.coerce(result, operand, node)
+
     def mark_literals(self, node: ast.Expr, dtype: str) -> None:
         match node:
             case ast.IntLiteral(dtype=None) | ast.FloatLiteral(dtype=None):
-                self.typed.coercions[id(node)] = dtype
+                self.coerced_passes.setdefault(id(node), {}).setdefault(dtype, set()).add(self.check_pass)
             case ast.TensorLiteral(items=items):
                 for item in items:
                     self.mark_literals(item, dtype)
@@ -910,8 +937,10 @@ class Checker:
     def expression_type(self, expr: ast.Expr, scope: Scope, context: Context) -> Type:
         match expr:
             case ast.IntLiteral(value=value, dtype=dtype):
+                self.literal_passes.setdefault(id(expr), set()).add(self.check_pass)
                 return TensorType(dtype or "i64", (), dtype is None, value)
             case ast.FloatLiteral(dtype=dtype):
+                self.literal_passes.setdefault(id(expr), set()).add(self.check_pass)
                 return TensorType(dtype or "f32", (), dtype is None)
             case ast.BoolLiteral():
                 return BOOL
@@ -922,7 +951,9 @@ class Checker:
             case ast.Binary(op=op, lhs=lhs, rhs=rhs):
                 left = self.expression(lhs, scope, context)
                 right = self.expression(rhs, scope, context)
-                return self.binary_type(op, left, right, expr.span)
+                result = self.binary_type(op, left, right, expr.span)
+                self.coerce_operands(result, ((lhs, left), (rhs, right)))
+                return result
             case ast.Unary(op=op, operand=operand):
                 return self.unary_type(op, self.expression(operand, scope, context), expr.span)
             case ast.Call():
@@ -1081,7 +1112,7 @@ class Checker:
         arguments.extend(self.argument(index, args, keywords, expr, nodes) for index in binding.variadic)
         arguments.extend(self.argument(source, args, keywords, expr, nodes) for source in binding.keywords)
         try:
-            return RULES[prim](arguments)
+            result = RULES[prim](arguments)
         except ShapeError as problem:
             self.report(
                 error(
@@ -1095,6 +1126,9 @@ class Checker:
                 )
             )
             return ANY
+        values = [(expr.args[i], args[i]) for i in VALUE_ARGUMENTS.get(prim, ()) if i < len(expr.args)]
+        self.coerce_operands(result, values)
+        return result
 
     def argument(
         self,
@@ -1352,7 +1386,9 @@ class Checker:
                 )
                 return ANY
             dtype = TensorType(promote_dtypes(dtype, item), (), dtype.weak and item.weak)
-        return TensorType(dtype.dtype, (len(items), *first.dims), dtype.weak)
+        result = TensorType(dtype.dtype, (len(items), *first.dims), dtype.weak)
+        self.coerce_operands(result, zip(expr.items, items, strict=True))  # `[2, x]` with `x: i32` is i32
+        return result
 
     def struct_literal(self, expr: ast.StructLiteral, scope: Scope, context: Context) -> Type:
         struct = self.struct_of(expr.type, context)
@@ -1489,6 +1525,10 @@ def fits(declared: Type, value: Type) -> bool:
         return True
     return declared == value
 
+
+# The arguments of these primitives that combine into the result's values (not axes or sizes):
+# a literal there takes the result's dtype, as it does with an operator.
+VALUE_ARGUMENTS = {Prim.MAXIMUM: (0, 1), Prim.MINIMUM: (0, 1), Prim.WHERE: (1, 2), Prim.MATMUL: (0, 1)}
 
 INTEGER_FOLDS = {
     "+": lambda a, b: a + b,

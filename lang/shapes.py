@@ -234,12 +234,16 @@ def elementwise(name: str, floats_only: bool = True) -> Rule:
         x = tensor(args[0].type, f"`{name}`")
         if x is None:
             return ANY
-        if floats_only and not x.weak:
-            needs_float(x, name)
+        if floats_only and x.dtype not in FLOATS:
+            raise ShapeError(
+                "E0317",
+                f"`{name}` needs a float tensor, found {x}",
+                str(x),
+                notes=("help: write a float literal such as `2.0`" if x.weak else "help: convert with `float(x)`",),
+            )
         if x.dtype == "bool":
             raise ShapeError("E0317", f"`{name}` needs numbers, found {x}", str(x))
-        dtype = "f32" if x.weak and x.dtype not in FLOATS else x.dtype
-        return TensorType(dtype, x.dims)
+        return TensorType(x.dtype, x.dims)
 
     return rule
 
@@ -251,9 +255,19 @@ def pairwise(name: str) -> Rule:
     return rule
 
 
+def select(a: Type, b: Type) -> Type:
+    """The type of choosing between two values elementwise: numbers promote as in arithmetic; bools stay."""
+    left, right = tensor(a, "`where`"), tensor(b, "`where`")
+    if left is None or right is None:
+        return ANY
+    if left.dtype == "bool" and right.dtype == "bool":
+        return TensorType("bool", broadcast(left, right, "where(..)"))
+    return arithmetic(left, right, "where(..)")
+
+
 def where_rule(args: list[Argument]) -> Type:
     condition = tensor(args[0].type, "`where`")
-    value = arithmetic(args[1].type, args[2].type, "where(..)")
+    value = select(args[1].type, args[2].type)
     if condition is None or not isinstance(value, TensorType):
         return ANY
     if condition.dtype != "bool":
@@ -297,7 +311,7 @@ def reduction(name: str, result_dtype: str | None = None, averages: bool = False
             dtype = "f32"
         elif name == "sum" and dtype == "bool":  # counting: numpy's sum of bools is an integer
             dtype = "i64"
-        if axis is None:
+        if axis is None or x.rank == 0:
             return TensorType(dtype, (1,) * x.rank if keepdims else ())
         dims = list(x.dims)
         if keepdims:
@@ -359,7 +373,7 @@ def dims_from(args: list[Argument], name: str) -> tuple[Dim, ...]:
         if not isinstance(t, TensorType) or t.rank or t.dtype not in INTEGERS:
             raise ShapeError("E0301", f"`{name}` takes dimensions as integers, found {t}", str(t))
         value = argument.value
-        if isinstance(value, int) and value < 0 and not (name == "reshape" and value == -1):
+        if isinstance(value, int) and value < 0 and name != "arange" and not (name == "reshape" and value == -1):
             raise ShapeError("E0307", f"`{name}` dimension {value} is negative")
         dims.append(value if value is not None else UNKNOWN)
     return tuple(dims)
@@ -526,7 +540,7 @@ def make_creation(name: str, extra: int, floats_only: bool = False) -> Rule:
 def arange_rule(args: list[Argument]) -> Type:
     values = dims_from(args, "arange")
     if len(values) == 1:
-        return TensorType("i64", (values[0],))
+        return TensorType("i64", (max(values[0], 0) if isinstance(values[0], int) else values[0],))
     low, high = values
     if low == 0:
         return TensorType("i64", (high,))
