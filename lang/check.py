@@ -671,14 +671,8 @@ class Checker:
 
     def store_undeclared(self, target: ast.Name, value: Type, scope: Scope, context: Context) -> None:
         info = context.module
-        kind = next(
-            (
-                what
-                for what, names in (("a function", info.functions), ("a const", info.consts), ("a module", info.imports))
-                if target.id in names
-            ),
-            None,
-        )
+        kinds = (("a function", info.functions), ("a const", info.consts), ("a module", info.imports))
+        kind = next((what for what, names in kinds if target.id in names), None)
         if kind is not None:
             self.report(
                 error(
@@ -1120,7 +1114,7 @@ class Checker:
                     str(problem)
                     if f"`{prim.value}`" in str(problem) or str(problem).startswith(prim.value)
                     else f"{prim.value}: {problem}",
-                    expr.span,
+                    problem.at or expr.span,
                     problem.label,
                     notes=problem.notes,
                 )
@@ -1142,7 +1136,8 @@ class Checker:
             return Argument(ANY, None, given=False)
         value_type = args[source] if isinstance(source, int) else keywords[source]
         node = expr.args[source] if isinstance(source, int) else nodes[source]
-        return Argument(value_type, static_value(node, value_type))
+        span = node.span if isinstance(source, int) else next(k.span for k in expr.keywords if k.name == source)
+        return Argument(value_type, static_value(node, value_type), span=span)
 
     def user_call(self, function: FunctionInfo, expr: ast.Call, args: list[Type], keywords: dict[str, Type]) -> Type:
         decl = function.decl

@@ -10,9 +10,10 @@ the user's terms; the checker turns it into a diagnostic at the call.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from math import prod
 
+from dl.lang.diagnostics import Span
 from dl.lang.primitives import Prim
 from dl.lang.types import (
     ANY,
@@ -36,13 +37,17 @@ from dl.lang.types import (
 
 
 class ShapeError(Exception):
-    """A type or shape mistake in one operation: `code`, message and an optional label."""
+    """A type or shape mistake in one operation: `code`, message, an optional label, and `at`, the span of
+    the argument at fault when it is not the whole call (an `axis=` out of range)."""
 
-    def __init__(self, code: str, message: str, label: str = "", notes: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self, code: str, message: str, label: str = "", notes: tuple[str, ...] = (), at: Span | None = None
+    ) -> None:
         super().__init__(message)
         self.code = code
         self.label = label
         self.notes = notes
+        self.at = at
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +57,7 @@ class Argument:
     type: Type
     value: Dim | None = None  # a statically known integer (literal, const, len(x), ...)
     given: bool = True  # False when the parameter took its default
+    span: Span | None = field(default=None, compare=False)
 
 
 # ---------------------------------------------------------------------- dimensions
@@ -280,18 +286,19 @@ def static_axis(argument: Argument, rank: int, name: str) -> int | None:
     if not argument.given and argument.value is None:
         return None
     if isinstance(argument.type, TensorType) and argument.type.dtype == "bool":
-        raise ShapeError("E0306", f"`axis=` takes an integer, found {argument.type}")
+        raise ShapeError("E0306", f"`axis=` takes an integer, found {argument.type}", at=argument.span)
     if not isinstance(argument.value, int):
         if isinstance(argument.type, TensorType) and argument.type.dtype in INTEGERS:
             raise ShapeError(
                 "E0306",
                 f"`{name}` needs `axis=` as a literal integer or const",
                 notes=("help: the axis decides the result's shape, so it must be known statically",),
+                at=argument.span,
             )
-        raise ShapeError("E0306", f"`axis=` takes an integer, found {argument.type}")
+        raise ShapeError("E0306", f"`axis=` takes an integer, found {argument.type}", at=argument.span)
     axis = argument.value
     if not -max(rank, 1) <= axis < max(rank, 1):
-        raise ShapeError("E0306", f"axis {axis} is out of range for `{name}` of a rank-{rank} tensor")
+        raise ShapeError("E0306", f"axis {axis} is out of range for `{name}` of a rank-{rank} tensor", at=argument.span)
     return axis % rank if rank else 0
 
 
@@ -304,7 +311,7 @@ def reduction(name: str, result_dtype: str | None = None, averages: bool = False
             return ANY
         if floats_only:
             needs_float(strong_float(x), name)
-        axis = static_axis(Argument(args[1].type, args[1].value, args[1].given), x.rank, name)
+        axis = static_axis(args[1], x.rank, name)
         keepdims = bool(args[2].value)
         dtype = result_dtype or strong_float(x).dtype
         if averages and dtype not in FLOATS:
@@ -336,7 +343,7 @@ def softmax_rule(name: str) -> Rule:
             return ANY
         needs_float(strong(x), name)
         axis_value = args[1].value if args[1].value is not None else -1
-        static_axis(Argument(args[1].type, axis_value, True), x.rank, name)
+        static_axis(Argument(args[1].type, axis_value, True, args[1].span), x.rank, name)
         return strong(x)
 
     return rule
@@ -508,9 +515,13 @@ def dtype_argument(argument: Argument, name: str, floats_only: bool = False) -> 
     if not argument.given or isinstance(t, AnyType):
         return "f32"
     if not isinstance(t, DTypeType):
-        raise ShapeError("E0301", f"`dtype=` takes a type name such as `f64`, found {t}")
+        raise ShapeError("E0301", f"`dtype=` takes a type name such as `f64`, found {t}", at=argument.span)
     if floats_only and t.dtype not in FLOATS:
-        raise ShapeError("E0317", f"`{name}` makes float tensors; `dtype=` must be f32 or f64, found {t.dtype}")
+        raise ShapeError(
+            "E0317",
+            f"`{name}` makes float tensors; `dtype=` must be f32 or f64, found {t.dtype}",
+            at=argument.span,
+        )
     return t.dtype
 
 
