@@ -7,11 +7,12 @@ Generates model-like DL code (imports, consts, struct declarations, functions wi
 lambdas, comments and blank lines), then reports, best of `--repeats`:
 
 - `parse` (lang/parse.py: lexer + layout + LALR parser + AST building), ms and tokens/s;
-- the lexer alone (lang/lexer.py `Scanner.scan`) and lexer + layout (lang/layout.py),
-  built from the grammar's own terminals (`dl.lang.parse._parser.lexer_conf`);
+- the lexer alone (lang/lexer.py `Scanner.scan`) and lexer + layout (lang/layout.py);
 - parser + AST = parse - (lexer + layout);
-- grammar load: `python -c 'import dl.lang.parse'` in a subprocess minus `python -c pass`,
-  and building the `Lark` object again in-process.
+- grammar load: `python -c 'import dl.lang.parse'` and `python -c 'from dl.lang.parse import
+  parse; parse("")'` (the parse table is built on first use) in a subprocess minus
+  `python -c pass`, and building the parse table again in-process (`ParseTable.load`:
+  Lark's grammar analysis and LALR table, then the table `ParseTable.run` reads).
 
 The project's target: well under 100 ms for 2,000 lines.
 Not a test: nothing here is collected by pytest.
@@ -27,10 +28,8 @@ import sys
 import time
 
 import lark
-from dl.lang import parse as parse_module
 from dl.lang.layout import layout
-from dl.lang.lexer import Scanner
-from dl.lang.parse import parse
+from dl.lang.parse import Builder, ParseTable, parse, parse_table
 
 # Each template is one chunk of a model file; `{k}` makes its names unique.
 TEMPLATES = (
@@ -200,30 +199,19 @@ def main() -> None:
             handle.write(source)
     module = parse(source, path)  # also checks that the generated code parses
 
-    conf = parse_module._parser.lexer_conf
-    scanner = Scanner(list(conf.terminals), list(conf.ignore))
+    scanner = parse_table().scanner
     raw_tokens = scanner.scan(source, path)
-    tokens = list(layout(raw_tokens, path))
+    tokens = layout(raw_tokens).tokens
 
     t_parse = best(lambda: parse(source, path), args.repeats)
     t_lex = best(lambda: scanner.scan(source, path), args.repeats)
-    t_layout = best(lambda: list(layout(scanner.scan(source, path), path)), args.repeats)
-    t_build = best(
-        lambda: lark.Lark(
-            parse_module._GRAMMAR,
-            parser="lalr",
-            lexer=parse_module.DLLexer,
-            start=["start", "repl_input"],
-            postlex=parse_module.DLLayout(),
-            transformer=parse_module.Builder(),
-            maybe_placeholders=True,
-        ),
-        5,
-    )
+    t_layout = best(lambda: layout(scanner.scan(source, path)), args.repeats)
+    t_build = best(lambda: ParseTable.load(Builder()), 5)
 
     bare = startup("pass", 7)
     with_lark = startup("import lark", 7)
     with_parser = startup("import dl.lang.parse", 7)
+    first_parse = startup("from dl.lang.parse import parse; parse('')", 7)
 
     ms = 1e3
     lines = source.count("\n")
@@ -254,7 +242,8 @@ def main() -> None:
     print(f"| `python -c pass` (bare start-up) | {bare * ms:.0f} |")
     print(f"| `import lark` minus bare | {(with_lark - bare) * ms:.0f} |")
     print(f"| `import dl.lang.parse` minus bare | {(with_parser - bare) * ms:.0f} |")
-    print(f"| `Lark(...)` construction in-process | {t_build * ms:.0f} |")
+    print(f"| `import dl.lang.parse` and `parse('')` minus bare | {(first_parse - bare) * ms:.0f} |")
+    print(f"| `ParseTable.load` in-process | {t_build * ms:.0f} |")
 
 
 if __name__ == "__main__":

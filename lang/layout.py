@@ -1,25 +1,28 @@
-"""Layout: the pass between Lark's lexer and its LALR parser that gives newlines meaning.
+"""Layout: the pass between the lexer and the LALR parser that gives newlines meaning.
 
-Takes the raw token stream (with NEWLINE and SEMICOLON tokens) and yields the
-stream the grammar expects:
+Takes the raw token list (with NEWLINE and SEMICOLON tokens) and returns the
+tokens the grammar expects:
 
 - a newline or `;` that ends a statement becomes one SEP token; runs collapse;
 - newlines inside `( )` and `[ ]` vanish, and so do those after a token that
   cannot end a statement (an operator, `,`, `=`, `{`, ...) and those before `}`,
   `else`, `{` or the end of the file, so `} else {` may break across lines;
 - a `{` right after a name and followed by `name :` opens a struct literal and
-  becomes STRUCT_LBRACE, which keeps `if x { ... }` free of ambiguity.
+  becomes STRUCT_LBRACE, which keeps `if x { ... }` free of ambiguity; so does
+  the `{` of `struct Name {`, so that a field that lacks its `:` is reported as
+  such.
 
-At the end of the stream an unclosed bracket is reported with the bracket's
-own span, which says more than the parser's "unexpected end of file".
+It also returns the bracket still open at the end, if any: the parser reports
+it with the bracket's own span (`never_closed`) when it reaches the end of the
+file without an earlier error, which says more than "unexpected end of file".
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from typing import NamedTuple
 
-from dl.lang.diagnostics import DiagnosticError, Span, error
-from lark import Token
+from dl.lang.diagnostics import Diagnostic, Span, error
+from dl.lang.lexer import Token
 
 CONTINUES_AFTER = frozenset(
     {
@@ -62,52 +65,64 @@ STATEMENT_STARTS = frozenset({"NAME", "LET", "IF", "WHILE", "FOR", "RETURN", "BR
 
 
 def token_span(path: str, token: Token) -> Span:
-    return Span(path, token.line, token.column, token.end_line, token.end_column)
+    _, text, line, column = token
+    return Span(path, line, column, line, column + len(text))
 
 
-def layout(tokens: list[Token], path: str) -> Iterator[Token]:
+class LaidOut(NamedTuple):
+    tokens: list[Token]
+    unclosed: Token | None  # the innermost bracket still open at the end, if any
+
+
+def layout(tokens: list[Token]) -> LaidOut:
+    laid_out: list[Token] = []
+    append = laid_out.append
     open_brackets: list[Token] = []
     previous = "SEP"
     pending: Token | None = None  # a SEP waiting to see the next token
     count = len(tokens)
     for position, token in enumerate(tokens):
-        kind = token.type
+        kind = token[0]
         if kind in SEPARATORS:
-            inside_group = open_brackets and open_brackets[-1].type in ("LPAR", "LSQB")
+            inside_group = open_brackets and open_brackets[-1][0] in ("LPAR", "LSQB")
             if pending is None and previous not in CONTINUES_AFTER and not (kind == "NEWLINE" and inside_group):
-                pending = Token.new_borrow_pos("SEP", token.value, token)
+                pending = ("SEP", *token[1:])
             continue
         if pending is not None:
             if kind not in ENDS_BEFORE:
-                yield pending
+                append(pending)
             pending = None
         if kind in OPENERS:
-            if kind == "LBRACE" and previous == "NAME" and _opens_struct_literal(tokens, position + 1, count):
-                token = Token.new_borrow_pos("STRUCT_LBRACE", token.value, token)
+            if kind == "LBRACE" and previous == "NAME" and _opens_struct(laid_out, tokens, position + 1, count):
+                token = ("STRUCT_LBRACE", *token[1:])
             open_brackets.append(token)
         elif kind in CLOSERS:
             closed = _close(open_brackets, CLOSERS[kind])
-            if closed == "LBRACE" and position + 1 < count and tokens[position + 1].type in STATEMENT_STARTS:
-                pending = Token.new_borrow_pos("SEP", ";", tokens[position + 1])
-        previous = token.type
-        yield token
-    if open_brackets:
-        opener = open_brackets[-1]
-        closer = {"LPAR": ")", "LSQB": "]"}.get(opener.type, "}")
-        raise DiagnosticError(
-            error(
-                "E0103",
-                f"this `{opener.value}` is never closed",
-                token_span(path, opener),
-                f"expected a matching `{closer}` before the end of the file",
-            )
-        )
+            if closed == "LBRACE" and position + 1 < count and tokens[position + 1][0] in STATEMENT_STARTS:
+                pending = ("SEP", "", *tokens[position + 1][2:])  # no text: not in the source
+        previous = kind
+        append(token)
+    return LaidOut(laid_out, open_brackets[-1] if open_brackets else None)
 
 
-def _opens_struct_literal(tokens: list[Token], start: int, count: int) -> bool:
+def never_closed(opener: Token, path: str) -> Diagnostic:
+    """The diagnostic for a bracket still open at the end of the file."""
+    closer = {"LPAR": ")", "LSQB": "]"}.get(opener[0], "}")
+    return error(
+        "E0103",
+        f"this `{opener[1]}` is never closed",
+        token_span(path, opener),
+        f"expected a matching `{closer}` before the end of the file",
+    )
+
+
+def _opens_struct(laid_out: list[Token], tokens: list[Token], start: int, count: int) -> bool:
+    """Whether the `{` after a name opens a struct: `struct Name {`, or `Name { field: ...`."""
+    if len(laid_out) > 1 and laid_out[-2][0] == "STRUCT":
+        return True
     kinds = []
     for position in range(start, count):
-        kind = tokens[position].type
+        kind = tokens[position][0]
         if kind not in SEPARATORS:
             kinds.append(kind)
             if len(kinds) == 2:
@@ -118,7 +133,7 @@ def _opens_struct_literal(tokens: list[Token], start: int, count: int) -> bool:
 def _close(open_brackets: list[Token], opener_kind: str) -> str | None:
     """Pop to the matching opener; returns its kind."""
     for depth in range(len(open_brackets) - 1, -1, -1):
-        kind = open_brackets[depth].type
+        kind = open_brackets[depth][0]
         if kind == opener_kind or (opener_kind == "LBRACE" and kind == "STRUCT_LBRACE"):
             del open_brackets[depth:]
             return kind

@@ -1,135 +1,151 @@
 """Parsing: source text -> `Module` (or `ReplInput`), every node with its span.
 
-`parse(source, path)` runs Lark's LALR parser over grammar/dl.lark with the
-layout pass (lang/layout.py) between lexer and parser, and builds the AST
-directly during parsing with `Builder`. Lark's errors never escape: they become
-`DiagnosticError`s whose messages say what was expected in words.
+`parse(source, path)` runs the lexer (lang/lexer.py), the layout pass
+(lang/layout.py) and an LALR(1) parser over grammar/dl.lark, and builds the AST
+during parsing: each grammar rule, as it is reduced, calls the `Builder` method
+of the same name with that rule's children (shaped as Lark shapes them for a
+`Transformer`: `_rule`s inlined, `?rule`s with one child passed through, `None`
+for an absent `[optional]`). No parse tree is built.
+
+Lark reads the grammar and computes its LALR(1) table once per process, on the
+first parse (`ParseTable.load`); the table is driven by the short loop in
+`ParseTable.run` rather than by `Lark.parse`, whose per-token and per-rule
+wrappers cost more than the rest of parsing together (bench/README.md).
+
+Mistakes never escape as Python exceptions: they become `DiagnosticError`s
+whose messages say, in words, what could come next and what was found.
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import replace
 from importlib import resources
+from operator import itemgetter
 
 from dl.lang import ast
-from dl.lang.diagnostics import Diagnostic, DiagnosticError, Span, error
-from dl.lang.layout import layout, token_span
-from dl.lang.lexer import LAYOUT_ONLY, Scanner
-from lark import Lark, Token, Transformer
-from lark.exceptions import UnexpectedInput, UnexpectedToken, VisitError
+from dl.lang.diagnostics import Diagnostic, DiagnosticError, Label, Span, error
+from dl.lang.layout import CLOSERS, OPENERS, layout, never_closed, token_span
+from dl.lang.lexer import LAYOUT_ONLY, Scanner, Token
+from lark import Lark
+from lark.grammar import Rule
+from lark.lark import PostLex
 from lark.lexer import Lexer
+from lark.parsers.lalr_analysis import Shift
 
 ASSIGNABLE = (ast.Name, ast.Field, ast.Index)
 STRING_ESCAPES = {"n": "\n", "t": "\t", "\\": "\\", '"': '"', "0": "\0"}
 
 
-class Builder(Transformer):
-    """Builds AST nodes from Lark's children; called by the parser as it reduces."""
+def span_between(path: str, first: Token | object, last: Token | object) -> Span:
+    """The span from the start of `first` to the end of `last`, each a token or a node."""
+    if type(first) is tuple:
+        line, column = first[2], first[3]
+    else:
+        line, column = first.span.line, first.span.column
+    if type(last) is tuple:
+        return Span(path, line, column, last[2], last[3] + len(last[1]))
+    end = last.span
+    return Span(path, line, column, end.end_line, end.end_column)
+
+
+def nodes(children: list) -> list:
+    """The children that are nodes: not tokens, not absent optionals."""
+    return [c for c in children if c is not None and type(c) is not tuple]
+
+
+class Builder:
+    """Builds AST nodes from a rule's children; one method per grammar rule (or alias)."""
 
     def __init__(self) -> None:
-        super().__init__()
         self.path = "<input>"
-        # Operands written with prefix operators, by id, so that `operator_expr`
-        # can regroup `-x ** 2` as `-(x ** 2)`; a parenthesized one is a new node.
-        self.prefixed_parts: dict[int, tuple[tuple[Token, ...], ast.Expr]] = {}
 
-    # -------------------------------------------------------------- helpers
-    def span(self, item: Token | object) -> Span:
-        if isinstance(item, Token):
-            return token_span(self.path, item)
-        return item.span
-
-    def span_of(self, children: list) -> Span:
-        present = [c for c in children if c is not None]
-        return self.span(present[0]).to(self.span(present[-1]))
-
-    @staticmethod
-    def nodes(children: list) -> list:
-        return [c for c in children if c is not None and not isinstance(c, Token)]
-
-    @staticmethod
-    def has(children: list, kind: str) -> bool:
-        return any(isinstance(c, Token) and c.type == kind for c in children)
+    def span(self, token: Token) -> Span:
+        return token_span(self.path, token)
 
     # -------------------------------------------------------------- top level
     def start(self, children: list) -> tuple:
-        return tuple(self.nodes(children))
+        return tuple(nodes(children))
 
     repl_input = start
 
     def import_decl(self, children: list) -> ast.Import:
-        names = [c for c in children if isinstance(c, Token) and c.type == "NAME"]
-        alias = str(names[1]) if len(names) > 1 else None
-        return ast.Import(str(names[0]), alias, self.span_of(children))
+        _, name, _, alias = children
+        last = alias or name
+        return ast.Import(name[1], alias and alias[1], span_between(self.path, children[0], last))
 
     def const_decl(self, children: list) -> ast.Const:
-        name, annotation, value = children[1], children[3], children[-1]
-        return ast.Const(str(name), annotation, value, self.span_of(children))
+        _, name, _, annotation, _, value = children
+        return ast.Const(name[1], annotation, value, span_between(self.path, children[0], value))
 
     def struct_decl(self, children: list) -> ast.StructDecl:
         name = children[1]
-        return ast.StructDecl(str(name), tuple(self.nodes(children)), self.span_of(children), self.span(name))
+        span = span_between(self.path, children[0], children[-1])
+        return ast.StructDecl(name[1], tuple(nodes(children)), span, self.span(name))
 
     def empty_struct_decl(self, children: list) -> ast.StructDecl:
-        return ast.StructDecl(str(children[1]), (), self.span_of(children), self.span(children[1]))
+        name = children[1]
+        return ast.StructDecl(name[1], (), span_between(self.path, children[0], children[-1]), self.span(name))
 
     def field_decl(self, children: list) -> ast.FieldDecl:
-        return ast.FieldDecl(str(children[0]), children[2], self.span_of(children))
+        name, _, type_expr = children
+        return ast.FieldDecl(name[1], type_expr, span_between(self.path, name, type_expr))
 
     def fn_decl(self, children: list) -> ast.FnDecl:
-        name = children[1]
-        params, result = self._signature(children)
-        body = children[-1]
-        return ast.FnDecl(str(name), params, result, body, self.span_of(children), self.span(name))
-
-    def _signature(self, children: list) -> tuple[tuple[ast.Param, ...], ast.TypeExpr | None]:
-        params = tuple(c for c in children if isinstance(c, ast.Param))
-        result = None
-        for position, child in enumerate(children):
-            if isinstance(child, Token) and child.type == "ARROW":
-                result = children[position + 1]
-        return params, result
+        name, body = children[1], children[-1]
+        params, result = signature(children)
+        span = span_between(self.path, children[0], body)
+        return ast.FnDecl(name[1], params, result, body, span, self.span(name))
 
     def param(self, children: list) -> ast.Param:
-        name, annotation, default = children[0], children[2], children[4]
-        return ast.Param(str(name), annotation, default, self.span_of(children))
+        name, _, annotation, _, default = children
+        last = default or annotation or name
+        return ast.Param(name[1], annotation, default, span_between(self.path, name, last))
 
     # -------------------------------------------------------------- statements
     def block(self, children: list) -> ast.Block:
-        return ast.Block(tuple(self.nodes(children)), self.span_of(children))
+        return ast.Block(tuple(nodes(children)), span_between(self.path, children[0], children[-1]))
 
     def let_stmt(self, children: list) -> ast.Let:
-        return ast.Let(children[1], children[3], children[-1], self.span_of(children))
+        _, pattern, _, annotation, _, value = children
+        return ast.Let(pattern, annotation, value, span_between(self.path, children[0], value))
 
     def name_pattern(self, children: list) -> ast.NamePattern:
-        return ast.NamePattern(str(children[0]), self.span(children[0]))
+        _, name, line, column = children[0]
+        return ast.NamePattern(name, Span(self.path, line, column, line, column + len(name)))
 
     def tuple_pattern(self, children: list) -> ast.TuplePattern:
-        return ast.TuplePattern(tuple(self.nodes(children)), self.span_of(children))
+        return ast.TuplePattern(tuple(nodes(children)), span_between(self.path, children[0], children[-1]))
 
     def assign_stmt(self, children: list) -> ast.Assign:
         target, op, value = children
-        check_assignable(target, str(op))
-        return ast.Assign(target, str(op), value, self.span_of(children))
+        check_assignable(target, op[1])
+        return ast.Assign(target, op[1], value, span_between(self.path, target, value))
 
     def expr_stmt(self, children: list) -> ast.ExprStmt:
-        return ast.ExprStmt(children[0], self.span(children[0]))
+        expr = children[0]
+        return ast.ExprStmt(expr, expr.span)
 
     def if_stmt(self, children: list) -> ast.If:
-        return ast.If(children[1], children[2], children[4], self.span_of(children))
+        _, cond, then, _, orelse = children
+        return ast.If(cond, then, orelse, span_between(self.path, children[0], orelse or then))
 
     def while_stmt(self, children: list) -> ast.While:
-        return ast.While(children[1], children[2], self.span_of(children))
+        _, cond, body = children
+        return ast.While(cond, body, span_between(self.path, children[0], body))
 
     def for_stmt(self, children: list) -> ast.For:
-        return ast.For(children[1], children[3], children[4], self.span_of(children))
+        _, pattern, _, iterable, body = children
+        return ast.For(pattern, iterable, body, span_between(self.path, children[0], body))
 
     def range(self, children: list) -> ast.Range:
-        return ast.Range(children[0], children[2], self.span_of(children))
+        start, _, stop = children
+        return ast.Range(start, stop, span_between(self.path, start, stop))
 
     def return_stmt(self, children: list) -> ast.Return:
-        return ast.Return(children[1], self.span_of(children))
+        keyword, value = children
+        return ast.Return(value, span_between(self.path, keyword, value or keyword))
 
     def break_stmt(self, children: list) -> ast.Break:
         return ast.Break(self.span(children[0]))
@@ -139,107 +155,128 @@ class Builder(Transformer):
 
     # -------------------------------------------------------------- types
     def named_type(self, children: list) -> ast.NamedType:
-        return ast.NamedType(str(children[0]), None, self.span(children[0]))
+        _, name, line, column = children[0]
+        return ast.NamedType(name, None, Span(self.path, line, column, line, column + len(name)))
 
     def qualified_type(self, children: list) -> ast.NamedType:
-        return ast.NamedType(str(children[2]), str(children[0]), self.span_of(children))
+        module, _, name = children
+        return ast.NamedType(name[1], module[1], span_between(self.path, module, name))
 
     def tensor_type(self, children: list) -> ast.TensorTypeExpr:
-        return ast.TensorTypeExpr(str(children[0]), tuple(self.nodes(children)), self.span_of(children))
+        dims = tuple(nodes(children))
+        return ast.TensorTypeExpr(children[0][1], dims, span_between(self.path, children[0], children[-1]))
 
     def dim(self, children: list) -> ast.Dim:
-        token = children[0]
-        if token.type == "INT":
-            return ast.DimLiteral(int(token), self.span(token))
-        return ast.DimName(str(token), self.span(token))
+        kind, text, line, column = children[0]
+        span = Span(self.path, line, column, line, column + len(text))
+        return ast.DimLiteral(int(text), span) if kind == "INT" else ast.DimName(text, span)
 
     def tuple_type(self, children: list) -> ast.TypeExpr:
-        items = tuple(self.nodes(children))
-        if len(items) == 1 and not self.has(children, "COMMA"):
+        items = tuple(nodes(children))
+        if len(items) == 1 and not any(type(c) is tuple and c[0] == "COMMA" for c in children):
             return items[0]
-        return ast.TupleTypeExpr(items, self.span_of(children))
+        return ast.TupleTypeExpr(items, span_between(self.path, children[0], children[-1]))
 
     def function_type(self, children: list) -> ast.FunctionTypeExpr:
-        types = self.nodes(children)
-        return ast.FunctionTypeExpr(tuple(types[:-1]), types[-1], self.span_of(children))
+        types = nodes(children)
+        return ast.FunctionTypeExpr(tuple(types[:-1]), types[-1], span_between(self.path, children[0], children[-1]))
 
     # -------------------------------------------------------------- expressions
     def lambda_expr(self, children: list) -> ast.Lambda:
-        params, result = self._signature(children)
-        return ast.Lambda(params, result, children[-1], self.span_of(children))
+        params, result = signature(children)
+        body = children[-1]
+        return ast.Lambda(params, result, body, span_between(self.path, children[0], body))
 
     def operator_expr(self, children: list) -> ast.Expr:
-        operands = children[0::2]
-        items = [self.prefixed_parts.pop(id(o), ((), o)) for o in operands]
-        return group_operators(items, [c for c in children[1::2]], self.path)
-
-    def prefixed(self, children: list) -> ast.Unary:
-        prefixes, operand = tuple(children[:-1]), children[-1]
-        result = apply_prefixes(prefixes, operand, self.path)
-        self.prefixed_parts[id(result)] = (prefixes, operand)
-        return result
+        return group_operators(children, self.path)
 
     def call(self, children: list) -> ast.Call:
-        arguments = self.nodes(children[1:])
-        positional = tuple(a for a in arguments if not isinstance(a, ast.Keyword))
-        keywords = tuple(a for a in arguments if isinstance(a, ast.Keyword))
-        return ast.Call(children[0], positional, keywords, self.span_of(children))
-
-    def argument(self, children: list) -> ast.Expr:
-        return children[0]
+        func = children[0]
+        positional, keywords = [], []
+        for argument in children[2:-1]:
+            if type(argument) is ast.Keyword:
+                keywords.append(argument)
+            elif argument is not None and type(argument) is not tuple:
+                positional.append(argument)
+        return ast.Call(func, tuple(positional), tuple(keywords), span_between(self.path, func, children[-1]))
 
     def keyword_argument(self, children: list) -> ast.Keyword:
-        return ast.Keyword(str(children[0]), children[2], self.span_of(children))
+        name, _, value = children
+        return ast.Keyword(name[1], value, span_between(self.path, name, value))
 
     def index(self, children: list) -> ast.Index:
-        return ast.Index(children[0], tuple(self.nodes(children[1:])), self.span_of(children))
+        target = children[0]
+        indices = tuple(nodes(children[1:]))
+        return ast.Index(target, indices, span_between(self.path, target, children[-1]))
 
     def slice(self, children: list) -> ast.Slice:
         parts: list = [None, None, None]
         slot = 0
         for child in children:
-            if isinstance(child, Token) and child.type == "COLON":
+            if type(child) is tuple:
                 slot += 1
             elif child is not None:
                 parts[slot] = child
-        return ast.Slice(parts[0], parts[1], parts[2], self.span_of(children))
+        present = [c for c in children if c is not None]
+        return ast.Slice(parts[0], parts[1], parts[2], span_between(self.path, present[0], present[-1]))
 
     def field(self, children: list) -> ast.Field:
-        return ast.Field(children[0], str(children[2]), self.span_of(children))
+        target, _, name = children
+        return ast.Field(target, name[1], span_between(self.path, target, name))
 
     def struct_literal(self, children: list) -> ast.StructLiteral:
-        return ast.StructLiteral(children[0], tuple(self.nodes(children[1:])), self.span_of(children))
+        type_expr = children[0]
+        fields = tuple(nodes(children[1:]))
+        return ast.StructLiteral(type_expr, fields, span_between(self.path, type_expr, children[-1]))
 
     def field_init(self, children: list) -> ast.FieldInit:
-        return ast.FieldInit(str(children[0]), children[2], self.span_of(children))
+        name, _, value = children
+        return ast.FieldInit(name[1], value, span_between(self.path, name, value))
 
     def name(self, children: list) -> ast.Name:
-        return ast.Name(str(children[0]), self.span(children[0]))
+        _, name, line, column = children[0]
+        return ast.Name(name, Span(self.path, line, column, line, column + len(name)))
 
     def int_literal(self, children: list) -> ast.IntLiteral:
-        text = str(children[0])
-        digits, suffix = (text[:-3], text[-3:]) if text.endswith(("i32", "i64")) else (text, None)
-        return ast.IntLiteral(int(digits), suffix, self.span(children[0]))
+        _, text, line, column = children[0]
+        span = Span(self.path, line, column, line, column + len(text))
+        if text.endswith(("i32", "i64")):
+            return ast.IntLiteral(int(text[:-3]), text[-3:], span)
+        return ast.IntLiteral(int(text), None, span)
 
     def float_literal(self, children: list) -> ast.FloatLiteral:
-        text = str(children[0])
-        digits, suffix = (text[:-3], text[-3:]) if text.endswith(("f32", "f64")) else (text, None)
-        return ast.FloatLiteral(float(digits), suffix, self.span(children[0]))
+        _, text, line, column = children[0]
+        span = Span(self.path, line, column, line, column + len(text))
+        if text.endswith(("f32", "f64")):
+            return ast.FloatLiteral(float(text[:-3]), text[-3:], span)
+        return ast.FloatLiteral(float(text), None, span)
 
     def string_literal(self, children: list) -> ast.StringLiteral:
-        return ast.StringLiteral(unescape(str(children[0])[1:-1]), self.span(children[0]))
+        token = children[0]
+        return ast.StringLiteral(unescape(token, self.path), self.span(token))
 
     def bool_literal(self, children: list) -> ast.BoolLiteral:
-        return ast.BoolLiteral(children[0].type == "TRUE", self.span(children[0]))
+        token = children[0]
+        return ast.BoolLiteral(token[0] == "TRUE", self.span(token))
 
     def paren(self, children: list) -> ast.Expr:
-        return replace(children[1], span=self.span_of(children))
+        return replace(children[1], span=span_between(self.path, children[0], children[-1]))
 
     def tuple_literal(self, children: list) -> ast.TupleLiteral:
-        return ast.TupleLiteral(tuple(self.nodes(children)), self.span_of(children))
+        return ast.TupleLiteral(tuple(nodes(children)), span_between(self.path, children[0], children[-1]))
 
     def tensor_literal(self, children: list) -> ast.TensorLiteral:
-        return ast.TensorLiteral(tuple(self.nodes(children)), self.span_of(children))
+        return ast.TensorLiteral(tuple(nodes(children)), span_between(self.path, children[0], children[-1]))
+
+
+def signature(children: list) -> tuple[tuple[ast.Param, ...], ast.TypeExpr | None]:
+    """The parameters and result type of a `fn` declaration or lambda."""
+    params = tuple(c for c in children if type(c) is ast.Param)
+    result = None
+    for position, child in enumerate(children):
+        if type(child) is tuple and child[0] == "ARROW":
+            result = children[position + 1]
+    return params, result
 
 
 # Binding powers: (left, right) for infix operators; prefix operators bind their
@@ -266,58 +303,94 @@ PREFIX_POWER = {"not": 3, "-": 9}
 COMPARISONS = frozenset({"==", "!=", "<", "<=", ">", ">="})
 
 
-def apply_prefixes(prefixes: tuple[Token, ...], operand: ast.Expr, path: str) -> ast.Expr:
-    for prefix in reversed(prefixes):
-        operand = ast.Unary(str(prefix), operand, token_span(path, prefix).to(operand.span))
-    return operand
+def group_operators(sequence: list, path: str) -> ast.Expr:
+    """Group `prefix* operand (operator prefix* operand)*` (tokens and nodes) by binding power.
 
-
-def group_operators(items: list, operators: list[Token], path: str) -> ast.Expr:
-    """Precedence climbing over `operand (operator operand)*`; operands may carry prefixes."""
-    position = 0
-
-    def climb(min_power: int, prefixes: tuple[Token, ...] = ()) -> ast.Expr:
-        nonlocal position
-        if prefixes:
-            first, rest = prefixes[0], prefixes[1:]
-            operand = climb(PREFIX_POWER[str(first)], rest)
-            lhs = ast.Unary(str(first), operand, token_span(path, first).to(operand.span))
+    Shunting-yard rather than recursive precedence climbing, so that a long chain
+    (`- - - x`, `a ** b ** c ...`) cannot exhaust Python's stack."""
+    if len(sequence) == 3 and type(sequence[0]) is not tuple:  # `a + b`, the most common case
+        lhs, op, rhs = sequence
+        return ast.Binary(op[1], lhs, rhs, span_between(path, lhs, rhs))
+    operands: list[ast.Expr] = []
+    waiting: list[tuple[int, Token, bool]] = []  # operators: (right binding power, token, is prefix)
+    expect_operand = True
+    for position, child in enumerate(sequence):
+        if type(child) is not tuple:
+            operands.append(child)
+            expect_operand = False
+        elif expect_operand:
+            waiting.append((PREFIX_POWER[child[1]], child, True))
         else:
-            lhs = items[position][1]
-        compared = False
-        while position < len(operators):
-            op = str(operators[position])
-            left, right = INFIX_POWER[op]
-            if left < min_power:
-                break
-            if op in COMPARISONS:
-                if compared:
-                    raise DiagnosticError(
-                        error(
-                            "E0105",
-                            "comparisons cannot be chained",
-                            lhs.span.to(items[position + 1][1].span),
-                            f"`{operators[position - 1]}` followed by `{op}`",
-                            notes=("help: compare twice and join with `and`: `a < b and b < c`",),
-                        )
-                    )
-                compared = True
-            else:
-                compared = False
-            position += 1
-            rhs = climb(right, items[position][0])
-            lhs = ast.Binary(op, lhs, rhs, lhs.span.to(rhs.span))
-        return lhs
-
-    return climb(0, items[0][0])
+            left, right = INFIX_POWER[child[1]]
+            compared = None
+            while waiting and waiting[-1][0] > left:
+                _, token, prefix = waiting.pop()
+                apply_operator(token, prefix, operands, path)
+                compared = token[1] if not prefix and token[1] in COMPARISONS else compared
+            if compared and child[1] in COMPARISONS:
+                following = next(c for c in sequence[position + 1 :] if type(c) is not tuple)
+                raise DiagnosticError(chained_comparison(operands[-1], compared, child[1], following))
+            waiting.append((right, child, False))
+            expect_operand = True
+    while waiting:
+        _, token, prefix = waiting.pop()
+        apply_operator(token, prefix, operands, path)
+    return operands[0]
 
 
-def unescape(body: str) -> str:
+def apply_operator(token: Token, prefix: bool, operands: list[ast.Expr], path: str) -> None:
+    """Replace the operand(s) on top of `operands` by the operator applied to them."""
+    operand = operands.pop()
+    if prefix:
+        operands.append(ast.Unary(token[1], operand, span_between(path, token, operand)))
+    else:
+        lhs = operands.pop()
+        operands.append(ast.Binary(token[1], lhs, operand, span_between(path, lhs, operand)))
+
+
+def chained_comparison(lhs: ast.Expr, first: str, second: str, rhs: ast.Expr) -> Diagnostic:
+    return error(
+        "E0105",
+        "comparisons cannot be chained",
+        lhs.span.to(rhs.span),
+        f"`{first}` followed by `{second}`",
+        notes=("help: compare twice and join with `and`: `a < b and b < c`",),
+    )
+
+
+def unescape(token: Token, path: str) -> str:
+    """The value of a string literal token: quotes removed, escapes replaced."""
+    _, text, line, column = token
+    body = text[1:-1]
+    if "\\" not in body:
+        return body
     out = []
-    chars = iter(body)
-    for char in chars:
-        out.append(STRING_ESCAPES.get(next(chars, ""), "") if char == "\\" else char)
+    position = 0
+    while position < len(body):
+        char = body[position]
+        if char == "\\":
+            escape = body[position + 1]
+            if escape not in STRING_ESCAPES:
+                raise DiagnosticError(
+                    unknown_escape(escape, Span(path, line, column + 1 + position, line, column + 3 + position))
+                )
+            out.append(STRING_ESCAPES[escape])
+            position += 2
+        else:
+            out.append(char)
+            position += 1
     return "".join(out)
+
+
+def unknown_escape(escape: str, span: Span) -> Diagnostic:
+    supported = ", ".join(f"`\\{e}`" for e in STRING_ESCAPES)
+    return error(
+        "E0107",
+        f"unknown escape `\\{escape}` in string",
+        span,
+        "not a DL escape",
+        notes=(f"the escapes are {supported}; write `\\\\` for a backslash",),
+    )
 
 
 def check_assignable(target: ast.Expr, op: str) -> None:
@@ -342,42 +415,259 @@ def check_assignable(target: ast.Expr, op: str) -> None:
     )
 
 
-# ---------------------------------------------------------------------- the parser
+# ---------------------------------------------------------------------- the parse table
+
+Build = Callable[[list], object]
 
 
-class DLLexer(Lexer):
-    """Lark's lexer slot: the one-regex scanner (lang/lexer.py)."""
+class UnexpectedToken(Exception):
+    """Raised by `ParseTable.run`: the grammar allows no `token` where it is; `parse` reports it."""
 
-    path = "<input>"
-
-    def __init__(self, lexer_conf) -> None:
-        self.scanner = Scanner(list(lexer_conf.terminals), list(lexer_conf.ignore))
-
-    def lex(self, text: str) -> list[Token]:
-        return self.scanner.scan(text, DLLexer.path)
+    def __init__(self, token: Token) -> None:
+        super().__init__(token[0])
+        self.token = token
 
 
-class DLLayout:
-    """Lark's post-lexer slot: the layout pass (lang/layout.py)."""
+class ParseTable:
+    """Lark's LALR(1) table for grammar/dl.lark, in the form `run` reads fastest.
+
+    `states[s]` maps a terminal to an action (a state to shift to, or `~r` to
+    reduce by `reductions[r]`) and a nonterminal to the state to go to after
+    reducing to it. A reduction is `(size, nonterminal, build)`, where `build`
+    makes the value from the rule's children, or is None for a rule of one
+    child whose value is that child.
+    """
+
+    def __init__(self, lark: Lark, builder: Builder) -> None:
+        table = lark.parser.parser.parser.parse_table
+        rules = lark.rules
+        index = {rule: number for number, rule in enumerate(rules)}
+        self.states: list[dict[str, int]] = [{} for _ in table.states]
+        for state, actions in table.states.items():
+            for symbol, (action, argument) in actions.items():
+                # Lark's symbol names are `Token`s, which compare slowly as dict keys: use plain strings.
+                self.states[state][str(symbol)] = argument if action is Shift else ~index[argument]
+        self.start_states: dict[str, int] = dict(table.start_states)
+        self.end_states = frozenset(table.end_states.values())
+        self.terminals = sorted({symbol for actions in self.states for symbol in actions if symbol.isupper()})
+        pass_through = pass_through_rules(rules)
+        self.reductions = [reduction(rule, builder, pass_through) for rule in rules]
+        self.scanner = Scanner(list(lark.lexer_conf.terminals), list(lark.lexer_conf.ignore))
+
+    @classmethod
+    def load(cls, builder: Builder) -> ParseTable:
+        lark = Lark(
+            grammar_text(),
+            parser="lalr",
+            lexer=UnusedLexer,
+            postlex=LayoutTerminals(),
+            start=["start", "repl_input"],
+            maybe_placeholders=True,
+        )
+        return cls(lark, builder)
+
+    def run(self, tokens: list[Token], start: str) -> object:
+        """Parse `tokens` (ending with a `$END` token) from the rule `start`; returns its value."""
+        states, reductions, end_states = self.states, self.reductions, self.end_states
+        stack = [self.start_states[start]]
+        values: list = []
+        state = stack[0]
+        for token in tokens:
+            kind = token[0]
+            while True:
+                action = states[state].get(kind)
+                if action is None:
+                    raise UnexpectedToken(token)
+                if action >= 0:
+                    stack.append(action)
+                    values.append(token)
+                    state = action
+                    break
+                size, origin, build = reductions[~action]
+                if build is None:
+                    state = states[stack[-2]][origin]
+                    stack[-1] = state
+                    continue
+                if size:
+                    children = values[-size:]
+                    del values[-size:]
+                    del stack[-size:]
+                else:
+                    children = []
+                values.append(build(children))
+                state = states[stack[-1]][origin]
+                if state in end_states:  # `start` reduced, which only `$END` lets happen
+                    return values[-1]
+                stack.append(state)
+        raise AssertionError("the token list did not end with `$END`")
+
+    def accepts(self, stack: list[int], kind: str) -> bool:
+        """Whether a token of `kind` could come next, after the tokens that built `stack`."""
+        stack = list(stack)
+        while True:
+            action = self.states[stack[-1]].get(kind)
+            if action is None:
+                return False
+            if action >= 0:
+                return True
+            size, origin, _ = self.reductions[~action]
+            if size:
+                del stack[-size:]
+            state = self.states[stack[-1]][origin]
+            if state in self.end_states:
+                return True
+            stack.append(state)
+
+    def stack_after(self, tokens: list[Token], start: str) -> list[int]:
+        """The state stack after shifting all of `tokens` (which must parse), without building values."""
+        stack = [self.start_states[start]]
+        for token in tokens:
+            while True:
+                action = self.states[stack[-1]][token[0]]
+                if action >= 0:
+                    stack.append(action)
+                    break
+                size, origin, _ = self.reductions[~action]
+                del stack[len(stack) - size :]
+                stack.append(self.states[stack[-1]][origin])
+        return stack
+
+
+def grammar_text() -> str:
+    return resources.files("dl.grammar").joinpath("dl.lark").read_text()
+
+
+class UnusedLexer(Lexer):
+    """Lark insists on a lexer; DL's scanner (lang/lexer.py) runs outside Lark."""
+
+    def __init__(self, lexer_conf: object) -> None:
+        pass
+
+    def lex(self, *args: object) -> None:
+        raise NotImplementedError
+
+
+class LayoutTerminals(PostLex):
+    """Makes Lark keep the terminals that only the layout pass reads (NEWLINE, SEMICOLON)."""
 
     always_accept = LAYOUT_ONLY
 
-    def process(self, stream):
-        return layout(list(stream), DLLexer.path)
+    def process(self, stream: object) -> object:
+        return stream
 
 
-_GRAMMAR = resources.files("dl.grammar").joinpath("dl.lark").read_text()
+# ---------------------------------------------------------------------- tree shaping
+
+
+def pass_through_rules(rules: list[Rule]) -> frozenset[str]:
+    """Inlined `_rule`s whose every alternative is one child: their value is that child, not spliced."""
+    by_name: dict[str, list[Rule]] = {}
+    for rule in rules:
+        by_name.setdefault(str(rule.origin.name), []).append(rule)
+    return frozenset(
+        name
+        for name, alternatives in by_name.items()
+        if name.startswith("_")
+        and all(len(r.expansion) == 1 and not r.options.empty_indices for r in alternatives)
+        and not any(not r.expansion[0].is_term and r.expansion[0].name.startswith("_") for r in alternatives)
+    )
+
+
+def reduction(rule: Rule, builder: Builder, pass_through: frozenset[str]) -> tuple[int, str, Build | None]:
+    """How `ParseTable.run` reduces by `rule`: Lark's tree shaping, then the builder method."""
+    size, origin = len(rule.expansion), str(rule.origin.name)
+    plan = shaping_plan(rule, pass_through)
+    if origin in pass_through or (rule.options.expand1 and not rule.alias and plan == [(0, False)] and size == 1):
+        return size, origin, None
+    if origin.startswith("_"):  # inlined into its parent: the value is the list of shaped children
+        return size, origin, shaped(plan, size, None)
+    method = getattr(builder, rule.alias or origin, None)
+    if method is None:
+        raise AssertionError(f"internal error: no builder for grammar rule `{rule.alias or origin}`")
+    if rule.options.expand1 and not rule.alias:
+        method = single_child_or(method)
+    return size, origin, shaped(plan, size, method)
+
+
+def single_child_or(build: Build) -> Build:
+    """What a `?rule` does: one (shaped) child is passed through; more are built into a node."""
+
+    def build_unless_single(children: list) -> object:
+        return children[0] if len(children) == 1 else build(children)
+
+    return build_unless_single
+
+
+def shaping_plan(rule: Rule, pass_through: frozenset[str]) -> list[tuple[int, bool] | None]:
+    """The shaped children of `rule`: (position, splice it) for each kept child, None for an absent optional."""
+    plan: list[tuple[int, bool] | None] = []
+    positions = iter(range(len(rule.expansion)))
+    for absent in rule.options.empty_indices or [False] * len(rule.expansion):
+        if absent:
+            plan.append(None)
+            continue
+        position = next(positions)
+        symbol = rule.expansion[position]
+        if symbol.is_term and symbol.filter_out and not rule.options.keep_all_tokens:
+            continue
+        inlined = not symbol.is_term and symbol.name.startswith("_") and symbol.name not in pass_through
+        plan.append((position, inlined))
+    return plan
+
+
+def shaped(plan: list[tuple[int, bool] | None], size: int, make: Build | None) -> Build:
+    """`make` (a builder method) of the children shaped by `plan`, or the shaped list itself when `make` is None.
+
+    The common shapes get functions of their own: a rule's children unchanged, a list
+    rule extending itself (`items: items "," item`) and absent optionals filled with
+    None by one `itemgetter`."""
+    if plan == [(position, False) for position in range(size)]:
+        return make or list
+    if size > 1 and plan == [(0, True)] + [(position, False) for position in range(1, size)]:
+
+        def extend_first(children: list) -> object:
+            head = children[0]
+            head.extend(children[1:])
+            return head if make is None else make(head)
+
+        return extend_first
+    if len(plan) > 1 and not any(step and step[1] for step in plan):
+        pick = itemgetter(*(-1 if step is None else step[0] for step in plan))
+
+        def fill(children: list) -> object:
+            children.append(None)  # what -1 picks: an absent optional
+            return list(pick(children)) if make is None else make(pick(children))
+
+        return fill
+
+    def shape(children: list) -> object:
+        out: list = []
+        for step in plan:
+            if step is None:
+                out.append(None)
+            elif step[1]:
+                out.extend(children[step[0]])
+            else:
+                out.append(children[step[0]])
+        return out if make is None else make(out)
+
+    return shape
+
+
+# ---------------------------------------------------------------------- entry points
+
 _builder = Builder()
 _lock = threading.Lock()
-_parser = Lark(
-    _GRAMMAR,
-    parser="lalr",
-    lexer=DLLexer,
-    start=["start", "repl_input"],
-    postlex=DLLayout(),
-    transformer=_builder,
-    maybe_placeholders=True,
-)
+_table: ParseTable | None = None
+
+
+def parse_table() -> ParseTable:
+    """The parse table, built on first use (Lark's grammar analysis takes tens of milliseconds)."""
+    global _table
+    with _lock:
+        if _table is None:
+            _table = ParseTable.load(_builder)
+        return _table
 
 
 def parse(source: str, path: str = "<input>") -> ast.Module:
@@ -391,132 +681,134 @@ def parse_repl(source: str, path: str = "<repl>") -> ast.ReplInput:
 
 
 def _run(source: str, path: str, start: str) -> tuple:
+    table = parse_table()
+    tokens, unclosed = layout(table.scanner.scan(source, path))
     with _lock:
-        DLLexer.path = path
         _builder.path = path
-        _builder.prefixed_parts.clear()
         try:
-            return _parser.parse(source, start=start)
-        except VisitError as wrapped:
-            raise wrapped.orig_exc from None
-        except UnexpectedInput as problem:
-            raise DiagnosticError(syntax_diagnostic(problem, source, path)) from None
+            return table.run([*tokens, end_token(source)], start)
+        except UnexpectedToken as problem:
+            if unclosed is not None and problem.token[0] == "$END":
+                raise DiagnosticError(never_closed(unclosed, path)) from None
+            raise DiagnosticError(syntax_diagnostic(table, tokens, problem.token, start, path)) from None
+
+
+def end_token(source: str) -> Token:
+    lines = source.splitlines() or [""]
+    return ("$END", "", len(lines), len(lines[-1]) + 1)
 
 
 # ---------------------------------------------------------------------- syntax errors
 
-EXPRESSION_STARTS = frozenset({"NAME", "INT", "FLOAT", "STRING", "TRUE", "FALSE", "LPAR", "LSQB", "MINUS", "NOT", "FN"})
+CLOSING = {**OPENERS, "STRUCT_LBRACE": "RBRACE"}  # each opening bracket's closing one
+# What an operand can start with (an expression also with `fn`: a lambda).
+OPERAND_STARTS = frozenset({"NAME", "INT", "FLOAT", "STRING", "TRUE", "FALSE", "LPAR", "LSQB", "MINUS", "NOT"})
+TYPE_STARTS = frozenset({"NAME", "LPAR", "FN"})
 OPERATORS = frozenset({"PLUS", "MINUS", "STAR", "SLASH", "DSLASH", "PERCENT", "AT", "POW", "COMPARE", "AND", "OR"})
+# Tokens that would continue what was just written (`a` + `b`, `a`(...), `a`.b, `a` = ...,
+# `x`: f32): almost always possible after a name or a value, so they are named
+# only when nothing that ends it (a closing bracket, `,`, a new line, ...) could come.
+CONTINUATIONS = OPERATORS | {"LPAR", "LSQB", "DOT", "STRUCT_LBRACE", "ASSIGN", "AUGASSIGN", "COLON", "DOTDOT"}
+# How a token kind is named in a message, in the order messages list them.
 SHOWN = {
-    "LPAR": "(",
-    "RPAR": ")",
-    "LSQB": "[",
-    "RSQB": "]",
-    "LBRACE": "{",
-    "RBRACE": "}",
-    "STRUCT_LBRACE": "{",
-    "COMMA": ",",
-    "COLON": ":",
-    "DOT": ".",
-    "DOTDOT": "..",
-    "ARROW": "->",
-    "FATARROW": "=>",
-    "ASSIGN": "=",
-    "AUGASSIGN": "+=",
-    "COMPARE": "==",
-    "POW": "**",
-    "PLUS": "+",
-    "MINUS": "-",
-    "STAR": "*",
-    "SLASH": "/",
-    "DSLASH": "//",
-    "PERCENT": "%",
-    "AT": "@",
+    "SEP": "a new line",
+    "RPAR": "`)`",
+    "RSQB": "`]`",
+    "RBRACE": "`}`",
+    "COMMA": "`,`",
+    "LBRACE": "`{`",
+    "STRUCT_LBRACE": "`{`",
+    "COLON": "`:`",
+    "ASSIGN": "`=`",
+    "AUGASSIGN": "`+=`",
+    "ARROW": "`->`",
+    "FATARROW": "`=>`",
+    "DOTDOT": "`..`",
+    "DOT": "`.`",
+    "LPAR": "`(`",
+    "LSQB": "`[`",
+    "INT": "an integer",
+    "FLOAT": "a number",
+    "STRING": "a string",
 }
 
 
-def describe_expected(expected: set[str]) -> str:
+def describe_expected(expected: set[str], keywords: frozenset[str]) -> str:
+    """What could have come next (token kinds), in words: "an expression or `)`", "a new line or `}`"."""
     words = []
-    if expected & EXPRESSION_STARTS and "NAME" in expected and "INT" in expected:
+    if expected >= OPERAND_STARTS:
         words.append("an expression")
-        expected = expected - EXPRESSION_STARTS
+        expected = expected - OPERAND_STARTS - {"FN"}
+    elif expected >= TYPE_STARTS and "INT" not in expected:
+        words.append("a type")
+        expected = expected - TYPE_STARTS
     elif "NAME" in expected:
         words.append("a name")
         expected = expected - {"NAME"}
-    if len(expected & OPERATORS) > 2:
+    if expected & OPERATORS and expected - CONTINUATIONS - {"$END"}:
+        expected = expected - CONTINUATIONS  # after a complete value: say what could end it
+    words += [f"`{kind.lower()}`" for kind in sorted(expected) if kind in keywords]
+    words += [SHOWN[kind] for kind in SHOWN if kind in expected]
+    if expected & OPERATORS:
         words.append("an operator")
-        expected = expected - OPERATORS
-    if "SEP" in expected:
-        words.append("a new line")
-    for kind in sorted(expected):
-        if kind in SHOWN:
-            words.append(f"`{SHOWN[kind]}`")
-        elif kind not in {"SEP", "$END"} and kind.isupper() and kind.isalpha():
-            words.append(f"`{kind.lower()}`")
-    words = words[:6]
+    words = list(dict.fromkeys(words))[:6]
     if not words:
         return "something else"
     return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " or " + words[-1]
 
 
 def describe_found(token: Token) -> str:
-    if token.type == "$END":
+    kind, text = token[0], token[1]
+    if kind == "$END":
         return "the end of the file"
-    if token.type == "SEP":
-        return "`;`" if token.value == ";" else "the end of the line"
-    if token.type == "NAME":
-        return f"name `{token.value}`"
-    if token.type in {"INT", "FLOAT", "STRING"}:
-        return f"literal `{token.value}`"
-    return f"`{token.value}`"
+    if kind == "SEP":
+        return "`;`" if text == ";" else "the end of the line"
+    if kind == "NAME":
+        return f"name `{text}`"
+    if kind in {"INT", "FLOAT", "STRING"}:
+        return f"literal `{text}`"
+    return f"`{text}`"
 
 
-def syntax_diagnostic(problem: UnexpectedInput, source: str, path: str) -> Diagnostic:
-    token = problem.token if isinstance(problem, UnexpectedToken) else None
-    expected = set(getattr(problem, "expected", ()) or ())
-    if token is None or token.type == "$END" or token.line is None:
-        span = end_of_file_span(source, path)
-        found = "the end of the file"
-    else:
-        span = token_span(path, token)
-        if token.type == "SEP" and token.value != ";":
-            span = Span(path, token.line, token.column, token.line, token.column + 1)
-        found = describe_found(token)
-    previous = previous_token_text(source, span)
+def syntax_diagnostic(table: ParseTable, tokens: list[Token], token: Token, start: str, path: str) -> Diagnostic:
+    """E0102 for a token the grammar does not allow where it is.
+
+    What was expected is worked out afresh from the parser's state right after the
+    previous token: the state where the error showed may differ, as LALR tables
+    reduce on lookaheads merged from other contexts (`a new line` inside `( )`)."""
+    position = next((i for i, t in enumerate(tokens) if t is token), len(tokens))
+    if token[0] == "SEP" and not token[1] and position + 1 < len(tokens):
+        token = tokens[position + 1]  # a separator the layout pass supplied after `}`: show what follows
+    stack = table.stack_after(tokens[:position], start)
+    expected = {kind for kind in table.terminals if table.accepts(stack, kind)}
+    found = describe_found(token)
+    previous = next((t[1] for t in reversed(tokens[:position]) if t[0] != "SEP" or t[1] == ";"), None)
     after = f" after `{previous}`" if previous else ""
-    message = f"expected {describe_expected(expected)}{after}, found {found}"
-    return error("E0102", message, span, f"unexpected {found.removeprefix('the ')}")
+    keywords = frozenset(table.scanner.keywords.values())
+    message = f"expected {describe_expected(expected, keywords)}{after}, found {found}"
+    _, text, line, column = token
+    span = Span(path, line, column, line, column + max(1, len(text)))
+    return error(
+        "E0102",
+        message,
+        span,
+        f"unexpected {found.removeprefix('the ')}",
+        secondary=unclosed_label(tokens[:position], token, expected, path),
+    )
 
 
-def end_of_file_span(source: str, path: str) -> Span:
-    lines = source.splitlines() or [""]
-    line = len(lines)
-    column = len(lines[-1]) + 1
-    return Span(path, line, column, line, column + 1)
-
-
-def previous_token_text(source: str, span: Span) -> str:
-    """The last non-blank, non-comment word before `span`, for "after `=`" in messages."""
-    lines = source.splitlines()
-    row, column = span.line - 1, span.column - 1
-    while row >= 0:
-        text = lines[row][:column] if row < len(lines) else ""
-        text = text.split("#", 1)[0].rstrip() if '"' not in text else text.rstrip()
-        if text:
-            return last_word(text)
-        row -= 1
-        column = None
-    return ""
-
-
-def last_word(text: str) -> str:
-    end = len(text)
-    if text[-1].isalnum() or text[-1] == "_":
-        start = end
-        while start > 0 and (text[start - 1].isalnum() or text[start - 1] in "_."):
-            start -= 1
-        return text[start:end]
-    for operator in ("**", "//", "->", "=>", "==", "!=", "<=", ">=", "+=", "-=", "*=", "/=", ".."):
-        if text.endswith(operator):
-            return operator
-    return text[-1]
+def unclosed_label(before: list[Token], found: Token, expected: set[str], path: str) -> tuple[Label, ...]:
+    """Point at the bracket left open when a wrong bracket comes where its closer could."""
+    if found[0] not in {"RPAR", "RSQB", "RBRACE", "LBRACE", "STRUCT_LBRACE"}:
+        return ()
+    open_brackets: list[Token] = []
+    for token in before:
+        if token[0] in CLOSING:
+            open_brackets.append(token)
+        elif token[0] in CLOSERS:  # pop to the bracket it closes, as the layout pass does
+            while open_brackets and CLOSING[open_brackets.pop()[0]] != token[0]:
+                pass
+    if not open_brackets or CLOSING[open_brackets[-1][0]] not in expected:
+        return ()
+    opener = open_brackets[-1]
+    return (Label(token_span(path, opener), f"this `{opener[1]}` is not closed"),)

@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import keyword as python_keywords
+from functools import cache
 from pathlib import Path
 
 import pytest
 from conftest import ROOT
 from dl.lang import ast
 from dl.lang.diagnostics import DiagnosticError
-from dl.lang.parse import parse, parse_repl
+from dl.lang.parse import LayoutTerminals, grammar_text, parse, parse_repl, parse_table
 from dl.lang.printer import print_expr, print_module
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from lark import Lark
 
 KEYWORDS = {
     "fn",
@@ -270,18 +272,97 @@ def test_spans_point_at_the_source() -> None:
 
 
 @pytest.mark.parametrize(
-    ("source", "message"),
+    ("source", "code", "message", "line", "column"),
     [
-        ("fn main() { let x = }", "expected an expression after `=`, found `}`"),
-        ("fn main() { let x = 1 ", "this `{` is never closed"),
-        ("fn main() { f(1, 2 }", "expected `,` or `)` after `2`, found `}`"),
-        ("fn main() { a < b < c }", "comparisons cannot be chained"),
-        ("fn main() { 3 = x }", "cannot assign to this expression with `=`"),
-        ('fn main() { print("abc) }', "unterminated string literal"),
-        ("fn main() { x = 1 $ 2 }", "unexpected character `$`"),
+        ("fn main() { let x = }", "E0102", "expected an expression after `=`, found `}`", 1, 21),
+        ("fn main() { let x = 1 ", "E0103", "this `{` is never closed", 1, 11),
+        ("fn main() { f(1, 2 }", "E0102", "expected `)` or `,` after `2`, found `}`", 1, 20),
+        ("fn main() { a < b < c }", "E0105", "comparisons cannot be chained", 1, 13),
+        ("fn main() { 3 = x }", "E0104", "cannot assign to this expression with `=`", 1, 13),
+        ('fn main() { print("abc) }', "E0106", "unterminated string literal", 1, 19),
+        ("fn main() { x = 1 $ 2 }", "E0101", "unexpected character `$`", 1, 19),
+        # Inside brackets newlines vanish, so what could come next is `,` or the closer, never a new line.
+        ("fn main() { let x = (1 +) }", "E0102", "expected an expression after `+`, found `)`", 1, 25),
+        ("fn main() { foo(a b) }", "E0102", "expected `)` or `,` after `a`, found name `b`", 1, 19),
+        ("fn main() {\n    foo(a,\n        b c)\n}", "E0102", "expected `)` or `,` after `b`, found name `c`", 3, 11),
+        ("fn main() { x[1 2] }", "E0102", "expected `]` or `,` after `1`, found literal `2`", 1, 17),
+        ("fn main() { x[1:2 3] }", "E0102", "expected `]` or `,` after `2`, found literal `3`", 1, 19),
+        ("fn main() { let t = (a, b c) }", "E0102", "expected `)` or `,` after `b`, found name `c`", 1, 27),
+        ("fn main() { let x = [1,\n 2\n 3] }", "E0102", "expected `]` or `,` after `2`, found literal `3`", 3, 2),
+        ("fn main() { let x = [1, 2\n}", "E0102", "expected `]` or `,` after `2`, found `}`", 2, 1),
+        ("fn main() { f(1,, 2) }", "E0102", "expected an expression or `)` after `,`, found `,`", 1, 17),
+        ("fn main() { f(x=) }", "E0102", "expected an expression after `=`, found `)`", 1, 17),
+        ("fn main() { if (x > 1 { } }", "E0102", "expected `)` or `,` after `1`, found `{`", 1, 23),
+        ("fn main() { f(fn() { } y) }", "E0102", "expected `)` or `,` after `}`, found name `y`", 1, 24),
+        ("fn f(x: f32[3 4]) {}", "E0102", "expected `]` or `,` after `3`, found literal `4`", 1, 15),
+        ("fn main() { let x = [1, 2", "E0103", "this `[` is never closed", 1, 21),
+        # Outside brackets.
+        ("fn main() { x y }", "E0102", "expected a new line or `}` after `x`, found name `y`", 1, 15),
+        ("fn main() { let x: = 1 }", "E0102", "expected a type after `:`, found `=`", 1, 20),
+        ("fn main() { for i 0..3 {} }", "E0102", "expected `in` after `i`, found literal `0`", 1, 19),
+        ("struct S { a f32 }", "E0102", "expected `:` after `a`, found name `f32`", 1, 14),
+        (
+            "fn main() { if x { } else print(0) }",
+            "E0102",
+            "expected `if` or `{` after `else`, found name `print`",
+            1,
+            27,
+        ),
+        (
+            "const N = 4\nlet x = 1",
+            "E0102",
+            "expected `const`, `fn`, `import` or `struct` after `4`, found `let`",
+            2,
+            1,
+        ),
+        ("import", "E0102", "expected a name after `import`, found the end of the file", 1, 7),
+        # An earlier syntax error is reported before a bracket left open at the end.
+        ("fn main() { let x = = 1", "E0102", "expected an expression after `=`, found `=`", 1, 21),
     ],
 )
-def test_syntax_errors_say_what_was_expected(source: str, message: str) -> None:
+def test_syntax_errors_say_what_was_expected(source: str, code: str, message: str, line: int, column: int) -> None:
     with pytest.raises(DiagnosticError) as failure:
         parse(source)
-    assert failure.value.diagnostics[0].message == message
+    diagnostic = failure.value.diagnostics[0]
+    assert (diagnostic.code, diagnostic.message) == (code, message)
+    assert (diagnostic.span.line, diagnostic.span.column) == (line, column)
+
+
+def test_a_wrong_closing_bracket_points_at_the_open_one() -> None:
+    with pytest.raises(DiagnosticError) as failure:
+        parse("fn main() {\n    let x = [1, 2\n}\n")
+    (label,) = failure.value.diagnostics[0].secondary
+    assert label.text == "this `[` is not closed"
+    assert (label.span.line, label.span.column, label.span.end_column) == (2, 13, 14)
+
+
+def test_string_escapes() -> None:
+    (stmt,) = parse_repl(r'print("a\tb\nc\\d\"e\0")').items
+    assert stmt.expr.args[0].value == 'a\tb\nc\\d"e\0'
+
+
+@pytest.mark.parametrize(("source", "escape", "column"), [(r'print("a\q")', "q", 9), (r'print("\n\x41")', "x", 10)])
+def test_unknown_escapes_are_reported_at_the_escape(source: str, escape: str, column: int) -> None:
+    with pytest.raises(DiagnosticError) as failure:
+        parse_repl(source, "t.dl")
+    diagnostic = failure.value.diagnostics[0]
+    assert (diagnostic.code, diagnostic.message) == ("E0107", f"unknown escape `\\{escape}` in string")
+    assert (diagnostic.span.line, diagnostic.span.column, diagnostic.span.end_column) == (1, column, column + 2)
+    assert "`\\n`" in diagnostic.notes[0]
+
+
+SCANNED = [*TOKENS, "**=", "->", "!=", ">=", "//", "%", "1e5", "3i32", "2.0f64", "ab_1", "  ", "#"]
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(st.sampled_from(SCANNED), max_size=30), st.sampled_from([" ", ""]))
+def test_the_scanner_agrees_with_larks_lexer(tokens: list[str], separator: str) -> None:
+    """Lark's own lexer, built from the same grammar, as the reference (words may run together)."""
+    text = separator.join(tokens)
+    ours = [(kind, value) for kind, value, _, _ in parse_table().scanner.scan(text, "<input>")]
+    assert ours == [(token.type, token.value) for token in larks_lexer().lex(text)]
+
+
+@cache
+def larks_lexer() -> Lark:
+    return Lark(grammar_text(), parser="lalr", lexer="basic", postlex=LayoutTerminals(), start=["start", "repl_input"])
