@@ -1,9 +1,18 @@
-"""numpy implementations of DL's primitives, one per member of `Prim`.
+"""numpy implementations of DL's primitives, one per member of `Prim`, and DL's dtype promotion.
 
-Each function takes its arguments positionally in the order `Signature`
-documents (lang/primitives.py). A mistake that can only be seen at run time
-raises `PrimitiveError` with a message in DL's terms; the interpreter adds the
-span and the DL call stack.
+Each implementation takes its arguments positionally in the order `Signature`
+documents (lang/primitives.py). The dispatcher (interp/compile.py) checks once
+per call, before the implementation runs, that every parameter named in
+`TENSOR_PARAMETERS` holds a number or a tensor (`tensor_argument_problem`); the
+implementations check the other parameters (axes, dimensions, dtypes, seeds)
+as they read them. A mistake that can only be seen at run time raises
+`PrimitiveError` with a message in DL's terms; the dispatcher adds the
+primitive's name, the span and the DL call stack, and turns any other numpy
+failure into the same kind of diagnostic.
+
+The implementations are on the interpreter's hot path: each first tries the
+common case (an array of the expected dtype) with one direct numpy call, and
+only then falls back to the general, checking path.
 """
 
 from __future__ import annotations
@@ -12,7 +21,18 @@ from typing import Any
 
 import numpy as np
 from dl.interp.values import DTYPES, describe, format_value
-from dl.lang.primitives import Prim
+from dl.lang.primitives import SIGNATURES, Prim, Signature
+
+ndarray = np.ndarray
+F32 = np.dtype(np.float32)
+F64 = np.dtype(np.float64)
+I32 = np.dtype(np.int32)
+I64 = np.dtype(np.int64)
+BOOL = np.dtype(np.bool_)
+# The classes of DL's scalar values (i64 and bool are Python `int` and `bool`; a Python
+# `float` is an unsuffixed literal on its way into an operation).
+NUMBERS = frozenset({int, float, bool, np.float32, np.float64, np.int32, np.int64, np.bool_})
+I64_LIMIT = 2.0**63  # floats in [-2**63, 2**63) convert to i64
 
 
 class PrimitiveError(Exception):
@@ -23,62 +43,158 @@ class AssertionFailure(PrimitiveError):
     pass
 
 
-def dtype_of(value: Any) -> np.dtype:
-    if isinstance(value, np.dtype):
-        return value
-    if isinstance(value, str):
-        return DTYPES[value]
-    raise PrimitiveError(f"`dtype=` takes a type name such as `f64`, found {describe(value)}")
+# ---------------------------------------------------------------------- values
+
+
+def is_number_or_tensor(value: Any) -> bool:
+    return value.__class__ is ndarray or value.__class__ in NUMBERS
+
+
+def is_integer(value: Any) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+
+
+def kind_of(value: Any) -> str:
+    """numpy's dtype kind of a number or tensor ("f", "i", "b"); "" for anything else."""
+    dtype = getattr(value, "dtype", None)
+    if dtype is not None:
+        return dtype.kind
+    if value is True or value is False:
+        return "b"
+    if value.__class__ is int:
+        return "i"
+    if value.__class__ is float:
+        return "f"
+    return ""
 
 
 def as_array(value: Any) -> np.ndarray:
     """A tensor view of a scalar or tensor; Python floats are f32 in DL."""
-    if isinstance(value, np.ndarray):
+    if value.__class__ is ndarray:
         return value
-    if isinstance(value, float) and not isinstance(value, np.floating):
+    if value.__class__ is float:
         return np.asarray(value, dtype=np.float32)
     return np.asarray(value)
 
 
 def scalar(value: Any) -> Any:
     """Turn a 0-d result into DL's scalar representation (i64 and bool as Python values)."""
-    if isinstance(value, np.ndarray):
+    if value.__class__ is ndarray:
         if value.ndim:
             return value
         value = value[()]
-    if isinstance(value, np.int64):
+    if value.__class__ is np.int64:
         return int(value)
-    if isinstance(value, np.bool_):
+    if value.__class__ is np.bool_:
         return bool(value)
     return value
+
+
+def dtype_of(value: Any) -> np.dtype:
+    if isinstance(value, np.dtype) and value in (F32, F64, I32, I64, BOOL):
+        return value
+    if isinstance(value, str) and value in DTYPES:
+        return DTYPES[value]
+    shown = f'"{value}"' if isinstance(value, str) else describe(value)
+    raise PrimitiveError(f"`dtype=` takes a type name such as `f64`, found {shown}")
 
 
 def axis_of(x: np.ndarray, axis: Any) -> int | None:
     if axis is None:
         return None
-    if not isinstance(axis, (int, np.integer)) or isinstance(axis, bool):
+    if not is_integer(axis):
         raise PrimitiveError(f"`axis=` takes an integer, found {describe(axis)}")
-    rank = np.ndim(x)
+    rank = x.ndim
     if not -rank <= axis < max(rank, 1):
         raise PrimitiveError(f"axis {axis} is out of range for a tensor of rank {rank}")
     return int(axis)
 
 
+def flag_of(value: Any, name: str) -> bool:
+    if value is True or value is False or value.__class__ is np.bool_:
+        return bool(value)
+    raise PrimitiveError(f"`{name}=` takes `true` or `false`, found {describe(value)}")
+
+
 def dims_of(dims: tuple) -> tuple[int, ...]:
     for dim in dims:
-        if not isinstance(dim, (int, np.integer)) or isinstance(dim, bool) or dim < 0:
-            raise PrimitiveError(f"a dimension must be a non-negative integer, found {format_value(dim)}")
+        if not is_integer(dim) or dim < 0:
+            raise PrimitiveError(f"a dimension must be a non-negative integer, found {shown_value(dim)}")
     return tuple(int(d) for d in dims)
 
 
+def shown_value(value: Any) -> str:
+    """A value as a message shows it: numbers by value, anything else by its type."""
+    if is_number_or_tensor(value) and np.ndim(value) == 0:
+        return format_value(value)
+    return describe(value)
+
+
+def no_bools(name: str, *operands: Any) -> None:
+    if any(kind_of(operand) == "b" for operand in operands):
+        shown = ", ".join(describe(operand) for operand in operands)
+        raise PrimitiveError(
+            f"`{name}` needs numbers, found {shown}; a bool is not a number (convert it with `float(b)`)"
+        )
+
+
+# ---------------------------------------------------------------------- promotion
+
+
+def promote(a: Any, b: Any, weak_a: bool = False, weak_b: bool = False) -> tuple[Any, Any]:
+    """Two numeric operands made ready for one numpy call under DL's promotion rules.
+
+    `weak_a`/`weak_b` mark an unsuffixed literal written as the operand: an integer
+    literal adapts to the other side's dtype (numpy's rule for Python ints), a float
+    literal adapts to a float and is `f32` next to an integer. Any other value is
+    strong: an `i64` held as a Python `int` stays `i64` next to an `i32`, and an
+    integer meeting a float takes the float's dtype (numpy would widen to `f64`).
+    """
+    dtype_a = getattr(a, "dtype", None)
+    dtype_b = getattr(b, "dtype", None)
+    if a.__class__ is float and (not weak_a or dtype_b is None or dtype_b.kind != "f"):
+        a = np.float32(a)
+        dtype_a = F32
+    if b.__class__ is float and (not weak_b or dtype_a is None or dtype_a.kind != "f"):
+        b = np.float32(b)
+        dtype_b = F32
+    if a.__class__ is int and not weak_a and dtype_b == I32:
+        return np.int64(a), b
+    if b.__class__ is int and not weak_b and dtype_a == I32:
+        return a, np.int64(b)
+    if dtype_a is None or dtype_b is None or dtype_a == dtype_b:
+        return a, b
+    if dtype_a.kind == "f" and dtype_b.kind in "iub":
+        return a, cast(b, dtype_a)
+    if dtype_b.kind == "f" and dtype_a.kind in "iub":
+        return cast(a, dtype_b), b
+    return a, b
+
+
+def cast(value: Any, dtype: np.dtype) -> Any:
+    return value.astype(dtype) if value.__class__ is ndarray else dtype.type(value)
+
+
+def broadcast_problem(name: str, *operands: Any) -> PrimitiveError:
+    shown = ", ".join(describe(operand) for operand in operands)
+    return PrimitiveError(f"`{name}`: shapes do not broadcast: {shown}")
+
+
+# ---------------------------------------------------------------------- elementwise
+
+
 def floating(x: Any, name: str) -> Any:
-    if isinstance(x, (bool, int, np.integer, np.bool_)) or (isinstance(x, np.ndarray) and x.dtype.kind in "iub"):
+    if kind_of(x) != "f":
         raise PrimitiveError(f"`{name}` needs a float tensor, found {describe(x)}; convert with `float(x)`")
     return x
 
 
 def unary(function, name: str):
     def apply(x: Any) -> Any:
+        if x.__class__ is ndarray:
+            dtype = x.dtype
+            if dtype is F32 or dtype is F64:
+                return function(x)
         return function(floating(x, name))
 
     return apply
@@ -87,109 +203,212 @@ def unary(function, name: str):
 def sigmoid(x: Any) -> Any:
     x = floating(x, "sigmoid")
     # Stable for large |x| in both directions.
-    return np.exp(-np.logaddexp(0, -x)).astype(as_array(x).dtype) if np.ndim(x) else _scalar_sigmoid(x)
-
-
-def _scalar_sigmoid(x: Any) -> Any:
+    if x.__class__ is ndarray:
+        return np.exp(-np.logaddexp(0, -x)).astype(x.dtype)
     kind = type(x) if isinstance(x, np.floating) else np.float32
     return kind(np.exp(-np.logaddexp(0, -x)))
 
 
+ZEROS = {dtype: np.zeros((), dtype) for dtype in (F32, F64, I32, I64)}
+
+
 def relu(x: Any) -> Any:
-    return np.maximum(x, 0)
+    if x.__class__ is ndarray:
+        zero = ZEROS.get(x.dtype)
+        if zero is not None:
+            return np.maximum(x, zero)
+    no_bools("relu", x)
+    return scalar(np.maximum(x, 0))
 
 
-def reduce(function, name: str):
+def absolute(x: Any) -> Any:
+    if x.__class__ is ndarray and x.dtype is not BOOL:
+        return np.absolute(x)
+    no_bools("abs", x)
+    return scalar(np.absolute(x))
+
+
+def combining(function, name: str):
+    """`maximum`/`minimum`: operands promote as they do for an operator; literals adapt (see `promote`)."""
+
+    def make(weak_a: bool = False, weak_b: bool = False):
+        def apply(a: Any, b: Any) -> Any:
+            if a.__class__ is ndarray and b.__class__ is ndarray and a.dtype is b.dtype and a.dtype is not BOOL:
+                try:
+                    return function(a, b)
+                except ValueError:
+                    raise broadcast_problem(name, a, b) from None
+            no_bools(name, a, b)
+            a, b = promote(a, b, weak_a, weak_b)
+            try:
+                return scalar(function(a, b))
+            except ValueError:
+                raise broadcast_problem(name, a, b) from None
+
+        return apply
+
+    return make
+
+
+def make_where(weak_a: bool = False, weak_b: bool = False):
+    def where(condition: Any, a: Any, b: Any) -> Any:
+        if kind_of(condition) != "b":
+            raise PrimitiveError(f"`where` needs a bool condition, found {describe(condition)}")
+        if (kind_of(a) == "b") != (kind_of(b) == "b"):
+            raise PrimitiveError(
+                f"`where` cannot choose between {describe(a)} and {describe(b)}; a bool is not a number"
+            )
+        a, b = promote(a, b, weak_a, weak_b)
+        try:
+            return scalar(np.where(condition, a, b))
+        except ValueError:
+            raise broadcast_problem("where", condition, a, b) from None
+
+    return where
+
+
+# ---------------------------------------------------------------------- reductions
+
+
+def reduction(function, name: str, whole=None, nonempty: bool = False):
+    """`whole(x, None)`: a faster equivalent of `function(x)` over all elements of an array (a ufunc's reduce)."""
+
     def apply(x: Any, axis: Any, keepdims: Any) -> Any:
-        x = as_array(x)
-        return scalar(function(x, axis=axis_of(x, axis), keepdims=bool(keepdims)))
-
-    return apply
-
-
-def reduce_nonempty(function, name: str):
-    def apply(x: Any, axis: Any, keepdims: Any) -> Any:
+        if whole is not None and axis is None and keepdims is False and x.__class__ is ndarray and x.size:
+            result = whole(x, None)
+            return int(result) if result.__class__ is np.int64 else scalar(result)
         x = as_array(x)
         position = axis_of(x, axis)
-        if x.size == 0:
+        keep = flag_of(keepdims, "keepdims")
+        if nonempty and x.size == 0:
             raise PrimitiveError(f"`{name}` of an empty tensor {describe(x)}")
-        return scalar(function(x, axis=position, keepdims=bool(keepdims)))
+        return scalar(function(x, axis=position, keepdims=keep))
 
     return apply
+
+
+def mean(x: np.ndarray, axis: int | None, keepdims: bool) -> Any:
+    if x.dtype.kind == "f":
+        return np.mean(x, axis=axis, keepdims=keepdims)
+    # The mean of integers is a fraction: f32, DL's default float.
+    return np.mean(x, axis=axis, keepdims=keepdims, dtype=np.float64).astype(np.float32)
 
 
 def logsumexp(x: Any, axis: Any, keepdims: Any) -> Any:
     x = as_array(floating(x, "logsumexp"))
     position = axis_of(x, axis)
-    peak = np.max(x, axis=position, keepdims=True)
+    keep = flag_of(keepdims, "keepdims")
+    # `initial` makes the peak of a zero-length axis -inf, so the result is -inf as in torch.
+    peak = np.max(x, axis=position, keepdims=True, initial=-np.inf)
     peak = np.where(np.isfinite(peak), peak, 0).astype(x.dtype)
     total = np.log(np.sum(np.exp(x - peak), axis=position, keepdims=True)) + peak
-    return scalar(total if keepdims else np.squeeze(total, axis=position))
+    return scalar(total if keep else np.squeeze(total, axis=position))
 
 
 def softmax(x: Any, axis: Any) -> Any:
     x = as_array(floating(x, "softmax"))
     position = axis_of(x, axis)
-    shifted = np.exp(x - np.max(x, axis=position, keepdims=True))
+    shifted = np.exp(x - np.max(x, axis=position, keepdims=True, initial=-np.inf))
     return scalar(shifted / np.sum(shifted, axis=position, keepdims=True))
 
 
 def log_softmax(x: Any, axis: Any) -> Any:
     x = as_array(floating(x, "log_softmax"))
     position = axis_of(x, axis)
-    shifted = x - np.max(x, axis=position, keepdims=True)
+    shifted = x - np.max(x, axis=position, keepdims=True, initial=-np.inf)
     return scalar(shifted - np.log(np.sum(np.exp(shifted), axis=position, keepdims=True)))
 
 
-def matmul(a: Any, b: Any) -> Any:
-    a, b = as_array(a), as_array(b)
-    if a.ndim == 0 or b.ndim == 0:
-        raise PrimitiveError(f"`@` needs tensors of rank 1 or more, found {describe(a)} @ {describe(b)}")
-    inner_a = a.shape[-1]
-    inner_b = b.shape[-2] if b.ndim > 1 else b.shape[0]
+# ---------------------------------------------------------------------- structure
+
+
+def make_matmul(weak_a: bool = False, weak_b: bool = False):
+    def matmul(a: Any, b: Any) -> Any:
+        if a.__class__ is ndarray and b.__class__ is ndarray and a.dtype is b.dtype and a.dtype is not BOOL:
+            try:
+                result = np.matmul(a, b)
+            except ValueError:
+                raise PrimitiveError(matmul_problem(a, b) or f"matmul of {describe(a)} @ {describe(b)}") from None
+            return result if result.__class__ is ndarray else scalar(result)
+        no_bools("matmul", a, b)
+        problem = matmul_problem(a, b)
+        if problem is not None:
+            raise PrimitiveError(problem)
+        a, b = promote(a, b, weak_a, weak_b)
+        return scalar(np.matmul(a, b))
+
+    return matmul
+
+
+def matmul_problem(a: Any, b: Any) -> str | None:
+    """Why `a @ b` has no value, or None when the shapes fit."""
+    shape_a, shape_b = np.shape(a), np.shape(b)
+    shown = f"{describe(a)} @ {describe(b)}"
+    if not shape_a or not shape_b:
+        return f"matmul needs tensors of rank 1 or more, found {shown}; multiply by a scalar with `*`"
+    inner_a = shape_a[-1]
+    inner_b = shape_b[-2] if len(shape_b) > 1 else shape_b[0]
     if inner_a != inner_b:
-        raise PrimitiveError(f"matmul inner dimensions differ: {inner_a} vs {inner_b} ({describe(a)} @ {describe(b)})")
-    return scalar(np.matmul(a, b))
+        return f"matmul inner dimensions differ: {inner_a} vs {inner_b} ({shown})"
+    try:
+        np.broadcast_shapes(shape_a[:-2], shape_b[:-2])
+    except ValueError:
+        return f"matmul batch dimensions do not broadcast: {shown}"
+    return None
+
+
+def integers_of(values: tuple, what: str) -> tuple[int, ...]:
+    for value in values:
+        if not is_integer(value):
+            raise PrimitiveError(f"{what} are integers, found {describe(value)}")
+    return tuple(int(v) for v in values)
 
 
 def transpose(x: Any, axes: tuple) -> Any:
     x = as_array(x)
-    if axes and sorted(int(a) for a in axes) != list(range(x.ndim)):
-        raise PrimitiveError(
-            f"transpose axes {tuple(int(a) for a in axes)} are not a permutation of the {x.ndim} axes of {describe(x)}"
-        )
-    return np.transpose(x, axes or None)
+    axes = integers_of(axes, "transpose axes")
+    if axes and sorted(axes) != list(range(x.ndim)):
+        raise PrimitiveError(f"transpose axes {axes} are not a permutation of the {x.ndim} axes of {describe(x)}")
+    return scalar(np.transpose(x, axes or None))
 
 
 def reshape(x: Any, dims: tuple) -> Any:
     x = as_array(x)
     for dim in dims:
-        if not isinstance(dim, (int, np.integer)) or isinstance(dim, bool) or dim < -1:
-            raise PrimitiveError(f"reshape dimensions are integers (one may be -1), found {format_value(dim)}")
+        if not is_integer(dim) or dim < -1:
+            raise PrimitiveError(f"reshape dimensions are integers (one may be -1), found {shown_value(dim)}")
     if sum(1 for d in dims if d == -1) > 1:
         raise PrimitiveError("reshape allows only one -1 dimension")
     known = int(np.prod([d for d in dims if d != -1]))
     if (-1 in dims and (known == 0 or x.size % known)) or (-1 not in dims and known != x.size):
         shown = ", ".join(str(int(d)) for d in dims)
-        raise PrimitiveError(f"cannot reshape {describe(x)} ({x.size} elements) to [{shown}]")
+        raise PrimitiveError(f"reshape cannot turn {describe(x)} ({x.size} elements) into [{shown}]")
     return scalar(np.reshape(x, tuple(int(d) for d in dims)))
 
 
 def tensors_of(value: Any, name: str) -> list[np.ndarray]:
-    if not isinstance(value, tuple) or not value:
-        raise PrimitiveError(f"`{name}` takes a non-empty tuple of tensors, such as `{name}((a, b), axis=0)`")
+    if value.__class__ is not tuple or not value:
+        raise PrimitiveError(
+            f"`{name}` takes a non-empty tuple of tensors, such as `{name}((a, b), axis=0)`, found {describe(value)}"
+        )
+    if not all(is_number_or_tensor(v) for v in value):
+        raise PrimitiveError(f"`{name}` takes a tuple of tensors, found {describe(value)}")
     arrays = [as_array(v) for v in value]
-    dtypes = {a.dtype for a in arrays}
-    if len(dtypes) > 1:
+    if len({a.dtype for a in arrays}) > 1:
         raise PrimitiveError(f"`{name}` needs tensors of one dtype, found {describe(value)}")
     return arrays
 
 
 def concat(tensors: Any, axis: Any) -> Any:
     arrays = tensors_of(tensors, "concat")
+    if any(a.ndim == 0 for a in arrays):
+        raise PrimitiveError(
+            f"concat needs tensors of rank 1 or more, found {describe(tensors)}; use `stack` to join scalars"
+        )
     position = axis_of(arrays[0], axis)
-    shapes = {a.shape[:position] + a.shape[position + 1 :] if position != -1 else a.shape[:-1] for a in arrays}
-    if len({a.ndim for a in arrays}) > 1 or len(shapes) > 1:
+    ranks = {a.ndim for a in arrays}
+    shapes = {a.shape[:position] + a.shape[position:][1:] for a in arrays}
+    if len(ranks) > 1 or len(shapes) > 1:
         raise PrimitiveError(f"concat needs equal shapes except along axis {position}, found {describe(tensors)}")
     return np.concatenate(arrays, axis=position)
 
@@ -198,8 +417,10 @@ def stack(tensors: Any, axis: Any) -> Any:
     arrays = tensors_of(tensors, "stack")
     if len({a.shape for a in arrays}) > 1:
         raise PrimitiveError(f"stack needs tensors of one shape, found {describe(tensors)}")
+    if not is_integer(axis):
+        raise PrimitiveError(f"`axis=` takes an integer, found {describe(axis)}")
     rank = arrays[0].ndim + 1
-    if not -rank <= int(axis) < rank:
+    if not -rank <= axis < rank:
         raise PrimitiveError(f"axis {axis} is out of range for the stacked rank {rank}")
     return np.stack(arrays, axis=int(axis))
 
@@ -208,7 +429,7 @@ def broadcast_to(x: Any, dims: tuple) -> Any:
     x = as_array(x)
     shape = dims_of(dims)
     try:
-        return np.broadcast_to(x, shape)
+        return scalar(np.broadcast_to(x, shape))
     except ValueError:
         raise PrimitiveError(f"cannot broadcast {describe(x)} to [{', '.join(map(str, shape))}]") from None
 
@@ -221,6 +442,8 @@ def integer_indices(indices: Any, name: str) -> np.ndarray:
 
 
 def gather(x: Any, indices: Any, axis: Any) -> Any:
+    if np.ndim(x) == 0:
+        raise PrimitiveError(f"`gather` needs a tensor of rank 1 or more, found {describe(x)}")
     x = as_array(x)
     indices = integer_indices(indices, "gather")
     position = axis_of(x, axis)
@@ -242,6 +465,9 @@ def one_hot(labels: Any, classes: Any) -> Any:
     return (labels[..., None] == np.arange(count)).astype(np.float32)
 
 
+# ---------------------------------------------------------------------- creation
+
+
 def filled(fill):
     def apply(dims: tuple, dtype: Any) -> Any:
         return scalar(np.full(dims_of(dims), fill, dtype=dtype_of(dtype)))
@@ -252,12 +478,14 @@ def filled(fill):
 def full(dims: tuple, value: Any, dtype: Any) -> Any:
     if value is None:
         raise PrimitiveError("`full` needs `value=`, as in `full(3, 4, value=0.5)`")
+    if value.__class__ not in NUMBERS:
+        raise PrimitiveError(f"`full` takes a number as `value`, found {describe(value)}")
     return scalar(np.full(dims_of(dims), value, dtype=dtype_of(dtype)))
 
 
 def arange(bounds: tuple) -> Any:
     for bound in bounds:
-        if not isinstance(bound, (int, np.integer)) or isinstance(bound, bool):
+        if not is_integer(bound):
             raise PrimitiveError(f"`arange` takes integers, found {describe(bound)}")
     return np.arange(*(int(b) for b in bounds), dtype=np.int64)
 
@@ -272,16 +500,21 @@ class RandomSource:
         cls.generator = np.random.default_rng(seed)
 
 
-def random(draw: str):
+def random(draw: str, name: str):
     def apply(dims: tuple, seed: Any, dtype: Any) -> Any:
+        if seed is not None and (not is_integer(seed) or seed < 0):
+            raise PrimitiveError(f"`seed=` takes a non-negative integer, found {shown_value(seed)}")
         generator = RandomSource.generator if seed is None else np.random.default_rng(int(seed))
         kind = dtype_of(dtype)
         if kind.kind != "f":
-            raise PrimitiveError(f"`{draw}` makes float tensors; `dtype=` must be f32 or f64")
+            raise PrimitiveError(f"`{name}` makes float tensors; `dtype=` must be f32 or f64")
         values = getattr(generator, draw)(dims_of(dims))
         return scalar(values.astype(kind))
 
     return apply
+
+
+# ---------------------------------------------------------------------- inspection and conversion
 
 
 def shape(x: Any) -> tuple:
@@ -289,32 +522,62 @@ def shape(x: Any) -> tuple:
 
 
 def length(x: Any) -> int:
-    if isinstance(x, tuple):
+    if x.__class__ is tuple:
         return len(x)
-    if np.ndim(x) == 0:
-        raise PrimitiveError(f"`len` needs a tensor of rank 1 or more, found {describe(x)}")
+    if not is_number_or_tensor(x) or np.ndim(x) == 0:
+        raise PrimitiveError(f"`len` needs a tensor of rank 1 or more or a tuple, found {describe(x)}")
     return int(np.shape(x)[0])
 
 
+def convertible(x: Any, name: str) -> None:
+    if not is_number_or_tensor(x) and x.__class__ is not str:
+        raise PrimitiveError(f"`{name}` takes a number, a tensor or a string, found {describe(x)}")
+
+
 def to_float(x: Any, dtype: Any) -> Any:
+    convertible(x, "float")
     kind = dtype_of(dtype)
     if kind.kind != "f":
         raise PrimitiveError("`float` converts to f32 or f64; use `int(x)` for integers")
-    return scalar(as_array(x).astype(kind)) if isinstance(x, np.ndarray) else kind.type(x)
+    if x.__class__ is str:
+        try:
+            return kind.type(float(x))
+        except ValueError:
+            raise PrimitiveError(f'`float` cannot read "{x}" as a number') from None
+    return scalar(x.astype(kind)) if x.__class__ is ndarray else kind.type(x)
 
 
 def to_int(x: Any) -> Any:
-    if isinstance(x, np.ndarray):
-        if x.dtype.kind == "f" and not np.all(np.isfinite(x)):
+    convertible(x, "int")
+    if x.__class__ is str:
+        try:
+            value = int(x)
+        except ValueError:
+            raise PrimitiveError(f'`int` cannot read "{x}" as an integer') from None
+        if not -I64_LIMIT <= value < I64_LIMIT:
+            raise PrimitiveError(f'`int` of "{x}": out of the i64 range')
+        return value
+    if x.__class__ is ndarray:
+        if x.dtype.kind != "f":
+            return x.astype(np.int64)
+        if not np.all(np.isfinite(x)):
             raise PrimitiveError("`int` of a tensor holding inf or nan")
-        return np.trunc(x).astype(np.int64) if x.dtype.kind == "f" else x.astype(np.int64)
-    if isinstance(x, (float, np.floating)) and not np.isfinite(x):
-        raise PrimitiveError(f"`int` of {format_value(x)}")
+        if x.size and not (x.min() >= -I64_LIMIT and x.max() < I64_LIMIT):
+            raise PrimitiveError(f"`int` of a tensor with values out of the i64 range ({describe(x)})")
+        return np.trunc(x).astype(np.int64)
+    if kind_of(x) == "f":
+        if not np.isfinite(x):
+            raise PrimitiveError(f"`int` of {format_value(x)}")
+        if not -I64_LIMIT <= x < I64_LIMIT:
+            raise PrimitiveError(f"`int` of {format_value(x)}: out of the i64 range")
     return int(x)
 
 
+# ---------------------------------------------------------------------- effects
+
+
 def check(condition: Any, message: Any) -> tuple:
-    if not isinstance(condition, (bool, np.bool_)):
+    if condition is not True and condition is not False and condition.__class__ is not np.bool_:
         raise PrimitiveError(f"`assert` needs a bool condition, found {describe(condition)}")
     if not condition:
         raise AssertionFailure(
@@ -341,19 +604,16 @@ def print_values(values: tuple) -> tuple:
     return ()
 
 
-def elementwise_pair(function, name: str):
-    def apply(a: Any, b: Any) -> Any:
-        return scalar(function(a, b))
+# ---------------------------------------------------------------------- the table
 
-    return apply
+maximum = combining(np.maximum, "maximum")
+minimum = combining(np.minimum, "minimum")
 
-
-def where(condition: Any, a: Any, b: Any) -> Any:
-    condition = as_array(condition)
-    if condition.dtype != np.bool_:
-        raise PrimitiveError(f"`where` needs a bool condition, found {describe(condition)}")
-    return scalar(np.where(condition, a, b))
-
+# Primitives whose operands promote together as an operator's do. `LITERAL_ADAPTING[p](weak_a, weak_b)`
+# is p's implementation when some of those operands (the first two numeric parameters) are literals.
+LITERAL_ADAPTING = {Prim.MAXIMUM: maximum, Prim.MINIMUM: minimum, Prim.WHERE: make_where, Prim.MATMUL: make_matmul}
+# The position of the first of those two operands among the implementation's arguments.
+ADAPTING_OFFSET = {Prim.MAXIMUM: 0, Prim.MINIMUM: 0, Prim.WHERE: 1, Prim.MATMUL: 0}
 
 IMPLEMENTATIONS = {
     Prim.EXP: unary(np.exp, "exp"),
@@ -362,22 +622,22 @@ IMPLEMENTATIONS = {
     Prim.TANH: unary(np.tanh, "tanh"),
     Prim.SIGMOID: sigmoid,
     Prim.RELU: relu,
-    Prim.ABS: np.abs,
+    Prim.ABS: absolute,
     Prim.SIN: unary(np.sin, "sin"),
     Prim.COS: unary(np.cos, "cos"),
-    Prim.MAXIMUM: elementwise_pair(np.maximum, "maximum"),
-    Prim.MINIMUM: elementwise_pair(np.minimum, "minimum"),
-    Prim.WHERE: where,
-    Prim.SUM: reduce(np.sum, "sum"),
-    Prim.MEAN: reduce_nonempty(np.mean, "mean"),
-    Prim.MAX: reduce_nonempty(np.max, "max"),
-    Prim.MIN: reduce_nonempty(np.min, "min"),
-    Prim.ARGMAX: reduce_nonempty(np.argmax, "argmax"),
-    Prim.ARGMIN: reduce_nonempty(np.argmin, "argmin"),
+    Prim.MAXIMUM: maximum(),
+    Prim.MINIMUM: minimum(),
+    Prim.WHERE: make_where(),
+    Prim.SUM: reduction(np.sum, "sum", whole=np.add.reduce),
+    Prim.MEAN: reduction(mean, "mean", nonempty=True),
+    Prim.MAX: reduction(np.max, "max", whole=np.maximum.reduce, nonempty=True),
+    Prim.MIN: reduction(np.min, "min", whole=np.minimum.reduce, nonempty=True),
+    Prim.ARGMAX: reduction(np.argmax, "argmax", whole=ndarray.argmax, nonempty=True),
+    Prim.ARGMIN: reduction(np.argmin, "argmin", whole=ndarray.argmin, nonempty=True),
     Prim.LOGSUMEXP: logsumexp,
     Prim.SOFTMAX: softmax,
     Prim.LOG_SOFTMAX: log_softmax,
-    Prim.MATMUL: matmul,
+    Prim.MATMUL: make_matmul(),
     Prim.TRANSPOSE: transpose,
     Prim.RESHAPE: reshape,
     Prim.CONCAT: concat,
@@ -389,8 +649,8 @@ IMPLEMENTATIONS = {
     Prim.ONES: filled(1),
     Prim.FULL: full,
     Prim.ARANGE: arange,
-    Prim.RANDN: random("standard_normal"),
-    Prim.RAND: random("random"),
+    Prim.RANDN: random("standard_normal", "randn"),
+    Prim.RAND: random("random", "rand"),
     Prim.SHAPE: shape,
     Prim.LEN: length,
     Prim.FLOAT: to_float,
@@ -398,3 +658,80 @@ IMPLEMENTATIONS = {
     Prim.ASSERT: check,
     Prim.PRINT: print_values,
 }
+
+# The parameters that take a number or a tensor: the dispatcher rejects anything else (a string,
+# tuple, struct or function) before the implementation runs.
+TENSOR_PARAMETERS: dict[Prim, frozenset[str]] = {
+    **{
+        prim: frozenset({"x"})
+        for prim in (
+            Prim.EXP,
+            Prim.LOG,
+            Prim.SQRT,
+            Prim.TANH,
+            Prim.SIGMOID,
+            Prim.RELU,
+            Prim.ABS,
+            Prim.SIN,
+            Prim.COS,
+            Prim.SUM,
+            Prim.MEAN,
+            Prim.MAX,
+            Prim.MIN,
+            Prim.ARGMAX,
+            Prim.ARGMIN,
+            Prim.LOGSUMEXP,
+            Prim.SOFTMAX,
+            Prim.LOG_SOFTMAX,
+            Prim.TRANSPOSE,
+            Prim.RESHAPE,
+            Prim.BROADCAST_TO,
+            Prim.SHAPE,
+        )
+    },
+    Prim.MAXIMUM: frozenset({"a", "b"}),
+    Prim.MINIMUM: frozenset({"a", "b"}),
+    Prim.WHERE: frozenset({"condition", "a", "b"}),
+    Prim.MATMUL: frozenset({"a", "b"}),
+    Prim.GATHER: frozenset({"x", "indices"}),
+    Prim.ONE_HOT: frozenset({"labels"}),
+}
+
+
+def parameter_names(signature: Signature) -> tuple[str, ...]:
+    """The names of an implementation's arguments, in the order it takes them."""
+    variadic = (signature.variadic[0],) if signature.variadic is not None else ()
+    return (
+        *signature.positional,
+        *(name for name, _ in signature.optional),
+        *variadic,
+        *(name for name, _ in signature.keywords),
+    )
+
+
+def tensor_positions(prim: Prim) -> tuple[int, ...]:
+    """The argument positions of `prim` that must hold a number or a tensor."""
+    wanted = TENSOR_PARAMETERS.get(prim, frozenset())
+    return tuple(position for position, name in enumerate(parameter_names(SIGNATURES[prim])) if name in wanted)
+
+
+def tensor_argument_problem(prim: Prim, position: int, value: Any) -> PrimitiveError:
+    name = parameter_names(SIGNATURES[prim])[position]
+    return PrimitiveError(f"`{prim.value}` takes a number or a tensor as `{name}`, found {describe(value)}")
+
+
+def check_tensor_arguments(prim: Prim, values: list) -> None:
+    for position in tensor_positions(prim):
+        if not is_number_or_tensor(values[position]):
+            raise tensor_argument_problem(prim, position, values[position])
+
+
+def failure_message(prim: Prim, problem: Exception) -> str:
+    """The message of a failed call of `prim`, naming the primitive once."""
+    text = str(problem) or type(problem).__name__
+    if isinstance(problem, MemoryError):
+        text = "not enough memory for the result"
+    name = prim.value
+    if text.startswith((f"`{name}`", f"{name} ", f"{name}:")):
+        return text
+    return f"{name}: {text}"

@@ -2,17 +2,33 @@
 
 The compiler (interp/compile.py) turns the AST into Python closures; those
 closures call into this module. Everything here is on the hot path, so it is
-written for speed: no lookups by string, no allocation that can be avoided.
+written for speed: each operator first tries the common cases (two Python
+ints, two numpy floats of one class, two arrays of one dtype) with one direct
+call, and only then takes the general path that checks operands and applies
+DL's promotion (`promote` in interp/primitives.py).
 """
 
 from __future__ import annotations
 
 import operator
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-from dl.interp.primitives import PrimitiveError, matmul, scalar
-from dl.interp.values import describe
+from dl.interp.primitives import (
+    BOOL,
+    F32,
+    F64,
+    I32,
+    I64,
+    PrimitiveError,
+    is_number_or_tensor,
+    kind_of,
+    make_matmul,
+    promote,
+    scalar,
+)
+from dl.interp.values import describe, dtype_name
 from dl.lang.diagnostics import Diagnostic, Span, error
 
 BREAK = object()
@@ -31,6 +47,14 @@ class RunError(Exception):
         self.diagnostic = diagnostic
 
 
+class DeepRecursion(Exception):
+    """Python's recursion limit was hit; `args[0]` is a copy of the DL call stack at that moment.
+
+    Raised by `invoke` in place of `RecursionError`, before the stack unwinds, so the
+    diagnostic can point at the innermost call. It carries no Python-level state
+    beyond the copy, because it is created with almost no stack left."""
+
+
 def fail(code: str, message: str, span: Span, label: str = "") -> RunError:
     """A `RunError` at `span`, noting the DL call stack as it is now."""
     notes = ()
@@ -42,10 +66,21 @@ def fail(code: str, message: str, span: Span, label: str = "") -> RunError:
     return RunError(error(code, message, span, label, notes=notes))
 
 
+def recursion_error(stack: list[tuple[str, Span]], fallback: Span) -> Diagnostic:
+    """E0506 at the innermost call of a recursion that went too deep."""
+    name, span = stack[-1] if stack else ("main", fallback)
+    return error(
+        "E0506",
+        f"recursion too deep in `{name}`",
+        span,
+        notes=("help: check that the recursion reaches its base case",),
+    )
+
+
 class Function:
     """A DL function value: compiled body, frame size, captured values."""
 
-    __slots__ = ("body", "captured", "defaults", "name", "params", "self_slot", "size", "span")
+    __slots__ = ("body", "captured", "defaults", "display", "name", "params", "self_slot", "size", "span")
 
     def __init__(
         self,
@@ -57,8 +92,9 @@ class Function:
         span: Span,
         captured: tuple = (),
         self_slot: int | None = None,
+        display: str | None = None,
     ) -> None:
-        self.name = name
+        self.name = name  # in messages and the call stack: `f`, or `fn(x)` for an anonymous function
         self.params = params
         self.defaults = defaults  # per parameter: a closure computing the default, or None
         self.body = body
@@ -66,6 +102,7 @@ class Function:
         self.span = span
         self.captured = captured  # (slot, value) pairs copied into every frame
         self.self_slot = self_slot
+        self.display = display or f"<fn {name}>"  # how `print` shows it
 
     def __call__(self, *args: Any) -> Any:
         return invoke(self, list(args), self.span)
@@ -82,6 +119,8 @@ def invoke(function: Function, args: list, call_span: Span) -> Any:
     STACK.append((function.name, call_span))
     try:
         signal = function.body(frame)
+    except RecursionError:
+        raise DeepRecursion(STACK.copy()) from None
     finally:
         STACK.pop()
     return frame[0] if signal is RETURN else ()
@@ -112,128 +151,243 @@ def complete_arguments(function: Function, args: list, keywords: dict, span: Spa
 
 # ---------------------------------------------------------------------- operators
 
-INTEGER_KINDS = frozenset("iub")
-NUMERIC = (np.ndarray, np.generic, int, float)
-SCALARS = frozenset({int, float, bool, np.float32, np.float64, np.int32, np.int64, np.bool_})
+ndarray = np.ndarray
+EQUALITY = frozenset({"==", "!="})
+ORDERING = frozenset({"<", "<=", ">", ">="})
+COMPARISONS = EQUALITY | ORDERING
+FUNCTIONS: dict[str, Callable[[Any, Any], Any]] = {
+    "+": operator.add,
+    "-": operator.sub,
+    "*": operator.mul,
+    "/": operator.truediv,
+    "//": operator.floordiv,
+    "%": operator.mod,
+    "**": operator.pow,
+    "==": operator.eq,
+    "!=": operator.ne,
+    "<": operator.lt,
+    "<=": operator.le,
+    ">": operator.gt,
+    ">=": operator.ge,
+}
 
 
-def kind_of(value: Any) -> str:
-    dtype = getattr(value, "dtype", None)
-    if dtype is not None:
-        return dtype.kind
-    if isinstance(value, bool):
-        return "b"
-    if isinstance(value, int):
-        return "i"
-    if isinstance(value, float):
-        return "f"
-    return ""
+def general(symbol: str, a: Any, b: Any, weak_a: bool = False, weak_b: bool = False) -> Any:
+    """`a symbol b` for any operands of an arithmetic operator or comparison: DL's checks, promotion, numpy.
+
+    `weak_a`/`weak_b` mark an operand that is an unsuffixed literal (see `promote`)."""
+    if not is_number_or_tensor(a) or not is_number_or_tensor(b):
+        raise PrimitiveError(f"cannot apply `{symbol}` to {describe(a)} and {describe(b)}")
+    kind_a, kind_b = kind_of(a), kind_of(b)
+    shown = f"{describe(a)} {symbol} {describe(b)}"
+    if symbol in ORDERING:
+        if (kind_a == "b") != (kind_b == "b"):
+            raise PrimitiveError(f"cannot compare {shown}: a bool is not a number")
+    elif symbol not in EQUALITY and "b" in (kind_a, kind_b):
+        raise PrimitiveError(f"`{symbol}` needs numbers, found {shown}; a bool is not a number")
+    if kind_a in "iu" and kind_b in "iu":
+        integer_checks(symbol, b, shown)
+    a, b = promote(a, b, weak_a, weak_b)
+    try:
+        return scalar(FUNCTIONS[symbol](a, b))
+    except OverflowError:
+        raise out_of_range(symbol, a, b) from None
+    except (ValueError, TypeError):
+        raise broadcast_error(symbol, a, b) from None
 
 
-def promote(a: Any, b: Any) -> tuple[Any, Any]:
-    """An integer meeting a float takes the float's dtype (DL's rule; numpy would widen to f64)."""
-    dtype_a = getattr(a, "dtype", None)
-    dtype_b = getattr(b, "dtype", None)
-    if dtype_a is None or dtype_b is None or dtype_a == dtype_b:
-        return a, b
-    if dtype_a.kind == "f" and dtype_b.kind in INTEGER_KINDS:
-        return a, np.asarray(b).astype(dtype_a)
-    if dtype_b.kind == "f" and dtype_a.kind in INTEGER_KINDS:
-        return np.asarray(a).astype(dtype_b), b
-    return a, b
+def integer_checks(symbol: str, b: Any, shown: str) -> None:
+    if symbol == "/":
+        raise PrimitiveError(
+            f"`/` divides floats, found {shown}; use `//` for integer division or convert with `float(x)`"
+        )
+    if symbol in ("//", "%") and np.any(np.asarray(b) == 0):
+        raise PrimitiveError(f"integer division by zero in `{symbol}`")
+    if symbol == "**" and np.any(np.asarray(b) < 0):
+        raise PrimitiveError("an integer raised to a negative integer power; convert with `float(x)` first")
 
 
-def operand_error(symbol: str, a: Any, b: Any) -> PrimitiveError:
-    return PrimitiveError(f"cannot apply `{symbol}` to {describe(a)} and {describe(b)}")
-
-
-def arithmetic(function, symbol: str):
-    def apply(a: Any, b: Any) -> Any:
-        if a.__class__ is not b.__class__ or a.__class__ not in SCALARS:
-            if not isinstance(a, NUMERIC) or not isinstance(b, NUMERIC):
-                raise operand_error(symbol, a, b)
-            a, b = promote(a, b)
-        try:
-            return scalar(function(a, b))
-        except (ValueError, TypeError):
-            raise broadcast_error(symbol, a, b) from None
-
-    return apply
+def out_of_range(symbol: str, a: Any, b: Any) -> PrimitiveError:
+    number, other = (a, b) if a.__class__ is int else (b, a)
+    return PrimitiveError(f"`{symbol}`: {number} is out of range for {dtype_name(other)}")
 
 
 def broadcast_error(symbol: str, a: Any, b: Any) -> PrimitiveError:
-    shape_a, shape_b = np.shape(a), np.shape(b)
     try:
-        np.broadcast_shapes(shape_a, shape_b)
+        np.broadcast_shapes(np.shape(a), np.shape(b))
     except ValueError:
         return PrimitiveError(f"shapes do not broadcast: {describe(a)} {symbol} {describe(b)}")
-    return operand_error(symbol, a, b)
+    return PrimitiveError(f"cannot apply `{symbol}` to {describe(a)} and {describe(b)}")
 
 
-def true_divide(a: Any, b: Any) -> Any:
-    if kind_of(a) in INTEGER_KINDS and kind_of(b) in INTEGER_KINDS:
-        raise PrimitiveError(
-            f"`/` divides floats, found {describe(a)} / {describe(b)}; use `//` for integer "
-            "division or convert with `float(x)`"
-        )
-    return _divide(a, b)
-
-
-def integer_safe(function, symbol: str):
-    checked = arithmetic(function, symbol)
+def arithmetic(symbol: str):
+    """`+ - *`: any numbers but bools."""
+    function = FUNCTIONS[symbol]
 
     def apply(a: Any, b: Any) -> Any:
-        if kind_of(a) in INTEGER_KINDS and kind_of(b) in INTEGER_KINDS and np.any(np.asarray(b) == 0):
-            raise PrimitiveError(f"integer division by zero in `{symbol}`")
-        return checked(a, b)
+        cls = a.__class__
+        if cls is b.__class__:
+            if cls is ndarray:
+                dtype = a.dtype
+                if dtype is b.dtype and dtype is not BOOL:
+                    try:
+                        return function(a, b)
+                    except ValueError:
+                        raise broadcast_error(symbol, a, b) from None
+            elif cls is int or cls is np.float32 or cls is np.float64:
+                return function(a, b)
+        return general(symbol, a, b)
 
     return apply
 
 
-def power(a: Any, b: Any) -> Any:
-    if kind_of(a) in INTEGER_KINDS and kind_of(b) in INTEGER_KINDS and np.any(np.asarray(b) < 0):
-        raise PrimitiveError("an integer raised to a negative integer power; convert with `float(x)` first")
-    return _power(a, b)
+def dividing(symbol: str, integers_fit: Callable[[int], bool] | None):
+    """`/ // % **`: floats take the direct path; two integers fit it only when `integers_fit(b)`."""
+    function = FUNCTIONS[symbol]
+
+    def apply(a: Any, b: Any) -> Any:
+        cls = a.__class__
+        if cls is b.__class__:
+            if cls is ndarray:
+                dtype = a.dtype
+                if dtype is b.dtype and (dtype is F32 or dtype is F64):
+                    try:
+                        return function(a, b)
+                    except ValueError:
+                        raise broadcast_error(symbol, a, b) from None
+            elif cls is np.float32 or cls is np.float64 or (cls is int and integers_fit and integers_fit(b)):
+                return function(a, b)
+        return general(symbol, a, b)
+
+    return apply
 
 
-def matmul_operator(a: Any, b: Any) -> Any:
-    a, b = promote(a, b)
-    return matmul(a, b)
+def comparison(symbol: str):
+    function = FUNCTIONS[symbol]
+
+    def apply(a: Any, b: Any) -> Any:
+        cls = a.__class__
+        if cls is b.__class__:
+            if cls is int:
+                return function(a, b)
+            if cls is ndarray:
+                if a.dtype is b.dtype:
+                    try:
+                        return function(a, b)
+                    except ValueError:
+                        raise broadcast_error(symbol, a, b) from None
+            elif cls is np.float32 or cls is np.float64:
+                return bool(function(a, b))
+        return general(symbol, a, b)
+
+    return apply
 
 
 def logical(function, symbol: str):
     def apply(a: Any, b: Any) -> Any:
         if kind_of(a) != "b" or kind_of(b) != "b":
             raise PrimitiveError(f"`{symbol}` needs bool operands, found {describe(a)} {symbol} {describe(b)}")
-        return scalar(function(a, b))
+        try:
+            return scalar(function(a, b))
+        except ValueError:
+            raise broadcast_error(symbol, a, b) from None
 
     return apply
 
 
-_divide = arithmetic(operator.truediv, "/")
-_power = arithmetic(operator.pow, "**")
-
-BINARY = {
-    "+": arithmetic(operator.add, "+"),
-    "-": arithmetic(operator.sub, "-"),
-    "*": arithmetic(operator.mul, "*"),
-    "/": true_divide,
-    "//": integer_safe(operator.floordiv, "//"),
-    "%": integer_safe(operator.mod, "%"),
-    "**": power,
-    "@": matmul_operator,
-    "==": arithmetic(operator.eq, "=="),
-    "!=": arithmetic(operator.ne, "!="),
-    "<": arithmetic(operator.lt, "<"),
-    "<=": arithmetic(operator.le, "<="),
-    ">": arithmetic(operator.gt, ">"),
-    ">=": arithmetic(operator.ge, ">="),
+BINARY: dict[str, Callable[[Any, Any], Any]] = {
+    "+": arithmetic("+"),
+    "-": arithmetic("-"),
+    "*": arithmetic("*"),
+    "/": dividing("/", None),
+    "//": dividing("//", lambda b: b != 0),
+    "%": dividing("%", lambda b: b != 0),
+    "**": dividing("**", lambda b: b >= 0),
+    "@": make_matmul(),
+    "==": comparison("=="),
+    "!=": comparison("!="),
+    "<": comparison("<"),
+    "<=": comparison("<="),
+    ">": comparison(">"),
+    ">=": comparison(">="),
     "and": logical(np.logical_and, "and"),
     "or": logical(np.logical_or, "or"),
 }
 
 
+def integers_fit_literal(symbol: str, literal: Any, literal_on_right: bool) -> bool:
+    """Whether `integer symbol literal` needs none of DL's integer checks (so numpy may run it directly)."""
+    if literal.__class__ is not int:
+        return False
+    if symbol in ("+", "-", "*") or symbol in EQUALITY or symbol in ORDERING:
+        return True
+    if not literal_on_right:
+        return False
+    return (symbol in ("//", "%") and literal != 0) or (symbol == "**" and literal >= 0)
+
+
+def integer_function(symbol: str, literal: int | float) -> Callable[[int, Any], Any] | None:
+    """Python's operator for `i symbol literal` with `i` an i64 (a Python int), when it is DL's rule too."""
+    return FUNCTIONS[symbol] if integers_fit_literal(symbol, literal, True) else None
+
+
+def with_literal(symbol: str, literal: int | float, literal_on_right: bool) -> Callable[[Any], Any]:
+    """`x symbol literal` (or `literal symbol x`) where the literal is unsuffixed and adapts to `x`.
+
+    An integer literal takes `x`'s dtype (`x * 2` keeps an `i32` `x` in `i32`), a float
+    literal takes a float `x`'s dtype; see `promote` for the rest."""
+    if symbol == "@":
+        matmul = make_matmul(not literal_on_right, literal_on_right)
+        return (lambda x: matmul(x, literal)) if literal_on_right else (lambda x: matmul(literal, x))
+    function = FUNCTIONS[symbol]
+    compares = symbol in EQUALITY or symbol in ORDERING
+    integers = integers_fit_literal(symbol, literal, literal_on_right)
+    # The direct path, where numpy's handling of the Python literal is DL's rule: a float
+    # array or scalar, or (when `integers`) an integer one.
+
+    if literal_on_right:
+
+        def apply_right(x: Any) -> Any:
+            cls = x.__class__
+            if cls is ndarray:
+                dtype = x.dtype
+                if dtype is F32 or dtype is F64 or (integers and (dtype is I64 or dtype is I32)):
+                    try:
+                        return function(x, literal)
+                    except OverflowError:
+                        pass
+            elif cls is np.float32 or cls is np.float64:
+                result = function(x, literal)
+                return bool(result) if compares else result
+            elif cls is int and integers:
+                return function(x, literal)
+            return general(symbol, x, literal, False, True)
+
+        return apply_right
+
+    def apply_left(x: Any) -> Any:
+        cls = x.__class__
+        if cls is ndarray:
+            dtype = x.dtype
+            if dtype is F32 or dtype is F64 or (integers and (dtype is I64 or dtype is I32)):
+                try:
+                    return function(literal, x)
+                except OverflowError:
+                    pass
+        elif cls is np.float32 or cls is np.float64:
+            result = function(literal, x)
+            return bool(result) if compares else result
+        elif cls is int and integers:
+            return function(literal, x)
+        return general(symbol, literal, x, True, False)
+
+    return apply_left
+
+
 def negate(value: Any) -> Any:
+    cls = value.__class__
+    if cls is int or cls is np.float32 or cls is np.float64 or (cls is ndarray and value.dtype is not BOOL):
+        return -value
     if kind_of(value) in ("b", ""):
         raise PrimitiveError(f"cannot negate {describe(value)}")
     return -value

@@ -92,6 +92,8 @@ def describe(value: Any) -> str:
         return "(" + ", ".join(describe(item) for item in value) + ("," if len(value) == 1 else "") + ")"
     if isinstance(value, StructValue):
         return value.type.name
+    if isinstance(value, ModuleValue):
+        return f"module `{value.name}`"
     if isinstance(value, str):
         return "str"
     if callable(value):
@@ -125,5 +127,8 @@ def format_value(value: Any) -> str:
         return f"<module {value.name}>"
     if isinstance(value, np.dtype):
         return DTYPE_NAMES.get(value, str(value))
+    display = getattr(value, "display", None)  # a function value: `<fn name>`, `<fn(x) at file:3:9>`
+    if display is not None:
+        return display
     name = getattr(value, "name", None)
     return f"<fn {name}>" if name else repr(value)
