@@ -42,6 +42,7 @@ from dl.lang.check import CallCheck, RuntimeCheck, Typed
 from dl.lang.diagnostics import Diagnostic, DiagnosticError, Span, error
 from dl.lang.modules import Program
 from dl.lang.primitives import BY_NAME, SIGNATURES, BindingError, Prim, bind, closest
+from dl.lang.types import TensorType, Type
 
 Step = Callable[[list], Any]
 KEYWORDS = (
@@ -157,6 +158,7 @@ class Compiler:
         self.coercions: dict[int, str] = typed.coercions if typed is not None else {}
         self.runtime_checks: dict[int, RuntimeCheck] = typed.runtime_checks if typed is not None else {}
         self.checked_calls: dict[int, CallCheck] = typed.checked_calls if typed is not None else {}
+        self.types: dict[int, Type] = typed.types if typed is not None else {}
 
     # -------------------------------------------------------------- entry points
     def compile_program(self) -> None:
@@ -672,7 +674,11 @@ class Compiler:
     def binary(self, expr: ast.Binary, scope: Scope) -> Step:
         op, span = expr.op, expr.span
         if op in ("and", "or"):
-            return self.short_circuit(op, self.expression(expr.lhs, scope), self.expression(expr.rhs, scope), span)
+            lhs, rhs = self.expression(expr.lhs, scope), self.expression(expr.rhs, scope)
+            checked = self.types.get(id(expr))
+            if isinstance(checked, TensorType) and checked.dims:  # tensors: elementwise, both sides evaluated
+                return operator_step(BINARY[op], [lhs, rhs], "E0510", span)
+            return self.short_circuit(op, lhs, rhs, span)
         code = "E0513" if op == "@" else "E0510"
         literal_lhs, literal_rhs = self.weak_literal(expr.lhs), self.weak_literal(expr.rhs)
         if literal_rhs is not None and literal_lhs is None:

@@ -10,15 +10,18 @@ from __future__ import annotations
 
 import sys
 import threading
+from difflib import SequenceMatcher
 from typing import Any
 
 import numpy as np
 from dl.interp.compile import Compiler
 from dl.interp.primitives import RandomSource
 from dl.interp.runtime import STACK, DeepRecursion, Function, RunError, invoke, recursion_error
+from dl.lang import ast
 from dl.lang.check import Typed
-from dl.lang.diagnostics import UNKNOWN_SPAN, DiagnosticError, Span, error
+from dl.lang.diagnostics import UNKNOWN_SPAN, Diagnostic, DiagnosticError, Span, error
 from dl.lang.modules import Program
+from dl.lang.primitives import closest
 
 # Deep DL recursion nests a few Python frames per call: give it room, on a
 # thread whose C stack is large enough for that depth.
@@ -41,14 +44,7 @@ def run(program: Program, args: list[str], typed: Typed | None = None) -> Any:
     state = compiler.states[program.entry]
     main = state.cells.get("main")
     if main is None or not isinstance(main.value, Function):
-        raise DiagnosticError(
-            error(
-                "E0405",
-                f"`{program.entry}` has no `main` function",
-                Span(program.entry, 1, 1, 1, 1),
-                notes=("help: add `fn main() { ... }`; `dlrun` calls it",),
-            )
-        )
+        raise DiagnosticError(missing_main(program))
     function = main.value
     if len(function.params) != len(args):
         raise UsageError(
@@ -56,6 +52,27 @@ def run(program: Program, args: list[str], typed: Typed | None = None) -> Any:
             f"{len(args)} given on the command line"
         )
     return run_guarded(lambda: invoke(function, list(args), function.span))
+
+
+def missing_main(program: Program) -> Diagnostic:
+    """E0405 at the function most likely meant to be `main` (a near spelling), else the first declaration."""
+    decls = program.modules[program.entry].decls
+    functions = {decl.name: decl for decl in decls if isinstance(decl, ast.FnDecl)}
+    meant = closest("main", functions)
+    if meant is not None and SequenceMatcher(None, "main", meant).ratio() >= 0.75:  # `mian`, `mainn`; not `train`
+        return error(
+            "E0405",
+            f"`{program.entry}` has no `main` function",
+            functions[meant].name_span,
+            notes=(f"help: did you mean `main`? `dlrun` calls `main`, not `{meant}`",),
+        )
+    where = decls[0].span if decls else Span(program.entry, 1, 1, 1, 1)
+    return error(
+        "E0405",
+        f"`{program.entry}` has no `main` function",
+        Span(where.path, where.line, where.column, where.line, where.column + 1),
+        notes=("help: add `fn main() { ... }`; `dlrun` calls it",),
+    )
 
 
 class UsageError(Exception):
