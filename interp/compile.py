@@ -162,26 +162,12 @@ class Compiler:
 
     # -------------------------------------------------------------- entry points
     def compile_program(self) -> None:
-        for path in self.module_order():
+        for path in self.program.in_dependency_order():
             self.declare_module(path)
-        for path in self.module_order():
+        for path in self.program.in_dependency_order():
             self.compile_module(path)
         if self.diagnostics:
             raise DiagnosticError(self.diagnostics)
-
-    def module_order(self) -> list[str]:
-        """Modules with their imports first."""
-        order: list[str] = []
-
-        def visit(path: str) -> None:
-            if path in order:
-                return
-            for _, target in self.program.imports.get(path, []):
-                visit(target)
-            order.append(path)
-
-        visit(self.program.entry)
-        return order
 
     def declare_module(self, path: str) -> ModuleState:
         state = self.states.get(path) or ModuleState(path, self.program.modules[path])

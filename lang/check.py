@@ -214,7 +214,7 @@ class Checker:
 
     # -------------------------------------------------------------- driver
     def run(self) -> Typed:
-        order = self.module_order()
+        order = self.program.in_dependency_order()
         for path in order:
             self.declare_module(path)
         for path in order:
@@ -224,19 +224,6 @@ class Checker:
             key=lambda d: (d.span.path != self.program.entry, d.span.path, d.span.line, d.span.column)
         )
         return self.typed
-
-    def module_order(self) -> list[str]:
-        order: list[str] = []
-
-        def visit(path: str) -> None:
-            if path in order:
-                return
-            for _, target in self.program.imports.get(path, []):
-                visit(target)
-            order.append(path)
-
-        visit(self.program.entry)
-        return order
 
     def report(self, diagnostic: Diagnostic) -> None:
         key = (diagnostic.code, diagnostic.span)

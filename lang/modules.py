@@ -26,6 +26,20 @@ class Program:
     imports: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
     sources: SourceMap = field(default_factory=SourceMap)
 
+    def in_dependency_order(self) -> list[str]:
+        """Module paths, each after the modules it imports (the entry last)."""
+        order: list[str] = []
+
+        def visit(path: str) -> None:
+            if path in order:
+                return
+            for _, target in self.imports.get(path, []):
+                visit(target)
+            order.append(path)
+
+        visit(self.entry)
+        return order
+
 
 def stdlib_path(name: str) -> Path | None:
     candidate = resources.files("dl.stdlib").joinpath(f"{name}.dl")
