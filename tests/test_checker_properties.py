@@ -81,16 +81,6 @@ class Mismatch:
 # Open bugs, most important first. Each is excluded from the generator and checked by a strict xfail.
 KNOWN_MISMATCHES = (
     Mismatch(
-        "scalar-and-tensor",
-        "fn f() {\n    let a = false\n    return a and [true, false]\n}",
-        "bool[2]",
-        "bool",
-        "bool[2]",
-        "interpreter: `and`/`or` with a bool scalar on the left return that scalar when it decides (so the "
-        "result's shape depends on the data) and fail with E0510 when it does not (`true and t`); the checker "
-        "broadcasts (bool[2]) and docs/language.md says and/or work on bool tensors elementwise",
-    ),
-    Mismatch(
         "softmax-of-scalar",
         "fn f() {\n    return log_softmax(2.0f32)\n}",
         "f32",
