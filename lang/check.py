@@ -208,6 +208,7 @@ class Checker:
         # Literal dtypes from context: in which checks (of a function body, a const) each literal was seen and
         # coerced, so one used differently by two instantiations is left alone.
         self.check_pass = 0
+        self.early_consts: set[tuple[str, str]] = set()  # consts reported as used before their definition
         self.pass_count = 0
         self.literal_passes: dict[int, set[int]] = {}
         self.coerced_passes: dict[int, dict[str, set[int]]] = {}
@@ -274,10 +275,8 @@ class Checker:
             if isinstance(decl, ast.Const):
                 self.check_const(info, decl)
         for decl in module.decls:
-            if isinstance(decl, ast.StructDecl) and any(
-                isinstance(t, StructType) and t.name == decl.name and t.module == path
-                for _, t in info.structs[decl.name].fields
-            ):
+            struct = info.structs.get(decl.name) if isinstance(decl, ast.StructDecl) else None
+            if struct is not None and contains_struct(struct, info.structs):
                 self.report(error("E0212", f"struct `{decl.name}` contains itself", decl.name_span))
         functions = [decl for decl in module.decls if isinstance(decl, ast.FnDecl)]
         for decl in functions:
@@ -315,6 +314,8 @@ class Checker:
         return self.resolve_type(param.annotation, info) if param.annotation is not None else ANY
 
     def check_const(self, info: ModuleInfo, decl: ast.Const) -> None:
+        if decl.name in info.consts:  # already checked, because a struct field used it as a dimension
+            return
         context = Context(info, decl.name, None, frozenset())
         value = self.expression(decl.value, Scope(), context)
         if decl.annotation is not None:
@@ -374,6 +375,8 @@ class Checker:
             return dim.value
         if dim.name == "_":
             return UNKNOWN
+        if struct_field and dim.name in info.const_decls:  # fields are resolved before the consts' own turn
+            self.check_const(info, info.const_decls[dim.name])
         const = info.consts.get(dim.name)
         if const is not None:
             if isinstance(const, TensorType) and isinstance(const.value, int):
@@ -383,6 +386,16 @@ class Checker:
             )
             return UNKNOWN
         if struct_field:
+            suggestion = closest(dim.name, info.const_decls)
+            if suggestion is not None:
+                self.report(
+                    error(
+                        "E0318",
+                        f"unknown dimension `{dim.name}` in a struct field",
+                        dim.span,
+                        notes=(f"help: did you mean the const `{suggestion}`?",),
+                    )
+                )
             return UNKNOWN  # struct fields are not generic: a free name there is a size known only at run time
         return DimVar(dim.name)
 
@@ -643,7 +656,8 @@ class Checker:
                     and not value.weak
                     and not (region.dtype in FLOATS and value.dtype in INTEGERS)
                 ):
-                    self.report(error("E0301", f"cannot store {value} into a {region.dtype} tensor", span))
+                    kind = f"{article(region.dtype)} {region.dtype}"
+                    self.report(error("E0301", f"cannot store {value} into {kind} tensor", span))
             return
         if not fits(current, value):
             self.report(
@@ -965,6 +979,9 @@ class Checker:
         if expr.id in info.consts:
             return info.consts[expr.id]
         if expr.id in info.const_decls:
+            if (info.path, expr.id) in self.early_consts:
+                return ANY
+            self.early_consts.add((info.path, expr.id))
             self.report(
                 error(
                     "E0512",
@@ -1098,9 +1115,7 @@ class Checker:
             self.report(
                 error(
                     problem.code,
-                    str(problem)
-                    if f"`{prim.value}`" in str(problem) or str(problem).startswith(prim.value)
-                    else f"{prim.value}: {problem}",
+                    str(problem) if prim.value in str(problem) else f"`{prim.value}`: {problem}",
                     problem.at or expr.span,
                     problem.label,
                     notes=problem.notes,
@@ -1619,6 +1634,29 @@ def substitute(t: Type, bindings: dict[str, Dim]) -> Type:
     if isinstance(t, TupleType):
         return TupleType(tuple(substitute(item, bindings) for item in t.items))
     return t
+
+
+def contains_struct(struct: StructType, structs: dict[str, StructType]) -> bool:
+    """Does a value of `struct` hold another `struct` inside (through fields and tuples, at any depth)?
+    `structs` has the module's structs as resolved (a field may still name an earlier, empty placeholder)."""
+    return any(reaches(t, struct, structs, frozenset()) for _, t in struct.fields)
+
+
+def reaches(t: Type, target: StructType, structs: dict[str, StructType], seen: frozenset[str]) -> bool:
+    if isinstance(t, TupleType):
+        return any(reaches(item, target, structs, seen) for item in t.items)
+    if not isinstance(t, StructType):
+        return False
+    if (t.name, t.module) == (target.name, target.module):
+        return True
+    if t.name in seen or t.module != target.module:
+        return False
+    resolved = structs.get(t.name, t)
+    return any(reaches(field_type, target, structs, seen | {t.name}) for _, field_type in resolved.fields)
+
+
+def article(word: str) -> str:
+    return "an" if word[0] in "aeiou" else "a"
 
 
 def field_help(expr: ast.Field) -> tuple[str, ...]:

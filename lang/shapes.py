@@ -256,7 +256,12 @@ def elementwise(name: str, floats_only: bool = True) -> Rule:
 
 def pairwise(name: str) -> Rule:
     def rule(args: list[Argument]) -> Type:
-        return strong(arithmetic(args[0].type, args[1].type, f"{name}(..)"))
+        left, right = tensor(args[0].type, f"`{name}`"), tensor(args[1].type, f"`{name}`")
+        if left is None or right is None:
+            return ANY
+        if "bool" in (left.dtype, right.dtype):
+            raise ShapeError("E0311", f"`{name}` needs numbers, found {left} and {right}", f"{left}, {right}")
+        return strong(arithmetic(left, right, f"{name}(..)"))
 
     return rule
 
@@ -466,7 +471,7 @@ def stack_rule(args: list[Argument]) -> Type:
     first = items[0]
     for item in items[1:]:
         if item.rank != first.rank or not all(same_dim(a, b) for a, b in zip(first.dims, item.dims, strict=True)):
-            raise ShapeError("E0316", f"stack needs tensors of one shape, found {TupleType(tuple(items))}")
+            raise ShapeError("E0316", f"`stack` needs tensors of one shape, found {TupleType(tuple(items))}")
     axis = static_axis(args[1] if args[1].value is not None else Argument(I64, 0), first.rank + 1, "stack")
     dims = list(first.dims)
     dims.insert(axis, len(items))
