@@ -105,7 +105,7 @@ def axis_of(x: np.ndarray, axis: Any) -> int | None:
     if not is_integer(axis):
         raise PrimitiveError(f"`axis=` takes an integer, found {describe(axis)}")
     rank = x.ndim
-    if not -rank <= axis < max(rank, 1):
+    if not -max(rank, 1) <= axis < max(rank, 1):  # a scalar has the one axis 0 (or -1), as in the checker
         raise PrimitiveError(f"axis {axis} is out of range for a tensor of rank {rank}")
     return int(axis)
 
@@ -285,6 +285,15 @@ def reduction(function, name: str, whole=None, nonempty: bool = False):
         return scalar(function(x, axis=position, keepdims=keep))
 
     return apply
+
+
+def summed_dtype(x: np.ndarray) -> np.dtype | None:
+    """A sum keeps its dtype (numpy widens i32 to i64); bools are counted as i64."""
+    return np.dtype(np.int32) if x.dtype == np.int32 else None
+
+
+def total(x: np.ndarray, axis: int | None, keepdims: bool) -> Any:
+    return np.sum(x, axis=axis, keepdims=keepdims, dtype=summed_dtype(x))
 
 
 def mean(x: np.ndarray, axis: int | None, keepdims: bool) -> Any:
@@ -628,7 +637,7 @@ IMPLEMENTATIONS = {
     Prim.MAXIMUM: maximum(),
     Prim.MINIMUM: minimum(),
     Prim.WHERE: make_where(),
-    Prim.SUM: reduction(np.sum, "sum", whole=np.add.reduce),
+    Prim.SUM: reduction(total, "sum", whole=lambda x, _: np.add.reduce(x, None, summed_dtype(x))),
     Prim.MEAN: reduction(mean, "mean", nonempty=True),
     Prim.MAX: reduction(np.max, "max", whole=np.maximum.reduce, nonempty=True),
     Prim.MIN: reduction(np.min, "min", whole=np.minimum.reduce, nonempty=True),

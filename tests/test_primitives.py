@@ -384,12 +384,19 @@ def test_logsumexp_infinities_match_torch() -> None:
     check(dl_eval("softmax(a, axis=1)", x[:1]), torch.softmax(to_torch(x[:1]), 1).numpy(), F32)
 
 
-def test_softmax_rejects_integers_and_scalars() -> None:
+def test_softmax_rejects_integers_and_bad_axes() -> None:
     runtime_error("softmax(a)", np.arange(3))
     runtime_error("log_softmax(a)", np.arange(3))
     runtime_error("logsumexp(a)", np.arange(3))
-    runtime_error("softmax(a)", np.float32(1))
     runtime_error("softmax(a, axis=2)", np.ones((2, 2), np.float32))
+
+
+@needs_torch
+def test_softmax_of_a_scalar_is_one_as_in_torch() -> None:
+    """A scalar is one class: its axis 0 (or -1) is itself, as torch.softmax(tensor(2.0), dim=-1) == 1."""
+    x = torch.tensor(2.0)
+    check(dl_eval("softmax(a)", np.float32(2.0)), torch.softmax(x, dim=-1).numpy())
+    check(dl_eval("log_softmax(a, axis=0)", np.float32(2.0)), torch.log_softmax(x, dim=0).numpy())
 
 
 # ======================================================================= matmul
