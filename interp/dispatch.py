@@ -24,6 +24,7 @@ from dl.interp.primitives import (
     IMPLEMENTATIONS,
     LITERAL_ADAPTING,
     NUMBERS,
+    SPECIALISED,
     AssertionFailure,
     PrimitiveError,
     check_tensor_arguments,
@@ -80,7 +81,10 @@ def primitive_step(prim: Prim, arguments: list[Argument], span: Span) -> Step:
     dynamic = [position for position, step in enumerate(steps) if step is not None]
     constants = [argument.value for argument in arguments]
     slots = [argument.slot for argument in arguments]
-    if dynamic == [0] and len(arguments) <= 3:
+    special = SPECIALISED.get(prim)
+    if dynamic == [0] and special is not None and defaults_match(constants[1:], special[0]):
+        implementation, constants = special[1], constants[:1]
+    if dynamic == [0] and len(constants) <= 3:
         if slots[0] is not None:
             return first_in_slot(prim, implementation, slots[0], checked[0], constants[1:], span)
         return first_dynamic(prim, implementation, steps[0], checked[0], constants[1:], span)
@@ -89,6 +93,11 @@ def primitive_step(prim: Prim, arguments: list[Argument], span: Span) -> Step:
             return two_in_slots(prim, implementation, slots, checked, span)
         return two_dynamic(prim, implementation, steps, checked, span)
     return any_arguments(prim, implementation, steps, constants, checked, span)
+
+
+def defaults_match(constants: list, defaults: tuple) -> bool:
+    """Whether these constant arguments are exactly the defaults (`is`: `false` is not `0`)."""
+    return len(constants) == len(defaults) and all(c is d for c, d in zip(constants, defaults, strict=True))
 
 
 def adapted(prim: Prim, arguments: list[Argument]) -> tuple[Callable, list[Argument]]:

@@ -270,19 +270,28 @@ def make_where(weak_a: bool = False, weak_b: bool = False):
 # ---------------------------------------------------------------------- reductions
 
 
-def reduction(function, name: str, whole=None, nonempty: bool = False):
-    """`whole(x, None)`: a faster equivalent of `function(x)` over all elements of an array (a ufunc's reduce)."""
-
+def reduction(function, name: str, nonempty: bool = False):
     def apply(x: Any, axis: Any, keepdims: Any) -> Any:
-        if whole is not None and axis is None and keepdims is False and x.__class__ is ndarray and x.size:
-            result = whole(x, None)
-            return int(result) if result.__class__ is np.int64 else scalar(result)
         x = as_array(x)
         position = axis_of(x, axis)
         keep = flag_of(keepdims, "keepdims")
         if nonempty and x.size == 0:
             raise PrimitiveError(f"`{name}` of an empty tensor {describe(x)}")
         return scalar(function(x, axis=position, keepdims=keep))
+
+    return apply
+
+
+def whole_reduction(whole, general):
+    """A reduction over all elements with the default keywords (`sum(x)`): for a non-empty float
+    array, `whole(x, None)` (a ufunc's reduce) is `general(x, None, False)`, only faster."""
+
+    def apply(x: Any) -> Any:
+        if x.__class__ is ndarray:
+            dtype = x.dtype
+            if (dtype is F32 or dtype is F64) and x.size:
+                return whole(x, None)
+        return general(x, None, False)
 
     return apply
 
@@ -637,12 +646,12 @@ IMPLEMENTATIONS = {
     Prim.MAXIMUM: maximum(),
     Prim.MINIMUM: minimum(),
     Prim.WHERE: make_where(),
-    Prim.SUM: reduction(total, "sum", whole=lambda x, _: np.add.reduce(x, None, summed_dtype(x))),
+    Prim.SUM: reduction(total, "sum"),
     Prim.MEAN: reduction(mean, "mean", nonempty=True),
-    Prim.MAX: reduction(np.max, "max", whole=np.maximum.reduce, nonempty=True),
-    Prim.MIN: reduction(np.min, "min", whole=np.minimum.reduce, nonempty=True),
-    Prim.ARGMAX: reduction(np.argmax, "argmax", whole=ndarray.argmax, nonempty=True),
-    Prim.ARGMIN: reduction(np.argmin, "argmin", whole=ndarray.argmin, nonempty=True),
+    Prim.MAX: reduction(np.max, "max", nonempty=True),
+    Prim.MIN: reduction(np.min, "min", nonempty=True),
+    Prim.ARGMAX: reduction(np.argmax, "argmax", nonempty=True),
+    Prim.ARGMIN: reduction(np.argmin, "argmin", nonempty=True),
     Prim.LOGSUMEXP: logsumexp,
     Prim.SOFTMAX: softmax,
     Prim.LOG_SOFTMAX: log_softmax,
@@ -666,6 +675,13 @@ IMPLEMENTATIONS = {
     Prim.INT: to_int,
     Prim.ASSERT: check,
     Prim.PRINT: print_values,
+}
+
+# Faster implementations of calls whose arguments after the first are these constants: `sum(x)`,
+# `max(x)` and `min(x)` (axis and keepdims left at their defaults) reduce with the ufunc directly.
+SPECIALISED: dict[Prim, tuple[tuple, Any]] = {
+    prim: ((None, False), whole_reduction(whole, IMPLEMENTATIONS[prim]))
+    for prim, whole in ((Prim.SUM, np.add.reduce), (Prim.MAX, np.maximum.reduce), (Prim.MIN, np.minimum.reduce))
 }
 
 # The parameters that take a number or a tensor: the dispatcher rejects anything else (a string,

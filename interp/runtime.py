@@ -21,6 +21,7 @@ from dl.interp.primitives import (
     F64,
     I32,
     I64,
+    I64_LIMIT,
     PrimitiveError,
     is_number_or_tensor,
     kind_of,
@@ -186,17 +187,20 @@ def general(symbol: str, a: Any, b: Any, weak_a: bool = False, weak_b: bool = Fa
     elif symbol not in EQUALITY and "b" in (kind_a, kind_b):
         raise PrimitiveError(f"`{symbol}` needs numbers, found {shown}; a bool is not a number")
     if kind_a in "iu" and kind_b in "iu":
-        integer_checks(symbol, b, shown)
-    a, b = promote(a, b, weak_a, weak_b)
+        integer_checks(symbol, a, b, shown)
     try:
-        return scalar(FUNCTIONS[symbol](a, b))
+        a, b = promote(a, b, weak_a, weak_b)
+        result = scalar(FUNCTIONS[symbol](a, b))
     except OverflowError:
         raise out_of_range(symbol, a, b) from None
     except (ValueError, TypeError):
         raise broadcast_error(symbol, a, b) from None
+    if result.__class__ is int and not -I64_LIMIT <= result < I64_LIMIT:
+        raise PrimitiveError(f"integer overflow: {shown} is out of the i64 range")
+    return result
 
 
-def integer_checks(symbol: str, b: Any, shown: str) -> None:
+def integer_checks(symbol: str, a: Any, b: Any, shown: str) -> None:
     if symbol == "/":
         raise PrimitiveError(
             f"`/` divides floats, found {shown}; use `//` for integer division or convert with `float(x)`"
@@ -205,6 +209,8 @@ def integer_checks(symbol: str, b: Any, shown: str) -> None:
         raise PrimitiveError(f"integer division by zero in `{symbol}`")
     if symbol == "**" and np.any(np.asarray(b) < 0):
         raise PrimitiveError("an integer raised to a negative integer power; convert with `float(x)` first")
+    if symbol == "**" and a.__class__ is int and b.__class__ is int and b > 63 and abs(a) > 1:
+        raise PrimitiveError(f"integer overflow: {shown} is out of the i64 range")
 
 
 def out_of_range(symbol: str, a: Any, b: Any) -> PrimitiveError:
@@ -302,7 +308,7 @@ BINARY: dict[str, Callable[[Any, Any], Any]] = {
     "/": dividing("/", None),
     "//": dividing("//", lambda b: b != 0),
     "%": dividing("%", lambda b: b != 0),
-    "**": dividing("**", lambda b: b >= 0),
+    "**": dividing("**", None),
     "@": make_matmul(),
     "==": comparison("=="),
     "!=": comparison("!="),
@@ -323,7 +329,7 @@ def integers_fit_literal(symbol: str, literal: Any, literal_on_right: bool) -> b
         return True
     if not literal_on_right:
         return False
-    return (symbol in ("//", "%") and literal != 0) or (symbol == "**" and literal >= 0)
+    return symbol in ("//", "%") and literal != 0
 
 
 def integer_function(symbol: str, literal: int | float) -> Callable[[int, Any], Any] | None:

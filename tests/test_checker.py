@@ -6,7 +6,12 @@ import dl.lang
 import numpy as np
 import pytest
 from dl.interp.values import format_value
+from dl.lang import ast
+from dl.lang.printer import print_module
 from dl.lang.types import DimVar, TensorType
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from test_parser import declarations
 
 
 @pytest.fixture
@@ -116,3 +121,13 @@ def test_unproven_result_annotation_is_checked_at_run_time(run_dl) -> None:
     assert status == 1
     assert err.startswith("error[E0520]: the result does not match its annotation: expected f32[3], found f32[4]")
     assert "--> prog.dl:1:15" in err
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(declarations(), max_size=5))
+def test_checker_never_raises_on_any_program(decls: list) -> None:
+    """The REPL and the language server check whatever is typed: any program that parses gets diagnostics,
+    never an exception."""
+    source = print_module(ast.Module("fuzz.dl", tuple(decls)))
+    typed = dl.lang.check(source, "fuzz.dl")
+    assert all(d.span.path == "fuzz.dl" for d in typed.diagnostics), source
