@@ -17,7 +17,7 @@ checker keeps going after an error by giving the bad expression the type
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from dl.lang import ast
 from dl.lang.diagnostics import Diagnostic, DiagnosticError, Label, Span, error, warning
@@ -208,6 +208,7 @@ class Checker:
         # Literal dtypes from context: in which checks (of a function body, a const) each literal was seen and
         # coerced, so one used differently by two instantiations is left alone.
         self.check_pass = 0
+        self.call_sites: list[tuple[str, Span, tuple[Type, ...]]] = []  # calls being checked, innermost last
         self.early_consts: set[tuple[str, str]] = set()  # consts reported as used before their definition
         self.pass_count = 0
         self.literal_passes: dict[int, set[int]] = {}
@@ -231,6 +232,11 @@ class Checker:
         if key in self.reported:
             return
         self.reported.add(key)
+        if self.call_sites and depends_on_types(diagnostic.code):  # in a function checked for one call's types
+            name, call, args = self.call_sites[-1]
+            shown = ", ".join(str(a) for a in args)
+            note = f"`{name}` is checked with the argument types of the call at {call}: ({shown})"
+            diagnostic = replace(diagnostic, notes=(*diagnostic.notes, note))
         self.typed.diagnostics.append(diagnostic)
 
     def declare_module(self, path: str) -> None:
@@ -647,17 +653,7 @@ class Checker:
             return
         current = self.expression(target, scope, context)
         if isinstance(target, ast.Index):
-            region = current
-            if isinstance(region, TensorType) and isinstance(value, TensorType):
-                if value.dims and not self.broadcasts_into(value, region):
-                    self.report(error("E0303", f"cannot store {value} into {region}", span, f"{value} into {region}"))
-                elif (
-                    strong(value).dtype != region.dtype
-                    and not value.weak
-                    and not (region.dtype in FLOATS and value.dtype in INTEGERS)
-                ):
-                    kind = f"{article(region.dtype)} {region.dtype}"
-                    self.report(error("E0301", f"cannot store {value} into {kind} tensor", span))
+            self.store_element(target, current, value, span)
             return
         if not fits(current, value):
             self.report(
@@ -669,6 +665,29 @@ class Checker:
                     notes=(rebinding_help(target, current, value),),
                 )
             )
+
+    def store_element(self, target: ast.Index, region: Type, value: Type, span: Span) -> None:
+        """`x[i] = v`: `v` must broadcast into the indexed region and fit its dtype without losing values."""
+        base = self.typed.types.get(id(target.target))
+        if isinstance(base, TupleType):
+            self.report(
+                error(
+                    "E0309",
+                    f"cannot assign to an item of a tuple {base}",
+                    target.span,
+                    notes=("help: tuples are built whole; rebind the tuple, e.g. `t = (a, b)`",),
+                )
+            )
+            return
+        if not isinstance(region, TensorType) or isinstance(value, AnyType):
+            return
+        if not isinstance(value, TensorType):
+            self.report(error("E0301", f"cannot store {value} into a tensor", span, str(value)))
+        elif value.dims and not self.broadcasts_into(value, region):
+            self.report(error("E0303", f"cannot store {value} into {region}", span, f"{value} into {region}"))
+        elif not element_fits(region.dtype, value):
+            kind = f"{article(region.dtype)} {region.dtype}"
+            self.report(error("E0301", f"cannot store {value} into {kind} tensor", span, str(value)))
 
     def store_undeclared(self, target: ast.Name, value: Type, scope: Scope, context: Context) -> None:
         info = context.module
@@ -1194,7 +1213,11 @@ class Checker:
         params_types = [strong_keep_value(arg) for arg in bound]
         for index, (_, declared) in annotated:
             params_types[index] = substitute(declared, bindings) if isinstance(declared, TensorType) else declared
-        return self.instantiate(function, tuple(params_types))
+        self.call_sites.append((function.name, expr.span, tuple(params_types)))
+        try:
+            return self.instantiate(function, tuple(params_types))
+        finally:
+            self.call_sites.pop()
 
     def generic_call(self, function: FunctionInfo, args: list[Type], nodes: list[ast.Expr]) -> Type:
         signature = self.generic_signature(function)
@@ -1365,9 +1388,24 @@ class Checker:
             return TensorType("f32", (0,))
         if any(isinstance(item, AnyType) for item in items):
             return ANY
-        if not all(isinstance(item, TensorType) for item in items):
-            bad = next(item for item in items if not isinstance(item, TensorType))
-            self.report(error("E0301", f"tensor literals hold numbers, found {bad}", expr.span, str(bad)))
+        bad = next((i for i, item in enumerate(items) if not isinstance(item, TensorType)), None)
+        if bad is not None:
+            self.report(
+                error(
+                    "E0301", f"tensor literals hold numbers, found {items[bad]}", expr.items[bad].span, str(items[bad])
+                )
+            )
+            return ANY
+        if len({item.dtype == "bool" for item in items}) > 1:  # `[true, 1]`: a bool is not a number
+            position = next(i for i, item in enumerate(items) if (item.dtype == "bool") != (items[0].dtype == "bool"))
+            self.report(
+                error(
+                    "E0301",
+                    f"a tensor literal holds bools or numbers, not both: {items[0]} and {items[position]}",
+                    expr.items[position].span,
+                    str(items[position]),
+                )
+            )
             return ANY
         first = items[0]
         dtype = first
@@ -1523,6 +1561,12 @@ def fits(declared: Type, value: Type) -> bool:
     return declared == value
 
 
+def depends_on_types(code: str) -> bool:
+    """A mistake that depends on the types a function is checked with (not a misspelt name, a `break`
+    outside a loop or a missing `return`)."""
+    return (code.startswith("E03") and code not in ("E0321", "E0322")) or code in ("E0204", "E0205", "E0206")
+
+
 # The arguments of these primitives that combine into the result's values (not axes or sizes):
 # a literal there takes the result's dtype, as it does with an operator.
 VALUE_ARGUMENTS = {Prim.MAXIMUM: (0, 1), Prim.MINIMUM: (0, 1), Prim.WHERE: (1, 2), Prim.MATMUL: (0, 1)}
@@ -1653,6 +1697,18 @@ def reaches(t: Type, target: StructType, structs: dict[str, StructType], seen: f
         return False
     resolved = structs.get(t.name, t)
     return any(reaches(field_type, target, structs, seen | {t.name}) for _, field_type in resolved.fields)
+
+
+def element_fits(dtype: str, value: TensorType) -> bool:
+    """Can `value` be stored into elements of `dtype` without losing anything: the same dtype, an integer
+    into floats, or a literal that takes the dtype (`ints[0] = 1.5` would drop the .5, so it does not fit)."""
+    if value.dtype == dtype:
+        return True
+    if "bool" in (dtype, value.dtype):
+        return False
+    if dtype in FLOATS:
+        return value.dtype in INTEGERS or value.weak
+    return value.weak and value.dtype in INTEGERS
 
 
 def article(word: str) -> str:
