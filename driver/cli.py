@@ -41,7 +41,7 @@ def parser() -> argparse.ArgumentParser:
     )
     command.add_argument("--version", action="version", version=f"dlrun {__version__}")
     add_backend(command)
-    command.add_argument("file", help="the .dl program (or a command: check, run)")
+    command.add_argument("file", nargs="?", help="the .dl program (or a command: check, run)")
     command.add_argument("args", nargs=argparse.REMAINDER, help="arguments passed to main() as strings")
     return command
 
@@ -65,9 +65,19 @@ def subcommand_parser(name: str) -> argparse.ArgumentParser:
         return command
     command = argparse.ArgumentParser(prog="dlrun run", description="Check, then run main(ARGS...).")
     add_backend(command)
-    command.add_argument("file", help="the .dl program")
+    command.add_argument("file", nargs="?", help="the .dl program")
     command.add_argument("args", nargs=argparse.REMAINDER, help="arguments passed to main() as strings")
     return command
+
+
+def subcommand_first(argv: list[str]) -> list[str]:
+    """`dlrun --backend interp run FILE` means `dlrun run --backend interp FILE`."""
+    position = 0
+    while position < len(argv) and argv[position].startswith("--backend"):
+        position += 1 if "=" in argv[position] else 2
+    if 0 < position < len(argv) and argv[position] in SUBCOMMANDS:
+        return [argv[position], *argv[:position], *argv[position + 1 :]]
+    return argv
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -76,11 +86,15 @@ def main(argv: list[str] | None = None) -> int:
         parser().print_usage(sys.stderr)
         print("dlrun: error: give a FILE.dl to run (the interactive REPL is not available yet)", file=sys.stderr)
         return 2
+    argv = subcommand_first(argv)
     command = argv[0] if argv[0] in SUBCOMMANDS else "run"
-    if argv[0] in SUBCOMMANDS:
-        options = subcommand_parser(command).parse_args(argv[1:])
-    else:
-        options = parser().parse_args(argv)
+    chosen = subcommand_parser(command) if argv[0] in SUBCOMMANDS else parser()
+    try:
+        options = chosen.parse_args(argv[1:] if argv[0] in SUBCOMMANDS else argv)
+        if options.file is None:
+            chosen.error("give a FILE.dl")
+    except SystemExit as stop:  # argparse's --help, --version and usage errors: report the status, do not exit
+        return int(stop.code or 0)
     file, args = options.file, getattr(options, "args", [])
     sources = SourceMap()
     try:

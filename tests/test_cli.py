@@ -1,0 +1,51 @@
+"""The command line: options before or after the command, usage errors, warnings before running."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from conftest import ROOT
+
+HELLO = (ROOT / "examples" / "hello.out").read_text()
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ("examples/hello.dl",),
+        ("run", "examples/hello.dl"),
+        ("--backend", "interp", "examples/hello.dl"),
+        ("--backend", "interp", "run", "examples/hello.dl"),
+        ("--backend=interp", "run", "examples/hello.dl"),
+        ("run", "--backend", "interp", "examples/hello.dl"),
+    ],
+)
+def test_options_may_come_before_or_after_the_command(dlrun, argv: tuple[str, ...]) -> None:
+    assert dlrun(*argv) == (0, HELLO, "")
+
+
+@pytest.mark.parametrize("argv", [(), ("run",), ("--backend", "interp"), ("check",)])
+def test_a_missing_file_is_a_usage_error(dlrun, argv: tuple[str, ...]) -> None:
+    status, out, err = dlrun(*argv)
+    assert (status, out) == (2, "")
+    assert err.startswith("usage: dlrun")
+
+
+def test_warnings_are_printed_before_the_program_runs(dlrun, tmp_path: Path, monkeypatch) -> None:
+    (tmp_path / "wide.dl").write_text("fn main() {\n    print(ones(2) + zeros(2, dtype=f64))\n}\n")
+    monkeypatch.chdir(tmp_path)
+    status, out, err = dlrun("wide.dl")
+    assert (status, out) == (0, "[1. 1.]\n")
+    assert err.startswith("warning[W0301]: f32 is widened to f64 in `+`: f32[2] + f64[2]\n --> wide.dl:2:11")
+
+
+def test_check_types_prints_signatures_in_declaration_order(dlrun) -> None:
+    status, out, err = dlrun("check", "--types", "examples/newton.dl")
+    assert (status, err) == (0, "")
+    assert out.splitlines() == [
+        "fn newton_sqrt(a: f64, tol: f64) -> (f64, i64)",
+        "fn newton(f: fn(x), df: fn(x), x0: f64, tol: f64, max_steps: i64) -> (f64, i64)",
+        "fn newton(f: fn(x), df: fn(x), x0: f32, tol: f32, max_steps: i64) -> (f32, i64)",
+        "fn main() -> ()",
+    ]
