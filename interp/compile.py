@@ -45,27 +45,6 @@ from dl.lang.primitives import BY_NAME, SIGNATURES, BindingError, Prim, bind, cl
 from dl.lang.types import TensorType, Type
 
 Step = Callable[[list], Any]
-KEYWORDS = (
-    "fn",
-    "let",
-    "if",
-    "else",
-    "while",
-    "for",
-    "in",
-    "return",
-    "break",
-    "continue",
-    "struct",
-    "import",
-    "as",
-    "const",
-    "and",
-    "or",
-    "not",
-    "true",
-    "false",
-)
 
 
 # ---------------------------------------------------------------------- scopes
