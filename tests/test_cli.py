@@ -49,3 +49,8 @@ def test_check_types_prints_signatures_in_declaration_order(dlrun) -> None:
         "fn newton(f: fn(x), df: fn(x), x0: f32, tol: f32, max_steps: i64) -> (f32, i64)",
         "fn main() -> ()",
     ]
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "examples").glob("*.dl")), ids=lambda p: p.name)
+def test_every_example_checks_clean(dlrun, path: Path) -> None:
+    assert dlrun("check", str(path.relative_to(ROOT))) == (0, "ok\n", "")
