@@ -3,6 +3,7 @@
     dlrun FILE.dl [ARGS...]     check, then run main(ARGS...)
     dlrun check FILE.dl         check only; print `ok` or every diagnostic
     dlrun check --types FILE.dl print each function's signature with inferred shapes
+    dlrun lsp                   run the language server on stdio (for editors)
 
 Exit status: 0 ok, 1 the program's error (diagnostic on stderr), 2 usage error.
 A Python traceback is only ever shown for a bug in DL itself, and says so.
@@ -20,13 +21,14 @@ from dl.lang.check import Typed
 from dl.lang.diagnostics import DiagnosticError, SourceMap, render_all
 from dl.lang.modules import Program
 
-SUBCOMMANDS = ("check", "run")
+SUBCOMMANDS = ("check", "run", "lsp")
 EPILOG = """commands:
   dlrun FILE.dl [ARGS...]   check FILE.dl, then run its main(ARGS...)
   dlrun run FILE.dl [ARGS]  the same, spelled out
   dlrun check FILE.dl       check only: prints `ok` or every diagnostic
   dlrun check --types FILE.dl
                             check, then print each function's inferred signature
+  dlrun lsp                 run the language server on stdin/stdout (for editors)
 
 exit status: 0 ok, 1 the program's error (diagnostic on stderr), 2 usage error"""
 
@@ -41,7 +43,7 @@ def parser() -> argparse.ArgumentParser:
     )
     command.add_argument("--version", action="version", version=f"dlrun {__version__}")
     add_backend(command)
-    command.add_argument("file", nargs="?", help="the .dl program (or a command: check, run)")
+    command.add_argument("file", nargs="?", help="the .dl program (or a command: check, run, lsp)")
     command.add_argument("args", nargs=argparse.REMAINDER, help="arguments passed to main() as strings")
     return command
 
@@ -63,6 +65,10 @@ def subcommand_parser(name: str) -> argparse.ArgumentParser:
         )
         command.add_argument("file", help="the .dl program")
         return command
+    if name == "lsp":
+        return argparse.ArgumentParser(
+            prog="dlrun lsp", description="Run the DL language server (LSP) on stdin/stdout, for editors."
+        )
     command = argparse.ArgumentParser(prog="dlrun run", description="Check, then run main(ARGS...).")
     add_backend(command)
     command.add_argument("file", nargs="?", help="the .dl program")
@@ -91,10 +97,12 @@ def main(argv: list[str] | None = None) -> int:
     chosen = subcommand_parser(command) if argv[0] in SUBCOMMANDS else parser()
     try:
         options = chosen.parse_args(argv[1:] if argv[0] in SUBCOMMANDS else argv)
-        if options.file is None:
+        if command != "lsp" and options.file is None:
             chosen.error("give a FILE.dl")
     except SystemExit as stop:  # argparse's --help, --version and usage errors: report the status, do not exit
         return int(stop.code or 0)
+    if command == "lsp":
+        return language_server()
     file, args = options.file, getattr(options, "args", [])
     sources = SourceMap()
     try:
@@ -112,6 +120,12 @@ def main(argv: list[str] | None = None) -> int:
         print("internal error in dlrun, please report it with the traceback below:", file=sys.stderr)
         traceback.print_exc()
         return 3
+
+
+def language_server() -> int:
+    from dl import lsp  # imported here: pygls is only needed by `dlrun lsp`
+
+    return lsp.serve()
 
 
 def execute(command: str, file: str, args: list[str], options: argparse.Namespace, sources: SourceMap) -> int:
