@@ -13,7 +13,7 @@ from pathlib import Path
 
 from dl.lang import ast
 from dl.lang.diagnostics import DiagnosticError, SourceMap, Span, error
-from dl.lang.parse import parse
+from dl.lang.parse import Recovered, parse, recover
 
 
 @dataclass
@@ -68,14 +68,24 @@ def read_source(path: Path, span: Span | None = None) -> str:
     raise DiagnosticError(error("E0404", f"cannot read `{path}`: {problem}", span or Span(str(path), 1, 1, 1, 1)))
 
 
-def load_program(path: str, source: str | None = None, sources: SourceMap | None = None) -> Program:
+def load_program(
+    path: str,
+    source: str | None = None,
+    sources: SourceMap | None = None,
+    recovered: list[Recovered] | None = None,
+) -> Program:
     """Parse `path` (or `source` given for it) and everything it imports.
 
     Each file's text goes into `sources` as soon as it is read, so a diagnostic
-    raised while loading (in an imported module too) can show its line."""
+    raised while loading (in an imported module too) can show its line.
+
+    With a list for `recovered`, the entry file is parsed with recovery (`parse.recover`):
+    its declarations that parse make the module, and the `Recovered` (with the syntax
+    errors) is appended to the list before its imports are loaded. Imported files are
+    parsed as ever."""
     program = Program(entry=path, sources=sources if sources is not None else SourceMap())
     text = read_source(Path(path)) if source is None else source
-    _load(program, path, text, [])
+    _load(program, path, text, [], recovered)
     return program
 
 
@@ -85,9 +95,13 @@ def load_imports(program: Program, module: ast.Module, importer: str) -> None:
     _load_imports(program, module, importer, [importer])
 
 
-def _load(program: Program, path: str, text: str, chain: list[str]) -> None:
+def _load(program: Program, path: str, text: str, chain: list[str], recovered: list[Recovered] | None = None) -> None:
     program.sources.add(path, text)
-    module = parse(text, path)
+    if recovered is None:
+        module = parse(text, path)
+    else:
+        recovered.append(recover(text, path))
+        module = recovered[-1].module
     program.modules[path] = module
     program.imports[path] = []
     _load_imports(program, module, path, [*chain, path])

@@ -18,11 +18,13 @@ whose messages say, in words, what could come next and what was found.
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Callable
 from dataclasses import replace
 from importlib import resources
 from operator import itemgetter
+from typing import NamedTuple
 
 from dl.lang import ast
 from dl.lang.diagnostics import Diagnostic, DiagnosticError, Label, Span, error
@@ -680,17 +682,38 @@ def parse_repl(source: str, path: str = "<repl>") -> ast.ReplInput:
     return ast.ReplInput(_run(source, path, "repl_input"))
 
 
-def _run(source: str, path: str, start: str) -> tuple:
+def _run(source: str, path: str, start: str, first_line: int = 1) -> tuple:
     table = parse_table()
-    tokens, unclosed = layout(table.scanner.scan(source, path))
+    shift = first_line - 1
+    try:
+        scanned = table.scanner.scan(source, path)
+    except DiagnosticError as failure:
+        if not shift:
+            raise
+        raise DiagnosticError([shifted(d, shift) for d in failure.diagnostics]) from None
+    end = end_token(source)
+    if shift:  # `source` is a piece of a file: give tokens the lines they have in the file
+        scanned = [(kind, text, line + shift, column) for kind, text, line, column in scanned]
+        end = (end[0], end[1], end[2] + shift, end[3])
+    tokens, unclosed = layout(scanned)
     with _lock:
         _builder.path = path
         try:
-            return table.run([*tokens, end_token(source)], start)
+            return table.run([*tokens, end], start)
         except UnexpectedToken as problem:
             if unclosed is not None and problem.token[0] == "$END":
                 raise DiagnosticError(never_closed(unclosed, path)) from None
             raise DiagnosticError(syntax_diagnostic(table, tokens, problem.token, start, path)) from None
+
+
+def shifted(diagnostic: Diagnostic, lines: int) -> Diagnostic:
+    """`diagnostic` moved down by `lines` lines (found in a piece of a file, reported in the file)."""
+
+    def move(span: Span) -> Span:
+        return span._replace(line=span.line + lines, end_line=span.end_line + lines)
+
+    labels = tuple(replace(label, span=move(label.span)) for label in diagnostic.secondary)
+    return replace(diagnostic, span=move(diagnostic.span), secondary=labels)
 
 
 def end_token(source: str) -> Token:
@@ -812,3 +835,84 @@ def unclosed_label(before: list[Token], found: Token, expected: set[str], path: 
         return ()
     opener = open_brackets[-1]
     return (Label(token_span(path, opener), f"this `{opener[1]}` is not closed"),)
+
+
+# ---------------------------------------------------------------------- recovery
+
+# A top-level declaration starts a line: one of these keywords at column 1.
+DECLARATION_START = re.compile(r"(?:fn|struct|const|import)(?![A-Za-z0-9_])")
+DECLARED_NAME = re.compile(r"(?:fn|struct|const)\s+([A-Za-z_][A-Za-z0-9_]*)")
+
+
+class Recovered(NamedTuple):
+    module: ast.Module
+    diagnostics: list[Diagnostic]  # the syntax errors, one per declaration that did not parse
+    broken_names: frozenset[str]  # the names those declarations would have declared, where readable
+
+
+def parse_recovering(source: str, path: str = "<input>") -> tuple[ast.Module, list[Diagnostic]]:
+    """Parse a `.dl` file that may have syntax errors: the declarations that parse, and every syntax error.
+
+    Never raises for a mistake in `source`. See `recover` for how parsing resumes after an error."""
+    recovered = recover(source, path)
+    return recovered.module, recovered.diagnostics
+
+
+def recover(source: str, path: str = "<input>") -> Recovered:
+    """`parse_recovering`, also naming the declarations that did not parse (see `Recovered`).
+
+    A file that parses gives what `parse` gives. Otherwise the file is cut into
+    pieces, each starting at a line that starts a declaration (`fn`, `struct`,
+    `const` or `import` at column 1; the first piece also holds whatever comes
+    before the first such line). The rest of the file is parsed from the start of
+    a piece; at an error, the piece it lies in is the broken one: the pieces
+    before it are parsed (recovering likewise should they fail on their own,
+    in which case the blame goes to them and parsing resumes at the broken piece
+    itself), its diagnostic is kept, and parsing resumes at the next piece
+    starting after the error. Each piece is parsed at its own lines, so every span
+    is a span of `source`."""
+    try:
+        return Recovered(parse(source, path), [], frozenset())
+    except DiagnosticError:
+        pass
+    lines = source.splitlines(keepends=True)
+    starts = [number for number, text in enumerate(lines) if DECLARATION_START.match(text)]
+    decls: list[ast.Decl] = []
+    diagnostics: list[Diagnostic] = []
+    broken: set[str] = set()
+
+    def piece(first: int, stop: int) -> str:
+        return "".join(lines[first:stop])
+
+    def attempt(first: int, stop: int) -> tuple | Diagnostic:
+        try:
+            return _run(piece(first, stop), path, "start", first + 1)
+        except DiagnosticError as failure:
+            return failure.diagnostics[0]
+        except RecursionError:  # a pathologically deep input; never a Python exception
+            return error("E0102", "this declaration nests too deeply to parse", Span(path, first + 1, 1, first + 1, 2))
+
+    def region(first: int, stop: int) -> None:
+        while first < stop:
+            result = attempt(first, stop)
+            if not isinstance(result, Diagnostic):
+                decls.extend(result)
+                return
+            at = (result.span.line - 1, result.span.column)  # 0-based line, 1-based column
+            # The broken piece: the last one starting strictly before the error.
+            broken_start = max((s for s in starts if first < s < stop and (s, 1) < at), default=first)
+            if broken_start > first:
+                before = attempt(first, broken_start)
+                if isinstance(before, Diagnostic):  # the error is in the pieces before: blame them
+                    region(first, broken_start)
+                    first = broken_start
+                    continue
+                decls.extend(before)
+            diagnostics.append(result)
+            name = DECLARED_NAME.match(lines[broken_start]) if broken_start < len(lines) else None
+            if name:
+                broken.add(name.group(1))
+            first = min((s for s in starts if broken_start < s < stop and (s, 1) >= at), default=stop)
+
+    region(0, len(lines))
+    return Recovered(ast.Module(path, tuple(decls)), diagnostics, frozenset(broken))
