@@ -1,9 +1,10 @@
 """`dlrun lsp`: a Language Server Protocol server on stdio (pygls 2 and lsprotocol).
 
-The first slice of the editor support: diagnostics on open and on change, the static type under the
-cursor on hover, and the outline of a file (document symbols). Everything it knows comes from
-`dl.lang.check`, the same checker the CLI runs; the functions that map the checker's results to LSP
-values are small and pure, so tests call them without a server.
+The editor support so far: diagnostics on open and on change, the static type under the cursor on
+hover, the outline of a file (document symbols), semantic tokens (highlighting), go to definition and
+completion. Everything it knows comes from `dl.lang.check`, the same checker the CLI runs, and from
+the lexer; the functions that map them to LSP values are small and pure, so tests call them without a
+server.
 
 Positions: DL spans are 1-based with an exclusive end column; LSP positions are 0-based. Columns are
 counted in characters (code points), which matches LSP's UTF-16 units outside the astral planes.
@@ -13,17 +14,20 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import re
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 from dl import __version__, lang
 from dl.lang import ast
 from dl.lang.check import Typed
-from dl.lang.diagnostics import Diagnostic, Severity, Span
-from dl.lang.types import FunctionRef, PrimitiveRef, TupleType, Type
+from dl.lang.diagnostics import Diagnostic, DiagnosticError, Severity, Span
+from dl.lang.parse import parse_table
+from dl.lang.primitives import BY_NAME
+from dl.lang.types import FunctionRef, ModuleType, PrimitiveRef, StructType, TupleType, Type
 from lsprotocol import types
 from pygls.lsp.server import LanguageServer
-from pygls.uris import to_fs_path
+from pygls.uris import from_fs_path, to_fs_path
 
 log = logging.getLogger("dl.lsp")
 
@@ -241,6 +245,471 @@ def symbols(module: ast.Module, typed: Typed | None = None) -> list[types.Docume
     return found
 
 
+# ------------------------------------------------------------------ scopes (definition and completion)
+
+
+def before(span: Span, line: int, column: int) -> bool:
+    """Whether `span` ends at or before the 1-based `line`:`column`."""
+    return (span.end_line, span.end_column) <= (line, column)
+
+
+def pattern_names(pattern: Any) -> Iterator[ast.NamePattern]:
+    match pattern:
+        case ast.NamePattern():
+            yield pattern
+        case ast.TuplePattern(items=items):
+            for item in items:
+                yield from pattern_names(item)
+
+
+def function_at(module: ast.Module, line: int) -> ast.FnDecl | None:
+    """The top-level function the 1-based `line` is in, or else the last one that starts before it (the
+    document may have grown since `module` was parsed)."""
+    found = None
+    for decl in module.decls:
+        if isinstance(decl, ast.FnDecl) and decl.span.line <= line:
+            found = decl
+    return found
+
+
+def scope_at(decl: ast.FnDecl, line: int, column: int) -> list[tuple[str, Any, Any]]:
+    """The local bindings visible at the 1-based `line`:`column` inside `decl`, in order (a later one shadows
+    an earlier one of the same name), as (name, binding node, the node that binds it): params, `let`
+    patterns, `for` patterns, nested `fn`s and lambda params."""
+    found: list[tuple[str, Any, Any]] = [(param.name, param, decl) for param in decl.params]
+
+    def block(node: ast.Block) -> None:
+        for stmt in node.body:
+            if before(stmt.span, line, column):
+                if isinstance(stmt, ast.Let):
+                    found.extend((bound.name, bound, stmt) for bound in pattern_names(stmt.pattern))
+                elif isinstance(stmt, ast.FnDecl):
+                    found.append((stmt.name, stmt, stmt))
+            elif contains(stmt.span, line, column):
+                inside(stmt)
+                return
+            else:
+                return
+
+    def inside(node: Any) -> None:
+        if isinstance(node, ast.Block):
+            block(node)
+            return
+        if isinstance(node, ast.For) and contains(node.body.span, line, column):
+            found.extend((bound.name, bound, node) for bound in pattern_names(node.pattern))
+        if isinstance(node, ast.FnDecl | ast.Lambda):
+            found.extend((param.name, param, node) for param in node.params)
+        for child in children(node):
+            span = getattr(child, "span", None)
+            if span is not None and contains(span, line, column):
+                inside(child)
+                return
+
+    if contains(decl.body.span, line, column) or before(decl.body.span, line, column):
+        block(decl.body)
+    return found
+
+
+def name_span(name: str, span: Span) -> Span:
+    """The span of a name that starts `span` (a param, a field declaration)."""
+    return Span(span.path, span.line, span.column, span.line, span.column + len(name))
+
+
+def field_name_span(node: ast.Field) -> Span:
+    """The span of the name after the dot of `target.name`."""
+    span = node.span
+    return Span(span.path, span.end_line, span.end_column - len(node.name), span.end_line, span.end_column)
+
+
+def module_definition(typed: Typed, path: str, name: str) -> tuple[str, Span] | None:
+    """Where a module-level name of `path` is declared: a function, struct, const, or an import (its file)."""
+    module = typed.program.modules.get(path)
+    if module is None:
+        return None
+    for decl in module.decls:
+        match decl:
+            case ast.FnDecl() | ast.StructDecl() if decl.name == name:
+                return path, decl.name_span
+            case ast.Const() if decl.name == name:
+                return path, decl.span
+    for alias, target in typed.program.imports.get(path, []):
+        if alias == name:
+            return target, Span(target, 1, 1, 1, 1)
+    return None
+
+
+def binding_definition(binding: Any, owner: Any, path: str) -> tuple[str, Span]:
+    match binding:
+        case ast.Param():
+            return path, name_span(binding.name, binding.span)
+        case ast.FnDecl():
+            return path, binding.name_span
+    return path, binding.span
+
+
+def definition(typed: Typed, path: str, line: int, column: int) -> tuple[str, Span] | None:
+    """Where the name at the 1-based `line`:`column` of `path` is defined, as (file path, span): a local
+    (the nearest binding in scope), a function, struct, const, an imported module (its file), a struct
+    field, or a member of an imported module."""
+    module = typed.program.modules.get(path)
+    if module is None:
+        return None
+    for decl in module.decls:
+        if isinstance(decl, ast.FnDecl | ast.StructDecl) and contains(decl.name_span, line, column):
+            return path, decl.name_span
+        if isinstance(decl, ast.Import) and contains(decl.span, line, column):
+            alias = decl.alias or decl.module
+            return module_definition(typed, path, alias)
+    chain = enclosing(module, line, column)
+    if not chain:
+        return None
+    node = chain[-1]
+    match node:
+        case ast.Name(id=name):
+            function = chain[0] if isinstance(chain[0], ast.FnDecl) else None
+            if function is not None:
+                for bound, binding, owner in reversed(scope_at(function, line, column)):
+                    if bound == name:
+                        return binding_definition(binding, owner, path)
+            return module_definition(typed, path, name)
+        case ast.NamePattern() | ast.Param():
+            return binding_definition(node, None, path)
+        case ast.Field(target=target, name=name):
+            return member_definition(typed, typed.types.get(id(target)), name)
+        case ast.NamedType(name=name, module=None):
+            return module_definition(typed, path, name)
+        case ast.NamedType(name=name, module=alias):
+            target = dict(typed.program.imports.get(path, [])).get(alias)
+            return module_definition(typed, target, name) if target else None
+    return None
+
+
+def member_definition(typed: Typed, target: Type | None, name: str) -> tuple[str, Span] | None:
+    """Where `name` is declared in what `target` is: a struct's field, or a member of a module."""
+    if isinstance(target, ModuleType):
+        return module_definition(typed, target.path, name)
+    if isinstance(target, StructType):
+        module = typed.program.modules.get(target.module)
+        for decl in module.decls if module else ():
+            if isinstance(decl, ast.StructDecl) and decl.name == target.name:
+                for item in decl.fields:
+                    if item.name == name:
+                        return target.module, name_span(name, item.span)
+    return None
+
+
+# ------------------------------------------------------------------ completion
+
+DOTTED = re.compile(r"([A-Za-z_]\w*(?:\s*\.\s*[A-Za-z_]\w*)*)\s*\.\s*\w*$")
+
+
+def binding_type(typed: Typed, path: str, binding: Any, owner: Any) -> Type | None:
+    """The type of a local binding, when the checker knows it."""
+    match binding, owner:
+        case ast.NamePattern(), ast.Let():
+            for bound, found in pattern_types(owner.pattern, typed.types.get(id(owner.value))):
+                if bound is binding:
+                    return found
+        case ast.Param(), ast.FnDecl():
+            signature = next((s for s in typed.signatures.get(path, []) if s.name == owner.name), None)
+            return dict(signature.params).get(binding.name) if signature else None
+    return None
+
+
+def module_names(typed: Typed, path: str) -> list[types.CompletionItem]:
+    """The functions, structs and consts a module declares, and (for `path` itself) its imports."""
+    module = typed.program.modules.get(path)
+    if module is None:
+        return []
+    signatures = {s.name: str(s) for s in typed.signatures.get(path, [])}
+    found = []
+    for decl in module.decls:
+        match decl:
+            case ast.FnDecl(name=name):
+                found.append(item(name, types.CompletionItemKind.Function, signatures.get(name, f"fn {name}")))
+            case ast.StructDecl(name=name):
+                found.append(item(name, types.CompletionItemKind.Struct, f"struct {name}"))
+            case ast.Const(name=name):
+                known = typed.types.get(id(decl.value))
+                found.append(item(name, types.CompletionItemKind.Constant, f"const {name}: {known}" if known else None))
+    return found
+
+
+def item(label: str, kind: types.CompletionItemKind, detail: str | None) -> types.CompletionItem:
+    return types.CompletionItem(label=label, kind=kind, detail=detail)
+
+
+def expression_type(typed: Typed, path: str, text: str, line: int, column: int) -> Type | None:
+    """The type of a dotted name (`x`, `m.layer`) as seen at the 1-based `line`:`column`: the first name is a
+    local in scope or a module-level name; each `.name` after it a field of a struct or a module member."""
+    module = typed.program.modules.get(path)
+    if module is None:
+        return None
+    first, *rest = [part.strip() for part in text.split(".")]
+    found: Type | None = None
+    function = function_at(module, line)
+    for bound, binding, owner in reversed(scope_at(function, line, column) if function else []):
+        if bound == first:
+            found = binding_type(typed, path, binding, owner)
+            break
+    else:
+        imports = dict(typed.program.imports.get(path, []))
+        if first in imports:
+            found = ModuleType(imports[first])
+        for decl in module.decls:
+            if isinstance(decl, ast.Const) and decl.name == first:
+                found = typed.types.get(id(decl.value))
+    for name in rest:
+        if isinstance(found, StructType):
+            found = found.field_type(name)
+        else:
+            return None
+    return found
+
+
+def completions(typed: Typed, path: str, source: str, line: int, column: int) -> list[types.CompletionItem]:
+    """What may be typed at the 1-based `line`:`column` of `source`: after `x.`, the fields of the struct `x`
+    (with their types) or the members of the module `x`; elsewhere the locals in scope, the module's
+    functions, structs, consts and imports, the keywords and the built-ins. `typed` may be from an earlier
+    version of the document (the current one may not parse while it is being typed)."""
+    lines = source.splitlines()
+    prefix = lines[line - 1][: column - 1] if 0 < line <= len(lines) else ""
+    dotted = DOTTED.search(prefix)
+    if dotted is not None:
+        target = expression_type(typed, path, dotted.group(1), line, column)
+        if isinstance(target, StructType):
+            return [item(name, types.CompletionItemKind.Field, str(t)) for name, t in target.fields]
+        if isinstance(target, ModuleType):
+            return module_names(typed, target.path)
+        return []
+    found: dict[str, types.CompletionItem] = {}
+    module = typed.program.modules.get(path)
+    function = function_at(module, line) if module is not None else None
+    for name, binding, owner in reversed(scope_at(function, line, column) if function else []):
+        if name not in found:
+            known = binding_type(typed, path, binding, owner)
+            kind = types.CompletionItemKind.Function if binding is owner else types.CompletionItemKind.Variable
+            found[name] = item(name, kind, str(known) if known is not None else None)
+    for entry in module_names(typed, path):
+        found.setdefault(entry.label, entry)
+    for alias, _ in typed.program.imports.get(path, []):
+        found.setdefault(alias, item(alias, types.CompletionItemKind.Module, "module"))
+    for keyword in sorted(keywords()):
+        found.setdefault(keyword, item(keyword, types.CompletionItemKind.Keyword, None))
+    for name in sorted(BY_NAME):
+        found.setdefault(name, item(name, types.CompletionItemKind.Function, f"built-in fn {name}"))
+    return list(found.values())
+
+
+def parses(typed: Typed, path: str) -> bool:
+    """Whether the checked document parsed without a syntax error (`E01xx`), so that its tree is whole."""
+    if path not in typed.program.modules:
+        return False
+    return not any(d.code.startswith("E01") and d.span.path == path for d in typed.diagnostics)
+
+
+# ------------------------------------------------------------------ semantic tokens
+
+TOKEN_TYPES = [
+    "namespace",
+    "type",
+    "struct",
+    "typeParameter",
+    "parameter",
+    "variable",
+    "property",
+    "function",
+    "keyword",
+    "comment",
+    "string",
+    "number",
+    "operator",
+]
+TOKEN_MODIFIERS = ["declaration", "readonly", "defaultLibrary"]
+LEGEND = types.SemanticTokensLegend(token_types=TOKEN_TYPES, token_modifiers=TOKEN_MODIFIERS)
+OPERATOR_KINDS = frozenset(
+    {"PLUS", "MINUS", "STAR", "SLASH", "DSLASH", "PERCENT", "AT", "POW", "COMPARE", "ASSIGN", "AUGASSIGN"}
+    | {"ARROW", "FATARROW", "DOTDOT"}
+)
+DTYPE_NAMES = frozenset({"f32", "f64", "i32", "i64", "bool", "str"})
+
+# A classified token: (1-based line, 1-based column, length, type, modifiers)
+SemanticToken = tuple[int, int, int, str, tuple[str, ...]]
+
+
+def keywords() -> set[str]:
+    return set(parse_table().scanner.keywords)
+
+
+def comment_start(text: str) -> int | None:
+    """The index of the `#` that starts a comment on one line of source, outside string literals."""
+    quoted = escaped = False
+    for index, char in enumerate(text):
+        if quoted:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == '"':
+                quoted = False
+        elif char == '"':
+            quoted = True
+        elif char == "#":
+            return index
+    return None
+
+
+def lexical_tokens(source: str) -> Iterator[tuple[str, str, int, int]]:
+    """The lexer's tokens of `source`, line by line (no token spans lines), so that a character the lexer
+    rejects loses only the rest of its line; comments as `COMMENT` tokens, `NEWLINE`s left out."""
+    scanner = parse_table().scanner
+    for number, text in enumerate(source.splitlines(), start=1):
+        start = comment_start(text)
+        code = text if start is None else text[:start]
+        try:
+            scanned = scanner.scan(code, "<tokens>")
+        except DiagnosticError as problem:  # a character no token matches: keep the tokens before it
+            bad = problem.diagnostics[0].span.column if problem.diagnostics else 1
+            try:
+                scanned = scanner.scan(code[: bad - 1], "<tokens>")
+            except DiagnosticError:
+                scanned = []
+        for kind, value, _, column in scanned:
+            if kind != "NEWLINE":
+                yield kind, value, number, column
+        if start is not None:
+            yield "COMMENT", text[start:], number, start + 1
+
+
+def name_classes(typed: Typed | None, path: str) -> dict[tuple[int, int], tuple[str, tuple[str, ...]]]:
+    """What each name of a checked module is, by the 1-based position where it starts."""
+    module = typed.program.modules.get(path) if typed is not None else None
+    if module is None:
+        return {}
+    found: dict[tuple[int, int], tuple[str, tuple[str, ...]]] = {}
+    structs = {decl.name for decl in module.decls if isinstance(decl, ast.StructDecl)}
+    consts = {decl.name for decl in module.decls if isinstance(decl, ast.Const)}
+
+    def put(span: Span, kind: str, *modifiers: str) -> None:
+        found.setdefault((span.line, span.column), (kind, modifiers))
+
+    def walk(node: Any, params: frozenset[str]) -> None:
+        match node:
+            case ast.FnDecl() | ast.Lambda():
+                if isinstance(node, ast.FnDecl):
+                    put(node.name_span, "function", "declaration")
+                params = params | {param.name for param in node.params}
+                for param in node.params:
+                    put(param.span, "parameter", "declaration")
+            case ast.StructDecl():
+                put(node.name_span, "struct", "declaration")
+                for member in node.fields:
+                    put(member.span, "property", "declaration")
+            case ast.NamePattern():
+                put(node.span, "variable", "declaration")
+            case ast.Name(id=name):
+                known = typed.types.get(id(node))
+                if isinstance(known, PrimitiveRef):
+                    put(node.span, "function", "defaultLibrary")
+                elif isinstance(known, FunctionRef):
+                    put(node.span, "function")
+                elif isinstance(known, ModuleType):
+                    put(node.span, "namespace")
+                elif name in structs:
+                    put(node.span, "struct")
+                elif name in params:
+                    put(node.span, "parameter")
+                elif name in consts:
+                    put(node.span, "variable", "readonly")
+                else:
+                    put(node.span, "variable")
+            case ast.Field():
+                known = typed.types.get(id(node))
+                kind = "function" if isinstance(known, FunctionRef) else "property"
+                if isinstance(typed.types.get(id(node.target)), ModuleType) and node.name in structs_of(typed, node):
+                    kind = "struct"
+                put(field_name_span(node), kind)
+            case ast.FieldInit() | ast.Keyword():
+                put(node.span, "property" if isinstance(node, ast.FieldInit) else "parameter")
+            case ast.NamedType(name=name, module=alias):
+                if alias is not None:
+                    put(node.span, "namespace")
+                    end = node.span
+                    put(Span(path, end.end_line, end.end_column - len(name), 0, 0), "struct")
+                else:
+                    put(node.span, "type" if name in DTYPE_NAMES else "struct")
+            case ast.TensorTypeExpr():
+                put(node.span, "type")
+            case ast.DimName():
+                put(node.span, "typeParameter")
+        for child in children(node):
+            walk(child, params)
+
+    for decl in module.decls:
+        walk(decl, frozenset())
+    return found
+
+
+def structs_of(typed: Typed, node: ast.Field) -> set[str]:
+    target = typed.types.get(id(node.target))
+    module = typed.program.modules.get(target.path) if isinstance(target, ModuleType) else None
+    return {decl.name for decl in module.decls if isinstance(decl, ast.StructDecl)} if module else set()
+
+
+def semantic_tokens(source: str, typed: Typed | None, path: str) -> list[SemanticToken]:
+    """Every highlighted token of `source`, in order: keywords, numbers, strings, comments and operators from
+    the lexer, names classified from the checked module (`typed` may be None, or lack the module when it does
+    not parse: then names after `fn`, `struct`, `import` and built-ins are still told apart)."""
+    classes = name_classes(typed, path)
+    words = keywords()
+    found: list[SemanticToken] = []
+    previous = ""
+    for kind, value, line, column in lexical_tokens(source):
+        shown: tuple[str, tuple[str, ...]] | None = None
+        if kind == "NAME":
+            shown = classes.get((line, column))
+            if shown is None:
+                if previous == "fn":
+                    shown = ("function", ("declaration",))
+                elif previous == "struct":
+                    shown = ("struct", ("declaration",))
+                elif previous == "const":
+                    shown = ("variable", ("declaration", "readonly"))
+                elif previous in ("import", "as"):
+                    shown = ("namespace", ())
+                elif value in BY_NAME and not classes:
+                    shown = ("function", ("defaultLibrary",))
+                elif value in DTYPE_NAMES:
+                    shown = ("type", ())
+        elif value in words:
+            shown = ("keyword", ())
+        elif kind in ("INT", "FLOAT"):
+            shown = ("number", ())
+        elif kind in ("STRING", "COMMENT"):
+            shown = (kind.lower(), ())
+        elif kind in OPERATOR_KINDS:
+            shown = ("operator", ())
+        if shown is not None:
+            found.append((line, column, len(value), *shown))
+        previous = value
+    return found
+
+
+def encode_tokens(found: list[SemanticToken]) -> list[int]:
+    """Semantic tokens as LSP sends them: five integers each, the line and start relative to the token before
+    (the start only when on the same line), 0-based, then the length, the type's index in the legend and the
+    modifiers as bits."""
+    data: list[int] = []
+    last_line, last_start = 0, 0
+    for line, column, length, kind, modifiers in sorted(found):
+        line, start = line - 1, column - 1
+        bits = sum(1 << TOKEN_MODIFIERS.index(modifier) for modifier in modifiers)
+        delta_start = start - last_start if line == last_line else start
+        data.extend((line - last_line, delta_start, length, TOKEN_TYPES.index(kind), bits))
+        last_line, last_start = line, start
+    return data
+
+
 # ------------------------------------------------------------------ the server
 
 T = TypeVar("T")
@@ -272,6 +741,7 @@ def make_server() -> LanguageServer:
     """A server with its features registered; `start_io()` runs it."""
     server = LanguageServer("dl", __version__, text_document_sync_kind=types.TextDocumentSyncKind.Full)
     checked: dict[str, tuple[str, Typed]] = {}  # uri -> (source it was checked from, result)
+    parsed: dict[str, Typed] = {}  # uri -> the last check of it without a syntax error (for completion)
 
     def analyse(uri: str) -> tuple[str, str, Typed]:
         source = server.workspace.get_text_document(uri).source
@@ -280,6 +750,8 @@ def make_server() -> LanguageServer:
         if cached is None or cached[0] != source:
             cached = (source, lang.check(source, path))
             checked[uri] = cached
+            if parses(cached[1], path):
+                parsed[uri] = cached[1]
         return path, source, cached[1]
 
     def publish(uri: str) -> None:
@@ -302,6 +774,7 @@ def make_server() -> LanguageServer:
     @guarded
     def did_close(params: types.DidCloseTextDocumentParams) -> None:
         checked.pop(params.text_document.uri, None)
+        parsed.pop(params.text_document.uri, None)
         server.text_document_publish_diagnostics(
             types.PublishDiagnosticsParams(uri=params.text_document.uri, diagnostics=[])
         )
@@ -327,6 +800,33 @@ def make_server() -> LanguageServer:
         path, _, typed = analyse(params.text_document.uri)
         module = typed.program.modules.get(path)
         return symbols(module, typed) if module is not None else []
+
+    @server.feature(types.TEXT_DOCUMENT_SEMANTIC_TOKENS_FULL, LEGEND)
+    @guarded
+    def semantic_tokens_full(params: types.SemanticTokensParams) -> types.SemanticTokens:
+        path, source, typed = analyse(params.text_document.uri)
+        return types.SemanticTokens(data=encode_tokens(semantic_tokens(source, typed, path)))
+
+    @server.feature(types.TEXT_DOCUMENT_DEFINITION)
+    @guarded
+    def goto_definition(params: types.DefinitionParams) -> types.Location | None:
+        path, _, typed = analyse(params.text_document.uri)
+        found = definition(typed, path, params.position.line + 1, params.position.character + 1)
+        if found is None:
+            return None
+        target, span = found
+        uri = params.text_document.uri if target == path else (from_fs_path(target) or target)
+        return types.Location(uri=uri, range=to_range(span))
+
+    @server.feature(types.TEXT_DOCUMENT_COMPLETION, types.CompletionOptions(trigger_characters=["."]))
+    @guarded
+    def completion(params: types.CompletionParams) -> types.CompletionList:
+        uri = params.text_document.uri
+        path, source, typed = analyse(uri)
+        if not parses(typed, path):  # while the document does not parse, what was known before
+            typed = parsed.get(uri, typed)
+        found = completions(typed, path, source, params.position.line + 1, params.position.character + 1)
+        return types.CompletionList(is_incomplete=False, items=found)
 
     return server
 

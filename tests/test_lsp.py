@@ -1,4 +1,5 @@
-"""The language server (`dlrun lsp`, first slice): diagnostics, hover and the outline.
+"""The language server (`dlrun lsp`): diagnostics, hover, the outline, semantic tokens, go to definition
+and completion.
 
 The mapping from checker results to LSP values is tested directly; one end-to-end test starts the
 server as a subprocess and speaks JSON-RPC to it over stdio."""
@@ -135,6 +136,170 @@ def test_symbols_list_functions_structs_and_consts(typed) -> None:
     assert [child.name for child in layer.children] == ["w"]
 
 
+# ------------------------------------------------------------------ semantic tokens
+
+TOKENS = """\
+# doc
+struct Layer { w: f32[3, 4] }
+const N = 4
+fn scale(x: f32[B, 3], p: Layer) -> f32[B, 4] {
+    let h = x * 2.0  # not a "string"
+    print("a # b", N)
+    return h @ p.w
+}
+"""
+
+
+def test_semantic_tokens_classify_keywords_names_literals_comments_and_operators() -> None:
+    checked = lang.check(TOKENS, PATH)
+    assert checked.errors == []
+    found = {
+        (line, column): (kind, modifiers)
+        for line, column, _, kind, modifiers in lsp.semantic_tokens(TOKENS, checked, PATH)
+    }
+    assert found[(1, 1)] == ("comment", ())
+    assert found[(2, 1)] == ("keyword", ())
+    assert found[(2, 8)] == ("struct", ("declaration",))
+    assert found[(2, 16)] == ("property", ("declaration",))
+    assert found[(2, 19)] == ("type", ())  # f32
+    assert found[(2, 23)] == ("number", ())
+    assert found[(3, 7)] == ("variable", ("declaration", "readonly"))
+    assert found[(4, 4)] == ("function", ("declaration",))
+    assert found[(4, 10)] == ("parameter", ("declaration",))
+    assert found[(4, 17)] == ("typeParameter", ())  # the dimension variable B
+    assert found[(4, 27)] == ("struct", ())
+    assert found[(4, 34)] == ("operator", ())  # ->
+    assert found[(5, 9)] == ("variable", ("declaration",))
+    assert found[(5, 13)] == ("parameter", ())
+    assert found[(5, 15)] == ("operator", ())
+    assert found[(5, 17)] == ("number", ())
+    assert found[(5, 22)] == ("comment", ())  # `#` outside a string starts a comment
+    assert found[(6, 5)] == ("function", ("defaultLibrary",))  # a built-in
+    assert found[(6, 11)] == ("string", ())  # `#` inside a string does not
+    assert found[(6, 20)] == ("variable", ("readonly",))
+    assert found[(7, 12)] == ("variable", ())
+    assert found[(7, 16)] == ("parameter", ())
+    assert found[(7, 18)] == ("property", ())
+    assert (6, 10) not in found  # punctuation is not highlighted
+
+
+def test_semantic_tokens_tell_user_functions_from_built_ins(typed) -> None:
+    found = {
+        (line, column): (kind, modifiers)
+        for line, column, _, kind, modifiers in lsp.semantic_tokens(SOURCE, typed, PATH)
+    }
+    assert found[(13, 21)] == ("function", ())  # scale
+    assert found[(13, 27)] == ("function", ("defaultLibrary",))  # ones
+
+
+def test_semantic_tokens_of_a_file_that_does_not_parse_come_from_the_lexer() -> None:
+    source = "fn main( {\n    let x = 1 $ 2\n}\n"
+    found = lsp.semantic_tokens(source, lang.check(source, PATH), PATH)
+    assert found[:2] == [(1, 1, 2, "keyword", ()), (1, 4, 4, "function", ("declaration",))]
+    assert (2, 5, 3, "keyword", ()) in found  # the line with a bad character keeps what came before it
+
+
+def test_semantic_tokens_are_encoded_relative_to_the_previous_token() -> None:
+    found = [(2, 5, 3, "keyword", ()), (1, 1, 2, "keyword", ()), (2, 9, 1, "variable", ("declaration", "readonly"))]
+    keyword, variable = lsp.TOKEN_TYPES.index("keyword"), lsp.TOKEN_TYPES.index("variable")
+    assert lsp.encode_tokens(found) == [0, 0, 2, keyword, 0, 1, 4, 3, keyword, 0, 0, 4, 1, variable, 0b11]
+
+
+# ------------------------------------------------------------------ go to definition and completion
+
+MODULES = {
+    "nn.dl": "struct Dense { w: f32[3, 4] }\nfn init() -> Dense { return Dense { w: ones(3, 4) } }\n",
+    "main.dl": """\
+import nn
+struct Layer { w: f32[3, 4] }
+fn scale(x: f32[B, 3], p: Layer) -> f32[B, 4] {
+    let h = x * 2.0
+    for i in 0..3 { let h = h + 1.0 }
+    return h @ p.w
+}
+fn main() {
+    let d = nn.init()
+    let l = Layer { w: ones(3, 4) }
+    let y = scale(ones(2, 3), l)
+}
+""",
+}
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> tuple[str, str, lang.Typed]:
+    for name, text in MODULES.items():
+        (tmp_path / name).write_text(text)
+    path = str(tmp_path / "main.dl")
+    checked = lang.check(MODULES["main.dl"], path)
+    assert checked.errors == []
+    return path, str(tmp_path / "nn.dl"), checked
+
+
+def where(path: str, line: int, column: int, end: int) -> tuple[str, Span]:
+    return path, Span(path, line, column, line, end)
+
+
+@pytest.mark.parametrize(
+    ("line", "column", "expected"),
+    [
+        (6, 12, (4, 9, 10)),  # a let-bound local
+        (6, 16, (3, 24, 25)),  # a parameter
+        (6, 18, (2, 16, 17)),  # a struct field
+        (11, 13, (3, 4, 9)),  # a function, at a call
+        (11, 31, (10, 9, 10)),  # a local of another function
+        (10, 13, (2, 8, 13)),  # a struct, in a literal
+        (3, 27, (2, 8, 13)),  # a struct, in a type
+        (3, 5, (3, 4, 9)),  # a declaration is its own definition
+    ],
+)
+def test_definition_of_locals_functions_structs_and_fields(project, line: int, column: int, expected) -> None:
+    path, _, checked = project
+    assert lsp.definition(checked, path, line, column) == where(path, *expected)
+
+
+def test_definition_of_an_imported_module_and_its_members(project) -> None:
+    path, nn, checked = project
+    assert lsp.definition(checked, path, 1, 8) == where(nn, 1, 1, 1)  # `import nn`
+    assert lsp.definition(checked, path, 9, 13) == where(nn, 1, 1, 1)  # `nn` in `nn.init()`
+    assert lsp.definition(checked, path, 9, 16) == where(nn, 2, 4, 8)  # `init` in `nn.init()`
+    assert lsp.definition(checked, path, 8, 1) is None
+
+
+def test_definition_finds_the_nearest_binding_in_scope() -> None:
+    source = "fn f(x: f32) -> f32 {\n    let x = x + 1.0\n    return x\n}\n"
+    checked = lang.check(source, PATH)
+    assert lsp.definition(checked, PATH, 2, 13) == where(PATH, 1, 6, 7)  # the `x` being added is the param
+    assert lsp.definition(checked, PATH, 3, 12) == where(PATH, 2, 9, 10)
+
+
+def labels(found: list[types.CompletionItem]) -> dict[str, str | None]:
+    return {entry.label: entry.detail for entry in found}
+
+
+def test_completion_offers_the_scope_module_names_keywords_and_built_ins(project) -> None:
+    path, _, checked = project
+    found = labels(lsp.completions(checked, path, MODULES["main.dl"], 6, 5))
+    assert found["h"] == "f32[B, 3]" and found["x"] == "f32[B, 3]" and found["p"] == "Layer"
+    assert "i" not in found and "y" not in found  # `i` is only in the loop, `y` in another function
+    assert found["scale"] == "fn scale(x: f32[B, 3], p: Layer) -> f32[B, 4]"
+    assert found["Layer"] == "struct Layer" and found["nn"] == "module"
+    assert "let" in found and found["ones"] == "built-in fn ones"
+
+
+def test_completion_after_a_dot_lists_struct_fields_and_module_members(project) -> None:
+    path, _, checked = project
+    typing = MODULES["main.dl"].replace("return h @ p.w", "return h @ p.").replace("let y =", "d.")
+    assert labels(lsp.completions(checked, path, typing, 6, 18)) == {"w": "f32[3, 4]"}
+    assert labels(lsp.completions(checked, path, typing, 11, 7)) == {"w": "f32[3, 4]"}  # `d` is an nn.Dense
+    typing = typing.replace("return h @ p.", "return nn.")
+    assert labels(lsp.completions(checked, path, typing, 6, 15)) == {
+        "Dense": "struct Dense",
+        "init": "fn init() -> Dense",
+    }
+    assert lsp.completions(checked, path, typing.replace("return nn.", "return h."), 6, 14) == []  # not a struct
+
+
 # ------------------------------------------------------------------ end to end, over stdio
 
 
@@ -204,6 +369,10 @@ def test_the_server_speaks_lsp_over_stdio(tmp_path: Path) -> None:
         capabilities = client.request("initialize", {"processId": None, "rootUri": None, "capabilities": {}})
         assert capabilities["capabilities"]["hoverProvider"]
         assert capabilities["capabilities"]["documentSymbolProvider"]
+        assert capabilities["capabilities"]["definitionProvider"]
+        assert "." in capabilities["capabilities"]["completionProvider"]["triggerCharacters"]
+        legend = capabilities["capabilities"]["semanticTokensProvider"]["legend"]
+        assert legend["tokenModifiers"] == ["declaration", "readonly", "defaultLibrary"]
         client.notify("initialized", {})
         document = {"uri": uri, "languageId": "dl", "version": 1, "text": BAD}
         client.notify("textDocument/didOpen", {"textDocument": document})
@@ -234,6 +403,24 @@ def test_the_server_speaks_lsp_over_stdio(tmp_path: Path) -> None:
         client.send({"id": 99, "method": "textDocument/hover", "params": {**where, "textDocument": {"uri": "x:"}}})
         outline = client.request("textDocument/documentSymbol", {"textDocument": {"uri": uri}})
         assert [symbol["name"] for symbol in outline] == ["main"]
+
+        structs = "struct L { w: f32[2] }\nfn main() { let l = L { w: ones(2) }\n    let v = l.w }\n"
+        for version, text in ((3, structs), (4, structs.replace("l.w", "l."))):  # the second does not parse
+            change = {"textDocument": {"uri": uri, "version": version}, "contentChanges": [{"text": text}]}
+            client.notify("textDocument/didChange", change)
+            client.wait(lambda m: m.get("method") == "textDocument/publishDiagnostics")
+            if version == 3:
+                where["position"] = {"line": 2, "character": 12}
+                found = client.request("textDocument/definition", where)
+                assert found["uri"] == uri
+                assert found["range"] == {"start": {"line": 1, "character": 16}, "end": {"line": 1, "character": 17}}
+                tokens = client.request("textDocument/semanticTokens/full", {"textDocument": {"uri": uri}})
+                keyword = legend["tokenTypes"].index("keyword")
+                struct = legend["tokenTypes"].index("struct")
+                assert tokens["data"][:10] == [0, 0, 6, keyword, 0, 0, 7, 1, struct, 1]  # `struct L`: a declaration
+        where["position"] = {"line": 2, "character": 14}
+        found = client.request("textDocument/completion", where)
+        assert [(item["label"], item["detail"]) for item in found["items"]] == [("w", "f32[2]")]
 
         assert client.request("shutdown") is None
         client.notify("exit")
