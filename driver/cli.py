@@ -19,7 +19,6 @@ from dl import __version__, pipeline
 from dl.interp.run import UsageError
 from dl.lang.check import Typed
 from dl.lang.diagnostics import DiagnosticError, SourceMap, render_all
-from dl.lang.modules import Program
 
 SUBCOMMANDS = ("check", "run", "lsp")
 EPILOG = """commands:
@@ -129,23 +128,24 @@ def language_server() -> int:
 
 
 def execute(command: str, file: str, args: list[str], options: argparse.Namespace, sources: SourceMap) -> int:
-    program = pipeline.load(file, sources=sources)
     if command == "check":
-        return check(program, options.types, sources)
+        return check(file, options.types, sources)
+    program = pipeline.load(file, sources=sources)
     typed = pipeline.check(program)
     show_warnings(typed, sources)
     pipeline.run(program, args, options.backend, typed)
     return 0
 
 
-def check(program: Program, types: bool, sources: SourceMap) -> int:
-    typed = pipeline.check(program)
+def check(file: str, types: bool, sources: SourceMap) -> int:
+    """Every diagnostic of the file: each declaration that does not parse, then the checker's on the rest."""
+    typed = pipeline.check_file(file, sources)
+    if typed.errors:
+        raise DiagnosticError(typed.diagnostics)
     show_warnings(typed, sources)
     if types:
-        for path, signatures in typed.signatures.items():
-            if path == program.entry:
-                for signature in signatures:
-                    print(signature)
+        for signature in typed.signatures.get(file, []):
+            print(signature)
     else:
         print("ok")
     return 0

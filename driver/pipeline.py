@@ -6,13 +6,15 @@ re-implements a step.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
+from dl import lang
 from dl.interp import run as interpreter
 from dl.lang.check import Typed
 from dl.lang.check import check as check_program
 from dl.lang.diagnostics import DiagnosticError, SourceMap
-from dl.lang.modules import Program, load_program
+from dl.lang.modules import Program, load_program, read_source
 
 
 def load(path: str, source: str | None = None, sources: SourceMap | None = None) -> Program:
@@ -26,6 +28,14 @@ def check(program: Program) -> Typed:
     typed = check_program(program)
     if typed.errors:
         raise DiagnosticError(typed.diagnostics)
+    return typed
+
+
+def check_file(path: str, sources: SourceMap) -> Typed:
+    """Check a file as tools do (`dl.lang.check`): syntax errors are recovered from per declaration, so
+    the result holds every diagnostic. Raises `DiagnosticError` only when the file cannot be read."""
+    typed = lang.check(read_source(Path(path)), path)
+    sources.texts.update(typed.program.sources.texts)
     return typed
 
 

@@ -54,3 +54,24 @@ def test_check_types_prints_signatures_in_declaration_order(dlrun) -> None:
 @pytest.mark.parametrize("path", sorted((ROOT / "examples").glob("*.dl")), ids=lambda p: p.name)
 def test_every_example_checks_clean(dlrun, path: Path) -> None:
     assert dlrun("check", str(path.relative_to(ROOT))) == (0, "ok\n", "")
+
+
+def test_check_reports_every_broken_declaration_and_checks_the_rest(dlrun, tmp_path: Path, monkeypatch) -> None:
+    (tmp_path / "multi.dl").write_text(
+        "fn a( {\n}\nfn b() -> f32 {\n    return sum(ones(2) @ ones(3))\n}\n"
+        "struct S { x f32 }\nfn main() { print(b()) }\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    status, out, err = dlrun("check", "multi.dl")
+    assert (status, out) == (1, "")
+    reported = [line for line in err.splitlines() if line.startswith(("error", " -->"))]
+    assert reported == [
+        "error[E0102]: expected a name or `)` after `(`, found `{`",
+        " --> multi.dl:1:7",
+        "error[E0302]: matmul inner dimensions differ: 2 vs 3",
+        " --> multi.dl:4:16",
+        "error[E0102]: expected `:` after `x`, found name `f32`",
+        " --> multi.dl:6:14",
+    ]
+    status, _, err = dlrun("multi.dl")  # running stops at the first syntax error, before checking
+    assert status == 1 and err.count("error[") == 1
