@@ -1,10 +1,10 @@
 """`dlrun lsp`: a Language Server Protocol server on stdio (pygls 2 and lsprotocol).
 
-The editor support so far: diagnostics on open and on change, the static type under the cursor on
-hover, the outline of a file (document symbols), semantic tokens (highlighting), go to definition and
-completion. Everything it knows comes from `dl.lang.check`, the same checker the CLI runs, and from
-the lexer; the functions that map them to LSP values are small and pure, so tests call them without a
-server.
+The editor support so far: diagnostics on open and on change (debounced), the static type under the cursor
+on hover, the outline of a file (document symbols), semantic tokens (highlighting), go to definition, find
+references, completion and signature help. Everything it knows comes from `dl.lang.check`, the same
+checker the CLI runs, and from the lexer; the functions that map them to LSP values are small and pure, so
+tests call them without a server.
 
 Positions: DL spans are 1-based with an exclusive end column; LSP positions are 0-based. Columns are
 counted in characters (code points), which matches LSP's UTF-16 units outside the astral planes.
@@ -12,6 +12,7 @@ counted in characters (code points), which matches LSP's UTF-16 units outside th
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 import re
@@ -23,7 +24,7 @@ from dl.lang import ast
 from dl.lang.check import Typed
 from dl.lang.diagnostics import Diagnostic, DiagnosticError, Severity, Span
 from dl.lang.parse import parse_table
-from dl.lang.primitives import BY_NAME
+from dl.lang.primitives import BY_NAME, SIGNATURES
 from dl.lang.types import FunctionRef, ModuleType, PrimitiveRef, StructType, TupleType, Type
 from lsprotocol import types
 from pygls.lsp.server import LanguageServer
@@ -117,7 +118,8 @@ def enclosing(module: ast.Module, line: int, column: int) -> list[Any]:
             walk(child, chain)
 
     for decl in module.decls:
-        walk(decl, [])
+        if decl.span.line <= line <= decl.span.end_line:  # a declaration's nodes lie inside its span
+            walk(decl, [])
     return best
 
 
@@ -396,6 +398,202 @@ def member_definition(typed: Typed, target: Type | None, name: str) -> tuple[str
                     if item.name == name:
                         return target.module, name_span(name, item.span)
     return None
+
+
+# ------------------------------------------------------------------ references
+
+
+def name_sites(module: ast.Module) -> Iterator[tuple[str, Span]]:
+    """Every place a name is written in a module, as (name, span of the name): uses (names, field and member
+    accesses, struct names in types) and bindings (params, `let` and `for` patterns, declarations)."""
+
+    def walk(node: Any) -> Iterator[tuple[str, Span]]:
+        match node:
+            case ast.Name(id=name) | ast.NamePattern(name=name):
+                yield name, node.span
+            case ast.Param(name=name):
+                yield name, name_span(name, node.span)
+            case ast.FnDecl(name=name) | ast.StructDecl(name=name):
+                yield name, node.name_span
+            case ast.Field(name=name):
+                yield name, field_name_span(node)
+            case ast.NamedType(name=name, module=None):
+                yield name, node.span
+            case ast.FieldDecl(name=name):
+                yield name, name_span(name, node.span)
+        for child in children(node):
+            yield from walk(child)
+
+    for decl in module.decls:
+        if isinstance(decl, ast.Const):
+            yield decl.name, decl.span
+        elif isinstance(decl, ast.Import):
+            yield decl.alias or decl.module, decl.span
+        yield from walk(decl)
+
+
+def declaration_sites(module: ast.Module) -> set[Span]:
+    """The spans `name_sites` gives consts and struct fields, which `definition` does not resolve from."""
+    found = {decl.span for decl in module.decls if isinstance(decl, ast.Const)}
+    for decl in module.decls:
+        if isinstance(decl, ast.StructDecl):
+            found.update(name_span(item.name, item.span) for item in decl.fields)
+    return found
+
+
+def references(typed: Typed, path: str, line: int, column: int, include_declaration: bool = True) -> list[Span]:
+    """Every place in `path` that refers to what the name at the 1-based `line`:`column` refers to (a local, a
+    parameter, a function, a struct, a field, a const, an imported module): the names whose definition is the
+    same, in source order; the declaration itself only when `include_declaration`."""
+    module = typed.program.modules.get(path)
+    if module is None:
+        return []
+    sites = list(name_sites(module))
+    here = [site for site in sites if contains(site[1], line, column)]
+    if not here:
+        return []
+    name, span = here[-1]  # the innermost: sites come before the sites inside them
+    declared = {site for _, site in sites if site.path == path} & declaration_sites(module)
+    target = (path, span) if span in declared else definition(typed, path, span.line, span.column)
+    if target is None:
+        return []
+    found: list[Span] = []
+    for other, site in sites:
+        if other == name and site != target[1] and site not in found:
+            resolved = (path, site) if site in declared else definition(typed, path, site.line, site.column)
+            if resolved == target:
+                found.append(site)
+    if include_declaration and target[0] == path:
+        found.append(target[1])
+    return sorted(found, key=lambda site: (site.line, site.column))
+
+
+# ------------------------------------------------------------------ signature help
+
+
+OPENERS = {")": "(", "]": "[", "}": "{"}
+CALLEE = re.compile(r"(?:^|[^\w.])((?:[A-Za-z_]\w*\s*\.\s*)?[A-Za-z_]\w*)\s*$")
+KEYWORD_ARGUMENT = re.compile(r"^\s*([A-Za-z_]\w*)\s*=(?!=)")
+DECLARATION_START = re.compile(r"^(fn|struct|const|import)\b")
+
+
+def open_call(source: str, line: int, column: int) -> tuple[str, int, str] | None:
+    """The call the 1-based `line`:`column` is inside, from the text alone (it need not parse): the callee as
+    written (`f`, `nn.init`), the number of commas before the cursor at the call's own depth, and the text of
+    the argument being typed. Strings and comments are skipped."""
+    lines = source.splitlines()
+    if not 0 < line <= len(lines) + 1:
+        return None
+    first = line - 1
+    while first > 0 and not DECLARATION_START.match(lines[first] if first < len(lines) else ""):
+        first -= 1
+    text = "\n".join([*lines[first : line - 1], lines[line - 1][: column - 1] if line <= len(lines) else ""])
+    stack: list[list[Any]] = []  # [opener, index just after it, commas, index after the last comma]
+    quoted = escaped = commented = False
+    for index, char in enumerate(text):
+        if commented:
+            commented = char != "\n"
+        elif quoted:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == '"':
+                quoted = False
+        elif char == '"':
+            quoted = True
+        elif char == "#":
+            commented = True
+        elif char in "([{":
+            stack.append([char, index + 1, 0, index + 1])
+        elif char in OPENERS:
+            while stack and stack.pop()[0] != OPENERS[char]:
+                pass
+        elif char == "," and stack:
+            stack[-1][2] += 1
+            stack[-1][3] = index + 1
+    for opener, start, commas, after in reversed(stack):
+        if opener == "{":
+            return None  # inside a block or a struct literal, not directly in a call
+        if opener == "(":
+            callee = CALLEE.search(text[: start - 1])
+            if callee is None or re.search(r"\bfn\s*$", text[: callee.start(1)]):
+                return None  # `(a, b)` a tuple, or the parameter list of a declaration
+            return re.sub(r"\s+", "", callee.group(1)), commas, text[after:]
+    return None
+
+
+def format_default(value: object) -> str:
+    if value is None:
+        return "_"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str) and value != "f32":
+        return f'"{value}"'
+    return str(value)
+
+
+def builtin_parameters(name: str) -> list[tuple[str, str]]:
+    """The parameters of a built-in as shown, with the name each is passed by (variadic: `*name`)."""
+    signature = SIGNATURES[BY_NAME[name]]
+    shown = [(param, param) for param in signature.positional]
+    shown += [(param, f"{param}={format_default(value)}") for param, value in signature.optional]
+    if signature.variadic is not None:
+        shown.append((f"*{signature.variadic[0]}", f"*{signature.variadic[0]}"))
+    shown += [(param, f"{param}={format_default(value)}") for param, value in signature.keywords]
+    return shown
+
+
+def signature_information(label_start: str, params: list[tuple[str, str]], end: str, doc: str) -> Any:
+    """A SignatureInformation whose parameters are labelled by their offsets in the signature's label."""
+    label, offsets = label_start, []
+    for index, (_, shown) in enumerate(params):
+        label += ", " if index else ""
+        offsets.append((len(label), len(label) + len(shown)))
+        label += shown
+    label += end
+    return types.SignatureInformation(
+        label=label,
+        documentation=types.MarkupContent(kind=types.MarkupKind.PlainText, value=doc) if doc else None,
+        parameters=[types.ParameterInformation(label=offset) for offset in offsets],
+    )
+
+
+def signature_help(typed: Typed, path: str, source: str, line: int, column: int) -> types.SignatureHelp | None:
+    """The signature of the call the 1-based `line`:`column` is inside: a function of this module or of an
+    imported one (from the checker's signatures, with its doc comment) or a built-in (from its primitive
+    signature: positionals, optionals with defaults, the variadic tail, keyword-only parameters). The active
+    parameter is the one the commas before the cursor reach, or the one named by `name=`."""
+    found = open_call(source, line, column)
+    if found is None:
+        return None
+    callee, commas, argument = found
+    module_path, _, name = callee.rpartition(".")
+    target = dict(typed.program.imports.get(path, [])).get(module_path) if module_path else path
+    signature = next((s for s in typed.signatures.get(target, []) if s.name == name), None) if target else None
+    if signature is not None:
+        params = [(param, f"{param}: {param_type}") for param, param_type in signature.params]
+        module = typed.program.modules.get(target)
+        decl = next((d for d in module.decls if isinstance(d, ast.FnDecl) and d.name == name), None) if module else None
+        doc = doc_comment(source, decl) if decl is not None and target == path else ""  # docs of this file only
+        information = signature_information(f"fn {name}(", params, f") -> {signature.result}", doc)
+        variadic = None
+    elif not module_path and name in BY_NAME:
+        params = builtin_parameters(name)
+        information = signature_information(f"fn {name}(", params, ")", "built-in")
+        spec = SIGNATURES[BY_NAME[name]]
+        variadic = len(spec.positional) + len(spec.optional) if spec.variadic is not None else None
+    else:
+        return None
+    keyword = KEYWORD_ARGUMENT.match(argument)
+    names = [param for param, _ in params]
+    if keyword is not None and keyword.group(1) in names:
+        active = names.index(keyword.group(1))
+    elif variadic is not None and commas >= variadic:
+        active = variadic
+    else:
+        active = commas if commas < len(params) else len(params)
+    return types.SignatureHelp(signatures=[information], active_signature=0, active_parameter=active)
 
 
 # ------------------------------------------------------------------ completion
@@ -713,6 +911,36 @@ def encode_tokens(found: list[SemanticToken]) -> list[int]:
 # ------------------------------------------------------------------ the server
 
 T = TypeVar("T")
+DEBOUNCE_S = 0.15  # diagnostics on change wait for this long without a newer change
+
+
+class Debouncer:
+    """Runs `action(key)` once `delay` seconds pass without another `schedule(key)`: a newer call cancels the
+    pending one. Runs on the asyncio loop the server runs on."""
+
+    def __init__(self, delay: float, action: Callable[[str], None]) -> None:
+        self.delay, self.action = delay, action
+        self.pending: dict[str, asyncio.Task] = {}
+
+    def schedule(self, key: str) -> asyncio.Task:
+        self.cancel(key)
+        task = asyncio.get_running_loop().create_task(self.later(key))
+        self.pending[key] = task
+        return task
+
+    def cancel(self, key: str) -> None:
+        task = self.pending.pop(key, None)
+        if task is not None:
+            task.cancel()
+
+    async def later(self, key: str) -> None:
+        await asyncio.sleep(self.delay)
+        if self.pending.get(key) is asyncio.current_task():
+            del self.pending[key]
+        try:
+            self.action(key)
+        except Exception:
+            log.exception("dl lsp: a debounced action failed")
 
 
 def guarded(handler: Callable[[Any], T]) -> Callable[[Any], T | None]:
@@ -755,24 +983,33 @@ def make_server() -> LanguageServer:
         return path, source, cached[1]
 
     def publish(uri: str) -> None:
+        document = server.workspace.text_documents.get(uri)
+        if document is None:  # closed while a publish was pending
+            return
         path, _, typed = analyse(uri)
         server.text_document_publish_diagnostics(
-            types.PublishDiagnosticsParams(uri=uri, diagnostics=diagnostics_for(typed, path, uri))
+            types.PublishDiagnosticsParams(
+                uri=uri, diagnostics=diagnostics_for(typed, path, uri), version=document.version
+            )
         )
+
+    debounced = Debouncer(DEBOUNCE_S, publish)
 
     @server.feature(types.TEXT_DOCUMENT_DID_OPEN)
     @guarded
     def did_open(params: types.DidOpenTextDocumentParams) -> None:
+        debounced.cancel(params.text_document.uri)
         publish(params.text_document.uri)
 
     @server.feature(types.TEXT_DOCUMENT_DID_CHANGE)
     @guarded
     def did_change(params: types.DidChangeTextDocumentParams) -> None:
-        publish(params.text_document.uri)
+        debounced.schedule(params.text_document.uri)  # runs on the server's event loop
 
     @server.feature(types.TEXT_DOCUMENT_DID_CLOSE)
     @guarded
     def did_close(params: types.DidCloseTextDocumentParams) -> None:
+        debounced.cancel(params.text_document.uri)
         checked.pop(params.text_document.uri, None)
         parsed.pop(params.text_document.uri, None)
         server.text_document_publish_diagnostics(
@@ -827,6 +1064,24 @@ def make_server() -> LanguageServer:
             typed = parsed.get(uri, typed)
         found = completions(typed, path, source, params.position.line + 1, params.position.character + 1)
         return types.CompletionList(is_incomplete=False, items=found)
+
+    @server.feature(types.TEXT_DOCUMENT_REFERENCES)
+    @guarded
+    def find_references(params: types.ReferenceParams) -> list[types.Location]:
+        uri = params.text_document.uri
+        path, _, typed = analyse(uri)
+        line, column = params.position.line + 1, params.position.character + 1
+        found = references(typed, path, line, column, params.context.include_declaration)
+        return [types.Location(uri=uri, range=to_range(span)) for span in found]
+
+    @server.feature(types.TEXT_DOCUMENT_SIGNATURE_HELP, types.SignatureHelpOptions(trigger_characters=["(", ","]))
+    @guarded
+    def signature(params: types.SignatureHelpParams) -> types.SignatureHelp | None:
+        uri = params.text_document.uri
+        path, source, typed = analyse(uri)
+        if not parses(typed, path):  # mid-call the document rarely parses: signatures known before
+            typed = parsed.get(uri, typed)
+        return signature_help(typed, path, source, params.position.line + 1, params.position.character + 1)
 
     return server
 

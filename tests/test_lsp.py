@@ -1,5 +1,5 @@
-"""The language server (`dlrun lsp`): diagnostics, hover, the outline, semantic tokens, go to definition
-and completion.
+"""The language server (`dlrun lsp`): diagnostics (debounced on change), hover, the outline, semantic tokens,
+go to definition, find references, completion and signature help.
 
 The mapping from checker results to LSP values is tested directly; one end-to-end test starts the
 server as a subprocess and speaks JSON-RPC to it over stdio."""
@@ -300,6 +300,110 @@ def test_completion_after_a_dot_lists_struct_fields_and_module_members(project) 
     assert lsp.completions(checked, path, typing.replace("return nn.", "return h."), 6, 14) == []  # not a struct
 
 
+# ------------------------------------------------------------------ references and signature help
+
+
+def spans(found: list[Span]) -> list[tuple[int, int, int]]:
+    return [(span.line, span.column, span.end_column) for span in found]
+
+
+@pytest.mark.parametrize(
+    ("line", "column", "expected"),
+    [
+        (4, 9, [(4, 9, 10), (5, 29, 30), (6, 12, 13)]),  # a local, from its binding: the loop's `h + 1.0` too
+        (6, 12, [(4, 9, 10), (5, 29, 30), (6, 12, 13)]),  # ... and from a use
+        (5, 25, [(5, 25, 26)]),  # the loop's own `h` is another local, never used
+        (3, 24, [(3, 24, 25), (6, 16, 17)]),  # a parameter
+        (6, 18, [(2, 16, 17), (6, 18, 19)]),  # a struct field
+        (11, 13, [(3, 4, 9), (11, 13, 18)]),  # a function
+        (2, 8, [(2, 8, 13), (3, 27, 32), (10, 13, 18)]),  # a struct: in a type and in a literal
+        (1, 8, [(1, 1, 10), (9, 13, 15)]),  # an imported module
+        (8, 1, []),
+    ],
+)
+def test_references_are_the_names_with_the_same_definition(project, line: int, column: int, expected) -> None:
+    path, _, checked = project
+    assert spans(lsp.references(checked, path, line, column)) == expected
+
+
+def test_references_without_the_declaration_and_of_a_const(project, typed) -> None:
+    path, _, checked = project
+    assert spans(lsp.references(checked, path, 6, 12, include_declaration=False)) == [(5, 29, 30), (6, 12, 13)]
+    source = "const N = 4\nfn f() -> i32 { return N + N }\n"
+    checked = lang.check(source, PATH)
+    assert spans(lsp.references(checked, PATH, 2, 24)) == [(1, 1, 12), (2, 24, 25), (2, 28, 29)]
+    assert spans(lsp.references(checked, PATH, 1, 7, include_declaration=False)) == [(2, 24, 25), (2, 28, 29)]
+
+
+def active(found: types.SignatureHelp | None) -> tuple[str, str] | None:
+    """The signature shown and the text of its active parameter."""
+    if found is None:
+        return None
+    [shown] = found.signatures
+    start, end = shown.parameters[found.active_parameter].label
+    return shown.label, shown.label[start:end]
+
+
+CALLS = """\
+# Adds.
+fn add(a: f32[3], b: f32[3]) -> f32[3] { return a + b }
+fn main() {
+    let x = sum(ones(2, 3), axis=1)
+    let y = add(ones(3), [1, 2][0] + ones(3))
+    let t = (1, 2)
+}
+"""
+
+
+@pytest.mark.parametrize(
+    ("line", "text", "expected"),
+    [
+        (4, "let x = sum(", ("fn sum(x, axis=_, keepdims=false)", "x")),
+        (4, "let x = sum(ones(2, ", ("fn ones(*dims, dtype=f32)", "*dims")),  # variadic: every extra argument
+        (4, "let x = sum(ones(2, 3), axis=", ("fn sum(x, axis=_, keepdims=false)", "axis=_")),  # named
+        (5, "let y = add(ones(3), [1, ", ("fn add(a: f32[3], b: f32[3]) -> f32[3]", "b: f32[3]")),  # nested commas
+        (5, "let y = add(", ("fn add(a: f32[3], b: f32[3]) -> f32[3]", "a: f32[3]")),
+        (6, "let t = (1, ", None),  # a tuple is no call
+        (2, "fn add(a: f32[3], ", None),  # nor is a declaration
+        (4, "let x = ", None),
+    ],
+)
+def test_signature_help_inside_calls(line: int, text: str, expected) -> None:
+    checked = lang.check(CALLS, PATH)
+    column = CALLS.splitlines()[line - 1].index(text) + len(text) + 1
+    assert active(lsp.signature_help(checked, PATH, CALLS, line, column)) == expected
+
+
+def test_signature_help_shows_doc_comments_and_optional_parameters() -> None:
+    checked = lang.check(CALLS, PATH)
+    found = lsp.signature_help(checked, PATH, CALLS, 5, 17)
+    assert found.signatures[0].documentation.value == "Adds."
+    source = 'fn main() { assert(true, "m") }\n'
+    assert active(lsp.signature_help(lang.check(source, PATH), PATH, source, 1, 26)) == (
+        'fn assert(condition, message="assertion failed")',
+        'message="assertion failed"',
+    )
+
+
+def test_a_newer_change_cancels_the_pending_one() -> None:
+    import asyncio
+
+    ran: list[str] = []
+
+    async def edits() -> None:
+        debouncer = lsp.Debouncer(0.05, ran.append)
+        debouncer.schedule("a")
+        await asyncio.sleep(0.01)
+        last = debouncer.schedule("a")
+        debouncer.schedule("b")
+        debouncer.cancel("b")
+        await last
+        assert debouncer.pending == {}
+
+    asyncio.run(edits())
+    assert ran == ["a"]
+
+
 # ------------------------------------------------------------------ end to end, over stdio
 
 
@@ -371,6 +475,8 @@ def test_the_server_speaks_lsp_over_stdio(tmp_path: Path) -> None:
         assert capabilities["capabilities"]["documentSymbolProvider"]
         assert capabilities["capabilities"]["definitionProvider"]
         assert "." in capabilities["capabilities"]["completionProvider"]["triggerCharacters"]
+        assert capabilities["capabilities"]["referencesProvider"]
+        assert capabilities["capabilities"]["signatureHelpProvider"]["triggerCharacters"] == ["(", ","]
         legend = capabilities["capabilities"]["semanticTokensProvider"]["legend"]
         assert legend["tokenModifiers"] == ["declaration", "readonly", "defaultLibrary"]
         client.notify("initialized", {})
@@ -390,12 +496,11 @@ def test_the_server_speaks_lsp_over_stdio(tmp_path: Path) -> None:
         assert "fn ones" in client.request("textDocument/hover", where)["contents"]["value"]
 
         fixed = "fn main() { let x = ones(2, 3) @ ones(3, 4) }\n"
-        client.notify(
-            "textDocument/didChange",
-            {"textDocument": {"uri": uri, "version": 2}, "contentChanges": [{"text": fixed}]},
-        )
+        for version, text in ((2, BAD.replace("ones(2, 3) }", "ones(2, 5) }")), (3, fixed)):  # typed quickly
+            change = {"textDocument": {"uri": uri, "version": version}, "contentChanges": [{"text": text}]}
+            client.notify("textDocument/didChange", change)
         published = client.wait(lambda m: m.get("method") == "textDocument/publishDiagnostics")["params"]
-        assert published["diagnostics"] == []
+        assert (published["diagnostics"], published["version"]) == ([], 3)  # the first change was never published
         where["position"] = {"line": 0, "character": 16}
         assert "x: f32[2, 4]" in client.request("textDocument/hover", where)["contents"]["value"]
 
@@ -405,11 +510,11 @@ def test_the_server_speaks_lsp_over_stdio(tmp_path: Path) -> None:
         assert [symbol["name"] for symbol in outline] == ["main"]
 
         structs = "struct L { w: f32[2] }\nfn main() { let l = L { w: ones(2) }\n    let v = l.w }\n"
-        for version, text in ((3, structs), (4, structs.replace("l.w", "l."))):  # the second does not parse
+        for version, text in ((4, structs), (5, structs.replace("l.w", "l."))):  # the second does not parse
             change = {"textDocument": {"uri": uri, "version": version}, "contentChanges": [{"text": text}]}
             client.notify("textDocument/didChange", change)
             client.wait(lambda m: m.get("method") == "textDocument/publishDiagnostics")
-            if version == 3:
+            if version == 4:
                 where["position"] = {"line": 2, "character": 12}
                 found = client.request("textDocument/definition", where)
                 assert found["uri"] == uri
@@ -418,6 +523,15 @@ def test_the_server_speaks_lsp_over_stdio(tmp_path: Path) -> None:
                 keyword = legend["tokenTypes"].index("keyword")
                 struct = legend["tokenTypes"].index("struct")
                 assert tokens["data"][:10] == [0, 0, 6, keyword, 0, 0, 7, 1, struct, 1]  # `struct L`: a declaration
+                found = client.request("textDocument/references", {**where, "context": {"includeDeclaration": True}})
+                assert [(item["range"]["start"]["line"], item["range"]["start"]["character"]) for item in found] == [
+                    (1, 16),
+                    (2, 12),
+                ]
+                where["position"] = {"line": 1, "character": 32}  # in `ones(2)`
+                shown = client.request("textDocument/signatureHelp", where)
+                assert shown["signatures"][0]["label"] == "fn ones(*dims, dtype=f32)"
+                assert shown["activeParameter"] == 0
         where["position"] = {"line": 2, "character": 14}
         found = client.request("textDocument/completion", where)
         assert [(item["label"], item["detail"]) for item in found["items"]] == [("w", "f32[2]")]
