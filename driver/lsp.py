@@ -477,18 +477,10 @@ KEYWORD_ARGUMENT = re.compile(r"^\s*([A-Za-z_]\w*)\s*=(?!=)")
 DECLARATION_START = re.compile(r"^(fn|struct|const|import)\b")
 
 
-def open_call(source: str, line: int, column: int) -> tuple[str, int, str] | None:
-    """The call the 1-based `line`:`column` is inside, from the text alone (it need not parse): the callee as
-    written (`f`, `nn.init`), the number of commas before the cursor at the call's own depth, and the text of
-    the argument being typed. Strings and comments are skipped."""
-    lines = source.splitlines()
-    if not 0 < line <= len(lines) + 1:
-        return None
-    first = line - 1
-    while first > 0 and not DECLARATION_START.match(lines[first] if first < len(lines) else ""):
-        first -= 1
-    text = "\n".join([*lines[first : line - 1], lines[line - 1][: column - 1] if line <= len(lines) else ""])
-    stack: list[list[Any]] = []  # [opener, index just after it, commas, index after the last comma]
+def code_characters(text: str) -> Iterator[tuple[int, str]]:
+    """The characters of `text` (with their indices) outside string literals and comments, except that the
+    `#` opening a comment is yielded, so callers see where it starts. An unterminated string (text being
+    typed) hides the rest."""
     quoted = escaped = commented = False
     for index, char in enumerate(text):
         if commented:
@@ -502,9 +494,25 @@ def open_call(source: str, line: int, column: int) -> tuple[str, int, str] | Non
                 quoted = False
         elif char == '"':
             quoted = True
-        elif char == "#":
-            commented = True
-        elif char in "([{":
+        else:
+            commented = char == "#"
+            yield index, char
+
+
+def open_call(source: str, line: int, column: int) -> tuple[str, int, str] | None:
+    """The call the 1-based `line`:`column` is inside, from the text alone (it need not parse): the callee as
+    written (`f`, `nn.init`), the number of commas before the cursor at the call's own depth, and the text of
+    the argument being typed. Strings and comments are skipped."""
+    lines = source.splitlines()
+    if not 0 < line <= len(lines) + 1:
+        return None
+    first = line - 1
+    while first > 0 and not DECLARATION_START.match(lines[first] if first < len(lines) else ""):
+        first -= 1
+    text = "\n".join([*lines[first : line - 1], lines[line - 1][: column - 1] if line <= len(lines) else ""])
+    stack: list[list[Any]] = []  # [opener, index just after it, commas, index after the last comma]
+    for index, char in code_characters(text):
+        if char in "([{":
             stack.append([char, index + 1, 0, index + 1])
         elif char in OPENERS:
             while stack and stack.pop()[0] != OPENERS[char]:
@@ -741,20 +749,7 @@ def keywords() -> set[str]:
 
 def comment_start(text: str) -> int | None:
     """The index of the `#` that starts a comment on one line of source, outside string literals."""
-    quoted = escaped = False
-    for index, char in enumerate(text):
-        if quoted:
-            if escaped:
-                escaped = False
-            elif char == "\\":
-                escaped = True
-            elif char == '"':
-                quoted = False
-        elif char == '"':
-            quoted = True
-        elif char == "#":
-            return index
-    return None
+    return next((index for index, char in code_characters(text) if char == "#"), None)
 
 
 def lexical_tokens(source: str) -> Iterator[tuple[str, str, int, int]]:
@@ -961,7 +956,7 @@ def document_path(uri: str) -> str:
     """The file path the checker sees for a document (imports resolve relative to it)."""
     try:
         return to_fs_path(uri) or uri
-    except Exception:
+    except ValueError:  # urlparse rejects some malformed URIs (`file://[x/`); the URI itself still names it
         return uri
 
 
