@@ -26,18 +26,20 @@ from __future__ import annotations
 
 import argparse
 import cProfile
-import gc
 import io
 import platform
 import pstats
 import sys
-import time
 from pathlib import Path
 
 import dl.lang
 from dl.lang.check import check as check_program
 from dl.lang.diagnostics import SourceMap
 from dl.lang.modules import load_program
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import parse_speed
+from parse_speed import best
 
 # Each template is one chunk of a model file; `{k}` makes its names unique.
 TEMPLATES = (
@@ -207,26 +209,8 @@ def generate(lines: int) -> str:
 
 def parse_speed_source(lines: int) -> str:
     """bench/parse_speed.py's generated file, with its imports commented out (no such modules exist)."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    import parse_speed
-
     source = parse_speed.generate(lines)
     return source.replace("\nimport nn\n", "\n# import nn\n").replace("\nimport data as d\n", "\n# import data\n")
-
-
-def best(action, repeats: int) -> float:
-    """Best wall time of `action()` over `repeats` runs, in seconds (gc off while timing)."""
-    times = []
-    for _ in range(repeats):
-        gc.collect()
-        gc.disable()
-        try:
-            start = time.perf_counter()
-            action()
-            times.append(time.perf_counter() - start)
-        finally:
-            gc.enable()
-    return min(times)
 
 
 def measure(name: str, source: str, repeats: int) -> dict:
