@@ -3,6 +3,7 @@
     dlrun FILE.dl [ARGS...]     check, then run main(ARGS...)
     dlrun check FILE.dl         check only; print `ok` or every diagnostic
     dlrun check --types FILE.dl print each function's signature with inferred shapes
+    dlrun grad FILE.dl --fn NAME print the derivative functions `grad(NAME)` generates, as DL source
     dlrun lsp                   run the language server on stdio (for editors)
 
 Exit status: 0 ok, 1 the program's error (diagnostic on stderr), 2 usage error.
@@ -20,13 +21,15 @@ from dl.interp.run import UsageError
 from dl.lang.check import Typed
 from dl.lang.diagnostics import DiagnosticError, SourceMap, render_all
 
-SUBCOMMANDS = ("check", "run", "lsp")
+SUBCOMMANDS = ("check", "run", "grad", "lsp")
 EPILOG = """commands:
   dlrun FILE.dl [ARGS...]   check FILE.dl, then run its main(ARGS...)
   dlrun run FILE.dl [ARGS]  the same, spelled out
   dlrun check FILE.dl       check only: prints `ok` or every diagnostic
   dlrun check --types FILE.dl
                             check, then print each function's inferred signature
+  dlrun grad FILE.dl --fn NAME [--wrt 0,2] [--value]
+                            print the DL source that grad(NAME) generates
   dlrun lsp                 run the language server on stdin/stdout (for editors)
 
 exit status: 0 ok, 1 the program's error (diagnostic on stderr), 2 usage error"""
@@ -42,7 +45,7 @@ def parser() -> argparse.ArgumentParser:
     )
     command.add_argument("--version", action="version", version=f"dlrun {__version__}")
     add_backend(command)
-    command.add_argument("file", nargs="?", help="the .dl program (or a command: check, run, lsp)")
+    command.add_argument("file", nargs="?", help="the .dl program (or a command: check, run, grad, lsp)")
     command.add_argument("args", nargs=argparse.REMAINDER, help="arguments passed to main() as strings")
     return command
 
@@ -63,6 +66,19 @@ def subcommand_parser(name: str) -> argparse.ArgumentParser:
             "--types", action="store_true", help="print each function's signature with inferred shapes"
         )
         command.add_argument("file", help="the .dl program")
+        return command
+    if name == "grad":
+        command = argparse.ArgumentParser(
+            prog="dlrun grad", description="Print the derivative functions that grad(NAME) generates, as DL source."
+        )
+        command.add_argument("file", help="the .dl program")
+        command.add_argument(
+            "--fn", required=True, dest="function", metavar="NAME", help="the function to differentiate"
+        )
+        command.add_argument(
+            "--wrt", default="0", help="the argument position(s) to differentiate with respect to: 0, or 0,2"
+        )
+        command.add_argument("--value", action="store_true", help="value_and_grad: return the value too")
         return command
     if name == "lsp":
         return argparse.ArgumentParser(
@@ -130,8 +146,10 @@ def language_server() -> int:
 def execute(command: str, file: str, args: list[str], options: argparse.Namespace, sources: SourceMap) -> int:
     if command == "check":
         return check(file, options.types, sources)
+    if command == "grad":
+        return derivative_source(file, options, sources)
     program = pipeline.load(file, sources=sources)
-    typed = pipeline.check(program)
+    program, typed = pipeline.prepare(program)
     show_warnings(typed, sources)
     pipeline.run(program, args, options.backend, typed)
     return 0
@@ -148,6 +166,17 @@ def check(file: str, types: bool, sources: SourceMap) -> int:
             print(signature)
     else:
         print("ok")
+    return 0
+
+
+def derivative_source(file: str, options: argparse.Namespace, sources: SourceMap) -> int:
+    try:
+        positions = tuple(int(p) for p in options.wrt.split(","))
+    except ValueError:
+        raise UsageError(f"`--wrt` takes argument positions such as 0 or 0,2, not {options.wrt!r}") from None
+    wrt = positions[0] if len(positions) == 1 else positions
+    program = pipeline.load(file, sources=sources)
+    print(pipeline.derivative_source(program, options.function, wrt, options.value), end="")
     return 0
 
 

@@ -11,10 +11,13 @@ from typing import Any
 
 from dl import lang
 from dl.interp import run as interpreter
+from dl.lang import autodiff
+from dl.lang.autodiff import differentiate
 from dl.lang.check import Typed
 from dl.lang.check import check as check_program
 from dl.lang.diagnostics import DiagnosticError, SourceMap
 from dl.lang.modules import Program, load_program, read_source
+from dl.lang.types import ANY, TensorType, TupleType, Type
 
 
 def load(path: str, source: str | None = None, sources: SourceMap | None = None) -> Program:
@@ -31,6 +34,18 @@ def check(program: Program) -> Typed:
     return typed
 
 
+def prepare(program: Program, calls: tuple = ()) -> tuple[Program, Typed]:
+    """Check, then replace every `grad` by generated derivative functions (lang/autodiff.py): what a
+    backend runs. `calls` are the host's calls of entry-module functions, as (name, argument types).
+    Raises `DiagnosticError`."""
+    typed = check_program(program, calls)
+    if typed.errors:
+        raise DiagnosticError(typed.diagnostics)
+    derived, derived_typed = differentiate(typed, calls)
+    derived_typed.diagnostics = typed.diagnostics  # warnings are about the user's code
+    return derived, derived_typed
+
+
 def check_file(path: str, sources: SourceMap) -> Typed:
     """Check a file as tools do (`dl.lang.check`): syntax errors are recovered from per declaration, so
     the result holds every diagnostic. Raises `DiagnosticError` only when the file cannot be read."""
@@ -44,5 +59,39 @@ def run(program: Program, args: list[str], backend: str = "interp", typed: Typed
     if backend != "interp":
         raise ValueError(f"unknown backend {backend!r}")
     if typed is None:
-        typed = check(program)
+        program, typed = prepare(program)
     return interpreter.run(program, args, typed)
+
+
+def call(program: Program, name: str, args: list, typed: Typed | None = None) -> Any:
+    """Call function `name` of the program's entry module with Python values (numpy arrays, numbers,
+    tuples) on the interpreter; the program is checked first unless `typed` is given."""
+    if typed is None:
+        program, typed = prepare(program, ((name, tuple(value_type(a) for a in args)),))
+    return interpreter.call(program, name, args, typed)
+
+
+def value_type(value: Any) -> Type:
+    """The static type of a Python value handed to a DL function (numpy arrays and numbers, tuples)."""
+    import numpy as np
+
+    if isinstance(value, tuple):
+        return TupleType(tuple(value_type(v) for v in value))
+    if isinstance(value, (np.ndarray, np.generic)):
+        names = {"float32": "f32", "float64": "f64", "int32": "i32", "int64": "i64", "bool": "bool"}
+        dtype = names.get(str(value.dtype))
+        if dtype is not None:
+            return TensorType(dtype, tuple(int(n) for n in np.shape(value)))
+    if isinstance(value, bool):
+        return TensorType("bool")
+    if isinstance(value, int):
+        return TensorType("i64")
+    if isinstance(value, float):
+        return TensorType("f32")
+    return ANY
+
+
+def derivative_source(program: Program, function: str, wrt: int | tuple[int, ...], with_value: bool) -> str:
+    """The DL source of the functions `grad(function, wrt=...)` (or `value_and_grad`) generates for the
+    entry module's `function`. Raises `DiagnosticError`."""
+    return autodiff.derivative_source(check(program), function, wrt, with_value)

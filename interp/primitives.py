@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from dl.interp.values import DTYPES, describe, format_value
+from dl.interp.values import DTYPES, StructValue, Tape, describe, format_value
 from dl.lang.primitives import SIGNATURES, Prim, Signature
 
 ndarray = np.ndarray
@@ -542,6 +542,8 @@ def shape(x: Any) -> tuple:
 def length(x: Any) -> int:
     if x.__class__ is tuple:
         return len(x)
+    if x.__class__ is Tape:
+        return x.size
     if not is_number_or_tensor(x) or np.ndim(x) == 0:
         raise PrimitiveError(f"`len` needs a tensor of rank 1 or more or a tuple, found {describe(x)}")
     return int(np.shape(x)[0])
@@ -622,6 +624,94 @@ def print_values(values: tuple) -> tuple:
     return ()
 
 
+# ---------------------------------------------------------------------- what derivative code is written with
+
+
+def zeros_like(x: Any) -> Any:
+    """Zeros in the shape of any value a gradient can have: a tensor, tuple, struct or tape of them."""
+    if x.__class__ is ndarray:
+        return np.zeros_like(x)
+    if x.__class__ is tuple:
+        return tuple(zeros_like(item) for item in x)
+    if x.__class__ is StructValue:
+        return StructValue(x.type, tuple(zeros_like(item) for item in x.values))
+    if x.__class__ is Tape:
+        return Tape.of([zeros_like(item) for item in x.items()])
+    if x.__class__ in NUMBERS:
+        return scalar(np.zeros_like(as_array(x)))
+    raise PrimitiveError(f"`zeros_like` needs a tensor, tuple, struct or tape, found {describe(x)}")
+
+
+def tree_add(a: Any, b: Any) -> Any:
+    """`a + b` leaf by leaf for two values of one structure (how gradients that meet are added)."""
+    if a.__class__ is tuple and b.__class__ is tuple and len(a) == len(b):
+        return tuple(tree_add(x, y) for x, y in zip(a, b, strict=True))
+    if a.__class__ is StructValue and b.__class__ is StructValue and a.type is b.type:
+        return StructValue(a.type, tuple(tree_add(x, y) for x, y in zip(a.values, b.values, strict=True)))
+    if a.__class__ is Tape and b.__class__ is Tape and a.size == b.size:
+        return Tape.of([tree_add(x, y) for x, y in zip(a.items(), b.items(), strict=True)])
+    if is_number_or_tensor(a) and is_number_or_tensor(b):
+        return scalar(np.add(a, b))
+    raise PrimitiveError(f"`tree_add` adds values of one structure, found {describe(a)} and {describe(b)}")
+
+
+def unbroadcast(x: Any, like: Any) -> Any:
+    """Sum `x` down to the shape of `like`: the reverse of broadcasting `like` up to `x`."""
+    x, target = as_array(x), np.shape(like)
+    extra = x.ndim - len(target)
+    if extra < 0:
+        raise PrimitiveError(f"cannot sum {describe(x)} down to the shape of {describe(like)}")
+    axes = tuple(range(extra)) + tuple(extra + i for i, n in enumerate(target) if n == 1 and x.shape[extra + i] != 1)
+    summed = np.add.reduce(x, axis=axes, keepdims=True) if axes else x
+    return scalar(summed.reshape(target))
+
+
+def reshape_like(x: Any, like: Any) -> Any:
+    return scalar(np.reshape(as_array(x), np.shape(like)))
+
+
+def expand_dims(x: Any, axis: Any) -> Any:
+    x = as_array(x)
+    if not is_integer(axis) or not -x.ndim - 1 <= axis <= x.ndim:
+        raise PrimitiveError(f"axis {describe(axis)} is out of range for `expand_dims` of a rank-{x.ndim} tensor")
+    return np.expand_dims(x, int(axis))
+
+
+def scatter_add(x: Any, indices: Any, updates: Any, axis: Any) -> Any:
+    """`x` with `updates` added at `indices` along `axis` (repeated indices add up): the reverse of `gather`."""
+    result = np.array(x, dtype=as_array(x).dtype, copy=True)
+    if result.ndim == 0:
+        raise PrimitiveError(f"`scatter_add` needs a tensor of rank 1 or more, found {describe(x)}")
+    position = axis_of(result, axis)
+    indices = integer_indices(indices, "scatter_add")
+    np.add.at(result, (slice(None),) * position + (indices,), as_array(updates).astype(result.dtype, copy=False))
+    return result
+
+
+def split_like(x: Any, like: Any, axis: Any) -> tuple:
+    """`x` cut along `axis` into pieces as long as the tensors of `like`: the reverse of `concat`."""
+    x = as_array(x)
+    position = axis_of(x, axis)
+    sizes = [np.shape(item)[position] for item in tensors_of(like, "split_like")]
+    if sum(sizes) != x.shape[position]:
+        raise PrimitiveError(f"pieces of {sum(sizes)} along axis {position} do not make {describe(x)}")
+    return tuple(np.split(x, np.cumsum(sizes)[:-1], axis=position))
+
+
+def push(tape: Any, value: Any) -> Tape:
+    if tape.__class__ is not Tape:
+        raise PrimitiveError(f"`push` needs a tape, found {describe(tape)}")
+    return Tape(value, tape, tape.size + 1)
+
+
+def pop(tape: Any) -> tuple:
+    if tape.__class__ is not Tape:
+        raise PrimitiveError(f"`pop` needs a tape, found {describe(tape)}")
+    if not tape.size:
+        raise PrimitiveError("`pop` from an empty tape")
+    return (tape.top, tape.rest)
+
+
 # ---------------------------------------------------------------------- the table
 
 maximum = combining(np.maximum, "maximum")
@@ -675,6 +765,16 @@ IMPLEMENTATIONS = {
     Prim.INT: to_int,
     Prim.ASSERT: check,
     Prim.PRINT: print_values,
+    Prim.ZEROS_LIKE: zeros_like,
+    Prim.UNBROADCAST: unbroadcast,
+    Prim.RESHAPE_LIKE: reshape_like,
+    Prim.EXPAND_DIMS: expand_dims,
+    Prim.SCATTER_ADD: scatter_add,
+    Prim.SPLIT_LIKE: split_like,
+    Prim.TREE_ADD: tree_add,
+    Prim.TAPE: lambda like: Tape(),
+    Prim.PUSH: push,
+    Prim.POP: pop,
 }
 
 # Faster implementations of calls whose arguments after the first are these constants: `sum(x)`,
@@ -720,6 +820,11 @@ TENSOR_PARAMETERS: dict[Prim, frozenset[str]] = {
     Prim.MATMUL: frozenset({"a", "b"}),
     Prim.GATHER: frozenset({"x", "indices"}),
     Prim.ONE_HOT: frozenset({"labels"}),
+    Prim.UNBROADCAST: frozenset({"x", "like"}),
+    Prim.RESHAPE_LIKE: frozenset({"x", "like"}),
+    Prim.EXPAND_DIMS: frozenset({"x"}),
+    Prim.SCATTER_ADD: frozenset({"x", "indices", "updates"}),
+    Prim.SPLIT_LIKE: frozenset({"x"}),
 }
 
 

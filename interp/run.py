@@ -54,6 +54,18 @@ def run(program: Program, args: list[str], typed: Typed | None = None) -> Any:
     return run_guarded(lambda: invoke(function, list(args), function.span))
 
 
+def call(program: Program, name: str, args: list, typed: Typed | None = None) -> Any:
+    """Compile the program and call its entry module's function `name` with Python values (numpy arrays,
+    Python numbers, tuples) as arguments; returns its result. For tests and embedding."""
+    RandomSource.reset()
+    compiler = run_guarded(lambda: compile_program(program, typed))
+    cell = compiler.states[program.entry].cells.get(name)
+    if cell is None or not isinstance(cell.value, Function):
+        raise UsageError(f"`{program.entry}` has no function `{name}`")
+    function = cell.value
+    return run_guarded(lambda: invoke(function, list(args), function.span))
+
+
 def missing_main(program: Program) -> Diagnostic:
     """E0405 at the function most likely meant to be `main` (a near spelling), else the first declaration."""
     decls = program.modules[program.entry].decls

@@ -96,9 +96,38 @@ def describe(value: Any) -> str:
         return f"module `{value.name}`"
     if isinstance(value, str):
         return "str"
+    if isinstance(value, Tape):
+        return f"tape of {value.size}"
     if callable(value):
         return "function"
     return dtype_name(value)
+
+
+class Tape:
+    """A persistent last-in first-out stack (what derivative code saves loop state on): `push` and `pop`
+    build new tapes sharing the old cells, so a tape is a value like any other and costs O(1) per step."""
+
+    __slots__ = ("rest", "size", "top")
+
+    def __init__(self, top: Any = None, rest: Tape | None = None, size: int = 0) -> None:
+        self.top = top
+        self.rest = rest
+        self.size = size
+
+    def items(self) -> list:
+        """The values from the top down."""
+        found, cell = [], self
+        while cell.size:
+            found.append(cell.top)
+            cell = cell.rest
+        return found
+
+    @staticmethod
+    def of(items_from_top: list) -> Tape:
+        tape = Tape()
+        for item in reversed(items_from_top):
+            tape = Tape(item, tape, tape.size + 1)
+        return tape
 
 
 def format_value(value: Any) -> str:
@@ -109,6 +138,8 @@ def format_value(value: Any) -> str:
         return value
     if isinstance(value, np.ndarray):
         return str(value)
+    if isinstance(value, Tape):
+        return f"<tape of {value.size}>"
     if isinstance(value, (int, np.integer)):
         return str(int(value))
     if isinstance(value, np.floating):

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field, replace
 from dl.lang import ast
 from dl.lang.diagnostics import Diagnostic, DiagnosticError, Label, Span, error, warning
 from dl.lang.modules import Program
-from dl.lang.primitives import BY_NAME, SIGNATURES, BindingError, Prim, bind, closest
+from dl.lang.primitives import BY_NAME, SIGNATURES, TRANSFORMS, BindingError, Prim, bind, closest
 from dl.lang.printer import print_expr
 from dl.lang.shapes import (
     RULES,
@@ -52,10 +52,13 @@ from dl.lang.types import (
     DTypeType,
     FunctionRef,
     FunctionType,
+    GradientRef,
     ModuleType,
     PrimitiveRef,
     StructType,
+    TapeType,
     TensorType,
+    TransformRef,
     TupleType,
     Type,
     Unknown,
@@ -109,6 +112,8 @@ class Typed:
     runtime_checks: dict[int, RuntimeCheck] = field(default_factory=dict)
     checked_calls: dict[int, CallCheck] = field(default_factory=dict)  # by id of the FnDecl
     coercions: dict[int, str] = field(default_factory=dict)  # id of a number literal -> the dtype it takes
+    # id of a FnDecl or Lambda -> (it, the path of its module): what a FunctionRef's `key` names
+    functions: dict[int, tuple[ast.FnDecl | ast.Lambda, str]] = field(default_factory=dict)
 
     def type_of(self, node: ast.Expr) -> Type | None:
         return self.types.get(id(node))
@@ -182,9 +187,12 @@ class Context:
     dim_names: frozenset[str] | None = None  # the dimension names in scope; None: not tracked (nested functions)
 
 
-def check(program: Program) -> Typed:
-    """Check every module of `program`. Never raises for a user mistake: see `Typed.diagnostics`."""
-    return Checker(program).run()
+def check(program: Program, calls: tuple[tuple[str, tuple[Type, ...]], ...] = ()) -> Typed:
+    """Check every module of `program`. Never raises for a user mistake: see `Typed.diagnostics`.
+
+    `calls` names functions of the entry module that the host will call, with their argument types, so
+    that functions with unannotated parameters are checked for them as if a DL call made them."""
+    return Checker(program).run(calls)
 
 
 def check_or_raise(program: Program) -> Typed:
@@ -215,13 +223,19 @@ class Checker:
         self.coerced_passes: dict[int, dict[str, set[int]]] = {}
 
     # -------------------------------------------------------------- driver
-    def run(self) -> Typed:
+    def run(self, calls: tuple[tuple[str, tuple[Type, ...]], ...] = ()) -> Typed:
         order = self.program.in_dependency_order()
         for path in order:
             self.declare_module(path)
         for path in order:
             self.check_module(path)
+        entry = self.modules.get(self.program.entry)
+        for function_name, arg_types in calls:
+            decl = entry.functions.get(function_name) if entry is not None else None
+            if decl is not None and len(decl.params) == len(arg_types):
+                self.apply_function(FunctionRef(function_name, id(decl)), list(arg_types), decl.name_span)
         self.settle_coercions()
+        self.typed.functions = {key: (info.decl, info.module.path) for key, info in self.functions.items()}
         self.typed.diagnostics.sort(
             key=lambda d: (d.span.path != self.program.entry, d.span.path, d.span.line, d.span.column)
         )
@@ -461,6 +475,7 @@ class Checker:
         scope = Scope(scope)
         for param, param_type in zip(decl.params, params, strict=True):
             scope.names[param.name] = param_type
+            self.record_type(param, param_type)
         context = Context(
             function.module,
             function.name,
@@ -524,6 +539,8 @@ class Checker:
         found = [(t, span) for t, span in context.returns if not isinstance(t, AnyType)]
         if not found:
             return ANY if context.returns else UNIT
+        # a literal returned beside typed values takes their dtype (`return 1.0` in an f64 function)
+        found.sort(key=lambda item: isinstance(item[0], TensorType) and item[0].weak)
         first, first_span = found[0]
         joined = strong(first)
         for other, span in found[1:]:
@@ -616,6 +633,7 @@ class Checker:
             if pattern.name in context.rebound and isinstance(kept, TensorType):
                 kept = TensorType(kept.dtype, kept.dims)
             scope.names[pattern.name] = kept
+            self.record_type(pattern, kept)
             return
         items = self.destructure(value, len(pattern.items), pattern.span)
         for item, item_type in zip(pattern.items, items, strict=True):
@@ -852,6 +870,8 @@ class Checker:
 
     def apply_function(self, value: FunctionRef | PrimitiveRef, args: list[Type], span: Span) -> Type | None:
         """The result of calling a function value with arguments of these types; None if it cannot be called so."""
+        if isinstance(value, GradientRef):
+            return self.gradient_type(value, args, span)
         if isinstance(value, PrimitiveRef):
             prim = BY_NAME[value.name]
             try:
@@ -945,8 +965,14 @@ class Checker:
     # -------------------------------------------------------------- expressions
     def expression(self, expr: ast.Expr, scope: Scope, context: Context) -> Type:
         result = self.expression_type(expr, scope, context)
-        self.typed.types[id(expr)] = result
+        self.record_type(expr, result)
         return result
+
+    def record_type(self, node, t: Type) -> None:
+        """Remember a node's type; a type found while checking another instantiation replaces it, but
+        `_` (a recursive call not yet known) never replaces a known type."""
+        if not isinstance(t, AnyType) or id(node) not in self.typed.types:
+            self.typed.types[id(node)] = t
 
     def expression_type(self, expr: ast.Expr, scope: Scope, context: Context) -> Type:
         match expr:
@@ -1014,6 +1040,8 @@ class Checker:
             return ModuleType(info.imports[expr.id])
         if expr.id in BY_NAME:
             return PrimitiveRef(expr.id)
+        if expr.id in TRANSFORMS:
+            return TransformRef(expr.id)
         if expr.id in DTYPES:
             return DTypeType(expr.id)
         if expr.id in info.structs:
@@ -1026,7 +1054,7 @@ class Checker:
                 )
             )
             return ANY
-        candidates = {*scope.visible(), *info.functions, *info.consts, *info.imports, *BY_NAME}
+        candidates = {*scope.visible(), *info.functions, *info.consts, *info.imports, *BY_NAME, *TRANSFORMS}
         suggestion = closest(expr.id, candidates)
         notes = (f"help: did you mean `{suggestion}`?",) if suggestion else ()
         self.report(error("E0201", f"unknown name `{expr.id}`", expr.span, "not found in this scope", notes=notes))
@@ -1089,6 +1117,12 @@ class Checker:
                 return self.primitive_call(BY_NAME[name], expr, args, keywords)
             case FunctionRef(key=key):
                 return self.user_call(self.functions[key], expr, args, keywords)
+            case TransformRef(name=name):
+                return self.transform_call(name, expr, args, keywords)
+            case GradientRef():
+                if keywords:
+                    self.report(error("E0206", f"`{callee}` takes no keyword arguments", expr.keywords[0].span))
+                return self.gradient_type(callee, args, expr.span) or ANY
             case FunctionType(params=params, result=result):
                 if keywords or len(args) != len(params):
                     self.report(
@@ -1111,6 +1145,85 @@ class Checker:
                 return result
         self.report(error("E0314", f"{callee} is not a function and cannot be called", expr.func.span, str(callee)))
         return ANY
+
+    # -------------------------------------------------------------- grad and value_and_grad
+    def transform_call(self, name: str, expr: ast.Call, args: list[Type], keywords: dict[str, Type]) -> Type:
+        """`grad(f, wrt=...)`: a `GradientRef`, typed when it is called (it has the arguments' types then)."""
+        try:
+            bind(TRANSFORMS[name], len(args), list(keywords))
+        except BindingError as problem:
+            notes = (f"help: did you mean `{problem.suggestion}`?",) if problem.suggestion else ()
+            span = next((k.span for k in expr.keywords if k.name == problem.keyword), expr.span)
+            self.report(error("E0206", f"in call to `{name}`: {problem}", span, notes=notes))
+            return ANY
+        function = args[0] if args else keywords.get("f", ANY)
+        if isinstance(function, AnyType):
+            return ANY
+        if not isinstance(function, (FunctionRef, GradientRef)):
+            node = expr.args[0] if expr.args else expr
+            self.report(
+                error(
+                    "E0332",
+                    f"`{name}` differentiates a function written in DL, found {function}",
+                    node.span,
+                    str(function),
+                    notes=("help: pass a function declared with `fn`, or an anonymous function `fn(x) => ...`",),
+                )
+            )
+            return ANY
+        wrt_node = next((k.value for k in expr.keywords if k.name == "wrt"), None)
+        wrt = wrt_positions(wrt_node)
+        if wrt is None:
+            self.report(
+                error(
+                    "E0334",
+                    "`wrt=` takes a literal argument position or a tuple of them, such as `wrt=1` or `wrt=(0, 2)`",
+                    wrt_node.span,
+                )
+            )
+            return ANY
+        return GradientRef(function, wrt, name == "value_and_grad", expr.span)
+
+    def gradient_type(self, ref: GradientRef, args: list[Type], span: Span) -> Type | None:
+        """The type of `grad(f)(args...)`: `f` must return a float scalar; the gradient of each chosen
+        argument has that argument's type."""
+        positions = ref.wrt if isinstance(ref.wrt, tuple) else (ref.wrt,)
+        for position in positions:
+            if not 0 <= position < len(args):
+                self.report(error("E0334", f"`wrt={position}` names no argument: the call gives {len(args)}", ref.span))
+                return None
+        result = self.apply_function(ref.function, list(args), span)
+        if result is None or isinstance(result, AnyType):
+            return None if result is None else ANY
+        name = "value_and_grad" if ref.with_value else "grad"
+        if not (isinstance(result, TensorType) and result.rank == 0 and strong(result).dtype in FLOATS):
+            self.report(
+                error(
+                    "E0330",
+                    f"`{name}` needs a function that returns a float scalar, but it returns {result}",
+                    ref.span,
+                    f"returns {result}",
+                    notes=("help: reduce the result to a scalar first, for example with `sum(...)` or `mean(...)`",),
+                )
+            )
+            return None
+        gradients = []
+        for position in positions:
+            arg = strong(args[position]) if isinstance(args[position], TensorType) else args[position]
+            if not has_float(arg):
+                self.report(
+                    error(
+                        "E0331",
+                        f"`{name}` cannot differentiate with respect to argument {position}, of type {arg}: "
+                        "only floats have gradients",
+                        ref.span,
+                        notes=(f"help: choose the float arguments with `wrt=`, for example `{name}(f, wrt=1)`",),
+                    )
+                )
+                return None
+            gradients.append(arg)
+        gradient = TupleType(tuple(gradients)) if isinstance(ref.wrt, tuple) else gradients[0]
+        return TupleType((strong(result), gradient)) if ref.with_value else gradient
 
     def primitive_call(self, prim: Prim, expr: ast.Call, args: list[Type], keywords: dict[str, Type]) -> Type:
         signature = SIGNATURES[prim]
@@ -1496,6 +1609,32 @@ class _Everything(set):
 # ---------------------------------------------------------------------- helpers
 
 
+def wrt_positions(node: ast.Expr | None) -> int | tuple[int, ...] | None:
+    """The argument positions a `wrt=` names: a literal integer or a tuple of them (0 when absent)."""
+    if node is None:
+        return 0
+    if isinstance(node, ast.IntLiteral):
+        return node.value
+    if isinstance(node, ast.TupleLiteral) and node.items and all(isinstance(i, ast.IntLiteral) for i in node.items):
+        positions = tuple(i.value for i in node.items)
+        return positions if len(set(positions)) == len(positions) else None
+    return None
+
+
+def has_float(t: Type) -> bool:
+    """Does a value of this type hold floats (what a gradient can be taken of)?"""
+    match t:
+        case TensorType(dtype=dtype):
+            return dtype in FLOATS
+        case TupleType(items=items):
+            return any(has_float(item) for item in items)
+        case StructType(fields=fields):
+            return any(has_float(field_type) for _, field_type in fields)
+        case AnyType():
+            return True
+    return False
+
+
 def strong_keep_value(t: Type) -> Type:
     if isinstance(t, TensorType) and t.weak:
         return TensorType(t.dtype, t.dims, False, t.value)
@@ -1558,6 +1697,8 @@ def fits(declared: Type, value: Type) -> bool:
         )
     if isinstance(declared, FunctionType) and isinstance(value, (FunctionRef, PrimitiveRef, FunctionType)):
         return True
+    if isinstance(declared, TapeType) and isinstance(value, TapeType):
+        return fits(declared.item, value.item)
     return declared == value
 
 

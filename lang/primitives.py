@@ -61,6 +61,17 @@ class Prim(Enum):
     # effects
     ASSERT = "assert"
     PRINT = "print"
+    # what derivative code is written with (lang/autodiff.py); ordinary built-ins users may call too
+    ZEROS_LIKE = "zeros_like"
+    UNBROADCAST = "unbroadcast"
+    RESHAPE_LIKE = "reshape_like"
+    EXPAND_DIMS = "expand_dims"
+    SCATTER_ADD = "scatter_add"
+    SPLIT_LIKE = "split_like"
+    TREE_ADD = "tree_add"
+    TAPE = "tape"
+    PUSH = "push"
+    POP = "pop"
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,6 +133,16 @@ SIGNATURES: dict[Prim, Signature] = {
     Prim.INT: Signature(("x",)),
     Prim.ASSERT: Signature(("condition",), optional=(("message", "assertion failed"),)),
     Prim.PRINT: Signature(variadic=("values", 0, None)),
+    Prim.ZEROS_LIKE: ONE,
+    Prim.UNBROADCAST: Signature(("x", "like")),
+    Prim.RESHAPE_LIKE: Signature(("x", "like")),
+    Prim.EXPAND_DIMS: Signature(("x", "axis")),
+    Prim.SCATTER_ADD: Signature(("x", "indices", "updates"), keywords=(("axis", 0),)),
+    Prim.SPLIT_LIKE: Signature(("x", "like"), keywords=(("axis", 0),)),
+    Prim.TREE_ADD: Signature(("a", "b")),
+    Prim.TAPE: Signature(("like",)),
+    Prim.PUSH: Signature(("tape", "value")),
+    Prim.POP: Signature(("tape",)),
 }
 
 BY_NAME: dict[str, Prim] = {p.value: p for p in Prim}
@@ -148,8 +169,18 @@ NON_DIFFERENTIABLE = frozenset(
         Prim.INT,
         Prim.ASSERT,
         Prim.PRINT,
+        Prim.ZEROS_LIKE,
+        Prim.TAPE,
     }
 )
+
+
+# Program transformations, not primitives: the checker types them and lang/autodiff.py replaces every
+# call of them by generated DL functions before a backend sees the program.
+TRANSFORMS: dict[str, Signature] = {
+    "grad": Signature(("f",), keywords=(("wrt", 0),)),
+    "value_and_grad": Signature(("f",), keywords=(("wrt", 0),)),
+}
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,6 +28,8 @@ from dl.lang.types import (
     DimVar,
     DTypeType,
     StrType,
+    StructType,
+    TapeType,
     TensorType,
     TupleType,
     Type,
@@ -573,6 +575,8 @@ def shape_rule(args: list[Argument]) -> Type:
 
 def len_rule(args: list[Argument]) -> Type:
     t = args[0].type
+    if isinstance(t, TapeType):
+        return I64
     if isinstance(t, TupleType):
         return TensorType("i64", (), False, len(t.items))
     x = tensor(t, "`len`")
@@ -607,6 +611,121 @@ def assert_rule(args: list[Argument]) -> Type:
 
 def print_rule(args: list[Argument]) -> Type:
     return UNIT
+
+
+# ---------------------------------------------------------------- what derivative code is written with
+
+
+def differentiable_value(t: Type, name: str) -> Type:
+    """A tensor, tuple, struct or tape (whatever a gradient can be); anything else is an error."""
+    if isinstance(t, TensorType):
+        return strong(t)
+    if isinstance(t, (TupleType, StructType, TapeType, AnyType)):
+        return t
+    raise ShapeError("E0311", f"`{name}` needs a tensor, tuple, struct or tape, found {t}", str(t))
+
+
+def zeros_like_rule(args: list[Argument]) -> Type:
+    return differentiable_value(args[0].type, "zeros_like")
+
+
+def unbroadcast_rule(args: list[Argument]) -> Type:
+    x = tensor(args[0].type, "`unbroadcast`")
+    like = tensor(args[1].type, "`unbroadcast`")
+    if x is None or like is None:
+        return ANY
+    if broadcast_dims(x.dims, like.dims) is None or like.rank > x.rank:
+        raise ShapeError("E0303", f"`unbroadcast` cannot sum {x} down to the shape of {like}", f"{x}, {like}")
+    return TensorType(strong(x).dtype, like.dims)
+
+
+def reshape_like_rule(args: list[Argument]) -> Type:
+    x = tensor(args[0].type, "`reshape_like`")
+    like = tensor(args[1].type, "`reshape_like`")
+    if x is None or like is None:
+        return ANY
+    sizes = [d for d in (*x.dims, *like.dims) if not isinstance(d, int)]
+    if not sizes and prod(x.dims) != prod(like.dims):
+        raise ShapeError("E0307", f"`reshape_like` cannot reshape {x} to the shape of {like}", f"{x}, {like}")
+    return TensorType(strong(x).dtype, like.dims)
+
+
+def expand_dims_rule(args: list[Argument]) -> Type:
+    x = tensor(args[0].type, "`expand_dims`")
+    if x is None:
+        return ANY
+    axis = static_axis(args[1], x.rank + 1, "expand_dims")
+    dims = list(x.dims)
+    dims.insert(axis if axis is not None else 0, 1)
+    return TensorType(strong(x).dtype, tuple(dims))
+
+
+def scatter_add_rule(args: list[Argument]) -> Type:
+    x = tensor(args[0].type, "`scatter_add`")
+    indices = integer_tensor(args[1].type, "scatter_add")
+    updates = tensor(args[2].type, "`scatter_add`")
+    if x is None or indices is None or updates is None:
+        return ANY
+    if x.rank == 0:
+        raise ShapeError("E0309", f"`scatter_add` needs a tensor of rank 1 or more, found {x}")
+    axis = static_axis(args[3] if args[3].value is not None else Argument(I64, 0), x.rank, "scatter_add")
+    expected = x.dims[:axis] + indices.dims + x.dims[axis + 1 :]
+    if broadcast_dims(updates.dims, expected) is None:
+        shown = f"[{', '.join(map(str, expected))}]"
+        raise ShapeError("E0303", f"`scatter_add` updates {updates} do not fit the gathered shape {shown}")
+    return TensorType(strong(x).dtype, x.dims)
+
+
+def split_like_rule(args: list[Argument]) -> Type:
+    x = tensor(args[0].type, "`split_like`")
+    items = tensors_in(args[1], "split_like")
+    if x is None or items is None:
+        return ANY
+    static_axis(args[2] if args[2].value is not None else Argument(I64, 0), max(x.rank, 1), "split_like")
+    if any(item.rank != x.rank for item in items):
+        raise ShapeError("E0316", f"`split_like` needs pieces of the rank of {x}, found {TupleType(tuple(items))}")
+    dtype = strong(x).dtype
+    return TupleType(tuple(TensorType(dtype, item.dims) for item in items))
+
+
+def tree_add_rule(args: list[Argument]) -> Type:
+    a = differentiable_value(args[0].type, "tree_add")
+    b = differentiable_value(args[1].type, "tree_add")
+    if isinstance(a, AnyType):
+        return b
+    if isinstance(b, AnyType) or a == b:
+        return a
+    if isinstance(a, TensorType) and isinstance(b, TensorType):
+        return arithmetic(a, b, "+")
+    if isinstance(a, TupleType) and isinstance(b, TupleType) and len(a.items) == len(b.items):
+        return TupleType(
+            tuple(tree_add_rule([Argument(x), Argument(y)]) for x, y in zip(a.items, b.items, strict=True))
+        )
+    raise ShapeError("E0301", f"`tree_add` adds values of one type, found {a} and {b}", f"{a}, {b}")
+
+
+def tape_rule(args: list[Argument]) -> Type:
+    return TapeType(
+        differentiable_value(args[0].type, "tape") if isinstance(args[0].type, TensorType) else args[0].type
+    )
+
+
+def tape_of(t: Type, name: str) -> TapeType | None:
+    if isinstance(t, AnyType):
+        return None
+    if not isinstance(t, TapeType):
+        raise ShapeError("E0311", f"`{name}` needs a tape, found {t}", str(t), notes=("help: make one with `tape(x)`",))
+    return t
+
+
+def push_rule(args: list[Argument]) -> Type:
+    tape = tape_of(args[0].type, "push")
+    return ANY if tape is None else tape
+
+
+def pop_rule(args: list[Argument]) -> Type:
+    tape = tape_of(args[0].type, "pop")
+    return ANY if tape is None else TupleType((tape.item, tape))
 
 
 RULES: dict[Prim, Rule] = {
@@ -651,4 +770,14 @@ RULES: dict[Prim, Rule] = {
     Prim.INT: int_rule,
     Prim.ASSERT: assert_rule,
     Prim.PRINT: print_rule,
+    Prim.ZEROS_LIKE: zeros_like_rule,
+    Prim.UNBROADCAST: unbroadcast_rule,
+    Prim.RESHAPE_LIKE: reshape_like_rule,
+    Prim.EXPAND_DIMS: expand_dims_rule,
+    Prim.SCATTER_ADD: scatter_add_rule,
+    Prim.SPLIT_LIKE: split_like_rule,
+    Prim.TREE_ADD: tree_add_rule,
+    Prim.TAPE: tape_rule,
+    Prim.PUSH: push_rule,
+    Prim.POP: pop_rule,
 }

@@ -72,6 +72,16 @@ class TupleType:
 
 
 @dataclass(frozen=True, slots=True)
+class TapeType:
+    """A last-in first-out stack of values of one type: what derivative code saves loop state on."""
+
+    item: Type
+
+    def __str__(self) -> str:
+        return f"tape({self.item})"
+
+
+@dataclass(frozen=True, slots=True)
 class StructType:
     """Nominal: two structs are the same type when they are the same declaration."""
 
@@ -120,6 +130,31 @@ class PrimitiveRef:
 
 
 @dataclass(frozen=True, slots=True)
+class TransformRef:
+    """`grad` or `value_and_grad` as a value, before it is given a function."""
+
+    name: str
+
+    def __str__(self) -> str:
+        return f"fn {self.name}"
+
+
+@dataclass(frozen=True, slots=True)
+class GradientRef:
+    """`grad(f, wrt=...)` or `value_and_grad(f, ...)`: a function whose type follows from `f`'s at each call.
+    `wrt` is one argument position or a tuple of them (the gradient is then a tuple)."""
+
+    function: Type
+    wrt: int | tuple[int, ...]
+    with_value: bool
+    span: object = field(default=None, compare=False)  # the `grad(...)` call, for diagnostics
+
+    def __str__(self) -> str:
+        name = "value_and_grad" if self.with_value else "grad"
+        return f"{name}({self.function})"
+
+
+@dataclass(frozen=True, slots=True)
 class StrType:
     def __str__(self) -> str:
         return "str"
@@ -162,9 +197,12 @@ Type = (
     TensorType
     | TupleType
     | StructType
+    | TapeType
     | FunctionType
     | FunctionRef
     | PrimitiveRef
+    | TransformRef
+    | GradientRef
     | StrType
     | DTypeType
     | ModuleType

@@ -1,0 +1,1504 @@
+"""Reverse-mode automatic differentiation as a source transformation: typed program -> program.
+
+`differentiate(typed)` replaces every `grad(f, wrt=...)` and `value_and_grad(f, ...)` by a DL
+function it generates, and returns the new program; no backend ever sees `grad`. For a
+function `f` it writes
+
+- `f_grad` (`f_value_and_grad`, `f_grad_wrt_1`, ...): runs `f`'s body forward, then its
+  adjoint backward from the seed `1.0`, and returns the gradient of the chosen arguments;
+- `g_back(params..., d_result)` once for every function `g` that differentiated code calls
+  (shared by all callers): recomputes `g`'s forward and returns the adjoints of its float
+  parameters, so a call's derivative is a call, and recursion is recursion.
+
+How each construct becomes code (docs/autodiff.md shows the printed result):
+
+- Straight-line code is put in A-normal form (every operation's value gets a name) and
+  renamed so that no name is assigned twice; the backward sweep then reads any value it
+  needs by name, in reverse order, and adds each operation's adjoint contributions using
+  that operation's rule from `RULES` (one DL template per primitive and operator).
+- `for`, `break`, `continue` and `return` inside loops are first lowered to `while` with
+  flags; a `return` inside an `if` moves the statements after the `if` into its branches.
+- An `if` saves the values of the variables it assigns before it runs; its backward
+  restores them, runs the branch taken again (recomputing its intermediates), then that
+  branch's backward.
+- A `while` pushes the values of the variables it assigns onto a tape at the start of every
+  iteration (memory: one copy of those variables per iteration); its backward pops them one
+  iteration at a time, recomputes that iteration's body and runs its backward.
+
+Everything this emits (`tape`, `push`, `pop`, `unbroadcast`, ...) has a rule too, so generated
+code can be differentiated again: `grad(grad(f))` is two rounds of this transform, the program
+re-checked in between so that the second round has the types of the first round's code.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from functools import cache
+
+from dl.lang import ast
+from dl.lang.check import Typed, check, has_float, wrt_positions
+from dl.lang.diagnostics import UNKNOWN_SPAN, Diagnostic, DiagnosticError, Span, error
+from dl.lang.modules import Program
+from dl.lang.primitives import BY_NAME, NON_DIFFERENTIABLE, SIGNATURES, TRANSFORMS, Prim, bind
+from dl.lang.types import (
+    ANY,
+    BOOL,
+    I64,
+    AnyType,
+    FunctionRef,
+    GradientRef,
+    PrimitiveRef,
+    StructType,
+    TapeType,
+    TensorType,
+    TupleType,
+    Type,
+)
+
+MAX_ROUNDS = 8  # grad(grad(...)) nesting depth
+
+
+def differentiate(typed: Typed, calls: tuple = ()) -> tuple[Program, Typed]:
+    """Replace every `grad`/`value_and_grad` in a checked program by generated DL functions.
+
+    Returns the new program and its check (`calls`: the host's calls the first check was given, see
+    `check`). Raises `DiagnosticError` for what cannot be differentiated (a primitive without a
+    derivative rule, a call of a function value the checker cannot see)."""
+    backs: dict[tuple[str, str], str] = {}  # (module, function) -> its `_back` function, shared by all rounds
+    for _ in range(MAX_ROUNDS):
+        sites = list(grad_sites(typed))
+        if not sites:
+            return typed.program, typed
+        program = Round(typed, backs).run(sites)
+        typed = check(program, calls)
+        if typed.errors:
+            raise DiagnosticError([internal_error(typed.errors[0])])
+    raise DiagnosticError([error("E0333", f"`grad` is nested more than {MAX_ROUNDS} deep", UNKNOWN_SPAN)])
+
+
+def derivative_source(typed: Typed, function: str, wrt: int | tuple[int, ...], with_value: bool) -> str:
+    """The printed DL source of the functions `grad(function, wrt=...)` generates in the entry module of a
+    checked (and already differentiated) program: the gradient function first, then the `_back` functions."""
+    from dl.lang.printer import print_decl
+
+    path = typed.program.entry
+    module = typed.program.modules[path]
+    decl = next((d for d in module.decls if isinstance(d, ast.FnDecl) and d.name == function), None)
+    if decl is None:
+        names = [d.name for d in module.decls if isinstance(d, ast.FnDecl)]
+        from dl.lang.primitives import closest
+
+        suggestion = closest(function, names)
+        notes = (f"help: did you mean `{suggestion}`?",) if suggestion else ()
+        start = Span(path, 1, 1, 1, 2)
+        raise DiagnosticError([error("E0201", f"`{path}` has no function `{function}`", start, notes=notes)])
+    if any(id(p) not in typed.types for p in decl.params):
+        raise DiagnosticError(
+            [
+                error(
+                    "E0333",
+                    f"`{function}` is never called, so the types of its parameters are unknown",
+                    decl.name_span,
+                    notes=("help: annotate its parameters, or call it (or `grad` of it) somewhere",),
+                )
+            ]
+        )
+    site_call = call("grad" if not with_value else "value_and_grad", name(function))
+    site = Site(site_call, path, decl, path, name(function), wrt, with_value)
+    generator = Round(typed)
+    program = generator.run([site])
+    generated = [d for p in program.modules for d in generator.added[p]]
+    checked = check(program)
+    if checked.errors:
+        raise DiagnosticError([internal_error(checked.errors[0])])
+    return "\n\n".join(print_decl(d) for d in generated) + "\n"
+
+
+def internal_error(diagnostic: Diagnostic) -> Diagnostic:
+    return error(
+        "E0333",
+        f"internal error in generated derivative code, please report: {diagnostic.message}",
+        diagnostic.span,
+        notes=("`dlrun grad FILE --fn NAME` prints the derivative code",),
+    )
+
+
+# ------------------------------------------------------------------ finding `grad(...)` calls
+
+
+@dataclass(frozen=True)
+class Site:
+    """One `grad(f, ...)` call whose `f` is ready to differentiate (it contains no `grad` itself)."""
+
+    call: ast.Call
+    module: str
+    function: ast.FnDecl | ast.Lambda
+    function_module: str
+    reference: ast.Expr  # how the call site names `f` (a Name, `module.f`, or the lambda itself)
+    wrt: int | tuple[int, ...]
+    with_value: bool
+
+
+def grad_sites(typed: Typed) -> Iterator[Site]:
+    """The `grad` calls of the program whose function (and what it calls) has no `grad` call left."""
+    containing = functions_with_grad(typed)
+    for path, module in typed.program.modules.items():
+        for call in walk_calls(module):
+            ref = typed.types.get(id(call))
+            if not isinstance(ref, GradientRef) or not isinstance(call.func, ast.Name):
+                continue
+            if call.func.id not in TRANSFORMS:
+                continue
+            if not isinstance(ref.function, FunctionRef):
+                continue  # grad(grad(f)): the inner one first
+            target = typed.functions.get(ref.function.key)
+            if target is None:
+                continue
+            decl, target_path = target
+            if reaches_grad(typed, decl, containing):
+                continue
+            f_node = call.args[0] if call.args else next(k.value for k in call.keywords if k.name == "f")
+            wrt = wrt_positions(next((k.value for k in call.keywords if k.name == "wrt"), None))
+            yield Site(call, path, decl, target_path, f_node, wrt, ref.with_value)
+
+
+def walk_calls(node) -> Iterator[ast.Call]:
+    for child in walk(node):
+        if isinstance(child, ast.Call):
+            yield child
+
+
+def walk(node) -> Iterator:
+    """Every AST node under `node` (itself included), depth first."""
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        yield current
+        if isinstance(current, tuple):
+            stack.extend(reversed(current))
+            continue
+        if dataclasses.is_dataclass(current) and not isinstance(current, type):
+            for f in dataclasses.fields(current):
+                if f.name == "span" or f.name == "name_span":
+                    continue
+                value = getattr(current, f.name)
+                if isinstance(value, (tuple, ast.Block)) or dataclasses.is_dataclass(value):
+                    stack.append(value)
+
+
+def functions_with_grad(typed: Typed) -> set[int]:
+    found = set()
+    for key, (decl, _) in typed.functions.items():
+        for call in walk_calls(decl.body):
+            if isinstance(call.func, ast.Name) and isinstance(typed.types.get(id(call)), GradientRef):
+                found.add(key)
+                break
+    return found
+
+
+def reaches_grad(typed: Typed, decl, containing: set[int]) -> bool:
+    """Does `decl`, or a function it calls (transitively), still contain a `grad` call?"""
+    seen: set[int] = set()
+    stack = [decl]
+    while stack:
+        current = stack.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        if id(current) in containing:
+            return True
+        for node in walk(current.body):
+            ref = typed.types.get(id(node)) if isinstance(node, (ast.Name, ast.Field, ast.Lambda)) else None
+            if isinstance(ref, FunctionRef) and ref.key in typed.functions:
+                stack.append(typed.functions[ref.key][0])
+    return False
+
+
+# ------------------------------------------------------------------ tree helpers
+
+
+def replace_nodes(node, replacements: dict[int, object]):
+    """A copy of `node` with the nodes whose ids are keys of `replacements` swapped for the values."""
+    if id(node) in replacements:
+        return replacements[id(node)]
+    if isinstance(node, tuple):
+        items = tuple(replace_nodes(item, replacements) for item in node)
+        return node if all(a is b for a, b in zip(items, node, strict=True)) else items
+    if not dataclasses.is_dataclass(node) or isinstance(node, type):
+        return node
+    changes = {}
+    for f in dataclasses.fields(node):
+        if f.name in ("span", "name_span"):
+            continue
+        value = getattr(node, f.name)
+        new = replace_nodes(value, replacements)
+        if new is not value:
+            changes[f.name] = new
+    return dataclasses.replace(node, **changes) if changes else node
+
+
+def name(identifier: str) -> ast.Name:
+    return ast.Name(identifier)
+
+
+def call(function: str, *args: ast.Expr, **keywords: ast.Expr) -> ast.Call:
+    return ast.Call(name(function), tuple(args), tuple(ast.Keyword(k, v) for k, v in keywords.items()))
+
+
+def let(target: str, value: ast.Expr, span: Span = UNKNOWN_SPAN) -> ast.Let:
+    return ast.Let(ast.NamePattern(target), None, value, span)
+
+
+def assign(target: ast.Expr, value: ast.Expr, span: Span = UNKNOWN_SPAN) -> ast.Assign:
+    return ast.Assign(target, "=", value, span)
+
+
+def tuple_of(items: list[ast.Expr]) -> ast.Expr:
+    return items[0] if len(items) == 1 else ast.TupleLiteral(tuple(items))
+
+
+def not_any(flags: list[str]) -> ast.Expr:
+    condition: ast.Expr = name(flags[0])
+    for flag in flags[1:]:
+        condition = ast.Binary("or", condition, name(flag))
+    return ast.Unary("not", condition)
+
+
+def is_active(t: Type | None) -> bool:
+    """Does a value of this type carry a gradient?"""
+    if isinstance(t, TapeType):
+        return is_active(t.item)
+    return t is not None and has_float(t)
+
+
+def float_literal(value: float, t: Type | None) -> ast.FloatLiteral:
+    dtype = t.dtype if isinstance(t, TensorType) and t.dtype == "f64" else None
+    return ast.FloatLiteral(value, dtype)
+
+
+# ------------------------------------------------------------------ derivative rules
+#
+# A rule gives, for each differentiable operand of an operation, a DL expression for its
+# adjoint contribution, written over the names `d` (the adjoint of the result), `r` (the
+# result), the operands by their parameter names, and `k` (a static axis). Contributions
+# already have the operand's shape.
+
+
+@cache
+def template(source: str) -> ast.Expr:
+    from dl.lang.parse import parse
+
+    module = parse(f"fn rule() {{ return {source} }}", "<rule>")
+    return module.decls[0].body.body[0].value
+
+
+def instantiate(source: str, bindings: dict[str, ast.Expr]) -> ast.Expr:
+    expr = template(source)
+    replacements = {
+        id(node): bindings[node.id] for node in walk(expr) if isinstance(node, ast.Name) and node.id in bindings
+    }
+    return replace_nodes(expr, replacements)
+
+
+ELEMENTWISE = {
+    Prim.EXP: "d * r",
+    Prim.LOG: "d / x",
+    Prim.SQRT: "d / (2.0 * r)",
+    Prim.TANH: "d * (1.0 - r * r)",
+    Prim.SIGMOID: "d * r * (1.0 - r)",
+    Prim.RELU: "where(x > 0.0, d, zeros_like(d))",
+    Prim.ABS: "where(x > 0.0, d, where(x < 0.0, -d, zeros_like(d)))",
+    Prim.SIN: "d * cos(x)",
+    Prim.COS: "-(d * sin(x))",
+}
+BINARY = {
+    "+": ("d", "d"),
+    "-": ("d", "-d"),
+    "*": ("d * b", "d * a"),
+    "/": ("d / b", "-(d * r / b)"),
+    "**": ("d * b * a ** (b - 1.0)", "d * r * log(a)"),
+    "%": ("d", "-(d * ((a - r) / b))"),
+    "maximum": (
+        "where(a > b, d, where(a == b, 0.5 * d, zeros_like(d)))",
+        "where(b > a, d, where(a == b, 0.5 * d, zeros_like(d)))",
+    ),
+    "minimum": (
+        "where(a < b, d, where(a == b, 0.5 * d, zeros_like(d)))",
+        "where(b < a, d, where(a == b, 0.5 * d, zeros_like(d)))",
+    ),
+    "where": ("where(condition, d, zeros_like(d))", "where(condition, zeros_like(d), d)"),
+}
+LINEAR_HELPERS = {
+    # the rules of what derivative code itself is written with, for derivatives of derivatives
+    Prim.UNBROADCAST: {"x": "zeros_like(x) + d"},
+    Prim.RESHAPE_LIKE: {"x": "reshape_like(d, x)"},
+    Prim.EXPAND_DIMS: {"x": "reshape_like(d, x)"},
+    Prim.RESHAPE: {"x": "reshape_like(d, x)"},
+    Prim.BROADCAST_TO: {"x": "unbroadcast(d, x)"},
+    Prim.TREE_ADD: {"a": "d", "b": "d"},
+    Prim.GATHER: {"x": "scatter_add(zeros_like(x), indices, d, axis=k)"},
+    Prim.SCATTER_ADD: {"x": "d", "updates": "unbroadcast(gather(d, indices, axis=k), updates)"},
+    Prim.SPLIT_LIKE: {"x": "concat(d, axis=k)"},
+    Prim.CONCAT: {"tensors": "split_like(d, tensors, axis=k)"},
+    Prim.PUSH: {"tape": "pop(d)[1]", "value": "pop(d)[0]"},
+    Prim.POP: {"tape": "push(d[1], d[0])"},
+}
+
+
+class NotDifferentiable(Exception):
+    def __init__(self, message: str, span: Span, notes: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.span = span
+        self.notes = notes
+
+
+# ------------------------------------------------------------------ one round of the transform
+
+
+class Round:
+    """Generates the derivative functions for a set of `grad` sites and rewrites the program."""
+
+    def __init__(self, typed: Typed, backs: dict[tuple[str, str], str] | None = None) -> None:
+        self.typed = typed
+        self.existing_backs = backs if backs is not None else {}
+        self.program = typed.program
+        self.added: dict[str, list[ast.FnDecl]] = {path: [] for path in self.program.modules}
+        self.taken: dict[str, set[str]] = {path: module_names(m) for path, m in self.program.modules.items()}
+        self.pending: list[tuple[ast.FnDecl, str, str]] = []
+
+    def run(self, sites: list[Site]) -> Program:
+        replacements: dict[str, dict[int, object]] = {path: {} for path in self.program.modules}
+        problems: list[Diagnostic] = []
+        for site in sites:
+            try:
+                replacements[site.module][id(site.call)] = self.site(site)
+                while self.pending:
+                    decl, path, back_name = self.pending.pop()
+                    self.added[path].append(self.back_function(decl, path, back_name))
+            except NotDifferentiable as problem:
+                problems.append(error("E0333", str(problem), problem.span, notes=problem.notes))
+        if problems:
+            raise DiagnosticError(problems)
+        modules = {}
+        for path, module in self.program.modules.items():
+            decls = replace_nodes(module.decls, replacements[path])
+            modules[path] = ast.Module(module.path, (*decls, *self.added[path]))
+        return Program(self.program.entry, modules, self.program.imports, self.program.sources)
+
+    def fresh_global(self, path: str, base: str) -> str:
+        chosen, count = base, 1
+        while chosen in self.taken[path]:
+            count += 1
+            chosen = f"{base}_{count}"
+        self.taken[path].add(chosen)
+        return chosen
+
+    def reference(self, from_path: str, to_path: str, function: str, span: Span) -> ast.Expr:
+        """How code in module `from_path` names function `function` of module `to_path`."""
+        if from_path == to_path:
+            return ast.Name(function, span)
+        alias = next((a for a, target in self.program.imports.get(from_path, []) if target == to_path), None)
+        if alias is None:
+            raise NotDifferentiable(f"`grad` needs `{function}`'s module imported here", span)
+        return ast.Field(ast.Name(alias, span), function, span)
+
+    # -------------------------------------------------------------- entry points
+    def site(self, site: Site) -> ast.Expr:
+        """The expression that replaces one `grad(...)` call."""
+        decl = site.function
+        params = decl.params
+        for position in site.wrt if isinstance(site.wrt, tuple) else (site.wrt,):
+            if position >= len(params):
+                raise NotDifferentiable(f"`wrt={position}` names no parameter of the function", site.call.span)
+        body = FunctionBody(self, site.function_module, decl).gradient(site.wrt, site.with_value)
+        if isinstance(decl, ast.Lambda):
+            return ast.Lambda(decl.params, None, body, site.call.span)
+        suffix = "value_and_grad" if site.with_value else "grad"
+        if site.wrt != 0:
+            positions = site.wrt if isinstance(site.wrt, tuple) else (site.wrt,)
+            suffix += "_wrt_" + "_".join(map(str, positions))
+        generated = self.fresh_global(site.function_module, f"{decl.name}_{suffix}")
+        self.added[site.function_module].append(
+            ast.FnDecl(generated, strip_defaults(params), None, body, decl.span, decl.name_span)
+        )
+        return self.reference(site.module, site.function_module, generated, site.call.span)
+
+    def back_name(self, decl: ast.FnDecl, path: str) -> str:
+        """The name of `decl`'s `_back` function, generating it (later) the first time it is asked for."""
+        key = (path, decl.name)
+        if key not in self.existing_backs:
+            self.existing_backs[key] = self.fresh_global(path, f"{decl.name}_back")
+            self.pending.append((decl, path, self.existing_backs[key]))
+        return self.existing_backs[key]
+
+    def back_function(self, decl: ast.FnDecl, path: str, back_name: str) -> ast.FnDecl:
+        body = FunctionBody(self, path, decl)
+        block, d_result = body.pullback()
+        params = (*strip_defaults(decl.params), ast.Param(d_result, decl.result))
+        return ast.FnDecl(back_name, params, None, block, decl.span, decl.name_span)
+
+    def active_params(self, decl: ast.FnDecl | ast.Lambda) -> list[int]:
+        return [i for i, p in enumerate(decl.params) if is_active(self.typed.types.get(id(p), ANY))]
+
+
+def strip_defaults(params: tuple[ast.Param, ...]) -> tuple[ast.Param, ...]:
+    return tuple(ast.Param(p.name, p.annotation, None, p.span) for p in params)
+
+
+def module_names(module: ast.Module) -> set[str]:
+    names = set(BY_NAME) | set(TRANSFORMS)
+    for decl in module.decls:
+        if isinstance(decl, (ast.FnDecl, ast.StructDecl, ast.Const)):
+            names.add(decl.name)
+        elif isinstance(decl, ast.Import):
+            names.add(decl.alias or decl.module)
+    return names
+
+
+# ------------------------------------------------------------------ records of the forward sweep
+
+
+@dataclass
+class Part:
+    """An adjoint contribution to one region (`indices`) or field of a variable, added in place."""
+
+    indices: tuple | None
+    field: str | None
+    value: ast.Expr
+
+
+@dataclass
+class Op:
+    """`let result = rhs`, where rhs is one operation on atoms: what the backward sweep differentiates."""
+
+    result: str
+    rhs: ast.Expr
+    original: ast.Expr | None  # the user's expression it came from (for types and spans)
+
+
+@dataclass
+class Store:
+    """`let new = old; new[indices] = value` (or `new.field = value`): a functional update."""
+
+    new: str
+    old: str
+    target: ast.Expr  # `new[indices]` or `new.field`
+    value: ast.Expr
+
+
+@dataclass
+class Compound:
+    """An `if` or `while` that assigns variables declared outside it."""
+
+    stmt: ast.If | ast.While
+    env: dict[str, str]  # user name -> generated name, when it started
+    carried: list[str]  # the generated names it assigns (in place)
+    saved: str  # the name holding their values before (an `if`) or the tape of them (a `while`)
+
+
+Record = Op | Store | Compound
+
+
+@dataclass
+class Sweep:
+    """What one block's emission produces: its statements and what its backward needs."""
+
+    stmts: list[ast.Stmt] = field(default_factory=list)
+    records: list[Record] = field(default_factory=list)
+
+
+# ------------------------------------------------------------------ one function's derivative
+
+
+class FunctionBody:
+    """Builds the body of a derivative of one function: the forward sweep, then the backward sweep."""
+
+    def __init__(self, round_: Round, path: str, decl: ast.FnDecl | ast.Lambda) -> None:
+        self.round = round_
+        self.typed = round_.typed
+        self.path = path
+        self.decl = decl
+        self.types: dict[str, Type] = {}  # generated name -> type
+        self.extra_types: dict[int, Type] = {}  # types of nodes the lowering made
+        # module-level names are reserved (the code refers to them by name); locals are renamed anyway
+        self.used: set[str] = set(round_.taken[path]) | {p.name for p in decl.params}
+        self.adjoints: dict[str, str] = {}
+        self.result_type: Type = ANY
+        self.pending: list[ast.Stmt] = []  # statements a rule needs before its contributions
+        self.just_made = ""  # the name the latest operation's result was given
+
+    # -------------------------------------------------------------- names and types
+    def fresh(self, base: str) -> str:
+        chosen, count = base, 1
+        while chosen in self.used:
+            count += 1
+            chosen = f"{base}_{count}"
+        self.used.add(chosen)
+        return chosen
+
+    def adjoint(self, var: str) -> str:
+        if var not in self.adjoints:
+            self.adjoints[var] = self.fresh(f"d_{var}")
+        return self.adjoints[var]
+
+    def type_of(self, node) -> Type:
+        if id(node) in self.extra_types:
+            return self.extra_types[id(node)]
+        found = self.typed.types.get(id(node))
+        if found is not None:
+            return found
+        match node:
+            case ast.BoolLiteral() | ast.Unary(op="not"):
+                return BOOL
+            case ast.IntLiteral():
+                return I64
+            case ast.Binary(op=op) if op in ("==", "!=", "<", "<=", ">", ">=", "and", "or"):
+                return BOOL
+        return ANY
+
+    def active(self, atom: ast.Expr) -> bool:
+        return isinstance(atom, ast.Name) and atom.id in self.types and is_active(self.types[atom.id])
+
+    # -------------------------------------------------------------- the two kinds of function
+    def gradient(self, wrt: int | tuple[int, ...], with_value: bool) -> ast.Block:
+        """`grad(f)`'s body: forward, seed 1, backward; returns the gradient (and the value)."""
+        env = self.parameters()
+        body = self.lower(self.decl)
+        out: list[ast.Stmt] = []
+        value = self.fresh("value") if with_value else None
+        if value is not None:
+            out.append(let(value, float_literal(0.0, self.result_type)))
+        have: set[str] = set()
+        out += self.sweep_to_return(body, env, have, self.seed, value, effects=True)
+        positions = wrt if isinstance(wrt, tuple) else (wrt,)
+        gradients = [self.final_adjoint(self.decl.params[i].name, have) for i in positions]
+        result = ast.TupleLiteral(tuple(gradients)) if isinstance(wrt, tuple) else gradients[0]
+        if value is not None:
+            result = ast.TupleLiteral((name(value), result))
+        out.append(ast.Return(result))
+        return ast.Block(tuple(prune(out)))
+
+    def seed(self, result: ast.Name) -> ast.Expr:
+        """The adjoint the backward sweep starts from: 1, in the result's dtype."""
+        t = self.types.get(result.id)
+        if isinstance(t, TensorType) and not t.weak and t.rank == 0:
+            return float_literal(1.0, t)
+        return ast.Binary("+", call("zeros_like", result), ast.FloatLiteral(1.0))
+
+    def pullback(self) -> tuple[ast.Block, str]:
+        """`g_back`'s body: forward, then backward from the parameter `d_result`; returns the adjoints of
+        the float parameters (a tuple when there are several)."""
+        env = self.parameters()
+        d_result = self.fresh("d_result")
+        body = self.lower(self.decl)
+        have: set[str] = set()
+        out = self.sweep_to_return(body, env, have, lambda result: name(d_result), None, effects=False)
+        positions = self.round.active_params(self.decl)
+        gradients = [self.final_adjoint(self.decl.params[i].name, have) for i in positions]
+        out.append(ast.Return(tuple_of(gradients) if gradients else ast.TupleLiteral(())))
+        return ast.Block(tuple(prune(out))), d_result
+
+    def parameters(self) -> dict[str, str]:
+        env = {}
+        for param in self.decl.params:
+            self.types[param.name] = self.typed.types.get(id(param), ANY)
+            env[param.name] = param.name
+        return env
+
+    def final_adjoint(self, var: str, have: set[str]) -> ast.Expr:
+        return name(self.adjoint(var)) if var in have else call("zeros_like", name(var))
+
+    # -------------------------------------------------------------- lowering control flow
+    def lower(self, decl: ast.FnDecl | ast.Lambda) -> list[ast.Stmt]:
+        """The body with `for` made `while`, `break`/`continue`/`return` in loops made flags, and every
+        `return` at the end of a branch (the statements after an `if` that returns moved into it)."""
+        if isinstance(decl.body, ast.Block):
+            stmts = list(decl.body.body)
+        else:
+            stmts = [ast.Return(decl.body, decl.body.span)]
+        self.result_type = self.return_type(stmts)
+        lowering = Lowering(self)
+        stmts = lowering.block(stmts, None)
+        prefix = lowering.prelude
+        return lift_returns(prefix + stmts)
+
+    def return_type(self, stmts: list[ast.Stmt]) -> Type:
+        for node in walk(tuple(stmts)):
+            if isinstance(node, ast.Return) and node.value is not None:
+                found = self.typed.types.get(id(node.value))
+                if found is not None and not isinstance(found, AnyType):
+                    return found
+        return ANY
+
+    # -------------------------------------------------------------- sweeps
+    def sweep_to_return(self, stmts, env, have, seed, value, effects) -> list[ast.Stmt]:
+        """Forward and backward of a block that ends in `return` (or in an `if` whose branches do)."""
+        sweep = Sweep()
+        *prefix, last = stmts
+        for stmt in prefix:
+            self.forward(stmt, env, sweep, nested=False, effects=effects)
+        out = sweep.stmts
+        if isinstance(last, ast.Return):
+            result = self.atom(last.value, env, sweep, "result") if last.value is not None else None
+            out = sweep.stmts
+            if value is not None and result is not None:
+                out.append(assign(name(value), result))
+            if result is not None and self.active(result):
+                self.accumulate(result.id, seed(result), out, have)
+        else:
+            assert isinstance(last, ast.If)
+            out.extend(self.predeclare(last, env, have))
+            then = self.sweep_to_return(list(last.then.body), dict(env), set(have), seed, value, effects)
+            orelse = self.sweep_to_return(list(as_stmts(last.orelse)), dict(env), set(have), seed, value, effects)
+            out.append(ast.If(self.rename(last.cond, env), ast.Block(tuple(then)), ast.Block(tuple(orelse)), last.span))
+        out.extend(self.backward(sweep.records, have))
+        return out
+
+    def forward(self, stmt: ast.Stmt, env: dict[str, str], sweep: Sweep, nested: bool, effects: bool) -> None:
+        self.just_made = ""
+        match stmt:
+            case ast.Let(pattern=pattern, annotation=annotation, value=value):
+                hint = pattern.name if isinstance(pattern, ast.NamePattern) else "items"
+                atom = self.atom(value, env, sweep, hint)
+                self.bind(pattern, atom, env, sweep, annotation, self.type_of(value))
+            case ast.Assign(target=target, op=op, value=value):
+                if op != "=":
+                    value = ast.Binary(op[0], target, value, stmt.span)
+                    self.extra_types[id(value)] = ANY
+                self.assign(target, value, env, sweep)
+            case ast.ExprStmt(expr=expr):
+                if effects:
+                    sweep.stmts.append(ast.ExprStmt(self.rename(expr, env), stmt.span))
+            case ast.If() | ast.While():
+                self.compound(stmt, env, sweep, effects)
+            case ast.FnDecl():
+                raise NotDifferentiable(
+                    "`grad` cannot yet differentiate through a function declared inside another", stmt.span
+                )
+            case _:
+                raise NotDifferentiable(
+                    f"`grad` cannot differentiate this statement here: {type(stmt).__name__}", stmt.span
+                )
+
+    def bind(self, pattern: ast.Pattern, atom: ast.Expr, env, sweep: Sweep, annotation, value_type: Type) -> None:
+        if isinstance(pattern, ast.NamePattern):
+            env[pattern.name] = self.name_value(pattern.name, atom, sweep, annotation, value_type)
+            return
+        items = value_type.items if isinstance(value_type, TupleType) else [ANY] * len(pattern.items)
+        for position, (item, item_type) in enumerate(zip(pattern.items, items, strict=True)):
+            part = ast.Index(atom, (ast.IntLiteral(position),))
+            self.extra_types[id(part)] = item_type
+            hint = item.name if isinstance(item, ast.NamePattern) else "items"
+            self.bind(item, self.atom_of_operation(part, part, sweep, hint), env, sweep, None, item_type)
+
+    def name_value(self, user: str, atom: ast.Expr, sweep: Sweep, annotation, value_type: Type) -> str:
+        """A generated name holding `atom` for the user's variable `user`."""
+        if isinstance(atom, ast.Name) and atom.id == self.just_made and annotation is None:
+            return atom.id  # the operation's result is named for the variable already: no copy
+        var = self.fresh(user)
+        atom = self.settled_literal(atom)
+        sweep.stmts.append(ast.Let(ast.NamePattern(var), annotation, atom))
+        self.types[var] = (
+            value_type if not isinstance(value_type, AnyType) else self.types.get(getattr(atom, "id", ""), ANY)
+        )
+        if isinstance(atom, ast.Name) and atom.id in self.types:
+            sweep.records.append(Op(var, atom, None))
+        return var
+
+    def settled_literal(self, atom: ast.Expr) -> ast.Expr:
+        """A number literal with the dtype the checker gave it from context written out, so that a variable
+        it starts keeps its dtype when the code around it changes."""
+        dtype = self.typed.coercions.get(id(atom))
+        if isinstance(atom, (ast.FloatLiteral, ast.IntLiteral)) and atom.dtype is None and dtype == "f64":
+            return ast.FloatLiteral(float(atom.value), "f64", atom.span)
+        if isinstance(atom, ast.IntLiteral) and atom.dtype is None and dtype == "f32":
+            return ast.FloatLiteral(float(atom.value), None, atom.span)
+        return atom
+
+    def assign(self, target: ast.Expr, value: ast.Expr, env, sweep: Sweep) -> None:
+        match target:
+            case ast.Name(id=user):
+                atom = self.atom(value, env, sweep, user)
+                env[user] = self.name_value(user, atom, sweep, None, self.types.get(env[user], ANY))
+            case ast.TupleLiteral(items=items):
+                atom = self.atom(value, env, sweep, "items")
+                value_type = self.type_of(value)
+                types = value_type.items if isinstance(value_type, TupleType) else [ANY] * len(items)
+                for position, (item, item_type) in enumerate(zip(items, types, strict=True)):
+                    part = ast.Index(atom, (ast.IntLiteral(position),))
+                    self.extra_types[id(part)] = item_type
+                    self.assign(item, part, env, sweep)
+            case ast.Index(target=base) | ast.Field(target=base):
+                atom = self.atom(value, env, sweep, "t")
+                old = self.atom(base, env, sweep, root_name(base))
+                if not isinstance(old, ast.Name):
+                    raise NotDifferentiable("`grad` cannot differentiate an update of this value", target.span)
+                new = self.fresh(root_name(base))
+                self.types[new] = self.types.get(old.id, ANY)
+                if isinstance(target, ast.Index):
+                    place = ast.Index(name(new), tuple(self.rename(i, env) for i in target.indices), target.span)
+                else:
+                    place = ast.Field(name(new), target.name, target.span)
+                sweep.stmts += [let(new, old), assign(place, atom, target.span)]
+                sweep.records.append(Store(new, old.id, place, atom))
+                if isinstance(base, ast.Name):
+                    env[base.id] = new
+                else:
+                    self.assign(base, name(new), env, sweep)
+            case _:
+                raise NotDifferentiable("`grad` cannot differentiate this assignment", target.span)
+
+    # -------------------------------------------------------------- expressions in A-normal form
+    def atom(self, expr: ast.Expr, env, sweep: Sweep, hint: str) -> ast.Expr:
+        """Emit what computes `expr` and return a name or literal holding its value."""
+        match expr:
+            case ast.Name(id=user) if user in env:
+                return ast.Name(env[user], expr.span)
+            case ast.Name() | ast.IntLiteral() | ast.FloatLiteral() | ast.BoolLiteral() | ast.StringLiteral():
+                return expr
+            case ast.Field(target=ast.Name(id=module)) if module not in env and module in self.module_aliases():
+                return expr
+            case ast.Lambda():
+                return self.rename(expr, env)
+        if not is_active(self.type_of(expr)):
+            return self.atom_of_operation(self.rename(expr, env), expr, sweep, hint, record=False)
+        return self.atom_of_operation(self.operation(expr, env, sweep), expr, sweep, hint)
+
+    def module_aliases(self) -> set[str]:
+        return {alias for alias, _ in self.round.program.imports.get(self.path, [])}
+
+    def atom_of_operation(
+        self, rhs: ast.Expr, original: ast.Expr, sweep: Sweep, hint: str, record: bool = True
+    ) -> ast.Name:
+        var = self.fresh(hint)
+        self.just_made = var
+        sweep.stmts.append(ast.Let(ast.NamePattern(var), None, rhs, original.span))
+        self.types[var] = self.type_of(original)
+        if record:
+            sweep.records.append(Op(var, rhs, original))
+        return ast.Name(var, original.span)
+
+    def operation(self, expr: ast.Expr, env, sweep: Sweep) -> ast.Expr:
+        """`expr` with its operands made atoms (one operation left)."""
+        operand = lambda e: self.atom(e, env, sweep, "t")  # noqa: E731
+        match expr:
+            case ast.Unary(op="-", operand=x):
+                return ast.Unary("-", operand(x), expr.span)
+            case ast.Binary(op=op, lhs=a, rhs=b) if op in BINARY or op == "@":
+                return ast.Binary(op, operand(a), operand(b), expr.span)
+            case ast.Call():
+                return self.call_operation(expr, env, sweep)
+            case ast.Index(target=target, indices=indices):
+                return ast.Index(operand(target), tuple(self.rename(i, env) for i in indices), expr.span)
+            case ast.Field(target=target, name=field_name):
+                return ast.Field(operand(target), field_name, expr.span)
+            case ast.TupleLiteral(items=items):
+                return ast.TupleLiteral(tuple(operand(i) for i in items), expr.span)
+            case ast.TensorLiteral(items=items):
+                return ast.TensorLiteral(tuple(operand(i) for i in items), expr.span)
+            case ast.StructLiteral(type=struct, fields=fields):
+                return ast.StructLiteral(
+                    struct, tuple(ast.FieldInit(f.name, operand(f.value), f.span) for f in fields), expr.span
+                )
+        return self.rename(expr, env)  # not differentiable: comparisons, `//`, `not`
+
+    def call_operation(self, expr: ast.Call, env, sweep: Sweep) -> ast.Expr:
+        callee = self.type_of(expr.func)
+        if isinstance(callee, PrimitiveRef):
+            prim = BY_NAME[callee.name]
+            if prim in NON_DIFFERENTIABLE:
+                return self.rename(expr, env)
+            args = tuple(self.atom(a, env, sweep, "t") for a in expr.args)
+            keywords = tuple(ast.Keyword(k.name, self.rename(k.value, env), k.span) for k in expr.keywords)
+            return ast.Call(self.rename(expr.func, env), args, keywords, expr.span)
+        if isinstance(callee, FunctionRef):
+            decl, _ = self.typed.functions[callee.key]
+            if not isinstance(decl, ast.FnDecl) or any(
+                isinstance(d, ast.FnDecl) and d is decl for d in walk(self.decl.body)
+            ):
+                raise NotDifferentiable(
+                    "`grad` cannot yet differentiate through a call of an anonymous or local function",
+                    expr.span,
+                    ("help: declare the function at the top level of a module",),
+                )
+            args = self.user_arguments(decl, expr)
+            return ast.Call(
+                self.rename(expr.func, env), tuple(self.atom(a, env, sweep, "t") for a in args), (), expr.span
+            )
+        raise NotDifferentiable(
+            f"`grad` cannot differentiate a call of {callee}",
+            expr.span,
+            ("help: call a function declared with `fn` by its name",),
+        )
+
+    def user_arguments(self, decl: ast.FnDecl, expr: ast.Call) -> list[ast.Expr]:
+        """The call's arguments in parameter order, defaults filled in."""
+        by_name = {k.name: k.value for k in expr.keywords}
+        args = []
+        for position, param in enumerate(decl.params):
+            if position < len(expr.args):
+                args.append(expr.args[position])
+            elif param.name in by_name:
+                args.append(by_name[param.name])
+            else:
+                args.append(param.default)
+        return args
+
+    def rename(self, expr, env):
+        """`expr` with the user's local names replaced by their current generated names."""
+        replacements = {}
+        for node in walk(expr):
+            if isinstance(node, ast.Name) and node.id in env and env[node.id] != node.id:
+                replacements[id(node)] = ast.Name(env[node.id], node.span)
+        return replace_nodes(expr, replacements) if replacements else expr
+
+    # -------------------------------------------------------------- if and while
+    def compound(self, stmt: ast.If | ast.While, env, sweep: Sweep, effects: bool) -> None:
+        carried = [env[user] for user in assigned_outer(stmt, env)]
+        saved = ""
+        if isinstance(stmt, ast.If):
+            if carried:
+                saved = self.fresh("saved")
+                sweep.stmts.append(let(saved, tuple_of([name(c) for c in carried])))
+            then = self.nested_forward(stmt.then, env, effects)
+            orelse = self.nested_forward(as_block(stmt.orelse), env, effects) if stmt.orelse is not None else None
+            sweep.stmts.append(ast.If(self.rename(stmt.cond, env), then, orelse, stmt.span))
+        else:
+            body = self.nested_forward(stmt.body, env, effects)
+            if carried:
+                saved = self.fresh("tape")
+                state = tuple_of([name(c) for c in carried])
+                sweep.stmts.append(let(saved, call("tape", state)))
+                push = assign(name(saved), call("push", name(saved), state))
+                body = ast.Block((push, *body.body))
+            sweep.stmts.append(ast.While(self.rename(stmt.cond, env), body, stmt.span))
+        if carried:
+            sweep.records.append(Compound(stmt, dict(env), carried, saved))
+
+    def nested_forward(self, block: ast.Block, env, effects: bool) -> ast.Block:
+        """A branch or loop body as the forward sweep runs it: assigned outer variables updated in place."""
+        inner = dict(env)
+        sweep = Sweep()
+        for stmt in block.body:
+            self.forward(stmt, inner, sweep, nested=True, effects=effects)
+        declared = {p.name for stmt in block.body if isinstance(stmt, ast.Let) for p in pattern_names(stmt.pattern)}
+        for user, outer in env.items():
+            if inner[user] != outer and user in assigned_names(block) and user not in declared:
+                sweep.stmts.append(assign(name(outer), name(inner[user])))
+        return ast.Block(tuple(sweep.stmts), block.span)
+
+    def predeclare(self, stmt, env, have: set[str]) -> list[ast.Stmt]:
+        """Zero adjoints, declared before `stmt`'s backward, for the outer variables it reads or assigns."""
+        out = []
+        for user in sorted(free_names(stmt) & set(env)):
+            var = env[user]
+            if var not in have and is_active(self.types.get(var)):
+                out.append(let(self.adjoint(var), call("zeros_like", name(var))))
+                have.add(var)
+        return out
+
+    def backward_compound(self, record: Compound, have: set[str]) -> list[ast.Stmt]:
+        if not any(c in have for c in record.carried):
+            return []
+        out = self.predeclare(record.stmt, record.env, have)
+        state = tuple_of([name(c) for c in record.carried])
+        if isinstance(record.stmt, ast.If):
+            out.append(assign(state, name(record.saved)))
+            then = self.recompute(record.stmt.then, record, have)
+            orelse = (
+                self.recompute(as_block(record.stmt.orelse), record, have) if record.stmt.orelse is not None else None
+            )
+            out.append(ast.If(self.rename(record.stmt.cond, record.env), then, orelse))
+            return out
+        pop = assign(ast.TupleLiteral((state, name(record.saved))), call("pop", name(record.saved)))
+        body = self.recompute(record.stmt.body, record, have)
+        condition = ast.Binary(">", call("len", name(record.saved)), ast.IntLiteral(0))
+        out.append(ast.While(condition, ast.Block((pop, *body.body))))
+        return out
+
+    def recompute(self, block: ast.Block, record: Compound, have: set[str]) -> ast.Block:
+        """A branch or one iteration in the backward sweep: its forward again (from the restored
+        variables), then its backward, leaving the adjoints of the variables it started from."""
+        inner_env = dict(record.env)
+        sweep = Sweep()
+        for stmt in block.body:
+            self.forward(stmt, inner_env, sweep, nested=True, effects=False)
+        inner_have = set(have)
+        out = list(sweep.stmts)
+        for user, outer in record.env.items():
+            exit_var = inner_env.get(user, outer)
+            if exit_var != outer and outer in record.carried and outer in have:
+                out.append(let(self.adjoint(exit_var), name(self.adjoint(outer))))
+                out.append(assign(name(self.adjoint(outer)), call("zeros_like", name(outer))))
+                inner_have.add(exit_var)
+        out.extend(self.backward(sweep.records, inner_have))
+        return ast.Block(tuple(out))
+
+    # -------------------------------------------------------------- the backward sweep
+    def backward(self, records: list[Record], have: set[str]) -> list[ast.Stmt]:
+        out: list[ast.Stmt] = []
+        for record in reversed(records):
+            match record:
+                case Op(result=result) if result in have:
+                    contributions = self.contributions(record)
+                    out += self.pending
+                    self.pending = []
+                    for operand, contribution in contributions:
+                        self.accumulate(operand, contribution, out, have)
+                case Store(new=new, old=old, target=target, value=value) if new in have:
+                    d_new = name(self.adjoint(new))
+                    region = replace_nodes(target, {id(target.target): d_new})
+                    if self.active(value):
+                        part = region if isinstance(target, ast.Field) else self.fit(region, value, target)
+                        self.accumulate(value.id, part, out, have)
+                    out.append(assign(region, call("zeros_like", region)))
+                    self.accumulate(old, d_new, out, have)
+                case Compound():
+                    out.extend(self.backward_compound(record, have))
+        return out
+
+    def fit(self, contribution: ast.Expr, operand: ast.Expr, like: ast.Expr | None = None) -> ast.Expr:
+        """`contribution` summed down to `operand`'s shape where broadcasting made it larger."""
+        operand_type = self.types.get(operand.id) if isinstance(operand, ast.Name) else None
+        result_type = self.type_of(like) if like is not None else None
+        same = isinstance(operand_type, TensorType) and isinstance(result_type, TensorType)
+        if same and operand_type.dims == result_type.dims:
+            return contribution
+        return call("unbroadcast", contribution, operand)
+
+    def accumulate(self, var: str, contribution, out: list[ast.Stmt], have: set[str]) -> None:
+        if not is_active(self.types.get(var)):
+            return
+        d_var = self.adjoint(var)
+        if isinstance(contribution, Part):
+            if var not in have:
+                out.append(let(d_var, call("zeros_like", name(var))))
+                have.add(var)
+            out.append(self.add_to_part(var, contribution))
+            return
+        if var not in have:
+            out.append(let(d_var, contribution))
+            have.add(var)
+            return
+        if isinstance(self.types.get(var), TensorType):
+            out.append(assign(name(d_var), ast.Binary("+", name(d_var), contribution)))
+        else:
+            out.append(assign(name(d_var), call("tree_add", name(d_var), contribution)))
+
+    def add_to_part(self, var: str, part: Part) -> ast.Stmt:
+        d_var = name(self.adjoint(var))
+        if part.field is None:
+            return ast.Assign(ast.Index(d_var, part.indices), "+=", part.value)
+        place = ast.Field(d_var, part.field)
+        struct = self.types.get(var)
+        field_type = struct.field_type(part.field) if isinstance(struct, StructType) else None
+        if isinstance(field_type, TensorType):
+            return ast.Assign(place, "+=", part.value)
+        return assign(place, call("tree_add", place, part.value))
+
+    def contributions(self, record: Op) -> list[tuple[str, ast.Expr]]:
+        """(operand, adjoint contribution) for each active operand of the operation `record`."""
+        rhs, d, r = record.rhs, name(self.adjoint(record.result)), name(record.result)
+        span = record.original.span if record.original is not None else UNKNOWN_SPAN
+        found: list[tuple[ast.Expr, ast.Expr]] = []
+        match rhs:
+            case ast.Name():
+                found.append((rhs, d))
+            case ast.Unary(op="-", operand=x):
+                found.append((x, ast.Unary("-", d)))
+            case ast.Binary(op="@", lhs=a, rhs=b):
+                found += self.matmul(a, b, d, span)
+            case ast.Binary(op=op, lhs=a, rhs=b) if op in BINARY:
+                rule_a, rule_b = BINARY[op]
+                bindings = {"d": d, "r": r, "a": a, "b": b}
+                if self.active(a):
+                    found.append((a, self.fit(instantiate(rule_a, bindings), a, record.original)))
+                if self.active(b):
+                    found.append((b, self.fit(instantiate(rule_b, bindings), b, record.original)))
+            case ast.Call() if isinstance(self.type_of(record.original.func), FunctionRef):
+                found += self.call_contributions(record, rhs, d, span)
+            case ast.Call() if BY_NAME[self.type_of_callee(rhs)] in NON_DIFFERENTIABLE:
+                pass
+            case ast.Call():
+                found += self.primitive_contributions(record, rhs, d, r, span)
+            case ast.Index(target=target, indices=indices):
+                found.append((target, self.index_adjoint(target, indices, d)))
+            case ast.Field(target=target, name=field_name):
+                found.append((target, Part(None, field_name, d)))
+            case ast.TupleLiteral(items=items):
+                for position, item in enumerate(items):
+                    found.append((item, ast.Index(d, (ast.IntLiteral(position),))))
+            case ast.TensorLiteral(items=items):
+                for position, item in enumerate(items):
+                    found.append((item, self.fit(ast.Index(d, (ast.IntLiteral(position),)), item)))
+            case ast.StructLiteral(fields=fields):
+                for f in fields:
+                    found.append((f.value, ast.Field(d, f.name)))
+        return [(atom.id, c) for atom, c in found if self.active(atom)]
+
+    def call_contributions(self, record: Op, rhs: ast.Call, d: ast.Expr, span: Span) -> list:
+        """A call's adjoints come from the callee's `_back` function, called with the same arguments."""
+        decl, path = self.typed.functions[self.type_of(record.original.func).key]
+        active = self.round.active_params(decl)
+        if not active:
+            return []
+        back = self.round.reference(self.path, path, self.round.back_name(decl, path), span)
+        pulled = ast.Call(back, (*rhs.args, d), (), span)
+        if len(active) == 1:
+            return [(rhs.args[active[0]], pulled)]
+        holder = self.fresh(f"d_{record.result}_args")
+        self.pending.append(let(holder, pulled, span))
+        return [(rhs.args[i], ast.Index(name(holder), (ast.IntLiteral(n),))) for n, i in enumerate(active)]
+
+    def index_adjoint(self, target: ast.Name, indices, d: ast.Expr) -> ast.Expr:
+        target_type = self.types.get(target.id)
+        if isinstance(target_type, TupleType):
+            index = indices[0]
+            negative = isinstance(index, ast.Unary) and isinstance(index.operand, ast.IntLiteral)
+            position = -index.operand.value if negative else index.value
+            position %= len(target_type.items)
+            items = [
+                d if i == position else call("zeros_like", ast.Index(target, (ast.IntLiteral(i),)))
+                for i in range(len(target_type.items))
+            ]
+            return ast.TupleLiteral(tuple(items))
+        if isinstance(target_type, TapeType):
+            raise NotDifferentiable("`grad` cannot differentiate indexing a tape", UNKNOWN_SPAN)
+        if any(not isinstance(i, ast.Slice) and is_tensor_index(self.index_type(i)) for i in indices):
+            if len(indices) == 1:
+                return call("scatter_add", call("zeros_like", target), indices[0], d)
+            raise NotDifferentiable("`grad` cannot differentiate indexing with several index tensors", UNKNOWN_SPAN)
+        return Part(indices, None, d)
+
+    def index_type(self, index: ast.Expr) -> Type:
+        if isinstance(index, ast.Name) and index.id in self.types:
+            return self.types[index.id]
+        return self.type_of(index)
+
+    def primitive_contributions(self, record: Op, rhs: ast.Call, d, r, span) -> list[tuple[ast.Expr, ast.Expr]]:
+        prim = BY_NAME[self.type_of_callee(rhs)]
+        signature = SIGNATURES[prim]
+        binding = bind(signature, len(rhs.args), [k.name for k in rhs.keywords])
+        values: dict[str, ast.Expr] = {}
+        names = [*signature.positional, *(n for n, _ in signature.optional)]
+        for param, source in zip(names, binding.fixed, strict=True):
+            if isinstance(source, int):
+                values[param] = rhs.args[source]
+            elif isinstance(source, str):
+                values[param] = next(k.value for k in rhs.keywords if k.name == source)
+        variadic = [rhs.args[i] for i in binding.variadic]
+        for (param, default), source in zip(signature.keywords, binding.keywords, strict=True):
+            values[param] = next(k.value for k in rhs.keywords if k.name == source) if source else literal(default)
+        x = values.get("x")
+        if prim in ELEMENTWISE:
+            return [(x, instantiate(ELEMENTWISE[prim], {"d": d, "r": r, "x": x}))]
+        if prim in (Prim.MAXIMUM, Prim.MINIMUM, Prim.WHERE):
+            bindings = {"d": d, "r": r, "a": values["a"], "b": values["b"], "condition": values.get("condition")}
+            rule_a, rule_b = BINARY[prim.value]
+            return [
+                (values["a"], self.fit(instantiate(rule_a, bindings), values["a"], record.original)),
+                (values["b"], self.fit(instantiate(rule_b, bindings), values["b"], record.original)),
+            ]
+        if prim == Prim.MATMUL:
+            return self.matmul(values["a"], values["b"], d, span)
+        if prim in (Prim.SUM, Prim.MEAN, Prim.MAX, Prim.MIN, Prim.LOGSUMEXP):
+            return [(x, self.reduction_adjoint(prim, x, values["axis"], values["keepdims"], d, r, span))]
+        if prim in (Prim.SOFTMAX, Prim.LOG_SOFTMAX):
+            axis = values["axis"]
+            if prim == Prim.SOFTMAX:
+                rule = ast.Binary(
+                    "*",
+                    r,
+                    ast.Binary("-", d, call("sum", ast.Binary("*", d, r), axis=axis, keepdims=ast.BoolLiteral(True))),
+                )
+            else:
+                rule = ast.Binary(
+                    "-", d, ast.Binary("*", call("exp", r), call("sum", d, axis=axis, keepdims=ast.BoolLiteral(True)))
+                )
+            return [(x, rule)]
+        if prim == Prim.TRANSPOSE:
+            if not variadic:
+                return [(x, call("transpose", d))]
+            perm = [a.value for a in variadic]
+            inverse = [perm.index(i) for i in range(len(perm))]
+            return [(x, call("transpose", d, *[ast.IntLiteral(i) for i in inverse]))]
+        if prim == Prim.STACK:
+            tensors = values["tensors"]
+            count = (
+                len(self.types[tensors.id].items)
+                if isinstance(self.types.get(getattr(tensors, "id", "")), TupleType)
+                else 0
+            )
+            axis = values["axis"].value if isinstance(values["axis"], ast.IntLiteral) else 0
+            if axis < 0:
+                axis += self.rank(r) if self.rank(r) is not None else 0
+            parts = [ast.Index(d, (*(ast.Slice(None, None, None),) * axis, ast.IntLiteral(i))) for i in range(count)]
+            return [(tensors, ast.TupleLiteral(tuple(parts)))]
+        if prim == Prim.FLOAT:
+            x_type = self.types.get(getattr(x, "id", ""))
+            dtype = x_type.dtype if isinstance(x_type, TensorType) else "f32"
+            return [(x, call("float", d, dtype=name(dtype)))]
+        if prim in LINEAR_HELPERS:
+            bindings = {"d": d, "r": r, **values, "k": values.get("axis", ast.IntLiteral(0))}
+            if prim == Prim.EXPAND_DIMS:
+                bindings["k"] = values["axis"]
+            return [(values[param], instantiate(rule, bindings)) for param, rule in LINEAR_HELPERS[prim].items()]
+        raise NotDifferentiable(f"`{prim.value}` has no derivative rule", span)
+
+    def type_of_callee(self, rhs: ast.Call) -> str:
+        if isinstance(rhs.func, ast.Name):
+            return rhs.func.id
+        return rhs.func.name  # type: ignore[union-attr]
+
+    def rank(self, atom: ast.Expr) -> int | None:
+        t = self.types.get(getattr(atom, "id", ""))
+        return t.rank if isinstance(t, TensorType) else None
+
+    def reduction_adjoint(self, prim: Prim, x, axis, keepdims, d, r, span) -> ast.Expr:
+        rank = self.rank(x)
+        if rank is None:
+            raise NotDifferentiable(f"`grad` needs the rank of the argument of `{prim.value}`", span)
+        kept = isinstance(keepdims, ast.BoolLiteral) and keepdims.value
+        if isinstance(axis, ast.Unary) and isinstance(axis.operand, ast.IntLiteral):
+            axis = ast.IntLiteral(-axis.operand.value)
+        whole = axis is None or (isinstance(axis, ast.Name) and axis.id == "none")
+        if not whole and not isinstance(axis, ast.IntLiteral):
+            raise NotDifferentiable(f"`grad` needs `{prim.value}`'s `axis=` as a literal integer", span)
+        k = None if whole else axis.value % max(rank, 1)
+
+        def expand(value: ast.Expr) -> ast.Expr:
+            return value if whole or kept or rank == 0 else call("expand_dims", value, ast.IntLiteral(k))
+
+        spread = ast.Binary("+", call("zeros_like", x), expand(d))
+        if prim == Prim.SUM:
+            return spread
+        if prim == Prim.MEAN:
+            count = (
+                call("float", call("len", call("reshape", x, ast.Unary("-", ast.IntLiteral(1)))))
+                if whole
+                else call("float", ast.Index(call("shape", x), (ast.IntLiteral(k),)))
+            )
+            return ast.Binary("/", spread, count)
+        if prim == Prim.LOGSUMEXP:
+            return ast.Binary("*", expand(d), call("exp", ast.Binary("-", x, expand(r))))
+        # max and min: ties share the gradient evenly
+        hit = ast.Binary("==", x, expand(r))
+        ones = call("where", hit, ast.FloatLiteral(1.0), ast.FloatLiteral(0.0))
+        counted = (
+            call("sum", ones) if whole else call("sum", ones, axis=ast.IntLiteral(k), keepdims=ast.BoolLiteral(True))
+        )
+        return call("where", hit, ast.Binary("/", expand(d), counted), call("zeros_like", x))
+
+    def matmul(self, a: ast.Expr, b: ast.Expr, d: ast.Expr, span: Span) -> list[tuple[ast.Expr, ast.Expr]]:
+        ra, rb = self.rank(a), self.rank(b)
+        if ra is None or rb is None:
+            raise NotDifferentiable("`grad` needs the ranks of `@`'s operands", span)
+
+        def swap(x: ast.Expr, rank: int) -> ast.Expr:
+            if rank == 2:
+                return call("transpose", x)
+            axes = [*range(rank - 2), rank - 1, rank - 2]
+            return call("transpose", x, *[ast.IntLiteral(i) for i in axes])
+
+        at = lambda x, y: ast.Binary("@", x, y)  # noqa: E731
+        if ra == 1 and rb == 1:
+            return [(a, ast.Binary("*", d, b)), (b, ast.Binary("*", d, a))]
+        if ra == 1 and rb == 2:
+            return [(a, at(b, d)), (b, ast.Binary("*", call("expand_dims", a, ast.IntLiteral(1)), d))]
+        if ra == 2 and rb == 1:
+            return [(a, ast.Binary("*", call("expand_dims", d, ast.IntLiteral(1)), b)), (b, at(d, a))]
+        if ra >= 2 and rb >= 2:
+            da, db = at(d, swap(b, rb)), at(swap(a, ra), d)
+            if ra != rb or ra > 2:
+                da, db = call("unbroadcast", da, a), call("unbroadcast", db, b)
+            return [(a, da), (b, db)]
+        raise NotDifferentiable(f"`grad` has no rule for `@` of rank {ra} and rank {rb} tensors", span)
+
+
+def literal(value) -> ast.Expr | None:
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return ast.BoolLiteral(value)
+    if isinstance(value, int):
+        return ast.IntLiteral(value) if value >= 0 else ast.Unary("-", ast.IntLiteral(-value))
+    if isinstance(value, str):
+        return ast.Name(value)
+    return ast.FloatLiteral(value)
+
+
+def is_tensor_index(t: Type) -> bool:
+    return isinstance(t, TensorType) and t.rank > 0
+
+
+def root_name(expr: ast.Expr) -> str:
+    while isinstance(expr, (ast.Index, ast.Field)):
+        expr = expr.target
+    return expr.id if isinstance(expr, ast.Name) else "value"
+
+
+def as_block(orelse: ast.Block | ast.If) -> ast.Block:
+    return orelse if isinstance(orelse, ast.Block) else ast.Block((orelse,), orelse.span)
+
+
+def as_stmts(orelse) -> tuple[ast.Stmt, ...]:
+    return as_block(orelse).body if orelse is not None else ()
+
+
+# ------------------------------------------------------------------ lowering control flow
+
+
+class Lowering:
+    """`for` -> `while`; `break`, `continue` and `return` inside loops -> flags and guarded statements."""
+
+    def __init__(self, body: FunctionBody) -> None:
+        self.body = body
+        self.prelude: list[ast.Stmt] = []
+        self.returned: str | None = None
+        self.return_value: str | None = None
+
+    def block(self, stmts: list[ast.Stmt], loop: LoopFlags | None) -> list[ast.Stmt]:
+        return self.guarded(stmts, loop)[0]
+
+    def guarded(self, stmts: list[ast.Stmt], loop: LoopFlags | None) -> tuple[list[ast.Stmt], set[str]]:
+        out: list[ast.Stmt] = []
+        for position, stmt in enumerate(stmts):
+            lowered, exits = self.stmt(stmt, loop)
+            out += lowered
+            if exits:
+                rest, rest_exits = self.guarded(stmts[position + 1 :], loop)
+                if rest:
+                    out.append(ast.If(not_any(sorted(exits)), ast.Block(tuple(rest)), None))
+                return out, exits | rest_exits
+        return out, set()
+
+    def stmt(self, stmt: ast.Stmt, loop: LoopFlags | None) -> tuple[list[ast.Stmt], set[str]]:
+        match stmt:
+            case ast.Break() if loop is not None:
+                return [assign(name(loop.stop()), ast.BoolLiteral(True))], {loop.stop()}
+            case ast.Continue() if loop is not None:
+                return [assign(name(loop.skip()), ast.BoolLiteral(True))], {loop.skip()}
+            case ast.Return(value=value) if loop is not None:
+                flag, holder = self.return_flags(stmt)
+                stores = [assign(name(holder), value, stmt.span)] if value is not None else []
+                return [*stores, assign(name(flag), ast.BoolLiteral(True))], {flag}
+            case ast.If(cond=cond, then=then, orelse=orelse):
+                then_stmts, then_exits = self.guarded(list(then.body), loop)
+                else_stmts, else_exits = self.guarded(list(as_stmts(orelse)), loop)
+                new_else = ast.Block(tuple(else_stmts)) if orelse is not None else None
+                return [
+                    ast.If(cond, ast.Block(tuple(then_stmts), then.span), new_else, stmt.span)
+                ], then_exits | else_exits
+            case ast.While(cond=cond, body=body):
+                return self.loop(cond, list(body.body), [], loop, stmt.span)
+            case ast.For():
+                before, cond, body = self.for_to_while(stmt)
+                return self.loop(cond, body, before, loop, stmt.span)
+        return [stmt], set()
+
+    def loop(self, cond, body, before, outer: LoopFlags | None, span: Span) -> tuple[list[ast.Stmt], set[str]]:
+        flags = LoopFlags(self.body)
+        inner, exits = self.guarded(body, flags)
+        if flags.skip_flag is not None:
+            inner = [let(flags.skip_flag, ast.BoolLiteral(False)), *inner]
+        stmts = list(before)
+        if flags.stop_flag is not None:
+            stmts.append(let(flags.stop_flag, ast.BoolLiteral(False)))
+            cond = ast.Binary("and", ast.Unary("not", name(flags.stop_flag)), cond)
+        escaping = exits & {self.returned}
+        if escaping:
+            cond = ast.Binary("and", ast.Unary("not", name(self.returned)), cond)
+        stmts.append(ast.While(cond, ast.Block(tuple(inner)), span))
+        if escaping and outer is None:
+            stmts.append(ast.If(name(self.returned), ast.Block((ast.Return(name(self.return_value)),)), None))
+            return stmts, set()
+        return stmts, escaping
+
+    def return_flags(self, stmt: ast.Return) -> tuple[str, str]:
+        if self.returned is None:
+            self.returned = self.body.fresh("returned")
+            self.return_value = self.body.fresh("return_value")
+            self.prelude += [
+                let(self.returned, ast.BoolLiteral(False)),
+                let(self.return_value, placeholder(self.body.result_type, stmt.span)),
+            ]
+            self.body.extra_types[id(self.prelude[-1].value)] = self.body.result_type
+        return self.returned, self.return_value
+
+    def for_to_while(self, stmt: ast.For) -> tuple[list[ast.Stmt], ast.Expr, list[ast.Stmt]]:
+        body = self.body
+        index = body.fresh("index")
+        index_type = I64
+        if isinstance(stmt.iterable, ast.Range):
+            stop = body.fresh("stop")
+            index_type = body.type_of(stmt.iterable.start)
+            before = [let(index, stmt.iterable.start), let(stop, stmt.iterable.stop)]
+            cond = ast.Binary("<", name(index), name(stop))
+            current = name(index)
+            body.extra_types[id(current)] = index_type
+            binds = [ast.Let(stmt.pattern, None, current, stmt.span)]
+        else:
+            items = body.fresh("items")
+            before = [let(index, ast.IntLiteral(0)), let(items, stmt.iterable)]
+            binds = self.element_lets(stmt, items, index)
+            zipped = isinstance(stmt.pattern, ast.TuplePattern) and isinstance(body.type_of(stmt.iterable), TupleType)
+            leading = ast.Index(name(items), (ast.IntLiteral(0),)) if zipped else name(items)
+            cond = ast.Binary("<", name(index), call("len", leading))
+        step = ast.Binary("+", name(index), ast.IntLiteral(1))
+        body.extra_types[id(step)] = index_type
+        return before, cond, [*binds, assign(name(index), step), *stmt.body.body]
+
+    def element_lets(self, stmt: ast.For, items: str, index: str) -> list[ast.Stmt]:
+        body = self.body
+        pattern = stmt.pattern
+        if isinstance(pattern, ast.NamePattern):
+            element = ast.Index(name(items), (name(index),))
+            body.extra_types[id(element)] = body.typed.types.get(id(pattern), ANY)
+            return [ast.Let(pattern, None, element, stmt.span)]
+        iterable_type = body.type_of(stmt.iterable)
+        if isinstance(iterable_type, TupleType) and len(iterable_type.items) == len(pattern.items):
+            lets = []
+            for position, item in enumerate(pattern.items):
+                element = ast.Index(ast.Index(name(items), (ast.IntLiteral(position),)), (name(index),))
+                body.extra_types[id(element)] = body.typed.types.get(id(item), ANY)
+                lets.append(ast.Let(item, None, element, stmt.span))
+            return lets
+        raise NotDifferentiable("`grad` cannot yet differentiate this kind of `for` loop", stmt.span)
+
+
+class LoopFlags:
+    """The `break` and `continue` flags of one loop, made when first needed."""
+
+    def __init__(self, body: FunctionBody) -> None:
+        self.body = body
+        self.stop_flag: str | None = None
+        self.skip_flag: str | None = None
+
+    def stop(self) -> str:
+        if self.stop_flag is None:
+            self.stop_flag = self.body.fresh("stop_loop")
+        return self.stop_flag
+
+    def skip(self) -> str:
+        if self.skip_flag is None:
+            self.skip_flag = self.body.fresh("skip_rest")
+        return self.skip_flag
+
+
+def placeholder(t: Type, span: Span) -> ast.Expr:
+    """A value of type `t` to declare a variable with before its real value exists."""
+    if isinstance(t, TensorType) and not t.dims:
+        if t.dtype in ("f32", "f64"):
+            return float_literal(0.0, t)
+        return ast.BoolLiteral(False) if t.dtype == "bool" else ast.IntLiteral(0)
+    if isinstance(t, TensorType) and all(isinstance(d, int) for d in t.dims):
+        return call("zeros", *[ast.IntLiteral(d) for d in t.dims], dtype=name(t.dtype))
+    if isinstance(t, TupleType):
+        return ast.TupleLiteral(tuple(placeholder(item, span) for item in t.items))
+    raise NotDifferentiable(
+        f"`grad` cannot yet differentiate a `return` inside a loop of a function returning {t}",
+        span,
+        ("help: store the result in a variable, `break`, and return it after the loop",),
+    )
+
+
+def contains_return(stmt) -> bool:
+    match stmt:
+        case ast.Return():
+            return True
+        case ast.If(then=then, orelse=orelse):
+            return any(contains_return(s) for s in then.body) or any(contains_return(s) for s in as_stmts(orelse))
+    return False
+
+
+def lift_returns(stmts: list[ast.Stmt]) -> list[ast.Stmt]:
+    """Make every `return` the last statement of the body or of a branch of a final `if`."""
+    for position, stmt in enumerate(stmts):
+        if isinstance(stmt, ast.Return):
+            return stmts[: position + 1]
+        if isinstance(stmt, ast.If) and contains_return(stmt):
+            rest = stmts[position + 1 :]
+            then = lift_returns([*stmt.then.body, *rest])
+            orelse = lift_returns([*as_stmts(stmt.orelse), *rest])
+            return [*stmts[:position], ast.If(stmt.cond, ast.Block(tuple(then)), ast.Block(tuple(orelse)), stmt.span)]
+    return [*stmts, ast.Return(None)]
+
+
+def pattern_names(pattern: ast.Pattern) -> Iterator[ast.NamePattern]:
+    if isinstance(pattern, ast.NamePattern):
+        yield pattern
+    else:
+        for item in pattern.items:
+            yield from pattern_names(item)
+
+
+def assigned_names(node) -> set[str]:
+    """The root names assigned (`x = ...`, `x[i] = ...`, `(a, b) = ...`) anywhere in `node`."""
+    found = set()
+    for stmt in walk(node):
+        if isinstance(stmt, ast.Assign):
+            targets = [stmt.target]
+            while targets:
+                target = targets.pop()
+                if isinstance(target, ast.TupleLiteral):
+                    targets.extend(target.items)
+                else:
+                    found.add(root_name(target))
+    return found
+
+
+def assigned_outer(stmt, env: dict[str, str]) -> list[str]:
+    return sorted(assigned_names(stmt) & set(env))
+
+
+def free_names(stmt) -> set[str]:
+    return {node.id for node in walk(stmt) if isinstance(node, ast.Name)}
+
+
+EFFECTS = {"print", "assert"}
+
+
+def prune(stmts: list[ast.Stmt]) -> list[ast.Stmt]:
+    """Drop `let`s of values nothing reads (the forward values the backward sweep does not need)."""
+    while True:
+        reads = {node.id for node in walk(tuple(stmts)) if isinstance(node, ast.Name)}
+        unread = {
+            id(stmt)
+            for stmt in walk(tuple(stmts))
+            if isinstance(stmt, ast.Let)
+            and isinstance(stmt.pattern, ast.NamePattern)
+            and stmt.pattern.name not in reads
+            and pure(stmt.value)
+        }
+        if not unread:
+            return stmts
+        stmts = filter_blocks(stmts, lambda stmt, unread=unread: id(stmt) not in unread)
+
+
+def pure(expr) -> bool:
+    return not any(
+        isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in EFFECTS for n in walk(expr)
+    )
+
+
+def filter_blocks(stmts: list[ast.Stmt], keep) -> list[ast.Stmt]:
+    out = []
+    for stmt in stmts:
+        if not keep(stmt):
+            continue
+        match stmt:
+            case ast.If(cond=cond, then=then, orelse=orelse):
+                new_else = orelse
+                if isinstance(orelse, ast.Block):
+                    new_else = ast.Block(tuple(filter_blocks(list(orelse.body), keep)), orelse.span)
+                elif isinstance(orelse, ast.If):
+                    new_else = filter_blocks([orelse], keep)[0]
+                stmt = ast.If(
+                    cond, ast.Block(tuple(filter_blocks(list(then.body), keep)), then.span), new_else, stmt.span
+                )
+            case ast.While(cond=cond, body=body):
+                stmt = ast.While(cond, ast.Block(tuple(filter_blocks(list(body.body), keep)), body.span), stmt.span)
+        out.append(stmt)
+    return out

@@ -1,0 +1,1846 @@
+"""The autodiff test corpus: DL functions `f` with inputs and the same computation in PyTorch.
+
+Each `Case` holds DL source that defines `fn f(...)` (and whatever helpers and structs it needs), the
+arguments to call it with (float64 numpy arrays, `np.float64` scalars, Python ints, integer arrays,
+tuples of these and `Struct`s), which arguments to differentiate (`wrt`, as in `grad(f, wrt=...)`) and a
+PyTorch function doing the same computation in float64, with the same data-dependent control flow written
+in Python. `tests/test_autodiff.py` runs them.
+
+The inputs come from fixed seeds and are chosen away from the kinks of relu/abs/max/where and from the
+boundaries of data-dependent branches and loop trip counts, so central finite differences are valid.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+
+@dataclass(frozen=True)
+class Struct:
+    """A DL struct argument: the struct's name and its fields in declaration order."""
+
+    name: str
+    fields: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    category: str
+    source: str
+    args: tuple
+    torch_fn: Callable[..., torch.Tensor]
+    wrt: int | tuple[int, ...] = 0
+    # "direct": grad(f, wrt=...)(args); "lambda": grad of an anonymous function capturing the other arguments
+    via: str = "direct"
+    value_and_grad: bool = False
+    second_order: bool = False
+    notes: str = field(default="", compare=False)
+
+
+CASES: list[Case] = []
+
+
+def case(name: str, category: str, source: str, args: tuple, torch_fn: Callable, **options: Any) -> None:
+    CASES.append(Case(name, category, source, args, torch_fn, **options))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Inputs
+
+
+def normal(seed: int, *shape: int) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal(shape)
+
+
+def uniform(seed: int, low: float, high: float, *shape: int) -> np.ndarray:
+    return np.random.default_rng(seed).uniform(low, high, shape)
+
+
+def away(seed: int, *shape: int, margin: float = 0.2) -> np.ndarray:
+    """Normal samples pushed at least `margin` away from zero (for relu, abs, where and sign tests)."""
+    sample = normal(seed, *shape)
+    return np.sign(sample) * (margin + np.abs(sample))
+
+
+def s(value: float) -> np.float64:
+    return np.float64(value)
+
+
+def labels(*values: int) -> np.ndarray:
+    return np.array(values, dtype=np.int64)
+
+
+def setitem(tensor: torch.Tensor, index: Any, value: Any) -> torch.Tensor:
+    """`tensor[index] = value` as DL does it: a new value, leaving the old one (and autograd) alone."""
+    tensor = tensor.clone()
+    tensor[index] = value
+    return tensor
+
+
+T = torch.tensor
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Straight-line elementwise math
+
+case(
+    "softplus_exp_log",
+    "elementwise",
+    """
+fn f(x) {
+    return sum(log(1.0 + exp(x)))
+}
+""",
+    (normal(1, 5),),
+    lambda x: torch.log(1.0 + torch.exp(x)).sum(),
+)
+
+case(
+    "sqrt_division",
+    "elementwise",
+    """
+fn f(x) {
+    return sum(sqrt(x) / (1.0 + x * x))
+}
+""",
+    (uniform(2, 0.5, 2.0, 2, 3),),
+    lambda x: (torch.sqrt(x) / (1.0 + x * x)).sum(),
+)
+
+case(
+    "tanh_times_sigmoid",
+    "elementwise",
+    """
+fn f(x) {
+    let t = tanh(x)
+    let g = sigmoid(2.0 * x)
+    return sum(t * g - 0.5 * t)
+}
+""",
+    (normal(3, 6),),
+    lambda x: (torch.tanh(x) * torch.sigmoid(2.0 * x) - 0.5 * torch.tanh(x)).sum(),
+)
+
+case(
+    "relu_and_abs",
+    "elementwise",
+    """
+fn f(x) {
+    return sum(relu(x) * abs(x + 0.1) + abs(x) * 0.5)
+}
+""",
+    (away(4, 2, 3, margin=0.3),),
+    lambda x: (torch.relu(x) * torch.abs(x + 0.1) + torch.abs(x) * 0.5).sum(),
+    notes="inputs at least 0.3 from 0 and so 0.2 from -0.1",
+)
+
+case(
+    "sin_cos",
+    "elementwise",
+    """
+fn f(x) {
+    return sum(sin(x) * cos(2.0 * x) + cos(x) ** 2)
+}
+""",
+    (normal(5, 4),),
+    lambda x: (torch.sin(x) * torch.cos(2.0 * x) + torch.cos(x) ** 2).sum(),
+)
+
+case(
+    "integer_and_float_powers",
+    "elementwise",
+    """
+fn f(x) {
+    return sum(x ** 3 - 2.0 * x ** 2 + x ** 0.5 + -x ** 2)
+}
+""",
+    (uniform(6, 0.5, 2.0, 4),),
+    lambda x: (x**3 - 2.0 * x**2 + x**0.5 + -(x**2)).sum(),
+)
+
+case(
+    "tensor_power_tensor",
+    "elementwise",
+    """
+fn f(x, y) {
+    return sum(x ** y)
+}
+""",
+    (uniform(7, 0.5, 2.0, 3), normal(8, 3)),
+    lambda x, y: (x**y).sum(),
+    wrt=(0, 1),
+)
+
+case(
+    "division_both_operands",
+    "elementwise",
+    """
+fn f(x, y) {
+    return sum(x / y - y / (x * x + 1.0))
+}
+""",
+    (normal(9, 2, 2), uniform(10, 0.5, 1.5, 2, 2)),
+    lambda x, y: (x / y - y / (x * x + 1.0)).sum(),
+    wrt=(0, 1),
+)
+
+case(
+    "scalar_arguments",
+    "elementwise",
+    """
+fn f(a, b) {
+    return a * b + sin(a) / b - exp(-a * b)
+}
+""",
+    (s(0.7), s(1.3)),
+    lambda a, b: a * b + torch.sin(a) / b - torch.exp(-a * b),
+    wrt=(0, 1),
+    value_and_grad=True,
+)
+
+case(
+    "second_argument_only",
+    "elementwise",
+    """
+fn f(x, w) {
+    return sum(tanh(x * w) * x)
+}
+""",
+    (normal(11, 4), normal(12, 4)),
+    lambda x, w: (torch.tanh(x * w) * x).sum(),
+    wrt=1,
+)
+
+# ---------------------------------------------------------------------------------------------------------
+# Broadcasting
+
+case(
+    "broadcast_row_vector",
+    "broadcasting",
+    """
+fn f(x, b) {
+    return sum(tanh(x + b))
+}
+""",
+    (normal(13, 3, 4), normal(14, 4)),
+    lambda x, b: torch.tanh(x + b).sum(),
+    wrt=(0, 1),
+)
+
+case(
+    "broadcast_scalar_times_tensor",
+    "broadcasting",
+    """
+fn f(a, x) {
+    let y = a * x + a
+    return sum(y * y)
+}
+""",
+    (s(0.8), normal(15, 3, 4)),
+    lambda a, x: ((a * x + a) ** 2).sum(),
+    wrt=(0, 1),
+)
+
+case(
+    "broadcast_column_and_row",
+    "broadcasting",
+    """
+fn f(c, r, x) {
+    return sum(exp(c + r) * x) + sum(c * x)
+}
+""",
+    (normal(16, 3, 1), normal(17, 1, 4), normal(18, 3, 4)),
+    lambda c, r, x: (torch.exp(c + r) * x).sum() + (c * x).sum(),
+    wrt=(0, 1, 2),
+)
+
+# ---------------------------------------------------------------------------------------------------------
+# Matmul
+
+case(
+    "matmul_2d",
+    "matmul",
+    """
+fn f(a, b) {
+    let c = a @ b
+    return sum(c * c)
+}
+""",
+    (normal(19, 2, 3), normal(20, 3, 4)),
+    lambda a, b: ((a @ b) ** 2).sum(),
+    wrt=(0, 1),
+)
+
+case(
+    "matmul_chain",
+    "matmul",
+    """
+fn f(x, w1, w2, w3) {
+    return sum(tanh(tanh(x @ w1) @ w2) @ w3)
+}
+""",
+    (normal(21, 2, 3), normal(22, 3, 4), normal(23, 4, 3), normal(24, 3, 2)),
+    lambda x, w1, w2, w3: (torch.tanh(torch.tanh(x @ w1) @ w2) @ w3).sum(),
+    wrt=(1, 2, 3),
+)
+
+case(
+    "matmul_matrix_vector",
+    "matmul",
+    """
+fn f(a, v) {
+    return sum(sin(a @ v))
+}
+""",
+    (normal(25, 3, 4), normal(26, 4)),
+    lambda a, v: torch.sin(a @ v).sum(),
+    wrt=(0, 1),
+)
+
+case(
+    "matmul_vector_matrix",
+    "matmul",
+    """
+fn f(v, a) {
+    let u = v @ a
+    return sum(u * u)
+}
+""",
+    (normal(27, 3), normal(28, 3, 4)),
+    lambda v, a: ((v @ a) ** 2).sum(),
+    wrt=(0, 1),
+)
+
+case(
+    "matmul_dot_product",
+    "matmul",
+    """
+fn f(u, v) {
+    return (u @ v) * (u @ u)
+}
+""",
+    (normal(29, 4), normal(30, 4)),
+    lambda u, v: (u @ v) * (u @ u),
+    wrt=(0, 1),
+)
+
+case(
+    "matmul_batched_3d",
+    "matmul",
+    """
+fn f(a, b) {
+    return sum(tanh(a @ b))
+}
+""",
+    (normal(31, 2, 2, 3), normal(32, 2, 3, 2)),
+    lambda a, b: torch.tanh(a @ b).sum(),
+    wrt=(0, 1),
+)
+
+case(
+    "matmul_batched_times_matrix",
+    "matmul",
+    """
+fn f(a, w) {
+    let y = a @ w
+    return sum(y * y)
+}
+""",
+    (normal(33, 2, 2, 3), normal(34, 3, 2)),
+    lambda a, w: ((a @ w) ** 2).sum(),
+    wrt=(0, 1),
+)
+
+case(
+    "attention_batched",
+    "matmul",
+    """
+fn f(q, k, v) {
+    let scores = q @ transpose(k, 0, 2, 1) * 0.5
+    return sum(softmax(scores, axis=-1) @ v)
+}
+""",
+    (normal(35, 2, 3, 2), normal(36, 2, 3, 2), normal(37, 2, 3, 2)),
+    lambda q, k, v: (torch.softmax(q @ k.permute(0, 2, 1) * 0.5, dim=-1) @ v).sum(),
+    wrt=(0, 1, 2),
+)
+
+# ---------------------------------------------------------------------------------------------------------
+# Reductions
+
+case(
+    "sum_over_axis",
+    "reductions",
+    """
+fn f(x) {
+    let rows = sum(x, axis=1)
+    let cols = sum(x, axis=0)
+    return sum(rows * rows) + sum(sin(cols)) + sum(x, axis=-1)[0]
+}
+""",
+    (normal(38, 3, 4),),
+    lambda x: (x.sum(1) ** 2).sum() + torch.sin(x.sum(0)).sum() + x.sum(-1)[0],
+)
+
+case(
+    "sum_keepdims_normalise",
+    "reductions",
+    """
+fn f(x, w) {
+    let p = x / sum(x, axis=0, keepdims=true)
+    return sum(p * w)
+}
+""",
+    (uniform(39, 0.5, 2.0, 3, 4), normal(40, 3, 4)),
+    lambda x, w: (x / x.sum(0, keepdim=True) * w).sum(),
+    wrt=(0, 1),
+)
+
+case(
+    "mean_all_and_axis",
+    "reductions",
+    """
+fn f(x, w) {
+    return mean(x * x) + sum(mean(x, axis=0) * w) + mean(mean(x, axis=1, keepdims=true) ** 2)
+}
+""",
+    (normal(41, 3, 4), normal(42, 4)),
+    lambda x, w: (x * x).mean() + (x.mean(0) * w).sum() + (x.mean(1, keepdim=True) ** 2).mean(),
+    wrt=(0, 1),
+)
+
+case(
+    "max_all_and_axis",
+    "reductions",
+    """
+fn f(x) {
+    return max(x) + sum(max(x, axis=1) * [1.0, 2.0, 3.0]) + sum(max(x, axis=0, keepdims=true) ** 2)
+}
+""",
+    (normal(43, 3, 4),),
+    lambda x: (
+        x.max() + (x.max(1).values * T([1.0, 2.0, 3.0], dtype=torch.float64)).sum() + (x.max(0).values ** 2).sum()
+    ),
+)
+
+case(
+    "min_all_and_keepdims",
+    "reductions",
+    """
+fn f(x) {
+    let shifted = x - min(x, axis=1, keepdims=true)
+    return sum(exp(-shifted)) + min(x) * 3.0 + sum(min(x, axis=0))
+}
+""",
+    (normal(44, 3, 4),),
+    lambda x: torch.exp(-(x - x.min(1, keepdim=True).values)).sum() + x.min() * 3.0 + x.min(0).values.sum(),
+)
+
+case(
+    "logsumexp_all_axis_keepdims",
+    "reductions",
+    """
+fn f(x) {
+    let a = logsumexp(x)
+    let b = logsumexp(x, axis=1)
+    let c = logsumexp(x, axis=0, keepdims=true)
+    return a + sum(b * b) + sum(x - c)
+}
+""",
+    (normal(45, 3, 4),),
+    lambda x: (
+        torch.logsumexp(x.reshape(-1), 0)
+        + (torch.logsumexp(x, 1) ** 2).sum()
+        + (x - torch.logsumexp(x, 0, keepdim=True)).sum()
+    ),
+)
+
+case(
+    "layer_norm",
+    "reductions",
+    """
+fn f(x, g, b) {
+    let m = mean(x, axis=1, keepdims=true)
+    let v = mean((x - m) ** 2, axis=1, keepdims=true)
+    let y = (x - m) / sqrt(v + 1e-5) * g + b
+    return sum(y * [[1.0, -2.0, 0.5, 3.0]])
+}
+""",
+    (normal(46, 3, 4), normal(47, 4), normal(48, 4)),
+    lambda x, g, b: (
+        (
+            (x - x.mean(1, keepdim=True))
+            / torch.sqrt(((x - x.mean(1, keepdim=True)) ** 2).mean(1, keepdim=True) + 1e-5)
+            * g
+            + b
+        )
+        .mul(T([[1.0, -2.0, 0.5, 3.0]], dtype=torch.float64))
+        .sum()
+    ),
+    wrt=(0, 1, 2),
+)
+
+# ---------------------------------------------------------------------------------------------------------
+# Softmax, log_softmax, cross-entropy
+
+case(
+    "softmax_last_axis",
+    "softmax",
+    """
+fn f(x, t) {
+    return sum(softmax(x) * t)
+}
+""",
+    (normal(49, 2, 4), normal(50, 2, 4)),
+    lambda x, t: (torch.softmax(x, -1) * t).sum(),
+    wrt=(0, 1),
+)
+
+case(
+    "softmax_axis0_with_temperature",
+    "softmax",
+    """
+fn f(x, temperature) {
+    let p = softmax(x / temperature, axis=0)
+    return sum(p * p * [[1.0], [2.0], [3.0]])
+}
+""",
+    (normal(51, 3, 2), s(1.7)),
+    lambda x, t: (torch.softmax(x / t, 0) ** 2 * T([[1.0], [2.0], [3.0]], dtype=torch.float64)).sum(),
+    wrt=(0, 1),
+)
+
+case(
+    "log_softmax",
+    "softmax",
+    """
+fn f(x) {
+    let lp = log_softmax(x, axis=1)
+    return sum(lp * [0.25, 0.5, -0.375]) + sum(log_softmax(x, axis=0)[0])
+}
+""",
+    (normal(52, 2, 3),),
+    lambda x: (
+        (torch.log_softmax(x, 1) * T([0.25, 0.5, -0.375], dtype=torch.float64)).sum() + torch.log_softmax(x, 0)[0].sum()
+    ),
+)
+
+case(
+    "cross_entropy_one_hot",
+    "softmax",
+    """
+fn f(x, w, b, labels) {
+    let logits = x @ w + b
+    let targets = float(one_hot(labels, 3), dtype=f64)
+    return -mean(sum(targets * log_softmax(logits, axis=1), axis=1))
+}
+""",
+    (normal(53, 4, 2), normal(54, 2, 3), normal(55, 3), labels(0, 2, 1, 2)),
+    lambda x, w, b, y: -(F.one_hot(y, 3).double() * torch.log_softmax(x @ w + b, 1)).sum(1).mean(),
+    wrt=(1, 2),
+    value_and_grad=True,
+)
+
+case(
+    "cross_entropy_gather",
+    "softmax",
+    """
+fn f(x, w, labels) {
+    let lp = log_softmax(x @ w, axis=1)
+    let n = len(labels)
+    let picked = gather(reshape(lp, -1), arange(n) * 3 + labels)
+    return -mean(picked)
+}
+""",
+    (normal(56, 4, 2), normal(57, 2, 3), labels(1, 0, 2, 1)),
+    lambda x, w, y: -torch.log_softmax(x @ w, 1).reshape(-1)[torch.arange(4) * 3 + y].mean(),
+    wrt=(0, 1),
+)
+
+# ---------------------------------------------------------------------------------------------------------
+# maximum, minimum, where
+
+case(
+    "maximum_minimum",
+    "select",
+    """
+fn f(x, y) {
+    return sum(maximum(x, y) * minimum(x, 0.5) + minimum(x, y) ** 2)
+}
+""",
+    (normal(58, 2, 3), normal(59, 2, 3)),
+    lambda x, y: (torch.maximum(x, y) * torch.clamp(x, max=0.5) + torch.minimum(x, y) ** 2).sum(),
+    wrt=(0, 1),
+    notes="elements of x and y are apart, and x is away from 0.5 (checked by the finite-difference test)",
+)
+
+case(
+    "clip_with_maximum_of_minimum",
+    "select",
+    """
+fn f(x) {
+    return sum(maximum(minimum(x, 1.0), -1.0) * x)
+}
+""",
+    (np.array([-1.7, -0.6, 0.3, 0.8, 1.4, 2.2]),),
+    lambda x: (torch.clamp(x, -1.0, 1.0) * x).sum(),
+)
+
+case(
+    "where_on_sign",
+    "select",
+    """
+fn f(x, y) {
+    return sum(where(x > 0.0, x * y, -3.0 * x) + where(y < x, sin(y), 0.0))
+}
+""",
+    (away(60, 2, 3), away(61, 2, 3)),
+    lambda x, y: (torch.where(x > 0.0, x * y, -3.0 * x) + torch.where(y < x, torch.sin(y), torch.zeros_like(y))).sum(),
+    wrt=(0, 1),
+)
+
+# ---------------------------------------------------------------------------------------------------------
+# Shapes: transpose, reshape, concat, stack, broadcast_to, gather
+
+case(
+    "transpose_2d",
+    "shapes",
+    """
+fn f(a, b) {
+    return sum(transpose(a) @ b * transpose(b) @ a)
+}
+""",
+    (normal(62, 3, 2), normal(63, 3, 2)),
+    lambda a, b: ((a.T @ b) * (b.T @ a)).sum(),
+    wrt=(0, 1),
+)
+
+case(
+    "transpose_permutation",
+    "shapes",
+    """
+fn f(x, w) {
+    let y = transpose(x, 1, 0, 2)
+    return sum(sin(y) * w) + sum(transpose(x) * x)
+}
+""",
+    (normal(64, 2, 3, 2), normal(65, 3, 2, 2)),
+    lambda x, w: (torch.sin(x.permute(1, 0, 2)) * w).sum() + (x.permute(2, 1, 0) * x).sum(),
+    wrt=(0, 1),
+)
+
+case(
+    "reshape",
+    "shapes",
+    """
+fn f(x, w) {
+    let y = reshape(x, 3, -1) @ w
+    return sum(tanh(reshape(y, 6)))
+}
+""",
+    (normal(66, 2, 6), normal(67, 4, 2)),
+    lambda x, w: torch.tanh((x.reshape(3, -1) @ w).reshape(6)).sum(),
+    wrt=(0, 1),
+)
+
+case(
+    "concat_axis0_and_axis1",
+    "shapes",
+    """
+fn f(x, y, w) {
+    let side = concat((x, y), axis=1)
+    let down = concat((x, y * 2.0))
+    return sum(side @ w) + sum(down * down)
+}
+""",
+    (normal(68, 2, 2), normal(69, 2, 2), normal(70, 4, 3)),
+    lambda x, y, w: (torch.cat((x, y), 1) @ w).sum() + (torch.cat((x, y * 2.0), 0) ** 2).sum(),
+    wrt=(0, 1, 2),
+)
+
+case(
+    "stack",
+    "shapes",
+    """
+fn f(x, y, w) {
+    let a = stack((x, y * 2.0, x * y))
+    let b = stack((x, y), axis=1)
+    return sum(a * w) + sum(sin(b))
+}
+""",
+    (normal(71, 3), normal(72, 3), normal(73, 3, 3)),
+    lambda x, y, w: (torch.stack((x, y * 2.0, x * y)) * w).sum() + torch.sin(torch.stack((x, y), 1)).sum(),
+    wrt=(0, 1, 2),
+)
+
+case(
+    "broadcast_to",
+    "shapes",
+    """
+fn f(b, x) {
+    return sum(broadcast_to(b, 3, 4) * x) + sum(broadcast_to(b * b, 2, 3, 4))
+}
+""",
+    (normal(74, 4), normal(75, 3, 4)),
+    lambda b, x: (torch.broadcast_to(b, (3, 4)) * x).sum() + torch.broadcast_to(b * b, (2, 3, 4)).sum(),
+    wrt=(0, 1),
+)
+
+case(
+    "gather_rows_repeated",
+    "shapes",
+    """
+fn f(x, idx) {
+    let rows = gather(x, idx)
+    return sum(rows * rows * [1.0, 2.0, 3.0])
+}
+""",
+    (normal(76, 4, 3), labels(2, 0, 2, -1, 2)),
+    lambda x, idx: (x[idx] ** 2 * T([1.0, 2.0, 3.0], dtype=torch.float64)).sum(),
+    notes="row 2 is gathered three times: its gradient accumulates; -1 counts from the end",
+)
+
+case(
+    "gather_axis1_2d_indices",
+    "shapes",
+    """
+fn f(x) {
+    let picked = gather(x, [[0, 3], [3, 1]], axis=1)
+    return sum(exp(picked))
+}
+""",
+    (normal(77, 2, 4),),
+    lambda x: torch.exp(x[:, T([[0, 3], [3, 1]])]).sum(),
+)
+
+# ---------------------------------------------------------------------------------------------------------
+# Indexing, slicing and indexed rebinding
+
+case(
+    "index_row_and_element",
+    "indexing",
+    """
+fn f(x) {
+    return sum(x[1] * x[2]) + x[0, 2] * x[-1, -1] + sum(x[-2])
+}
+""",
+    (normal(78, 3, 3),),
+    lambda x: (x[1] * x[2]).sum() + x[0, 2] * x[-1, -1] + x[-2].sum(),
+)
+
+case(
+    "index_column",
+    "indexing",
+    """
+fn f(x, w) {
+    return sum(tanh(x[:, 0] * w) + x[:, -1])
+}
+""",
+    (normal(79, 3, 4), normal(80, 3)),
+    lambda x, w: (torch.tanh(x[:, 0] * w) + x[:, -1]).sum(),
+    wrt=(0, 1),
+)
+
+case(
+    "slices_with_steps",
+    "indexing",
+    """
+fn f(x) {
+    let a = x[1:3]
+    let b = x[:, ::2]
+    let c = x[2:, 1:]
+    return sum(a * a) + sum(exp(b)) + sum(c) * x[0, 0]
+}
+""",
+    (normal(81, 4, 4),),
+    lambda x: (x[1:3] ** 2).sum() + torch.exp(x[:, ::2]).sum() + x[2:, 1:].sum() * x[0, 0],
+)
+
+case(
+    "integer_array_index",
+    "indexing",
+    """
+fn f(x) {
+    let rows = x[[2, 0, 2]]
+    return sum(rows * [[1.0], [2.0], [3.0]]) + sum(x[[1, 1]] ** 2)
+}
+""",
+    (normal(82, 3, 2),),
+    lambda x: (x[T([2, 0, 2])] * T([[1.0], [2.0], [3.0]], dtype=torch.float64)).sum() + (x[T([1, 1])] ** 2).sum(),
+)
+
+case(
+    "indexed_rebinding_overwrites",
+    "indexing",
+    """
+fn f(x) {
+    let y = x * 1.0
+    y[1] = y[0] * 2.0
+    y[:, 2] = sin(y[:, 0])
+    y[2, 1] = 5.0
+    return sum(y * y * x)
+}
+""",
+    (normal(83, 3, 3),),
+    lambda x: _overwrites(x),
+    notes="the overwritten elements of y stop depending on x there",
+)
+
+
+def _overwrites(x: torch.Tensor) -> torch.Tensor:
+    y = x * 1.0
+    y = setitem(y, 1, y[0] * 2.0)
+    y = setitem(y, (slice(None), 2), torch.sin(y[:, 0]))
+    y = setitem(y, (2, 1), 5.0)
+    return (y * y * x).sum()
+
+
+case(
+    "indexed_rebinding_augmented",
+    "indexing",
+    """
+fn f(x, v) {
+    let m = x * 1.0
+    m[1, 0] += v * 3.0
+    m[0] *= v
+    m[:, 1] -= m[:, 0]
+    return sum(m * m)
+}
+""",
+    (normal(84, 2, 2), s(1.3)),
+    lambda x, v: _augmented(x, v),
+    wrt=(0, 1),
+)
+
+
+def _augmented(x: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    m = x * 1.0
+    m = setitem(m, (1, 0), m[1, 0] + v * 3.0)
+    m = setitem(m, 0, m[0] * v)
+    m = setitem(m, (slice(None), 1), m[:, 1] - m[:, 0])
+    return (m * m).sum()
+
+
+case(
+    "indexed_rebinding_recurrence",
+    "indexing",
+    """
+fn f(x, a) {
+    let y = x * 0.0
+    y[0] = x[0]
+    for i in 1..5 {
+        y[i] = y[i - 1] * a + x[i]
+    }
+    return sum(y * y)
+}
+""",
+    (normal(85, 5), s(0.6)),
+    lambda x, a: _recurrence(x, a),
+    wrt=(0, 1),
+)
+
+
+def _recurrence(x: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
+    y = x * 0.0
+    y = setitem(y, 0, x[0])
+    for i in range(1, 5):
+        y = setitem(y, i, y[i - 1] * a + x[i])
+    return (y * y).sum()
+
+
+case(
+    "fill_zeros_rows_in_loop",
+    "indexing",
+    """
+fn f(x, w) {
+    let out = zeros(3, 2, dtype=f64)
+    for i in 0..3 {
+        out[i] = x[i] * w * float(i + 1, dtype=f64)
+    }
+    return sum(tanh(out))
+}
+""",
+    (normal(86, 3, 2), normal(87, 2)),
+    lambda x, w: torch.tanh(torch.stack([x[i] * w * float(i + 1) for i in range(3)])).sum(),
+    wrt=(0, 1),
+)
+
+# ---------------------------------------------------------------------------------------------------------
+# Tuples
+
+case(
+    "tuple_from_helper",
+    "tuples",
+    """
+fn stats(x) {
+    return (mean(x), sum(x * x))
+}
+
+fn f(x, y) {
+    let (m, q) = stats(x * y)
+    let t = stats(y)
+    return m * q + t[0] - t[-1] * 0.5
+}
+""",
+    (normal(88, 4), normal(89, 4)),
+    lambda x, y: (x * y).mean() * ((x * y) ** 2).sum() + y.mean() - (y * y).sum() * 0.5,
+    wrt=(0, 1),
+)
+
+case(
+    "tuple_argument",
+    "tuples",
+    """
+fn f(pair, w) {
+    let (a, b) = pair
+    return sum(tanh(a @ w) * b)
+}
+""",
+    ((normal(90, 2, 3), normal(91, 2, 2)), normal(92, 3, 2)),
+    lambda pair, w: (torch.tanh(pair[0] @ w) * pair[1]).sum(),
+    value_and_grad=True,
+    notes="gradient of a tuple argument is a tuple",
+)
+
+case(
+    "nested_tuple_argument_and_weight",
+    "tuples",
+    """
+fn f(t, w) {
+    let ((a, b), c) = t
+    return sum(a * w) * c + sum(exp(b)) * t[1]
+}
+""",
+    (((normal(93, 3), normal(94, 2)), s(0.4)), normal(95, 3)),
+    lambda t, w: (t[0][0] * w).sum() * t[1] + torch.exp(t[0][1]).sum() * t[1],
+    wrt=(0, 1),
+)
+
+case(
+    "tuple_swap_in_loop",
+    "tuples",
+    """
+fn f(x, y) {
+    let a = x
+    let b = y
+    for i in 0..3 {
+        (a, b) = (b, a * 2.0 + sin(b))
+    }
+    return sum(a * b)
+}
+""",
+    (normal(96, 3), normal(97, 3)),
+    lambda x, y: _swap(x, y),
+    wrt=(0, 1),
+)
+
+
+def _swap(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    a, b = x, y
+    for _ in range(3):
+        a, b = b, a * 2.0 + torch.sin(b)
+    return (a * b).sum()
+
+
+# ---------------------------------------------------------------------------------------------------------
+# if on data
+
+IF_SOURCE = """
+fn f(x, w) {
+    let s = sum(x * w)
+    if s > 0.0 {
+        return sum(exp(x) * w) + s
+    } else {
+        return sum(x * x) * s
+    }
+}
+"""
+
+
+def _if_torch(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    total = (x * w).sum()
+    if total.item() > 0.0:
+        return (torch.exp(x) * w).sum() + total
+    return (x * x).sum() * total
+
+
+case("if_then_branch", "if", IF_SOURCE, (np.array([0.5, 1.2, -0.3]), np.array([1.0, 0.8, 0.4])), _if_torch, wrt=(0, 1))
+case("if_else_branch", "if", IF_SOURCE, (np.array([-0.5, 1.2, -0.3]), np.array([2.0, 0.3, 1.0])), _if_torch, wrt=(0, 1))
+
+case(
+    "if_else_if_rebinding",
+    "if",
+    """
+fn f(x) {
+    let y = x
+    let m = max(x)
+    if m > 2.0 {
+        y = y / m
+    } else if m > 0.5 {
+        y = y * m + 1.0
+    } else {
+        y = -y
+    }
+    if sum(y) < 0.0 {
+        y = y * 3.0
+    }
+    return sum(y * y * y)
+}
+""",
+    (np.array([0.3, 1.1, -0.4, 0.9]),),
+    lambda x: _elif(x),
+)
+
+
+def _elif(x: torch.Tensor) -> torch.Tensor:
+    y = x
+    m = x.max()
+    if m.item() > 2.0:
+        y = y / m
+    elif m.item() > 0.5:
+        y = y * m + 1.0
+    else:
+        y = -y
+    if y.sum().item() < 0.0:
+        y = y * 3.0
+    return (y * y * y).sum()
+
+
+# ---------------------------------------------------------------------------------------------------------
+# while loops with data-dependent trip counts
+
+case(
+    "while_newton_sqrt",
+    "while",
+    """
+fn f(a) {
+    let y = a
+    while abs(y * y - a) > 1e-10 {
+        y = 0.5 * (y + a / y)
+    }
+    return y * (1.0 + a)
+}
+""",
+    (s(2.7),),
+    lambda a: _newton_sqrt(a) * (1.0 + a),
+    value_and_grad=True,
+)
+
+
+def _newton_sqrt(a: torch.Tensor) -> torch.Tensor:
+    y = a
+    while torch.abs(y * y - a).item() > 1e-10:
+        y = 0.5 * (y + a / y)
+    return y
+
+
+case(
+    "while_newton_cube_root_tensor",
+    "while",
+    """
+fn f(a, w) {
+    let y = a
+    let steps = 0
+    while max(abs(y * y * y - a)) > 1e-9 {
+        y = (2.0 * y + a / (y * y)) / 3.0
+        steps += 1
+    }
+    return sum(y * w)
+}
+""",
+    (uniform(98, 1.0, 6.0, 3), normal(99, 3)),
+    lambda a, w: (_newton_cbrt(a) * w).sum(),
+    wrt=(0, 1),
+)
+
+
+def _newton_cbrt(a: torch.Tensor) -> torch.Tensor:
+    y = a
+    while torch.abs(y * y * y - a).max().item() > 1e-9:
+        y = (2.0 * y + a / (y * y)) / 3.0
+    return y
+
+
+case(
+    "while_halve_until_small",
+    "while",
+    """
+fn f(v, w) {
+    while sqrt(sum(v * v)) > 0.1 {
+        v = v * 0.5 + 0.01 * sin(v)
+    }
+    return sum(v * w) + sum(v * v)
+}
+""",
+    (normal(100, 4), normal(101, 4)),
+    lambda v, w: _halve(v, w),
+    wrt=(0, 1),
+)
+
+
+def _halve(v: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    while torch.sqrt((v * v).sum()).item() > 0.1:
+        v = v * 0.5 + 0.01 * torch.sin(v)
+    return (v * w).sum() + (v * v).sum()
+
+
+case(
+    "while_true_with_break",
+    "while",
+    """
+fn f(x, r) {
+    let y = x
+    let n = 0
+    while true {
+        y = y * r + sin(y)
+        n += 1
+        if y > 20.0 or n >= 50 {
+            break
+        }
+    }
+    return y / float(n, dtype=f64)
+}
+""",
+    (s(0.9), s(1.4)),
+    lambda x, r: _while_break(x, r),
+    wrt=(0, 1),
+)
+
+
+def _while_break(x: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
+    y = x
+    n = 0
+    while True:
+        y = y * r + torch.sin(y)
+        n += 1
+        if y.item() > 20.0 or n >= 50:
+            break
+    return y / float(n)
+
+
+case(
+    "while_counter_and_accumulator",
+    "while",
+    """
+fn f(x) {
+    let total = 0.0f64
+    let i = 0
+    while total < 3.0 {
+        total = total + sigmoid(x[i % 3]) * (1.0 + x[(i + 1) % 3] ** 2)
+        i += 1
+    }
+    return total * x[0]
+}
+""",
+    (np.array([0.3, -0.8, 0.5]),),
+    lambda x: _while_counter(x),
+)
+
+
+def _while_counter(x: torch.Tensor) -> torch.Tensor:
+    total = torch.zeros((), dtype=torch.float64)
+    i = 0
+    while total.item() < 3.0:
+        total = total + torch.sigmoid(x[i % 3]) * (1.0 + x[(i + 1) % 3] ** 2)
+        i += 1
+    return total * x[0]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# for loops, nested loops, break, continue, early return
+
+case(
+    "rnn_for_loop_with_integer_argument",
+    "for",
+    """
+fn f(x, n, w, h0) {
+    let h = h0
+    for i in 0..n {
+        h = tanh(h @ w + x[i])
+    }
+    return sum(h * h)
+}
+""",
+    (normal(102, 4, 3), 3, normal(103, 3, 3) * 0.7, normal(104, 3)),
+    lambda x, n, w, h0: _rnn(x, n, w, h0),
+    wrt=(0, 2, 3),
+    value_and_grad=True,
+    notes="n is an integer argument that wrt skips; row 3 of x is not used (zero gradient)",
+)
+
+
+def _rnn(x: torch.Tensor, n: int, w: torch.Tensor, h0: torch.Tensor) -> torch.Tensor:
+    h = h0
+    for i in range(n):
+        h = torch.tanh(h @ w + x[i])
+    return (h * h).sum()
+
+
+case(
+    "for_over_rows",
+    "for",
+    """
+fn f(x, w) {
+    let s = 0.0f64
+    for row in x {
+        s = s + sum(exp(row) * w)
+    }
+    return s * s
+}
+""",
+    (normal(105, 3, 2), normal(106, 2)),
+    lambda x, w: sum((torch.exp(row) * w).sum() for row in x) ** 2,
+    wrt=(0, 1),
+)
+
+case(
+    "for_zip",
+    "for",
+    """
+fn f(x, y, w) {
+    let loss = 0.0f64
+    for (row, target) in (x, y) {
+        let err = sum(row * w) - target
+        loss = loss + err * err
+    }
+    return loss
+}
+""",
+    (normal(107, 4, 3), normal(108, 4), normal(109, 3)),
+    lambda x, y, w: sum(((x[i] * w).sum() - y[i]) ** 2 for i in range(4)),
+    wrt=(0, 1, 2),
+)
+
+case(
+    "nested_for_loops",
+    "for",
+    """
+fn f(x, y) {
+    let s = 0.0f64
+    for i in 0..3 {
+        let m = i + 1
+        for j in 0..m {
+            s = s + x[i] * y[j] * sin(x[j])
+        }
+    }
+    return s
+}
+""",
+    (normal(110, 3), normal(111, 3)),
+    lambda x, y: sum(x[i] * y[j] * torch.sin(x[j]) for i in range(3) for j in range(i + 1)),
+    wrt=(0, 1),
+)
+
+case(
+    "for_with_break_on_data",
+    "for",
+    """
+fn f(x) {
+    let s = 0.0f64
+    for i in 0..6 {
+        s = s + x[i] * x[i]
+        if s > 1.5 {
+            break
+        }
+    }
+    return s * x[0]
+}
+""",
+    (np.array([0.7, -0.5, 0.9, 0.4, -1.1, 0.6]),),
+    lambda x: _for_break(x),
+    notes="s passes 1.5 at i = 2 (0.49 + 0.25 + 0.81); the later elements get zero gradient",
+)
+
+
+def _for_break(x: torch.Tensor) -> torch.Tensor:
+    total = torch.zeros((), dtype=torch.float64)
+    for i in range(6):
+        total = total + x[i] * x[i]
+        if total.item() > 1.5:
+            break
+    return total * x[0]
+
+
+case(
+    "for_with_continue",
+    "for",
+    """
+fn f(x, w) {
+    let s = 0.0f64
+    for i in 0..5 {
+        if x[i] < 0.0 {
+            continue
+        }
+        s = s + exp(x[i]) * w[i]
+    }
+    return s
+}
+""",
+    (away(112, 5), normal(113, 5)),
+    lambda x, w: sum(torch.exp(x[i]) * w[i] for i in range(5) if x[i].item() >= 0.0),
+    wrt=(0, 1),
+)
+
+case(
+    "early_return_in_loop",
+    "for",
+    """
+fn f(x, w) {
+    let s = 0.0f64
+    for i in 0..4 {
+        s = s + tanh(x[i] * w)
+        if s > 1.0 {
+            return s * w
+        }
+    }
+    return s
+}
+""",
+    (np.array([0.8, 0.6, 0.9, 0.2]), s(1.5)),
+    lambda x, w: _early_return(x, w),
+    wrt=(0, 1),
+)
+
+
+def _early_return(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    total = torch.zeros((), dtype=torch.float64)
+    for i in range(4):
+        total = total + torch.tanh(x[i] * w)
+        if total.item() > 1.0:
+            return total * w
+    return total
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Calls and recursion
+
+case(
+    "helper_functions",
+    "calls",
+    """
+fn layer(x, w, b) {
+    return tanh(x @ w + b)
+}
+
+fn affine(x, scale = 2.0, shift = 0.0) {
+    return x * scale + shift
+}
+
+fn f(x, w1, b1, w2) {
+    let h = layer(x, w1, b1)
+    let o = layer(h, w2, affine(b1[0:2], shift=0.5))
+    return sum(affine(o, 3.0))
+}
+""",
+    (normal(114, 2, 3), normal(115, 3, 3), normal(116, 3), normal(117, 3, 2)),
+    lambda x, w1, b1, w2: (3.0 * torch.tanh(torch.tanh(x @ w1 + b1) @ w2 + (b1[0:2] * 2.0 + 0.5))).sum(),
+    wrt=(0, 1, 2, 3),
+)
+
+case(
+    "recursive_power",
+    "recursion",
+    """
+fn pw(x, n) {
+    if n == 0 {
+        return 1.0
+    }
+    if n % 2 == 0 {
+        let h = pw(x, n // 2)
+        return h * h
+    }
+    return x * pw(x, n - 1)
+}
+
+fn f(x, n) {
+    return pw(x, n) + pw(x, 2)
+}
+""",
+    (s(1.3), 5),
+    lambda x, n: x**n + x**2,
+)
+
+case(
+    "recursion_depth_from_data",
+    "recursion",
+    """
+fn shrink(x) {
+    if x < 1.0 {
+        return sin(x)
+    }
+    return x + shrink(x / 2.0) * x
+}
+
+fn f(x) {
+    return shrink(x)
+}
+""",
+    (s(5.3),),
+    lambda x: _shrink(x),
+)
+
+
+def _shrink(x: torch.Tensor) -> torch.Tensor:
+    if x.item() < 1.0:
+        return torch.sin(x)
+    return x + _shrink(x / 2.0) * x
+
+
+case(
+    "mutual_recursion_on_tensor",
+    "recursion",
+    """
+fn down(v, n) {
+    if n == 0 {
+        return v
+    }
+    return up(sin(v), n - 1)
+}
+
+fn up(v, n) {
+    return down(v * 1.5 + 0.1, n)
+}
+
+fn f(v, w) {
+    return sum(down(v * w, 4))
+}
+""",
+    (normal(118, 3), normal(119, 3)),
+    lambda v, w: _down(v * w, 4).sum(),
+    wrt=(0, 1),
+)
+
+
+def _down(v: torch.Tensor, n: int) -> torch.Tensor:
+    if n == 0:
+        return v
+    return _down(torch.sin(v) * 1.5 + 0.1, n - 1)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Structs
+
+MLP_SOURCE = """
+struct MLP { w1: f64[3, 4], b1: f64[4], w2: f64[4, 2], b2: f64[2] }
+
+fn forward(p: MLP, x) {
+    return tanh(x @ p.w1 + p.b1) @ p.w2 + p.b2
+}
+
+fn f(p, x, y) {
+    let d = forward(p, x) - y
+    return mean(d * d)
+}
+"""
+
+
+def _mlp_torch(p: Any, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    d = torch.tanh(x @ p.w1 + p.b1) @ p.w2 + p.b2 - y
+    return (d * d).mean()
+
+
+def _mlp_params(seed: int) -> Struct:
+    return Struct(
+        "MLP",
+        {"w1": normal(seed, 3, 4), "b1": normal(seed + 1, 4), "w2": normal(seed + 2, 4, 2), "b2": normal(seed + 3, 2)},
+    )
+
+
+case(
+    "mlp_struct",
+    "structs",
+    MLP_SOURCE,
+    (_mlp_params(120), normal(124, 5, 3), normal(125, 5, 2)),
+    _mlp_torch,
+    value_and_grad=True,
+    notes="gradient is an MLP struct",
+)
+
+case(
+    "mlp_struct_and_inputs",
+    "structs",
+    MLP_SOURCE,
+    (_mlp_params(126), normal(130, 2, 3), normal(131, 2, 2)),
+    _mlp_torch,
+    wrt=(0, 1),
+)
+
+case(
+    "nested_structs_with_scalar_field",
+    "structs",
+    """
+struct Linear { w: f64[2, 3], b: f64[3] }
+struct Head { w: f64[3], scale: f64 }
+struct Net { first: Linear, head: Head }
+
+fn f(net, x) {
+    let h = sigmoid(x @ net.first.w + net.first.b)
+    return sum(h @ net.head.w) * net.head.scale
+}
+""",
+    (
+        Struct(
+            "Net",
+            {
+                "first": Struct("Linear", {"w": normal(132, 2, 3), "b": normal(133, 3)}),
+                "head": Struct("Head", {"w": normal(134, 3), "scale": s(0.7)}),
+            },
+        ),
+        normal(135, 4, 2),
+    ),
+    lambda net, x: (torch.sigmoid(x @ net.first.w + net.first.b) @ net.head.w).sum() * net.head.scale,
+)
+
+case(
+    "struct_field_rebinding",
+    "structs",
+    """
+struct Linear { w: f64[2, 3], b: f64[3] }
+
+fn f(p, x) {
+    p.w = p.w * 2.0
+    p.b[1] = p.b[0] * p.b[2]
+    return sum(tanh(x @ p.w + p.b))
+}
+""",
+    (Struct("Linear", {"w": normal(136, 2, 3), "b": normal(137, 3)}), normal(138, 3, 2)),
+    lambda p, x: torch.tanh(x @ (p.w * 2.0) + torch.stack((p.b[0], p.b[0] * p.b[2], p.b[2]))).sum(),
+    wrt=(0, 1),
+    notes="p.b[1] is overwritten: its gradient is zero",
+)
+
+case(
+    "struct_and_tuple_arguments",
+    "structs",
+    """
+struct Linear { w: f64[2, 3], b: f64[3] }
+
+fn f(p, pair) {
+    let (x, t) = pair
+    let y = x @ p.w + p.b
+    return sum((y - t) ** 2)
+}
+""",
+    (Struct("Linear", {"w": normal(139, 2, 3), "b": normal(140, 3)}), (normal(141, 2, 2), normal(142, 2, 3))),
+    lambda p, pair: ((pair[0] @ p.w + p.b - pair[1]) ** 2).sum(),
+    wrt=(0, 1),
+)
+
+# ---------------------------------------------------------------------------------------------------------
+# Closures
+
+case(
+    "lambda_capturing_tensor",
+    "closures",
+    """
+fn f(x, scale) {
+    let act = fn(z) => tanh(z * scale)
+    return sum(act(x) * act(x + 1.0))
+}
+""",
+    (normal(143, 4), normal(144, 4)),
+    lambda x, sc: (torch.tanh(x * sc) * torch.tanh((x + 1.0) * sc)).sum(),
+    wrt=(0, 1),
+)
+
+case(
+    "function_argument_and_returned_closure",
+    "closures",
+    """
+fn apply_twice(g, x) {
+    return g(g(x))
+}
+
+fn scale_by(c) {
+    return fn(z) => z * c
+}
+
+fn f(x, w) {
+    let y = apply_twice(fn(z) => sin(z) * w, x)
+    let double = scale_by(w)
+    return sum(double(y) ** 2)
+}
+""",
+    (normal(145, 3), normal(146, 3)),
+    lambda x, w: ((torch.sin(torch.sin(x) * w) * w * w) ** 2).sum(),
+    wrt=(0, 1),
+)
+
+case(
+    "local_fn_capturing_weight",
+    "closures",
+    """
+fn f(x, w) {
+    fn layer(h) {
+        return tanh(h @ w)
+    }
+    return sum(layer(layer(x)))
+}
+""",
+    (normal(147, 2, 3), normal(148, 3, 3)),
+    lambda x, w: torch.tanh(torch.tanh(x @ w) @ w).sum(),
+    wrt=(0, 1),
+)
+
+case(
+    "grad_of_lambda_mse",
+    "closures",
+    """
+fn loss(w, x, y) {
+    let d = x @ w - y
+    return mean(d * d)
+}
+
+fn f(w, x, y) {
+    return loss(w, x, y)
+}
+""",
+    (normal(149, 3), normal(150, 5, 3), normal(151, 5)),
+    lambda w, x, y: ((x @ w - y) ** 2).mean(),
+    via="lambda",
+    value_and_grad=True,
+    notes="grad(fn(p0) => f(p0, x, y))(w): the anonymous function captures the data",
+)
+
+case(
+    "grad_of_lambda_struct",
+    "closures",
+    MLP_SOURCE,
+    (_mlp_params(152), normal(156, 3, 3), normal(157, 3, 2)),
+    _mlp_torch,
+    via="lambda",
+)
+
+case(
+    "grad_of_lambda_two_of_three",
+    "closures",
+    """
+fn f(a, x, b) {
+    return sum(exp(a * x) * b) + sum(b * b * a)
+}
+""",
+    (normal(158, 3), normal(159, 3), normal(160, 3)),
+    lambda a, x, b: (torch.exp(a * x) * b).sum() + (b * b * a).sum(),
+    wrt=(0, 2),
+    via="lambda",
+)
+
+# ---------------------------------------------------------------------------------------------------------
+# Integer arguments that are not differentiated
+
+case(
+    "integer_index_argument",
+    "integers",
+    """
+fn f(x, k, w) {
+    let row = x[k]
+    return sum(row * w) * float(k + 1, dtype=f64) + sum(x[:, k] ** 2)
+}
+""",
+    (normal(161, 3, 3), 1, normal(162, 3)),
+    lambda x, k, w: (x[k] * w).sum() * float(k + 1) + (x[:, k] ** 2).sum(),
+    wrt=(0, 2),
+)
+
+case(
+    "argmax_is_constant",
+    "integers",
+    """
+fn f(x) {
+    let i = argmax(x)
+    return x[i] * sum(x) + float(i, dtype=f64)
+}
+""",
+    (normal(163, 5),),
+    lambda x: x[int(x.argmax())] * x.sum() + float(x.argmax()),
+    notes="argmax gives an integer: no gradient flows through it",
+)
+
+# ---------------------------------------------------------------------------------------------------------
+# Scalar -> scalar functions: also checked with grad(grad(f)) against PyTorch double backward
+
+SECOND = {"second_order": True}
+
+case(
+    "d2_polynomial",
+    "second order",
+    """
+fn f(x) {
+    return x ** 4 - 2.0 * x ** 3 + x * 0.5
+}
+""",
+    (s(1.3),),
+    lambda x: x**4 - 2.0 * x**3 + x * 0.5,
+    **SECOND,
+)
+
+case(
+    "d2_exp_of_sin",
+    "second order",
+    """
+fn f(x) {
+    return exp(sin(x)) * cos(x)
+}
+""",
+    (s(0.7),),
+    lambda x: torch.exp(torch.sin(x)) * torch.cos(x),
+    **SECOND,
+)
+
+case(
+    "d2_tanh_sigmoid_log",
+    "second order",
+    """
+fn f(x) {
+    return tanh(x) * x + sigmoid(x) * log(1.0 + x * x)
+}
+""",
+    (s(-0.8),),
+    lambda x: torch.tanh(x) * x + torch.sigmoid(x) * torch.log(1.0 + x * x),
+    **SECOND,
+)
+
+case(
+    "d2_quotient_sqrt",
+    "second order",
+    """
+fn f(x) {
+    return sqrt(x) / (1.0 + x * x)
+}
+""",
+    (s(1.6),),
+    lambda x: torch.sqrt(x) / (1.0 + x * x),
+    **SECOND,
+)
+
+D2_IF_SOURCE = """
+fn f(x) {
+    if x > 0.0 {
+        return x ** 3 * exp(-x)
+    } else {
+        return sin(x) * x
+    }
+}
+"""
+
+
+def _d2_if(x: torch.Tensor) -> torch.Tensor:
+    if x.item() > 0.0:
+        return x**3 * torch.exp(-x)
+    return torch.sin(x) * x
+
+
+case("d2_if_positive", "second order", D2_IF_SOURCE, (s(1.1),), _d2_if, **SECOND)
+case("d2_if_negative", "second order", D2_IF_SOURCE, (s(-0.9),), _d2_if, **SECOND)
+
+case(
+    "d2_while_newton_sqrt",
+    "second order",
+    """
+fn f(a) {
+    let y = a
+    while abs(y * y - a) > 1e-10 {
+        y = 0.5 * (y + a / y)
+    }
+    return y
+}
+""",
+    (s(2.7),),
+    _newton_sqrt,
+    **SECOND,
+)
+
+case(
+    "d2_while_growth",
+    "second order",
+    """
+fn f(x) {
+    let y = x
+    while y < 10.0 {
+        y = y * 1.5 + sin(y) * x
+    }
+    return y * y
+}
+""",
+    (s(0.8),),
+    lambda x: _growth(x),
+    **SECOND,
+)
+
+
+def _growth(x: torch.Tensor) -> torch.Tensor:
+    y = x
+    while y.item() < 10.0:
+        y = y * 1.5 + torch.sin(y) * x
+    return y * y
+
+
+case(
+    "d2_for_loop",
+    "second order",
+    """
+fn f(x) {
+    let y = x
+    for i in 0..4 {
+        y = sin(y) + x * 0.5
+    }
+    return y * x
+}
+""",
+    (s(0.6),),
+    lambda x: _d2_for(x),
+    **SECOND,
+)
+
+
+def _d2_for(x: torch.Tensor) -> torch.Tensor:
+    y = x
+    for _ in range(4):
+        y = torch.sin(y) + x * 0.5
+    return y * x
+
+
+case(
+    "d2_recursive_power",
+    "second order",
+    """
+fn pw(x, n) {
+    if n == 0 {
+        return 1.0
+    }
+    return x * pw(x, n - 1)
+}
+
+fn f(x) {
+    return pw(x, 5) - pw(x, 2)
+}
+""",
+    (s(1.2),),
+    lambda x: x**5 - x**2,
+    **SECOND,
+)
+
+case(
+    "d2_helper_and_closure",
+    "second order",
+    """
+fn bump(x) {
+    return 1.0 / (1.0 + x * x)
+}
+
+fn f(x) {
+    let g = fn(z) => bump(z) * x
+    return g(x * 2.0) + exp(-x) * x
+}
+""",
+    (s(0.45),),
+    lambda x: x / (1.0 + (2.0 * x) ** 2) + torch.exp(-x) * x,
+    **SECOND,
+)

@@ -1,0 +1,348 @@
+"""`grad` and `value_and_grad` against PyTorch and against finite differences, on the cases of autodiff_cases.
+
+For each case the test appends wrappers to the case's source. A wrapper takes the leaves of the case's
+arguments (tensors, scalars, integers) as parameters, rebuilds tuples and structs in DL, and calls `f`, or
+`grad(f, wrt=...)`, or `value_and_grad(f, wrt=...)`, or `grad(grad(f))`:
+
+    fn dl_call(a0, a1_w, a1_b) { return f(a0, Linear { w: a1_w, b: a1_b }) }
+    fn dl_grad(a0, a1_w, a1_b) { return grad(f, wrt=(0, 1))(a0, Linear { w: a1_w, b: a1_b }) }
+
+so a struct argument never has to be built in Python, and finite differences perturb one leaf at a time.
+"""
+
+from __future__ import annotations
+
+import functools
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from autodiff_cases import CASES, Case, Struct
+from dl import pipeline
+from dl.interp.values import StructValue
+
+CASES_BY_NAME = {case.name: case for case in CASES}
+VALUE_AND_GRAD_CASES = [case for case in CASES if case.value_and_grad]
+SECOND_ORDER_CASES = [case for case in CASES if case.second_order]
+
+FORWARD_TOLERANCE = {"rtol": 1e-9, "atol": 1e-11}
+TORCH_TOLERANCE = {"rtol": 1e-7, "atol": 1e-9}
+FD_EPS = 1e-6
+FD_TOLERANCE = {"rtol": 1e-5, "atol": 1e-7}
+FD2_TOLERANCE = {"rtol": 1e-5, "atol": 1e-6}
+
+
+def case_ids(cases: list[Case]) -> list[str]:
+    return [case.name for case in cases]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Building the wrappers
+
+
+def argument_expression(value: Any, name: str, params: list[str]) -> str:
+    """The DL expression that rebuilds `value` from leaf parameters named after `name`; appends them."""
+    if isinstance(value, Struct):
+        fields = ", ".join(
+            f"{field}: {argument_expression(item, f'{name}_{field}', params)}" for field, item in value.fields.items()
+        )
+        return f"{value.name} {{ {fields} }}"
+    if isinstance(value, tuple):
+        items = [argument_expression(item, f"{name}_{position}", params) for position, item in enumerate(value)]
+        return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
+    params.append(name)
+    return name
+
+
+def leaves(value: Any) -> list[Any]:
+    """The leaf values of an argument, in the order of `argument_expression`'s parameters."""
+    if isinstance(value, Struct):
+        return [leaf for item in value.fields.values() for leaf in leaves(item)]
+    if isinstance(value, tuple):
+        return [leaf for item in value for leaf in leaves(item)]
+    return [value]
+
+
+def rebuild(value: Any, flat: list[Any]) -> Any:
+    """`value` with its leaves replaced, in order, by the items popped from the front of `flat`."""
+    if isinstance(value, Struct):
+        return Struct(value.name, {field: rebuild(item, flat) for field, item in value.fields.items()})
+    if isinstance(value, tuple):
+        return tuple(rebuild(item, flat) for item in value)
+    return flat.pop(0)
+
+
+def wrt_positions(case: Case) -> tuple[int, ...]:
+    return case.wrt if isinstance(case.wrt, tuple) else (case.wrt,)
+
+
+def wrt_keyword(wrt: int | tuple[int, ...]) -> str:
+    if isinstance(wrt, tuple):
+        return f", wrt=({', '.join(str(position) for position in wrt)})"
+    return "" if wrt == 0 else f", wrt={wrt}"
+
+
+def transform_call(case: Case, transform: str, expressions: list[str]) -> str:
+    """`transform(f, wrt=...)(args)` for a direct case; for a "lambda" case the function differentiated is
+    an anonymous function of the wrt arguments that captures the others."""
+    if case.via == "direct":
+        return f"{transform}(f{wrt_keyword(case.wrt)})({', '.join(expressions)})"
+    assert case.via == "lambda", case.via
+    positions = wrt_positions(case)
+    lambda_params = [f"p{position}" for position in positions]
+    inner = [f"p{position}" if position in positions else expr for position, expr in enumerate(expressions)]
+    wrt = tuple(range(len(positions))) if isinstance(case.wrt, tuple) else 0
+    function = f"fn({', '.join(lambda_params)}) => f({', '.join(inner)})"
+    outer = [expressions[position] for position in positions]
+    return f"{transform}({function}{wrt_keyword(wrt)})({', '.join(outer)})"
+
+
+def wrapper_source(case: Case, kind: str) -> str:
+    params: list[str] = []
+    expressions = [argument_expression(value, f"a{position}", params) for position, value in enumerate(case.args)]
+    header = f"fn dl_{kind}({', '.join(params)})"
+    if kind == "call":
+        body = f"f({', '.join(expressions)})"
+    elif kind == "grad":
+        body = transform_call(case, "grad", expressions)
+    elif kind == "value_and_grad":
+        body = transform_call(case, "value_and_grad", expressions)
+    elif kind == "d1":
+        body = f"grad(f)({', '.join(expressions)})"
+    elif kind == "d2":
+        body = f"grad(grad(f))({', '.join(expressions)})"
+    else:
+        raise ValueError(kind)
+    return f"{header} {{\n    return {body}\n}}\n"
+
+
+@functools.cache
+def program(name: str, kinds: tuple[str, ...]) -> Any:
+    case = CASES_BY_NAME[name]
+    source = case.source + "\n" + "\n".join(wrapper_source(case, kind) for kind in kinds)
+    return pipeline.load(f"{name}.dl", source)
+
+
+def call(case: Case, kind: str, args: tuple | None = None) -> Any:
+    """Call the wrapper `dl_<kind>` of `case` (with the case's arguments unless `args` is given)."""
+    kinds = ("call",) if kind == "call" else ("call", kind)
+    loaded = program(case.name, kinds)
+    flat = [leaf for value in (case.args if args is None else args) for leaf in leaves(value)]
+    return pipeline.call(loaded, f"dl_{kind}", [copy_leaf(leaf) for leaf in flat])
+
+
+def copy_leaf(leaf: Any) -> Any:
+    return leaf.copy() if isinstance(leaf, np.ndarray) else leaf
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Flattening results for comparison
+
+
+def flatten(value: Any, path: str = "") -> list[tuple[str, Any]]:
+    """(path, leaf) pairs of a DL result or of an expected value: structs by field name, tuples by position.
+    A struct's path records its type name, so a struct of another type does not compare equal."""
+    if isinstance(value, StructValue):
+        return [
+            pair
+            for field, item in zip(value.type.fields, value.values, strict=True)
+            for pair in flatten(item, f"{path}<{value.type.name}>.{field}")
+        ]
+    if isinstance(value, Struct):
+        return [pair for field, item in value.fields.items() for pair in flatten(item, f"{path}<{value.name}>.{field}")]
+    if isinstance(value, tuple):
+        return [pair for position, item in enumerate(value) for pair in flatten(item, f"{path}[{position}]")]
+    return [(path, value)]
+
+
+def assert_same_structure_and_close(actual: Any, expected: Any, tolerance: dict, what: str) -> None:
+    actual_flat = flatten(actual)
+    expected_flat = flatten(expected)
+    assert [path for path, _ in actual_flat] == [path for path, _ in expected_flat], (
+        f"{what}: structure differs: {actual!r}"
+    )
+    for (path, got), (_, want) in zip(actual_flat, expected_flat, strict=True):
+        got_array = np.asarray(got)
+        want_array = np.asarray(want, dtype=np.float64)
+        assert got_array.shape == want_array.shape, f"{what}{path}: shape {got_array.shape} != {want_array.shape}"
+        assert got_array.dtype == np.float64, f"{what}{path}: dtype {got_array.dtype}, expected float64"
+        np.testing.assert_allclose(got_array, want_array, err_msg=f"{what}{path}", **tolerance)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# PyTorch
+
+
+def to_torch(value: Any, requires_grad: bool, collected: list[torch.Tensor]) -> Any:
+    """The case argument as PyTorch values; float leaves that need a gradient are appended to `collected`."""
+    if isinstance(value, Struct):
+        return SimpleNamespace(**{k: to_torch(item, requires_grad, collected) for k, item in value.fields.items()})
+    if isinstance(value, tuple):
+        return tuple(to_torch(item, requires_grad, collected) for item in value)
+    if isinstance(value, int | np.integer):
+        return int(value)
+    array = np.asarray(value)
+    if array.dtype.kind in "iu":
+        return torch.tensor(array, dtype=torch.int64)
+    tensor = torch.tensor(array, dtype=torch.float64, requires_grad=requires_grad)
+    if requires_grad:
+        collected.append(tensor)
+    return tensor
+
+
+def torch_value_and_grad(case: Case) -> tuple[float, Any]:
+    """The value of the PyTorch function and its gradient, shaped as DL's `grad(f, wrt=case.wrt)` result."""
+    positions = wrt_positions(case)
+    per_argument: dict[int, list[torch.Tensor]] = {}
+    converted = []
+    for position, value in enumerate(case.args):
+        collected: list[torch.Tensor] = []
+        converted.append(to_torch(value, position in positions, collected))
+        per_argument[position] = collected
+    output = case.torch_fn(*converted)
+    assert output.dim() == 0, f"{case.name}: the PyTorch function must return a scalar"
+    inputs = [tensor for position in positions for tensor in per_argument[position]]
+    raw = torch.autograd.grad(output, inputs, allow_unused=True)
+    grads = [
+        np.zeros(tuple(tensor.shape)) if g is None else g.detach().numpy()
+        for tensor, g in zip(inputs, raw, strict=True)
+    ]
+    shaped = [rebuild(case.args[position], grads) for position in positions]
+    gradient = tuple(shaped) if isinstance(case.wrt, tuple) else shaped[0]
+    return output.item(), gradient
+
+
+def torch_value(case: Case) -> float:
+    with torch.no_grad():
+        converted = [to_torch(value, False, []) for value in case.args]
+        return case.torch_fn(*converted).item()
+
+
+def torch_derivatives(case: Case) -> tuple[float, float]:
+    """First and second derivative of a scalar -> scalar case by PyTorch double backward."""
+    (x0,) = case.args
+    x = torch.tensor(float(x0), dtype=torch.float64, requires_grad=True)
+    y = case.torch_fn(x)
+    (first,) = torch.autograd.grad(y, x, create_graph=True)
+    (second,) = torch.autograd.grad(first, x)
+    return first.item(), second.item()
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Finite differences
+
+
+def perturbed(args: tuple, leaf_index: int, element: tuple, delta: float) -> tuple:
+    """The arguments with one element of one float leaf (counted over all arguments) moved by `delta`."""
+    flat = [copy_leaf(leaf) for value in args for leaf in leaves(value)]
+    leaf = flat[leaf_index]
+    if isinstance(leaf, np.ndarray):
+        leaf[element] += delta
+    else:
+        flat[leaf_index] = np.float64(leaf + delta)
+    return tuple(rebuild(value, flat) for value in args)
+
+
+@functools.cache
+def finite_difference_gradient_of(name: str) -> Any:
+    """`finite_difference_gradient` of a case's `f`, computed once per case."""
+    return finite_difference_gradient(CASES_BY_NAME[name])
+
+
+def finite_difference_gradient(case: Case, kind: str = "call") -> Any:
+    """Central differences of the DL wrapper `dl_<kind>` (scalar-valued) for every element of every wrt
+    argument, shaped like `grad(f, wrt=case.wrt)`."""
+    positions = wrt_positions(case)
+    offsets = np.cumsum([0] + [len(leaves(value)) for value in case.args])
+    shaped = []
+    for position in positions:
+        estimates = []
+        for local, leaf in enumerate(leaves(case.args[position])):
+            leaf_index = int(offsets[position]) + local
+            estimate = np.zeros(np.shape(leaf))
+            for element in np.ndindex(np.shape(leaf)):
+                plus = call(case, kind, perturbed(case.args, leaf_index, element, FD_EPS))
+                minus = call(case, kind, perturbed(case.args, leaf_index, element, -FD_EPS))
+                estimate[element] = (float(plus) - float(minus)) / (2 * FD_EPS)
+            estimates.append(estimate if np.ndim(leaf) else np.float64(estimate))
+        shaped.append(rebuild(case.args[position], estimates))
+    return tuple(shaped) if isinstance(case.wrt, tuple) else shaped[0]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Tests
+
+
+@pytest.mark.parametrize("case", CASES, ids=case_ids(CASES))
+def test_forward(case: Case) -> None:
+    value = call(case, "call")
+    assert np.ndim(value) == 0, f"f returned {value!r}, not a scalar"
+    assert np.asarray(value).dtype == np.float64
+    np.testing.assert_allclose(float(value), torch_value(case), **FORWARD_TOLERANCE)
+
+
+@pytest.mark.parametrize("case", CASES, ids=case_ids(CASES))
+def test_case_is_differentiable_at_its_inputs(case: Case) -> None:
+    """Checks the corpus itself (passes without `grad`): PyTorch's gradient agrees with central finite
+    differences of DL's `f`, so the inputs are away from kinks and branch boundaries."""
+    _, expected = torch_value_and_grad(case)
+    assert_same_structure_and_close(finite_difference_gradient_of(case.name), expected, FD_TOLERANCE, case.name)
+
+
+@pytest.mark.parametrize("case", CASES, ids=case_ids(CASES))
+def test_gradient_matches_torch(case: Case) -> None:
+    _, expected = torch_value_and_grad(case)
+    assert_same_structure_and_close(call(case, "grad"), expected, TORCH_TOLERANCE, f"{case.name}: grad")
+
+
+@pytest.mark.parametrize("case", CASES, ids=case_ids(CASES))
+def test_gradient_matches_finite_differences(case: Case) -> None:
+    gradient = call(case, "grad")
+    expected = finite_difference_gradient_of(case.name)
+    assert_same_structure_and_close(gradient, expected, FD_TOLERANCE, f"{case.name}: grad")
+
+
+@pytest.mark.parametrize("case", VALUE_AND_GRAD_CASES, ids=case_ids(VALUE_AND_GRAD_CASES))
+def test_value_and_grad(case: Case) -> None:
+    result = call(case, "value_and_grad")
+    assert isinstance(result, tuple) and len(result) == 2, f"value_and_grad gave {result!r}"
+    value, gradient = result
+    expected_value, expected_gradient = torch_value_and_grad(case)
+    assert np.ndim(value) == 0
+    np.testing.assert_allclose(float(value), expected_value, **FORWARD_TOLERANCE)
+    np.testing.assert_allclose(float(value), float(call(case, "call")), rtol=1e-12, atol=0)
+    assert_same_structure_and_close(gradient, expected_gradient, TORCH_TOLERANCE, f"{case.name}: value_and_grad")
+
+
+@pytest.mark.parametrize("case", SECOND_ORDER_CASES, ids=case_ids(SECOND_ORDER_CASES))
+def test_second_derivative(case: Case) -> None:
+    first, second = torch_derivatives(case)
+    dl_first = call(case, "d1")
+    dl_second = call(case, "d2")
+    assert np.ndim(dl_first) == 0 and np.ndim(dl_second) == 0
+    np.testing.assert_allclose(float(dl_first), first, **TORCH_TOLERANCE)
+    np.testing.assert_allclose(float(dl_second), second, **TORCH_TOLERANCE)
+    (x,) = case.args
+    plus = call(case, "d1", (np.float64(x + FD_EPS),))
+    minus = call(case, "d1", (np.float64(x - FD_EPS),))
+    np.testing.assert_allclose(float(dl_second), (float(plus) - float(minus)) / (2 * FD_EPS), **FD2_TOLERANCE)
+
+
+@pytest.mark.parametrize("case", SECOND_ORDER_CASES, ids=case_ids(SECOND_ORDER_CASES))
+def test_second_order_case_is_valid(case: Case) -> None:
+    """Checks the corpus itself: PyTorch's second derivative agrees with finite differences of its first."""
+    _, second = torch_derivatives(case)
+    (x,) = case.args
+    shifted = [
+        torch_derivatives(Case(case.name, case.category, case.source, (np.float64(x + delta),), case.torch_fn))[0]
+        for delta in (FD_EPS, -FD_EPS)
+    ]
+    np.testing.assert_allclose(second, (shifted[0] - shifted[1]) / (2 * FD_EPS), **FD2_TOLERANCE)
+
+
+def test_corpus_size() -> None:
+    assert len(CASES) >= 60
+    assert len(SECOND_ORDER_CASES) >= 8
+    assert len(CASES_BY_NAME) == len(CASES), "case names must be unique"
