@@ -528,6 +528,10 @@ class FunctionBody:
         self.result_type: Type = ANY
         self.pending: list[ast.Stmt] = []  # statements a rule needs before its contributions
         self.just_made = ""  # the name the latest operation's result was given
+        # local functions and anonymous functions bound by `let`: (declaration, the names it captured)
+        # they are bound in `env` under "fn NAME" (not an identifier) to an index into this table
+        self.closures: list[tuple[ast.FnDecl | ast.Lambda, dict[str, str]]] = []
+        self.inlining: list[int] = []  # the top-level functions being inlined, innermost last
 
     # -------------------------------------------------------------- names and types
     def fresh(self, base: str) -> str:
@@ -659,6 +663,13 @@ class FunctionBody:
     def forward(self, stmt: ast.Stmt, env: dict[str, str], sweep: Sweep, nested: bool, effects: bool) -> None:
         self.just_made = ""
         match stmt:
+            case ast.Let(pattern=ast.NamePattern(name=local), value=ast.Lambda() as value):
+                self.bind_closure(local, value, env, env)
+            case ast.Let(pattern=ast.NamePattern(name=local), value=ast.Call() as value) if isinstance(
+                self.type_of(value), FunctionRef
+            ):
+                decl, captured = self.made_closure(value, env, sweep)
+                self.bind_closure(local, decl, captured, env)
             case ast.Let(pattern=pattern, annotation=annotation, value=value):
                 hint = pattern.name if isinstance(pattern, ast.NamePattern) else "items"
                 atom = self.atom(value, env, sweep, hint)
@@ -673,10 +684,8 @@ class FunctionBody:
                     sweep.stmts.append(ast.ExprStmt(self.rename(expr, env), stmt.span))
             case ast.If() | ast.While():
                 self.compound(stmt, env, sweep, effects)
-            case ast.FnDecl():
-                raise NotDifferentiable(
-                    "`grad` cannot yet differentiate through a function declared inside another", stmt.span
-                )
+            case ast.FnDecl(name=local):
+                self.bind_closure(local, stmt, env, env)
             case _:
                 raise NotDifferentiable(
                     f"`grad` cannot differentiate this statement here: {type(stmt).__name__}", stmt.span
@@ -685,6 +694,7 @@ class FunctionBody:
     def bind(self, pattern: ast.Pattern, atom: ast.Expr, env, sweep: Sweep, annotation, value_type: Type) -> None:
         if isinstance(pattern, ast.NamePattern):
             env[pattern.name] = self.name_value(pattern.name, atom, sweep, annotation, value_type)
+            env.pop(f"fn {pattern.name}", None)
             return
         items = value_type.items if isinstance(value_type, TupleType) else [ANY] * len(pattern.items)
         for position, (item, item_type) in enumerate(zip(pattern.items, items, strict=True)):
@@ -762,9 +772,89 @@ class FunctionBody:
                 return expr
             case ast.Lambda():
                 return self.rename(expr, env)
+            case ast.Call(func=ast.Name(id=local)) if f"fn {local}" in env:
+                decl, captured = self.closures[int(env[f"fn {local}"])]
+                return self.inline(decl, captured, expr, env, sweep, hint)
+            case ast.Call() if self.takes_functions(expr):
+                decl, _ = self.typed.functions[self.type_of(expr.func).key]
+                return self.inline(decl, {}, expr, env, sweep, hint)
         if not is_active(self.type_of(expr)):
             return self.atom_of_operation(self.rename(expr, env), expr, sweep, hint, record=False)
         return self.atom_of_operation(self.operation(expr, env, sweep), expr, sweep, hint)
+
+    def bind_closure(self, local: str, decl, captured: dict[str, str], env: dict[str, str]) -> None:
+        self.closures.append((decl, dict(captured)))
+        env[f"fn {local}"] = str(len(self.closures) - 1)
+
+    def takes_functions(self, expr: ast.Call) -> bool:
+        """A call of a top-level function that is given a function (a closure) as an argument."""
+        callee = self.type_of(expr.func)
+        if not isinstance(callee, FunctionRef) or callee.key not in self.typed.functions:
+            return False
+        return any(isinstance(self.type_of(arg), FunctionRef) for arg in expr.args)
+
+    def inline(self, decl, captured: dict[str, str], expr: ast.Call, env, sweep: Sweep, hint: str) -> ast.Expr:
+        """A call of a closure (a local function, an anonymous function bound by `let`, or a function given
+        a closure as an argument): its body is emitted in place, seeing the values it captured."""
+        if id(decl) in self.inlining:
+            raise NotDifferentiable("`grad` cannot differentiate a recursive function that takes a closure", expr.span)
+        inner = dict(captured)
+        if expr.keywords or len(expr.args) != len(decl.params):
+            raise NotDifferentiable("`grad` needs this call to pass every argument by position", expr.span)
+        for param, arg in zip(decl.params, expr.args, strict=True):
+            if self.bind_function_argument(param.name, arg, env, inner):
+                continue
+            atom = self.atom(arg, env, sweep, param.name)
+            if not isinstance(atom, ast.Name):
+                atom = self.atom_of_operation(self.settled_literal(atom), arg, sweep, param.name, record=False)
+            inner[param.name] = atom.id
+            inner.pop(f"fn {param.name}", None)
+        self.inlining.append(id(decl))
+        try:
+            return self.inline_body(decl, inner, sweep, hint, expr.span)
+        finally:
+            self.inlining.pop()
+
+    def made_closure(self, expr: ast.Call, env, sweep: Sweep) -> tuple[ast.Lambda, dict[str, str]]:
+        """The closure a call of a top-level function returns (`let double = scale_by(w)`), with what it
+        captured: the function's body is emitted in place up to its `return fn(...) => ...`."""
+        callee = self.type_of(expr.func)
+        decl, _ = self.typed.functions[callee.key] if isinstance(callee, FunctionRef) else (None, None)
+        body = decl.body.body if decl is not None and isinstance(decl.body, ast.Block) else ()
+        if not body or not isinstance(body[-1], ast.Return) or not isinstance(body[-1].value, ast.Lambda):
+            raise NotDifferentiable("`grad` can only use a closure made by `return fn(...) => ...`", expr.span)
+        inner: dict[str, str] = {}
+        for param, arg in zip(decl.params, expr.args, strict=True):
+            if not self.bind_function_argument(param.name, arg, env, inner):
+                atom = self.atom(arg, env, sweep, param.name)
+                if not isinstance(atom, ast.Name):
+                    atom = self.atom_of_operation(self.settled_literal(atom), arg, sweep, param.name, record=False)
+                inner[param.name] = atom.id
+        for stmt in body[:-1]:
+            self.forward(stmt, inner, sweep, nested=False, effects=False)
+        return body[-1].value, inner
+
+    def bind_function_argument(self, param: str, arg: ast.Expr, env, inner) -> bool:
+        """Bind a closure given as an argument to the parameter's name; False if `arg` is not one."""
+        if isinstance(arg, ast.Lambda):
+            self.bind_closure(param, arg, env, inner)
+            return True
+        if isinstance(arg, ast.Name) and f"fn {arg.id}" in env:
+            inner[f"fn {param}"] = env[f"fn {arg.id}"]
+            return True
+        return False
+
+    def inline_body(self, decl, inner, sweep: Sweep, hint: str, span: Span) -> ast.Expr:
+        if not isinstance(decl.body, ast.Block):
+            return self.atom(decl.body, inner, sweep, hint)
+        *body, last = decl.body.body
+        if not isinstance(last, ast.Return) or last.value is None or any(contains_return(s) for s in body):
+            raise NotDifferentiable(
+                "`grad` can only differentiate a call of a closure whose function returns at its end only", span
+            )
+        for stmt in body:
+            self.forward(stmt, inner, sweep, nested=False, effects=False)
+        return self.atom(last.value, inner, sweep, hint)
 
     def module_aliases(self) -> set[str]:
         return {alias for alias, _ in self.round.program.imports.get(self.path, [])}

@@ -315,7 +315,7 @@ class Checker:
         key = id(decl)
         found = [
             Signature(decl.name, tuple(zip((p.name for p in decl.params), args, strict=True)), result)
-            for (k, args), result in self.instances.items()
+            for (k, args, _), result in self.instances.items()
             if k == key
         ]
         if found:
@@ -441,7 +441,9 @@ class Checker:
         count = self.instance_counts.get(key, 0)
         if count >= MAX_INSTANCES:
             args = tuple(ANY for _ in args)
-        instance = (key, args)
+        # a lambda is checked again when the names it captured have other types (another call of its maker)
+        captured = tuple(sorted(function.environment.items(), key=lambda item: item[0])) if function.environment else ()
+        instance = (key, args, captured)
         if instance in self.instances:
             return self.instances[instance]
         if instance in self.in_progress:
