@@ -642,27 +642,33 @@ def zeros_like(x: Any) -> Any:
     raise PrimitiveError(f"`zeros_like` needs a tensor, tuple, struct or tape, found {describe(x)}")
 
 
-def tree_add(a: Any, b: Any) -> Any:
-    """`a + b` leaf by leaf for two values of one structure (how gradients that meet are added)."""
-    if a.__class__ is tuple and b.__class__ is tuple and len(a) == len(b):
-        return tuple(tree_add(x, y) for x, y in zip(a, b, strict=True))
-    if a.__class__ is StructValue and b.__class__ is StructValue and a.type is b.type:
-        return StructValue(a.type, tuple(tree_add(x, y) for x, y in zip(a.values, b.values, strict=True)))
-    if a.__class__ is Tape and b.__class__ is Tape and a.size == b.size:
-        return Tape.of([tree_add(x, y) for x, y in zip(a.items(), b.items(), strict=True)])
-    if is_number_or_tensor(a) and is_number_or_tensor(b):
-        return scalar(np.add(a, b))
-    raise PrimitiveError(f"`tree_add` adds values of one structure, found {describe(a)} and {describe(b)}")
+def make_tree_add(weak_a: bool = False, weak_b: bool = False):
+    """`tree_add(a, b)`: `a + b` leaf by leaf for two values of one structure (how gradients that meet are
+    added); leaves promote as `+` does, and literals adapt."""
+    add_leaves = combining(np.add, "tree_add")(weak_a, weak_b)
+
+    def tree_add(a: Any, b: Any) -> Any:
+        if a.__class__ is tuple and b.__class__ is tuple and len(a) == len(b):
+            return tuple(tree_add(x, y) for x, y in zip(a, b, strict=True))
+        if a.__class__ is StructValue and b.__class__ is StructValue and a.type is b.type:
+            return StructValue(a.type, tuple(tree_add(x, y) for x, y in zip(a.values, b.values, strict=True)))
+        if a.__class__ is Tape and b.__class__ is Tape and a.size == b.size:
+            return Tape.of([tree_add(x, y) for x, y in zip(a.items(), b.items(), strict=True)])
+        if is_number_or_tensor(a) and is_number_or_tensor(b):
+            return add_leaves(a, b)
+        raise PrimitiveError(f"`tree_add` adds values of one structure, found {describe(a)} and {describe(b)}")
+
+    return tree_add
 
 
 def unbroadcast(x: Any, like: Any) -> Any:
     """Sum `x` down to the shape of `like`: the reverse of broadcasting `like` up to `x`."""
     x, target = as_array(x), np.shape(like)
     extra = x.ndim - len(target)
-    if extra < 0:
+    if extra < 0 or any(n not in (1, m) for n, m in zip(target, x.shape[extra:], strict=True)):
         raise PrimitiveError(f"cannot sum {describe(x)} down to the shape of {describe(like)}")
     axes = tuple(range(extra)) + tuple(extra + i for i, n in enumerate(target) if n == 1 and x.shape[extra + i] != 1)
-    summed = np.add.reduce(x, axis=axes, keepdims=True) if axes else x
+    summed = np.add.reduce(x, axis=axes, keepdims=True, dtype=x.dtype) if axes else x
     return scalar(summed.reshape(target))
 
 
@@ -672,8 +678,10 @@ def reshape_like(x: Any, like: Any) -> Any:
 
 def expand_dims(x: Any, axis: Any) -> Any:
     x = as_array(x)
-    if not is_integer(axis) or not -x.ndim - 1 <= axis <= x.ndim:
-        raise PrimitiveError(f"axis {describe(axis)} is out of range for `expand_dims` of a rank-{x.ndim} tensor")
+    if not is_integer(axis):
+        raise PrimitiveError(f"`expand_dims` takes an integer axis, found {describe(axis)}")
+    if not -x.ndim - 1 <= axis <= x.ndim:
+        raise PrimitiveError(f"axis {axis} is out of range for `expand_dims` of a rank-{x.ndim} tensor")
     return np.expand_dims(x, int(axis))
 
 
@@ -682,7 +690,7 @@ def scatter_add(x: Any, indices: Any, updates: Any, axis: Any) -> Any:
     result = np.array(x, dtype=as_array(x).dtype, copy=True)
     if result.ndim == 0:
         raise PrimitiveError(f"`scatter_add` needs a tensor of rank 1 or more, found {describe(x)}")
-    position = axis_of(result, axis)
+    position = axis_of(result, axis) % result.ndim
     indices = integer_indices(indices, "scatter_add")
     np.add.at(result, (slice(None),) * position + (indices,), as_array(updates).astype(result.dtype, copy=False))
     return result
@@ -691,8 +699,13 @@ def scatter_add(x: Any, indices: Any, updates: Any, axis: Any) -> Any:
 def split_like(x: Any, like: Any, axis: Any) -> tuple:
     """`x` cut along `axis` into pieces as long as the tensors of `like`: the reverse of `concat`."""
     x = as_array(x)
-    position = axis_of(x, axis)
-    sizes = [np.shape(item)[position] for item in tensors_of(like, "split_like")]
+    position = axis_of(x, axis) % max(x.ndim, 1)
+    pieces = tensors_of(like, "split_like")
+    for piece in pieces:
+        others = [(n, m) for i, (n, m) in enumerate(zip(piece.shape, x.shape, strict=False)) if i != position]
+        if piece.ndim != x.ndim or any(n != m for n, m in others):
+            raise PrimitiveError(f"a piece {describe(piece)} does not fit {describe(x)} along axis {position}")
+    sizes = [piece.shape[position] for piece in pieces]
     if sum(sizes) != x.shape[position]:
         raise PrimitiveError(f"pieces of {sum(sizes)} along axis {position} do not make {describe(x)}")
     return tuple(np.split(x, np.cumsum(sizes)[:-1], axis=position))
@@ -719,9 +732,15 @@ minimum = combining(np.minimum, "minimum")
 
 # Primitives whose operands promote together as an operator's do. `LITERAL_ADAPTING[p](weak_a, weak_b)`
 # is p's implementation when some of those operands (the first two numeric parameters) are literals.
-LITERAL_ADAPTING = {Prim.MAXIMUM: maximum, Prim.MINIMUM: minimum, Prim.WHERE: make_where, Prim.MATMUL: make_matmul}
+LITERAL_ADAPTING = {
+    Prim.MAXIMUM: maximum,
+    Prim.MINIMUM: minimum,
+    Prim.WHERE: make_where,
+    Prim.MATMUL: make_matmul,
+    Prim.TREE_ADD: make_tree_add,
+}
 # The position of the first of those two operands among the implementation's arguments.
-ADAPTING_OFFSET = {Prim.MAXIMUM: 0, Prim.MINIMUM: 0, Prim.WHERE: 1, Prim.MATMUL: 0}
+ADAPTING_OFFSET = {Prim.MAXIMUM: 0, Prim.MINIMUM: 0, Prim.WHERE: 1, Prim.MATMUL: 0, Prim.TREE_ADD: 0}
 
 IMPLEMENTATIONS = {
     Prim.EXP: unary(np.exp, "exp"),
@@ -771,7 +790,7 @@ IMPLEMENTATIONS = {
     Prim.EXPAND_DIMS: expand_dims,
     Prim.SCATTER_ADD: scatter_add,
     Prim.SPLIT_LIKE: split_like,
-    Prim.TREE_ADD: tree_add,
+    Prim.TREE_ADD: make_tree_add(),
     Prim.TAPE: lambda like: Tape(),
     Prim.PUSH: push,
     Prim.POP: pop,

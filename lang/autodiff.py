@@ -524,6 +524,9 @@ class FunctionBody:
         self.extra_types: dict[int, Type] = {}  # types of nodes the lowering made
         # module-level names are reserved (the code refers to them by name); locals are renamed anyway
         self.used: set[str] = set(round_.taken[path]) | {p.name for p in decl.params}
+        # the user's names, which the names lowering adds (flags, loop counters) must not meet
+        self.user_names = {n.id for n in walk(decl.body) if isinstance(n, ast.Name)} | set(self.used)
+        self.user_names |= {n.name for n in walk(decl.body) if isinstance(n, ast.NamePattern)}
         self.adjoints: dict[str, str] = {}
         self.result_type: Type = ANY
         self.pending: list[ast.Stmt] = []  # statements a rule needs before its contributions
@@ -540,6 +543,15 @@ class FunctionBody:
             count += 1
             chosen = f"{base}_{count}"
         self.used.add(chosen)
+        return chosen
+
+    def fresh_user_name(self, base: str) -> str:
+        """A variable name for code the lowering adds, unlike any of the user's."""
+        chosen, count = base, 1
+        while chosen in self.user_names:
+            count += 1
+            chosen = f"{base}_{count}"
+        self.user_names.add(chosen)
         return chosen
 
     def adjoint(self, var: str) -> str:
@@ -850,7 +862,10 @@ class FunctionBody:
         *body, last = decl.body.body
         if not isinstance(last, ast.Return) or last.value is None or any(contains_return(s) for s in body):
             raise NotDifferentiable(
-                "`grad` can only differentiate a call of a closure whose function returns at its end only", span
+                "`grad` cannot yet differentiate this call: a function given a closure, or a local function, "
+                "must have one `return`, at its end",
+                span,
+                ("help: compute the result in a variable and return it once, after any `if` or loop",),
             )
         for stmt in body:
             self.forward(stmt, inner, sweep, nested=False, effects=False)
@@ -872,7 +887,7 @@ class FunctionBody:
 
     def operation(self, expr: ast.Expr, env, sweep: Sweep) -> ast.Expr:
         """`expr` with its operands made atoms (one operation left)."""
-        operand = lambda e: self.atom(e, env, sweep, "t")  # noqa: E731
+        operand = lambda e: self.atom(e, env, sweep, hint_for(e))  # noqa: E731
         match expr:
             case ast.Unary(op="-", operand=x):
                 return ast.Unary("-", operand(x), expr.span)
@@ -950,7 +965,7 @@ class FunctionBody:
         saved = ""
         if isinstance(stmt, ast.If):
             if carried:
-                saved = self.fresh("saved")
+                saved = self.fresh(f"{carried[0]}_saved" if len(carried) == 1 else "saved")
                 sweep.stmts.append(let(saved, tuple_of([name(c) for c in carried])))
             then = self.nested_forward(stmt.then, env, effects)
             orelse = self.nested_forward(as_block(stmt.orelse), env, effects) if stmt.orelse is not None else None
@@ -958,7 +973,7 @@ class FunctionBody:
         else:
             body = self.nested_forward(stmt.body, env, effects)
             if carried:
-                saved = self.fresh("tape")
+                saved = self.fresh(f"{carried[0]}_tape" if len(carried) == 1 else "loop_tape")
                 state = tuple_of([name(c) for c in carried])
                 sweep.stmts.append(let(saved, call("tape", state)))
                 push = assign(name(saved), call("push", name(saved), state))
@@ -1307,6 +1322,17 @@ class FunctionBody:
         raise NotDifferentiable(f"`grad` has no rule for `@` of rank {ra} and rank {rb} tensors", span)
 
 
+def hint_for(expr: ast.Expr) -> str:
+    """What to call the value of an operand: `m_w1` for `m.w1`, `t` for the rest."""
+    parts = []
+    while isinstance(expr, ast.Field):
+        parts.append(expr.name)
+        expr = expr.target
+    if not parts or not isinstance(expr, ast.Name):
+        return "t"
+    return "_".join([expr.id, *reversed(parts)])
+
+
 def literal(value) -> ast.Expr | None:
     if value is None:
         return None
@@ -1408,8 +1434,8 @@ class Lowering:
 
     def return_flags(self, stmt: ast.Return) -> tuple[str, str]:
         if self.returned is None:
-            self.returned = self.body.fresh("returned")
-            self.return_value = self.body.fresh("return_value")
+            self.returned = self.body.fresh_user_name("returned")
+            self.return_value = self.body.fresh_user_name("return_value")
             self.prelude += [
                 let(self.returned, ast.BoolLiteral(False)),
                 let(self.return_value, placeholder(self.body.result_type, stmt.span)),
@@ -1419,10 +1445,10 @@ class Lowering:
 
     def for_to_while(self, stmt: ast.For) -> tuple[list[ast.Stmt], ast.Expr, list[ast.Stmt]]:
         body = self.body
-        index = body.fresh("index")
+        index = body.fresh_user_name("index")
         index_type = I64
         if isinstance(stmt.iterable, ast.Range):
-            stop = body.fresh("stop")
+            stop = body.fresh_user_name("stop")
             index_type = body.type_of(stmt.iterable.start)
             before = [let(index, stmt.iterable.start), let(stop, stmt.iterable.stop)]
             cond = ast.Binary("<", name(index), name(stop))
@@ -1430,7 +1456,7 @@ class Lowering:
             body.extra_types[id(current)] = index_type
             binds = [ast.Let(stmt.pattern, None, current, stmt.span)]
         else:
-            items = body.fresh("items")
+            items = body.fresh_user_name("items")
             before = [let(index, ast.IntLiteral(0)), let(items, stmt.iterable)]
             binds = self.element_lets(stmt, items, index)
             zipped = isinstance(stmt.pattern, ast.TuplePattern) and isinstance(body.type_of(stmt.iterable), TupleType)
@@ -1468,12 +1494,12 @@ class LoopFlags:
 
     def stop(self) -> str:
         if self.stop_flag is None:
-            self.stop_flag = self.body.fresh("stop_loop")
+            self.stop_flag = self.body.fresh_user_name("stop_loop")
         return self.stop_flag
 
     def skip(self) -> str:
         if self.skip_flag is None:
-            self.skip_flag = self.body.fresh("skip_rest")
+            self.skip_flag = self.body.fresh_user_name("skip_rest")
         return self.skip_flag
 
 
@@ -1553,18 +1579,45 @@ EFFECTS = {"print", "assert"}
 def prune(stmts: list[ast.Stmt]) -> list[ast.Stmt]:
     """Drop `let`s of values nothing reads (the forward values the backward sweep does not need)."""
     while True:
-        reads = {node.id for node in walk(tuple(stmts)) if isinstance(node, ast.Name)}
+        reads = read_elsewhere(stmts)
         unread = {
             id(stmt)
             for stmt in walk(tuple(stmts))
-            if isinstance(stmt, ast.Let)
-            and isinstance(stmt.pattern, ast.NamePattern)
-            and stmt.pattern.name not in reads
-            and pure(stmt.value)
+            if (
+                isinstance(stmt, ast.Let)
+                and isinstance(stmt.pattern, ast.NamePattern)
+                and stmt.pattern.name not in reads
+                and pure(stmt.value)
+            )
+            or (
+                isinstance(stmt, ast.Assign)
+                and not isinstance(stmt.target, ast.TupleLiteral)
+                and root_name(stmt.target) not in reads
+                and pure(stmt.value)
+            )
         }
         if not unread:
             return stmts
         stmts = filter_blocks(stmts, lambda stmt, unread=unread: id(stmt) not in unread)
+
+
+def read_elsewhere(stmts: list[ast.Stmt]) -> set[str]:
+    """The names read somewhere other than in an update of themselves (`d_x = d_x + c`, `d_x[i] += c`): a
+    variable only its own updates read is dead, updates included."""
+    reads: set[str] = set()
+    for stmt in walk(tuple(stmts)):
+        if isinstance(stmt, (ast.Let, ast.Assign)):
+            itself = root_name(stmt.target) if isinstance(stmt, ast.Assign) else None
+            reads |= {n.id for n in walk(stmt.value) if isinstance(n, ast.Name) and n.id != itself}
+            if isinstance(stmt, ast.Assign):
+                reads |= {n.id for n in walk(stmt.target) if isinstance(n, ast.Name) and n.id != itself}
+                if isinstance(stmt.target, ast.TupleLiteral):
+                    reads |= assigned_names(stmt)
+        elif isinstance(stmt, (ast.If, ast.While)):
+            reads |= {n.id for n in walk(stmt.cond) if isinstance(n, ast.Name)}
+        elif isinstance(stmt, (ast.Return, ast.ExprStmt)):
+            reads |= {n.id for n in walk(stmt) if isinstance(n, ast.Name)}
+    return reads
 
 
 def pure(expr) -> bool:

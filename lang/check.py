@@ -1213,13 +1213,16 @@ class Checker:
         for position in positions:
             arg = strong(args[position]) if isinstance(args[position], TensorType) else args[position]
             if not has_float(arg):
+                floats = [i for i, a in enumerate(args) if has_float(a)]
+                shown = str(floats[0]) if len(floats) == 1 else f"({', '.join(map(str, floats))})"
+                notes = (f"help: the arguments with floats are at `wrt={shown}`",) if floats else ()
                 self.report(
                     error(
                         "E0331",
                         f"`{name}` cannot differentiate with respect to argument {position}, of type {arg}: "
                         "only floats have gradients",
                         ref.span,
-                        notes=(f"help: choose the float arguments with `wrt=`, for example `{name}(f, wrt=1)`",),
+                        notes=notes,
                     )
                 )
                 return None

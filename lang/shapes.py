@@ -654,9 +654,15 @@ def expand_dims_rule(args: list[Argument]) -> Type:
     x = tensor(args[0].type, "`expand_dims`")
     if x is None:
         return ANY
-    axis = static_axis(args[1], x.rank + 1, "expand_dims")
+    axis = args[1].value
+    if not isinstance(axis, int):
+        raise ShapeError("E0306", "`expand_dims` needs its axis as a literal integer or const", at=args[1].span)
+    if not -x.rank - 1 <= axis <= x.rank:
+        raise ShapeError(
+            "E0306", f"axis {axis} is out of range for `expand_dims` of a rank-{x.rank} tensor", at=args[1].span
+        )
     dims = list(x.dims)
-    dims.insert(axis if axis is not None else 0, 1)
+    dims.insert(axis % (x.rank + 1), 1)
     return TensorType(strong(x).dtype, tuple(dims))
 
 
@@ -670,7 +676,8 @@ def scatter_add_rule(args: list[Argument]) -> Type:
         raise ShapeError("E0309", f"`scatter_add` needs a tensor of rank 1 or more, found {x}")
     axis = static_axis(args[3] if args[3].value is not None else Argument(I64, 0), x.rank, "scatter_add")
     expected = x.dims[:axis] + indices.dims + x.dims[axis + 1 :]
-    if broadcast_dims(updates.dims, expected) is None:
+    joined = broadcast_dims(updates.dims, expected)
+    if joined is None or updates.rank > len(expected) or not all(map(same_dim, joined, expected)):
         shown = f"[{', '.join(map(str, expected))}]"
         raise ShapeError("E0303", f"`scatter_add` updates {updates} do not fit the gathered shape {shown}")
     return TensorType(strong(x).dtype, x.dims)
@@ -681,22 +688,29 @@ def split_like_rule(args: list[Argument]) -> Type:
     items = tensors_in(args[1], "split_like")
     if x is None or items is None:
         return ANY
-    static_axis(args[2] if args[2].value is not None else Argument(I64, 0), max(x.rank, 1), "split_like")
+    axis = static_axis(args[2] if args[2].value is not None else Argument(I64, 0), max(x.rank, 1), "split_like")
+    pieces = TupleType(tuple(items))
     if any(item.rank != x.rank for item in items):
-        raise ShapeError("E0316", f"`split_like` needs pieces of the rank of {x}, found {TupleType(tuple(items))}")
+        raise ShapeError("E0316", f"`split_like` needs pieces of the rank of {x}, found {pieces}")
+    for item in items:
+        if not all(same_dim(a, b) for i, (a, b) in enumerate(zip(item.dims, x.dims, strict=True)) if i != axis):
+            raise ShapeError("E0316", f"`split_like` cannot cut {x} into pieces {pieces} along axis {axis}")
+    along = [item.dims[axis] for item in items]
+    if all(isinstance(d, int) for d in [*along, x.dims[axis]]) and sum(along) != x.dims[axis]:
+        raise ShapeError("E0316", f"`split_like` pieces {pieces} do not add up to {x} along axis {axis}")
     dtype = strong(x).dtype
     return TupleType(tuple(TensorType(dtype, item.dims) for item in items))
 
 
 def tree_add_rule(args: list[Argument]) -> Type:
+    if isinstance(args[0].type, TensorType) and isinstance(args[1].type, TensorType):
+        return arithmetic(args[0].type, args[1].type, "+")  # weak literals adapt as they do for `+`
     a = differentiable_value(args[0].type, "tree_add")
     b = differentiable_value(args[1].type, "tree_add")
     if isinstance(a, AnyType):
         return b
     if isinstance(b, AnyType) or a == b:
         return a
-    if isinstance(a, TensorType) and isinstance(b, TensorType):
-        return arithmetic(a, b, "+")
     if isinstance(a, TupleType) and isinstance(b, TupleType) and len(a.items) == len(b.items):
         return TupleType(
             tuple(tree_add_rule([Argument(x), Argument(y)]) for x, y in zip(a.items, b.items, strict=True))
@@ -720,7 +734,25 @@ def tape_of(t: Type, name: str) -> TapeType | None:
 
 def push_rule(args: list[Argument]) -> Type:
     tape = tape_of(args[0].type, "push")
-    return ANY if tape is None else tape
+    if tape is None:
+        return ANY
+    if not item_fits(tape.item, args[1].type):
+        raise ShapeError("E0301", f"`push` onto a {tape} needs a {tape.item}, found {args[1].type}", str(args[1].type))
+    return tape
+
+
+def item_fits(item: Type, value: Type) -> bool:
+    """Can `value` be pushed on a tape of `item`s (dtype and dimensions agree, `_` fits any)?"""
+    if isinstance(item, AnyType) or isinstance(value, AnyType):
+        return True
+    if isinstance(item, TensorType) and isinstance(value, TensorType):
+        dtype_fits = item.dtype == value.dtype or (value.weak and item.dtype in FLOATS and value.dtype != "bool")
+        return dtype_fits and item.rank == value.rank and all(map(same_dim, item.dims, value.dims))
+    if isinstance(item, TupleType) and isinstance(value, TupleType):
+        return len(item.items) == len(value.items) and all(map(item_fits, item.items, value.items))
+    if isinstance(item, TapeType) and isinstance(value, TapeType):
+        return item_fits(item.item, value.item)
+    return item == value
 
 
 def pop_rule(args: list[Argument]) -> Type:

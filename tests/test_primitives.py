@@ -10,6 +10,9 @@ Tests marked `xfail(strict=True, reason="BUG: ...")` document real bugs in the i
 
 from __future__ import annotations
 
+import itertools
+
+import dl.lang
 import numpy as np
 import pytest
 from dl.interp.primitives import IMPLEMENTATIONS
@@ -38,10 +41,6 @@ shapes = hnp.array_shapes(min_dims=0, max_dims=4, min_side=1, max_side=4)
 nonscalar_shapes = hnp.array_shapes(min_dims=1, max_dims=4, min_side=1, max_side=4)
 seeds = st.integers(0, 2**32 - 1)
 float_dtypes = st.sampled_from([F32, F64])
-
-
-def bug(reason: str):
-    return pytest.mark.xfail(strict=True, reason=f"BUG: {reason}")
 
 
 def randn(rng: np.random.Generator, shape, dtype=F32, low=None, high=None) -> np.ndarray:
@@ -852,6 +851,357 @@ def test_print_formats() -> None:
     assert dl_eval("print(a)", np.float32(1)) == ()
 
 
+# ======================================================================= what derivative code is written with
+
+_checks = itertools.count()
+
+
+def checker_codes(expr: str, params: str = "x: f32[2, 3]") -> list[str]:
+    """The codes of the checker's errors for `fn f(<params>) { return <expr> }` (static shapes: no run)."""
+    typed = dl.lang.check(f"fn f({params}) {{\n    return {expr}\n}}\n", f"<dl-check-{next(_checks)}>.dl")
+    return [d.code for d in typed.errors]
+
+
+ALL_DTYPES = st.sampled_from([F32, F64, I64, np.dtype(np.int32), BOOL])
+
+
+@SETTINGS
+@given(shape=shapes, dtype=ALL_DTYPES, seed=seeds)
+def test_zeros_like(shape, dtype, seed) -> None:
+    x = dl_value(randn(np.random.default_rng(seed), shape).astype(dtype))
+    check(dl_eval("zeros_like(a)", x), np.zeros(shape, dtype), dtype)
+    zeros = dl_eval("zeros_like((a, (b, 2.5)))", x, 3)
+    check(zeros[0], np.zeros(shape, dtype), dtype)
+    assert zeros[1][0] == 0 and type(zeros[1][0]) is int
+    check(zeros[1][1], np.float32(0), F32)
+
+
+def test_zeros_like_of_structs_and_tapes_and_errors() -> None:
+    source = (
+        "struct L { w: f32[2, 3], b: f64[3] }\n"
+        "fn main() {\n"
+        "    let l = L { w: ones(2, 3), b: [1.0f64, 2.0, 3.0] }\n"
+        "    let z = zeros_like(l)\n"
+        "    print(z.w, z.b, l.b)\n"
+        "    let t = zeros_like(push(push(tape(1.0), 4.0), 5.0))\n"
+        "    let (top, rest) = pop(t)\n"
+        "    print(len(t), top, pop(rest)[0])\n"
+        "}\n"
+    )
+    assert dl_main(source) == "[[0. 0. 0.]\n [0. 0. 0.]] [0. 0. 0.] [1. 2. 3.]\n2 0.0 0.0\n"
+    assert runtime_error('zeros_like("s")').diagnostics[0].code == "E0513"
+    assert checker_codes('zeros_like("s")') == ["E0311"]
+
+
+def numpy_unbroadcast(x: np.ndarray, shape: tuple) -> np.ndarray:
+    """Sum `x` over its leading axes and over the axes where `shape` has a 1, to `shape`."""
+    total = np.sum(x, axis=tuple(range(x.ndim - len(shape))), dtype=x.dtype)
+    ones = tuple(k for k, n in enumerate(shape) if n == 1)
+    return np.sum(total, axis=ones, keepdims=True, dtype=x.dtype).reshape(shape)
+
+
+@SETTINGS
+@given(shapes=hnp.mutually_broadcastable_shapes(num_shapes=2, min_dims=0, max_dims=3, max_side=4), seed=seeds)
+def test_unbroadcast_sums_down_to_the_shape(shapes, seed) -> None:
+    rng = np.random.default_rng(seed)
+    like_shape = shapes.input_shapes[0]
+    x = dl_value(randn(rng, shapes.result_shape, F64))
+    like = dl_value(np.zeros(like_shape, np.float32))
+    result = dl_eval("unbroadcast(a, b)", x, like)
+    check(result, numpy_unbroadcast(np.asarray(x), like_shape), F64, rtol=1e-12, atol=1e-12)
+    # the adjoint of broadcasting: <unbroadcast(x), y> == <x, broadcast(y)>
+    y = randn(rng, like_shape, F64)
+    left = np.sum(np.asarray(result) * y)
+    np.testing.assert_allclose(left, np.sum(np.asarray(x) * np.broadcast_to(y, shapes.result_shape)), rtol=1e-10)
+
+
+def test_unbroadcast_examples_and_errors() -> None:
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    check(dl_eval("unbroadcast(a, b)", x, np.ones(3, np.float32)), x.sum(axis=0), F32)
+    check(dl_eval("unbroadcast(a, b)", x, np.ones((2, 1))), x.sum(axis=1, keepdims=True), F32)
+    check(dl_eval("unbroadcast(a, 1.0)", x), np.float32(15), F32)
+    check(dl_eval("unbroadcast(a, b)", x, x), x, F32)
+    check(dl_eval("unbroadcast(a, b)", np.arange(6).reshape(2, 3), np.ones(3)), np.array([3, 5, 7]), I64)
+    runtime_error("unbroadcast(a, b)", np.ones(3, np.float32), x)
+    runtime_error("unbroadcast(a, b)", x, np.ones(2, np.float32))
+    runtime_error("unbroadcast(a, b)", x, np.ones(4, np.float32))
+    assert checker_codes("unbroadcast(x, zeros(2))") == ["E0303"]
+    assert checker_codes("unbroadcast(x, zeros(3, 2))") == ["E0303"]
+    assert checker_codes("unbroadcast(x, zeros(1, 2, 3))") == ["E0303"]
+    assert checker_codes("unbroadcast(x, zeros(2, 1))") == []
+
+
+@pytest.mark.parametrize("x_shape,like_shape", [((2, 3), (3, 2)), ((1, 6), (2, 3)), ((2, 1), (2, 3))], ids=str)
+def test_unbroadcast_to_an_incompatible_shape_is_a_diagnostic(x_shape, like_shape) -> None:
+    failure = runtime_error("unbroadcast(a, b)", np.ones(x_shape, np.float32), np.ones(like_shape, np.float32))
+    assert "reshape" not in str(failure)
+
+
+def test_unbroadcast_keeps_i32() -> None:
+    x = np.arange(6, dtype=np.int32).reshape(2, 3)
+    check(dl_eval("unbroadcast(a, b)", x, np.ones(3)), x.sum(axis=0, dtype=np.int32), np.dtype(np.int32))
+
+
+@SETTINGS
+@given(shape=nonscalar_shapes, seed=seeds, data=st.data())
+def test_reshape_like(shape, seed, data) -> None:
+    x = randn(np.random.default_rng(seed), shape, F64)
+    target = tuple(data.draw(st.permutations(list(shape))))
+    check(dl_eval("reshape_like(a, b)", x, np.zeros(target, np.float32)), x.reshape(target), F64)
+    check(dl_eval("reshape_like(a, b)", x, np.zeros((1, *target, 1), np.bool_)), x.reshape(1, *target, 1), F64)
+
+
+def test_reshape_like_scalars_and_errors() -> None:
+    check(dl_eval("reshape_like(a, 2.0)", np.array([[3]], np.float32)), np.float32(3), F32)
+    check(dl_eval("reshape_like(a, b)", np.float32(3), np.ones((1, 1))), np.full((1, 1), 3, np.float32), F32)
+    runtime_error("reshape_like(a, b)", np.ones((2, 3)), np.ones(5))
+    assert checker_codes("reshape_like(x, zeros(5))") == ["E0307"]
+    assert checker_codes("reshape_like(x, zeros(3, 1, 2))") == []
+
+
+@SETTINGS
+@given(shape=shapes, seed=seeds)
+def test_expand_dims_every_axis(shape, seed) -> None:
+    x = dl_value(randn(np.random.default_rng(seed), shape))
+    rank = len(shape)
+    for axis in range(-rank - 1, rank + 1):
+        expected = np.expand_dims(np.asarray(x), axis)
+        check(dl_eval(f"expand_dims(a, {axis})", x), expected, F32)
+        check(dl_eval("expand_dims(a, b)", x, axis), expected, F32)
+
+
+def test_expand_dims_errors() -> None:
+    x = np.ones((2, 3), np.float32)
+    for axis in (3, -4, 1.0, True):
+        assert runtime_error("expand_dims(a, b)", x, axis).diagnostics[0].code == "E0513"
+    assert checker_codes("expand_dims(x, 3)") == ["E0306"]
+    assert checker_codes("expand_dims(x, -4)") == ["E0306"]
+    assert checker_codes("expand_dims(x, 2)") == checker_codes("expand_dims(x, -3)") == []
+
+
+def test_expand_dims_out_of_range_messages() -> None:
+    assert "axis 3 " in str(runtime_error("expand_dims(a, 3)", np.ones((2, 3), np.float32)))
+    typed = dl.lang.check("fn f(x: f32[2, 3]) {\n    return expand_dims(x, 3)\n}\n", "<dl-check-expand>.dl")
+    assert "rank-2" in typed.errors[0].message
+
+
+def numpy_scatter_add(x, indices, updates, axis):
+    result = np.array(x, copy=True)
+    np.add.at(result, (slice(None),) * (axis % result.ndim) + (indices,), updates)
+    return result
+
+
+@SETTINGS
+@given(
+    shape=nonscalar_shapes,
+    index_shape=hnp.array_shapes(min_dims=0, max_dims=2, min_side=0, max_side=4),
+    seed=seeds,
+    data=st.data(),
+)
+def test_scatter_add_matches_add_at(shape, index_shape, seed, data) -> None:
+    rng = np.random.default_rng(seed)
+    x = randn(rng, shape, F64)
+    axis = data.draw(st.integers(0, len(shape) - 1))
+    size = shape[axis]
+    indices = dl_value(rng.integers(-size, size, size=index_shape))  # negative and repeated indices
+    updates = dl_value(randn(rng, shape[:axis] + tuple(index_shape) + shape[axis + 1 :], F64))
+    expected = numpy_scatter_add(x, indices, updates, axis)
+    check(dl_eval("scatter_add(a, b, c, axis=d)", x, indices, updates, axis), expected, F64, rtol=1e-12)
+    if axis == 0:
+        check(dl_eval("scatter_add(a, b, c)", x, indices, updates), expected, F64, rtol=1e-12)
+    # the adjoint of gather: <gather(y, i), u> == <y, scatter_add(zeros_like(y), i, u)>
+    scattered = dl_eval("scatter_add(zeros_like(a), b, c, axis=d)", x, indices, updates, axis)
+    np.testing.assert_allclose(
+        np.sum(np.take(x, indices, axis=axis) * updates), np.sum(x * np.asarray(scattered)), rtol=1e-10, atol=1e-10
+    )
+
+
+def test_scatter_add_accumulates_and_keeps_x() -> None:
+    x = np.zeros(4, np.float32)
+    result = dl_run("let y = scatter_add(a, b, c)\nreturn (a, y)", x, np.array([0, 1, 1, -1]), np.ones(4, np.float32))
+    check(result[0], np.zeros(4, np.float32), F32)
+    check(result[1], np.array([1, 2, 0, 1], np.float32), F32)
+    check(dl_eval("scatter_add(a, 2, 1.0, axis=1)", np.zeros((2, 3))), np.array([[0, 0, 1], [0, 0, 1.0]]), F64)
+    table = np.arange(6).reshape(3, 2)
+    check(
+        dl_eval("scatter_add(a, b, c)", table, np.array([2, 2]), np.ones((2, 2), np.int64)),
+        table + np.array([[0, 0], [0, 0], [2, 2]]),
+        I64,
+    )
+
+
+@needs_torch
+def test_scatter_add_matches_torch_index_add() -> None:
+    rng = np.random.default_rng(5)
+    x, updates = randn(rng, (4, 5)), randn(rng, (4, 6))
+    indices = rng.integers(0, 5, size=6)
+    expected = to_torch(x).index_add(1, to_torch(indices), to_torch(updates)).numpy()
+    check(dl_eval("scatter_add(a, b, c, axis=1)", x, indices, updates), expected, F32)
+
+
+def test_scatter_add_errors() -> None:
+    x = np.zeros(4, np.float32)
+    runtime_error("scatter_add(a, b, c)", x, np.array([0, 4]), np.ones(2, np.float32))
+    runtime_error("scatter_add(a, b, c)", x, np.array([0.0, 1.0], np.float32), np.ones(2, np.float32))
+    runtime_error("scatter_add(a, b, c)", x, np.array([0, 1]), np.ones(3, np.float32))
+    runtime_error("scatter_add(a, 0, 1.0, axis=1)", x)
+    runtime_error("scatter_add(1.0, 0, 1.0)")
+    params = "x: f32[2, 3], i: i64[4]"
+    assert checker_codes("scatter_add(zeros(5), i, ones(3))", params) == ["E0303"]
+    assert checker_codes("scatter_add(zeros(5), 1.5, ones(4))", params) == ["E0320"]
+    assert checker_codes("scatter_add(1.0, i, ones(4))", params) == ["E0309"]
+    assert checker_codes("scatter_add(x, i, ones(2, 4), axis=1)", params) == []
+
+
+def test_scatter_add_negative_axis() -> None:
+    x = np.zeros((3, 3), np.float32)
+    expected = numpy_scatter_add(x, np.int64(2), np.float32(1), 1)
+    check(dl_eval("scatter_add(a, 2, 1.0, axis=-1)", x), expected, F32)
+
+
+def test_scatter_add_checker_rejects_wider_updates() -> None:
+    assert checker_codes("scatter_add(zeros(3), [0, 1], ones(2, 2))") == ["E0303"]
+
+
+@SETTINGS
+@given(shape=nonscalar_shapes, seed=seeds, data=st.data())
+def test_split_like_matches_split(shape, seed, data) -> None:
+    rng = np.random.default_rng(seed)
+    axis = data.draw(st.integers(-len(shape), len(shape) - 1))
+    sizes = data.draw(st.lists(st.integers(0, 3), min_size=1, max_size=3))
+    position = axis % len(shape)
+    pieces = [np.zeros((*shape[:position], n, *shape[position + 1 :]), np.float32) for n in sizes]
+    x_shape = list(shape)
+    x_shape[axis] = sum(sizes)
+    x = randn(rng, tuple(x_shape), F64)
+    expected = np.split(x, np.cumsum(sizes)[:-1], axis=axis)
+    result = dl_eval("split_like(a, b, axis=c)", x, tuple(pieces), axis)
+    assert isinstance(result, tuple) and len(result) == len(sizes)
+    for got, want in zip(result, expected, strict=True):
+        check(got, want, F64)
+    check(dl_eval("concat(split_like(a, b, axis=c), axis=c)", x, tuple(pieces), axis), x, F64)
+
+
+def test_split_like_examples_and_errors() -> None:
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    first, second = dl_eval("split_like(a, (zeros(2, 1), zeros(2, 2)), axis=1)", x)
+    check(first, x[:, :1], F32)
+    check(second, x[:, 1:], F32)
+    (whole,) = dl_eval("split_like(a, (zeros(2, 3),))", x)
+    check(whole, x, F32)
+    runtime_error("split_like(a, (zeros(2, 1), zeros(2, 1)), axis=1)", x)
+    runtime_error("split_like(a, b)", x, np.zeros((2, 3)))
+    runtime_error("split_like(a, (zeros(1, 3),), axis=2)", x)
+    assert checker_codes("split_like(x, (zeros(2), zeros(2)))") == ["E0316"]
+    assert checker_codes("split_like(x, (zeros(1, 3),), axis=2)") == ["E0306"]
+
+
+def test_split_like_checker_rejects_pieces_that_do_not_add_up() -> None:
+    assert checker_codes("split_like(x, (zeros(2, 1), zeros(2, 1)), axis=1)") != []
+    assert checker_codes("split_like(x, (zeros(1, 3), zeros(2, 3)))") != []
+
+
+def test_split_like_pieces_must_match_the_other_dims() -> None:
+    x = np.ones((2, 3), np.float32)
+    runtime_error("split_like(a, (zeros(1, 5), zeros(1, 5)))", x)
+    runtime_error("split_like(a, (zeros(1), zeros(1)))", x)
+    assert checker_codes("split_like(x, (zeros(1, 5), zeros(1, 5)))") != []
+
+
+@SETTINGS
+@given(shapes=hnp.mutually_broadcastable_shapes(num_shapes=2, min_dims=0, max_dims=3, max_side=4), seed=seeds)
+def test_tree_add_adds_leaf_by_leaf(shapes, seed) -> None:
+    rng = np.random.default_rng(seed)
+    a, b = (dl_value(randn(rng, s)) for s in shapes.input_shapes)
+    c, d = dl_value(randn(rng, (2, 3), F64)), dl_value(randn(rng, (2, 3), F64))
+    check(dl_eval("tree_add(a, b)", a, b), np.add(a, b), F32)
+    first, (second, third) = dl_eval("tree_add((a, (c, 2)), (b, (d, 3)))", a, b, c, d)
+    check(first, np.add(a, b), F32)
+    check(second, np.add(c, d), F64)
+    assert third == 5 and type(third) is int
+
+
+def test_tree_add_structs_tapes_and_errors() -> None:
+    source = (
+        "struct L { w: f32[2], b: f64 }\n"
+        "fn main() {\n"
+        "    let l = L { w: [1.0, 2.0], b: 0.5f64 }\n"
+        "    let s = tree_add(l, L { w: [10.0, 20.0], b: 2.0f64 })\n"
+        "    print(s.w, s.b)\n"
+        "    let t = tree_add(push(push(tape(1.0), 1.0), 2.0), push(push(tape(1.0), 10.0), 20.0))\n"
+        "    let (top, rest) = pop(t)\n"
+        "    print(len(t), top, pop(rest)[0])\n"
+        "}\n"
+    )
+    assert dl_main(source) == "[11. 22.] 2.5\n2 22.0 11.0\n"
+    runtime_error("tree_add((a, 1), (a,))", np.ones(2, np.float32))
+    runtime_error("tree_add(a, b)", np.ones(2, np.float32), np.ones(3, np.float32))
+    runtime_error('tree_add("s", "t")')
+    assert checker_codes("tree_add((x, 1), (x,))") == ["E0301"]
+    assert checker_codes("tree_add(x, zeros(3, 2))") == ["E0303"]
+    assert checker_codes('tree_add(x, "s")') == ["E0311"]
+
+
+def test_tree_add_promotes_like_plus() -> None:
+    x, i = np.ones(2, np.float32), np.arange(2)
+    check(dl_eval("tree_add(a, b)", x, i), dl_eval("a + b", x, i), F32)
+    check(dl_eval("tree_add(a, 2.5)", i), dl_eval("a + 2.5", i), F32)
+
+
+def test_tape_push_pop_is_last_in_first_out() -> None:
+    body = (
+        "let t = tape(a[0])\n"
+        "for k in 0..len(a) {\n    t = push(t, a[k])\n}\n"
+        "let n = len(t)\n"
+        "let out = zeros_like(a)\n"
+        "let k = 0\n"
+        "while len(t) > 0 {\n    let (v, rest) = pop(t)\n    out[k] = v\n    t = rest\n    k += 1\n}\n"
+        "return (out, n, len(t))"
+    )
+    x = randn(np.random.default_rng(3), (5, 2))
+    out, size, left = dl_run(body, x)
+    check(out, x[::-1], F32)
+    assert (size, left) == (5, 0) and type(size) is int
+
+
+def test_tapes_are_values() -> None:
+    body = (
+        "let t0 = tape(1.0)\n"
+        "let t1 = push(t0, 1.0)\n"
+        "let t2 = push(t1, 2.0)\n"
+        "let t3 = push(t1, 3.0)\n"
+        "return (pop(t2)[0], pop(t3)[0], pop(pop(t3)[1])[0], len(t0), len(t1), len(t2), len(t3))"
+    )
+    assert dl_run(body) == (2.0, 3.0, 1.0, 0, 1, 2, 2)
+    value, _ = dl_eval("pop(push(tape(a), (a, 1)))", np.ones(2, np.float32))
+    check(value[0], np.ones(2, np.float32), F32)
+    assert value[1] == 1 and dl_eval("len(pop(push(tape(1.0), 2.0))[1])") == 0
+    assert dl_main("fn main() {\n    print(push(push(tape(1), 1), 2))\n}\n") == "<tape of 2>\n"
+
+
+def test_pop_of_an_empty_tape_is_a_diagnostic() -> None:
+    (diagnostic,) = runtime_error("pop(tape(a))", np.ones(2, np.float32)).diagnostics
+    assert (diagnostic.code, diagnostic.message) == ("E0513", "`pop` from an empty tape")
+    runtime_error("pop(pop(push(tape(1.0), 1.0))[1])")
+
+
+def test_tape_misuse_is_a_diagnostic() -> None:
+    x = np.ones((2, 3), np.float32)
+    assert runtime_error("push(a, a)", x).diagnostics[0].message == "`push` needs a tape, found f32[2, 3]"
+    assert runtime_error("pop(a)", x).diagnostics[0].message == "`pop` needs a tape, found f32[2, 3]"
+    runtime_error("pop((1, 2))")
+    assert checker_codes("push(x, x)") == ["E0311"]
+    assert checker_codes("pop(x)") == ["E0311"]
+    assert checker_codes("pop((x, x))") == ["E0311"]
+    assert checker_codes("pop(push(tape(x), x))[0] + x") == []
+    assert checker_codes("len(push(tape(x), x)) + 1") == []
+
+
+def test_push_of_a_value_of_another_type_is_a_checker_error() -> None:
+    assert checker_codes("push(tape(x), (1, 2))") != []
+    assert checker_codes("push(tape(x), zeros(3))") != []
+
+
 # ======================================================================= operators
 
 ARITHMETIC = {
@@ -1267,6 +1617,54 @@ PRIM_TESTS: dict[Prim, tuple[str, ...]] = {
     Prim.INT: ("test_int_conversion_truncates",),
     Prim.ASSERT: ("test_assert",),
     Prim.PRINT: ("test_print_formats",),
+    Prim.ZEROS_LIKE: ("test_zeros_like", "test_zeros_like_of_structs_and_tapes_and_errors"),
+    Prim.UNBROADCAST: (
+        "test_unbroadcast_sums_down_to_the_shape",
+        "test_unbroadcast_examples_and_errors",
+        "test_unbroadcast_to_an_incompatible_shape_is_a_diagnostic",
+        "test_unbroadcast_keeps_i32",
+    ),
+    Prim.RESHAPE_LIKE: ("test_reshape_like", "test_reshape_like_scalars_and_errors"),
+    Prim.EXPAND_DIMS: (
+        "test_expand_dims_every_axis",
+        "test_expand_dims_errors",
+        "test_expand_dims_out_of_range_messages",
+    ),
+    Prim.SCATTER_ADD: (
+        "test_scatter_add_matches_add_at",
+        "test_scatter_add_accumulates_and_keeps_x",
+        "test_scatter_add_matches_torch_index_add",
+        "test_scatter_add_errors",
+        "test_scatter_add_negative_axis",
+        "test_scatter_add_checker_rejects_wider_updates",
+    ),
+    Prim.SPLIT_LIKE: (
+        "test_split_like_matches_split",
+        "test_split_like_examples_and_errors",
+        "test_split_like_checker_rejects_pieces_that_do_not_add_up",
+        "test_split_like_pieces_must_match_the_other_dims",
+    ),
+    Prim.TREE_ADD: (
+        "test_tree_add_adds_leaf_by_leaf",
+        "test_tree_add_structs_tapes_and_errors",
+        "test_tree_add_promotes_like_plus",
+    ),
+    Prim.TAPE: (
+        "test_tape_push_pop_is_last_in_first_out",
+        "test_tapes_are_values",
+        "test_zeros_like_of_structs_and_tapes_and_errors",
+    ),
+    Prim.PUSH: (
+        "test_tape_push_pop_is_last_in_first_out",
+        "test_tapes_are_values",
+        "test_tape_misuse_is_a_diagnostic",
+        "test_push_of_a_value_of_another_type_is_a_checker_error",
+    ),
+    Prim.POP: (
+        "test_tape_push_pop_is_last_in_first_out",
+        "test_pop_of_an_empty_tape_is_a_diagnostic",
+        "test_tape_misuse_is_a_diagnostic",
+    ),
 }
 
 OPERATOR_TESTS: dict[str, tuple[str, ...]] = {
