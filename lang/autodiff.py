@@ -420,8 +420,12 @@ class Round:
             positions = site.wrt if isinstance(site.wrt, tuple) else (site.wrt,)
             suffix += "_wrt_" + "_".join(map(str, positions))
         generated = self.fresh_global(site.function_module, f"{decl.name}_{suffix}")
+        positions = site.wrt if isinstance(site.wrt, tuple) else (site.wrt,)
+        result = annotation_of([params[i] for i in positions], isinstance(site.wrt, tuple))
+        if site.with_value and result is not None:
+            result = ast.TupleTypeExpr((decl.result, result)) if decl.result is not None else None
         self.added[site.function_module].append(
-            ast.FnDecl(generated, strip_defaults(params), None, body, decl.span, decl.name_span)
+            ast.FnDecl(generated, strip_defaults(params), result, body, decl.span, decl.name_span)
         )
         return self.reference(site.module, site.function_module, generated, site.call.span)
 
@@ -437,10 +441,21 @@ class Round:
         body = FunctionBody(self, path, decl)
         block, d_result = body.pullback()
         params = (*strip_defaults(decl.params), ast.Param(d_result, decl.result))
-        return ast.FnDecl(back_name, params, None, block, decl.span, decl.name_span)
+        active = [decl.params[i] for i in self.active_params(decl)]
+        result = annotation_of(active, len(active) != 1) if decl.result is not None else None
+        return ast.FnDecl(back_name, params, result, block, decl.span, decl.name_span)
 
     def active_params(self, decl: ast.FnDecl | ast.Lambda) -> list[int]:
         return [i for i, p in enumerate(decl.params) if is_active(self.typed.types.get(id(p), ANY))]
+
+
+def annotation_of(params: list[ast.Param], as_tuple: bool) -> ast.TypeExpr | None:
+    """The type of the gradients of these parameters, when all of them are annotated."""
+    if any(p.annotation is None for p in params):
+        return None
+    if as_tuple:
+        return ast.TupleTypeExpr(tuple(p.annotation for p in params))
+    return params[0].annotation
 
 
 def strip_defaults(params: tuple[ast.Param, ...]) -> tuple[ast.Param, ...]:
