@@ -1612,8 +1612,78 @@ def prune(stmts: list[ast.Stmt]) -> list[ast.Stmt]:
             )
         }
         if not unread:
-            return stmts
+            return fold_zero_starts(stmts)
         stmts = filter_blocks(stmts, lambda stmt, unread=unread: id(stmt) not in unread)
+
+
+def fold_zero_starts(stmts: list[ast.Stmt]) -> list[ast.Stmt]:
+    """`v = zeros_like(...)` (or `let`) directly followed, as the next statement that mentions `v`, by
+    `v = v + c` becomes `v = c`: the backward sweep's zeroed adjoints, written the way a person would."""
+    out: list[ast.Stmt] = []
+    for stmt in map(fold_nested, stmts):
+        if out and undoes_copy(out[-1], stmt):
+            continue  # `let w = v` then `v = w`
+        started = zero_start(out[-1]) if out else None
+        if started is not None and is_increment(stmt, started):
+            folded = dataclasses.replace(out.pop(), value=stmt.value.rhs)
+            if not (out and undoes_copy(out[-1], folded)):
+                out.append(folded)
+            continue
+        out.append(stmt)
+    return out
+
+
+def fold_nested(stmt: ast.Stmt) -> ast.Stmt:
+    match stmt:
+        case ast.If(cond=cond, then=then, orelse=orelse):
+            new_else = orelse
+            if isinstance(orelse, ast.Block):
+                new_else = ast.Block(tuple(fold_zero_starts(list(orelse.body))), orelse.span)
+            return ast.If(cond, ast.Block(tuple(fold_zero_starts(list(then.body))), then.span), new_else, stmt.span)
+        case ast.While(cond=cond, body=body):
+            return ast.While(cond, ast.Block(tuple(fold_zero_starts(list(body.body))), body.span), stmt.span)
+    return stmt
+
+
+def undoes_copy(previous: ast.Stmt, stmt: ast.Stmt) -> bool:
+    return (
+        isinstance(previous, ast.Let)
+        and isinstance(previous.pattern, ast.NamePattern)
+        and isinstance(previous.value, ast.Name)
+        and isinstance(stmt, ast.Assign)
+        and stmt.op == "="
+        and isinstance(stmt.target, ast.Name)
+        and stmt.target.id == previous.value.id
+        and isinstance(stmt.value, ast.Name)
+        and stmt.value.id == previous.pattern.name
+    )
+
+
+def zero_start(stmt: ast.Stmt) -> str | None:
+    """The variable `stmt` sets to zeros (`let v = zeros_like(...)` or `v = zeros_like(...)`), if it does."""
+    value = getattr(stmt, "value", None)
+    if not (isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id == "zeros_like"):
+        return None
+    if isinstance(stmt, ast.Let) and isinstance(stmt.pattern, ast.NamePattern):
+        return stmt.pattern.name
+    if isinstance(stmt, ast.Assign) and stmt.op == "=" and isinstance(stmt.target, ast.Name):
+        return stmt.target.id
+    return None
+
+
+def is_increment(stmt: ast.Stmt, var: str) -> bool:
+    """Is `stmt` `var = var + c`, with `c` not reading `var`?"""
+    if not (isinstance(stmt, ast.Assign) and stmt.op == "=" and isinstance(stmt.target, ast.Name)):
+        return False
+    value = stmt.value
+    return (
+        stmt.target.id == var
+        and isinstance(value, ast.Binary)
+        and value.op == "+"
+        and isinstance(value.lhs, ast.Name)
+        and value.lhs.id == var
+        and all(not (isinstance(n, ast.Name) and n.id == var) for n in walk(value.rhs))
+    )
 
 
 def read_elsewhere(stmts: list[ast.Stmt]) -> set[str]:
