@@ -1012,12 +1012,24 @@ class FunctionBody:
     def predeclare(self, stmt, env, have: set[str]) -> list[ast.Stmt]:
         """Zero adjoints, declared before `stmt`'s backward, for the outer variables it reads or assigns."""
         out = []
-        for user in sorted(free_names(stmt) & set(env)):
-            var = env[user]
+        for var in sorted(self.outer_variables(stmt, env, set())):
             if var not in have and is_active(self.types.get(var)):
                 out.append(let(self.adjoint(var), call("zeros_like", name(var))))
                 have.add(var)
         return out
+
+    def outer_variables(self, node, env: dict[str, str], seen: set[int]) -> set[str]:
+        """The generated names of the variables `node` reads or assigns, also through the closures it calls."""
+        found = set()
+        for user in free_names(node):
+            if user in env:
+                found.add(env[user])
+            closure = env.get(f"fn {user}")
+            if closure is not None and int(closure) not in seen:
+                seen.add(int(closure))
+                decl, captured = self.closures[int(closure)]
+                found |= self.outer_variables(decl.body, captured, seen)
+        return found
 
     def backward_compound(self, record: Compound, have: set[str]) -> list[ast.Stmt]:
         if not any(c in have for c in record.carried):

@@ -1551,6 +1551,25 @@ fn f(x, scale) {
 )
 
 case(
+    "closure_called_in_a_loop",
+    "closures",
+    """
+fn f(w, xs, ys) {
+    let predict = fn(x) => sum(x * w)
+    let total = 0.0f64
+    for (x, y) in (xs, ys) {
+        let err = predict(x) - y
+        total += err * err
+    }
+    return total
+}
+""",
+    (normal(171, 3), normal(172, 4, 3), normal(173, 4)),
+    lambda w, xs, ys: (((xs * w).sum(dim=1) - ys) ** 2).sum(),
+    wrt=(0, 1),
+)
+
+case(
     "function_argument_and_returned_closure",
     "closures",
     """
