@@ -347,6 +347,30 @@ LINEAR_HELPERS = {
 }
 
 
+# The primitives with a derivative rule here; every other one is in NON_DIFFERENTIABLE (a test checks that the
+# two sets are disjoint and cover `Prim`).
+DIFFERENTIABLE = (
+    frozenset(ELEMENTWISE)
+    | frozenset(LINEAR_HELPERS)
+    | {
+        Prim.MAXIMUM,
+        Prim.MINIMUM,
+        Prim.WHERE,
+        Prim.MATMUL,
+        Prim.SUM,
+        Prim.MEAN,
+        Prim.MAX,
+        Prim.MIN,
+        Prim.LOGSUMEXP,
+        Prim.SOFTMAX,
+        Prim.LOG_SOFTMAX,
+        Prim.TRANSPOSE,
+        Prim.STACK,
+        Prim.FLOAT,
+    }
+)
+
+
 class NotDifferentiable(Exception):
     def __init__(self, message: str, span: Span, notes: tuple[str, ...] = ()) -> None:
         super().__init__(message)
@@ -1211,6 +1235,8 @@ class FunctionBody:
 
     def primitive_contributions(self, record: Op, rhs: ast.Call, d, r, span) -> list[tuple[ast.Expr, ast.Expr]]:
         prim = BY_NAME[self.type_of_callee(rhs)]
+        if prim not in DIFFERENTIABLE:
+            raise NotDifferentiable(f"`{prim.value}` has no derivative rule", span)
         signature = SIGNATURES[prim]
         binding = bind(signature, len(rhs.args), [k.name for k in rhs.keywords])
         values: dict[str, ast.Expr] = {}

@@ -346,3 +346,49 @@ def test_corpus_size() -> None:
     assert len(CASES) >= 60
     assert len(SECOND_ORDER_CASES) >= 8
     assert len(CASES_BY_NAME) == len(CASES), "case names must be unique"
+
+
+# ---------------------------------------------------------------------- the rules themselves
+
+
+def test_every_primitive_has_a_derivative_rule_or_is_not_differentiable() -> None:
+    from dl.lang.autodiff import DIFFERENTIABLE
+    from dl.lang.primitives import NON_DIFFERENTIABLE, Prim
+
+    assert not DIFFERENTIABLE & NON_DIFFERENTIABLE
+    assert DIFFERENTIABLE | NON_DIFFERENTIABLE == set(Prim), set(Prim) - DIFFERENTIABLE - NON_DIFFERENTIABLE
+
+
+# What derivative code is written with has rules too (grad(grad(f)) differentiates it): each body is a
+# scalar function of x: f64[6], checked against central finite differences.
+HELPER_BODIES = {
+    "unbroadcast": "return sum(unbroadcast(reshape(x, 3, 2), zeros(2, dtype=f64)) * [1.5f64, -2.0f64])",
+    "reshape_like": "let m = reshape_like(x, zeros(2, 3))\n    return sum(m * m * m)",
+    "expand_dims": "return sum(sin(expand_dims(x, 0) * expand_dims(x, 1)))",
+    "scatter_add": "return sum(scatter_add(x, [0, 0, 5], x[1:4] * x[1:4]) ** 2)",
+    "split_like": "let (a, b) = split_like(x, (zeros(2), zeros(4)))\n    return sum(a) * sum(b * b)",
+    "tree_add": "let (p, q) = tree_add((x, x * 2.0), (x * x, exp(x)))\n    return sum(p * q)",
+    "tape": "let t = push(push(tape(x), x * 2.0), sin(x))\n"
+    "    let (top, rest) = pop(t)\n"
+    "    let (below, rest_2) = pop(rest)\n"
+    "    return sum(top * below)",
+    "zeros_like": "return sum(zeros_like(x) + x * x)",
+    "float": "return sum(float(x * x, dtype=f64) * x)",
+    "concat_gather": "return sum(gather(concat((x, x * x), axis=0), [0, 7, 7, 11]) ** 2)",
+}
+
+
+@pytest.mark.parametrize("body", HELPER_BODIES.values(), ids=HELPER_BODIES.keys())
+def test_rules_of_what_derivative_code_is_written_with(body: str) -> None:
+    source = f"fn f(x) {{\n    {body}\n}}\n\nfn g(x) {{\n    return grad(f)(x)\n}}\n"
+    program = pipeline.load("helpers.dl", source)
+    x = np.random.default_rng(7).uniform(0.5, 1.5, 6)
+    gradient = pipeline.call(program, "g", [x.copy()])
+    eps = 1e-6
+    expected = np.zeros(6)
+    for i in range(6):
+        up, down = x.copy(), x.copy()
+        up[i] += eps
+        down[i] -= eps
+        expected[i] = (pipeline.call(program, "f", [up]) - pipeline.call(program, "f", [down])) / (2 * eps)
+    np.testing.assert_allclose(gradient, expected, rtol=1e-6, atol=1e-8)
