@@ -356,7 +356,7 @@ def test_every_primitive_has_a_derivative_rule_or_is_not_differentiable() -> Non
     from dl.lang.primitives import NON_DIFFERENTIABLE, Prim
 
     assert not DIFFERENTIABLE & NON_DIFFERENTIABLE
-    assert DIFFERENTIABLE | NON_DIFFERENTIABLE == set(Prim), set(Prim) - DIFFERENTIABLE - NON_DIFFERENTIABLE
+    assert set(Prim) == DIFFERENTIABLE | NON_DIFFERENTIABLE, set(Prim) - DIFFERENTIABLE - NON_DIFFERENTIABLE
 
 
 # What derivative code is written with has rules too (grad(grad(f)) differentiates it): each body is a
