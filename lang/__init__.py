@@ -38,11 +38,24 @@ def check(source: str, path: str = "<input>") -> Typed:
         return typed
     typed = _check_module.check(program)
     syntax, broken = recovered[0].diagnostics, recovered[0].broken_names
+    if not syntax and not typed.errors:
+        typed.diagnostics.extend(differentiation_problems(typed))
     if not syntax:
         return typed
     checked = [d for d in typed.diagnostics if not names_a_broken_declaration(d, broken)]
     typed.diagnostics[:] = sorted([*syntax, *checked], key=position)
     return typed
+
+
+def differentiation_problems(typed: Typed) -> list[Diagnostic]:
+    """What `grad` cannot differentiate in a program that checks (E0333): found by running the transform."""
+    from dl.lang.autodiff import differentiate
+
+    try:
+        differentiate(typed)
+    except DiagnosticError as failure:
+        return list(failure.diagnostics)
+    return []
 
 
 UNKNOWN = re.compile(r"unknown (?:name|struct) `([^`]*)`")

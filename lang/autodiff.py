@@ -1630,7 +1630,9 @@ EFFECTS = {"print", "assert"}
 
 
 def prune(stmts: list[ast.Stmt]) -> list[ast.Stmt]:
-    """Drop `let`s of values nothing reads (the forward values the backward sweep does not need)."""
+    """Drop `let`s of values nothing reads (the forward values the backward sweep does not need), and
+    copies: `let a = b` of names never assigned again makes `a` another name for `b`."""
+    stmts = propagate_copies(stmts)
     while True:
         reads = read_elsewhere(stmts)
         unread = {
@@ -1652,6 +1654,41 @@ def prune(stmts: list[ast.Stmt]) -> list[ast.Stmt]:
         if not unread:
             return fold_zero_starts(stmts)
         stmts = filter_blocks(stmts, lambda stmt, unread=unread: id(stmt) not in unread)
+
+
+def propagate_copies(stmts: list[ast.Stmt]) -> list[ast.Stmt]:
+    assigned = assigned_names(tuple(stmts))
+    declared: dict[str, int] = {}
+    for node in walk(tuple(stmts)):
+        if isinstance(node, ast.NamePattern):
+            declared[node.name] = declared.get(node.name, 0) + 1
+    copies = {
+        id(stmt): (stmt.pattern.name, stmt.value.id)
+        for stmt in walk(tuple(stmts))
+        if isinstance(stmt, ast.Let)
+        and stmt.annotation is None
+        and isinstance(stmt.pattern, ast.NamePattern)
+        and isinstance(stmt.value, ast.Name)
+        and declared.get(stmt.pattern.name) == 1
+        and declared.get(stmt.value.id, 0) <= 1
+        and not {stmt.pattern.name, stmt.value.id} & assigned
+    }
+    if not copies:
+        return stmts
+    alias = dict(copies.values())
+
+    def resolve(identifier: str) -> str:
+        while identifier in alias:
+            identifier = alias[identifier]
+        return identifier
+
+    stmts = filter_blocks(stmts, lambda stmt: id(stmt) not in copies)
+    renames = {
+        id(node): ast.Name(resolve(node.id), node.span)
+        for node in walk(tuple(stmts))
+        if isinstance(node, ast.Name) and node.id in alias
+    }
+    return list(replace_nodes(tuple(stmts), renames))
 
 
 def fold_zero_starts(stmts: list[ast.Stmt]) -> list[ast.Stmt]:
