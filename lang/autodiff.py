@@ -1060,29 +1060,39 @@ class FunctionBody:
             return []
         out = self.predeclare(record.stmt, record.env, have)
         state = tuple_of([name(c) for c in record.carried])
+        # the variables hold the values they had after the statement (for a loop, after the iteration about to be
+        # undone): kept, the recomputation need not compute them again
+        after = {c: self.fresh(f"{c}_after") for c in record.carried}
+        keep = [let(after[c], name(c)) for c in record.carried]
         if isinstance(record.stmt, ast.If):
-            out.append(assign(state, name(record.saved)))
-            then = self.recompute(record.stmt.then, record, have)
-            orelse = (
-                self.recompute(as_block(record.stmt.orelse), record, have) if record.stmt.orelse is not None else None
-            )
-            out.append(ast.If(self.rename(record.stmt.cond, record.env), then, orelse))
+            out += [*keep, assign(state, name(record.saved))]
+            then = self.recompute(record.stmt.then, record, have, after)
+            orelse = record.stmt.orelse
+            new_else = self.recompute(as_block(orelse), record, have, after) if orelse is not None else None
+            out.append(ast.If(self.rename(record.stmt.cond, record.env), then, new_else))
             return out
         pop = assign(ast.TupleLiteral((state, name(record.saved))), call("pop", name(record.saved)))
-        body = self.recompute(record.stmt.body, record, have)
+        body = self.recompute(record.stmt.body, record, have, after)
         condition = ast.Binary(">", call("len", name(record.saved)), ast.IntLiteral(0))
-        out.append(ast.While(condition, ast.Block((pop, *body.body))))
+        out.append(ast.While(condition, ast.Block((*keep, pop, *body.body))))
         return out
 
-    def recompute(self, block: ast.Block, record: Compound, have: set[str]) -> ast.Block:
+    def recompute(self, block: ast.Block, record: Compound, have: set[str], after: dict[str, str]) -> ast.Block:
         """A branch or one iteration in the backward sweep: its forward again (from the restored
-        variables), then its backward, leaving the adjoints of the variables it started from."""
+        variables), then its backward, leaving the adjoints of the variables it started from. The final
+        values of the variables it assigns are `after`'s, not computed again."""
         inner_env = dict(record.env)
         sweep = Sweep()
         for stmt in block.body:
             self.forward(stmt, inner_env, sweep, nested=True, effects=False)
         inner_have = set(have)
-        out = list(sweep.stmts)
+        finals = {inner_env[u]: after[o] for u, o in record.env.items() if o in after and inner_env.get(u, o) != o}
+        out = [
+            dataclasses.replace(stmt, value=name(finals[stmt.pattern.name]))
+            if isinstance(stmt, ast.Let) and isinstance(stmt.pattern, ast.NamePattern) and stmt.pattern.name in finals
+            else stmt
+            for stmt in sweep.stmts
+        ]
         for user, outer in record.env.items():
             exit_var = inner_env.get(user, outer)
             if exit_var != outer and outer in record.carried and outer in have:
@@ -1692,20 +1702,39 @@ def propagate_copies(stmts: list[ast.Stmt]) -> list[ast.Stmt]:
 
 
 def fold_zero_starts(stmts: list[ast.Stmt]) -> list[ast.Stmt]:
-    """`v = zeros_like(...)` (or `let`) directly followed, as the next statement that mentions `v`, by
-    `v = v + c` becomes `v = c`: the backward sweep's zeroed adjoints, written the way a person would."""
+    """`v = zeros_like(...)` (or `let`) followed, as the next statement of the block that mentions `v`, by
+    `v = v + c` becomes `v = c` there: the backward sweep's zeroed adjoints, written the way a person would."""
     out: list[ast.Stmt] = []
     for stmt in map(fold_nested, stmts):
         if out and undoes_copy(out[-1], stmt):
             continue  # `let w = v` then `v = w`
-        started = zero_start(out[-1]) if out else None
-        if started is not None and is_increment(stmt, started):
-            folded = dataclasses.replace(out.pop(), value=stmt.value.rhs)
+        start = last_mention(out, stmt.target.id) if is_self_increment(stmt) else None
+        if start is not None and zero_start(out[start]) == stmt.target.id:
+            zeroed = out.pop(start)
+            folded = dataclasses.replace(zeroed, value=stmt.value.rhs)
+            if start != len(out):  # statements in between: the value is only ready here
+                folded = let(stmt.target.id, stmt.value.rhs) if isinstance(zeroed, ast.Let) else stmt
+                folded = dataclasses.replace(folded, value=stmt.value.rhs)
             if not (out and undoes_copy(out[-1], folded)):
                 out.append(folded)
             continue
         out.append(stmt)
     return out
+
+
+def is_self_increment(stmt: ast.Stmt) -> bool:
+    return isinstance(stmt, ast.Assign) and isinstance(stmt.target, ast.Name) and is_increment(stmt, stmt.target.id)
+
+
+def last_mention(stmts: list[ast.Stmt], var: str) -> int | None:
+    """The position of the last statement that mentions `var`, if any."""
+    for position in range(len(stmts) - 1, -1, -1):
+        if any(
+            isinstance(n, (ast.Name, ast.NamePattern)) and getattr(n, "id", getattr(n, "name", None)) == var
+            for n in walk(stmts[position])
+        ):
+            return position
+    return None
 
 
 def fold_nested(stmt: ast.Stmt) -> ast.Stmt:
