@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 
 from dl.lang import check as _check_module
-from dl.lang.diagnostics import Diagnostic, DiagnosticError, SourceMap
+from dl.lang.diagnostics import Diagnostic, DiagnosticError, SourceMap, Span, error
 from dl.lang.modules import Program, load_program
 from dl.lang.parse import Recovered
 
@@ -55,6 +55,9 @@ def differentiation_problems(typed: Typed) -> list[Diagnostic]:
         differentiate(typed)
     except DiagnosticError as failure:
         return list(failure.diagnostics)
+    except Exception as bug:  # a bug in the transform must not take the tools down with it
+        where = Span(typed.program.entry, 1, 1, 1, 1)
+        return [error("E0333", f"internal error in `grad`, please report: {type(bug).__name__}: {bug}", where)]
     return []
 
 

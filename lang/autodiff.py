@@ -109,11 +109,15 @@ def derivative_source(typed: Typed, function: str, wrt: int | tuple[int, ...], w
     site = Site(site_call, path, decl, path, name(function), wrt, with_value)
     generator = Round(typed)
     program = generator.run([site])
-    generated = [d for p in program.modules for d in generator.added[p]]
     checked = check(program)
     if checked.errors:
         raise DiagnosticError([internal_error(checked.errors[0])])
-    return "\n\n".join(print_decl(d) for d in generated) + "\n"
+    parts = []
+    for module_path in (path, *(p for p in program.modules if p != path)):
+        for decl in generator.added[module_path]:
+            where = "" if module_path == path else f"# in {module_path}, beside `{decl.name.rsplit('_back', 1)[0]}`\n"
+            parts.append(where + print_decl(decl))
+    return "\n\n".join(parts) + "\n"
 
 
 def internal_error(diagnostic: Diagnostic) -> Diagnostic:
@@ -448,9 +452,7 @@ class Round:
         result = annotation_of([params[i] for i in positions], isinstance(site.wrt, tuple))
         if site.with_value and result is not None:
             result = ast.TupleTypeExpr((decl.result, result)) if decl.result is not None else None
-        self.added[site.function_module].append(
-            ast.FnDecl(generated, strip_defaults(params), result, body, decl.span, decl.name_span)
-        )
+        self.added[site.function_module].append(ast.FnDecl(generated, params, result, body, decl.span, decl.name_span))
         return self.reference(site.module, site.function_module, generated, site.call.span)
 
     def back_name(self, decl: ast.FnDecl, path: str) -> str:

@@ -896,10 +896,12 @@ class Checker:
                 )
                 return None
         function = self.functions[value.key]
-        if len(function.decl.params) != len(args):
-            self.report(
-                error("E0301", f"`{value.name}` takes {len(function.decl.params)} arguments, not {len(args)}", span)
-            )
+        params = function.decl.params
+        if len(args) < len(params) and all(p.default is not None for p in params[len(args) :]):
+            default_context = Context(function.module, function.name, None, frozenset())
+            args = [*args, *(self.expression(p.default, Scope(), default_context) for p in params[len(args) :])]
+        if len(params) != len(args):
+            self.report(error("E0301", f"`{value.name}` takes {len(params)} arguments, not {len(args)}", span))
             return None
         if function.generic:
             signature = self.generic_signature(function)

@@ -392,3 +392,32 @@ def test_rules_of_what_derivative_code_is_written_with(body: str) -> None:
         down[i] -= eps
         expected[i] = (pipeline.call(program, "f", [up]) - pipeline.call(program, "f", [down])) / (2 * eps)
     np.testing.assert_allclose(gradient, expected, rtol=1e-6, atol=1e-8)
+
+
+def test_gradient_across_modules_with_default_arguments(tmp_path) -> None:
+    (tmp_path / "layers.dl").write_text(
+        "struct Dense { w: f64[3, 2], b: f64[2] }\n\n"
+        "fn dense(layer: Dense, x: f64[B, 3]) -> f64[B, 2] {\n    return tanh(x @ layer.w + layer.b)\n}\n\n"
+        "fn mse(pred, target, scale = 2.0) {\n    let err = pred - target\n    return scale * mean(err * err)\n}\n"
+    )
+    main = tmp_path / "main.dl"
+    main.write_text(
+        "import layers as L\n\n"
+        "fn loss(w, b, x, y) {\n    return L.mse(L.dense(L.Dense { w: w, b: b }, x), y)\n}\n\n"
+        "fn g(w, b, x, y) {\n    let d = grad(loss, wrt=(0, 1))(w, b, x, y)\n"
+        "    return (d, grad(L.mse)(x, x * 2.0))\n}\n"
+    )
+    rng = np.random.default_rng(3)
+    w, b, x, y = (
+        rng.standard_normal((3, 2)),
+        rng.standard_normal(2),
+        rng.standard_normal((4, 3)),
+        rng.standard_normal((4, 2)),
+    )
+    (dw, db), dpred = pipeline.call(pipeline.load(str(main)), "g", [w, b, x, y])
+    tw, tb, tx, ty = (torch.tensor(v, requires_grad=True) for v in (w, b, x, y))
+    err = torch.tanh(tx @ tw + tb) - ty
+    expected_w, expected_b = torch.autograd.grad(2.0 * (err * err).mean(), (tw, tb))
+    np.testing.assert_allclose(dw, expected_w.numpy(), rtol=1e-10)
+    np.testing.assert_allclose(db, expected_b.numpy(), rtol=1e-10)
+    np.testing.assert_allclose(dpred, 2.0 * 2.0 * (x - 2.0 * x) / x.size, rtol=1e-10)
