@@ -421,3 +421,23 @@ def test_gradient_across_modules_with_default_arguments(tmp_path) -> None:
     np.testing.assert_allclose(dw, expected_w.numpy(), rtol=1e-10)
     np.testing.assert_allclose(db, expected_b.numpy(), rtol=1e-10)
     np.testing.assert_allclose(dpred, 2.0 * 2.0 * (x - 2.0 * x) / x.size, rtol=1e-10)
+
+
+def test_hessian_vector_product_by_reverse_over_reverse() -> None:
+    source = (
+        "fn f(x) {\n    let y = x\n    let i = 0\n    while i < 3 {\n        y = tanh(y * x + 0.5)\n        i += 1\n    }\n"
+        "    return sum(y * y) + sum(x * x * x) + sum(x) * x[0]\n}\n\n"
+        "fn hvp(x, v) {\n    return grad(fn(z) => sum(grad(f)(z) * v))(x)\n}\n"
+    )
+    rng = np.random.default_rng(11)
+    x, v = rng.uniform(-0.5, 0.5, 4), rng.standard_normal(4)
+    product = pipeline.call(pipeline.load("hvp.dl", source), "hvp", [x, v])
+
+    def f(t):
+        y = t
+        for _ in range(3):
+            y = torch.tanh(y * t + 0.5)
+        return (y * y).sum() + (t**3).sum() + t.sum() * t[0]
+
+    hessian = torch.autograd.functional.hessian(f, torch.tensor(x)).numpy()
+    np.testing.assert_allclose(product, hessian @ v, rtol=1e-9, atol=1e-12)
