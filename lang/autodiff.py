@@ -1675,32 +1675,59 @@ def propagate_copies(stmts: list[ast.Stmt]) -> list[ast.Stmt]:
         if isinstance(node, ast.NamePattern):
             declared[node.name] = declared.get(node.name, 0) + 1
     copies = {
-        id(stmt): (stmt.pattern.name, stmt.value.id)
+        id(stmt): (stmt.pattern.name, stmt.value)
         for stmt in walk(tuple(stmts))
         if isinstance(stmt, ast.Let)
         and stmt.annotation is None
         and isinstance(stmt.pattern, ast.NamePattern)
-        and isinstance(stmt.value, ast.Name)
         and declared.get(stmt.pattern.name) == 1
-        and declared.get(stmt.value.id, 0) <= 1
-        and not {stmt.pattern.name, stmt.value.id} & assigned
+        and stmt.pattern.name not in assigned
+        and (
+            (isinstance(stmt.value, ast.Name) and declared.get(stmt.value.id, 0) <= 1 and stmt.value.id not in assigned)
+            or (isinstance(stmt.value, (ast.FloatLiteral, ast.IntLiteral)) and stmt.value.dtype is None)
+        )
     }
     if not copies:
         return stmts
     alias = dict(copies.values())
 
-    def resolve(identifier: str) -> str:
-        while identifier in alias:
-            identifier = alias[identifier]
-        return identifier
+    def resolve(node: ast.Expr) -> ast.Expr:
+        while isinstance(node, ast.Name) and node.id in alias:
+            node = alias[node.id]
+        return node
 
     stmts = filter_blocks(stmts, lambda stmt: id(stmt) not in copies)
     renames = {
-        id(node): ast.Name(resolve(node.id), node.span)
-        for node in walk(tuple(stmts))
-        if isinstance(node, ast.Name) and node.id in alias
+        id(node): resolve(node) for node in walk(tuple(stmts)) if isinstance(node, ast.Name) and node.id in alias
     }
-    return list(replace_nodes(tuple(stmts), renames))
+    return [fold_constants(stmt) for stmt in replace_nodes(tuple(stmts), renames)]
+
+
+def fold_constants(node):
+    """`e * 1.0`, `1.0 * e` and `e / 1.0` become `e` (an unsuffixed 1 takes `e`'s dtype, so nothing changes)."""
+    if isinstance(node, tuple):
+        return tuple(fold_constants(item) for item in node)
+    if not dataclasses.is_dataclass(node) or isinstance(node, type):
+        return node
+    changes = {}
+    for f in dataclasses.fields(node):
+        if f.name in ("span", "name_span"):
+            continue
+        value = getattr(node, f.name)
+        new = fold_constants(value)
+        if new is not value:
+            changes[f.name] = new
+    if changes:
+        node = dataclasses.replace(node, **changes)
+    if isinstance(node, ast.Binary) and node.op in ("*", "/") and is_weak_one(node.rhs):
+        return node.lhs
+    if isinstance(node, ast.Binary) and node.op == "*" and is_weak_one(node.lhs):
+        return node.rhs
+    return node
+
+
+def is_weak_one(node: ast.Expr) -> bool:
+    return isinstance(node, (ast.FloatLiteral, ast.IntLiteral)) and node.dtype is None and node.value == 1
 
 
 def fold_zero_starts(stmts: list[ast.Stmt]) -> list[ast.Stmt]:
