@@ -715,6 +715,24 @@ def split_like(x: Any, like: Any, axis: Any) -> tuple:
     return tuple(np.split(x, np.cumsum(sizes)[:-1], axis=position))
 
 
+def tree_map(f: Any, trees: tuple) -> Any:
+    """`f` applied to the leaves at each place of trees of one structure (tuples and structs of tensors)."""
+    first = trees[0]
+    if first.__class__ is tuple:
+        if any(t.__class__ is not tuple or len(t) != len(first) for t in trees):
+            raise PrimitiveError(f"`tree_map` needs trees of one structure, found {', '.join(map(describe, trees))}")
+        return tuple(tree_map(f, items) for items in zip(*trees, strict=True))
+    if first.__class__ is StructValue:
+        if any(t.__class__ is not StructValue or t.type is not first.type for t in trees):
+            raise PrimitiveError(f"`tree_map` needs trees of one structure, found {', '.join(map(describe, trees))}")
+        return StructValue(
+            first.type, tuple(tree_map(f, items) for items in zip(*(t.values for t in trees), strict=True))
+        )
+    if not callable(f):
+        raise PrimitiveError(f"`tree_map` needs a function, found {describe(f)}")
+    return f(*trees)
+
+
 def push(tape: Any, value: Any) -> Tape:
     if tape.__class__ is not Tape:
         raise PrimitiveError(f"`push` needs a tape, found {describe(tape)}")
@@ -798,6 +816,7 @@ IMPLEMENTATIONS = {
     Prim.TAPE: lambda like: Tape(),
     Prim.PUSH: push,
     Prim.POP: pop,
+    Prim.TREE_MAP: tree_map,
 }
 
 # Faster implementations of calls whose arguments after the first are these constants: `sum(x)`,

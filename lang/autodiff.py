@@ -828,12 +828,60 @@ class FunctionBody:
             case ast.Call(func=ast.Name(id=local)) if f"fn {local}" in env:
                 decl, captured = self.closures[int(env[f"fn {local}"])]
                 return self.inline(decl, captured, expr, env, sweep, hint)
+            case ast.Call(func=ast.Name(id="tree_map")) if isinstance(self.type_of(expr.func), PrimitiveRef):
+                return self.atom(self.expand_tree_map(expr, env, sweep), env, sweep, hint)
             case ast.Call() if self.takes_functions(expr):
                 decl, _ = self.typed.functions[self.type_of(expr.func).key]
                 return self.inline(decl, {}, expr, env, sweep, hint)
         if not is_active(self.type_of(expr)):
             return self.atom_of_operation(self.rename(expr, env), expr, sweep, hint, record=False)
         return self.atom_of_operation(self.operation(expr, env, sweep), expr, sweep, hint)
+
+    def expand_tree_map(self, expr: ast.Call, env, sweep: Sweep) -> ast.Expr:
+        """`tree_map(f, a, b)` written out leaf by leaf (its structure is in the types): `S { w: f(a.w, b.w),
+        ... }`, so that its derivative is that of the calls of `f`."""
+        if expr.keywords or len(expr.args) < 2:
+            raise NotDifferentiable("`grad` needs `tree_map(f, trees...)` with positional arguments", expr.span)
+        function, *trees = expr.args
+        if isinstance(function, ast.Lambda):
+            local = self.fresh_user_name("mapped")
+            self.bind_closure(local, function, env, env)
+            callee: ast.Expr = ast.Name(local, function.span)
+        else:
+            callee = function
+        self.extra_types[id(callee)] = self.type_of(function)
+        atoms = [self.atom(tree, env, sweep, "tree") for tree in trees]
+        types = [
+            self.types.get(a.id, self.type_of(t)) if isinstance(a, ast.Name) else self.type_of(t)
+            for a, t in zip(atoms, trees, strict=True)
+        ]
+        return self.spread(callee, atoms, types, self.type_of(expr), expr.span)
+
+    def spread(self, callee, parts: list[ast.Expr], types: list[Type], result: Type, span: Span) -> ast.Expr:
+        first = types[0]
+        if isinstance(first, TupleType):
+            items = []
+            for i in range(len(first.items)):
+                picked = [ast.Index(p, (ast.IntLiteral(i),), span) for p in parts]
+                for node, t in zip(picked, types, strict=True):
+                    self.extra_types[id(node)] = t.items[i]
+                item_result = result.items[i] if isinstance(result, TupleType) else ANY
+                items.append(self.spread(callee, picked, [t.items[i] for t in types], item_result, span))
+            node = ast.TupleLiteral(tuple(items), span)
+        elif isinstance(first, StructType):
+            fields = []
+            for field_name, field_type in first.fields:
+                picked = [ast.Field(p, field_name, span) for p in parts]
+                for node, t in zip(picked, types, strict=True):
+                    self.extra_types[id(node)] = t.field_type(field_name)
+                value = self.spread(callee, picked, [t.field_type(field_name) for t in types], field_type, span)
+                fields.append(ast.FieldInit(field_name, value, span))
+            struct = self.round.reference(self.path, first.module, first.name, span)
+            node = ast.StructLiteral(struct, tuple(fields), span)
+        else:
+            node = ast.Call(callee, tuple(parts), (), span)
+        self.extra_types[id(node)] = result
+        return node
 
     def bind_closure(self, local: str, decl, captured: dict[str, str], env: dict[str, str]) -> None:
         self.closures.append((decl, dict(captured)))

@@ -1248,6 +1248,8 @@ class Checker:
             arguments.append(self.argument(source, args, keywords, expr, nodes))
         arguments.extend(self.argument(index, args, keywords, expr, nodes) for index in binding.variadic)
         arguments.extend(self.argument(source, args, keywords, expr, nodes) for source in binding.keywords)
+        if prim == Prim.TREE_MAP and arguments:
+            arguments[0] = replace(arguments[0], apply=self.applier(arguments[0].type, expr.span))
         try:
             result = RULES[prim](arguments)
         except ShapeError as problem:
@@ -1264,6 +1266,14 @@ class Checker:
         values = [(expr.args[i], args[i]) for i in VALUE_ARGUMENTS.get(prim, ()) if i < len(expr.args)]
         self.coerce_operands(result, values)
         return result
+
+    def applier(self, function: Type, span: Span):
+        """How a rule applies a function argument to argument types (for `tree_map`)."""
+        if isinstance(function, (FunctionRef, PrimitiveRef, GradientRef)):
+            return lambda types: self.apply_function(function, list(types), span)
+        if isinstance(function, FunctionType):
+            return lambda types: function.result
+        return None
 
     def argument(
         self,

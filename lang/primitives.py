@@ -72,6 +72,8 @@ class Prim(Enum):
     TAPE = "tape"
     PUSH = "push"
     POP = "pop"
+    # trees: structs and tuples of tensors (parameters, gradients, optimizer state)
+    TREE_MAP = "tree_map"
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,6 +145,7 @@ SIGNATURES: dict[Prim, Signature] = {
     Prim.TAPE: Signature(("like",)),
     Prim.PUSH: Signature(("tape", "value")),
     Prim.POP: Signature(("tape",)),
+    Prim.TREE_MAP: Signature(("f",), variadic=("trees", 1, None)),
 }
 
 BY_NAME: dict[str, Prim] = {p.value: p for p in Prim}

@@ -60,6 +60,8 @@ class Argument:
     value: Dim | None = None  # a statically known integer (literal, const, len(x), ...)
     given: bool = True  # False when the parameter took its default
     span: Span | None = field(default=None, compare=False)
+    # for a function argument: the type of its result for these argument types (None: it cannot take them)
+    apply: Callable[[list[Type]], Type | None] | None = field(default=None, compare=False)
 
 
 # ---------------------------------------------------------------------- dimensions
@@ -760,6 +762,49 @@ def pop_rule(args: list[Argument]) -> Type:
     return ANY if tape is None else TupleType((tape.item, tape))
 
 
+def tree_map_rule(args: list[Argument]) -> Type:
+    """`tree_map(f, a, b, ...)`: trees of one structure; `f` applied to the leaves (tensors) at each place. A
+    struct keeps its type, so `f` must give each field a value of that field's type."""
+    apply = args[0].apply
+    if apply is None:
+        return ANY
+
+    def walk(types: list[Type], where: str) -> Type:
+        first = types[0]
+        if any(isinstance(t, AnyType) for t in types):
+            return ANY
+        if isinstance(first, TupleType):
+            if any(not isinstance(t, TupleType) or len(t.items) != len(first.items) for t in types):
+                raise ShapeError(
+                    "E0301", f"`tree_map` needs trees of one structure, found {', '.join(map(str, types))}"
+                )
+            return TupleType(tuple(walk([t.items[i] for t in types], f"{where}[{i}]") for i in range(len(first.items))))
+        if isinstance(first, StructType):
+            if any(t != first for t in types):
+                raise ShapeError(
+                    "E0301", f"`tree_map` needs trees of one structure, found {', '.join(map(str, types))}"
+                )
+            for field_name, field_type in first.fields:
+                found = walk([t.field_type(field_name) for t in types], f"{where}.{field_name}")
+                if not item_fits(field_type, found):
+                    raise ShapeError(
+                        "E0301",
+                        f"`tree_map` gives {found} for `{where}.{field_name}`, a field of type {field_type}",
+                        notes=(f"help: a struct keeps its type, so the function must return a {field_type} there",),
+                    )
+            return first
+        if isinstance(first, TensorType):
+            if any(not isinstance(t, TensorType) for t in types):
+                raise ShapeError(
+                    "E0301", f"`tree_map` needs trees of one structure, found {', '.join(map(str, types))}"
+                )
+            result = apply(types)
+            return ANY if result is None else result
+        raise ShapeError("E0311", f"`tree_map` maps over tensors, tuples and structs, found {first}", str(first))
+
+    return walk([a.type for a in args[1:]], "tree")
+
+
 RULES: dict[Prim, Rule] = {
     Prim.EXP: elementwise("exp"),
     Prim.LOG: elementwise("log"),
@@ -812,4 +857,5 @@ RULES: dict[Prim, Rule] = {
     Prim.TAPE: tape_rule,
     Prim.PUSH: push_rule,
     Prim.POP: pop_rule,
+    Prim.TREE_MAP: tree_map_rule,
 }

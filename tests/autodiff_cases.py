@@ -1570,6 +1570,24 @@ fn f(w, xs, ys) {
 )
 
 case(
+    "tree_map_in_the_loss",
+    "closures",
+    """
+struct P { w: f64[3], b: f64 }
+
+fn f(w, b, v) {
+    let p = P { w: w, b: b }
+    let q = tree_map(fn(a) => a * a, p)
+    let r = tree_map(fn(a, c) => a * c, (w, b), (v, 2.0f64))
+    return sum(q.w) + q.b + sum(r[0]) * r[1]
+}
+""",
+    (normal(181, 3), np.float64(0.7), normal(182, 3)),
+    lambda w, b, v: (w * w).sum() + b * b + (w * v).sum() * (b * 2.0),
+    wrt=(0, 1, 2),
+)
+
+case(
     "function_argument_and_returned_closure",
     "closures",
     """

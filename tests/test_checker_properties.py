@@ -579,6 +579,13 @@ class Builder:
     def zeros_like(self, dtype: str, shape: Shape, depth: int) -> str:
         return f"zeros_like({self.expr(dtype, shape, depth)})"
 
+    def tree_map(self, dtype: str, shape: Shape, depth: int) -> str:
+        """A leaf of `tree_map` over a pair of tuples, with an anonymous function or a primitive."""
+        left = self.expr(dtype, shape, depth)
+        right = self.expr(dtype, shape, depth)
+        function = "fn(a, b) => a - b" if self.flag() else "fn(a, b) => maximum(a, b)"
+        return f"tree_map({function}, ({left}, {left}), ({right}, {right}))[{self.number(0, 1)}]"
+
     def unbroadcast(self, dtype: str, shape: Shape, depth: int) -> str:
         """`x` of a shape that `shape` broadcasts up to (leading dims, size-1 dims grown), summed back down."""
         lead = self.shape(0, MAX_RANK - len(shape))
@@ -802,6 +809,7 @@ PRODUCTIONS = (
     ("one_hot", lambda d, s: d == "f32" and len(s) >= 1),
     ("broadcast_to", lambda d, s: len(s) >= 1),
     ("zeros_like", lambda d, s: True),
+    ("tree_map", lambda d, s: d in NUMBERS),
     ("unbroadcast", lambda d, s: len(s) < MAX_RANK),
     ("reshape_like", lambda d, s: len(s) >= 1),
     ("expand_dims", lambda d, s: 1 in s),

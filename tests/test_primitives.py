@@ -1148,6 +1148,31 @@ def test_tree_add_promotes_like_plus() -> None:
     check(dl_eval("tree_add(a, 2.5)", i), dl_eval("a + 2.5", i), F32)
 
 
+def test_tree_map_over_structs_and_tuples() -> None:
+    source = (
+        "struct L { w: f32[2], b: f64 }\n"
+        "fn halve(v) {\n    return v * 0.5\n}\n"
+        "fn main() {\n"
+        "    let l = L { w: [1.0, 2.0], b: 4.0f64 }\n"
+        "    let g = L { w: [10.0, 20.0], b: 2.0f64 }\n"
+        "    let step = tree_map(fn(p, d) => p - 0.1 * d, l, g)\n"
+        "    print(step.w, step.b)\n"
+        "    print(tree_map(halve, (l.w, (l.b, [2.0, 4.0]))))\n"
+        "    print(tree_map(zeros_like, l), tree_map(exp, [0.0, 1.0]))\n"
+        "}\n"
+    )
+    assert dl_main(source) == "[0. 0.] 3.8\n([0.5 1. ], (2.0, [1. 2.]))\nL { w: [0. 0.], b: 0.0 } [1.       2.718282]\n"
+
+
+def test_tree_map_misuse_is_a_diagnostic() -> None:
+    assert checker_codes("tree_map(fn(v) => sum(v), (x, x))") == []
+    assert checker_codes("tree_map(fn(a, b) => a + b, (x, x), (x,))") == ["E0301"]
+    assert checker_codes('tree_map(fn(a) => a, "s")') == ["E0311"]
+    source = "struct L { w: f32[2] }\nfn f(l: L) -> L {\n    return tree_map(fn(v) => sum(v), l)\n}\n"
+    assert [d.code for d in dl.lang.check(source, "<tree_map>.dl").errors] == ["E0301"]
+    runtime_error("tree_map(fn(u, v) => u, (a,), (a, a))", np.ones(2, np.float32))
+
+
 def test_tape_push_pop_is_last_in_first_out() -> None:
     body = (
         "let t = tape(a[0])\n"
@@ -1649,6 +1674,7 @@ PRIM_TESTS: dict[Prim, tuple[str, ...]] = {
         "test_tree_add_structs_tapes_and_errors",
         "test_tree_add_promotes_like_plus",
     ),
+    Prim.TREE_MAP: ("test_tree_map_over_structs_and_tuples", "test_tree_map_misuse_is_a_diagnostic"),
     Prim.TAPE: (
         "test_tape_push_pop_is_last_in_first_out",
         "test_tapes_are_values",
