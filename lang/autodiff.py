@@ -371,6 +371,7 @@ DIFFERENTIABLE = (
         Prim.TRANSPOSE,
         Prim.STACK,
         Prim.FLOAT,
+        Prim.TREE_MAP,  # written out leaf by leaf (`expand_tree_map`): the calls of its function are differentiated
     }
 )
 

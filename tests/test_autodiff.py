@@ -425,7 +425,8 @@ def test_gradient_across_modules_with_default_arguments(tmp_path) -> None:
 
 def test_hessian_vector_product_by_reverse_over_reverse() -> None:
     source = (
-        "fn f(x) {\n    let y = x\n    let i = 0\n    while i < 3 {\n        y = tanh(y * x + 0.5)\n        i += 1\n    }\n"
+        "fn f(x) {\n    let y = x\n    let i = 0\n"
+        "    while i < 3 {\n        y = tanh(y * x + 0.5)\n        i += 1\n    }\n"
         "    return sum(y * y) + sum(x * x * x) + sum(x) * x[0]\n}\n\n"
         "fn hvp(x, v) {\n    return grad(fn(z) => sum(grad(f)(z) * v))(x)\n}\n"
     )
