@@ -733,6 +733,29 @@ def tree_map(f: Any, trees: tuple) -> Any:
     return f(*trees)
 
 
+def tree_dot(a: Any, b: Any) -> Any:
+    """The sum over all leaves of `sum(a * b)`: `sqrt(tree_dot(g, g))` is a gradient's global norm."""
+    leaves_a, leaves_b = [], []
+
+    def walk(x: Any, y: Any) -> None:
+        if x.__class__ is tuple and y.__class__ is tuple and len(x) == len(y):
+            for p, q in zip(x, y, strict=True):
+                walk(p, q)
+        elif x.__class__ is StructValue and y.__class__ is StructValue and x.type is y.type:
+            for p, q in zip(x.values, y.values, strict=True):
+                walk(p, q)
+        elif is_number_or_tensor(x) and is_number_or_tensor(y):
+            leaves_a.append(as_array(x))
+            leaves_b.append(as_array(y))
+        else:
+            raise PrimitiveError(f"`tree_dot` needs two trees of one structure, found {describe(a)} and {describe(b)}")
+
+    walk(a, b)
+    products = [np.vdot(p, q) if p.shape == q.shape else np.sum(p * q) for p, q in zip(leaves_a, leaves_b, strict=True)]
+    dtype = F64 if any(p.dtype == F64 or q.dtype == F64 for p, q in zip(leaves_a, leaves_b, strict=True)) else F32
+    return dtype.type(sum(products, dtype.type(0)))
+
+
 def push(tape: Any, value: Any) -> Tape:
     if tape.__class__ is not Tape:
         raise PrimitiveError(f"`push` needs a tape, found {describe(tape)}")
@@ -817,6 +840,10 @@ IMPLEMENTATIONS = {
     Prim.PUSH: push,
     Prim.POP: pop,
     Prim.TREE_MAP: tree_map,
+    Prim.TREE_DOT: tree_dot,
+    # data
+    # checkpoints
+    # convolution
 }
 
 # Faster implementations of calls whose arguments after the first are these constants: `sum(x)`,

@@ -372,6 +372,7 @@ DIFFERENTIABLE = (
         Prim.STACK,
         Prim.FLOAT,
         Prim.TREE_MAP,  # written out leaf by leaf (`expand_tree_map`): the calls of its function are differentiated
+        Prim.TREE_DOT,  # written out as a sum of `sum(a * b)` (`expand_tree_dot`)
     }
 )
 
@@ -831,6 +832,8 @@ class FunctionBody:
                 return self.inline(decl, captured, expr, env, sweep, hint)
             case ast.Call(func=ast.Name(id="tree_map")) if isinstance(self.type_of(expr.func), PrimitiveRef):
                 return self.atom(self.expand_tree_map(expr, env, sweep), env, sweep, hint)
+            case ast.Call(func=ast.Name(id="tree_dot")) if isinstance(self.type_of(expr.func), PrimitiveRef):
+                return self.atom(self.expand_tree_dot(expr, env, sweep), env, sweep, hint)
             case ast.Call() if self.takes_functions(expr):
                 decl, _ = self.typed.functions[self.type_of(expr.func).key]
                 return self.inline(decl, {}, expr, env, sweep, hint)
@@ -857,6 +860,46 @@ class FunctionBody:
             for a, t in zip(atoms, trees, strict=True)
         ]
         return self.spread(callee, atoms, types, self.type_of(expr), expr.span)
+
+    def expand_tree_dot(self, expr: ast.Call, env, sweep: Sweep) -> ast.Expr:
+        """`tree_dot(a, b)` written out: `sum(a.w * b.w) + sum(a.b * b.b) + ...`."""
+        if expr.keywords or len(expr.args) != 2:
+            raise NotDifferentiable("`grad` needs `tree_dot(a, b)` with positional arguments", expr.span)
+        atoms = [self.atom(tree, env, sweep, "tree") for tree in expr.args]
+        types = [
+            self.types.get(a.id, self.type_of(t)) if isinstance(a, ast.Name) else self.type_of(t)
+            for a, t in zip(atoms, expr.args, strict=True)
+        ]
+        terms: list[ast.Expr] = []
+
+        def walk(parts: list[ast.Expr], part_types: list[Type]) -> None:
+            first = part_types[0]
+            if isinstance(first, TupleType):
+                for i in range(len(first.items)):
+                    picked = [ast.Index(p, (ast.IntLiteral(i),), expr.span) for p in parts]
+                    for node, t in zip(picked, part_types, strict=True):
+                        self.extra_types[id(node)] = t.items[i]
+                    walk(picked, [t.items[i] for t in part_types])
+            elif isinstance(first, StructType):
+                for field_name, _ in first.fields:
+                    picked = [ast.Field(p, field_name, expr.span) for p in parts]
+                    for node, t in zip(picked, part_types, strict=True):
+                        self.extra_types[id(node)] = t.field_type(field_name)
+                    walk(picked, [t.field_type(field_name) for t in part_types])
+            else:
+                product = ast.Binary("*", parts[0], parts[1], expr.span)
+                self.extra_types[id(product)] = first if part_types[1] == first else ANY
+                total = call("sum", product)
+                self.extra_types[id(total.func)] = PrimitiveRef("sum")
+                self.extra_types[id(total)] = self.type_of(expr)
+                terms.append(total)
+
+        walk(atoms, types)
+        result = terms[0]
+        for term in terms[1:]:
+            result = ast.Binary("+", result, term, expr.span)
+            self.extra_types[id(result)] = self.type_of(expr)
+        return result
 
     def spread(self, callee, parts: list[ast.Expr], types: list[Type], result: Type, span: Span) -> ast.Expr:
         first = types[0]

@@ -74,6 +74,10 @@ class Prim(Enum):
     POP = "pop"
     # trees: structs and tuples of tensors (parameters, gradients, optimizer state)
     TREE_MAP = "tree_map"
+    TREE_DOT = "tree_dot"
+    # data (issue 6: stdlib/data.dl's host built-ins)
+    # checkpoints (issue 6)
+    # convolution (issue 6)
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,6 +150,10 @@ SIGNATURES: dict[Prim, Signature] = {
     Prim.PUSH: Signature(("tape", "value")),
     Prim.POP: Signature(("tape",)),
     Prim.TREE_MAP: Signature(("f",), variadic=("trees", 1, None)),
+    Prim.TREE_DOT: Signature(("a", "b")),
+    # data
+    # checkpoints
+    # convolution
 }
 
 BY_NAME: dict[str, Prim] = {p.value: p for p in Prim}

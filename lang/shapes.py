@@ -805,6 +805,33 @@ def tree_map_rule(args: list[Argument]) -> Type:
     return walk([a.type for a in args[1:]], "tree")
 
 
+def tree_dot_rule(args: list[Argument]) -> Type:
+    """`tree_dot(a, b)`: the sum over all leaves of `sum(a_leaf * b_leaf)`, for two trees of one structure."""
+    leaves: list[Type] = []
+
+    def walk(a: Type, b: Type) -> None:
+        if isinstance(a, AnyType) or isinstance(b, AnyType):
+            leaves.append(ANY)
+        elif isinstance(a, TupleType) and isinstance(b, TupleType) and len(a.items) == len(b.items):
+            for x, y in zip(a.items, b.items, strict=True):
+                walk(x, y)
+        elif isinstance(a, StructType) and a == b:
+            for field_name, field_type in a.fields:
+                walk(field_type, b.field_type(field_name))
+        elif isinstance(a, TensorType) and isinstance(b, TensorType):
+            leaves.append(arithmetic(a, b, "*"))
+        else:
+            raise ShapeError("E0301", f"`tree_dot` needs two trees of one structure, found {a} and {b}", f"{a}, {b}")
+
+    walk(args[0].type, args[1].type)
+    dtypes = {strong(t).dtype for t in leaves if isinstance(t, TensorType)}
+    if any(isinstance(t, AnyType) for t in leaves):
+        return ANY
+    if not dtypes <= FLOATS:
+        raise ShapeError("E0301", f"`tree_dot` takes trees of floats, found leaves of {', '.join(sorted(dtypes))}")
+    return TensorType("f64" if "f64" in dtypes else "f32")
+
+
 RULES: dict[Prim, Rule] = {
     Prim.EXP: elementwise("exp"),
     Prim.LOG: elementwise("log"),
@@ -858,4 +885,8 @@ RULES: dict[Prim, Rule] = {
     Prim.PUSH: push_rule,
     Prim.POP: pop_rule,
     Prim.TREE_MAP: tree_map_rule,
+    Prim.TREE_DOT: tree_dot_rule,
+    # data
+    # checkpoints
+    # convolution
 }

@@ -579,6 +579,12 @@ class Builder:
     def zeros_like(self, dtype: str, shape: Shape, depth: int) -> str:
         return f"zeros_like({self.expr(dtype, shape, depth)})"
 
+    def tree_dot(self, dtype: str, shape: Shape, depth: int) -> str:
+        """`tree_dot` of a pair of float tensors, as a scalar."""
+        left = self.expr(dtype, (2,), depth)
+        right = self.expr(dtype, (2,), depth)
+        return f"tree_dot(({left}, {left}), ({right}, {right}))"
+
     def tree_map(self, dtype: str, shape: Shape, depth: int) -> str:
         """A leaf of `tree_map` over a pair of tuples, with an anonymous function or a primitive."""
         left = self.expr(dtype, shape, depth)
@@ -810,6 +816,7 @@ PRODUCTIONS = (
     ("broadcast_to", lambda d, s: len(s) >= 1),
     ("zeros_like", lambda d, s: True),
     ("tree_map", lambda d, s: d in NUMBERS),
+    ("tree_dot", lambda d, s: d in FLOATS and not s),
     ("unbroadcast", lambda d, s: len(s) < MAX_RANK),
     ("reshape_like", lambda d, s: len(s) >= 1),
     ("expand_dims", lambda d, s: 1 in s),

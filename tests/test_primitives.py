@@ -1173,6 +1173,22 @@ def test_tree_map_misuse_is_a_diagnostic() -> None:
     runtime_error("tree_map(fn(u, v) => u, (a,), (a, a))", np.ones(2, np.float32))
 
 
+def test_tree_dot_sums_the_products_of_all_leaves() -> None:
+    source = (
+        "struct L { w: f32[2, 2], b: f64 }\n"
+        "fn main() {\n"
+        "    let l = L { w: [[1.0, 2.0], [3.0, 4.0]], b: 2.0f64 }\n"
+        "    print(tree_dot(l, l), sqrt(tree_dot((l.w, [3.0, 4.0]), (l.w, [3.0, 4.0]))))\n"
+        "}\n"
+    )
+    assert dl_main(source) == "34.0 7.4161983\n"
+    x = np.arange(6, dtype=np.float64).reshape(2, 3)
+    check(dl_eval("tree_dot((a, b), (b, a))", x, x + 1.0), np.float64(2 * np.sum(x * (x + 1.0))), F64)
+    assert checker_codes("tree_dot((x, x), (x,))") == ["E0301"]
+    assert checker_codes("tree_dot(arange(3), arange(3))") == ["E0301"]
+    runtime_error("tree_dot((a, a), (a,))", np.ones(2, np.float32))
+
+
 def test_tape_push_pop_is_last_in_first_out() -> None:
     body = (
         "let t = tape(a[0])\n"
@@ -1675,6 +1691,7 @@ PRIM_TESTS: dict[Prim, tuple[str, ...]] = {
         "test_tree_add_promotes_like_plus",
     ),
     Prim.TREE_MAP: ("test_tree_map_over_structs_and_tuples", "test_tree_map_misuse_is_a_diagnostic"),
+    Prim.TREE_DOT: ("test_tree_dot_sums_the_products_of_all_leaves",),
     Prim.TAPE: (
         "test_tape_push_pop_is_last_in_first_out",
         "test_tapes_are_values",
