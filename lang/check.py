@@ -315,7 +315,7 @@ class Checker:
         key = id(decl)
         found = [
             Signature(decl.name, tuple(zip((p.name for p in decl.params), args, strict=True)), result)
-            for (k, args, _), result in self.instances.items()
+            for (k, args, _, _), result in self.instances.items()
             if k == key
         ]
         if found:
@@ -443,7 +443,9 @@ class Checker:
             args = tuple(ANY for _ in args)
         # a lambda is checked again when the names it captured have other types (another call of its maker)
         captured = tuple(sorted(function.environment.items(), key=lambda item: item[0])) if function.environment else ()
-        instance = (key, args, captured)
+        # static integer values (`kaiming(64, 128)`) decide result shapes, though types compare without them
+        values = tuple(a.value if isinstance(a, TensorType) else None for a in args)
+        instance = (key, args, captured, values)
         if instance in self.instances:
             return self.instances[instance]
         if instance in self.in_progress:

@@ -131,3 +131,13 @@ def test_checker_never_raises_on_any_program(decls: list) -> None:
     source = print_module(ast.Module("fuzz.dl", tuple(decls)))
     typed = dl.lang.check(source, "fuzz.dl")
     assert all(d.span.path == "fuzz.dl" for d in typed.diagnostics), source
+
+
+def test_calls_with_different_static_sizes_are_checked_separately() -> None:
+    source = (
+        "fn make(rows, columns) {\n    return zeros(rows, columns)\n}\n\n"
+        "fn main() {\n    let a: f32[64, 128] = make(64, 128)\n"
+        "    let b: f32[128, 10] = make(128, 10)\n    print(a, b)\n}\n"
+    )
+    typed = dl.lang.check(source, "sizes.dl")
+    assert typed.errors == []
