@@ -15,8 +15,9 @@ from typing import Any
 
 import numpy as np
 from dl.interp.compile import Compiler
+from dl.interp.metrics import Metrics, Progress
 from dl.interp.primitives import RandomSource
-from dl.interp.runtime import STACK, DeepRecursion, Function, RunError, invoke, recursion_error
+from dl.interp.runtime import STACK, DeepRecursion, Function, RunError, complete_arguments, invoke, recursion_error
 from dl.lang import ast
 from dl.lang.check import Typed
 from dl.lang.diagnostics import UNKNOWN_SPAN, Diagnostic, DiagnosticError, Span, error
@@ -39,6 +40,8 @@ def compile_program(program: Program, typed: Typed | None = None) -> Compiler:
 def run(program: Program, args: list[str], typed: Typed | None = None) -> Any:
     """Compile and run `main(args...)`; returns what `main` returns."""
     RandomSource.reset()
+    Metrics.reset(Metrics.path)
+    Progress.reset()
     # Module constants run while compiling: give them the same room and guards as `main`.
     compiler = run_guarded(lambda: compile_program(program, typed))
     state = compiler.states[program.entry]
@@ -46,12 +49,14 @@ def run(program: Program, args: list[str], typed: Typed | None = None) -> Any:
     if main is None or not isinstance(main.value, Function):
         raise DiagnosticError(missing_main(program))
     function = main.value
-    if len(function.params) != len(args):
-        raise UsageError(
-            f"`main` takes {len(function.params)} argument{'s' * (len(function.params) != 1)}, "
-            f"{len(args)} given on the command line"
-        )
-    return run_guarded(lambda: invoke(function, list(args), function.span))
+    most = len(function.params)
+    fewest = most - sum(default is not None for default in function.defaults)
+    if not fewest <= len(args) <= most:
+        expected = f"{most}" if fewest == most else f"{fewest} to {most}"
+        raise UsageError(f"`main` takes {expected} argument{'s' * (most != 1)}, {len(args)} given on the command line")
+    return run_guarded(
+        lambda: invoke(function, complete_arguments(function, list(args), {}, function.span), function.span)
+    )
 
 
 def call(program: Program, name: str, args: list, typed: Typed | None = None) -> Any:
