@@ -6,8 +6,9 @@ are bound then, and checked then; at run time the step only computes the other
 arguments, checks that each parameter listed in `TENSOR_PARAMETERS` got a number
 or a tensor, and calls the numpy implementation. Every failure inside the
 implementation, a `PrimitiveError` or any numpy exception, becomes one E0513
-diagnostic (E0502 for `assert`) that names the primitive once, at the call's
-span, with the DL call stack. The step's shape is picked for the call site's
+diagnostic (E0502 for `assert`, E0521 for a checkpoint that cannot be saved or
+loaded) that names the primitive once, at the call's span, with the DL call
+stack. The step's shape is picked for the call site's
 arity so that the common calls (`exp(x)`, `maximum(a, b)`, `sum(x)` with its
 default keywords) cost one Python call beyond numpy's.
 """
@@ -19,6 +20,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from dl.interp.checkpoints import CheckpointError
+from dl.interp.metrics import MetricsError
 from dl.interp.primitives import (
     ADAPTING_OFFSET,
     IMPLEMENTATIONS,
@@ -39,7 +42,16 @@ from dl.lang.primitives import SIGNATURES, BindingError, Prim, bind
 Step = Callable[[list], Any]
 ndarray = np.ndarray
 # What a primitive's implementation may raise for a user's mistake: its own errors, and numpy's.
-FAILURES = (PrimitiveError, ValueError, TypeError, IndexError, ArithmeticError, MemoryError)
+FAILURES = (
+    PrimitiveError,
+    CheckpointError,
+    MetricsError,
+    ValueError,
+    TypeError,
+    IndexError,
+    ArithmeticError,
+    MemoryError,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +76,8 @@ class Argument:
 def failure(prim: Prim, problem: Exception, span: Span) -> RunError:
     if isinstance(problem, AssertionFailure):
         return fail("E0502", str(problem), span)
+    if isinstance(problem, CheckpointError):
+        return fail("E0521", failure_message(prim, problem), span)
     return fail("E0513", failure_message(prim, problem), span)
 
 

@@ -17,11 +17,18 @@ only then falls back to the general, checking path.
 
 from __future__ import annotations
 
+import csv
+import functools
+import zipfile
+from importlib import resources
 from typing import Any
 
 import numpy as np
-from dl.interp.values import DTYPES, StructValue, Tape, describe, format_value
+from dl.interp import checkpoints
+from dl.interp.metrics import log_value, progress_line
+from dl.interp.values import DTYPE_NAMES, DTYPES, StructValue, Tape, describe, format_value
 from dl.lang.primitives import SIGNATURES, Prim, Signature
+from numpy.lib.stride_tricks import sliding_window_view
 
 ndarray = np.ndarray
 F32 = np.dtype(np.float32)
@@ -623,6 +630,13 @@ class Output:
             cls.write(text + "\n")
 
 
+def show_progress(done: Any, total: Any, label: Any) -> tuple:
+    line = progress_line(done, total, label)
+    if line is not None:
+        Output.emit(line)
+    return ()
+
+
 def print_values(values: tuple) -> tuple:
     Output.emit(" ".join(format_value(v) for v in values))
     return ()
@@ -770,6 +784,408 @@ def pop(tape: Any) -> tuple:
     return (tape.top, tape.rest)
 
 
+# ---------------------------------------------------------------------- data
+
+DIGITS_SCALE = np.float32(16)  # the digits' pixels count 0..16 "on" pixels; `digits()` scales them to [0, 1]
+
+
+@functools.cache
+def digits_arrays() -> tuple[np.ndarray, np.ndarray]:
+    """The digits dataset shipped in the package (stdlib/data/digits.npz), read once per process."""
+    source = resources.files("dl.stdlib").joinpath("data/digits.npz")
+    with source.open("rb") as file, np.load(file, allow_pickle=False) as archive:
+        images, labels = archive["images"], archive["labels"]
+    return (images / DIGITS_SCALE).astype(np.float32), labels.astype(np.int64)
+
+
+def digits() -> tuple:
+    images, labels = digits_arrays()
+    return images.copy(), labels.copy()
+
+
+def generator_for(seed: Any) -> np.random.Generator:
+    """A fresh generator for `seed=s`; the run's default generator without a seed (as `randn` and `rand`)."""
+    if seed is None:
+        return RandomSource.generator
+    if not is_integer(seed) or seed < 0:
+        raise PrimitiveError(f"`seed=` takes a non-negative integer, found {shown_value(seed)}")
+    return np.random.default_rng(int(seed))
+
+
+def permutation(n: Any, seed: Any) -> np.ndarray:
+    (count,) = dims_of((n,))
+    return generator_for(seed).permutation(count)
+
+
+def batches(data: Any, size: Any, shuffle: Any, seed: Any) -> Any:
+    """Each tensor of `data` (or `data` itself) cut into batches of `size` rows along a new leading axis, after
+    one shared shuffle of the rows if asked; the last partial batch is dropped."""
+    tensors = list(data) if data.__class__ is tuple else [data]
+    if not tensors or not all(is_number_or_tensor(t) and np.ndim(t) >= 1 for t in tensors):
+        raise PrimitiveError(
+            f"`batches` takes a tensor or a tuple of tensors of rank 1 or more, found {describe(data)}"
+        )
+    rows = {np.shape(t)[0] for t in tensors}
+    if len(rows) > 1:
+        raise PrimitiveError(f"`batches` needs tensors with one leading size, found {describe(data)}")
+    (count,) = dims_of((size,))
+    if count == 0:
+        raise PrimitiveError("`batches` needs a batch size of 1 or more, found 0")
+    total = rows.pop()
+    order = generator_for(seed).permutation(total) if flag_of(shuffle, "shuffle") else slice(None)
+    kept = total // count * count
+    cut = tuple(np.reshape(t[order][:kept], (total // count, count, *np.shape(t)[1:])) for t in tensors)
+    return cut if data.__class__ is tuple else cut[0]
+
+
+def path_of(path: Any, name: str) -> str:
+    if path.__class__ is not str:
+        raise PrimitiveError(f"`{name}` takes the path as a string, found {describe(path)}")
+    return path
+
+
+def unreadable(path: str, failure: OSError) -> PrimitiveError:
+    reason = {FileNotFoundError: "no such file", IsADirectoryError: "it is a directory"}.get(type(failure))
+    return PrimitiveError(f'cannot read "{path}": {reason or failure.strerror or "it cannot be opened"}')
+
+
+def load_csv(path: Any, skip_header: Any) -> np.ndarray:
+    """A numeric CSV file as an f32 matrix: one row per line (blank lines skipped), one column per value."""
+    path = path_of(path, "load_csv")
+    skip = flag_of(skip_header, "skip_header")
+    try:
+        with open(path, newline="", encoding="utf-8") as file:
+            rows = csv_rows(csv.reader(file), path, skip)
+    except OSError as failure:
+        raise unreadable(path, failure) from None
+    except UnicodeDecodeError:
+        raise PrimitiveError(f'cannot read "{path}": it is not UTF-8 text') from None
+    except csv.Error as failure:
+        raise PrimitiveError(f'"{path}" is not valid CSV: {failure}') from None
+    if not rows:
+        raise PrimitiveError(f'"{path}" holds no rows of numbers')
+    return np.array(rows, dtype=np.float32)
+
+
+def csv_rows(reader, path: str, skip_header: bool) -> list[list[float]]:
+    rows: list[list[float]] = []
+    first_line = 0
+    for row in reader:
+        if skip_header:
+            skip_header = False
+            continue
+        if not any(cell.strip() for cell in row):
+            continue
+        line = reader.line_num
+        if rows and len(row) != len(rows[0]):
+            raise PrimitiveError(
+                f'"{path}" line {line} has {len(row)} values, but line {first_line} has {len(rows[0])}'
+            )
+        try:
+            rows.append([float(cell) for cell in row])
+        except ValueError:
+            bad = next(cell for cell in row if not is_number_text(cell))
+            raise PrimitiveError(f'"{path}" line {line}: cannot read "{bad.strip()}" as a number') from None
+        first_line = first_line or line
+    return rows
+
+
+def is_number_text(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def load_npz(path: Any, name: Any, dtype: Any, rank: Any) -> Any:
+    """The array `name` of the numpy archive at `path` (never unpickled), checked to have rank `rank` and
+    converted to `dtype` without losing values."""
+    path = path_of(path, "load_npz")
+    if name.__class__ is not str:
+        raise PrimitiveError(f"`load_npz` takes the array's name as a string, found {describe(name)}")
+    kind = dtype_of(dtype)
+    array = npz_array(path, name)
+    if not is_integer(rank) or array.ndim != rank:
+        shape = ", ".join(map(str, array.shape))
+        raise PrimitiveError(
+            f'array "{name}" in "{path}" has rank {array.ndim} (shape [{shape}]), not {shown_value(rank)}; '
+            f"write `rank={array.ndim}`"
+        )
+    return scalar(converted(array, kind, f'array "{name}" in "{path}"'))
+
+
+def npz_array(path: str, name: str) -> np.ndarray:
+    try:
+        loaded = np.load(path, allow_pickle=False)
+    except OSError as failure:
+        raise unreadable(path, failure) from None
+    except (ValueError, EOFError, zipfile.BadZipFile):  # numpy refuses to unpickle what is not an archive
+        raise PrimitiveError(f'"{path}" is not a numpy .npz archive') from None
+    if not isinstance(loaded, np.lib.npyio.NpzFile):
+        raise PrimitiveError(f'"{path}" is a single .npy array, not a numpy .npz archive')
+    with loaded:
+        if name not in loaded.files:
+            names = ", ".join(f'"{n}"' for n in loaded.files) or "none"
+            raise PrimitiveError(f'"{path}" has no array "{name}" (its arrays: {names})')
+        try:
+            return loaded[name]
+        except (ValueError, zipfile.BadZipFile, OSError):
+            raise PrimitiveError(f'array "{name}" in "{path}" holds Python objects or cannot be read') from None
+
+
+def converted(array: np.ndarray, kind: np.dtype, what: str) -> np.ndarray:
+    """`array` as `kind`, refusing what would change values: fractions or out-of-range values into integers,
+    numbers into bools, and anything that is not a number."""
+    found, wanted = DTYPE_NAMES.get(array.dtype, array.dtype.name), DTYPE_NAMES[kind]
+    if array.dtype.kind not in "biuf" or (kind.kind == "b" and array.dtype.kind != "b"):
+        raise PrimitiveError(f"{what} holds {found} values, which cannot be read as {wanted}")
+    if kind.kind == "i" and array.size:
+        if array.dtype.kind == "f" and not np.all(np.isfinite(array) & (array == np.trunc(array))):
+            raise PrimitiveError(f"{what} holds {found} values that are not whole numbers; load it with `dtype=f32`")
+        limits = np.iinfo(kind)
+        if array.min() < limits.min or array.max() > limits.max:
+            raise PrimitiveError(f"{what} holds values out of the range of {wanted}")
+    return array.astype(kind)
+
+
+@functools.cache
+def corpus_bytes() -> bytes:
+    """The text behind `text_corpus`: Python's own help topics (pydoc_data), in sorted order, as UTF-8."""
+    try:
+        from pydoc_data.topics import topics
+    except ImportError:
+        raise PrimitiveError("this Python installation has no `pydoc_data`, the text behind `text_corpus`") from None
+    return "".join(topics[key] for key in sorted(topics)).encode("utf-8")
+
+
+def text_corpus(length: Any) -> np.ndarray:
+    (count,) = dims_of((length,))
+    text = corpus_bytes()
+    if count > len(text):
+        raise PrimitiveError(f"the corpus has {len(text)} bytes, fewer than the {count} asked for")
+    return np.frombuffer(text, dtype=np.uint8, count=count).astype(np.int64)
+
+
+def chars(codes: Any) -> str:
+    """Byte values as text, decoded as UTF-8; bytes that are not valid UTF-8 show as the replacement character."""
+    codes = integer_indices(codes, "chars")
+    if codes.ndim > 1:
+        raise PrimitiveError(f"`chars` takes a scalar or a rank-1 tensor of codes, found {describe(codes)}")
+    if codes.size and (codes.min() < 0 or codes.max() > 255):
+        bad = int(codes.min()) if codes.min() < 0 else int(codes.max())
+        raise PrimitiveError(f"`chars` takes byte values 0..255, found {bad}")
+    return codes.reshape(-1).astype(np.uint8).tobytes().decode("utf-8", errors="replace")
+
+
+# ---------------------------------------------------------------------- convolution
+# Images are NCHW. Nothing here loops over pixels: `sliding_window_view` gives every window of an image as a
+# view, and one matmul does a convolution's arithmetic (im2col: the windows become the columns of a matrix).
+# Where it is faster, a loop runs over the offsets within a window (9 for a 3 by 3 kernel), each step one
+# numpy operation on all pixels at once.
+
+
+def window_option(value: Any, name: str, what: str, least: int) -> int:
+    if not is_integer(value) or value < least:
+        raise PrimitiveError(f"`{name}` needs {what} of at least {least}, found {shown_value(value)}")
+    return int(value)
+
+
+def image(value: Any, name: str, parameter: str) -> np.ndarray:
+    """A rank-4 float tensor argument."""
+    x = as_array(floating(value, name))
+    if x.ndim != 4:
+        raise PrimitiveError(f"`{name}` needs `{parameter}` of rank 4, found {describe(value)}")
+    return x
+
+
+def image_shape(value: Any, name: str, parameter: str) -> tuple[int, int, int, int]:
+    """The shape of a rank-4 `like` argument (only its shape is used)."""
+    shape = np.shape(value)
+    if len(shape) != 4:
+        raise PrimitiveError(f"`{name}` needs `{parameter}` of rank 4, found {describe(value)}")
+    return shape
+
+
+def one_dtype(name: str, a: np.ndarray, b: np.ndarray) -> None:
+    if a.dtype != b.dtype:
+        raise PrimitiveError(f"`{name}` needs tensors of one dtype, found {describe(a)} and {describe(b)}")
+
+
+def window_grid(name: str, shape: tuple, kernel: tuple, stride: int, padding: int) -> tuple[int, int]:
+    """How many windows fit along H and W: PyTorch's (size + 2 padding - kernel) // stride + 1."""
+    sizes = [size + 2 * padding - k for size, k in zip(shape[2:], kernel, strict=True)]
+    if min(sizes) < 0:
+        shown = "x".join(map(str, shape))
+        raise PrimitiveError(
+            f"`{name}`: a {kernel[0]} by {kernel[1]} window does not fit in a {shown} image with padding {padding}"
+        )
+    return sizes[0] // stride + 1, sizes[1] // stride + 1
+
+
+def same_channels(name: str, image_dims: tuple, kernel_dims: tuple) -> None:
+    if image_dims[1] != kernel_dims[1]:
+        raise PrimitiveError(
+            f"`{name}` channels differ: the image has {image_dims[1]}, the kernel takes {kernel_dims[1]}"
+        )
+
+
+def fits_grid(name: str, dy: np.ndarray, expected: tuple) -> None:
+    if dy.shape != expected:
+        raise PrimitiveError(
+            f"`{name}` needs `dy` of the forward result's shape {list(expected)}, found {describe(dy)}"
+        )
+
+
+def padded(x: np.ndarray, padding: int, fill: float) -> np.ndarray:
+    if not padding:
+        return x
+    n, c, h, w = x.shape
+    result = np.full((n, c, h + 2 * padding, w + 2 * padding), fill, dtype=x.dtype)
+    result[:, :, padding : padding + h, padding : padding + w] = x
+    return result
+
+
+def patches(x: np.ndarray, kernel: tuple, stride: int) -> np.ndarray:
+    """im2col: the windows of (padded) images [N, C, H, W], `stride` apart, as [N, C * KH * KW, H' * W']."""
+    n, channels = x.shape[:2]
+    view = sliding_window_view(x, kernel, axis=(2, 3))[:, :, ::stride, ::stride]  # [N, C, H', W', KH, KW]
+    return view.transpose(0, 1, 4, 5, 2, 3).reshape(n, channels * kernel[0] * kernel[1], -1)
+
+
+def correlate(x: np.ndarray, w: np.ndarray, stride: int) -> np.ndarray:
+    """The cross-correlation of padded images [N, C, H, W] with kernels [O, C, KH, KW]: [N, O, H', W']."""
+    outputs, _, kh, kw = w.shape
+    rows, columns = (x.shape[2] - kh) // stride + 1, (x.shape[3] - kw) // stride + 1
+    product = np.matmul(w.reshape(outputs, -1), patches(x, (kh, kw), stride))
+    return product.reshape(x.shape[0], outputs, rows, columns)
+
+
+def conv2d(x: Any, w: Any, stride: Any, padding: Any) -> np.ndarray:
+    x, w = image(x, "conv2d", "x"), image(w, "conv2d", "w")
+    stride = window_option(stride, "conv2d", "`stride=`", 1)
+    padding = window_option(padding, "conv2d", "`padding=`", 0)
+    one_dtype("conv2d", x, w)
+    same_channels("conv2d", x.shape, w.shape)
+    window_grid("conv2d", x.shape, w.shape[2:], stride, padding)
+    return correlate(padded(x, padding, 0), w, stride)
+
+
+def conv2d_input_grad(dy: Any, w: Any, like: Any, stride: Any, padding: Any) -> np.ndarray:
+    """The gradient of `conv2d(x, w)` for `x` (shaped like `like`), given the result's gradient `dy`: a
+    transposed convolution. One matmul gives, for every output position and kernel offset, what the input
+    position under that offset receives; the offsets' shares are then added into place (col2im)."""
+    name = "conv2d_input_grad"
+    dy, w = image(dy, name, "dy"), image(w, name, "w")
+    n, channels, h, width = image_shape(like, name, "like")
+    stride = window_option(stride, name, "`stride=`", 1)
+    padding = window_option(padding, name, "`padding=`", 0)
+    one_dtype(name, dy, w)
+    same_channels(name, (n, channels), w.shape)
+    outputs, _, kh, kw = w.shape
+    rows, columns = window_grid(name, (n, channels, h, width), (kh, kw), stride, padding)
+    fits_grid(name, dy, (n, outputs, rows, columns))
+    shares = np.matmul(w.reshape(outputs, -1).T, dy.reshape(n, outputs, rows * columns))
+    shares = shares.reshape(n, channels, kh, kw, rows, columns)
+    result = np.zeros((n, channels, h + 2 * padding, width + 2 * padding), dy.dtype)
+    for down, across in np.ndindex(kh, kw):  # kernel offsets, not pixels
+        result[:, :, spaced(down, rows, stride), spaced(across, columns, stride)] += shares[:, :, down, across]
+    return result[:, :, padding : padding + h, padding : padding + width]
+
+
+def spaced(start: int, count: int, stride: int) -> slice:
+    """The `count` positions `start`, `start + stride`, ...: where one kernel offset lands in every window."""
+    return slice(start, start + (count - 1) * stride + 1, stride)
+
+
+def conv2d_weight_grad(dy: Any, x: Any, like: Any, stride: Any, padding: Any) -> np.ndarray:
+    """The gradient of `conv2d(x, w)` for `w` (shaped like `like`): each window of `x` weighted by `dy` there."""
+    name = "conv2d_weight_grad"
+    dy, x = image(dy, name, "dy"), image(x, name, "x")
+    outputs, channels, kh, kw = image_shape(like, name, "like")
+    stride = window_option(stride, name, "`stride=`", 1)
+    padding = window_option(padding, name, "`padding=`", 0)
+    one_dtype(name, dy, x)
+    same_channels(name, x.shape, (outputs, channels))
+    rows, columns = window_grid(name, x.shape, (kh, kw), stride, padding)
+    fits_grid(name, dy, (x.shape[0], outputs, rows, columns))
+    columns_of_x = patches(padded(x, padding, 0), (kh, kw), stride)
+    product = np.matmul(dy.reshape(*dy.shape[:2], -1), columns_of_x.transpose(0, 2, 1))  # [N, O, C * KH * KW]
+    return product.sum(axis=0).reshape(outputs, channels, kh, kw)
+
+
+def pool_options(size: Any, stride: Any, padding: Any, name: str) -> tuple[int, int, int]:
+    size = window_option(size, name, "a window `size`", 1)
+    stride = size if stride is None else window_option(stride, name, "`stride=`", 1)
+    padding = window_option(padding, name, "`padding=`", 0)
+    if 2 * padding > size:
+        raise PrimitiveError(f"`{name}` padding {padding} is more than half the window size {size}")
+    return size, stride, padding
+
+
+def max_pool2d(x: Any, size: Any, stride: Any, padding: Any) -> np.ndarray:
+    x = image(x, "max_pool2d", "x")
+    size, stride, padding = pool_options(size, stride, padding, "max_pool2d")
+    rows, columns = window_grid("max_pool2d", x.shape, (size, size), stride, padding)
+    source = padded(x, padding, -np.inf)
+    result = source[:, :, spaced(0, rows, stride), spaced(0, columns, stride)].copy()
+    for down, across in np.ndindex(size, size):  # window offsets, not pixels
+        np.maximum(result, source[:, :, spaced(down, rows, stride), spaced(across, columns, stride)], out=result)
+    return result
+
+
+def maxima(name: str, x: np.ndarray, size: int, stride: int, padding: int) -> np.ndarray:
+    """Where each window of `max_pool2d` finds its maximum: [N, C, H', W'] offsets `down * size + across` within
+    the windows. Of tied elements the first (in row-major order within the window) is chosen, as PyTorch does."""
+    rows, columns = window_grid(name, x.shape, (size, size), stride, padding)
+    source = padded(x, padding, -np.inf)
+    best = source[:, :, spaced(0, rows, stride), spaced(0, columns, stride)].copy()
+    offsets = np.zeros(best.shape, np.int64)
+    for down, across in np.ndindex(size, size):  # window offsets, not pixels
+        candidate = source[:, :, spaced(down, rows, stride), spaced(across, columns, stride)]
+        offsets = np.where(candidate > best, down * size + across, offsets)  # strictly: a tie keeps the first
+        np.maximum(best, candidate, out=best)
+    return offsets
+
+
+def max_pool2d_grad(dy: Any, x: Any, size: Any, stride: Any, padding: Any) -> np.ndarray:
+    """The gradient of `max_pool2d(x, size)` for `x`: each element of `dy` goes to its window's maximum (the
+    first, of ties); where windows overlap, what reaches one position adds up."""
+    name = "max_pool2d_grad"
+    dy, x = image(dy, name, "dy"), image(x, name, "x")
+    size, stride, padding = pool_options(size, stride, padding, name)
+    one_dtype(name, dy, x)
+    offsets = maxima(name, x, size, stride, padding)
+    fits_grid(name, dy, offsets.shape)
+    n, channels, h, w = x.shape
+    rows, columns = offsets.shape[2:]
+    result = np.zeros((n, channels, h + 2 * padding, w + 2 * padding), dy.dtype)
+    zero = np.zeros((), dy.dtype)
+    for down, across in np.ndindex(size, size):
+        place = (slice(None), slice(None), spaced(down, rows, stride), spaced(across, columns, stride))
+        result[place] += np.where(offsets == down * size + across, dy, zero)
+    return result[:, :, padding : padding + h, padding : padding + w]
+
+
+def max_pool2d_gather(v: Any, x: Any, size: Any, stride: Any, padding: Any) -> np.ndarray:
+    """The elements of `v` at the positions where `max_pool2d(x, size)` finds each window's maximum: the adjoint
+    of `max_pool2d_grad` (`max_pool2d_gather(x, x, size)` is `max_pool2d(x, size)`)."""
+    name = "max_pool2d_gather"
+    v, x = image(v, name, "v"), image(x, name, "x")
+    size, stride, padding = pool_options(size, stride, padding, name)
+    one_dtype(name, v, x)
+    if v.shape != x.shape:
+        raise PrimitiveError(f"`{name}` needs `v` of the shape of `x`, found {describe(v)} and {describe(x)}")
+    offsets = maxima(name, x, size, stride, padding)
+    rows, columns = offsets.shape[2:]
+    source = padded(v, padding, 0)
+    result = np.zeros(offsets.shape, v.dtype)
+    for down, across in np.ndindex(size, size):
+        chosen = offsets == down * size + across
+        result = np.where(chosen, source[:, :, spaced(down, rows, stride), spaced(across, columns, stride)], result)
+    return result
+
+
 # ---------------------------------------------------------------------- the table
 
 maximum = combining(np.maximum, "maximum")
@@ -842,8 +1258,26 @@ IMPLEMENTATIONS = {
     Prim.TREE_MAP: tree_map,
     Prim.TREE_DOT: tree_dot,
     # data
+    Prim.DIGITS: digits,
+    Prim.PERMUTATION: permutation,
+    Prim.BATCHES: batches,
+    Prim.LOAD_CSV: load_csv,
+    Prim.LOAD_NPZ: load_npz,
+    Prim.TEXT_CORPUS: text_corpus,
+    Prim.CHARS: chars,
+    # metrics and progress
+    Prim.LOG_METRIC: log_value,
+    Prim.PROGRESS: show_progress,
     # checkpoints
+    Prim.SAVE: checkpoints.save,
+    Prim.LOAD: checkpoints.load,
     # convolution
+    Prim.CONV2D: conv2d,
+    Prim.MAX_POOL2D: max_pool2d,
+    Prim.CONV2D_INPUT_GRAD: conv2d_input_grad,
+    Prim.CONV2D_WEIGHT_GRAD: conv2d_weight_grad,
+    Prim.MAX_POOL2D_GRAD: max_pool2d_grad,
+    Prim.MAX_POOL2D_GATHER: max_pool2d_gather,
 }
 
 # Faster implementations of calls whose arguments after the first are these constants: `sum(x)`,
@@ -894,6 +1328,13 @@ TENSOR_PARAMETERS: dict[Prim, frozenset[str]] = {
     Prim.EXPAND_DIMS: frozenset({"x"}),
     Prim.SCATTER_ADD: frozenset({"x", "indices", "updates"}),
     Prim.SPLIT_LIKE: frozenset({"x"}),
+    Prim.CONV2D: frozenset({"x", "w"}),
+    Prim.MAX_POOL2D: frozenset({"x"}),
+    Prim.CONV2D_INPUT_GRAD: frozenset({"dy", "w", "like"}),
+    Prim.CONV2D_WEIGHT_GRAD: frozenset({"dy", "x", "like"}),
+    Prim.MAX_POOL2D_GRAD: frozenset({"dy", "x"}),
+    Prim.MAX_POOL2D_GATHER: frozenset({"v", "x"}),
+    Prim.CHARS: frozenset({"codes"}),
 }
 
 

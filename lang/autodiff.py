@@ -350,12 +350,42 @@ LINEAR_HELPERS = {
     Prim.POP: {"tape": "push(d[1], d[0])"},
 }
 
+# convolution: each of these is linear in each tensor it computes with, so the rules are each other, and
+# `grad(grad(f))` goes through them. `like` gives only a shape (no gradient); max pooling's choice of position
+# is constant almost everywhere, so `x` gets none from the pooling helpers, and `dy`/`v` get the adjoint gather
+# or scatter. A `stride=` left out of a max pooling call is its window `size` (see `convolution_bindings`).
+CONVOLUTION = {
+    Prim.CONV2D: {
+        "x": "conv2d_input_grad(d, w, x, stride=stride, padding=padding)",
+        "w": "conv2d_weight_grad(d, x, w, stride=stride, padding=padding)",
+    },
+    Prim.CONV2D_INPUT_GRAD: {
+        "dy": "conv2d(d, w, stride=stride, padding=padding)",
+        "w": "conv2d_weight_grad(dy, d, w, stride=stride, padding=padding)",
+    },
+    Prim.CONV2D_WEIGHT_GRAD: {
+        "dy": "conv2d(x, d, stride=stride, padding=padding)",
+        "x": "conv2d_input_grad(dy, d, x, stride=stride, padding=padding)",
+    },
+    Prim.MAX_POOL2D: {"x": "max_pool2d_grad(d, x, size, stride=stride, padding=padding)"},
+    Prim.MAX_POOL2D_GRAD: {"dy": "max_pool2d_gather(d, x, size, stride=stride, padding=padding)"},
+    Prim.MAX_POOL2D_GATHER: {"v": "max_pool2d_grad(d, x, size, stride=stride, padding=padding)"},
+}
+
+
+def convolution_bindings(values: dict[str, ast.Expr], d: ast.Expr, r: ast.Expr) -> dict[str, ast.Expr]:
+    bindings = {"d": d, "r": r, **values}
+    if bindings.get("stride") is None:
+        bindings["stride"] = values["size"]
+    return bindings
+
 
 # The primitives with a derivative rule here; every other one is in NON_DIFFERENTIABLE (a test checks that the
 # two sets are disjoint and cover `Prim`).
 DIFFERENTIABLE = (
     frozenset(ELEMENTWISE)
     | frozenset(LINEAR_HELPERS)
+    | frozenset(CONVOLUTION)
     | {
         Prim.MAXIMUM,
         Prim.MINIMUM,
@@ -1284,7 +1314,7 @@ class FunctionBody:
             case ast.Call():
                 found += self.primitive_contributions(record, rhs, d, r, span)
             case ast.Index(target=target, indices=indices):
-                found.append((target, self.index_adjoint(target, indices, d)))
+                found.append((target, self.index_adjoint(target, indices, d, span)))
             case ast.Field(target=target, name=field_name):
                 found.append((target, Part(None, field_name, d)))
             case ast.TupleLiteral(items=items):
@@ -1312,7 +1342,7 @@ class FunctionBody:
         self.pending.append(let(holder, pulled, span))
         return [(rhs.args[i], ast.Index(name(holder), (ast.IntLiteral(n),))) for n, i in enumerate(active)]
 
-    def index_adjoint(self, target: ast.Name, indices, d: ast.Expr) -> ast.Expr:
+    def index_adjoint(self, target: ast.Name, indices, d: ast.Expr, span: Span) -> ast.Expr:
         target_type = self.types.get(target.id)
         if isinstance(target_type, TupleType):
             index = indices[0]
@@ -1325,11 +1355,15 @@ class FunctionBody:
             ]
             return ast.TupleLiteral(tuple(items))
         if isinstance(target_type, TapeType):
-            raise NotDifferentiable("`grad` cannot differentiate indexing a tape", UNKNOWN_SPAN)
+            raise NotDifferentiable("`grad` cannot differentiate indexing a tape", span)
         if any(not isinstance(i, ast.Slice) and is_tensor_index(self.index_type(i)) for i in indices):
             if len(indices) == 1:
                 return call("scatter_add", call("zeros_like", target), indices[0], d)
-            raise NotDifferentiable("`grad` cannot differentiate indexing with several index tensors", UNKNOWN_SPAN)
+            raise NotDifferentiable(
+                "`grad` cannot differentiate indexing with several index tensors",
+                span,
+                ("help: flatten the tensor and `gather` with one index tensor",),
+            )
         return Part(indices, None, d)
 
     def index_type(self, index: ast.Expr) -> Type:
@@ -1407,6 +1441,9 @@ class FunctionBody:
             if prim == Prim.EXPAND_DIMS:
                 bindings["k"] = values["axis"]
             return [(values[param], instantiate(rule, bindings)) for param, rule in LINEAR_HELPERS[prim].items()]
+        if prim in CONVOLUTION:
+            bindings = convolution_bindings(values, d, r)
+            return [(values[param], instantiate(rule, bindings)) for param, rule in CONVOLUTION[prim].items()]
         raise NotDifferentiable(f"`{prim.value}` has no derivative rule", span)
 
     def type_of_callee(self, rhs: ast.Call) -> str:
@@ -1420,15 +1457,17 @@ class FunctionBody:
 
     def reduction_adjoint(self, prim: Prim, x, axis, keepdims, d, r, span) -> ast.Expr:
         rank = self.rank(x)
-        if rank is None:
-            raise NotDifferentiable(f"`grad` needs the rank of the argument of `{prim.value}`", span)
         kept = isinstance(keepdims, ast.BoolLiteral) and keepdims.value
         if isinstance(axis, ast.Unary) and isinstance(axis.operand, ast.IntLiteral):
             axis = ast.IntLiteral(-axis.operand.value)
         whole = axis is None or (isinstance(axis, ast.Name) and axis.id == "none")
+        if rank is None and not (whole or kept):
+            raise NotDifferentiable(f"`grad` needs the rank of the argument of `{prim.value}`", span)
+        known = rank is not None
+        rank = rank if rank is not None else 1
         if not whole and not isinstance(axis, ast.IntLiteral):
             raise NotDifferentiable(f"`grad` needs `{prim.value}`'s `axis=` as a literal integer", span)
-        k = None if whole else axis.value % max(rank, 1)
+        k = None if whole else axis.value % max(rank, 1) if known else axis.value
 
         def expand(value: ast.Expr) -> ast.Expr:
             return value if whole or kept or rank == 0 else call("expand_dims", value, ast.IntLiteral(k))
@@ -1730,7 +1769,8 @@ def free_names(stmt) -> set[str]:
     return {node.id for node in walk(stmt) if isinstance(node, ast.Name)}
 
 
-EFFECTS = {"print", "assert"}
+# Calls never dropped, even when nothing reads their result: lang/primitives.py EFFECTS (`save` writes a file).
+EFFECTS = {"print", "assert", "save"}
 
 
 def prune(stmts: list[ast.Stmt]) -> list[ast.Stmt]:

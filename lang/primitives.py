@@ -76,8 +76,26 @@ class Prim(Enum):
     TREE_MAP = "tree_map"
     TREE_DOT = "tree_dot"
     # data (issue 6: stdlib/data.dl's host built-ins)
+    DIGITS = "digits"
+    PERMUTATION = "permutation"
+    BATCHES = "batches"
+    LOAD_CSV = "load_csv"
+    LOAD_NPZ = "load_npz"
+    TEXT_CORPUS = "text_corpus"
+    CHARS = "chars"
+    # metrics and progress (issue 6)
+    LOG_METRIC = "log_metric"
+    PROGRESS = "progress"
     # checkpoints (issue 6)
+    SAVE = "save"
+    LOAD = "load"
     # convolution (issue 6)
+    CONV2D = "conv2d"
+    MAX_POOL2D = "max_pool2d"
+    CONV2D_INPUT_GRAD = "conv2d_input_grad"
+    CONV2D_WEIGHT_GRAD = "conv2d_weight_grad"
+    MAX_POOL2D_GRAD = "max_pool2d_grad"
+    MAX_POOL2D_GATHER = "max_pool2d_gather"
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,8 +170,26 @@ SIGNATURES: dict[Prim, Signature] = {
     Prim.TREE_MAP: Signature(("f",), variadic=("trees", 1, None)),
     Prim.TREE_DOT: Signature(("a", "b")),
     # data
+    Prim.DIGITS: Signature(),
+    Prim.PERMUTATION: Signature(("n",), keywords=(("seed", None),)),
+    Prim.BATCHES: Signature(("data", "size"), keywords=(("shuffle", False), ("seed", None))),
+    Prim.LOAD_CSV: Signature(("path",), keywords=(("skip_header", False),)),
+    Prim.LOAD_NPZ: Signature(("path", "name"), keywords=(("dtype", F32), ("rank", 2))),
+    Prim.TEXT_CORPUS: Signature(("length",)),
+    Prim.CHARS: Signature(("codes",)),
+    # metrics and progress
+    Prim.LOG_METRIC: Signature(("name", "value"), keywords=(("step", -1),)),
+    Prim.PROGRESS: Signature(("done", "total"), optional=(("label", "progress"),)),
     # checkpoints
+    Prim.SAVE: Signature(("path", "value")),
+    Prim.LOAD: Signature(("path", "like")),
     # convolution
+    Prim.CONV2D: Signature(("x", "w"), keywords=(("stride", 1), ("padding", 0))),
+    Prim.MAX_POOL2D: Signature(("x", "size"), keywords=(("stride", None), ("padding", 0))),  # stride: `size`
+    Prim.CONV2D_INPUT_GRAD: Signature(("dy", "w", "like"), keywords=(("stride", 1), ("padding", 0))),
+    Prim.CONV2D_WEIGHT_GRAD: Signature(("dy", "x", "like"), keywords=(("stride", 1), ("padding", 0))),
+    Prim.MAX_POOL2D_GRAD: Signature(("dy", "x", "size"), keywords=(("stride", None), ("padding", 0))),
+    Prim.MAX_POOL2D_GATHER: Signature(("v", "x", "size"), keywords=(("stride", None), ("padding", 0))),
 }
 
 BY_NAME: dict[str, Prim] = {p.value: p for p in Prim}
@@ -162,8 +198,8 @@ ELEMENTWISE_UNARY = frozenset(
     {Prim.EXP, Prim.LOG, Prim.SQRT, Prim.TANH, Prim.SIGMOID, Prim.RELU, Prim.ABS, Prim.SIN, Prim.COS}
 )
 REDUCTIONS = frozenset({Prim.SUM, Prim.MEAN, Prim.MAX, Prim.MIN, Prim.ARGMAX, Prim.ARGMIN, Prim.LOGSUMEXP})
-RANDOMNESS = frozenset({Prim.RANDN, Prim.RAND})
-EFFECTS = frozenset({Prim.ASSERT, Prim.PRINT})
+RANDOMNESS = frozenset({Prim.RANDN, Prim.RAND, Prim.PERMUTATION, Prim.BATCHES})
+EFFECTS = frozenset({Prim.ASSERT, Prim.PRINT, Prim.SAVE, Prim.LOG_METRIC, Prim.PROGRESS})
 NON_DIFFERENTIABLE = frozenset(
     {
         Prim.ARGMAX,
@@ -182,6 +218,20 @@ NON_DIFFERENTIABLE = frozenset(
         Prim.PRINT,
         Prim.ZEROS_LIKE,
         Prim.TAPE,
+        # reporting: effects with no value
+        Prim.LOG_METRIC,
+        Prim.PROGRESS,
+        # checkpoints: file I/O; `load` gives stored values, which no parameter changes
+        Prim.SAVE,
+        Prim.LOAD,
+        # data: datasets, files, shuffles and text are inputs, not functions of parameters
+        Prim.DIGITS,
+        Prim.PERMUTATION,
+        Prim.BATCHES,
+        Prim.LOAD_CSV,
+        Prim.LOAD_NPZ,
+        Prim.TEXT_CORPUS,
+        Prim.CHARS,
     }
 )
 

@@ -21,6 +21,7 @@ from dl.lang.types import (
     FLOATS,
     I64,
     INTEGERS,
+    STR,
     UNIT,
     UNKNOWN,
     AnyType,
@@ -615,6 +616,49 @@ def print_rule(args: list[Argument]) -> Type:
     return UNIT
 
 
+def checkpoint_value(argument: Argument, name: str) -> Type:
+    """What a checkpoint holds: a tensor, or a tuple or struct of them (nested); anything else is an error."""
+
+    def walk(t: Type) -> Type:
+        if isinstance(t, TensorType):
+            return strong(t)
+        if isinstance(t, AnyType):
+            return t
+        if isinstance(t, TupleType):
+            return TupleType(tuple(walk(item) for item in t.items))
+        if isinstance(t, StructType):
+            for _, field_type in t.fields:
+                walk(field_type)
+            return t
+        whole = "" if t == argument.type else f" in {argument.type}"
+        raise ShapeError(
+            "E0311",
+            f"`{name}` takes a tensor, or a tuple or struct of tensors, found {t}{whole}",
+            str(argument.type),
+            at=argument.span,
+        )
+
+    return walk(argument.type)
+
+
+def checkpoint_path(argument: Argument, name: str) -> None:
+    if not isinstance(argument.type, (StrType, AnyType)):
+        message = f"`{name}` takes the file's path as a string, found {argument.type}"
+        raise ShapeError("E0311", message, str(argument.type), at=argument.span)
+
+
+def save_rule(args: list[Argument]) -> Type:
+    checkpoint_path(args[0], "save")
+    checkpoint_value(args[1], "save")
+    return UNIT
+
+
+def load_rule(args: list[Argument]) -> Type:
+    """`load(path, like)` is a value of exactly `like`'s type, read from the file."""
+    checkpoint_path(args[0], "load")
+    return checkpoint_value(args[1], "load")
+
+
 # ---------------------------------------------------------------- what derivative code is written with
 
 
@@ -832,6 +876,307 @@ def tree_dot_rule(args: list[Argument]) -> Type:
     return TensorType("f64" if "f64" in dtypes else "f32")
 
 
+# ---------------------------------------------------------------------- data
+
+DIGITS_COUNT, DIGITS_PIXELS = 1797, 64  # stdlib/data/digits.npz
+
+
+def text_argument(argument: Argument, name: str, what: str) -> None:
+    found = argument.type
+    if not isinstance(found, (StrType, AnyType)):
+        raise ShapeError("E0301", f"`{name}` takes the {what} as a string, found {found}", str(found), at=argument.span)
+
+
+def is_scalar_of(t: Type, dtypes) -> bool:
+    """Is `t` a scalar of one of these dtypes (or unknown)?"""
+    return isinstance(t, AnyType) or (isinstance(t, TensorType) and t.dtype in dtypes and not t.dims)
+
+
+def flag_argument(argument: Argument, name: str) -> None:
+    if argument.given and not is_scalar_of(argument.type, {"bool"}):
+        raise ShapeError("E0301", f"`{name}=` takes `true` or `false`, found {argument.type}", at=argument.span)
+
+
+def seed_argument(argument: Argument) -> None:
+    if argument.given and not is_scalar_of(argument.type, INTEGERS):
+        raise ShapeError("E0301", f"`seed=` takes an integer, found {argument.type}", at=argument.span)
+
+
+def digits_rule(args: list[Argument]) -> Type:
+    return TupleType((TensorType("f32", (DIGITS_COUNT, DIGITS_PIXELS)), TensorType("i64", (DIGITS_COUNT,))))
+
+
+def permutation_rule(args: list[Argument]) -> Type:
+    (n,) = dims_from(args[:1], "permutation")
+    seed_argument(args[1])
+    return TensorType("i64", (n,))
+
+
+def batches_rule(args: list[Argument]) -> Type:
+    """`batches(data, size)`: each tensor of `data` (one, or a tuple of them with one leading size N) cut into
+    N // size batches of `size` rows, the last partial batch dropped."""
+    (size,) = dims_from(args[1:2], "batches")
+    if size == 0:
+        raise ShapeError("E0307", "`batches` needs a batch size of 1 or more, found 0", at=args[1].span)
+    flag_argument(args[2], "shuffle")
+    seed_argument(args[3])
+    data = args[0].type
+    items = data.items if isinstance(data, TupleType) else (data,)
+    if not items:
+        raise ShapeError("E0316", "`batches` takes a tensor or a non-empty tuple of tensors, found ()")
+    tensors = [tensor(item, "`batches`") for item in items]
+    if any(t is None for t in tensors):
+        return ANY
+    if any(t.rank == 0 for t in tensors):
+        raise ShapeError("E0309", f"`batches` needs tensors of rank 1 or more, found {data}", str(data))
+    leading = tensors[0].dims[0]
+    if not all(same_dim(leading, t.dims[0]) for t in tensors):
+        raise ShapeError(
+            "E0316", f"`batches` needs tensors with one leading size, found {data}", str(data), at=args[0].span
+        )
+    for t in tensors:
+        leading = join_dim(leading, t.dims[0])
+    count = leading // size if isinstance(leading, int) and isinstance(size, int) else UNKNOWN
+    cut = [TensorType(strong(t).dtype, (count, size, *t.dims[1:])) for t in tensors]
+    return TupleType(tuple(cut)) if isinstance(data, TupleType) else cut[0]
+
+
+def load_csv_rule(args: list[Argument]) -> Type:
+    text_argument(args[0], "load_csv", "path")
+    flag_argument(args[1], "skip_header")
+    return TensorType("f32", (UNKNOWN, UNKNOWN))
+
+
+def load_npz_rule(args: list[Argument]) -> Type:
+    """`load_npz(path, name, dtype=f32, rank=2)`: the array's rank is part of its type, so it is a literal."""
+    text_argument(args[0], "load_npz", "path")
+    text_argument(args[1], "load_npz", "array's name")
+    dtype = dtype_argument(args[2], "load_npz")
+    rank = args[3].value if args[3].given else 2
+    if not isinstance(rank, int) or isinstance(rank, bool) or rank < 0:
+        raise ShapeError(
+            "E0307",
+            f"`load_npz` needs `rank=` as a literal non-negative integer or const, found {args[3].type}",
+            notes=("help: the rank is part of the result's type, so it must be known before running",),
+            at=args[3].span,
+        )
+    return TensorType(dtype, (UNKNOWN,) * rank)
+
+
+def text_corpus_rule(args: list[Argument]) -> Type:
+    (length,) = dims_from(args[:1], "text_corpus")
+    return TensorType("i64", (length,))
+
+
+def chars_rule(args: list[Argument]) -> Type:
+    codes = tensor(args[0].type, "`chars`")
+    if codes is not None and codes.dtype not in INTEGERS:
+        raise ShapeError("E0320", f"`chars` takes integer byte values, found {codes}", str(codes))
+    if codes is not None and codes.rank > 1:
+        raise ShapeError("E0309", f"`chars` takes a scalar or a rank-1 tensor of codes, found {codes}", str(codes))
+    return STR
+
+
+# ---------------------------------------------------------------------- convolution
+# Images are NCHW: x is [N, C, H, W], a kernel w is [O, C, KH, KW]. `stride=`, `padding=` and a pooling window's
+# `size` decide the result's shape, so the checker must know them (a literal, a const, or a local bound to one).
+
+
+def window_option(argument: Argument, name: str, what: str, least: int, default: int) -> int | None:
+    """The value of `stride=`, `padding=` or a pooling `size`; None when its type is unknown (an earlier error)."""
+    if not argument.given:
+        return default
+    t, value = argument.type, argument.value
+    if isinstance(t, AnyType):
+        return None
+    if not isinstance(t, TensorType) or t.dims or t.dtype not in INTEGERS:
+        raise ShapeError("E0301", f"`{name}` takes {what} as an integer, found {t}", at=argument.span)
+    if not isinstance(value, int):
+        raise ShapeError(
+            "E0307",
+            f"`{name}` needs {what} as a literal integer or const",
+            notes=("help: it decides the shape of the result, so it must be known before the program runs",),
+            at=argument.span,
+        )
+    if value < least:
+        raise ShapeError("E0307", f"`{name}` needs {what} of at least {least}, found {value}", at=argument.span)
+    return value
+
+
+def pool_options(args: list[Argument], name: str) -> tuple[int | None, int | None, int | None]:
+    """`size, stride=size, padding=0` of max pooling; padding is at most half the window, as in PyTorch."""
+    size = window_option(args[0], name, "the window `size`", 1, 1)
+    stride = window_option(args[1], name, "`stride=`", 1, 1) if args[1].given else size
+    padding = window_option(args[2], name, "`padding=`", 0, 0)
+    if isinstance(size, int) and isinstance(padding, int) and 2 * padding > size:
+        raise ShapeError(
+            "E0307",
+            f"`{name}` padding {padding} is more than half the window size {size}",
+            notes=("help: a window would hold nothing but padding; use a padding of at most size // 2",),
+            at=args[2].span,
+        )
+    return size, stride, padding
+
+
+def image(argument: Argument, name: str, layout: str, floats: bool = True) -> TensorType | None:
+    """A rank-4 tensor argument (`layout` names its axes), of floats unless only its shape is used."""
+    x = tensor(argument.type, f"`{name}`")
+    if x is None:
+        return None
+    if x.rank != 4:
+        raise ShapeError("E0302", f"`{name}` needs a rank-4 tensor [{layout}], found {x}", str(x), at=argument.span)
+    if floats:
+        needs_float(strong(x), name)
+    return strong(x)
+
+
+def one_dtype(name: str, *tensors: TensorType) -> str:
+    if len({t.dtype for t in tensors}) > 1:
+        shown = " and ".join(map(str, tensors))
+        raise ShapeError(
+            "E0317",
+            f"`{name}` needs tensors of one dtype, found {shown}",
+            shown,
+            notes=("help: convert one with `float(x, dtype=f64)` (or `dtype=f32`)",),
+        )
+    return tensors[0].dtype
+
+
+def same_channels(name: str, x: TensorType, w: TensorType) -> None:
+    if not same_dim(x.dims[1], w.dims[1]):
+        raise ShapeError(
+            "E0302",
+            f"`{name}` channels differ: the image has {x.dims[1]}, the kernel takes {w.dims[1]}",
+            f"{x}, {w}",
+        )
+
+
+def windows_along(size: Dim, kernel: Dim, stride: int | None, padding: int | None) -> Dim:
+    """How many windows fit along one axis: PyTorch's (size + 2 padding - kernel) // stride + 1."""
+    if not all(isinstance(v, int) for v in (size, kernel, stride, padding)):
+        return UNKNOWN
+    return (size + 2 * padding - kernel) // stride + 1
+
+
+def window_grid(name: str, x: TensorType, kernel: tuple[Dim, ...], stride, padding) -> tuple[Dim, Dim]:
+    """The result's [H', W'] for windows of `kernel` over the image `x`."""
+    rows, columns = (windows_along(size, k, stride, padding) for size, k in zip(x.dims[2:], kernel, strict=True))
+    if any(isinstance(n, int) and n < 1 for n in (rows, columns)):
+        raise ShapeError(
+            "E0307",
+            f"`{name}`: a {kernel[0]} by {kernel[1]} window does not fit in {x} with padding {padding}",
+            str(x),
+        )
+    return rows, columns
+
+
+def fits_grid(name: str, dy: TensorType, expected: tuple[Dim, ...]) -> None:
+    """`dy` has the shape of the forward result it is the gradient of."""
+    if not all(map(same_dim, dy.dims, expected)):
+        shown = f"[{', '.join(map(str, expected))}]"
+        raise ShapeError("E0302", f"`{name}` needs `dy` of the forward result's shape {shown}, found {dy}", str(dy))
+
+
+def conv2d_rule(args: list[Argument]) -> Type:
+    stride = window_option(args[2], "conv2d", "`stride=`", 1, 1)
+    padding = window_option(args[3], "conv2d", "`padding=`", 0, 0)
+    x, w = image(args[0], "conv2d", "N, C, H, W"), image(args[1], "conv2d", "O, C, KH, KW")
+    if x is None or w is None:
+        return ANY
+    dtype = one_dtype("conv2d", x, w)
+    same_channels("conv2d", x, w)
+    return TensorType(dtype, (x.dims[0], w.dims[0], *window_grid("conv2d", x, w.dims[2:], stride, padding)))
+
+
+def conv2d_input_grad_rule(args: list[Argument]) -> Type:
+    """`conv2d_input_grad(dy, w, like)`: the gradient of `conv2d(x, w)` for `x` (shaped like `like`)."""
+    name = "conv2d_input_grad"
+    stride = window_option(args[3], name, "`stride=`", 1, 1)
+    padding = window_option(args[4], name, "`padding=`", 0, 0)
+    dy, w = image(args[0], name, "N, O, H', W'"), image(args[1], name, "O, C, KH, KW")
+    like = image(args[2], name, "N, C, H, W", floats=False)
+    if dy is None or w is None or like is None:
+        return ANY
+    dtype = one_dtype(name, dy, w)
+    same_channels(name, like, w)
+    fits_grid(name, dy, (like.dims[0], w.dims[0], *window_grid(name, like, w.dims[2:], stride, padding)))
+    return TensorType(dtype, like.dims)
+
+
+def conv2d_weight_grad_rule(args: list[Argument]) -> Type:
+    """`conv2d_weight_grad(dy, x, like)`: the gradient of `conv2d(x, w)` for `w` (shaped like `like`)."""
+    name = "conv2d_weight_grad"
+    stride = window_option(args[3], name, "`stride=`", 1, 1)
+    padding = window_option(args[4], name, "`padding=`", 0, 0)
+    dy, x = image(args[0], name, "N, O, H', W'"), image(args[1], name, "N, C, H, W")
+    like = image(args[2], name, "O, C, KH, KW", floats=False)
+    if dy is None or x is None or like is None:
+        return ANY
+    dtype = one_dtype(name, dy, x)
+    same_channels(name, x, like)
+    fits_grid(name, dy, (x.dims[0], like.dims[0], *window_grid(name, x, like.dims[2:], stride, padding)))
+    return TensorType(dtype, like.dims)
+
+
+def max_pool2d_rule(args: list[Argument]) -> Type:
+    size, stride, padding = pool_options(args[1:], "max_pool2d")
+    x = image(args[0], "max_pool2d", "N, C, H, W")
+    if x is None:
+        return ANY
+    return TensorType(x.dtype, (*x.dims[:2], *window_grid("max_pool2d", x, (size, size), stride, padding)))
+
+
+def max_pool2d_grad_rule(args: list[Argument]) -> Type:
+    """`max_pool2d_grad(dy, x, size)`: the gradient of `max_pool2d(x, size)` for `x`."""
+    name = "max_pool2d_grad"
+    size, stride, padding = pool_options(args[2:], name)
+    dy, x = image(args[0], name, "N, C, H', W'"), image(args[1], name, "N, C, H, W")
+    if dy is None or x is None:
+        return ANY
+    dtype = one_dtype(name, dy, x)
+    fits_grid(name, dy, (*x.dims[:2], *window_grid(name, x, (size, size), stride, padding)))
+    return TensorType(dtype, x.dims)
+
+
+def max_pool2d_gather_rule(args: list[Argument]) -> Type:
+    """`max_pool2d_gather(v, x, size)`: the elements of `v` where `max_pool2d(x, size)` finds each maximum."""
+    name = "max_pool2d_gather"
+    size, stride, padding = pool_options(args[2:], name)
+    v, x = image(args[0], name, "N, C, H, W"), image(args[1], name, "N, C, H, W")
+    if v is None or x is None:
+        return ANY
+    dtype = one_dtype(name, v, x)
+    if not all(map(same_dim, v.dims, x.dims)):
+        raise ShapeError("E0302", f"`{name}` needs `v` of the shape of `x`, found {v} and {x}", f"{v}, {x}")
+    return TensorType(dtype, (*x.dims[:2], *window_grid(name, x, (size, size), stride, padding)))
+
+
+def log_metric_rule(args: list[Argument]) -> Type:
+    """`log_metric(name, value, step=-1)`: a name, a number (a scalar of any dtype), an integer step."""
+    if not isinstance(args[0].type, (StrType, AnyType)):
+        raise ShapeError(
+            "E0301", f"`log_metric` takes the metric's name as a string, found {args[0].type}", at=args[0].span
+        )
+    value = tensor(args[1].type, "`log_metric`")
+    if value is not None and value.rank != 0:
+        raise ShapeError("E0301", f"`log_metric` takes a number, found {value}", str(value), at=args[1].span)
+    step = args[2].type
+    if args[2].given and not (isinstance(step, AnyType) or (isinstance(step, TensorType) and step.dtype in INTEGERS)):
+        raise ShapeError("E0301", f"`log_metric`'s `step=` takes an integer, found {step}", at=args[2].span)
+    return UNIT
+
+
+def progress_rule(args: list[Argument]) -> Type:
+    """`progress(done, total, label="progress")`: integers, and a label string."""
+    for argument, what in ((args[0], "done"), (args[1], "total")):
+        t = argument.type
+        if not (isinstance(t, AnyType) or (isinstance(t, TensorType) and t.rank == 0 and t.dtype in INTEGERS)):
+            raise ShapeError("E0301", f"`progress` takes `{what}` as an integer, found {t}", at=argument.span)
+    if args[2].given and not isinstance(args[2].type, (StrType, AnyType)):
+        raise ShapeError("E0301", f"`progress` takes its label as a string, found {args[2].type}", at=args[2].span)
+    return UNIT
+
+
 RULES: dict[Prim, Rule] = {
     Prim.EXP: elementwise("exp"),
     Prim.LOG: elementwise("log"),
@@ -887,6 +1232,24 @@ RULES: dict[Prim, Rule] = {
     Prim.TREE_MAP: tree_map_rule,
     Prim.TREE_DOT: tree_dot_rule,
     # data
+    Prim.DIGITS: digits_rule,
+    Prim.PERMUTATION: permutation_rule,
+    Prim.BATCHES: batches_rule,
+    Prim.LOAD_CSV: load_csv_rule,
+    Prim.LOAD_NPZ: load_npz_rule,
+    Prim.TEXT_CORPUS: text_corpus_rule,
+    Prim.CHARS: chars_rule,
+    # metrics and progress
+    Prim.LOG_METRIC: log_metric_rule,
+    Prim.PROGRESS: progress_rule,
     # checkpoints
+    Prim.SAVE: save_rule,
+    Prim.LOAD: load_rule,
     # convolution
+    Prim.CONV2D: conv2d_rule,
+    Prim.MAX_POOL2D: max_pool2d_rule,
+    Prim.CONV2D_INPUT_GRAD: conv2d_input_grad_rule,
+    Prim.CONV2D_WEIGHT_GRAD: conv2d_weight_grad_rule,
+    Prim.MAX_POOL2D_GRAD: max_pool2d_grad_rule,
+    Prim.MAX_POOL2D_GATHER: max_pool2d_gather_rule,
 }

@@ -643,6 +643,47 @@ class Builder:
         keyword = self.axis_keyword(axis, len(shape))
         return f"split_like({self.expr(dtype, source, depth)}, {items}{keyword})[{position}]"
 
+    def convolution(self, dtype: str, shape: Shape, depth: int) -> str:
+        """`conv2d`, `max_pool2d` or one of their gradient helpers, with operands sized to give `shape`."""
+        stride, size = self.number(1, 2), self.number(1, 3)
+        padding = self.number(0, size // 2)
+        keywords = f", stride={stride}, padding={padding}"
+        n, channels, rows, columns = shape
+
+        def before(count: int) -> int:  # an input size giving `count` windows
+            return max((count - 1) * stride + size - 2 * padding, 1) if (count - 1) * stride + 1 > 2 * padding else 0
+
+        def after(length: int, kernel: int = size) -> int:  # the number of windows along an input of `length`
+            return (length + 2 * padding - kernel) // stride + 1
+
+        kind = self.choice(["conv2d", "max_pool2d", "input_grad", "weight_grad", "pool_grad", "gather"])
+        if kind in ("conv2d", "max_pool2d", "gather") and before(rows) and before(columns):
+            source = (n, self.number(1, 2) if kind == "conv2d" else channels, before(rows), before(columns))
+            if after(source[2]) == rows and after(source[3]) == columns:
+                x = self.expr(dtype, source, depth)
+                if kind == "conv2d":
+                    kernel = self.expr(dtype, (channels, source[1], size, size), depth)
+                    return f"conv2d({x}, {kernel}{keywords})"
+                if kind == "gather":
+                    return f"max_pool2d_gather({self.expr(dtype, source, depth)}, {x}, {size}{keywords})"
+                return f"max_pool2d({x}, {size}{keywords})"
+        if kind == "weight_grad":  # `shape` is the kernel's [O, C, KH, KW]
+            lengths = [max(k - 2 * padding, 1) + self.number(0, 2) for k in (rows, columns)]
+            images = (self.number(1, 2), channels, *lengths)
+            dy = (images[0], n, after(lengths[0], rows), after(lengths[1], columns))
+            like = self.expr(self.choice(FLOATS), shape, depth)
+            x = self.expr(dtype, images, depth)
+            return f"conv2d_weight_grad({self.expr(dtype, dy, depth)}, {x}, {like}{keywords})"
+        if rows + 2 * padding < size or columns + 2 * padding < size:
+            return self.leaf(dtype, shape)
+        if kind == "input_grad":
+            outputs = self.number(1, 2)
+            dy = self.expr(dtype, (n, outputs, after(rows), after(columns)), depth)
+            kernel = self.expr(dtype, (outputs, channels, size, size), depth)
+            return f"conv2d_input_grad({dy}, {kernel}, {self.expr(self.choice(FLOATS), shape, depth)}{keywords})"
+        dy = self.expr(dtype, (n, channels, after(rows), after(columns)), depth)
+        return f"max_pool2d_grad({dy}, {self.expr(dtype, shape, depth)}, {size}{keywords})"
+
     def tree_add(self, dtype: str, shape: Shape, depth: int) -> str:
         """Two tensors (as operands of `+`), or two tuples of them, added leaf by leaf."""
         if self.allowed("tree_add-weak-int") and self.allowed("tree_add-mixed-dtypes") and self.flag():
@@ -767,6 +808,25 @@ class Builder:
             return f"{name}[{position}] = {self.weak_literal(dtype)}"
         return f"{name}[{position}] = {self.expr(dtype, self.broadcastable(shape[1:]), depth)}"
 
+    def indices(self, dtype: str, shape: Shape, depth: int) -> str:
+        """A data built-in making an `i64[n]`: a shuffled `arange(n)`, or the first n bytes of the text corpus."""
+        (size,) = shape
+        if self.flag():
+            return f"text_corpus({self.dim(size)})"
+        seed = f", seed={self.number(0, 9)}" if self.flag() else ""
+        return f"permutation({self.dim(size)}{seed})"
+
+    def batches(self, dtype: str, shape: Shape, depth: int) -> str:
+        """`batches` cutting N rows into `shape[0]` batches of `shape[1]` (the partial last one dropped)."""
+        count, size, *rest = shape
+        rows = count * size + self.number(0, size - 1)
+        data = self.expr(dtype, (rows, *rest), depth)
+        keywords = "".join(option for option in (", shuffle=true", f", seed={self.number(0, 9)}") if self.flag())
+        if self.flag():
+            other = self.expr(self.choice(DTYPES), (rows, *self.shape(0, 1)), depth)
+            return f"batches(({data}, {other}), {self.dim(size)}{keywords})[0]"
+        return f"batches({data}, {self.dim(size)}{keywords})"
+
     def rows(self, dtype: str, shape: Shape, depth: int) -> str:
         """A tensor literal whose elements are expressions: `[e0, e1]`."""
         items = [self.expr(dtype, shape[1:], depth) for _ in range(shape[0])]
@@ -823,10 +883,13 @@ PRODUCTIONS = (
     ("scatter_add", lambda d, s: d in NUMBERS and len(s) >= 1),
     ("split_like", lambda d, s: len(s) >= 1),
     ("tree_add", lambda d, s: d in NUMBERS),
+    ("convolution", lambda d, s: d in FLOATS and len(s) == 4),
     ("tape", lambda d, s: True),
     ("convert", lambda d, s: d in ("f32", "f64", "i64")),
     ("length", lambda d, s: d == "i64" and not s),
     ("rows", lambda d, s: len(s) >= 1 and s[0] <= 3),
+    ("indices", lambda d, s: d == "i64" and len(s) == 1),
+    ("batches", lambda d, s: len(s) >= 2),
     ("call", lambda d, s: True),
     ("pair", lambda d, s: True),
     ("update", lambda d, s: True),
@@ -865,6 +928,12 @@ def test_generator_covers_every_primitive() -> None:
     for name, _ in PRODUCTIONS:
         assert callable(getattr(Builder, name))
     exempt = {Prim.PRINT, Prim.ASSERT}
+    exempt |= {Prim.LOG_METRIC, Prim.PROGRESS}  # effects with no value, like print: they write files or output
+    exempt |= {Prim.SAVE, Prim.LOAD}  # file I/O: a generated program must not write or need files
+    exempt |= {Prim.LOAD_CSV, Prim.LOAD_NPZ}  # read files: a generated program must not need files
+    # `digits()` is one fixed dataset of 1797 rows (far beyond the generator's shapes, and covered in
+    # tests/test_data.py); `chars` makes a `str`, and the generator aims at tensor types
+    exempt |= {Prim.DIGITS, Prim.CHARS}
     missing = [p.value for p in Prim if p not in exempt and not re.search(rf"[\"']{p.value}[\"'(]", source)]
     assert not missing, f"primitives the generator never uses: {missing}"
 

@@ -15,6 +15,7 @@ import itertools
 import dl.lang
 import numpy as np
 import pytest
+import test_data
 from dl.interp.primitives import IMPLEMENTATIONS
 from dl.interp.runtime import BINARY, UNARY
 from dl.lang.diagnostics import DiagnosticError
@@ -1189,6 +1190,51 @@ def test_tree_dot_sums_the_products_of_all_leaves() -> None:
     runtime_error("tree_dot((a, a), (a,))", np.ones(2, np.float32))
 
 
+def test_log_metric_appends_json_lines(tmp_path, monkeypatch) -> None:
+    import json
+
+    from dl.interp.metrics import Metrics
+
+    target = tmp_path / "run.jsonl"
+    monkeypatch.setattr(Metrics, "path", target)
+    source = (
+        "fn main() {\n"
+        '    for step in 0..3 {\n        log_metric("loss", 1.0 / float(step + 1))\n    }\n'
+        '    log_metric("accuracy", 0.5f64, step=10)\n'
+        '    log_metric("count", 7)\n'
+        "}\n"
+    )
+    assert dl_main(source) == ""
+    records = [json.loads(line) for line in target.read_text().splitlines()]
+    assert records == [
+        {"name": "loss", "step": 0, "value": 1.0},
+        {"name": "loss", "step": 1, "value": 0.5},
+        {"name": "loss", "step": 2, "value": 0.33333334},
+        {"name": "accuracy", "step": 10, "value": 0.5},
+        {"name": "count", "step": 0, "value": 7},
+    ]
+    assert checker_codes("log_metric(3, 1.0)") == ["E0301"]
+    assert checker_codes('log_metric("loss", x)') == ["E0301"]
+    assert checker_codes('log_metric("loss", 1.0, step=0.5)') == ["E0301"]
+    monkeypatch.setattr(Metrics, "path", tmp_path / "missing" / "run.jsonl")
+    runtime_error('log_metric("loss", a)', np.float32(1.0))
+
+
+def test_progress_prints_plain_lines_when_not_a_terminal(monkeypatch) -> None:
+    from dl.interp.metrics import Progress
+
+    monkeypatch.setattr(Progress, "terminal", False)
+    source = 'fn main() {\n    for i in 0..50 {\n        progress(i + 1, 50, "epoch")\n    }\n}\n'
+    lines = dl_main(source).splitlines()
+    assert lines[0] == "epoch 1/50" and lines[-1] == "epoch 50/50"
+    assert len(lines) <= 22 and all(line.startswith("epoch ") for line in lines)
+    monkeypatch.setattr(Progress, "terminal", True)  # a tqdm bar on stderr instead; nothing on stdout
+    assert dl_main(source) == ""
+    assert checker_codes("progress(1.5, 10)") == ["E0301"]
+    assert checker_codes("progress(1, 10, 3)") == ["E0301"]
+    runtime_error("progress(1, 0)")
+
+
 def test_tape_push_pop_is_last_in_first_out() -> None:
     body = (
         "let t = tape(a[0])\n"
@@ -1593,6 +1639,139 @@ def test_deep_recursion_is_reported_at_the_recursing_call() -> None:
     assert (diagnostic.span.line, diagnostic.span.column) == (2, 8)
 
 
+# ======================================================================= data (their checks live in tests/test_data.py)
+
+
+def test_digits_dataset() -> None:
+    test_data.check_digits()
+
+
+def test_permutation_is_a_seeded_permutation() -> None:
+    test_data.check_permutation()
+    test_data.check_permutation_default_generator()
+
+
+def test_batches_shapes_shuffle_and_errors() -> None:
+    test_data.check_batches_shapes_and_remainder()
+    test_data.check_batches_shuffle()
+    test_data.check_batches_errors()
+
+
+def test_load_csv_round_trip_and_errors(tmp_path) -> None:
+    test_data.check_load_csv(tmp_path)
+    test_data.check_load_csv_errors(tmp_path)
+
+
+def test_load_npz_round_trip_and_errors(tmp_path) -> None:
+    test_data.check_load_npz(tmp_path)
+    test_data.check_load_npz_errors(tmp_path)
+
+
+def test_text_corpus_and_chars() -> None:
+    test_data.check_text_corpus()
+    test_data.check_chars()
+
+
+# ======================================================================= checkpoints (more: tests/test_checkpoints.py)
+
+
+def test_save_load_round_trip(tmp_path) -> None:
+    import safetensors.numpy
+
+    path = str(tmp_path / "c.safetensors")
+    value = (np.arange(6, dtype=np.float32).reshape(2, 3) / 7, (np.array([1e-300, -0.0]), 5, True), np.int32(-3))
+    like = (np.zeros((2, 3), np.float32), (np.zeros(2), 0, False), np.int32(0))
+    loaded = dl_run("save(a, b)\nreturn load(a, c)", path, value, like)
+    stored = safetensors.numpy.load_file(path)
+    names = ["0", "1.0", "1.1", "1.2", "2"]  # tuples by position, nested with dots
+    assert sorted(stored) == names
+    for name, original, back in zip(names, tree_leaves(value), tree_leaves(loaded), strict=True):
+        check(back, original, dtype=dtype_of(original), rtol=0, atol=0)
+        assert np.asarray(original, dtype_of(original)).tobytes() == stored[name].tobytes()
+
+
+def test_save_load_errors(tmp_path) -> None:
+    path = str(tmp_path / "c.safetensors")
+    missing = dl_error("load(a, b)", path, np.zeros(3, np.float32)).diagnostics[0]
+    expected = f"load: cannot read checkpoint `{path}`: no such file or directory"
+    assert (missing.code, missing.message) == ("E0521", expected)
+    dl_run("return save(a, b)", path, np.zeros(3, np.float32))
+    wrong = dl_error("load(a, b)", path, np.zeros(4, np.float32)).diagnostics[0]
+    expected = f"load: tensor `value` of checkpoint `{path}`: expected f32[4] (as in `like`), found f32[3]"
+    assert (wrong.code, wrong.message) == ("E0521", expected)
+    assert dl_error("save(a, b)", path, "text").diagnostics[0].code == "E0521"
+    assert checker_codes('save("c.safetensors", "text")') == ["E0311"]
+    assert checker_codes('load("c.safetensors", x)') == []
+
+
+def tree_leaves(value) -> list:
+    return [leaf for item in value for leaf in tree_leaves(item)] if isinstance(value, tuple) else [value]
+
+
+# ======================================================================= convolution
+
+
+CONV_CASES = [  # N, C, H, W, O, KH, KW, stride, padding
+    (2, 3, 7, 6, 4, 3, 2, 1, 0),
+    (2, 3, 7, 6, 4, 3, 3, 2, 1),
+    (1, 2, 9, 9, 3, 4, 2, 3, 2),
+    (3, 1, 5, 5, 2, 5, 5, 1, 0),
+    (2, 2, 8, 7, 3, 1, 1, 2, 0),
+]
+
+
+@needs_torch
+@pytest.mark.parametrize("dtype", [F32, F64])
+@pytest.mark.parametrize("case", CONV_CASES)
+def test_conv2d_family_matches_torch(case, dtype) -> None:
+    """conv2d and its gradient helpers (for x and for w) against torch's conv2d and autograd."""
+    n, c, h, w, o, kh, kw, stride, padding = case
+    rng = np.random.default_rng(sum(case))
+    x, weights = randn(rng, (n, c, h, w), dtype), randn(rng, (o, c, kh, kw), dtype)
+    tx, tw = to_torch(x).requires_grad_(), to_torch(weights).requires_grad_()
+    expected = torch.nn.functional.conv2d(tx, tw, stride=stride, padding=padding)
+    tolerance = {"rtol": 1e-4, "atol": 1e-3} if dtype == F32 else {}
+    keywords = f"stride={stride}, padding={padding}"
+    check(dl_eval(f"conv2d(a, b, {keywords})", x, weights), expected.detach().numpy(), **tolerance)
+    dy = randn(rng, tuple(expected.shape), dtype)
+    grad_x, grad_w = torch.autograd.grad(expected, (tx, tw), to_torch(dy))
+    check(dl_eval(f"conv2d_input_grad(a, b, c, {keywords})", dy, weights, x), grad_x.numpy(), **tolerance)
+    check(dl_eval(f"conv2d_weight_grad(a, b, c, {keywords})", dy, x, weights), grad_w.numpy(), **tolerance)
+
+
+POOL_CASES = [(2, "", 0), (3, ", stride=2", 1), (3, ", stride=1", 1), (5, "", 2), (2, ", stride=1", 0)]
+
+
+@needs_torch
+@pytest.mark.parametrize("dtype", [F32, F64])
+@pytest.mark.parametrize(("size", "stride", "padding"), POOL_CASES)
+def test_max_pool2d_family_matches_torch(size, stride, padding, dtype) -> None:
+    """max_pool2d, its gradient (ties: the first maximum of a window, as in torch) and the gather that is the
+    gradient's adjoint: <max_pool2d_grad(dy, x), v> == <dy, max_pool2d_gather(v, x)>."""
+    rng = np.random.default_rng(size * 10 + padding)
+    x = np.round(randn(rng, (2, 3, 7, 6), dtype))  # rounded: many ties
+    torch_stride = int(stride.split("=")[1]) if stride else None
+    tx = to_torch(x).requires_grad_()
+    expected = torch.nn.functional.max_pool2d(tx, size, stride=torch_stride, padding=padding)
+    keywords = f"{stride}, padding={padding}"
+    check(dl_eval(f"max_pool2d(a, {size}{keywords})", x), expected.detach().numpy())
+    dy = randn(rng, tuple(expected.shape), dtype)
+    (grad_x,) = torch.autograd.grad(expected, (tx,), to_torch(dy))
+    gradient = dl_eval(f"max_pool2d_grad(a, b, {size}{keywords})", dy, x)
+    check(gradient, grad_x.numpy(), rtol=1e-6)
+    v = randn(rng, x.shape, dtype)
+    gathered = dl_eval(f"max_pool2d_gather(a, b, {size}{keywords})", v, x)
+    np.testing.assert_allclose(np.sum(gradient * v, dtype=F64), np.sum(dy * gathered, dtype=F64), rtol=1e-5)
+    check(dl_eval(f"max_pool2d_gather(a, a, {size}{keywords})", x), expected.detach().numpy())
+
+
+def test_convolution_run_time_mistakes_are_diagnostics() -> None:
+    images = np.ones((1, 2, 4, 4), np.float32)
+    assert "channels differ" in str(runtime_error("conv2d(reshape(a, 1, -1, 4, 4), ones(1, 3, 3, 3))", images))
+    assert "does not fit" in str(runtime_error("max_pool2d(reshape(a, 1, 1, -1, 1), 5)", images))
+    runtime_error("conv2d_input_grad(reshape(a, 1, 1, -1, 4), ones(1, 2, 3, 3), zeros(1, 2, 4, 4))", images)
+
+
 # ======================================================================= coverage
 
 PRIM_TESTS: dict[Prim, tuple[str, ...]] = {
@@ -1690,8 +1869,18 @@ PRIM_TESTS: dict[Prim, tuple[str, ...]] = {
         "test_tree_add_structs_tapes_and_errors",
         "test_tree_add_promotes_like_plus",
     ),
+    **{
+        prim: ("test_conv2d_family_matches_torch", "test_convolution_run_time_mistakes_are_diagnostics")
+        for prim in (Prim.CONV2D, Prim.CONV2D_INPUT_GRAD, Prim.CONV2D_WEIGHT_GRAD)
+    },
+    **{
+        prim: ("test_max_pool2d_family_matches_torch", "test_convolution_run_time_mistakes_are_diagnostics")
+        for prim in (Prim.MAX_POOL2D, Prim.MAX_POOL2D_GRAD, Prim.MAX_POOL2D_GATHER)
+    },
     Prim.TREE_MAP: ("test_tree_map_over_structs_and_tuples", "test_tree_map_misuse_is_a_diagnostic"),
     Prim.TREE_DOT: ("test_tree_dot_sums_the_products_of_all_leaves",),
+    Prim.LOG_METRIC: ("test_log_metric_appends_json_lines",),
+    Prim.PROGRESS: ("test_progress_prints_plain_lines_when_not_a_terminal",),
     Prim.TAPE: (
         "test_tape_push_pop_is_last_in_first_out",
         "test_tapes_are_values",
@@ -1708,6 +1897,17 @@ PRIM_TESTS: dict[Prim, tuple[str, ...]] = {
         "test_pop_of_an_empty_tape_is_a_diagnostic",
         "test_tape_misuse_is_a_diagnostic",
     ),
+    # data
+    Prim.DIGITS: ("test_digits_dataset",),
+    Prim.PERMUTATION: ("test_permutation_is_a_seeded_permutation",),
+    Prim.BATCHES: ("test_batches_shapes_shuffle_and_errors",),
+    Prim.LOAD_CSV: ("test_load_csv_round_trip_and_errors",),
+    Prim.LOAD_NPZ: ("test_load_npz_round_trip_and_errors",),
+    Prim.TEXT_CORPUS: ("test_text_corpus_and_chars",),
+    Prim.CHARS: ("test_text_corpus_and_chars",),
+    # checkpoints
+    Prim.SAVE: ("test_save_load_round_trip", "test_save_load_errors"),
+    Prim.LOAD: ("test_save_load_round_trip", "test_save_load_errors"),
 }
 
 OPERATOR_TESTS: dict[str, tuple[str, ...]] = {

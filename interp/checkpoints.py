@@ -1,0 +1,219 @@
+"""`save(path, value)` and `load(path, like)`: tensors, tuples and structs of them in safetensors files.
+
+A checkpoint is a flat safetensors file (read and written with the `safetensors`
+package's numpy API; no pickle, so loading never runs code). Each tensor of a
+value gets a dotted name: a struct's fields by name, a tuple's items by position
+(`w1`, `layers.0.w`, `opt.1.b`); a bare tensor is stored as `value`. DL's dtypes
+map one to one onto safetensors' (f32 F32, f64 F64, i32 I32, i64 I64, bool BOOL).
+
+`save` writes the whole file to a temporary file beside the target, flushes and
+fsyncs it, then renames it onto the target (`os.replace`), so the target always
+holds either the previous checkpoint or the new one, never a part. `load` checks
+the file against `like` before building anything: it parses, it holds exactly the
+names `like` has, and each tensor has the dtype and shape of `like`'s. Every
+mistake raises `CheckpointError`, which the dispatcher (interp/dispatch.py)
+reports as E0521.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+from typing import Any
+
+import numpy as np
+import safetensors
+import safetensors.numpy
+from dl.interp.values import DTYPE_NAMES, StructValue, describe
+
+WHOLE = "value"  # the name a bare tensor is stored under
+DL_DTYPES = frozenset(DTYPE_NAMES)
+
+
+class CheckpointError(Exception):
+    """A checkpoint that cannot be written or read, or does not fit the value asked for."""
+
+
+# ---------------------------------------------------------------------- names
+
+
+def named_tensors(value: Any, what: str) -> dict[str, np.ndarray]:
+    """The tensors of a tensor, tuple or struct (nested) by their dotted names, in order."""
+    found: dict[str, np.ndarray] = {}
+
+    def walk(item: Any, name: str) -> None:
+        if item.__class__ is tuple:
+            for position, part in enumerate(item):
+                walk(part, f"{name}.{position}" if name else str(position))
+        elif item.__class__ is StructValue:
+            for field, part in zip(item.type.fields, item.values, strict=True):
+                walk(part, f"{name}.{field}" if name else field)
+        else:
+            found[name or WHOLE] = as_tensor(item, name or WHOLE, what)
+
+    walk(value, "")
+    return found
+
+
+def as_tensor(value: Any, name: str, what: str) -> np.ndarray:
+    """A number or tensor as an array of its DL dtype (a Python float is f32, int i64, bool bool)."""
+    if isinstance(value, (np.ndarray, np.generic)):  # first: np.float64 is a Python float too
+        if value.dtype in DL_DTYPES:
+            return np.require(value, requirements="C")  # safetensors stores C-ordered bytes; a scalar stays 0-d
+    elif isinstance(value, bool):
+        return np.asarray(value, dtype=np.bool_)
+    elif isinstance(value, int):
+        return np.asarray(value, dtype=np.int64)
+    elif isinstance(value, float):
+        return np.asarray(value, dtype=np.float32)
+    place = "" if name == WHOLE else f" at `{name}`"
+    raise CheckpointError(f"{what} holds tensors, and tuples and structs of them, found {describe(value)}{place}")
+
+
+def rebuilt(like: Any, tensors: dict[str, np.ndarray]) -> Any:
+    """`like` with each tensor replaced by the loaded tensor of its name."""
+
+    def walk(item: Any, name: str) -> Any:
+        if item.__class__ is tuple:
+            return tuple(
+                walk(part, f"{name}.{position}" if name else str(position)) for position, part in enumerate(item)
+            )
+        if item.__class__ is StructValue:
+            return StructValue(
+                item.type,
+                tuple(
+                    walk(part, f"{name}.{field}" if name else field)
+                    for field, part in zip(item.type.fields, item.values, strict=True)
+                ),
+            )
+        return dl_value(tensors[name or WHOLE])
+
+    return walk(like, "")
+
+
+def dl_value(tensor: np.ndarray) -> Any:
+    """A loaded tensor as the interpreter holds it: an array of its own, or a scalar (i64 and bool as Python's)."""
+    if tensor.ndim:
+        return np.array(tensor)  # safetensors' arrays view the file's bytes read-only
+    item = tensor[()]
+    if item.__class__ is np.int64:
+        return int(item)
+    if item.__class__ is np.bool_:
+        return bool(item)
+    return item
+
+
+def shown(tensor: np.ndarray) -> str:
+    dtype = DTYPE_NAMES.get(tensor.dtype, str(tensor.dtype))
+    return f"{dtype}[{', '.join(str(n) for n in tensor.shape)}]"
+
+
+def listed(names: list[str]) -> str:
+    """The names for a message, after "tensor" or "tensors"."""
+    return ("tensor " if len(names) == 1 else "tensors ") + ", ".join(f"`{name}`" for name in names)
+
+
+# ---------------------------------------------------------------------- save
+
+
+def save(path: Any, value: Any) -> tuple:
+    """Write `value` to the safetensors file `path`, replacing what was there only once it is complete."""
+    path = path_of(path, "save")
+    tensors = named_tensors(value, "a checkpoint")
+    try:
+        data = safetensors.numpy.save(tensors)
+    except safetensors.SafetensorError as problem:
+        raise CheckpointError(f"cannot encode checkpoint `{path}`: {problem}") from None
+    write_atomically(path, data)
+    return ()
+
+
+def path_of(path: Any, name: str) -> str:
+    if not isinstance(path, str):
+        raise CheckpointError(f"`{name}` takes the file's path as a string, found {describe(path)}")
+    return path
+
+
+def write_atomically(path: str, data: bytes) -> None:
+    """`data` into `path` by way of a temporary file in the same directory (a rename is atomic only
+    within one file system); the temporary file is removed if anything fails before the rename."""
+    directory = os.path.dirname(os.path.abspath(path))
+    temporary = os.path.join(directory, f".{os.path.basename(path)}.{secrets.token_hex(4)}.tmp")
+    try:
+        descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    except OSError as problem:
+        raise CheckpointError(f"cannot write checkpoint `{path}`: {reason(problem)}") from None
+    try:
+        with os.fdopen(descriptor, "wb") as file:
+            file.write(data)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(temporary, path)
+    except BaseException as problem:  # an interrupt too: never leave a partial temporary file behind
+        with contextlib.suppress(OSError):
+            os.remove(temporary)
+        if isinstance(problem, OSError):
+            raise CheckpointError(f"cannot write checkpoint `{path}`: {reason(problem)}") from None
+        raise
+    sync_directory(directory)
+
+
+def sync_directory(directory: str) -> None:
+    """Make the rename itself durable where the system allows opening a directory (POSIX)."""
+    try:
+        descriptor = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        with contextlib.suppress(OSError):
+            os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
+
+
+def reason(problem: OSError) -> str:
+    text = problem.strerror or str(problem)
+    return text[:1].lower() + text[1:]
+
+
+# ---------------------------------------------------------------------- load
+
+
+def load(path: Any, like: Any) -> Any:
+    """The value of `like`'s structure, dtypes and shapes stored in the safetensors file `path`."""
+    path = path_of(path, "load")
+    expected = named_tensors(like, "`like`")
+    tensors = read_checkpoint(path)
+    missing = [name for name in expected if name not in tensors]
+    if missing:
+        raise CheckpointError(f"checkpoint `{path}` is missing {listed(missing)}, which `like` has")
+    unexpected = sorted(name for name in tensors if name not in expected)
+    if unexpected:
+        raise CheckpointError(f"checkpoint `{path}` has {listed(unexpected)}, which `like` does not have")
+    for name, want in expected.items():
+        found = tensors[name]
+        if found.dtype != want.dtype or found.shape != want.shape:
+            raise CheckpointError(
+                f"tensor `{name}` of checkpoint `{path}`: expected {shown(want)} (as in `like`), found {shown(found)}"
+            )
+    return rebuilt(like, tensors)
+
+
+def read_checkpoint(path: str) -> dict[str, np.ndarray]:
+    try:
+        with open(path, "rb") as file:
+            data = file.read()
+    except OSError as problem:
+        raise CheckpointError(f"cannot read checkpoint `{path}`: {reason(problem)}") from None
+    try:
+        return safetensors.numpy.load(data)
+    except safetensors.SafetensorError as problem:
+        detail = str(problem).removeprefix("Error while deserializing: ")
+        raise CheckpointError(
+            f"cannot read checkpoint `{path}`: not a safetensors file, or truncated or corrupt ({detail})"
+        ) from None
+    except KeyError as problem:  # a dtype numpy cannot hold, such as bfloat16
+        raise CheckpointError(
+            f"checkpoint `{path}` holds a tensor of dtype {problem.args[0]}, which DL does not have"
+        ) from None
