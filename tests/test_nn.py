@@ -1,0 +1,420 @@
+"""The standard library's `nn` module (stdlib/nn.dl) against PyTorch.
+
+Each function is called from a small DL program that imports `nn`; its values and the gradients
+`grad` computes through it are compared with torch.nn.functional (or torch.nn modules) and torch
+autograd on the same random inputs, in f32 and, where the function allows it, f64. Dropout and the
+initialisers are random: their statistics, scaling and determinism are checked instead.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from dl import pipeline
+from dl.interp.values import StructValue
+from dl.lang.diagnostics import DiagnosticError
+
+# The DL wrappers the tests call, each loaded as its own program beside `import nn` (a program is
+# differentiated as a whole, and a `grad` inside a function that no call checks has no types).
+WRAPPERS = {
+    "linear": "fn linear(x, w, b) { return nn.linear(x, w, b) }",
+    "linear_grad": """
+fn linear_loss(x, w, b, c) { return sum(nn.linear(x, w, b) * c) }
+fn linear_grad(x, w, b, c) { return grad(linear_loss, wrt=(0, 1, 2))(x, w, b, c) }""",
+    "layer_norm": "fn layer_norm(x, gamma, beta, eps) { return nn.layer_norm(x, gamma, beta, eps=eps) }",
+    "layer_norm_default": "fn layer_norm_default(x, gamma, beta) { return nn.layer_norm(x, gamma, beta) }",
+    "layer_norm_grad": """
+fn layer_norm_loss(x, gamma, beta, eps, c) { return sum(nn.layer_norm(x, gamma, beta, eps=eps) * c) }
+fn layer_norm_grad(x, gamma, beta, eps, c) { return grad(layer_norm_loss, wrt=(0, 1, 2))(x, gamma, beta, eps, c) }""",
+    "cross_entropy": "fn cross_entropy(logits, labels) { return nn.cross_entropy(logits, labels) }",
+    "cross_entropy_grad": """
+fn cross_entropy_grad(logits, labels) { return value_and_grad(nn.cross_entropy)(logits, labels) }""",
+    "mse": "fn mse(prediction, target) { return nn.mse(prediction, target) }",
+    "mse_grad": "fn mse_grad(prediction, target) { return grad(nn.mse, wrt=(0, 1))(prediction, target) }",
+    "accuracy": "fn accuracy(logits, labels) { return nn.accuracy(logits, labels) }",
+    "embedding": "fn embedding(table, ids) { return nn.embedding(table, ids) }",
+    "embedding_grad": "fn embedding_grad(table, ids, c) { return grad(fn(t) => sum(nn.embedding(t, ids) * c))(table) }",
+    "dropout": "fn dropout(x, rate, seed, training) { return nn.dropout(x, rate, seed, training) }",
+    "dropout_grad": """
+fn dropout_grad(x, rate, seed, c) { return grad(fn(x) => sum(nn.dropout(x, rate, seed, true) * c))(x) }""",
+    "lstm_cell": """
+fn lstm_cell(x, h, c, wi, wh, bi, bh) {
+    return nn.lstm_cell(x, h, c, nn.LSTM { weight_ih: wi, weight_hh: wh, bias_ih: bi, bias_hh: bh })
+}""",
+    "lstm_grad": """
+fn lstm_loss(x, h, c, p: nn.LSTM, ch, cc) {
+    let (h2, c2) = nn.lstm_cell(x, h, c, p)
+    return sum(h2 * ch) + sum(c2 * cc)
+}
+fn lstm_grad(x, h, c, wi, wh, bi, bh, ch, cc) {
+    let p = nn.LSTM { weight_ih: wi, weight_hh: wh, bias_ih: bi, bias_hh: bh }
+    return grad(lstm_loss, wrt=(0, 1, 2, 3))(x, h, c, p, ch, cc)
+}""",
+    "gru_cell": """
+fn gru_cell(x, h, wi, wh, bi, bh) {
+    return nn.gru_cell(x, h, nn.GRU { weight_ih: wi, weight_hh: wh, bias_ih: bi, bias_hh: bh })
+}""",
+    "gru_grad": """
+fn gru_loss(x, h, p: nn.GRU, ch) { return sum(nn.gru_cell(x, h, p) * ch) }
+fn gru_grad(x, h, wi, wh, bi, bh, ch) {
+    let p = nn.GRU { weight_ih: wi, weight_hh: wh, bias_ih: bi, bias_hh: bh }
+    return grad(gru_loss, wrt=(0, 1, 2))(x, h, p, ch)
+}""",
+    "attention": "fn attention(q, k, v) { return nn.attention(q, k, v) }",
+    "attention_grad": """
+fn attention_grad(q, k, v, c) {
+    return grad(fn(q, k, v) => sum(nn.attention(q, k, v) * c), wrt=(0, 1, 2))(q, k, v)
+}""",
+    "masked_attention": "fn masked_attention(q, k, v, mask) { return nn.masked_attention(q, k, v, mask) }",
+    "masked_attention_grad": """
+fn masked_attention_grad(q, k, v, mask, c) {
+    return grad(fn(q, k, v) => sum(nn.masked_attention(q, k, v, mask) * c), wrt=(0, 1, 2))(q, k, v)
+}""",
+    "xavier": "fn xavier(fan_in, fan_out, seed) { return nn.xavier(fan_in, fan_out, seed) }",
+    "kaiming": "fn kaiming(fan_in, fan_out, seed) { return nn.kaiming(fan_in, fan_out, seed) }",
+}
+# activations: `name(x)` and `name_grad(x, c)`, the gradient of sum(name(x) * c)
+for _name, _call in {
+    "relu": "nn.relu(x)",
+    "gelu": "nn.gelu(x)",
+    "tanh": "nn.tanh(x)",
+    "sigmoid": "nn.sigmoid(x)",
+    "softmax": "nn.softmax(x)",
+    "log_softmax": "nn.log_softmax(x)",
+    "softmax_0": "nn.softmax(x, axis=0)",
+    "log_softmax_0": "nn.log_softmax(x, axis=0)",
+}.items():
+    WRAPPERS[_name] = f"fn {_name}(x) {{ return {_call} }}"
+    WRAPPERS[f"{_name}_grad"] = f"fn {_name}_grad(x, c) {{ return grad(fn(x) => sum({_call} * c))(x) }}"
+
+DTYPES = [np.float32, np.float64]
+TOLERANCE = {np.float32: {"rtol": 1e-5, "atol": 1e-6}, np.float64: {"rtol": 1e-10, "atol": 1e-12}}
+
+
+@functools.cache
+def program(name: str) -> Any:
+    return pipeline.load(f"<nn-test-{name}>.dl", "import nn\n" + WRAPPERS[name] + "\n")
+
+
+def call(name: str, *args: Any) -> Any:
+    return pipeline.call(program(name), name, list(args))
+
+
+def normal(seed: int, *shape: int, dtype: type = np.float32) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal(shape).astype(dtype)
+
+
+def tensors(*arrays: np.ndarray) -> list[torch.Tensor]:
+    """Leaf tensors for torch to differentiate, in f64: the reference is computed in f64 for f32
+    inputs too, so that the tolerance measures our rounding, not torch's."""
+    return [torch.tensor(array.astype(np.float64), requires_grad=True) for array in arrays]
+
+
+def close(actual: Any, expected: torch.Tensor | np.ndarray, dtype: type) -> None:
+    if isinstance(expected, torch.Tensor):
+        expected = expected.detach().numpy()
+    actual = np.asarray(actual)
+    assert actual.dtype == np.dtype(dtype)
+    np.testing.assert_allclose(actual, expected, **TOLERANCE[dtype])
+
+
+# ------------------------------------------------------------------------------------------- activations
+
+ACTIVATIONS = {
+    "relu": F.relu,
+    "gelu": lambda x: F.gelu(x, approximate="tanh"),
+    "tanh": torch.tanh,
+    "sigmoid": torch.sigmoid,
+    "softmax": lambda x: F.softmax(x, dim=-1),
+    "log_softmax": lambda x: F.log_softmax(x, dim=-1),
+    "softmax_0": lambda x: F.softmax(x, dim=0),
+    "log_softmax_0": lambda x: F.log_softmax(x, dim=0),
+}
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
+@pytest.mark.parametrize("name", ACTIVATIONS)
+def test_activation_and_its_gradient(name: str, dtype: type) -> None:
+    x = 3.0 * normal(1, 4, 5, dtype=dtype)
+    x[0, :3] = [1e-3, -2e-4, 8.0]  # small inputs test relative accuracy, a large one saturation
+    c = normal(2, 4, 5, dtype=dtype)
+    (tx,) = tensors(x)
+    expected = ACTIVATIONS[name](tx)
+    (expected * torch.tensor(c)).sum().backward()
+    close(call(name, x), expected, dtype)
+    close(call(f"{name}_grad", x, c), tx.grad, dtype)
+
+
+def test_relu_gradient_at_zero_is_zero_as_in_torch() -> None:
+    x = np.array([-1.0, 0.0, 2.0], dtype=np.float32)
+    np.testing.assert_array_equal(call("relu_grad", x, np.ones(3, dtype=np.float32)), [0.0, 0.0, 1.0])
+
+
+# ------------------------------------------------------------------------------------------- layers
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
+def test_linear(dtype: type) -> None:
+    x, w, b, c = normal(1, 3, 4, dtype=dtype), normal(2, 4, 5, dtype=dtype), normal(3, 5, dtype=dtype), normal(4, 3, 5)
+    c = c.astype(dtype)
+    tx, tw, tb = tensors(x, w, b)
+    expected = F.linear(tx, tw.T, tb)  # torch stores the weight [out, in]
+    (expected * torch.tensor(c)).sum().backward()
+    close(call("linear", x, w, b), expected, dtype)
+    for actual, wanted in zip(call("linear_grad", x, w, b, c), (tx.grad, tw.grad, tb.grad), strict=True):
+        close(actual, wanted, dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
+def test_layer_norm(dtype: type) -> None:
+    x = 2.0 * normal(1, 2, 3, 6, dtype=dtype) + 1.0
+    gamma, beta, c = normal(2, 6, dtype=dtype), normal(3, 6, dtype=dtype), normal(4, 2, 3, 6, dtype=dtype)
+    eps = dtype(1e-5)
+    tx, tg, tb = tensors(x, gamma, beta)
+    expected = F.layer_norm(tx, (6,), tg, tb, eps=1e-5)
+    (expected * torch.tensor(c)).sum().backward()
+    close(call("layer_norm", x, gamma, beta, eps), expected, dtype)
+    for actual, wanted in zip(
+        call("layer_norm_grad", x, gamma, beta, eps, c), (tx.grad, tg.grad, tb.grad), strict=True
+    ):
+        close(actual, wanted, dtype)
+
+
+def test_layer_norm_default_eps_is_torchs() -> None:
+    x = normal(1, 4, 3) * 1e-3  # small variance, so eps matters
+    gamma, beta = np.ones(3, dtype=np.float32), np.zeros(3, dtype=np.float32)
+    expected = F.layer_norm(torch.tensor(x, dtype=torch.float64), (3,), eps=1e-5)
+    close(call("layer_norm_default", x, gamma, beta), expected, np.float32)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
+def test_embedding_gathers_rows_and_adds_gradients_of_repeated_ids(dtype: type) -> None:
+    table = normal(1, 7, 3, dtype=dtype)
+    ids = np.array([[0, 6, 2], [2, 2, 5]], dtype=np.int64)
+    c = normal(2, 2, 3, 3, dtype=dtype)
+    (tt,) = tensors(table)
+    expected = F.embedding(torch.tensor(ids), tt)
+    (expected * torch.tensor(c)).sum().backward()
+    close(call("embedding", table, ids), expected, dtype)
+    close(call("embedding_grad", table, ids, c), tt.grad, dtype)
+
+
+# ------------------------------------------------------------------------------------------- recurrent cells
+
+
+def torch_cell(module: torch.nn.Module, weights: list[np.ndarray]) -> list[torch.Tensor]:
+    with torch.no_grad():
+        for parameter, value in zip(
+            (module.weight_ih, module.weight_hh, module.bias_ih, module.bias_hh), weights, strict=True
+        ):
+            parameter.copy_(torch.tensor(value))
+    return [module.weight_ih, module.weight_hh, module.bias_ih, module.bias_hh]
+
+
+def cell_weights(gates: int, inputs: int, hidden: int) -> list[np.ndarray]:
+    shapes = [(gates * hidden, inputs), (gates * hidden, hidden), (gates * hidden,), (gates * hidden,)]
+    return [0.5 * normal(10 + position, *shape) for position, shape in enumerate(shapes)]
+
+
+def test_lstm_cell_matches_torch_lstm_cell() -> None:
+    batch, inputs, hidden = 3, 4, 5
+    weights = cell_weights(4, inputs, hidden)
+    x, h, c = normal(1, batch, inputs), normal(2, batch, hidden), normal(3, batch, hidden)
+    ch, cc = normal(4, batch, hidden), normal(5, batch, hidden)
+    cell = torch.nn.LSTMCell(inputs, hidden).double()
+    parameters = torch_cell(cell, weights)
+    tx, th, tc = tensors(x, h, c)
+    h_next, c_next = cell(tx, (th, tc))
+    ((h_next * torch.tensor(ch)).sum() + (c_next * torch.tensor(cc)).sum()).backward()
+
+    actual_h, actual_c = call("lstm_cell", x, h, c, *weights)
+    close(actual_h, h_next, np.float32)
+    close(actual_c, c_next, np.float32)
+    dx, dh, dc, dparams = call("lstm_grad", x, h, c, *weights, ch, cc)
+    for actual, wanted in zip((dx, dh, dc), (tx.grad, th.grad, tc.grad), strict=True):
+        close(actual, wanted, np.float32)
+    assert isinstance(dparams, StructValue)
+    for actual, parameter in zip(dparams.values, parameters, strict=True):
+        close(actual, parameter.grad, np.float32)
+
+
+def test_gru_cell_matches_torch_gru_cell() -> None:
+    batch, inputs, hidden = 3, 4, 5
+    weights = cell_weights(3, inputs, hidden)
+    x, h, ch = normal(1, batch, inputs), normal(2, batch, hidden), normal(3, batch, hidden)
+    cell = torch.nn.GRUCell(inputs, hidden).double()
+    parameters = torch_cell(cell, weights)
+    tx, th = tensors(x, h)
+    h_next = cell(tx, th)
+    (h_next * torch.tensor(ch)).sum().backward()
+
+    close(call("gru_cell", x, h, *weights), h_next, np.float32)
+    dx, dh, dparams = call("gru_grad", x, h, *weights, ch)
+    close(dx, tx.grad, np.float32)
+    close(dh, th.grad, np.float32)
+    assert isinstance(dparams, StructValue)
+    for actual, parameter in zip(dparams.values, parameters, strict=True):
+        close(actual, parameter.grad, np.float32)
+
+
+# ------------------------------------------------------------------------------------------- attention
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
+def test_attention(dtype: type) -> None:
+    q, k, v = normal(1, 2, 3, 4, dtype=dtype), normal(2, 2, 5, 4, dtype=dtype), normal(3, 2, 5, 6, dtype=dtype)
+    c = normal(4, 2, 3, 6, dtype=dtype)
+    tq, tk, tv = tensors(q, k, v)
+    expected = F.scaled_dot_product_attention(tq, tk, tv)
+    (expected * torch.tensor(c)).sum().backward()
+    close(call("attention", q, k, v), expected, dtype)
+    for actual, wanted in zip(call("attention_grad", q, k, v, c), (tq.grad, tk.grad, tv.grad), strict=True):
+        close(actual, wanted, dtype)
+
+
+@pytest.mark.parametrize("mask_shape", [(2, 4, 4), (4, 4)], ids=["per-batch", "broadcast"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
+def test_masked_attention(dtype: type, mask_shape: tuple[int, ...]) -> None:
+    q, k, v = normal(1, 2, 4, 3, dtype=dtype), normal(2, 2, 4, 3, dtype=dtype), normal(3, 2, 4, 5, dtype=dtype)
+    c = normal(4, 2, 4, 5, dtype=dtype)
+    mask = np.random.default_rng(5).random(mask_shape) < 0.5
+    mask[..., 0] = True  # every query sees at least one key
+    tq, tk, tv = tensors(q, k, v)
+    expected = F.scaled_dot_product_attention(tq, tk, tv, attn_mask=torch.tensor(mask))
+    (expected * torch.tensor(c)).sum().backward()
+    close(call("masked_attention", q, k, v, mask), expected, dtype)
+    gradients = call("masked_attention_grad", q, k, v, mask, c)
+    for actual, wanted in zip(gradients, (tq.grad, tk.grad, tv.grad), strict=True):
+        close(actual, wanted, dtype)
+
+
+def test_causal_mask_hides_later_keys() -> None:
+    q, k = normal(1, 1, 3, 2), normal(2, 1, 3, 2)
+    v = np.eye(3, dtype=np.float32)[None]  # the output row is the attention weights
+    weights = call("masked_attention", q, k, v, np.tril(np.ones((3, 3), dtype=bool)))
+    assert weights[0, 0, 0] == pytest.approx(1.0)
+    assert np.all(np.triu(weights[0], 1) == 0.0)
+
+
+# ------------------------------------------------------------------------------------------- losses and metrics
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
+def test_cross_entropy(dtype: type) -> None:
+    logits = 4.0 * normal(1, 6, 5, dtype=dtype)
+    logits[0, 1] = 80.0  # stable for large logits
+    labels = np.array([1, 0, 4, 4, 2, 3], dtype=np.int64)
+    (tl,) = tensors(logits)
+    expected = F.cross_entropy(tl, torch.tensor(labels))
+    expected.backward()
+    close(call("cross_entropy", logits, labels), expected, dtype)
+    value, gradient = call("cross_entropy_grad", logits, labels)
+    close(value, expected, dtype)
+    close(gradient, tl.grad, dtype)
+
+
+@pytest.mark.parametrize("labels", [[1, 3], [-1, 0]], ids=["too-large", "negative"])
+def test_cross_entropy_rejects_a_label_out_of_range(labels: list[int]) -> None:
+    with pytest.raises(DiagnosticError) as failure:
+        call("cross_entropy", normal(1, 2, 3), np.array(labels, dtype=np.int64))
+    assert [diagnostic.code for diagnostic in failure.value.diagnostics] == ["E0502"]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
+def test_mse(dtype: type) -> None:
+    prediction, target = normal(1, 4, 3, dtype=dtype), normal(2, 4, 3, dtype=dtype)
+    tp, tt = tensors(prediction, target)
+    expected = F.mse_loss(tp, tt)
+    expected.backward()
+    close(call("mse", prediction, target), expected, dtype)
+    for actual, wanted in zip(call("mse_grad", prediction, target), (tp.grad, tt.grad), strict=True):
+        close(actual, wanted, dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
+def test_accuracy(dtype: type) -> None:
+    logits = normal(1, 8, 4, dtype=dtype)
+    labels = np.argmax(logits, axis=1)
+    labels[[1, 4, 6]] = (labels[[1, 4, 6]] + 1) % 4  # three of eight wrong
+    accuracy = call("accuracy", logits, labels)
+    assert np.asarray(accuracy).dtype == np.float32
+    assert float(accuracy) == 5 / 8
+
+
+# ------------------------------------------------------------------------------------------- dropout
+
+
+def test_dropout_keeps_one_minus_rate_and_scales_them() -> None:
+    x = normal(1, 200, 300) + 5.0  # no element is zero before dropout
+    out = call("dropout", x, np.float32(0.3), 7, True)
+    kept = out != 0.0
+    assert kept.mean() == pytest.approx(0.7, abs=0.005)  # 60000 draws: the standard error is 0.0019
+    np.testing.assert_allclose(out[kept], x[kept] / np.float32(0.7), rtol=1e-6)
+
+
+def test_dropout_is_deterministic_for_a_seed() -> None:
+    x = normal(1, 20, 30)
+    first = call("dropout", x, np.float32(0.5), 3, True)
+    np.testing.assert_array_equal(first, call("dropout", x, np.float32(0.5), 3, True))
+    assert np.any(first != call("dropout", x, np.float32(0.5), 4, True))
+
+
+def test_dropout_works_on_any_rank() -> None:
+    x = normal(1, 4, 5, 6) + 5.0
+    out = call("dropout", x, np.float32(0.5), 2, True)
+    assert out.shape == x.shape
+    assert 0 < np.count_nonzero(out) < x.size
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
+def test_dropout_is_the_identity_without_training(dtype: type) -> None:
+    x = normal(1, 5, 6, dtype=dtype)
+    np.testing.assert_array_equal(call("dropout", x, dtype(0.5), 3, False), x)
+
+
+def test_dropout_rates_zero_and_one() -> None:
+    x = normal(1, 5, 6)
+    np.testing.assert_array_equal(call("dropout", x, np.float32(0.0), 3, True), x)
+    np.testing.assert_array_equal(call("dropout", x, np.float32(1.0), 3, True), np.zeros_like(x))
+
+
+def test_dropout_gradient_is_the_scaled_mask() -> None:
+    x, c = normal(1, 6, 7) + 5.0, normal(2, 6, 7)
+    out = call("dropout", x, np.float32(0.25), 9, True)
+    gradient = call("dropout_grad", x, np.float32(0.25), 9, c)
+    np.testing.assert_allclose(gradient, np.where(out != 0.0, c / np.float32(0.75), 0.0), rtol=1e-6)
+
+
+# ------------------------------------------------------------------------------------------- initialisers
+
+
+def test_xavier_is_glorot_uniform() -> None:
+    fan_in, fan_out = 300, 500
+    w = call("xavier", fan_in, fan_out, 1)
+    bound = math.sqrt(6.0 / (fan_in + fan_out))
+    assert w.shape == (fan_in, fan_out)
+    assert w.dtype == np.float32
+    assert np.all(np.abs(w) <= bound)
+    assert w.min() < -0.99 * bound and w.max() > 0.99 * bound
+    assert abs(w.mean()) < 0.01 * bound  # 150000 draws: the standard error of the mean is 0.0015 bound
+    assert w.std() == pytest.approx(bound / math.sqrt(3.0), rel=0.01)
+    np.testing.assert_array_equal(w, call("xavier", fan_in, fan_out, 1))
+    assert np.any(w != call("xavier", fan_in, fan_out, 2))
+
+
+def test_kaiming_is_he_normal() -> None:
+    fan_in, fan_out = 400, 300
+    w = call("kaiming", fan_in, fan_out, 1)
+    std = math.sqrt(2.0 / fan_in)
+    assert w.shape == (fan_in, fan_out)
+    assert w.dtype == np.float32
+    assert abs(w.mean()) < 0.01 * std  # 120000 draws: the standard error of the mean is 0.003 std
+    assert w.std() == pytest.approx(std, rel=0.01)
+    assert np.mean(np.abs(w) < std) == pytest.approx(0.6827, abs=0.01)  # normal, not uniform
+    np.testing.assert_array_equal(w, call("kaiming", fan_in, fan_out, 1))
