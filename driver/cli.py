@@ -4,6 +4,7 @@
     dlrun check FILE.dl         check only; print `ok` or every diagnostic
     dlrun check --types FILE.dl print each function's signature with inferred shapes
     dlrun grad FILE.dl --fn NAME print the derivative functions `grad(NAME)` generates, as DL source
+    dlrun plot METRICS.jsonl    draw the curves a program logged with `log(name, value)`
     dlrun lsp                   run the language server on stdio (for editors)
 
 Exit status: 0 ok, 1 the program's error (diagnostic on stderr), 2 usage error.
@@ -15,13 +16,15 @@ from __future__ import annotations
 import argparse
 import sys
 import traceback
+from pathlib import Path
 
 from dl import __version__, pipeline
+from dl.interp.metrics import Metrics
 from dl.interp.run import UsageError
 from dl.lang.check import Typed
 from dl.lang.diagnostics import DiagnosticError, SourceMap, render_all
 
-SUBCOMMANDS = ("check", "run", "grad", "lsp")
+SUBCOMMANDS = ("check", "run", "grad", "plot", "lsp")
 EPILOG = """commands:
   dlrun FILE.dl [ARGS...]   check FILE.dl, then run its main(ARGS...)
   dlrun run FILE.dl [ARGS]  the same, spelled out
@@ -30,6 +33,8 @@ EPILOG = """commands:
                             check, then print each function's inferred signature
   dlrun grad FILE.dl --fn NAME [--wrt 0,2] [--value]
                             print the DL source that grad(NAME) generates
+  dlrun plot METRICS.jsonl [-o curve.png]
+                            draw the curves a program logged with log(name, value)
   dlrun lsp                 run the language server on stdin/stdout (for editors)
 
 exit status: 0 ok, 1 the program's error (diagnostic on stderr), 2 usage error"""
@@ -45,7 +50,7 @@ def parser() -> argparse.ArgumentParser:
     )
     command.add_argument("--version", action="version", version=f"dlrun {__version__}")
     add_backend(command)
-    command.add_argument("file", nargs="?", help="the .dl program (or a command: check, run, grad, lsp)")
+    command.add_argument("file", nargs="?", help="the .dl program (or a command: check, run, grad, plot, lsp)")
     command.add_argument("args", nargs=argparse.REMAINDER, help="arguments passed to main() as strings")
     return command
 
@@ -56,6 +61,11 @@ def add_backend(command: argparse.ArgumentParser) -> None:
         choices=["interp"],
         default="interp",
         help="where the program runs (default: interp, the numpy interpreter)",
+    )
+    command.add_argument(
+        "--metrics",
+        metavar="FILE",
+        help="where log_metric() appends (default: $DL_METRICS, else metrics.jsonl)",
     )
 
 
@@ -80,6 +90,13 @@ def subcommand_parser(name: str) -> argparse.ArgumentParser:
         )
         command.add_argument("--value", action="store_true", help="value_and_grad: return the value too")
         return command
+    if name == "plot":
+        command = argparse.ArgumentParser(
+            prog="dlrun plot", description="Draw the curves a program logged with log(name, value)."
+        )
+        command.add_argument("file", help="the metrics file (JSON lines, as log() writes them)")
+        command.add_argument("-o", "--output", help="the image to write (default: the metrics file's name, .png)")
+        return command
     if name == "lsp":
         return argparse.ArgumentParser(
             prog="dlrun lsp", description="Run the DL language server (LSP) on stdin/stdout, for editors."
@@ -94,7 +111,7 @@ def subcommand_parser(name: str) -> argparse.ArgumentParser:
 def subcommand_first(argv: list[str]) -> list[str]:
     """`dlrun --backend interp run FILE` means `dlrun run --backend interp FILE`."""
     position = 0
-    while position < len(argv) and argv[position].startswith("--backend"):
+    while position < len(argv) and argv[position].startswith(("--backend", "--metrics")):
         position += 1 if "=" in argv[position] else 2
     if 0 < position < len(argv) and argv[position] in SUBCOMMANDS:
         return [argv[position], *argv[:position], *argv[position + 1 :]]
@@ -148,9 +165,13 @@ def execute(command: str, file: str, args: list[str], options: argparse.Namespac
         return check(file, options.types, sources)
     if command == "grad":
         return derivative_source(file, options, sources)
+    if command == "plot":
+        return draw(file, options.output)
     program = pipeline.load(file, sources=sources)
     program, typed = pipeline.prepare(program)
     show_warnings(typed, sources)
+    if options.metrics:
+        Metrics.path = Path(options.metrics)
     pipeline.run(program, args, options.backend, typed)
     return 0
 
@@ -177,6 +198,20 @@ def derivative_source(file: str, options: argparse.Namespace, sources: SourceMap
     wrt = positions[0] if len(positions) == 1 else positions
     program = pipeline.load(file, sources=sources)
     print(pipeline.derivative_source(program, options.function, wrt, options.value), end="")
+    return 0
+
+
+def draw(file: str, output: str | None) -> int:
+    from dl import plot  # matplotlib is only needed here
+
+    metrics = Path(file)
+    target = Path(output) if output else metrics.with_suffix(".png")
+    try:
+        plot.plot(metrics, target)
+    except plot.PlotError as problem:
+        print(f"dlrun plot: error: {problem}", file=sys.stderr)
+        return 1
+    print(f"wrote {target}")
     return 0
 
 

@@ -1,0 +1,80 @@
+"""`dlrun plot METRICS.jsonl -o curve.png`: draw the curves a program logged with `log(name, value)`.
+
+Each line of the metrics file is one JSON object `{"name": ..., "step": ..., "value": ...}`
+(what `log` appends). One panel per name, values against steps, in the order the names
+first appear. matplotlib is an optional extra (`pip install "dl-lang[plot]"`); without
+it the command says so and exits with status 2.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from pathlib import Path
+
+
+class PlotError(Exception):
+    """A problem with the metrics file or the output (a message for the user)."""
+
+
+def read_metrics(path: Path) -> dict[str, tuple[list[float], list[float]]]:
+    """The series in a metrics file: name -> (steps, values), in order of first appearance."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        raise PlotError(f"no metrics file `{path}`") from None
+    except OSError as problem:
+        raise PlotError(f"cannot read `{path}`: {problem.strerror}") from None
+    series: dict[str, tuple[list[float], list[float]]] = {}
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+            name, value = str(record["name"]), float(record["value"])
+            step = float(record.get("step", len(series.get(name, ([], []))[0])))
+        except (ValueError, KeyError, TypeError):
+            raise PlotError(f"{path}:{number}: not a metrics line: {line[:80]!r}") from None
+        steps, values = series.setdefault(name, ([], []))
+        steps.append(step)
+        values.append(value)
+    if not series:
+        raise PlotError(f"`{path}` holds no metrics")
+    return series
+
+
+def plot(metrics: Path, output: Path) -> int:
+    """Draw one panel per metric into `output` (written atomically); returns the exit status."""
+    try:
+        import matplotlib
+    except ImportError:
+        raise PlotError('`dlrun plot` needs matplotlib: pip install "dl-lang[plot]"') from None
+    matplotlib.use("Agg")
+    from matplotlib import pyplot
+
+    series = read_metrics(metrics)
+    columns = min(len(series), 3)
+    rows = math.ceil(len(series) / columns)
+    figure, axes = pyplot.subplots(rows, columns, figsize=(4.5 * columns, 3.2 * rows), squeeze=False)
+    for axis, (name, (steps, values)) in zip(axes.flat, series.items(), strict=False):
+        axis.plot(steps, values, linewidth=1.5, marker="o" if len(steps) < 30 else None, markersize=3)
+        axis.set_title(name)
+        axis.set_xlabel("step")
+        axis.grid(alpha=0.3)
+    for axis in list(axes.flat)[len(series) :]:
+        axis.set_visible(False)
+    figure.tight_layout()
+    suffix = output.suffix or ".png"
+    handle, temporary = tempfile.mkstemp(prefix=f".{output.name}.", suffix=suffix, dir=output.parent or Path("."))
+    os.close(handle)
+    try:
+        figure.savefig(temporary, format=suffix.lstrip("."), dpi=110)
+        os.replace(temporary, output)
+    except (OSError, ValueError) as problem:
+        Path(temporary).unlink(missing_ok=True)
+        raise PlotError(f"cannot write `{output}`: {problem}") from None
+    finally:
+        pyplot.close(figure)
+    return 0
