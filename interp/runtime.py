@@ -282,7 +282,7 @@ def comparison(symbol: str):
                         return function(a, b)
                     except ValueError:
                         raise broadcast_error(symbol, a, b) from None
-            elif cls is np.float32 or cls is np.float64:
+            elif cls is np.float32 or cls is np.float64 or (cls is str and symbol in ("==", "!=")):
                 return bool(function(a, b))
         return general(symbol, a, b)
 

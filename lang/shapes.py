@@ -181,6 +181,8 @@ def arithmetic(a: Type, b: Type, symbol: str) -> Type:
 
 
 def comparison(a: Type, b: Type, symbol: str) -> Type:
+    if isinstance(a, StrType) and isinstance(b, StrType) and symbol in ("==", "!="):
+        return BOOL  # text is compared whole: `mode == "--resume"`
     left, right = tensor(a, f"`{symbol}`"), tensor(b, f"`{symbol}`")
     if left is None or right is None:
         return ANY
