@@ -170,8 +170,7 @@ def execute(command: str, file: str, args: list[str], options: argparse.Namespac
     program = pipeline.load(file, sources=sources)
     program, typed = pipeline.prepare(program)
     show_warnings(typed, sources)
-    if options.metrics:
-        Metrics.path = Path(options.metrics)
+    Metrics.path = Path(options.metrics) if options.metrics else None  # per run: in-process callers reuse it
     pipeline.run(program, args, options.backend, typed)
     return 0
 
