@@ -143,13 +143,14 @@ class Site:
     reference: ast.Expr  # how the call site names `f` (a Name, `module.f`, or the lambda itself)
     wrt: int | tuple[int, ...]
     with_value: bool
+    local: Scope | None = None  # what the function around the call binds
 
 
 def grad_sites(typed: Typed) -> Iterator[Site]:
     """The `grad` calls of the program whose function (and what it calls) has no `grad` call left."""
     containing = functions_with_grad(typed)
     for path, module in typed.program.modules.items():
-        for call in walk_calls(module):
+        for call, local in calls_with_scopes(module):
             ref = typed.types.get(id(call))
             if not isinstance(ref, GradientRef) or not isinstance(call.func, ast.Name):
                 continue
@@ -165,7 +166,41 @@ def grad_sites(typed: Typed) -> Iterator[Site]:
                 continue
             f_node = call.args[0] if call.args else next(k.value for k in call.keywords if k.name == "f")
             wrt = wrt_positions(next((k.value for k in call.keywords if k.name == "wrt"), None))
-            yield Site(call, path, decl, target_path, f_node, wrt, ref.with_value)
+            yield Site(call, path, decl, target_path, f_node, wrt, ref.with_value, local)
+
+
+def calls_with_scopes(module: ast.Module) -> Iterator[tuple[ast.Call, Scope]]:
+    """Every call of the module, with what the function around it binds (for a `grad` of a local name)."""
+    for decl in module.decls:
+        scope = Scope.of(decl) if isinstance(decl, ast.FnDecl) else Scope.empty()
+        for call in walk_calls(decl):
+            yield call, scope
+
+
+@dataclass(frozen=True)
+class Scope:
+    """The names a top-level function binds (parameters, `let`s, loop variables, local functions) and
+    assigns, and the anonymous functions its `let`s bind by name."""
+
+    bound: frozenset[str]
+    assigned: frozenset[str]
+    lambdas: dict  # name -> the ast.Lambda a single `let name = fn(...) => ...` binds
+
+    @staticmethod
+    def empty() -> Scope:
+        return Scope(frozenset(), frozenset(), {})
+
+    @staticmethod
+    def of(decl: ast.FnDecl) -> Scope:
+        bound = {p.name for p in decl.params}
+        lets: dict[str, list] = {}
+        for node in walk(decl.body):
+            if isinstance(node, (ast.NamePattern, ast.FnDecl, ast.Param)):
+                bound.add(node.name)
+            if isinstance(node, ast.Let) and isinstance(node.pattern, ast.NamePattern):
+                lets.setdefault(node.pattern.name, []).append(node.value)
+        lambdas = {n: v[0] for n, v in lets.items() if len(v) == 1 and isinstance(v[0], ast.Lambda)}
+        return Scope(frozenset(bound), frozenset(assigned_names(decl.body)), lambdas)
 
 
 def walk_calls(node) -> Iterator[ast.Call]:
@@ -467,6 +502,7 @@ class Round:
     # -------------------------------------------------------------- entry points
     def site(self, site: Site) -> ast.Expr:
         """The expression that replaces one `grad(...)` call."""
+        self.known_statically(site)
         decl = site.function
         params = decl.params
         for position in site.wrt if isinstance(site.wrt, tuple) else (site.wrt,):
@@ -486,6 +522,23 @@ class Round:
             result = ast.TupleTypeExpr((decl.result, result)) if decl.result is not None else None
         self.added[site.function_module].append(ast.FnDecl(generated, params, result, body, decl.span, decl.name_span))
         return self.reference(site.module, site.function_module, generated, site.call.span)
+
+    def known_statically(self, site: Site) -> None:
+        """`grad(f)` is written where `f` is known: a function's name, a lambda, or a name bound once to a
+        lambda whose captured names do not change. A parameter or variable holding some function does not
+        say which (each call could pass another), so its derivative cannot be written once."""
+        reference, local = site.reference, site.local
+        if not isinstance(reference, ast.Name) or local is None or reference.id not in local.bound:
+            return
+        bound = local.lambdas.get(reference.id)
+        unchanged = reference.id not in local.assigned and bound is not None
+        if bound is site.function and unchanged and not free_names(bound.body) & local.assigned:
+            return
+        raise NotDifferentiable(
+            f"`grad` cannot differentiate `{reference.id}`: it holds a function known only when the program runs",
+            reference.span,
+            ("help: write `grad` where the function is named, and pass the derivative: `slope(grad(cube), x)`",),
+        )
 
     def back_name(self, decl: ast.FnDecl, path: str) -> str:
         """The name of `decl`'s `_back` function, generating it (later) the first time it is asked for."""
