@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # as `dl` itself sets it, before numpy is imported
+
 from pathlib import Path
 
 import pytest
