@@ -3,14 +3,17 @@ prints exactly its golden `.out`; the training examples also learn, save and res
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 from conftest import ROOT, check_golden
 
 EXAMPLES = ROOT / "examples"
-QUICK = {"train.dl": ["quick"]}  # examples whose golden output is of a shortened run
+# examples whose golden output is of a shortened run
+QUICK = {"train.dl": ["quick"], "cnn.dl": ["quick"], "charrnn.dl": ["quick"], "regression.dl": ["quick"]}
 
 
 @pytest.fixture
@@ -54,3 +57,70 @@ def test_train_learns_saves_and_resumes(run_in, tmp_path: Path) -> None:
 
 def test_train_is_reproducible(run_in) -> None:
     assert run_in("train.dl", "quick") == run_in("train.dl", "quick")
+
+
+def test_cnn_learns(run_in, tmp_path: Path) -> None:
+    status, out, err = run_in("cnn.dl")
+    assert (status, err) == (0, "")
+    epochs = [line.split() for line in out.splitlines()]
+    losses = [float(words[3]) for words in epochs]
+    accuracies = [float(words[-1]) for words in epochs]
+    assert len(accuracies) == 10 and accuracies[-1] >= 0.97, out
+    assert losses[-1] < losses[0] / 10, out
+    logged = (tmp_path / "metrics.jsonl").read_text().splitlines()
+    assert len(logged) == 20
+
+
+def test_charrnn_loss_falls_and_it_samples_text(run_in, tmp_path: Path) -> None:
+    status, out, err = run_in("charrnn.dl")
+    assert (status, err) == (0, "")
+    lines = out.splitlines()
+    losses = [float(line.split()[-1]) for line in lines if line.startswith("step ")]
+    assert len(losses) == 7, out
+    assert losses[-1] < 2.2 and all(later < earlier for earlier, later in itertools.pairwise(losses)), out
+    sample = "\n".join(lines[len(losses) :])
+    assert sample.startswith('The "assert"') and len(sample) >= 300
+    words = sample.split()
+    assert sum(word.isalpha() for word in words) >= len(words) // 3, sample  # mostly text
+    logged = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert len(logged) == 375 and logged[0]["value"] > 5.0  # about log(256) = 5.5 per byte at first
+
+
+def huber_data() -> tuple[np.ndarray, np.ndarray]:
+    """regression.dl's data, drawn as its randn and rand draw (numpy's default_rng)."""
+    f32 = np.float32
+    xs = np.random.default_rng(1).standard_normal((120, 3)).astype(f32)
+    outlier = np.random.default_rng(3).random(120).astype(f32) < f32(1.0) / f32(6.0)
+    noise = f32(0.1) * np.random.default_rng(2).standard_normal(120).astype(f32)
+    push = np.where(outlier, f32(8.0) + f32(4.0) * np.random.default_rng(4).random(120).astype(f32), f32(0.0))
+    return xs, xs @ np.array([2.0, -3.0, 0.5], f32) + f32(1.0) + noise + push
+
+
+def test_regression_fits_like_torch(run_in) -> None:
+    import torch
+
+    status, out, err = run_in("regression.dl")
+    assert (status, err) == (0, "")
+    fitted = {}
+    for line in out.splitlines()[-2:]:
+        name, numbers = line.split(" w ")
+        w, b = numbers.split(" b ")
+        fitted[name.strip()] = np.array([*map(float, w.strip("[ ]").split()), float(b)])
+    xs, ys = huber_data()
+    truth = np.array([2.0, -3.0, 0.5, 1.0])
+    assert np.abs(fitted["huber"] - truth).max() < 0.1, out
+    assert fitted["least squares"][3] - truth[3] > 1.0, out  # pulled up by the outliers
+    # least squares converged to the closed form
+    design = np.hstack([xs, np.ones((120, 1), np.float32)]).astype(np.float64)
+    exact = np.linalg.lstsq(design, ys.astype(np.float64), rcond=None)[0]
+    np.testing.assert_allclose(fitted["least squares"], exact, atol=1e-4)
+    # the Huber fit is torch's: the same loss, the same Adam steps from zero
+    w = torch.zeros(3, requires_grad=True)
+    b = torch.zeros((), requires_grad=True)
+    adam = torch.optim.Adam([w, b], lr=0.05)
+    for _ in range(300):
+        adam.zero_grad()
+        prediction = torch.from_numpy(xs) @ w + b
+        torch.nn.functional.huber_loss(prediction, torch.from_numpy(ys), delta=0.5).backward()
+        adam.step()
+    np.testing.assert_allclose(fitted["huber"], [*w.detach().numpy(), b.item()], atol=1e-4)
