@@ -4,8 +4,10 @@
     dlrun check FILE.dl         check only; print `ok` or every diagnostic
     dlrun check --types FILE.dl print each function's signature with inferred shapes
     dlrun grad FILE.dl --fn NAME print the derivative functions `grad(NAME)` generates, as DL source
-    dlrun plot METRICS.jsonl    draw the curves a program logged with `log(name, value)`
+    dlrun fmt FILE.dl           lay the file out canonically, comments kept
+    dlrun plot METRICS.jsonl    draw the curves a program logged with `log_metric(name, value)`
     dlrun lsp                   run the language server on stdio (for editors)
+    dlrun repl                  the interactive REPL (also `dlrun` alone)
 
 Exit status: 0 ok, 1 the program's error (diagnostic on stderr), 2 usage error.
 A Python traceback is only ever shown for a bug in DL itself, and says so.
@@ -14,7 +16,9 @@ A Python traceback is only ever shown for a bug in DL itself, and says so.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+import tempfile
 import traceback
 from pathlib import Path
 
@@ -23,8 +27,10 @@ from dl.interp.metrics import Metrics
 from dl.interp.run import UsageError
 from dl.lang.check import Typed
 from dl.lang.diagnostics import DiagnosticError, SourceMap, render_all
+from dl.lang.format import format_source
+from dl.lang.modules import read_source
 
-SUBCOMMANDS = ("check", "run", "grad", "plot", "lsp")
+SUBCOMMANDS = ("check", "run", "grad", "fmt", "plot", "lsp", "repl")
 EPILOG = """commands:
   dlrun FILE.dl [ARGS...]   check FILE.dl, then run its main(ARGS...)
   dlrun run FILE.dl [ARGS]  the same, spelled out
@@ -33,9 +39,12 @@ EPILOG = """commands:
                             check, then print each function's inferred signature
   dlrun grad FILE.dl --fn NAME [--wrt 0,2] [--value]
                             print the DL source that grad(NAME) generates
+  dlrun fmt FILE.dl [--check]
+                            lay the file out canonically, comments kept (in place)
   dlrun plot METRICS.jsonl [-o curve.png]
-                            draw the curves a program logged with log(name, value)
+                            draw the curves a program logged with log_metric(name, value)
   dlrun lsp                 run the language server on stdin/stdout (for editors)
+  dlrun repl                the interactive REPL (also `dlrun` alone)
 
 exit status: 0 ok, 1 the program's error (diagnostic on stderr), 2 usage error"""
 
@@ -50,7 +59,7 @@ def parser() -> argparse.ArgumentParser:
     )
     command.add_argument("--version", action="version", version=f"dlrun {__version__}")
     add_backend(command)
-    command.add_argument("file", nargs="?", help="the .dl program (or a command: check, run, grad, plot, lsp)")
+    command.add_argument("file", nargs="?", help="the .dl program (or a command: check, run, grad, plot, lsp, repl)")
     command.add_argument("args", nargs=argparse.REMAINDER, help="arguments passed to main() as strings")
     return command
 
@@ -90,6 +99,15 @@ def subcommand_parser(name: str) -> argparse.ArgumentParser:
         )
         command.add_argument("--value", action="store_true", help="value_and_grad: return the value too")
         return command
+    if name == "fmt":
+        command = argparse.ArgumentParser(
+            prog="dlrun fmt", description="Lay .dl files out canonically (comments kept), in place."
+        )
+        command.add_argument("file", help="the .dl file")
+        mode = command.add_mutually_exclusive_group()
+        mode.add_argument("--check", action="store_true", help="change nothing; exit 1 if the file is not formatted")
+        mode.add_argument("--print", action="store_true", dest="show", help="print the result instead of writing it")
+        return command
     if name == "plot":
         command = argparse.ArgumentParser(
             prog="dlrun plot", description="Draw the curves a program logged with log(name, value)."
@@ -100,6 +118,10 @@ def subcommand_parser(name: str) -> argparse.ArgumentParser:
     if name == "lsp":
         return argparse.ArgumentParser(
             prog="dlrun lsp", description="Run the DL language server (LSP) on stdin/stdout, for editors."
+        )
+    if name == "repl":
+        return argparse.ArgumentParser(
+            prog="dlrun repl", description="The interactive REPL; reads entries from stdin when it is not a terminal."
         )
     command = argparse.ArgumentParser(prog="dlrun run", description="Check, then run main(ARGS...).")
     add_backend(command)
@@ -121,20 +143,20 @@ def subcommand_first(argv: list[str]) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if not argv:
-        parser().print_usage(sys.stderr)
-        print("dlrun: error: give a FILE.dl to run (the interactive REPL is not available yet)", file=sys.stderr)
-        return 2
+        return interactive()
     argv = subcommand_first(argv)
     command = argv[0] if argv[0] in SUBCOMMANDS else "run"
     chosen = subcommand_parser(command) if argv[0] in SUBCOMMANDS else parser()
     try:
         options = chosen.parse_args(argv[1:] if argv[0] in SUBCOMMANDS else argv)
-        if command != "lsp" and options.file is None:
+        if command not in ("lsp", "repl") and options.file is None:
             chosen.error("give a FILE.dl")
     except SystemExit as stop:  # argparse's --help, --version and usage errors: report the status, do not exit
         return int(stop.code or 0)
     if command == "lsp":
         return language_server()
+    if command == "repl":
+        return interactive()
     file, args = options.file, getattr(options, "args", [])
     sources = SourceMap()
     try:
@@ -160,6 +182,12 @@ def language_server() -> int:
     return lsp.serve()
 
 
+def interactive() -> int:
+    from dl import repl  # imported here: prompt_toolkit is only needed by the REPL
+
+    return repl.main()
+
+
 def execute(command: str, file: str, args: list[str], options: argparse.Namespace, sources: SourceMap) -> int:
     if command == "check":
         return check(file, options.types, sources)
@@ -167,6 +195,8 @@ def execute(command: str, file: str, args: list[str], options: argparse.Namespac
         return derivative_source(file, options, sources)
     if command == "plot":
         return draw(file, options.output)
+    if command == "fmt":
+        return format_file(file, options.check, options.show, sources)
     program = pipeline.load(file, sources=sources)
     program, typed = pipeline.prepare(program)
     show_warnings(typed, sources)
@@ -198,6 +228,37 @@ def derivative_source(file: str, options: argparse.Namespace, sources: SourceMap
     program = pipeline.load(file, sources=sources)
     print(pipeline.derivative_source(program, options.function, wrt, options.value), end="")
     return 0
+
+
+def format_file(file: str, check: bool, show: bool, sources: SourceMap) -> int:
+    path = Path(file)
+    original = read_source(path)
+    sources.texts[file] = original
+    formatted = format_source(original, file)
+    if show:
+        print(formatted, end="")
+        return 0
+    if check:
+        if formatted != original:
+            print(f"{file} is not formatted (dlrun fmt {file} would change it)", file=sys.stderr)
+            return 1
+        return 0
+    if formatted != original:
+        write_atomically(path, formatted)
+        print(f"formatted {file}")
+    return 0
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """Replace `path`'s contents: a temporary file beside it, then a rename (an interrupted write loses nothing)."""
+    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as stream:
+            stream.write(text)
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
 
 
 def draw(file: str, output: str | None) -> int:

@@ -23,6 +23,7 @@ from dl import __version__, lang
 from dl.lang import ast
 from dl.lang.check import Typed
 from dl.lang.diagnostics import Diagnostic, DiagnosticError, Severity, Span
+from dl.lang.format import format_source
 from dl.lang.parse import parse_table
 from dl.lang.primitives import BY_NAME, SIGNATURES
 from dl.lang.types import FunctionRef, ModuleType, PrimitiveRef, StructType, TupleType, Type
@@ -1068,6 +1069,23 @@ def make_server() -> LanguageServer:
         line, column = params.position.line + 1, params.position.character + 1
         found = references(typed, path, line, column, params.context.include_declaration)
         return [types.Location(uri=uri, range=to_range(span)) for span in found]
+
+    @server.feature(types.TEXT_DOCUMENT_FORMATTING)
+    @guarded
+    def formatting(params: types.DocumentFormattingParams) -> list[types.TextEdit] | None:
+        uri = params.text_document.uri
+        source = server.workspace.get_text_document(uri).source
+        try:
+            formatted = format_source(source, document_path(uri))
+        except DiagnosticError:
+            return None  # a file that does not parse is left as it is (its errors are published)
+        if formatted == source:
+            return []
+        lines = source.split("\n")
+        end = types.Position(line=len(lines) - 1, character=len(lines[-1].encode("utf-16-le")) // 2)
+        return [
+            types.TextEdit(range=types.Range(start=types.Position(line=0, character=0), end=end), new_text=formatted)
+        ]
 
     @server.feature(types.TEXT_DOCUMENT_SIGNATURE_HELP, types.SignatureHelpOptions(trigger_characters=["(", ","]))
     @guarded

@@ -8,6 +8,7 @@ diagnostic, with the DL call stack in its notes.
 
 from __future__ import annotations
 
+import ctypes
 import sys
 import threading
 from difflib import SequenceMatcher
@@ -123,8 +124,12 @@ def run_guarded(action) -> Any:
         worker = threading.Thread(target=target, name="dl-main", daemon=True)
         worker.start()
         threading.stack_size(previous_stack)
-        while worker.is_alive():
-            worker.join(0.1)
+        try:
+            while worker.is_alive():
+                worker.join(0.1)
+        except KeyboardInterrupt:  # Ctrl-C reaches the main thread only: stop the program too
+            interrupt(worker)
+            raise
     finally:
         sys.setrecursionlimit(previous_limit)
         threading.stack_size(previous_stack)
@@ -133,3 +138,14 @@ def run_guarded(action) -> Any:
     if "error" in outcome:
         raise outcome["error"]
     return outcome.get("value")
+
+
+def interrupt(worker: threading.Thread) -> None:
+    """Raise `KeyboardInterrupt` in the thread running the program, and wait until it has stopped.
+
+    The exception is raised asynchronously (`PyThreadState_SetAsyncExc`): the worker sees it at its next
+    Python bytecode, so a loop stops at once and a long numpy call stops when it returns. Without this the
+    program would keep running in the background after Ctrl-C, which matters where the process goes on
+    (the REPL)."""
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(worker.ident), ctypes.py_object(KeyboardInterrupt))
+    worker.join()

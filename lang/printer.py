@@ -8,9 +8,14 @@ round-trip property `parse(print_module(m)) == m` is tested with hypothesis.
 
 from __future__ import annotations
 
+from contextvars import ContextVar
+
 from dl.lang import ast
+from dl.lang.diagnostics import Span
 from dl.lang.parse import COMPARISONS, INFIX_POWER, PREFIX_POWER
 
+# The formatter (lang/format.py) keeps number literals as they were written: span -> source text.
+LITERAL_TEXT: ContextVar[dict[Span, str] | None] = ContextVar("literal_text", default=None)
 ATOM = 100
 INDENT = "    "
 ESCAPES = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\t": "\\t", "\0": "\\0"}
@@ -143,9 +148,9 @@ def print_expr(expr: ast.Expr) -> str:
         case ast.Name(id=name):
             return name
         case ast.IntLiteral(value=value, dtype=dtype):
-            return f"{value}{dtype or ''}"
+            return spelled(expr) or f"{value}{dtype or ''}"
         case ast.FloatLiteral(value=value, dtype=dtype):
-            return f"{float_text(value)}{dtype or ''}"
+            return spelled(expr) or f"{float_text(value)}{dtype or ''}"
         case ast.BoolLiteral(value=value):
             return "true" if value else "false"
         case ast.StringLiteral(value=value):
@@ -208,6 +213,11 @@ def print_subscript(item: ast.Expr | ast.Slice) -> str:
     if item.step is not None:
         text += f":{print_expr(item.step)}"
     return text
+
+
+def spelled(literal: ast.IntLiteral | ast.FloatLiteral) -> str | None:
+    spellings = LITERAL_TEXT.get()
+    return spellings.get(literal.span) if spellings else None
 
 
 def float_text(value: float) -> str:

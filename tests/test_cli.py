@@ -25,7 +25,7 @@ def test_options_may_come_before_or_after_the_command(dlrun, argv: tuple[str, ..
     assert dlrun(*argv) == (0, HELLO, "")
 
 
-@pytest.mark.parametrize("argv", [(), ("run",), ("--backend", "interp"), ("check",)])
+@pytest.mark.parametrize("argv", [("run",), ("--backend", "interp"), ("check",)])  # `dlrun` alone: the REPL
 def test_a_missing_file_is_a_usage_error(dlrun, argv: tuple[str, ...]) -> None:
     status, out, err = dlrun(*argv)
     assert (status, out) == (2, "")

@@ -1,0 +1,580 @@
+"""`dlrun repl` (and `dlrun` alone): the interactive DL session.
+
+A session is a module that grows: the declarations entered so far (`fn`,
+`struct`, `const`, `import`; a later one replaces an earlier one of the same
+name) and the variables that the statements entered so far bound, with their
+static types and values. Each entry is parsed with `parse_repl` and becomes,
+beside those declarations, one function
+
+    fn <repl>(x, y, ...) { ...the entry's statements...; return (x, y, ..., new, <value 1>, ...) }
+
+whose parameters are the session's variables and which returns them (and the
+variables the entry binds, and the value of each expression statement,
+rewritten as `let <value k> = expr`). The program goes through the pipeline
+like any other: checked (the host call `<repl>(x, y, ...)` with the variables'
+static types, so nothing runs unless the whole entry checks), `grad` replaced,
+compiled and run by the interpreter with the variables' values. What it returns
+becomes the session's new state; an entry that fails leaves the state as it
+was. Module constants are evaluated once per declaration, not at every entry.
+
+Declarations see other declarations and constants, not the session's variables
+(they live in `<repl>`'s frame, as locals of `main` would).
+
+The front end is prompt_toolkit: highlighting from `dl.highlight.DLLexer`,
+completion of names with their types, multi-line entry (an entry that ends
+inside brackets or after an operator continues), history in
+`$XDG_DATA_HOME/dl/repl_history`. Ctrl-C while typing cancels the entry; while
+a program runs, it interrupts it (see `dl.interp.run.run_guarded`). When stdin
+is not a terminal, entries are read from it and results printed plainly.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+from typing import Any, TextIO
+
+from dl import __version__, pipeline
+from dl.interp.compile import Compiler
+from dl.interp.primitives import RandomSource
+from dl.interp.run import run_guarded
+from dl.interp.runtime import invoke
+from dl.interp.values import format_value
+from dl.lang import ast
+from dl.lang.check import Typed
+from dl.lang.diagnostics import Diagnostic, DiagnosticError, SourceMap, Span, error, render_all
+from dl.lang.modules import Program, load_imports
+from dl.lang.parse import parse_repl, parse_table
+from dl.lang.primitives import BY_NAME
+from dl.lang.types import FunctionRef, ModuleType, StructType, TupleType, Type
+
+ENTRY_FUNCTION = "<repl>"
+VALUE_NAME = "<value {}>"
+DECLARATIONS = (ast.FnDecl, ast.StructDecl, ast.Const, ast.Import)
+HELP = """\
+Enter statements, declarations (fn, struct, const, import) or expressions; an
+expression prints its value and its static type. An entry that ends inside
+brackets or after an operator continues on the next line.
+
+  :type EXPR        the static type of EXPR, without running it
+  :grad NAME [WRT]  the DL source grad(NAME) generates (WRT: 0, or 0,2)
+  :load FILE        add the declarations of FILE.dl to the session
+  :reset            forget every declaration and variable
+  :help             this text
+  :quit             leave (also Ctrl-D)
+
+Tab completes names, fields after `.` and module members. Ctrl-C cancels the
+entry being typed, or interrupts the program running."""
+
+
+class CommandError(Exception):
+    """A command used wrongly (`:grad f x`): its message is shown."""
+
+
+class Outcome(Enum):
+    OK = "ok"
+    FAILED = "failed"
+    QUIT = "quit"
+
+
+@dataclass
+class Entry:
+    """One entry turned into a program: what it declares, binds and shows."""
+
+    program: Program
+    declarations: list[ast.Decl]
+    bound: list[str]  # the variables `<repl>` returns, in order
+    shown: list[ast.Expr]  # the expression statements whose values it returns after them
+
+
+class SessionCompiler(Compiler):
+    """The interpreter's compiler, keeping each module constant's value from one entry to the next:
+    `const w = randn(3)` or a data set loaded into a constant is evaluated once, not at every entry."""
+
+    def __init__(self, program: Program, typed: Typed, constants: dict[int, tuple[ast.Const, Any]]) -> None:
+        super().__init__(program, typed)
+        self.constants = constants
+
+    def compile_declaration(self, state: Any, decl: ast.Decl) -> None:
+        if not isinstance(decl, ast.Const):
+            super().compile_declaration(state, decl)
+            return
+        cached = self.constants.get(id(decl))
+        if cached is not None and cached[0] is decl:
+            state.cells[decl.name].value = cached[1]
+            return
+        failures = len(self.diagnostics)
+        super().compile_declaration(state, decl)
+        if len(self.diagnostics) == failures:
+            self.constants[id(decl)] = (decl, state.cells[decl.name].value)
+
+
+class Session:
+    """The state of a REPL session and what each entry does to it; prints results on stdout and
+    diagnostics on stderr."""
+
+    def __init__(self, directory: Path | None = None) -> None:
+        # Imports resolve beside this (nonexistent) file: in the current directory, then the stdlib.
+        self.entry = str((directory or Path.cwd()) / "<repl>")
+        self.reset()
+
+    def reset(self) -> None:
+        self.sources = SourceMap()
+        self.declarations: list[ast.Decl] = []
+        self.variables: dict[str, Type] = {}
+        self.values: dict[str, Any] = {}
+        self.constants: dict[int, tuple[ast.Const, Any]] = {}
+        self.closures: list[ast.Lambda] = []  # the lambdas whose values variables hold
+        self.library = Program(entry=self.entry, sources=self.sources)  # the imported modules, loaded once
+        self.typed: Typed | None = None  # the last entry's checked program, for completion
+        self.count = 0
+        RandomSource.reset()
+
+    # -------------------------------------------------------------- entries
+    def handle(self, text: str) -> Outcome:
+        """Run one entry or command; never raises for a user mistake."""
+        stripped = text.strip()
+        if not stripped:
+            return Outcome.OK
+        if stripped.startswith(":"):
+            return self.command(stripped)
+        path = self.new_path(text)
+        return self.guarded(lambda: self.run_entry(parse_repl(text, path).items, path))
+
+    def new_path(self, text: str) -> str:
+        self.count += 1
+        path = f"<repl-{self.count}>"
+        self.sources.add(path, text)
+        return path
+
+    def guarded(self, action: Any) -> Outcome:
+        try:
+            action()
+            sys.stdout.flush()  # what the entry printed comes before a later entry's diagnostics
+        except DiagnosticError as failure:
+            sys.stdout.flush()
+            print(render_all(failure.diagnostics, self.sources), file=sys.stderr)
+            return Outcome.FAILED
+        except CommandError as failure:
+            print(failure, file=sys.stderr)
+            return Outcome.FAILED
+        except KeyboardInterrupt:
+            print("interrupted", file=sys.stderr)
+            return Outcome.FAILED
+        return Outcome.OK
+
+    def run_entry(self, items: Iterable[ast.Decl | ast.Stmt], path: str) -> None:
+        entry = self.entry_program(list(items), path)
+        derived, typed = self.prepare(entry)
+        compiler = SessionCompiler(derived, typed, self.constants)
+        run_guarded(compiler.compile_program)
+        function = compiler.states[self.entry].cells[ENTRY_FUNCTION].value
+        arguments = [self.values[name] for name in self.variables]
+        results = run_guarded(lambda: invoke(function, arguments, function.span))
+        returned = entry_types(derived, typed, self.entry)
+        count = len(entry.bound)
+        self.declarations = entry.declarations
+        self.variables = dict(zip(entry.bound, returned[:count], strict=True))
+        self.values = dict(zip(entry.bound, results[:count], strict=True))
+        self.library = entry.program
+        self.typed = typed
+        self.closures = held_lambdas(typed, self.variables.values())
+        for value, static in zip(results[count:], returned[count:], strict=True):
+            if static != TupleType(()):
+                print(shown(value, static))
+
+    def entry_program(self, items: list[ast.Decl | ast.Stmt], path: str) -> Entry:
+        """The program for one entry: the session's declarations with the entry's own, and `<repl>`."""
+        where = Span(path, 1, 1, 1, 1)
+        returns = [item for item in items if isinstance(item, ast.Return)]
+        if returns:
+            raise DiagnosticError(error("E0102", "`return` outside a function", returns[0].span, "not in a function"))
+        declarations = merged(self.declarations, [item for item in items if isinstance(item, DECLARATIONS)])
+        # A lambda held by a variable is known to the checker by its node: evaluate it again (unused) so
+        # that the checker meets it before the variable is called.
+        body: list[ast.Stmt] = [
+            ast.Let(ast.NamePattern(f"<closure {k}>", where), None, node, where)
+            for k, node in enumerate(self.closures, start=1)
+        ]
+        shown: list[ast.Expr] = []
+        bound = list(self.variables)
+        for item in items:
+            match item:
+                case ast.ExprStmt(expr=expr):
+                    name = VALUE_NAME.format(len(shown) + 1)
+                    body.append(ast.Let(ast.NamePattern(name, expr.span), None, expr, item.span))
+                    shown.append(expr)
+                case ast.Let(pattern=pattern):
+                    body.append(item)
+                    bound.extend(name for name in pattern_names(pattern) if name not in bound)
+                case _ if not isinstance(item, DECLARATIONS):
+                    body.append(item)
+        names = [*bound, *(VALUE_NAME.format(k + 1) for k in range(len(shown)))]
+        result = ast.TupleLiteral(tuple(ast.Name(name, where) for name in names), where)
+        params = tuple(ast.Param(name, None, None, where) for name in self.variables)
+        block = ast.Block((*body, ast.Return(result, where)), where)
+        function = ast.FnDecl(ENTRY_FUNCTION, params, None, block, where, where)
+        return Entry(self.program([*declarations, function]), declarations, bound, shown)
+
+    def program(self, decls: list[ast.Decl]) -> Program:
+        """A program whose entry module holds `decls`, reusing the modules the session has loaded."""
+        module = ast.Module(self.entry, tuple(decls))
+        program = Program(entry=self.entry, sources=self.sources)
+        for path, loaded in self.library.modules.items():
+            if path != self.entry:
+                program.modules[path] = loaded
+                program.imports[path] = self.library.imports[path]
+        program.modules[self.entry] = module
+        load_imports(program, module, self.entry)
+        return program
+
+    def prepare(self, entry: Entry) -> tuple[Program, Typed]:
+        """Check the entry's program (the host calling `<repl>` with the variables' types), then replace `grad`."""
+        calls = ((ENTRY_FUNCTION, tuple(self.variables.values())),)
+        derived, typed = pipeline.prepare(entry.program, calls)
+        if typed.diagnostics:  # warnings only: errors were raised
+            print(render_all(typed.diagnostics, self.sources), file=sys.stderr)
+        return derived, typed
+
+    # -------------------------------------------------------------- commands
+    def command(self, text: str) -> Outcome:
+        name, _, argument = text.partition(" ")
+        argument = argument.strip()
+        if name in (":quit", ":q", ":exit"):
+            return Outcome.QUIT
+        if name == ":help":
+            print(HELP)
+            return Outcome.OK
+        if name == ":reset":
+            self.reset()
+            print("session reset")
+            return Outcome.OK
+        actions = {":type": self.show_type, ":grad": self.show_derivative, ":load": self.load}
+        if name not in actions:
+            print(f"unknown command `{name}`; :help lists the commands", file=sys.stderr)
+            return Outcome.FAILED
+        if not argument:
+            print(f"`{name}` needs an argument; :help says which", file=sys.stderr)
+            return Outcome.FAILED
+        return self.guarded(lambda: actions[name](argument))
+
+    def show_type(self, text: str) -> None:
+        path = self.new_path(text)
+        items = parse_repl(text, path).items
+        if len(items) != 1 or not isinstance(items[0], ast.ExprStmt):
+            where = items[0].span if items else Span(path, 1, 1, 1, 2)
+            raise DiagnosticError(error("E0102", "`:type` takes one expression", where, "not an expression"))
+        derived, typed = self.prepare(self.entry_program(list(items), path))
+        print(f"{text} : {entry_types(derived, typed, self.entry)[-1]}")
+
+    def show_derivative(self, argument: str) -> None:
+        name, _, wrt_text = argument.partition(" ")
+        try:
+            positions = tuple(int(p) for p in wrt_text.split(",")) if wrt_text.strip() else (0,)
+        except ValueError:
+            raise CommandError(f"`:grad NAME WRT` takes positions such as 0 or 0,2, not {wrt_text.strip()!r}") from None
+        wrt = positions[0] if len(positions) == 1 else positions
+        program = self.program(self.declarations)
+        print(pipeline.derivative_source(program, name, wrt, False), end="")
+
+    def load(self, file: str) -> None:
+        """Run the declarations of a file into the session, as if they had been typed."""
+        loaded = pipeline.load(file, sources=self.sources)
+        decls = loaded.modules[loaded.entry].decls
+        self.run_entry(decls, loaded.entry)
+        names = ", ".join(declaration_name(decl) for decl in decls)
+        print(f"loaded {file}: {names}" if names else f"loaded {file}: nothing declared")
+
+    # -------------------------------------------------------------- typing aids
+    def is_complete(self, text: str) -> bool:
+        """Whether `text` is a whole entry: it parses, or its error is not at its end (the entry is
+        wrong, and running it shows why). An entry left inside brackets or after an operator is not."""
+        if not text.strip() or text.lstrip().startswith(":"):
+            return True
+        try:
+            parse_repl(text)
+        except DiagnosticError as failure:
+            return not any(at_end(d) for d in failure.diagnostics)
+        return True
+
+    def completions(self, before: str) -> list[tuple[str, str]]:
+        """(name, what it is) for each name that fits the word before the cursor: after `x.`, the fields
+        of the struct `x` or the members of the module `x`; else variables, declarations, imports,
+        keywords and built-ins."""
+        word = trailing_word(before)
+        target = before[: len(before) - len(word)]
+        if target.rstrip().endswith("."):
+            found = self.members(trailing_path(target.rstrip()[:-1]))
+        else:
+            found = self.names()
+        return [(name, meta) for name, meta in found if name.startswith(word)]
+
+    def names(self) -> list[tuple[str, str]]:
+        found = {name: str(static) for name, static in self.variables.items()}
+        for name, meta in self.declared(self.entry):
+            found.setdefault(name, meta)
+        for keyword in sorted(parse_table().scanner.keywords):
+            found.setdefault(keyword, "keyword")
+        for name in sorted(BY_NAME):
+            found.setdefault(name, "built-in")
+        return list(found.items())
+
+    def declared(self, path: str) -> Iterator[tuple[str, str]]:
+        """The functions (with their signatures), structs, constants and imports a module declares."""
+        from dl.lsp import module_names  # the language server's completion knows each declaration's type
+
+        if self.typed is None or path not in self.typed.program.modules:
+            return
+        for item in module_names(self.typed, path):
+            yield item.label, item.detail or ""
+        for alias, _ in self.typed.program.imports.get(path, []):
+            yield alias, "module"
+
+    def members(self, dotted: list[str]) -> list[tuple[str, str]]:
+        found = self.static_type(dotted)
+        if isinstance(found, StructType):
+            return [(name, str(static)) for name, static in found.fields]
+        if isinstance(found, ModuleType):
+            return list(self.declared(found.path))
+        return []
+
+    def static_type(self, dotted: list[str]) -> Type | None:
+        """The type of `a.b.c`: a variable, a module or a constant, then struct fields."""
+        if not dotted:
+            return None
+        first, *rest = dotted
+        found: Type | None = self.variables.get(first)
+        if found is None and self.typed is not None:
+            found = module_type(self.typed, self.entry, first)
+        for name in rest:
+            found = found.field_type(name) if isinstance(found, StructType) else None
+        return found
+
+
+# ---------------------------------------------------------------------- small pieces
+
+
+def merged(old: list[ast.Decl], new: list[ast.Decl]) -> list[ast.Decl]:
+    """The session's declarations after an entry: a new one replaces an old one of the same name."""
+    replaced = {declaration_key(decl) for decl in new}
+    return [*(decl for decl in old if declaration_key(decl) not in replaced), *new]
+
+
+def declaration_key(decl: ast.Decl) -> str:
+    if isinstance(decl, ast.Import):
+        return decl.alias or decl.module
+    return decl.name
+
+
+def declaration_name(decl: ast.Decl) -> str:
+    match decl:
+        case ast.FnDecl(name=name):
+            return f"fn {name}"
+        case ast.StructDecl(name=name):
+            return f"struct {name}"
+        case ast.Const(name=name):
+            return f"const {name}"
+    return f"import {declaration_key(decl)}"
+
+
+def pattern_names(pattern: ast.NamePattern | ast.TuplePattern) -> Iterator[str]:
+    match pattern:
+        case ast.NamePattern(name=name):
+            yield name
+        case ast.TuplePattern(items=items):
+            for item in items:
+                yield from pattern_names(item)
+
+
+def entry_types(program: Program, typed: Typed, path: str) -> tuple[Type, ...]:
+    """The static types of what `<repl>` returns: the types the checker gave its `return` tuple."""
+    module = program.modules[path]
+    function = next(d for d in module.decls if isinstance(d, ast.FnDecl) and d.name == ENTRY_FUNCTION)
+    returned = function.body.body[-1]
+    found = typed.types.get(id(returned.value)) if isinstance(returned, ast.Return) else None
+    if not isinstance(found, TupleType):
+        raise AssertionError("internal error: the REPL entry's result has no type")
+    return found.items
+
+
+def held_lambdas(typed: Typed, held: Iterable[Type]) -> list[ast.Lambda]:
+    """The lambdas that the function values in types `held` (in tuples and struct fields too) refer to."""
+    found: dict[int, ast.Lambda] = {}
+
+    def visit(static: Any) -> None:
+        match static:
+            case FunctionRef(key=key):
+                node = typed.functions.get(key, (None,))[0]
+                if isinstance(node, ast.Lambda):
+                    found[key] = node
+            case TupleType(items=items):
+                for item in items:
+                    visit(item)
+            case StructType(fields=fields):
+                for _, item in fields:
+                    visit(item)
+
+    for static in held:
+        visit(static)
+    return list(found.values())
+
+
+def shown(value: Any, static: Type) -> str:
+    """How the REPL shows an expression's value: the value as `print` shows it, then its static type."""
+    text = format_value(value)
+    return f"{text}\n: {static}" if "\n" in text else f"{text} : {static}"
+
+
+def at_end(diagnostic: Diagnostic) -> bool:
+    """Whether a syntax error says the entry stopped too early: a bracket never closed, or the end reached
+    where more was needed (after an operator, `=`, `,`, ...)."""
+    return diagnostic.code == "E0103" or diagnostic.message.endswith("found the end of the file")
+
+
+def trailing_word(text: str) -> str:
+    end = len(text)
+    start = end
+    while start > 0 and (text[start - 1].isalnum() or text[start - 1] == "_"):
+        start -= 1
+    return text[start:end]
+
+
+def trailing_path(text: str) -> list[str]:
+    """`a.b` for the text `... a.b` (the dotted name that ends `text`), as a list of names."""
+    names = []
+    while True:
+        word = trailing_word(text)
+        if not word:
+            return []
+        names.insert(0, word)
+        text = text[: len(text) - len(word)].rstrip()
+        if not text.endswith("."):
+            return names
+        text = text[:-1].rstrip()
+
+
+def module_type(typed: Typed, path: str, name: str) -> Type | None:
+    imports = dict(typed.program.imports.get(path, []))
+    if name in imports:
+        return ModuleType(imports[name])
+    module = typed.program.modules.get(path)
+    for decl in module.decls if module is not None else ():
+        if isinstance(decl, ast.Const) and decl.name == name:
+            return typed.types.get(id(decl.value))
+    return None
+
+
+def history_path() -> Path:
+    """Where the history is kept: `$XDG_DATA_HOME/dl/repl_history` (default `~/.local/share`)."""
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "dl" / "repl_history"
+
+
+# ---------------------------------------------------------------------- front ends
+
+
+def piped(session: Session, stream: TextIO) -> int:
+    """Entries read from a stream that is not a terminal: each runs once it is complete. Status 1 if one failed."""
+    pending = ""
+    failed = False
+    for line in stream:
+        pending += line
+        if not session.is_complete(pending):
+            continue
+        outcome = session.handle(pending)
+        pending = ""
+        failed |= outcome is Outcome.FAILED
+        if outcome is Outcome.QUIT:
+            return int(failed)
+    if pending.strip():
+        failed |= session.handle(pending) is Outcome.FAILED
+    return int(failed)
+
+
+def make_prompt(session: Session, input: Any = None, output: Any = None, history: Any = None) -> Any:
+    """The prompt_toolkit session that reads entries: Enter runs a complete entry, else starts a new line."""
+    from dl.highlight import DLLexer
+    from prompt_toolkit import PromptSession
+    from prompt_toolkit.completion import Completer, Completion
+    from prompt_toolkit.key_binding import KeyBindings
+    from prompt_toolkit.lexers import PygmentsLexer
+
+    class SessionCompleter(Completer):
+        def get_completions(self, document: Any, complete_event: Any) -> Iterator[Completion]:
+            before = document.text_before_cursor
+            word = trailing_word(before)
+            for name, meta in session.completions(before):
+                yield Completion(name, start_position=-len(word), display_meta=meta)
+
+    bindings = KeyBindings()
+
+    @bindings.add("enter")
+    def enter(event: Any) -> None:
+        buffer = event.current_buffer
+        state = buffer.complete_state
+        if state is not None and state.current_completion is not None:
+            buffer.apply_completion(state.current_completion)
+        elif session.is_complete(buffer.text):
+            buffer.validate_and_handle()
+        else:
+            buffer.insert_text("\n" + indentation(buffer.document.current_line_before_cursor))
+
+    @bindings.add("escape", "enter")
+    def newline(event: Any) -> None:
+        event.current_buffer.insert_text("\n")
+
+    return PromptSession(
+        message="dl> ",
+        prompt_continuation=lambda width, line, wrap: "... ".rjust(width),
+        multiline=True,
+        lexer=PygmentsLexer(DLLexer),
+        completer=SessionCompleter(),
+        key_bindings=bindings,
+        history=history,
+        input=input,
+        output=output,
+    )
+
+
+def indentation(line: str) -> str:
+    """The indentation of a new line in an entry: the current line's, one level more after an opening bracket."""
+    current = line[: len(line) - len(line.lstrip())]
+    return current + "    " if line.rstrip().endswith(("{", "(", "[")) else current
+
+
+def interactive(session: Session, input: Any = None, output: Any = None, history: Any = None) -> int:
+    """Read, run, print, until Ctrl-D or `:quit`. Ctrl-C cancels the entry being typed."""
+    prompt = make_prompt(session, input, output, history)
+    while True:
+        try:
+            text = prompt.prompt()
+        except KeyboardInterrupt:
+            continue
+        except EOFError:
+            return 0
+        if session.handle(text) is Outcome.QUIT:
+            return 0
+
+
+def file_history() -> Any:
+    from prompt_toolkit.history import FileHistory, InMemoryHistory
+
+    path = history_path()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.touch(exist_ok=True)
+    except OSError:
+        return InMemoryHistory()
+    return FileHistory(str(path))
+
+
+def main() -> int:
+    session = Session()
+    if not sys.stdin.isatty():
+        return piped(session, sys.stdin)
+    print(f"DL {__version__}: :help for help, Ctrl-D to leave")
+    return interactive(session, history=file_history())

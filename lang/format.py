@@ -1,0 +1,225 @@
+"""The canonical formatter: source text -> the same program laid out canonically, comments kept.
+
+`format_source(source, path)` parses the file, prints every declaration and statement the
+way lang/printer.py does (four-space indents, one statement per line, parentheses only
+where precedence needs them, one blank line between top-level declarations), and puts
+every comment back: a comment on its own line stays on its own line before the statement
+that follows it (or at the end of its block), and a comment after code on a line stays at
+the end of that statement. A single blank line between two statements is kept; runs of
+blank lines become one. Number literals keep their spelling (`1e-3` stays `1e-3`).
+
+Formatting is idempotent: formatting formatted text gives it back unchanged. A file with a
+syntax error is not formatted: `DiagnosticError` carries the syntax errors.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from dl.lang import ast
+from dl.lang.diagnostics import Span
+from dl.lang.parse import parse
+from dl.lang.printer import (
+    INDENT,
+    LITERAL_TEXT,
+    print_decl,
+    print_expr,
+    print_params,
+    print_pattern,
+    print_stmt,
+    print_type,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Comment:
+    line: int
+    text: str  # from `#` to the end of the line, trailing blanks removed
+    alone: bool  # on a line of its own
+
+
+def format_source(source: str, path: str = "<input>") -> str:
+    """The canonical layout of `source`, comments kept. Raises `DiagnosticError` for a syntax error."""
+    module = parse(source, path)
+    comments = find_comments(source)
+    blank_lines = {number for number, line in enumerate(source.splitlines(), start=1) if not line.strip()}
+    token = LITERAL_TEXT.set(literal_spellings(module, source))
+    try:
+        return Formatter(comments, blank_lines).module(module)
+    finally:
+        LITERAL_TEXT.reset(token)
+
+
+def find_comments(source: str) -> list[Comment]:
+    """Every comment of the source, in order (a `#` inside a string literal is not one)."""
+    found = []
+    for number, line in enumerate(source.splitlines(), start=1):
+        quoted = escaped = False
+        for index, char in enumerate(line):
+            if quoted:
+                if escaped:
+                    escaped = False
+                elif char == "\\":
+                    escaped = True
+                elif char == '"':
+                    quoted = False
+            elif char == '"':
+                quoted = True
+            elif char == "#":
+                found.append(Comment(number, line[index:].rstrip(), not line[:index].strip()))
+                break
+    return found
+
+
+def literal_spellings(module: ast.Module, source: str) -> dict[Span, str]:
+    """The source text of every number literal that sits on one line, by span."""
+    lines = source.splitlines()
+    spellings = {}
+    stack: list[object] = [module]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, tuple):
+            stack.extend(node)
+            continue
+        if isinstance(node, (ast.IntLiteral, ast.FloatLiteral)) and node.span.line == node.span.end_line:
+            if 0 < node.span.line <= len(lines):
+                spellings[node.span] = lines[node.span.line - 1][node.span.column - 1 : node.span.end_column - 1]
+            continue
+        for name in getattr(node, "__dataclass_fields__", ()):
+            if name not in ("span", "name_span"):
+                value = getattr(node, name)
+                if isinstance(value, tuple) or hasattr(value, "__dataclass_fields__"):
+                    stack.append(value)
+    return spellings
+
+
+class Formatter:
+    def __init__(self, comments: list[Comment], blank_lines: set[int]) -> None:
+        self.comments = comments
+        self.next = 0  # the first comment not yet placed
+        self.blank_lines = blank_lines
+
+    # -------------------------------------------------------------- comments
+    def before(self, line: int, depth: int) -> list[str]:
+        """The comments that come before source line `line`, as lines indented to `depth`; a blank line
+        between two of them, or between the last and `line`, is kept."""
+        out: list[str] = []
+        last: int | None = None
+        while self.next < len(self.comments) and self.comments[self.next].line < line:
+            comment = self.comments[self.next]
+            if last is not None and self.blank_between(last, comment.line):
+                out.append("")
+            out.append(INDENT * depth + comment.text)
+            last = comment.line
+            self.next += 1
+        if last is not None and self.blank_between(last, line) and line < 10**9:
+            out.append("")
+        return out
+
+    def blank_between(self, first: int, second: int) -> bool:
+        return any(first < number < second for number in self.blank_lines)
+
+    def trailing(self, line: int) -> str:
+        """The comment after the code on `line`, if any."""
+        if self.next < len(self.comments) and self.comments[self.next].line == line:
+            self.next += 1
+            return "  " + self.comments[self.next - 1].text
+        return ""
+
+    # -------------------------------------------------------------- declarations
+    def module(self, module: ast.Module) -> str:
+        parts = []
+        for decl in module.decls:
+            lines = self.before(decl.span.line, 0)
+            lines += self.declaration(decl)
+            parts.append("\n".join(lines))
+        rest = self.before(10**9, 0)
+        if rest:
+            parts.append("\n".join(rest))
+        return "\n\n".join(parts) + ("\n" if parts else "")
+
+    def declaration(self, decl: ast.Decl) -> list[str]:
+        match decl:
+            case ast.FnDecl():
+                return self.function(decl, 0)
+            case ast.StructDecl(name=name, fields=fields) if fields:
+                lines = [f"struct {name} {{" + self.trailing(decl.span.line)]
+                for item in fields:
+                    lines += self.before(item.span.line, 1)
+                    text = f"{INDENT}{item.name}: {print_type(item.type)}"
+                    lines.append(text + self.trailing(item.span.end_line))
+                lines += self.before(decl.span.end_line, 1)
+                lines.append("}" + self.trailing(decl.span.end_line))
+                return lines
+        return self.simple(print_decl(decl), decl.span, 0)
+
+    def function(self, decl: ast.FnDecl, depth: int) -> list[str]:
+        result = f" -> {print_type(decl.result)}" if decl.result else ""
+        header = f"fn {decl.name}({print_params(decl.params)}){result}"
+        return self.with_block(header, decl.body, decl.span.line, depth, decl.span.end_line)
+
+    # -------------------------------------------------------------- statements
+    def with_block(self, header: str, block: ast.Block, header_line: int, depth: int, end_line: int) -> list[str]:
+        """`header {`, the block's statements one level deeper, then `}` (or `header {}` when empty)."""
+        if not block.body and not self.comment_before(end_line):
+            return [INDENT * depth + header + " {}" + self.trailing(end_line)]
+        lines = [INDENT * depth + header + " {" + self.trailing(header_line)]
+        lines += self.statements(block.body, depth + 1)
+        lines += self.before(end_line, depth + 1)
+        lines.append(INDENT * depth + "}")
+        return lines
+
+    def comment_before(self, line: int) -> bool:
+        return self.next < len(self.comments) and self.comments[self.next].line < line
+
+    def statements(self, body: tuple[ast.Stmt, ...], depth: int) -> list[str]:
+        lines: list[str] = []
+        previous_end: int | None = None
+        for stmt in body:
+            start = stmt.span.line
+            first_comment = self.comments[self.next].line if self.comment_before(start) else start
+            if previous_end is not None and any(previous_end < n < first_comment for n in self.blank_lines):
+                lines.append("")
+            lines += self.before(start, depth)
+            lines += self.statement(stmt, depth)
+            previous_end = stmt.span.end_line
+        return lines
+
+    def statement(self, stmt: ast.Stmt, depth: int) -> list[str]:
+        match stmt:
+            case ast.FnDecl():
+                return self.function(stmt, depth)
+            case ast.If():
+                return self.if_statement(stmt, depth)
+            case ast.While(cond=cond, body=body):
+                return self.with_block(f"while {print_expr(cond)}", body, stmt.span.line, depth, body.span.end_line)
+            case ast.For(pattern=pattern, iterable=iterable, body=body):
+                if isinstance(iterable, ast.Range):
+                    over = f"{print_expr(iterable.start)}..{print_expr(iterable.stop)}"
+                else:
+                    over = print_expr(iterable)
+                header = f"for {print_pattern(pattern)} in {over}"
+                return self.with_block(header, body, stmt.span.line, depth, body.span.end_line)
+        return self.simple(print_stmt(stmt, depth), stmt.span, depth)
+
+    def simple(self, text: str, span: Span, depth: int) -> list[str]:
+        """A statement printed on one line: comments from inside it (a multi-line expression) go on lines of
+        their own before it, in order, and one on its last line stays at its end."""
+        inside = []
+        while self.next < len(self.comments) and self.comments[self.next].line < span.end_line:
+            inside.append(INDENT * depth + self.comments[self.next].text)
+            self.next += 1
+        return [*inside, INDENT * depth + text + self.trailing(span.end_line)]
+
+    def if_statement(self, stmt: ast.If, depth: int, prefix: str = "") -> list[str]:
+        lines = self.with_block(
+            f"{prefix}if {print_expr(stmt.cond)}", stmt.then, stmt.span.line, depth, stmt.then.span.end_line
+        )
+        if stmt.orelse is None:
+            return lines
+        closing = lines.pop()  # `}` (or the whole `if ... {}`), continued by ` else`
+        if isinstance(stmt.orelse, ast.If):
+            rest = self.if_statement(stmt.orelse, depth, prefix="")
+            return [*lines, closing + " else " + rest[0].lstrip(), *rest[1:]]
+        rest = self.with_block("else", stmt.orelse, stmt.orelse.span.line, depth, stmt.orelse.span.end_line)
+        return [*lines, closing + " " + rest[0].lstrip(), *rest[1:]]

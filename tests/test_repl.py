@@ -1,0 +1,321 @@
+"""The REPL (driver/repl.py): entries, state, commands, the prompt_toolkit application driven through a
+pipe, stdin that is not a terminal, and `dlrun repl` in a pseudo-terminal. Also the Pygments lexer."""
+
+from __future__ import annotations
+
+import _thread
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from dl import repl
+from dl.highlight import DLLexer
+from dl.repl import Outcome, Session
+from prompt_toolkit.completion import CompleteEvent
+from prompt_toolkit.document import Document
+from prompt_toolkit.input import create_pipe_input
+from prompt_toolkit.output import DummyOutput
+from pygments.token import Comment, Keyword, Name, Number
+
+DLRUN = Path(sys.executable).parent / "dlrun"
+
+
+@pytest.fixture
+def session(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Session:
+    monkeypatch.chdir(tmp_path)
+    return Session(tmp_path)
+
+
+def run(session: Session, capsys: pytest.CaptureFixture, *entries: str) -> tuple[str, str]:
+    capsys.readouterr()
+    for entry in entries:
+        session.handle(entry)
+    captured = capsys.readouterr()
+    return captured.out, captured.err
+
+
+def drive(session: Session, keys: str, interrupt_after_s: float | None = None) -> None:
+    """Run the real prompt_toolkit application on `keys` (a pipe input, a dummy output) until it returns.
+
+    With `interrupt_after_s`, a watcher raises KeyboardInterrupt in this thread (as Ctrl-C in a terminal
+    does) once a program has been running that long on the interpreter's worker thread."""
+    stop = threading.Event()
+
+    def watch() -> None:
+        started = None
+        while not stop.is_set():
+            running = any(t.name == "dl-main" for t in threading.enumerate())
+            started = (started or time.monotonic()) if running else None
+            if started is not None and time.monotonic() - started > interrupt_after_s:
+                _thread.interrupt_main()
+                started = None
+            time.sleep(0.02)
+
+    if interrupt_after_s is not None:
+        threading.Thread(target=watch, daemon=True).start()
+    try:
+        with create_pipe_input() as pipe:
+            pipe.send_text(keys)
+            assert repl.interactive(session, input=pipe, output=DummyOutput()) == 0
+    finally:
+        stop.set()
+
+
+# ---------------------------------------------------------------------- entries
+
+
+def test_expressions_print_value_and_static_type(session: Session, capsys: pytest.CaptureFixture) -> None:
+    out, err = run(session, capsys, "let x = ones(3, 4)", "x * 2.0", "sum(x)", "let n = 2\nn + 1", "print(1 + 2)")
+    assert err == ""
+    assert out == "[[2. 2. 2. 2.]\n [2. 2. 2. 2.]\n [2. 2. 2. 2.]]\n: f32[3, 4]\n12.0 : f32\n3 : i64\n3\n"
+
+
+def test_state_persists_and_values_are_numpy_exact(session: Session, capsys: pytest.CaptureFixture) -> None:
+    out, err = run(
+        session,
+        capsys,
+        "let w = randn(3, 2, seed=1)",
+        "let x = ones(4, 3)",
+        "let y = x @ w",
+        "y = y + 1.0",
+        "fn square(a: f32) -> f32 { return a * a }",
+        "square(3.0)",
+        "grad(square)(3.0)",
+    )
+    assert err == ""
+    expected = np.ones((4, 3), np.float32) @ np.random.default_rng(1).standard_normal((3, 2)).astype(np.float32) + 1
+    np.testing.assert_allclose(session.values["y"], expected, rtol=1e-6)
+    assert str(session.variables["y"]) == "f32[4, 2]"
+    assert out == "9.0 : f32\n6.0 : f32\n"
+
+
+def test_structs_lambdas_imports_and_constants(session: Session, capsys: pytest.CaptureFixture) -> None:
+    out, err = run(
+        session,
+        capsys,
+        "struct Point { x: f32, y: f32 }",
+        "let p = Point { x: 1.0, y: 2.0 }",
+        "p",
+        "let double = fn(v) => v * 2.0",
+        "double(p.y)",
+        "import nn",
+        "const W = randn(2)",
+        "W",
+        "W",
+    )
+    assert err == ""
+    lines = out.splitlines()
+    assert lines[:2] == ["Point { x: 1.0, y: 2.0 } : Point", "4.0 : f32"]
+    assert lines[2] == lines[3]  # a constant is evaluated once, not at every entry
+    assert lines[2].endswith(": f32[2]")
+
+
+def test_an_error_shows_a_caret_under_the_entry_and_the_session_goes_on(
+    session: Session, capsys: pytest.CaptureFixture
+) -> None:
+    out, err = run(session, capsys, "let x = ones(2, 3)", "x @ x", "x[5, 0]", "totl + 1", "sum(x)")
+    assert out == "6.0 : f32\n"
+    assert "error[E0302]: matmul inner dimensions differ: 3 vs 2\n --> <repl-2>:1:1" in err
+    assert "1 | x @ x\n  | ^^^^^ f32[2, 3] @ f32[2, 3]" in err
+    assert "error[E0308]" in err and "error[E0201]: unknown name `totl`" in err
+
+
+def test_a_failed_entry_leaves_the_state_as_it_was(session: Session, capsys: pytest.CaptureFixture) -> None:
+    out, err = run(session, capsys, "let n = 1", 'n = n + 1\nlet bad = [1.0, 2.0][int("7")]', "n")
+    assert "error[E0501]" in err
+    assert out == "1 : i64\n"
+
+
+def test_return_at_top_level_is_a_diagnostic(session: Session, capsys: pytest.CaptureFixture) -> None:
+    _, err = run(session, capsys, "return 3")
+    assert err.startswith("error[E0102]: `return` outside a function")
+
+
+@pytest.mark.parametrize(
+    ("text", "complete"),
+    [
+        ("1 + 2", True),
+        ("fn f(x) {", False),
+        ("let y = (1,", False),
+        ("1 +", False),
+        ("sum(ones(2),\n    axis=0", False),
+        ("1 +* 2", True),  # wrong, not unfinished: running it shows the error
+        (":type 1 +", True),
+        ("", True),
+    ],
+)
+def test_completeness(session: Session, text: str, complete: bool) -> None:
+    assert session.is_complete(text) is complete
+
+
+# ---------------------------------------------------------------------- commands
+
+
+def test_commands(session: Session, capsys: pytest.CaptureFixture, tmp_path: Path) -> None:
+    (tmp_path / "model.dl").write_text(
+        "fn loss(w: f32, x: f32) -> f32 {\n    let y = tanh(w * x)\n    return y * y\n}\nconst SCALE = 3.0\n"
+    )
+    out, err = run(session, capsys, ":load model.dl", "loss(0.5, 2.0) * SCALE", ":grad loss", ":type ones(2) * SCALE")
+    assert err == ""
+    value = np.tanh(np.float32(1.0)) ** 2 * 3
+    lines = out.splitlines()
+    assert lines[0] == "loaded model.dl: fn loss, const SCALE"
+    assert float(lines[1].split(" : ")[0]) == pytest.approx(value, rel=1e-6)
+    assert lines[2] == "fn loss_grad(w: f32, x: f32) -> f32 {"
+    assert lines[-1] == "ones(2) * SCALE : f32[2]"
+    out, err = run(session, capsys, ":reset", "SCALE", ":help", ":nope", ":type", ":grad loss x")
+    assert out.startswith("session reset\n")
+    assert ":type EXPR" in out
+    assert "unknown name `SCALE`" in err and "unknown command `:nope`" in err
+    assert "needs an argument" in err and "not 'x'" in err
+    assert session.handle(":quit") is Outcome.QUIT
+
+
+# ---------------------------------------------------------------------- the prompt_toolkit application
+
+
+def test_application_multi_line_entry_and_state(session: Session, capsys: pytest.CaptureFixture) -> None:
+    drive(session, "let x = ones(2, 3)\rsum(x,\raxis=0\r)\rx[0, 0] +\r1.0\r:quit\r")
+    captured = capsys.readouterr()
+    assert captured.out == "[2. 2. 2.] : f32[3]\n2.0 : f32\n"
+    assert captured.err == ""
+
+
+def test_application_error_then_recovery_and_ctrl_d(session: Session, capsys: pytest.CaptureFixture) -> None:
+    drive(session, "let a = 2\ra @ a\ra * 21\r\x04")
+    captured = capsys.readouterr()
+    assert "error[E0" in captured.err and "a @ a" in captured.err
+    assert captured.out == "42 : i64\n"
+
+
+def test_application_ctrl_c_cancels_the_entry_being_typed(session: Session, capsys: pytest.CaptureFixture) -> None:
+    drive(session, "print(\x03print(7)\r\x04")
+    assert capsys.readouterr().out == "7\n"
+
+
+def test_application_ctrl_c_interrupts_a_long_loop(session: Session, capsys: pytest.CaptureFixture) -> None:
+    keys = "let i = 0\rwhile true {\ri = i + 1\r}\ri\r\x04"
+    started = time.monotonic()
+    drive(session, keys, interrupt_after_s=0.3)
+    assert time.monotonic() - started < 20
+    captured = capsys.readouterr()
+    assert "interrupted" in captured.err
+    assert captured.out == "0 : i64\n"  # the interrupted entry changed nothing
+    assert not any(t.name == "dl-main" for t in threading.enumerate())  # the loop stopped, too
+
+
+def test_completion_lists_names_with_their_types(session: Session, capsys: pytest.CaptureFixture) -> None:
+    run(
+        session,
+        capsys,
+        "import nn",
+        "struct Point { x: f32, y: f32 }",
+        "let point = Point { x: 1.0, y: 2.0 }",
+        "let pixels = ones(2, 3)",
+        "fn scale(v: f32[N]) -> f32[N] { return v * 2.0 }",
+    )
+    completer = repl.make_prompt(session, input=None, output=DummyOutput()).completer
+
+    def complete(text: str) -> dict[str, str]:
+        found = completer.get_completions(Document(text), CompleteEvent(completion_requested=True))
+        return {c.text: c.display_meta_text for c in found}
+
+    found = complete("p")
+    assert (found["pixels"], found["point"], found["print"]) == ("f32[2, 3]", "Point", "built-in")
+    assert all(name.startswith("p") for name in found)
+    assert complete("point.") == {"x": "f32", "y": "f32"}
+    assert complete("let s = sc")["scale"] == "fn scale(v: f32[N]) -> f32[N]"
+    assert complete("whi") == {"while": "keyword"}
+    assert "linear" in complete("nn.")
+
+
+# ---------------------------------------------------------------------- stdin that is not a terminal
+
+
+def dlrun_repl(stdin: str, tmp_path: Path, *argv: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "XDG_DATA_HOME": str(tmp_path / "data")}
+    command = [str(DLRUN), *(argv or ("repl",))]
+    return subprocess.run(command, input=stdin, capture_output=True, text=True, timeout=60, cwd=tmp_path, env=env)
+
+
+def test_dlrun_alone_is_the_repl(tmp_path: Path) -> None:
+    done = dlrun_repl("let s = 2\ns * 3\n", tmp_path, "--backend", "interp")
+    assert done.returncode == 2  # an option without a file is still a usage error
+    done = subprocess.run([str(DLRUN)], input="let s = 2\ns * 3\n", capture_output=True, text=True, timeout=60)
+    assert (done.stdout, done.stderr, done.returncode) == ("6 : i64\n", "", 0)
+
+
+def test_piped_stdin(tmp_path: Path) -> None:
+    done = dlrun_repl("print(1 + 2)\n", tmp_path)
+    assert (done.stdout, done.stderr, done.returncode) == ("3\n", "", 0)
+    done = dlrun_repl("let x = ones(2, 2)\nsum(x,\n    axis=1)\nx @ ones(3)\nx[0]\n", tmp_path)
+    assert done.stdout == "[2. 2.] : f32[2]\n[1. 1.] : f32[2]\n"
+    assert "error[E0302]" in done.stderr
+    assert done.returncode == 1
+
+
+def test_docs_transcript_matches(tmp_path: Path) -> None:
+    """docs/repl.md's `text` transcripts of `echo ... | dlrun repl` are what the REPL prints."""
+    page = (Path(__file__).parent.parent / "docs" / "repl.md").read_text()
+    commands = re.findall(r"^\$ printf '(.*)' \| dlrun repl\n((?:(?!\$ |```).*\n)*)", page, re.MULTILINE)
+    assert commands
+    for text, expected in commands:
+        done = dlrun_repl(text.encode().decode("unicode_escape"), tmp_path)
+        assert done.stdout + done.stderr == expected
+
+
+# ---------------------------------------------------------------------- a real terminal
+
+
+def test_dlrun_repl_in_a_pseudo_terminal(tmp_path: Path) -> None:
+    pexpect = pytest.importorskip("pexpect")
+    env = {**os.environ, "XDG_DATA_HOME": str(tmp_path / "data"), "TERM": "xterm", "PROMPT_TOOLKIT_NO_CPR": "1"}
+    # The screen is drawn with escape sequences between the characters: match the text pieces.
+    child = pexpect.spawn(str(DLRUN), ["repl"], cwd=str(tmp_path), env=env, encoding="utf-8", timeout=30)
+    try:
+        child.expect("dl>")
+        child.send("let x = ones(2, 3)\r")
+        child.expect("dl>")
+        child.send("sum(x,\r")
+        child.expect(r"\.\.\.")  # the continuation prompt
+        child.send("axis=0)\r")
+        child.expect(re.escape("[2. 2. 2.] : f32[3]"))
+        child.send("while true { }\r")
+        time.sleep(0.3)
+        child.sendintr()
+        child.expect("interrupted")
+        child.send("x @ x\r")
+        child.expect(re.escape("^^^^^ f32[2, 3] @ f32[2, 3]"))
+        child.send("\x04")
+        child.expect(pexpect.EOF)
+    finally:
+        child.close(force=True)
+    assert child.exitstatus == 0
+    history = (tmp_path / "data" / "dl" / "repl_history").read_text()
+    assert "let x = ones(2, 3)" in history
+
+
+# ---------------------------------------------------------------------- highlighting
+
+
+def test_pygments_lexer_classifies_dl_tokens() -> None:
+    source = "fn f(x: f32) -> f32 {  # twice\n    return sum(x) * 2.0 $\n}\n"
+    tokens = list(DLLexer().get_tokens_unprocessed(source))
+    assert "".join(text for _, _, text in tokens) == source
+    kinds = {text: kind for _, kind, text in tokens}
+    assert kinds["fn"] in Keyword and kinds["return"] in Keyword
+    assert kinds["f32"] is Keyword.Type and kinds["sum"] is Name.Builtin and kinds["f"] is Name
+    assert kinds["# twice"] in Comment and kinds["2.0"] in Number
+
+
+def test_pygmentize_finds_the_plugin(tmp_path: Path) -> None:
+    from pygments.lexers import get_lexer_by_name, get_lexer_for_filename
+
+    assert isinstance(get_lexer_by_name("dl"), DLLexer)
+    assert isinstance(get_lexer_for_filename("model.dl"), DLLexer)
