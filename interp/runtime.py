@@ -180,14 +180,13 @@ def general(symbol: str, a: Any, b: Any, weak_a: bool = False, weak_b: bool = Fa
     if not is_number_or_tensor(a) or not is_number_or_tensor(b):
         raise PrimitiveError(f"cannot apply `{symbol}` to {describe(a)} and {describe(b)}")
     kind_a, kind_b = kind_of(a), kind_of(b)
-    shown = f"{describe(a)} {symbol} {describe(b)}"
     if symbol in ORDERING:
         if (kind_a == "b") != (kind_b == "b"):
-            raise PrimitiveError(f"cannot compare {shown}: a bool is not a number")
+            raise PrimitiveError(f"cannot compare {shown(symbol, a, b)}: a bool is not a number")
     elif symbol not in EQUALITY and "b" in (kind_a, kind_b):
-        raise PrimitiveError(f"`{symbol}` needs numbers, found {shown}; a bool is not a number")
+        raise PrimitiveError(f"`{symbol}` needs numbers, found {shown(symbol, a, b)}; a bool is not a number")
     if kind_a in "iu" and kind_b in "iu":
-        integer_checks(symbol, a, b, shown)
+        integer_checks(symbol, a, b, shown(symbol, a, b))
     try:
         a, b = promote(a, b, weak_a, weak_b)
         result = scalar(FUNCTIONS[symbol](a, b))
@@ -196,8 +195,22 @@ def general(symbol: str, a: Any, b: Any, weak_a: bool = False, weak_b: bool = Fa
     except (ValueError, TypeError):
         raise broadcast_error(symbol, a, b) from None
     if result.__class__ is int and not -I64_LIMIT <= result < I64_LIMIT:
-        raise PrimitiveError(f"integer overflow: {shown} is out of the i64 range")
+        raise PrimitiveError(f"integer overflow: {shown(symbol, a, b)} is out of the i64 range")
     return result
+
+
+def shown(symbol: str, a: Any, b: Any) -> str:
+    """`f32[2, 3] + i64`: the operation in a message (only built when there is a message to give)."""
+    return f"{describe(a)} {symbol} {describe(b)}"
+
+
+def same_float(a: Any, b: Any) -> bool:
+    """A float tensor and a scalar of its dtype, either way round: numpy's result is DL's, directly."""
+    if a.__class__ is ndarray:
+        return (b.__class__ is np.float32 and a.dtype is F32) or (b.__class__ is np.float64 and a.dtype is F64)
+    if b.__class__ is ndarray:
+        return (a.__class__ is np.float32 and b.dtype is F32) or (a.__class__ is np.float64 and b.dtype is F64)
+    return False
 
 
 def integer_checks(symbol: str, a: Any, b: Any, shown: str) -> None:
@@ -242,6 +255,8 @@ def arithmetic(symbol: str):
                         raise broadcast_error(symbol, a, b) from None
             elif cls is int or cls is np.float32 or cls is np.float64:
                 return function(a, b)
+        elif same_float(a, b):
+            return function(a, b)
         return general(symbol, a, b)
 
     return apply
@@ -263,6 +278,8 @@ def dividing(symbol: str, integers_fit: Callable[[int], bool] | None):
                         raise broadcast_error(symbol, a, b) from None
             elif cls is np.float32 or cls is np.float64 or (cls is int and integers_fit and integers_fit(b)):
                 return function(a, b)
+        elif same_float(a, b):
+            return function(a, b)
         return general(symbol, a, b)
 
     return apply
