@@ -6,8 +6,10 @@ references, completion and signature help. Everything it knows comes from `dl.la
 checker the CLI runs, and from the lexer; the functions that map them to LSP values are small and pure, so
 tests call them without a server.
 
-Positions: DL spans are 1-based with an exclusive end column; LSP positions are 0-based. Columns are
-counted in characters (code points), which matches LSP's UTF-16 units outside the astral planes.
+Positions: DL spans are 1-based with an exclusive end column, counted in characters (code points); LSP
+positions are 0-based and counted in UTF-16 code units (or the encoding the client negotiated). The functions
+below work in code points; the handlers convert what they read and send with `Columns`, so a line with `é` or
+an emoji before the code still lines up.
 """
 
 from __future__ import annotations
@@ -46,6 +48,47 @@ def to_range(span: Span) -> types.Range:
     )
 
 
+def utf16_units(text: str) -> int:
+    """How many UTF-16 code units `text` is (a character beyond the Basic Multilingual Plane is two)."""
+    return len(text.encode("utf-16-le")) // 2
+
+
+class Columns:
+    """The lines of one document, to convert 0-based columns between code points (what DL spans count) and
+    the units the client counts in (`units` of a piece of text: UTF-16 code units unless negotiated). Lines
+    are split at `\\n`, as the lexer counts them; a column past the end of its line keeps its distance from
+    the end. An ASCII document needs no conversion."""
+
+    def __init__(self, source: str, units: Callable[[str], int] = utf16_units) -> None:
+        self.lines = None if source.isascii() else source.split("\n")
+        self.units = units
+
+    def to_client(self, line: int, column: int) -> int:
+        if self.lines is None or not 0 <= line < len(self.lines):
+            return column
+        text = self.lines[line]
+        return self.units(text[:column]) + max(column - len(text), 0)
+
+    def from_client(self, line: int, character: int) -> int:
+        if self.lines is None or not 0 <= line < len(self.lines):
+            return character
+        counted = 0
+        for index, char in enumerate(self.lines[line]):
+            if counted >= character:
+                return index
+            counted += self.units(char)
+        return len(self.lines[line]) + max(character - counted, 0)
+
+    def position(self, position: types.Position) -> types.Position:
+        return types.Position(line=position.line, character=self.to_client(position.line, position.character))
+
+    def range(self, found: types.Range) -> types.Range:
+        """A range in code points as the client counts it."""
+        if self.lines is None:
+            return found
+        return types.Range(start=self.position(found.start), end=self.position(found.end))
+
+
 def contains(span: Span, line: int, column: int) -> bool:
     """Whether the 1-based `line`:`column` lies in `span` (the character under the cursor; the end is exclusive)."""
     if span.line <= 0 or not (span.line <= line <= span.end_line):
@@ -55,9 +98,11 @@ def contains(span: Span, line: int, column: int) -> bool:
     return not (line == span.end_line and column >= span.end_column)
 
 
-def to_lsp_diagnostic(diagnostic: Diagnostic, path: str, uri: str) -> types.Diagnostic:
+def to_lsp_diagnostic(diagnostic: Diagnostic, path: str, uri: str, columns: Columns | None = None) -> types.Diagnostic:
     """One checker diagnostic as LSP shows it. The label and notes follow the message; a diagnostic in
-    another file (an import) is shown at the top of this one and names that file."""
+    another file (an import) is shown at the top of this one and names that file. `columns` converts the
+    ranges to the client's units."""
+    columns = columns or Columns("")
     lines = [diagnostic.message]
     if diagnostic.label:
         lines.append(diagnostic.label)
@@ -67,13 +112,14 @@ def to_lsp_diagnostic(diagnostic: Diagnostic, path: str, uri: str) -> types.Diag
         lines[0] = f"{diagnostic.span.path}:{diagnostic.span.line}:{diagnostic.span.column}: {diagnostic.message}"
     related = [
         types.DiagnosticRelatedInformation(
-            location=types.Location(uri=uri, range=to_range(label.span)), message=label.text
+            location=types.Location(uri=uri, range=columns.range(to_range(label.span))), message=label.text
         )
         for label in diagnostic.secondary
         if label.span.path == path
     ]
+    top = types.Range(types.Position(0, 0), types.Position(0, 0))
     return types.Diagnostic(
-        range=to_range(diagnostic.span) if here else types.Range(types.Position(0, 0), types.Position(0, 0)),
+        range=columns.range(to_range(diagnostic.span)) if here else top,
         message="\n".join(lines),
         severity=SEVERITIES.get(diagnostic.severity, types.DiagnosticSeverity.Error),
         code=diagnostic.code,
@@ -82,8 +128,12 @@ def to_lsp_diagnostic(diagnostic: Diagnostic, path: str, uri: str) -> types.Diag
     )
 
 
-def diagnostics_for(typed: Typed, path: str, uri: str) -> list[types.Diagnostic]:
-    return [to_lsp_diagnostic(diagnostic, path, uri) for diagnostic in typed.diagnostics]
+def diagnostics_for(
+    typed: Typed, path: str, uri: str, units: Callable[[str], int] = utf16_units
+) -> list[types.Diagnostic]:
+    """The diagnostics of a checked document, with ranges in the client's `units` of its text."""
+    columns = Columns(typed.program.sources.texts.get(path, ""), units)
+    return [to_lsp_diagnostic(diagnostic, path, uri, columns) for diagnostic in typed.diagnostics]
 
 
 # ------------------------------------------------------------------ hover
@@ -757,7 +807,8 @@ def lexical_tokens(source: str) -> Iterator[tuple[str, str, int, int]]:
     """The lexer's tokens of `source`, line by line (no token spans lines), so that a character the lexer
     rejects loses only the rest of its line; comments as `COMMENT` tokens, `NEWLINE`s left out."""
     scanner = parse_table().scanner
-    for number, text in enumerate(source.splitlines(), start=1):
+    for number, text in enumerate(source.split("\n"), start=1):  # lines as the lexer and LSP count them
+        text = text.removesuffix("\r")
         start = comment_start(text)
         code = text if start is None else text[:start]
         try:
@@ -889,6 +940,27 @@ def semantic_tokens(source: str, typed: Typed | None, path: str) -> list[Semanti
     return found
 
 
+def tokens_in_range(found: list[SemanticToken], start: tuple[int, int], end: tuple[int, int]) -> list[SemanticToken]:
+    """The tokens that overlap the range from the 0-based (line, column) `start` to `end` (exclusive), in
+    code points."""
+    return [
+        token
+        for token in found
+        if (token[0] - 1, token[1] - 1 + token[2]) > start and (token[0] - 1, token[1] - 1) < end
+    ]
+
+
+def client_tokens(found: list[SemanticToken], columns: Columns) -> list[SemanticToken]:
+    """Tokens with their column and length in the client's units (for `encode_tokens`)."""
+    if columns.lines is None:
+        return found
+    shown = []
+    for line, column, length, kind, modifiers in found:
+        start, end = columns.to_client(line - 1, column - 1), columns.to_client(line - 1, column - 1 + length)
+        shown.append((line, start + 1, end - start, kind, modifiers))
+    return shown
+
+
 def encode_tokens(found: list[SemanticToken]) -> list[int]:
     """Semantic tokens as LSP sends them: five integers each, the line and start relative to the token before
     (the start only when on the same line), 0-based, then the length, the type's index in the legend and the
@@ -978,6 +1050,15 @@ def make_server() -> LanguageServer:
                 parsed[uri] = cached[1]
         return path, source, cached[1]
 
+    def columns(source: str) -> Columns:
+        """Conversion of `source`'s columns to and from the position encoding agreed with the client."""
+        return Columns(source, server.workspace.position_codec.client_num_units)
+
+    def cursor(source: str, position: types.Position) -> tuple[Columns, int, int]:
+        """The columns of `source`, and a client position as the 1-based line and column the functions read."""
+        found = columns(source)
+        return found, position.line + 1, found.from_client(position.line, position.character) + 1
+
     def publish(uri: str) -> None:
         document = server.workspace.text_documents.get(uri)
         if document is None:  # closed while a publish was pending
@@ -985,7 +1066,9 @@ def make_server() -> LanguageServer:
         path, _, typed = analyse(uri)
         server.text_document_publish_diagnostics(
             types.PublishDiagnosticsParams(
-                uri=uri, diagnostics=diagnostics_for(typed, path, uri), version=document.version
+                uri=uri,
+                diagnostics=diagnostics_for(typed, path, uri, server.workspace.position_codec.client_num_units),
+                version=document.version,
             )
         )
 
@@ -1016,7 +1099,8 @@ def make_server() -> LanguageServer:
     @guarded
     def hover(params: types.HoverParams) -> types.Hover | None:
         path, source, typed = analyse(params.text_document.uri)
-        found = hover_text(typed, path, source, params.position.line + 1, params.position.character + 1)
+        shown_columns, line, column = cursor(source, params.position)
+        found = hover_text(typed, path, source, line, column)
         if found is None:
             return None
         text, span = found
@@ -1024,32 +1108,55 @@ def make_server() -> LanguageServer:
         shown = f"```dl\n{code}\n```" + (f"\n\n{doc}" if doc else "")
         return types.Hover(
             contents=types.MarkupContent(kind=types.MarkupKind.Markdown, value=shown),
-            range=to_range(span),
+            range=shown_columns.range(to_range(span)),
         )
 
     @server.feature(types.TEXT_DOCUMENT_DOCUMENT_SYMBOL)
     @guarded
     def document_symbol(params: types.DocumentSymbolParams) -> list[types.DocumentSymbol] | None:
-        path, _, typed = analyse(params.text_document.uri)
+        path, source, typed = analyse(params.text_document.uri)
         module = typed.program.modules.get(path)
-        return symbols(module, typed) if module is not None else []
+        found = symbols(module, typed) if module is not None else []
+        shown_columns = columns(source)
+        for symbol in found:
+            for each in (symbol, *(symbol.children or ())):
+                each.range = shown_columns.range(each.range)
+                each.selection_range = shown_columns.range(each.selection_range)
+        return found
 
     @server.feature(types.TEXT_DOCUMENT_SEMANTIC_TOKENS_FULL, LEGEND)
     @guarded
     def semantic_tokens_full(params: types.SemanticTokensParams) -> types.SemanticTokens:
         path, source, typed = analyse(params.text_document.uri)
-        return types.SemanticTokens(data=encode_tokens(semantic_tokens(source, typed, path)))
+        found = semantic_tokens(source, typed, path)
+        return types.SemanticTokens(data=encode_tokens(client_tokens(found, columns(source))))
+
+    @server.feature(types.TEXT_DOCUMENT_SEMANTIC_TOKENS_RANGE, LEGEND)
+    @guarded
+    def semantic_tokens_range(params: types.SemanticTokensRangeParams) -> types.SemanticTokens:
+        """The tokens overlapping the range; the first one's position is relative to the document's start."""
+        path, source, typed = analyse(params.text_document.uri)
+        shown_columns = columns(source)
+        start, end = params.range.start, params.range.end
+        found = tokens_in_range(
+            semantic_tokens(source, typed, path),
+            (start.line, shown_columns.from_client(start.line, start.character)),
+            (end.line, shown_columns.from_client(end.line, end.character)),
+        )
+        return types.SemanticTokens(data=encode_tokens(client_tokens(found, shown_columns)))
 
     @server.feature(types.TEXT_DOCUMENT_DEFINITION)
     @guarded
     def goto_definition(params: types.DefinitionParams) -> types.Location | None:
-        path, _, typed = analyse(params.text_document.uri)
-        found = definition(typed, path, params.position.line + 1, params.position.character + 1)
+        path, source, typed = analyse(params.text_document.uri)
+        _, line, column = cursor(source, params.position)
+        found = definition(typed, path, line, column)
         if found is None:
             return None
         target, span = found
         uri = params.text_document.uri if target == path else (from_fs_path(target) or target)
-        return types.Location(uri=uri, range=to_range(span))
+        text = source if target == path else typed.program.sources.texts.get(target, "")
+        return types.Location(uri=uri, range=columns(text).range(to_range(span)))
 
     @server.feature(types.TEXT_DOCUMENT_COMPLETION, types.CompletionOptions(trigger_characters=["."]))
     @guarded
@@ -1058,17 +1165,18 @@ def make_server() -> LanguageServer:
         path, source, typed = analyse(uri)
         if not parses(typed, path):  # while the document does not parse, what was known before
             typed = parsed.get(uri, typed)
-        found = completions(typed, path, source, params.position.line + 1, params.position.character + 1)
+        _, line, column = cursor(source, params.position)
+        found = completions(typed, path, source, line, column)
         return types.CompletionList(is_incomplete=False, items=found)
 
     @server.feature(types.TEXT_DOCUMENT_REFERENCES)
     @guarded
     def find_references(params: types.ReferenceParams) -> list[types.Location]:
         uri = params.text_document.uri
-        path, _, typed = analyse(uri)
-        line, column = params.position.line + 1, params.position.character + 1
+        path, source, typed = analyse(uri)
+        shown_columns, line, column = cursor(source, params.position)
         found = references(typed, path, line, column, params.context.include_declaration)
-        return [types.Location(uri=uri, range=to_range(span)) for span in found]
+        return [types.Location(uri=uri, range=shown_columns.range(to_range(span))) for span in found]
 
     @server.feature(types.TEXT_DOCUMENT_FORMATTING)
     @guarded
@@ -1082,7 +1190,7 @@ def make_server() -> LanguageServer:
         if formatted == source:
             return []
         lines = source.split("\n")
-        end = types.Position(line=len(lines) - 1, character=len(lines[-1].encode("utf-16-le")) // 2)
+        end = types.Position(line=len(lines) - 1, character=server.workspace.position_codec.client_num_units(lines[-1]))
         return [
             types.TextEdit(range=types.Range(start=types.Position(line=0, character=0), end=end), new_text=formatted)
         ]
@@ -1094,7 +1202,8 @@ def make_server() -> LanguageServer:
         path, source, typed = analyse(uri)
         if not parses(typed, path):  # mid-call the document rarely parses: signatures known before
             typed = parsed.get(uri, typed)
-        return signature_help(typed, path, source, params.position.line + 1, params.position.character + 1)
+        _, line, column = cursor(source, params.position)
+        return signature_help(typed, path, source, line, column)
 
     return server
 

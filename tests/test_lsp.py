@@ -18,6 +18,8 @@ from typing import Any
 import pytest
 from dl import lang, lsp
 from dl.lang.diagnostics import Diagnostic, Label, Severity, Span
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from lsprotocol import types
 
 PATH = "/tmp/model.dl"
@@ -203,6 +205,63 @@ def test_semantic_tokens_are_encoded_relative_to_the_previous_token() -> None:
     found = [(2, 5, 3, "keyword", ()), (1, 1, 2, "keyword", ()), (2, 9, 1, "variable", ("declaration", "readonly"))]
     keyword, variable = lsp.TOKEN_TYPES.index("keyword"), lsp.TOKEN_TYPES.index("variable")
     assert lsp.encode_tokens(found) == [0, 0, 2, keyword, 0, 1, 4, 3, keyword, 0, 0, 4, 1, variable, 0b11]
+
+
+def test_semantic_tokens_in_a_range_are_those_overlapping_it() -> None:
+    found = lsp.semantic_tokens(TOKENS, lang.check(TOKENS, PATH), PATH)
+    inside = lsp.tokens_in_range(found, (4, 8), (5, 9))  # from `let h = x` on line 5 to `print` on line 6
+    assert [(line, column) for line, column, *_ in inside] == [
+        (5, 9),
+        (5, 11),
+        (5, 13),
+        (5, 15),
+        (5, 17),
+        (5, 22),
+        (6, 5),
+    ]
+    assert lsp.tokens_in_range(found, (0, 0), (100, 0)) == found
+    assert lsp.tokens_in_range(found, (7, 0), (7, 1)) == []  # `}` alone
+    # encoded, the first token of a range is relative to the document's start, as LSP wants
+    assert lsp.encode_tokens(inside)[:2] == [4, 8]
+
+
+# Non-ASCII before the code: `é` is one UTF-16 unit and one code point, `😀` two units and one code point.
+WIDE = 'fn main() { print("é😀", ones(2, 3) @ ones(2, 3)) }  # ½ 😀\n'
+WIDE_AT = WIDE.index("ones(2, 3) @")  # in code points; LSP counts this column in UTF-16 units
+
+
+def utf16(text: str) -> int:
+    return len(text.encode("utf-16-le")) // 2
+
+
+def test_columns_convert_code_points_to_utf16_and_back() -> None:
+    columns = lsp.Columns(WIDE)
+    emoji = WIDE.index("😀")
+    assert [columns.to_client(0, column) for column in (0, emoji, emoji + 1, WIDE_AT)] == [
+        0,
+        emoji,
+        emoji + 2,
+        WIDE_AT + 1,
+    ]
+    assert [columns.from_client(0, units) for units in (emoji, emoji + 2, WIDE_AT + 1)] == [emoji, emoji + 1, WIDE_AT]
+    assert columns.from_client(0, emoji + 1) == emoji + 1  # inside the surrogate pair: the character after it
+    assert columns.to_client(5, 7) == 7 and columns.from_client(5, 7) == 7  # lines past the end stay as they are
+    assert lsp.Columns("ascii").lines is None
+
+
+def test_diagnostics_ranges_are_in_utf16_units() -> None:
+    [shown] = lsp.diagnostics_for(lang.check(WIDE, PATH), PATH, URI)
+    end = WIDE.index(")) }") + 1
+    assert shown.range == types.Range(types.Position(0, utf16(WIDE[:WIDE_AT])), types.Position(0, utf16(WIDE[:end])))
+
+
+def test_semantic_tokens_columns_and_lengths_are_in_utf16_units() -> None:
+    found = lsp.semantic_tokens(WIDE, lang.check(WIDE, PATH), PATH)
+    shown = {(column, length, kind) for _, column, length, kind, _ in lsp.client_tokens(found, lsp.Columns(WIDE))}
+    assert (WIDE.index('"é') + 1, utf16('"é😀"'), "string") in shown
+    assert (utf16(WIDE[:WIDE_AT]) + 1, 4, "function") in shown  # `ones`, one unit further right than in code points
+    comment = WIDE.index("#")
+    assert (utf16(WIDE[:comment]) + 1, utf16(WIDE[comment:-1]), "comment") in shown
 
 
 # ------------------------------------------------------------------ go to definition and completion
@@ -476,6 +535,7 @@ def test_the_server_speaks_lsp_over_stdio(tmp_path: Path) -> None:
         assert capabilities["capabilities"]["definitionProvider"]
         assert "." in capabilities["capabilities"]["completionProvider"]["triggerCharacters"]
         assert capabilities["capabilities"]["referencesProvider"]
+        assert capabilities["capabilities"]["semanticTokensProvider"]["range"]
         assert capabilities["capabilities"]["signatureHelpProvider"]["triggerCharacters"] == ["(", ","]
         legend = capabilities["capabilities"]["semanticTokensProvider"]["legend"]
         assert legend["tokenModifiers"] == ["declaration", "readonly", "defaultLibrary"]
@@ -523,6 +583,12 @@ def test_the_server_speaks_lsp_over_stdio(tmp_path: Path) -> None:
                 keyword = legend["tokenTypes"].index("keyword")
                 struct = legend["tokenTypes"].index("struct")
                 assert tokens["data"][:10] == [0, 0, 6, keyword, 0, 0, 7, 1, struct, 1]  # `struct L`: a declaration
+                lines = {"start": {"line": 1, "character": 12}, "end": {"line": 2, "character": 0}}
+                found = client.request(
+                    "textDocument/semanticTokens/range", {"textDocument": {"uri": uri}, "range": lines}
+                )
+                assert found["data"][:5] == [1, 12, 3, keyword, 0]  # `let`, relative to the document's start
+                assert sum(found["data"][::5]) == 1  # all on line 2
                 found = client.request("textDocument/references", {**where, "context": {"includeDeclaration": True}})
                 assert [(item["range"]["start"]["line"], item["range"]["start"]["character"]) for item in found] == [
                     (1, 16),
@@ -555,3 +621,178 @@ def test_the_server_speaks_lsp_over_stdio(tmp_path: Path) -> None:
         if process.poll() is None:
             process.kill()
             process.wait(timeout=10)
+
+
+def start_server() -> tuple[subprocess.Popen, Client]:
+    """`dlrun lsp` as a subprocess, initialized (as an editor that counts positions in UTF-16, LSP's default)."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "dl", "lsp"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    client = Client(process)
+    client.request("initialize", {"processId": None, "rootUri": None, "capabilities": {}})
+    client.notify("initialized", {})
+    return process, client
+
+
+def stop_server(process: subprocess.Popen, client: Client) -> None:
+    try:
+        if process.poll() is None:
+            assert client.request("shutdown") is None
+            client.notify("exit")
+            assert process.wait(timeout=10) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(timeout=10)
+
+
+def test_positions_over_stdio_are_utf16_units(tmp_path: Path) -> None:
+    uri = (tmp_path / "wide.dl").as_uri()
+    process, client = start_server()
+    try:
+        document = {"uri": uri, "languageId": "dl", "version": 1, "text": WIDE}
+        client.notify("textDocument/didOpen", {"textDocument": document})
+        [diagnostic] = client.wait(lambda m: m.get("method") == "textDocument/publishDiagnostics")["params"][
+            "diagnostics"
+        ]
+        assert diagnostic["range"]["start"] == {"line": 0, "character": utf16(WIDE[:WIDE_AT])}
+
+        where = {"textDocument": {"uri": uri}, "position": {"line": 0, "character": utf16(WIDE[:WIDE_AT]) + 1}}
+        shown = client.request("textDocument/hover", where)
+        assert "fn ones" in shown["contents"]["value"]
+        assert shown["range"]["start"] == {"line": 0, "character": utf16(WIDE[:WIDE_AT])}
+
+        tokens = client.request("textDocument/semanticTokens/full", {"textDocument": {"uri": uri}})
+        starts, column = [], 0
+        for index in range(0, len(tokens["data"]), 5):
+            column += tokens["data"][index + 1]
+            starts.append((column, tokens["data"][index + 2]))
+        assert (utf16(WIDE[:WIDE_AT]), 4) in starts and (WIDE.index('"'), utf16('"é😀"')) in starts
+        whole = {"start": {"line": 0, "character": 0}, "end": {"line": 1, "character": 0}}
+        found = client.request("textDocument/semanticTokens/range", {"textDocument": {"uri": uri}, "range": whole})
+        assert found["data"] == tokens["data"]
+    finally:
+        stop_server(process, client)
+
+
+# ------------------------------------------------------------------ robustness: random edits and requests
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+SNIPPETS = [
+    "fn ",
+    "fn f(x: f32[B, 3]) -> f32[B, 3] { return x }\n",
+    "let h = x @ ones(3, 4)\n",
+    "struct S { w: f32[2] }\n",
+    "import nn\n",
+    "{",
+    "}",
+    "(",
+    ")",
+    "[",
+    '"unterminated',
+    "# comment é 😀\n",
+    "\n",
+    ".",
+    "ones(2, 3) @ ones(2, 3)",
+    "for i in 0..3 { }",
+    "1.0f64 3i32",
+    "\r\n",
+    "\t",
+    "\x00",
+    "\u2028",
+]
+REQUESTS = [
+    "textDocument/hover",
+    "textDocument/completion",
+    "textDocument/semanticTokens/full",
+    "textDocument/semanticTokens/range",
+    "textDocument/documentSymbol",
+    "textDocument/formatting",
+    "textDocument/definition",
+    "textDocument/signatureHelp",
+]
+text_piece = st.one_of(
+    st.sampled_from(SNIPPETS),
+    st.text(max_size=20),
+    st.binary(max_size=20).map(lambda raw: raw.decode("latin-1")),
+)
+step = st.one_of(
+    st.tuples(st.just("insert"), st.floats(0, 1), text_piece),
+    st.tuples(st.just("delete"), st.floats(0, 1), st.integers(0, 40)),
+    st.tuples(st.sampled_from(REQUESTS), st.integers(0, 60), st.integers(0, 120)),
+)
+
+
+@pytest.fixture(scope="module")
+def server():
+    process, client = start_server()
+    yield process, client
+    stop_server(process, client)
+
+
+def ask(client: Client, method: str, params: dict[str, Any], timeout: float = 10.0) -> dict[str, Any]:
+    """Send a request and wait for its answer, which must be a result or a proper error response."""
+    client.next_id += 1
+    number = client.next_id
+    client.send({"id": number, "method": method, "params": params})
+    reply = client.wait(lambda m: m.get("id") == number and "method" not in m, timeout=timeout)
+    assert "result" in reply or ("code" in reply["error"] and "message" in reply["error"]), reply
+    return reply
+
+
+def request_params(method: str, uri: str, line: int, character: int) -> dict[str, Any]:
+    document = {"textDocument": {"uri": uri}}
+    position = {"line": line, "character": character}
+    if method == "textDocument/semanticTokens/full" or method == "textDocument/documentSymbol":
+        return document
+    if method == "textDocument/semanticTokens/range":
+        return {**document, "range": {"start": {"line": line // 2, "character": 0}, "end": position}}
+    if method == "textDocument/formatting":
+        return {**document, "options": {"tabSize": 4, "insertSpaces": True}}
+    return {**document, "position": position}
+
+
+def edit_and_ask(server, uri: str, text: str, steps: list[tuple[Any, ...]], timeout: float = 10.0) -> None:
+    """Open `text`, apply the `steps` (edits sent with didChange, requests that must be answered), close."""
+    process, client = server
+    client.notify(
+        "textDocument/didOpen", {"textDocument": {"uri": uri, "languageId": "dl", "version": 0, "text": text}}
+    )
+    for version, (kind, where, what) in enumerate(steps, start=1):
+        if kind in ("insert", "delete"):
+            at = int(where * len(text))
+            text = text[:at] + what + text[at:] if kind == "insert" else text[:at] + text[at + what :]
+            change = {"textDocument": {"uri": uri, "version": version}, "contentChanges": [{"text": text}]}
+            client.notify("textDocument/didChange", change)
+        else:
+            ask(client, kind, request_params(kind, uri, where, what), timeout)
+        assert process.poll() is None, "the language server stopped"
+    ask(client, "textDocument/documentSymbol", request_params("textDocument/documentSymbol", uri, 0, 0), timeout)
+    client.notify("textDocument/didClose", {"textDocument": {"uri": uri}})
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    start=st.sampled_from(["", SOURCE, TOKENS, CALLS, *sorted(p.name for p in EXAMPLES.glob("*.dl"))]),
+    steps=st.lists(step, max_size=30),
+    number=st.integers(0, 10**9),
+)
+def test_random_edits_never_stop_the_server_answering(server, start: str, steps, number: int) -> None:
+    text = (EXAMPLES / start).read_text() if start.endswith(".dl") else start
+    edit_and_ask(server, f"file:///tmp/random{number}.dl", text, steps)
+
+
+def test_a_ten_thousand_line_document_is_answered(server) -> None:
+    text = "".join(f"fn f{index}(x: f32[B, 3]) -> f32[B, 3] {{ return x * 2.0 }}\n" for index in range(10_000))
+    steps = [
+        ("textDocument/hover", 5000, 20),
+        ("insert", 0.5, "fn broken( {\n"),
+        ("textDocument/semanticTokens/range", 9000, 10),
+        ("textDocument/completion", 9999, 48),
+        ("textDocument/documentSymbol", 0, 0),
+    ]
+    edit_and_ask(server, "file:///tmp/large.dl", text, steps, timeout=60.0)
