@@ -2,7 +2,9 @@
 
 `format_source(source, path)` parses the file, prints every declaration and statement the
 way lang/printer.py does (four-space indents, one statement per line, parentheses only
-where precedence needs them, one blank line between top-level declarations), and puts
+where precedence needs them, one blank line between top-level declarations but none inside
+a run of `import`s or `const`s written together; a struct written on one line stays on one
+line if it fits in 100 characters), and puts
 every comment back: a comment on its own line stays on its own line before the statement
 that follows it (or at the end of its block), and a comment after code on a line stays at
 the end of that statement. A single blank line between two statements is kept; runs of
@@ -29,6 +31,9 @@ from dl.lang.printer import (
     print_stmt,
     print_type,
 )
+
+MAX_LINE = 100  # a struct or one-statement function written on one line stays so if it fits in this
+TRAILING = "\0"  # marks where a trailing comment starts, until `align_trailing_comments` places it
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,26 +128,40 @@ class Formatter:
         """The comment after the code on `line`, if any."""
         if self.next < len(self.comments) and self.comments[self.next].line == line:
             self.next += 1
-            return "  " + self.comments[self.next - 1].text
+            return TRAILING + self.comments[self.next - 1].text
         return ""
 
     # -------------------------------------------------------------- declarations
     def module(self, module: ast.Module) -> str:
-        parts = []
+        """Declarations one blank line apart, except a run of `import`s or of `const`s written on
+        consecutive lines, which stays together."""
+        text = ""
+        previous: ast.Decl | None = None
         for decl in module.decls:
             lines = self.before(decl.span.line, 0)
             lines += self.declaration(decl)
-            parts.append("\n".join(lines))
+            if previous is not None:
+                text += "\n" if self.grouped(previous, decl) and not lines[0].lstrip().startswith("#") else "\n\n"
+            text += "\n".join(lines)
+            previous = decl
         rest = self.before(10**9, 0)
         if rest:
-            parts.append("\n".join(rest))
-        return "\n\n".join(parts) + ("\n" if parts else "")
+            text += ("\n\n" if text else "") + "\n".join(rest)
+        return align_trailing_comments(text) + ("\n" if text else "")
+
+    def grouped(self, previous: ast.Decl, decl: ast.Decl) -> bool:
+        same_kind = isinstance(previous, ast.Import) and isinstance(decl, ast.Import)
+        same_kind = same_kind or (isinstance(previous, ast.Const) and isinstance(decl, ast.Const))
+        return same_kind and not self.blank_between(previous.span.end_line, decl.span.line)
 
     def declaration(self, decl: ast.Decl) -> list[str]:
         match decl:
             case ast.FnDecl():
                 return self.function(decl, 0)
             case ast.StructDecl(name=name, fields=fields) if fields:
+                one_line = f"struct {name} {{ {', '.join(f'{f.name}: {print_type(f.type)}' for f in fields)} }}"
+                if decl.span.line == decl.span.end_line and len(one_line) <= MAX_LINE:
+                    return [one_line + self.trailing(decl.span.line)]  # written on one line and fits: kept so
                 lines = [f"struct {name} {{" + self.trailing(decl.span.line)]
                 for item in fields:
                     lines += self.before(item.span.line, 1)
@@ -151,11 +170,16 @@ class Formatter:
                 lines += self.before(decl.span.end_line, 1)
                 lines.append("}" + self.trailing(decl.span.end_line))
                 return lines
-        return self.simple(print_decl(decl), decl.span, 0)
+        return self.simple(print_decl(decl), decl.span, 0, decl)
 
     def function(self, decl: ast.FnDecl, depth: int) -> list[str]:
         result = f" -> {print_type(decl.result)}" if decl.result else ""
         header = f"fn {decl.name}({print_params(decl.params)}){result}"
+        body = decl.body.body
+        if decl.span.line == decl.span.end_line and len(body) == 1 and not self.comment_before(decl.span.end_line):
+            one_line = f"{INDENT * depth}{header} {{ {print_stmt(body[0], depth)} }}"
+            if "\n" not in one_line and len(one_line) <= MAX_LINE:
+                return [one_line + self.trailing(decl.span.line)]  # a one-line function that fits stays one line
         return self.with_block(header, decl.body, decl.span.line, depth, decl.span.end_line)
 
     # -------------------------------------------------------------- statements
@@ -200,16 +224,21 @@ class Formatter:
                     over = print_expr(iterable)
                 header = f"for {print_pattern(pattern)} in {over}"
                 return self.with_block(header, body, stmt.span.line, depth, body.span.end_line)
-        return self.simple(print_stmt(stmt, depth), stmt.span, depth)
+        return self.simple(print_stmt(stmt, depth), stmt.span, depth, stmt)
 
-    def simple(self, text: str, span: Span, depth: int) -> list[str]:
-        """A statement printed on one line: comments from inside it (a multi-line expression) go on lines of
-        their own before it, in order, and one on its last line stays at its end."""
+    def simple(self, text: str, span: Span, depth: int, stmt: ast.Stmt | ast.Decl | None = None) -> list[str]:
+        """A statement printed on one line (or, when that is longer than MAX_LINE, with its outermost call
+        or literal one item per line): comments from inside it go on lines of their own before it, in
+        order, and one on its last line stays at its end."""
         inside = []
         while self.next < len(self.comments) and self.comments[self.next].line < span.end_line:
             inside.append(INDENT * depth + self.comments[self.next].text)
             self.next += 1
-        return [*inside, INDENT * depth + text + self.trailing(span.end_line)]
+        lines = [INDENT * depth + text]
+        if len(lines[0]) > MAX_LINE and stmt is not None:
+            lines = wrapped_statement(stmt, depth) or lines
+        lines[-1] += self.trailing(span.end_line)
+        return [*inside, *lines]
 
     def if_statement(self, stmt: ast.If, depth: int, prefix: str = "") -> list[str]:
         lines = self.with_block(
@@ -223,3 +252,79 @@ class Formatter:
             return [*lines, closing + " else " + rest[0].lstrip(), *rest[1:]]
         rest = self.with_block("else", stmt.orelse, stmt.orelse.span.line, depth, stmt.orelse.span.end_line)
         return [*lines, closing + " " + rest[0].lstrip(), *rest[1:]]
+
+
+def align_trailing_comments(text: str) -> str:
+    """Trailing comments two spaces after their code; on consecutive lines that each end in one, in one
+    column (two spaces after the longest code of the run)."""
+    lines = text.split("\n")
+    out: list[str] = []
+    run: list[tuple[str, str]] = []
+
+    def flush() -> None:
+        if run:
+            width = max(len(code) for code, _ in run) if len(run) > 1 else len(run[0][0])
+            out.extend(f"{code.ljust(width)}  {comment}" for code, comment in run)
+            run.clear()
+
+    for line in lines:
+        if TRAILING in line:
+            code, comment = line.split(TRAILING, 1)
+            run.append((code, comment))
+        else:
+            flush()
+            out.append(line)
+    flush()
+    return "\n".join(out)
+
+
+def wrapped_statement(stmt, depth: int) -> list[str] | None:
+    """A statement too long for one line, with the call or literal that is its value split one item per
+    line; None when its value is not one (it then stays long)."""
+    match stmt:
+        case ast.Let(pattern=pattern, annotation=annotation, value=value):
+            typed = f": {print_type(annotation)}" if annotation else ""
+            head = f"let {print_pattern(pattern)}{typed} = "
+        case ast.Assign(target=target, op=op, value=value):
+            head = f"{print_expr(target)} {op} "
+        case ast.Return(value=value) if value is not None:
+            head = "return "
+        case ast.ExprStmt(expr=value):
+            head = ""
+        case ast.Const(name=name, annotation=annotation, value=value):
+            typed = f": {print_type(annotation)}" if annotation else ""
+            head = f"const {name}{typed} = "
+        case _:
+            return None
+    return wrapped(value, head, depth)
+
+
+def wrapped(expr: ast.Expr, head: str, depth: int) -> list[str] | None:
+    """`head` + `expr` over several lines: the items of its outermost brackets one per line, each wrapped
+    again if still too long."""
+    one_line = INDENT * depth + head + print_expr(expr)
+    if len(one_line) <= MAX_LINE:
+        return [one_line]
+    match expr:
+        case ast.Call(func=func, args=args, keywords=keywords):
+            opening, closing = print_expr(func) + "(", ")"
+            items = [(print_expr(a), a) for a in args] + [(f"{k.name}=", k.value) for k in keywords]
+            items = [("", node) if text == print_expr(node) else (text, node) for text, node in items]
+        case ast.StructLiteral(type=struct, fields=fields):
+            opening, closing = print_expr(struct) + " {", "}"
+            items = [(f"{f.name}: ", f.value) for f in fields]
+        case ast.TensorLiteral(items=values):
+            opening, closing = "[", "]"
+            items = [("", value) for value in values]
+        case ast.TupleLiteral(items=values) if len(values) > 1:
+            opening, closing = "(", ")"
+            items = [("", value) for value in values]
+        case _:
+            return None
+    lines = [INDENT * depth + head + opening]
+    for label, node in items:
+        inner = wrapped(node, label, depth + 1) or [INDENT * (depth + 1) + label + print_expr(node)]
+        inner[-1] += ","
+        lines += inner
+    lines.append(INDENT * depth + closing)
+    return lines

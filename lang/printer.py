@@ -56,8 +56,8 @@ def print_param(param: ast.Param) -> str:
     text = param.name
     if param.annotation is not None:
         text += f": {print_type(param.annotation)}"
-    if param.default is not None:
-        text += f" = {print_expr(param.default)}"
+    if param.default is not None:  # as PEP 8 has it: `beta=0.9`, but `scale: f32 = 2.0`
+        text += f" = {print_expr(param.default)}" if param.annotation is not None else f"={print_expr(param.default)}"
     return text
 
 

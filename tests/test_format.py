@@ -58,7 +58,7 @@ struct P {
     b: f32[2]
 }
 
-fn f(x: f32[2], p: P) -> f32 {  # header comment
+fn f(x: f32[2], p: P) -> f32 {   # header comment
     let h = tanh(x @ p.w + p.b)  # hidden
     # before the branch
 
@@ -88,6 +88,16 @@ def test_every_file_formats_to_the_same_program_with_its_comments(path: Path) ->
     assert parse(formatted, str(path)) == parse(source, str(path))  # spans aside, the same tree
     assert [c.text for c in find_comments(formatted)] == [c.text for c in find_comments(source)]
     assert format_source(formatted, str(path)) == formatted
+
+
+def test_short_one_line_declarations_and_comment_columns_are_kept() -> None:
+    source = (
+        "import nn\nimport optim\n\nconst A = 1\nconst B = 2\n\n"
+        "struct P { w: f32[2], b: f32 }\n\nfn twice(x) { return x * 2.0 }\n\n"
+        "fn main() {\n    let a = 1  # one\n    let long_name = 2  # two\n}\n"
+    )
+    expected = source.replace("let a = 1  # one", "let a = 1          # one")
+    assert format_source(source) == expected
 
 
 def test_a_hash_in_a_string_is_not_a_comment() -> None:

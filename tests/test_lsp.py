@@ -603,13 +603,13 @@ def test_the_server_speaks_lsp_over_stdio(tmp_path: Path) -> None:
         assert [(item["label"], item["detail"]) for item in found["items"]] == [("w", "f32[2]")]
 
         assert capabilities["capabilities"]["documentFormattingProvider"]
-        messy = "fn main() { let x = ones(2)*2.0 }  # doubled\n"
+        messy = "fn main() {\n  let x = ones(2)*2.0  # doubled\n}\n"
         change = {"textDocument": {"uri": uri, "version": 6}, "contentChanges": [{"text": messy}]}
         client.notify("textDocument/didChange", change)
         options = {"textDocument": {"uri": uri}, "options": {"tabSize": 4, "insertSpaces": True}}
         [edit] = client.request("textDocument/formatting", options)
-        assert edit["newText"] == "fn main() {  # doubled\n    let x = ones(2) * 2.0\n}\n"
-        assert edit["range"] == {"start": {"line": 0, "character": 0}, "end": {"line": 1, "character": 0}}
+        assert edit["newText"] == "fn main() {\n    let x = ones(2) * 2.0  # doubled\n}\n"
+        assert edit["range"] == {"start": {"line": 0, "character": 0}, "end": {"line": 3, "character": 0}}
         change = {"textDocument": {"uri": uri, "version": 7}, "contentChanges": [{"text": edit["newText"]}]}
         client.notify("textDocument/didChange", change)
         assert client.request("textDocument/formatting", options) == []
