@@ -1,7 +1,7 @@
-"""`dlrun plot METRICS.jsonl -o curve.png`: draw the curves a program logged with `log(name, value)`.
+"""`dlrun plot METRICS.jsonl -o curve.png`: draw the curves a program logged with `log_metric(name, value)`.
 
 Each line of the metrics file is one JSON object `{"name": ..., "step": ..., "value": ...}`
-(what `log` appends). One panel per name, values against steps, in the order the names
+(what `log_metric` appends). One panel per name, values against steps, in the order the names
 first appear. matplotlib is an optional extra (`pip install "dl-lang[plot]"`); without
 it the command says so and exits with status 2.
 """
