@@ -67,9 +67,14 @@ def parser() -> argparse.ArgumentParser:
 def add_backend(command: argparse.ArgumentParser) -> None:
     command.add_argument(
         "--backend",
-        choices=["interp"],
+        choices=["interp", "llvm"],
         default="interp",
-        help="where the program runs (default: interp, the numpy interpreter)",
+        help="where the program runs (default: interp, the numpy interpreter; llvm: scalar functions compiled)",
+    )
+    command.add_argument(
+        "--explain-backend",
+        action="store_true",
+        help="with --backend llvm: print to stderr which functions were compiled, and why the others were not",
     )
     command.add_argument(
         "--metrics",
@@ -110,7 +115,7 @@ def subcommand_parser(name: str) -> argparse.ArgumentParser:
         return command
     if name == "plot":
         command = argparse.ArgumentParser(
-            prog="dlrun plot", description="Draw the curves a program logged with log(name, value)."
+            prog="dlrun plot", description="Draw the curves a program logged with log_metric(name, value)."
         )
         command.add_argument("file", help="the metrics file (JSON lines, as log() writes them)")
         command.add_argument("-o", "--output", help="the image to write (default: the metrics file's name, .png)")
@@ -133,8 +138,9 @@ def subcommand_parser(name: str) -> argparse.ArgumentParser:
 def subcommand_first(argv: list[str]) -> list[str]:
     """`dlrun --backend interp run FILE` means `dlrun run --backend interp FILE`."""
     position = 0
-    while position < len(argv) and argv[position].startswith(("--backend", "--metrics")):
-        position += 1 if "=" in argv[position] else 2
+    while position < len(argv) and argv[position].startswith(("--backend", "--metrics", "--explain-backend")):
+        takes_value = not argv[position].startswith("--explain-backend") and "=" not in argv[position]
+        position += 2 if takes_value else 1
     if 0 < position < len(argv) and argv[position] in SUBCOMMANDS:
         return [argv[position], *argv[:position], *argv[position + 1 :]]
     return argv
@@ -201,7 +207,8 @@ def execute(command: str, file: str, args: list[str], options: argparse.Namespac
     program, typed = pipeline.prepare(program)
     show_warnings(typed, sources)
     Metrics.path = Path(options.metrics) if options.metrics else None  # per run: in-process callers reuse it
-    pipeline.run(program, args, options.backend, typed)
+    explain = (lambda report: print(report, file=sys.stderr)) if options.explain_backend else None
+    pipeline.run(program, args, options.backend, typed, explain)
     return 0
 
 

@@ -6,6 +6,7 @@ re-implements a step.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -54,13 +55,29 @@ def check_file(path: str, sources: SourceMap) -> Typed:
     return typed
 
 
-def run(program: Program, args: list[str], backend: str = "interp", typed: Typed | None = None) -> Any:
-    """Run `main(args...)` of a program on `backend`; it is checked first unless `typed` is given."""
-    if backend != "interp":
+def run(
+    program: Program,
+    args: list[str],
+    backend: str = "interp",
+    typed: Typed | None = None,
+    explain: Callable[[str], None] | None = None,
+) -> Any:
+    """Run `main(args...)` of a program on `backend`; it is checked first unless `typed` is given.
+
+    `llvm` compiles every function it can to native code (codegen/) and interprets the rest; `explain`
+    is then given a report of which functions were compiled and why the others were not."""
+    if backend not in ("interp", "llvm"):
         raise ValueError(f"unknown backend {backend!r}")
     if typed is None:
         program, typed = prepare(program)
-    return interpreter.run(program, args, typed)
+    if backend == "interp":
+        return interpreter.run(program, args, typed)
+    from dl.codegen import native  # imported here: llvmlite is only needed by this backend
+
+    compiled = native.compile_program(typed)
+    if explain is not None:
+        explain(compiled.explanation())
+    return interpreter.run(program, args, typed, compiled.bodies)
 
 
 def call(program: Program, name: str, args: list, typed: Typed | None = None) -> Any:

@@ -128,8 +128,10 @@ class ModuleState:
 class Compiler:
     """Compiles every module of a program; `diagnostics` collects what went wrong."""
 
-    def __init__(self, program: Program, typed: Typed | None = None) -> None:
+    def __init__(self, program: Program, typed: Typed | None = None, native: dict[int, Step] | None = None) -> None:
         self.program = program
+        # Bodies compiled to native code (codegen/native.py), by id of their `FnDecl`: they replace ours.
+        self.native: dict[int, Step] = native or {}
         self.states: dict[str, ModuleState] = {}
         self.diagnostics: list[Diagnostic] = []
         self.state: ModuleState | None = None
@@ -217,7 +219,9 @@ class Compiler:
         defaults = tuple(
             self.expression(p.default, Scope(FunctionScope(None))) if p.default else None for p in decl.params
         )
-        if isinstance(decl.body, ast.Block):
+        if id(decl) in self.native:
+            body = self.native[id(decl)]
+        elif isinstance(decl.body, ast.Block):
             body = self.block(decl.body, scope)
         else:
             value = self.expression(decl.body, scope)

@@ -31,20 +31,21 @@ RECURSION_LIMIT = 200_000
 THREAD_STACK_BYTES = 1024 * 1024 * 1024
 
 
-def compile_program(program: Program, typed: Typed | None = None) -> Compiler:
-    """Compile every module; `typed` (the checker's result) adds literal dtypes and run-time annotation checks."""
-    compiler = Compiler(program, typed)
+def compile_program(program: Program, typed: Typed | None = None, native: dict | None = None) -> Compiler:
+    """Compile every module; `typed` (the checker's result) adds literal dtypes and run-time annotation checks;
+    `native` maps ids of function declarations to bodies compiled to native code, used in place of ours."""
+    compiler = Compiler(program, typed, native)
     compiler.compile_program()
     return compiler
 
 
-def run(program: Program, args: list[str], typed: Typed | None = None) -> Any:
-    """Compile and run `main(args...)`; returns what `main` returns."""
+def run(program: Program, args: list[str], typed: Typed | None = None, native: dict | None = None) -> Any:
+    """Compile and run `main(args...)`; returns what `main` returns. `native`: see `compile_program`."""
     RandomSource.reset()
     Metrics.reset(Metrics.path)
     Progress.reset()
     # Module constants run while compiling: give them the same room and guards as `main`.
-    compiler = run_guarded(lambda: compile_program(program, typed))
+    compiler = run_guarded(lambda: compile_program(program, typed, native))
     state = compiler.states[program.entry]
     main = state.cells.get("main")
     if main is None or not isinstance(main.value, Function):
@@ -60,11 +61,11 @@ def run(program: Program, args: list[str], typed: Typed | None = None) -> Any:
     )
 
 
-def call(program: Program, name: str, args: list, typed: Typed | None = None) -> Any:
+def call(program: Program, name: str, args: list, typed: Typed | None = None, native: dict | None = None) -> Any:
     """Compile the program and call its entry module's function `name` with Python values (numpy arrays,
     Python numbers, tuples) as arguments; returns its result. For tests and embedding."""
     RandomSource.reset()
-    compiler = run_guarded(lambda: compile_program(program, typed))
+    compiler = run_guarded(lambda: compile_program(program, typed, native))
     cell = compiler.states[program.entry].cells.get(name)
     if cell is None or not isinstance(cell.value, Function):
         raise UsageError(f"`{program.entry}` has no function `{name}`")

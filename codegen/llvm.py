@@ -1,0 +1,343 @@
+"""From the IR (codegen/ir.py) to native code with llvmlite: `compile_functions(functions, target) -> Native`.
+
+Every LLVM value and block is named after what it holds. The module is optimised with LLVM's O3 pipeline
+(loop vectorization on) and JIT-compiled for `target` (the host's machine by default; the target machine
+is a parameter so that NVPTX can come later). Compiled code never raises: a failing operation stores the
+number of its `Site` (plus one) in the global `dl.error` and returns at once, and so does every caller
+that sees it set; `dl.depth` counts nested calls, so runaway recursion fails the same way instead of
+overflowing the stack. Bools cross function boundaries as i8 (the C ABI of `_Bool`), i1 inside.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import llvmlite.binding as binding
+from dl.codegen import ir
+from llvmlite import ir as llvm_ir
+
+MAX_DEPTH = 100_000
+I64_MIN = -(2**63)
+
+TYPES = {
+    "f64": llvm_ir.DoubleType(),
+    "f32": llvm_ir.FloatType(),
+    "i64": llvm_ir.IntType(64),
+    "bool": llvm_ir.IntType(1),
+}
+BYTE = llvm_ir.IntType(8)
+INTRINSICS = {"exp": "llvm.exp", "log": "llvm.log", "sqrt": "llvm.sqrt", "sin": "llvm.sin", "cos": "llvm.cos"}
+LIBM = {("tanh", "f64"): "tanh", ("tanh", "f32"): "tanhf"}
+
+
+@dataclass
+class Native:
+    """The JIT-compiled module: function addresses by symbol, the global site table, the status globals."""
+
+    engine: binding.ExecutionEngine
+    addresses: dict[str, int]
+    sites: list[ir.Site]
+    error_address: int
+    depth_address: int
+    ir_before: str
+    ir_after: str
+
+
+def host_target() -> binding.TargetMachine:
+    """The machine this process runs on, at full optimisation."""
+    binding.initialize_native_target()
+    binding.initialize_native_asmprinter()
+    return binding.Target.from_default_triple().create_target_machine(opt=3, jit=True)
+
+
+def compile_functions(functions: list[ir.Function], target: binding.TargetMachine | None = None) -> Native:
+    """Build one LLVM module holding `functions`, optimise it and JIT-compile it for `target`."""
+    target = target or host_target()
+    module, sites = build_module(functions, target)
+    before = str(module)
+    parsed = binding.parse_assembly(before)
+    parsed.verify()
+    optimise(parsed, target)
+    engine = binding.create_mcjit_compiler(parsed, target)
+    engine.finalize_object()
+    addresses = {f.symbol: engine.get_function_address(f.symbol) for f in functions}
+    return Native(
+        engine,
+        addresses,
+        sites,
+        engine.get_global_value_address("dl.error"),
+        engine.get_global_value_address("dl.depth"),
+        before,
+        str(parsed),
+    )
+
+
+def optimise(module: binding.ModuleRef, target: binding.TargetMachine) -> None:
+    options = binding.create_pipeline_tuning_options(speed_level=3)
+    options.loop_vectorization = True
+    options.slp_vectorization = True
+    builder = binding.create_pass_builder(target, options)
+    builder.getModulePassManager().run(module, builder)
+
+
+def build_module(functions: list[ir.Function], target: binding.TargetMachine) -> tuple[llvm_ir.Module, list[ir.Site]]:
+    module = llvm_ir.Module(name="dl")
+    module.triple = target.triple
+    module.data_layout = str(target.target_data)
+    error = llvm_ir.GlobalVariable(module, TYPES["i64"], "dl.error")
+    error.initializer = llvm_ir.Constant(TYPES["i64"], 0)
+    depth = llvm_ir.GlobalVariable(module, TYPES["i64"], "dl.depth")
+    depth.initializer = llvm_ir.Constant(TYPES["i64"], 0)
+    declared = {f.symbol: llvm_ir.Function(module, signature(f), f.symbol) for f in functions}
+    sites: list[ir.Site] = []
+    for function in functions:
+        FunctionEmitter(module, declared, function, error, depth, len(sites)).emit()
+        sites.extend(function.sites)
+        sites.append(function.recursion)
+    return module, sites
+
+
+def boundary_type(dtype: str) -> llvm_ir.Type:
+    return BYTE if dtype == "bool" else TYPES[dtype]
+
+
+def signature(function: ir.Function) -> llvm_ir.FunctionType:
+    return llvm_ir.FunctionType(boundary_type(function.result), [boundary_type(p.dtype) for p in function.params])
+
+
+def constant(operand: ir.Const) -> llvm_ir.Constant:
+    value = operand.value
+    return llvm_ir.Constant(TYPES[operand.dtype], int(value) if operand.dtype in ("i64", "bool") else float(value))
+
+
+class FunctionEmitter:
+    """Emits one IR function into the module; sites are numbered from `site_base` in the global table."""
+
+    def __init__(self, module, declared, function: ir.Function, error, depth, site_base: int) -> None:
+        self.module = module
+        self.declared = declared
+        self.function = function
+        self.error = error
+        self.depth = depth
+        self.site_base = site_base
+        self.llvm_function = declared[function.symbol]
+        self.values: dict[str, llvm_ir.Value] = {}
+        self.slots: dict[str, llvm_ir.AllocaInstr] = {}
+
+    def emit(self) -> None:
+        function = self.function
+        prologue = self.llvm_function.append_basic_block("prologue")
+        self.blocks = {b.label: self.llvm_function.append_basic_block(b.label) for b in function.blocks}
+        self.error_exit = self.llvm_function.append_basic_block("error.exit")
+        builder = llvm_ir.IRBuilder(prologue)
+        for variable in function.variables:
+            self.slots[variable.name] = builder.alloca(TYPES[variable.dtype], name=variable.name)
+        for param, argument in zip(function.params, self.llvm_function.args, strict=True):
+            argument.name = param.name
+            value = builder.trunc(argument, TYPES["bool"]) if param.dtype == "bool" else argument
+            builder.store(value, self.slots[param.name])
+        self.enter(builder)
+        for block in function.blocks:
+            builder = llvm_ir.IRBuilder(self.blocks[block.label])
+            for instruction in block.instructions:
+                builder = self.instruction(builder, instruction)
+            self.terminator(builder, block.terminator)
+        builder = llvm_ir.IRBuilder(self.error_exit)
+        self.leave(builder)
+        builder.ret(llvm_ir.Constant(boundary_type(function.result), 0))
+
+    # -------------------------------------------------------------- calls nesting and failure
+    def enter(self, builder: llvm_ir.IRBuilder) -> None:
+        """Count this call; past `MAX_DEPTH` nested calls, fail at the recursion site."""
+        depth = builder.add(builder.load(self.depth, name="depth"), TYPES["i64"](1), name="depth.inside")
+        builder.store(depth, self.depth)
+        too_deep = builder.icmp_signed(">", depth, TYPES["i64"](MAX_DEPTH), name="too.deep")
+        failing = self.llvm_function.append_basic_block("fail.recursion")
+        builder.cbranch(too_deep, failing, self.blocks[self.function.blocks[0].label])
+        failure = llvm_ir.IRBuilder(failing)
+        failure.store(TYPES["i64"](self.site_base + len(self.function.sites) + 1), self.error)
+        failure.branch(self.error_exit)
+
+    def leave(self, builder: llvm_ir.IRBuilder) -> None:
+        depth = builder.sub(builder.load(self.depth, name="depth"), TYPES["i64"](1), name="depth.outside")
+        builder.store(depth, self.depth)
+
+    def fail_unless(self, builder: llvm_ir.IRBuilder, failed: llvm_ir.Value, site: int, name: str):
+        """Branch to a block reporting `site` when `failed`; returns a builder for the code after."""
+        failing = self.llvm_function.append_basic_block(f"fail.{name}")
+        going_on = self.llvm_function.append_basic_block(f"{name}.ok")
+        builder.cbranch(failed, failing, going_on)
+        failure = llvm_ir.IRBuilder(failing)
+        failure.store(TYPES["i64"](self.site_base + site + 1), self.error)
+        failure.branch(self.error_exit)
+        return llvm_ir.IRBuilder(going_on)
+
+    # -------------------------------------------------------------- instructions
+    def operand(self, operand: ir.Operand) -> llvm_ir.Value:
+        return constant(operand) if isinstance(operand, ir.Const) else self.values[operand.name]
+
+    def instruction(self, builder: llvm_ir.IRBuilder, instruction: ir.Instruction) -> llvm_ir.IRBuilder:
+        match instruction:
+            case ir.Load(result=result, variable=variable):
+                self.values[result.name] = builder.load(self.slots[variable.name], name=result.name)
+            case ir.Store(variable=variable, value=value):
+                builder.store(self.operand(value), self.slots[variable.name])
+            case ir.Compare():
+                self.values[instruction.result.name] = self.compare(builder, instruction)
+            case ir.UnaryOp(result=result, op="not", operand=operand):
+                self.values[result.name] = builder.xor(self.operand(operand), TYPES["bool"](1), name=result.name)
+            case ir.UnaryOp(result=result, op="neg", operand=operand, site=site):
+                if site is None:
+                    self.values[result.name] = builder.fneg(self.operand(operand), name=result.name)
+                    return builder
+                return self.checked(builder, "ssub_with_overflow", result, TYPES["i64"](0), self.operand(operand), site)
+            case ir.BinaryOp():
+                return self.binary(builder, instruction)
+            case ir.MathCall():
+                self.values[instruction.result.name] = self.math(builder, instruction)
+            case ir.Call(result=result, function=symbol, args=args):
+                return self.call(builder, result, symbol, args)
+        return builder
+
+    def compare(self, builder: llvm_ir.IRBuilder, instruction: ir.Compare) -> llvm_ir.Value:
+        lhs, rhs, name, op = (
+            self.operand(instruction.lhs),
+            self.operand(instruction.rhs),
+            instruction.result.name,
+            instruction.op,
+        )
+        dtype = instruction.lhs.dtype
+        if dtype in ("f64", "f32"):
+            if op == "!=":  # true when either is nan, as in numpy
+                return builder.fcmp_unordered(op, lhs, rhs, name=name)
+            return builder.fcmp_ordered(op, lhs, rhs, name=name)
+        if dtype == "bool":
+            return builder.icmp_unsigned(op, lhs, rhs, name=name)
+        return builder.icmp_signed(op, lhs, rhs, name=name)
+
+    def checked(self, builder, method: str, result: ir.Temp, lhs, rhs, site: int) -> llvm_ir.IRBuilder:
+        pair = getattr(builder, method)(lhs, rhs, name=f"{result.name}.checked")
+        value = builder.extract_value(pair, 0, name=result.name)
+        overflow = builder.extract_value(pair, 1, name=f"{result.name}.overflows")
+        self.values[result.name] = value
+        return self.fail_unless(builder, overflow, site, f"{result.name}.overflow")
+
+    def binary(self, builder: llvm_ir.IRBuilder, instruction: ir.BinaryOp) -> llvm_ir.IRBuilder:
+        result, op, site = instruction.result, instruction.op, instruction.site
+        lhs, rhs = self.operand(instruction.lhs), self.operand(instruction.rhs)
+        if result.dtype != "i64":
+            if op == "pow":
+                power = self.module.declare_intrinsic("llvm.pow", [TYPES[result.dtype]])
+                self.values[result.name] = builder.call(power, [lhs, rhs], name=result.name)
+            else:
+                method = {"add": builder.fadd, "sub": builder.fsub, "mul": builder.fmul, "div": builder.fdiv}[op]
+                self.values[result.name] = method(lhs, rhs, name=result.name)
+            return builder
+        if site is None:
+            self.values[result.name] = builder.add(lhs, rhs, name=result.name)
+            return builder
+        if op in ("add", "sub", "mul"):
+            method = {"add": "sadd_with_overflow", "sub": "ssub_with_overflow", "mul": "smul_with_overflow"}[op]
+            return self.checked(builder, method, result, lhs, rhs, site)
+        return self.floor_division(builder, result, op, lhs, rhs, site)
+
+    def floor_division(self, builder, result: ir.Temp, op: str, lhs, rhs, site: int) -> llvm_ir.IRBuilder:
+        """Python's `//` and `%` (rounding toward minus infinity); division by zero fails at `site`, and
+        `i64 minimum // -1` (out of range) at `site + 1`."""
+        i64, name = TYPES["i64"], result.name
+        builder = self.fail_unless(
+            builder, builder.icmp_signed("==", rhs, i64(0), name="by.zero"), site, f"{name}.zero"
+        )
+        minus_one = builder.icmp_signed("==", rhs, i64(-1), name="by.minus.one")
+        if op == "floordiv":
+            smallest = builder.icmp_signed("==", lhs, i64(I64_MIN), name="is.smallest")
+            overflows = builder.and_(minus_one, smallest, name="quotient.overflows")
+            builder = self.fail_unless(builder, overflows, site + 1, f"{name}.overflow")
+        divisor = builder.select(minus_one, i64(1), rhs, name="divisor") if op == "mod" else rhs
+        remainder = builder.srem(lhs, divisor, name="remainder")
+        signs_differ = builder.icmp_signed(
+            "<", builder.xor(remainder, divisor, name="signs"), i64(0), name="signs.differ"
+        )
+        inexact = builder.icmp_signed("!=", remainder, i64(0), name="inexact")
+        adjust = builder.and_(inexact, signs_differ, name="rounds.down")
+        if op == "mod":
+            moved = builder.add(remainder, divisor, name="remainder.moved")
+            self.values[name] = builder.select(adjust, moved, remainder, name=name)
+            return builder
+        quotient = builder.sdiv(lhs, rhs, name="quotient")
+        self.values[name] = builder.sub(quotient, builder.zext(adjust, i64, name="adjustment"), name=name)
+        return builder
+
+    def math(self, builder: llvm_ir.IRBuilder, instruction: ir.MathCall) -> llvm_ir.Value:
+        result, name = instruction.result, instruction.name
+        dtype, kind = result.dtype, TYPES[result.dtype]
+        args = [self.operand(a) for a in instruction.args]
+        if name in INTRINSICS:
+            return builder.call(self.module.declare_intrinsic(INTRINSICS[name], [kind]), args, name=result.name)
+        if (name, dtype) in LIBM:
+            return builder.call(self.libm(LIBM[name, dtype], kind), args, name=result.name)
+        if name == "sigmoid":
+            return self.sigmoid(builder, args[0], kind, result.name)
+        if name == "relu":
+            args.append(kind(0) if dtype == "i64" else kind(0.0))
+            name = "maximum"
+        if name == "abs":
+            if dtype == "i64":
+                absolute = self.module.declare_intrinsic("llvm.abs", [kind])
+                return builder.call(absolute, [args[0], TYPES["bool"](0)], name=result.name)
+            return builder.call(self.module.declare_intrinsic("llvm.fabs", [kind]), args, name=result.name)
+        if dtype == "i64":
+            op = ">" if name == "maximum" else "<"
+            keep = builder.icmp_signed(op, args[0], args[1], name=f"{result.name}.first")
+            return builder.select(keep, args[0], args[1], name=result.name)
+        # llvm.maximum/minimum propagate nan like numpy's maximum/minimum
+        intrinsic = self.libm(f"llvm.{name}.{'f64' if dtype == 'f64' else 'f32'}", kind, arity=2)
+        return builder.call(intrinsic, args, name=result.name)
+
+    def libm(self, name: str, kind: llvm_ir.Type, arity: int = 1) -> llvm_ir.Function:
+        """A C function (or intrinsic llvmlite does not know) taking and returning `kind`, declared once."""
+        existing = self.module.globals.get(name)
+        if existing is not None:
+            return existing
+        return llvm_ir.Function(self.module, llvm_ir.FunctionType(kind, [kind] * arity), name)
+
+    def sigmoid(self, builder: llvm_ir.IRBuilder, x, kind, name: str) -> llvm_ir.Value:
+        """The interpreter's formula: e = exp(-|x|); 1 / (1 + e) for x >= 0, e / (1 + e) below."""
+        magnitude = builder.call(self.module.declare_intrinsic("llvm.fabs", [kind]), [x], name="magnitude")
+        exponent = builder.call(
+            self.module.declare_intrinsic("llvm.exp", [kind]),
+            [builder.fneg(magnitude, name="minus.magnitude")],
+            name="e",
+        )
+        inverse = builder.fdiv(kind(1.0), builder.fadd(kind(1.0), exponent, name="one.plus.e"), name="inverse")
+        below = builder.fmul(exponent, inverse, name="e.times.inverse")
+        positive = builder.fcmp_ordered(">=", x, kind(0.0), name="nonnegative")
+        return builder.select(positive, inverse, below, name=name)
+
+    def call(self, builder: llvm_ir.IRBuilder, result: ir.Temp, symbol: str, args) -> llvm_ir.IRBuilder:
+        values = []
+        for arg in args:
+            value = self.operand(arg)
+            values.append(builder.zext(value, BYTE, name=f"{arg.dtype}.byte") if arg.dtype == "bool" else value)
+        returned = builder.call(self.declared[symbol], values, name=result.name)
+        if result.dtype == "bool":
+            returned = builder.trunc(returned, TYPES["bool"], name=f"{result.name}.bool")
+        self.values[result.name] = returned
+        status = builder.load(self.error, name="error")
+        failed = builder.icmp_signed("!=", status, TYPES["i64"](0), name="callee.failed")
+        going_on = self.llvm_function.append_basic_block(f"{result.name}.ok")
+        builder.cbranch(failed, self.error_exit, going_on)
+        return llvm_ir.IRBuilder(going_on)
+
+    def terminator(self, builder: llvm_ir.IRBuilder, terminator: ir.Terminator) -> None:
+        match terminator:
+            case ir.Jump(target=target):
+                builder.branch(self.blocks[target])
+            case ir.Branch(condition=condition, then=then, otherwise=otherwise):
+                builder.cbranch(self.operand(condition), self.blocks[then], self.blocks[otherwise])
+            case ir.Return(value=value):
+                self.leave(builder)
+                returned = self.operand(value)
+                if value.dtype == "bool":
+                    returned = builder.zext(returned, BYTE, name="result.byte")
+                builder.ret(returned)

@@ -1,0 +1,519 @@
+"""Lowering checked functions to the IR (codegen/ir.py): `lower(typed) -> Lowered`.
+
+Takes the checker's result (after `grad` has been expanded, so derivative code is ordinary functions) and
+lowers every top-level function whose parameters and result are annotated scalars (f64, f32, i64, bool)
+and whose body uses only scalar code: arithmetic, comparisons, `and`/`or`/`not`, `let` and assignment,
+`if`, `while`, `for i in a..b`, `break`, `continue`, `return`, calls of other lowered functions and the
+elementwise math built-ins. Any other function is refused with the reason, and so is a function calling
+a refused one; the backend runs refused functions on the interpreter. Literal and operator dtypes follow
+the interpreter's rules exactly (a weak literal takes the other operand's dtype); where they would not be
+obviously the same, the function is refused rather than compiled differently.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from dl.codegen import ir
+from dl.lang import ast
+from dl.lang.check import Typed
+from dl.lang.diagnostics import Span
+from dl.lang.types import FunctionRef, PrimitiveRef, TensorType
+
+FLOAT_MATH = frozenset({"exp", "log", "sqrt", "tanh", "sin", "cos", "sigmoid"})
+NUMBER_MATH = frozenset({"abs", "relu", "maximum", "minimum"})
+ARITHMETIC = {"+": "add", "-": "sub", "*": "mul", "/": "div", "//": "floordiv", "%": "mod", "**": "pow"}
+COMPARISONS = frozenset({"==", "!=", "<", "<=", ">", ">="})
+CHECKED_INTEGER = frozenset({"add", "sub", "mul", "floordiv", "mod"})
+
+
+class Unsupported(Exception):
+    """Why a function is not compiled (shown by `--explain-backend`)."""
+
+
+@dataclass
+class Lowered:
+    """The lowered functions by id of their `FnDecl`, and the refused ones with the reason."""
+
+    functions: dict[int, ir.Function] = field(default_factory=dict)
+    refused: dict[int, str] = field(default_factory=dict)
+    declarations: dict[int, tuple[ast.FnDecl, str]] = field(default_factory=dict)  # id -> (decl, module path)
+
+
+def lower(typed: Typed) -> Lowered:
+    """Lower every compilable top-level function of the program; refuse the rest, with reasons."""
+    lowered = Lowered()
+    callees: dict[int, set[int]] = {}
+    for path, module in typed.program.modules.items():
+        for decl in module.decls:
+            if isinstance(decl, ast.FnDecl):
+                lowered.declarations[id(decl)] = (decl, path)
+                try:
+                    function, calls = FunctionLowering(typed, decl, path).run()
+                except Unsupported as reason:
+                    lowered.refused[id(decl)] = str(reason)
+                    continue
+                lowered.functions[id(decl)] = function
+                callees[id(decl)] = calls
+    refuse_callers_of_refused(lowered, callees)
+    return lowered
+
+
+def refuse_callers_of_refused(lowered: Lowered, callees: dict[int, set[int]]) -> None:
+    """Compiled code calls compiled code only: drop functions calling a refused one, until none does."""
+    changed = True
+    while changed:
+        changed = False
+        for key in list(lowered.functions):
+            missing = [callee for callee in callees[key] if callee not in lowered.functions]
+            if missing:
+                name = lowered.declarations[missing[0]][0].name if missing[0] in lowered.declarations else "?"
+                lowered.refused[key] = f"calls `{name}`, which is not compiled"
+                del lowered.functions[key]
+                changed = True
+
+
+def symbol(path: str, name: str) -> str:
+    return f"{path}::{name}"
+
+
+def scalar_dtype(t: object, what: str) -> str:
+    if isinstance(t, TensorType) and not t.dims and t.dtype in ir.SCALAR_DTYPES:
+        return t.dtype
+    raise Unsupported(f"{what} has type {t}, not a scalar f64, f32, i64 or bool")
+
+
+@dataclass
+class Value:
+    """A lowered expression: its operand, and for an unsuffixed literal the number it adapts from."""
+
+    operand: ir.Operand
+    weak: int | float | None = None
+
+
+class FunctionLowering:
+    """Lowers one function; `run` returns it and the ids of the functions it calls."""
+
+    def __init__(self, typed: Typed, decl: ast.FnDecl, path: str) -> None:
+        self.typed = typed
+        self.decl = decl
+        self.path = path
+        self.blocks: list[ir.Block] = []
+        self.label = "entry"
+        self.instructions: list[ir.Instruction] = []
+        self.used_labels: dict[str, int] = {}
+        self.scopes: list[dict[str, ir.Variable]] = [{}]
+        self.variables: list[ir.Variable] = []
+        self.loops: list[tuple[str, str]] = []  # (continue target, break target)
+        self.sites: list[ir.Site] = []
+        self.calls: set[int] = set()
+        self.result = ""
+
+    # -------------------------------------------------------------- function
+    def run(self) -> tuple[ir.Function, set[int]]:
+        decl = self.decl
+        if decl.result is None:
+            raise Unsupported("its result is not annotated")
+        params = []
+        for param in decl.params:
+            if param.annotation is None:
+                raise Unsupported(f"parameter `{param.name}` is not annotated")
+            if param.default is not None:
+                raise Unsupported(f"parameter `{param.name}` has a default")
+            params.append(self.declare(param.name, scalar_dtype(self.typed.types.get(id(param)), f"`{param.name}`")))
+        signature = self.signature()
+        self.result = scalar_dtype(signature, "its result")
+        if id(decl) in self.typed.checked_calls:
+            raise Unsupported("its annotations are checked at run time")
+        self.block(decl.body)
+        if self.label is not None:
+            self.finish(ir.Return(ir.Const(zero(self.result), self.result)))
+        recursion = ir.Site("E0506", f"recursion too deep in `{decl.name}`", decl.name_span)
+        function = ir.Function(
+            symbol(self.path, decl.name),
+            decl.name,
+            tuple(params),
+            self.result,
+            tuple(self.variables),
+            tuple(self.blocks),
+            tuple(self.sites),
+            recursion,
+        )
+        return function, self.calls
+
+    def signature(self) -> object:
+        for signature in self.typed.signatures.get(self.path, []):
+            if signature.name == self.decl.name:
+                return signature.result
+        raise Unsupported("it has no checked signature")
+
+    # -------------------------------------------------------------- blocks and names
+    def fresh_label(self, hint: str) -> str:
+        count = self.used_labels.get(hint, 0)
+        self.used_labels[hint] = count + 1
+        return hint if count == 0 else f"{hint}.{count}"
+
+    def finish(self, terminator: ir.Terminator) -> None:
+        """End the current block (code after a `return`, `break` or `continue` is unreachable: dropped)."""
+        if self.label is not None:
+            self.blocks.append(ir.Block(self.label, tuple(self.instructions), terminator))
+        self.label = None
+        self.instructions = []
+
+    def start(self, label: str) -> None:
+        self.label = label
+        self.instructions = []
+
+    def emit(self, instruction: ir.Instruction) -> None:
+        if self.label is not None:
+            self.instructions.append(instruction)
+
+    def temp(self, hint: str, dtype: str) -> ir.Temp:
+        """A new temporary named after what it holds, made unique within the function."""
+        return ir.Temp(self.fresh_label(f"%{hint}")[1:], dtype)
+
+    def declare(self, name: str, dtype: str) -> ir.Variable:
+        taken = {v.name for v in self.variables}
+        unique = name
+        count = 1
+        while unique in taken:
+            unique = f"{name}.{count}"
+            count += 1
+        variable = ir.Variable(unique, dtype)
+        self.variables.append(variable)
+        self.scopes[-1][name] = variable
+        return variable
+
+    def lookup(self, name: str, span: Span) -> ir.Variable:
+        for scope in reversed(self.scopes):
+            if name in scope:
+                return scope[name]
+        raise Unsupported(f"it uses `{name}`, which is not a local scalar (at {span})")
+
+    def site(self, code: str, message: str, span: Span) -> int:
+        self.sites.append(ir.Site(code, message, span))
+        return len(self.sites) - 1
+
+    # -------------------------------------------------------------- statements
+    def block(self, block: ast.Block) -> None:
+        self.scopes.append({})
+        for stmt in block.body:
+            self.statement(stmt)
+        self.scopes.pop()
+
+    def statement(self, stmt: ast.Stmt) -> None:
+        match stmt:
+            case ast.Let(pattern=ast.NamePattern(name=name), value=value):
+                if id(stmt) in self.typed.runtime_checks:
+                    raise Unsupported(f"`let {name}` is checked at run time")
+                lowered = self.expression(value)
+                self.emit(ir.Store(self.declare(name, lowered.operand.dtype), lowered.operand))
+            case ast.Assign(target=ast.Name(id=name), op=op, value=value):
+                self.assign(self.lookup(name, stmt.span), op, value, stmt.span)
+            case ast.ExprStmt(expr=ast.Call() as call):
+                self.expression(call)
+            case ast.If():
+                self.if_statement(stmt)
+            case ast.While():
+                self.while_statement(stmt)
+            case ast.For(pattern=ast.NamePattern(name=name), iterable=ast.Range() as bounds, body=body):
+                self.for_range(name, bounds, body)
+            case ast.Return(value=None):
+                raise Unsupported("it returns no value")
+            case ast.Return(value=value):
+                operand = self.convert(self.expression(value), self.result, "the returned value")
+                self.finish(ir.Return(operand))
+            case ast.Break():
+                self.finish(ir.Jump(self.loops[-1][1]))
+            case ast.Continue():
+                self.finish(ir.Jump(self.loops[-1][0]))
+            case _:
+                raise Unsupported(f"it has a statement the compiler does not handle yet (at {stmt.span})")
+
+    def assign(self, variable: ir.Variable, op: str, value: ast.Expr, span: Span) -> None:
+        if op == "=":
+            operand = self.convert(self.expression(value), variable.dtype, f"the value assigned to `{variable.name}`")
+        else:
+            current = self.temp(variable.name, variable.dtype)
+            self.emit(ir.Load(current, variable))
+            result = self.binary(op[:-1], Value(current), self.expression(value), span)
+            operand = self.convert(result, variable.dtype, f"`{variable.name} {op} ...`")
+        self.emit(ir.Store(variable, operand))
+
+    def condition(self, expr: ast.Expr, then: str, otherwise: str) -> None:
+        value = self.expression(expr)
+        if value.operand.dtype != "bool":
+            raise Unsupported(f"a condition is {value.operand.dtype}, not bool (at {expr.span})")
+        self.finish(ir.Branch(value.operand, then, otherwise))
+
+    def if_statement(self, stmt: ast.If) -> None:
+        then, otherwise, end = self.fresh_label("if.then"), self.fresh_label("if.else"), self.fresh_label("if.end")
+        self.condition(stmt.cond, then, otherwise if stmt.orelse is not None else end)
+        self.start(then)
+        self.block(stmt.then)
+        self.finish(ir.Jump(end))
+        if stmt.orelse is not None:
+            self.start(otherwise)
+            if isinstance(stmt.orelse, ast.If):
+                self.if_statement(stmt.orelse)
+            else:
+                self.block(stmt.orelse)
+            self.finish(ir.Jump(end))
+        self.start(end)
+
+    def while_statement(self, stmt: ast.While) -> None:
+        test, body, end = self.fresh_label("while.cond"), self.fresh_label("while.body"), self.fresh_label("while.end")
+        self.finish(ir.Jump(test))
+        self.start(test)
+        self.condition(stmt.cond, body, end)
+        self.start(body)
+        self.loops.append((test, end))
+        self.block(stmt.body)
+        self.loops.pop()
+        self.finish(ir.Jump(test))
+        self.start(end)
+
+    def for_range(self, name: str, bounds: ast.Range, body: ast.Block) -> None:
+        """`for i in a..b`: the bounds are evaluated once; assigning to `i` does not change the iteration."""
+        low = self.convert(self.expression(bounds.start), "i64", "a range bound")
+        high = self.convert(self.expression(bounds.stop), "i64", "a range bound")
+        counter = self.declare(f"{name}.counter", "i64")
+        stop = self.declare(f"{name}.stop", "i64")
+        self.emit(ir.Store(counter, low))
+        self.emit(ir.Store(stop, high))
+        test, step = self.fresh_label("for.cond"), self.fresh_label("for.step")
+        inner, end = self.fresh_label("for.body"), self.fresh_label("for.end")
+        self.finish(ir.Jump(test))
+        self.start(test)
+        current, limit, going = self.temp(name, "i64"), self.temp("stop", "i64"), self.temp("in.range", "bool")
+        self.emit(ir.Load(current, counter))
+        self.emit(ir.Load(limit, stop))
+        self.emit(ir.Compare(going, "<", current, limit))
+        self.finish(ir.Branch(going, inner, end))
+        self.start(inner)
+        self.scopes.append({})
+        value = self.temp(name, "i64")
+        self.emit(ir.Load(value, counter))
+        self.emit(ir.Store(self.declare(name, "i64"), value))
+        self.loops.append((step, end))
+        self.block(body)
+        self.loops.pop()
+        self.scopes.pop()
+        self.finish(ir.Jump(step))
+        self.start(step)
+        before, after = self.temp(name, "i64"), self.temp("next", "i64")
+        self.emit(ir.Load(before, counter))
+        self.emit(ir.BinaryOp(after, "add", before, ir.Const(1, "i64")))  # cannot overflow: it stays below `stop`
+        self.emit(ir.Store(counter, after))
+        self.finish(ir.Jump(test))
+        self.start(end)
+
+    # -------------------------------------------------------------- expressions
+    def expression(self, expr: ast.Expr) -> Value:
+        match expr:
+            case ast.IntLiteral() | ast.FloatLiteral():
+                return self.literal(expr)
+            case ast.BoolLiteral(value=value):
+                return Value(ir.Const(value, "bool"))
+            case ast.Name(id=name):
+                variable = self.lookup(name, expr.span)
+                result = self.temp(name, variable.dtype)
+                self.emit(ir.Load(result, variable))
+                return Value(result)
+            case ast.Unary(op="-", operand=operand):
+                return self.negate(self.expression(operand), expr.span)
+            case ast.Unary(op="not", operand=operand):
+                value = self.expression(operand)
+                if value.operand.dtype != "bool":
+                    raise Unsupported(f"`not` of {value.operand.dtype} (at {expr.span})")
+                result = self.temp("not", "bool")
+                self.emit(ir.UnaryOp(result, "not", value.operand))
+                return Value(result)
+            case ast.Binary(op="and" | "or"):
+                return self.short_circuit(expr)
+            case ast.Binary(op=op, lhs=lhs, rhs=rhs):
+                return self.binary(op, self.expression(lhs), self.expression(rhs), expr.span)
+            case ast.Call():
+                return self.call(expr)
+        raise Unsupported(f"it uses {type(expr).__name__.lower()} expressions (at {expr.span})")
+
+    def literal(self, expr: ast.IntLiteral | ast.FloatLiteral) -> Value:
+        coerced = self.typed.coercions.get(id(expr))
+        default = "i64" if isinstance(expr, ast.IntLiteral) else "f32"
+        dtype = expr.dtype or coerced or default
+        if dtype not in ir.SCALAR_DTYPES:
+            raise Unsupported(f"a literal of dtype {dtype} (at {expr.span})")
+        if dtype in ("i64",) and not -(2**63) <= expr.value < 2**63:
+            raise Unsupported(f"integer literal {expr.value} is out of range (at {expr.span})")
+        weak = None if expr.dtype or coerced else expr.value
+        return Value(ir.Const(cast_constant(expr.value, dtype), dtype), weak)
+
+    def negate(self, value: Value, span: Span) -> Value:
+        if isinstance(value.operand, ir.Const) and value.operand.dtype != "bool":
+            if value.operand.dtype == "i64" and value.operand.value == -(2**63):
+                raise Unsupported(f"negating the smallest i64 (at {span})")
+            weak = -value.weak if value.weak is not None else None
+            return Value(ir.Const(-value.operand.value, value.operand.dtype), weak)
+        dtype = value.operand.dtype
+        if dtype == "bool":
+            raise Unsupported(f"negating a bool (at {span})")
+        result = self.temp("neg", dtype)
+        site = self.overflow_site("-", span) if dtype == "i64" else None
+        self.emit(ir.UnaryOp(result, "neg", value.operand, site))
+        return Value(result)
+
+    def overflow_site(self, symbol: str, span: Span) -> int:
+        return self.site("E0510", f"integer overflow: i64 {symbol} i64 is out of the i64 range", span)
+
+    def short_circuit(self, expr: ast.Binary) -> Value:
+        """`a and b`, `a or b` on bools: `b` is evaluated only when `a` does not decide."""
+        name = expr.op
+        result = self.declare(f"{name}.result", "bool")
+        left = self.expression(expr.lhs)
+        if left.operand.dtype != "bool":
+            raise Unsupported(f"`{name}` of {left.operand.dtype} (at {expr.span})")
+        self.emit(ir.Store(result, left.operand))
+        right_label, end = self.fresh_label(f"{name}.rhs"), self.fresh_label(f"{name}.end")
+        if name == "and":
+            self.finish(ir.Branch(left.operand, right_label, end))
+        else:
+            self.finish(ir.Branch(left.operand, end, right_label))
+        self.start(right_label)
+        right = self.expression(expr.rhs)
+        if right.operand.dtype != "bool":
+            raise Unsupported(f"`{name}` of {right.operand.dtype} (at {expr.span})")
+        self.emit(ir.Store(result, right.operand))
+        self.finish(ir.Jump(end))
+        self.start(end)
+        value = self.temp(name, "bool")
+        self.emit(ir.Load(value, result))
+        return Value(value)
+
+    def common_dtype(self, left: Value, right: Value, span: Span) -> str:
+        """The dtype both operands take: a weak literal adapts to the other side (the interpreter's rule)."""
+        a, b = left.operand.dtype, right.operand.dtype
+        if left.weak is not None and right.weak is None:
+            a = adapted(left.weak, b, span)
+        elif right.weak is not None and left.weak is None:
+            b = adapted(right.weak, a, span)
+        if a != b:
+            raise Unsupported(f"an operation mixes {a} and {b} (at {span})")
+        return a
+
+    def binary(self, op: str, left: Value, right: Value, span: Span) -> Value:
+        if left.weak is not None and right.weak is not None and op in FOLDED:
+            return fold(op, left.weak, right.weak, span)
+        dtype = self.common_dtype(left, right, span)
+        lhs, rhs = self.convert(left, dtype, "an operand"), self.convert(right, dtype, "an operand")
+        if op in COMPARISONS:
+            result = self.temp(COMPARE_NAMES[op], "bool")
+            self.emit(ir.Compare(result, op, lhs, rhs))
+            return Value(result)
+        name = ARITHMETIC.get(op)
+        if name is None or dtype == "bool":
+            raise Unsupported(f"`{op}` on {dtype} (at {span})")
+        if dtype == "i64" and name in ("div", "pow"):
+            raise Unsupported(f"`{op}` on integers (at {span})")
+        if dtype != "i64" and name in ("floordiv", "mod"):
+            raise Unsupported(f"`{op}` on floats (at {span})")
+        site = None
+        if dtype == "i64" and name in CHECKED_INTEGER:
+            if name in ("floordiv", "mod"):
+                site = self.site("E0510", f"integer division by zero in `{op}`", span)
+                self.overflow_site(op, span)  # the next site: i64 minimum // -1
+            else:
+                site = self.overflow_site(op, span)
+        result = self.temp(name, dtype)
+        self.emit(ir.BinaryOp(result, name, lhs, rhs, site))
+        return Value(result)
+
+    def convert(self, value: Value, dtype: str, what: str) -> ir.Operand:
+        """`value` as `dtype`: only a weak literal changes dtype (as the interpreter's literals do)."""
+        operand = value.operand
+        if operand.dtype == dtype:
+            return operand
+        if value.weak is not None and isinstance(operand, ir.Const) and dtype != "bool":
+            if dtype == "i64" and isinstance(value.weak, float):
+                raise Unsupported(f"{what}: a float literal where an i64 is expected")
+            return ir.Const(cast_constant(value.weak, dtype), dtype)
+        raise Unsupported(f"{what} is {operand.dtype} where {dtype} is expected")
+
+    # -------------------------------------------------------------- calls
+    def call(self, expr: ast.Call) -> Value:
+        if expr.keywords:
+            raise Unsupported(f"a call with keyword arguments (at {expr.span})")
+        callee = self.typed.types.get(id(expr.func))
+        if isinstance(callee, PrimitiveRef) and callee.name in FLOAT_MATH | NUMBER_MATH:
+            return self.math(callee.name, expr)
+        if isinstance(callee, FunctionRef) and isinstance(expr.func, ast.Name):
+            target = self.typed.functions.get(callee.key)
+            if target is not None and isinstance(target[0], ast.FnDecl):
+                return self.function_call(target[0], target[1], expr)
+        shown = callee.name if isinstance(callee, (PrimitiveRef, FunctionRef)) else "a function value"
+        raise Unsupported(f"it calls `{shown}` (at {expr.span})")
+
+    def function_call(self, decl: ast.FnDecl, path: str, expr: ast.Call) -> Value:
+        if len(expr.args) != len(decl.params):
+            raise Unsupported(f"a call of `{decl.name}` leaves parameters to their defaults (at {expr.span})")
+        args = []
+        for param, arg in zip(decl.params, expr.args, strict=True):
+            dtype = scalar_dtype(self.typed.types.get(id(param)), f"`{decl.name}`'s parameter `{param.name}`")
+            args.append(self.convert(self.expression(arg), dtype, f"argument `{param.name}` of `{decl.name}`"))
+        result_dtype = scalar_dtype(self.typed.types.get(id(expr)), f"the result of `{decl.name}`")
+        self.calls.add(id(decl))
+        result = self.temp(f"call.{decl.name}", result_dtype)
+        self.emit(ir.Call(result, symbol(path, decl.name), tuple(args)))
+        return Value(result)
+
+    def math(self, name: str, expr: ast.Call) -> Value:
+        arity = 2 if name in ("maximum", "minimum") else 1
+        if len(expr.args) != arity:
+            raise Unsupported(f"`{name}` with {len(expr.args)} arguments (at {expr.span})")
+        values = [self.expression(arg) for arg in expr.args]
+        if arity == 1:
+            dtype = values[0].operand.dtype if values[0].weak is None else "f32"
+        else:
+            dtype = self.common_dtype(values[0], values[1], expr.span)
+        allowed = ("f64", "f32") if name in FLOAT_MATH else ("f64", "f32", "i64")
+        if dtype not in allowed:
+            raise Unsupported(f"`{name}` of {dtype} (at {expr.span})")
+        args = tuple(self.convert(value, dtype, f"`{name}`'s argument") for value in values)
+        result = self.temp(name, dtype)
+        self.emit(ir.MathCall(result, name, args))
+        return Value(result)
+
+
+FOLDED = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b}
+
+
+def fold(op: str, a: int | float, b: int | float, span: Span) -> Value:
+    """Two unsuffixed literals: the interpreter computes them as Python numbers, still weak; so do we."""
+    value = FOLDED[op](a, b)
+    dtype = "i64" if isinstance(value, int) else "f32"
+    if dtype == "i64" and not -(2**63) <= value < 2**63:
+        raise Unsupported(f"a constant out of the i64 range (at {span})")
+    return Value(ir.Const(cast_constant(value, dtype), dtype), value)
+
+
+COMPARE_NAMES = {"==": "eq", "!=": "ne", "<": "lt", "<=": "le", ">": "gt", ">=": "ge"}
+
+
+def adapted(weak: int | float, other: str, span: Span) -> str:
+    """The dtype an unsuffixed literal takes beside an operand of dtype `other`."""
+    if other == "bool":
+        raise Unsupported(f"a number literal meets a bool (at {span})")
+    if isinstance(weak, float) and other == "i64":
+        raise Unsupported(f"a float literal meets an i64 (at {span})")
+    return other
+
+
+def cast_constant(value: int | float | bool, dtype: str) -> int | float | bool:
+    if dtype == "bool":
+        return bool(value)
+    if dtype == "i64":
+        return int(value)
+    return float(value)
+
+
+def zero(dtype: str) -> int | float | bool:
+    return cast_constant(0, dtype)

@@ -1,0 +1,80 @@
+"""The bridge between the interpreter and native code: `compile_program(typed) -> Backend`.
+
+Lowers what it can (codegen/lower.py), JIT-compiles it (codegen/llvm.py), and gives the interpreter one
+body per compiled function (`Backend.bodies`, by id of the `FnDecl`): it converts the DL scalars in the
+frame (np.float64, np.float32, int, bool) to C values, calls the native function through ctypes and
+converts the result back. The interpreter runs every other function, and calls compiled ones through
+these bodies; compiled functions call each other directly. A failure reported by native code becomes the
+interpreter's diagnostic for the same mistake.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from dl.codegen import ir
+from dl.codegen.llvm import Native, compile_functions
+from dl.codegen.lower import Lowered, lower
+from dl.interp.runtime import RETURN, fail
+from dl.lang.check import Typed
+
+C_TYPES = {"f64": ctypes.c_double, "f32": ctypes.c_float, "i64": ctypes.c_int64, "bool": ctypes.c_bool}
+TO_C = {"f64": float, "f32": float, "i64": int, "bool": bool}
+FROM_C = {"f64": np.float64, "f32": np.float32, "i64": int, "bool": bool}
+
+
+@dataclass
+class Backend:
+    """Native bodies for the interpreter, and what was compiled or not, and why."""
+
+    bodies: dict[int, Callable[[list], Any]]
+    lowered: Lowered
+    native: Native | None
+
+    def explanation(self) -> str:
+        """One line per function: compiled, or interpreted and why."""
+        lines = []
+        for key, (decl, path) in self.lowered.declarations.items():
+            if key in self.lowered.functions:
+                lines.append(f"{path}: `{decl.name}` compiled")
+            else:
+                lines.append(f"{path}: `{decl.name}` interpreted: {self.lowered.refused[key]}")
+        return "\n".join(lines)
+
+
+def compile_program(typed: Typed) -> Backend:
+    """Compile every function the lowering accepts; the others stay with the interpreter."""
+    lowered = lower(typed)
+    if not lowered.functions:
+        return Backend({}, lowered, None)
+    native = compile_functions(list(lowered.functions.values()))
+    bodies = {key: native_body(function, native) for key, function in lowered.functions.items()}
+    return Backend(bodies, lowered, native)
+
+
+def native_body(function: ir.Function, native: Native) -> Callable[[list], Any]:
+    """An interpreter body (`body(frame)`, arguments in frame slots 1..n) calling the native function."""
+    prototype = ctypes.CFUNCTYPE(C_TYPES[function.result], *(C_TYPES[p.dtype] for p in function.params))
+    call = prototype(native.addresses[function.symbol])
+    converters = tuple(TO_C[p.dtype] for p in function.params)
+    result = FROM_C[function.result]
+    count = len(converters)
+    error = ctypes.c_int64.from_address(native.error_address)
+    depth = ctypes.c_int64.from_address(native.depth_address)
+
+    def body(frame: list) -> object:
+        value = call(*[convert(argument) for convert, argument in zip(converters, frame[1 : count + 1], strict=True)])
+        if error.value:
+            site = native.sites[error.value - 1]
+            error.value = 0
+            depth.value = 0
+            raise fail(site.code, site.message, site.span)
+        frame[0] = result(value)
+        return RETURN
+
+    body.native = call  # kept alive with the body: ctypes frees the thunk with its last reference
+    return body

@@ -1,0 +1,266 @@
+"""The LLVM backend (codegen/): the same programs on `--backend interp` and `--backend llvm` print the same.
+
+Arithmetic, comparisons and sqrt are correctly rounded on both backends, so those outputs must be equal
+exactly. The transcendental built-ins (exp, tanh, sin, ...) come from numpy on the interpreter and from
+libm in compiled code, which may differ in the last bit: outputs using them are compared to a relative
+tolerance of 1e-12 (f64) and 1e-6 (f32).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("llvmlite", reason="the LLVM backend needs llvmlite")
+
+from dl import pipeline
+from dl.cli import main as dlrun
+from dl.codegen import native
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+PROGRAMS = {
+    "newton": """
+fn newton(x: f64) -> f64 {
+    let y = x
+    let steps = 0
+    while abs(y * y - x) > 1e-12f64 * x and steps < 100 { y = 0.5 * (y + x / y); steps += 1 }
+    return y
+}
+fn main() { for i in 1..6 { print(newton(float(i, dtype=f64) * 3.7f64)) } }
+""",
+    "mandelbrot": """
+fn escape(cr: f64, ci: f64, limit: i64) -> i64 {
+    let zr = 0.0f64
+    let zi = 0.0f64
+    let n = 0
+    while n < limit and zr * zr + zi * zi <= 4.0 {
+        let t = zr * zr - zi * zi + cr
+        zi = 2.0 * zr * zi + ci
+        zr = t
+        n += 1
+    }
+    return n
+}
+fn total(size: i64, limit: i64) -> i64 {
+    let count = 0
+    for row in 0..size {
+        for column in 0..size {
+            let cr = -2.0f64
+            let ci = -1.25f64
+            let k = 0
+            while k < column { cr = cr + 2.5 / 24.0; k += 1 }
+            k = 0
+            while k < row { ci = ci + 2.5 / 24.0; k += 1 }
+            count += escape(cr, ci, limit)
+        }
+    }
+    return count
+}
+fn main() { print(total(24, 200), escape(0.3f64, 0.5f64, 1000), escape(-0.75f64, 0.1f64, 1000)) }
+""",
+    "fib": """
+fn fib(n: i64) -> i64 { if n < 2 { return n } return fib(n - 1) + fib(n - 2) }
+fn main() { print(fib(0), fib(1), fib(22)) }
+""",
+    "collatz": """
+fn steps(n: i64) -> i64 {
+    let count = 0
+    while n != 1 { if n % 2 == 0 { n = n // 2 } else { n = 3 * n + 1 } count += 1 }
+    return count
+}
+fn longest(limit: i64) -> i64 {
+    let best = 0
+    let at = 1
+    for n in 1..limit { let s = steps(n); if s > best { best = s; at = n } }
+    return at
+}
+fn main() { print(steps(27), longest(3000)) }
+""",
+    "gcd": """
+fn gcd(a: i64, b: i64) -> i64 { while b != 0 { let t = b; b = a % b; a = t } return a }
+fn floors(a: i64, b: i64) -> i64 { return a // b * 1000 + a % b }
+fn main() { print(gcd(1071, 462), gcd(-48, 18), gcd(48, -18), floors(-7, 2), floors(7, -2), floors(-7, -2)) }
+""",
+    "control": """
+fn mix(n: i64) -> i64 {
+    let total = 0
+    for i in 0..n {
+        if i % 3 == 0 { continue }
+        if i > 40 { break }
+        let j = i
+        while true { j -= 1; if j < i - 3 or j % 5 == 0 { break } total += j }
+        if not (i % 2 == 0) and total > 10 { total -= 1 } else if i == 7 { total *= 2 } else { total += 1 }
+    }
+    return total
+}
+fn sign(x: f32) -> i64 { if x > 0.0 { return 1 } else if x < 0.0 { return -1 } return 0 }
+fn both(a: bool, b: bool) -> bool { return a and not b or b and not a }
+fn main() { print(mix(10), mix(100), sign(-2.5), sign(0.0), sign(3.0), both(true, false), both(true, true)) }
+""",
+    "f32": """
+fn harmonic(n: i64) -> f32 {
+    let total = 0.0
+    let k = 1.0
+    for i in 1..n { total += 1.0 / k; k += 1.0 }
+    return total
+}
+fn clamp(x: f32, low: f32, high: f32) -> f32 { return minimum(maximum(x, low), high) }
+fn main() { print(harmonic(1000), clamp(2.5, 0.0, 1.0), clamp(-1.0, 0.0, 1.0), relu(-3.0), -relu(2.0)) }
+""",
+}
+
+MATH_PROGRAM = """
+fn f(x: f64) -> f64 { return exp(x) * 0.5 + log(x + 2.0) - tanh(x) * sin(x) + cos(x) + sigmoid(x) + sigmoid(-x) }
+fn g(x: f32) -> f32 { return exp(x) + log(abs(x) + 1.0) + tanh(x) + sqrt(abs(x)) + x ** 2.0 }
+fn main() { for i in 0..7 { let x = float(i, dtype=f64) * 0.7f64 - 2.0f64; print(f(x), g(float(i) - 3.0)) } }
+"""
+
+
+def run_cli(tmp_path: Path, source: str, *flags: str, capsys) -> tuple[int, str, str]:
+    path = tmp_path / "program.dl"
+    path.write_text(source, encoding="utf-8")
+    capsys.readouterr()
+    status = dlrun([*flags, str(path)])
+    captured = capsys.readouterr()
+    return status, captured.out, captured.err
+
+
+def both_backends(tmp_path: Path, source: str, capsys) -> tuple[str, str]:
+    status, interpreted, err = run_cli(tmp_path, source, "--backend", "interp", capsys=capsys)
+    assert status == 0, err
+    status, compiled, err = run_cli(tmp_path, source, "--backend", "llvm", capsys=capsys)
+    assert status == 0, err
+    return interpreted, compiled
+
+
+def compiled_names(source: str, tmp_path: Path) -> set[str]:
+    path = tmp_path / "program.dl"
+    path.write_text(source, encoding="utf-8")
+    _, typed = pipeline.prepare(pipeline.load(str(path)))
+    lowered = native.compile_program(typed).lowered
+    return {lowered.declarations[key][0].name for key in lowered.functions}
+
+
+@pytest.mark.parametrize("name", sorted(PROGRAMS))
+def test_programs_print_the_same_on_both_backends(name: str, tmp_path: Path, capsys) -> None:
+    interpreted, compiled = both_backends(tmp_path, PROGRAMS[name], capsys)
+    assert compiled == interpreted
+    assert compiled_names(PROGRAMS[name], tmp_path) == compiled_functions_of(name)
+
+
+def compiled_functions_of(name: str) -> set[str]:
+    """Every function but `main` (which prints) is compiled."""
+    return set(re.findall(r"^fn (\w+)", PROGRAMS[name], re.MULTILINE)) - {"main"}
+
+
+def numbers(text: str) -> list[float]:
+    return [float(word) for word in text.split()]
+
+
+def test_math_builtins_agree_within_tolerance(tmp_path: Path, capsys) -> None:
+    interpreted, compiled = both_backends(tmp_path, MATH_PROGRAM, capsys)
+    assert compiled_names(MATH_PROGRAM, tmp_path) == {"f", "g"}
+    assert numbers(compiled) == pytest.approx(numbers(interpreted), rel=1e-6)
+    f_interpreted, f_compiled = numbers(interpreted)[::2], numbers(compiled)[::2]
+    assert f_compiled == pytest.approx(f_interpreted, rel=1e-12)
+
+
+def test_gradient_code_is_compiled_and_agrees(tmp_path: Path, capsys) -> None:
+    source = """
+fn loss(x: f64) -> f64 { let y = x * x * 3.0 - x; if y > 1.0 { y = y * tanh(x) } return y + exp(-x) }
+fn main() { for i in 0..5 { let x = float(i, dtype=f64) * 0.6f64 - 1.0f64; print(loss(x), grad(loss)(x)) } }
+"""
+    interpreted, compiled = both_backends(tmp_path, source, capsys)
+    assert numbers(compiled) == pytest.approx(numbers(interpreted), rel=1e-12)
+    assert {"loss", "loss_grad"} <= compiled_names(source, tmp_path)
+
+
+def test_explain_backend_names_compiled_and_interpreted_functions(tmp_path: Path, capsys) -> None:
+    source = """
+struct Pair { a: f32, b: f32 }
+fn square(x: f32) -> f32 { return x * x }
+fn norm(v: f32[3]) -> f32 { return sum(v * v) }
+fn swap(p: Pair) -> Pair { return Pair { a: p.b, b: p.a } }
+fn twice(x: f32) -> f32 { return square(x) + norm(ones(3)) }
+fn main() { print(square(3.0), norm(ones(3)), swap(Pair { a: 1.0, b: 2.0 }).a, twice(1.0)) }
+"""
+    status, out, err = run_cli(tmp_path, source, "--backend", "llvm", "--explain-backend", capsys=capsys)
+    assert status == 0, err
+    assert out == "9.0 3.0 2.0 4.0\n"
+    path = tmp_path / "program.dl"
+    assert err.splitlines() == [
+        f"{path}: `square` compiled",
+        f"{path}: `norm` interpreted: `v` has type f32[3], not a scalar f64, f32, i64 or bool",
+        f"{path}: `swap` interpreted: `p` has type Pair, not a scalar f64, f32, i64 or bool",
+        f"{path}: `twice` interpreted: `norm`'s parameter `v` has type f32[3], not a scalar f64, f32, i64 or bool",
+        f"{path}: `main` interpreted: its result is not annotated",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        ("divide(7, 0)", "integer division by zero in `//`"),
+        ("remainder(7, 0)", "integer division by zero in `%`"),
+        ("divide(-9223372036854775807 - 1, -1)", "integer overflow"),
+        ("grow(3)", "integer overflow"),
+        ("deep(0)", "recursion too deep in `deep`"),
+    ],
+)
+def test_run_time_failures_are_diagnostics(call: str, message: str, tmp_path: Path, capsys) -> None:
+    source = f"""
+fn divide(a: i64, b: i64) -> i64 {{ return a // b }}
+fn remainder(a: i64, b: i64) -> i64 {{ return a % b }}
+fn grow(x: i64) -> i64 {{ while true {{ x = x * x }} return x }}
+fn deep(n: i64) -> i64 {{ return deep(n + 1) + 1 }}
+fn main() {{ print({call}) }}
+"""
+    status, _, err = run_cli(tmp_path, source, "--backend", "llvm", capsys=capsys)
+    assert status == 1
+    code = "E0506" if "recursion" in message else "E0510"
+    assert f"error[{code}]: {message}" in err
+    assert "Traceback" not in err
+
+
+OPERATORS = ["+", "-", "*"]
+
+
+@st.composite
+def scalar_functions(draw) -> str:
+    """A random well-typed f64 function: arithmetic, `if` and a bounded `while` on data-dependent
+    conditions, over two parameters; `main` calls it on a few arguments."""
+
+    def expression(depth: int) -> str:
+        if depth == 0 or draw(st.booleans()):
+            return draw(st.sampled_from(["a", "b", "acc", "1.5", "0.25", "2.0"]))
+        operator = draw(st.sampled_from([*OPERATORS, "/"]))
+        rhs = expression(depth - 1) if operator != "/" else "(abs(" + expression(depth - 1) + " - a) + 1.0)"
+        return f"({expression(depth - 1)} {operator} {rhs})"
+
+    comparison = draw(st.sampled_from(["<", ">", "<=", ">="]))
+    lines = [
+        "let acc = 0.0f64",
+        "let trips = 0",
+        f"while trips < {draw(st.integers(0, 6))} and abs(acc) < 1e6 {{",
+        f"    acc = {expression(3)}",
+        f"    if {expression(2)} {comparison} {expression(2)} {{ acc = acc - {expression(1)} }}",
+        f"    else {{ b = {expression(2)} }}",
+        "    trips += 1",
+        "}",
+        f"return acc + {expression(2)}",
+    ]
+    body = "\n    ".join(lines)
+    args = draw(st.lists(st.tuples(st.integers(-5, 5), st.integers(-5, 5)), min_size=1, max_size=3))
+    calls = ", ".join(f"f({x}.0f64 / 3.0f64, {y}.0f64 / 7.0f64)" for x, y in args)
+    return f"fn f(a: f64, b: f64) -> f64 {{\n    {body}\n}}\nfn main() {{ print({calls}) }}\n"
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(source=scalar_functions())
+def test_random_scalar_functions_agree(source: str, tmp_path: Path, capsys) -> None:
+    interpreted, compiled = both_backends(tmp_path, source, capsys)
+    assert compiled == interpreted
+    assert compiled_names(source, tmp_path) == {"f"}
