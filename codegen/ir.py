@@ -45,11 +45,14 @@ class Variable:
 
 @node
 class Site:
-    """Where compiled code can fail: the diagnostic (code, message, span) the host raises for it."""
+    """Where compiled code can fail: the diagnostic (code, message, span) the host raises for it. With
+    `shows` (a dtype), the failing operation also stores the offending value (as f64) in `dl.value`, and
+    `{value}` in the message becomes that value, printed as `print` shows a `shows` scalar."""
 
     code: str
     message: str
     span: Span
+    shows: str | None = None
 
 
 # ------------------------------------------------------------------ instructions
@@ -100,6 +103,18 @@ class UnaryOp:
 
 
 @node
+class Convert:
+    """`float(x, dtype=...)` or `int(x)` of a scalar, with the interpreter's semantics: to a float rounds to
+    nearest (an i64 going through f64 first, as numpy converts a Python int), to i64 truncates toward zero,
+    to bool is not done. A float to i64 names the `site` for inf and nan, and `site + 1` for a value out of
+    the i64 range (both show the value)."""
+
+    result: Temp
+    operand: Operand
+    site: int | None = None
+
+
+@node
 class MathCall:
     """An elementwise built-in on scalars: exp log sqrt tanh sin cos abs sigmoid relu maximum minimum."""
 
@@ -112,12 +127,12 @@ class MathCall:
 class Call:
     """A call of another compiled function, by its symbol; `result` is None for a unit result."""
 
-    result: Temp
+    result: Temp | None
     function: str
     args: tuple[Operand, ...]
 
 
-Instruction = Load | Store | BinaryOp | Compare | UnaryOp | MathCall | Call
+Instruction = Load | Store | BinaryOp | Compare | UnaryOp | Convert | MathCall | Call
 
 
 # ------------------------------------------------------------------ terminators
@@ -137,7 +152,9 @@ class Branch:
 
 @node
 class Return:
-    value: Operand
+    """`value` is None in a function without a result (`Function.result` is `unit`)."""
+
+    value: Operand | None
 
 
 Terminator = Jump | Branch | Return
@@ -154,7 +171,7 @@ class Block:
 class Function:
     """One compiled function: `symbol` is its unique name in the module, `name` the DL name (for messages).
     `blocks[0]` is the entry; `sites` are indexed by the instructions that can fail; `recursion` is the site
-    of a call nesting too deep."""
+    of a call nesting too deep. `result` is a scalar dtype, or `unit` for a function returning nothing."""
 
     symbol: str
     name: str

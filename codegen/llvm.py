@@ -1,8 +1,9 @@
 """From the IR (codegen/ir.py) to native code with llvmlite: `compile_functions(functions, target) -> Native`.
 
 Every LLVM value and block is named after what it holds. The module is optimised with LLVM's O3 pipeline
-(loop vectorization on) and JIT-compiled for `target` (the host's machine by default; the target machine
-is a parameter so that NVPTX can come later). Compiled code never raises: a failing operation stores the
+(loop vectorization on), compiled to object code for `target` (the host's machine by default; the target
+machine is a parameter so that NVPTX can come later) and linked into an execution engine; the object code
+is what the compile cache (codegen/cache.py) stores. Compiled code never raises: a failing operation stores the
 number of its `Site` (plus one) in the global `dl.error` and returns at once, and so does every caller
 that sees it set; `dl.depth` counts nested calls, so runaway recursion fails the same way instead of
 overflowing the stack. Bools cross function boundaries as i8 (the C ABI of `_Bool`), i1 inside.
@@ -11,8 +12,10 @@ overflowing the stack. Bools cross function boundaries as i8 (the C ABI of `_Boo
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import llvmlite.binding as binding
+from dl.codegen import cache as compile_cache
 from dl.codegen import ir
 from llvmlite import ir as llvm_ir
 
@@ -32,15 +35,19 @@ LIBM = {("tanh", "f64"): "tanh", ("tanh", "f32"): "tanhf"}
 
 @dataclass
 class Native:
-    """The JIT-compiled module: function addresses by symbol, the global site table, the status globals."""
+    """The JIT-compiled module: function addresses by symbol, the global site table, the status globals.
+    `from_cache` says whether the object code was loaded from the compile cache (codegen/cache.py), in which
+    case `ir_before` and `ir_after` (the LLVM IR before and after optimisation) are empty."""
 
     engine: binding.ExecutionEngine
     addresses: dict[str, int]
     sites: list[ir.Site]
     error_address: int
     depth_address: int
+    value_address: int
     ir_before: str
     ir_after: str
+    from_cache: bool = False
 
 
 def host_target() -> binding.TargetMachine:
@@ -50,26 +57,64 @@ def host_target() -> binding.TargetMachine:
     return binding.Target.from_default_triple().create_target_machine(opt=3, jit=True)
 
 
-def compile_functions(functions: list[ir.Function], target: binding.TargetMachine | None = None) -> Native:
-    """Build one LLVM module holding `functions`, optimise it and JIT-compile it for `target`."""
+def compile_functions(
+    functions: list[ir.Function], target: binding.TargetMachine | None = None, cache: Path | None = None
+) -> Native:
+    """Build one LLVM module holding `functions`, optimise it and JIT-compile it for `target`. With a
+    `cache` directory, object code stored there for the same functions and target is loaded instead, and
+    code compiled now is stored there."""
     target = target or host_target()
-    module, sites = build_module(functions, target)
+    sites = site_table(functions)
+    key = None
+    if cache is not None:
+        key = compile_cache.cache_key(functions, target_description(target), llvm_version())
+        code = compile_cache.load(cache, key)
+        if code is not None:
+            native = load_object(code, functions, sites, target, "", "", from_cache=True)
+            if native is not None:
+                return native
+    module = build_module(functions, target)
     before = str(module)
     parsed = binding.parse_assembly(before)
     parsed.verify()
     optimise(parsed, target)
-    engine = binding.create_mcjit_compiler(parsed, target)
+    code = target.emit_object(parsed)
+    if key is not None:
+        compile_cache.store(cache, key, code)
+    native = load_object(code, functions, sites, target, before, str(parsed), from_cache=False)
+    if native is None:
+        raise RuntimeError("LLVM produced object code without the compiled functions")
+    return native
+
+
+def load_object(code: bytes, functions, sites, target, before: str, after: str, from_cache: bool) -> Native | None:
+    """Link object code into a new execution engine; None when it lacks a function or a status global."""
+    engine = binding.create_mcjit_compiler(binding.parse_assembly(""), target)
+    engine.add_object_file(binding.ObjectFileRef.from_data(code))
     engine.finalize_object()
     addresses = {f.symbol: engine.get_function_address(f.symbol) for f in functions}
-    return Native(
-        engine,
-        addresses,
-        sites,
-        engine.get_global_value_address("dl.error"),
-        engine.get_global_value_address("dl.depth"),
-        before,
-        str(parsed),
-    )
+    status = [engine.get_global_value_address(name) for name in ("dl.error", "dl.depth", "dl.value")]
+    if not all(addresses.values()) or not all(status):
+        return None
+    return Native(engine, addresses, sites, *status, before, after, from_cache)
+
+
+def llvm_version() -> str:
+    return ".".join(str(part) for part in binding.llvm_version_info)
+
+
+def target_description(target: binding.TargetMachine) -> str:
+    """The target's triple and the host CPU it will run on (the code is loaded into this process)."""
+    return f"{target.triple} {binding.get_host_cpu_name()} {binding.get_host_cpu_features().flatten()}"
+
+
+def site_table(functions: list[ir.Function]) -> list[ir.Site]:
+    """Every function's sites then its recursion site, in module order: `dl.error` - 1 indexes it."""
+    sites: list[ir.Site] = []
+    for function in functions:
+        sites.extend(function.sites)
+        sites.append(function.recursion)
+    return sites
 
 
 def optimise(module: binding.ModuleRef, target: binding.TargetMachine) -> None:
@@ -80,7 +125,7 @@ def optimise(module: binding.ModuleRef, target: binding.TargetMachine) -> None:
     builder.getModulePassManager().run(module, builder)
 
 
-def build_module(functions: list[ir.Function], target: binding.TargetMachine) -> tuple[llvm_ir.Module, list[ir.Site]]:
+def build_module(functions: list[ir.Function], target: binding.TargetMachine) -> llvm_ir.Module:
     module = llvm_ir.Module(name="dl")
     module.triple = target.triple
     module.data_layout = str(target.target_data)
@@ -88,16 +133,20 @@ def build_module(functions: list[ir.Function], target: binding.TargetMachine) ->
     error.initializer = llvm_ir.Constant(TYPES["i64"], 0)
     depth = llvm_ir.GlobalVariable(module, TYPES["i64"], "dl.depth")
     depth.initializer = llvm_ir.Constant(TYPES["i64"], 0)
+    value = llvm_ir.GlobalVariable(module, TYPES["f64"], "dl.value")
+    value.initializer = llvm_ir.Constant(TYPES["f64"], 0.0)
     declared = {f.symbol: llvm_ir.Function(module, signature(f), f.symbol) for f in functions}
-    sites: list[ir.Site] = []
+    site_base = 0
     for function in functions:
-        FunctionEmitter(module, declared, function, error, depth, len(sites)).emit()
-        sites.extend(function.sites)
-        sites.append(function.recursion)
-    return module, sites
+        FunctionEmitter(module, declared, function, error, depth, site_base).emit()
+        site_base += len(function.sites) + 1
+    return module
 
 
 def boundary_type(dtype: str) -> llvm_ir.Type:
+    """How a value crosses a function boundary: bools as bytes, `unit` results as void."""
+    if dtype == "unit":
+        return llvm_ir.VoidType()
     return BYTE if dtype == "bool" else TYPES[dtype]
 
 
@@ -144,7 +193,10 @@ class FunctionEmitter:
             self.terminator(builder, block.terminator)
         builder = llvm_ir.IRBuilder(self.error_exit)
         self.leave(builder)
-        builder.ret(llvm_ir.Constant(boundary_type(function.result), 0))
+        if function.result == "unit":
+            builder.ret_void()
+        else:
+            builder.ret(llvm_ir.Constant(boundary_type(function.result), 0))
 
     # -------------------------------------------------------------- calls nesting and failure
     def enter(self, builder: llvm_ir.IRBuilder) -> None:
@@ -193,6 +245,8 @@ class FunctionEmitter:
                 return self.checked(builder, "ssub_with_overflow", result, TYPES["i64"](0), self.operand(operand), site)
             case ir.BinaryOp():
                 return self.binary(builder, instruction)
+            case ir.Convert():
+                return self.convert(builder, instruction)
             case ir.MathCall():
                 self.values[instruction.result.name] = self.math(builder, instruction)
             case ir.Call(result=result, function=symbol, args=args):
@@ -268,6 +322,44 @@ class FunctionEmitter:
         self.values[name] = builder.sub(quotient, builder.zext(adjust, i64, name="adjustment"), name=name)
         return builder
 
+    def convert(self, builder: llvm_ir.IRBuilder, instruction: ir.Convert) -> llvm_ir.IRBuilder:
+        """`float`/`int` as the interpreter computes them on scalars (see `ir.Convert`)."""
+        result, site = instruction.result, instruction.site
+        source, target, name = instruction.operand.dtype, TYPES[result.dtype], result.name
+        value = self.operand(instruction.operand)
+        if result.dtype == "i64":
+            if source == "bool":
+                self.values[name] = builder.zext(value, target, name=name)
+                return builder
+            kind = TYPES[source]
+            self.show_value(builder, value, source)
+            finite = builder.fcmp_ordered("<", builder.call(self.fabs(kind), [value]), kind(float("inf")))
+            builder = self.fail_unless(builder, builder.not_(finite, name="not.finite"), site, f"{name}.finite")
+            low = builder.fcmp_ordered(">=", value, kind(-(2.0**63)), name="above.minimum")
+            high = builder.fcmp_ordered("<", value, kind(2.0**63), name="below.limit")
+            inside = builder.and_(low, high, name="in.range")
+            builder = self.fail_unless(builder, builder.not_(inside, name="out.of.range"), site + 1, f"{name}.range")
+            self.values[name] = builder.fptosi(value, target, name=name)
+            return builder
+        if source == "bool":
+            self.values[name] = builder.uitofp(value, target, name=name)
+        elif source == "i64":  # through f64, as numpy converts a Python int: f32 rounds the f64 again
+            wide = builder.sitofp(value, TYPES["f64"], name=f"{name}.f64")
+            self.values[name] = wide if result.dtype == "f64" else builder.fptrunc(wide, target, name=name)
+        elif result.dtype == "f64":
+            self.values[name] = builder.fpext(value, target, name=name)
+        else:
+            self.values[name] = builder.fptrunc(value, target, name=name)
+        return builder
+
+    def show_value(self, builder: llvm_ir.IRBuilder, value: llvm_ir.Value, dtype: str) -> None:
+        """Store the value a failure will show in `dl.value` (as f64)."""
+        wide = value if dtype == "f64" else builder.fpext(value, TYPES["f64"], name="shown")
+        builder.store(wide, self.module.get_global("dl.value"))
+
+    def fabs(self, kind: llvm_ir.Type) -> llvm_ir.Function:
+        return self.module.declare_intrinsic("llvm.fabs", [kind])
+
     def math(self, builder: llvm_ir.IRBuilder, instruction: ir.MathCall) -> llvm_ir.Value:
         result, name = instruction.result, instruction.name
         dtype, kind = result.dtype, TYPES[result.dtype]
@@ -319,13 +411,15 @@ class FunctionEmitter:
         for arg in args:
             value = self.operand(arg)
             values.append(builder.zext(value, BYTE, name=f"{arg.dtype}.byte") if arg.dtype == "bool" else value)
-        returned = builder.call(self.declared[symbol], values, name=result.name)
-        if result.dtype == "bool":
+        name = result.name if result is not None else f"call.{symbol.rpartition('::')[2]}"
+        returned = builder.call(self.declared[symbol], values, name=name if result is not None else "")
+        if result is not None and result.dtype == "bool":
             returned = builder.trunc(returned, TYPES["bool"], name=f"{result.name}.bool")
-        self.values[result.name] = returned
+        if result is not None:
+            self.values[result.name] = returned
         status = builder.load(self.error, name="error")
         failed = builder.icmp_signed("!=", status, TYPES["i64"](0), name="callee.failed")
-        going_on = self.llvm_function.append_basic_block(f"{result.name}.ok")
+        going_on = self.llvm_function.append_basic_block(f"{name}.ok")
         builder.cbranch(failed, self.error_exit, going_on)
         return llvm_ir.IRBuilder(going_on)
 
@@ -335,6 +429,9 @@ class FunctionEmitter:
                 builder.branch(self.blocks[target])
             case ir.Branch(condition=condition, then=then, otherwise=otherwise):
                 builder.cbranch(self.operand(condition), self.blocks[then], self.blocks[otherwise])
+            case ir.Return(value=None):
+                self.leave(builder)
+                builder.ret_void()
             case ir.Return(value=value):
                 self.leave(builder)
                 returned = self.operand(value)

@@ -18,7 +18,7 @@ from dl.codegen import ir
 from dl.lang import ast
 from dl.lang.check import Typed
 from dl.lang.diagnostics import Span
-from dl.lang.types import FunctionRef, PrimitiveRef, TensorType
+from dl.lang.types import UNIT, FunctionRef, PrimitiveRef, TensorType
 
 FLOAT_MATH = frozenset({"exp", "log", "sqrt", "tanh", "sin", "cos", "sigmoid"})
 NUMBER_MATH = frozenset({"abs", "relu", "maximum", "minimum"})
@@ -112,8 +112,6 @@ class FunctionLowering:
     # -------------------------------------------------------------- function
     def run(self) -> tuple[ir.Function, set[int]]:
         decl = self.decl
-        if decl.result is None:
-            raise Unsupported("its result is not annotated")
         params = []
         for param in decl.params:
             if param.annotation is None:
@@ -122,12 +120,12 @@ class FunctionLowering:
                 raise Unsupported(f"parameter `{param.name}` has a default")
             params.append(self.declare(param.name, scalar_dtype(self.typed.types.get(id(param)), f"`{param.name}`")))
         signature = self.signature()
-        self.result = scalar_dtype(signature, "its result")
+        self.result = "unit" if signature == UNIT else scalar_dtype(signature, "its result")
         if id(decl) in self.typed.checked_calls:
             raise Unsupported("its annotations are checked at run time")
         self.block(decl.body)
         if self.label is not None:
-            self.finish(ir.Return(ir.Const(zero(self.result), self.result)))
+            self.finish(ir.Return(None if self.result == "unit" else ir.Const(zero(self.result), self.result)))
         recursion = ir.Site("E0506", f"recursion too deep in `{decl.name}`", decl.name_span)
         function = ir.Function(
             symbol(self.path, decl.name),
@@ -142,10 +140,11 @@ class FunctionLowering:
         return function, self.calls
 
     def signature(self) -> object:
-        for signature in self.typed.signatures.get(self.path, []):
-            if signature.name == self.decl.name:
-                return signature.result
-        raise Unsupported("it has no checked signature")
+        """The checked result type (the annotation's, or the one the checker inferred from the body)."""
+        results = {s.result for s in self.typed.signatures.get(self.path, []) if s.name == self.decl.name}
+        if len(results) != 1:
+            raise Unsupported("it has no checked signature" if not results else "it has several checked signatures")
+        return results.pop()
 
     # -------------------------------------------------------------- blocks and names
     def fresh_label(self, hint: str) -> str:
@@ -190,8 +189,8 @@ class FunctionLowering:
                 return scope[name]
         raise Unsupported(f"it uses `{name}`, which is not a local scalar (at {span})")
 
-    def site(self, code: str, message: str, span: Span) -> int:
-        self.sites.append(ir.Site(code, message, span))
+    def site(self, code: str, message: str, span: Span, shows: str | None = None) -> int:
+        self.sites.append(ir.Site(code, message, span, shows))
         return len(self.sites) - 1
 
     # -------------------------------------------------------------- statements
@@ -211,18 +210,22 @@ class FunctionLowering:
             case ast.Assign(target=ast.Name(id=name), op=op, value=value):
                 self.assign(self.lookup(name, stmt.span), op, value, stmt.span)
             case ast.ExprStmt(expr=ast.Call() as call):
-                self.expression(call)
+                self.call(call, discarded=True)
             case ast.If():
                 self.if_statement(stmt)
             case ast.While():
                 self.while_statement(stmt)
             case ast.For(pattern=ast.NamePattern(name=name), iterable=ast.Range() as bounds, body=body):
                 self.for_range(name, bounds, body)
-            case ast.Return(value=None):
-                raise Unsupported("it returns no value")
+            case ast.Return(value=None) if self.result == "unit":
+                self.finish(ir.Return(None))
+            case ast.Return() if self.result == "unit":
+                raise Unsupported(f"it returns a value from a function without a result (at {stmt.span})")
             case ast.Return(value=value):
-                operand = self.convert(self.expression(value), self.result, "the returned value")
-                self.finish(ir.Return(operand))
+                returned = self.expression(value)
+                if self.decl.result is None and returned.weak is not None:
+                    raise Unsupported(f"it returns an unsuffixed literal with no result annotation (at {stmt.span})")
+                self.finish(ir.Return(self.convert(returned, self.result, "the returned value")))
             case ast.Break():
                 self.finish(ir.Jump(self.loops[-1][1]))
             case ast.Continue():
@@ -439,30 +442,61 @@ class FunctionLowering:
         raise Unsupported(f"{what} is {operand.dtype} where {dtype} is expected")
 
     # -------------------------------------------------------------- calls
-    def call(self, expr: ast.Call) -> Value:
+    def call(self, expr: ast.Call, discarded: bool = False) -> Value | None:
+        """A call; `discarded` when its value is not used (an expression statement), as a unit result must be."""
+        callee = self.typed.types.get(id(expr.func))
+        if isinstance(callee, PrimitiveRef) and callee.name in ("float", "int"):
+            return self.conversion(callee.name, expr)
         if expr.keywords:
             raise Unsupported(f"a call with keyword arguments (at {expr.span})")
-        callee = self.typed.types.get(id(expr.func))
         if isinstance(callee, PrimitiveRef) and callee.name in FLOAT_MATH | NUMBER_MATH:
             return self.math(callee.name, expr)
         if isinstance(callee, FunctionRef) and isinstance(expr.func, ast.Name):
             target = self.typed.functions.get(callee.key)
             if target is not None and isinstance(target[0], ast.FnDecl):
-                return self.function_call(target[0], target[1], expr)
+                return self.function_call(target[0], target[1], expr, discarded)
         shown = callee.name if isinstance(callee, (PrimitiveRef, FunctionRef)) else "a function value"
         raise Unsupported(f"it calls `{shown}` (at {expr.span})")
 
-    def function_call(self, decl: ast.FnDecl, path: str, expr: ast.Call) -> Value:
+    def function_call(self, decl: ast.FnDecl, path: str, expr: ast.Call, discarded: bool) -> Value | None:
         if len(expr.args) != len(decl.params):
             raise Unsupported(f"a call of `{decl.name}` leaves parameters to their defaults (at {expr.span})")
         args = []
         for param, arg in zip(decl.params, expr.args, strict=True):
             dtype = scalar_dtype(self.typed.types.get(id(param)), f"`{decl.name}`'s parameter `{param.name}`")
             args.append(self.convert(self.expression(arg), dtype, f"argument `{param.name}` of `{decl.name}`"))
-        result_dtype = scalar_dtype(self.typed.types.get(id(expr)), f"the result of `{decl.name}`")
+        returned = self.typed.types.get(id(expr))
         self.calls.add(id(decl))
-        result = self.temp(f"call.{decl.name}", result_dtype)
+        if returned == UNIT:
+            if not discarded:
+                raise Unsupported(f"it uses the result of `{decl.name}`, which returns nothing (at {expr.span})")
+            self.emit(ir.Call(None, symbol(path, decl.name), tuple(args)))
+            return None
+        result = self.temp(f"call.{decl.name}", scalar_dtype(returned, f"the result of `{decl.name}`"))
         self.emit(ir.Call(result, symbol(path, decl.name), tuple(args)))
+        return Value(result)
+
+    def conversion(self, name: str, expr: ast.Call) -> Value:
+        """`float(x, dtype=...)` and `int(x)` of a scalar; the result's dtype is the checker's."""
+        if len(expr.args) != 1 or any(k.name != "dtype" for k in expr.keywords):
+            raise Unsupported(f"`{name}` with these arguments (at {expr.span})")
+        dtype = scalar_dtype(self.typed.types.get(id(expr)), f"the result of `{name}`")
+        value = self.expression(expr.args[0])
+        source = value.operand.dtype
+        if dtype == "bool" or (name == "float") != (dtype in ("f64", "f32")):
+            raise Unsupported(f"`{name}` to {dtype} (at {expr.span})")
+        if value.weak is not None:  # a literal: converted now, as the interpreter converts the Python number
+            if dtype == "i64" and not -(2**63) <= value.weak < 2**63:
+                raise Unsupported(f"`int` of a literal out of the i64 range (at {expr.span})")
+            return Value(ir.Const(cast_constant(value.weak, dtype), dtype))
+        if source == dtype:
+            return Value(value.operand)
+        site = None
+        if dtype == "i64" and source in ("f64", "f32"):
+            site = self.site("E0513", "`int` of {value}", expr.span, source)
+            self.site("E0513", "`int` of {value}: out of the i64 range", expr.span, source)
+        result = self.temp(name, dtype)
+        self.emit(ir.Convert(result, value.operand, site))
         return Value(result)
 
     def math(self, name: str, expr: ast.Call) -> Value:

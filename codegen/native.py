@@ -17,14 +17,16 @@ from typing import Any
 
 import numpy as np
 from dl.codegen import ir
+from dl.codegen.cache import cache_directory
 from dl.codegen.llvm import Native, compile_functions
 from dl.codegen.lower import Lowered, lower
 from dl.interp.runtime import RETURN, fail
+from dl.interp.values import format_value
 from dl.lang.check import Typed
 
-C_TYPES = {"f64": ctypes.c_double, "f32": ctypes.c_float, "i64": ctypes.c_int64, "bool": ctypes.c_bool}
+C_TYPES = {"f64": ctypes.c_double, "f32": ctypes.c_float, "i64": ctypes.c_int64, "bool": ctypes.c_bool, "unit": None}
 TO_C = {"f64": float, "f32": float, "i64": int, "bool": bool}
-FROM_C = {"f64": np.float64, "f32": np.float32, "i64": int, "bool": bool}
+FROM_C = {"f64": np.float64, "f32": np.float32, "i64": int, "bool": bool, "unit": lambda _: ()}
 
 
 @dataclass
@@ -34,26 +36,38 @@ class Backend:
     bodies: dict[int, Callable[[list], Any]]
     lowered: Lowered
     native: Native | None
+    cached: bool = True  # whether the compile cache was used (looked in, and written on a miss)
 
     def explanation(self) -> str:
-        """One line per function: compiled, or interpreted and why."""
+        """One line per function: compiled, or interpreted and why; then where the native code came from."""
         lines = []
         for key, (decl, path) in self.lowered.declarations.items():
             if key in self.lowered.functions:
                 lines.append(f"{path}: `{decl.name}` compiled")
             else:
                 lines.append(f"{path}: `{decl.name}` interpreted: {self.lowered.refused[key]}")
+        if self.native is not None:
+            count = len(self.lowered.functions)
+            functions = f"{count} function{'s' if count != 1 else ''}"
+            if self.native.from_cache:
+                lines.append(f"native code for {functions}: loaded from the compile cache")
+            elif self.cached:
+                lines.append(f"native code for {functions}: compiled by LLVM, saved to the compile cache")
+            else:
+                lines.append(f"native code for {functions}: compiled by LLVM (--no-cache)")
         return "\n".join(lines)
 
 
-def compile_program(typed: Typed) -> Backend:
-    """Compile every function the lowering accepts; the others stay with the interpreter."""
+def compile_program(typed: Typed, cache: bool = True) -> Backend:
+    """Compile every function the lowering accepts; the others stay with the interpreter. With `cache`,
+    object code is looked up in (and stored to) the compile cache (codegen/cache.py)."""
     lowered = lower(typed)
     if not lowered.functions:
-        return Backend({}, lowered, None)
-    native = compile_functions(list(lowered.functions.values()))
+        return Backend({}, lowered, None, cache)
+    directory = cache_directory() if cache else None
+    native = compile_functions(list(lowered.functions.values()), cache=directory)
     bodies = {key: native_body(function, native) for key, function in lowered.functions.items()}
-    return Backend(bodies, lowered, native)
+    return Backend(bodies, lowered, native, cache)
 
 
 def native_body(function: ir.Function, native: Native) -> Callable[[list], Any]:
@@ -65,6 +79,7 @@ def native_body(function: ir.Function, native: Native) -> Callable[[list], Any]:
     count = len(converters)
     error = ctypes.c_int64.from_address(native.error_address)
     depth = ctypes.c_int64.from_address(native.depth_address)
+    shown = ctypes.c_double.from_address(native.value_address)
 
     def body(frame: list) -> object:
         value = call(*[convert(argument) for convert, argument in zip(converters, frame[1 : count + 1], strict=True)])
@@ -72,7 +87,10 @@ def native_body(function: ir.Function, native: Native) -> Callable[[list], Any]:
             site = native.sites[error.value - 1]
             error.value = 0
             depth.value = 0
-            raise fail(site.code, site.message, site.span)
+            message = site.message
+            if site.shows is not None:
+                message = message.replace("{value}", format_value(FROM_C[site.shows](shown.value)))
+            raise fail(site.code, message, site.span)
         frame[0] = result(value)
         return RETURN
 

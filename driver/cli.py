@@ -77,6 +77,11 @@ def add_backend(command: argparse.ArgumentParser) -> None:
         help="with --backend llvm: print to stderr which functions were compiled, and why the others were not",
     )
     command.add_argument(
+        "--no-cache",
+        action="store_true",
+        help="with --backend llvm: compile again, neither reading nor writing the compile cache",
+    )
+    command.add_argument(
         "--metrics",
         metavar="FILE",
         help="where log_metric() appends (default: $DL_METRICS, else metrics.jsonl)",
@@ -138,8 +143,9 @@ def subcommand_parser(name: str) -> argparse.ArgumentParser:
 def subcommand_first(argv: list[str]) -> list[str]:
     """`dlrun --backend interp run FILE` means `dlrun run --backend interp FILE`."""
     position = 0
-    while position < len(argv) and argv[position].startswith(("--backend", "--metrics", "--explain-backend")):
-        takes_value = not argv[position].startswith("--explain-backend") and "=" not in argv[position]
+    flags = ("--explain-backend", "--no-cache")
+    while position < len(argv) and argv[position].startswith(("--backend", "--metrics", *flags)):
+        takes_value = not argv[position].startswith(flags) and "=" not in argv[position]
         position += 2 if takes_value else 1
     if 0 < position < len(argv) and argv[position] in SUBCOMMANDS:
         return [argv[position], *argv[:position], *argv[position + 1 :]]
@@ -208,7 +214,7 @@ def execute(command: str, file: str, args: list[str], options: argparse.Namespac
     show_warnings(typed, sources)
     Metrics.path = Path(options.metrics) if options.metrics else None  # per run: in-process callers reuse it
     explain = (lambda report: print(report, file=sys.stderr)) if options.explain_backend else None
-    pipeline.run(program, args, options.backend, typed, explain)
+    pipeline.run(program, args, options.backend, typed, explain, cache=not options.no_cache)
     return 0
 
 

@@ -61,11 +61,13 @@ def run(
     backend: str = "interp",
     typed: Typed | None = None,
     explain: Callable[[str], None] | None = None,
+    cache: bool = True,
 ) -> Any:
     """Run `main(args...)` of a program on `backend`; it is checked first unless `typed` is given.
 
     `llvm` compiles every function it can to native code (codegen/) and interprets the rest; `explain`
-    is then given a report of which functions were compiled and why the others were not."""
+    is then given a report of which functions were compiled and why the others were not. `cache`: the
+    llvm backend reuses native code from the on-disk compile cache (codegen/cache.py), and stores it there."""
     if backend not in ("interp", "llvm"):
         raise ValueError(f"unknown backend {backend!r}")
     if typed is None:
@@ -74,7 +76,7 @@ def run(
         return interpreter.run(program, args, typed)
     from dl.codegen import native  # imported here: llvmlite is only needed by this backend
 
-    compiled = native.compile_program(typed)
+    compiled = native.compile_program(typed, cache)
     if explain is not None:
         explain(compiled.explanation())
     return interpreter.run(program, args, typed, compiled.bodies)

@@ -160,6 +160,7 @@ class Session:
         self.capsys = capsys
         monkeypatch.chdir(directory)
         monkeypatch.setenv("COLUMNS", "80")  # argparse wraps --help to the terminal width
+        monkeypatch.setenv("DL_CACHE_DIR", str(directory / ".dl-cache"))  # --backend llvm: a fresh compile cache
 
     def dlrun(self, *argv: str) -> tuple[int, str, str]:
         from dl.cli import main

@@ -17,9 +17,18 @@ pytest.importorskip("llvmlite", reason="the LLVM backend needs llvmlite")
 
 from dl import pipeline
 from dl.cli import main as dlrun
-from dl.codegen import native
+from dl.codegen import cache, native
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
+
+@pytest.fixture(autouse=True)
+def cache_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Every test compiles into its own cache, never the user's."""
+    directory = tmp_path / "cache"
+    monkeypatch.setenv("DL_CACHE_DIR", str(directory))
+    return directory
+
 
 PROGRAMS = {
     "newton": """
@@ -99,6 +108,31 @@ fn mix(n: i64) -> i64 {
 fn sign(x: f32) -> i64 { if x > 0.0 { return 1 } else if x < 0.0 { return -1 } return 0 }
 fn both(a: bool, b: bool) -> bool { return a and not b or b and not a }
 fn main() { print(mix(10), mix(100), sign(-2.5), sign(0.0), sign(3.0), both(true, false), both(true, true)) }
+""",
+    "conversions": """
+fn mixed(x: f64, n: i64, b: bool) -> f64 {
+    return x + float(n, dtype=f64) + float(b, dtype=f64) + float(int(x), dtype=f64)
+}
+fn narrow(x: f64, n: i64) -> f32 { return float(x) + float(n) + float(3) + float(2.5f64) }
+fn truncate(x: f32, y: f64) -> i64 { return int(x) * 1000 + int(y) + int(2.7) + int(-2.7) + int(true) + int(7) }
+fn main() {
+    print(mixed(2.75f64, -3, true), mixed(-2.75f64, 4, false), narrow(0.1f64, 1152921573326323713))
+    print(truncate(-3.9, 7.99f64), truncate(3.9, -7.99f64), truncate(0.0, -0.5f64), narrow(1e300f64, -5))
+}
+""",
+    "inferred": """
+fn twice(x: f64) { return x * 2.0 }
+fn total(n: i64) { let t = 0; for i in 0..n { t += i * i } return t }
+fn positive(x: f32) { return x > 0.0 }
+fn validate(n: i64) { if n > 100 { return } let check = 1000 // n }
+fn nothing() { }
+fn use_all(n: i64) -> i64 {
+    validate(n)
+    nothing()
+    if positive(float(n)) { return total(n) + int(twice(1.5f64)) }
+    return 0
+}
+fn main() { print(twice(3.0f64), total(10), positive(-1.0), use_all(7), use_all(-2), validate(5)) }
 """,
     "f32": """
 fn harmonic(n: i64) -> f32 {
@@ -196,7 +230,8 @@ fn main() { print(square(3.0), norm(ones(3)), swap(Pair { a: 1.0, b: 2.0 }).a, t
         f"{path}: `norm` interpreted: `v` has type f32[3], not a scalar f64, f32, i64 or bool",
         f"{path}: `swap` interpreted: `p` has type Pair, not a scalar f64, f32, i64 or bool",
         f"{path}: `twice` interpreted: `norm`'s parameter `v` has type f32[3], not a scalar f64, f32, i64 or bool",
-        f"{path}: `main` interpreted: its result is not annotated",
+        f"{path}: `main` interpreted: it calls `print` (at {path}:7:13)",
+        "native code for 1 function: compiled by LLVM, saved to the compile cache",
     ]
 
 
@@ -208,6 +243,13 @@ fn main() { print(square(3.0), norm(ones(3)), swap(Pair { a: 1.0, b: 2.0 }).a, t
         ("divide(-9223372036854775807 - 1, -1)", "integer overflow"),
         ("grow(3)", "integer overflow"),
         ("deep(0)", "recursion too deep in `deep`"),
+        ("whole(1.0f64 / 0.0f64)", "`int` of inf"),
+        ("whole(-1.0f64 / 0.0f64)", "`int` of -inf"),
+        ("whole(0.0f64 / 0.0f64)", "`int` of nan"),
+        ("whole(1e30f64)", "`int` of 1e+30: out of the i64 range"),
+        ("whole32(-3e38)", "`int` of -3e+38: out of the i64 range"),
+        ("whole32(1.0 / 0.0)", "`int` of inf"),
+        ("quietly(0)", "integer division by zero in `//`"),
     ],
 )
 def test_run_time_failures_are_diagnostics(call: str, message: str, tmp_path: Path, capsys) -> None:
@@ -216,13 +258,21 @@ fn divide(a: i64, b: i64) -> i64 {{ return a // b }}
 fn remainder(a: i64, b: i64) -> i64 {{ return a % b }}
 fn grow(x: i64) -> i64 {{ while true {{ x = x * x }} return x }}
 fn deep(n: i64) -> i64 {{ return deep(n + 1) + 1 }}
+fn whole(x: f64) -> i64 {{ return int(x) }}
+fn whole32(x: f32) -> i64 {{ return int(x) }}
+fn quietly(n: i64) {{ let q = 10 // n }}
 fn main() {{ print({call}) }}
 """
     status, _, err = run_cli(tmp_path, source, "--backend", "llvm", capsys=capsys)
     assert status == 1
-    code = "E0506" if "recursion" in message else "E0510"
+    code = {"recursion": "E0506", "`int`": "E0513"}.get(message.split(" ")[0], "E0510")
     assert f"error[{code}]: {message}" in err
     assert "Traceback" not in err
+    # (the interpreter computes big integers instead of overflowing, and points at the call too deep)
+    if "overflow" not in message and "recursion" not in message:
+        status, _, interpreted = run_cli(tmp_path, source, "--backend", "interp", capsys=capsys)
+        assert status == 1
+        assert err.splitlines()[:2] == interpreted.splitlines()[:2]  # the same message at the same span
 
 
 OPERATORS = ["+", "-", "*"]
@@ -264,3 +314,105 @@ def test_random_scalar_functions_agree(source: str, tmp_path: Path, capsys) -> N
     interpreted, compiled = both_backends(tmp_path, source, capsys)
     assert compiled == interpreted
     assert compiled_names(source, tmp_path) == {"f"}
+
+
+CACHED = """
+fn fib(n: i64) -> i64 { if n < 2 { return n } return fib(n - 1) + fib(n - 2) }
+fn gcd(a: i64, b: i64) -> i64 { while b != 0 { let t = b; b = a % b; a = t } return a }
+fn newton(x: f64) -> f64 { let y = x; for i in 0..50 { y = 0.5 * (y + x / y) } return y }
+fn main() { print(fib(20), gcd(1071, 462), newton(2.0f64)) }
+"""
+
+
+def cache_entries(directory: Path) -> list[Path]:
+    return sorted(directory.rglob("*")) if directory.exists() else []
+
+
+def native_origin(err: str) -> str:
+    return err.splitlines()[-1]
+
+
+def test_second_run_loads_the_native_code_from_the_cache(tmp_path: Path, cache_directory: Path, capsys) -> None:
+    status, first, err = run_cli(tmp_path, CACHED, "--backend", "llvm", "--explain-backend", capsys=capsys)
+    assert status == 0, err
+    assert native_origin(err) == "native code for 3 functions: compiled by LLVM, saved to the compile cache"
+    [entry] = [path for path in cache_entries(cache_directory) if path.is_file()]
+    assert entry.parent == cache_directory / "llvm" and entry.suffix == ".o"
+    status, second, err = run_cli(tmp_path, CACHED, "--backend", "llvm", "--explain-backend", capsys=capsys)
+    assert status == 0, err
+    assert native_origin(err) == "native code for 3 functions: loaded from the compile cache"
+    assert second == first == "6765 21 1.414213562373095\n"
+    assert [path for path in cache_entries(cache_directory) if path.is_file()] == [entry]
+
+
+def test_a_changed_program_misses_the_cache(tmp_path: Path, cache_directory: Path, capsys) -> None:
+    run_cli(tmp_path, CACHED, "--backend", "llvm", capsys=capsys)
+    changed = CACHED.replace("fib(n - 2)", "fib(n - 2) + 1")
+    status, out, err = run_cli(tmp_path, changed, "--backend", "llvm", "--explain-backend", capsys=capsys)
+    assert status == 0, err
+    assert out == "17710 21 1.414213562373095\n"
+    assert native_origin(err).endswith("compiled by LLVM, saved to the compile cache")
+    assert len([path for path in cache_entries(cache_directory) if path.is_file()]) == 2
+
+
+@pytest.mark.parametrize("damage", ["truncate", "flip", "empty", "garbage"])
+def test_a_damaged_cache_entry_is_rebuilt(damage: str, tmp_path: Path, cache_directory: Path, capsys) -> None:
+    run_cli(tmp_path, CACHED, "--backend", "llvm", capsys=capsys)
+    [entry] = [path for path in cache_entries(cache_directory) if path.is_file()]
+    data = entry.read_bytes()
+    damaged = {
+        "truncate": data[: len(data) // 2],
+        "flip": data[:-100] + bytes([data[-100] ^ 0xFF]) + data[-99:],
+        "empty": b"",
+        "garbage": cache.MAGIC + b"0" * 64 + b"\n" + b"\x7fELF not really an object",
+    }[damage]
+    entry.write_bytes(damaged)
+    status, out, err = run_cli(tmp_path, CACHED, "--backend", "llvm", "--explain-backend", capsys=capsys)
+    assert status == 0, err
+    assert out == "6765 21 1.414213562373095\n"
+    assert native_origin(err).endswith("compiled by LLVM, saved to the compile cache")
+    assert entry.read_bytes() == data  # rebuilt: the same object code again
+    status, _, err = run_cli(tmp_path, CACHED, "--backend", "llvm", "--explain-backend", capsys=capsys)
+    assert native_origin(err).endswith("loaded from the compile cache")
+
+
+def test_no_cache_neither_reads_nor_writes(tmp_path: Path, cache_directory: Path, capsys) -> None:
+    for _ in range(2):
+        status, out, err = run_cli(
+            tmp_path, CACHED, "--backend", "llvm", "--no-cache", "--explain-backend", capsys=capsys
+        )
+        assert status == 0, err
+        assert out == "6765 21 1.414213562373095\n"
+        assert native_origin(err) == "native code for 3 functions: compiled by LLVM (--no-cache)"
+    assert not cache_directory.exists()
+    status, _, err = run_cli(tmp_path, CACHED, "--no-cache", "run", "--backend", "llvm", capsys=capsys)
+    assert status == 0, err
+    assert not cache_directory.exists()
+
+
+def test_cache_directory_follows_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DL_CACHE_DIR", str(tmp_path / "explicit"))
+    assert cache.cache_directory() == tmp_path / "explicit"
+    monkeypatch.delenv("DL_CACHE_DIR")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert cache.cache_directory() == tmp_path / "xdg" / "dl"
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert cache.cache_directory() == tmp_path / "home" / ".cache" / "dl"
+
+
+def test_unit_results_and_literals_are_refused_where_the_backends_could_differ(tmp_path: Path) -> None:
+    source = """
+fn weak() { return 1.5 }
+fn unit_value(n: i64) -> i64 { let u = nothing(n); return n }
+fn nothing(n: i64) { }
+fn main() { print(weak(), unit_value(3)) }
+"""
+    path = tmp_path / "program.dl"
+    path.write_text(source, encoding="utf-8")
+    _, typed = pipeline.prepare(pipeline.load(str(path)))
+    backend = native.compile_program(typed, cache=False)
+    explanation = backend.explanation()
+    assert "`weak` interpreted: it returns an unsuffixed literal with no result annotation" in explanation
+    assert "`unit_value` interpreted: it uses the result of `nothing`, which returns nothing" in explanation
+    assert "`nothing` compiled" in explanation
