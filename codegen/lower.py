@@ -38,6 +38,7 @@ class Lowered:
     functions: dict[int, ir.Function] = field(default_factory=dict)
     refused: dict[int, str] = field(default_factory=dict)
     declarations: dict[int, tuple[ast.FnDecl, str]] = field(default_factory=dict)  # id -> (decl, module path)
+    kernels: dict[int, object] = field(default_factory=dict)  # fused elementwise functions (codegen/fusion.py)
 
 
 def lower(typed: Typed) -> Lowered:
@@ -52,6 +53,14 @@ def lower(typed: Typed) -> Lowered:
                     function, calls = FunctionLowering(typed, decl, path).run()
                 except Unsupported as reason:
                     lowered.refused[id(decl)] = str(reason)
+                    if any(getattr(typed.types.get(id(p)), "dims", ()) for p in decl.params):
+                        from dl.codegen.fusion import fuse
+
+                        try:
+                            lowered.kernels[id(decl)] = fuse(typed, decl, path)
+                            del lowered.refused[id(decl)]
+                        except Unsupported as why:
+                            lowered.refused[id(decl)] = str(why)
                     continue
                 lowered.functions[id(decl)] = function
                 callees[id(decl)] = calls

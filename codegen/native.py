@@ -44,6 +44,8 @@ class Backend:
         for key, (decl, path) in self.lowered.declarations.items():
             if key in self.lowered.functions:
                 lines.append(f"{path}: `{decl.name}` compiled")
+            elif key in self.lowered.kernels:
+                lines.append(f"{path}: `{decl.name}` compiled: one fused elementwise loop")
             else:
                 lines.append(f"{path}: `{decl.name}` interpreted: {self.lowered.refused[key]}")
         if self.native is not None:
@@ -62,12 +64,66 @@ def compile_program(typed: Typed, cache: bool = True) -> Backend:
     """Compile every function the lowering accepts; the others stay with the interpreter. With `cache`,
     object code is looked up in (and stored to) the compile cache (codegen/cache.py)."""
     lowered = lower(typed)
+    bodies = kernel_bodies(lowered)
     if not lowered.functions:
-        return Backend({}, lowered, None, cache)
+        return Backend(bodies, lowered, None, cache)
     directory = cache_directory() if cache else None
     native = compile_functions(list(lowered.functions.values()), cache=directory)
-    bodies = {key: native_body(function, native) for key, function in lowered.functions.items()}
+    bodies.update({key: native_body(function, native) for key, function in lowered.functions.items()})
     return Backend(bodies, lowered, native, cache)
+
+
+def kernel_bodies(lowered: Lowered) -> dict[int, Callable[[list], Any]]:
+    """Bodies calling the fused elementwise loops (codegen/fusion.py); not cached: they compile in ms."""
+    if not lowered.kernels:
+        return {}
+    from dl.codegen.fusion import compile_kernels
+
+    try:
+        compiled = compile_kernels(list(lowered.kernels.values()))
+    except RuntimeError as problem:  # llvmlite's report of an LLVM failure: the functions stay interpreted
+        for key in list(lowered.kernels):
+            lowered.refused[key] = f"fusion: LLVM could not compile the loop ({str(problem).splitlines()[0]})"
+            del lowered.kernels[key]
+        return {}
+    return {key: kernel_body(kernel, compiled) for key, kernel in lowered.kernels.items()}
+
+
+def kernel_body(kernel, compiled) -> Callable[[list], Any]:
+    """The tensor ABI: every tensor made C-contiguous and passed by data pointer, the element count `n`
+    first and the output (allocated here with numpy) second, scalars by value; all tensors of one shape."""
+    scalar = C_TYPES[kernel.dtype]
+    numpy_dtype = np.float32 if kernel.dtype == "f32" else np.float64
+    kinds = [ctypes.c_void_p if tensor else scalar for _, tensor in kernel.params]
+    call = ctypes.CFUNCTYPE(None, ctypes.c_int64, ctypes.c_void_p, *kinds)(compiled.addresses[kernel.symbol])
+    count = len(kinds)
+
+    def body(frame: list) -> object:
+        shape, args, keep = None, [], []
+        for (name, tensor), value in zip(kernel.params, frame[1 : count + 1], strict=True):
+            if not tensor:
+                args.append(float(value))
+                continue
+            array = np.ascontiguousarray(value, dtype=numpy_dtype)
+            if shape is None:
+                shape = array.shape
+            elif array.shape != shape:
+                shown = "x".join(map(str, array.shape)) or "scalar"
+                raise fail(
+                    "E0513",
+                    f"`{kernel.name}`: tensor `{name}` has shape [{shown}], not the [{'x'.join(map(str, shape))}] "
+                    "of the tensor before it (a fused elementwise function does not broadcast)",
+                    kernel.span,
+                )
+            keep.append(array)
+            args.append(array.ctypes.data)
+        out = np.empty(shape, dtype=numpy_dtype)
+        call(out.size, out.ctypes.data, *args)
+        frame[0] = out
+        return RETURN
+
+    body.native = (call, compiled)  # keep the thunk and the engine alive
+    return body
 
 
 def native_body(function: ir.Function, native: Native) -> Callable[[list], Any]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 pytest.importorskip("llvmlite", reason="the LLVM backend needs llvmlite")
@@ -227,7 +228,7 @@ fn main() { print(square(3.0), norm(ones(3)), swap(Pair { a: 1.0, b: 2.0 }).a, t
     path = tmp_path / "program.dl"
     assert err.splitlines() == [
         f"{path}: `square` compiled",
-        f"{path}: `norm` interpreted: `v` has type f32[3], not a scalar f64, f32, i64 or bool",
+        f"{path}: `norm` interpreted: fusion: it calls `sum`, which is not elementwise (at {path}:4:36)",
         f"{path}: `swap` interpreted: `p` has type Pair, not a scalar f64, f32, i64 or bool",
         f"{path}: `twice` interpreted: `norm`'s parameter `v` has type f32[3], not a scalar f64, f32, i64 or bool",
         f"{path}: `main` interpreted: it calls `print` (at {path}:7:13)",
@@ -416,3 +417,108 @@ fn main() { print(weak(), unit_value(3)) }
     assert "`weak` interpreted: it returns an unsuffixed literal with no result annotation" in explanation
     assert "`unit_value` interpreted: it uses the result of `nothing`, which returns nothing" in explanation
     assert "`nothing` compiled" in explanation
+
+
+ROOT = Path(__file__).resolve().parent.parent
+CORPUS = sorted((ROOT / "tests" / "programs").glob("*.dl")) + sorted((ROOT / "examples").glob("*.dl"))
+QUICK = {"train.dl": ["quick"], "cnn.dl": ["quick"], "charrnn.dl": ["quick"], "regression.dl": ["quick"]}
+
+
+@pytest.mark.parametrize("path", CORPUS, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_corpus_runs_the_same_on_both_backends(
+    path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    """Differential: every test program and example (in its quick mode) prints the same and exits the
+    same on both backends. Refused functions run interpreted, so this checks what is compiled."""
+    monkeypatch.delenv("DL_METRICS", raising=False)
+    results = []
+    for backend in ("interp", "llvm"):
+        workdir = tmp_path / backend  # examples write checkpoints and metrics
+        workdir.mkdir()
+        monkeypatch.chdir(workdir)
+        capsys.readouterr()
+        status = dlrun(["--backend", backend, str(path), *QUICK.get(path.name, [])])
+        captured = capsys.readouterr()
+        results.append((status, captured.out))
+    assert results[1] == results[0]
+
+
+FUSED = """
+fn f(x: f32[n], a: f32, b: f32, c: f32) -> f32[n] { return tanh(x * a + b) * c + x }
+fn g(x: f64[2, 3], y: f64[2, 3]) -> f64[2, 3] {
+    let s = x * y
+    return sigmoid(s) + exp(-abs(x)) / 2.0 + maximum(x, y) ** 2.0 + sqrt(abs(y)) - relu(log(abs(x) + 1.0))
+}
+fn h(x: f32[n]) -> f32 { return sum(x) }
+fn main() {
+    let x = float(arange(21)) * 0.3 - 3.0
+    print(f(x, 1.5, 0.25, 0.7))
+    let u = reshape(float(arange(6), dtype=f64), 2, 3) * 0.7f64 - 2.0f64
+    print(g(u, u * 0.5f64 + 0.1f64), h(x))
+}
+"""
+
+
+def test_fused_elementwise_functions_agree_and_are_explained(tmp_path: Path, capsys) -> None:
+    """tanh, exp, log come from libmvec (vector loop) or libm (remainder) against numpy: f32 results may
+    differ by a few ulp (compared to a relative 1e-6), f64 by a relative 1e-12."""
+    interpreted, compiled = both_backends(tmp_path, FUSED, capsys)
+    clean = lambda text: text.replace("[", " ").replace("]", " ")  # noqa: E731
+    assert numbers(clean(compiled)) == pytest.approx(numbers(clean(interpreted)), rel=1e-6)
+    status, _, err = run_cli(tmp_path, FUSED, "--backend", "llvm", "--explain-backend", capsys=capsys)
+    assert status == 0, err
+    path = tmp_path / "program.dl"
+    assert f"{path}: `f` compiled: one fused elementwise loop" in err
+    assert f"{path}: `g` compiled: one fused elementwise loop" in err
+    assert f"{path}: `h` interpreted: fusion: it calls `sum`, which is not elementwise (at {path}:7:33)" in err
+
+
+def test_fused_kernel_is_vectorised(tmp_path: Path) -> None:
+    from dl.codegen.fusion import compile_kernels
+
+    path = tmp_path / "program.dl"
+    path.write_text(FUSED, encoding="utf-8")
+    _, typed = pipeline.prepare(pipeline.load(str(path)))
+    kernels = list(native.lower(typed).kernels.values())
+    assert len(kernels) == 2
+    assert re.search(r"<\d+ x (float|double)>", compile_kernels(kernels).ir_after)
+
+
+def test_fused_shape_mismatch_is_a_diagnostic(tmp_path: Path, capsys) -> None:
+    source = """
+fn add(x: f32[n], y: f32[n]) -> f32[n] { return x + y }
+fn pick(k: i64) -> f32[n] { return ones(k) }
+fn main() { print(add(pick(3), pick(4))) }
+"""
+    status, _, err = run_cli(tmp_path, source, "--backend", "llvm", capsys=capsys)
+    assert status == 1
+    assert "error[E0520]" in err and "Traceback" not in err  # the annotation check, before the call
+    (tmp_path / "program.dl").write_text(source.replace("pick(3), pick(4)", "ones(3), ones(3)"), encoding="utf-8")
+    _, typed = pipeline.prepare(pipeline.load(str(tmp_path / "program.dl")))
+    [kernel] = native.lower(typed).kernels.values()
+    from dl.codegen.fusion import compile_kernels
+    from dl.interp.runtime import RunError
+
+    body = native.kernel_body(kernel, compile_kernels([kernel]))
+    frame = [None, np.ones(3, np.float32), np.ones(3, np.float32)]
+    body(frame)
+    assert frame[0].tolist() == [2.0, 2.0, 2.0]
+    with pytest.raises(RunError, match="tensor `y` has shape"):  # the bridge's own check
+        body([None, np.ones(3, np.float32), np.ones(4, np.float32)])
+
+
+def test_a_loop_llvm_cannot_compile_stays_interpreted(monkeypatch, dlrun, tmp_path) -> None:
+    from dl.codegen import fusion
+
+    def failing(kernels):
+        raise RuntimeError("LLVM ERROR: simulated failure\ndetails")
+
+    monkeypatch.setattr(fusion, "compile_kernels", failing)
+    program = tmp_path / "fused.dl"
+    program.write_text(
+        "fn f(x: f32[3], y: f32[3]) -> f32[3] {\n    return tanh(x * y) + x\n}\n\n"
+        "fn main() {\n    print(f([1.0, 2.0, 3.0], [0.5, 0.5, 0.5]))\n}\n"
+    )
+    status, out, err = dlrun("--backend", "llvm", "--explain-backend", str(program))
+    assert status == 0 and out == dlrun(str(program))[1]
+    assert "`f` interpreted: fusion: LLVM could not compile the loop (LLVM ERROR: simulated failure)" in err

@@ -1,0 +1,290 @@
+"""Fused elementwise tensor functions: `fuse(typed, decl, path) -> Kernel`, `compile_kernels(kernels)`.
+
+A top-level function whose parameters are f32 or f64 tensors (all of one declared shape and one dtype)
+and scalars of that dtype, and whose body is `let`s then `return <expression>` built only from `+ - * /
+**`, unary minus and the elementwise math built-ins, becomes ONE native loop over the flat contiguous
+buffers: `void kernel(i64 n, T* out, T* tensor..., T scalar...)`, writing `out[i]` from the inputs' `i`th
+elements with no intermediate tensors. The loop is emitted vectorised (8 f32 or 4 f64 lanes, AVX2) with
+the math built-ins calling glibc's vector math library (libmvec), then a scalar loop for the remainder;
+LLVM's loop vectorizer cannot vectorise calls of libm (llvmlite exposes no vector library), so the
+vector loop is written out here. Without AVX2 or libmvec the loop is scalar (LLVM still vectorises the
+arithmetic). The bridge (codegen/native.py) checks at run time that the tensors have one shape.
+"""
+
+from __future__ import annotations
+
+import ctypes.util
+from dataclasses import dataclass
+
+import llvmlite.binding as binding
+from dl.codegen.lower import FLOAT_MATH, Unsupported
+from dl.lang import ast
+from dl.lang.check import Typed
+from dl.lang.diagnostics import Span
+from dl.lang.types import FunctionRef, PrimitiveRef, TensorType
+from llvmlite import ir as llvm_ir
+
+FUSED_MATH = FLOAT_MATH | {"abs", "relu", "maximum", "minimum"}
+OPERATORS = {"+": "add", "-": "sub", "*": "mul", "/": "div", "**": "pow"}
+LANES = {"f32": 8, "f64": 4}
+TYPES = {"f32": llvm_ir.FloatType(), "f64": llvm_ir.DoubleType()}
+VECTOR_MATH = frozenset({"exp", "log", "sin", "cos", "tanh"})  # libmvec, `_ZGVdN8v_expf` ...
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """A fused function: `params` as (name, is_tensor) in order, one `dtype`, the `expression` tree
+    (tuples: ("param", name), ("const", value), ("neg", e), (op, lhs, rhs), ("math", name, args...)),
+    the result `shape` as declared, and the span a shape mismatch is reported at."""
+
+    symbol: str
+    name: str
+    params: tuple[tuple[str, bool], ...]
+    dtype: str
+    expression: tuple
+    span: Span
+
+
+def fuse(typed: Typed, decl: ast.FnDecl, path: str) -> Kernel:
+    """The kernel of an elementwise function, or `Unsupported` saying why it is not one."""
+    dtype, shape, params = None, None, []
+    for param in decl.params:
+        t = typed.types.get(id(param))
+        if param.default is not None or param.annotation is None or not isinstance(t, TensorType):
+            raise Unsupported(f"parameter `{param.name}` is not an annotated tensor or scalar without default")
+        if t.dtype not in LANES:
+            raise Unsupported(f"fusion: `{param.name}` is {t}, not an f32 or f64 tensor or scalar")
+        if dtype not in (None, t.dtype):
+            raise Unsupported(f"fusion: parameters mix {dtype} and {t.dtype}")
+        dtype = t.dtype
+        if t.dims:
+            if shape not in (None, t.dims):
+                raise Unsupported("fusion: tensor parameters of different shapes (broadcasting is not fused)")
+            shape = t.dims
+        params.append((param.name, bool(t.dims)))
+    if shape is None:
+        raise Unsupported("no parameter is a tensor or scalar it compiles")
+    if id(decl) in typed.checked_calls:
+        raise Unsupported("fusion: its annotations are checked at run time")
+    names = {name: ("param", name) for name, _ in params}
+    body = decl.body.body
+    for stmt in body[:-1]:
+        match stmt:
+            case ast.Let(pattern=ast.NamePattern(name=name), value=value) if id(stmt) not in typed.runtime_checks:
+                names[name] = expression(typed, value, names, dtype)
+            case _:
+                raise Unsupported(f"fusion: a statement other than `let` (at {stmt.span})")
+    match body[-1] if body else None:
+        case ast.Return(value=value) if value is not None:
+            tree = expression(typed, value, names, dtype)
+        case _:
+            raise Unsupported("fusion: the body does not end in `return <expression>`")
+    results = {s.result for s in typed.signatures.get(path, []) if s.name == decl.name}
+    result = next(iter(results)) if len(results) == 1 else None
+    if not (isinstance(result, TensorType) and result.dtype == dtype and result.dims == shape):
+        raise Unsupported(f"fusion: the result is not a {dtype} tensor of the parameters' shape")
+    return Kernel(f"{path}::{decl.name}.fused", decl.name, tuple(params), dtype, tree, decl.name_span)
+
+
+def expression(typed: Typed, expr: ast.Expr, names: dict[str, tuple], dtype: str) -> tuple:
+    """The tree of an elementwise expression whose every value has `dtype` (literals adapt to it)."""
+    match expr:
+        case ast.IntLiteral() | ast.FloatLiteral():
+            if expr.dtype not in (None, dtype) or typed.coercions.get(id(expr)) not in (None, dtype):
+                raise Unsupported(f"fusion: a literal of another dtype (at {expr.span})")
+            return ("const", float(expr.value))
+        case ast.Name(id=name) if name in names:
+            return names[name]
+        case ast.Unary(op="-", operand=operand):
+            return ("neg", expression(typed, operand, names, dtype))
+        case ast.Binary(op=op, lhs=lhs, rhs=rhs) if op in OPERATORS:
+            result = typed.types.get(id(expr))
+            if isinstance(result, TensorType) and result.dtype != dtype:
+                raise Unsupported(f"fusion: `{op}` gives {result} (at {expr.span})")
+            return (OPERATORS[op], expression(typed, lhs, names, dtype), expression(typed, rhs, names, dtype))
+        case ast.Call(func=ast.Name(), keywords=[]):
+            callee = typed.types.get(id(expr.func))
+            if isinstance(callee, PrimitiveRef) and callee.name in FUSED_MATH:
+                arity = 2 if callee.name in ("maximum", "minimum") else 1
+                if len(expr.args) == arity:
+                    return ("math", callee.name, *(expression(typed, a, names, dtype) for a in expr.args))
+            shown = callee.name if isinstance(callee, (PrimitiveRef, FunctionRef)) else "a function value"
+            raise Unsupported(f"fusion: it calls `{shown}`, which is not elementwise (at {expr.span})")
+    raise Unsupported(f"fusion: {type(expr).__name__.lower()} expressions are not fused (at {expr.span})")
+
+
+# ------------------------------------------------------------------ code generation
+
+
+def vector_target() -> tuple[binding.TargetMachine, bool]:
+    """The host at full optimisation with all its features; and whether libmvec's AVX2 functions can be
+    called (they are loaded into the process for the JIT to find)."""
+    binding.initialize_native_target()
+    binding.initialize_native_asmprinter()
+    features = binding.get_host_cpu_features()
+    target = binding.Target.from_default_triple().create_target_machine(
+        cpu=binding.get_host_cpu_name(), features=features.flatten(), opt=3, jit=True
+    )
+    library = ctypes.util.find_library("mvec")
+    if not features.get("avx2") or library is None:
+        return target, False
+    try:
+        binding.load_library_permanently(library)
+    except RuntimeError:
+        return target, False
+    return target, True
+
+
+@dataclass
+class CompiledKernels:
+    engine: binding.ExecutionEngine
+    addresses: dict[str, int]
+    ir_after: str
+
+
+def compile_kernels(kernels: list[Kernel]) -> CompiledKernels:
+    target, vectors = vector_target()
+    module = llvm_ir.Module(name="dl.fused")
+    module.triple = target.triple
+    module.data_layout = str(target.target_data)
+    for kernel in kernels:
+        KernelEmitter(module, kernel, vectors).emit()
+    parsed = binding.parse_assembly(str(module))
+    parsed.verify()
+    options = binding.create_pipeline_tuning_options(speed_level=3)
+    options.loop_vectorization = True
+    options.slp_vectorization = True
+    builder = binding.create_pass_builder(target, options)
+    builder.getModulePassManager().run(parsed, builder)
+    engine = binding.create_mcjit_compiler(parsed, target)
+    engine.finalize_object()
+    addresses = {k.symbol: engine.get_function_address(k.symbol) for k in kernels}
+    return CompiledKernels(engine, addresses, str(parsed))
+
+
+class KernelEmitter:
+    def __init__(self, module: llvm_ir.Module, kernel: Kernel, vectors: bool) -> None:
+        self.module, self.kernel, self.vectors = module, kernel, vectors
+        self.scalar = TYPES[kernel.dtype]
+        pointer = self.scalar.as_pointer()
+        args = [llvm_ir.IntType(64), pointer] + [pointer if tensor else self.scalar for _, tensor in kernel.params]
+        self.function = llvm_ir.Function(module, llvm_ir.FunctionType(llvm_ir.VoidType(), args), kernel.symbol)
+        self.function.args[0].name, self.function.args[1].name = "n", "out"
+        for argument, (name, _) in zip(self.function.args[2:], kernel.params, strict=True):
+            argument.name = name
+            if isinstance(argument.type, llvm_ir.PointerType):
+                argument.add_attribute("noalias")
+        self.function.args[1].add_attribute("noalias")
+
+    def emit(self) -> None:
+        i64 = llvm_ir.IntType(64)
+        entry = llvm_ir.IRBuilder(self.function.append_basic_block("entry"))
+        lanes = LANES[self.kernel.dtype] if self.vectors else 1
+        n = self.function.args[0]
+        whole = entry.mul(entry.udiv(n, i64(lanes), name="vectors"), i64(lanes), name="vectorised")
+        after_vectors = self.loop(entry, i64(0), whole, lanes, "vector")
+        after = self.loop(after_vectors, whole, n, 1, "rest")
+        after.ret_void()
+
+    def loop(self, builder: llvm_ir.IRBuilder, start, stop, lanes: int, name: str) -> llvm_ir.IRBuilder:
+        """`for i in start..stop by lanes { out[i..i+lanes] = expression }`; returns the builder after."""
+        i64 = llvm_ir.IntType(64)
+        test = self.function.append_basic_block(f"{name}.cond")
+        body = self.function.append_basic_block(f"{name}.body")
+        end = self.function.append_basic_block(f"{name}.end")
+        before = builder.block
+        builder.branch(test)
+        builder = llvm_ir.IRBuilder(test)
+        index = builder.phi(i64, name=f"{name}.i")
+        index.add_incoming(start, before)
+        builder.cbranch(builder.icmp_unsigned("<", index, stop, name=f"{name}.going"), body, end)
+        builder = llvm_ir.IRBuilder(body)
+        kind = self.scalar if lanes == 1 else llvm_ir.VectorType(self.scalar, lanes)
+        inputs = {}
+        for argument, (param, tensor) in zip(self.function.args[2:], self.kernel.params, strict=True):
+            if tensor:
+                address = builder.bitcast(builder.gep(argument, [index]), kind.as_pointer())
+                inputs[param] = builder.load(address, name=f"{param}.at", align=self.scalar_size())
+            else:
+                inputs[param] = argument if lanes == 1 else self.splat(builder, argument, kind)
+        value = self.value(builder, self.kernel.expression, inputs, kind, lanes)
+        address = builder.bitcast(builder.gep(self.function.args[1], [index]), kind.as_pointer())
+        builder.store(value, address, align=self.scalar_size())
+        following = builder.add(index, i64(lanes), name=f"{name}.next")
+        index.add_incoming(following, body)
+        builder.branch(test)
+        return llvm_ir.IRBuilder(end)
+
+    def scalar_size(self) -> int:
+        return 4 if self.kernel.dtype == "f32" else 8
+
+    def splat(self, builder, value, kind):
+        vector = llvm_ir.Constant(kind, llvm_ir.Undefined)
+        for lane in range(kind.count):
+            vector = builder.insert_element(vector, value, llvm_ir.IntType(32)(lane))
+        return vector
+
+    def constant(self, value: float, kind) -> llvm_ir.Constant:
+        if isinstance(kind, llvm_ir.VectorType):
+            return llvm_ir.Constant(kind, [self.scalar(value)] * kind.count)
+        return kind(value)
+
+    def value(self, builder: llvm_ir.IRBuilder, tree: tuple, inputs, kind, lanes: int) -> llvm_ir.Value:
+        match tree:
+            case ("param", name):
+                return inputs[name]
+            case ("const", number):
+                return self.constant(number, kind)
+            case ("neg", operand):
+                return builder.fneg(self.value(builder, operand, inputs, kind, lanes))
+            case ("math", name, *args):
+                values = [self.value(builder, a, inputs, kind, lanes) for a in args]
+                return self.math(builder, name, values, kind, lanes)
+            case (op, lhs, rhs):
+                a = self.value(builder, lhs, inputs, kind, lanes)
+                b = self.value(builder, rhs, inputs, kind, lanes)
+                if op == "pow":
+                    return self.call(builder, "pow", [a, b], kind, lanes)
+                return {"add": builder.fadd, "sub": builder.fsub, "mul": builder.fmul, "div": builder.fdiv}[op](a, b)
+        raise AssertionError(tree)
+
+    def intrinsic(self, name: str, kind) -> llvm_ir.Function:
+        """`llvm.NAME.f32` or `llvm.NAME.v8f32`, taking and returning `kind` (two for maximum, minimum, pow)."""
+        element = "f32" if self.kernel.dtype == "f32" else "f64"
+        suffix = f"v{kind.count}{element}" if isinstance(kind, llvm_ir.VectorType) else element
+        symbol = f"llvm.{name}.{suffix}"
+        existing = self.module.globals.get(symbol)
+        if existing is not None:
+            return existing
+        arity = 2 if name in ("maximum", "minimum", "pow") else 1
+        return llvm_ir.Function(self.module, llvm_ir.FunctionType(kind, [kind] * arity), symbol)
+
+    def call(self, builder, name: str, args, kind, lanes: int) -> llvm_ir.Value:
+        """A libm function: `tanhf` on scalars, libmvec's `_ZGVdN8v_tanhf` on vectors."""
+        suffix = "f" if self.kernel.dtype == "f32" else ""
+        if lanes == 1:
+            if name in ("exp", "log", "sin", "cos", "pow"):
+                return builder.call(self.intrinsic(name, kind), args)
+            symbol = f"{name}{suffix}"
+        else:
+            symbol = f"_ZGVdN{lanes}{'v' * len(args)}_{name}{suffix}"
+        function = self.module.globals.get(symbol)
+        if function is None:
+            function = llvm_ir.Function(self.module, llvm_ir.FunctionType(kind, [kind] * len(args)), symbol)
+        return builder.call(function, args)
+
+    def math(self, builder, name: str, args, kind, lanes: int) -> llvm_ir.Value:
+        if name in VECTOR_MATH:
+            return self.call(builder, name, args, kind, lanes)
+        if name in ("sqrt", "abs"):
+            return builder.call(self.intrinsic("sqrt" if name == "sqrt" else "fabs", kind), args)
+        if name in ("maximum", "minimum", "relu"):  # llvm.maximum/minimum propagate nan like numpy
+            if name == "relu":
+                name, args = "maximum", [args[0], self.constant(0.0, kind)]
+            return builder.call(self.intrinsic(name, kind), args)
+        # sigmoid, the interpreter's formula: e = exp(-|x|); 1 / (1 + e) for x >= 0, e / (1 + e) below
+        x = args[0]
+        e = self.call(builder, "exp", [builder.fneg(builder.call(self.intrinsic("fabs", kind), [x]))], kind, lanes)
+        inverse = builder.fdiv(self.constant(1.0, kind), builder.fadd(self.constant(1.0, kind), e))
+        positive = builder.fcmp_ordered(">=", x, self.constant(0.0, kind))
+        return builder.select(positive, inverse, builder.fmul(e, inverse))
