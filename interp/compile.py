@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 from dl.interp.conform import conforms
 from dl.interp.dispatch import Argument, Primitive, call_primitive, primitive_step
-from dl.interp.primitives import PrimitiveError, as_array, is_number_or_tensor, scalar
+from dl.interp.primitives import I64_LIMIT, PrimitiveError, as_array, is_number_or_tensor, scalar
 from dl.interp.runtime import (
     BINARY,
     BREAK,
@@ -1097,8 +1097,10 @@ def local_update(slot: int, symbol: str, literal: int | float, span: Span) -> St
     def update_integer(frame: list) -> None:
         value = frame[slot]
         if value.__class__ is int:
-            frame[slot] = integers(value, literal)
-            return
+            result = integers(value, literal)
+            if -I64_LIMIT <= result < I64_LIMIT:
+                frame[slot] = result
+                return  # else the general path reports the overflow
         try:
             frame[slot] = apply(value)
         except PrimitiveError as problem:

@@ -253,7 +253,11 @@ def arithmetic(symbol: str):
                         return function(a, b)
                     except ValueError:
                         raise broadcast_error(symbol, a, b) from None
-            elif cls is int or cls is np.float32 or cls is np.float64:
+            elif cls is int:
+                result = function(a, b)
+                if -I64_LIMIT <= result < I64_LIMIT:
+                    return result  # else the general path reports the overflow, as compiled code does
+            elif cls is np.float32 or cls is np.float64:
                 return function(a, b)
         elif same_float(a, b):
             return function(a, b)
@@ -383,7 +387,9 @@ def with_literal(symbol: str, literal: int | float, literal_on_right: bool) -> C
                 result = function(x, literal)
                 return bool(result) if compares else result
             elif cls is int and integers:
-                return function(x, literal)
+                result = function(x, literal)
+                if compares or -I64_LIMIT <= result < I64_LIMIT:
+                    return result  # else the general path reports the overflow
             return general(symbol, x, literal, False, True)
 
         return apply_right
@@ -401,7 +407,9 @@ def with_literal(symbol: str, literal: int | float, literal_on_right: bool) -> C
             result = function(literal, x)
             return bool(result) if compares else result
         elif cls is int and integers:
-            return function(literal, x)
+            result = function(literal, x)
+            if compares or -I64_LIMIT <= result < I64_LIMIT:
+                return result  # else the general path reports the overflow
         return general(symbol, literal, x, True, False)
 
     return apply_left
@@ -409,6 +417,8 @@ def with_literal(symbol: str, literal: int | float, literal_on_right: bool) -> C
 
 def negate(value: Any) -> Any:
     cls = value.__class__
+    if cls is int and value == -I64_LIMIT:
+        raise PrimitiveError(f"integer overflow: -({value}) is out of the i64 range")
     if cls is int or cls is np.float32 or cls is np.float64 or (cls is ndarray and value.dtype is not BOOL):
         return -value
     if kind_of(value) in ("b", ""):
