@@ -4,8 +4,9 @@ A top-level function whose parameters are f32 or f64 tensors (all of one declare
 and scalars of that dtype, and whose body is `let`s then `return <expression>` built only from `+ - * /
 **`, unary minus and the elementwise math built-ins, becomes ONE native loop over the flat contiguous
 buffers: `void kernel(i64 n, T* out, T* tensor..., T scalar...)`, writing `out[i]` from the inputs' `i`th
-elements with no intermediate tensors. The loop is emitted vectorised (8 f32 or 4 f64 lanes, AVX2) with
-the math built-ins calling glibc's vector math library (libmvec), then a scalar loop for the remainder;
+elements with no intermediate tensors. The loop is emitted vectorised (AVX-512: 16 f32 or 8 f64 lanes;
+AVX2: 8 or 4) with the math built-ins calling glibc's vector math library (libmvec), then a scalar loop
+for the remainder;
 LLVM's loop vectorizer cannot vectorise calls of libm (llvmlite exposes no vector library), so the
 vector loop is written out here. Without AVX2 or libmvec the loop is scalar (LLVM still vectorises the
 arithmetic). The bridge (codegen/native.py) checks at run time that the tensors have one shape.
@@ -26,7 +27,9 @@ from llvmlite import ir as llvm_ir
 
 FUSED_MATH = FLOAT_MATH | {"abs", "relu", "maximum", "minimum"}
 OPERATORS = {"+": "add", "-": "sub", "*": "mul", "/": "div", "**": "pow"}
-LANES = {"f32": 8, "f64": 4}
+# libmvec's vector functions by instruction set (`_ZGVdN8v_tanhf` for AVX2, `_ZGVeN16v_tanhf` for AVX-512):
+# the letter in the name, and the lanes of one vector per dtype.
+LANES = {"d": {"f32": 8, "f64": 4}, "e": {"f32": 16, "f64": 8}}
 TYPES = {"f32": llvm_ir.FloatType(), "f64": llvm_ir.DoubleType()}
 VECTOR_MATH = frozenset({"exp", "log", "sin", "cos", "tanh"})  # libmvec, `_ZGVdN8v_expf` ...
 
@@ -52,7 +55,7 @@ def fuse(typed: Typed, decl: ast.FnDecl, path: str) -> Kernel:
         t = typed.types.get(id(param))
         if param.default is not None or param.annotation is None or not isinstance(t, TensorType):
             raise Unsupported(f"parameter `{param.name}` is not an annotated tensor or scalar without default")
-        if t.dtype not in LANES:
+        if t.dtype not in LANES["d"]:
             raise Unsupported(f"fusion: `{param.name}` is {t}, not an f32 or f64 tensor or scalar")
         if dtype not in (None, t.dtype):
             raise Unsupported(f"fusion: parameters mix {dtype} and {t.dtype}")
@@ -116,9 +119,9 @@ def expression(typed: Typed, expr: ast.Expr, names: dict[str, tuple], dtype: str
 # ------------------------------------------------------------------ code generation
 
 
-def vector_target() -> tuple[binding.TargetMachine, bool]:
-    """The host at full optimisation with all its features; and whether libmvec's AVX2 functions can be
-    called (they are loaded into the process for the JIT to find)."""
+def vector_target() -> tuple[binding.TargetMachine, str | None]:
+    """The host at full optimisation with all its features; and which of libmvec's vector functions can be
+    called (`e`: AVX-512, `d`: AVX2, None: none; the library is loaded for the JIT to find)."""
     binding.initialize_native_target()
     binding.initialize_native_asmprinter()
     features = binding.get_host_cpu_features()
@@ -127,12 +130,12 @@ def vector_target() -> tuple[binding.TargetMachine, bool]:
     )
     library = ctypes.util.find_library("mvec")
     if not features.get("avx2") or library is None:
-        return target, False
+        return target, None
     try:
         binding.load_library_permanently(library)
     except RuntimeError:
-        return target, False
-    return target, True
+        return target, None
+    return target, "e" if features.get("avx512f") else "d"
 
 
 @dataclass
@@ -163,7 +166,7 @@ def compile_kernels(kernels: list[Kernel]) -> CompiledKernels:
 
 
 class KernelEmitter:
-    def __init__(self, module: llvm_ir.Module, kernel: Kernel, vectors: bool) -> None:
+    def __init__(self, module: llvm_ir.Module, kernel: Kernel, vectors: str | None) -> None:
         self.module, self.kernel, self.vectors = module, kernel, vectors
         self.scalar = TYPES[kernel.dtype]
         pointer = self.scalar.as_pointer()
@@ -179,7 +182,7 @@ class KernelEmitter:
     def emit(self) -> None:
         i64 = llvm_ir.IntType(64)
         entry = llvm_ir.IRBuilder(self.function.append_basic_block("entry"))
-        lanes = LANES[self.kernel.dtype] if self.vectors else 1
+        lanes = LANES[self.vectors][self.kernel.dtype] if self.vectors else 1
         n = self.function.args[0]
         whole = entry.mul(entry.udiv(n, i64(lanes), name="vectors"), i64(lanes), name="vectorised")
         after_vectors = self.loop(entry, i64(0), whole, lanes, "vector")
@@ -260,14 +263,14 @@ class KernelEmitter:
         return llvm_ir.Function(self.module, llvm_ir.FunctionType(kind, [kind] * arity), symbol)
 
     def call(self, builder, name: str, args, kind, lanes: int) -> llvm_ir.Value:
-        """A libm function: `tanhf` on scalars, libmvec's `_ZGVdN8v_tanhf` on vectors."""
+        """A libm function: `tanhf` on scalars, libmvec's `_ZGVeN16v_tanhf` (or `_ZGVdN8v_tanhf`) on vectors."""
         suffix = "f" if self.kernel.dtype == "f32" else ""
         if lanes == 1:
             if name in ("exp", "log", "sin", "cos", "pow"):
                 return builder.call(self.intrinsic(name, kind), args)
             symbol = f"{name}{suffix}"
         else:
-            symbol = f"_ZGVdN{lanes}{'v' * len(args)}_{name}{suffix}"
+            symbol = f"_ZGV{self.vectors}N{lanes}{'v' * len(args)}_{name}{suffix}"
         function = self.module.globals.get(symbol)
         if function is None:
             function = llvm_ir.Function(self.module, llvm_ir.FunctionType(kind, [kind] * len(args)), symbol)
