@@ -45,7 +45,9 @@ class Backend:
             if key in self.lowered.functions:
                 lines.append(f"{path}: `{decl.name}` compiled")
             elif key in self.lowered.kernels:
-                lines.append(f"{path}: `{decl.name}` compiled: one fused elementwise loop")
+                reduction = self.lowered.kernels[key].reduction
+                reducing = f" reducing with `{reduction}`" if reduction else ""
+                lines.append(f"{path}: `{decl.name}` compiled: one fused elementwise loop{reducing}")
             else:
                 lines.append(f"{path}: `{decl.name}` interpreted: {self.lowered.refused[key]}")
         if self.native is not None:
@@ -91,7 +93,9 @@ def kernel_bodies(lowered: Lowered) -> dict[int, Callable[[list], Any]]:
 
 def kernel_body(kernel, compiled) -> Callable[[list], Any]:
     """The tensor ABI: every tensor made C-contiguous and passed by data pointer, the element count `n`
-    first and the output (allocated here with numpy) second, scalars by value; all tensors of one shape."""
+    first and the output (allocated here with numpy) second, scalars by value; all tensors of one shape.
+    A reduction kernel's output is its one scalar; on an empty tensor `sum` is 0 without a call, and
+    `mean`, `max`, `min` fail as the interpreter's do."""
     scalar = C_TYPES[kernel.dtype]
     numpy_dtype = np.float32 if kernel.dtype == "f32" else np.float64
     kinds = [ctypes.c_void_p if tensor else scalar for _, tensor in kernel.params]
@@ -117,9 +121,19 @@ def kernel_body(kernel, compiled) -> Callable[[list], Any]:
                 )
             keep.append(array)
             args.append(array.ctypes.data)
-        out = np.empty(shape, dtype=numpy_dtype)
-        call(out.size, out.ctypes.data, *args)
-        frame[0] = out
+        if kernel.reduction is None:
+            out = np.empty(shape, dtype=numpy_dtype)
+            call(out.size, out.ctypes.data, *args)
+            frame[0] = out
+            return RETURN
+        size = int(np.prod(shape))
+        if size == 0 and kernel.reduction != "sum":
+            shown = f"{kernel.dtype}[{', '.join(map(str, shape))}]"
+            raise fail("E0513", f"`{kernel.reduction}` of an empty tensor {shown}", kernel.reduction_span)
+        out = np.zeros((), dtype=numpy_dtype)
+        if size:
+            call(size, out.ctypes.data, *args)
+        frame[0] = out[()]
         return RETURN
 
     body.native = (call, compiled)  # keep the thunk and the engine alive
