@@ -26,6 +26,7 @@ from dl.lang import ast
 from dl.lang.check import Typed
 from dl.lang.diagnostics import Diagnostic, DiagnosticError, Severity, Span
 from dl.lang.format import format_source
+from dl.lang.lexer import code_characters
 from dl.lang.parse import parse_table
 from dl.lang.primitives import BY_NAME, SIGNATURES
 from dl.lang.types import FunctionRef, ModuleType, PrimitiveRef, StructType, TupleType, Type
@@ -526,28 +527,6 @@ OPENERS = {")": "(", "]": "[", "}": "{"}
 CALLEE = re.compile(r"(?:^|[^\w.])((?:[A-Za-z_]\w*\s*\.\s*)?[A-Za-z_]\w*)\s*$")
 KEYWORD_ARGUMENT = re.compile(r"^\s*([A-Za-z_]\w*)\s*=(?!=)")
 DECLARATION_START = re.compile(r"^(fn|struct|const|import)\b")
-
-
-def code_characters(text: str) -> Iterator[tuple[int, str]]:
-    """The characters of `text` (with their indices) outside string literals and comments, except that the
-    `#` opening a comment is yielded, so callers see where it starts. An unterminated string (text being
-    typed) hides the rest."""
-    quoted = escaped = commented = False
-    for index, char in enumerate(text):
-        if commented:
-            commented = char != "\n"
-        elif quoted:
-            if escaped:
-                escaped = False
-            elif char == "\\":
-                escaped = True
-            elif char == '"':
-                quoted = False
-        elif char == '"':
-            quoted = True
-        else:
-            commented = char == "#"
-            yield index, char
 
 
 def open_call(source: str, line: int, column: int) -> tuple[str, int, str] | None:

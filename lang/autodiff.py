@@ -483,12 +483,7 @@ class Round:
         return Program(self.program.entry, modules, self.program.imports, self.program.sources)
 
     def fresh_global(self, path: str, base: str) -> str:
-        chosen, count = base, 1
-        while chosen in self.taken[path]:
-            count += 1
-            chosen = f"{base}_{count}"
-        self.taken[path].add(chosen)
-        return chosen
+        return unused_name(base, self.taken[path])
 
     def reference(self, from_path: str, to_path: str, function: str, span: Span) -> ast.Expr:
         """How code in module `from_path` names function `function` of module `to_path`."""
@@ -567,6 +562,16 @@ def annotation_of(params: list[ast.Param], as_tuple: bool) -> ast.TypeExpr | Non
     if as_tuple:
         return ast.TupleTypeExpr(tuple(p.annotation for p in params))
     return params[0].annotation
+
+
+def unused_name(base: str, taken: set[str]) -> str:
+    """`base`, or `base_2`, `base_3`, ...: the first not in `taken`, which it joins."""
+    chosen, count = base, 1
+    while chosen in taken:
+        count += 1
+        chosen = f"{base}_{count}"
+    taken.add(chosen)
+    return chosen
 
 
 def strip_defaults(params: tuple[ast.Param, ...]) -> tuple[ast.Param, ...]:
@@ -664,21 +669,11 @@ class FunctionBody:
 
     # -------------------------------------------------------------- names and types
     def fresh(self, base: str) -> str:
-        chosen, count = base, 1
-        while chosen in self.used:
-            count += 1
-            chosen = f"{base}_{count}"
-        self.used.add(chosen)
-        return chosen
+        return unused_name(base, self.used)
 
     def fresh_user_name(self, base: str) -> str:
         """A variable name for code the lowering adds, unlike any of the user's."""
-        chosen, count = base, 1
-        while chosen in self.user_names:
-            count += 1
-            chosen = f"{base}_{count}"
-        self.user_names.add(chosen)
-        return chosen
+        return unused_name(base, self.user_names)
 
     def adjoint(self, var: str) -> str:
         if var not in self.adjoints:

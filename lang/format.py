@@ -16,10 +16,12 @@ syntax error is not formatted: `DiagnosticError` carries the syntax errors.
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from dataclasses import dataclass
 
 from dl.lang import ast
 from dl.lang.diagnostics import Span
+from dl.lang.lexer import code_characters
 from dl.lang.parse import parse
 from dl.lang.printer import (
     INDENT,
@@ -58,21 +60,13 @@ def format_source(source: str, path: str = "<input>") -> str:
 def find_comments(source: str) -> list[Comment]:
     """Every comment of the source, in order (a `#` inside a string literal is not one)."""
     found = []
-    for number, line in enumerate(source.splitlines(), start=1):
-        quoted = escaped = False
-        for index, char in enumerate(line):
-            if quoted:
-                if escaped:
-                    escaped = False
-                elif char == "\\":
-                    escaped = True
-                elif char == '"':
-                    quoted = False
-            elif char == '"':
-                quoted = True
-            elif char == "#":
-                found.append(Comment(number, line[index:].rstrip(), not line[:index].strip()))
-                break
+    starts = [0] + [index + 1 for index, char in enumerate(source) if char == "\n"]
+    for index, char in code_characters(source):
+        if char == "#":
+            line = bisect_right(starts, index)
+            end = source.find("\n", index)
+            text = source[index : end if end >= 0 else len(source)].rstrip()
+            found.append(Comment(line, text, not source[starts[line - 1] : index].strip()))
     return found
 
 

@@ -12,6 +12,7 @@ bench/parse_speed.py).
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 
 from dl.lang.diagnostics import Diagnostic, DiagnosticError, Span, error
 from lark.lexer import PatternStr, TerminalDef
@@ -109,3 +110,25 @@ def unexpected_character(text: str, position: int, line: int, column: int, path:
         span = Span(path, line, column, line, column + end_of_line - position)
         return error("E0106", "unterminated string literal", span, 'this string has no closing `"` on its line')
     return error("E0101", f"unexpected character `{char}`", span, "not part of any DL token")
+
+
+def code_characters(text: str) -> Iterator[tuple[int, str]]:
+    """The characters of `text` (with their indices) outside string literals and comments, except that the
+    `#` opening a comment is yielded, so callers see where it starts. An unterminated string (text being
+    typed) hides the rest."""
+    quoted = escaped = commented = False
+    for index, char in enumerate(text):
+        if commented:
+            commented = char != "\n"
+        elif quoted:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == '"':
+                quoted = False
+        elif char == '"':
+            quoted = True
+        else:
+            commented = char == "#"
+            yield index, char
