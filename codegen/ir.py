@@ -132,7 +132,183 @@ class Call:
     args: tuple[Operand, ...]
 
 
-Instruction = Load | Store | BinaryOp | Compare | UnaryOp | Convert | MathCall | Call
+# ------------------------------------------------------------------ tensors (codegen/specialize.py)
+# A function specialised for the shapes it is called with sees every tensor as a `Buffer` of constant
+# shape, and computes with elementwise *trees*: `Read`, `Index`, `Splat`, `Take`, `Apply` nodes evaluated
+# at each index of the tensor they describe (its shape is the loop nest's). A tree never allocates; only the
+# instructions below write buffers.
+
+
+@node
+class Buffer:
+    """Contiguous row-major storage of `shape` elements of `dtype`: `slots[slot]` plus `offset` bytes
+    (slot 0 is the function's workspace, the others the caller's argument and result tensors)."""
+
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    slot: int
+    offset: int = 0
+
+    @property
+    def size(self) -> int:
+        count = 1
+        for n in self.shape:
+            count *= n
+        return count
+
+
+@node
+class Read:
+    """`buffer[offset + sum(i[d] * strides[d])]` at index `i`: a view (broadcast dimensions have stride 0,
+    a transpose permutes the strides, `x[k]` moves the offset)."""
+
+    buffer: Buffer
+    offset: Operand
+    strides: tuple[int, ...]
+
+
+@node
+class Index:
+    """The index along `axis` (i64), as `arange` and `one_hot` need."""
+
+    axis: int
+
+
+@node
+class Splat:
+    """A scalar, the same at every index."""
+
+    value: Operand
+
+
+@node
+class Take:
+    """`gather`: like `Read`, plus `index * stride` where `index` is a tree of i64 (negative counts from
+    the end of the `size` elements of the gathered axis); an index out of range fails at `site`."""
+
+    buffer: Buffer
+    offset: Operand
+    strides: tuple[int, ...]
+    index: object
+    stride: int
+    size: int
+    site: int
+
+
+@node
+class Apply:
+    """An elementwise operation of `dtype` (its result's): add sub mul div pow neg; eq ne lt le gt ge (bool);
+    not and or; select (condition, a, b); the math built-ins; `convert` (to `dtype`)."""
+
+    op: str
+    dtype: str
+    args: tuple
+
+
+@node
+class Fill:
+    """`target[i] = tree(i)` for every index of the target; with `view`, for every index of `shape`, the
+    element of the target that view reads (`x[:, 2:4] = ...`)."""
+
+    target: Buffer
+    tree: object
+    view: Read | None = None
+    shape: tuple[int, ...] = ()
+
+
+@node
+class Reduce:
+    """`target` (the tree's `shape` without `axes`) becomes `op` (add, max, min) over `axes` of `tree`;
+    the target's dtype may be wider than the tree's (f32 sums accumulate in f64)."""
+
+    target: Buffer
+    op: str
+    tree: object
+    shape: tuple[int, ...]
+    axes: tuple[int, ...]
+
+
+@node
+class MatMul:
+    """`out[m, n] = sum_k a[m, k] * b[k, n]` by the BLAS `gemm` of numpy's OpenBLAS; `a` and `b` are views
+    whose last stride or second-to-last stride is 1 (transposed operands are passed as such)."""
+
+    out: Buffer
+    a: Read
+    b: Read
+    m: int
+    n: int
+    k: int
+
+
+@node
+class ScatterAdd:
+    """`target[position(i) + wrap(index(i)) * stride] += updates(i)` for every index `i` of `shape`:
+    `scatter_add`, the reverse of `Take`; an index out of range fails at `site`."""
+
+    target: Buffer
+    strides: tuple[int, ...]
+    index: object
+    stride: int
+    size: int
+    updates: object
+    shape: tuple[int, ...]
+    site: int
+
+
+@node
+class Evaluate:
+    """A scalar from a tree of no dimensions."""
+
+    result: Temp
+    tree: object
+
+
+@node
+class Check:
+    """`assert` or a bounds check: fail at `site` unless `condition`; `shows` is the value the failure
+    shows (an index), if any."""
+
+    condition: Operand
+    site: int
+    shows: Operand | None = None
+
+
+@node
+class LoadSlot:
+    """A scalar argument of a specialised function: the value `slots[slot]` points at."""
+
+    result: Temp
+    slot: int
+
+
+@node
+class StoreSlot:
+    """A scalar result of a specialised function, stored where `slots[slot]` points."""
+
+    slot: int
+    value: Operand
+
+
+Instruction = (
+    Load
+    | Store
+    | BinaryOp
+    | Compare
+    | UnaryOp
+    | Convert
+    | MathCall
+    | Call
+    | Fill
+    | Reduce
+    | MatMul
+    | ScatterAdd
+    | Evaluate
+    | Check
+    | LoadSlot
+    | StoreSlot
+)
 
 
 # ------------------------------------------------------------------ terminators
@@ -181,6 +357,8 @@ class Function:
     blocks: tuple[Block, ...]
     sites: tuple[Site, ...]
     recursion: Site
+    buffers: tuple[Buffer, ...] = ()  # a specialised function's (it takes `void f(i8** slots)`)
+    specialised: bool = False
 
 
 def show(function: Function) -> str:

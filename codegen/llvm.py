@@ -151,6 +151,8 @@ def boundary_type(dtype: str) -> llvm_ir.Type:
 
 
 def signature(function: ir.Function) -> llvm_ir.FunctionType:
+    if function.specialised:
+        return llvm_ir.FunctionType(llvm_ir.VoidType(), [BYTE.as_pointer().as_pointer()])
     return llvm_ir.FunctionType(boundary_type(function.result), [boundary_type(p.dtype) for p in function.params])
 
 
@@ -159,7 +161,299 @@ def constant(operand: ir.Const) -> llvm_ir.Constant:
     return llvm_ir.Constant(TYPES[operand.dtype], int(value) if operand.dtype in ("i64", "bool") else float(value))
 
 
-class FunctionEmitter:
+# ------------------------------------------------------------------ tensors (specialised functions)
+
+GEMM = {"f32": "scipy_cblas_sgemm64_", "f64": "scipy_cblas_dgemm64_"}  # numpy's OpenBLAS, 64-bit integers
+ROW_MAJOR, NO_TRANSPOSE, TRANSPOSE = 101, 111, 112
+
+
+def storage_type(dtype: str) -> llvm_ir.Type:
+    """How an element is stored in a buffer: bools as bytes, as numpy stores them."""
+    return BYTE if dtype == "bool" else TYPES[dtype]
+
+
+def tree_dtype(tree: object) -> str:
+    match tree:
+        case ir.Read(buffer=buffer) | ir.Take(buffer=buffer):
+            return buffer.dtype
+        case ir.Index():
+            return "i64"
+        case ir.Splat(value=value):
+            return value.dtype
+        case ir.Apply(dtype=dtype):
+            return dtype
+    raise AssertionError(tree)
+
+
+class TensorEmission:
+    """The tensor instructions of a specialised function, as loop nests (mixed into `FunctionEmitter`)."""
+
+    def buffer_pointer(self, builder: llvm_ir.IRBuilder, buffer: ir.Buffer) -> llvm_ir.Value:
+        base = builder.load(builder.gep(self.slot_array, [TYPES["i64"](buffer.slot)]), name=f"{buffer.name}.base")
+        if buffer.offset:
+            base = builder.gep(base, [TYPES["i64"](buffer.offset)], inbounds=True)
+        return builder.bitcast(base, storage_type(buffer.dtype).as_pointer(), name=buffer.name)
+
+    def slot_pointer(self, builder: llvm_ir.IRBuilder, slot: int, dtype: str) -> llvm_ir.Value:
+        base = builder.load(builder.gep(self.slot_array, [TYPES["i64"](slot)]), name=f"slot.{slot}")
+        return builder.bitcast(base, storage_type(dtype).as_pointer())
+
+    def tensor_instruction(self, builder: llvm_ir.IRBuilder, instruction) -> llvm_ir.IRBuilder:
+        match instruction:
+            case ir.Fill(target=target, tree=tree, view=region, shape=shape):
+                pointer = self.pointers[target.name]
+
+                def store(builder, index):
+                    builder, value = self.tree(builder, tree, index)
+                    if region is None:
+                        position = self.linear(builder, index, target.shape)
+                    else:
+                        position = self.position(builder, self.operand(region.offset), index, region.strides)
+                    self.store_element(builder, pointer, position, target.dtype, value)
+                    return builder
+
+                return self.loops(builder, target.shape if region is None else shape, store, "fill")
+            case ir.Evaluate(result=result, tree=tree):
+                builder, value = self.tree(builder, tree, [])
+                value.name = result.name
+                self.values[result.name] = value
+                return builder
+            case ir.Check(condition=condition, site=site, shows=shows):
+                if shows is not None:
+                    shown = self.operand(shows)
+                    wide = builder.sitofp(shown, TYPES["f64"]) if shows.dtype == "i64" else shown
+                    if shows.dtype == "f32":
+                        wide = builder.fpext(shown, TYPES["f64"])
+                    builder.store(wide, self.module.get_global("dl.value"))
+                failed = builder.not_(self.operand(condition), name="check.failed")
+                return self.fail_unless(builder, failed, site, "assert")
+            case ir.Reduce():
+                return self.reduce(builder, instruction)
+            case ir.MatMul():
+                return self.matmul(builder, instruction)
+            case ir.ScatterAdd():
+                return self.scatter_add(builder, instruction)
+        raise AssertionError(instruction)
+
+    # -------------------------------------------------------------- loops and elements
+    def loops(self, builder: llvm_ir.IRBuilder, shape: tuple[int, ...], body, name: str, index=()):
+        """A loop nest over `shape` (row-major: the last dimension innermost) calling `body(builder, index)`."""
+        if len(index) == len(shape):
+            return body(builder, list(index))
+        i64 = TYPES["i64"]
+        depth = len(index)
+        before = builder.block
+        head = self.llvm_function.append_basic_block(f"{name}.{depth}.head")
+        inner = self.llvm_function.append_basic_block(f"{name}.{depth}.body")
+        end = self.llvm_function.append_basic_block(f"{name}.{depth}.end")
+        builder.branch(head)
+        builder = llvm_ir.IRBuilder(head)
+        counter = builder.phi(i64, name=f"{name}.i{depth}")
+        counter.add_incoming(i64(0), before)
+        builder.cbranch(builder.icmp_signed("<", counter, i64(shape[depth])), inner, end)
+        builder = self.loops(llvm_ir.IRBuilder(inner), shape, body, name, (*index, counter))
+        following = builder.add(counter, i64(1), name=f"{name}.next{depth}")
+        counter.add_incoming(following, builder.block)
+        builder.branch(head)
+        return llvm_ir.IRBuilder(end)
+
+    def linear(self, builder, index: list, shape: tuple[int, ...]) -> llvm_ir.Value:
+        strides, stride = [], 1
+        for n in reversed(shape):
+            strides.append(stride)
+            stride *= n
+        return self.position(builder, TYPES["i64"](0), index, tuple(reversed(strides)))
+
+    def position(self, builder, offset: llvm_ir.Value, index: list, strides: tuple[int, ...]) -> llvm_ir.Value:
+        i64 = TYPES["i64"]
+        value = offset
+        for i, stride in zip(index, strides, strict=True):
+            if stride:
+                value = builder.add(value, builder.mul(i, i64(stride)))
+        return value
+
+    def load_element(self, builder, pointer, position, dtype: str) -> llvm_ir.Value:
+        value = builder.load(builder.gep(pointer, [position]))
+        return builder.trunc(value, TYPES["bool"]) if dtype == "bool" else value
+
+    def store_element(self, builder, pointer, position, dtype: str, value) -> None:
+        if dtype == "bool":
+            value = builder.zext(value, BYTE)
+        builder.store(value, builder.gep(pointer, [position]))
+
+    def taken(self, builder, index_value, size: int, site: int, name: str):
+        """An index of a `gather` or `scatter_add`: negative ones count from the end; out of range fails."""
+        i64 = TYPES["i64"]
+        negative = builder.icmp_signed("<", index_value, i64(0))
+        wrapped = builder.select(negative, builder.add(index_value, i64(size)), index_value)
+        outside = builder.or_(builder.icmp_signed("<", wrapped, i64(0)), builder.icmp_signed(">=", wrapped, i64(size)))
+        builder.store(builder.sitofp(index_value, TYPES["f64"]), self.module.get_global("dl.value"))
+        return self.fail_unless(builder, outside, site, name), wrapped
+
+    # -------------------------------------------------------------- trees
+    def tree(self, builder: llvm_ir.IRBuilder, tree, index: list):
+        """The value of an elementwise tree at `index`; returns the builder after it (a `Take` may fail)."""
+        match tree:
+            case ir.Read(buffer=buffer, offset=offset, strides=strides):
+                position = self.position(builder, self.operand(offset), index, strides)
+                return builder, self.load_element(builder, self.pointers[buffer.name], position, buffer.dtype)
+            case ir.Index(axis=axis):
+                return builder, index[axis]
+            case ir.Splat(value=value):
+                return builder, self.operand(value)
+            case ir.Take():
+                builder, chosen = self.tree(builder, tree.index, index)
+                builder, wrapped = self.taken(builder, chosen, tree.size, tree.site, "gather")
+                position = self.position(builder, self.operand(tree.offset), index, tree.strides)
+                position = builder.add(position, builder.mul(wrapped, TYPES["i64"](tree.stride)))
+                return builder, self.load_element(builder, self.pointers[tree.buffer.name], position, tree.buffer.dtype)
+            case ir.Apply(op=op, dtype=dtype, args=args):
+                values = []
+                for arg in args:
+                    builder, value = self.tree(builder, arg, index)
+                    values.append(value)
+                return builder, self.apply(builder, op, dtype, [tree_dtype(a) for a in args], values)
+        raise AssertionError(tree)
+
+    def apply(self, builder, op: str, dtype: str, dtypes: list[str], values: list) -> llvm_ir.Value:
+        floating = dtype in ("f32", "f64")
+        if op in ("add", "sub", "mul", "div"):
+            if floating:
+                return {"add": builder.fadd, "sub": builder.fsub, "mul": builder.fmul, "div": builder.fdiv}[op](*values)
+            return {"add": builder.add, "sub": builder.sub, "mul": builder.mul}[op](*values)
+        if op == "pow":
+            return builder.call(self.module.declare_intrinsic("llvm.pow", [TYPES[dtype]]), values)
+        if op == "neg":
+            return builder.fneg(values[0]) if floating else builder.sub(TYPES[dtype](0), values[0])
+        if op in COMPARE_OPS:
+            symbol, operand = COMPARE_OPS[op], dtypes[0]
+            if operand in ("f32", "f64"):
+                if symbol == "!=":
+                    return builder.fcmp_unordered(symbol, *values)
+                return builder.fcmp_ordered(symbol, *values)
+            if operand == "bool":
+                return builder.icmp_unsigned(symbol, *values)
+            return builder.icmp_signed(symbol, *values)
+        if op == "not":
+            return builder.xor(values[0], TYPES["bool"](1))
+        if op == "and":
+            return builder.and_(*values)
+        if op == "or":
+            return builder.or_(*values)
+        if op == "select":
+            return builder.select(*values)
+        if op == "convert":
+            return self.convert_value(builder, values[0], dtypes[0], dtype)
+        return self.math_of(builder, op, dtype, values, op)
+
+    def convert_value(self, builder, value, source: str, target: str) -> llvm_ir.Value:
+        """numpy's `astype` between the dtypes (a float to i64 truncates; no check, as numpy's)."""
+        kind = TYPES[target]
+        if source == target:
+            return value
+        if target == "bool":
+            if source in ("f32", "f64"):
+                return builder.fcmp_unordered("!=", value, TYPES[source](0.0))
+            return builder.icmp_signed("!=", value, TYPES[source](0))
+        if target == "i64":
+            return builder.zext(value, kind) if source == "bool" else builder.fptosi(value, kind)
+        if source == "bool":
+            return builder.uitofp(value, kind)
+        if source == "i64":
+            wide = builder.sitofp(value, TYPES["f64"])
+            return wide if target == "f64" else builder.fptrunc(wide, kind)
+        return builder.fpext(value, kind) if target == "f64" else builder.fptrunc(value, kind)
+
+    # -------------------------------------------------------------- reductions, products, scatters
+    def reduce(self, builder: llvm_ir.IRBuilder, instruction: ir.Reduce) -> llvm_ir.IRBuilder:
+        """The target starts at the identity; one pass over the tree's shape in row-major order folds
+        each element into the target element it reduces to (cache-friendly for any axes)."""
+        target, op, shape, axes = instruction.target, instruction.op, instruction.shape, instruction.axes
+        pointer, dtype = self.pointers[target.name], target.dtype
+        kind = TYPES[dtype]
+        if op == "add":
+            identity = kind(0.0) if dtype in ("f32", "f64") else kind(0)
+        elif dtype in ("f32", "f64"):
+            identity = kind(float("-inf") if op == "max" else float("inf"))
+        else:
+            identity = kind(-(2**63) if op == "max" else 2**63 - 1)
+
+        def initialise(builder, index):
+            self.store_element(builder, pointer, self.linear(builder, index, target.shape), dtype, identity)
+            return builder
+
+        builder = self.loops(builder, target.shape, initialise, "reduce.start")
+        kept = [d for d in range(len(shape)) if d not in axes]
+
+        def fold(builder, index):
+            builder, value = self.tree(builder, instruction.tree, index)
+            value = self.convert_value(builder, value, tree_dtype(instruction.tree), dtype)
+            position = self.linear(builder, [index[d] for d in kept], target.shape)
+            running = self.load_element(builder, pointer, position, dtype)
+            self.store_element(builder, pointer, position, dtype, self.combine(builder, op, dtype, running, value))
+            return builder
+
+        return self.loops(builder, shape, fold, "reduce")
+
+    def combine(self, builder, op: str, dtype: str, running, value) -> llvm_ir.Value:
+        kind = TYPES[dtype]
+        if op == "add":
+            return builder.fadd(running, value) if dtype in ("f32", "f64") else builder.add(running, value)
+        if dtype in ("f32", "f64"):  # llvm.maximum/minimum propagate nan like numpy's max/min
+            name = f"llvm.{'maximum' if op == 'max' else 'minimum'}.{'f64' if dtype == 'f64' else 'f32'}"
+            return builder.call(self.libm(name, kind, arity=2), [running, value])
+        keep = builder.icmp_signed(">" if op == "max" else "<", running, value)
+        return builder.select(keep, running, value)
+
+    def gemm(self, dtype: str) -> llvm_ir.Function:
+        symbol = GEMM[dtype]
+        existing = self.module.globals.get(symbol)
+        if existing is not None:
+            return existing
+        i32, i64, kind = llvm_ir.IntType(32), TYPES["i64"], TYPES[dtype]
+        pointer = kind.as_pointer()
+        arguments = [i32, i32, i32, i64, i64, i64, kind, pointer, i64, pointer, i64, kind, pointer, i64]
+        return llvm_ir.Function(self.module, llvm_ir.FunctionType(llvm_ir.VoidType(), arguments), symbol)
+
+    def matmul(self, builder: llvm_ir.IRBuilder, instruction: ir.MatMul) -> llvm_ir.IRBuilder:
+        i32, i64 = llvm_ir.IntType(32), TYPES["i64"]
+        out, m, n, k = instruction.out, instruction.m, instruction.n, instruction.k
+        kind = TYPES[out.dtype]
+        operands = []
+        for view, rows, columns in ((instruction.a, m, k), (instruction.b, k, n)):
+            pointer = builder.gep(self.pointers[view.buffer.name], [self.operand(view.offset)])
+            row_stride, column_stride = view.strides
+            if column_stride == 1:
+                operands.append((i32(NO_TRANSPOSE), pointer, i64(max(row_stride, columns, 1))))
+            else:  # stored transposed: rows are the stride-1 direction
+                operands.append((i32(TRANSPOSE), pointer, i64(max(column_stride, rows, 1))))
+        (trans_a, a, lda), (trans_b, b, ldb) = operands
+        arguments = [i32(ROW_MAJOR), trans_a, trans_b, i64(m), i64(n), i64(k), kind(1.0), a, lda, b, ldb, kind(0.0)]
+        builder.call(self.gemm(out.dtype), [*arguments, self.pointers[out.name], i64(max(n, 1))])
+        return builder
+
+    def scatter_add(self, builder: llvm_ir.IRBuilder, instruction: ir.ScatterAdd) -> llvm_ir.IRBuilder:
+        target = instruction.target
+        pointer = self.pointers[target.name]
+
+        def add(builder, index):
+            builder, chosen = self.tree(builder, instruction.index, index)
+            builder, wrapped = self.taken(builder, chosen, instruction.size, instruction.site, "scatter")
+            position = self.position(builder, TYPES["i64"](0), index, instruction.strides)
+            position = builder.add(position, builder.mul(wrapped, TYPES["i64"](instruction.stride)))
+            builder, update = self.tree(builder, instruction.updates, index)
+            running = self.load_element(builder, pointer, position, target.dtype)
+            total = self.apply(builder, "add", target.dtype, [target.dtype, target.dtype], [running, update])
+            self.store_element(builder, pointer, position, target.dtype, total)
+            return builder
+
+        return self.loops(builder, instruction.shape, add, "scatter")
+
+
+COMPARE_OPS = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
+
+
+class FunctionEmitter(TensorEmission):
     """Emits one IR function into the module; sites are numbered from `site_base` in the global table."""
 
     def __init__(self, module, declared, function: ir.Function, error, depth, site_base: int) -> None:
@@ -181,7 +475,13 @@ class FunctionEmitter:
         builder = llvm_ir.IRBuilder(prologue)
         for variable in function.variables:
             self.slots[variable.name] = builder.alloca(TYPES[variable.dtype], name=variable.name)
-        for param, argument in zip(function.params, self.llvm_function.args, strict=True):
+        if function.specialised:
+            self.slot_array = self.llvm_function.args[0]
+            self.slot_array.name = "slots"
+            self.pointers = {buffer.name: self.buffer_pointer(builder, buffer) for buffer in function.buffers}
+        for param, argument in zip(
+            function.params, () if function.specialised else self.llvm_function.args, strict=True
+        ):
             argument.name = param.name
             value = builder.trunc(argument, TYPES["bool"]) if param.dtype == "bool" else argument
             builder.store(value, self.slots[param.name])
@@ -251,6 +551,16 @@ class FunctionEmitter:
                 self.values[instruction.result.name] = self.math(builder, instruction)
             case ir.Call(result=result, function=symbol, args=args):
                 return self.call(builder, result, symbol, args)
+            case ir.LoadSlot(result=result, slot=slot):
+                value = builder.load(self.slot_pointer(builder, slot, result.dtype), name=result.name)
+                self.values[result.name] = builder.trunc(value, TYPES["bool"]) if result.dtype == "bool" else value
+            case ir.StoreSlot(slot=slot, value=value):
+                stored = self.operand(value)
+                if value.dtype == "bool":
+                    stored = builder.zext(stored, BYTE)
+                builder.store(stored, self.slot_pointer(builder, slot, value.dtype))
+            case _:
+                return self.tensor_instruction(builder, instruction)
         return builder
 
     def compare(self, builder: llvm_ir.IRBuilder, instruction: ir.Compare) -> llvm_ir.Value:
@@ -287,8 +597,9 @@ class FunctionEmitter:
                 method = {"add": builder.fadd, "sub": builder.fsub, "mul": builder.fmul, "div": builder.fdiv}[op]
                 self.values[result.name] = method(lhs, rhs, name=result.name)
             return builder
-        if site is None:
-            self.values[result.name] = builder.add(lhs, rhs, name=result.name)
+        if site is None:  # cannot overflow (a loop counter below its bound, an index times a stride)
+            method = {"add": builder.add, "sub": builder.sub, "mul": builder.mul}[op]
+            self.values[result.name] = method(lhs, rhs, name=result.name)
             return builder
         if op in ("add", "sub", "mul"):
             method = {"add": "sadd_with_overflow", "sub": "ssub_with_overflow", "mul": "smul_with_overflow"}[op]
@@ -361,30 +672,33 @@ class FunctionEmitter:
         return self.module.declare_intrinsic("llvm.fabs", [kind])
 
     def math(self, builder: llvm_ir.IRBuilder, instruction: ir.MathCall) -> llvm_ir.Value:
-        result, name = instruction.result, instruction.name
-        dtype, kind = result.dtype, TYPES[result.dtype]
         args = [self.operand(a) for a in instruction.args]
+        return self.math_of(builder, instruction.name, instruction.result.dtype, args, instruction.result.name)
+
+    def math_of(self, builder: llvm_ir.IRBuilder, name: str, dtype: str, args: list, result: str) -> llvm_ir.Value:
+        """The elementwise built-in `name` of `args` (LLVM values of `dtype`)."""
+        kind = TYPES[dtype]
         if name in INTRINSICS:
-            return builder.call(self.module.declare_intrinsic(INTRINSICS[name], [kind]), args, name=result.name)
+            return builder.call(self.module.declare_intrinsic(INTRINSICS[name], [kind]), args, name=result)
         if (name, dtype) in LIBM:
-            return builder.call(self.libm(LIBM[name, dtype], kind), args, name=result.name)
+            return builder.call(self.libm(LIBM[name, dtype], kind), args, name=result)
         if name == "sigmoid":
-            return self.sigmoid(builder, args[0], kind, result.name)
+            return self.sigmoid(builder, args[0], kind, result)
         if name == "relu":
             args.append(kind(0) if dtype == "i64" else kind(0.0))
             name = "maximum"
         if name == "abs":
             if dtype == "i64":
                 absolute = self.module.declare_intrinsic("llvm.abs", [kind])
-                return builder.call(absolute, [args[0], TYPES["bool"](0)], name=result.name)
-            return builder.call(self.module.declare_intrinsic("llvm.fabs", [kind]), args, name=result.name)
+                return builder.call(absolute, [args[0], TYPES["bool"](0)], name=result)
+            return builder.call(self.module.declare_intrinsic("llvm.fabs", [kind]), args, name=result)
         if dtype == "i64":
             op = ">" if name == "maximum" else "<"
-            keep = builder.icmp_signed(op, args[0], args[1], name=f"{result.name}.first")
-            return builder.select(keep, args[0], args[1], name=result.name)
+            keep = builder.icmp_signed(op, args[0], args[1], name=f"{result}.first")
+            return builder.select(keep, args[0], args[1], name=result)
         # llvm.maximum/minimum propagate nan like numpy's maximum/minimum
         intrinsic = self.libm(f"llvm.{name}.{'f64' if dtype == 'f64' else 'f32'}", kind, arity=2)
-        return builder.call(intrinsic, args, name=result.name)
+        return builder.call(intrinsic, args, name=result)
 
     def libm(self, name: str, kind: llvm_ir.Type, arity: int = 1) -> llvm_ir.Function:
         """A C function (or intrinsic llvmlite does not know) taking and returning `kind`, declared once."""

@@ -39,6 +39,7 @@ class Lowered:
     refused: dict[int, str] = field(default_factory=dict)
     declarations: dict[int, tuple[ast.FnDecl, str]] = field(default_factory=dict)  # id -> (decl, module path)
     kernels: dict[int, object] = field(default_factory=dict)  # fused elementwise functions (codegen/fusion.py)
+    specialised: set[int] = field(default_factory=set)  # compiled per argument layout (codegen/specialize.py)
 
 
 def lower(typed: Typed) -> Lowered:

@@ -48,6 +48,8 @@ class Backend:
                 reduction = self.lowered.kernels[key].reduction
                 reducing = f" reducing with `{reduction}`" if reduction else ""
                 lines.append(f"{path}: `{decl.name}` compiled: one fused elementwise loop{reducing}")
+            elif key in self.lowered.specialised:
+                lines.append(f"{path}: `{decl.name}` compiled when called, for the shapes of its arguments")
             else:
                 lines.append(f"{path}: `{decl.name}` interpreted: {self.lowered.refused[key]}")
         if self.native is not None:
@@ -61,12 +63,24 @@ class Backend:
                 lines.append(f"native code for {functions}: compiled by LLVM (--no-cache)")
         return "\n".join(lines)
 
+    def specialisations(self) -> str:
+        """What the functions compiled per argument layout did with the layouts they were called with."""
+        lines = []
+        for body in self.bodies.values():
+            if isinstance(body, SpecialisingBody):
+                lines.extend(body.explanation())
+        return "\n".join(lines)
+
 
 def compile_program(typed: Typed, cache: bool = True) -> Backend:
     """Compile every function the lowering accepts; the others stay with the interpreter. With `cache`,
     object code is looked up in (and stored to) the compile cache (codegen/cache.py)."""
     lowered = lower(typed)
     bodies = kernel_bodies(lowered)
+    for key, (decl, path) in lowered.declarations.items():
+        if key not in lowered.functions and key not in bodies:
+            lowered.specialised.add(key)
+            bodies[key] = SpecialisingBody(typed, decl, path, cache)
     if not lowered.functions:
         return Backend(bodies, lowered, None, cache)
     directory = cache_directory() if cache else None
@@ -166,3 +180,277 @@ def native_body(function: ir.Function, native: Native) -> Callable[[list], Any]:
 
     body.native = call  # kept alive with the body: ctypes frees the thunk with its last reference
     return body
+
+
+# ------------------------------------------------------------------ specialised tensor functions
+
+MAX_LAYOUTS = 8  # a function called with more argument layouts than this stays interpreted after them
+NUMPY_DTYPES = {"f32": np.float32, "f64": np.float64, "i64": np.int64, "bool": np.bool_}
+
+
+def blas_symbols() -> str | None:
+    """Make numpy's OpenBLAS `gemm` functions known to the JIT linker; None when they are, else why not."""
+    global BLAS_PROBLEM
+    if BLAS_PROBLEM is not False:
+        return BLAS_PROBLEM
+    import glob
+    import os
+
+    import llvmlite.binding as binding
+    from dl.codegen.llvm import GEMM
+
+    directory = os.path.join(os.path.dirname(os.path.dirname(np.__file__)), "numpy.libs")
+    for path in sorted(glob.glob(os.path.join(directory, "libscipy_openblas*"))):
+        try:
+            library = ctypes.CDLL(path)
+            for symbol in GEMM.values():
+                binding.add_symbol(symbol, ctypes.cast(getattr(library, symbol), ctypes.c_void_p).value)
+        except (OSError, AttributeError):
+            continue
+        BLAS_PROBLEM = None
+        return None
+    BLAS_PROBLEM = "numpy's OpenBLAS (scipy-openblas64) was not found for matrix products"
+    return BLAS_PROBLEM
+
+
+BLAS_PROBLEM: str | bool | None = False
+
+
+class Structs:
+    """The interpreter's struct types, for struct values built in compiled code."""
+
+    def __init__(self, states) -> None:
+        self.states = states
+        self.seen: dict[int, object] = {}
+
+    def kind(self, key: int) -> object:
+        return self.seen[key]
+
+    def declared(self, path: str, name: str) -> object:
+        state = self.states.get(path) if self.states is not None else None
+        if state is None or name not in state.structs:
+            from dl.codegen.lower import Unsupported
+
+            raise Unsupported(f"struct `{name}` is not known to the interpreter")
+        return state.structs[name]
+
+    def runtime(self, struct) -> object:
+        return struct.kind
+
+
+@dataclass
+class Specialisation:
+    """One compiled layout: the native entry point, its slot array (arguments, results, workspace) and the
+    cells scalars pass through."""
+
+    call: Callable
+    native: Native
+    slots: object
+    cells: dict[int, np.ndarray]
+    result: tuple
+    argument_slots: int
+    workspace: np.ndarray
+
+
+class SpecialisingBody:
+    """The body of a function compiled per argument layout (codegen/specialize.py), falling back to the
+    interpreter's body for layouts it cannot compile. `around(interpreted, states)` gives the body."""
+
+    def __init__(self, typed: Typed, decl, path: str, cache: bool) -> None:
+        self.typed, self.decl, self.path, self.cache = typed, decl, path, cache
+        self.compiled: dict[tuple, Specialisation | None] = {}
+        self.reasons: dict[tuple, str] = {}
+        self.structs: Structs | None = None
+
+    def around(self, interpreted: Callable, states) -> Callable:
+        self.structs = Structs(states)
+        count = len(self.decl.params)
+
+        def body(frame: list) -> object:
+            arguments = frame[1 : count + 1]
+            layout = tuple(self.layout(value) for value in arguments)
+            entry = self.compiled.get(layout, False)
+            if entry is False:
+                entry = self.specialise(layout) if len(self.compiled) < MAX_LAYOUTS else None
+                if len(self.compiled) >= MAX_LAYOUTS and layout not in self.reasons:
+                    self.reasons[layout] = f"more than {MAX_LAYOUTS} argument layouts"
+                self.compiled[layout] = entry
+            if entry is None:
+                return interpreted(frame)
+            frame[0] = self.run(entry, arguments)
+            return RETURN
+
+        return body
+
+    def layout(self, value) -> tuple:
+        from dl.codegen.specialize import layout_of
+
+        described = layout_of(value)
+        self.remember_structs(value)
+        return described
+
+    def remember_structs(self, value) -> None:
+        if value.__class__ is tuple:
+            for item in value:
+                self.remember_structs(item)
+        elif hasattr(value, "type") and hasattr(value, "values") and not isinstance(value, np.ndarray):
+            self.structs.seen[id(value.type)] = value.type
+            for item in value.values:
+                self.remember_structs(item)
+
+    def specialise(self, layout: tuple) -> Specialisation | None:
+        from dl.codegen.lower import Unsupported
+        from dl.codegen.specialize import Specialiser
+
+        try:
+            lowered = Specialiser(self.typed, self.decl, self.path, list(layout), self.structs).specialise()
+            uses_blas = any(isinstance(i, ir.MatMul) for b in lowered.function.blocks for i in b.instructions)
+            if uses_blas and blas_symbols() is not None:
+                raise Unsupported(blas_symbols())
+            native = compile_functions([lowered.function], cache=cache_directory() if self.cache else None)
+        except Unsupported as reason:
+            self.reasons[layout] = str(reason)
+            return None
+        except RuntimeError as problem:  # llvmlite's report of an LLVM failure
+            self.reasons[layout] = f"LLVM could not compile it ({str(problem).splitlines()[0]})"
+            return None
+        except Exception as bug:  # a bug of the compiler: the program still runs, on the interpreter
+            self.reasons[layout] = f"compiler bug: {type(bug).__name__}: {bug}"
+            return None
+        self.reasons[layout] = "compiled"
+        slots = (ctypes.c_void_p * lowered.slots)()
+        workspace = np.empty(lowered.workspace + 64, dtype=np.uint8)
+        address = workspace.ctypes.data
+        slots[0] = address + (-address % 64)
+        cells = {}
+        self.scalar_cells(list(layout), iter(range(1, lowered.argument_slots)), cells)
+        result_cells(lowered.result, cells)
+        for slot, cell in cells.items():
+            slots[slot] = cell.ctypes.data
+        call = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(native.addresses[lowered.function.symbol])
+        return Specialisation(call, native, slots, cells, lowered.result, lowered.argument_slots, workspace)
+
+    def scalar_cells(self, layouts: list, slots, cells: dict) -> None:
+        for layout in layouts:
+            kind = layout[0]
+            if kind == "tensor":
+                next(slots)
+            elif kind == "scalar":
+                cells[next(slots)] = np.zeros(1, dtype=NUMPY_DTYPES[layout[1]])
+            elif kind == "tuple":
+                self.scalar_cells(list(layout[1]), slots, cells)
+            elif kind == "struct":
+                self.scalar_cells(list(layout[2]), slots, cells)
+
+    def run(self, entry: Specialisation, arguments: list) -> object:
+        slots, cells = entry.slots, entry.cells
+        keep: list = []
+        position = [1]
+
+        def place(value) -> None:
+            cls = value.__class__
+            if cls is tuple:
+                for item in value:
+                    place(item)
+                return
+            if cls is np.ndarray and value.ndim:
+                array = value if value.flags.c_contiguous else np.ascontiguousarray(value)
+                keep.append(array)
+                slots[position[0]] = array.ctypes.data
+            elif cls is np.ndarray or cls in SCALARS:
+                cells[position[0]][0] = value
+            elif hasattr(value, "values"):
+                for item in value.values:
+                    place(item)
+                return
+            position[0] += 1
+
+        for argument in arguments:
+            place(argument)
+        outputs: dict[int, np.ndarray] = {}
+        allocate_results(entry.result, slots, outputs)
+        entry.call(ctypes.addressof(slots))
+        native = entry.native
+        error = ctypes.c_int64.from_address(native.error_address)
+        if error.value:
+            site = native.sites[error.value - 1]
+            error.value = 0
+            ctypes.c_int64.from_address(native.depth_address).value = 0
+            message = site.message
+            if site.shows is not None:
+                shown = ctypes.c_double.from_address(native.value_address).value
+                message = message.replace("{value}", format_value(FROM_C[site.shows](shown)))
+            raise fail(site.code, message, site.span)
+        return build_result(entry.result, cells, outputs)
+
+    def explanation(self) -> list[str]:
+        lines = []
+        for layout, reason in self.reasons.items():
+            shown = ", ".join(describe_layout(item) for item in layout)
+            verdict = "compiled" if reason == "compiled" else f"interpreted: {reason}"
+            lines.append(f"{self.path}: `{self.decl.name}`({shown}) {verdict}")
+        return lines
+
+
+SCALARS = (np.float32, np.float64, int, bool, np.bool_)
+
+
+def result_cells(layout: tuple, cells: dict) -> None:
+    kind = layout[0]
+    if kind == "scalar":
+        cells[layout[1]] = np.zeros(1, dtype=NUMPY_DTYPES[layout[2]])
+    elif kind == "tuple":
+        for item in layout[1]:
+            result_cells(item, cells)
+    elif kind == "struct":
+        for item in layout[2]:
+            result_cells(item, cells)
+
+
+def allocate_results(layout: tuple, slots, outputs: dict) -> None:
+    kind = layout[0]
+    if kind == "tensor":
+        array = np.empty(layout[3], dtype=NUMPY_DTYPES[layout[2]])
+        outputs[layout[1]] = array
+        slots[layout[1]] = array.ctypes.data
+    elif kind == "tuple":
+        for item in layout[1]:
+            allocate_results(item, slots, outputs)
+    elif kind == "struct":
+        for item in layout[2]:
+            allocate_results(item, slots, outputs)
+
+
+def build_result(layout: tuple, cells: dict, outputs: dict) -> object:
+    from dl.interp.values import StructValue
+
+    kind = layout[0]
+    if kind == "tensor":
+        return outputs[layout[1]]
+    if kind == "scalar":
+        value = cells[layout[1]][0]
+        if layout[2] == "i64":
+            return int(value)
+        if layout[2] == "bool":
+            return bool(value)
+        return value
+    if kind == "tuple":
+        return tuple(build_result(item, cells, outputs) for item in layout[1])
+    if kind == "struct":
+        return StructValue(layout[1], tuple(build_result(item, cells, outputs) for item in layout[2]))
+    return ()
+
+
+def describe_layout(layout: tuple) -> str:
+    kind = layout[0]
+    if kind == "tensor":
+        return f"{layout[1]}[{', '.join(map(str, layout[2]))}]"
+    if kind == "scalar":
+        return layout[1]
+    if kind == "tuple":
+        return f"({', '.join(describe_layout(item) for item in layout[1])})"
+    if kind == "struct":
+        return layout[3]
+    if kind == "text":
+        return "str"
+    return layout[1]

@@ -79,7 +79,11 @@ def run(
     compiled = native.compile_program(typed, cache)
     if explain is not None:
         explain(compiled.explanation())
-    return interpreter.run(program, args, typed, compiled.bodies)
+    try:
+        return interpreter.run(program, args, typed, compiled.bodies)
+    finally:
+        if explain is not None and compiled.specialisations():
+            explain(compiled.specialisations())
 
 
 def call(program: Program, name: str, args: list, typed: Typed | None = None) -> Any:

@@ -219,10 +219,13 @@ class Compiler:
         defaults = tuple(
             self.expression(p.default, Scope(FunctionScope(None))) if p.default else None for p in decl.params
         )
-        if id(decl) in self.native:
-            body = self.native[id(decl)]
+        native = self.native.get(id(decl))
+        if native is not None and not hasattr(native, "around"):
+            body = native
         elif isinstance(decl.body, ast.Block):
             body = self.block(decl.body, scope)
+            if native is not None:  # compiled per argument layout, ours for the layouts it cannot compile
+                body = native.around(body, self.states)
         else:
             value = self.expression(decl.body, scope)
 
@@ -1239,7 +1242,7 @@ def index_message(problem: IndexError, value: Any) -> str:
     text = str(problem)
     if "out of bounds" in text or "out of range" in text:
         detail = text.split("index ", 1)[-1]
-        return f"index {detail}" if detail[:1].lstrip("-").isdigit() else f"index out of range for {describe(value)}"
+        return f"index {detail}" if detail.lstrip("-")[:1].isdigit() else f"index out of range for {describe(value)}"
     return f"invalid index for {describe(value)}: use integers, slices or integer or bool tensors"
 
 

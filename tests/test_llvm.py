@@ -229,10 +229,14 @@ fn main() { print(square(3.0), norm(ones(3)), swap(Pair { a: 1.0, b: 2.0 }).a, t
     assert err.splitlines() == [
         f"{path}: `square` compiled",
         f"{path}: `norm` compiled: one fused elementwise loop reducing with `sum`",
-        f"{path}: `swap` interpreted: `p` has type Pair, not a scalar f64, f32, i64 or bool",
-        f"{path}: `twice` interpreted: `norm`'s parameter `v` has type f32[3], not a scalar f64, f32, i64 or bool",
-        f"{path}: `main` interpreted: it calls `print` (at {path}:7:13)",
+        f"{path}: `swap` compiled when called, for the shapes of its arguments",
+        f"{path}: `twice` compiled when called, for the shapes of its arguments",
+        f"{path}: `main` compiled when called, for the shapes of its arguments",
         "native code for 1 function: compiled by LLVM, saved to the compile cache",
+        # after the run: each function compiled when called, with the layouts it was called with
+        f"{path}: `swap`(Pair) compiled",
+        f"{path}: `twice`(f32) compiled",
+        f"{path}: `main`() interpreted: it calls `print`, which compiled code does not do yet (at {path}:7:13)",
     ]
 
 
@@ -330,7 +334,7 @@ def cache_entries(directory: Path) -> list[Path]:
 
 
 def native_origin(err: str) -> str:
-    return err.splitlines()[-1]
+    return next(line for line in err.splitlines() if line.startswith("native code for"))
 
 
 def test_second_run_loads_the_native_code_from_the_cache(tmp_path: Path, cache_directory: Path, capsys) -> None:
@@ -413,10 +417,10 @@ fn main() { print(weak(), unit_value(3)) }
     path.write_text(source, encoding="utf-8")
     _, typed = pipeline.prepare(pipeline.load(str(path)))
     backend = native.compile_program(typed, cache=False)
-    explanation = backend.explanation()
-    assert "`weak` interpreted: it returns an unsuffixed literal with no result annotation" in explanation
-    assert "`unit_value` interpreted: it uses the result of `nothing`, which returns nothing" in explanation
-    assert "`nothing` compiled" in explanation
+    refused = {backend.lowered.declarations[key][0].name: why for key, why in backend.lowered.refused.items()}
+    assert refused["weak"].startswith("it returns an unsuffixed literal with no result annotation")
+    assert refused["unit_value"].startswith("it uses the result of `nothing`, which returns nothing")
+    assert "`nothing` compiled" in backend.explanation()
 
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -440,7 +444,35 @@ def test_corpus_runs_the_same_on_both_backends(
         status = dlrun(["--backend", backend, str(path), *QUICK.get(path.name, [])])
         captured = capsys.readouterr()
         results.append((status, captured.out))
-    assert results[1] == results[0]
+    (status, compiled), (expected_status, interpreted) = results[1], results[0]
+    assert status == expected_status
+    assert_same_output(compiled, interpreted, path.name)
+
+
+# Sampled text depends on the last bits of the probabilities it is drawn from: not compared.
+SAMPLED = {"charrnn.dl": -1}
+TOKEN = re.compile(r"-?\d+(?:\.\d*)?(?:e[-+]?\d+)?|\S")
+
+
+def assert_same_output(compiled: str, interpreted: str, name: str) -> None:
+    """The same lines, words and punctuation; numbers within the documented tolerance: a relative 1e-5
+    (compiled f32 sums accumulate in f64, and products go through BLAS), loosened to 1e-2 for the
+    training examples, whose optimisers amplify those last bits over their steps (their gradients
+    agree to f32 rounding: tests/test_specialise.py)."""
+    lines, expected_lines = compiled.splitlines(), interpreted.splitlines()
+    assert len(lines) == len(expected_lines), compiled
+    rtol = 1e-2 if name in QUICK else 1e-5
+    skipped = SAMPLED.get(name)
+    for number, (line, expected) in enumerate(zip(lines, expected_lines, strict=True)):
+        if skipped is not None and number == len(lines) + skipped:
+            continue
+        tokens, wanted = TOKEN.findall(line), TOKEN.findall(expected)
+        assert len(tokens) == len(wanted), (line, expected)
+        for token, want in zip(tokens, wanted, strict=True):
+            if re.fullmatch(r"-?\d.*", want) and re.fullmatch(r"-?\d.*", token):
+                assert float(token) == pytest.approx(float(want), rel=rtol, abs=1e-6), (line, expected)
+            else:
+                assert token == want, (line, expected)
 
 
 FUSED = """
@@ -464,13 +496,15 @@ def test_fused_elementwise_functions_agree_and_are_explained(tmp_path: Path, cap
     differ by a few ulp (compared to a relative 1e-6), f64 by a relative 1e-12."""
     interpreted, compiled = both_backends(tmp_path, FUSED, capsys)
     clean = lambda text: text.replace("[", " ").replace("]", " ")  # noqa: E731
-    assert numbers(clean(compiled)) == pytest.approx(numbers(clean(interpreted)), rel=1e-6)
+    # (h sums 21 numbers to almost nothing: the compiled f64 sum is nearer 0 than numpy's f32 one)
+    assert numbers(clean(compiled)) == pytest.approx(numbers(clean(interpreted)), rel=1e-6, abs=1e-5)
     status, _, err = run_cli(tmp_path, FUSED, "--backend", "llvm", "--explain-backend", capsys=capsys)
     assert status == 0, err
     path = tmp_path / "program.dl"
     assert f"{path}: `f` compiled: one fused elementwise loop" in err
     assert f"{path}: `g` compiled: one fused elementwise loop" in err
-    assert f"{path}: `h` interpreted: fusion: it calls `sum`, which is not elementwise (at {path}:7:33)" in err
+    assert f"{path}: `h` compiled when called, for the shapes of its arguments" in err  # not fused: an axis
+    assert f"{path}: `h`(f32[21]) compiled" in err
 
 
 def test_fused_kernel_is_vectorised(tmp_path: Path) -> None:
@@ -521,7 +555,13 @@ def test_a_loop_llvm_cannot_compile_stays_interpreted(monkeypatch, dlrun, tmp_pa
     )
     status, out, err = dlrun("--backend", "llvm", "--explain-backend", str(program))
     assert status == 0 and out == dlrun(str(program))[1]
-    assert "`f` interpreted: fusion: LLVM could not compile the loop (LLVM ERROR: simulated failure)" in err
+    assert "`f` compiled when called, for the shapes of its arguments" in err  # not fused: LLVM failed
+    _, typed = pipeline.prepare(pipeline.load(str(program)))
+    backend = native.compile_program(typed, cache=False)
+    [why] = [
+        reason for key, reason in backend.lowered.refused.items() if backend.lowered.declarations[key][0].name == "f"
+    ]
+    assert why == "fusion: LLVM could not compile the loop (LLVM ERROR: simulated failure)"
 
 
 REDUCING = """
@@ -602,7 +642,7 @@ def test_fused_reduction_of_an_empty_tensor_fails_as_interpreted(reduction: str,
     assert [kernel.reduction for kernel in native.lower(typed).kernels.values()] == [reduction]
 
 
-def test_reductions_along_an_axis_are_not_fused(tmp_path: Path, capsys) -> None:
+def test_reductions_along_an_axis_are_compiled_when_called(tmp_path: Path, capsys) -> None:
     source = """
 fn rows(x: f32[2, n]) -> f32[n] { return sum(x * 2.0, axis=0) }
 fn inner(x: f32[n]) -> f32[n] { return x - max(x) }
@@ -611,5 +651,5 @@ fn main() { print(rows(ones(2, 3)), inner(ones(3))) }
     status, out, err = run_cli(tmp_path, source, "--backend", "llvm", "--explain-backend", capsys=capsys)
     assert status == 0 and out == "[4. 4. 4.] [0. 0. 0.]\n", err
     path = tmp_path / "program.dl"
-    assert f"{path}: `rows` interpreted: fusion: it calls `sum`, which is not elementwise (at {path}:2:42)" in err
-    assert f"{path}: `inner` interpreted: fusion: it calls `max`, which is not elementwise (at {path}:3:44)" in err
+    assert f"{path}: `rows`(f32[2, 3]) compiled" in err
+    assert f"{path}: `inner`(f32[3]) compiled" in err

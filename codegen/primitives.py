@@ -1,0 +1,661 @@
+"""The built-ins in specialised code (codegen/specialize.py): `call_primitive(lowering, name, args, keywords)`.
+
+Each built-in the compiler handles is one function here, taking the abstract values of its arguments
+(bound by the one signature table, lang/primitives.py) and giving the abstract value of its result: most
+build elementwise trees, reductions and products emit `ir.Reduce` and `ir.MatMul`. Semantics are the
+interpreter's (interp/primitives.py): the same dtypes, broadcasting and axes; where an argument is
+something the compiler cannot reproduce exactly (a run-time axis, a dtype mix numpy would promote), the
+built-in raises `Unsupported` and the function runs on the interpreter.
+"""
+
+from __future__ import annotations
+
+import math
+
+from dl.codegen import ir
+from dl.codegen.lower import Unsupported, Value
+from dl.codegen.specialize import (
+    FLOATS,
+    ZERO,
+    Closure,
+    DType,
+    Struct,
+    Tensor,
+    Text,
+    axis_index,
+    broadcast,
+    contiguous,
+    is_plain,
+    reduction_shape,
+    view,
+)
+from dl.interp.dispatch import failure_message
+from dl.interp.primitives import PrimitiveError
+from dl.lang.diagnostics import Span
+from dl.lang.primitives import BY_NAME, SIGNATURES, Prim
+
+UNARY_FLOAT = {"exp", "log", "sqrt", "tanh", "sin", "cos", "sigmoid"}
+UNARY_NUMBER = {"abs", "relu"}
+
+
+def bind(name: str, args: list, keywords: dict, span: Span) -> dict:
+    """The arguments of built-in `name` by parameter name, defaults filled in (the variadic tail a tuple)."""
+    prim = BY_NAME.get(name)
+    if prim is None:
+        raise Unsupported(f"`{name}` (at {span})")
+    signature = SIGNATURES[prim]
+    bound: dict = {}
+    rest = list(args)
+    for param in signature.positional:
+        if rest:
+            bound[param] = rest.pop(0)
+        elif param in keywords:
+            bound[param] = keywords.pop(param)
+        else:
+            raise Unsupported(f"`{name}` without `{param}` (at {span})")
+    for param, default in signature.optional:
+        bound[param] = rest.pop(0) if rest else keywords.pop(param, default)
+    if signature.variadic is not None:
+        bound[signature.variadic[0]] = tuple(rest)
+        rest = []
+    for param, default in signature.keywords:
+        bound[param] = keywords.pop(param, default)
+    if rest or keywords:
+        raise Unsupported(f"`{name}` with these arguments (at {span})")
+    return bound
+
+
+def call_primitive(lowering, name: str, args: list, keywords: dict, span: Span, discarded: bool) -> object:
+    args = [lowering.read_variable(a) if isinstance(a, ir.Variable) else a for a in args]
+    keywords = {k: lowering.read_variable(v) if isinstance(v, ir.Variable) else v for k, v in keywords.items()}
+    handler = HANDLERS.get(name)
+    if handler is None:
+        raise Unsupported(f"it calls `{name}`, which compiled code does not do yet (at {span})")
+    return handler(lowering, bind(name, args, dict(keywords), span), span)
+
+
+def static_int(lowering, value: object, span: Span, what: str) -> int:
+    if value is None:
+        return None
+    if isinstance(value, Value) and isinstance(value.operand, ir.Const) and value.operand.dtype == "i64":
+        return int(value.operand.value)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    raise Unsupported(f"{what} known only at run time (at {span})")
+
+
+def static_flag(value: object, span: Span) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, Value) and isinstance(value.operand, ir.Const) and value.operand.dtype == "bool":
+        return bool(value.operand.value)
+    raise Unsupported(f"a flag known only at run time (at {span})")
+
+
+def dtype_of(value: object, span: Span) -> str:
+    if isinstance(value, DType):
+        return value.name
+    if value == "f32":
+        return "f32"
+    raise Unsupported(f"a dtype argument compiled code does not take (at {span})")
+
+
+def tensor(value: object, span: Span, what: str = "an argument") -> Tensor:
+    if not isinstance(value, Tensor):
+        raise Unsupported(f"{what} is not a tensor (at {span})")
+    return value
+
+
+# ------------------------------------------------------------------ elementwise
+
+
+def unary(name: str):
+    def apply(lowering, bound: dict, span: Span) -> object:
+        x = bound["x"]
+        if isinstance(x, Tensor):
+            if name in UNARY_FLOAT and x.dtype not in FLOATS:
+                raise Unsupported(f"`{name}` of {x.dtype} (at {span})")
+            if x.dtype == "bool":
+                raise Unsupported(f"`{name}` of bool (at {span})")
+            return Tensor(x.dtype, x.shape, ir.Apply(name, x.dtype, (x.tree,)))
+        return scalar_math(lowering, name, [x], span)
+
+    return apply
+
+
+def scalar_math(lowering, name: str, values: list, span: Span) -> Value:
+    values = [lowering.scalar_of(v, span) for v in values]
+    if len(values) == 1:
+        dtype = values[0].operand.dtype if values[0].weak is None else "f32"
+    else:
+        dtype = lowering.common_dtype(values[0], values[1], span)
+    allowed = FLOATS if name in UNARY_FLOAT else ("f64", "f32", "i64")
+    if dtype not in allowed:
+        raise Unsupported(f"`{name}` of {dtype} (at {span})")
+    operands = tuple(lowering.convert(v, dtype, f"`{name}`'s argument") for v in values)
+    result = lowering.temp(name, dtype)
+    lowering.emit(ir.MathCall(result, name, operands))
+    return Value(result)
+
+
+def binary_math(name: str):
+    def apply(lowering, bound: dict, span: Span) -> object:
+        a, b = bound["a"], bound["b"]
+        if isinstance(a, Tensor) or isinstance(b, Tensor):
+            result = lowering.elementwise(name, [a, b], span)
+            if result.dtype == "bool":
+                raise Unsupported(f"`{name}` of bools (at {span})")
+            return result
+        return scalar_math(lowering, name, [a, b], span)
+
+    return apply
+
+
+def where(lowering, bound: dict, span: Span) -> object:
+    condition, a, b = bound["condition"], bound["a"], bound["b"]
+    dtypes = {v.dtype for v in (a, b) if isinstance(v, Tensor)}
+    dtypes |= {v.operand.dtype for v in (a, b) if isinstance(v, Value) and v.weak is None}
+    if len(dtypes) != 1:
+        raise Unsupported(f"`where` of these operands (at {span})")
+    dtype = dtypes.pop()
+    if isinstance(condition, Value) and condition.operand.dtype != "bool":
+        raise Unsupported(f"`where` with a condition that is not bool (at {span})")
+    if isinstance(condition, Tensor) and condition.dtype != "bool":
+        raise Unsupported(f"`where` with a condition that is not bool (at {span})")
+    if not any(isinstance(v, Tensor) for v in (condition, a, b)):
+        raise Unsupported(f"`where` of scalars (at {span})")
+    return lowering.elementwise("select", [condition, a, b], span, dtype)
+
+
+# ------------------------------------------------------------------ reductions
+
+
+def axes_of(lowering, x: Tensor, axis: object, span: Span) -> tuple[int, ...]:
+    if axis is None:
+        return tuple(range(len(x.shape)))
+    return (axis_index(static_int(lowering, axis, span, "an axis"), len(x.shape), span),)
+
+
+def reduce(lowering, x: Tensor, op: str, axes: tuple[int, ...], keepdims: bool, span: Span, accumulate: str) -> Tensor:
+    """`op` over `axes` into a new buffer of dtype `accumulate`; the result keeps the reduced axes as
+    size 1 when `keepdims` (rank 0 when every axis goes and not `keepdims`)."""
+    kept = reduction_shape(x.shape, axes, False)
+    target = lowering.allocate(accumulate, kept, "reduced")
+    lowering.emit(ir.Reduce(target, op, x.tree, x.shape, axes))
+    result = view(target)
+    if keepdims:
+        shape = reduction_shape(x.shape, axes, True)
+        result = Tensor(accumulate, shape, ir.Read(target, ZERO, contiguous_kept(shape)))
+    return result
+
+
+def contiguous_kept(shape: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(0 if n == 1 else s for n, s in zip(shape, contiguous(shape), strict=True))
+
+
+def finish(lowering, result: Tensor, dtype: str, scale: float | None = None) -> object:
+    """A reduction's result in `dtype` (divided by `scale` for a mean); rank 0 becomes a scalar."""
+    tree = result.tree
+    source = result.dtype
+    if scale is not None:
+        tree = ir.Apply("div", source, (tree, ir.Splat(ir.Const(float(scale), source))))
+    if dtype != source:
+        tree = ir.Apply("convert", dtype, (tree,))
+    if not result.shape:
+        scalar = lowering.temp("reduced", dtype)
+        lowering.emit(ir.Evaluate(scalar, tree))
+        return Value(scalar)
+    return Tensor(dtype, result.shape, tree)
+
+
+def summed(kind: str):
+    def apply(lowering, bound: dict, span: Span) -> object:
+        x = as_tensor(lowering, bound["x"], span)
+        axes = axes_of(lowering, x, bound["axis"], span)
+        keepdims = static_flag(bound["keepdims"], span)
+        count = math.prod(x.shape[a] for a in axes)
+        if kind == "sum":
+            accumulate = "f64" if x.dtype in FLOATS else "i64"
+            dtype = x.dtype if x.dtype != "bool" else "i64"
+            tree = x if x.dtype != "bool" else Tensor("i64", x.shape, ir.Apply("convert", "i64", (x.tree,)))
+            return finish(lowering, reduce(lowering, tree, "add", axes, keepdims, span, accumulate), dtype)
+        if count == 0:
+            raise Unsupported(f"`mean` of an empty axis (at {span})")
+        dtype = x.dtype if x.dtype in FLOATS else "f32"
+        tree = x if x.dtype in FLOATS else Tensor("f64", x.shape, ir.Apply("convert", "f64", (x.tree,)))
+        return finish(lowering, reduce(lowering, tree, "add", axes, keepdims, span, "f64"), dtype, count)
+
+    return apply
+
+
+def extreme(op: str):
+    def apply(lowering, bound: dict, span: Span) -> object:
+        x = as_tensor(lowering, bound["x"], span)
+        if x.dtype == "bool":
+            raise Unsupported(f"`{op}` of bools (at {span})")
+        axes = axes_of(lowering, x, bound["axis"], span)
+        if x.size == 0:
+            raise Unsupported(f"`{op}` of an empty tensor (at {span})")
+        keepdims = static_flag(bound["keepdims"], span)
+        return finish(lowering, reduce(lowering, x, op, axes, keepdims, span, x.dtype), x.dtype)
+
+    return apply
+
+
+def as_tensor(lowering, value: object, span: Span) -> Tensor:
+    if isinstance(value, Tensor):
+        return value
+    raise Unsupported(f"a reduction of a scalar (at {span})")
+
+
+def shifted_exponentials(lowering, x: Tensor, axis: object, span: Span):
+    """`x - max(x, axis, keepdims)` and the sum of its exponentials over the axis (kept as size 1)."""
+    if x.dtype not in FLOATS:
+        raise Unsupported(f"a softmax of {x.dtype} (at {span})")
+    axes = axes_of(lowering, x, axis, span)
+    peak = broadcast(reduce(lowering, x, "max", axes, True, span, x.dtype), x.shape, span)
+    shifted = Tensor(x.dtype, x.shape, ir.Apply("sub", x.dtype, (x.tree, peak.tree)))
+    exponentials = Tensor(x.dtype, x.shape, ir.Apply("exp", x.dtype, (shifted.tree,)))
+    total = reduce(lowering, exponentials, "add", axes, True, span, "f64")
+    total = Tensor(x.dtype, total.shape, ir.Apply("convert", x.dtype, (total.tree,)))
+    return shifted, broadcast(total, x.shape, span), axes
+
+
+def log_softmax(lowering, bound: dict, span: Span) -> object:
+    x = as_tensor(lowering, bound["x"], span)
+    shifted, total, _ = shifted_exponentials(lowering, x, bound["axis"], span)
+    return Tensor(x.dtype, x.shape, ir.Apply("sub", x.dtype, (shifted.tree, ir.Apply("log", x.dtype, (total.tree,)))))
+
+
+def softmax(lowering, bound: dict, span: Span) -> object:
+    x = as_tensor(lowering, bound["x"], span)
+    shifted, total, _ = shifted_exponentials(lowering, x, bound["axis"], span)
+    exponentials = ir.Apply("exp", x.dtype, (shifted.tree,))
+    return Tensor(x.dtype, x.shape, ir.Apply("div", x.dtype, (exponentials, total.tree)))
+
+
+# ------------------------------------------------------------------ products
+
+
+def matmul(lowering, a: object, b: object, span: Span) -> object:
+    if not isinstance(a, Tensor) or not isinstance(b, Tensor):
+        raise Unsupported(f"`@` of a scalar (at {span})")
+    if a.dtype != b.dtype or a.dtype not in FLOATS:
+        raise Unsupported(f"`@` of {a.dtype} and {b.dtype} (at {span})")
+    if len(a.shape) > 2 or len(b.shape) > 2:
+        raise Unsupported(f"a batched `@` (at {span})")
+    k = a.shape[-1]
+    if b.shape[0] != k:
+        raise Unsupported(f"`@` of shapes {list(a.shape)} and {list(b.shape)} (at {span})")
+    if len(a.shape) == 1 and len(b.shape) == 1:
+        product = Tensor(a.dtype, a.shape, ir.Apply("mul", a.dtype, (a.tree, b.tree)))
+        return finish(lowering, reduce(lowering, product, "add", (0,), False, span, "f64"), a.dtype)
+    m = a.shape[0] if len(a.shape) == 2 else 1
+    n = b.shape[1] if len(b.shape) == 2 else 1
+    shape = (*a.shape[:-1], *b.shape[1:])
+    if m == 0 or n == 0 or k == 0:
+        return Tensor(a.dtype, shape, ir.Splat(ir.Const(0.0, a.dtype)))
+    left = blas_operand(lowering, a, True)
+    right = blas_operand(lowering, b, False)
+    out = lowering.allocate(a.dtype, (m, n), "product")
+    lowering.emit(ir.MatMul(out, left, right, m, n, k))
+    return Tensor(a.dtype, shape, ir.Read(out, ZERO, contiguous(shape)))
+
+
+def blas_operand(lowering, x: Tensor, left: bool) -> ir.Read:
+    """`x` as a 2-d view BLAS reads: rows or columns contiguous (a vector becomes a row or a column)."""
+    if len(x.shape) == 1:
+        x = x if is_plain(x) else lowering.plain(x)
+        read = x.tree
+        strides = (0, 1) if left else (1, 0)
+        return ir.Read(read.buffer, read.offset, strides)
+    if not isinstance(x.tree, ir.Read):
+        x = lowering.materialise(x)
+    rows, columns = x.tree.strides
+    if (columns == 1 and rows >= x.shape[1]) or (rows == 1 and columns >= x.shape[0]):
+        return x.tree
+    return lowering.plain(
+        lowering.materialise(x) if not isinstance(x.tree, ir.Read) else Tensor(x.dtype, x.shape, x.tree)
+    ).tree
+
+
+# ------------------------------------------------------------------ structure
+
+
+def transpose(lowering, bound: dict, span: Span) -> object:
+    x = tensor(bound["x"], span)
+    rank = len(x.shape)
+    axes = tuple(static_int(lowering, a, span, "an axis") for a in bound["axes"]) or tuple(reversed(range(rank)))
+    if sorted(a % max(rank, 1) for a in axes) != list(range(rank)):
+        raise Unsupported(f"`transpose` axes {axes} (at {span})")
+    axes = tuple(a % rank for a in axes)
+    from dl.codegen.specialize import remap
+
+    return Tensor(x.dtype, tuple(x.shape[a] for a in axes), remap(x.tree, axes))
+
+
+def reshaped(lowering, x: Tensor, shape: tuple[int, ...], span: Span) -> object:
+    if math.prod(shape) != x.size:
+        raise Unsupported(f"`reshape` of {list(x.shape)} to {list(shape)} (at {span})")
+    if not shape:
+        scalar = lowering.temp("element", x.dtype)
+        lowering.emit(ir.Evaluate(scalar, lowering.plain(x).tree if x.shape else x.tree))
+        return Value(scalar)
+    x = lowering.plain(x)
+    return Tensor(x.dtype, shape, ir.Read(x.tree.buffer, x.tree.offset, contiguous(shape)))
+
+
+def reshape(lowering, bound: dict, span: Span) -> object:
+    x = tensor(bound["x"], span)
+    dims = [static_int(lowering, d, span, "a dimension") for d in bound["dims"]]
+    if len(dims) == 1 and isinstance(bound["dims"][0], tuple):
+        raise Unsupported(f"`reshape` with a tuple of dimensions (at {span})")
+    if dims.count(-1) == 1:
+        known = math.prod(d for d in dims if d != -1)
+        if known == 0 or x.size % known:
+            raise Unsupported(f"`reshape` of {list(x.shape)} to {dims} (at {span})")
+        dims[dims.index(-1)] = x.size // known
+    return reshaped(lowering, x, tuple(dims), span)
+
+
+def shape_of(value: object) -> tuple[int, ...]:
+    if isinstance(value, Tensor):
+        return value.shape
+    if isinstance(value, Value):
+        return ()
+    raise Unsupported("a shape of a value that is not a tensor")
+
+
+def reshape_like(lowering, bound: dict, span: Span) -> object:
+    x = bound["x"]
+    if isinstance(x, Value):
+        if shape_of(bound["like"]):
+            raise Unsupported(f"`reshape_like` of a scalar (at {span})")
+        return x
+    return reshaped(lowering, tensor(x, span), shape_of(bound["like"]), span)
+
+
+def expand_dims(lowering, bound: dict, span: Span) -> object:
+    x = bound["x"]
+    if isinstance(x, Value):
+        operand = x.operand
+        return Tensor(operand.dtype, (1,), ir.Splat(operand))
+    x = tensor(x, span)
+    rank = len(x.shape)
+    axis = static_int(lowering, bound["axis"], span, "an axis")
+    if not -rank - 1 <= axis <= rank:
+        raise Unsupported(f"`expand_dims` axis {axis} (at {span})")
+    axis %= rank + 1
+    from dl.codegen.specialize import remap
+
+    mapping = (*range(axis), None, *range(axis, rank))
+    return Tensor(x.dtype, (*x.shape[:axis], 1, *x.shape[axis:]), remap(x.tree, mapping))
+
+
+def broadcast_to(lowering, bound: dict, span: Span) -> object:
+    x = bound["x"]
+    dims = tuple(static_int(lowering, d, span, "a dimension") for d in bound["dims"])
+    if isinstance(x, Value):
+        return Tensor(x.operand.dtype, dims, ir.Splat(x.operand)) if dims else x
+    return broadcast(tensor(x, span), dims, span)
+
+
+def unbroadcast(lowering, bound: dict, span: Span) -> object:
+    x, target = bound["x"], shape_of(bound["like"])
+    if isinstance(x, Value):
+        return x
+    x = tensor(x, span)
+    extra = len(x.shape) - len(target)
+    if extra < 0 or any(n not in (1, m) for n, m in zip(target, x.shape[extra:], strict=True)):
+        raise Unsupported(f"`unbroadcast` of {list(x.shape)} to {list(target)} (at {span})")
+    axes = tuple(range(extra)) + tuple(extra + i for i, n in enumerate(target) if n == 1 and x.shape[extra + i] != 1)
+    if not axes:
+        return x
+    accumulate = "f64" if x.dtype in FLOATS else "i64"
+    result = finish(lowering, reduce(lowering, x, "add", axes, False, span, accumulate), x.dtype)
+    if isinstance(result, Value):
+        if target:
+            return Tensor(x.dtype, target, ir.Splat(result.operand))
+        return result
+    return reshaped(lowering, result, target, span) if result.shape != target else result
+
+
+def gather(lowering, bound: dict, span: Span) -> object:
+    x = tensor(bound["x"], span)
+    indices = bound["indices"]
+    axis = axis_index(static_int(lowering, bound["axis"], span, "an axis"), len(x.shape), span)
+    x = x if isinstance(x.tree, ir.Read) else lowering.materialise(x)
+    read = x.tree
+    size = x.shape[axis]
+    message = failure_message(
+        Prim.GATHER, PrimitiveError(f"gather index {{value}} is out of range for axis {axis} with size {size}")
+    )
+    site = lowering.site("E0513", message, span, "i64")
+    if isinstance(indices, Value):
+        if indices.operand.dtype != "i64":
+            raise Unsupported(f"`gather` with a {indices.operand.dtype} index (at {span})")
+        index_tree, index_shape = ir.Splat(indices.operand), ()
+    else:
+        indices = tensor(indices, span)
+        if indices.dtype != "i64":
+            raise Unsupported(f"`gather` with {indices.dtype} indices (at {span})")
+        index_tree, index_shape = indices.tree, indices.shape
+    from dl.codegen.specialize import remap
+
+    shape = (*x.shape[:axis], *index_shape, *x.shape[axis + 1 :])
+    k = len(index_shape)
+    mapping = tuple([None] * axis + list(range(k)) + [None] * (len(x.shape) - axis - 1))
+    if index_shape:
+        index_tree = remap(index_tree, mapping)
+    strides = tuple(read.strides[:axis]) + (0,) * k + tuple(read.strides[axis + 1 :])
+    tree = ir.Take(read.buffer, read.offset, strides, index_tree, read.strides[axis], size, site)
+    result = Tensor(x.dtype, shape, tree)
+    if not shape:
+        scalar = lowering.temp("element", x.dtype)
+        lowering.emit(ir.Evaluate(scalar, tree))
+        return Value(scalar)
+    return result
+
+
+def scatter_add(lowering, bound: dict, span: Span) -> object:
+    x = tensor(bound["x"], span)
+    indices, updates = bound["indices"], bound["updates"]
+    axis = axis_index(static_int(lowering, bound["axis"], span, "an axis"), len(x.shape), span)
+    if not isinstance(indices, Tensor) or indices.dtype != "i64":
+        raise Unsupported(f"`scatter_add` with these indices (at {span})")
+    shape = (*x.shape[:axis], *indices.shape, *x.shape[axis + 1 :])
+    if isinstance(updates, Value):
+        updates = Tensor(x.dtype, (), ir.Splat(lowering.scalar_operand(updates, x.dtype, span)))
+    if updates.dtype != x.dtype:
+        raise Unsupported(f"`scatter_add` of {updates.dtype} into {x.dtype} (at {span})")
+    updates = broadcast(updates, shape, span)
+    target = lowering.allocate(x.dtype, x.shape, "scattered")
+    lowering.emit(ir.Fill(target, x.tree))
+    from dl.codegen.specialize import remap
+
+    k = len(indices.shape)
+    mapping = tuple([None] * axis + list(range(axis, axis + k)) + [None] * (len(x.shape) - axis - 1))
+    index_tree = remap(indices.tree, tuple(m - axis if m is not None else None for m in mapping))
+    strides = contiguous(x.shape)
+    position = tuple(strides[:axis]) + (0,) * k + tuple(strides[axis + 1 :])
+    size = x.shape[axis]
+    message = failure_message(
+        Prim.SCATTER_ADD, PrimitiveError(f"index {{value}} is out of bounds for axis {axis} with size {size}")
+    )
+    site = lowering.site("E0513", message, span, "i64")
+    lowering.emit(ir.ScatterAdd(target, position, index_tree, strides[axis], size, updates.tree, shape, site))
+    return view(target)
+
+
+# ------------------------------------------------------------------ creation and inspection
+
+
+def filled(value: float):
+    def apply(lowering, bound: dict, span: Span) -> object:
+        dtype = dtype_of(bound["dtype"], span)
+        dims = tuple(static_int(lowering, d, span, "a dimension") for d in bound["dims"])
+        constant = ir.Const(
+            False
+            if dtype == "bool" and not value
+            else (True if dtype == "bool" else (int(value) if dtype == "i64" else float(value))),
+            dtype,
+        )
+        if not dims:
+            return Value(constant)
+        return Tensor(dtype, dims, ir.Splat(constant))
+
+    return apply
+
+
+def full(lowering, bound: dict, span: Span) -> object:
+    dtype = dtype_of(bound["dtype"], span)
+    dims = tuple(static_int(lowering, d, span, "a dimension") for d in bound["dims"])
+    value = bound["value"]
+    if not isinstance(value, Value) or dtype == "bool":
+        raise Unsupported(f"`full` of this value (at {span})")
+    operand = lowering.scalar_operand(value, dtype, span)
+    return Tensor(dtype, dims, ir.Splat(operand)) if dims else Value(operand)
+
+
+def zeros_like(lowering, bound: dict, span: Span) -> object:
+    return zeros_of(bound["x"], span)
+
+
+def zeros_of(value: object, span: Span) -> object:
+    if isinstance(value, Tensor):
+        return Tensor(value.dtype, value.shape, ir.Splat(zero(value.dtype)))
+    if isinstance(value, Value):
+        return Value(zero(value.operand.dtype))
+    if isinstance(value, tuple):
+        return tuple(zeros_of(v, span) for v in value)
+    if isinstance(value, Struct):
+        return Struct(value.kind, value.name, value.fields, [zeros_of(v, span) for v in value.values])
+    raise Unsupported(f"`zeros_like` of this value (at {span})")
+
+
+def zero(dtype: str) -> ir.Const:
+    return ir.Const({"bool": False, "i64": 0}.get(dtype, 0.0), dtype)
+
+
+def arange(lowering, bound: dict, span: Span) -> object:
+    bounds = [static_int(lowering, b, span, "an `arange` bound") for b in bound["bounds"]]
+    start, stop = (0, bounds[0]) if len(bounds) == 1 else bounds
+    count = max(stop - start, 0)
+    tree: object = ir.Index(0)
+    if start:
+        tree = ir.Apply("add", "i64", (tree, ir.Splat(ir.Const(start, "i64"))))
+    return Tensor("i64", (count,), tree)
+
+
+def shape(lowering, bound: dict, span: Span) -> object:
+    return tuple(Value(ir.Const(n, "i64"), n) for n in shape_of(bound["x"]))
+
+
+def length(lowering, bound: dict, span: Span) -> object:
+    x = bound["x"]
+    if isinstance(x, tuple):
+        return Value(ir.Const(len(x), "i64"), len(x))
+    if isinstance(x, Tensor):
+        return Value(ir.Const(x.shape[0], "i64"), x.shape[0])
+    raise Unsupported(f"`len` of this value (at {span})")
+
+
+def to_float(lowering, bound: dict, span: Span) -> object:
+    x, dtype = bound["x"], dtype_of(bound["dtype"], span)
+    if dtype not in FLOATS:
+        raise Unsupported(f"`float` to {dtype} (at {span})")
+    if isinstance(x, Tensor):
+        return Tensor(dtype, x.shape, ir.Apply("convert", dtype, (x.tree,)) if x.dtype != dtype else x.tree)
+    value = lowering.scalar_of(x, span)
+    if value.weak is not None:
+        return Value(ir.Const(float(value.weak), dtype))
+    if value.operand.dtype == dtype:
+        return value
+    if value.operand.dtype == "bool":
+        raise Unsupported(f"`float` of a bool (at {span})")
+    result = lowering.temp("float", dtype)
+    lowering.emit(ir.Convert(result, value.operand))
+    return Value(result)
+
+
+def check(lowering, bound: dict, span: Span) -> object:
+    condition, message = bound["condition"], bound["message"]
+    condition = lowering.scalar_of(condition, span)
+    if condition.operand.dtype != "bool":
+        raise Unsupported(f"`assert` of {condition.operand.dtype} (at {span})")
+    text = message.value if isinstance(message, Text) else message
+    if not isinstance(text, str):
+        raise Unsupported(f"`assert` with a message that is not a string (at {span})")
+    shown = f"assertion failed: {text}" if text != "assertion failed" else "assertion failed"
+    site = lowering.site("E0502", shown.replace("{", "{{").replace("}", "}}"), span)
+    lowering.emit(ir.Check(condition.operand, site))
+    return ()
+
+
+# ------------------------------------------------------------------ trees of tensors
+
+
+def tree_map(lowering, bound: dict, span: Span) -> object:
+    f, trees = bound["f"], bound["trees"]
+    if not isinstance(f, Closure):
+        if hasattr(f, "name") and f.__class__.__name__ == "Primitive":
+            return map_leaves(
+                lambda *leaves: call_primitive(lowering, f.name, list(leaves), {}, span, False), trees, span
+            )
+        raise Unsupported(f"`tree_map` of this function (at {span})")
+    return map_leaves(lambda *leaves: lowering.inline(f, list(leaves), {}, span), trees, span)
+
+
+def map_leaves(function, trees: tuple, span: Span) -> object:
+    first = trees[0]
+    if isinstance(first, tuple):
+        if any(not isinstance(t, tuple) or len(t) != len(first) for t in trees):
+            raise Unsupported(f"`tree_map` of trees of different structure (at {span})")
+        return tuple(map_leaves(function, items, span) for items in zip(*trees, strict=True))
+    if isinstance(first, Struct):
+        if any(not isinstance(t, Struct) or t.fields != first.fields or t.name != first.name for t in trees):
+            raise Unsupported(f"`tree_map` of trees of different structure (at {span})")
+        return Struct(
+            first.kind,
+            first.name,
+            first.fields,
+            [map_leaves(function, items, span) for items in zip(*(t.values for t in trees), strict=True)],
+        )
+    return function(*trees)
+
+
+def tree_add(lowering, bound: dict, span: Span) -> object:
+    return map_leaves(lambda a, b: lowering.binary_values("+", a, b, span), (bound["a"], bound["b"]), span)
+
+
+HANDLERS = {
+    **{name: unary(name) for name in UNARY_FLOAT | UNARY_NUMBER},
+    "maximum": binary_math("maximum"),
+    "minimum": binary_math("minimum"),
+    "where": where,
+    "sum": summed("sum"),
+    "mean": summed("mean"),
+    "max": extreme("max"),
+    "min": extreme("min"),
+    "softmax": softmax,
+    "log_softmax": log_softmax,
+    "transpose": transpose,
+    "reshape": reshape,
+    "reshape_like": reshape_like,
+    "expand_dims": expand_dims,
+    "broadcast_to": broadcast_to,
+    "unbroadcast": unbroadcast,
+    "gather": gather,
+    "scatter_add": scatter_add,
+    "zeros": filled(0),
+    "ones": filled(1),
+    "full": full,
+    "zeros_like": zeros_like,
+    "arange": arange,
+    "shape": shape,
+    "len": length,
+    "float": to_float,
+    "assert": check,
+    "tree_map": tree_map,
+    "tree_add": tree_add,
+}

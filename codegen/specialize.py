@@ -1,0 +1,1263 @@
+"""Tensor functions compiled for the shapes they are called with: `specialise(typed, decl, path, args)`.
+
+A function that takes or returns tensors, structs or tuples is compiled the first time it is called with
+a given *layout* of arguments (the structure of its structs and tuples, and every tensor's dtype and
+shape; scalars stay run-time values), as JAX's `jit` specialises on shapes. With every shape a constant,
+the lowering is an abstract interpretation of the function's body: each expression gives an abstract value
+(a scalar IR operand, a `Tensor` of known dtype and shape, a `Struct`, a `Tuple`, a closure), calls of DL
+functions (user code, stdlib/nn.dl, the functions `grad` generates) are inlined, and tensor code becomes
+the tensor instructions of codegen/ir.py:
+
+- elementwise operations, broadcasting, `transpose`, `expand_dims`, `reshape` of contiguous data and
+  indexing by integers build *trees* (`ir.Read` views with constant strides, `ir.Apply` nodes) and compute
+  nothing; a tree is written to a buffer (`ir.Fill`: one loop nest, no intermediate tensors) only where
+  it must be: a `let` used more than once, a reduction's or a product's operand, a result;
+- reductions (`sum`, `mean`, `max`, `min` over axes, and `softmax`, `log_softmax`, `logsumexp` built from
+  them) read their operand's tree directly (`ir.Reduce`); matrix products call numpy's OpenBLAS `gemm`
+  (`ir.MatMul`), transposed operands passed as such; `gather` and `scatter_add` are `ir.Take` trees and
+  `ir.ScatterAdd` loops with their indices checked.
+
+Scalar control flow is the scalar lowering's (codegen/lower.py: blocks, branches, loops); a tensor variable
+assigned inside an `if` or a loop gets a fixed buffer (a *home*) that its assignments write. Buffers are
+carved at compile time out of one workspace the host allocates once per specialisation; results are
+written into tensors the host allocates. Anything outside this (a function value parameter, printing,
+random numbers, an integer a shape depends on that is only known at run time, a mixed-dtype operation)
+raises `Unsupported`, and the function runs on the interpreter, as every other refused function does.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+from dl.codegen import ir
+from dl.codegen.lower import ARITHMETIC, COMPARE_NAMES, FunctionLowering, Unsupported, Value, adapted
+from dl.lang import ast
+from dl.lang.check import Typed
+from dl.lang.diagnostics import Span
+from dl.lang.types import FunctionRef, PrimitiveRef
+
+ITEM_SIZES = {"f32": 4, "f64": 8, "i64": 8, "bool": 1}
+DTYPE_NAMES = {"f32", "f64", "i64", "bool"}
+FLOATS = ("f32", "f64")
+UNARY_MATH = {"exp", "log", "sqrt", "tanh", "sin", "cos", "sigmoid", "abs", "relu"}
+INLINE_DEPTH = 48
+
+
+# ------------------------------------------------------------------ abstract values
+
+
+@dataclass(frozen=True)
+class Tensor:
+    """A tensor of rank 1 or more: its dtype, constant shape and elementwise tree (codegen/ir.py)."""
+
+    dtype: str
+    shape: tuple[int, ...]
+    tree: object
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+
+@dataclass
+class Struct:
+    """A struct value: the interpreter's `StructType` when known (`kind`), else its declaration's (path,
+    name); field values in declaration order."""
+
+    kind: object
+    name: str
+    fields: tuple[str, ...]
+    values: list
+
+    def field(self, name: str, span: Span) -> object:
+        if name not in self.fields:
+            raise Unsupported(f"`{self.name}` has no field `{name}` (at {span})")
+        return self.values[self.fields.index(name)]
+
+
+@dataclass(frozen=True)
+class Closure:
+    """A DL function value: a top-level declaration, or a lambda or local `fn` with the values it captured."""
+
+    decl: ast.FnDecl | ast.Lambda
+    path: str
+    captured: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Primitive:
+    name: str
+
+
+@dataclass(frozen=True)
+class Text:
+    value: str
+
+
+@dataclass(frozen=True)
+class DType:
+    name: str
+
+
+def contiguous(shape: tuple[int, ...]) -> tuple[int, ...]:
+    strides, stride = [], 1
+    for n in reversed(shape):
+        strides.append(stride)
+        stride *= n
+    return tuple(reversed(strides))
+
+
+ZERO = ir.Const(0, "i64")
+
+
+def view(buffer: ir.Buffer) -> Tensor:
+    return Tensor(buffer.dtype, buffer.shape, ir.Read(buffer, ZERO, contiguous(buffer.shape)))
+
+
+def is_plain(tensor: Tensor) -> bool:
+    """Whether the tensor is a buffer (or a contiguous piece of one) as it is laid out."""
+    tree = tensor.tree
+    return isinstance(tree, ir.Read) and all(
+        stride == want or n == 1
+        for stride, want, n in zip(tree.strides, contiguous(tensor.shape), tensor.shape, strict=True)
+    )
+
+
+def remap(tree: object, mapping: tuple[int | None, ...]) -> object:
+    """`tree` seen through new dimensions: new dimension `d` walks old dimension `mapping[d]`, or none
+    (broadcast). Old dimensions missing from `mapping` must have size 1 (their index is 0)."""
+    match tree:
+        case ir.Read(buffer=buffer, offset=offset, strides=strides):
+            return ir.Read(buffer, offset, tuple(0 if m is None else strides[m] for m in mapping))
+        case ir.Take():
+            strides = tuple(0 if m is None else tree.strides[m] for m in mapping)
+            return ir.Take(
+                tree.buffer, tree.offset, strides, remap(tree.index, mapping), tree.stride, tree.size, tree.site
+            )
+        case ir.Index(axis=axis):
+            return ir.Index(mapping.index(axis)) if axis in mapping else ir.Splat(ZERO)
+        case ir.Splat():
+            return tree
+        case ir.Apply(op=op, dtype=dtype, args=args):
+            return ir.Apply(op, dtype, tuple(remap(a, mapping) for a in args))
+    raise AssertionError(tree)
+
+
+def reads(tree: object, buffers: set[str]) -> bool:
+    match tree:
+        case ir.Read(buffer=buffer):
+            return buffer.name in buffers
+        case ir.Take(buffer=buffer, index=index):
+            return buffer.name in buffers or reads(index, buffers)
+        case ir.Apply(args=args):
+            return any(reads(a, buffers) for a in args)
+    return False
+
+
+def same_view_only(tree: object, region: ir.Read) -> bool:
+    """Whether every read of `region`'s buffer in `tree` is of `region` itself (the element written)."""
+    match tree:
+        case ir.Read(buffer=read) if read.name == region.buffer.name:
+            return tree == region
+        case ir.Take(buffer=read, index=index):
+            return read.name != region.buffer.name and same_view_only(index, region)
+        case ir.Apply(args=args):
+            return all(same_view_only(a, region) for a in args)
+    return True
+
+
+def reads_only_in_place(tree: object, buffer: ir.Buffer) -> bool:
+    """Whether every read of `buffer` in `tree` is of the element being written (so `buffer` can be
+    overwritten by the tree's loop as it goes)."""
+    match tree:
+        case ir.Read(buffer=read, offset=offset, strides=strides) if read.name == buffer.name:
+            return offset == ZERO and all(
+                s == c or n == 1 for s, c, n in zip(strides, contiguous(buffer.shape), buffer.shape, strict=True)
+            )
+        case ir.Take(buffer=read, index=index):
+            return read.name != buffer.name and reads_only_in_place(index, buffer)
+        case ir.Apply(args=args):
+            return all(reads_only_in_place(a, buffer) for a in args)
+    return True
+
+
+def broadcast_shape(a: tuple[int, ...], b: tuple[int, ...], span: Span) -> tuple[int, ...]:
+    rank = max(len(a), len(b))
+    a, b = (1,) * (rank - len(a)) + a, (1,) * (rank - len(b)) + b
+    shape = []
+    for m, n in zip(a, b, strict=True):
+        if m != n and 1 not in (m, n):
+            raise Unsupported(f"shapes {list(a)} and {list(b)} do not broadcast (at {span})")
+        shape.append(n if m == 1 else m)
+    return tuple(shape)
+
+
+def broadcast(tensor: Tensor, shape: tuple[int, ...], span: Span) -> Tensor:
+    if tensor.shape == shape:
+        return tensor
+    extra = len(shape) - len(tensor.shape)
+    if extra < 0:
+        raise Unsupported(f"cannot broadcast {list(tensor.shape)} to {list(shape)} (at {span})")
+    mapping = []
+    for d, n in enumerate(shape):
+        k = d - extra
+        if k < 0 or (tensor.shape[k] == 1 and n != 1):
+            mapping.append(None)
+        elif tensor.shape[k] == n:
+            mapping.append(k)
+        else:
+            raise Unsupported(f"cannot broadcast {list(tensor.shape)} to {list(shape)} (at {span})")
+    return Tensor(tensor.dtype, shape, remap(tensor.tree, tuple(mapping)))
+
+
+def axis_index(axis: int, rank: int, span: Span) -> int:
+    if not -max(rank, 1) <= axis < max(rank, 1):
+        raise Unsupported(f"axis {axis} is out of range for rank {rank} (at {span})")
+    return axis % max(rank, 1)
+
+
+# ------------------------------------------------------------------ the layout of arguments
+
+
+def layout_of(value: object) -> tuple:
+    """A hashable description of a value's structure, dtypes and shapes (not its numbers)."""
+    cls = value.__class__
+    if cls is np.ndarray:
+        if value.ndim == 0:
+            return ("scalar", DTYPE_OF.get(value.dtype.name))
+        return ("tensor", DTYPE_OF.get(value.dtype.name), value.shape)
+    if cls is np.float32:
+        return ("scalar", "f32")
+    if cls is np.float64:
+        return ("scalar", "f64")
+    if cls is bool or cls is np.bool_:
+        return ("scalar", "bool")
+    if cls is int:
+        return ("scalar", "i64")
+    if cls is tuple:
+        return ("tuple", tuple(layout_of(item) for item in value))
+    if cls is str:
+        return ("text", value)
+    kind = getattr(value, "type", None)
+    values = getattr(value, "values", None)
+    if kind is not None and values is not None and hasattr(kind, "fields"):
+        return ("struct", id(kind), tuple(layout_of(item) for item in values), kind.name)
+    return ("other", cls.__name__)
+
+
+DTYPE_OF = {"float32": "f32", "float64": "f64", "int64": "i64", "bool": "bool"}
+
+
+@dataclass
+class Specialised:
+    """A function lowered for one layout: the IR, the number of argument slots, the result layout (a tree
+    of ("tensor", slot, dtype, shape), ("scalar", slot, dtype), ("tuple", items), ("struct", kind, items)
+    and ("unit",)), and the workspace's size in bytes."""
+
+    function: ir.Function
+    argument_slots: int
+    result: tuple
+    workspace: int
+    slots: int
+
+
+# ------------------------------------------------------------------ the lowering
+
+
+@dataclass
+class Returning:
+    """Where the `return`s of an inlined function go: the label after the call, and the homes of the
+    returned value (made at the first `return` inside control flow)."""
+
+    end: str
+    home: object = None
+    value: object = None
+
+
+class Specialiser(FunctionLowering):
+    def __init__(self, typed: Typed, decl: ast.FnDecl, path: str, arguments: list, structs) -> None:
+        super().__init__(typed, decl, path)
+        self.arguments = arguments
+        self.structs = structs  # (path, name) -> the interpreter's StructType
+        self.buffer_list: list[ir.Buffer] = []
+        self.workspace = 0
+        self.slot_count = 1
+        self.homes: set[str] = set()
+        self.result_layout: tuple | None = None
+        self.returning: Returning | None = None
+        self.exit_label = "exit"
+        self.depth = 0
+        self.uses: dict[str, int] = {}
+        self.assigned: set[str] = set()
+        self.constants: dict[tuple[str, str], object] = {}
+
+    # -------------------------------------------------------------- entry
+    def specialise(self) -> Specialised:
+        decl = self.decl  # annotations checked at run time are checked by the interpreter around this body
+        params = {}
+        for param, argument in zip(decl.params, self.arguments, strict=True):
+            params[param.name] = self.argument(argument, param.name)
+        argument_slots = self.slot_count
+        self.scopes = [params]
+        self.uses, self.assigned = usage(decl.body)
+        self.returning = None
+        self.block(decl.body)
+        if self.label is not None:
+            self.write_result(None, decl.span)
+            self.finish(ir.Jump(self.exit_label))
+        self.start(self.exit_label)
+        self.finish(ir.Return(None))
+        recursion = ir.Site("E0506", f"recursion too deep in `{decl.name}`", decl.name_span)
+        function = ir.Function(
+            f"{self.path}::{decl.name}.specialised",
+            decl.name,
+            (),
+            "unit",
+            tuple(self.variables),
+            tuple(self.blocks),
+            tuple(self.sites),
+            recursion,
+            tuple(self.buffer_list),
+            True,
+        )
+        return Specialised(function, argument_slots, self.result_layout, self.workspace, self.slot_count)
+
+    def argument(self, layout: tuple, name: str) -> object:
+        kind = layout[0]
+        if kind == "tensor":
+            _, dtype, shape = layout
+            if dtype is None:
+                raise Unsupported(f"`{name}` is a tensor of a dtype the compiler does not handle")
+            buffer = ir.Buffer(f"{name}.{self.slot_count}", dtype, shape, self.slot_count)
+            self.slot_count += 1
+            self.buffer_list.append(buffer)
+            return view(buffer)
+        if kind == "scalar":
+            if layout[1] is None:
+                raise Unsupported(f"`{name}` is a scalar of a dtype the compiler does not handle")
+            result = self.temp(name, layout[1])
+            self.emit(ir.LoadSlot(result, self.slot_count))
+            self.slot_count += 1
+            return Value(result)
+        if kind == "tuple":
+            return tuple(self.argument(item, f"{name}.{k}") for k, item in enumerate(layout[1]))
+        if kind == "struct":
+            struct_type = self.structs.kind(layout[1])
+            values = [self.argument(item, f"{name}.{f}") for f, item in zip(struct_type.fields, layout[2], strict=True)]
+            return Struct(struct_type, struct_type.name, struct_type.fields, values)
+        if kind == "text":
+            return Text(layout[1])
+        raise Unsupported(f"`{name}` is a {layout[1]} value, which compiled code does not take")
+
+    # -------------------------------------------------------------- buffers
+    def allocate(self, dtype: str, shape: tuple[int, ...], hint: str = "t") -> ir.Buffer:
+        self.workspace = (self.workspace + 63) // 64 * 64
+        buffer = ir.Buffer(f"{hint}.{len(self.buffer_list)}", dtype, shape, 0, self.workspace)
+        self.workspace += max(math.prod(shape), 1) * ITEM_SIZES[dtype]
+        self.buffer_list.append(buffer)
+        return buffer
+
+    def materialise(self, tensor: Tensor, hint: str = "t") -> Tensor:
+        if isinstance(tensor.tree, ir.Read):
+            return tensor
+        buffer = self.allocate(tensor.dtype, tensor.shape, hint)
+        self.emit(ir.Fill(buffer, tensor.tree))
+        return view(buffer)
+
+    def plain(self, tensor: Tensor) -> Tensor:
+        """The tensor in a buffer of its own layout (for `reshape` and the host)."""
+        if is_plain(tensor):
+            return tensor
+        buffer = self.allocate(tensor.dtype, tensor.shape)
+        self.emit(ir.Fill(buffer, tensor.tree))
+        return view(buffer)
+
+    def bind(self, value: object, uses: int, detach: bool = True) -> object:
+        """A value given a name: a computed tree used more than once is written to a buffer; views and
+        single uses stay trees. With `detach`, anything reading a home (which a later assignment
+        overwrites), views included, is copied out of it."""
+        if isinstance(value, Tensor):
+            if detach and reads(value.tree, self.homes):
+                return self.copy(value)
+            if uses > 1 and not isinstance(value.tree, ir.Read):
+                return self.materialise(value)
+        if isinstance(value, tuple):
+            return tuple(self.bind(item, uses, detach) for item in value)
+        if isinstance(value, Struct):
+            values = [self.bind(v, uses, detach) for v in value.values]
+            return Struct(value.kind, value.name, value.fields, values)
+        return value
+
+    # -------------------------------------------------------------- homes (variables assigned in control flow)
+    def home(self, value: object, name: str) -> object:
+        """A copy of `value` in storage that assignments can overwrite."""
+        if isinstance(value, Tensor):
+            buffer = self.allocate(value.dtype, value.shape, f"home.{name}")
+            self.emit(ir.Fill(buffer, value.tree))
+            self.homes.add(buffer.name)
+            return view(buffer)
+        if isinstance(value, Value):
+            variable = self.new_variable(name, value.operand.dtype)
+            self.emit(ir.Store(variable, value.operand))
+            return variable
+        if isinstance(value, (ir.Variable, Text, Closure, Primitive, DType)):
+            return value
+        if isinstance(value, tuple):
+            return tuple(self.home(item, name) for item in value)
+        if isinstance(value, Struct):
+            return Struct(
+                value.kind,
+                value.name,
+                value.fields,
+                [self.home(v, f"{name}.{f}") for v, f in zip(value.values, value.fields, strict=True)],
+            )
+        raise Unsupported(f"`{name}` holds a value compiled code cannot assign in a loop or `if`")
+
+    def new_variable(self, name: str, dtype: str) -> ir.Variable:
+        taken = {v.name for v in self.variables}
+        unique, count = name, 1
+        while unique in taken:
+            unique, count = f"{name}.{count}", count + 1
+        variable = ir.Variable(unique, dtype)
+        self.variables.append(variable)
+        return variable
+
+    def is_home(self, value: object) -> bool:
+        if isinstance(value, ir.Variable):
+            return True
+        if isinstance(value, Tensor):
+            return isinstance(value.tree, ir.Read) and value.tree.buffer.name in self.homes
+        if isinstance(value, tuple):
+            return bool(value) and all(self.is_home(v) for v in value)
+        if isinstance(value, Struct):
+            return all(self.is_home(v) for v in value.values)
+        return False
+
+    def make_homes(self, stmt: ast.Stmt) -> None:
+        """Before an `if` or a loop: every variable it assigns gets a home."""
+        for name in assigned_names(stmt):
+            for scope in reversed(self.scopes):
+                if name in scope:
+                    if not self.is_home(scope[name]) and not isinstance(scope[name], (Text, Closure, Primitive, DType)):
+                        scope[name] = self.home(scope[name], name)
+                    break
+
+    def store_home(self, home: object, value: object, span: Span) -> None:
+        """Write `value` into `home` (same structure, dtypes and shapes)."""
+        if isinstance(home, ir.Variable):
+            value = self.scalar_of(value, span)
+            self.emit(ir.Store(home, self.convert(value, home.dtype, "the assigned value")))
+        elif isinstance(home, Tensor):
+            if not isinstance(value, Tensor) or value.shape != home.shape or value.dtype != home.dtype:
+                value = self.tensor_like(value, home, span)
+            target = home.tree.buffer
+            tree = value.tree
+            if not reads_only_in_place(tree, target):
+                tree = self.materialise(value).tree
+            if tree != home.tree:
+                self.emit(ir.Fill(target, tree))
+        elif isinstance(home, tuple) and isinstance(value, tuple) and len(home) == len(value):
+            for h, v in zip(home, value, strict=True):
+                self.store_home(h, v, span)
+        elif isinstance(home, Struct) and isinstance(value, Struct) and home.fields == value.fields:
+            for h, v in zip(home.values, value.values, strict=True):
+                self.store_home(h, v, span)
+        elif home != value:
+            raise Unsupported(f"an assignment changes the structure of a variable (at {span})")
+
+    def tensor_like(self, value: object, home: Tensor, span: Span) -> Tensor:
+        if isinstance(value, Value):
+            operand = self.convert(value, home.dtype, "the assigned value") if value.weak is not None else value.operand
+            value = Tensor(operand.dtype, (), ir.Splat(operand))
+        if not isinstance(value, Tensor) or value.dtype != home.dtype:
+            raise Unsupported(f"an assignment changes a tensor's dtype (at {span})")
+        if value.shape != home.shape:
+            raise Unsupported(
+                f"an assignment changes a tensor's shape from {list(home.shape)} to {list(value.shape)} (at {span})"
+            )
+        return value
+
+    # -------------------------------------------------------------- statements
+    def statement(self, stmt: ast.Stmt) -> None:
+        if self.label is None:
+            return  # unreachable code after a return, break or continue
+        match stmt:
+            case ast.Let(pattern=pattern, value=value):
+                if id(stmt) in self.typed.runtime_checks:
+                    raise Unsupported(f"a `let` is checked at run time (at {stmt.span})")
+                self.let(pattern, self.evaluate(value), stmt.span)
+            case ast.Assign(target=target, op=op, value=value):
+                self.assignment(target, op, value, stmt.span)
+            case ast.ExprStmt(expr=expr):
+                self.evaluate(expr, discarded=True)
+            case ast.If():
+                self.make_homes(stmt)
+                self.if_statement(stmt)
+            case ast.While():
+                self.make_homes(stmt)
+                self.while_statement(stmt)
+            case ast.For(pattern=ast.NamePattern(name=name), iterable=ast.Range() as bounds, body=body):
+                self.make_homes(stmt)
+                self.for_range(name, bounds, body)
+            case ast.Return(value=value):
+                returned = self.evaluate(value) if value is not None else None
+                self.write_result(returned, stmt.span)
+            case ast.Break():
+                self.finish(ir.Jump(self.loops[-1][1]))
+            case ast.Continue():
+                self.finish(ir.Jump(self.loops[-1][0]))
+            case ast.FnDecl(name=name):
+                self.scopes[-1][name] = self.closure(stmt)
+            case _:
+                raise Unsupported(f"a statement the compiler does not handle yet (at {stmt.span})")
+
+    def let(self, pattern: ast.Pattern, value: object, span: Span) -> None:
+        match pattern:
+            case ast.NamePattern(name=name):
+                if isinstance(value, Value) and (name in self.assigned or not isinstance(value.operand, ir.Const)):
+                    variable = self.new_variable(name, value.operand.dtype)
+                    self.emit(ir.Store(variable, value.operand))
+                    if value.weak is not None and name not in self.assigned:
+                        value = Value(value.operand, value.weak)  # a constant keeps adapting
+                    else:
+                        value = variable
+                self.scopes[-1][name] = self.bind(value, self.uses.get(name, 0))
+            case ast.TuplePattern(items=items):
+                if not isinstance(value, tuple) or len(value) != len(items):
+                    raise Unsupported(f"a tuple pattern of {len(items)} does not match the value (at {span})")
+                for item, part in zip(items, value, strict=True):
+                    self.let(item, part, span)
+
+    def assignment(self, target: ast.Expr, op: str, value_expr: ast.Expr, span: Span) -> None:
+        value = self.evaluate(value_expr)
+        if op != "=":
+            value = self.binary_values(op[:-1], self.evaluate(target), value, span)
+        self.assign_to(target, value, span)
+
+    def assign_to(self, target: ast.Expr, value: object, span: Span) -> None:
+        match target:
+            case ast.Name(id=name):
+                scope = self.scope_of(name, span)
+                current = scope[name]
+                if self.is_home(current):
+                    self.store_home(current, value, span)
+                else:
+                    scope[name] = self.bind(value, self.uses.get(name, 0))
+            case ast.Field(target=inner, name=name):
+                record = self.evaluate(inner)
+                if not isinstance(record, Struct):
+                    raise Unsupported(f"assigning a field of a value that is not a struct (at {span})")
+                position = record.fields.index(name) if name in record.fields else None
+                if position is None:
+                    raise Unsupported(f"`{record.name}` has no field `{name}` (at {span})")
+                if self.is_home(record.values[position]):
+                    self.store_home(record.values[position], value, span)
+                else:
+                    values = list(record.values)
+                    values[position] = self.bind(value, 2)
+                    self.assign_to(inner, Struct(record.kind, record.name, record.fields, values), span)
+            case ast.TupleLiteral(items=items):
+                if not isinstance(value, tuple) or len(value) != len(items):
+                    raise Unsupported(f"a tuple assignment does not match the value (at {span})")
+                value = self.bind(value, 1)  # read every part before writing any: `(a, b) = (b, a)`
+                for item, part in zip(items, value, strict=True):
+                    self.assign_to(item, part, span)
+            case ast.Index(target=ast.Name(id=name) as base, indices=indices):
+                self.assign_element(name, base, indices, value, span)
+            case _:
+                raise Unsupported(f"an assignment to this target (at {span})")
+
+    def assign_element(self, name: str, base: ast.Name, indices: tuple, value: object, span: Span) -> None:
+        """`x[i, a:b] = v` (and `+=`): the selected elements of `x`'s storage are overwritten; `x` is first
+        given storage of its own unless it is a home (a value is never changed where another name sees it)."""
+        scope = self.scope_of(name, span)
+        current = scope[name]
+        if not isinstance(current, Tensor):
+            raise Unsupported(f"assigning an element of a value that is not a tensor (at {span})")
+        if not self.is_home(current):
+            current = self.copy(current)
+            scope[name] = current
+        region = self.view_of(current, indices, span)
+        if isinstance(value, ir.Variable):
+            value = self.read_variable(value)
+        if isinstance(value, Value):
+            value = Tensor(current.dtype, (), ir.Splat(self.scalar_operand(value, current.dtype, span)))
+        if not isinstance(value, Tensor) or value.dtype != current.dtype:
+            raise Unsupported(f"an element assignment of another dtype (at {span})")
+        tree = broadcast(value, region.shape, span).tree
+        target = current.tree.buffer
+        if reads(tree, {target.name}) and not same_view_only(tree, region.tree):
+            tree = self.materialise(Tensor(value.dtype, region.shape, tree)).tree
+        self.emit(ir.Fill(target, tree, region.tree, region.shape))
+
+    def scope_of(self, name: str, span: Span) -> dict:
+        for scope in reversed(self.scopes):
+            if name in scope:
+                return scope
+        raise Unsupported(f"it assigns `{name}`, which is not a local variable (at {span})")
+
+    def write_result(self, value: object, span: Span) -> None:
+        """A `return`: into the caller's homes for an inlined function, into the host's results for the
+        specialised function itself."""
+        if self.returning is not None:
+            returning = self.returning
+            if returning.home is None and value is not None:
+                returning.home = self.home(value, "returned")
+            if value is not None:
+                self.store_home(returning.home, value, span)
+            self.finish(ir.Jump(returning.end))
+            return
+        layout = self.result_of(value, span, self.result_layout)
+        if self.result_layout is None:
+            self.result_layout = layout
+        self.finish(ir.Jump(self.exit_label))
+
+    def result_of(self, value: object, span: Span, known: tuple | None) -> tuple:
+        """Store a returned value where the host finds it; `known` is the layout of an earlier `return`."""
+        if value is None:
+            if known not in (None, ("unit",)):
+                raise Unsupported(f"returns of different kinds (at {span})")
+            return ("unit",)
+        if isinstance(value, ir.Variable):
+            value = self.read_variable(value)
+        if isinstance(value, Value):
+            operand = value.operand
+            slot = known[1] if known is not None and known[0] == "scalar" else self.new_slot()
+            if known is not None and known != ("scalar", slot, operand.dtype):
+                raise Unsupported(f"returns of different types (at {span})")
+            self.emit(ir.StoreSlot(slot, operand))
+            return ("scalar", slot, operand.dtype)
+        if isinstance(value, Tensor):
+            if known is not None:
+                if known[0] != "tensor" or known[2:] != (value.dtype, value.shape):
+                    raise Unsupported(f"returns of different types or shapes (at {span})")
+                buffer = known[4]
+            else:
+                buffer = ir.Buffer(f"result.{self.slot_count}", value.dtype, value.shape, self.new_slot())
+                self.buffer_list.append(buffer)
+            self.emit(ir.Fill(buffer, value.tree))
+            return ("tensor", buffer.slot, value.dtype, value.shape, buffer)
+        if isinstance(value, tuple):
+            if known is not None and (known[0] != "tuple" or len(known[1]) != len(value)):
+                raise Unsupported(f"returns of different types (at {span})")
+            parts = known[1] if known is not None else (None,) * len(value)
+            return ("tuple", tuple(self.result_of(v, span, k) for v, k in zip(value, parts, strict=True)))
+        if isinstance(value, Struct):
+            kind = self.structs.runtime(value)
+            if known is not None and (known[0] != "struct" or known[1] is not kind):
+                raise Unsupported(f"returns of different types (at {span})")
+            parts = known[2] if known is not None else (None,) * len(value.values)
+            return ("struct", kind, tuple(self.result_of(v, span, k) for v, k in zip(value.values, parts, strict=True)))
+        raise Unsupported(f"it returns a value compiled code cannot hand back (at {span})")
+
+    def new_slot(self) -> int:
+        self.slot_count += 1
+        return self.slot_count - 1
+
+    # -------------------------------------------------------------- expressions
+    def expression(self, expr: ast.Expr) -> Value:
+        """A scalar (for the scalar lowering's conditions, bounds and operators)."""
+        return self.scalar_of(self.evaluate(expr), expr.span)
+
+    def scalar_of(self, value: object, span: Span) -> Value:
+        if isinstance(value, ir.Variable):
+            return self.read_variable(value)
+        if isinstance(value, Value):
+            return value
+        raise Unsupported(f"a scalar is expected here, found a {type(value).__name__.lower()} (at {span})")
+
+    def read_variable(self, variable: ir.Variable) -> Value:
+        result = self.temp(variable.name, variable.dtype)
+        self.emit(ir.Load(result, variable))
+        return Value(result)
+
+    def evaluate(self, expr: ast.Expr, discarded: bool = False) -> object:
+        match expr:
+            case ast.IntLiteral() | ast.FloatLiteral():
+                return self.literal(expr)
+            case ast.BoolLiteral(value=value):
+                return Value(ir.Const(value, "bool"))
+            case ast.StringLiteral(value=value):
+                return Text(value)
+            case ast.Name(id=name):
+                return self.name(name, expr)
+            case ast.Unary(op="-", operand=operand):
+                value = self.evaluate(operand)
+                if isinstance(value, Tensor):
+                    return Tensor(value.dtype, value.shape, ir.Apply("neg", value.dtype, (value.tree,)))
+                return self.negate(self.scalar_of(value, expr.span), expr.span)
+            case ast.Unary(op="not", operand=operand):
+                value = self.evaluate(operand)
+                if isinstance(value, Tensor) and value.dtype == "bool":
+                    return Tensor("bool", value.shape, ir.Apply("not", "bool", (value.tree,)))
+                scalar = self.scalar_of(value, expr.span)
+                if scalar.operand.dtype != "bool":
+                    raise Unsupported(f"`not` of {scalar.operand.dtype} (at {expr.span})")
+                result = self.temp("not", "bool")
+                self.emit(ir.UnaryOp(result, "not", scalar.operand))
+                return Value(result)
+            case ast.Binary(op="and" | "or"):
+                return self.short_circuit(expr)
+            case ast.Binary(op=op, lhs=lhs, rhs=rhs):
+                return self.binary_values(op, self.evaluate(lhs), self.evaluate(rhs), expr.span)
+            case ast.Call():
+                return self.call_expression(expr, discarded)
+            case ast.Field(target=target, name=name):
+                return self.field(expr, target, name)
+            case ast.Index(target=target, indices=indices):
+                return self.index(self.evaluate(target), indices, expr.span)
+            case ast.TupleLiteral(items=items):
+                return tuple(self.evaluate(item) for item in items)
+            case ast.StructLiteral():
+                return self.struct_literal(expr)
+            case ast.Lambda():
+                return self.closure(expr)
+            case ast.TensorLiteral():
+                return self.tensor_literal(expr)
+        raise Unsupported(f"{type(expr).__name__.lower()} expressions (at {expr.span})")
+
+    def name(self, name: str, expr: ast.Name) -> object:
+        for scope in reversed(self.scopes):
+            if name in scope:
+                value = scope[name]
+                return self.read_variable(value) if isinstance(value, ir.Variable) else value
+        if name in DTYPE_NAMES:
+            return DType(name)
+        return self.global_value(expr)
+
+    def global_value(self, expr: ast.Expr) -> object:
+        """A module-level name: a function, a built-in or a constant."""
+        kind = self.typed.types.get(id(expr))
+        if isinstance(kind, PrimitiveRef):
+            return Primitive(kind.name)
+        if isinstance(kind, FunctionRef):
+            target = self.typed.functions.get(kind.key)
+            if target is not None and isinstance(target[0], ast.FnDecl):
+                return Closure(target[0], target[1])
+        if isinstance(expr, ast.Name):
+            return self.constant(self.path, expr.id, expr.span)
+        if isinstance(expr, ast.Field) and isinstance(expr.target, ast.Name):
+            module = self.module_path(expr.target.id)
+            if module is not None:
+                return self.constant(module, expr.name, expr.span)
+        raise Unsupported(f"a name compiled code does not know (at {expr.span})")
+
+    def module_path(self, alias: str) -> str | None:
+        for name, target in self.typed.program.imports.get(self.path, []):
+            if name == alias:
+                return target
+        return None
+
+    def constant(self, path: str, name: str, span: Span) -> object:
+        key = (path, name)
+        if key not in self.constants:
+            decl = next(
+                (d for d in self.typed.program.modules[path].decls if isinstance(d, ast.Const) and d.name == name),
+                None,
+            )
+            if decl is None or not isinstance(
+                decl.value, (ast.IntLiteral, ast.FloatLiteral, ast.StringLiteral, ast.BoolLiteral)
+            ):
+                raise Unsupported(f"`{name}` is not a local variable or a literal constant (at {span})")
+            self.constants[key] = decl.value
+        literal = self.constants[key]
+        if isinstance(literal, ast.StringLiteral):
+            return Text(literal.value)
+        if isinstance(literal, ast.BoolLiteral):
+            return Value(ir.Const(literal.value, "bool"))
+        return self.literal(literal)
+
+    def field(self, expr: ast.Field, target: ast.Expr, name: str) -> object:
+        local = isinstance(target, ast.Name) and any(target.id in scope for scope in self.scopes)
+        if isinstance(target, ast.Name) and not local and self.module_path(target.id) is not None:
+            return self.global_value(expr)
+        record = self.evaluate(target)
+        if not isinstance(record, Struct):
+            raise Unsupported(f"`.{name}` of a value that is not a struct (at {expr.span})")
+        value = record.field(name, expr.span)
+        return self.read_variable(value) if isinstance(value, ir.Variable) else value
+
+    def struct_literal(self, expr: ast.StructLiteral) -> Struct:
+        if isinstance(expr.type, ast.Name):
+            path, name = self.path, expr.type.id
+        elif isinstance(expr.type, ast.Field) and isinstance(expr.type.target, ast.Name):
+            path, name = self.module_path(expr.type.target.id), expr.type.name
+        else:
+            raise Unsupported(f"a struct literal of this type (at {expr.span})")
+        decl = next(
+            (
+                d
+                for d in (self.typed.program.modules[path].decls if path in self.typed.program.modules else ())
+                if isinstance(d, ast.StructDecl) and d.name == name
+            ),
+            None,
+        )
+        if decl is None:
+            raise Unsupported(f"struct `{name}` not found (at {expr.span})")
+        fields = tuple(f.name for f in decl.fields)
+        given = {init.name: self.evaluate(init.value) for init in expr.fields}
+        if set(given) != set(fields):
+            raise Unsupported(f"a struct literal without every field (at {expr.span})")
+        kind = self.structs.declared(path, name)
+        return Struct(kind, name, fields, [self.bind(given[f], 2) for f in fields])
+
+    def closure(self, decl: ast.Lambda | ast.FnDecl) -> Closure:
+        """A lambda or local function: it captures the current values of the names it uses."""
+        captured = {}
+        for name in free_names(decl):
+            for scope in reversed(self.scopes):
+                if name in scope:
+                    value = scope[name]
+                    if isinstance(value, ir.Variable):
+                        value = self.read_variable(value)
+                    elif self.is_home(value) and not isinstance(value, ir.Variable):
+                        value = self.copy(value)
+                    captured[name] = value
+                    break
+        return Closure(decl, self.path, captured)
+
+    def copy(self, value: object) -> object:
+        if isinstance(value, Tensor):
+            buffer = self.allocate(value.dtype, value.shape)
+            self.emit(ir.Fill(buffer, value.tree))
+            return view(buffer)
+        if isinstance(value, ir.Variable):
+            return self.read_variable(value)
+        if isinstance(value, tuple):
+            return tuple(self.copy(v) for v in value)
+        if isinstance(value, Struct):
+            return Struct(value.kind, value.name, value.fields, [self.copy(v) for v in value.values])
+        return value
+
+    def tensor_literal(self, expr: ast.TensorLiteral) -> Tensor:
+        """`[a, b, c]` of scalars (a literal's dtype rules: unsuffixed floats f32, integers i64)."""
+        values = [self.evaluate(item) for item in expr.items]
+        if not values or not all(isinstance(v, (Value, ir.Variable)) for v in values):
+            raise Unsupported(f"a tensor literal of tensors or of nothing (at {expr.span})")
+        values = [self.scalar_of(v, expr.span) for v in values]
+        strong = {v.operand.dtype for v in values if v.weak is None}
+        if len(strong) > 1:
+            raise Unsupported(f"a tensor literal mixing dtypes (at {expr.span})")
+        dtype = strong.pop() if strong else ("f32" if any(isinstance(v.weak, float) for v in values) else "i64")
+        if dtype == "i64" and any(isinstance(v.weak, float) for v in values):
+            raise Unsupported(f"a tensor literal mixing integers and floats (at {expr.span})")
+        buffer = self.allocate(dtype, (len(values),))
+        # one loop writing each element: element k is `select(i == k, value_k, ...)`
+        tree: object = ir.Splat(self.convert(values[-1], dtype, "an element"))
+        for k in range(len(values) - 2, -1, -1):
+            condition = ir.Apply("eq", "bool", (ir.Index(0), ir.Splat(ir.Const(k, "i64"))))
+            tree = ir.Apply("select", dtype, (condition, ir.Splat(self.convert(values[k], dtype, "an element")), tree))
+        self.emit(ir.Fill(buffer, tree))
+        return view(buffer)
+
+    # -------------------------------------------------------------- operators
+    def binary_values(self, op: str, left: object, right: object, span: Span) -> object:
+        if isinstance(left, ir.Variable):
+            left = self.read_variable(left)
+        if isinstance(right, ir.Variable):
+            right = self.read_variable(right)
+        if op == "@":
+            return self.matmul(left, right, span)
+        if isinstance(left, Value) and isinstance(right, Value):
+            left, right = self.integer_meets_float(left, right), self.integer_meets_float(right, left)
+            left, right = self.widened(left, right), self.widened(right, left)
+            return self.binary(op, left, right, span)
+        if isinstance(left, (Struct, tuple)) or isinstance(right, (Struct, tuple)):
+            raise Unsupported(f"`{op}` of structs or tuples (at {span})")
+        return self.elementwise(op, [left, right], span)
+
+    def elementwise(self, op: str, values: list, span: Span, dtype: str | None = None) -> Tensor:
+        """An elementwise operation of tensors and scalars: broadcast shapes, one dtype (weak literals and
+        i64 scalars adapt to a float tensor, as numpy's Python scalars do)."""
+        tensors = [v for v in values if isinstance(v, Tensor)]
+        if not tensors:
+            raise Unsupported(f"`{op}` without a tensor (at {span})")
+        operands = values[1:] if op == "select" else values
+        strong = {v.dtype for v in operands if isinstance(v, Tensor)}
+        strong |= {v.operand.dtype for v in operands if isinstance(v, Value) and v.weak is None}
+        if len(strong) > 1 and any(isinstance(v, Tensor) and v.dtype in FLOATS for v in operands):
+            strong.discard("i64")  # an i64 scalar (a Python int) takes a float tensor's dtype
+        if strong == {"f32", "f64"}:
+            common = "f64"  # f32 is widened, as numpy does (the checker warns, W0301)
+        elif len(strong) == 1:
+            common = next(iter(strong))
+        else:
+            raise Unsupported(f"`{op}` mixes {' and '.join(sorted(strong)) or 'literals only'} (at {span})")
+        if any(isinstance(v, Tensor) and v.dtype not in (common, "f32") for v in operands):
+            raise Unsupported(f"`{op}` of {' and '.join(sorted(strong))} tensors (at {span})")
+        shape: tuple[int, ...] = ()
+        for t in tensors:
+            shape = broadcast_shape(shape, t.shape, span)
+        trees = []
+        for k, v in enumerate(values):
+            if isinstance(v, Tensor):
+                tree = broadcast(v, shape, span).tree
+                if v.dtype != common and not (op == "select" and k == 0):
+                    tree = ir.Apply("convert", common, (tree,))
+                trees.append(tree)
+            elif isinstance(v, Value):
+                wanted = "bool" if op == "select" and k == 0 else common
+                trees.append(ir.Splat(self.scalar_operand(v, wanted, span)))
+            else:
+                raise Unsupported(f"`{op}` of a {type(v).__name__.lower()} (at {span})")
+        if op in COMPARE_NAMES:
+            return Tensor("bool", shape, ir.Apply(COMPARE_NAMES[op], "bool", tuple(trees)))
+        name = ARITHMETIC.get(op, op)
+        if name in ("floordiv", "mod") or (name in ("div", "pow") and common not in FLOATS):
+            raise Unsupported(f"`{op}` on {common} tensors (at {span})")
+        if name in ("add", "sub", "mul", "div", "pow", "neg") and common == "bool":
+            raise Unsupported(f"`{op}` on bool tensors (at {span})")
+        return Tensor(common, shape, ir.Apply(name, common, tuple(trees)))
+
+    def widened(self, value: Value, other: Value) -> Value:
+        """An f32 scalar beside a strong f64 one becomes f64 (numpy's promotion; the checker warns)."""
+        if value.weak is None and other.weak is None and (value.operand.dtype, other.operand.dtype) == ("f32", "f64"):
+            result = self.temp("wide", "f64")
+            self.emit(ir.Convert(result, value.operand))
+            return Value(result)
+        return value
+
+    def integer_meets_float(self, value: Value, other: Value) -> Value:
+        """An i64 scalar beside a float one takes its dtype: the interpreter's i64 scalars are Python ints,
+        which numpy converts to the other operand's float dtype."""
+        dtype = other.operand.dtype
+        if value.weak is None and other.weak is None and value.operand.dtype == "i64" and dtype in FLOATS:
+            result = self.temp("float", dtype)
+            self.emit(ir.Convert(result, value.operand))
+            return Value(result)
+        return value
+
+    def scalar_operand(self, value: Value, dtype: str, span: Span) -> ir.Operand:
+        operand = value.operand
+        if operand.dtype == dtype:
+            return operand
+        if value.weak is not None:
+            adapted(value.weak, dtype, span)
+            return self.convert(value, dtype, "an operand")
+        if (operand.dtype == "i64" and dtype in FLOATS) or (operand.dtype, dtype) == ("f32", "f64"):
+            result = self.temp("float", dtype)
+            self.emit(ir.Convert(result, operand))
+            return result
+        raise Unsupported(f"an operation mixes {operand.dtype} and {dtype} (at {span})")
+
+    # -------------------------------------------------------------- indexing
+    def index(self, value: object, indices: tuple, span: Span) -> object:
+        if isinstance(value, tuple):
+            if len(indices) != 1:
+                raise Unsupported(f"a tuple indexed by several indices (at {span})")
+            position = self.static_int(self.evaluate(indices[0]), span)
+            if not -len(value) <= position < len(value):
+                raise Unsupported(f"tuple index {position} out of range (at {span})")
+            item = value[position]
+            return self.read_variable(item) if isinstance(item, ir.Variable) else item
+        if not isinstance(value, Tensor):
+            raise Unsupported(f"indexing a {type(value).__name__.lower()} (at {span})")
+        result = self.view_of(value, indices, span)
+        if not result.shape:
+            scalar = self.temp("element", result.dtype)
+            self.emit(ir.Evaluate(scalar, result.tree))
+            return Value(scalar)
+        return result
+
+    def view_of(self, value: Tensor, indices: tuple, span: Span) -> Tensor:
+        """The elements `value[indices]` select (integers and slices without steps), as a view."""
+        if len(indices) > len(value.shape):
+            raise Unsupported(f"too many indices (at {span})")
+        tensor = value if isinstance(value.tree, ir.Read) else self.materialise(value)
+        read = tensor.tree
+        offset: ir.Operand = read.offset
+        shape, strides = [], []
+        for axis, index in enumerate(indices):
+            n, stride = tensor.shape[axis], read.strides[axis]
+            if isinstance(index, ast.Slice):
+                if index.step is not None:
+                    raise Unsupported(f"a slice with a step (at {span})")
+                start = 0 if index.start is None else self.static_int(self.evaluate(index.start), span)
+                stop = n if index.stop is None else self.static_int(self.evaluate(index.stop), span)
+                start, stop, _ = slice(start, stop).indices(n)
+                stop = max(stop, start)
+                offset = self.add_offset(offset, ir.Const(start * stride, "i64"))
+                shape.append(stop - start)
+                strides.append(stride)
+                continue
+            position = self.scalar_of(self.evaluate(index), span)
+            if position.operand.dtype != "i64":
+                raise Unsupported(f"an index that is not an i64 (at {span})")
+            offset = self.add_offset(offset, self.scaled(self.checked_index(position.operand, n, axis, span), stride))
+        shape.extend(tensor.shape[len(indices) :])
+        strides.extend(read.strides[len(indices) :])
+        return Tensor(tensor.dtype, tuple(shape), ir.Read(read.buffer, offset, tuple(strides)))
+
+    def checked_index(self, index: ir.Operand, size: int, axis: int, span: Span) -> ir.Operand:
+        """An index in 0..size (negative ones count from the end), or E0501 as the interpreter reports it."""
+        if isinstance(index, ir.Const):
+            if not -size <= index.value < size:
+                raise Unsupported(f"index {index.value} out of range (at {span})")
+            return ir.Const(index.value % size, "i64")
+        negative, wrapped = self.temp("negative", "bool"), self.temp("wrapped", "i64")
+        self.emit(ir.Compare(negative, "<", index, ZERO))
+        variable = self.new_variable("index", "i64")
+        self.emit(ir.Store(variable, index))
+        then, end = self.fresh_label("index.wrap"), self.fresh_label("index.wrapped")
+        self.finish(ir.Branch(negative, then, end))
+        self.start(then)
+        moved = self.temp("moved", "i64")
+        self.emit(ir.BinaryOp(moved, "add", index, ir.Const(size, "i64")))
+        self.emit(ir.Store(variable, moved))
+        self.finish(ir.Jump(end))
+        self.start(end)
+        self.emit(ir.Load(wrapped, variable))
+        low, high = self.temp("low", "bool"), self.temp("high", "bool")
+        self.emit(ir.Compare(low, ">=", wrapped, ZERO))
+        self.emit(ir.Compare(high, "<", wrapped, ir.Const(size, "i64")))
+        message = f"index {{value}} is out of bounds for axis {axis} with size {size}"
+        site = self.site("E0501", message, span, "i64")
+        self.emit(ir.Check(low, site, index))
+        self.emit(ir.Check(high, site, index))
+        return wrapped
+
+    def add_offset(self, offset: ir.Operand, more: ir.Operand) -> ir.Operand:
+        if isinstance(offset, ir.Const) and isinstance(more, ir.Const):
+            return ir.Const(offset.value + more.value, "i64")
+        result = self.temp("offset", "i64")
+        self.emit(ir.BinaryOp(result, "add", offset, more))
+        return result
+
+    def scaled(self, index: ir.Operand, stride: int) -> ir.Operand:
+        if isinstance(index, ir.Const):
+            return ir.Const(index.value * stride, "i64")
+        if stride == 1:
+            return index
+        result = self.temp("scaled", "i64")
+        self.emit(ir.BinaryOp(result, "mul", index, ir.Const(stride, "i64")))
+        return result
+
+    def static_int(self, value: object, span: Span) -> int:
+        if isinstance(value, Value) and isinstance(value.operand, ir.Const) and value.operand.dtype == "i64":
+            return int(value.operand.value)
+        raise Unsupported(f"an integer known only at run time where compiled code needs a constant (at {span})")
+
+    # -------------------------------------------------------------- calls
+    def call_expression(self, expr: ast.Call, discarded: bool) -> object:
+        callee = self.evaluate(expr.func) if not isinstance(expr.func, ast.Name) else self.callee(expr.func)
+        args = [self.evaluate(arg) for arg in expr.args]
+        keywords = {k.name: self.evaluate(k.value) for k in expr.keywords}
+        if isinstance(callee, Primitive):
+            from dl.codegen.primitives import call_primitive
+
+            return call_primitive(self, callee.name, args, keywords, expr.span, discarded)
+        if isinstance(callee, Closure):
+            return self.inline(callee, args, keywords, expr.span)
+        raise Unsupported(f"a call of something compiled code cannot call (at {expr.span})")
+
+    def callee(self, name: ast.Name) -> object:
+        for scope in reversed(self.scopes):
+            if name.id in scope:
+                return scope[name.id]
+        return self.global_value(name)
+
+    def inline(self, closure: Closure, args: list, keywords: dict, span: Span) -> object:
+        """The callee's body, lowered here with its parameters bound to the arguments."""
+        decl = closure.decl
+        if self.depth >= INLINE_DEPTH:
+            raise Unsupported(f"calls nest deeper than {INLINE_DEPTH} (recursion is not compiled) (at {span})")
+        names = [p.name for p in decl.params]
+        if len(args) > len(names) or any(k not in names for k in keywords):
+            raise Unsupported(f"a call that does not bind (at {span})")
+        saved = (self.scopes, self.loops, self.returning, self.path, self.uses, self.assigned)
+        bound = {}
+        self.path = closure.path
+        self.scopes = [dict(closure.captured)]
+        self.uses, self.assigned = usage(decl.body)
+        for k, param in enumerate(decl.params):
+            if k < len(args):
+                value = args[k]
+            elif param.name in keywords:
+                value = keywords[param.name]
+            elif param.default is not None:
+                value = self.evaluate(param.default)
+            else:
+                self.scopes, self.loops, self.returning, self.path, self.uses, self.assigned = saved
+                raise Unsupported(f"a call leaving `{param.name}` unbound (at {span})")
+            if isinstance(value, ir.Variable):
+                value = self.read_variable(value)
+            bound[param.name] = self.bind(value, self.uses.get(param.name, 0), detach=False)
+        self.scopes = [dict(closure.captured), bound]
+        self.loops = []
+        self.depth += 1
+        check = self.typed.checked_calls.get(id(decl))
+        try:
+            if check is not None:
+                bindings: dict[str, int] = {}
+                for param_check, name in zip(check.params, names, strict=True):
+                    if param_check is not None:
+                        annotation_fits(bound[name], param_check.type, bindings, span)
+                result = self.inlined_body(decl)
+                if check.result is not None:
+                    annotation_fits(result, check.result.type, bindings, span)
+                return result
+            return self.inlined_body(decl)
+        finally:
+            self.depth -= 1
+            self.scopes, self.loops, self.returning, self.path, self.uses, self.assigned = saved
+
+    def inlined_body(self, decl: ast.FnDecl | ast.Lambda) -> object:
+        if isinstance(decl.body, ast.Block):
+            body = decl.body.body
+            if body and isinstance(body[-1], ast.Return) and not any(contains_return(s) for s in body[:-1]):
+                self.returning = None
+                for stmt in body[:-1]:
+                    self.statement(stmt)
+                last = body[-1]
+                return self.evaluate(last.value) if last.value is not None else ()
+            end = self.fresh_label("inlined.end")
+            self.returning = Returning(end)
+            self.block(decl.body)
+            if self.label is not None:
+                self.finish(ir.Jump(end))
+            self.start(end)
+            home = self.returning.home
+            if home is None:
+                return ()
+            return self.read_home(home)
+        return self.evaluate(decl.body)
+
+    def read_home(self, home: object) -> object:
+        if isinstance(home, ir.Variable):
+            return self.read_variable(home)
+        if isinstance(home, tuple):
+            return tuple(self.read_home(h) for h in home)
+        if isinstance(home, Struct):
+            return Struct(home.kind, home.name, home.fields, [self.read_home(h) for h in home.values])
+        return home
+
+    def matmul(self, left: object, right: object, span: Span) -> object:
+        from dl.codegen.primitives import matmul
+
+        return matmul(self, left, right, span)
+
+
+# ------------------------------------------------------------------ what a body uses and assigns
+
+
+def usage(body: ast.Block) -> tuple[dict[str, int], set[str]]:
+    """How often each name is read (a read inside a loop counts twice) and the names assigned."""
+    uses: dict[str, int] = {}
+    assigned: set[str] = set()
+
+    def visit(node: object, weight: int) -> None:
+        if isinstance(node, ast.Name):
+            uses[node.id] = uses.get(node.id, 0) + weight
+            return
+        if isinstance(node, ast.Assign):
+            root = node.target
+            while isinstance(root, (ast.Field, ast.Index)):
+                root = root.target
+            for name in target_names(node.target):
+                assigned.add(name)
+        if isinstance(node, (ast.While, ast.For)):
+            weight = 2
+        if isinstance(node, (ast.Lambda, ast.FnDecl)) and node is not body:
+            weight = 2
+        for child in children(node):
+            visit(child, weight)
+
+    visit(body, 1)
+    return uses, assigned
+
+
+def target_names(target: ast.Expr) -> list[str]:
+    while isinstance(target, (ast.Field, ast.Index)):
+        target = target.target
+    if isinstance(target, ast.Name):
+        return [target.id]
+    if isinstance(target, ast.TupleLiteral):
+        return [name for item in target.items for name in target_names(item)]
+    return []
+
+
+def assigned_names(stmt: ast.Stmt) -> set[str]:
+    names: set[str] = set()
+
+    def visit(node: object) -> None:
+        if isinstance(node, ast.Assign):
+            names.update(target_names(node.target))
+        if isinstance(node, (ast.Lambda, ast.FnDecl)):
+            return
+        for child in children(node):
+            visit(child)
+
+    visit(stmt)
+    return names
+
+
+def contains_return(node: object) -> bool:
+    if isinstance(node, ast.Return):
+        return True
+    if isinstance(node, (ast.Lambda, ast.FnDecl)):
+        return False
+    return any(contains_return(child) for child in children(node))
+
+
+def free_names(decl: ast.Lambda | ast.FnDecl) -> set[str]:
+    names: set[str] = set()
+
+    def visit(node: object) -> None:
+        if isinstance(node, ast.Name):
+            names.add(node.id)
+        for child in children(node):
+            visit(child)
+
+    visit(decl.body)
+    for param in decl.params:
+        if param.default is not None:
+            visit(param.default)
+    return names
+
+
+def children(node: object) -> list:
+    """The AST nodes directly inside `node` (in fields, tuples of them, and keyword and field inits)."""
+    found = []
+    for name in getattr(node, "__dataclass_fields__", ()):
+        if name in ("span", "name_span", "annotation", "result"):
+            continue
+        value = getattr(node, name)
+        if isinstance(value, tuple):
+            found.extend(v for v in value if hasattr(v, "__dataclass_fields__"))
+        elif hasattr(value, "__dataclass_fields__"):
+            found.append(value)
+    return found
+
+
+def reduction_shape(shape: tuple[int, ...], axes: tuple[int, ...], keepdims: bool) -> tuple[int, ...]:
+    if keepdims:
+        return tuple(1 if d in axes else n for d, n in enumerate(shape))
+    return tuple(n for d, n in enumerate(shape) if d not in axes)
+
+
+def annotation_fits(value: object, expected: object, bindings: dict[str, int], span: Span) -> None:
+    """Check an annotation the checker left to run time, on the shapes known now (the interpreter's own
+    check, given values of the right dtypes and shapes); a mismatch leaves the call to the interpreter,
+    which reports it."""
+    from dl.interp.conform import conforms
+
+    problem = conforms(stand_in(value), expected, bindings)
+    if problem is not None:
+        raise Unsupported(f"a call does not match its annotation: {problem} (at {span})")
+
+
+def stand_in(value: object) -> object:
+    """A value of the same dtype and shape as an abstract one (no memory: a broadcast zero)."""
+    if isinstance(value, Tensor):
+        return np.broadcast_to(np.zeros((), dtype=NUMPY_DTYPES[value.dtype]), value.shape)
+    if isinstance(value, Value):
+        dtype = value.operand.dtype
+        return {"i64": 0, "bool": False}.get(dtype) if dtype in ("i64", "bool") else NUMPY_DTYPES[dtype](0)
+    if isinstance(value, tuple):
+        return tuple(stand_in(v) for v in value)
+    return "a struct or function"
+
+
+NUMPY_DTYPES = {"f32": np.float32, "f64": np.float64, "i64": np.int64, "bool": np.bool_}
