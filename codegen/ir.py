@@ -276,6 +276,37 @@ class Check:
 
 
 @node
+class Tape:
+    """A stack of entries of `size` bytes in memory from `malloc`: the address, the number of entries and
+    the capacity (i64 variables). The function frees it when it returns, or fails."""
+
+    address: Variable
+    count: Variable
+    capacity: Variable
+    size: int
+
+
+@node
+class TapePush:
+    """Append an entry: each of `leaves` is (byte offset in the entry, a tree of `shape` or a scalar
+    operand); the storage doubles when full (failing at `site` if memory runs out)."""
+
+    tape: Tape
+    leaves: tuple
+    site: int
+
+
+@node
+class TapePop:
+    """Remove the last entry (failing at `site` if there is none), copying each of `leaves` ((byte offset,
+    `Buffer` or `Temp`)) out of it."""
+
+    tape: Tape
+    leaves: tuple
+    site: int
+
+
+@node
 class LoadSlot:
     """A scalar argument of a specialised function: the value `slots[slot]` points at."""
 
@@ -308,6 +339,8 @@ Instruction = (
     | Check
     | LoadSlot
     | StoreSlot
+    | TapePush
+    | TapePop
 )
 
 
@@ -359,6 +392,7 @@ class Function:
     recursion: Site
     buffers: tuple[Buffer, ...] = ()  # a specialised function's (it takes `void f(i8** slots)`)
     specialised: bool = False
+    tapes: tuple[Tape, ...] = ()  # freed on every way out
 
 
 def show(function: Function) -> str:

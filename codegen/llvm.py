@@ -58,7 +58,10 @@ def host_target() -> binding.TargetMachine:
 
 
 def compile_functions(
-    functions: list[ir.Function], target: binding.TargetMachine | None = None, cache: Path | None = None
+    functions: list[ir.Function],
+    target: binding.TargetMachine | None = None,
+    cache: Path | None = None,
+    vectors: str | None = None,
 ) -> Native:
     """Build one LLVM module holding `functions`, optimise it and JIT-compile it for `target`. With a
     `cache` directory, object code stored there for the same functions and target is loaded instead, and
@@ -67,13 +70,13 @@ def compile_functions(
     sites = site_table(functions)
     key = None
     if cache is not None:
-        key = compile_cache.cache_key(functions, target_description(target), llvm_version())
+        key = compile_cache.cache_key(functions, f"{target_description(target)} {vectors}", llvm_version())
         code = compile_cache.load(cache, key)
         if code is not None:
             native = load_object(code, functions, sites, target, "", "", from_cache=True)
             if native is not None:
                 return native
-    module = build_module(functions, target)
+    module = build_module(functions, target, vectors)
     before = str(module)
     parsed = binding.parse_assembly(before)
     parsed.verify()
@@ -125,7 +128,11 @@ def optimise(module: binding.ModuleRef, target: binding.TargetMachine) -> None:
     builder.getModulePassManager().run(module, builder)
 
 
-def build_module(functions: list[ir.Function], target: binding.TargetMachine) -> llvm_ir.Module:
+def build_module(
+    functions: list[ir.Function], target: binding.TargetMachine, vectors: str | None = None
+) -> llvm_ir.Module:
+    """The functions as one LLVM module; `vectors` is libmvec's instruction set letter (`e`, `d`) when
+    tensor loops may call its vector functions (codegen/fusion.py `vector_target`)."""
     module = llvm_ir.Module(name="dl")
     module.triple = target.triple
     module.data_layout = str(target.target_data)
@@ -138,7 +145,9 @@ def build_module(functions: list[ir.Function], target: binding.TargetMachine) ->
     declared = {f.symbol: llvm_ir.Function(module, signature(f), f.symbol) for f in functions}
     site_base = 0
     for function in functions:
-        FunctionEmitter(module, declared, function, error, depth, site_base).emit()
+        emitter = FunctionEmitter(module, declared, function, error, depth, site_base)
+        emitter.vectors = vectors
+        emitter.emit()
         site_base += len(function.sites) + 1
     return module
 
@@ -165,11 +174,59 @@ def constant(operand: ir.Const) -> llvm_ir.Constant:
 
 GEMM = {"f32": "scipy_cblas_sgemm64_", "f64": "scipy_cblas_dgemm64_"}  # numpy's OpenBLAS, 64-bit integers
 ROW_MAJOR, NO_TRANSPOSE, TRANSPOSE = 101, 111, 112
+ITEM_BYTES = {"f32": 4, "f64": 8, "i64": 8, "bool": 1}
 
 
 def storage_type(dtype: str) -> llvm_ir.Type:
     """How an element is stored in a buffer: bools as bytes, as numpy stores them."""
     return BYTE if dtype == "bool" else TYPES[dtype]
+
+
+VECTOR_LANES = {"d": {"f32": 8, "f64": 4}, "e": {"f32": 16, "f64": 8}}  # AVX2, AVX-512
+MVEC_ISA = {("f32", 4): "b", ("f32", 8): "d", ("f32", 16): "e", ("f64", 2): "b", ("f64", 4): "d", ("f64", 8): "e"}
+LIBMVEC = frozenset({"exp", "log", "sin", "cos", "tanh"})
+UNARY_MATH = frozenset({"exp", "log", "sin", "cos", "tanh", "sqrt", "abs", "sigmoid", "relu"})
+
+
+def vectorisable(tree: object, last: int, floats: set[str]) -> bool:
+    """Whether a tree can be computed a vector at a time along dimension `last` (collecting the float
+    dtypes it computes in `floats`): reads contiguous or constant along it, no gathers."""
+    match tree:
+        case ir.Read(buffer=buffer, strides=strides):
+            if buffer.dtype in ("f32", "f64"):
+                floats.add(buffer.dtype)
+            return strides[last] in (0, 1)
+        case ir.Splat(value=value):
+            if value.dtype in ("f32", "f64"):
+                floats.add(value.dtype)
+            return True
+        case ir.Index():
+            return True
+        case ir.Apply(dtype=dtype, args=args):
+            if dtype in ("f32", "f64"):
+                floats.add(dtype)
+            return all(vectorisable(a, last, floats) for a in args)
+    return False
+
+
+def takes(tree: object) -> bool:
+    """Whether a tree gathers (its indices are checked: it can fail, so it stays in the function)."""
+    if isinstance(tree, ir.Take):
+        return True
+    return isinstance(tree, ir.Apply) and any(takes(a) for a in tree.args)
+
+
+def collect(tree: object, buffers: dict, operands: list) -> None:
+    """The buffers a tree reads and the operands it uses."""
+    match tree:
+        case ir.Read(buffer=buffer, offset=offset):
+            buffers.setdefault(buffer.name, buffer)
+            operands.append(offset)
+        case ir.Splat(value=value):
+            operands.append(value)
+        case ir.Apply(args=args):
+            for arg in args:
+                collect(arg, buffers, operands)
 
 
 def tree_dtype(tree: object) -> str:
@@ -199,9 +256,49 @@ class TensorEmission:
         return builder.bitcast(base, storage_type(dtype).as_pointer())
 
     def tensor_instruction(self, builder: llvm_ir.IRBuilder, instruction) -> llvm_ir.IRBuilder:
+        if isinstance(instruction, (ir.Fill, ir.Reduce)) and not takes(instruction.tree):
+            return self.outlined(builder, instruction)
+        return self.loop_instruction(builder, instruction)
+
+    def outlined(self, builder: llvm_ir.IRBuilder, instruction) -> llvm_ir.IRBuilder:
+        """A loop nest as a function of its own whose buffers are `noalias` parameters: LLVM then knows
+        the buffer written is not one read (they all lie in one workspace), and vectorises."""
+        buffers: dict[str, ir.Buffer] = {instruction.target.name: instruction.target}
+        temps: dict[str, ir.Temp] = {}
+        operands = [instruction.view.offset] if isinstance(instruction, ir.Fill) and instruction.view else []
+        collect(instruction.tree, buffers, operands)
+        for operand in operands:
+            if isinstance(operand, ir.Temp):
+                temps[operand.name] = operand
+        kinds = [storage_type(b.dtype).as_pointer() for b in buffers.values()] + [
+            TYPES[t.dtype] for t in temps.values()
+        ]
+        self.loop_count = getattr(self, "loop_count", 0) + 1
+        name = f"{self.function.symbol}.loop{self.loop_count}"
+        function = llvm_ir.Function(self.module, llvm_ir.FunctionType(llvm_ir.VoidType(), kinds), name)
+        function.linkage = "internal"
+        for argument, buffer_name in zip(function.args, buffers, strict=False):
+            argument.add_attribute("noalias")
+            argument.name = buffer_name
+        saved = (self.llvm_function, self.pointers, self.values)
+        self.llvm_function = function
+        self.pointers = dict(zip(buffers, function.args, strict=False))
+        self.values = {name: arg for name, arg in zip(temps, function.args[len(buffers) :], strict=True)}
+        try:
+            inner = self.loop_instruction(llvm_ir.IRBuilder(function.append_basic_block("entry")), instruction)
+            inner.ret_void()
+        finally:
+            self.llvm_function, self.pointers, self.values = saved
+        builder.call(function, [self.pointers[b] for b in buffers] + [self.values[t] for t in temps])
+        return builder
+
+    def loop_instruction(self, builder: llvm_ir.IRBuilder, instruction) -> llvm_ir.IRBuilder:
         match instruction:
             case ir.Fill(target=target, tree=tree, view=region, shape=shape):
                 pointer = self.pointers[target.name]
+                lanes = self.vector_lanes(instruction)
+                if lanes is not None:
+                    return self.vector_fill(builder, instruction, lanes)
 
                 def store(builder, index):
                     builder, value = self.tree(builder, tree, index)
@@ -233,29 +330,252 @@ class TensorEmission:
                 return self.matmul(builder, instruction)
             case ir.ScatterAdd():
                 return self.scatter_add(builder, instruction)
+            case ir.TapePush():
+                return self.tape_push(builder, instruction)
+            case ir.TapePop():
+                return self.tape_pop(builder, instruction)
         raise AssertionError(instruction)
+
+    # -------------------------------------------------------------- tapes
+    def c_function(self, name: str, result, arguments) -> llvm_ir.Function:
+        existing = self.module.globals.get(name)
+        if existing is not None:
+            return existing
+        return llvm_ir.Function(self.module, llvm_ir.FunctionType(result, arguments), name)
+
+    def free_tapes(self, builder: llvm_ir.IRBuilder) -> None:
+        byte_pointer = BYTE.as_pointer()
+        free = self.c_function("free", llvm_ir.VoidType(), [byte_pointer])
+        for tape in self.function.tapes:
+            address = builder.load(self.slots[tape.address.name])
+            builder.call(free, [builder.inttoptr(address, byte_pointer)])
+            builder.store(TYPES["i64"](0), self.slots[tape.address.name])
+
+    def entry_address(self, builder, tape: ir.Tape, count) -> llvm_ir.Value:
+        i64 = TYPES["i64"]
+        address = builder.load(self.slots[tape.address.name], name="tape.address")
+        return builder.add(address, builder.mul(count, i64(tape.size)), name="entry")
+
+    def leaf_pointer(self, builder, entry, offset: int, dtype: str) -> llvm_ir.Value:
+        address = builder.add(entry, TYPES["i64"](offset))
+        return builder.inttoptr(address, storage_type(dtype).as_pointer())
+
+    def tape_push(self, builder: llvm_ir.IRBuilder, instruction: ir.TapePush) -> llvm_ir.IRBuilder:
+        i64, tape = TYPES["i64"], instruction.tape
+        byte_pointer = BYTE.as_pointer()
+        count = builder.load(self.slots[tape.count.name], name="tape.count")
+        capacity = builder.load(self.slots[tape.capacity.name], name="tape.capacity")
+        full = builder.icmp_signed(">=", count, capacity, name="tape.full")
+        growing = self.llvm_function.append_basic_block("tape.grow")
+        going_on = self.llvm_function.append_basic_block("tape.room")
+        builder.cbranch(full, growing, going_on)
+        grow = llvm_ir.IRBuilder(growing)
+        doubled = grow.select(
+            grow.icmp_signed("<", capacity, i64(16)), i64(16), grow.mul(capacity, i64(2)), name="tape.doubled"
+        )
+        realloc = self.c_function("realloc", byte_pointer, [byte_pointer, i64])
+        old = grow.inttoptr(grow.load(self.slots[tape.address.name]), byte_pointer)
+        moved = grow.call(realloc, [old, grow.mul(doubled, i64(tape.size))], name="tape.moved")
+        grow = self.fail_unless(grow, grow.icmp_unsigned("==", moved, byte_pointer(None)), instruction.site, "tape")
+        grow.store(grow.ptrtoint(moved, i64), self.slots[tape.address.name])
+        grow.store(doubled, self.slots[tape.capacity.name])
+        grow.branch(going_on)
+        builder = llvm_ir.IRBuilder(going_on)
+        entry = self.entry_address(builder, tape, count)
+        for offset, value, shape in instruction.leaves:
+            if isinstance(value, (ir.Temp, ir.Const)):
+                self.store_element(
+                    builder,
+                    self.leaf_pointer(builder, entry, offset, value.dtype),
+                    i64(0),
+                    value.dtype,
+                    self.operand(value),
+                )
+                continue
+            dtype = tree_dtype(value)
+            pointer = self.leaf_pointer(builder, entry, offset, dtype)
+
+            def store(builder, index, value=value, pointer=pointer, dtype=dtype, shape=shape):
+                builder, element = self.tree(builder, value, index)
+                self.store_element(builder, pointer, self.linear(builder, index, shape), dtype, element)
+                return builder
+
+            builder = self.loops(builder, shape, store, "push")
+        builder.store(builder.add(count, i64(1)), self.slots[tape.count.name])
+        return builder
+
+    def tape_pop(self, builder: llvm_ir.IRBuilder, instruction: ir.TapePop) -> llvm_ir.IRBuilder:
+        i64, tape = TYPES["i64"], instruction.tape
+        count = builder.load(self.slots[tape.count.name], name="tape.count")
+        builder = self.fail_unless(builder, builder.icmp_signed("<=", count, i64(0)), instruction.site, "pop")
+        last = builder.sub(count, i64(1), name="tape.last")
+        builder.store(last, self.slots[tape.count.name])
+        entry = self.entry_address(builder, tape, last)
+        for offset, target in instruction.leaves:
+            if isinstance(target, ir.Temp):
+                pointer = self.leaf_pointer(builder, entry, offset, target.dtype)
+                self.values[target.name] = self.load_element(builder, pointer, i64(0), target.dtype)
+                continue
+            source = builder.inttoptr(builder.add(entry, i64(offset)), BYTE.as_pointer())
+            destination = builder.bitcast(self.pointers[target.name], BYTE.as_pointer())
+            size = target.size * ITEM_BYTES[target.dtype]
+            memcpy = self.module.declare_intrinsic("llvm.memcpy", [BYTE.as_pointer(), BYTE.as_pointer(), i64])
+            builder.call(memcpy, [destination, source, i64(size), TYPES["bool"](0)])
+        return builder
 
     # -------------------------------------------------------------- loops and elements
     def loops(self, builder: llvm_ir.IRBuilder, shape: tuple[int, ...], body, name: str, index=()):
         """A loop nest over `shape` (row-major: the last dimension innermost) calling `body(builder, index)`."""
         if len(index) == len(shape):
             return body(builder, list(index))
-        i64 = TYPES["i64"]
         depth = len(index)
+
+        def inner(builder, counter):
+            return self.loops(builder, shape, body, name, (*index, counter))
+
+        return self.counted(builder, 0, shape[depth], 1, inner, f"{name}.{depth}")
+
+    def counted(self, builder: llvm_ir.IRBuilder, start: int, stop: int, step: int, body, name: str):
+        """`for i in start..stop by step { body(builder, i) }` (constant bounds)."""
+        i64 = TYPES["i64"]
         before = builder.block
-        head = self.llvm_function.append_basic_block(f"{name}.{depth}.head")
-        inner = self.llvm_function.append_basic_block(f"{name}.{depth}.body")
-        end = self.llvm_function.append_basic_block(f"{name}.{depth}.end")
+        head = self.llvm_function.append_basic_block(f"{name}.head")
+        inner = self.llvm_function.append_basic_block(f"{name}.body")
+        end = self.llvm_function.append_basic_block(f"{name}.end")
         builder.branch(head)
         builder = llvm_ir.IRBuilder(head)
-        counter = builder.phi(i64, name=f"{name}.i{depth}")
-        counter.add_incoming(i64(0), before)
-        builder.cbranch(builder.icmp_signed("<", counter, i64(shape[depth])), inner, end)
-        builder = self.loops(llvm_ir.IRBuilder(inner), shape, body, name, (*index, counter))
-        following = builder.add(counter, i64(1), name=f"{name}.next{depth}")
+        counter = builder.phi(i64, name=f"{name}.i")
+        counter.add_incoming(i64(start), before)
+        builder.cbranch(builder.icmp_signed("<", counter, i64(stop)), inner, end)
+        builder = body(llvm_ir.IRBuilder(inner), counter)
+        following = builder.add(counter, i64(step), name=f"{name}.next")
         counter.add_incoming(following, builder.block)
         builder.branch(head)
         return llvm_ir.IRBuilder(end)
+
+    # -------------------------------------------------------------- vector loops
+    def vector_lanes(self, fill: ir.Fill) -> int | None:
+        """How many elements one step of the innermost loop computes (libmvec's vector width for the tree's
+        widest float), or None to keep the loop scalar (no AVX2 and libmvec, a gathering tree, a strided
+        innermost read, too short an innermost dimension)."""
+        flavour = getattr(self, "vectors", None)
+        shape = fill.shape if fill.view is not None else fill.target.shape
+        if flavour is None or not shape or takes(fill.tree):
+            return None
+        if fill.view is not None and fill.view.strides[-1] != 1:
+            return None
+        floats: set[str] = {fill.target.dtype} & {"f32", "f64"}
+        if not vectorisable(fill.tree, len(shape) - 1, floats):
+            return None
+        lanes = min((VECTOR_LANES[flavour][d] for d in floats), default=VECTOR_LANES[flavour]["f64"])
+        return lanes if shape[-1] >= lanes else None
+
+    def vector_fill(self, builder: llvm_ir.IRBuilder, fill: ir.Fill, lanes: int) -> llvm_ir.IRBuilder:
+        """The innermost dimension in steps of `lanes` (vector loads, libmvec math, one vector store), the
+        elements left over one at a time."""
+        target, region = fill.target, fill.view
+        shape = fill.shape if region is not None else target.shape
+        pointer = self.pointers[target.name]
+        n = shape[-1]
+        whole = n - n % lanes
+
+        def position(builder, index):
+            if region is None:
+                return self.linear(builder, index, target.shape)
+            return self.position(builder, self.operand(region.offset), index, region.strides)
+
+        def row(builder, outer):
+            def vector_step(builder, i):
+                builder, value = self.vector_tree(builder, fill.tree, [*outer, i], lanes)
+                at = builder.gep(pointer, [position(builder, [*outer, i])])
+                if target.dtype == "bool":
+                    value = builder.zext(value, llvm_ir.VectorType(BYTE, lanes))
+                vector_pointer = builder.bitcast(at, value.type.as_pointer())
+                builder.store(value, vector_pointer, align=ITEM_BYTES[target.dtype])
+                return builder
+
+            def scalar_step(builder, i):
+                builder, value = self.tree(builder, fill.tree, [*outer, i])
+                self.store_element(builder, pointer, position(builder, [*outer, i]), target.dtype, value)
+                return builder
+
+            builder = self.counted(builder, 0, whole, lanes, vector_step, "fill.vector")
+            return self.counted(builder, whole, n, 1, scalar_step, "fill.rest")
+
+        return self.loops(builder, shape[:-1], row, "fill")
+
+    def vector_tree(self, builder: llvm_ir.IRBuilder, tree, index: list, lanes: int):
+        """`lanes` consecutive elements of the tree along the last dimension, from `index` on."""
+        i64 = TYPES["i64"]
+        last = len(index) - 1
+        match tree:
+            case ir.Read(buffer=buffer, offset=offset, strides=strides):
+                position = self.position(builder, self.operand(offset), index, strides)
+                at = builder.gep(self.pointers[buffer.name], [position])
+                if strides[last] == 0:
+                    return builder, self.splat(builder, self.load_element(builder, at, i64(0), buffer.dtype), lanes)
+                kind = llvm_ir.VectorType(storage_type(buffer.dtype), lanes)
+                value = builder.load(builder.bitcast(at, kind.as_pointer()), align=ITEM_BYTES[buffer.dtype])
+                if buffer.dtype == "bool":
+                    value = builder.trunc(value, llvm_ir.VectorType(TYPES["bool"], lanes))
+                return builder, value
+            case ir.Index(axis=axis):
+                if axis != last:
+                    return builder, self.splat(builder, index[axis], lanes)
+                steps = llvm_ir.Constant(llvm_ir.VectorType(i64, lanes), [i64(k) for k in range(lanes)])
+                return builder, builder.add(self.splat(builder, index[axis], lanes), steps)
+            case ir.Splat(value=value):
+                return builder, self.splat(builder, self.operand(value), lanes)
+            case ir.Apply(op=op, dtype=dtype, args=args):
+                values = []
+                for arg in args:
+                    builder, value = self.vector_tree(builder, arg, index, lanes)
+                    values.append(value)
+                return builder, self.apply(builder, op, dtype, [tree_dtype(a) for a in args], values, lanes)
+        raise AssertionError(tree)
+
+    def splat(self, builder: llvm_ir.IRBuilder, value, lanes: int) -> llvm_ir.Value:
+        kind = llvm_ir.VectorType(value.type, lanes)
+        single = builder.insert_element(llvm_ir.Constant(kind, llvm_ir.Undefined), value, llvm_ir.IntType(32)(0))
+        mask = llvm_ir.Constant(llvm_ir.VectorType(llvm_ir.IntType(32), lanes), [0] * lanes)
+        return builder.shuffle_vector(single, llvm_ir.Constant(kind, llvm_ir.Undefined), mask)
+
+    def constant_of(self, dtype: str, value, lanes: int) -> llvm_ir.Constant:
+        single = TYPES[dtype](value)
+        return single if lanes == 1 else llvm_ir.Constant(llvm_ir.VectorType(TYPES[dtype], lanes), [single] * lanes)
+
+    def vector_math(self, builder: llvm_ir.IRBuilder, name: str, dtype: str, args: list, lanes: int):
+        """The elementwise built-ins on vectors: libmvec's `_ZGV<isa>N<lanes>v_<name>` for the
+        transcendental ones, LLVM's vector intrinsics for the rest."""
+        kind = llvm_ir.VectorType(TYPES[dtype], lanes)
+        if name in LIBMVEC:
+            suffix = "f" if dtype == "f32" else ""
+            symbol = f"_ZGV{MVEC_ISA[dtype, lanes]}N{lanes}v_{name}{suffix}"
+            return builder.call(self.libm(symbol, kind), args)
+        if name == "sigmoid":
+            x = args[0]
+            magnitude = self.vector_math(builder, "abs", dtype, [x], lanes)
+            e = self.vector_math(builder, "exp", dtype, [builder.fneg(magnitude)], lanes)
+            one = self.constant_of(dtype, 1.0, lanes)
+            inverse = builder.fdiv(one, builder.fadd(one, e))
+            positive = builder.fcmp_ordered(">=", x, self.constant_of(dtype, 0.0, lanes))
+            return builder.select(positive, inverse, builder.fmul(e, inverse))
+        element = "f64" if dtype == "f64" else ("f32" if dtype == "f32" else "i64")
+        suffix = f"v{lanes}{element}"
+        if name in ("sqrt", "pow"):
+            return builder.call(self.libm(f"llvm.{name}.{suffix}", kind, arity=len(args)), args)
+        if name == "abs":
+            if dtype == "i64":
+                absolute = self.c_function(f"llvm.abs.{suffix}", kind, [kind, TYPES["bool"]])
+                return builder.call(absolute, [args[0], TYPES["bool"](0)])
+            return builder.call(self.libm(f"llvm.fabs.{suffix}", kind), args)
+        if name == "relu":
+            args = [args[0], self.constant_of(dtype, 0 if dtype == "i64" else 0.0, lanes)]
+            name = "maximum"
+        if dtype == "i64":
+            keep = builder.icmp_signed(">" if name == "maximum" else "<", args[0], args[1])
+            return builder.select(keep, args[0], args[1])
+        return builder.call(self.libm(f"llvm.{name}.{suffix}", kind, arity=2), args)
 
     def linear(self, builder, index: list, shape: tuple[int, ...]) -> llvm_ir.Value:
         strides, stride = [], 1
@@ -315,16 +635,18 @@ class TensorEmission:
                 return builder, self.apply(builder, op, dtype, [tree_dtype(a) for a in args], values)
         raise AssertionError(tree)
 
-    def apply(self, builder, op: str, dtype: str, dtypes: list[str], values: list) -> llvm_ir.Value:
+    def apply(self, builder, op: str, dtype: str, dtypes: list[str], values: list, lanes: int = 1) -> llvm_ir.Value:
         floating = dtype in ("f32", "f64")
         if op in ("add", "sub", "mul", "div"):
             if floating:
                 return {"add": builder.fadd, "sub": builder.fsub, "mul": builder.fmul, "div": builder.fdiv}[op](*values)
             return {"add": builder.add, "sub": builder.sub, "mul": builder.mul}[op](*values)
+        if lanes > 1 and (op in UNARY_MATH or op in ("pow", "maximum", "minimum")):
+            return self.vector_math(builder, op, dtype, values, lanes)
         if op == "pow":
             return builder.call(self.module.declare_intrinsic("llvm.pow", [TYPES[dtype]]), values)
         if op == "neg":
-            return builder.fneg(values[0]) if floating else builder.sub(TYPES[dtype](0), values[0])
+            return builder.fneg(values[0]) if floating else builder.sub(self.constant_of(dtype, 0, lanes), values[0])
         if op in COMPARE_OPS:
             symbol, operand = COMPARE_OPS[op], dtypes[0]
             if operand in ("f32", "f64"):
@@ -335,7 +657,7 @@ class TensorEmission:
                 return builder.icmp_unsigned(symbol, *values)
             return builder.icmp_signed(symbol, *values)
         if op == "not":
-            return builder.xor(values[0], TYPES["bool"](1))
+            return builder.xor(values[0], self.constant_of("bool", 1, lanes))
         if op == "and":
             return builder.and_(*values)
         if op == "or":
@@ -343,24 +665,25 @@ class TensorEmission:
         if op == "select":
             return builder.select(*values)
         if op == "convert":
-            return self.convert_value(builder, values[0], dtypes[0], dtype)
+            return self.convert_value(builder, values[0], dtypes[0], dtype, lanes)
         return self.math_of(builder, op, dtype, values, op)
 
-    def convert_value(self, builder, value, source: str, target: str) -> llvm_ir.Value:
+    def convert_value(self, builder, value, source: str, target: str, lanes: int = 1) -> llvm_ir.Value:
         """numpy's `astype` between the dtypes (a float to i64 truncates; no check, as numpy's)."""
-        kind = TYPES[target]
+        kind = TYPES[target] if lanes == 1 else llvm_ir.VectorType(TYPES[target], lanes)
         if source == target:
             return value
         if target == "bool":
             if source in ("f32", "f64"):
-                return builder.fcmp_unordered("!=", value, TYPES[source](0.0))
-            return builder.icmp_signed("!=", value, TYPES[source](0))
+                return builder.fcmp_unordered("!=", value, self.constant_of(source, 0.0, lanes))
+            return builder.icmp_signed("!=", value, self.constant_of(source, 0, lanes))
         if target == "i64":
             return builder.zext(value, kind) if source == "bool" else builder.fptosi(value, kind)
         if source == "bool":
             return builder.uitofp(value, kind)
         if source == "i64":
-            wide = builder.sitofp(value, TYPES["f64"])
+            wide_kind = TYPES["f64"] if lanes == 1 else llvm_ir.VectorType(TYPES["f64"], lanes)
+            wide = builder.sitofp(value, wide_kind)
             return wide if target == "f64" else builder.fptrunc(wide, kind)
         return builder.fpext(value, kind) if target == "f64" else builder.fptrunc(value, kind)
 
@@ -479,6 +802,9 @@ class FunctionEmitter(TensorEmission):
             self.slot_array = self.llvm_function.args[0]
             self.slot_array.name = "slots"
             self.pointers = {buffer.name: self.buffer_pointer(builder, buffer) for buffer in function.buffers}
+        for tape in function.tapes:
+            for variable in (tape.address, tape.count, tape.capacity):
+                builder.store(TYPES["i64"](0), self.slots[variable.name])
         for param, argument in zip(
             function.params, () if function.specialised else self.llvm_function.args, strict=True
         ):
@@ -493,6 +819,7 @@ class FunctionEmitter(TensorEmission):
             self.terminator(builder, block.terminator)
         builder = llvm_ir.IRBuilder(self.error_exit)
         self.leave(builder)
+        self.free_tapes(builder)
         if function.result == "unit":
             builder.ret_void()
         else:
@@ -745,6 +1072,7 @@ class FunctionEmitter(TensorEmission):
                 builder.cbranch(self.operand(condition), self.blocks[then], self.blocks[otherwise])
             case ir.Return(value=None):
                 self.leave(builder)
+                self.free_tapes(builder)
                 builder.ret_void()
             case ir.Return(value=value):
                 self.leave(builder)

@@ -216,6 +216,14 @@ def blas_symbols() -> str | None:
 BLAS_PROBLEM: str | bool | None = False
 
 
+def tensor_target():
+    """The host with all its features, and libmvec's vector width (codegen/fusion.py); a new target machine
+    each time: an execution engine owns (and disposes of) the one it is made with."""
+    from dl.codegen.fusion import vector_target
+
+    return vector_target()
+
+
 class Structs:
     """The interpreter's struct types, for struct values built in compiled code."""
 
@@ -307,7 +315,9 @@ class SpecialisingBody:
             uses_blas = any(isinstance(i, ir.MatMul) for b in lowered.function.blocks for i in b.instructions)
             if uses_blas and blas_symbols() is not None:
                 raise Unsupported(blas_symbols())
-            native = compile_functions([lowered.function], cache=cache_directory() if self.cache else None)
+            target, vectors = tensor_target()
+            directory = cache_directory() if self.cache else None
+            native = compile_functions([lowered.function], target, directory, vectors)
         except Unsupported as reason:
             self.reasons[layout] = str(reason)
             return None

@@ -20,6 +20,7 @@ from dl.codegen.specialize import (
     Closure,
     DType,
     Struct,
+    TapeValue,
     Tensor,
     Text,
     axis_index,
@@ -180,6 +181,8 @@ def reduce(lowering, x: Tensor, op: str, axes: tuple[int, ...], keepdims: bool, 
     """`op` over `axes` into a new buffer of dtype `accumulate`; the result keeps the reduced axes as
     size 1 when `keepdims` (rank 0 when every axis goes and not `keepdims`)."""
     kept = reduction_shape(x.shape, axes, False)
+    if costly(x.tree):  # computed a vector at a time first (libmvec), then summed
+        x = lowering.materialise(x)
     target = lowering.allocate(accumulate, kept, "reduced")
     lowering.emit(ir.Reduce(target, op, x.tree, x.shape, axes))
     result = view(target)
@@ -187,6 +190,14 @@ def reduce(lowering, x: Tensor, op: str, axes: tuple[int, ...], keepdims: bool, 
         shape = reduction_shape(x.shape, axes, True)
         result = Tensor(accumulate, shape, ir.Read(target, ZERO, contiguous_kept(shape)))
     return result
+
+
+def costly(tree: object) -> bool:
+    """Whether a tree calls a transcendental function (a reduction's loop would call it one element at a
+    time; a fill calls its vector version)."""
+    if isinstance(tree, ir.Apply):
+        return tree.op in ("exp", "log", "tanh", "sin", "cos", "sigmoid", "pow") or any(costly(a) for a in tree.args)
+    return False
 
 
 def contiguous_kept(shape: tuple[int, ...]) -> tuple[int, ...]:
@@ -553,6 +564,8 @@ def shape(lowering, bound: dict, span: Span) -> object:
 
 def length(lowering, bound: dict, span: Span) -> object:
     x = bound["x"]
+    if isinstance(x, TapeValue):
+        return lowering.read_variable(x.tape.count)
     if isinstance(x, tuple):
         return Value(ir.Const(len(x), "i64"), len(x))
     if isinstance(x, Tensor):
@@ -624,6 +637,115 @@ def map_leaves(function, trees: tuple, span: Span) -> object:
     return function(*trees)
 
 
+# ------------------------------------------------------------------ tapes (derivative code of loops)
+
+
+def new_tape(lowering, bound: dict, span: Span) -> object:
+    leaves: list = []
+    offset = 0
+
+    def numbered(value: object) -> object:
+        nonlocal offset
+        if isinstance(value, ir.Variable):
+            value = lowering.read_variable(value)
+        if isinstance(value, tuple):
+            return tuple(numbered(v) for v in value)
+        if isinstance(value, Struct):
+            return Struct(value.kind, value.name, value.fields, [numbered(v) for v in value.values])
+        if isinstance(value, Tensor):
+            dtype, shape = value.dtype, value.shape
+        elif isinstance(value, Value):
+            dtype, shape = value.operand.dtype, ()
+        else:
+            raise Unsupported(f"a tape of this value (at {span})")
+        offset = (offset + 15) // 16 * 16
+        leaves.append((offset, dtype, shape))
+        offset += max(math.prod(shape), 1) * ITEM_BYTES[dtype]
+        return ("leaf", len(leaves) - 1)
+
+    template = numbered(bound["like"])
+    size = max((offset + 15) // 16 * 16, 16)
+    name = f"tape.{len(lowering.tapes)}"
+    variables = [lowering.new_variable(f"{name}.{part}", "i64") for part in ("address", "count", "capacity")]
+    tape = ir.Tape(*variables, size)
+    lowering.tapes.append(tape)
+    return TapeValue(tape, template, tuple(leaves))
+
+
+def live_tape(value: object, span: Span) -> TapeValue:
+    if not isinstance(value, TapeValue):
+        raise Unsupported(f"`push` or `pop` of something that is not a tape (at {span})")
+    if not value.live:
+        raise Unsupported(f"a tape used again after a `push` or `pop` (at {span})")
+    return value
+
+
+def push(lowering, bound: dict, span: Span) -> object:
+    tape = live_tape(bound["tape"], span)
+    written: list = []
+
+    def walk(template: object, value: object) -> None:
+        if isinstance(value, ir.Variable):
+            value = lowering.read_variable(value)
+        if isinstance(template, tuple) and template and template[0] == "leaf" and len(template) == 2:
+            offset, dtype, shape = tape.leaves[template[1]]
+            if shape:
+                if not isinstance(value, Tensor) or value.dtype != dtype or value.shape != shape:
+                    raise Unsupported(f"a `push` of a value unlike the tape's entries (at {span})")
+                written.append((offset, value.tree, shape))
+            else:
+                if not isinstance(value, Value):
+                    raise Unsupported(f"a `push` of a value unlike the tape's entries (at {span})")
+                written.append((offset, lowering.convert(value, dtype, "a pushed value"), ()))
+            return
+        if isinstance(template, tuple) and isinstance(value, tuple) and len(template) == len(value):
+            for t, v in zip(template, value, strict=True):
+                walk(t, v)
+            return
+        if isinstance(template, Struct) and isinstance(value, Struct) and template.fields == value.fields:
+            for t, v in zip(template.values, value.values, strict=True):
+                walk(t, v)
+            return
+        raise Unsupported(f"a `push` of a value unlike the tape's entries (at {span})")
+
+    walk(tape.template, bound["value"])
+    site = lowering.site("E0513", "out of memory for a tape", span)
+    lowering.emit(ir.TapePush(tape.tape, tuple(written), site))
+    tape.live = False
+    return TapeValue(tape.tape, tape.template, tape.leaves)
+
+
+def pop(lowering, bound: dict, span: Span) -> object:
+    tape = live_tape(bound["tape"], span)
+    targets: list = []
+    values: list = []
+    for offset, dtype, shape in tape.leaves:
+        if shape:
+            buffer = lowering.allocate(dtype, shape, "popped")
+            targets.append((offset, buffer))
+            values.append(view(buffer))
+        else:
+            temp = lowering.temp("popped", dtype)
+            targets.append((offset, temp))
+            values.append(Value(temp))
+    message = failure_message(Prim.POP, PrimitiveError("`pop` from an empty tape"))
+    site = lowering.site("E0513", message, span)
+    lowering.emit(ir.TapePop(tape.tape, tuple(targets), site))
+
+    def rebuilt(template: object) -> object:
+        if isinstance(template, tuple) and template and template[0] == "leaf" and len(template) == 2:
+            return values[template[1]]
+        if isinstance(template, tuple):
+            return tuple(rebuilt(t) for t in template)
+        return Struct(template.kind, template.name, template.fields, [rebuilt(t) for t in template.values])
+
+    tape.live = False
+    return (rebuilt(tape.template), TapeValue(tape.tape, tape.template, tape.leaves))
+
+
+ITEM_BYTES = {"f32": 4, "f64": 8, "i64": 8, "bool": 1}
+
+
 def tree_add(lowering, bound: dict, span: Span) -> object:
     return map_leaves(lambda a, b: lowering.binary_values("+", a, b, span), (bound["a"], bound["b"]), span)
 
@@ -658,4 +780,7 @@ HANDLERS = {
     "assert": check,
     "tree_map": tree_map,
     "tree_add": tree_add,
+    "tape": new_tape,
+    "push": push,
+    "pop": pop,
 }

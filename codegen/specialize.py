@@ -86,6 +86,19 @@ class Closure:
     captured: dict = field(default_factory=dict)
 
 
+@dataclass(eq=False)
+class TapeValue:
+    """A tape (`tape`, `push`, `pop`): storage that grows as the loop it records runs. `template` is the
+    structure of an entry (its leaves numbered), `leaves` each leaf's (byte offset, dtype, shape; () for a
+    scalar). Derivative code uses a tape linearly: `push` and `pop` change the storage in place and give a
+    new value; using the one before (`live` false) is refused, as it would see the change."""
+
+    tape: ir.Tape
+    template: object
+    leaves: tuple
+    live: bool = True
+
+
 @dataclass(frozen=True)
 class Primitive:
     name: str
@@ -292,6 +305,7 @@ class Specialiser(FunctionLowering):
         self.uses: dict[str, int] = {}
         self.assigned: set[str] = set()
         self.constants: dict[tuple[str, str], object] = {}
+        self.tapes: list[ir.Tape] = []
 
     # -------------------------------------------------------------- entry
     def specialise(self) -> Specialised:
@@ -321,6 +335,7 @@ class Specialiser(FunctionLowering):
             recursion,
             tuple(self.buffer_list),
             True,
+            tuple(self.tapes),
         )
         return Specialised(function, argument_slots, self.result_layout, self.workspace, self.slot_count)
 
@@ -402,7 +417,7 @@ class Specialiser(FunctionLowering):
             variable = self.new_variable(name, value.operand.dtype)
             self.emit(ir.Store(variable, value.operand))
             return variable
-        if isinstance(value, (ir.Variable, Text, Closure, Primitive, DType)):
+        if isinstance(value, (ir.Variable, Text, Closure, Primitive, DType, TapeValue)):
             return value
         if isinstance(value, tuple):
             return tuple(self.home(item, name) for item in value)
@@ -425,7 +440,7 @@ class Specialiser(FunctionLowering):
         return variable
 
     def is_home(self, value: object) -> bool:
-        if isinstance(value, ir.Variable):
+        if isinstance(value, (ir.Variable, TapeValue)):
             return True
         if isinstance(value, Tensor):
             return isinstance(value.tree, ir.Read) and value.tree.buffer.name in self.homes
@@ -437,7 +452,7 @@ class Specialiser(FunctionLowering):
 
     def make_homes(self, stmt: ast.Stmt) -> None:
         """Before an `if` or a loop: every variable it assigns gets a home."""
-        for name in assigned_names(stmt):
+        for name in sorted(assigned_names(stmt)):
             for scope in reversed(self.scopes):
                 if name in scope:
                     if not self.is_home(scope[name]) and not isinstance(scope[name], (Text, Closure, Primitive, DType)):
@@ -464,6 +479,8 @@ class Specialiser(FunctionLowering):
         elif isinstance(home, Struct) and isinstance(value, Struct) and home.fields == value.fields:
             for h, v in zip(home.values, value.values, strict=True):
                 self.store_home(h, v, span)
+        elif isinstance(home, TapeValue) and isinstance(value, TapeValue) and value.tape == home.tape:
+            value.live, home.live = False, True  # the variable holds the tape as it now is
         elif home != value:
             raise Unsupported(f"an assignment changes the structure of a variable (at {span})")
 
@@ -806,7 +823,7 @@ class Specialiser(FunctionLowering):
     def closure(self, decl: ast.Lambda | ast.FnDecl) -> Closure:
         """A lambda or local function: it captures the current values of the names it uses."""
         captured = {}
-        for name in free_names(decl):
+        for name in sorted(free_names(decl)):
             for scope in reversed(self.scopes):
                 if name in scope:
                     value = scope[name]
