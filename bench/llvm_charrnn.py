@@ -82,11 +82,13 @@ def weights(hidden: int, seed: int = 0) -> dict[str, np.ndarray]:
     }
 
 
-def data(seed: int = 1) -> tuple[np.ndarray, np.ndarray]:
-    text = (ROOT / "README.md").read_bytes()[: 16 * 16 + 1]
+def data(streams: int) -> tuple[np.ndarray, np.ndarray]:
+    """16 steps of `streams` parallel streams of the README's bytes (time along the first axis)."""
+    size = streams * 16
+    text = ((ROOT / "README.md").read_bytes() * 8)[: size + 1]
     codes = np.frombuffer(text, dtype=np.uint8).astype(np.int64)
-    x = codes[:256].reshape(16, 16).T.copy()
-    y = codes[1:257].reshape(16, 16).T.copy()
+    x = codes[:size].reshape(streams, 16).T.copy()
+    y = codes[1 : size + 1].reshape(streams, 16).T.copy()
     return x, y
 
 
@@ -110,7 +112,7 @@ class DLStep:
         return StructValue(own["CharRNN"], (w["embed"], cell, w["w"], w["b"]))
 
     def run(self, model, state, x, y, n: int):
-        h = np.zeros((16, model.values[2].shape[0]), np.float32)
+        h = np.zeros((x.shape[1], model.values[2].shape[0]), np.float32)
         c = np.zeros_like(h)
         return run_guarded(lambda: invoke(self.train, [model, state, x, y, h, c, n], self.train.span))
 
@@ -131,7 +133,7 @@ def torch_step_function(w: dict):
 
     def step(x: torch.Tensor, y: torch.Tensor) -> float:
         optimiser.zero_grad()
-        h = torch.zeros(16, params["w"].shape[0])
+        h = torch.zeros(x.shape[1], params["w"].shape[0])
         c = torch.zeros_like(h)
         total = 0.0
         for t in range(x.shape[0]):
@@ -163,10 +165,11 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--hidden", type=int, default=64)
+    parser.add_argument("--streams", type=int, default=16, help="the batch: parallel streams of text")
     options = parser.parse_args()
     torch.set_num_threads(1)
     w = weights(options.hidden)
-    x, y = data()
+    x, y = data(options.streams)
     n = options.steps
 
     results = {}
@@ -193,7 +196,7 @@ def main() -> None:
         torch_loss = torch_step(tx, ty)
 
     compiled, interpreted = results["llvm"][0], results["interp"][0]
-    shape = f"hidden {options.hidden}, 16 streams x 16 steps, Adam"
+    shape = f"hidden {options.hidden}, {options.streams} streams x 16 steps, Adam"
     print(f"char-RNN step ({shape}), ms per step, best of {options.repeats}:")
     print(f"  DL llvm       {compiled * 1e3:8.3f}   loss after {n} steps {results['llvm'][1]:.6f}")
     print(f"  PyTorch eager {torch_seconds * 1e3:8.3f}   loss after {n} steps {torch_loss:.6f}")

@@ -240,6 +240,7 @@ class MatMul:
     m: int
     n: int
     k: int
+    accumulate: bool = False  # out += a @ b (gemm's beta = 1)
 
 
 @node

@@ -62,6 +62,7 @@ def compile_functions(
     target: binding.TargetMachine | None = None,
     cache: Path | None = None,
     vectors: str | None = None,
+    speed: int = 3,
 ) -> Native:
     """Build one LLVM module holding `functions`, optimise it and JIT-compile it for `target`. With a
     `cache` directory, object code stored there for the same functions and target is loaded instead, and
@@ -70,7 +71,7 @@ def compile_functions(
     sites = site_table(functions)
     key = None
     if cache is not None:
-        key = compile_cache.cache_key(functions, f"{target_description(target)} {vectors}", llvm_version())
+        key = compile_cache.cache_key(functions, f"{target_description(target)} {vectors} O{speed}", llvm_version())
         code = compile_cache.load(cache, key)
         if code is not None:
             native = load_object(code, functions, sites, target, "", "", from_cache=True)
@@ -80,7 +81,7 @@ def compile_functions(
     before = str(module)
     parsed = binding.parse_assembly(before)
     parsed.verify()
-    optimise(parsed, target)
+    optimise(parsed, target, speed)
     code = target.emit_object(parsed)
     if key is not None:
         compile_cache.store(cache, key, code)
@@ -120,8 +121,8 @@ def site_table(functions: list[ir.Function]) -> list[ir.Site]:
     return sites
 
 
-def optimise(module: binding.ModuleRef, target: binding.TargetMachine) -> None:
-    options = binding.create_pipeline_tuning_options(speed_level=3)
+def optimise(module: binding.ModuleRef, target: binding.TargetMachine, speed: int = 3) -> None:
+    options = binding.create_pipeline_tuning_options(speed_level=speed)
     options.loop_vectorization = True
     options.slp_vectorization = True
     builder = binding.create_pass_builder(target, options)
@@ -751,7 +752,8 @@ class TensorEmission:
             else:  # stored transposed: rows are the stride-1 direction
                 operands.append((i32(TRANSPOSE), pointer, i64(max(column_stride, rows, 1))))
         (trans_a, a, lda), (trans_b, b, ldb) = operands
-        arguments = [i32(ROW_MAJOR), trans_a, trans_b, i64(m), i64(n), i64(k), kind(1.0), a, lda, b, ldb, kind(0.0)]
+        beta = kind(1.0 if instruction.accumulate else 0.0)
+        arguments = [i32(ROW_MAJOR), trans_a, trans_b, i64(m), i64(n), i64(k), kind(1.0), a, lda, b, ldb, beta]
         builder.call(self.gemm(out.dtype), [*arguments, self.pointers[out.name], i64(max(n, 1))])
         return builder
 

@@ -317,7 +317,8 @@ class SpecialisingBody:
                 raise Unsupported(blas_symbols())
             target, vectors = tensor_target()
             directory = cache_directory() if self.cache else None
-            native = compile_functions([lowered.function], target, directory, vectors)
+            # O2: O3 takes seconds on the large loop-nest functions inlining makes, for no faster code
+            native = compile_functions([lowered.function], target, directory, vectors, speed=2)
         except Unsupported as reason:
             self.reasons[layout] = str(reason)
             return None

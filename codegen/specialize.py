@@ -36,6 +36,7 @@ from dl.codegen.lower import ARITHMETIC, COMPARE_NAMES, FunctionLowering, Unsupp
 from dl.lang import ast
 from dl.lang.check import Typed
 from dl.lang.diagnostics import Span
+from dl.lang.primitives import BY_NAME
 from dl.lang.types import FunctionRef, PrimitiveRef
 
 ITEM_SIZES = {"f32": 4, "f64": 8, "i64": 8, "bool": 1}
@@ -330,7 +331,7 @@ class Specialiser(FunctionLowering):
             (),
             "unit",
             tuple(self.variables),
-            tuple(self.blocks),
+            accumulate_in_place(without_dead_stores(self.blocks)),
             tuple(self.sites),
             recursion,
             tuple(self.buffer_list),
@@ -753,6 +754,14 @@ class Specialiser(FunctionLowering):
             target = self.typed.functions.get(kind.key)
             if target is not None and isinstance(target[0], ast.FnDecl):
                 return Closure(target[0], target[1])
+        if isinstance(expr, ast.Name) and kind is None:  # a node the checker recorded no type for
+            for decl in self.typed.program.modules[self.path].decls:
+                if isinstance(decl, ast.FnDecl) and decl.name == expr.id:
+                    return Closure(decl, self.path)
+            if expr.id in BY_NAME and not any(
+                isinstance(d, ast.Const) and d.name == expr.id for d in self.typed.program.modules[self.path].decls
+            ):
+                return Primitive(expr.id)
         if isinstance(expr, ast.Name):
             return self.constant(self.path, expr.id, expr.span)
         if isinstance(expr, ast.Field) and isinstance(expr.target, ast.Name):
@@ -1093,8 +1102,10 @@ class Specialiser(FunctionLowering):
                 value = args[k]
             elif param.name in keywords:
                 value = keywords[param.name]
-            elif param.default is not None:
+            elif param.default is not None:  # a value at run time: a literal default keeps its dtype
                 value = self.evaluate(param.default)
+                if isinstance(value, Value) and value.weak is not None:
+                    value = Value(value.operand)
             else:
                 self.scopes, self.loops, self.returning, self.path, self.uses, self.assigned = saved
                 raise Unsupported(f"a call leaving `{param.name}` unbound (at {span})")
@@ -1278,3 +1289,154 @@ def stand_in(value: object) -> object:
 
 
 NUMPY_DTYPES = {"f32": np.float32, "f64": np.float64, "i64": np.int64, "bool": np.bool_}
+
+
+# ------------------------------------------------------------------ dead stores and accumulating in place
+
+WRITES = (ir.Fill, ir.Reduce, ir.MatMul, ir.ScatterAdd)
+
+
+def without_dead_stores(blocks: list[ir.Block]) -> list[ir.Block]:
+    """Drop every loop or product writing a workspace buffer nothing reads (inlining computes whole values
+    of which a caller may use only the shape: derivative code's `zeros_like(lstm_cell(...)[0])`), until
+    none is left."""
+    while True:
+        counts: dict[str, int] = {}
+        for block in blocks:
+            for instruction in block.instructions:
+                count_reads(instruction, counts)
+        dead = False
+        kept_blocks = []
+        for block in blocks:
+            kept = []
+            for instruction in block.instructions:
+                written = written_buffer(instruction)
+                if written is not None and written.slot == 0 and counts.get(written.name, 0) == 0:
+                    dead = True
+                    continue
+                kept.append(instruction)
+            kept_blocks.append(ir.Block(block.label, tuple(kept), block.terminator))
+        blocks = kept_blocks
+        if not dead:
+            return blocks
+
+
+def written_buffer(instruction: object) -> ir.Buffer | None:
+    if isinstance(instruction, ir.MatMul):
+        return instruction.out
+    if isinstance(instruction, WRITES):
+        return instruction.target
+    return None
+
+
+def accumulate_in_place(blocks: list[ir.Block]) -> tuple[ir.Block, ...]:
+    """`h = h + p` where `p` is a product or a scatter into zeros made for it alone (derivative code adds
+    each step's weight gradient `transpose(x) @ d`, each embedding gradient `scatter_add(zeros_like(t), ...)`,
+    to the running total): the product accumulates into `h` (gemm with beta = 1), the scatter scatters into
+    `h`, and neither `p` nor the addition's loop exists."""
+    counts: dict[str, int] = {}
+    for block in blocks:
+        for instruction in block.instructions:
+            count_reads(instruction, counts)
+    result = []
+    for block in blocks:
+        instructions = list(block.instructions)
+        for position, instruction in enumerate(instructions):
+            total = accumulation(instruction)
+            if total is None:
+                continue
+            home, part = total
+            if counts.get(part.name, 0) != 1:
+                continue
+            producer = producing(instructions, position, part, home)
+            if producer is None:
+                continue
+            start, made = producer
+            if isinstance(made, ir.MatMul):
+                instructions[start] = ir.MatMul(home, made.a, made.b, made.m, made.n, made.k, True)
+            else:
+                instructions[start - 1] = None  # the zeros it scattered into
+                instructions[start] = ir.ScatterAdd(home, *astuple_tail(made))
+            instructions[position] = None
+        result.append(ir.Block(block.label, tuple(i for i in instructions if i is not None), block.terminator))
+    return tuple(result)
+
+
+def astuple_tail(scatter: ir.ScatterAdd) -> tuple:
+    return (scatter.strides, scatter.index, scatter.stride, scatter.size, scatter.updates, scatter.shape, scatter.site)
+
+
+def accumulation(instruction: object) -> tuple[ir.Buffer, ir.Buffer] | None:
+    """(h, p) for `Fill(h, h + p)` with both read whole, as laid out."""
+    if not isinstance(instruction, ir.Fill) or instruction.view is not None:
+        return None
+    tree, home = instruction.tree, instruction.target
+    if not (isinstance(tree, ir.Apply) and tree.op == "add" and len(tree.args) == 2):
+        return None
+    whole = contiguous(home.shape)
+    reads_ = [a for a in tree.args if isinstance(a, ir.Read) and a.offset == ZERO and a.strides == whole]
+    if len(reads_) != 2:
+        return None
+    first, second = (r.buffer for r in reads_)
+    if first == home and second != home and second.shape == home.shape and second.dtype == home.dtype:
+        return home, second
+    if second == home and first != home and first.shape == home.shape and first.dtype == home.dtype:
+        return home, first
+    return None
+
+
+def producing(instructions: list, position: int, part: ir.Buffer, home: ir.Buffer):
+    """Where `part` was made, by a product or by a scatter into zeros, with nothing between that and
+    `position` touching `home` or the product's operands; else None."""
+    for start in range(position - 1, -1, -1):
+        instruction = instructions[start]
+        if instruction is None:
+            return None
+        if isinstance(instruction, ir.MatMul) and instruction.out == part and not instruction.accumulate:
+            between = instructions[start + 1 : position]
+            if not any(touches(i, {home.name}) for i in between):
+                return start, instruction
+            return None
+        if isinstance(instruction, ir.ScatterAdd) and instruction.target == part and start > 0:
+            zeros = instructions[start - 1]
+            cleared = isinstance(zeros, ir.Fill) and zeros.target == part and zeros.view is None
+            if cleared and isinstance(zeros.tree, ir.Splat) and zeros.tree.value.value == 0:
+                between = instructions[start + 1 : position]
+                if not any(touches(i, {home.name}) for i in between) and not touches(instruction, {home.name}):
+                    return start, instruction
+            return None
+        if touches(instruction, {part.name, home.name}):
+            return None
+    return None
+
+
+def touches(instruction: object, names: set[str]) -> bool:
+    """Whether an instruction reads or writes a buffer of `names` (tapes and control flow count)."""
+    found: dict[str, int] = {}
+    count_reads(instruction, found)
+    if names & set(found):
+        return True
+    target = getattr(instruction, "target", None) or getattr(instruction, "out", None)
+    if isinstance(target, ir.Buffer) and target.name in names:
+        return True
+    if isinstance(instruction, ir.TapePop):
+        return any(isinstance(b, ir.Buffer) and b.name in names for _, b in instruction.leaves)
+    return False
+
+
+def count_reads(node: object, counts: dict[str, int]) -> None:
+    """How often each buffer is read by the trees and operands of an instruction (walks every field)."""
+    if isinstance(node, (ir.Read, ir.Take)):
+        counts[node.buffer.name] = counts.get(node.buffer.name, 0) + 1
+    if isinstance(node, ir.MatMul):
+        for view in (node.a, node.b):
+            counts[view.buffer.name] = counts.get(view.buffer.name, 0) + 1
+        return
+    if isinstance(node, tuple):
+        for item in node:
+            count_reads(item, counts)
+        return
+    for name in getattr(node, "__dataclass_fields__", ()):
+        if name in ("target", "out", "buffer"):
+            continue
+        count_reads(getattr(node, name), counts)
