@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 from dl.codegen import ir
 from dl.codegen.lower import Unsupported, Value
 from dl.codegen.specialize import (
@@ -156,6 +157,8 @@ def where(lowering, bound: dict, span: Span) -> object:
     condition, a, b = bound["condition"], bound["a"], bound["b"]
     dtypes = {v.dtype for v in (a, b) if isinstance(v, Tensor)}
     dtypes |= {v.operand.dtype for v in (a, b) if isinstance(v, Value) and v.weak is None}
+    if not dtypes and isinstance(a, Value) and isinstance(b, Value):  # two literals: f32 (or i64), as interpreted
+        dtypes = {"f32" if isinstance(a.weak, float) or isinstance(b.weak, float) else "i64"}
     if len(dtypes) != 1:
         raise Unsupported(f"`where` of these operands (at {span})")
     dtype = dtypes.pop()
@@ -285,6 +288,167 @@ def softmax(lowering, bound: dict, span: Span) -> object:
     return Tensor(x.dtype, x.shape, ir.Apply("div", x.dtype, (exponentials, total.tree)))
 
 
+def arg_extreme(op: str):
+    """`argmax`/`argmin`: the extreme over the axes, then the first index holding it (a nan, if any: numpy's
+    `argmax` of a slice with a nan is the nan's index), as the smallest index with a hit."""
+
+    def apply(lowering, bound: dict, span: Span) -> object:
+        x = as_tensor(lowering, bound["x"], span)
+        if x.dtype == "bool":
+            raise Unsupported(f"`arg{op}` of bools (at {span})")
+        if x.size == 0:
+            raise Unsupported(f"`arg{op}` of an empty tensor (at {span})")
+        axes = axes_of(lowering, x, bound["axis"], span)
+        keepdims = static_flag(bound["keepdims"], span)
+        x = x if isinstance(x.tree, ir.Read) else lowering.materialise(x)
+        extreme_value = broadcast(reduce(lowering, x, op, axes, True, span, x.dtype), x.shape, span)
+        hit: object = ir.Apply("eq", "bool", (x.tree, extreme_value.tree))
+        if x.dtype in FLOATS:  # a nan is the extreme (max and min propagate it): it is the one to find
+            nan = ir.Apply("ne", "bool", (x.tree, x.tree))
+            hit = ir.Apply("or", "bool", (hit, nan))
+        strides = contiguous(tuple(x.shape[a] for a in axes))
+        position: object = ir.Splat(ir.Const(0, "i64"))
+        for axis, stride in zip(axes, strides, strict=True):
+            term = ir.Apply("mul", "i64", (ir.Index(axis), ir.Splat(ir.Const(stride, "i64"))))
+            position = ir.Apply("add", "i64", (position, term))
+        beyond = ir.Splat(ir.Const(x.size, "i64"))
+        chosen = Tensor("i64", x.shape, ir.Apply("select", "i64", (hit, position, beyond)))
+        return finish(lowering, reduce(lowering, chosen, "min", axes, keepdims, span, "i64"), "i64")
+
+    return apply
+
+
+def logsumexp(lowering, bound: dict, span: Span) -> object:
+    """log(sum(exp(x - peak))) + peak over the axes, the peak a max made 0 where it is not finite."""
+    x = as_tensor(lowering, bound["x"], span)
+    if x.dtype not in FLOATS:
+        raise Unsupported(f"`logsumexp` of {x.dtype} (at {span})")
+    axes = axes_of(lowering, x, bound["axis"], span)
+    keepdims = static_flag(bound["keepdims"], span)
+    peak = reduce(lowering, x, "max", axes, True, span, x.dtype)
+    magnitude = ir.Apply("abs", x.dtype, (peak.tree,))
+    finite = ir.Apply("lt", "bool", (magnitude, ir.Splat(ir.Const(float("inf"), x.dtype))))
+    peak = Tensor(
+        x.dtype, peak.shape, ir.Apply("select", x.dtype, (finite, peak.tree, ir.Splat(ir.Const(0.0, x.dtype))))
+    )
+    peak = lowering.materialise(peak)
+    spread = broadcast(peak, x.shape, span)
+    exponentials = Tensor(
+        x.dtype, x.shape, ir.Apply("exp", x.dtype, (ir.Apply("sub", x.dtype, (x.tree, spread.tree)),))
+    )
+    total = reduce(lowering, exponentials, "add", axes, True, span, "f64")
+    total = ir.Apply("convert", x.dtype, (total.tree,))
+    result = Tensor(x.dtype, peak.shape, ir.Apply("add", x.dtype, (ir.Apply("log", x.dtype, (total,)), peak.tree)))
+    if keepdims:
+        return result
+    shape = reduction_shape(x.shape, axes, False)
+    result = lowering.materialise(result)
+    if not shape:
+        scalar = lowering.temp("logsumexp", x.dtype)
+        lowering.emit(ir.Evaluate(scalar, ir.Read(result.tree.buffer, ZERO, ())))
+        return Value(scalar)
+    return Tensor(x.dtype, shape, ir.Read(result.tree.buffer, ZERO, contiguous(shape)))
+
+
+def one_hot(lowering, bound: dict, span: Span) -> object:
+    labels = bound["labels"]
+    classes = static_int(lowering, bound["classes"], span, "the number of classes")
+    if isinstance(labels, Value):
+        labels = Tensor(labels.operand.dtype, (), ir.Splat(labels.operand))
+    labels = tensor(labels, span)
+    if labels.dtype != "i64":
+        raise Unsupported(f"`one_hot` of {labels.dtype} labels (at {span})")
+    if labels.shape and labels.size:
+        labels = labels if isinstance(labels.tree, ir.Read) else lowering.materialise(labels)
+        every = tuple(range(len(labels.shape)))
+        for op, test in (("max", "lt"), ("min", "ge")):
+            extreme_label = lowering.temp(f"label.{op}", "i64")
+            lowering.emit(ir.Evaluate(extreme_label, reduce(lowering, labels, op, every, False, span, "i64").tree))
+            bound_value = classes if op == "max" else 0
+            inside = lowering.temp("label.inside", "bool")
+            lowering.emit(
+                ir.Compare(inside, "<" if test == "lt" else ">=", extreme_label, ir.Const(bound_value, "i64"))
+            )
+            problem = PrimitiveError(f"one_hot label {{value}} is out of range for {classes} classes")
+            site = lowering.site("E0513", failure_message(Prim.ONE_HOT, problem), span, "i64")
+            lowering.emit(ir.Check(inside, site, extreme_label))
+    from dl.codegen.specialize import remap
+
+    rank = len(labels.shape)
+    spread = remap(labels.tree, (*tuple(range(rank)), None))
+    hit = ir.Apply("eq", "bool", (spread, ir.Index(rank)))
+    return Tensor("f32", (*labels.shape, classes), ir.Apply("convert", "f32", (hit,)))
+
+
+def joined(lowering, pieces: list[Tensor], axis: int, stacked: bool, span: Span) -> Tensor:
+    """`concat` (along an existing axis) or `stack` (along a new one) of tensors of one dtype: each piece
+    is written into its place of one buffer."""
+    dtypes = {piece.dtype for piece in pieces}
+    if len(dtypes) != 1:
+        raise Unsupported(f"joining tensors of dtypes {sorted(dtypes)} (at {span})")
+    first = pieces[0].shape
+    if stacked:
+        if any(piece.shape != first for piece in pieces):
+            raise Unsupported(f"`stack` of tensors of different shapes (at {span})")
+        shape = (*first[:axis], len(pieces), *first[axis:])
+    else:
+        rest = {piece.shape[:axis] + piece.shape[axis + 1 :] for piece in pieces}
+        if len(rest) != 1 or any(len(piece.shape) != len(first) for piece in pieces):
+            raise Unsupported(f"`concat` of tensors of different shapes (at {span})")
+        shape = (*first[:axis], sum(piece.shape[axis] for piece in pieces), *first[axis + 1 :])
+    out = lowering.allocate(dtypes.pop(), shape, "joined")
+    strides = contiguous(shape)
+    start = 0
+    for piece in pieces:
+        if stacked:
+            view_strides = strides[:axis] + strides[axis + 1 :]
+            offset, start = start * strides[axis], start + 1
+        else:
+            view_strides = strides
+            offset, start = start * strides[axis], start + piece.shape[axis]
+        region = ir.Read(out, ir.Const(offset, "i64"), view_strides)
+        lowering.emit(ir.Fill(out, piece.tree, region, piece.shape))
+    return view(out)
+
+
+def join(stacked: bool):
+    def apply(lowering, bound: dict, span: Span) -> object:
+        pieces = bound["tensors"]
+        if not isinstance(pieces, tuple) or not pieces:
+            raise Unsupported(f"joining something that is not a tuple of tensors (at {span})")
+        pieces = [lowering.read_variable(p) if isinstance(p, ir.Variable) else p for p in pieces]
+        if stacked and all(isinstance(p, Value) for p in pieces):
+            pieces = [Tensor(p.operand.dtype, (1,), ir.Splat(p.operand)) for p in pieces]
+            return reshaped(lowering, joined(lowering, pieces, 0, False, span), (len(pieces),), span)
+        if not all(isinstance(p, Tensor) for p in pieces):
+            raise Unsupported(f"joining values that are not all tensors (at {span})")
+        rank = len(pieces[0].shape) + (1 if stacked else 0)
+        axis = axis_index(static_int(lowering, bound["axis"], span, "an axis"), rank, span)
+        return joined(lowering, pieces, axis, stacked, span)
+
+    return apply
+
+
+def split_like(lowering, bound: dict, span: Span) -> object:
+    """Views of `x`'s consecutive pieces along the axis, as long as the tensors of `like` (concat's reverse)."""
+    x = tensor(bound["x"], span)
+    like = bound["like"]
+    if not isinstance(like, tuple) or not all(isinstance(piece, Tensor) for piece in like):
+        raise Unsupported(f"`split_like` of this (at {span})")
+    axis = axis_index(static_int(lowering, bound["axis"], span, "an axis"), len(x.shape), span)
+    sizes = [piece.shape[axis] for piece in like]
+    if sum(sizes) != x.shape[axis] or any(len(piece.shape) != len(x.shape) for piece in like):
+        raise Unsupported(f"`split_like` pieces that do not fit (at {span})")
+    x = x if isinstance(x.tree, ir.Read) else lowering.materialise(x)
+    read, pieces, start = x.tree, [], 0
+    for size in sizes:
+        offset = lowering.add_offset(read.offset, ir.Const(start * read.strides[axis], "i64"))
+        shape = (*x.shape[:axis], size, *x.shape[axis + 1 :])
+        pieces.append(Tensor(x.dtype, shape, ir.Read(read.buffer, offset, read.strides)))
+        start += size
+    return tuple(pieces)
+
+
 # ------------------------------------------------------------------ products
 
 
@@ -294,7 +458,7 @@ def matmul(lowering, a: object, b: object, span: Span) -> object:
     if a.dtype != b.dtype or a.dtype not in FLOATS:
         raise Unsupported(f"`@` of {a.dtype} and {b.dtype} (at {span})")
     if len(a.shape) > 2 or len(b.shape) > 2:
-        raise Unsupported(f"a batched `@` (at {span})")
+        return batched_matmul(lowering, a, b, span)
     k = a.shape[-1]
     if b.shape[0] != k:
         raise Unsupported(f"`@` of shapes {list(a.shape)} and {list(b.shape)} (at {span})")
@@ -311,6 +475,42 @@ def matmul(lowering, a: object, b: object, span: Span) -> object:
     out = lowering.allocate(a.dtype, (m, n), "product")
     lowering.emit(ir.MatMul(out, left, right, m, n, k))
     return Tensor(a.dtype, shape, ir.Read(out, ZERO, contiguous(shape)))
+
+
+MAX_BATCH = 256  # products in one batched `@` (each is one gemm call)
+
+
+def batched_matmul(lowering, a: Tensor, b: Tensor, span: Span) -> Tensor:
+    """`@` with batch dimensions (broadcast, as numpy's matmul): one gemm per matrix of the batch."""
+    if len(a.shape) < 2 or len(b.shape) < 2:
+        raise Unsupported(f"a batched `@` with a vector (at {span})")
+    from dl.codegen.specialize import broadcast_shape
+
+    batch = broadcast_shape(a.shape[:-2], b.shape[:-2], span)
+    (m, k), (k2, n) = a.shape[-2:], b.shape[-2:]
+    count = math.prod(batch)
+    if k != k2 or count > MAX_BATCH or 0 in (m, n, k, count):
+        raise Unsupported(f"a batched `@` of shapes {list(a.shape)} and {list(b.shape)} (at {span})")
+    a = broadcast(a, (*batch, m, k), span)
+    b = broadcast(b, (*batch, k, n), span)
+    a = a if isinstance(a.tree, ir.Read) else lowering.materialise(a)
+    b = b if isinstance(b.tree, ir.Read) else lowering.materialise(b)
+    out = lowering.allocate(a.dtype, (*batch, m, n), "product")
+    for flat in range(count):
+        index = np.unravel_index(flat, batch) if batch else ()
+        views = []
+        for x in (a, b):
+            read = x.tree
+            offset = sum(int(i) * stride for i, stride in zip(index, read.strides[:-2], strict=True))
+            moved = lowering.add_offset(read.offset, ir.Const(offset, "i64"))
+            views.append(Tensor(x.dtype, x.shape[-2:], ir.Read(read.buffer, moved, read.strides[-2:])))
+        left, right = blas_operand(lowering, views[0], True), blas_operand(lowering, views[1], False)
+        piece = ir.Buffer(out.name, out.dtype, out.shape, out.slot, out.offset)
+        target = lowering.allocate(a.dtype, (m, n), "product")
+        lowering.emit(ir.MatMul(target, left, right, m, n, k))
+        region = ir.Read(piece, ir.Const(flat * m * n, "i64"), (n, 1))
+        lowering.emit(ir.Fill(out, view(target).tree, region, (m, n)))
+    return view(out)
 
 
 def blas_operand(lowering, x: Tensor, left: bool) -> ir.Read:
@@ -433,15 +633,20 @@ def unbroadcast(lowering, bound: dict, span: Span) -> object:
 
 def gather(lowering, bound: dict, span: Span) -> object:
     x = tensor(bound["x"], span)
-    indices = bound["indices"]
     axis = axis_index(static_int(lowering, bound["axis"], span, "an axis"), len(x.shape), span)
+    return gathered(lowering, x, bound["indices"], axis, span)
+
+
+def gathered(lowering, x: Tensor, indices: object, axis: int, span: Span, index_error: bool = False) -> object:
+    """`gather(x, indices, axis)`; with `index_error`, for `x[indices]`, failing as indexing does (E0501)."""
     x = x if isinstance(x.tree, ir.Read) else lowering.materialise(x)
     read = x.tree
     size = x.shape[axis]
-    message = failure_message(
-        Prim.GATHER, PrimitiveError(f"gather index {{value}} is out of range for axis {axis} with size {size}")
-    )
-    site = lowering.site("E0513", message, span, "i64")
+    if index_error:
+        site = lowering.site("E0501", f"index {{value}} is out of bounds for axis {axis} with size {size}", span, "i64")
+    else:
+        problem = PrimitiveError(f"gather index {{value}} is out of range for axis {axis} with size {size}")
+        site = lowering.site("E0513", failure_message(Prim.GATHER, problem), span, "i64")
     if isinstance(indices, Value):
         if indices.operand.dtype != "i64":
             raise Unsupported(f"`gather` with a {indices.operand.dtype} index (at {span})")
@@ -780,6 +985,13 @@ HANDLERS = {
     "assert": check,
     "tree_map": tree_map,
     "tree_add": tree_add,
+    "argmax": arg_extreme("max"),
+    "argmin": arg_extreme("min"),
+    "logsumexp": logsumexp,
+    "one_hot": one_hot,
+    "concat": join(False),
+    "split_like": split_like,
+    "stack": join(True),
     "tape": new_tape,
     "push": push,
     "pop": pop,

@@ -101,6 +101,13 @@ class TapeValue:
 
 
 @dataclass(frozen=True)
+class ValueIndex:
+    """An index already evaluated (so that indexing evaluates it once)."""
+
+    value: object
+
+
+@dataclass(frozen=True)
 class Primitive:
     name: str
 
@@ -860,8 +867,12 @@ class Specialiser(FunctionLowering):
     def tensor_literal(self, expr: ast.TensorLiteral) -> Tensor:
         """`[a, b, c]` of scalars (a literal's dtype rules: unsuffixed floats f32, integers i64)."""
         values = [self.evaluate(item) for item in expr.items]
+        if values and all(isinstance(v, Tensor) for v in values):  # rows: stacked
+            from dl.codegen.primitives import joined
+
+            return joined(self, values, 0, True, expr.span)
         if not values or not all(isinstance(v, (Value, ir.Variable)) for v in values):
-            raise Unsupported(f"a tensor literal of tensors or of nothing (at {expr.span})")
+            raise Unsupported(f"a tensor literal of this (at {expr.span})")
         values = [self.scalar_of(v, expr.span) for v in values]
         strong = {v.operand.dtype for v in values if v.weak is None}
         if len(strong) > 1:
@@ -909,6 +920,8 @@ class Specialiser(FunctionLowering):
             common = "f64"  # f32 is widened, as numpy does (the checker warns, W0301)
         elif len(strong) == 1:
             common = next(iter(strong))
+        elif not strong and dtype is not None:
+            common = dtype
         else:
             raise Unsupported(f"`{op}` mixes {' and '.join(sorted(strong)) or 'literals only'} (at {span})")
         if any(isinstance(v, Tensor) and v.dtype not in (common, "f32") for v in operands):
@@ -980,6 +993,15 @@ class Specialiser(FunctionLowering):
             return self.read_variable(item) if isinstance(item, ir.Variable) else item
         if not isinstance(value, Tensor):
             raise Unsupported(f"indexing a {type(value).__name__.lower()} (at {span})")
+        if len(indices) == 1 and not isinstance(indices[0], ast.Slice):
+            chosen = self.evaluate(indices[0])
+            if isinstance(chosen, Tensor):  # x[[2, 0, 2]]: rows picked by a tensor of indices
+                if chosen.dtype != "i64":
+                    raise Unsupported(f"indexing by a {chosen.dtype} tensor (at {span})")
+                from dl.codegen.primitives import gathered
+
+                return gathered(self, value, chosen, 0, span, index_error=True)
+            indices = (ValueIndex(chosen),)
         result = self.view_of(value, indices, span)
         if not result.shape:
             scalar = self.temp("element", result.dtype)
@@ -998,17 +1020,18 @@ class Specialiser(FunctionLowering):
         for axis, index in enumerate(indices):
             n, stride = tensor.shape[axis], read.strides[axis]
             if isinstance(index, ast.Slice):
-                if index.step is not None:
-                    raise Unsupported(f"a slice with a step (at {span})")
-                start = 0 if index.start is None else self.static_int(self.evaluate(index.start), span)
-                stop = n if index.stop is None else self.static_int(self.evaluate(index.stop), span)
-                start, stop, _ = slice(start, stop).indices(n)
-                stop = max(stop, start)
-                offset = self.add_offset(offset, ir.Const(start * stride, "i64"))
-                shape.append(stop - start)
-                strides.append(stride)
+                bounds = [
+                    None if part is None else self.static_int(self.evaluate(part), span)
+                    for part in (index.start, index.stop, index.step)
+                ]
+                if bounds[2] == 0:
+                    raise Unsupported(f"a slice step of 0 (at {span})")
+                picked = range(n)[slice(*bounds)]
+                offset = self.add_offset(offset, ir.Const((picked.start if picked else 0) * stride, "i64"))
+                shape.append(len(picked))
+                strides.append(stride * picked.step)
                 continue
-            position = self.scalar_of(self.evaluate(index), span)
+            position = self.scalar_of(index.value if isinstance(index, ValueIndex) else self.evaluate(index), span)
             if position.operand.dtype != "i64":
                 raise Unsupported(f"an index that is not an i64 (at {span})")
             offset = self.add_offset(offset, self.scaled(self.checked_index(position.operand, n, axis, span), stride))
