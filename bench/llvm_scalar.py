@@ -1,6 +1,6 @@
 """A scalar `while` loop compiled by the LLVM backend, beside the interpreter and the same program in C.
 
-    python bench/llvm_scalar.py [--size 200] [--limit 256] [--repeats 3]
+    python bench/llvm_scalar.py [--size 200] [--limit 256] [--repeats 3] [--points 20000] [--steps 200]
 
 The program counts Mandelbrot escape iterations over a `size` x `size` grid of points (at most `limit`
 iterations each), all in scalar f64 code: one DL function `total(size, limit)` with nested `for` loops
@@ -11,6 +11,10 @@ calling `escape(cr, ci, limit)`, a `while` loop. The three systems compute the s
 - the same two functions in C, written to a temporary directory and compiled with `gcc -O2`.
 
 Times are the best of `repeats` runs (compile time excluded for both compilers), per grid point.
+
+Then the gradient: `grad` of a scalar `while` loop (`y = y - 0.1 sin(y) x`, `steps` times), whose
+derivative code records the iterates on a tape and walks it back, summed over `points` starting points
+by a compiled DL loop; against the same reverse mode written by hand in C (gcc -O2), and the interpreter.
 Not a test: nothing here is collected by pytest.
 """
 
@@ -103,6 +107,81 @@ int main(int argc, char **argv) {
 """
 
 
+GRADIENT_SOURCE = """
+fn orbit(x: f64, steps: i64) -> f64 {
+    let y = x
+    let i = 0
+    while i < steps {
+        y = y - 0.1f64 * sin(y) * x
+        i += 1
+    }
+    return y
+}
+
+fn total_grad(n: i64, steps: i64) -> f64 {
+    let s = 0.0f64
+    for k in 0..n {
+        s += grad(orbit)(float(k, dtype=f64) * 0.001f64, steps)
+    }
+    return s
+}
+"""
+
+# The same derivative by hand, as a C programmer writes reverse mode: the forward loop records each
+# iterate on a tape (an array grown as needed), the backward loop walks it back.
+C_GRADIENT_SOURCE = """
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+static double *tape = 0;
+static long capacity = 0;
+
+static double orbit_grad(double x, long steps) {
+    double y = x;
+    long count = 0;
+    for (long i = 0; i < steps; i++) {
+        if (count == capacity) {
+            capacity = capacity ? 2 * capacity : 16;
+            tape = realloc(tape, capacity * sizeof(double));
+        }
+        tape[count++] = y;
+        y = y - 0.1 * sin(y) * x;
+    }
+    double d_y = 1.0, d_x = 0.0;
+    while (count > 0) {
+        double yi = tape[--count];
+        d_x += -d_y * 0.1 * sin(yi);
+        d_y = d_y - d_y * x * 0.1 * cos(yi);
+    }
+    return d_x + d_y;
+}
+
+__attribute__((noipa)) double total_grad(long n, long steps) {
+    double s = 0.0;
+    for (long k = 0; k < n; k++) s += orbit_grad((double)k * 0.001, steps);
+    return s;
+}
+
+int main(int argc, char **argv) {
+    volatile long n = atol(argv[1]);
+    long steps = atol(argv[2]), repeats = atol(argv[3]);
+    double best = 1e30, s = 0.0;
+    for (long r = 0; r < repeats; r++) {
+        struct timespec a, b;
+        clock_gettime(CLOCK_MONOTONIC, &a);
+        s = total_grad(n, steps);
+        clock_gettime(CLOCK_MONOTONIC, &b);
+        double seconds = (b.tv_sec - a.tv_sec) + 1e-9 * (b.tv_nsec - a.tv_nsec);
+        if (seconds < best) best = seconds;
+    }
+    printf("%.17g %.9f\\n", s, best);
+    return 0;
+}
+"""
+
+
 def best_of(repeats: int, action) -> tuple[object, float]:
     best, result = float("inf"), None
     for _ in range(repeats):
@@ -123,6 +202,8 @@ def main() -> None:
     options.add_argument("--size", type=int, default=200)
     options.add_argument("--limit", type=int, default=256)
     options.add_argument("--repeats", type=int, default=3)
+    options.add_argument("--points", type=int, default=20000, help="gradients taken (the gradient benchmark)")
+    options.add_argument("--steps", type=int, default=200, help="iterations of the differentiated loop")
     arguments = options.parse_args()
     size, limit, repeats = arguments.size, arguments.limit, arguments.repeats
     with tempfile.TemporaryDirectory() as folder:
@@ -158,6 +239,45 @@ def main() -> None:
     print(f"{'system':<22}{'ns/point':>12}{'vs C':>10}")
     for name, seconds in rows:
         print(f"{name:<22}{seconds * 1e9:>12.1f}{seconds / rows[0][1]:>10.2f}")
+    gradient(arguments.points, arguments.steps, repeats)
+
+
+def gradient(points: int, steps: int, repeats: int) -> None:
+    """`grad` of a scalar `while` loop (its iterates on a tape), compiled, against the same reverse mode
+    written by hand in C: the sum of d orbit / dx over `points` starting points."""
+    with tempfile.TemporaryDirectory() as folder:
+        directory = Path(folder)
+        path = directory / "orbit.dl"
+        path.write_text(GRADIENT_SOURCE, encoding="utf-8")
+        program, typed = pipeline.prepare(pipeline.load(str(path)))
+        backend = native.compile_program(typed)
+        interpreter.call(program, "total_grad", [1, steps], typed, backend.bodies)  # compiles it
+        compiled, compiled_time = best_of(
+            repeats, lambda: interpreter.call(program, "total_grad", [points, steps], typed, backend.bodies)
+        )
+        small = max(points // 50, 1)
+        interpreted, interpreted_time = best_of(
+            1, lambda: interpreter.call(program, "total_grad", [small, steps], typed)
+        )
+        check = interpreter.call(program, "total_grad", [small, steps], typed, backend.bodies)
+        assert abs(check - interpreted) <= 1e-9 * abs(interpreted), (check, interpreted)
+        (directory / "orbit.c").write_text(C_GRADIENT_SOURCE, encoding="utf-8")
+        binary = str(directory / "orbit")
+        subprocess.run(["gcc", "-O2", "-o", binary, str(directory / "orbit.c"), "-lm"], check=True)
+        output = subprocess.run(
+            [binary, str(points), str(steps), str(repeats)], check=True, capture_output=True, text=True
+        ).stdout.split()
+        c_value, c_time = float(output[0]), float(output[1])
+    assert abs(c_value - compiled) <= 1e-9 * abs(c_value), (c_value, compiled)
+    rows = [
+        ("C, gcc -O2 (by hand)", c_time / points),
+        ("DL, --backend llvm", compiled_time / points),
+        ("DL, interpreter", interpreted_time / small),
+    ]
+    print(f"\ngrad of a {steps}-step while loop (its iterates on a tape), {points} points (sum {c_value:.12g})")
+    print(f"{'system':<22}{'us/gradient':>12}{'vs C':>10}")
+    for name, seconds in rows:
+        print(f"{name:<22}{seconds * 1e6:>12.2f}{seconds / rows[0][1]:>10.2f}")
 
 
 if __name__ == "__main__":

@@ -874,6 +874,7 @@ def new_tape(lowering, bound: dict, span: Span) -> object:
     variables = [lowering.new_variable(f"{name}.{part}", "i64") for part in ("address", "count", "capacity")]
     tape = ir.Tape(*variables, size)
     lowering.tapes.append(tape)
+    lowering.emit(ir.Store(variables[1], ir.Const(0, "i64")))  # empty (its storage is reused in a loop)
     return TapeValue(tape, template, tuple(leaves))
 
 
