@@ -166,8 +166,12 @@ def where(lowering, bound: dict, span: Span) -> object:
         raise Unsupported(f"`where` with a condition that is not bool (at {span})")
     if isinstance(condition, Tensor) and condition.dtype != "bool":
         raise Unsupported(f"`where` with a condition that is not bool (at {span})")
-    if not any(isinstance(v, Tensor) for v in (condition, a, b)):
-        raise Unsupported(f"`where` of scalars (at {span})")
+    if not any(isinstance(v, Tensor) for v in (condition, a, b)):  # scalars: one select
+        operands = [lowering.scalar_operand(v, dtype, span) for v in (a, b)]
+        tree = ir.Apply("select", dtype, (ir.Splat(condition.operand), *(ir.Splat(o) for o in operands)))
+        result = lowering.temp("where", dtype)
+        lowering.emit(ir.Evaluate(result, tree))
+        return Value(result)
     return lowering.elementwise("select", [condition, a, b], span, dtype)
 
 
@@ -224,7 +228,7 @@ def finish(lowering, result: Tensor, dtype: str, scale: float | None = None) -> 
 
 def summed(kind: str):
     def apply(lowering, bound: dict, span: Span) -> object:
-        x = as_tensor(lowering, bound["x"], span)
+        x = as_tensor(lowering, bound["x"], span, bound.get("keepdims", False))
         axes = axes_of(lowering, x, bound["axis"], span)
         keepdims = static_flag(bound["keepdims"], span)
         count = math.prod(x.shape[a] for a in axes)
@@ -244,7 +248,7 @@ def summed(kind: str):
 
 def extreme(op: str):
     def apply(lowering, bound: dict, span: Span) -> object:
-        x = as_tensor(lowering, bound["x"], span)
+        x = as_tensor(lowering, bound["x"], span, bound.get("keepdims", False))
         if x.dtype == "bool":
             raise Unsupported(f"`{op}` of bools (at {span})")
         axes = axes_of(lowering, x, bound["axis"], span)
@@ -256,10 +260,13 @@ def extreme(op: str):
     return apply
 
 
-def as_tensor(lowering, value: object, span: Span) -> Tensor:
+def as_tensor(lowering, value: object, span: Span, keepdims: object = False) -> Tensor:
     if isinstance(value, Tensor):
         return value
-    raise Unsupported(f"a reduction of a scalar (at {span})")
+    whole = keepdims is False or (isinstance(keepdims, Value) and keepdims.operand == ir.Const(False, "bool"))
+    if isinstance(value, Value) and value.weak is None and value.operand.dtype in FLOATS and whole:
+        return Tensor(value.operand.dtype, (1,), ir.Splat(value.operand))  # a scalar: its one element
+    raise Unsupported(f"a reduction of this scalar (at {span})")
 
 
 def shifted_exponentials(lowering, x: Tensor, axis: object, span: Span):
@@ -276,13 +283,13 @@ def shifted_exponentials(lowering, x: Tensor, axis: object, span: Span):
 
 
 def log_softmax(lowering, bound: dict, span: Span) -> object:
-    x = as_tensor(lowering, bound["x"], span)
+    x = as_tensor(lowering, bound["x"], span, bound.get("keepdims", False))
     shifted, total, _ = shifted_exponentials(lowering, x, bound["axis"], span)
     return Tensor(x.dtype, x.shape, ir.Apply("sub", x.dtype, (shifted.tree, ir.Apply("log", x.dtype, (total.tree,)))))
 
 
 def softmax(lowering, bound: dict, span: Span) -> object:
-    x = as_tensor(lowering, bound["x"], span)
+    x = as_tensor(lowering, bound["x"], span, bound.get("keepdims", False))
     shifted, total, _ = shifted_exponentials(lowering, x, bound["axis"], span)
     exponentials = ir.Apply("exp", x.dtype, (shifted.tree,))
     return Tensor(x.dtype, x.shape, ir.Apply("div", x.dtype, (exponentials, total.tree)))
@@ -293,7 +300,7 @@ def arg_extreme(op: str):
     `argmax` of a slice with a nan is the nan's index), as the smallest index with a hit."""
 
     def apply(lowering, bound: dict, span: Span) -> object:
-        x = as_tensor(lowering, bound["x"], span)
+        x = as_tensor(lowering, bound["x"], span, bound.get("keepdims", False))
         if x.dtype == "bool":
             raise Unsupported(f"`arg{op}` of bools (at {span})")
         if x.size == 0:
@@ -320,7 +327,7 @@ def arg_extreme(op: str):
 
 def logsumexp(lowering, bound: dict, span: Span) -> object:
     """log(sum(exp(x - peak))) + peak over the axes, the peak a max made 0 where it is not finite."""
-    x = as_tensor(lowering, bound["x"], span)
+    x = as_tensor(lowering, bound["x"], span, bound.get("keepdims", False))
     if x.dtype not in FLOATS:
         raise Unsupported(f"`logsumexp` of {x.dtype} (at {span})")
     axes = axes_of(lowering, x, bound["axis"], span)

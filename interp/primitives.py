@@ -191,6 +191,8 @@ def broadcast_problem(name: str, *operands: Any) -> PrimitiveError:
 
 
 def floating(x: Any, name: str) -> Any:
+    if x.__class__ is float:  # an unsuffixed literal no context gave a dtype: f32, as the checker types it
+        return np.float32(x)
     if kind_of(x) != "f":
         raise PrimitiveError(f"`{name}` needs a float tensor, found {describe(x)}; convert with `float(x)`")
     return x

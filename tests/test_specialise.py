@@ -19,6 +19,8 @@ from dl.codegen import native
 from dl.interp import run as interpreter
 from dl.interp.values import StructValue
 from dl.lang.diagnostics import DiagnosticError
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 sys.path.insert(0, str(Path(__file__).parent))
 from autodiff_cases import CASES
@@ -328,3 +330,103 @@ def test_the_mlp_training_step_is_compiled(tmp_path: Path) -> None:
     assert verdict(report, "loss_value_and_grad") == "compiled", report
     assert verdict(report, "adam") == "compiled", report
     assert "compiler bug" not in report
+
+
+# ------------------------------------------------------------------ random tensor programs
+
+SHAPES = {"a": (2, 3), "b": (3,), "c": (2, 1), "s": ()}
+
+
+def broadcast_of(*shapes: tuple) -> tuple:
+    return tuple(np.broadcast_shapes(*shapes))
+
+
+@st.composite
+def tensor_functions(draw) -> str:
+    """A random well-typed f64 function of tensors of broadcasting shapes ([2, 3], [3], [2, 1]) and a
+    scalar: elementwise arithmetic and math, reductions over axes, a `while` and an `if` on
+    data-dependent conditions, assignments to a tensor inside them; no operation that can make a nan."""
+
+    def expression(depth: int) -> tuple[str, tuple]:
+        if depth == 0 or draw(st.integers(0, 3)) == 0:
+            leaf = draw(st.sampled_from(["a", "b", "c", "s", "acc", "0.5f64", "2.0f64"]))
+            if leaf == "acc" and not inside:
+                leaf = "a"
+            return leaf, SHAPES.get(leaf, (2, 3) if leaf == "acc" else ())
+        kind = draw(st.sampled_from(["op", "op", "op", "math", "where", "reduce", "max"]))
+        if kind == "op":
+            (lhs, p), (rhs, q) = expression(depth - 1), expression(depth - 1)
+            op = draw(st.sampled_from(["+", "-", "*", "/"]))
+            if op == "/":
+                return f"({lhs} / (1.0 + {rhs} * {rhs}))", broadcast_of(p, q)
+            return f"({lhs} {op} {rhs})", broadcast_of(p, q)
+        if kind == "math":
+            inner, shape = expression(depth - 1)
+            function = draw(
+                st.sampled_from(
+                    [
+                        "tanh({})",
+                        "exp(-({0}) * ({0}))",
+                        "sigmoid({})",
+                        "relu({})",
+                        "sqrt(1.0 + ({0}) * ({0}))",
+                        "log(1.0 + ({0}) * ({0}))",
+                        "abs({})",
+                        "sin({})",
+                    ]
+                )
+            )
+            return function.format(inner), shape
+        if kind == "where":
+            (x, p), (y, q) = expression(depth - 1), expression(depth - 1)
+            return f"where({x} > {y}, {x}, {y} * 0.5)", broadcast_of(p, q)
+        if kind == "max":
+            (x, p), (y, q) = expression(depth - 1), expression(depth - 1)
+            return f"maximum({x}, {y})", broadcast_of(p, q)
+        inner, shape = expression(depth - 1)
+        if len(shape) == 2:
+            choice = draw(
+                st.sampled_from(
+                    ["sum({}, axis=0)", "mean({}, axis=1, keepdims=true)", "max({})", "softmax({}, axis=1)"]
+                )
+            )
+            reduced = {"sum": shape[1:], "mean": (2, 1), "max": (), "softmax": shape}[choice.split("(")[0]]
+            return choice.format(inner), reduced
+        return f"sum({inner})", ()
+
+    def row(depth: int) -> str:
+        text, shape = expression(depth)
+        return text if shape in ((3,), ()) else "b"
+
+    def full(depth: int) -> str:
+        text, shape = expression(depth)
+        return text if shape == (2, 3) else f"({text} + zeros(2, 3, dtype=f64))"
+
+    inside = False
+    first = full(2)
+    inside = True
+    lines = [
+        f"let acc = {first}",
+        "let trips = 0",
+        f"while trips < {draw(st.integers(0, 4))} and sum(abs(acc)) < 1e6 {{",
+        f"    acc = {full(3)}",
+        f"    if mean(acc) > {draw(st.sampled_from(['0.0', '0.5', '-0.5']))} {{",
+        f"        acc = acc * 0.5 - {full(1)}",
+        "    } else {",
+        f"        acc[0] = {row(1)} + zeros(3, dtype=f64)",
+        "    }",
+        "    trips += 1",
+        "}",
+        f"return acc + {full(2)}",
+    ]
+    body = "\n    ".join(lines)
+    return f"fn f(a: f64[2, 3], b: f64[3], c: f64[2, 1], s: f64) -> f64[2, 3] {{\n    {body}\n}}\n"
+
+
+@settings(max_examples=30, deadline=None)
+@given(source=tensor_functions(), seed=st.integers(0, 3))
+def test_random_tensor_functions_agree(source: str, seed: int) -> None:
+    args = (f64(2, 3, seed=seed), f64(3, seed=seed + 1), f64(2, 1, seed=seed + 2), np.float64(0.3 * seed - 0.4))
+    expected, actual, report = on_both(source, "f", *args)
+    assert verdict(report, "f") == "compiled", (source, report)
+    assert_close(actual, expected, rtol=1e-9, atol=1e-12, where=source)
