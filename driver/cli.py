@@ -69,12 +69,12 @@ def add_backend(command: argparse.ArgumentParser) -> None:
         "--backend",
         choices=["interp", "llvm"],
         default="interp",
-        help="where the program runs (default: interp, the numpy interpreter; llvm: scalar functions compiled)",
+        help="where the program runs (default: interp, the numpy interpreter; llvm: compiled with LLVM where it can)",
     )
     command.add_argument(
         "--explain-backend",
         action="store_true",
-        help="with --backend llvm: print to stderr which functions were compiled, and why the others were not",
+        help="with --backend llvm: print to stderr which functions were compiled (for which argument shapes), and why the others were not",
     )
     command.add_argument(
         "--no-cache",
