@@ -74,7 +74,10 @@ def add_backend(command: argparse.ArgumentParser) -> None:
     command.add_argument(
         "--explain-backend",
         action="store_true",
-        help="with --backend llvm: print to stderr which functions were compiled (for which argument shapes), and why the others were not",
+        help=(
+            "with --backend llvm: print to stderr which functions were compiled "
+            "(for which argument shapes), and why the others were not"
+        ),
     )
     command.add_argument(
         "--no-cache",
