@@ -338,7 +338,7 @@ class Specialiser(FunctionLowering):
             (),
             "unit",
             tuple(self.variables),
-            accumulate_in_place(without_dead_stores(self.blocks)),
+            accumulate_in_place(forwarded(without_dead_stores(self.blocks))),
             tuple(self.sites),
             recursion,
             tuple(self.buffer_list),
@@ -1317,6 +1317,110 @@ NUMPY_DTYPES = {"f32": np.float32, "f64": np.float64, "i64": np.int64, "bool": n
 # ------------------------------------------------------------------ dead stores and accumulating in place
 
 WRITES = (ir.Fill, ir.Reduce, ir.MatMul, ir.ScatterAdd)
+
+
+def forwarded(blocks: list[ir.Block]) -> list[ir.Block]:
+    """A buffer written once by a `Fill` and read once, whole and as laid out, by a later loop of the same
+    block over the same shape is not written at all: its tree is computed inside that loop (the lowering
+    writes a value bound to a name used twice, or a field of a struct, before it knows how it is used).
+    Nothing between may write what the tree reads."""
+    writes: dict[str, int] = {}
+    counts: dict[str, int] = {}
+    for block in blocks:
+        for instruction in block.instructions:
+            count_reads(instruction, counts)
+            written = written_buffer(instruction)
+            if written is not None:
+                writes[written.name] = writes.get(written.name, 0) + 1
+            if isinstance(instruction, ir.TapePop):
+                for _, leaf in instruction.leaves:
+                    if isinstance(leaf, ir.Buffer):
+                        writes[leaf.name] = writes.get(leaf.name, 0) + 2
+    result = []
+    for block in blocks:
+        instructions = list(block.instructions)
+        for position, producer in enumerate(instructions):
+            if not (isinstance(producer, ir.Fill) and producer.view is None and producer.target.slot == 0):
+                continue
+            if gathers(producer.tree):  # its index check stays where the interpreter would fail
+                continue
+            target = producer.target
+            if writes.get(target.name) != 1 or counts.get(target.name) != 1:
+                continue
+            read_by: dict[str, int] = {}
+            count_reads(producer.tree, read_by)
+            for later in range(position + 1, len(instructions)):
+                consumer = instructions[later]
+                if consumer is None:
+                    continue
+                found: dict[str, int] = {}
+                count_reads(consumer, found)
+                if target.name in found:
+                    replaced = substituted(consumer, target, producer.tree)
+                    if replaced is not None:
+                        instructions[later] = replaced
+                        instructions[position] = None
+                    break
+                written = written_buffer(consumer)
+                popped = isinstance(consumer, ir.TapePop)
+                if popped or (written is not None and written.name in read_by):
+                    break
+        result.append(ir.Block(block.label, tuple(i for i in instructions if i is not None), block.terminator))
+    return result
+
+
+def substituted(consumer: object, target: ir.Buffer, tree: object) -> object | None:
+    """`consumer` with its one read of `target` (whole, as laid out, over the consumer's own loop shape)
+    replaced by `tree`; None if the read is not like that."""
+    whole = ir.Read(target, ZERO, contiguous(target.shape))
+    if isinstance(consumer, ir.Fill):
+        shape = consumer.shape if consumer.view is not None else consumer.target.shape
+        if shape != target.shape or not contains(consumer.tree, whole):
+            return None
+        return ir.Fill(consumer.target, replace(consumer.tree, whole, tree), consumer.view, consumer.shape)
+    if isinstance(consumer, ir.Reduce):
+        if consumer.shape != target.shape or not contains(consumer.tree, whole) or costly_tree(tree):
+            return None
+        return ir.Reduce(
+            consumer.target, consumer.op, replace(consumer.tree, whole, tree), consumer.shape, consumer.axes
+        )
+    return None
+
+
+def contains(tree: object, node: object) -> bool:
+    if tree == node:
+        return True
+    if isinstance(tree, ir.Apply):
+        return any(contains(a, node) for a in tree.args)
+    if isinstance(tree, ir.Take):
+        return contains(tree.index, node)
+    return False
+
+
+def replace(tree: object, node: object, by: object) -> object:
+    if tree == node:
+        return by
+    if isinstance(tree, ir.Apply):
+        return ir.Apply(tree.op, tree.dtype, tuple(replace(a, node, by) for a in tree.args))
+    if isinstance(tree, ir.Take):
+        return ir.Take(
+            tree.buffer, tree.offset, tree.strides, replace(tree.index, node, by), tree.stride, tree.size, tree.site
+        )
+    return tree
+
+
+def gathers(tree: object) -> bool:
+    if isinstance(tree, ir.Take):
+        return True
+    return isinstance(tree, ir.Apply) and any(gathers(a) for a in tree.args)
+
+
+def costly_tree(tree: object) -> bool:
+    if isinstance(tree, ir.Apply):
+        return tree.op in ("exp", "log", "tanh", "sin", "cos", "sigmoid", "pow") or any(
+            costly_tree(a) for a in tree.args
+        )
+    return False
 
 
 def without_dead_stores(blocks: list[ir.Block]) -> list[ir.Block]:
