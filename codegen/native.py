@@ -374,6 +374,8 @@ class SpecialisingBody:
                 for item in value.values:
                     place(item)
                 return
+            elif cls is str:  # part of the layout: it has no slot
+                return
             position[0] += 1
 
         for argument in arguments:

@@ -672,12 +672,12 @@ def gathered(lowering, x: Tensor, indices: object, axis: int, span: Span, index_
         index_tree = remap(index_tree, mapping)
     strides = tuple(read.strides[:axis]) + (0,) * k + tuple(read.strides[axis + 1 :])
     tree = ir.Take(read.buffer, read.offset, strides, index_tree, read.strides[axis], size, site)
-    result = Tensor(x.dtype, shape, tree)
     if not shape:
         scalar = lowering.temp("element", x.dtype)
         lowering.emit(ir.Evaluate(scalar, tree))
         return Value(scalar)
-    return result
+    # written now: its indices are checked here, as the interpreter checks them, used or not
+    return lowering.materialise(Tensor(x.dtype, shape, tree), "gathered")
 
 
 def scatter_add(lowering, bound: dict, span: Span) -> object:

@@ -450,8 +450,14 @@ class Specialiser(FunctionLowering):
     def is_home(self, value: object) -> bool:
         if isinstance(value, (ir.Variable, TapeValue)):
             return True
-        if isinstance(value, Tensor):
-            return isinstance(value.tree, ir.Read) and value.tree.buffer.name in self.homes
+        if isinstance(value, Tensor):  # the home itself, not a view of it
+            tree = value.tree
+            return (
+                isinstance(tree, ir.Read)
+                and tree.buffer.name in self.homes
+                and value.shape == tree.buffer.shape
+                and tree == ir.Read(tree.buffer, ZERO, contiguous(tree.buffer.shape))
+            )
         if isinstance(value, tuple):
             return bool(value) and all(self.is_home(v) for v in value)
         if isinstance(value, Struct):
@@ -567,6 +573,8 @@ class Specialiser(FunctionLowering):
                 scope = self.scope_of(name, span)
                 current = scope[name]
                 if self.is_home(current):
+                    if isinstance(current, (tuple, Struct)):  # every part read before any is written
+                        value = self.bind(value, 1)
                     self.store_home(current, value, span)
                 else:
                     scope[name] = self.bind(value, self.uses.get(name, 0))
@@ -851,6 +859,18 @@ class Specialiser(FunctionLowering):
                     break
         return Closure(decl, self.path, captured)
 
+    def copy_out(self, value: object) -> object:
+        """`value` with every part that is a home (a caller's variable) copied."""
+        if isinstance(value, ir.Variable):
+            return self.read_variable(value)
+        if isinstance(value, Tensor) and self.is_home(value):
+            return self.copy(value)
+        if isinstance(value, tuple):
+            return tuple(self.copy_out(v) for v in value)
+        if isinstance(value, Struct):
+            return Struct(value.kind, value.name, value.fields, [self.copy_out(v) for v in value.values])
+        return value
+
     def copy(self, value: object) -> object:
         if isinstance(value, Tensor):
             buffer = self.allocate(value.dtype, value.shape)
@@ -1134,7 +1154,11 @@ class Specialiser(FunctionLowering):
                 raise Unsupported(f"a call leaving `{param.name}` unbound (at {span})")
             if isinstance(value, ir.Variable):
                 value = self.read_variable(value)
-            bound[param.name] = self.bind(value, self.uses.get(param.name, 0), detach=False)
+            # a parameter the callee assigns is its own copy: the caller's variable must not change
+            detach = param.name in self.assigned
+            bound[param.name] = self.bind(value, self.uses.get(param.name, 0), detach=detach)
+            if detach:
+                bound[param.name] = self.copy_out(bound[param.name])
         self.scopes = [dict(closure.captured), bound]
         self.loops = []
         self.depth += 1
@@ -1356,6 +1380,9 @@ def forwarded(blocks: list[ir.Block]) -> list[ir.Block]:
                 found: dict[str, int] = {}
                 count_reads(consumer, found)
                 if target.name in found:
+                    consumer_writes = written_buffer(consumer)
+                    if consumer_writes is not None and consumer_writes.name in read_by:
+                        break  # it overwrites what the tree reads as it goes
                     replaced = substituted(consumer, target, producer.tree)
                     if replaced is not None:
                         instructions[later] = replaced
@@ -1438,7 +1465,8 @@ def without_dead_stores(blocks: list[ir.Block]) -> list[ir.Block]:
             kept = []
             for instruction in block.instructions:
                 written = written_buffer(instruction)
-                if written is not None and written.slot == 0 and counts.get(written.name, 0) == 0:
+                unread = written is not None and written.slot == 0 and counts.get(written.name, 0) == 0
+                if unread and not checks(instruction):
                     dead = True
                     continue
                 kept.append(instruction)
@@ -1446,6 +1474,13 @@ def without_dead_stores(blocks: list[ir.Block]) -> list[ir.Block]:
         blocks = kept_blocks
         if not dead:
             return blocks
+
+
+def checks(instruction: object) -> bool:
+    """Whether an instruction can fail (a gather's or a scatter's index check): it is never dropped."""
+    if isinstance(instruction, ir.ScatterAdd):
+        return True
+    return isinstance(instruction, (ir.Fill, ir.Reduce)) and gathers(instruction.tree)
 
 
 def written_buffer(instruction: object) -> ir.Buffer | None:
@@ -1521,7 +1556,8 @@ def producing(instructions: list, position: int, part: ir.Buffer, home: ir.Buffe
             return None
         if isinstance(instruction, ir.MatMul) and instruction.out == part and not instruction.accumulate:
             between = instructions[start + 1 : position]
-            if not any(touches(i, {home.name}) for i in between):
+            operands = {instruction.a.buffer.name, instruction.b.buffer.name}
+            if home.name not in operands and not any(touches(i, {home.name}) for i in between):
                 return start, instruction
             return None
         if isinstance(instruction, ir.ScatterAdd) and instruction.target == part and start > 0:

@@ -430,3 +430,57 @@ def test_random_tensor_functions_agree(source: str, seed: int) -> None:
     expected, actual, report = on_both(source, "f", *args)
     assert verdict(report, "f") == "compiled", (source, report)
     assert_close(actual, expected, rtol=1e-9, atol=1e-12, where=source)
+
+
+# ------------------------------------------------------------------ aliasing and effects (found in review)
+
+A3 = np.arange(3, dtype=np.float32)
+ALIASING = {
+    "a callee assigning its parameter leaves the caller's loop variable alone": (
+        "fn g(x: f32[3]) -> f32[3] {\n    x = x * 2.0\n    x[0] = 100.0\n    return x\n}\n"
+        "fn f(a: f32[3], n: i64) -> f32[3] {\n    let h = a\n    for i in 0..n { h = h + 1.0 }\n"
+        "    let z = g(h)\n    return z + h\n}\n",
+        (A3, 2),
+    ),
+    "a slice of a loop variable passed to a callee that assigns it": (
+        "fn g(x: f32[2, 3]) -> f32[2, 3] {\n    x = x * 2.0\n    return x\n}\n"
+        "fn f(a: f32[4, 3], n: i64) -> f32[4, 3] {\n    let h = a\n    for i in 0..n { h = h + 1.0 }\n"
+        "    let z = g(h[1:3])\n    return h + sum(z)\n}\n",
+        (np.arange(12, dtype=np.float32).reshape(4, 3), 1),
+    ),
+    "a tuple variable swapped in a loop": (
+        "fn f(a: f32[3], b: f32[3], n: i64) -> (f32[3], f32[3]) {\n    let t = (a, b)\n"
+        "    for i in 0..n { t = (t[1], t[0] + t[1]) }\n    return t\n}\n",
+        (A3, A3 + 10, 3),
+    ),
+    "h = h + h @ w does not accumulate into its own operand": (
+        # (at this size OpenBLAS writes its output before it has read all of an aliased input)
+        "fn f(h0: f32[700, 700], w: f32[700, 700], n: i64) -> f32[700, 700] {\n    let h = h0\n"
+        "    for i in 0..n { h = h + h @ w\n        h = h + w @ h }\n    return h\n}\n",
+        (f32(700, 700) * 0.03, f32(700, 700, seed=1) * 0.03, 1),
+    ),
+    "a loop variable rebuilt from a reversed view of itself": (
+        "fn f(a: f32[3, 3], n: i64) -> f32[3, 3] {\n    let s = a\n"
+        "    for i in 0..n {\n        s = s[::-1] + s\n        s = transpose(s) * 2.0 + 1.0\n    }\n    return s\n}\n",
+        (np.arange(9, dtype=np.float32).reshape(3, 3), 2),
+    ),
+    "strings among the arguments take no slot": (
+        "fn f(x: f32[3], s: str, y: f32[3], t: (str, f32)) -> f32[3] {\n    return x + y * 10.0 * t[1]\n}\n",
+        (A3, "hi", A3 + 1, ("there", np.float32(2.0))),
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ALIASING))
+def test_aliasing_and_arguments(name: str) -> None:
+    source, args = ALIASING[name]
+    check(source, "f", *args, rtol=1e-5, atol=1e-5)
+
+
+def test_an_unused_gather_still_checks_its_indices() -> None:
+    source = (
+        "fn f(x: f32[3], i: i64[2]) -> f32[3] {\n    let y = x[i]\n    let z = gather(x, i)\n    return x * 2.0\n}\n"
+    )
+    interpreted, compiled, report = failures(source, "f", A3, np.array([0, 5]))
+    assert verdict(report, "f") == "compiled", report
+    assert shown(compiled) == shown(interpreted)
