@@ -1017,8 +1017,8 @@ class FunctionEmitter(TensorEmission):
             args.append(kind(0) if dtype == "i64" else kind(0.0))
             name = "maximum"
         if name == "abs":
-            if dtype == "i64":
-                absolute = self.module.declare_intrinsic("llvm.abs", [kind])
+            if dtype == "i64":  # llvm.abs takes a second operand: whether the minimum is poison (no)
+                absolute = self.c_function("llvm.abs.i64", kind, [kind, TYPES["bool"]])
                 return builder.call(absolute, [args[0], TYPES["bool"](0)], name=result)
             return builder.call(self.module.declare_intrinsic("llvm.fabs", [kind]), args, name=result)
         if dtype == "i64":

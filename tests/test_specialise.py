@@ -484,3 +484,11 @@ def test_an_unused_gather_still_checks_its_indices() -> None:
     interpreted, compiled, report = failures(source, "f", A3, np.array([0, 5]))
     assert verdict(report, "f") == "compiled", report
     assert shown(compiled) == shown(interpreted)
+
+
+def test_integer_math_built_ins() -> None:
+    source = (
+        "fn f(x: i64[20], k: i64) -> (i64[20], i64) {\n"
+        "    return (abs(x) + maximum(x, 3) - minimum(x, 1) + relu(x), abs(k) + max(abs(x)))\n}\n"
+    )
+    check(source, "f", np.arange(20) - 10, -7)
