@@ -177,6 +177,29 @@ def reads(tree: object, buffers: set[str]) -> bool:
     return False
 
 
+def value_reads(value: object, buffers: set[str]) -> bool:
+    """Whether an abstract value reads any of `buffers` (a closure: through what it captured)."""
+    if isinstance(value, Tensor):
+        return reads(value.tree, buffers)
+    if isinstance(value, tuple):
+        return any(value_reads(v, buffers) for v in value)
+    if isinstance(value, Struct):
+        return any(value_reads(v, buffers) for v in value.values)
+    if isinstance(value, Closure):
+        return any(value_reads(v, buffers) for v in value.captured.values())
+    return False
+
+
+def home_buffers(value: object) -> set[str]:
+    if isinstance(value, Tensor) and isinstance(value.tree, ir.Read):
+        return {value.tree.buffer.name}
+    if isinstance(value, tuple):
+        return {name for v in value for name in home_buffers(v)}
+    if isinstance(value, Struct):
+        return {name for v in value.values for name in home_buffers(v)}
+    return set()
+
+
 def same_view_only(tree: object, region: ir.Read) -> bool:
     """Whether every read of `region`'s buffer in `tree` is of `region` itself (the element written)."""
     match tree:
@@ -314,6 +337,8 @@ class Specialiser(FunctionLowering):
         self.assigned: set[str] = set()
         self.constants: dict[tuple[str, str], object] = {}
         self.tapes: list[ir.Tape] = []
+        self.frames: list[list[dict]] = []  # the scopes of the callers of the function being inlined
+        self.owners: dict[str, tuple[int, str]] = {}  # home buffer -> (id of the scope, variable name)
 
     # -------------------------------------------------------------- entry
     def specialise(self) -> Specialised:
@@ -397,10 +422,12 @@ class Specialiser(FunctionLowering):
         self.emit(ir.Fill(buffer, tensor.tree))
         return view(buffer)
 
-    def bind(self, value: object, uses: int, detach: bool = True) -> object:
+    def bind(self, value: object, uses: int, detach: bool = False) -> object:
         """A value given a name: a computed tree used more than once is written to a buffer; views and
-        single uses stay trees. With `detach`, anything reading a home (which a later assignment
-        overwrites), views included, is copied out of it."""
+        single uses stay trees (a home they read is protected when it is overwritten: `protect`). With
+        `detach`, anything reading a home, views included, is copied out of it now."""
+        if isinstance(value, ir.Variable):  # a scalar part of another variable's home: its value now
+            return self.read_variable(value)
         if isinstance(value, Tensor):
             if detach and reads(value.tree, self.homes):
                 return self.copy(value)
@@ -464,17 +491,55 @@ class Specialiser(FunctionLowering):
             return all(self.is_home(v) for v in value.values)
         return False
 
+    def owns(self, scope: dict, name: str, value: object) -> bool:
+        """Whether `value` is the home of variable `name` of `scope` (another name may hold a view of a
+        home without owning it: `let y = x` takes x's value, not its storage)."""
+        if not self.is_home(value):
+            return False
+        return all(self.owners.get(buffer) == (id(scope), name) for buffer in home_buffers(value))
+
     def make_homes(self, stmt: ast.Stmt) -> None:
         """Before an `if` or a loop: every variable it assigns gets a home."""
         for name in sorted(assigned_names(stmt)):
             for scope in reversed(self.scopes):
                 if name in scope:
-                    if not self.is_home(scope[name]) and not isinstance(scope[name], (Text, Closure, Primitive, DType)):
-                        scope[name] = self.home(scope[name], name)
+                    value = scope[name]
+                    if not self.owns(scope, name, value) and not isinstance(value, (Text, Closure, Primitive, DType)):
+                        scope[name] = self.home(value, name)
+                        for buffer in home_buffers(scope[name]):
+                            self.owners[buffer] = (id(scope), name)
+                    else:  # already a home: what reads it now must not see the writes to come
+                        self.protect(home_buffers(value), (scope, name))
                     break
 
-    def store_home(self, home: object, value: object, span: Span) -> None:
-        """Write `value` into `home` (same structure, dtypes and shapes)."""
+    def protect(self, buffers: set[str], owner: tuple | None) -> None:
+        """Before `buffers` (homes) are overwritten: every value bound to a name (in any frame, captured
+        by a closure too) that reads them, other than the owner's own, gets a copy of what it reads now."""
+        if not buffers:
+            return
+        for scopes in [*self.frames, self.scopes]:
+            for scope in scopes:
+                for name, value in list(scope.items()):
+                    if owner is not None and scope is owner[0] and name == owner[1]:
+                        continue
+                    if value_reads(value, buffers):
+                        scope[name] = self.detached(value, buffers)
+
+    def detached(self, value: object, buffers: set[str]) -> object:
+        if isinstance(value, Tensor):
+            return self.copy(value) if reads(value.tree, buffers) else value
+        if isinstance(value, tuple):
+            return tuple(self.detached(v, buffers) for v in value)
+        if isinstance(value, Struct):
+            return Struct(value.kind, value.name, value.fields, [self.detached(v, buffers) for v in value.values])
+        if isinstance(value, Closure):
+            captured = {k: self.detached(v, buffers) for k, v in value.captured.items()}
+            return Closure(value.decl, value.path, captured)
+        return value
+
+    def store_home(self, home: object, value: object, span: Span, owner: tuple | None = None) -> None:
+        """Write `value` into `home` (same structure, dtypes and shapes); `owner` is the (scope, name) of
+        the variable whose home it is."""
         if isinstance(home, ir.Variable):
             value = self.scalar_of(value, span)
             self.emit(ir.Store(home, self.convert(value, home.dtype, "the assigned value")))
@@ -485,14 +550,15 @@ class Specialiser(FunctionLowering):
             tree = value.tree
             if not reads_only_in_place(tree, target):
                 tree = self.materialise(value).tree
+            self.protect({target.name}, owner)
             if tree != home.tree:
                 self.emit(ir.Fill(target, tree))
         elif isinstance(home, tuple) and isinstance(value, tuple) and len(home) == len(value):
             for h, v in zip(home, value, strict=True):
-                self.store_home(h, v, span)
+                self.store_home(h, v, span, owner)
         elif isinstance(home, Struct) and isinstance(value, Struct) and home.fields == value.fields:
             for h, v in zip(home.values, value.values, strict=True):
-                self.store_home(h, v, span)
+                self.store_home(h, v, span, owner)
         elif isinstance(home, TapeValue) and isinstance(value, TapeValue) and value.tape == home.tape:
             value.live, home.live = False, True  # the variable holds the tape as it now is
         elif home != value:
@@ -553,7 +619,8 @@ class Specialiser(FunctionLowering):
                     if value.weak is not None and name not in self.assigned:
                         value = Value(value.operand, value.weak)  # a constant keeps adapting
                     else:
-                        value = variable
+                        self.scopes[-1][name] = variable  # this name's own variable
+                        return
                 self.scopes[-1][name] = self.bind(value, self.uses.get(name, 0))
             case ast.TuplePattern(items=items):
                 if not isinstance(value, tuple) or len(value) != len(items):
@@ -572,10 +639,10 @@ class Specialiser(FunctionLowering):
             case ast.Name(id=name):
                 scope = self.scope_of(name, span)
                 current = scope[name]
-                if self.is_home(current):
+                if self.owns(scope, name, current):
                     if isinstance(current, (tuple, Struct)):  # every part read before any is written
-                        value = self.bind(value, 1)
-                    self.store_home(current, value, span)
+                        value = self.bind(value, 1, detach=True)
+                    self.store_home(current, value, span, (scope, name))
                 else:
                     scope[name] = self.bind(value, self.uses.get(name, 0))
             case ast.Field(target=inner, name=name):
@@ -585,8 +652,10 @@ class Specialiser(FunctionLowering):
                 position = record.fields.index(name) if name in record.fields else None
                 if position is None:
                     raise Unsupported(f"`{record.name}` has no field `{name}` (at {span})")
-                if self.is_home(record.values[position]):
-                    self.store_home(record.values[position], value, span)
+                root = target_names(inner)
+                owner = (self.scope_of(root[0], span), root[0]) if root else None
+                if owner is not None and self.owns(*owner, record.values[position]):
+                    self.store_home(record.values[position], value, span, owner)
                 else:
                     values = list(record.values)
                     values[position] = self.bind(value, 2)
@@ -594,7 +663,7 @@ class Specialiser(FunctionLowering):
             case ast.TupleLiteral(items=items):
                 if not isinstance(value, tuple) or len(value) != len(items):
                     raise Unsupported(f"a tuple assignment does not match the value (at {span})")
-                value = self.bind(value, 1)  # read every part before writing any: `(a, b) = (b, a)`
+                value = self.bind(value, 1, detach=True)  # read every part before writing any: `(a, b) = (b, a)`
                 for item, part in zip(items, value, strict=True):
                     self.assign_to(item, part, span)
             case ast.Index(target=ast.Name(id=name) as base, indices=indices):
@@ -609,9 +678,11 @@ class Specialiser(FunctionLowering):
         current = scope[name]
         if not isinstance(current, Tensor):
             raise Unsupported(f"assigning an element of a value that is not a tensor (at {span})")
-        if not self.is_home(current):
+        if not self.owns(scope, name, current):
             current = self.copy(current)
             scope[name] = current
+        else:
+            self.protect({current.tree.buffer.name}, (scope, name))
         region = self.view_of(current, indices, span)
         if isinstance(value, ir.Variable):
             value = self.read_variable(value)
@@ -1162,6 +1233,7 @@ class Specialiser(FunctionLowering):
         self.scopes = [dict(closure.captured), bound]
         self.loops = []
         self.depth += 1
+        self.frames.append(saved[0])
         check = self.typed.checked_calls.get(id(decl))
         try:
             if check is not None:
@@ -1176,6 +1248,7 @@ class Specialiser(FunctionLowering):
             return self.inlined_body(decl)
         finally:
             self.depth -= 1
+            self.frames.pop()
             self.scopes, self.loops, self.returning, self.path, self.uses, self.assigned = saved
 
     def inlined_body(self, decl: ast.FnDecl | ast.Lambda) -> object:

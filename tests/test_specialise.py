@@ -464,6 +464,24 @@ ALIASING = {
         "    for i in 0..n {\n        s = s[::-1] + s\n        s = transpose(s) * 2.0 + 1.0\n    }\n    return s\n}\n",
         (np.arange(9, dtype=np.float32).reshape(3, 3), 2),
     ),
+    "views of a variable keep the value it had when they were taken": (
+        "struct P { v: f32[3], w: f32[3] }\n"
+        "fn f(a: f32[2, 3], n: i64) -> f32[3] {\n    let h = a\n"
+        "    let total = zeros(3)\n"
+        "    for i in 0..n {\n        let first = h[0]\n        let whole = h\n"
+        "        let p = P { v: h[1], w: first }\n"
+        "        let scaled = fn(k) => first * k\n        h = h * 2.0 + 1.0\n        h[1] = h[0] + 5.0\n"
+        "        for j in 0..2 {\n            let before = h[1]\n            h = h - 0.5\n"
+        "            total = total + before + first + p.v + p.w + whole[0] + scaled(3.0)\n        }\n    }\n"
+        "    return total + h[0] + h[1]\n}\n",
+        (np.arange(6, dtype=np.float32).reshape(2, 3), 3),
+    ),
+    "a name bound to a loop variable is assigned without changing it": (
+        "fn f(a: f32[3], n: i64) -> f32[3] {\n    let h = a\n    let out = zeros(3)\n"
+        "    for i in 0..n {\n        let y = h\n        y = y + 1.0\n        y[0] = 7.0\n"
+        "        out = out + y\n        h = h * 2.0\n    }\n    return out + h\n}\n",
+        (A3, 3),
+    ),
     "strings among the arguments take no slot": (
         "fn f(x: f32[3], s: str, y: f32[3], t: (str, f32)) -> f32[3] {\n    return x + y * 10.0 * t[1]\n}\n",
         (A3, "hi", A3 + 1, ("there", np.float32(2.0))),
@@ -492,3 +510,27 @@ def test_integer_math_built_ins() -> None:
         "    return (abs(x) + maximum(x, 3) - minimum(x, 1) + relu(x), abs(k) + max(abs(x)))\n}\n"
     )
     check(source, "f", np.arange(20) - 10, -7)
+
+
+def test_the_char_rnn_gradient_agrees() -> None:
+    """value_and_grad of examples/charrnn.dl's chunk loss (an LSTM unrolled by a DL loop, its states on a
+    tape), compiled, against the interpreter: the same to f32 rounding."""
+    source = (ROOT / "examples" / "charrnn.dl").read_text() + (
+        "\nfn probe(x: i64[16, 4], y: i64[16, 4]) -> (f32, CharRNN) {\n"
+        "    let m = init()\n    return value_and_grad(chunk_loss)(m, x, y, zeros(4, HIDDEN), zeros(4, HIDDEN))\n}\n"
+    )
+    codes = np.frombuffer((ROOT / "README.md").read_bytes()[:65], dtype=np.uint8).astype(np.int64)
+    x, y = codes[:64].reshape(16, 4), codes[1:65].reshape(16, 4)
+    expected, actual, report = on_both(source, "probe", x, y, path=str(ROOT / "examples" / "charrnn.dl"))
+    # (the generated function is `chunk_loss_value_and_grad_2`: main has a value_and_grad of its own)
+    assert re.search(r"`chunk_loss_value_and_grad\w*`\(CharRNN.*\) compiled$", report, re.MULTILINE), report
+    assert abs(actual[0] - expected[0]) <= 1e-5 * abs(expected[0])
+    for got, want in zip(leaves_of(actual[1]), leaves_of(expected[1]), strict=True):
+        scale = float(np.max(np.abs(want))) or 1.0
+        assert float(np.max(np.abs(got - want))) <= 1e-5 * scale
+
+
+def leaves_of(value) -> list:
+    if isinstance(value, StructValue):
+        return [leaf for item in value.values for leaf in leaves_of(item)]
+    return [value]
