@@ -258,6 +258,10 @@ class Specialisation:
     result: tuple
     argument_slots: int
     workspace: np.ndarray
+    places: list  # per argument leaf, in order: (slot, whether a tensor)
+    outputs: list  # per result tensor: (slot, shape, numpy dtype)
+    address: int  # of the slot array
+    error: object  # dl.error of the module, as a ctypes int64
 
 
 class SpecialisingBody:
@@ -274,9 +278,11 @@ class SpecialisingBody:
         self.structs = Structs(states)
         count = len(self.decl.params)
 
+        seen = self.structs.seen
+
         def body(frame: list) -> object:
-            arguments = frame[1 : count + 1]
-            layout = tuple(self.layout(value) for value in arguments)
+            leaves: list = []
+            layout = tuple([flatten(value, leaves, seen) for value in frame[1 : count + 1]])
             entry = self.compiled.get(layout, False)
             if entry is False:
                 entry = self.specialise(layout) if len(self.compiled) < MAX_LAYOUTS else None
@@ -285,26 +291,10 @@ class SpecialisingBody:
                 self.compiled[layout] = entry
             if entry is None:
                 return interpreted(frame)
-            frame[0] = self.run(entry, arguments)
+            frame[0] = self.run(entry, leaves)
             return RETURN
 
         return body
-
-    def layout(self, value) -> tuple:
-        from dl.codegen.specialize import layout_of
-
-        described = layout_of(value)
-        self.remember_structs(value)
-        return described
-
-    def remember_structs(self, value) -> None:
-        if value.__class__ is tuple:
-            for item in value:
-                self.remember_structs(item)
-        elif hasattr(value, "type") and hasattr(value, "values") and not isinstance(value, np.ndarray):
-            self.structs.seen[id(value.type)] = value.type
-            for item in value.values:
-                self.remember_structs(item)
 
     def specialise(self, layout: tuple) -> Specialisation | None:
         from dl.codegen.lower import Unsupported
@@ -333,68 +323,62 @@ class SpecialisingBody:
         workspace = np.empty(lowered.workspace + 64, dtype=np.uint8)
         address = workspace.ctypes.data
         slots[0] = address + (-address % 64)
-        cells = {}
-        self.scalar_cells(list(layout), iter(range(1, lowered.argument_slots)), cells)
+        cells: dict[int, np.ndarray] = {}
+        places: list = []
+        argument_places(list(layout), iter(range(1, lowered.argument_slots)), cells, places)
         result_cells(lowered.result, cells)
         for slot, cell in cells.items():
             slots[slot] = cell.ctypes.data
+        outputs: list = []
+        result_tensors(lowered.result, outputs)
         call = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(native.addresses[lowered.function.symbol])
-        return Specialisation(call, native, slots, cells, lowered.result, lowered.argument_slots, workspace)
-
-    def scalar_cells(self, layouts: list, slots, cells: dict) -> None:
-        for layout in layouts:
-            kind = layout[0]
-            if kind == "tensor":
-                next(slots)
-            elif kind == "scalar":
-                cells[next(slots)] = np.zeros(1, dtype=NUMPY_DTYPES[layout[1]])
-            elif kind == "tuple":
-                self.scalar_cells(list(layout[1]), slots, cells)
-            elif kind == "struct":
-                self.scalar_cells(list(layout[2]), slots, cells)
-
-    def run(self, entry: Specialisation, arguments: list) -> object:
-        slots, cells = entry.slots, entry.cells
-        keep: list = []
-        position = [1]
-
-        def place(value) -> None:
-            cls = value.__class__
-            if cls is tuple:
-                for item in value:
-                    place(item)
-                return
-            if cls is np.ndarray and value.ndim:
-                array = value if value.flags.c_contiguous else np.ascontiguousarray(value)
-                keep.append(array)
-                slots[position[0]] = array.ctypes.data
-            elif cls is np.ndarray or cls in SCALARS:
-                cells[position[0]][0] = value
-            elif hasattr(value, "values"):
-                for item in value.values:
-                    place(item)
-                return
-            elif cls is str:  # part of the layout: it has no slot
-                return
-            position[0] += 1
-
-        for argument in arguments:
-            place(argument)
-        outputs: dict[int, np.ndarray] = {}
-        allocate_results(entry.result, slots, outputs)
-        entry.call(ctypes.addressof(slots))
-        native = entry.native
         error = ctypes.c_int64.from_address(native.error_address)
-        if error.value:
-            site = native.sites[error.value - 1]
-            error.value = 0
-            ctypes.c_int64.from_address(native.depth_address).value = 0
-            message = site.message
-            if site.shows is not None:
-                shown = ctypes.c_double.from_address(native.value_address).value
-                message = message.replace("{value}", format_value(FROM_C[site.shows](shown)))
-            raise fail(site.code, message, site.span)
+        return Specialisation(
+            call,
+            native,
+            slots,
+            cells,
+            lowered.result,
+            lowered.argument_slots,
+            workspace,
+            places,
+            outputs,
+            ctypes.addressof(slots),
+            error,
+        )
+
+    def run(self, entry: Specialisation, leaves: list) -> object:
+        """Call the native code with the arguments' leaves (in slot order, as `flatten` lists them)."""
+        slots, cells = entry.slots, entry.cells
+        copies = []  # made contiguous: kept alive until the call returns
+        for (slot, tensor), value in zip(entry.places, leaves, strict=True):
+            if tensor:
+                if not value.flags.c_contiguous:
+                    value = np.ascontiguousarray(value)
+                    copies.append(value)
+                slots[slot] = value.ctypes.data
+            else:
+                cells[slot][0] = value
+        outputs: dict[int, np.ndarray] = {}
+        for slot, shape, dtype in entry.outputs:
+            array = np.empty(shape, dtype=dtype)
+            outputs[slot] = array
+            slots[slot] = array.ctypes.data
+        entry.call(entry.address)
+        if entry.error.value:
+            self.failed(entry)
         return build_result(entry.result, cells, outputs)
+
+    def failed(self, entry: Specialisation) -> None:
+        native = entry.native
+        site = native.sites[entry.error.value - 1]
+        entry.error.value = 0
+        ctypes.c_int64.from_address(native.depth_address).value = 0
+        message = site.message
+        if site.shows is not None:
+            shown = ctypes.c_double.from_address(native.value_address).value
+            message = message.replace("{value}", format_value(FROM_C[site.shows](shown)))
+        raise fail(site.code, message, site.span)
 
     def explanation(self) -> list[str]:
         lines = []
@@ -406,6 +390,75 @@ class SpecialisingBody:
 
 
 SCALARS = (np.float32, np.float64, int, bool, np.bool_)
+NAMES = {
+    np.dtype(np.float32): "f32",
+    np.dtype(np.float64): "f64",
+    np.dtype(np.int64): "i64",
+    np.dtype(np.bool_): "bool",
+}
+
+
+def flatten(value, leaves: list, kinds: dict) -> tuple:
+    """The layout of an argument: ("tensor", dtype, shape), ("scalar", dtype), ("tuple", items), ("struct",
+    id of its type, items, name), ("text", the string), or ("other", class name), which is not compiled;
+    its tensors and scalars are appended to `leaves` in slot order and the struct types it meets
+    remembered in `kinds`. Scalars are run-time values: only their dtype is part of the layout."""
+    cls = value.__class__
+    if cls is np.ndarray:
+        leaves.append(value)
+        if value.ndim:
+            return ("tensor", NAMES.get(value.dtype), value.shape)
+        return ("scalar", NAMES.get(value.dtype))
+    if cls is np.float32:
+        leaves.append(value)
+        return ("scalar", "f32")
+    if cls is np.float64:
+        leaves.append(value)
+        return ("scalar", "f64")
+    if cls is int:
+        leaves.append(value)
+        return ("scalar", "i64")
+    if cls is bool or cls is np.bool_:
+        leaves.append(value)
+        return ("scalar", "bool")
+    if cls is tuple:
+        return ("tuple", tuple([flatten(item, leaves, kinds) for item in value]))
+    if cls is str:
+        return ("text", value)
+    kind = getattr(value, "type", None)
+    values = getattr(value, "values", None)
+    if kind is not None and values is not None and hasattr(kind, "fields"):
+        kinds[id(kind)] = kind
+        return ("struct", id(kind), tuple([flatten(item, leaves, kinds) for item in values]), kind.name)
+    return ("other", cls.__name__)
+
+
+def argument_places(layouts: list, slots, cells: dict, places: list) -> None:
+    """The slot of each argument leaf, in order; a cell for each scalar."""
+    for layout in layouts:
+        kind = layout[0]
+        if kind == "tensor":
+            places.append((next(slots), True))
+        elif kind == "scalar":
+            slot = next(slots)
+            cells[slot] = np.zeros(1, dtype=NUMPY_DTYPES[layout[1]])
+            places.append((slot, False))
+        elif kind == "tuple":
+            argument_places(list(layout[1]), slots, cells, places)
+        elif kind == "struct":
+            argument_places(list(layout[2]), slots, cells, places)
+
+
+def result_tensors(layout: tuple, outputs: list) -> None:
+    kind = layout[0]
+    if kind == "tensor":
+        outputs.append((layout[1], layout[3], NUMPY_DTYPES[layout[2]]))
+    elif kind == "tuple":
+        for item in layout[1]:
+            result_tensors(item, outputs)
+    elif kind == "struct":
+        for item in layout[2]:
+            result_tensors(item, outputs)
 
 
 def result_cells(layout: tuple, cells: dict) -> None:
@@ -418,20 +471,6 @@ def result_cells(layout: tuple, cells: dict) -> None:
     elif kind == "struct":
         for item in layout[2]:
             result_cells(item, cells)
-
-
-def allocate_results(layout: tuple, slots, outputs: dict) -> None:
-    kind = layout[0]
-    if kind == "tensor":
-        array = np.empty(layout[3], dtype=NUMPY_DTYPES[layout[2]])
-        outputs[layout[1]] = array
-        slots[layout[1]] = array.ctypes.data
-    elif kind == "tuple":
-        for item in layout[1]:
-            allocate_results(item, slots, outputs)
-    elif kind == "struct":
-        for item in layout[2]:
-            allocate_results(item, slots, outputs)
 
 
 def build_result(layout: tuple, cells: dict, outputs: dict) -> object:

@@ -710,6 +710,238 @@ def scatter_add(lowering, bound: dict, span: Span) -> object:
     return view(target)
 
 
+# ------------------------------------------------------------------ convolution and pooling
+# The interpreter's algorithms (interp/primitives.py), on views: a padded copy of the images, im2col as
+# one strided view of it written out, products through gemm, col2im as one accumulating loop per kernel
+# offset into strided views of the result. Shapes that do not fit are left to the interpreter to report.
+
+
+def image_of(value: object, span: Span) -> Tensor:
+    if not isinstance(value, Tensor) or len(value.shape) != 4 or value.dtype not in FLOATS:
+        raise Unsupported(f"a convolution of something other than a rank-4 float tensor (at {span})")
+    return value
+
+
+def window_options(lowering, bound: dict, span: Span, pool: bool) -> tuple[int, int, int]:
+    padding = static_int(lowering, bound["padding"], span, "`padding=`")
+    if pool:
+        size = static_int(lowering, bound["size"], span, "a window size")
+        stride = size if bound["stride"] is None else static_int(lowering, bound["stride"], span, "`stride=`")
+        if size < 1 or stride < 1 or padding < 0 or 2 * padding > size:
+            raise Unsupported(f"pooling options the interpreter refuses (at {span})")
+        return size, stride, padding
+    stride = static_int(lowering, bound["stride"], span, "`stride=`")
+    if stride < 1 or padding < 0:
+        raise Unsupported(f"convolution options the interpreter refuses (at {span})")
+    return 0, stride, padding
+
+
+def grid(shape: tuple, kernel: tuple, stride: int, padding: int, span: Span) -> tuple[int, int]:
+    sizes = [n + 2 * padding - k for n, k in zip(shape[2:], kernel, strict=True)]
+    if min(sizes) < 0:
+        raise Unsupported(f"a window that does not fit the image (at {span})")
+    return sizes[0] // stride + 1, sizes[1] // stride + 1
+
+
+def padded_copy(lowering, x: Tensor, padding: int, fill: float) -> Tensor:
+    """`x` [N, C, H, W] inside a border of `padding` elements of `fill`, in a buffer of its own."""
+    if not padding:
+        return x if isinstance(x.tree, ir.Read) else lowering.materialise(x)
+    n, c, h, w = x.shape
+    shape = (n, c, h + 2 * padding, w + 2 * padding)
+    out = lowering.allocate(x.dtype, shape, "padded")
+    lowering.emit(ir.Fill(out, ir.Splat(ir.Const(fill, x.dtype))))
+    strides = contiguous(shape)
+    interior = ir.Read(out, ir.Const(padding * (strides[2] + strides[3]), "i64"), strides)
+    lowering.emit(ir.Fill(out, x.tree, interior, x.shape))
+    return view(out)
+
+
+def windows(source: Tensor, kernel: tuple, stride: int, rows: int, columns: int) -> ir.Read:
+    """The [N, C, H', W', KH, KW] view of the windows of a padded image buffer."""
+    read = source.tree
+    sn, sc, sh, sw = read.strides
+    return ir.Read(read.buffer, read.offset, (sn, sc, stride * sh, stride * sw, sh, sw))
+
+
+def spaced_view(target: ir.Buffer, down: int, across: int, stride: int, rows: int, columns: int) -> ir.Read:
+    """result[:, :, down::stride][:rows, :, across::stride][:columns]: a kernel offset's places."""
+    sn, sc, sh, sw = contiguous(target.shape)
+    return ir.Read(target, ir.Const(down * sh + across * sw, "i64"), (sn, sc, stride * sh, stride * sw))
+
+
+def columns_of(lowering, x: Tensor, kernel: tuple, stride: int, padding: int, span: Span) -> tuple:
+    """im2col, all images in one matrix: [C * KH * KW, N * H' * W'] (written out), and the grid."""
+    rows, columns = grid(x.shape, kernel, stride, padding, span)
+    source = padded_copy(lowering, x, padding, 0.0)
+    n, c = x.shape[:2]
+    view6 = windows(source, kernel, stride, rows, columns)
+    sn, sc, srow, scol, sh, sw = view6.strides
+    ordered = ir.Read(view6.buffer, view6.offset, (sc, sh, sw, sn, srow, scol))  # [C, KH, KW, N, H', W']
+    out = lowering.allocate(x.dtype, (c, kernel[0], kernel[1], n, rows, columns), "columns")
+    lowering.emit(ir.Fill(out, ordered))
+    flat = (c * kernel[0] * kernel[1], n * rows * columns)
+    return Tensor(x.dtype, flat, ir.Read(out, ZERO, contiguous(flat))), rows, columns
+
+
+def by_channel(lowering, dy: Tensor) -> Tensor:
+    """[N, O, H', W'] as [O, N * H' * W'] (written out: the layout of one product over all images)."""
+    n, o, rows, columns = dy.shape
+    from dl.codegen.specialize import remap
+
+    moved = Tensor(dy.dtype, (o, n, rows, columns), remap(dy.tree, (1, 0, 2, 3)))
+    return reshaped(lowering, lowering.plain(moved), (o, n * rows * columns), None)
+
+
+def conv2d(lowering, bound: dict, span: Span) -> object:
+    x, w = image_of(bound["x"], span), image_of(bound["w"], span)
+    _, stride, padding = window_options(lowering, bound, span, False)
+    if x.dtype != w.dtype or x.shape[1] != w.shape[1]:
+        raise Unsupported(f"`conv2d` of mismatched tensors (at {span})")
+    outputs, channels, kh, kw = w.shape
+    cols, rows, columns = columns_of(lowering, x, (kh, kw), stride, padding, span)
+    kernels = reshaped(lowering, w, (outputs, channels * kh * kw), span)
+    product = lowering.plain(matmul(lowering, kernels, cols, span))  # [O, N * H' * W']
+    n, area = x.shape[0], rows * columns
+    return Tensor(
+        x.dtype,
+        (n, outputs, rows, columns),
+        ir.Read(product.tree.buffer, product.tree.offset, (area, n * area, columns, 1)),
+    )
+
+
+def conv2d_input_grad(lowering, bound: dict, span: Span) -> object:
+    dy, w = image_of(bound["dy"], span), image_of(bound["w"], span)
+    like = shape_of(bound["like"])
+    _, stride, padding = window_options(lowering, bound, span, False)
+    if len(like) != 4 or dy.dtype != w.dtype or like[1] != w.shape[1]:
+        raise Unsupported(f"`conv2d_input_grad` of mismatched tensors (at {span})")
+    n, channels, h, width = like
+    outputs, _, kh, kw = w.shape
+    rows, columns = grid(like, (kh, kw), stride, padding, span)
+    if dy.shape != (n, outputs, rows, columns):
+        raise Unsupported(f"`conv2d_input_grad` of a gradient of another shape (at {span})")
+    kernels = reshaped(lowering, w, (outputs, channels * kh * kw), span)
+    shares = lowering.plain(matmul(lowering, transposed(kernels), by_channel(lowering, dy), span))
+    result = lowering.allocate(dy.dtype, (n, channels, h + 2 * padding, width + 2 * padding), "col2im")
+    lowering.emit(ir.Fill(result, ir.Splat(ir.Const(0.0, dy.dtype))))
+    share = shares.tree
+    per = contiguous((channels, kh, kw, n, rows, columns))  # the layout of `shares`
+    for down in range(kh):
+        for across in range(kw):
+            region = spaced_view(result, down, across, stride, rows, columns)
+            offset = ir.Const(down * per[1] + across * per[2], "i64")
+            part = ir.Read(share.buffer, lowering.add_offset(share.offset, offset), (per[3], per[0], per[4], per[5]))
+            tree = ir.Apply("add", dy.dtype, (region, part))
+            lowering.emit(ir.Fill(result, tree, region, (n, channels, rows, columns)))
+    strides = contiguous(result.shape)
+    inner = ir.Const(padding * (strides[2] + strides[3]), "i64")
+    return Tensor(dy.dtype, (n, channels, h, width), ir.Read(result, inner, strides))
+
+
+def transposed(x: Tensor) -> Tensor:
+    from dl.codegen.specialize import remap
+
+    return Tensor(x.dtype, tuple(reversed(x.shape)), remap(x.tree, (1, 0)))
+
+
+def conv2d_weight_grad(lowering, bound: dict, span: Span) -> object:
+    dy, x = image_of(bound["dy"], span), image_of(bound["x"], span)
+    like = shape_of(bound["like"])
+    _, stride, padding = window_options(lowering, bound, span, False)
+    if len(like) != 4 or dy.dtype != x.dtype or like[1] != x.shape[1]:
+        raise Unsupported(f"`conv2d_weight_grad` of mismatched tensors (at {span})")
+    outputs, _, kh, kw = like
+    cols, rows, columns = columns_of(lowering, x, (kh, kw), stride, padding, span)
+    if dy.shape != (x.shape[0], outputs, rows, columns):
+        raise Unsupported(f"`conv2d_weight_grad` of a gradient of another shape (at {span})")
+    product = matmul(lowering, by_channel(lowering, dy), transposed(cols), span)  # [O, C * KH * KW]
+    return reshaped(lowering, product, like, span)
+
+
+def pool_windows(lowering, x: Tensor, bound: dict, span: Span) -> tuple:
+    size, stride, padding = window_options(lowering, bound, span, True)
+    rows, columns = grid(x.shape, (size, size), stride, padding, span)
+    source = padded_copy(lowering, x, padding, float("-inf"))
+    n, c = x.shape[:2]
+    return (
+        Tensor(x.dtype, (n, c, rows, columns, size, size), windows(source, (size, size), stride, rows, columns)),
+        size,
+        stride,
+        padding,
+    )
+
+
+def max_pool2d(lowering, bound: dict, span: Span) -> object:
+    x = image_of(bound["x"], span)
+    framed, *_ = pool_windows(lowering, x, bound, span)
+    return finish(lowering, reduce(lowering, framed, "max", (4, 5), False, span, x.dtype), x.dtype)
+
+
+def maxima(lowering, x: Tensor, bound: dict, span: Span) -> tuple:
+    """Where each window finds its maximum (`down * size + across`, the first of ties, as interpreted:
+    a candidate replaces the best only when strictly greater)."""
+    framed, size, stride, padding = pool_windows(lowering, x, bound, span)
+    read = framed.tree
+    n, c, rows, columns = framed.shape[:4]
+    base = ir.Read(read.buffer, read.offset, read.strides[:4])
+    best: object = base
+    offsets: object = ir.Splat(ir.Const(0, "i64"))
+    for down in range(size):
+        for across in range(size):
+            if down == across == 0:
+                continue
+            shift = down * read.strides[4] + across * read.strides[5]
+            candidate = ir.Read(read.buffer, lowering.add_offset(read.offset, ir.Const(shift, "i64")), read.strides[:4])
+            greater = ir.Apply("gt", "bool", (candidate, best))
+            offsets = ir.Apply("select", "i64", (greater, ir.Splat(ir.Const(down * size + across, "i64")), offsets))
+            best = lowering.materialise(
+                Tensor(x.dtype, (n, c, rows, columns), ir.Apply("maximum", x.dtype, (best, candidate)))
+            ).tree
+            offsets = lowering.materialise(Tensor("i64", (n, c, rows, columns), offsets)).tree
+    return offsets, size, stride, padding, rows, columns
+
+
+def max_pool2d_grad(lowering, bound: dict, span: Span) -> object:
+    dy, x = image_of(bound["dy"], span), image_of(bound["x"], span)
+    if dy.dtype != x.dtype:
+        raise Unsupported(f"`max_pool2d_grad` of two dtypes (at {span})")
+    offsets, size, stride, padding, rows, columns = maxima(lowering, x, bound, span)
+    n, c, h, w = x.shape
+    if dy.shape != (n, c, rows, columns):
+        raise Unsupported(f"`max_pool2d_grad` of a gradient of another shape (at {span})")
+    result = lowering.allocate(dy.dtype, (n, c, h + 2 * padding, w + 2 * padding), "unpooled")
+    lowering.emit(ir.Fill(result, ir.Splat(ir.Const(0.0, dy.dtype))))
+    zero = ir.Splat(ir.Const(0.0, dy.dtype))
+    for down in range(size):
+        for across in range(size):
+            region = spaced_view(result, down, across, stride, rows, columns)
+            chosen = ir.Apply("eq", "bool", (offsets, ir.Splat(ir.Const(down * size + across, "i64"))))
+            share = ir.Apply("select", dy.dtype, (chosen, dy.tree, zero))
+            lowering.emit(ir.Fill(result, ir.Apply("add", dy.dtype, (region, share)), region, (n, c, rows, columns)))
+    strides = contiguous(result.shape)
+    return Tensor(
+        dy.dtype, (n, c, h, w), ir.Read(result, ir.Const(padding * (strides[2] + strides[3]), "i64"), strides)
+    )
+
+
+def max_pool2d_gather(lowering, bound: dict, span: Span) -> object:
+    v, x = image_of(bound["v"], span), image_of(bound["x"], span)
+    if v.dtype != x.dtype or v.shape != x.shape:
+        raise Unsupported(f"`max_pool2d_gather` of mismatched tensors (at {span})")
+    offsets, size, stride, padding, rows, columns = maxima(lowering, x, bound, span)
+    source = padded_copy(lowering, v, padding, 0.0).tree
+    sn, sc, sh, sw = source.strides
+    result: object = ir.Splat(ir.Const(0.0, v.dtype))
+    for down in range(size):
+        for across in range(size):
+            place = lowering.add_offset(source.offset, ir.Const(down * sh + across * sw, "i64"))
+            picked = ir.Read(source.buffer, place, (sn, sc, stride * sh, stride * sw))
+            chosen = ir.Apply("eq", "bool", (offsets, ir.Splat(ir.Const(down * size + across, "i64"))))
+            result = ir.Apply("select", v.dtype, (chosen, picked, result))
+    return Tensor(v.dtype, (x.shape[0], x.shape[1], rows, columns), result)
+
+
 # ------------------------------------------------------------------ creation and inspection
 
 
@@ -1000,6 +1232,12 @@ HANDLERS = {
     "concat": join(False),
     "split_like": split_like,
     "stack": join(True),
+    "conv2d": conv2d,
+    "conv2d_input_grad": conv2d_input_grad,
+    "conv2d_weight_grad": conv2d_weight_grad,
+    "max_pool2d": max_pool2d,
+    "max_pool2d_grad": max_pool2d_grad,
+    "max_pool2d_gather": max_pool2d_gather,
     "tape": new_tape,
     "push": push,
     "pop": pop,

@@ -262,36 +262,7 @@ def axis_index(axis: int, rank: int, span: Span) -> int:
     return axis % max(rank, 1)
 
 
-# ------------------------------------------------------------------ the layout of arguments
-
-
-def layout_of(value: object) -> tuple:
-    """A hashable description of a value's structure, dtypes and shapes (not its numbers)."""
-    cls = value.__class__
-    if cls is np.ndarray:
-        if value.ndim == 0:
-            return ("scalar", DTYPE_OF.get(value.dtype.name))
-        return ("tensor", DTYPE_OF.get(value.dtype.name), value.shape)
-    if cls is np.float32:
-        return ("scalar", "f32")
-    if cls is np.float64:
-        return ("scalar", "f64")
-    if cls is bool or cls is np.bool_:
-        return ("scalar", "bool")
-    if cls is int:
-        return ("scalar", "i64")
-    if cls is tuple:
-        return ("tuple", tuple(layout_of(item) for item in value))
-    if cls is str:
-        return ("text", value)
-    kind = getattr(value, "type", None)
-    values = getattr(value, "values", None)
-    if kind is not None and values is not None and hasattr(kind, "fields"):
-        return ("struct", id(kind), tuple(layout_of(item) for item in values), kind.name)
-    return ("other", cls.__name__)
-
-
-DTYPE_OF = {"float32": "f32", "float64": "f64", "int64": "i64", "bool": "bool"}
+# ------------------------------------------------------------------ a compiled layout
 
 
 @dataclass
@@ -863,23 +834,26 @@ class Specialiser(FunctionLowering):
         return None
 
     def constant(self, path: str, name: str, span: Span) -> object:
+        """A module constant: its expression evaluated in its module (other constants, literals,
+        operators); only a number, bool or string known now is taken."""
         key = (path, name)
         if key not in self.constants:
             decl = next(
                 (d for d in self.typed.program.modules[path].decls if isinstance(d, ast.Const) and d.name == name),
                 None,
             )
-            if decl is None or not isinstance(
-                decl.value, (ast.IntLiteral, ast.FloatLiteral, ast.StringLiteral, ast.BoolLiteral)
-            ):
-                raise Unsupported(f"`{name}` is not a local variable or a literal constant (at {span})")
-            self.constants[key] = decl.value
-        literal = self.constants[key]
-        if isinstance(literal, ast.StringLiteral):
-            return Text(literal.value)
-        if isinstance(literal, ast.BoolLiteral):
-            return Value(ir.Const(literal.value, "bool"))
-        return self.literal(literal)
+            if decl is None:
+                raise Unsupported(f"`{name}` is not a local variable or a constant (at {span})")
+            saved = (self.scopes, self.path)
+            self.scopes, self.path = [{}], path
+            try:
+                value = self.evaluate(decl.value)
+            finally:
+                self.scopes, self.path = saved
+            if not (isinstance(value, Text) or (isinstance(value, Value) and isinstance(value.operand, ir.Const))):
+                raise Unsupported(f"constant `{name}` is not a number, bool or string known before running (at {span})")
+            self.constants[key] = value
+        return self.constants[key]
 
     def field(self, expr: ast.Field, target: ast.Expr, name: str) -> object:
         local = isinstance(target, ast.Name) and any(target.id in scope for scope in self.scopes)

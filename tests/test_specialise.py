@@ -534,3 +534,40 @@ def leaves_of(value) -> list:
     if isinstance(value, StructValue):
         return [leaf for item in value.values for leaf in leaves_of(item)]
     return [value]
+
+
+@pytest.mark.parametrize(
+    ("window", "image", "kernel"),
+    [
+        ("conv2d(x, w, stride=1, padding=1)", (2, 3, 6, 5), (4, 3, 3, 3)),
+        ("conv2d(x, w, stride=2, padding=0)", (1, 2, 7, 7), (3, 2, 3, 2)),
+        ("max_pool2d(x, 2) * sum(w)", (2, 3, 6, 6), (1,)),
+        ("max_pool2d(x, 3, stride=2, padding=1) * sum(w)", (1, 2, 7, 5), (1,)),
+    ],
+)
+def test_convolution_and_pooling_and_their_gradients(window: str, image: tuple, kernel: tuple) -> None:
+    """conv2d and max_pool2d (im2col and gemm, windows as strided views), their values and the gradient
+    helpers grad writes with (conv2d_input_grad, conv2d_weight_grad, max_pool2d_grad), compiled."""
+    source = (
+        f"fn f(x, w) {{ return sum({window} * {window}) }}\n"
+        f"fn value(x, w) {{ return {window} }}\n"
+        "fn derivative(x, w) { return grad(f, wrt=(0, 1))(x, w) }\n"
+    )
+    x, w = f32(*image), f32(*kernel, seed=1)
+    check(source, "value", x, w, rtol=1e-5, atol=1e-5)
+    check(source, "derivative", x, w, rtol=1e-4, atol=1e-4)
+
+
+def test_max_pool2d_gather() -> None:
+    source = (
+        "fn f(x, v) {\n    let wide = max_pool2d_gather(x, x, 3, stride=1, padding=1)\n"
+        "    return max_pool2d_gather(v, x, 2) + wide[:, :, 0:3, 0:3]\n}\n"
+    )
+    check(source, "f", f32(2, 3, 6, 6), f32(2, 3, 6, 6, seed=1))
+
+
+def test_arguments_that_are_not_contiguous_are_passed_as_copies() -> None:
+    source = "fn f(a: f32[3, 4], b: f32[4], n: i64) -> f32[3, 4] {\n    return a * b + float(n)\n}\n"
+    wide = f32(4, 6)
+    check(source, "f", wide.T[1:4], wide[0, ::-1][:4].copy()[::-1][::1], 2)
+    check(source, "f", np.asfortranarray(f32(3, 4)), f32(8)[::2], 3)
