@@ -592,3 +592,17 @@ def test_buffers_not_in_use_at_once_share_the_workspace() -> None:
     lowered = Specialiser(typed, decl, "pack.dl", layout, Structs(None)).specialise()
     total = sum(b.size * 4 for b in lowered.function.buffers if b.slot == 0)
     assert lowered.workspace < total * 0.75, (lowered.workspace, total)
+
+
+@settings(max_examples=20, deadline=None)
+@given(source=tensor_functions(), seed=st.integers(0, 3))
+def test_gradients_of_random_tensor_functions_agree(source: str, seed: int) -> None:
+    """grad of the random functions above (their loops' states on tapes), compiled and interpreted."""
+    source += (
+        "fn loss(a: f64[2, 3], b: f64[3], c: f64[2, 1], s: f64) -> f64 { return sum(f(a, b, c, s) * a) }\n"
+        "fn g(a: f64[2, 3], b: f64[3], c: f64[2, 1], s: f64) { return grad(loss, wrt=(0, 1, 2))(a, b, c, s) }\n"
+    )
+    args = (f64(2, 3, seed=seed), f64(3, seed=seed + 1), f64(2, 1, seed=seed + 2), np.float64(0.3 * seed - 0.4))
+    expected, actual, report = on_both(source, "g", *args)
+    assert verdict(report, "g") == "compiled", (source, report)
+    assert_close(actual, expected, rtol=1e-8, atol=1e-10, where=source)
