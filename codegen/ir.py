@@ -185,7 +185,8 @@ class Splat:
 @node
 class Take:
     """`gather`: like `Read`, plus `index * stride` where `index` is a tree of i64 (negative counts from
-    the end of the `size` elements of the gathered axis); an index out of range fails at `site`."""
+    the end of the `size` elements of the gathered axis); an index out of range fails at `site` (None:
+    the indices were checked before, all of them at once)."""
 
     buffer: Buffer
     offset: Operand
@@ -193,7 +194,7 @@ class Take:
     index: object
     stride: int
     size: int
-    site: int
+    site: int | None
 
 
 @node

@@ -211,9 +211,9 @@ def vectorisable(tree: object, last: int, floats: set[str]) -> bool:
 
 
 def takes(tree: object) -> bool:
-    """Whether a tree gathers (its indices are checked: it can fail, so it stays in the function)."""
+    """Whether a tree gathers with its indices checked as it goes (it can fail: it stays in the function)."""
     if isinstance(tree, ir.Take):
-        return True
+        return tree.site is not None or takes(tree.index)
     return isinstance(tree, ir.Apply) and any(takes(a) for a in tree.args)
 
 
@@ -225,6 +225,10 @@ def collect(tree: object, buffers: dict, operands: list) -> None:
             operands.append(offset)
         case ir.Splat(value=value):
             operands.append(value)
+        case ir.Take(buffer=buffer, offset=offset, index=index):
+            buffers.setdefault(buffer.name, buffer)
+            operands.append(offset)
+            collect(index, buffers, operands)
         case ir.Apply(args=args):
             for arg in args:
                 collect(arg, buffers, operands)
@@ -624,7 +628,11 @@ class TensorEmission:
                 return builder, self.operand(value)
             case ir.Take():
                 builder, chosen = self.tree(builder, tree.index, index)
-                builder, wrapped = self.taken(builder, chosen, tree.size, tree.site, "gather")
+                if tree.site is None:  # checked before (all indices in -size..size): only wrapped
+                    negative = builder.icmp_signed("<", chosen, TYPES["i64"](0))
+                    wrapped = builder.select(negative, builder.add(chosen, TYPES["i64"](tree.size)), chosen)
+                else:
+                    builder, wrapped = self.taken(builder, chosen, tree.size, tree.site, "gather")
                 position = self.position(builder, self.operand(tree.offset), index, tree.strides)
                 position = builder.add(position, builder.mul(wrapped, TYPES["i64"](tree.stride)))
                 return builder, self.load_element(builder, self.pointers[tree.buffer.name], position, tree.buffer.dtype)

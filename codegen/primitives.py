@@ -671,6 +671,19 @@ def gathered(lowering, x: Tensor, indices: object, axis: int, span: Span, index_
     if index_shape:
         index_tree = remap(index_tree, mapping)
     strides = tuple(read.strides[:axis]) + (0,) * k + tuple(read.strides[axis + 1 :])
+    if not index_error and index_shape and math.prod(index_shape):
+        # `gather` reports its largest index out of range, else its smallest: checked here, used or not,
+        # and the gather itself is then an ordinary tree (fused, or dropped if unused)
+        indices = indices if isinstance(indices.tree, ir.Read) else lowering.materialise(indices)
+        every = tuple(range(len(index_shape)))
+        for op, test, limit in (("max", "<", size), ("min", ">=", -size)):
+            extreme_index = lowering.temp(f"index.{op}", "i64")
+            lowering.emit(ir.Evaluate(extreme_index, reduce(lowering, indices, op, every, False, span, "i64").tree))
+            inside = lowering.temp("index.inside", "bool")
+            lowering.emit(ir.Compare(inside, test, extreme_index, ir.Const(limit, "i64")))
+            lowering.emit(ir.Check(inside, site, extreme_index))
+        tree = ir.Take(read.buffer, read.offset, strides, index_tree, read.strides[axis], size, None)
+        return Tensor(x.dtype, shape, tree)
     tree = ir.Take(read.buffer, read.offset, strides, index_tree, read.strides[axis], size, site)
     if not shape:
         scalar = lowering.temp("element", x.dtype)

@@ -328,7 +328,7 @@ class Specialiser(FunctionLowering):
         self.start(self.exit_label)
         self.finish(ir.Return(None))
         recursion = ir.Site("E0506", f"recursion too deep in `{decl.name}`", decl.name_span)
-        blocks = accumulate_in_place(forwarded(without_dead_stores(self.blocks)))
+        blocks = accumulate_in_place(forwarded(computed_once(without_dead_stores(self.blocks))))
         blocks, buffers, workspace = packed(blocks, self.buffer_list)
         result = rebuilt(self.result_layout, {b.name: b for b in buffers})
         function = ir.Function(
@@ -652,9 +652,11 @@ class Specialiser(FunctionLowering):
         current = scope[name]
         if not isinstance(current, Tensor):
             raise Unsupported(f"assigning an element of a value that is not a tensor (at {span})")
-        if not self.owns(scope, name, current):
+        if not self.owns(scope, name, current):  # storage of its own, which later assignments write
             current = self.copy(current)
             scope[name] = current
+            self.homes.add(current.tree.buffer.name)
+            self.owners[current.tree.buffer.name] = (id(scope), name)
         else:
             self.protect({current.tree.buffer.name}, (scope, name))
         region = self.view_of(current, indices, span)
@@ -1446,6 +1448,61 @@ def forwarded(blocks: list[ir.Block]) -> list[ir.Block]:
     return result
 
 
+def computed_once(blocks: list[ir.Block]) -> list[ir.Block]:
+    """A loop computing the same tree as an earlier one of its block (nothing between writing what they
+    read, each buffer written once) is dropped, and its buffer's readers read the earlier one (inlined
+    functions recompute what their callers computed: derivative code's `sigmoid_back(x, d)` recomputes
+    `sigmoid(x)`)."""
+    writes: dict[str, int] = {}
+    for block in blocks:
+        for instruction in block.instructions:
+            written = written_buffer(instruction)
+            if written is not None:
+                writes[written.name] = writes.get(written.name, 0) + 1
+            if isinstance(instruction, ir.TapePop):
+                for _, leaf in instruction.leaves:
+                    if isinstance(leaf, ir.Buffer):
+                        writes[leaf.name] = writes.get(leaf.name, 0) + 2
+    renamed: dict[str, ir.Buffer] = {}
+    result = []
+    for block in blocks:
+        seen: dict[object, tuple[ir.Buffer, set[str]]] = {}
+        kept = []
+        for instruction in block.instructions:
+            instruction = rebuilt(instruction, renamed) if renamed else instruction
+            written = written_buffer(instruction)
+            popped = isinstance(instruction, ir.TapePop)
+            if written is not None or popped:  # what it writes is no longer what an earlier tree computed
+                names = {written.name} if written is not None else set()
+                if popped:
+                    names |= {leaf.name for _, leaf in instruction.leaves if isinstance(leaf, ir.Buffer)}
+                seen = {
+                    tree: (target, reads_)
+                    for tree, (target, reads_) in seen.items()
+                    if not (reads_ | {target.name}) & names
+                }
+            simple = (
+                isinstance(instruction, ir.Fill)
+                and instruction.view is None
+                and instruction.target.slot == 0
+                and writes.get(instruction.target.name) == 1
+                and not gathers(instruction.tree)
+            )
+            if simple:
+                earlier = seen.get(instruction.tree)
+                if earlier is not None and earlier[0].shape == instruction.target.shape:
+                    renamed[instruction.target.name] = earlier[0]
+                    continue
+                read_by: dict[str, int] = {}
+                count_reads(instruction.tree, read_by)
+                seen[instruction.tree] = (instruction.target, set(read_by))
+            kept.append(instruction)
+        result.append(ir.Block(block.label, tuple(kept), block.terminator))
+    if not renamed:
+        return result
+    return [ir.Block(b.label, tuple(rebuilt(i, renamed) for i in b.instructions), b.terminator) for b in result]
+
+
 def substituted(consumer: object, target: ir.Buffer, tree: object) -> object | None:
     """`consumer` with its one read of `target` (whole, as laid out, over the consumer's own loop shape)
     replaced by `tree`; None if the read is not like that."""
@@ -1487,8 +1544,9 @@ def replace(tree: object, node: object, by: object) -> object:
 
 
 def gathers(tree: object) -> bool:
+    """Whether a tree gathers with its indices checked as it goes (it can fail)."""
     if isinstance(tree, ir.Take):
-        return True
+        return tree.site is not None or gathers(tree.index)
     return isinstance(tree, ir.Apply) and any(gathers(a) for a in tree.args)
 
 

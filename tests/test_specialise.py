@@ -268,6 +268,8 @@ def shown(failure: DiagnosticError) -> tuple:
         ("return x[arange(3) + i]", (f32(4), 2)),
         ("return one_hot(arange(3) + i, 4)[0] + x", (f32(4), 2)),
         ("return one_hot(arange(3) - i, 4)[0] + x", (f32(4), 1)),
+        ("return gather(x, [5 - i, -9 + i, 1])", (f32(4), 0)),
+        ("return gather(x, [1 - i, -9 + i, 1])", (f32(4), 0)),
     ],
 )
 def test_run_time_failures_are_the_interpreters_diagnostics(body: str, args: tuple) -> None:
@@ -481,6 +483,13 @@ ALIASING = {
         "    for i in 0..n {\n        let y = h\n        y = y + 1.0\n        y[0] = 7.0\n"
         "        out = out + y\n        h = h * 2.0\n    }\n    return out + h\n}\n",
         (A3, 3),
+    ),
+    "a value computed twice is computed once, unless what it reads changed between": (
+        "fn f(x: f32[4, 4], n: i64) -> f32[4, 4] {\n    let h = x\n    let out = zeros(4, 4)\n"
+        "    for i in 0..n {\n        let a = sigmoid(h)\n        out = out + a * a\n        h = h + 1.0\n"
+        "        let b = sigmoid(h)\n        out = out + b * b\n        let c = sigmoid(h)\n"
+        "        out = out + c * c + b\n    }\n    return out\n}\n",
+        (f32(4, 4), 3),
     ),
     "strings among the arguments take no slot": (
         "fn f(x: f32[3], s: str, y: f32[3], t: (str, f32)) -> f32[3] {\n    return x + y * 10.0 * t[1]\n}\n",
