@@ -1204,6 +1204,31 @@ def pop(lowering, bound: dict, span: Span) -> object:
 ITEM_BYTES = {"f32": 4, "f64": 8, "i64": 8, "bool": 1}
 
 
+def tree_dot(lowering, bound: dict, span: Span) -> object:
+    """The sum over the leaves of `sum(a * b)`, in f64 if any leaf is, else f32 (as interpreted)."""
+    pairs: list = []
+    map_leaves(lambda a, b: pairs.append((a, b)), (bound["a"], bound["b"]), span)
+    tensors = []
+    for a, b in pairs:
+        a, b = (lowering.read_variable(v) if isinstance(v, ir.Variable) else v for v in (a, b))
+        product = lowering.binary_values("*", a, b, span)
+        if isinstance(product, Value):
+            product = Tensor(product.operand.dtype, (1,), ir.Splat(product.operand))
+        if product.dtype not in FLOATS:
+            raise Unsupported(f"`tree_dot` of {product.dtype} leaves (at {span})")
+        tensors.append(product)
+    dtype = "f64" if any(t.dtype == "f64" for t in tensors) else "f32"
+    total: ir.Operand = ir.Const(0.0, dtype)
+    for product in tensors:
+        axes = tuple(range(len(product.shape)))
+        part = finish(lowering, reduce(lowering, product, "add", axes, False, span, "f64"), product.dtype)
+        value = lowering.scalar_operand(part, dtype, span) if part.operand.dtype != dtype else part.operand
+        added = lowering.temp("tree.dot", dtype)
+        lowering.emit(ir.BinaryOp(added, "add", total, value))
+        total = added
+    return Value(total)
+
+
 def tree_add(lowering, bound: dict, span: Span) -> object:
     return map_leaves(lambda a, b: lowering.binary_values("+", a, b, span), (bound["a"], bound["b"]), span)
 
@@ -1238,6 +1263,7 @@ HANDLERS = {
     "assert": check,
     "tree_map": tree_map,
     "tree_add": tree_add,
+    "tree_dot": tree_dot,
     "argmax": arg_extreme("max"),
     "argmin": arg_extreme("min"),
     "logsumexp": logsumexp,
