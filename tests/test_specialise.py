@@ -622,6 +622,7 @@ def test_tree_dot_and_gradient_clipping() -> None:
         "import optim\nstruct P { w: f32[3, 4], b: f32[4] }\n"
         "fn f(w: f32[3, 4], b: f32[4], g: f32[3, 4], h: f32[4]) {\n"
         "    let p = P { w: w, b: b }\n    let d = P { w: g, b: h }\n"
-        "    return (optim.global_norm(d), tree_dot(p, d), optim.clip_by_global_norm(d, 0.5).w, tree_dot((w, 2.0), (g, 3.0)))\n}\n"
+        "    let clipped = optim.clip_by_global_norm(d, 0.5).w\n"
+        "    return (optim.global_norm(d), tree_dot(p, d), clipped, tree_dot((w, 2.0), (g, 3.0)))\n}\n"
     )
     check(source, "f", f32(3, 4), f32(4, seed=1), f32(3, 4, seed=2), f32(4, seed=3))
