@@ -203,7 +203,9 @@ def vectorisable(tree: object, last: int, floats: set[str]) -> bool:
             return True
         case ir.Index():
             return True
-        case ir.Apply(dtype=dtype, args=args):
+        case ir.Apply(op=op, dtype=dtype, args=args):
+            if op in ("floordiv", "mod"):  # one element at a time
+                return False
             if dtype in ("f32", "f64"):
                 floats.add(dtype)
             return all(vectorisable(a, last, floats) for a in args)
@@ -646,6 +648,8 @@ class TensorEmission:
 
     def apply(self, builder, op: str, dtype: str, dtypes: list[str], values: list, lanes: int = 1) -> llvm_ir.Value:
         floating = dtype in ("f32", "f64")
+        if op in ("floordiv", "mod"):
+            return self.floor_divmod(builder, op, dtype, *values)
         if op in ("add", "sub", "mul", "div"):
             if floating:
                 return {"add": builder.fadd, "sub": builder.fsub, "mul": builder.fmul, "div": builder.fdiv}[op](*values)
@@ -676,6 +680,44 @@ class TensorEmission:
         if op == "convert":
             return self.convert_value(builder, values[0], dtypes[0], dtype, lanes)
         return self.math_of(builder, op, dtype, values, op)
+
+    def floor_divmod(self, builder, op: str, dtype: str, a, b) -> llvm_ir.Value:
+        """numpy's `//` and `%` of one element (the divisor of integers was checked nonzero before): the
+        quotient rounded toward minus infinity, the remainder with the divisor's sign. Floats follow numpy's
+        divmod (fmod, then corrections; a zero divisor gives inf or nan)."""
+        kind = TYPES[dtype]
+        if dtype == "i64":
+            minus_one = builder.icmp_signed("==", b, kind(-1))
+            divisor = builder.select(minus_one, kind(1), b)  # i64 minimum // -1 wraps, as numpy's does
+            quotient = builder.sdiv(a, divisor)
+            quotient = builder.select(minus_one, builder.sub(kind(0), a), quotient)
+            remainder = builder.select(minus_one, kind(0), builder.srem(a, divisor))
+            signs = builder.icmp_signed("<", builder.xor(remainder, b), kind(0))
+            adjust = builder.and_(builder.icmp_signed("!=", remainder, kind(0)), signs)
+            if op == "mod":
+                return builder.select(adjust, builder.add(remainder, b), remainder)
+            return builder.sub(quotient, builder.zext(adjust, kind))
+        zero = kind(0.0)
+        mod = builder.frem(a, b)
+        by_zero = builder.fcmp_ordered("==", b, zero)
+        copysign = self.libm(f"llvm.copysign.{dtype}", kind, arity=2)
+        # mod: moved into the divisor's sign when it differs; an exact zero takes the divisor's sign
+        differ = builder.xor(builder.fcmp_ordered("<", b, zero), builder.fcmp_ordered("<", mod, zero))
+        nonzero = builder.fcmp_unordered("!=", mod, zero)
+        moved = builder.and_(nonzero, differ)
+        fixed_mod = builder.select(moved, builder.fadd(mod, b), mod)
+        fixed_mod = builder.select(nonzero, fixed_mod, builder.call(copysign, [zero, b]))
+        if op == "mod":
+            return builder.select(by_zero, mod, fixed_mod)
+        div = builder.fdiv(builder.fsub(a, mod), b)
+        div = builder.select(moved, builder.fsub(div, kind(1.0)), div)
+        floor = builder.call(self.module.declare_intrinsic("llvm.floor", [kind]), [div])
+        floor = builder.select(
+            builder.fcmp_ordered(">", builder.fsub(div, floor), kind(0.5)), builder.fadd(floor, kind(1.0)), floor
+        )
+        zero_div = builder.fcmp_ordered("==", div, zero)
+        floor = builder.select(zero_div, builder.call(copysign, [zero, builder.fdiv(a, b)]), floor)
+        return builder.select(by_zero, builder.fdiv(a, b), floor)
 
     def convert_value(self, builder, value, source: str, target: str, lanes: int = 1) -> llvm_ir.Value:
         """numpy's `astype` between the dtypes (a float to i64 truncates; no check, as numpy's)."""

@@ -1014,11 +1014,27 @@ class Specialiser(FunctionLowering):
         if op in COMPARE_NAMES:
             return Tensor("bool", shape, ir.Apply(COMPARE_NAMES[op], "bool", tuple(trees)))
         name = ARITHMETIC.get(op, op)
-        if name in ("floordiv", "mod") or (name in ("div", "pow") and common not in FLOATS):
+        if name in ("div", "pow") and common not in FLOATS:
             raise Unsupported(f"`{op}` on {common} tensors (at {span})")
+        if name in ("floordiv", "mod") and common == "i64":
+            self.nonzero_divisor(trees[1], shape, op, span)
         if name in ("add", "sub", "mul", "div", "pow", "neg") and common == "bool":
             raise Unsupported(f"`{op}` on bool tensors (at {span})")
         return Tensor(common, shape, ir.Apply(name, common, tuple(trees)))
+
+    def nonzero_divisor(self, divisor: object, shape: tuple[int, ...], op: str, span: Span) -> None:
+        """Integer `//` and `%` fail on a zero divisor anywhere (E0510, as interpreted), before computing."""
+        from dl.codegen.primitives import reduce
+
+        if not math.prod(shape):
+            return
+        nonzero = ir.Apply("convert", "i64", (ir.Apply("ne", "bool", (divisor, ir.Splat(ZERO))),))
+        every = reduce(self, Tensor("i64", shape, nonzero), "min", tuple(range(len(shape))), False, span, "i64")
+        smallest = self.temp("divisor.nonzero", "i64")
+        self.emit(ir.Evaluate(smallest, every.tree))
+        fine = self.temp("divisor.fine", "bool")
+        self.emit(ir.Compare(fine, "==", smallest, ir.Const(1, "i64")))
+        self.emit(ir.Check(fine, self.site("E0510", f"integer division by zero in `{op}`", span)))
 
     def widened(self, value: Value, other: Value) -> Value:
         """An f32 scalar beside a strong f64 one becomes f64 (numpy's promotion; the checker warns)."""

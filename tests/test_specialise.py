@@ -626,3 +626,21 @@ def test_tree_dot_and_gradient_clipping() -> None:
         "    return (optim.global_norm(d), tree_dot(p, d), clipped, tree_dot((w, 2.0), (g, 3.0)))\n}\n"
     )
     check(source, "f", f32(3, 4), f32(4, seed=1), f32(3, 4, seed=2), f32(4, seed=3))
+
+
+def test_floor_division_and_remainder_of_tensors_match_numpy_exactly() -> None:
+    """`//` and `%` on tensors: numpy's floor division and remainder, signs of zeros, inf and nan
+    included; an integer zero divisor fails as interpreted."""
+    values = np.array([-7.5, -3.0, -2.0, -0.5, -0.0, 0.0, 0.5, 1.0, 2.0, 3.25, 7.5, 1e-8, -1e8, np.inf])
+    x, y = np.meshgrid(values, values)
+    a, b = np.meshgrid(np.arange(-9, 10), np.array([-7, -3, -2, -1, 1, 2, 5]))
+    source = "fn f(x: f64[n, m], y: f64[n, m], a: i64[k, j], b: i64[k, j]) { return (x // y, x % y, a // b, a % b) }\n"
+    with np.errstate(all="ignore"):
+        expected, actual, report = on_both(source, "f", x.copy(), y.copy(), a.copy(), b.copy())
+    assert verdict(report, "f") == "compiled", report
+    for got, want in zip(actual, expected, strict=True):
+        assert got.dtype == want.dtype
+        np.testing.assert_array_equal(got, want)
+        np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
+    interpreted, compiled, _ = failures(source, "f", x, y, a, np.where(b == 5, 0, b))
+    assert shown(compiled) == shown(interpreted)
