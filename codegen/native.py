@@ -273,19 +273,32 @@ class SpecialisingBody:
         self.compiled: dict[tuple, Specialisation | None] = {}
         self.reasons: dict[tuple, str] = {}
         self.structs: Structs | None = None
+        self.static: set[int] = set()  # positions of integer parameters compiled in (shapes depend on them)
 
     def around(self, interpreted: Callable, states) -> Callable:
         self.structs = Structs(states)
         count = len(self.decl.params)
 
         seen = self.structs.seen
+        static = self.static
 
         def body(frame: list) -> object:
             leaves: list = []
-            layout = tuple([flatten(value, leaves, seen) for value in frame[1 : count + 1]])
+            arguments = frame[1 : count + 1]
+            if static:
+                layout = tuple(
+                    [
+                        ("static", value) if k in static and value.__class__ is int else flatten(value, leaves, seen)
+                        for k, value in enumerate(arguments)
+                    ]
+                )
+            else:
+                layout = tuple([flatten(value, leaves, seen) for value in arguments])
             entry = self.compiled.get(layout, False)
             if entry is False:
                 entry = self.specialise(layout) if len(self.compiled) < MAX_LAYOUTS else None
+                if entry is RETRY:  # an integer parameter is now part of the layout: compile for its value
+                    return body(frame)
                 if len(self.compiled) >= MAX_LAYOUTS and layout not in self.reasons:
                     self.reasons[layout] = f"more than {MAX_LAYOUTS} argument layouts"
                 self.compiled[layout] = entry
@@ -298,7 +311,7 @@ class SpecialisingBody:
 
     def specialise(self, layout: tuple) -> Specialisation | None:
         from dl.codegen.lower import Unsupported
-        from dl.codegen.specialize import Specialiser
+        from dl.codegen.specialize import NeedsStatic, Specialiser
 
         try:
             lowered = Specialiser(self.typed, self.decl, self.path, list(layout), self.structs).specialise()
@@ -309,6 +322,12 @@ class SpecialisingBody:
             directory = cache_directory() if self.cache else None
             # O2: O3 takes seconds on the large loop-nest functions inlining makes, for no faster code
             native = compile_functions([lowered.function], target, directory, vectors, speed=2)
+        except NeedsStatic as need:
+            if need.position not in self.static:
+                self.static.add(need.position)
+                return RETRY
+            self.reasons[layout] = str(need)
+            return None
         except Unsupported as reason:
             self.reasons[layout] = str(reason)
             return None
@@ -390,6 +409,7 @@ class SpecialisingBody:
 
 
 SCALARS = (np.float32, np.float64, int, bool, np.bool_)
+RETRY = object()  # `specialise` learned that an integer parameter must be compiled in: lay out again
 NAMES = {
     np.dtype(np.float32): "f32",
     np.dtype(np.float64): "f64",
@@ -505,4 +525,6 @@ def describe_layout(layout: tuple) -> str:
         return layout[3]
     if kind == "text":
         return "str"
+    if kind == "static":
+        return f"i64 = {layout[1]}"
     return layout[1]

@@ -79,11 +79,9 @@ def call_primitive(lowering, name: str, args: list, keywords: dict, span: Span, 
 def static_int(lowering, value: object, span: Span, what: str) -> int:
     if value is None:
         return None
-    if isinstance(value, Value) and isinstance(value.operand, ir.Const) and value.operand.dtype == "i64":
-        return int(value.operand.value)
     if isinstance(value, int) and not isinstance(value, bool):
         return value
-    raise Unsupported(f"{what} known only at run time (at {span})")
+    return lowering.static_int(value, span, what)
 
 
 def static_flag(value: object, span: Span) -> bool:

@@ -87,6 +87,15 @@ class Closure:
     captured: dict = field(default_factory=dict)
 
 
+class NeedsStatic(Unsupported):
+    """An integer parameter used where a constant is needed (`zeros(n)`): the function is compiled again
+    with that parameter's value part of the layout, as jit's static arguments."""
+
+    def __init__(self, position: int, message: str) -> None:
+        super().__init__(message)
+        self.position = position
+
+
 @dataclass(eq=False)
 class TapeValue:
     """A tape (`tape`, `push`, `pop`): storage that grows as the loop it records runs. `template` is the
@@ -310,13 +319,16 @@ class Specialiser(FunctionLowering):
         self.tapes: list[ir.Tape] = []
         self.frames: list[list[dict]] = []  # the scopes of the callers of the function being inlined
         self.owners: dict[str, tuple[int, str]] = {}  # home buffer -> (id of the scope, variable name)
+        self.parameter_temps: dict[str, int] = {}  # the i64 parameters' values, by temp name -> position
 
     # -------------------------------------------------------------- entry
     def specialise(self) -> Specialised:
         decl = self.decl  # annotations checked at run time are checked by the interpreter around this body
         params = {}
-        for param, argument in zip(decl.params, self.arguments, strict=True):
+        for position, (param, argument) in enumerate(zip(decl.params, self.arguments, strict=True)):
             params[param.name] = self.argument(argument, param.name)
+            if argument == ("scalar", "i64"):
+                self.parameter_temps[params[param.name].operand.name] = position
         argument_slots = self.slot_count
         self.scopes = [params]
         self.uses, self.assigned = usage(decl.body)
@@ -371,6 +383,8 @@ class Specialiser(FunctionLowering):
             return Struct(struct_type, struct_type.name, struct_type.fields, values)
         if kind == "text":
             return Text(layout[1])
+        if kind == "static":  # an integer compiled in (see NeedsStatic)
+            return Value(ir.Const(layout[1], "i64"))
         raise Unsupported(f"`{name}` is a {layout[1]} value, which compiled code does not take")
 
     # -------------------------------------------------------------- buffers
@@ -1169,10 +1183,15 @@ class Specialiser(FunctionLowering):
         self.emit(ir.BinaryOp(result, "mul", index, ir.Const(stride, "i64")))
         return result
 
-    def static_int(self, value: object, span: Span) -> int:
+    def static_int(self, value: object, span: Span, what: str = "an integer") -> int:
         if isinstance(value, Value) and isinstance(value.operand, ir.Const) and value.operand.dtype == "i64":
             return int(value.operand.value)
-        raise Unsupported(f"an integer known only at run time where compiled code needs a constant (at {span})")
+        message = f"{what} known only at run time where compiled code needs a constant (at {span})"
+        if isinstance(value, Value) and isinstance(value.operand, ir.Temp):
+            position = self.parameter_temps.get(value.operand.name)
+            if position is not None:
+                raise NeedsStatic(position, message)
+        raise Unsupported(message)
 
     # -------------------------------------------------------------- calls
     def call_expression(self, expr: ast.Call, discarded: bool) -> object:

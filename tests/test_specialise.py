@@ -644,3 +644,17 @@ def test_floor_division_and_remainder_of_tensors_match_numpy_exactly() -> None:
         np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
     interpreted, compiled, _ = failures(source, "f", x, y, a, np.where(b == 5, 0, b))
     assert shown(compiled) == shown(interpreted)
+
+
+def test_an_integer_a_shape_depends_on_is_compiled_in() -> None:
+    """`zeros(n)`, `arange(n)`, `x[0:n]` with `n` a parameter: the function is compiled for each value of
+    `n` it is called with (as jit's static arguments), and says so."""
+    source = (
+        "fn f(n: i64, x: f32[8], k: i64) -> f32[_] {\n"
+        "    return zeros(n) + float(arange(n)) * x[0:n] + float(k)\n}\n"
+        "fn main() {\n    print(f(3, ones(8), 1), f(5, ones(8), 2), f(3, ones(8), 7))\n}\n"
+    )
+    expected, actual, report = on_both(source, "f", 3, f32(8), 1)
+    assert verdict(report, "f") == "compiled", report
+    assert "`f`(i64 = 3, f32[8], i64) compiled" in report
+    assert_close(actual, expected)
