@@ -638,19 +638,23 @@ def unbroadcast(lowering, bound: dict, span: Span) -> object:
 
 def gather(lowering, bound: dict, span: Span) -> object:
     x = tensor(bound["x"], span)
-    axis = axis_index(static_int(lowering, bound["axis"], span, "an axis"), len(x.shape), span)
-    return gathered(lowering, x, bound["indices"], axis, span)
+    given = static_int(lowering, bound["axis"], span, "an axis")
+    return gathered(lowering, x, bound["indices"], axis_index(given, len(x.shape), span), span, given=given)
 
 
-def gathered(lowering, x: Tensor, indices: object, axis: int, span: Span, index_error: bool = False) -> object:
-    """`gather(x, indices, axis)`; with `index_error`, for `x[indices]`, failing as indexing does (E0501)."""
+def gathered(
+    lowering, x: Tensor, indices: object, axis: int, span: Span, index_error: bool = False, given: int | None = None
+) -> object:
+    """`gather(x, indices, axis)` (`given`: the axis as written, which its message shows); with
+    `index_error`, for `x[indices]`, failing as indexing does (E0501)."""
     x = x if isinstance(x.tree, ir.Read) else lowering.materialise(x)
     read = x.tree
     size = x.shape[axis]
     if index_error:
         site = lowering.site("E0501", f"index {{value}} is out of bounds for axis {axis} with size {size}", span, "i64")
     else:
-        problem = PrimitiveError(f"gather index {{value}} is out of range for axis {axis} with size {size}")
+        shown_axis = axis if given is None else given
+        problem = PrimitiveError(f"gather index {{value}} is out of range for axis {shown_axis} with size {size}")
         site = lowering.site("E0513", failure_message(Prim.GATHER, problem), span, "i64")
     if isinstance(indices, Value):
         if indices.operand.dtype != "i64":

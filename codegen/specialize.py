@@ -318,7 +318,7 @@ class Specialiser(FunctionLowering):
         self.constants: dict[tuple[str, str], object] = {}
         self.tapes: list[ir.Tape] = []
         self.frames: list[list[dict]] = []  # the scopes of the callers of the function being inlined
-        self.owners: dict[str, tuple[int, str]] = {}  # home buffer -> (id of the scope, variable name)
+        self.owners: dict[str, tuple[dict, str]] = {}  # home buffer -> (the scope, the variable's name)
         self.parameter_temps: dict[str, int] = {}  # the i64 parameters' values, by temp name -> position
 
     # -------------------------------------------------------------- entry
@@ -364,7 +364,8 @@ class Specialiser(FunctionLowering):
             _, dtype, shape = layout
             if dtype is None:
                 raise Unsupported(f"`{name}` is a tensor of a dtype the compiler does not handle")
-            buffer = ir.Buffer(f"{name}.{self.slot_count}", dtype, shape, self.slot_count)
+            # every buffer's name ends in its unique number: an argument `t` never meets a temporary `t`
+            buffer = ir.Buffer(f"{name}#{len(self.buffer_list)}", dtype, shape, self.slot_count)
             self.slot_count += 1
             self.buffer_list.append(buffer)
             return view(buffer)
@@ -390,7 +391,7 @@ class Specialiser(FunctionLowering):
     # -------------------------------------------------------------- buffers
     def allocate(self, dtype: str, shape: tuple[int, ...], hint: str = "t") -> ir.Buffer:
         self.workspace = (self.workspace + 63) // 64 * 64
-        buffer = ir.Buffer(f"{hint}.{len(self.buffer_list)}", dtype, shape, 0, self.workspace)
+        buffer = ir.Buffer(f"{hint}#{len(self.buffer_list)}", dtype, shape, 0, self.workspace)
         self.workspace += max(math.prod(shape), 1) * ITEM_SIZES[dtype]
         self.buffer_list.append(buffer)
         return buffer
@@ -484,7 +485,11 @@ class Specialiser(FunctionLowering):
         home without owning it: `let y = x` takes x's value, not its storage)."""
         if not self.is_home(value):
             return False
-        return all(self.owners.get(buffer) == (id(scope), name) for buffer in home_buffers(value))
+        for buffer in home_buffers(value):
+            owner = self.owners.get(buffer)
+            if owner is None or owner[0] is not scope or owner[1] != name:
+                return False
+        return True
 
     def make_homes(self, stmt: ast.Stmt) -> None:
         """Before an `if` or a loop: every variable it assigns gets a home."""
@@ -495,7 +500,7 @@ class Specialiser(FunctionLowering):
                     if not self.owns(scope, name, value) and not isinstance(value, (Text, Closure, Primitive, DType)):
                         scope[name] = self.home(value, name)
                         for buffer in home_buffers(scope[name]):
-                            self.owners[buffer] = (id(scope), name)
+                            self.owners[buffer] = (scope, name)
                     else:  # already a home: what reads it now must not see the writes to come
                         self.protect(home_buffers(value), (scope, name))
                     break
@@ -670,7 +675,7 @@ class Specialiser(FunctionLowering):
             current = self.copy(current)
             scope[name] = current
             self.homes.add(current.tree.buffer.name)
-            self.owners[current.tree.buffer.name] = (id(scope), name)
+            self.owners[current.tree.buffer.name] = (scope, name)
         else:
             self.protect({current.tree.buffer.name}, (scope, name))
         region = self.view_of(current, indices, span)
@@ -729,7 +734,7 @@ class Specialiser(FunctionLowering):
                     raise Unsupported(f"returns of different types or shapes (at {span})")
                 buffer = known[4]
             else:
-                buffer = ir.Buffer(f"result.{self.slot_count}", value.dtype, value.shape, self.new_slot())
+                buffer = ir.Buffer(f"result#{len(self.buffer_list)}", value.dtype, value.shape, self.new_slot())
                 self.buffer_list.append(buffer)
             self.emit(ir.Fill(buffer, value.tree))
             return ("tensor", buffer.slot, value.dtype, value.shape, buffer)

@@ -270,6 +270,7 @@ def shown(failure: DiagnosticError) -> tuple:
         ("return one_hot(arange(3) - i, 4)[0] + x", (f32(4), 1)),
         ("return gather(x, [5 - i, -9 + i, 1])", (f32(4), 0)),
         ("return gather(x, [1 - i, -9 + i, 1])", (f32(4), 0)),
+        ("return gather(reshape(x, 2, 2), [1, 2 + i], axis=-1)[0]", (f32(4), 0)),
     ],
 )
 def test_run_time_failures_are_the_interpreters_diagnostics(body: str, args: tuple) -> None:
@@ -490,6 +491,12 @@ ALIASING = {
         "        let b = sigmoid(h)\n        out = out + b * b\n        let c = sigmoid(h)\n"
         "        out = out + c * c + b\n    }\n    return out\n}\n",
         (f32(4, 4), 3),
+    ),
+    "parameters named like the compiler's temporaries": (
+        "fn g(x: f32[4, 4], product: f32[4, 4]) -> f32[4, 4] {\n    return (x @ product) @ product + product\n}\n"
+        "fn f(t: f32[4, 4], n: i64) -> f32[4, 4] {\n    let u = tanh(t) * 2.0\n    let a = t * 2.0\n"
+        "    for i in 0..n { a = a + t }\n    return g(u @ u + t, a) + sum(u * u)\n}\n",
+        (f32(4, 4) * 0.3, 2),
     ),
     "strings among the arguments take no slot": (
         "fn f(x: f32[3], s: str, y: f32[3], t: (str, f32)) -> f32[3] {\n    return x + y * 10.0 * t[1]\n}\n",
