@@ -665,3 +665,100 @@ def test_an_integer_a_shape_depends_on_is_compiled_in() -> None:
     assert verdict(report, "f") == "compiled", report
     assert "`f`(i64 = 3, f32[8], i64) compiled" in report
     assert_close(actual, expected)
+
+
+HELPERS = """
+fn early(v: f64[3, 3], n: i64) -> f64[3, 3] {
+    let w = v
+    for i in 0..n {
+        w[0] = w[1] * 0.5 + w[0]
+        if sum(w) > 3.0 { return w }
+        w = tanh(w) + v * 0.1
+    }
+    return w
+}
+fn rotate(p: f64[3, 3], q: f64[3, 3]) -> (f64[3, 3], f64[3, 3]) {
+    let s = (p, q)
+    s = (s[1] * 0.5, s[0] + tanh(s[1]))
+    return s
+}
+"""
+
+
+@st.composite
+def imperative_functions(draw) -> str:
+    """Random statement sequences over three f64[3, 3] variables that alias one another: `let` of a
+    variable or an expression, assignments, element and slice assignments, `if`/`else`, `for` with
+    `break`/`continue`, calls of functions with early returns and tuple variables, gathers, products."""
+    counter = [0]
+
+    def expression(names: list[str], depth: int = 2) -> str:
+        if depth == 0 or draw(st.integers(0, 9)) < 3:
+            return draw(st.sampled_from([*names, "a"]))
+        inner = expression(names, depth - 1)
+        kind = draw(st.integers(0, 6))
+        if kind == 0:
+            return f"tanh({inner} + {expression(names, depth - 1)})"
+        if kind == 1:
+            return f"({inner} * 0.5 - {expression(names, depth - 1)} * 0.25)"
+        if kind == 2:
+            return f"exp(-({inner}) * ({inner}))"
+        if kind == 3:
+            return f"gather({inner}, idx, axis=0)"
+        if kind == 4:
+            return draw(st.sampled_from([f"({inner} @ m)", f"early({inner}, n)", f"rotate({inner}, a)[1]"]))
+        if kind == 5:
+            return f"(sum({inner}, axis=0, keepdims=true) * 0.1 + {expression(names, depth - 1)})"
+        return f"where({inner} > 0.0, {inner}, {expression(names, depth - 1)})"
+
+    def block(names: list[str], depth: int, in_loop: bool) -> list[str]:
+        lines: list[str] = []
+        local = list(names)
+        for _ in range(draw(st.integers(1, 4))):
+            kind = draw(st.integers(0, 9))
+            target = draw(st.sampled_from(local))
+            if kind == 0:
+                counter[0] += 1
+                name = f"v{counter[0]}"
+                value = draw(st.sampled_from(local)) if draw(st.booleans()) else expression(local)
+                lines.append(f"let {name} = {value}")
+                local.append(name)
+            elif kind in (1, 2):
+                lines.append(f"{target} = {expression(local)}")
+            elif kind == 3:
+                row, other = draw(st.integers(0, 2)), draw(st.integers(0, 2))
+                lines.append(f"{target}[{row}] = {expression(local)}[{other}] * 0.5")
+            elif kind == 4:
+                lines.append(f"{target}[:, {draw(st.integers(0, 1))}:{draw(st.integers(2, 3))}] += 0.5")
+            elif kind == 5 and depth < 2:
+                condition = f"sum({draw(st.sampled_from(local))}) > {draw(st.sampled_from(['0.0', '1.0', '-1.0']))}"
+                lines += [f"if {condition} {{", *("    " + line for line in block(local, depth + 1, in_loop))]
+                lines += ["} else {", *("    " + line for line in block(local, depth + 1, in_loop)), "}"]
+            elif kind == 6 and depth < 2:
+                counter[0] += 1
+                lines += [
+                    f"for i{counter[0]} in 0..n {{",
+                    *("    " + line for line in block(local, depth + 1, True)),
+                    "}",
+                ]
+            elif kind == 7 and in_loop:
+                jump = draw(st.sampled_from(["break", "continue"]))
+                lines.append(f"if sum({draw(st.sampled_from(local))}) > 2.0 {{ {jump} }}")
+            else:
+                shared = expression(local)
+                lines.append(f"{target} = {shared} + {shared}")
+        return lines
+
+    body = ["let h = a * 1.0", "let y = h", "let z = tanh(a)", *block(["h", "y", "z"], 0, False)]
+    body.append("return h + y * 2.0 + z * 3.0")
+    statements = "\n    ".join(body)
+    return HELPERS + f"fn f(a: f64[3, 3], m: f64[3, 3], idx: i64[3], n: i64) -> f64[3, 3] {{\n    {statements}\n}}\n"
+
+
+@settings(max_examples=40, deadline=None)
+@given(source=imperative_functions())
+def test_random_imperative_functions_with_aliases_agree(source: str) -> None:
+    a, m = f64(3, 3), f64(3, 3, seed=1) * 0.5
+    expected, actual, report = on_both(source, "f", a, m, np.array([2, -1, 0]), 3)
+    assert verdict(report, "f") == "compiled", (source, report)
+    assert_close(actual, expected, rtol=1e-9, atol=1e-9, where=source)
