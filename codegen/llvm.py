@@ -20,6 +20,7 @@ from dl.codegen import ir
 from llvmlite import ir as llvm_ir
 
 MAX_DEPTH = 100_000
+INTERRUPTED = -1  # `dl.error` of a function stopped by Ctrl-C (the host raises KeyboardInterrupt)
 I64_MIN = -(2**63)
 
 TYPES = {
@@ -33,7 +34,7 @@ INTRINSICS = {"exp": "llvm.exp", "log": "llvm.log", "sqrt": "llvm.sqrt", "sin": 
 LIBM = {("tanh", "f64"): "tanh", ("tanh", "f32"): "tanhf"}
 
 
-@dataclass
+@dataclass(eq=False)  # compared by identity: the host keeps weak references to them
 class Native:
     """The JIT-compiled module: function addresses by symbol, the global site table, the status globals.
     `from_cache` says whether the object code was loaded from the compile cache (codegen/cache.py), in which
@@ -45,6 +46,7 @@ class Native:
     error_address: int
     depth_address: int
     value_address: int
+    interrupt_address: int
     ir_before: str
     ir_after: str
     from_cache: bool = False
@@ -97,7 +99,7 @@ def load_object(code: bytes, functions, sites, target, before: str, after: str, 
     engine.add_object_file(binding.ObjectFileRef.from_data(code))
     engine.finalize_object()
     addresses = {f.symbol: engine.get_function_address(f.symbol) for f in functions}
-    status = [engine.get_global_value_address(name) for name in ("dl.error", "dl.depth", "dl.value")]
+    status = [engine.get_global_value_address(name) for name in ("dl.error", "dl.depth", "dl.value", "dl.interrupt")]
     if not all(addresses.values()) or not all(status):
         return None
     return Native(engine, addresses, sites, *status, before, after, from_cache)
@@ -143,6 +145,8 @@ def build_module(
     depth.initializer = llvm_ir.Constant(TYPES["i64"], 0)
     value = llvm_ir.GlobalVariable(module, TYPES["f64"], "dl.value")
     value.initializer = llvm_ir.Constant(TYPES["f64"], 0.0)
+    stop = llvm_ir.GlobalVariable(module, TYPES["i64"], "dl.interrupt")  # set by the host on Ctrl-C
+    stop.initializer = llvm_ir.Constant(TYPES["i64"], 0)
     declared = {f.symbol: llvm_ir.Function(module, signature(f), f.symbol) for f in functions}
     site_base = 0
     for function in functions:
@@ -846,6 +850,7 @@ class FunctionEmitter(TensorEmission):
         function = self.function
         prologue = self.llvm_function.append_basic_block("prologue")
         self.blocks = {b.label: self.llvm_function.append_basic_block(b.label) for b in function.blocks}
+        self.block_order = {b.label: position for position, b in enumerate(function.blocks)}
         self.error_exit = self.llvm_function.append_basic_block("error.exit")
         builder = llvm_ir.IRBuilder(prologue)
         for variable in function.variables:
@@ -865,6 +870,7 @@ class FunctionEmitter(TensorEmission):
             builder.store(value, self.slots[param.name])
         self.enter(builder)
         for block in function.blocks:
+            self.current_label = block.label
             builder = llvm_ir.IRBuilder(self.blocks[block.label])
             for instruction in block.instructions:
                 builder = self.instruction(builder, instruction)
@@ -1116,8 +1122,22 @@ class FunctionEmitter(TensorEmission):
         builder.cbranch(failed, self.error_exit, going_on)
         return llvm_ir.IRBuilder(going_on)
 
+    def jumps_back(self, target: str, builder: llvm_ir.IRBuilder) -> bool:
+        """Whether a jump goes to an IR block not after the one being emitted (a loop's back edge)."""
+        return self.block_order[target] <= self.block_order[self.current_label]
+
     def terminator(self, builder: llvm_ir.IRBuilder, terminator: ir.Terminator) -> None:
         match terminator:
+            case ir.Jump(target=target) if self.jumps_back(target, builder):
+                # a loop's next iteration: stop here if the host was interrupted (Ctrl-C)
+                stopped = builder.load(self.module.get_global("dl.interrupt"), name="interrupted")
+                going_on = self.llvm_function.append_basic_block("not.interrupted")
+                failing = self.llvm_function.append_basic_block("fail.interrupted")
+                builder.cbranch(builder.icmp_signed("!=", stopped, TYPES["i64"](0)), failing, going_on)
+                failure = llvm_ir.IRBuilder(failing)
+                failure.store(TYPES["i64"](INTERRUPTED), self.error)
+                failure.branch(self.error_exit)
+                llvm_ir.IRBuilder(going_on).branch(self.blocks[target])
             case ir.Jump(target=target):
                 builder.branch(self.blocks[target])
             case ir.Branch(condition=condition, then=then, otherwise=otherwise):

@@ -11,6 +11,7 @@ interpreter's diagnostic for the same mistake.
 from __future__ import annotations
 
 import ctypes
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -18,7 +19,7 @@ from typing import Any
 import numpy as np
 from dl.codegen import ir
 from dl.codegen.cache import cache_directory
-from dl.codegen.llvm import Native, compile_functions
+from dl.codegen.llvm import INTERRUPTED, Native, compile_functions
 from dl.codegen.lower import Lowered, lower
 from dl.interp.runtime import RETURN, fail
 from dl.interp.values import format_value
@@ -85,6 +86,7 @@ def compile_program(typed: Typed, cache: bool = True) -> Backend:
         return Backend(bodies, lowered, None, cache)
     directory = cache_directory() if cache else None
     native = compile_functions(list(lowered.functions.values()), cache=directory)
+    LIVE.add(native)
     bodies.update({key: native_body(function, native) for key, function in lowered.functions.items()})
     return Backend(bodies, lowered, native, cache)
 
@@ -154,6 +156,25 @@ def kernel_body(kernel, compiled) -> Callable[[list], Any]:
     return body
 
 
+LIVE: weakref.WeakSet = weakref.WeakSet()  # compiled modules, whose `dl.interrupt` Ctrl-C sets
+
+
+def interrupt_compiled_code() -> None:
+    """Ctrl-C: every compiled loop stops at its next iteration (the interpreter calls this)."""
+    for native in list(LIVE):
+        ctypes.c_int64.from_address(native.interrupt_address).value = 1
+
+
+def stopped(native: Native) -> None:
+    """Raise KeyboardInterrupt if compiled code stopped because of Ctrl-C (its flag is cleared)."""
+    error = ctypes.c_int64.from_address(native.error_address)
+    if error.value == INTERRUPTED:
+        error.value = 0
+        ctypes.c_int64.from_address(native.depth_address).value = 0
+        ctypes.c_int64.from_address(native.interrupt_address).value = 0
+        raise KeyboardInterrupt
+
+
 def native_body(function: ir.Function, native: Native) -> Callable[[list], Any]:
     """An interpreter body (`body(frame)`, arguments in frame slots 1..n) calling the native function."""
     prototype = ctypes.CFUNCTYPE(C_TYPES[function.result], *(C_TYPES[p.dtype] for p in function.params))
@@ -168,6 +189,7 @@ def native_body(function: ir.Function, native: Native) -> Callable[[list], Any]:
     def body(frame: list) -> object:
         value = call(*[convert(argument) for convert, argument in zip(converters, frame[1 : count + 1], strict=True)])
         if error.value:
+            stopped(native)
             site = native.sites[error.value - 1]
             error.value = 0
             depth.value = 0
@@ -322,6 +344,7 @@ class SpecialisingBody:
             directory = cache_directory() if self.cache else None
             # O2: O3 takes seconds on the large loop-nest functions inlining makes, for no faster code
             native = compile_functions([lowered.function], target, directory, vectors, speed=2)
+            LIVE.add(native)
         except NeedsStatic as need:
             if need.position not in self.static:
                 self.static.add(need.position)
@@ -390,6 +413,7 @@ class SpecialisingBody:
 
     def failed(self, entry: Specialisation) -> None:
         native = entry.native
+        stopped(native)
         site = native.sites[entry.error.value - 1]
         entry.error.value = 0
         ctypes.c_int64.from_address(native.depth_address).value = 0

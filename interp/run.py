@@ -149,4 +149,7 @@ def interrupt(worker: threading.Thread) -> None:
     program would keep running in the background after Ctrl-C, which matters where the process goes on
     (the REPL)."""
     ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(worker.ident), ctypes.py_object(KeyboardInterrupt))
+    codegen = sys.modules.get("dl.codegen.native")  # compiled loops poll a flag (the llvm backend)
+    if codegen is not None:
+        codegen.interrupt_compiled_code()
     worker.join()

@@ -762,3 +762,39 @@ def test_random_imperative_functions_with_aliases_agree(source: str) -> None:
     expected, actual, report = on_both(source, "f", a, m, np.array([2, -1, 0]), 3)
     assert verdict(report, "f") == "compiled", (source, report)
     assert_close(actual, expected, rtol=1e-9, atol=1e-9, where=source)
+
+
+def test_ctrl_c_stops_a_compiled_loop(tmp_path: Path) -> None:
+    """Ctrl-C reaches compiled loops (they poll a flag at each iteration): the run stops at once, as on
+    the interpreter, instead of the loop running on to its end (or the process crashing at exit)."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    program = tmp_path / "long.dl"
+    program.write_text(
+        "fn spin(x: f32[64, 64], n: i64) -> f32[64, 64] {\n    let h = x\n"
+        "    for i in 0..n { h = tanh(h @ x) }\n    return h\n}\n"
+        'fn main() {\n    print(sum(spin(ones(64, 64) * 0.01, 1)))\n    print("started")\n'
+        "    print(sum(spin(ones(64, 64) * 0.01, 100000000)))\n}\n"
+    )
+    dlrun = Path(sys.executable).parent / "dlrun"
+    environment = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    child = subprocess.Popen(
+        [str(dlrun), "--backend", "llvm", "--no-cache", str(program)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=environment,
+    )
+    try:
+        lines = [child.stdout.readline(), child.stdout.readline()]
+        assert lines[1] == "started\n", lines
+        time.sleep(0.5)
+        child.send_signal(signal.SIGINT)
+        _, err = child.communicate(timeout=30)
+    finally:
+        child.kill()
+    assert child.returncode == 130, err
+    assert "interrupted" in err and "Traceback" not in err
