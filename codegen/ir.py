@@ -207,6 +207,23 @@ class Apply:
     args: tuple
 
 
+TRANSCENDENTAL = frozenset({"exp", "log", "tanh", "sin", "cos", "sigmoid", "pow"})
+
+
+def can_fail(tree: object) -> bool:
+    """Whether evaluating a tree can fail: a gather checking its indices as it goes."""
+    if isinstance(tree, Take):
+        return tree.site is not None or can_fail(tree.index)
+    return isinstance(tree, Apply) and any(can_fail(a) for a in tree.args)
+
+
+def costly(tree: object) -> bool:
+    """Whether a tree calls a transcendental function (worth computing a vector at a time, once)."""
+    if isinstance(tree, Apply):
+        return tree.op in TRANSCENDENTAL or any(costly(a) for a in tree.args)
+    return False
+
+
 @node
 class Fill:
     """`target[i] = tree(i)` for every index of the target; with `view`, for every index of `shape`, the

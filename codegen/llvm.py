@@ -216,13 +216,6 @@ def vectorisable(tree: object, last: int, floats: set[str]) -> bool:
     return False
 
 
-def takes(tree: object) -> bool:
-    """Whether a tree gathers with its indices checked as it goes (it can fail: it stays in the function)."""
-    if isinstance(tree, ir.Take):
-        return tree.site is not None or takes(tree.index)
-    return isinstance(tree, ir.Apply) and any(takes(a) for a in tree.args)
-
-
 def collect(tree: object, buffers: dict, operands: list) -> None:
     """The buffers a tree reads and the operands it uses."""
     match tree:
@@ -267,7 +260,7 @@ class TensorEmission:
         return builder.bitcast(base, storage_type(dtype).as_pointer())
 
     def tensor_instruction(self, builder: llvm_ir.IRBuilder, instruction) -> llvm_ir.IRBuilder:
-        if isinstance(instruction, (ir.Fill, ir.Reduce)) and not takes(instruction.tree):
+        if isinstance(instruction, (ir.Fill, ir.Reduce)) and not ir.can_fail(instruction.tree):
             return self.outlined(builder, instruction)
         return self.loop_instruction(builder, instruction)
 
@@ -471,7 +464,7 @@ class TensorEmission:
         innermost read, too short an innermost dimension)."""
         flavour = getattr(self, "vectors", None)
         shape = fill.shape if fill.view is not None else fill.target.shape
-        if flavour is None or not shape or takes(fill.tree):
+        if flavour is None or not shape or ir.can_fail(fill.tree):
             return None
         if fill.view is not None and fill.view.strides[-1] != 1:
             return None

@@ -186,7 +186,7 @@ def reduce(lowering, x: Tensor, op: str, axes: tuple[int, ...], keepdims: bool, 
     """`op` over `axes` into a new buffer of dtype `accumulate`; the result keeps the reduced axes as
     size 1 when `keepdims` (rank 0 when every axis goes and not `keepdims`)."""
     kept = reduction_shape(x.shape, axes, False)
-    if costly(x.tree):  # computed a vector at a time first (libmvec), then summed
+    if ir.costly(x.tree):  # computed a vector at a time first (libmvec), then summed
         x = lowering.materialise(x)
     target = lowering.allocate(accumulate, kept, "reduced")
     lowering.emit(ir.Reduce(target, op, x.tree, x.shape, axes))
@@ -195,14 +195,6 @@ def reduce(lowering, x: Tensor, op: str, axes: tuple[int, ...], keepdims: bool, 
         shape = reduction_shape(x.shape, axes, True)
         result = Tensor(accumulate, shape, ir.Read(target, ZERO, contiguous_kept(shape)))
     return result
-
-
-def costly(tree: object) -> bool:
-    """Whether a tree calls a transcendental function (a reduction's loop would call it one element at a
-    time; a fill calls its vector version)."""
-    if isinstance(tree, ir.Apply):
-        return tree.op in ("exp", "log", "tanh", "sin", "cos", "sigmoid", "pow") or any(costly(a) for a in tree.args)
-    return False
 
 
 def contiguous_kept(shape: tuple[int, ...]) -> tuple[int, ...]:

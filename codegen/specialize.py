@@ -1440,25 +1440,18 @@ def forwarded(blocks: list[ir.Block]) -> list[ir.Block]:
     block over the same shape is not written at all: its tree is computed inside that loop (the lowering
     writes a value bound to a name used twice, or a field of a struct, before it knows how it is used).
     Nothing between may write what the tree reads."""
-    writes: dict[str, int] = {}
+    writes = write_counts(blocks)
     counts: dict[str, int] = {}
     for block in blocks:
         for instruction in block.instructions:
             count_reads(instruction, counts)
-            written = written_buffer(instruction)
-            if written is not None:
-                writes[written.name] = writes.get(written.name, 0) + 1
-            if isinstance(instruction, ir.TapePop):
-                for _, leaf in instruction.leaves:
-                    if isinstance(leaf, ir.Buffer):
-                        writes[leaf.name] = writes.get(leaf.name, 0) + 2
     result = []
     for block in blocks:
         instructions = list(block.instructions)
         for position, producer in enumerate(instructions):
             if not (isinstance(producer, ir.Fill) and producer.view is None and producer.target.slot == 0):
                 continue
-            if gathers(producer.tree):  # its index check stays where the interpreter would fail
+            if ir.can_fail(producer.tree):  # its index check stays where the interpreter would fail
                 continue
             target = producer.target
             if writes.get(target.name) != 1 or counts.get(target.name) != 1:
@@ -1493,16 +1486,7 @@ def computed_once(blocks: list[ir.Block]) -> list[ir.Block]:
     read, each buffer written once) is dropped, and its buffer's readers read the earlier one (inlined
     functions recompute what their callers computed: derivative code's `sigmoid_back(x, d)` recomputes
     `sigmoid(x)`)."""
-    writes: dict[str, int] = {}
-    for block in blocks:
-        for instruction in block.instructions:
-            written = written_buffer(instruction)
-            if written is not None:
-                writes[written.name] = writes.get(written.name, 0) + 1
-            if isinstance(instruction, ir.TapePop):
-                for _, leaf in instruction.leaves:
-                    if isinstance(leaf, ir.Buffer):
-                        writes[leaf.name] = writes.get(leaf.name, 0) + 2
+    writes = write_counts(blocks)
     renamed: dict[str, ir.Buffer] = {}
     result = []
     for block in blocks:
@@ -1526,7 +1510,7 @@ def computed_once(blocks: list[ir.Block]) -> list[ir.Block]:
                 and instruction.view is None
                 and instruction.target.slot == 0
                 and writes.get(instruction.target.name) == 1
-                and not gathers(instruction.tree)
+                and not ir.can_fail(instruction.tree)
             )
             if simple:
                 earlier = seen.get(instruction.tree)
@@ -1553,7 +1537,7 @@ def substituted(consumer: object, target: ir.Buffer, tree: object) -> object | N
             return None
         return ir.Fill(consumer.target, replace(consumer.tree, whole, tree), consumer.view, consumer.shape)
     if isinstance(consumer, ir.Reduce):
-        if consumer.shape != target.shape or not contains(consumer.tree, whole) or costly_tree(tree):
+        if consumer.shape != target.shape or not contains(consumer.tree, whole) or ir.costly(tree):
             return None
         return ir.Reduce(
             consumer.target, consumer.op, replace(consumer.tree, whole, tree), consumer.shape, consumer.axes
@@ -1581,21 +1565,6 @@ def replace(tree: object, node: object, by: object) -> object:
             tree.buffer, tree.offset, tree.strides, replace(tree.index, node, by), tree.stride, tree.size, tree.site
         )
     return tree
-
-
-def gathers(tree: object) -> bool:
-    """Whether a tree gathers with its indices checked as it goes (it can fail)."""
-    if isinstance(tree, ir.Take):
-        return tree.site is not None or gathers(tree.index)
-    return isinstance(tree, ir.Apply) and any(gathers(a) for a in tree.args)
-
-
-def costly_tree(tree: object) -> bool:
-    if isinstance(tree, ir.Apply):
-        return tree.op in ("exp", "log", "tanh", "sin", "cos", "sigmoid", "pow") or any(
-            costly_tree(a) for a in tree.args
-        )
-    return False
 
 
 def without_dead_stores(blocks: list[ir.Block]) -> list[ir.Block]:
@@ -1628,7 +1597,23 @@ def checks(instruction: object) -> bool:
     """Whether an instruction can fail (a gather's or a scatter's index check): it is never dropped."""
     if isinstance(instruction, ir.ScatterAdd):
         return True
-    return isinstance(instruction, (ir.Fill, ir.Reduce)) and gathers(instruction.tree)
+    return isinstance(instruction, (ir.Fill, ir.Reduce)) and ir.can_fail(instruction.tree)
+
+
+def write_counts(blocks: list[ir.Block]) -> dict[str, int]:
+    """How many instructions write each buffer (a tape's `pop` counts as two: its buffers are not
+    written once)."""
+    writes: dict[str, int] = {}
+    for block in blocks:
+        for instruction in block.instructions:
+            written = written_buffer(instruction)
+            if written is not None:
+                writes[written.name] = writes.get(written.name, 0) + 1
+            if isinstance(instruction, ir.TapePop):
+                for _, leaf in instruction.leaves:
+                    if isinstance(leaf, ir.Buffer):
+                        writes[leaf.name] = writes.get(leaf.name, 0) + 2
+    return writes
 
 
 def written_buffer(instruction: object) -> ir.Buffer | None:
