@@ -534,6 +534,8 @@ def build_result(layout: tuple, cells: dict, outputs: dict) -> object:
         return tuple(build_result(item, cells, outputs) for item in layout[1])
     if kind == "struct":
         return StructValue(layout[1], tuple(build_result(item, cells, outputs) for item in layout[2]))
+    if kind == "text":
+        return layout[1]
     return ()
 
 

@@ -1042,6 +1042,31 @@ def to_float(lowering, bound: dict, span: Span) -> object:
     return Value(result)
 
 
+def to_int(lowering, bound: dict, span: Span) -> object:
+    """`int` of a scalar (truncated; inf, nan and values out of the i64 range fail as interpreted) or
+    of an integer or bool tensor."""
+    x = bound["x"]
+    if isinstance(x, Tensor):
+        if x.dtype in FLOATS:
+            raise Unsupported(f"`int` of a float tensor (at {span})")
+        return Tensor("i64", x.shape, ir.Apply("convert", "i64", (x.tree,)) if x.dtype != "i64" else x.tree)
+    value = lowering.scalar_of(x, span)
+    if value.weak is not None:
+        if isinstance(value.weak, float) and not -(2.0**63) <= value.weak < 2.0**63:
+            raise Unsupported(f"`int` of a literal out of the i64 range (at {span})")
+        return Value(ir.Const(int(value.weak), "i64"))
+    source = value.operand.dtype
+    if source == "i64":
+        return value
+    site = None
+    if source in FLOATS:
+        site = lowering.site("E0513", "`int` of {value}", span, source)
+        lowering.site("E0513", "`int` of {value}: out of the i64 range", span, source)
+    result = lowering.temp("int", "i64")
+    lowering.emit(ir.Convert(result, value.operand, site))
+    return Value(result)
+
+
 def check(lowering, bound: dict, span: Span) -> object:
     condition, message = bound["condition"], bound["message"]
     condition = lowering.scalar_of(condition, span)
@@ -1254,6 +1279,7 @@ HANDLERS = {
     "shape": shape,
     "len": length,
     "float": to_float,
+    "int": to_int,
     "assert": check,
     "tree_map": tree_map,
     "tree_add": tree_add,

@@ -583,14 +583,15 @@ class Specialiser(FunctionLowering):
             case ast.ExprStmt(expr=expr):
                 self.evaluate(expr, discarded=True)
             case ast.If():
-                self.make_homes(stmt)
-                self.if_statement(stmt)
+                self.if_or_else(stmt)
             case ast.While():
                 self.make_homes(stmt)
                 self.while_statement(stmt)
             case ast.For(pattern=ast.NamePattern(name=name), iterable=ast.Range() as bounds, body=body):
                 self.make_homes(stmt)
                 self.for_range(name, bounds, body)
+            case ast.For(pattern=ast.NamePattern(name=name), iterable=iterable, body=body):
+                self.for_each(name, iterable, body, stmt)
             case ast.Return(value=value):
                 returned = self.evaluate(value) if value is not None else None
                 self.write_result(returned, stmt.span)
@@ -602,6 +603,78 @@ class Specialiser(FunctionLowering):
                 self.scopes[-1][name] = self.closure(stmt)
             case _:
                 raise Unsupported(f"a statement the compiler does not handle yet (at {stmt.span})")
+
+    def if_or_else(self, stmt: ast.If) -> None:
+        """An `if` whose condition is known when compiling (a string compared, a constant) is only its
+        branch taken; any other is the scalar lowering's two blocks, after homes for what they assign."""
+        condition = self.scalar_of(self.evaluate(stmt.cond), stmt.span)
+        if condition.operand.dtype != "bool":
+            raise Unsupported(f"a condition is {condition.operand.dtype}, not bool (at {stmt.cond.span})")
+        if isinstance(condition.operand, ir.Const):
+            chosen = stmt.then if condition.operand.value else stmt.orelse
+            if isinstance(chosen, ast.If):
+                self.if_or_else(chosen)
+            elif chosen is not None:
+                self.block(chosen)
+            return
+        self.make_homes(stmt)
+        then, otherwise, end = self.fresh_label("if.then"), self.fresh_label("if.else"), self.fresh_label("if.end")
+        self.finish(ir.Branch(condition.operand, then, otherwise if stmt.orelse is not None else end))
+        self.start(then)
+        self.block(stmt.then)
+        self.finish(ir.Jump(end))
+        if stmt.orelse is not None:
+            self.start(otherwise)
+            if isinstance(stmt.orelse, ast.If):
+                self.if_or_else(stmt.orelse)
+            else:
+                self.block(stmt.orelse)
+            self.finish(ir.Jump(end))
+        self.start(end)
+
+    def for_each(self, name: str, iterable: ast.Expr, body: ast.Block, stmt: ast.For) -> None:
+        """`for x in xs` over a tensor's first axis: the tensor as it is when the loop starts (a copy if
+        the loop may change it), `x` each row in turn (a scalar for a vector)."""
+        sequence = self.evaluate(iterable)
+        if not isinstance(sequence, Tensor) or not sequence.shape:
+            raise Unsupported(f"`for` over something other than a tensor (at {stmt.span})")
+        sequence = self.bind(sequence, 2, detach=True)
+        self.make_homes(stmt)
+        if reads(sequence.tree, self.homes):
+            sequence = self.copy(sequence)
+        counter = self.new_variable(f"{name}.counter", "i64")
+        self.emit(ir.Store(counter, ZERO))
+        test, step = self.fresh_label("for.cond"), self.fresh_label("for.step")
+        inner, end = self.fresh_label("for.body"), self.fresh_label("for.end")
+        self.finish(ir.Jump(test))
+        self.start(test)
+        current, going = self.temp(name, "i64"), self.temp("in.range", "bool")
+        self.emit(ir.Load(current, counter))
+        self.emit(ir.Compare(going, "<", current, ir.Const(sequence.shape[0], "i64")))
+        self.finish(ir.Branch(going, inner, end))
+        self.start(inner)
+        self.scopes.append({})
+        position = self.temp(f"{name}.index", "i64")
+        self.emit(ir.Load(position, counter))
+        row = self.view_of(sequence, (ValueIndex(Value(position)),), stmt.span)
+        if not row.shape:
+            element = self.temp(name, row.dtype)
+            self.emit(ir.Evaluate(element, row.tree))
+            self.let(ast.NamePattern(name), Value(element), stmt.span)
+        else:
+            self.scopes[-1][name] = row
+        self.loops.append((step, end))
+        self.block(body)
+        self.loops.pop()
+        self.scopes.pop()
+        self.finish(ir.Jump(step))
+        self.start(step)
+        before, after = self.temp(name, "i64"), self.temp("next", "i64")
+        self.emit(ir.Load(before, counter))
+        self.emit(ir.BinaryOp(after, "add", before, ir.Const(1, "i64")))
+        self.emit(ir.Store(counter, after))
+        self.finish(ir.Jump(test))
+        self.start(end)
 
     def let(self, pattern: ast.Pattern, value: object, span: Span) -> None:
         match pattern:
@@ -743,6 +816,10 @@ class Specialiser(FunctionLowering):
                 raise Unsupported(f"returns of different types (at {span})")
             parts = known[1] if known is not None else (None,) * len(value)
             return ("tuple", tuple(self.result_of(v, span, k) for v, k in zip(value, parts, strict=True)))
+        if isinstance(value, Text):  # known when compiled: the host hands the string back
+            if known is not None and known != ("text", value.value):
+                raise Unsupported(f"returns of different strings (at {span})")
+            return ("text", value.value)
         if isinstance(value, Struct):
             kind = self.structs.runtime(value)
             if known is not None and (known[0] != "struct" or known[1] is not kind):
@@ -986,6 +1063,8 @@ class Specialiser(FunctionLowering):
             right = self.read_variable(right)
         if op == "@":
             return self.matmul(left, right, span)
+        if isinstance(left, Text) and isinstance(right, Text) and op in ("==", "!="):
+            return Value(ir.Const((left.value == right.value) == (op == "=="), "bool"))
         if isinstance(left, Value) and isinstance(right, Value):
             left, right = self.integer_meets_float(left, right), self.integer_meets_float(right, left)
             left, right = self.widened(left, right), self.widened(right, left)

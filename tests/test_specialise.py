@@ -63,6 +63,9 @@ def assert_close(actual, expected, rtol=1e-6, atol=1e-6, where="result") -> None
             assert_close(a, e, rtol, atol, f"{where}[{k}]")
         return
     assert type(actual) is type(expected), f"{where}: {type(actual)} vs {type(expected)}"
+    if isinstance(expected, str):
+        assert actual == expected, where
+        return
     if isinstance(expected, np.ndarray):
         assert actual.dtype == expected.dtype and actual.shape == expected.shape, where
     if isinstance(expected, (bool, int)) and not isinstance(expected, np.generic):
@@ -798,3 +801,20 @@ def test_ctrl_c_stops_a_compiled_loop(tmp_path: Path) -> None:
         child.kill()
     assert child.returncode == 130, err
     assert "interrupted" in err and "Traceback" not in err
+
+
+def test_for_over_a_tensor_strings_known_when_compiling_and_int() -> None:
+    source = (
+        "fn f(xs: f32[5], rows: f32[3, 4], target: f32, mode: str, k: f64) -> (i64, f32[4], f32, str, i64) {\n"
+        "    let found = -1\n    let i = 0\n"
+        "    for x in xs {\n        if x > target {\n            found = i\n            break\n        }\n"
+        "        xs = xs * 2.0\n        i += 1\n    }\n"
+        "    let total = zeros(4)\n    for row in rows { total = total + row * row }\n"
+        '    let scale = 1.0\n    if mode == "double" { scale = 2.0 } else if mode != "keep" { scale = 0.5 }\n'
+        '    return (found, total, sum(xs) * scale, "done", int(k) + int(3.9) + int(true))\n}\n'
+    )
+    args = (np.array([0.5, -1.0, 2.0, 3.0, 0.0], np.float32), f32(3, 4), np.float32(1.5))
+    for mode in ("double", "keep", "other"):
+        check(source, "f", *args, mode, np.float64(-2.7))
+    interpreted, compiled, _ = failures(source, "f", *args, "keep", np.float64("inf"))
+    assert shown(compiled) == shown(interpreted)
