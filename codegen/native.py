@@ -21,7 +21,7 @@ from dl.codegen import ir
 from dl.codegen.cache import cache_directory
 from dl.codegen.llvm import INTERRUPTED, Native, compile_functions
 from dl.codegen.lower import Lowered, lower
-from dl.interp.runtime import RETURN, fail
+from dl.interp.runtime import RETURN, Function, fail
 from dl.interp.values import format_value
 from dl.lang.check import Typed
 
@@ -469,6 +469,9 @@ def flatten(value, leaves: list, kinds: dict) -> tuple:
         return ("tuple", tuple([flatten(item, leaves, kinds) for item in value]))
     if cls is str:
         return ("text", value)
+    if cls is Function and not value.captured:  # a function without captured values: compiled in
+        kinds[id(value)] = value
+        return ("function", id(value), value.name)
     kind = getattr(value, "type", None)
     values = getattr(value, "values", None)
     if kind is not None and values is not None and hasattr(kind, "fields"):
@@ -553,4 +556,6 @@ def describe_layout(layout: tuple) -> str:
         return "str"
     if kind == "static":
         return f"i64 = {layout[1]}"
+    if kind == "function":
+        return f"fn {layout[2]}"
     return layout[1]

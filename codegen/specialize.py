@@ -386,6 +386,12 @@ class Specialiser(FunctionLowering):
             return Text(layout[1])
         if kind == "static":  # an integer compiled in (see NeedsStatic)
             return Value(ir.Const(layout[1], "i64"))
+        if kind == "function":  # a DL function passed as an argument: its declaration, inlined where called
+            function = self.structs.kind(layout[1])
+            found = function_declaration(self.typed, function.span)
+            if found is None:
+                raise Unsupported(f"`{name}` is a function compiled code does not know")
+            return Closure(*found)
         raise Unsupported(f"`{name}` is a {layout[1]} value, which compiled code does not take")
 
     # -------------------------------------------------------------- buffers
@@ -1938,3 +1944,23 @@ def rebuilt(node: object, moved: dict[str, ir.Buffer]) -> object:
         values = [rebuilt(getattr(node, name), moved) for name in node.__dataclass_fields__]
         return type(node)(*values)
     return node
+
+
+def function_declaration(typed: Typed, span: Span) -> tuple | None:
+    """The function declaration or lambda (and its module) written at `span`."""
+
+    def written_at(node: object) -> object | None:
+        if isinstance(node, (ast.FnDecl, ast.Lambda)) and node.span == span:
+            return node
+        for child in children(node):
+            found = written_at(child)
+            if found is not None:
+                return found
+        return None
+
+    for path, module in typed.program.modules.items():
+        for decl in module.decls:
+            found = written_at(decl)
+            if found is not None:
+                return found, path
+    return None

@@ -818,3 +818,18 @@ def test_for_over_a_tensor_strings_known_when_compiling_and_int() -> None:
         check(source, "f", *args, mode, np.float64(-2.7))
     interpreted, compiled, _ = failures(source, "f", *args, "keep", np.float64("inf"))
     assert shown(compiled) == shown(interpreted)
+
+
+def test_functions_as_arguments_are_compiled_in() -> None:
+    source = (
+        "fn square(v) { return v * v }\n"
+        "fn map3(f, x: f32[3]) -> f32[3] {\n    return f(x) + f(x * 2.0)\n}\n"
+        "fn main() {\n    print(map3(square, [1.0, 2.0, 3.0]), map3(fn(v) => v + 1.0, [1.0, 2.0, 3.0]))\n}\n"
+    )
+    loaded = pipeline.load("fns.dl", source)
+    program_, typed = pipeline.prepare(loaded)
+    compiler = interpreter.compile_program(program_, typed)
+    square = compiler.states["fns.dl"].cells["square"].value
+    expected, actual, report = on_both(source, "map3", square, f32(3), path="fns.dl")
+    assert verdict(report, "map3") == "compiled", report
+    assert_close(actual, expected)
