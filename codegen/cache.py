@@ -57,12 +57,20 @@ def entry_path(directory: Path, key: str) -> Path:
     return directory / "llvm" / f"{key}.o"
 
 
+MAX_ENTRIES = 2000  # beyond these, the least recently used entries are removed (each layout compiled
+MAX_BYTES = 512 * 1024 * 1024  # by a program is an entry: without a bound the cache would only grow)
+
+
 def load(directory: Path, key: str) -> bytes | None:
-    """The object code stored under `key`, or None when there is none or it is damaged."""
+    """The object code stored under `key`, or None when there is none or it is damaged. A hit marks the
+    entry as used now (the cache forgets the least recently used entries first)."""
+    path = entry_path(directory, key)
     try:
-        data = entry_path(directory, key).read_bytes()
+        data = path.read_bytes()
     except OSError:
         return None
+    with contextlib.suppress(OSError):
+        os.utime(path)
     header = len(MAGIC) + DIGEST_SIZE + 1
     if not data.startswith(MAGIC) or len(data) <= header:
         return None
@@ -87,3 +95,26 @@ def store(directory: Path, key: str, code: bytes) -> None:
         if temporary is not None:
             with contextlib.suppress(OSError):
                 os.unlink(temporary)
+        return
+    trim(path.parent)
+
+
+def trim(folder: Path) -> None:
+    """Remove the least recently used entries while there are more than `MAX_ENTRIES` or they take more
+    than `MAX_BYTES`, down to nine tenths of the limit."""
+    try:
+        entries = [(entry.stat(), entry) for entry in folder.glob("*.o")]
+    except OSError:
+        return
+    total = sum(info.st_size for info, _ in entries)
+    if len(entries) <= MAX_ENTRIES and total <= MAX_BYTES:
+        return
+    entries.sort(key=lambda pair: pair[0].st_mtime)
+    count = len(entries)
+    for info, entry in entries:
+        if count <= MAX_ENTRIES * 9 // 10 and total <= MAX_BYTES * 9 // 10:
+            break
+        with contextlib.suppress(OSError):
+            entry.unlink()
+            count -= 1
+            total -= info.st_size

@@ -653,3 +653,22 @@ fn main() { print(rows(ones(2, 3)), inner(ones(3))) }
     path = tmp_path / "program.dl"
     assert f"{path}: `rows`(f32[2, 3]) compiled" in err
     assert f"{path}: `inner`(f32[3]) compiled" in err
+
+
+def test_the_cache_forgets_its_least_recently_used_entries(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    monkeypatch.setattr(cache, "MAX_ENTRIES", 10)
+    for number in range(10):
+        cache.store(tmp_path, f"{number:064x}", b"object code %d" % number)
+        stamp = 1_000_000 + number  # stored one second apart, oldest first
+        os.utime(cache.entry_path(tmp_path, f"{number:064x}"), (stamp, stamp))
+    assert cache.load(tmp_path, f"{0:064x}") == b"object code 0"  # used now: the most recent
+    cache.store(tmp_path, f"{10:064x}", b"object code 10")  # the 11th entry: trimmed to 9
+    kept = sorted(path.stem for path in (tmp_path / "llvm").glob("*.o"))
+    assert len(kept) == 9
+    assert f"{0:064x}" in kept and f"{10:064x}" in kept  # the one just used and the newest stay
+    assert f"{1:064x}" not in kept and f"{2:064x}" not in kept  # the least recently used went
+    monkeypatch.setattr(cache, "MAX_BYTES", 20)
+    cache.store(tmp_path, f"{11:064x}", b"object code 11")
+    assert sum(path.stat().st_size for path in (tmp_path / "llvm").glob("*.o")) <= 20
