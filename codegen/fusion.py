@@ -25,6 +25,8 @@ import ctypes.util
 from dataclasses import dataclass
 
 import llvmlite.binding as binding
+from dl.codegen.llvm import LIBMVEC as VECTOR_MATH
+from dl.codegen.llvm import VECTOR_LANES as LANES
 from dl.codegen.lower import FLOAT_MATH, Unsupported
 from dl.lang import ast
 from dl.lang.check import Typed
@@ -34,11 +36,7 @@ from llvmlite import ir as llvm_ir
 
 FUSED_MATH = FLOAT_MATH | {"abs", "relu", "maximum", "minimum"}
 OPERATORS = {"+": "add", "-": "sub", "*": "mul", "/": "div", "**": "pow"}
-# libmvec's vector functions by instruction set (`_ZGVdN8v_tanhf` for AVX2, `_ZGVeN16v_tanhf` for AVX-512):
-# the letter in the name, and the lanes of one vector per dtype.
-LANES = {"d": {"f32": 8, "f64": 4}, "e": {"f32": 16, "f64": 8}}
 TYPES = {"f32": llvm_ir.FloatType(), "f64": llvm_ir.DoubleType()}
-VECTOR_MATH = frozenset({"exp", "log", "sin", "cos", "tanh"})  # libmvec, `_ZGVdN8v_expf` ...
 REDUCTIONS = frozenset({"sum", "mean", "max", "min"})  # over the whole tensor, as the returned value
 
 

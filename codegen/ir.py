@@ -207,6 +207,18 @@ class Apply:
     args: tuple
 
 
+ITEM_BYTES = {"f32": 4, "f64": 8, "i64": 8, "bool": 1}  # an element's size in a buffer (bools as bytes)
+
+
+def contiguous(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """The strides, in elements, of a row-major buffer of `shape`."""
+    strides, stride = [], 1
+    for n in reversed(shape):
+        strides.append(stride)
+        stride *= n
+    return tuple(reversed(strides))
+
+
 TRANSCENDENTAL = frozenset({"exp", "log", "tanh", "sin", "cos", "sigmoid", "pow"})
 
 

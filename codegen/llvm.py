@@ -179,7 +179,6 @@ def constant(operand: ir.Const) -> llvm_ir.Constant:
 
 GEMM = {"f32": "scipy_cblas_sgemm64_", "f64": "scipy_cblas_dgemm64_"}  # numpy's OpenBLAS, 64-bit integers
 ROW_MAJOR, NO_TRANSPOSE, TRANSPOSE = 101, 111, 112
-ITEM_BYTES = {"f32": 4, "f64": 8, "i64": 8, "bool": 1}
 
 
 def storage_type(dtype: str) -> llvm_ir.Type:
@@ -187,7 +186,9 @@ def storage_type(dtype: str) -> llvm_ir.Type:
     return BYTE if dtype == "bool" else TYPES[dtype]
 
 
-VECTOR_LANES = {"d": {"f32": 8, "f64": 4}, "e": {"f32": 16, "f64": 8}}  # AVX2, AVX-512
+# libmvec's vector functions by instruction set (`_ZGVdN8v_tanhf` for AVX2, `_ZGVeN16v_tanhf` for AVX-512):
+# the letter in the name, and the lanes of one vector per dtype.
+VECTOR_LANES = {"d": {"f32": 8, "f64": 4}, "e": {"f32": 16, "f64": 8}}
 MVEC_ISA = {("f32", 4): "b", ("f32", 8): "d", ("f32", 16): "e", ("f64", 2): "b", ("f64", 4): "d", ("f64", 8): "e"}
 LIBMVEC = frozenset({"exp", "log", "sin", "cos", "tanh"})
 UNARY_MATH = frozenset({"exp", "log", "sin", "cos", "tanh", "sqrt", "abs", "sigmoid", "relu"})
@@ -422,7 +423,7 @@ class TensorEmission:
                 continue
             source = builder.inttoptr(builder.add(entry, i64(offset)), BYTE.as_pointer())
             destination = builder.bitcast(self.pointers[target.name], BYTE.as_pointer())
-            size = target.size * ITEM_BYTES[target.dtype]
+            size = target.size * ir.ITEM_BYTES[target.dtype]
             memcpy = self.module.declare_intrinsic("llvm.memcpy", [BYTE.as_pointer(), BYTE.as_pointer(), i64])
             builder.call(memcpy, [destination, source, i64(size), TYPES["bool"](0)])
         return builder
@@ -495,7 +496,7 @@ class TensorEmission:
                 if target.dtype == "bool":
                     value = builder.zext(value, llvm_ir.VectorType(BYTE, lanes))
                 vector_pointer = builder.bitcast(at, value.type.as_pointer())
-                builder.store(value, vector_pointer, align=ITEM_BYTES[target.dtype])
+                builder.store(value, vector_pointer, align=ir.ITEM_BYTES[target.dtype])
                 return builder
 
             def scalar_step(builder, i):
@@ -519,7 +520,7 @@ class TensorEmission:
                 if strides[last] == 0:
                     return builder, self.splat(builder, self.load_element(builder, at, i64(0), buffer.dtype), lanes)
                 kind = llvm_ir.VectorType(storage_type(buffer.dtype), lanes)
-                value = builder.load(builder.bitcast(at, kind.as_pointer()), align=ITEM_BYTES[buffer.dtype])
+                value = builder.load(builder.bitcast(at, kind.as_pointer()), align=ir.ITEM_BYTES[buffer.dtype])
                 if buffer.dtype == "bool":
                     value = builder.trunc(value, llvm_ir.VectorType(TYPES["bool"], lanes))
                 return builder, value
@@ -582,11 +583,7 @@ class TensorEmission:
         return builder.call(self.libm(f"llvm.{name}.{suffix}", kind, arity=2), args)
 
     def linear(self, builder, index: list, shape: tuple[int, ...]) -> llvm_ir.Value:
-        strides, stride = [], 1
-        for n in reversed(shape):
-            strides.append(stride)
-            stride *= n
-        return self.position(builder, TYPES["i64"](0), index, tuple(reversed(strides)))
+        return self.position(builder, TYPES["i64"](0), index, ir.contiguous(shape))
 
     def position(self, builder, offset: llvm_ir.Value, index: list, strides: tuple[int, ...]) -> llvm_ir.Value:
         i64 = TYPES["i64"]

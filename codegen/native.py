@@ -21,6 +21,7 @@ from dl.codegen import ir
 from dl.codegen.cache import cache_directory
 from dl.codegen.llvm import INTERRUPTED, Native, compile_functions
 from dl.codegen.lower import Lowered, lower
+from dl.codegen.specialize import NUMPY_DTYPES
 from dl.interp.runtime import RETURN, Function, fail
 from dl.interp.values import format_value
 from dl.lang.check import Typed
@@ -207,7 +208,6 @@ def native_body(function: ir.Function, native: Native) -> Callable[[list], Any]:
 # ------------------------------------------------------------------ specialised tensor functions
 
 MAX_LAYOUTS = 8  # a function called with more argument layouts than this stays interpreted after them
-NUMPY_DTYPES = {"f32": np.float32, "f64": np.float64, "i64": np.int64, "bool": np.bool_}
 
 
 def blas_symbols() -> str | None:
@@ -263,9 +263,6 @@ class Structs:
 
             raise Unsupported(f"struct `{name}` is not known to the interpreter")
         return state.structs[name]
-
-    def runtime(self, struct) -> object:
-        return struct.kind
 
 
 @dataclass
@@ -338,8 +335,9 @@ class SpecialisingBody:
         try:
             lowered = Specialiser(self.typed, self.decl, self.path, list(layout), self.structs).specialise()
             uses_blas = any(isinstance(i, ir.MatMul) for b in lowered.function.blocks for i in b.instructions)
-            if uses_blas and blas_symbols() is not None:
-                raise Unsupported(blas_symbols())
+            problem = blas_symbols() if uses_blas else None
+            if problem is not None:
+                raise Unsupported(problem)
             target, vectors = tensor_target()
             directory = cache_directory() if self.cache else None
             # O2: O3 takes seconds on the large loop-nest functions inlining makes, for no faster code

@@ -1136,7 +1136,7 @@ def new_tape(lowering, bound: dict, span: Span) -> object:
             raise Unsupported(f"a tape of this value (at {span})")
         offset = (offset + 15) // 16 * 16
         leaves.append((offset, dtype, shape))
-        offset += max(math.prod(shape), 1) * ITEM_BYTES[dtype]
+        offset += max(math.prod(shape), 1) * ir.ITEM_BYTES[dtype]
         return ("leaf", len(leaves) - 1)
 
     template = numbered(bound["like"])
@@ -1218,9 +1218,6 @@ def pop(lowering, bound: dict, span: Span) -> object:
 
     tape.live = False
     return (rebuilt(tape.template), TapeValue(tape.tape, tape.template, tape.leaves))
-
-
-ITEM_BYTES = {"f32": 4, "f64": 8, "i64": 8, "bool": 1}
 
 
 def tree_dot(lowering, bound: dict, span: Span) -> object:

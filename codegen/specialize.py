@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from dl.codegen import ir
+from dl.codegen.ir import contiguous
 from dl.codegen.lower import ARITHMETIC, COMPARE_NAMES, FunctionLowering, Unsupported, Value, adapted
 from dl.lang import ast
 from dl.lang.check import Typed
@@ -39,10 +40,8 @@ from dl.lang.diagnostics import Span
 from dl.lang.primitives import BY_NAME
 from dl.lang.types import FunctionRef, PrimitiveRef
 
-ITEM_SIZES = {"f32": 4, "f64": 8, "i64": 8, "bool": 1}
 DTYPE_NAMES = {"f32", "f64", "i64", "bool"}
 FLOATS = ("f32", "f64")
-UNARY_MATH = {"exp", "log", "sqrt", "tanh", "sin", "cos", "sigmoid", "abs", "relu"}
 INLINE_DEPTH = 48
 
 
@@ -129,14 +128,6 @@ class Text:
 @dataclass(frozen=True)
 class DType:
     name: str
-
-
-def contiguous(shape: tuple[int, ...]) -> tuple[int, ...]:
-    strides, stride = [], 1
-    for n in reversed(shape):
-        strides.append(stride)
-        stride *= n
-    return tuple(reversed(strides))
 
 
 ZERO = ir.Const(0, "i64")
@@ -297,7 +288,6 @@ class Returning:
 
     end: str
     home: object = None
-    value: object = None
 
 
 class Specialiser(FunctionLowering):
@@ -398,7 +388,7 @@ class Specialiser(FunctionLowering):
     def allocate(self, dtype: str, shape: tuple[int, ...], hint: str = "t") -> ir.Buffer:
         self.workspace = (self.workspace + 63) // 64 * 64
         buffer = ir.Buffer(f"{hint}#{len(self.buffer_list)}", dtype, shape, 0, self.workspace)
-        self.workspace += max(math.prod(shape), 1) * ITEM_SIZES[dtype]
+        self.workspace += max(math.prod(shape), 1) * ir.ITEM_BYTES[dtype]
         self.buffer_list.append(buffer)
         return buffer
 
@@ -827,7 +817,7 @@ class Specialiser(FunctionLowering):
                 raise Unsupported(f"returns of different strings (at {span})")
             return ("text", value.value)
         if isinstance(value, Struct):
-            kind = self.structs.runtime(value)
+            kind = value.kind
             if known is not None and (known[0] != "struct" or known[1] is not kind):
                 raise Unsupported(f"returns of different types (at {span})")
             parts = known[2] if known is not None else (None,) * len(value.values)
@@ -1871,7 +1861,7 @@ def packed(blocks: tuple[ir.Block, ...], buffers: list[ir.Buffer]) -> tuple:
     for buffer in workspace:
         start, end = spans[buffer.name]
         active = [a for a in active if a[0] >= start]
-        need = max(buffer.size, 1) * ITEM_SIZES[buffer.dtype]
+        need = max(buffer.size, 1) * ir.ITEM_BYTES[buffer.dtype]
         offset = 0
         for _, taken, length in sorted(active, key=lambda a: a[1]):
             if offset + need <= taken:
