@@ -260,8 +260,15 @@ class FunctionLowering:
         self.finish(ir.Branch(value.operand, then, otherwise))
 
     def if_statement(self, stmt: ast.If) -> None:
+        value = self.expression(stmt.cond)
+        if value.operand.dtype != "bool":
+            raise Unsupported(f"a condition is {value.operand.dtype}, not bool (at {stmt.cond.span})")
+        self.if_branches(value.operand, stmt)
+
+    def if_branches(self, condition: ir.Operand, stmt: ast.If) -> None:
+        """The blocks of an `if` on `condition`; an `else if` is an `if_statement` of its own."""
         then, otherwise, end = self.fresh_label("if.then"), self.fresh_label("if.else"), self.fresh_label("if.end")
-        self.condition(stmt.cond, then, otherwise if stmt.orelse is not None else end)
+        self.finish(ir.Branch(condition, then, otherwise if stmt.orelse is not None else end))
         self.start(then)
         self.block(stmt.then)
         self.finish(ir.Jump(end))
@@ -294,20 +301,34 @@ class FunctionLowering:
         stop = self.declare(f"{name}.stop", "i64")
         self.emit(ir.Store(counter, low))
         self.emit(ir.Store(stop, high))
+
+        def limit() -> ir.Operand:
+            bound = self.temp("stop", "i64")
+            self.emit(ir.Load(bound, stop))
+            return bound
+
+        self.counted_loop(
+            name, counter, limit, body, lambda value: self.emit(ir.Store(self.declare(name, "i64"), value))
+        )
+
+    def counted_loop(self, name: str, counter: ir.Variable, limit, body: ast.Block, bind) -> None:
+        """`while counter < limit() { bind(counter); body; counter += 1 }`, `bind` in the body's scope,
+        `break` and `continue` going to the end and to the increment (which cannot overflow: it stays
+        below the limit)."""
         test, step = self.fresh_label("for.cond"), self.fresh_label("for.step")
         inner, end = self.fresh_label("for.body"), self.fresh_label("for.end")
         self.finish(ir.Jump(test))
         self.start(test)
-        current, limit, going = self.temp(name, "i64"), self.temp("stop", "i64"), self.temp("in.range", "bool")
+        current = self.temp(name, "i64")
         self.emit(ir.Load(current, counter))
-        self.emit(ir.Load(limit, stop))
-        self.emit(ir.Compare(going, "<", current, limit))
+        bound, going = limit(), self.temp("in.range", "bool")
+        self.emit(ir.Compare(going, "<", current, bound))
         self.finish(ir.Branch(going, inner, end))
         self.start(inner)
         self.scopes.append({})
         value = self.temp(name, "i64")
         self.emit(ir.Load(value, counter))
-        self.emit(ir.Store(self.declare(name, "i64"), value))
+        bind(value)
         self.loops.append((step, end))
         self.block(body)
         self.loops.pop()
@@ -316,7 +337,7 @@ class FunctionLowering:
         self.start(step)
         before, after = self.temp(name, "i64"), self.temp("next", "i64")
         self.emit(ir.Load(before, counter))
-        self.emit(ir.BinaryOp(after, "add", before, ir.Const(1, "i64")))  # cannot overflow: it stays below `stop`
+        self.emit(ir.BinaryOp(after, "add", before, ir.Const(1, "i64")))
         self.emit(ir.Store(counter, after))
         self.finish(ir.Jump(test))
         self.start(end)
@@ -513,14 +534,18 @@ class FunctionLowering:
         arity = 2 if name in ("maximum", "minimum") else 1
         if len(expr.args) != arity:
             raise Unsupported(f"`{name}` with {len(expr.args)} arguments (at {expr.span})")
-        values = [self.expression(arg) for arg in expr.args]
-        if arity == 1:
+        return self.math_of_values(name, [self.expression(arg) for arg in expr.args], expr.span)
+
+    def math_of_values(self, name: str, values: list[Value], span: Span) -> Value:
+        """A math built-in of one or two scalars: a weak literal alone is f32, beside another operand it
+        takes that operand's dtype."""
+        if len(values) == 1:
             dtype = values[0].operand.dtype if values[0].weak is None else "f32"
         else:
-            dtype = self.common_dtype(values[0], values[1], expr.span)
+            dtype = self.common_dtype(values[0], values[1], span)
         allowed = ("f64", "f32") if name in FLOAT_MATH else ("f64", "f32", "i64")
         if dtype not in allowed:
-            raise Unsupported(f"`{name}` of {dtype} (at {expr.span})")
+            raise Unsupported(f"`{name}` of {dtype} (at {span})")
         args = tuple(self.convert(value, dtype, f"`{name}`'s argument") for value in values)
         result = self.temp(name, dtype)
         self.emit(ir.MathCall(result, name, args))

@@ -14,7 +14,7 @@ import math
 
 import numpy as np
 from dl.codegen import ir
-from dl.codegen.lower import Unsupported, Value
+from dl.codegen.lower import FLOAT_MATH, Unsupported, Value
 from dl.codegen.specialize import (
     FLOATS,
     ZERO,
@@ -36,7 +36,6 @@ from dl.interp.primitives import PrimitiveError
 from dl.lang.diagnostics import Span
 from dl.lang.primitives import BY_NAME, SIGNATURES, Prim
 
-UNARY_FLOAT = {"exp", "log", "sqrt", "tanh", "sin", "cos", "sigmoid"}
 UNARY_NUMBER = {"abs", "relu"}
 
 
@@ -113,7 +112,7 @@ def unary(name: str):
     def apply(lowering, bound: dict, span: Span) -> object:
         x = bound["x"]
         if isinstance(x, Tensor):
-            if name in UNARY_FLOAT and x.dtype not in FLOATS:
+            if name in FLOAT_MATH and x.dtype not in FLOATS:
                 raise Unsupported(f"`{name}` of {x.dtype} (at {span})")
             if x.dtype == "bool":
                 raise Unsupported(f"`{name}` of bool (at {span})")
@@ -124,18 +123,7 @@ def unary(name: str):
 
 
 def scalar_math(lowering, name: str, values: list, span: Span) -> Value:
-    values = [lowering.scalar_of(v, span) for v in values]
-    if len(values) == 1:
-        dtype = values[0].operand.dtype if values[0].weak is None else "f32"
-    else:
-        dtype = lowering.common_dtype(values[0], values[1], span)
-    allowed = FLOATS if name in UNARY_FLOAT else ("f64", "f32", "i64")
-    if dtype not in allowed:
-        raise Unsupported(f"`{name}` of {dtype} (at {span})")
-    operands = tuple(lowering.convert(v, dtype, f"`{name}`'s argument") for v in values)
-    result = lowering.temp(name, dtype)
-    lowering.emit(ir.MathCall(result, name, operands))
-    return Value(result)
+    return lowering.math_of_values(name, [lowering.scalar_of(v, span) for v in values], span)
 
 
 def binary_math(name: str):
@@ -1250,7 +1238,7 @@ def tree_add(lowering, bound: dict, span: Span) -> object:
 
 
 HANDLERS = {
-    **{name: unary(name) for name in UNARY_FLOAT | UNARY_NUMBER},
+    **{name: unary(name) for name in FLOAT_MATH | UNARY_NUMBER},
     "maximum": binary_math("maximum"),
     "minimum": binary_math("minimum"),
     "where": where,

@@ -579,7 +579,7 @@ class Specialiser(FunctionLowering):
             case ast.ExprStmt(expr=expr):
                 self.evaluate(expr, discarded=True)
             case ast.If():
-                self.if_or_else(stmt)
+                self.if_statement(stmt)
             case ast.While():
                 self.make_homes(stmt)
                 self.while_statement(stmt)
@@ -600,7 +600,7 @@ class Specialiser(FunctionLowering):
             case _:
                 raise Unsupported(f"a statement the compiler does not handle yet (at {stmt.span})")
 
-    def if_or_else(self, stmt: ast.If) -> None:
+    def if_statement(self, stmt: ast.If) -> None:
         """An `if` whose condition is known when compiling (a string compared, a constant) is only its
         branch taken; any other is the scalar lowering's two blocks, after homes for what they assign."""
         condition = self.scalar_of(self.evaluate(stmt.cond), stmt.span)
@@ -609,24 +609,12 @@ class Specialiser(FunctionLowering):
         if isinstance(condition.operand, ir.Const):
             chosen = stmt.then if condition.operand.value else stmt.orelse
             if isinstance(chosen, ast.If):
-                self.if_or_else(chosen)
+                self.if_statement(chosen)
             elif chosen is not None:
                 self.block(chosen)
             return
         self.make_homes(stmt)
-        then, otherwise, end = self.fresh_label("if.then"), self.fresh_label("if.else"), self.fresh_label("if.end")
-        self.finish(ir.Branch(condition.operand, then, otherwise if stmt.orelse is not None else end))
-        self.start(then)
-        self.block(stmt.then)
-        self.finish(ir.Jump(end))
-        if stmt.orelse is not None:
-            self.start(otherwise)
-            if isinstance(stmt.orelse, ast.If):
-                self.if_or_else(stmt.orelse)
-            else:
-                self.block(stmt.orelse)
-            self.finish(ir.Jump(end))
-        self.start(end)
+        self.if_branches(condition.operand, stmt)
 
     def for_each(self, name: str, iterable: ast.Expr, body: ast.Block, stmt: ast.For) -> None:
         """`for x in xs` over a tensor's first axis: the tensor as it is when the loop starts (a copy if
@@ -640,37 +628,17 @@ class Specialiser(FunctionLowering):
             sequence = self.copy(sequence)
         counter = self.new_variable(f"{name}.counter", "i64")
         self.emit(ir.Store(counter, ZERO))
-        test, step = self.fresh_label("for.cond"), self.fresh_label("for.step")
-        inner, end = self.fresh_label("for.body"), self.fresh_label("for.end")
-        self.finish(ir.Jump(test))
-        self.start(test)
-        current, going = self.temp(name, "i64"), self.temp("in.range", "bool")
-        self.emit(ir.Load(current, counter))
-        self.emit(ir.Compare(going, "<", current, ir.Const(sequence.shape[0], "i64")))
-        self.finish(ir.Branch(going, inner, end))
-        self.start(inner)
-        self.scopes.append({})
-        position = self.temp(f"{name}.index", "i64")
-        self.emit(ir.Load(position, counter))
-        row = self.view_of(sequence, (ValueIndex(Value(position)),), stmt.span)
-        if not row.shape:
+
+        def bind(position: ir.Temp) -> None:
+            row = self.view_of(sequence, (ValueIndex(Value(position)),), stmt.span)
+            if row.shape:
+                self.scopes[-1][name] = row
+                return
             element = self.temp(name, row.dtype)
             self.emit(ir.Evaluate(element, row.tree))
             self.let(ast.NamePattern(name), Value(element), stmt.span)
-        else:
-            self.scopes[-1][name] = row
-        self.loops.append((step, end))
-        self.block(body)
-        self.loops.pop()
-        self.scopes.pop()
-        self.finish(ir.Jump(step))
-        self.start(step)
-        before, after = self.temp(name, "i64"), self.temp("next", "i64")
-        self.emit(ir.Load(before, counter))
-        self.emit(ir.BinaryOp(after, "add", before, ir.Const(1, "i64")))
-        self.emit(ir.Store(counter, after))
-        self.finish(ir.Jump(test))
-        self.start(end)
+
+        self.counted_loop(name, counter, lambda: ir.Const(sequence.shape[0], "i64"), body, bind)
 
     def let(self, pattern: ast.Pattern, value: object, span: Span) -> None:
         match pattern:
