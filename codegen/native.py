@@ -364,13 +364,20 @@ class SpecialisingBody:
         address = workspace.ctypes.data
         slots[0] = address + (-address % 64)
         cells: dict[int, np.ndarray] = {}
-        places: list = []
-        argument_places(list(layout), iter(range(1, lowered.argument_slots)), cells, places)
-        result_cells(lowered.result, cells)
+        places: list = []  # per argument leaf, in slot order (they take slots 1, 2, ...)
+        arguments = [leaf for item in layout for leaf in layout_leaves(item) if leaf[0] in ("tensor", "scalar")]
+        for slot, leaf in enumerate(arguments, start=1):
+            places.append((slot, leaf[0] == "tensor"))
+            if leaf[0] == "scalar":
+                cells[slot] = np.zeros(1, dtype=NUMPY_DTYPES[leaf[1]])
+        outputs: list = []
+        for leaf in layout_leaves(lowered.result):  # ("tensor", slot, dtype, shape, buffer), ("scalar", slot, dtype)
+            if leaf[0] == "tensor":
+                outputs.append((leaf[1], leaf[3], NUMPY_DTYPES[leaf[2]]))
+            elif leaf[0] == "scalar":
+                cells[leaf[1]] = np.zeros(1, dtype=NUMPY_DTYPES[leaf[2]])
         for slot, cell in cells.items():
             slots[slot] = cell.ctypes.data
-        outputs: list = []
-        result_tensors(lowered.result, outputs)
         call = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(native.addresses[lowered.function.symbol])
         error = ctypes.c_int64.from_address(native.error_address)
         return Specialisation(
@@ -478,44 +485,17 @@ def flatten(value, leaves: list, kinds: dict) -> tuple:
     return ("other", cls.__name__)
 
 
-def argument_places(layouts: list, slots, cells: dict, places: list) -> None:
-    """The slot of each argument leaf, in order; a cell for each scalar."""
-    for layout in layouts:
-        kind = layout[0]
-        if kind == "tensor":
-            places.append((next(slots), True))
-        elif kind == "scalar":
-            slot = next(slots)
-            cells[slot] = np.zeros(1, dtype=NUMPY_DTYPES[layout[1]])
-            places.append((slot, False))
-        elif kind == "tuple":
-            argument_places(list(layout[1]), slots, cells, places)
-        elif kind == "struct":
-            argument_places(list(layout[2]), slots, cells, places)
-
-
-def result_tensors(layout: tuple, outputs: list) -> None:
+def layout_leaves(layout: tuple):
+    """The leaves of a layout (of arguments or of a result), in order: its tuples and structs opened."""
     kind = layout[0]
-    if kind == "tensor":
-        outputs.append((layout[1], layout[3], NUMPY_DTYPES[layout[2]]))
-    elif kind == "tuple":
+    if kind == "tuple":
         for item in layout[1]:
-            result_tensors(item, outputs)
+            yield from layout_leaves(item)
     elif kind == "struct":
         for item in layout[2]:
-            result_tensors(item, outputs)
-
-
-def result_cells(layout: tuple, cells: dict) -> None:
-    kind = layout[0]
-    if kind == "scalar":
-        cells[layout[1]] = np.zeros(1, dtype=NUMPY_DTYPES[layout[2]])
-    elif kind == "tuple":
-        for item in layout[1]:
-            result_cells(item, cells)
-    elif kind == "struct":
-        for item in layout[2]:
-            result_cells(item, cells)
+            yield from layout_leaves(item)
+    else:
+        yield layout
 
 
 def build_result(layout: tuple, cells: dict, outputs: dict) -> object:
