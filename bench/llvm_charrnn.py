@@ -18,7 +18,6 @@ import os
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # DL's default, before numpy loads OpenBLAS
 
 import argparse
-import time
 from pathlib import Path
 
 import numpy as np
@@ -29,6 +28,7 @@ from dl.codegen import native
 from dl.interp.run import compile_program, run_guarded
 from dl.interp.runtime import invoke
 from dl.interp.values import StructValue
+from llvm_fusion import best  # bench/: the same timing as the fusion benchmark
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -149,15 +149,6 @@ def torch_step_function(w: dict):
         return float(loss)
 
     return step
-
-
-def best(run, repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - start)
-    return min(times)
 
 
 def main() -> None:

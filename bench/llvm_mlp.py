@@ -17,7 +17,6 @@ import os
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # DL's default, before numpy loads OpenBLAS
 
 import argparse
-import time
 from pathlib import Path
 
 import numpy as np
@@ -27,6 +26,7 @@ from dl.codegen import native
 from dl.interp.run import compile_program, run_guarded
 from dl.interp.runtime import invoke
 from dl.interp.values import StructValue
+from llvm_fusion import best  # bench/: the same timing as the fusion benchmark
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -96,15 +96,6 @@ def numpy_products(params: list[np.ndarray], x: np.ndarray, extra: dict) -> None
     h, g, d3, d2, d1 = extra["h"], extra["g"], extra["d3"], extra["d2"], extra["d1"]
     x @ w1, h @ w2, g @ w3
     g.T @ d3, d3 @ w3.T, h.T @ d2, d2 @ w2.T, x.T @ d1
-
-
-def best(run, repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - start)
-    return min(times)
 
 
 class DLTrain:
