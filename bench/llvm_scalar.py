@@ -88,22 +88,6 @@ __attribute__((noipa)) long total(long size, long limit) {
     return count;
 }
 
-int main(int argc, char **argv) {
-    volatile long size = atol(argv[1]);  /* read afresh per repeat: the call cannot be hoisted */
-    long limit = atol(argv[2]), repeats = atol(argv[3]);
-    double best = 1e30;
-    long count = 0;
-    for (long r = 0; r < repeats; r++) {
-        struct timespec a, b;
-        clock_gettime(CLOCK_MONOTONIC, &a);
-        count = total(size, limit);
-        clock_gettime(CLOCK_MONOTONIC, &b);
-        double seconds = (b.tv_sec - a.tv_sec) + 1e-9 * (b.tv_nsec - a.tv_nsec);
-        if (seconds < best) best = seconds;
-    }
-    printf("%ld %.9f\\n", count, best);
-    return 0;
-}
 """
 
 
@@ -164,21 +148,29 @@ __attribute__((noipa)) double total_grad(long n, long steps) {
     return s;
 }
 
-int main(int argc, char **argv) {
-    volatile long n = atol(argv[1]);
-    long steps = atol(argv[2]), repeats = atol(argv[3]);
-    double best = 1e30, s = 0.0;
-    for (long r = 0; r < repeats; r++) {
+"""
+
+
+def timing_main(result_type: str, function: str, shown: str) -> str:
+    """A C `main` calling `function(argv[1], argv[2])` `argv[3]` times and printing its result (with
+    printf's `shown`) and the best time in seconds."""
+    return f"""
+int main(int argc, char **argv) {{
+    volatile long first = atol(argv[1]);  /* read afresh per repeat: the call cannot be hoisted */
+    long second = atol(argv[2]), repeats = atol(argv[3]);
+    double best = 1e30;
+    {result_type} result = 0;
+    for (long r = 0; r < repeats; r++) {{
         struct timespec a, b;
         clock_gettime(CLOCK_MONOTONIC, &a);
-        s = total_grad(n, steps);
+        result = {function}(first, second);
         clock_gettime(CLOCK_MONOTONIC, &b);
         double seconds = (b.tv_sec - a.tv_sec) + 1e-9 * (b.tv_nsec - a.tv_nsec);
         if (seconds < best) best = seconds;
-    }
-    printf("%.17g %.9f\\n", s, best);
+    }}
+    printf("{shown} %.9f\\n", result, best);
     return 0;
-}
+}}
 """
 
 
@@ -219,7 +211,7 @@ def main() -> None:
         )
         check_count = interpreter.call(program, "total", [small, limit], typed, backend.bodies)
         assert check_count == interpreted_count, (check_count, interpreted_count)
-        (directory / "mandelbrot.c").write_text(C_SOURCE, encoding="utf-8")
+        (directory / "mandelbrot.c").write_text(C_SOURCE + timing_main("long", "total", "%ld"), encoding="utf-8")
         subprocess.run(["gcc", "-O2", "-o", str(directory / "mandelbrot"), str(directory / "mandelbrot.c")], check=True)
         output = subprocess.run(
             [str(directory / "mandelbrot"), str(size), str(limit), str(repeats)],
@@ -261,7 +253,8 @@ def gradient(points: int, steps: int, repeats: int) -> None:
         )
         check = interpreter.call(program, "total_grad", [small, steps], typed, backend.bodies)
         assert abs(check - interpreted) <= 1e-9 * abs(interpreted), (check, interpreted)
-        (directory / "orbit.c").write_text(C_GRADIENT_SOURCE, encoding="utf-8")
+        source = C_GRADIENT_SOURCE + timing_main("double", "total_grad", "%.17g")
+        (directory / "orbit.c").write_text(source, encoding="utf-8")
         binary = str(directory / "orbit")
         subprocess.run(["gcc", "-O2", "-o", binary, str(directory / "orbit.c"), "-lm"], check=True)
         output = subprocess.run(
