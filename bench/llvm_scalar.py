@@ -183,9 +183,9 @@ def best_of(repeats: int, action) -> tuple[object, float]:
     return result, best
 
 
-def dl_program(directory: Path):
-    path = directory / "mandelbrot.dl"
-    path.write_text(DL_SOURCE, encoding="utf-8")
+def dl_program(directory: Path, name: str = "mandelbrot", source: str = DL_SOURCE):
+    path = directory / f"{name}.dl"
+    path.write_text(source, encoding="utf-8")
     return pipeline.prepare(pipeline.load(str(path)))
 
 
@@ -239,9 +239,7 @@ def gradient(points: int, steps: int, repeats: int) -> None:
     written by hand in C: the sum of d orbit / dx over `points` starting points."""
     with tempfile.TemporaryDirectory() as folder:
         directory = Path(folder)
-        path = directory / "orbit.dl"
-        path.write_text(GRADIENT_SOURCE, encoding="utf-8")
-        program, typed = pipeline.prepare(pipeline.load(str(path)))
+        program, typed = dl_program(directory, "orbit", GRADIENT_SOURCE)
         backend = native.compile_program(typed)
         interpreter.call(program, "total_grad", [1, steps], typed, backend.bodies)  # compiles it
         compiled, compiled_time = best_of(

@@ -357,12 +357,7 @@ class FunctionLowering:
             case ast.Unary(op="-", operand=operand):
                 return self.negate(self.expression(operand), expr.span)
             case ast.Unary(op="not", operand=operand):
-                value = self.expression(operand)
-                if value.operand.dtype != "bool":
-                    raise Unsupported(f"`not` of {value.operand.dtype} (at {expr.span})")
-                result = self.temp("not", "bool")
-                self.emit(ir.UnaryOp(result, "not", value.operand))
-                return Value(result)
+                return self.logical_not(self.expression(operand), expr.span)
             case ast.Binary(op="and" | "or"):
                 return self.short_circuit(expr)
             case ast.Binary(op=op, lhs=lhs, rhs=rhs):
@@ -394,6 +389,13 @@ class FunctionLowering:
         result = self.temp("neg", dtype)
         site = self.overflow_site("-", span) if dtype == "i64" else None
         self.emit(ir.UnaryOp(result, "neg", value.operand, site))
+        return Value(result)
+
+    def logical_not(self, value: Value, span: Span) -> Value:
+        if value.operand.dtype != "bool":
+            raise Unsupported(f"`not` of {value.operand.dtype} (at {span})")
+        result = self.temp("not", "bool")
+        self.emit(ir.UnaryOp(result, "not", value.operand))
         return Value(result)
 
     def overflow_site(self, symbol: str, span: Span) -> int:

@@ -805,12 +805,19 @@ def conv2d(lowering, bound: dict, span: Span) -> object:
     )
 
 
-def conv2d_input_grad(lowering, bound: dict, span: Span) -> object:
-    dy, w = image_of(bound["dy"], span), image_of(bound["w"], span)
+def gradient_arguments(lowering, bound: dict, span: Span, name: str, other: str) -> tuple:
+    """A convolution gradient helper's `dy`, its other image (`w` or `x`), the shape of `like` (of the
+    other's channels), the stride and the padding; what the interpreter would refuse is not compiled."""
+    dy, second = image_of(bound["dy"], span), image_of(bound[other], span)
     like = shape_of(bound["like"])
     _, stride, padding = window_options(lowering, bound, span, False)
-    if len(like) != 4 or dy.dtype != w.dtype or like[1] != w.shape[1]:
-        raise Unsupported(f"`conv2d_input_grad` of mismatched tensors (at {span})")
+    if len(like) != 4 or dy.dtype != second.dtype or like[1] != second.shape[1]:
+        raise Unsupported(f"`{name}` of mismatched tensors (at {span})")
+    return dy, second, like, stride, padding
+
+
+def conv2d_input_grad(lowering, bound: dict, span: Span) -> object:
+    dy, w, like, stride, padding = gradient_arguments(lowering, bound, span, "conv2d_input_grad", "w")
     n, channels, h, width = like
     outputs, _, kh, kw = w.shape
     rows, columns = grid(like, (kh, kw), stride, padding, span)
@@ -841,11 +848,7 @@ def transposed(x: Tensor) -> Tensor:
 
 
 def conv2d_weight_grad(lowering, bound: dict, span: Span) -> object:
-    dy, x = image_of(bound["dy"], span), image_of(bound["x"], span)
-    like = shape_of(bound["like"])
-    _, stride, padding = window_options(lowering, bound, span, False)
-    if len(like) != 4 or dy.dtype != x.dtype or like[1] != x.shape[1]:
-        raise Unsupported(f"`conv2d_weight_grad` of mismatched tensors (at {span})")
+    dy, x, like, stride, padding = gradient_arguments(lowering, bound, span, "conv2d_weight_grad", "x")
     outputs, _, kh, kw = like
     cols, rows, columns = columns_of(lowering, x, (kh, kw), stride, padding, span)
     if dy.shape != (x.shape[0], outputs, rows, columns):

@@ -832,12 +832,7 @@ class Specialiser(FunctionLowering):
                 value = self.evaluate(operand)
                 if isinstance(value, Tensor) and value.dtype == "bool":
                     return Tensor("bool", value.shape, ir.Apply("not", "bool", (value.tree,)))
-                scalar = self.scalar_of(value, expr.span)
-                if scalar.operand.dtype != "bool":
-                    raise Unsupported(f"`not` of {scalar.operand.dtype} (at {expr.span})")
-                result = self.temp("not", "bool")
-                self.emit(ir.UnaryOp(result, "not", scalar.operand))
-                return Value(result)
+                return self.logical_not(self.scalar_of(value, expr.span), expr.span)
             case ast.Binary(op="and" | "or"):
                 return self.short_circuit(expr)
             case ast.Binary(op=op, lhs=lhs, rhs=rhs):
