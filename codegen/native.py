@@ -275,7 +275,6 @@ class Specialisation:
     slots: object
     cells: dict[int, np.ndarray]
     result: tuple
-    argument_slots: int
     workspace: np.ndarray
     places: list  # per argument leaf, in order: (slot, whether a tensor)
     outputs: list  # per result tensor: (slot, shape, numpy dtype)
@@ -386,7 +385,6 @@ class SpecialisingBody:
             slots,
             cells,
             lowered.result,
-            lowered.argument_slots,
             workspace,
             places,
             outputs,
@@ -437,7 +435,6 @@ class SpecialisingBody:
         return lines
 
 
-SCALARS = (np.float32, np.float64, int, bool, np.bool_)
 RETRY = object()  # `specialise` learned that an integer parameter must be compiled in: lay out again
 NAMES = {
     np.dtype(np.float32): "f32",

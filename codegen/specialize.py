@@ -964,18 +964,6 @@ class Specialiser(FunctionLowering):
                     break
         return Closure(decl, self.path, captured)
 
-    def copy_out(self, value: object) -> object:
-        """`value` with every part that is a home (a caller's variable) copied."""
-        if isinstance(value, ir.Variable):
-            return self.read_variable(value)
-        if isinstance(value, Tensor) and self.is_home(value):
-            return self.copy(value)
-        if isinstance(value, tuple):
-            return tuple(self.copy_out(v) for v in value)
-        if isinstance(value, Struct):
-            return Struct(value.kind, value.name, value.fields, [self.copy_out(v) for v in value.values])
-        return value
-
     def copy(self, value: object) -> object:
         if isinstance(value, Tensor):
             buffer = self.allocate(value.dtype, value.shape)
@@ -1282,11 +1270,8 @@ class Specialiser(FunctionLowering):
                 raise Unsupported(f"a call leaving `{param.name}` unbound (at {span})")
             if isinstance(value, ir.Variable):
                 value = self.read_variable(value)
-            # a parameter the callee assigns is its own copy: the caller's variable must not change
-            detach = param.name in self.assigned
-            bound[param.name] = self.bind(value, self.uses.get(param.name, 0), detach=detach)
-            if detach:
-                bound[param.name] = self.copy_out(bound[param.name])
+            # (the caller's variables are safe: storage belongs to its own variable, see `owns`)
+            bound[param.name] = self.bind(value, self.uses.get(param.name, 0))
         self.scopes = [dict(closure.captured), bound]
         self.loops = []
         self.depth += 1
