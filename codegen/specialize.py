@@ -622,10 +622,9 @@ class Specialiser(FunctionLowering):
         sequence = self.evaluate(iterable)
         if not isinstance(sequence, Tensor) or not sequence.shape:
             raise Unsupported(f"`for` over something other than a tensor (at {stmt.span})")
-        sequence = self.bind(sequence, 2, detach=True)
         self.make_homes(stmt)
-        if reads(sequence.tree, self.homes):
-            sequence = self.copy(sequence)
+        # written once before the loop; copied if it is storage the loop may overwrite
+        sequence = self.copy(sequence) if reads(sequence.tree, self.homes) else self.materialise(sequence)
         counter = self.new_variable(f"{name}.counter", "i64")
         self.emit(ir.Store(counter, ZERO))
 
