@@ -10,6 +10,7 @@ built-in raises `Unsupported` and the function runs on the interpreter.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -1108,6 +1109,19 @@ def map_leaves(function, trees: tuple, span: Span) -> object:
 
 
 def new_tape(lowering, bound: dict, span: Span) -> object:
+    """`tape(like)`: entries laid out like `like`; `tape()`: like the first value pushed (`push`)."""
+    name = f"tape.{len(lowering.tapes)}"
+    variables = [lowering.new_variable(f"{name}.{part}", "i64") for part in ("address", "count", "capacity")]
+    lowering.emit(ir.Store(variables[1], ir.Const(0, "i64")))  # empty (its storage is reused in a loop)
+    tape = TapeValue(ir.Tape(*variables, 0), None, ())
+    if bound["like"] is not None:
+        laid_out(lowering, tape, bound["like"], span)
+    return tape
+
+
+def laid_out(lowering, tape: TapeValue, like: object, span: Span) -> None:
+    """Fix the layout of `tape`'s entries to that of the value `like`: its structure (leaves numbered) and
+    each leaf's byte offset, dtype and shape."""
     leaves: list = []
     offset = 0
 
@@ -1130,14 +1144,10 @@ def new_tape(lowering, bound: dict, span: Span) -> object:
         offset += max(math.prod(shape), 1) * ir.ITEM_BYTES[dtype]
         return ("leaf", len(leaves) - 1)
 
-    template = numbered(bound["like"])
-    size = max((offset + 15) // 16 * 16, 16)
-    name = f"tape.{len(lowering.tapes)}"
-    variables = [lowering.new_variable(f"{name}.{part}", "i64") for part in ("address", "count", "capacity")]
-    tape = ir.Tape(*variables, size)
-    lowering.tapes.append(tape)
-    lowering.emit(ir.Store(variables[1], ir.Const(0, "i64")))  # empty (its storage is reused in a loop)
-    return TapeValue(tape, template, tuple(leaves))
+    tape.template = numbered(like)
+    tape.leaves = tuple(leaves)
+    tape.tape = dataclasses.replace(tape.tape, size=max((offset + 15) // 16 * 16, 16))
+    lowering.tapes.append(tape.tape)
 
 
 def live_tape(value: object, span: Span) -> TapeValue:
@@ -1150,6 +1160,8 @@ def live_tape(value: object, span: Span) -> TapeValue:
 
 def push(lowering, bound: dict, span: Span) -> object:
     tape = live_tape(bound["tape"], span)
+    if tape.template is None:
+        laid_out(lowering, tape, bound["value"], span)
     written: list = []
 
     def walk(template: object, value: object) -> None:
@@ -1185,6 +1197,8 @@ def push(lowering, bound: dict, span: Span) -> object:
 
 def pop(lowering, bound: dict, span: Span) -> object:
     tape = live_tape(bound["tape"], span)
+    if tape.template is None:
+        raise Unsupported(f"a `pop` from a tape nothing was pushed on (at {span})")
     targets: list = []
     values: list = []
     for offset, dtype, shape in tape.leaves:

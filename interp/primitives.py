@@ -1254,7 +1254,7 @@ IMPLEMENTATIONS = {
     Prim.SCATTER_ADD: scatter_add,
     Prim.SPLIT_LIKE: split_like,
     Prim.TREE_ADD: make_tree_add(),
-    Prim.TAPE: lambda like: Tape(),
+    Prim.TAPE: lambda like=None: Tape(),
     Prim.PUSH: push,
     Prim.POP: pop,
     Prim.TREE_MAP: tree_map,

@@ -6,9 +6,13 @@ function `f` it writes
 
 - `f_grad` (`f_value_and_grad`, `f_grad_wrt_1`, ...): runs `f`'s body forward, then its
   adjoint backward from the seed `1.0`, and returns the gradient of the chosen arguments;
-- `g_back(params..., d_result)` once for every function `g` that differentiated code calls
-  (shared by all callers): recomputes `g`'s forward and returns the adjoints of its float
-  parameters, so a call's derivative is a call, and recursion is recursion.
+- `g_fwd(params...)` and `g_bwd(params..., kept, d_result)` once for every function `g` that
+  differentiated code calls (shared by all callers): `g_fwd` runs `g`'s body and returns its
+  result with the values its backward sweep reads (`kept`), `g_bwd` runs that backward sweep
+  and returns the adjoints of `g`'s float parameters, so a call's derivative is a call;
+- `g_back(params..., d_result)` instead for a recursive `g` (whose kept values would contain
+  themselves) or one that returns from inside an `if`: it recomputes `g`'s forward, then runs
+  its backward, so recursion is recursion.
 
 How each construct becomes code (docs/autodiff.md shows the printed result):
 
@@ -22,8 +26,10 @@ How each construct becomes code (docs/autodiff.md shows the printed result):
   restores them, runs the branch taken again (recomputing its intermediates), then that
   branch's backward.
 - A `while` pushes the values of the variables it assigns onto a tape at the start of every
-  iteration (memory: one copy of those variables per iteration); its backward pops them one
-  iteration at a time, recomputes that iteration's body and runs its backward.
+  iteration, and at its end the values the iteration's backward reads onto another (`Kept`);
+  its backward pops both one iteration at a time and runs that iteration's backward. Views
+  of unchanged values (`m.w`, `x[t]`) are taken again rather than kept. A loop with a loop
+  inside keeps only its variables and recomputes each iteration's body in its backward.
 
 Everything this emits (`tape`, `push`, `pop`, `unbroadcast`, ...) has a rule too, so generated
 code can be differentiated again: `grad(grad(f))` is two rounds of this transform, the program
@@ -33,7 +39,7 @@ re-checked in between so that the second round has the types of the first round'
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from functools import cache
 
@@ -66,7 +72,9 @@ def differentiate(typed: Typed, calls: tuple = ()) -> tuple[Program, Typed]:
     Returns the new program and its check (`calls`: the host's calls the first check was given, see
     `check`). Raises `DiagnosticError` for what cannot be differentiated (a primitive without a
     derivative rule, a call of a function value the checker cannot see)."""
-    backs: dict[tuple[str, str], str] = {}  # (module, function) -> its `_back` function, shared by all rounds
+    # (module, function) -> its `_back` function, (module, function, "fwd" or "bwd") -> its `_fwd` and `_bwd`
+    # functions ("" if it is not split): shared by all rounds
+    backs: dict[tuple, str] = {}
     for _ in range(MAX_ROUNDS):
         sites = list(grad_sites(typed))
         if not sites:
@@ -115,9 +123,17 @@ def derivative_source(typed: Typed, function: str, wrt: int | tuple[int, ...], w
     parts = []
     for module_path in (path, *(p for p in program.modules if p != path)):
         for decl in generator.added[module_path]:
-            where = "" if module_path == path else f"# in {module_path}, beside `{decl.name.rsplit('_back', 1)[0]}`\n"
+            where = "" if module_path == path else f"# in {module_path}, beside `{generated_from(decl.name)}`\n"
             parts.append(where + print_decl(decl))
     return "\n\n".join(parts) + "\n"
+
+
+def generated_from(function: str) -> str:
+    """The function a `_back`, `_fwd` or `_bwd` function was generated from (by its name)."""
+    for suffix in ("_back", "_fwd", "_bwd"):
+        if suffix in function:
+            return function.rsplit(suffix, 1)[0]
+    return function
 
 
 def internal_error(diagnostic: Diagnostic) -> Diagnostic:
@@ -455,13 +471,13 @@ class NotDifferentiable(Exception):
 class Round:
     """Generates the derivative functions for a set of `grad` sites and rewrites the program."""
 
-    def __init__(self, typed: Typed, backs: dict[tuple[str, str], str] | None = None) -> None:
+    def __init__(self, typed: Typed, backs: dict[tuple, str] | None = None) -> None:
         self.typed = typed
         self.existing_backs = backs if backs is not None else {}
         self.program = typed.program
         self.added: dict[str, list[ast.FnDecl]] = {path: [] for path in self.program.modules}
         self.taken: dict[str, set[str]] = {path: module_names(m) for path, m in self.program.modules.items()}
-        self.pending: list[tuple[ast.FnDecl, str, str]] = []
+        self.pending: list[Callable[[], list[ast.FnDecl]]] = []  # makers of the functions asked for
 
     def run(self, sites: list[Site]) -> Program:
         replacements: dict[str, dict[int, object]] = {path: {} for path in self.program.modules}
@@ -470,8 +486,7 @@ class Round:
             try:
                 replacements[site.module][id(site.call)] = self.site(site)
                 while self.pending:
-                    decl, path, back_name = self.pending.pop()
-                    self.added[path].append(self.back_function(decl, path, back_name))
+                    self.pending.pop()()
             except NotDifferentiable as problem:
                 problems.append(error("E0333", str(problem), problem.span, notes=problem.notes))
         if problems:
@@ -539,17 +554,63 @@ class Round:
         """The name of `decl`'s `_back` function, generating it (later) the first time it is asked for."""
         key = (path, decl.name)
         if key not in self.existing_backs:
-            self.existing_backs[key] = self.fresh_global(path, f"{decl.name}_back")
-            self.pending.append((decl, path, self.existing_backs[key]))
+            back_name = self.existing_backs[key] = self.fresh_global(path, f"{decl.name}_back")
+            self.pending.append(lambda: self.added[path].append(self.back_function(decl, path, back_name)))
         return self.existing_backs[key]
 
     def back_function(self, decl: ast.FnDecl, path: str, back_name: str) -> ast.FnDecl:
         body = FunctionBody(self, path, decl)
         block, d_result = body.pullback()
         params = (*strip_defaults(decl.params), ast.Param(d_result, decl.result))
+        return ast.FnDecl(back_name, params, self.adjoints_annotation(decl), block, decl.span, decl.name_span)
+
+    def adjoints_annotation(self, decl: ast.FnDecl) -> ast.TypeExpr | None:
         active = [decl.params[i] for i in self.active_params(decl)]
-        result = annotation_of(active, len(active) != 1) if decl.result is not None else None
-        return ast.FnDecl(back_name, params, result, block, decl.span, decl.name_span)
+        return annotation_of(active, len(active) != 1) if decl.result is not None else None
+
+    def split_names(self, decl: ast.FnDecl, path: str) -> tuple[str, str] | None:
+        """The names of `decl`'s `_fwd` and `_bwd` functions, generating them (later) the first time they
+        are asked for; None for a function that is not split (recursive, or returning from an `if`): its
+        callers' backward sweeps call its `_back` function, which runs its forward again."""
+        names = self.existing_backs
+        key = (path, decl.name, "fwd")
+        if key not in names:
+            names[key] = ""  # not split
+            if not self.recursive(decl) and FunctionBody(self, path, decl).ends_in_return():
+                fwd = names[key] = self.fresh_global(path, f"{decl.name}_fwd")
+                bwd = names[(path, decl.name, "bwd")] = self.fresh_global(path, f"{decl.name}_bwd")
+                self.pending.append(lambda: self.added[path].extend(self.split_functions(decl, path, fwd, bwd)))
+        return (names[key], names[(path, decl.name, "bwd")]) if names[key] else None
+
+    def split_functions(self, decl: ast.FnDecl, path: str, fwd: str, bwd: str) -> list[ast.FnDecl]:
+        """`g_fwd(params) -> (result, kept)`: `g`'s body, also returning the values its backward sweep
+        reads; `g_bwd(params, kept, d_result)`: that backward sweep, returning the adjoints of the float
+        parameters."""
+        forward, backward, kept, d_result = FunctionBody(self, path, decl).split()
+        params = strip_defaults(decl.params)
+        # `g_bwd` is checked with the types it is called with: the kept values have the caller's shapes,
+        # which the dimension names of `g`'s annotations (`f32[B, H]`) do not bind
+        back_params = (*(dataclasses.replace(p, annotation=None) for p in params), ast.Param(kept), ast.Param(d_result))
+        return [
+            ast.FnDecl(fwd, params, None, forward, decl.span, decl.name_span),
+            ast.FnDecl(bwd, back_params, None, backward, decl.span, decl.name_span),
+        ]
+
+    def recursive(self, decl: ast.FnDecl) -> bool:
+        """Does `decl` call itself, directly or through other functions?"""
+        seen: set[int] = set()
+        todo = [decl]
+        while todo:
+            for node in walk(todo.pop().body):
+                callee = self.typed.types.get(id(node.func)) if isinstance(node, ast.Call) else None
+                if isinstance(callee, FunctionRef) and callee.key in self.typed.functions:
+                    target, _ = self.typed.functions[callee.key]
+                    if target is decl:
+                        return True
+                    if id(target) not in seen:
+                        seen.add(id(target))
+                        todo.append(target)
+        return False
 
     def active_params(self, decl: ast.FnDecl | ast.Lambda) -> list[int]:
         return [i for i, p in enumerate(decl.params) if is_active(self.typed.types.get(id(p), ANY))]
@@ -607,6 +668,7 @@ class Op:
     result: str
     rhs: ast.Expr
     original: ast.Expr | None  # the user's expression it came from (for types and spans)
+    split: tuple[ast.Expr, str] | None = None  # a split call: its `_bwd` function, the name of `_fwd`'s pair
 
 
 @dataclass
@@ -620,6 +682,31 @@ class Store:
 
 
 @dataclass
+class Kept:
+    """What a `while`'s iterations keep for its backward sweep (instead of computing it again): the
+    records of the body's forward sweep, the names the body left its variables in, the names it
+    defines or assigns, and the tape of their values (`tape`), pushed at the end of each iteration by
+    the statement `push` (its value, `tape` itself until the backward sweep knows what it reads)."""
+
+    records: list[Record]
+    env: dict[str, str]
+    written: set[str]
+    tape: str
+    push: ast.Assign
+    lets: list[ast.Let]  # the body's `let name = value`s, in order
+    assigned: set[str]  # the names the body assigns (`x = ...`, `x[i] = ...`)
+
+    def split(self, reads: set[str], exits: dict[str, str], is_view) -> tuple[list[str], list[str], list[ast.Let]]:
+        """Of the names the backward sweep `reads`: those the iteration keeps on the tape; those that are
+        the values the loop's variables had after it (`exits`: name -> variable), still in the variables
+        when its backward starts; and the `let`s of views that make the others again (`kept_or_made`)."""
+        afters = {v for v in reads & self.written if v in exits and v not in self.assigned}
+        needed, written = reads & self.written - afters, self.written - afters
+        values, views = kept_or_made(self.lets, needed, written, self.assigned, is_view)
+        return values, sorted(afters), views
+
+
+@dataclass
 class Compound:
     """An `if` or `while` that assigns variables declared outside it."""
 
@@ -627,6 +714,7 @@ class Compound:
     env: dict[str, str]  # user name -> generated name, when it started
     carried: list[str]  # the generated names it assigns (in place)
     saved: str  # the name holding their values before (an `if`) or the tape of them (a `while`)
+    kept: Kept | None = None  # a `while` whose iterations keep what their backward reads
 
 
 Record = Op | Store | Compound
@@ -666,6 +754,8 @@ class FunctionBody:
         # they are bound in `env` under "fn NAME" (not an identifier) to an index into this table
         self.closures: list[tuple[ast.FnDecl | ast.Lambda, dict[str, str]]] = []
         self.inlining: list[int] = []  # the top-level functions being inlined, innermost last
+        self.filled: dict[int, ast.Stmt] = {}  # the pushes of kept values (`Kept.push`), once known
+        self.values: dict[str, ast.Expr] = {}  # generated name -> the operation whose value it holds
 
     # -------------------------------------------------------------- names and types
     def fresh(self, base: str) -> str:
@@ -695,6 +785,38 @@ class FunctionBody:
                 return BOOL
         return ANY
 
+    def transposed(self, atom: ast.Expr) -> ast.Name | None:
+        """`w` when `atom` names `transpose(w)` of a matrix `w` with a gradient."""
+        value = self.values.get(atom.id) if isinstance(atom, ast.Name) else None
+        match value:
+            case ast.Call(func=func, args=(ast.Name() as w,), keywords=()) if self.active(w) and self.rank(w) == 2:
+                callee = self.type_of(func)
+                return w if isinstance(callee, PrimitiveRef) and callee.name == "transpose" else None
+        return None
+
+    def is_view(self, expr: ast.Expr) -> bool:
+        """A constant, a name, a field, an element or slice at names and constants, a transpose, shape
+        or length of one, sizes computed from those: what a backward sweep takes again rather than keeps
+        (no arithmetic on tensors; and the compiled backend needs sizes it can see)."""
+        match expr:
+            case ast.Name() | ast.IntLiteral() | ast.FloatLiteral() | ast.BoolLiteral():
+                return True
+            case ast.Unary(op="-", operand=ast.IntLiteral() | ast.FloatLiteral()):
+                return True
+            case ast.Field(target=target):
+                return self.is_view(target)
+            case ast.Index(target=target, indices=indices):
+                simple = (ast.Name, ast.IntLiteral, ast.Slice)
+                return self.is_view(target) and all(isinstance(i, simple) for i in indices)
+            case ast.Call(func=func, args=(x,), keywords=()):
+                callee = self.type_of(func)
+                return isinstance(callee, PrimitiveRef) and callee.name in VIEWS and self.is_view(x)
+            case ast.Binary(op="+" | "-" | "*", lhs=a, rhs=b):  # integer arithmetic on sizes (`2 * n`)
+                t = self.type_of(expr)
+                integer = isinstance(t, TensorType) and t.rank == 0 and t.dtype in ("i32", "i64")
+                return integer and self.is_view(a) and self.is_view(b)
+        return False
+
     def active(self, atom: ast.Expr) -> bool:
         return isinstance(atom, ast.Name) and atom.id in self.types and is_active(self.types[atom.id])
 
@@ -715,7 +837,7 @@ class FunctionBody:
         if value is not None:
             result = ast.TupleLiteral((name(value), result))
         out.append(ast.Return(result))
-        return ast.Block(tuple(prune(out)))
+        return ast.Block(tuple(prune(self.with_kept_values(out))))
 
     def seed(self, result: ast.Name) -> ast.Expr:
         """The adjoint the backward sweep starts from: 1, in the result's dtype."""
@@ -735,7 +857,50 @@ class FunctionBody:
         positions = self.round.active_params(self.decl)
         gradients = [self.final_adjoint(self.decl.params[i].name, have) for i in positions]
         out.append(ast.Return(tuple_of(gradients) if gradients else ast.TupleLiteral(())))
-        return ast.Block(tuple(prune(out))), d_result
+        return ast.Block(tuple(prune(self.with_kept_values(out)))), d_result
+
+    def with_kept_values(self, stmts: list[ast.Stmt]) -> list[ast.Stmt]:
+        """The loops' pushes of the values their backward sweeps read (`restore`); a loop whose backward
+        reads none, or never runs, keeps nothing (`kept = kept`, which `prune` drops with the tape)."""
+        return list(replace_nodes(tuple(stmts), self.filled)) if self.filled else stmts
+
+    def ends_in_return(self) -> bool:
+        """Does the body, lowered, end in one `return` (not in an `if` whose branches return)?"""
+        return isinstance(self.lower(self.decl)[-1], ast.Return)
+
+    def split(self) -> tuple[ast.Block, ast.Block, str, str]:
+        """The bodies of `g_fwd` and `g_bwd` (`Round.split_functions`), with the names of `g_bwd`'s
+        parameters for the kept values and the result's adjoint."""
+        env = self.parameters()
+        d_result = self.fresh("d_result")
+        kept = self.fresh("kept")
+        *prefix, last = self.lower(self.decl)
+        sweep = Sweep()
+        for stmt in prefix:
+            self.forward(stmt, env, sweep, nested=False, effects=True)
+        result = self.atom(last.value, env, sweep, "result") if last.value is not None else ast.TupleLiteral(())
+        have: set[str] = set()
+        back: list[ast.Stmt] = []
+        if self.active(result):
+            self.accumulate(result.id, name(d_result), back, have)
+        back += self.backward(sweep.records, have)
+        gradients = [self.final_adjoint(self.decl.params[i].name, have) for i in self.round.active_params(self.decl)]
+        back.append(ast.Return(tuple_of(gradients) if gradients else ast.TupleLiteral(())))
+        back = prune(self.with_kept_values(back))
+        params = {p.name for p in self.decl.params}
+        forward = self.with_kept_values(sweep.stmts)
+        lets = [s for s in forward if isinstance(s, ast.Let) and isinstance(s.pattern, ast.NamePattern)]
+        assigned = assigned_names(tuple(forward))
+        written = {n.name for s in forward if isinstance(s, ast.Let) for n in pattern_names(s.pattern)}
+        written |= assigned & params
+        values, views = kept_or_made(lets, free_names(tuple(back)) & written, written, assigned, self.is_view)
+        kept_values = tuple_of(list(map(name, values))) if values else ast.TupleLiteral(())
+        forward.append(ast.Return(ast.TupleLiteral((result, kept_values))))
+        taken: list[ast.Stmt] = []
+        for position, value in enumerate(values):
+            item = name(kept) if len(values) == 1 else index_of(name(kept), position)
+            taken.append(assign(name(value), item) if value in params else let(value, item))
+        return ast.Block(tuple(prune(forward))), ast.Block(tuple(taken + views + back)), kept, d_result
 
     def parameters(self) -> dict[str, str]:
         env = {}
@@ -917,7 +1082,34 @@ class FunctionBody:
                 return self.inline(decl, {}, expr, env, sweep, hint)
         if not is_active(self.type_of(expr)):
             return self.atom_of_operation(self.rename(expr, env), expr, sweep, hint, record=False)
-        return self.atom_of_operation(self.operation(expr, env, sweep), expr, sweep, hint)
+        rhs = self.operation(expr, env, sweep)
+        split = self.split_call(rhs, expr)
+        if split is not None:
+            return self.split_atom(rhs, expr, split, sweep, hint)
+        return self.atom_of_operation(rhs, expr, sweep, hint)
+
+    def split_call(self, rhs: ast.Expr, original: ast.Expr) -> tuple[ast.Expr, ast.Expr] | None:
+        """For a call of a function with float arguments that is split (`Round.split_names`): how this
+        module names its `_fwd` and `_bwd` functions."""
+        if not isinstance(rhs, ast.Call) or not any(self.active(arg) for arg in rhs.args):
+            return None
+        callee = self.type_of(original.func)
+        if not isinstance(callee, FunctionRef) or callee.key not in self.typed.functions:
+            return None
+        decl, path = self.typed.functions[callee.key]
+        names = self.round.split_names(decl, path)
+        if names is None:
+            return None
+        span = original.span
+        return tuple(self.round.reference(self.path, path, function, span) for function in names)
+
+    def split_atom(self, rhs: ast.Call, original, split, sweep: Sweep, hint: str) -> ast.Name:
+        """`let pair = g_fwd(args); let result = pair[0]`: the call's backward is `g_bwd(args, pair[1], d)`."""
+        pair = self.fresh(f"{hint}_fwd")
+        sweep.stmts.append(let(pair, ast.Call(split[0], rhs.args, (), original.span), original.span))
+        result = self.atom_of_operation(index_of(name(pair), 0), original, sweep, hint, record=False)
+        sweep.records.append(Op(result.id, rhs, original, (split[1], pair)))
+        return result
 
     def expand_tree_map(self, expr: ast.Call, env, sweep: Sweep) -> ast.Expr:
         """`tree_map(f, a, b)` written out leaf by leaf (its structure is in the types): `S { w: f(a.w, b.w),
@@ -1092,6 +1284,7 @@ class FunctionBody:
         self.just_made = var
         sweep.stmts.append(ast.Let(ast.NamePattern(var), None, rhs, original.span))
         self.types[var] = self.type_of(original)
+        self.values[var] = rhs
         if record:
             sweep.records.append(Op(var, rhs, original))
         return ast.Name(var, original.span)
@@ -1174,6 +1367,7 @@ class FunctionBody:
     def compound(self, stmt: ast.If | ast.While, env, sweep: Sweep, effects: bool) -> None:
         carried = [env[user] for user in assigned_outer(stmt, env)]
         saved = ""
+        kept = None
         if isinstance(stmt, ast.If):
             if carried:
                 saved = self.fresh(f"{carried[0]}_saved" if len(carried) == 1 else "saved")
@@ -1182,28 +1376,50 @@ class FunctionBody:
             orelse = self.nested_forward(as_block(stmt.orelse), env, effects) if stmt.orelse is not None else None
             sweep.stmts.append(ast.If(self.rename(stmt.cond, env), then, orelse, stmt.span))
         else:
-            body = self.nested_forward(stmt.body, env, effects)
+            inner, body_sweep, updates = self.nested_sweep(stmt.body, env, effects)
+            stmts = body_sweep.stmts
             if carried:
                 saved = self.fresh(f"{carried[0]}_tape" if len(carried) == 1 else "loop_tape")
                 state = tuple_of([name(c) for c in carried])
                 sweep.stmts.append(let(saved, call("tape", state)))
-                push = assign(name(saved), call("push", name(saved), state))
-                body = ast.Block((push, *body.body))
+                stmts = [assign(name(saved), call("push", name(saved), state)), *stmts]
+                if not any(isinstance(node, ast.While) for node in walk(tuple(stmts))):
+                    kept = self.keep_values(body_sweep, inner, sweep)
+                    stmts.append(kept.push)
+            body = ast.Block(tuple(stmts + updates), stmt.body.span)
             sweep.stmts.append(ast.While(self.rename(stmt.cond, env), body, stmt.span))
         if carried:
-            sweep.records.append(Compound(stmt, dict(env), carried, saved))
+            sweep.records.append(Compound(stmt, dict(env), carried, saved, kept))
+
+    def keep_values(self, body: Sweep, inner: dict[str, str], sweep: Sweep) -> Kept:
+        """A tape for the values a loop's iterations keep for its backward sweep, made before the loop."""
+        tape = self.fresh("kept")
+        sweep.stmts.append(let(tape, call("tape")))
+        lets = [s for s in body.stmts if isinstance(s, ast.Let) and isinstance(s.pattern, ast.NamePattern)]
+        written = {n.name for s in body.stmts if isinstance(s, ast.Let) for n in pattern_names(s.pattern)}
+        assigned = assigned_names(tuple(body.stmts))
+        push = assign(name(tape), name(tape))  # `push(tape, values)` once the backward sweep says which
+        return Kept(body.records, inner, written | assigned, tape, push, lets, assigned)
 
     def nested_forward(self, block: ast.Block, env, effects: bool) -> ast.Block:
         """A branch or loop body as the forward sweep runs it: assigned outer variables updated in place."""
+        _, sweep, updates = self.nested_sweep(block, env, effects)
+        return ast.Block(tuple(sweep.stmts + updates), block.span)
+
+    def nested_sweep(self, block: ast.Block, env, effects: bool) -> tuple[dict[str, str], Sweep, list[ast.Stmt]]:
+        """A block's forward sweep, the names it leaves the variables in, and the assignments that copy the
+        outer variables it assigned back into their outer names."""
         inner = dict(env)
         sweep = Sweep()
         for stmt in block.body:
             self.forward(stmt, inner, sweep, nested=True, effects=effects)
         declared = {p.name for stmt in block.body if isinstance(stmt, ast.Let) for p in pattern_names(stmt.pattern)}
-        for user, outer in env.items():
-            if inner[user] != outer and user in assigned_names(block) and user not in declared:
-                sweep.stmts.append(assign(name(outer), name(inner[user])))
-        return ast.Block(tuple(sweep.stmts), block.span)
+        updates = [
+            assign(name(outer), name(inner[user]))
+            for user, outer in env.items()
+            if inner[user] != outer and user in assigned_names(block) and user not in declared
+        ]
+        return inner, sweep, updates
 
     def predeclare(self, stmt, env, have: set[str]) -> list[ast.Stmt]:
         """Zero adjoints, declared before `stmt`'s backward, for the outer variables it reads or assigns."""
@@ -1244,10 +1460,45 @@ class FunctionBody:
             out.append(ast.If(self.rename(record.stmt.cond, record.env), then, new_else))
             return out
         pop = assign(ast.TupleLiteral((state, name(record.saved))), call("pop", name(record.saved)))
+        if record.kept is not None:
+            before, after_pop = self.restore(record, have)
+            out.append(ast.While(condition_of(record.saved), ast.Block((*before, pop, *after_pop))))
+            return out
         body = self.recompute(record.stmt.body, record, have, after)
-        condition = ast.Binary(">", call("len", name(record.saved)), ast.IntLiteral(0))
-        out.append(ast.While(condition, ast.Block((*keep, pop, *body.body))))
+        out.append(ast.While(condition_of(record.saved), ast.Block((*keep, pop, *body.body))))
         return out
+
+    def restore(self, record: Compound, have: set[str]) -> tuple[list[ast.Stmt], list[ast.Stmt]]:
+        """One iteration of a loop's backward sweep from the values the iteration kept, in two parts: what
+        runs before its variables are popped (taking the values they hold after the iteration), and
+        after (taking the kept values off the tape, then the iteration's backward)."""
+        kept = record.kept
+        inner_have = set(have)
+        out: list[ast.Stmt] = []
+        exits: dict[str, str] = {}
+        for user, outer in record.env.items():
+            exit_var = kept.env.get(user, outer)
+            if exit_var != outer and outer in record.carried:
+                exits[exit_var] = outer
+                if outer in have:
+                    out.append(let(self.adjoint(exit_var), name(self.adjoint(outer))))
+                    out.append(assign(name(self.adjoint(outer)), call("zeros_like", name(outer))))
+                    inner_have.add(exit_var)
+        out.extend(self.backward(kept.records, inner_have))
+        values, afters, views = kept.split(free_names(tuple(out)), exits, self.is_view)
+        before = [let(value, name(exits[value])) for value in afters]
+        taken: list[ast.Stmt] = []
+        if values:
+            pushed = tuple_of(list(map(name, values)))
+            self.filled[id(kept.push)] = assign(name(kept.tape), call("push", name(kept.tape), pushed))
+            entry = self.fresh(f"{kept.tape}_entry")
+            taken = [let(entry, call("pop", name(kept.tape))), assign(name(kept.tape), index_of(name(entry), 1))]
+            top = index_of(name(entry), 0)
+            outer = set(record.env.values())
+            for position, value in enumerate(values):
+                item = top if len(values) == 1 else index_of(top, position)
+                taken.append(assign(name(value), item) if value in outer else let(value, item))
+        return before, taken + views + out
 
     def recompute(self, block: ast.Block, record: Compound, have: set[str], after: dict[str, str]) -> ast.Block:
         """A branch or one iteration in the backward sweep: its forward again (from the restored
@@ -1258,7 +1509,13 @@ class FunctionBody:
         for stmt in block.body:
             self.forward(stmt, inner_env, sweep, nested=True, effects=False)
         inner_have = set(have)
-        finals = {inner_env[u]: after[o] for u, o in record.env.items() if o in after and inner_env.get(u, o) != o}
+        # (not a name assigned after its `let`, by a loop or `if` inside: its `let` is not its final value)
+        changed = assigned_names(tuple(sweep.stmts))
+        finals = {
+            inner_env[u]: after[o]
+            for u, o in record.env.items()
+            if o in after and inner_env.get(u, o) != o and inner_env[u] not in changed
+        }
         out = [
             dataclasses.replace(stmt, value=name(finals[stmt.pattern.name]))
             if isinstance(stmt, ast.Let) and isinstance(stmt.pattern, ast.NamePattern) and stmt.pattern.name in finals
@@ -1382,8 +1639,12 @@ class FunctionBody:
         active = self.round.active_params(decl)
         if not active:
             return []
-        back = self.round.reference(self.path, path, self.round.back_name(decl, path), span)
-        pulled = ast.Call(back, (*rhs.args, d), (), span)
+        if record.split is not None:
+            back, pair = record.split
+            pulled = ast.Call(back, (*rhs.args, index_of(name(pair), 1), d), (), span)
+        else:
+            back = self.round.reference(self.path, path, self.round.back_name(decl, path), span)
+            pulled = ast.Call(back, (*rhs.args, d), (), span)
         if len(active) == 1:
             return [(rhs.args[active[0]], pulled)]
         holder = self.fresh(f"d_{record.result}_args")
@@ -1558,6 +1819,13 @@ class FunctionBody:
             return [(a, at(b, d)), (b, ast.Binary("*", call("expand_dims", a, ast.IntLiteral(1)), d))]
         if ra == 2 and rb == 1:
             return [(a, ast.Binary("*", call("expand_dims", d, ast.IntLiteral(1)), b)), (b, at(d, a))]
+        if ra == 2 and rb == 2:
+            # an operand that is `transpose(w)` gives `w` its adjoint as one product in `w`'s layout:
+            # `transpose(transpose(a) @ d)` is `transpose(d) @ a` (a weight's gradient, accumulated in place)
+            wa, wb = self.transposed(a), self.transposed(b)
+            da = (wa, at(b, swap(d, 2))) if wa is not None else (a, at(d, swap(b, 2)))
+            db = (wb, at(swap(d, 2), a)) if wb is not None else (b, at(swap(a, 2), d))
+            return [da, db]
         if ra >= 2 and rb >= 2:
             da, db = at(d, swap(b, rb)), at(swap(a, ra), d)
             if ra != rb or ra > 2:
@@ -1591,6 +1859,39 @@ def literal(value) -> ast.Expr | None:
 
 def is_tensor_index(t: Type) -> bool:
     return isinstance(t, TensorType) and t.rank > 0
+
+
+# The primitives that look at a value without computing: their results are taken again, not kept.
+VIEWS = {"transpose", "shape", "len"}
+
+
+def kept_or_made(
+    lets: list[ast.Let], needed: set[str], written: set[str], assigned: set[str], is_view: Callable[[ast.Expr], bool]
+) -> tuple[list[str], list[ast.Let]]:
+    """Which of the `needed` values of a forward sweep (a loop's iteration, a split function's body) its
+    backward sweep takes from what the forward kept, and the `let`s (of `lets`, in order) that make the
+    others again from those and from names the forward did not change: constants and views (`m.w`,
+    `x[t]`, `items[0]`), cheaper to take again than to keep. `written`: the names the forward defined
+    or assigned; `assigned`: those of them assigned after their definition."""
+    views: list[ast.Let] = []
+    for stmt in reversed(lets):
+        local = stmt.pattern.name
+        if local not in needed or local in assigned:
+            continue
+        operands = free_names(stmt.value)
+        if is_view(stmt.value) and not operands & assigned:
+            views.insert(0, dataclasses.replace(stmt, annotation=None))  # a type written with `g`'s dims
+            needed = (needed - {local}) | (operands & written)
+    return sorted(needed), views
+
+
+def index_of(expr: ast.Expr, position: int) -> ast.Index:
+    return ast.Index(expr, (ast.IntLiteral(position),))
+
+
+def condition_of(tape: str) -> ast.Expr:
+    """`len(tape) > 0`: a loop's backward runs while its tape has iterations on it."""
+    return ast.Binary(">", call("len", name(tape)), ast.IntLiteral(0))
 
 
 def root_name(expr: ast.Expr) -> str:

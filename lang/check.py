@@ -161,6 +161,14 @@ class Scope:
             scope = scope.parent
         return None
 
+    def refine(self, name: str, t: Type) -> None:
+        """Give a variable a more precise type where it was declared (a `tape()` after its first push)."""
+        scope: Scope | None = self
+        while scope is not None and name not in scope.names:
+            scope = scope.parent
+        if scope is not None:
+            scope.names[name] = t
+
     def visible(self) -> dict[str, Type]:
         chain = []
         scope: Scope | None = self
@@ -677,6 +685,9 @@ class Checker:
         if isinstance(target, ast.Index):
             self.store_element(target, current, value, span)
             return
+        unknown_tape = isinstance(current, TapeType) and isinstance(current.item, AnyType)
+        if isinstance(target, ast.Name) and unknown_tape and isinstance(value, TapeType):
+            scope.refine(target.id, value)  # `tape()` holds what its first push gave it
         if not fits(current, value):
             self.report(
                 error(

@@ -164,7 +164,7 @@ SIGNATURES: dict[Prim, Signature] = {
     Prim.SCATTER_ADD: Signature(("x", "indices", "updates"), keywords=(("axis", 0),)),
     Prim.SPLIT_LIKE: Signature(("x", "like"), keywords=(("axis", 0),)),
     Prim.TREE_ADD: Signature(("a", "b")),
-    Prim.TAPE: Signature(("like",)),
+    Prim.TAPE: Signature(optional=(("like", None),)),
     Prim.PUSH: Signature(("tape", "value")),
     Prim.POP: Signature(("tape",)),
     Prim.TREE_MAP: Signature(("f",), variadic=("trees", 1, None)),

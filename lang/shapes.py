@@ -767,9 +767,12 @@ def tree_add_rule(args: list[Argument]) -> Type:
 
 
 def tape_rule(args: list[Argument]) -> Type:
-    return TapeType(
-        differentiable_value(args[0].type, "tape") if isinstance(args[0].type, TensorType) else args[0].type
-    )
+    """`tape(like)`: a tape of values of `like`'s type; `tape()`: of the type of the first value pushed."""
+    return TapeType(tape_item(args[0].type))
+
+
+def tape_item(t: Type) -> Type:
+    return differentiable_value(t, "tape") if isinstance(t, TensorType) else t
 
 
 def tape_of(t: Type, name: str) -> TapeType | None:
@@ -786,6 +789,8 @@ def push_rule(args: list[Argument]) -> Type:
         return ANY
     if not item_fits(tape.item, args[1].type):
         raise ShapeError("E0301", f"`push` onto a {tape} needs a {tape.item}, found {args[1].type}", str(args[1].type))
+    if isinstance(tape.item, AnyType):  # `tape()`: the first push says what it holds
+        return TapeType(tape_item(args[1].type))
     return tape
 
 

@@ -1322,6 +1322,76 @@ def _early_return(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
 # Calls and recursion
 
 case(
+    "cell_called_in_loop",
+    "calls",
+    """
+fn cell(x, h, c, w_ih, w_hh) {
+    let n = shape(h)[1]
+    let gates = x @ transpose(w_ih) + h @ transpose(w_hh)
+    let c2 = sigmoid(gates[:, 0:n]) * c + sigmoid(gates[:, n:2 * n]) * tanh(gates[:, 2 * n:3 * n])
+    return (tanh(c2) * sigmoid(gates[:, 3 * n:4 * n]), c2)
+}
+
+fn f(w_ih, w_hh, xs) {
+    let h = zeros(2, 3, dtype=f64)
+    let c = zeros(2, 3, dtype=f64)
+    let total = 0.0f64
+    for t in 0..len(xs) {
+        (h, c) = cell(xs[t], h, c, w_ih, w_hh)
+        total += sum(h * h) + sum(transpose(h) @ tanh(h))
+    }
+    return total
+}
+""",
+    (normal(150, 12, 2), normal(151, 12, 3), normal(152, 4, 2, 2)),
+    lambda w_ih, w_hh, xs: cell_loop(w_ih, w_hh, xs),
+    wrt=(0, 1, 2),
+    notes="a function called in a loop (split into _fwd/_bwd, its kept values on the loop's tape); "
+    "products with transposed operands",
+)
+
+case(
+    "loop_in_loop_with_calls",
+    "calls",
+    """
+fn clipped(x) {
+    if max(x) > 1.0 {
+        return x * 0.5
+    }
+    return sin(x)
+}
+
+fn inner(h, w) {
+    let k = 0
+    while k < 2 {
+        h = tanh(h @ w) + clipped(h)
+        k += 1
+    }
+    return h
+}
+
+fn f(w, h0) {
+    let h = h0
+    let i = 0
+    while i < 3 {
+        h = inner(h, w) * 0.9
+        let j = 0
+        while j < 2 {
+            h = h + clipped(h) * 0.1
+            j += 1
+        }
+        i += 1
+    }
+    return sum(h)
+}
+""",
+    (normal(153, 3, 3) * 0.5, normal(154, 2, 3) * 0.5),
+    lambda w, h0: nested_loops(w, h0),
+    wrt=(0, 1),
+    notes="a loop with a loop inside (recomputed, not kept), a function returning from an `if` (its _back)",
+)
+
+case(
     "helper_functions",
     "calls",
     """
@@ -1881,3 +1951,30 @@ fn f(x) {
     lambda x: x / (1.0 + (2.0 * x) ** 2) + torch.exp(-x) * x,
     **SECOND,
 )
+
+
+def cell_loop(w_ih, w_hh, xs):
+    h = torch.zeros(2, 3, dtype=torch.float64)
+    c = torch.zeros(2, 3, dtype=torch.float64)
+    total = torch.tensor(0.0, dtype=torch.float64)
+    for t in range(xs.shape[0]):
+        gates = xs[t] @ w_ih.T + h @ w_hh.T
+        i, f, g, o = gates.chunk(4, dim=1)
+        c = torch.sigmoid(i) * c + torch.sigmoid(f) * torch.tanh(g)
+        h = torch.tanh(c) * torch.sigmoid(o)
+        total = total + (h * h).sum() + (h.T @ torch.tanh(h)).sum()
+    return total
+
+
+def nested_loops(w, h0):
+    def clipped(x):
+        return x * 0.5 if x.max().item() > 1.0 else torch.sin(x)
+
+    h = h0
+    for _ in range(3):
+        for _ in range(2):
+            h = torch.tanh(h @ w) + clipped(h)
+        h = h * 0.9
+        for _ in range(2):
+            h = h + clipped(h) * 0.1
+    return h.sum()
