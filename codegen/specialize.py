@@ -190,6 +190,33 @@ def value_reads(value: object, buffers: set[str]) -> bool:
     return False
 
 
+def parts(value: object) -> list:
+    """The leaves of a tuple or struct, in order."""
+    if isinstance(value, tuple):
+        return [leaf for v in value for leaf in parts(v)]
+    if isinstance(value, Struct):
+        return [leaf for v in value.values for leaf in parts(v)]
+    return [value]
+
+
+def crossed(home: object, value: object) -> bool:
+    """Whether assigning `value` to the tuple or struct `home` part by part would overwrite what a later
+    part reads (`(a, b) = (b, a)`), unlike `s = tree_add(s, d)`, whose parts read their own storage."""
+    homes, values = parts(home), parts(value)
+    if len(homes) != len(values):
+        return True
+    storage = [home_buffers(h) for h in homes]
+    for j, v in enumerate(values):
+        others = set().union(*(b for i, b in enumerate(storage) if i != j))
+        if value_reads(v, others):
+            return True
+    return False
+
+
+def is_zero(tree: object) -> bool:
+    return isinstance(tree, ir.Splat) and isinstance(tree.value, ir.Const) and tree.value.value == 0
+
+
 def home_buffers(value: object) -> set[str]:
     if isinstance(value, Tensor) and isinstance(value.tree, ir.Read):
         return {value.tree.buffer.name}
@@ -669,8 +696,8 @@ class Specialiser(FunctionLowering):
                 scope = self.scope_of(name, span)
                 current = scope[name]
                 if self.owns(scope, name, current):
-                    if isinstance(current, (tuple, Struct)):  # every part read before any is written
-                        value = self.bind(value, 1, detach=True)
+                    if isinstance(current, (tuple, Struct)) and crossed(current, value):
+                        value = self.bind(value, 1, detach=True)  # every part read before any is written
                     self.store_home(current, value, span, (scope, name))
                 else:
                     scope[name] = self.bind(value, self.uses.get(name, 0))
@@ -1064,6 +1091,11 @@ class Specialiser(FunctionLowering):
             self.nonzero_divisor(trees[1], shape, op, span)
         if name in ("add", "sub", "mul", "div", "pow", "neg") and common == "bool":
             raise Unsupported(f"`{op}` on bool tensors (at {span})")
+        if name == "add":  # `zeros_like(x) + v` (derivative code's zeroed adjoints): `v` itself
+            for zero, other in ((0, 1), (1, 0)):
+                kept = values[other]
+                if is_zero(trees[zero]) and isinstance(kept, Tensor) and (kept.shape, kept.dtype) == (shape, common):
+                    return kept
         return Tensor(common, shape, ir.Apply(name, common, tuple(trees)))
 
     def nonzero_divisor(self, divisor: object, shape: tuple[int, ...], op: str, span: Span) -> None:
@@ -1581,7 +1613,10 @@ def replace(tree: object, node: object, by: object) -> object:
     if tree == node:
         return by
     if isinstance(tree, ir.Apply):
-        return ir.Apply(tree.op, tree.dtype, tuple(replace(a, node, by) for a in tree.args))
+        args = tuple(replace(a, node, by) for a in tree.args)
+        if tree.op == "add" and len(args) == 2 and any(map(is_zero, args)):  # zeros forwarded into a sum
+            return args[1] if is_zero(args[0]) else args[0]
+        return ir.Apply(tree.op, tree.dtype, args)
     if isinstance(tree, ir.Take):
         return ir.Take(
             tree.buffer, tree.offset, tree.strides, replace(tree.index, node, by), tree.stride, tree.size, tree.site
@@ -1707,8 +1742,8 @@ def producing(instructions: list, position: int, part: ir.Buffer, home: ir.Buffe
     `position` touching `home` or the product's operands; else None."""
     for start in range(position - 1, -1, -1):
         instruction = instructions[start]
-        if instruction is None:
-            return None
+        if instruction is None:  # an addition already done by its product or scatter (which is still here)
+            continue
         if isinstance(instruction, ir.MatMul) and instruction.out == part and not instruction.accumulate:
             between = instructions[start + 1 : position]
             operands = {instruction.a.buffer.name, instruction.b.buffer.name}

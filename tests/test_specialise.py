@@ -613,6 +613,37 @@ def test_buffers_not_in_use_at_once_share_the_workspace() -> None:
     assert lowered.workspace < total * 0.75, (lowered.workspace, total)
 
 
+def test_weight_gradients_accumulate_in_their_products() -> None:
+    """The gradient of a cell called in a loop: each step's weight gradients (`transpose(d) @ x` of
+    the `_bwd` function's zeroed struct, added to the total by `tree_add`) are products that add into
+    the total (gemm with beta = 1), every field of them, with no loop adding a product."""
+    from dl.codegen import ir
+    from dl.codegen.native import Structs, flatten
+    from dl.codegen.specialize import Specialiser
+
+    source = (
+        "struct Cell { w_ih: f32[12, 4], w_hh: f32[12, 3] }\n"
+        "fn cell(x: f32[B, 4], h: f32[B, 3], p: Cell) -> f32[B, 3] {\n"
+        "    let gates = x @ transpose(p.w_ih) + h @ transpose(p.w_hh)\n"
+        "    return tanh(gates[:, 0:3]) * sigmoid(gates[:, 3:6]) + gates[:, 6:9] * gates[:, 9:12]\n}\n"
+        "fn loss(p: Cell, xs: f32[T, B, 4], h0: f32[B, 3]) -> f32 {\n    let h = h0\n"
+        "    for t in 0..len(xs) {\n        h = cell(xs[t], h, p)\n    }\n    return sum(h * h)\n}\n"
+        "fn g(p: Cell, xs: f32[T, B, 4], h0: f32[B, 3]) -> Cell { return grad(loss)(p, xs, h0) }\n"
+    )
+    loaded = pipeline.load("cell.dl", source)
+    program_, typed = pipeline.prepare(loaded)
+    state = interpreter.compile_program(program_, typed, None).states["cell.dl"]
+    p = StructValue(state.structs["Cell"], (f32(12, 4) * 0.5, f32(12, 3) * 0.5))
+    check(source, "g", p, f32(5, 2, 4), f32(2, 3))
+    decl = next(d for d in program_.modules["cell.dl"].decls if getattr(d, "name", "") == "g")
+    structs = Structs(None)
+    layout = [flatten(value, [], structs.seen) for value in (p, f32(5, 2, 4), f32(2, 3))]
+    lowered = Specialiser(typed, decl, "cell.dl", layout, structs).specialise()
+    products = [i for b in lowered.function.blocks for i in b.instructions if isinstance(i, ir.MatMul)]
+    into_total = [i for i in products if i.accumulate]
+    assert {i.out.shape for i in into_total} == {(12, 4), (12, 3)}, products
+
+
 @settings(max_examples=20, deadline=None)
 @given(source=tensor_functions(), seed=st.integers(0, 3))
 def test_gradients_of_random_tensor_functions_agree(source: str, seed: int) -> None:
