@@ -756,6 +756,8 @@ class FunctionBody:
         self.inlining: list[int] = []  # the top-level functions being inlined, innermost last
         self.filled: dict[int, ast.Stmt] = {}  # the pushes of kept values (`Kept.push`), once known
         self.values: dict[str, ast.Expr] = {}  # generated name -> the operation whose value it holds
+        # the Ops of the record list being differentiated -> their stretch in it, and the current Op's stretch
+        self.stretch: tuple[dict[str, int], int] = ({}, -1)
 
     # -------------------------------------------------------------- names and types
     def fresh(self, base: str) -> str:
@@ -786,9 +788,14 @@ class FunctionBody:
         return ANY
 
     def transposed(self, atom: ast.Expr) -> ast.Name | None:
-        """`w` when `atom` names `transpose(w)` of a matrix `w` with a gradient."""
-        value = self.values.get(atom.id) if isinstance(atom, ast.Name) else None
-        match value:
+        """`w` when `atom` names `transpose(w)` of a matrix `w` with a gradient, made in the stretch of
+        straight-line code the current operation is in (so `w` and its adjoint are the same there)."""
+        if not isinstance(atom, ast.Name):
+            return None
+        stretches, now = self.stretch
+        if stretches.get(atom.id) != now:  # made elsewhere: `w`'s adjoint here need not be the one it had there
+            return None
+        match self.values.get(atom.id):
             case ast.Call(func=func, args=(ast.Name() as w,), keywords=()) if self.active(w) and self.rank(w) == 2:
                 callee = self.type_of(func)
                 return w if isinstance(callee, PrimitiveRef) and callee.name == "transpose" else None
@@ -1534,9 +1541,17 @@ class FunctionBody:
     # -------------------------------------------------------------- the backward sweep
     def backward(self, records: list[Record], have: set[str]) -> list[ast.Stmt]:
         out: list[ast.Stmt] = []
+        # the stretch of this record list each Op is in: an `if` or loop between two Ops may change the
+        # variables they read, so an adjoint added at one is not the other's (see `transposed`)
+        stretches, stretch = {}, 0
+        for record in records:
+            if isinstance(record, Op):
+                stretches[record.result] = stretch
+            stretch += isinstance(record, Compound)
         for record in reversed(records):
             match record:
                 case Op(result=result) if result in have:
+                    self.stretch = (stretches, stretches[result])
                     contributions = self.contributions(record)
                     out += self.pending
                     self.pending = []

@@ -1978,3 +1978,36 @@ def nested_loops(w, h0):
         for _ in range(2):
             h = h + clipped(h) * 0.1
     return h.sum()
+
+
+
+case(
+    "transpose_made_outside_loop",
+    "matmul",
+    """
+fn f(w, x) {
+    let t = transpose(w)
+    let h = x
+    for i in 0..2 {
+        h = h @ t
+    }
+    if sum(x) > 0.0 {
+        h = h @ t
+    }
+    return sum(tanh(h))
+}
+""",
+    (normal(160, 3, 3), normal(161, 2, 3)),
+    lambda w, x: transposes_around_control_flow(w, x),
+    notes="`transpose(w)` made before a loop and an `if` that multiply by it: the product's adjoint "
+    "goes to the transpose's (declared before them), not straight to `w`'s",
+)
+
+
+def transposes_around_control_flow(w, x):
+    h = x
+    for _ in range(2):
+        h = h @ w.T
+    if x.sum().item() > 0.0:
+        h = h @ w.T
+    return torch.tanh(h).sum()
