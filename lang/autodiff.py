@@ -1113,6 +1113,9 @@ class FunctionBody:
     def split_atom(self, rhs: ast.Call, original, split, sweep: Sweep, hint: str) -> ast.Name:
         """`let pair = g_fwd(args); let result = pair[0]`: the call's backward is `g_bwd(args, pair[1], d)`."""
         pair = self.fresh(f"{hint}_fwd")
+        # a literal argument with the dtype it took from `g`'s annotation written out: `g_bwd`'s parameters
+        # are not annotated
+        rhs = dataclasses.replace(rhs, args=tuple(self.settled_literal(arg) for arg in rhs.args))
         sweep.stmts.append(let(pair, ast.Call(split[0], rhs.args, (), original.span), original.span))
         result = self.atom_of_operation(index_of(name(pair), 0), original, sweep, hint, record=False)
         sweep.records.append(Op(result.id, rhs, original, (split[1], pair)))

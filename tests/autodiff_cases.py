@@ -2011,3 +2011,35 @@ def transposes_around_control_flow(w, x):
     if x.sum().item() > 0.0:
         h = h @ w.T
     return torch.tanh(h).sum()
+
+case(
+    "split_call_with_literal_arguments",
+    "calls",
+    """
+fn scaled(x, b: f64, c: f64 = 3) {
+    return tanh(x * b) * c / b
+}
+
+fn f(x) {
+    let t = 0.0f64
+    for i in 0..2 {
+        t += sum(scaled(x, 0.1)) + sum(scaled(x, 2, c = 0.7))
+    }
+    return t
+}
+""",
+    (normal(162, 3),),
+    lambda x: literal_arguments(x),
+    notes="literals given to annotated parameters of a function called in a loop keep the parameter's "
+    "dtype in the `_fwd` and `_bwd` calls (`0.1` is the f64 0.1, not the f32 one)",
+)
+
+
+def literal_arguments(x):
+    def scaled(x, b, c=3.0):
+        return torch.tanh(x * b) * c / b
+
+    total = torch.tensor(0.0, dtype=torch.float64)
+    for _ in range(2):
+        total = total + scaled(x, 0.1).sum() + scaled(x, 2.0, 0.7).sum()
+    return total
