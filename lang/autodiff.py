@@ -12,7 +12,9 @@ function `f` it writes
   and returns the adjoints of `g`'s float parameters, so a call's derivative is a call;
 - `g_back(params..., d_result)` instead for a recursive `g` (whose kept values would contain
   themselves) or one that returns from inside an `if`: it recomputes `g`'s forward, then runs
-  its backward, so recursion is recursion.
+  its backward, so recursion is recursion;
+- `g_quiet(params...)` for a function `g` with a `print` or `assert` (or calling one) that code run
+  again in a backward sweep calls: `g` without them, so effects happen once.
 
 How each construct becomes code (docs/autodiff.md shows the printed result):
 
@@ -129,8 +131,8 @@ def derivative_source(typed: Typed, function: str, wrt: int | tuple[int, ...], w
 
 
 def generated_from(function: str) -> str:
-    """The function a `_back`, `_fwd` or `_bwd` function was generated from (by its name)."""
-    for suffix in ("_back", "_fwd", "_bwd"):
+    """The function a `_back`, `_fwd`, `_bwd` or `_quiet` function was generated from (by its name)."""
+    for suffix in ("_back", "_fwd", "_bwd", "_quiet"):
         if suffix in function:
             return function.rsplit(suffix, 1)[0]
     return function
@@ -274,13 +276,15 @@ def reaches_grad(typed: Typed, decl, containing: set[int]) -> bool:
 # ------------------------------------------------------------------ tree helpers
 
 
-def replace_nodes(node, replacements: dict[int, object]):
-    """A copy of `node` with the nodes whose ids are keys of `replacements` swapped for the values."""
+def replace_nodes(node, replacements: dict[int, object], drop: type | tuple = ()):
+    """A copy of `node` with the nodes whose ids are keys of `replacements` swapped for the values, and
+    the items of `drop`'s types left out of the tuples (statement lists) that hold them."""
     if id(node) in replacements:
         return replacements[id(node)]
     if isinstance(node, tuple):
-        items = tuple(replace_nodes(item, replacements) for item in node)
-        return node if all(a is b for a, b in zip(items, node, strict=True)) else items
+        items = tuple(replace_nodes(item, replacements, drop) for item in node if not isinstance(item, drop))
+        same = len(items) == len(node) and all(a is b for a, b in zip(items, node, strict=True))
+        return node if same else items
     if not dataclasses.is_dataclass(node) or isinstance(node, type):
         return node
     changes = {}
@@ -288,7 +292,7 @@ def replace_nodes(node, replacements: dict[int, object]):
         if f.name in ("span", "name_span"):
             continue
         value = getattr(node, f.name)
-        new = replace_nodes(value, replacements)
+        new = replace_nodes(value, replacements, drop)
         if new is not value:
             changes[f.name] = new
     return dataclasses.replace(node, **changes) if changes else node
@@ -582,6 +586,30 @@ class Round:
                 self.pending.append(lambda: self.added[path].extend(self.split_functions(decl, path, fwd, bwd)))
         return (names[key], names[(path, decl.name, "bwd")]) if names[key] else None
 
+    def quiet_name(self, decl: ast.FnDecl, path: str) -> str:
+        """The name of `decl`'s `_quiet` copy, without its `print`s and `assert`s (calling the quiet copies
+        of the functions it calls): what a backward sweep calls where it runs a forward again."""
+        key = (path, decl.name, "quiet")
+        if key not in self.existing_backs:
+            quiet = self.existing_backs[key] = self.fresh_global(path, f"{decl.name}_quiet")
+            self.pending.append(lambda: self.added[path].append(self.quiet_function(decl, path, quiet)))
+        return self.existing_backs[key]
+
+    def quiet_function(self, decl: ast.FnDecl, path: str, quiet: str) -> ast.FnDecl:
+        callees = {id(c.func): self.quiet_callee(c.func, path) for c in walk_calls(decl.body)}
+        body = replace_nodes(decl.body, {k: v for k, v in callees.items() if v is not None}, drop=ast.ExprStmt)
+        return dataclasses.replace(decl, name=quiet, body=body)
+
+    def quiet_callee(self, func: ast.Expr, from_path: str) -> ast.Expr | None:
+        """How module `from_path` names the quiet copy of the function `func` calls, if that has effects."""
+        callee = self.typed.types.get(id(func))
+        if not isinstance(callee, FunctionRef) or callee.key not in self.typed.functions:
+            return None
+        decl, path = self.typed.functions[callee.key]
+        if not isinstance(decl, ast.FnDecl) or not self.has_effects(decl):
+            return None
+        return self.reference(from_path, path, self.quiet_name(decl, path), func.span)
+
     def split_functions(self, decl: ast.FnDecl, path: str, fwd: str, bwd: str) -> list[ast.FnDecl]:
         """`g_fwd(params) -> (result, kept)`: `g`'s body, also returning the values its backward sweep
         reads; `g_bwd(params, kept, d_result)`: that backward sweep, returning the adjoints of the float
@@ -598,6 +626,14 @@ class Round:
 
     def recursive(self, decl: ast.FnDecl) -> bool:
         """Does `decl` call itself, directly or through other functions?"""
+        return any(target is decl for target in self.reached(decl))
+
+    def has_effects(self, decl: ast.FnDecl) -> bool:
+        """Does `decl`, or a function it calls, have a statement run for its effect (`print`, `assert`)?"""
+        return any(isinstance(node, ast.ExprStmt) for d in (decl, *self.reached(decl)) for node in walk(d.body))
+
+    def reached(self, decl: ast.FnDecl) -> Iterator[ast.FnDecl]:
+        """The functions `decl` calls, directly or through others, each once."""
         seen: set[int] = set()
         todo = [decl]
         while todo:
@@ -605,12 +641,10 @@ class Round:
                 callee = self.typed.types.get(id(node.func)) if isinstance(node, ast.Call) else None
                 if isinstance(callee, FunctionRef) and callee.key in self.typed.functions:
                     target, _ = self.typed.functions[callee.key]
-                    if target is decl:
-                        return True
                     if id(target) not in seen:
                         seen.add(id(target))
                         todo.append(target)
-        return False
+                        yield target
 
     def active_params(self, decl: ast.FnDecl | ast.Lambda) -> list[int]:
         return [i for i, p in enumerate(decl.params) if is_active(self.typed.types.get(id(p), ANY))]
@@ -756,6 +790,7 @@ class FunctionBody:
         self.inlining: list[int] = []  # the top-level functions being inlined, innermost last
         self.filled: dict[int, ast.Stmt] = {}  # the pushes of kept values (`Kept.push`), once known
         self.values: dict[str, ast.Expr] = {}  # generated name -> the operation whose value it holds
+        self.effects = True  # False where a forward runs again: calls go to the functions' quiet copies
         # the Ops of the record list being differentiated -> their stretch in it, and the current Op's stretch
         self.stretch: tuple[dict[str, int], int] = ({}, -1)
 
@@ -966,6 +1001,11 @@ class FunctionBody:
         return out
 
     def forward(self, stmt: ast.Stmt, env: dict[str, str], sweep: Sweep, nested: bool, effects: bool) -> None:
+        outer, self.effects = self.effects, effects
+        self.statement(stmt, env, sweep, nested, effects)
+        self.effects = outer
+
+    def statement(self, stmt: ast.Stmt, env: dict[str, str], sweep: Sweep, nested: bool, effects: bool) -> None:
         self.just_made = ""
         match stmt:
             case ast.Let(pattern=ast.NamePattern(name=local), value=ast.Lambda() as value):
@@ -1088,7 +1128,7 @@ class FunctionBody:
                 decl, _ = self.typed.functions[self.type_of(expr.func).key]
                 return self.inline(decl, {}, expr, env, sweep, hint)
         if not is_active(self.type_of(expr)):
-            return self.atom_of_operation(self.rename(expr, env), expr, sweep, hint, record=False)
+            return self.atom_of_operation(self.rename(self.quiet(expr), env), expr, sweep, hint, record=False)
         rhs = self.operation(expr, env, sweep)
         split = self.split_call(rhs, expr)
         if split is not None:
@@ -1104,6 +1144,8 @@ class FunctionBody:
         if not isinstance(callee, FunctionRef) or callee.key not in self.typed.functions:
             return None
         decl, path = self.typed.functions[callee.key]
+        if not self.effects and self.round.has_effects(decl):
+            return None  # run again by a backward sweep: `g_quiet`, and `g_back` for its backward
         names = self.round.split_names(decl, path)
         if names is None:
             return None
@@ -1284,6 +1326,14 @@ class FunctionBody:
             self.forward(stmt, inner, sweep, nested=False, effects=False)
         return self.atom(last.value, inner, sweep, hint)
 
+    def quiet(self, expr: ast.Expr) -> ast.Expr:
+        """`expr`, calling the quiet copies of functions with effects where the forward is run again."""
+        if self.effects:
+            return expr
+        callees = {id(node): self.round.quiet_callee(node, self.path) for node in walk(expr)}
+        replacements = {k: v for k, v in callees.items() if v is not None}
+        return replace_nodes(expr, replacements) if replacements else expr
+
     def module_aliases(self) -> set[str]:
         return {alias for alias, _ in self.round.program.imports.get(self.path, [])}
 
@@ -1343,9 +1393,8 @@ class FunctionBody:
                     ("help: declare the function at the top level of a module",),
                 )
             args = self.user_arguments(decl, expr)
-            return ast.Call(
-                self.rename(expr.func, env), tuple(self.atom(a, env, sweep, "t") for a in args), (), expr.span
-            )
+            func = self.rename(self.quiet(expr.func), env)
+            return ast.Call(func, tuple(self.atom(a, env, sweep, "t") for a in args), (), expr.span)
         raise NotDifferentiable(
             f"`grad` cannot differentiate a call of {callee}",
             expr.span,

@@ -1980,7 +1980,6 @@ def nested_loops(w, h0):
     return h.sum()
 
 
-
 case(
     "transpose_made_outside_loop",
     "matmul",
@@ -2011,6 +2010,7 @@ def transposes_around_control_flow(w, x):
     if x.sum().item() > 0.0:
         h = h @ w.T
     return torch.tanh(h).sum()
+
 
 case(
     "split_call_with_literal_arguments",
@@ -2043,3 +2043,28 @@ def literal_arguments(x):
     for _ in range(2):
         total = total + scaled(x, 0.1).sum() + scaled(x, 2.0, 0.7).sum()
     return total
+
+
+case(
+    "printing_function_called_in_branch",
+    "calls",
+    """
+fn g(x) {
+    print("g called")
+    assert(abs(x) < 10.0, "x is small")
+    return sin(x) * 2.0
+}
+
+fn f(x) {
+    let y = x
+    if x > 0.0 {
+        y = g(x) * x
+    }
+    return y * y
+}
+""",
+    (s(0.5),),
+    lambda x: (torch.sin(x) * 2.0 * x) ** 2,
+    notes="a function with effects called in a branch the backward sweep runs again: it is not split, "
+    "and its print runs once (tests/test_autodiff.py counts it)",
+)

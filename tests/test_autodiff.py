@@ -442,3 +442,11 @@ def test_hessian_vector_product_by_reverse_over_reverse() -> None:
 
     hessian = torch.autograd.functional.hessian(f, torch.tensor(x)).numpy()
     np.testing.assert_allclose(product, hessian @ v, rtol=1e-9, atol=1e-12)
+
+
+def test_effects_of_a_called_function_run_once_per_call(capsys) -> None:
+    """A branch's backward runs it again; a call in it must not print (or assert) twice."""
+    case = CASES_BY_NAME["printing_function_called_in_branch"]
+    capsys.readouterr()
+    call(case, "grad")
+    assert capsys.readouterr().out.splitlines().count("g called") == 1
