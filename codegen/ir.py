@@ -207,6 +207,20 @@ class Apply:
     args: tuple
 
 
+def tree_dtype(tree: object) -> str:
+    """The dtype of the values an elementwise tree computes."""
+    match tree:
+        case Read(buffer=buffer) | Take(buffer=buffer):
+            return buffer.dtype
+        case Index():
+            return "i64"
+        case Splat(value=value):
+            return value.dtype
+        case Apply(dtype=dtype):
+            return dtype
+    raise AssertionError(tree)
+
+
 ITEM_BYTES = {"f32": 4, "f64": 8, "i64": 8, "bool": 1}  # an element's size in a buffer (bools as bytes)
 
 

@@ -234,19 +234,6 @@ def collect(tree: object, buffers: dict, operands: list) -> None:
                 collect(arg, buffers, operands)
 
 
-def tree_dtype(tree: object) -> str:
-    match tree:
-        case ir.Read(buffer=buffer) | ir.Take(buffer=buffer):
-            return buffer.dtype
-        case ir.Index():
-            return "i64"
-        case ir.Splat(value=value):
-            return value.dtype
-        case ir.Apply(dtype=dtype):
-            return dtype
-    raise AssertionError(tree)
-
-
 class TensorEmission:
     """The tensor instructions of a specialised function, as loop nests (mixed into `FunctionEmitter`)."""
 
@@ -397,7 +384,7 @@ class TensorEmission:
                     self.operand(value),
                 )
                 continue
-            dtype = tree_dtype(value)
+            dtype = ir.tree_dtype(value)
             pointer = self.leaf_pointer(builder, entry, offset, dtype)
 
             def store(builder, index, value=value, pointer=pointer, dtype=dtype, shape=shape):
@@ -536,7 +523,7 @@ class TensorEmission:
                 for arg in args:
                     builder, value = self.vector_tree(builder, arg, index, lanes)
                     values.append(value)
-                return builder, self.apply(builder, op, dtype, [tree_dtype(a) for a in args], values, lanes)
+                return builder, self.apply(builder, op, dtype, [ir.tree_dtype(a) for a in args], values, lanes)
         raise AssertionError(tree)
 
     def splat(self, builder: llvm_ir.IRBuilder, value, lanes: int) -> llvm_ir.Value:
@@ -637,7 +624,7 @@ class TensorEmission:
                 for arg in args:
                     builder, value = self.tree(builder, arg, index)
                     values.append(value)
-                return builder, self.apply(builder, op, dtype, [tree_dtype(a) for a in args], values)
+                return builder, self.apply(builder, op, dtype, [ir.tree_dtype(a) for a in args], values)
         raise AssertionError(tree)
 
     def apply(self, builder, op: str, dtype: str, dtypes: list[str], values: list, lanes: int = 1) -> llvm_ir.Value:
@@ -755,7 +742,7 @@ class TensorEmission:
 
         def fold(builder, index):
             builder, value = self.tree(builder, instruction.tree, index)
-            value = self.convert_value(builder, value, tree_dtype(instruction.tree), dtype)
+            value = self.convert_value(builder, value, ir.tree_dtype(instruction.tree), dtype)
             position = self.linear(builder, [index[d] for d in kept], target.shape)
             running = self.load_element(builder, pointer, position, dtype)
             self.store_element(builder, pointer, position, dtype, self.combine(builder, op, dtype, running, value))

@@ -217,6 +217,13 @@ def is_zero(tree: object) -> bool:
     return isinstance(tree, ir.Splat) and isinstance(tree.value, ir.Const) and tree.value.value == 0
 
 
+def adds_nothing(tree: object, dtype: str) -> bool:
+    """Is `tree + v` taken as `v` for `v` of `dtype`? A zero is (`zeros_like(x) + v`, derivative code's
+    zeroed adjoints). For floats this drops a sign: 0.0 + -0.0 is 0.0, so a zero's sign may differ from
+    the interpreter's, as docs/internals.md says (XLA simplifies `x + 0` alike)."""
+    return is_zero(tree) and tree.value.dtype == dtype
+
+
 def home_buffers(value: object) -> set[str]:
     if isinstance(value, Tensor) and isinstance(value.tree, ir.Read):
         return {value.tree.buffer.name}
@@ -1094,7 +1101,8 @@ class Specialiser(FunctionLowering):
         if name == "add":  # `zeros_like(x) + v` (derivative code's zeroed adjoints): `v` itself
             for zero, other in ((0, 1), (1, 0)):
                 kept = values[other]
-                if is_zero(trees[zero]) and isinstance(kept, Tensor) and (kept.shape, kept.dtype) == (shape, common):
+                same = isinstance(kept, Tensor) and (kept.shape, kept.dtype) == (shape, common)
+                if same and adds_nothing(trees[zero], common):
                     return kept
         return Tensor(common, shape, ir.Apply(name, common, tuple(trees)))
 
@@ -1614,8 +1622,10 @@ def replace(tree: object, node: object, by: object) -> object:
         return by
     if isinstance(tree, ir.Apply):
         args = tuple(replace(a, node, by) for a in tree.args)
-        if tree.op == "add" and len(args) == 2 and any(map(is_zero, args)):  # zeros forwarded into a sum
-            return args[1] if is_zero(args[0]) else args[0]
+        if tree.op == "add" and len(args) == 2:  # zeros forwarded into a sum
+            for zero, other in ((0, 1), (1, 0)):
+                if adds_nothing(args[zero], tree.dtype) and ir.tree_dtype(args[other]) == tree.dtype:
+                    return args[other]
         return ir.Apply(tree.op, tree.dtype, args)
     if isinstance(tree, ir.Take):
         return ir.Take(

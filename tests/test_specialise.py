@@ -864,3 +864,17 @@ def test_functions_as_arguments_are_compiled_in() -> None:
     expected, actual, report = on_both(source, "map3", square, f32(3), path="fns.dl")
     assert verdict(report, "map3") == "compiled", report
     assert_close(actual, expected)
+
+
+def test_a_zero_forwarded_into_a_sum_is_dropped_only_at_its_own_dtype() -> None:
+    from dl.codegen import ir
+    from dl.codegen.specialize import replace
+
+    buffer = ir.Buffer("x", "f64", (3,), 0, 0)
+    x = ir.Read(buffer, ir.Const(0, "i64"), (1,))
+    slot = ir.Read(ir.Buffer("slot", "f64", (3,), 0, 64), ir.Const(0, "i64"), (1,))
+    total = ir.Apply("add", "f64", (slot, x))
+    assert replace(total, slot, ir.Splat(ir.Const(0.0, "f64"))) == x
+    mixed = replace(total, slot, ir.Splat(ir.Const(0, "i64")))
+    assert isinstance(mixed, ir.Apply) and mixed.op == "add"
+    assert replace(total, slot, ir.Splat(ir.Const(1.0, "f64"))).args[0] == ir.Splat(ir.Const(1.0, "f64"))
