@@ -111,7 +111,8 @@ class FunctionLowering:
         self.blocks: list[ir.Block] = []
         self.label = "entry"
         self.instructions: list[ir.Instruction] = []
-        self.used_labels: dict[str, int] = {}
+        self.used_labels: dict[str, int] = {}  # hint -> how many names were made from it
+        self.given_labels: set[str] = set()
         self.scopes: list[dict[str, ir.Variable]] = [{}]
         self.variables: list[ir.Variable] = []
         self.loops: list[tuple[str, str]] = []  # (continue target, break target)
@@ -158,9 +159,15 @@ class FunctionLowering:
 
     # -------------------------------------------------------------- blocks and names
     def fresh_label(self, hint: str) -> str:
+        """`hint`, or `hint.1`, `hint.2`, ...: the first not yet given out (a hint may itself end in `.1`)."""
         count = self.used_labels.get(hint, 0)
+        chosen = hint if count == 0 else f"{hint}.{count}"
+        while chosen in self.given_labels:
+            count += 1
+            chosen = f"{hint}.{count}"
         self.used_labels[hint] = count + 1
-        return hint if count == 0 else f"{hint}.{count}"
+        self.given_labels.add(chosen)
+        return chosen
 
     def finish(self, terminator: ir.Terminator) -> None:
         """End the current block (code after a `return`, `break` or `continue` is unreachable: dropped)."""

@@ -878,3 +878,16 @@ def test_a_zero_forwarded_into_a_sum_is_dropped_only_at_its_own_dtype() -> None:
     mixed = replace(total, slot, ir.Splat(ir.Const(0, "i64")))
     assert isinstance(mixed, ir.Apply) and mixed.op == "add"
     assert replace(total, slot, ir.Splat(ir.Const(1.0, "f64"))).args[0] == ir.Splat(ir.Const(1.0, "f64"))
+
+
+def test_a_function_inlined_twice_keeps_its_names_apart() -> None:
+    """Two inlined copies of a loop with an `if`: the second copy's names (`s.1`, `if.then.1`) must not
+    meet a name made from a hint that already ends in `.1`."""
+    source = (
+        "fn normalize(v) {\n    let s = v\n    let i = 0\n    while i < 3 {\n"
+        "        if sum(s) > 1.0 {\n            s = s / 2.0\n        } else {\n            s = s * 1.5\n        }\n"
+        "        i += 1\n    }\n    return s / sqrt(sum(s * s))\n}\n"
+        "fn f(a, b) {\n    return sum(normalize(a) * normalize(b))\n}\n"
+        "fn g(a: f64[3], b: f64[3]) -> (f64[3], f64[3]) {\n    return grad(f, wrt=(0, 1))(a, b)\n}\n"
+    )
+    check(source, "g", np.array([3.0, 1.0, -0.5]), np.array([0.7, 0.2, 0.1]), rtol=1e-12, atol=1e-12)
