@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 from functools import cache
 
 from dl.lang import ast
-from dl.lang.check import Typed, check, has_float, wrt_positions
+from dl.lang.check import Typed, check, has_float, wrt_positions, zips
 from dl.lang.diagnostics import UNKNOWN_SPAN, Diagnostic, DiagnosticError, Span, error
 from dl.lang.modules import Program
 from dl.lang.primitives import BY_NAME, NON_DIFFERENTIABLE, SIGNATURES, TRANSFORMS, Prim, bind
@@ -1651,6 +1651,16 @@ class FunctionBody:
 
     def add_to_part(self, var: str, part: Part) -> ast.Stmt:
         d_var = name(self.adjoint(var))
+        var_type = self.types.get(var)
+        if part.field is None and isinstance(var_type, TupleType) and len(part.indices) == 1:
+            # a tuple's item cannot be assigned: the tuple is built again, with the one item added to
+            (k,) = part.indices
+            position = k.value % len(var_type.items) if isinstance(k, ast.IntLiteral) else None
+            if position is None:
+                raise NotDifferentiable("`grad` needs a tuple's index to be a literal integer", part.value.span)
+            items = [index_of(d_var, i) for i in range(len(var_type.items))]
+            items[position] = call("tree_add", items[position], part.value)
+            return assign(d_var, ast.TupleLiteral(tuple(items)))
         if part.field is None:
             return ast.Assign(ast.Index(d_var, part.indices), "+=", part.value)
         place = ast.Field(d_var, part.field)
@@ -2070,13 +2080,53 @@ class Lowering:
         else:
             items = body.fresh_user_name("items")
             before = [let(index, ast.IntLiteral(0)), let(items, stmt.iterable)]
+            iterable_type = body.type_of(stmt.iterable)
+            zipped = isinstance(iterable_type, TupleType) and zips(iterable_type, stmt.pattern)
+            if isinstance(iterable_type, TupleType) and not zipped:
+                return before, *self.tuple_iterations(stmt, iterable_type, items, index)
+            if zipped and any(isinstance(item, TupleType) for item in iterable_type.items):
+                return before, *self.tuple_iterations(stmt, iterable_type, items, index, zipped=True)
             binds = self.element_lets(stmt, items, index)
-            zipped = isinstance(stmt.pattern, ast.TuplePattern) and isinstance(body.type_of(stmt.iterable), TupleType)
             leading = ast.Index(name(items), (ast.IntLiteral(0),)) if zipped else name(items)
             cond = ast.Binary("<", name(index), call("len", leading))
         step = ast.Binary("+", name(index), ast.IntLiteral(1))
         body.extra_types[id(step)] = index_type
         return before, cond, [*binds, assign(name(index), step), *stmt.body.body]
+
+    def tuple_iterations(self, stmt: ast.For, iterable: TupleType, items: str, index: str, zipped: bool = False):
+        """The condition and body of a loop over a tuple's items, or over tuples zipped (`for (a, b) in
+        (t, u)`), whose values may differ in type (the checker checks the body once for each step):
+        `if position == 0 { let x = items[0]; body } else if ...`."""
+        body = self.body
+
+        def item(of: ast.Expr, of_type: Type, k: int) -> ast.Index:
+            element = ast.Index(of, (ast.IntLiteral(k),))
+            element_type = of_type.items[k] if isinstance(of_type, TupleType) else ANY
+            if isinstance(of_type, TensorType) and of_type.dims:
+                element_type = TensorType(of_type.dtype, of_type.dims[1:])
+            body.extra_types[id(element)] = element_type
+            return element
+
+        def step_value(k: int) -> ast.Expr:
+            if not zipped:
+                return item(name(items), iterable, k)
+            parts = [item(item(name(items), iterable, p), part, k) for p, part in enumerate(iterable.items)]
+            value = ast.TupleLiteral(tuple(parts))
+            body.extra_types[id(value)] = TupleType(tuple(body.extra_types[id(part)] for part in parts))
+            return value
+
+        count = len(iterable.items)
+        if zipped:
+            count = next(len(part.items) for part in iterable.items if isinstance(part, TupleType))
+        position = body.fresh_user_name("position")
+        branches: ast.Stmt | None = None
+        for k in reversed(range(count)):
+            block = ast.Block((ast.Let(stmt.pattern, None, step_value(k), stmt.span), *stmt.body.body), stmt.body.span)
+            test = ast.Binary("==", name(position), ast.IntLiteral(k))
+            branches = ast.If(test, block, branches, stmt.span)
+        cond = ast.Binary("<", name(index), ast.IntLiteral(count))
+        steps = [let(position, name(index)), assign(name(index), ast.Binary("+", name(index), ast.IntLiteral(1)))]
+        return cond, [*steps, *([branches] if branches is not None else [])]
 
     def element_lets(self, stmt: ast.For, items: str, index: str) -> list[ast.Stmt]:
         body = self.body

@@ -809,7 +809,35 @@ class Checker:
         value = self.expression(iterable, scope, context)
         if isinstance(value, TupleType) and not zips(value, pattern):
             return list(dict.fromkeys(strong(item) for item in value.items)) or [ANY]
+        if isinstance(value, TupleType) and any(isinstance(item, TupleType) for item in value.items):
+            return self.zipped_tuple_types(value, iterable)
         return [self.element_type(value, iterable)]
+
+    def zipped_tuple_types(self, value: TupleType, iterable: ast.Expr) -> list[Type]:
+        """`for (a, b) in ((1, 2), (3, 4))`, or a tuple zipped with a tensor: one type per step, as if
+        unrolled (a tuple's items may differ in type)."""
+        steps = {len(item.items) for item in value.items if isinstance(item, TupleType)}
+        tensors = [item for item in value.items if isinstance(item, TensorType)]
+        steps |= {t.dims[0] for t in tensors if isinstance(t.dims[0], int)}
+        if len(steps) > 1:
+            self.report(error("E0309", f"`for` zips iterables of different lengths: {value}", iterable.span))
+            return [ANY]
+        (count,) = steps
+        return list(
+            dict.fromkeys(
+                TupleType(
+                    tuple(
+                        strong(item.items[k])
+                        if isinstance(item, TupleType)
+                        else TensorType(item.dtype, item.dims[1:])
+                        if isinstance(item, TensorType)
+                        else ANY
+                        for item in value.items
+                    )
+                )
+                for k in range(count)
+            )
+        ) or [ANY]
 
     def element_type(self, value: Type, iterable: ast.Expr) -> Type:
         if isinstance(value, AnyType):
@@ -1771,11 +1799,13 @@ def dim_names(t: Type) -> set[str]:
 
 
 def zips(value: TupleType, pattern: ast.Pattern) -> bool:
-    """`for (x, y) in (xs, ys)`: walking tensors of one length together, not the tuple's items."""
+    """`for (x, y) in (xs, ys)`: walking tensors or tuples of one length together, not the tuple's items."""
     return (
         isinstance(pattern, ast.TuplePattern)
         and len(pattern.items) == len(value.items)
-        and all(isinstance(item, (TensorType, AnyType)) and getattr(item, "dims", (1,)) for item in value.items)
+        and all(
+            isinstance(item, (TensorType, AnyType, TupleType)) and getattr(item, "dims", (1,)) for item in value.items
+        )
     )
 
 

@@ -2068,3 +2068,41 @@ fn f(x) {
     notes="a function with effects called in a branch the backward sweep runs again: it is not split, "
     "and its print runs once (tests/test_autodiff.py counts it)",
 )
+
+case(
+    "for_over_tuples",
+    "for",
+    """
+fn f(x) {
+    let h = x
+    let n = 0
+    for w in (x, x * 2.0, x) {
+        n += 1
+        if n == 3 {
+            break
+        }
+        h = tanh(h * w + 0.5)
+    }
+    let t = 0.0f64
+    for (a, k) in ((h, x), (2.0f64, 3.0f64)) {
+        t += sum(a * a) * k
+    }
+    for (row, scale) in ([[1.0f64, 2.0], [3.0, 4.0]], (x, h)) {
+        t += sum(row * scale)
+    }
+    return t
+}
+""",
+    (normal(163, 2),),
+    lambda x: tuple_loops(x),
+    notes="`for` over a tuple's items and over tuples zipped (with each other or with a tensor): one "
+    "branch per step, the tuple's items may differ in type",
+)
+
+
+def tuple_loops(x):
+    h = torch.tanh(x * x + 0.5)
+    h = torch.tanh(h * (x * 2.0) + 0.5)
+    total = (h * h).sum() * 2.0 + (x * x).sum() * 3.0
+    rows = torch.tensor([[1.0, 2.0], [3.0, 4.0]], dtype=torch.float64)
+    return total + (rows[0] * x).sum() + (rows[1] * h).sum()
