@@ -1072,6 +1072,13 @@ class FunctionBody:
             return ast.FloatLiteral(float(atom.value), None, atom.span)
         return atom
 
+    def settled_literals(self, expr: ast.Expr) -> ast.Expr:
+        """`expr` with each number literal's dtype from context written out (`settled_literal`)."""
+        literals = (ast.IntLiteral, ast.FloatLiteral)
+        replacements = {id(n): self.settled_literal(n) for n in walk(expr) if isinstance(n, literals)}
+        replacements = {k: v for k, v in replacements.items() if not isinstance(v, literals) or v.dtype}
+        return replace_nodes(expr, replacements) if replacements else expr
+
     def assign(self, target: ast.Expr, value: ast.Expr, env, sweep: Sweep) -> None:
         match target:
             case ast.Name(id=user):
@@ -1128,7 +1135,8 @@ class FunctionBody:
                 decl, _ = self.typed.functions[self.type_of(expr.func).key]
                 return self.inline(decl, {}, expr, env, sweep, hint)
         if not is_active(self.type_of(expr)):
-            return self.atom_of_operation(self.rename(self.quiet(expr), env), expr, sweep, hint, record=False)
+            settled = self.settled_literals(self.quiet(expr))
+            return self.atom_of_operation(self.rename(settled, env), expr, sweep, hint, record=False)
         rhs = self.operation(expr, env, sweep)
         split = self.split_call(rhs, expr)
         if split is not None:
@@ -1365,8 +1373,8 @@ class FunctionBody:
                 return ast.Field(operand(target), field_name, expr.span)
             case ast.TupleLiteral(items=items):
                 return ast.TupleLiteral(tuple(operand(i) for i in items), expr.span)
-            case ast.TensorLiteral(items=items):
-                return ast.TensorLiteral(tuple(operand(i) for i in items), expr.span)
+            case ast.TensorLiteral(items=items):  # (a literal item's dtype may come from an annotation)
+                return ast.TensorLiteral(tuple(self.settled_literal(operand(i)) for i in items), expr.span)
             case ast.StructLiteral(type=struct, fields=fields):
                 return ast.StructLiteral(
                     struct, tuple(ast.FieldInit(f.name, operand(f.value), f.span) for f in fields), expr.span
@@ -1470,15 +1478,26 @@ class FunctionBody:
         outer variables it assigned back into their outer names."""
         inner = dict(env)
         sweep = Sweep()
-        for stmt in block.body:
-            self.forward(stmt, inner, sweep, nested=True, effects=effects)
-        declared = {p.name for stmt in block.body if isinstance(stmt, ast.Let) for p in pattern_names(stmt.pattern)}
+        self.forward_block(block, inner, sweep, effects)
         updates = [
             assign(name(outer), name(inner[user]))
             for user, outer in env.items()
-            if inner[user] != outer and user in assigned_names(block) and user not in declared
+            if inner[user] != outer and user in assigned_names(block)
         ]
         return inner, sweep, updates
+
+    def forward_block(self, block: ast.Block, env, sweep: Sweep, effects: bool) -> None:
+        """A nested block's statements forward. A `let` in it that shadows an outer variable hides it only
+        to the end of the block: `env` then names the outer variable's value again (as it was at the
+        `let`: the block may have assigned it before)."""
+        shadowed: dict[str, str] = {}
+        for stmt in block.body:
+            for user in declared_names(stmt):
+                for key in (user, f"fn {user}"):
+                    if key in env and key not in shadowed:
+                        shadowed[key] = env[key]
+            self.forward(stmt, env, sweep, nested=True, effects=effects)
+        env.update(shadowed)
 
     def predeclare(self, stmt, env, have: set[str]) -> list[ast.Stmt]:
         """Zero adjoints, declared before `stmt`'s backward, for the outer variables it reads or assigns."""
@@ -1565,8 +1584,7 @@ class FunctionBody:
         values of the variables it assigns are `after`'s, not computed again."""
         inner_env = dict(record.env)
         sweep = Sweep()
-        for stmt in block.body:
-            self.forward(stmt, inner_env, sweep, nested=True, effects=False)
+        self.forward_block(block, inner_env, sweep, effects=False)
         inner_have = set(have)
         # (not a name assigned after its `let`, by a loop or `if` inside: its `let` is not its final value)
         changed = assigned_names(tuple(sweep.stmts))
@@ -2225,6 +2243,15 @@ def assigned_names(node) -> set[str]:
                 else:
                     found.add(root_name(target))
     return found
+
+
+def declared_names(stmt: ast.Stmt) -> list[str]:
+    """The names a statement declares in its block: a `let`'s, a local function's."""
+    if isinstance(stmt, ast.Let):
+        return [p.name for p in pattern_names(stmt.pattern)]
+    if isinstance(stmt, ast.FnDecl):
+        return [stmt.name]
+    return []
 
 
 def assigned_outer(stmt, env: dict[str, str]) -> list[str]:

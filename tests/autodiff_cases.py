@@ -2106,3 +2106,60 @@ def tuple_loops(x):
     total = (h * h).sum() * 2.0 + (x * x).sum() * 3.0
     rows = torch.tensor([[1.0, 2.0], [3.0, 4.0]], dtype=torch.float64)
     return total + (rows[0] * x).sum() + (rows[1] * h).sum()
+
+
+case(
+    "let_shadowing_in_blocks",
+    "for",
+    """
+fn f(x) {
+    let h = x * 2.0
+    for i in 0..2 {
+        h = h * x
+        let h = h + 1.0
+        h = h * 3.0
+        if sum(h) > -1000.0 {
+            let x = h * 0.5
+            h = h + x
+        }
+    }
+    let total = sum(h)
+    if total > -1000.0 {
+        let total = total * 2.0
+        h = h * total
+    }
+    return sum(h) + total
+}
+""",
+    (uniform(164, -0.9, 0.9, 2),),
+    lambda x: shadowed_lets(x),
+    notes="a `let` in a loop body or branch that shadows an outer variable hides it to the end of its "
+    "block only; the outer variable assigned before the `let` keeps that value",
+)
+
+
+def shadowed_lets(x):
+    h = x * 2.0
+    for _ in range(2):
+        h = h * x
+    total = h.sum()
+    return (h * (total * 2.0)).sum() + total
+
+
+case(
+    "annotated_tensor_literal",
+    "shapes",
+    """
+fn f(x) {
+    let ys: f64[2] = [1.0, 2.5]
+    let w: f64[2, 2] = [[0.5, -1], [2, 0.25]]
+    return sum(tanh(x @ w) * ys)
+}
+""",
+    (normal(165, 2),),
+    lambda x: (
+        torch.tanh(x @ torch.tensor([[0.5, -1.0], [2.0, 0.25]], dtype=torch.float64))
+        * torch.tensor([1.0, 2.5], dtype=torch.float64)
+    ).sum(),
+    notes="tensor literals whose items take their dtype from the `let`'s annotation",
+)
