@@ -1009,7 +1009,7 @@ class FunctionBody:
         self.just_made = ""
         match stmt:
             case ast.Let(pattern=ast.NamePattern(name=local), value=ast.Lambda() as value):
-                self.bind_closure(local, value, env, env)
+                self.bind_closure(local, value, self.captured(value, env, sweep), env)
             case ast.Let(pattern=ast.NamePattern(name=local), value=ast.Call() as value) if isinstance(
                 self.type_of(value), FunctionRef
             ):
@@ -1030,7 +1030,7 @@ class FunctionBody:
             case ast.If() | ast.While():
                 self.compound(stmt, env, sweep, effects)
             case ast.FnDecl(name=local):
-                self.bind_closure(local, stmt, env, env)
+                self.bind_closure(local, stmt, self.captured(stmt, env, sweep), env)
             case _:
                 raise NotDifferentiable(
                     f"`grad` cannot differentiate this statement here: {type(stmt).__name__}", stmt.span
@@ -1256,6 +1256,18 @@ class FunctionBody:
             node = ast.Call(callee, tuple(parts), (), span)
         self.extra_types[id(node)] = result
         return node
+
+    def captured(self, decl: ast.Lambda | ast.FnDecl, env: dict[str, str], sweep: Sweep) -> dict[str, str]:
+        """What a closure made here sees: the variables' values now. One the function assigns later is
+        copied first (the closure keeps the value it captured, not the variable)."""
+        assigned = assigned_names(self.decl.body)
+        seen = dict(env)
+        for user in free_names(decl.body) & assigned:
+            if user in env and env[user] in self.types:
+                value = ast.Name(env[user], decl.span)
+                self.extra_types[id(value)] = self.types[env[user]]
+                seen[user] = self.atom_of_operation(value, value, sweep, f"{user}_captured").id
+        return seen
 
     def bind_closure(self, local: str, decl, captured: dict[str, str], env: dict[str, str]) -> None:
         self.closures.append((decl, dict(captured)))

@@ -2163,3 +2163,37 @@ fn f(x) {
     ).sum(),
     notes="tensor literals whose items take their dtype from the `let`'s annotation",
 )
+
+case(
+    "closure_captures_before_loop_assigns",
+    "closures",
+    """
+fn f(x) {
+    let fs = 0.0f64
+    let k = x[0] * 2.0
+    let add = fn(z) => z * k
+    fn twice(z) {
+        return add(z) * k
+    }
+    for i in 0..2 {
+        fs += sum(add(x)) + sum(twice(x))
+        k = k + x[1]
+    }
+    return fs + k
+}
+""",
+    (normal(166, 2),),
+    lambda x: captured_values(x),
+    notes="closures keep the value a variable had when they were made; the loop assigning it later "
+    "changes neither their result nor where their adjoint goes",
+)
+
+
+def captured_values(x):
+    k = x[0] * 2.0
+    captured = k
+    total = torch.tensor(0.0, dtype=torch.float64)
+    for _ in range(2):
+        total = total + (x * captured).sum() + (x * captured * captured).sum()
+        k = k + x[1]
+    return total + k
