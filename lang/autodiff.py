@@ -478,6 +478,7 @@ class Round:
     def __init__(self, typed: Typed, backs: dict[tuple, str] | None = None) -> None:
         self.typed = typed
         self.existing_backs = backs if backs is not None else {}
+        self.effectful_names: frozenset[str] | None = None
         self.program = typed.program
         self.added: dict[str, list[ast.FnDecl]] = {path: [] for path in self.program.modules}
         self.taken: dict[str, set[str]] = {path: module_names(m) for path, m in self.program.modules.items()}
@@ -627,6 +628,24 @@ class Round:
     def recursive(self, decl: ast.FnDecl) -> bool:
         """Does `decl` call itself, directly or through other functions?"""
         return any(target is decl for target in self.reached(decl))
+
+    def effectful(self) -> frozenset[str]:
+        """The names of the functions that print or assert (themselves or through what they call), and of
+        their `_fwd` functions: calls of them are never dropped as unread."""
+        if self.effectful_names is None:
+            found = {
+                d.name
+                for module in self.program.modules.values()
+                for d in module.decls
+                if isinstance(d, ast.FnDecl) and self.has_effects(d)
+            }
+            self.effectful_names = frozenset(found)
+        fwd = {
+            function
+            for key, function in self.existing_backs.items()
+            if len(key) == 3 and key[2] == "fwd" and function and key[1] in self.effectful_names
+        }
+        return self.effectful_names | fwd
 
     def has_effects(self, decl: ast.FnDecl) -> bool:
         """Does `decl`, or a function it calls, have a statement run for its effect (`print`, `assert`)?"""
@@ -879,7 +898,7 @@ class FunctionBody:
         if value is not None:
             result = ast.TupleLiteral((name(value), result))
         out.append(ast.Return(result))
-        return ast.Block(tuple(prune(self.with_kept_values(out))))
+        return ast.Block(tuple(prune(self.with_kept_values(out), self.round.effectful())))
 
     def seed(self, result: ast.Name) -> ast.Expr:
         """The adjoint the backward sweep starts from: 1, in the result's dtype."""
@@ -899,7 +918,7 @@ class FunctionBody:
         positions = self.round.active_params(self.decl)
         gradients = [self.final_adjoint(self.decl.params[i].name, have) for i in positions]
         out.append(ast.Return(tuple_of(gradients) if gradients else ast.TupleLiteral(())))
-        return ast.Block(tuple(prune(self.with_kept_values(out)))), d_result
+        return ast.Block(tuple(prune(self.with_kept_values(out), self.round.effectful()))), d_result
 
     def with_kept_values(self, stmts: list[ast.Stmt]) -> list[ast.Stmt]:
         """The loops' pushes of the values their backward sweeps read (`restore`); a loop whose backward
@@ -928,7 +947,7 @@ class FunctionBody:
         back += self.backward(sweep.records, have)
         gradients = [self.final_adjoint(self.decl.params[i].name, have) for i in self.round.active_params(self.decl)]
         back.append(ast.Return(tuple_of(gradients) if gradients else ast.TupleLiteral(())))
-        back = prune(self.with_kept_values(back))
+        back = prune(self.with_kept_values(back), self.round.effectful())
         params = {p.name for p in self.decl.params}
         forward = self.with_kept_values(sweep.stmts)
         lets = [s for s in forward if isinstance(s, ast.Let) and isinstance(s.pattern, ast.NamePattern)]
@@ -942,7 +961,8 @@ class FunctionBody:
         for position, value in enumerate(values):
             item = name(kept) if len(values) == 1 else index_of(name(kept), position)
             taken.append(assign(name(value), item) if value in params else let(value, item))
-        return ast.Block(tuple(prune(forward))), ast.Block(tuple(taken + views + back)), kept, d_result
+        forward = prune(forward, self.round.effectful())
+        return ast.Block(tuple(forward)), ast.Block(tuple(taken + views + back)), kept, d_result
 
     def parameters(self) -> dict[str, str]:
         env = {}
@@ -2278,9 +2298,11 @@ def free_names(stmt) -> set[str]:
 EFFECTS = {"print", "assert", "save"}
 
 
-def prune(stmts: list[ast.Stmt]) -> list[ast.Stmt]:
+def prune(stmts: list[ast.Stmt], effectful: frozenset[str] = frozenset()) -> list[ast.Stmt]:
     """Drop `let`s of values nothing reads (the forward values the backward sweep does not need), and
-    copies: `let a = b` of names never assigned again makes `a` another name for `b`."""
+    copies: `let a = b` of names never assigned again makes `a` another name for `b`. Calls of the
+    functions named in `effectful` (which print or assert) stay."""
+    pure = lambda expr: not calls_any(expr, EFFECTS | effectful)  # noqa: E731
     stmts = propagate_copies(stmts)
     while True:
         reads = read_elsewhere(stmts)
@@ -2475,10 +2497,15 @@ def read_elsewhere(stmts: list[ast.Stmt]) -> set[str]:
     return reads
 
 
-def pure(expr) -> bool:
-    return not any(
-        isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in EFFECTS for n in walk(expr)
-    )
+def calls_any(expr, functions: set[str] | frozenset[str]) -> bool:
+    """Does `expr` call one of `functions` (by name, or as `module.name`)?"""
+    for n in walk(expr):
+        if isinstance(n, ast.Call):
+            if isinstance(n.func, ast.Name) and n.func.id in functions:
+                return True
+            if isinstance(n.func, ast.Field) and n.func.name in functions:
+                return True
+    return False
 
 
 def filter_blocks(stmts: list[ast.Stmt], keep) -> list[ast.Stmt]:
