@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # as `dl` itself sets it, before numpy is imported
 
@@ -38,10 +39,28 @@ def dlrun(capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch):
     return run
 
 
-def check_golden(path: Path, actual: str, update: bool) -> None:
+def check_golden(path: Path, actual: str, update: bool, rtol: float = 0.0) -> None:
+    """`actual` is the golden file's text; with `rtol`, its numbers may differ by that much relatively
+    (a training run's printed f32 losses end in digits that depend on the CPU's BLAS kernels)."""
     if update or not path.exists():
         path.write_text(actual)
         if not update:
             pytest.fail(f"golden file {path.name} was missing and has been written; review it")
         return
-    assert actual == path.read_text(), f"output differs from {path.name} (rerun with --update-goldens to accept)"
+    expected = path.read_text()
+    message = f"output differs from {path.name} (rerun with --update-goldens to accept)"
+    if rtol and actual != expected:
+        assert same_but_numbers(actual, expected, rtol), message + f"\n{actual}"
+        return
+    assert actual == expected, message
+
+
+NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
+
+
+def same_but_numbers(actual: str, expected: str, rtol: float) -> bool:
+    """The same text, its numbers within `rtol` of each other (relative to the larger)."""
+    if NUMBER.sub("#", actual) != NUMBER.sub("#", expected):
+        return False
+    pairs = zip(NUMBER.findall(actual), NUMBER.findall(expected), strict=True)
+    return all(abs(float(a) - float(e)) <= rtol * max(abs(float(a)), abs(float(e))) for a, e in pairs)

@@ -37,7 +37,7 @@ def run_in(tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.Mo
 def test_example_output(path: Path, run_in, update_goldens: bool) -> None:
     status, out, err = run_in(path.name, *QUICK.get(path.name, []))
     assert (status, err) == (0, "")
-    check_golden(path.with_suffix(".out"), out, update_goldens)
+    check_golden(path.with_suffix(".out"), out, update_goldens, rtol=1e-6)
 
 
 def test_train_learns_saves_and_resumes(run_in, tmp_path: Path) -> None:
