@@ -567,19 +567,19 @@ class TensorEmission:
             inverse = builder.fdiv(one, builder.fadd(one, e))
             positive = builder.fcmp_ordered(">=", x, self.constant_of(dtype, 0.0, lanes))
             return builder.select(positive, inverse, builder.fmul(e, inverse))
-        element = "f64" if dtype == "f64" else ("f32" if dtype == "f32" else "i64")
-        suffix = f"v{lanes}{element}"
+        integer = dtype in ir.INTEGER_DTYPES
+        suffix = f"v{lanes}{dtype}"
         if name in ("sqrt", "pow"):
             return builder.call(self.libm(f"llvm.{name}.{suffix}", kind, arity=len(args)), args)
         if name == "abs":
-            if dtype == "i64":
+            if integer:
                 absolute = self.c_function(f"llvm.abs.{suffix}", kind, [kind, TYPES["bool"]])
                 return builder.call(absolute, [args[0], TYPES["bool"](0)])
             return builder.call(self.libm(f"llvm.fabs.{suffix}", kind), args)
         if name == "relu":
-            args = [args[0], self.constant_of(dtype, 0 if dtype == "i64" else 0.0, lanes)]
+            args = [args[0], self.constant_of(dtype, 0 if integer else 0.0, lanes)]
             name = "maximum"
-        if dtype == "i64":
+        if integer:
             keep = builder.icmp_signed(">" if name == "maximum" else "<", args[0], args[1])
             return builder.select(keep, args[0], args[1])
         return builder.call(self.libm(f"llvm.{name}.{suffix}", kind, arity=2), args)
@@ -682,9 +682,9 @@ class TensorEmission:
         quotient rounded toward minus infinity, the remainder with the divisor's sign. Floats follow numpy's
         divmod (fmod, then corrections; a zero divisor gives inf or nan)."""
         kind = TYPES[dtype]
-        if dtype == "i64":
+        if dtype in ir.INTEGER_DTYPES:
             minus_one = builder.icmp_signed("==", b, kind(-1))
-            divisor = builder.select(minus_one, kind(1), b)  # i64 minimum // -1 wraps, as numpy's does
+            divisor = builder.select(minus_one, kind(1), b)  # the minimum // -1 wraps, as numpy's does
             quotient = builder.sdiv(a, divisor)
             quotient = builder.select(minus_one, builder.sub(kind(0), a), quotient)
             remainder = builder.select(minus_one, kind(0), builder.srem(a, divisor))
@@ -716,7 +716,8 @@ class TensorEmission:
         return builder.select(by_zero, builder.fdiv(a, b), floor)
 
     def convert_value(self, builder, value, source: str, target: str, lanes: int = 1) -> llvm_ir.Value:
-        """numpy's `astype` between the dtypes (a float to i64 truncates; no check, as numpy's)."""
+        """numpy's `astype` between the dtypes (a float to an integer truncates, an i64 to i32 wraps; no check,
+        as numpy's); an i64 to a float goes through f64, as numpy converts a Python int."""
         kind = TYPES[target] if lanes == 1 else llvm_ir.VectorType(TYPES[target], lanes)
         if source == target:
             return value
@@ -724,10 +725,14 @@ class TensorEmission:
             if source in ("f32", "f64"):
                 return builder.fcmp_unordered("!=", value, self.constant_of(source, 0.0, lanes))
             return builder.icmp_signed("!=", value, self.constant_of(source, 0, lanes))
-        if target == "i64":
-            return builder.zext(value, kind) if source == "bool" else builder.fptosi(value, kind)
-        if source == "bool":
-            return builder.uitofp(value, kind)
+        if target in ir.INTEGER_DTYPES:
+            if source == "bool":
+                return builder.zext(value, kind)
+            if source in ir.INTEGER_DTYPES:
+                return builder.sext(value, kind) if target == "i64" else builder.trunc(value, kind)
+            return builder.fptosi(value, kind)
+        if source == "bool" or source == "i32":
+            return builder.uitofp(value, kind) if source == "bool" else builder.sitofp(value, kind)
         if source == "i64":
             wide_kind = TYPES["f64"] if lanes == 1 else llvm_ir.VectorType(TYPES["f64"], lanes)
             wide = builder.sitofp(value, wide_kind)
@@ -746,7 +751,8 @@ class TensorEmission:
         elif dtype in ("f32", "f64"):
             identity = kind(float("-inf") if op == "max" else float("inf"))
         else:
-            identity = kind(-(2**63) if op == "max" else 2**63 - 1)
+            minimum = INTEGER_MINIMUM[dtype]
+            identity = kind(minimum if op == "max" else -minimum - 1)
 
         def initialise(builder, index):
             self.store_element(builder, pointer, self.linear(builder, index, target.shape), dtype, identity)
