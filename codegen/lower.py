@@ -318,8 +318,8 @@ class FunctionLowering:
 
     def for_range(self, name: str, bounds: ast.Range, body: ast.Block) -> None:
         """`for i in a..b`: the bounds are evaluated once; assigning to `i` does not change the iteration."""
-        low = self.convert(self.expression(bounds.start), "i64", "a range bound")
-        high = self.convert(self.expression(bounds.stop), "i64", "a range bound")
+        low = self.promote(self.expression(bounds.start), "i64", bounds.span)  # an i32 bound widens
+        high = self.promote(self.expression(bounds.stop), "i64", bounds.span)
         counter = self.declare(f"{name}.counter", "i64")
         stop = self.declare(f"{name}.stop", "i64")
         self.emit(ir.Store(counter, low))

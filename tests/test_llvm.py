@@ -165,6 +165,7 @@ fn count(n: i32) -> i32 {
 }
 fn whole(a: i32) -> i64 { return int(a) + 1 }
 fn halfway(a: i32) -> f32 { return float(a) / 3.0 }
+fn triangle(n: i32) -> i64 { let t = 0; for i in -2i32..n { t += i } return t }
 fn main() {
     print(wrap(2147483647i32, 1i32), wrap(-2147483647i32 - 1i32, -1i32), wrap(5i32, -7i32))
     print(wrapmul(65536i32, 65536i32), wrapmul(46341i32, 46341i32))
@@ -174,7 +175,7 @@ fn main() {
     print(floats(16777217i32, 0.5, 0.25f64), floats(-3i32, 1.5, -2.0f64))
     print(ops(-2147483647i32 - 1i32, 3i32), ops(-4i32, -9i32), ops(12i32, 5i32))
     print(compare(1i32, 2, 1.5), compare(2i32, 5, 3.0), compare(-3i32, 1, 0.0))
-    print(count(100i32), count(3000i32), whole(-2147483647i32 - 1i32), halfway(2147483647i32))
+    print(count(100i32), count(3000i32), whole(-2147483647i32 - 1i32), halfway(2147483647i32), triangle(100i32))
 }
 """,
 }
