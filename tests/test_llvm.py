@@ -145,6 +145,17 @@ fn harmonic(n: i64) -> f32 {
 fn clamp(x: f32, low: f32, high: f32) -> f32 { return minimum(maximum(x, low), high) }
 fn main() { print(harmonic(1000), clamp(2.5, 0.0, 1.0), clamp(-1.0, 0.0, 1.0), relu(-3.0), -relu(2.0)) }
 """,
+    # an i64 scalar (a Python int in the interpreter) meeting a float becomes that float through f64, as numpy
+    # converts a Python int (2**60 + 2**36 + 1 rounds twice on the way to f32); an f32 meeting an f64 widens
+    "promotions": """
+fn scaled(n: i64) -> f32 { return n * 0.5 + 1.0 }
+fn below(n: i64, x: f32) -> bool { return n < x and n < 2.5 }
+fn wide(x: f32, y: f64) -> f64 { return x * y + maximum(x, y) }
+fn main() {
+    print(scaled(16777217), scaled(1152921573326323713), scaled(-3), below(2, 2.25), below(3, 4.0))
+    print(wide(0.1, 0.1f64), wide(-2.5, 1.0f64))
+}
+""",
     # i32 wraps around as numpy's does; an i32 meeting an i64 computes in i64 (also wrapping), meeting a float
     # in that float; `//` and `%` round toward minus infinity, and the smallest i32 // -1 wraps to itself
     "i32": """
