@@ -13,7 +13,9 @@ from dataclasses import dataclass
 
 from dl.lang.diagnostics import Span
 
-SCALAR_DTYPES = ("f64", "f32", "i64", "bool")
+SCALAR_DTYPES = ("f64", "f32", "i64", "i32", "bool")
+FLOAT_DTYPES = frozenset({"f32", "f64"})
+INTEGER_DTYPES = frozenset({"i32", "i64"})
 
 node = dataclass(frozen=True, slots=True)
 
@@ -73,13 +75,16 @@ class Store:
 @node
 class BinaryOp:
     """`op` is one of add sub mul div floordiv mod pow (operands and result of one dtype); integer
-    add/sub/mul/floordiv/mod name the `site` they fail at (overflow, division by zero)."""
+    add/sub/mul/floordiv/mod name the `site` they fail at (overflow, division by zero). With `wraps`
+    (numpy's fixed-width arithmetic: i32 operands, or an i64 computed from an i32) integer results wrap
+    around instead: only `//` and `%` name a site, the division by zero's."""
 
     result: Temp
     op: str
     lhs: Operand
     rhs: Operand
     site: int | None = None
+    wraps: bool = False
 
 
 @node
@@ -94,7 +99,7 @@ class Compare:
 
 @node
 class UnaryOp:
-    """`neg` (integers name the overflow `site`) or `not`."""
+    """`neg` (i64 names the overflow `site`; an integer without one wraps, as numpy's i32) or `not`."""
 
     result: Temp
     op: str
@@ -105,9 +110,10 @@ class UnaryOp:
 @node
 class Convert:
     """`float(x, dtype=...)` or `int(x)` of a scalar, with the interpreter's semantics: to a float rounds to
-    nearest (an i64 going through f64 first, as numpy converts a Python int), to i64 truncates toward zero,
-    to bool is not done. A float to i64 names the `site` for inf and nan, and `site + 1` for a value out of
-    the i64 range (both show the value)."""
+    nearest (an i64 going through f64 first, as numpy converts a Python int; an i32 directly), an i32 to
+    i64 is exact, to i64 truncates toward zero, to bool is not done. A float to i64 names the `site` for inf
+    and nan, and `site + 1` for a value out of the i64 range (both show the value). Also the promotions of
+    `lower.promoted`, with the same rules."""
 
     result: Temp
     operand: Operand
@@ -221,7 +227,7 @@ def tree_dtype(tree: object) -> str:
     raise AssertionError(tree)
 
 
-ITEM_BYTES = {"f32": 4, "f64": 8, "i64": 8, "bool": 1}  # an element's size in a buffer (bools as bytes)
+ITEM_BYTES = {"f32": 4, "f64": 8, "i64": 8, "i32": 4, "bool": 1}  # an element's size in a buffer (bools as bytes)
 
 
 def contiguous(shape: tuple[int, ...]) -> tuple[int, ...]:

@@ -21,14 +21,15 @@ from llvmlite import ir as llvm_ir
 
 MAX_DEPTH = 100_000
 INTERRUPTED = -1  # `dl.error` of a function stopped by Ctrl-C (the host raises KeyboardInterrupt)
-I64_MIN = -(2**63)
 
 TYPES = {
     "f64": llvm_ir.DoubleType(),
     "f32": llvm_ir.FloatType(),
     "i64": llvm_ir.IntType(64),
+    "i32": llvm_ir.IntType(32),
     "bool": llvm_ir.IntType(1),
 }
+INTEGER_MINIMUM = {"i64": -(2**63), "i32": -(2**31)}
 BYTE = llvm_ir.IntType(8)
 INTRINSICS = {"exp": "llvm.exp", "log": "llvm.log", "sqrt": "llvm.sqrt", "sin": "llvm.sin", "cos": "llvm.cos"}
 LIBM = {("tanh", "f64"): "tanh", ("tanh", "f32"): "tanhf"}
@@ -172,7 +173,8 @@ def signature(function: ir.Function) -> llvm_ir.FunctionType:
 
 def constant(operand: ir.Const) -> llvm_ir.Constant:
     value = operand.value
-    return llvm_ir.Constant(TYPES[operand.dtype], int(value) if operand.dtype in ("i64", "bool") else float(value))
+    integer = operand.dtype in ir.INTEGER_DTYPES or operand.dtype == "bool"
+    return llvm_ir.Constant(TYPES[operand.dtype], int(value) if integer else float(value))
 
 
 # ------------------------------------------------------------------ tensors (specialised functions)
@@ -552,19 +554,19 @@ class TensorEmission:
             inverse = builder.fdiv(one, builder.fadd(one, e))
             positive = builder.fcmp_ordered(">=", x, self.constant_of(dtype, 0.0, lanes))
             return builder.select(positive, inverse, builder.fmul(e, inverse))
-        element = "f64" if dtype == "f64" else ("f32" if dtype == "f32" else "i64")
-        suffix = f"v{lanes}{element}"
+        integer = dtype in ir.INTEGER_DTYPES
+        suffix = f"v{lanes}{dtype}"
         if name in ("sqrt", "pow"):
             return builder.call(self.libm(f"llvm.{name}.{suffix}", kind, arity=len(args)), args)
         if name == "abs":
-            if dtype == "i64":
+            if integer:
                 absolute = self.c_function(f"llvm.abs.{suffix}", kind, [kind, TYPES["bool"]])
                 return builder.call(absolute, [args[0], TYPES["bool"](0)])
             return builder.call(self.libm(f"llvm.fabs.{suffix}", kind), args)
         if name == "relu":
-            args = [args[0], self.constant_of(dtype, 0 if dtype == "i64" else 0.0, lanes)]
+            args = [args[0], self.constant_of(dtype, 0 if integer else 0.0, lanes)]
             name = "maximum"
-        if dtype == "i64":
+        if integer:
             keep = builder.icmp_signed(">" if name == "maximum" else "<", args[0], args[1])
             return builder.select(keep, args[0], args[1])
         return builder.call(self.libm(f"llvm.{name}.{suffix}", kind, arity=2), args)
@@ -667,9 +669,9 @@ class TensorEmission:
         quotient rounded toward minus infinity, the remainder with the divisor's sign. Floats follow numpy's
         divmod (fmod, then corrections; a zero divisor gives inf or nan)."""
         kind = TYPES[dtype]
-        if dtype == "i64":
+        if dtype in ir.INTEGER_DTYPES:
             minus_one = builder.icmp_signed("==", b, kind(-1))
-            divisor = builder.select(minus_one, kind(1), b)  # i64 minimum // -1 wraps, as numpy's does
+            divisor = builder.select(minus_one, kind(1), b)  # the minimum // -1 wraps, as numpy's does
             quotient = builder.sdiv(a, divisor)
             quotient = builder.select(minus_one, builder.sub(kind(0), a), quotient)
             remainder = builder.select(minus_one, kind(0), builder.srem(a, divisor))
@@ -701,7 +703,8 @@ class TensorEmission:
         return builder.select(by_zero, builder.fdiv(a, b), floor)
 
     def convert_value(self, builder, value, source: str, target: str, lanes: int = 1) -> llvm_ir.Value:
-        """numpy's `astype` between the dtypes (a float to i64 truncates; no check, as numpy's)."""
+        """numpy's `astype` between the dtypes (a float to an integer truncates, an i64 to i32 wraps; no check,
+        as numpy's); an i64 to a float goes through f64, as numpy converts a Python int."""
         kind = TYPES[target] if lanes == 1 else llvm_ir.VectorType(TYPES[target], lanes)
         if source == target:
             return value
@@ -709,10 +712,14 @@ class TensorEmission:
             if source in ("f32", "f64"):
                 return builder.fcmp_unordered("!=", value, self.constant_of(source, 0.0, lanes))
             return builder.icmp_signed("!=", value, self.constant_of(source, 0, lanes))
-        if target == "i64":
-            return builder.zext(value, kind) if source == "bool" else builder.fptosi(value, kind)
-        if source == "bool":
-            return builder.uitofp(value, kind)
+        if target in ir.INTEGER_DTYPES:
+            if source == "bool":
+                return builder.zext(value, kind)
+            if source in ir.INTEGER_DTYPES:
+                return builder.sext(value, kind) if target == "i64" else builder.trunc(value, kind)
+            return builder.fptosi(value, kind)
+        if source == "bool" or source == "i32":
+            return builder.uitofp(value, kind) if source == "bool" else builder.sitofp(value, kind)
         if source == "i64":
             wide_kind = TYPES["f64"] if lanes == 1 else llvm_ir.VectorType(TYPES["f64"], lanes)
             wide = builder.sitofp(value, wide_kind)
@@ -731,7 +738,8 @@ class TensorEmission:
         elif dtype in ("f32", "f64"):
             identity = kind(float("-inf") if op == "max" else float("inf"))
         else:
-            identity = kind(-(2**63) if op == "max" else 2**63 - 1)
+            minimum = INTEGER_MINIMUM[dtype]
+            identity = kind(minimum if op == "max" else -minimum - 1)
 
         def initialise(builder, index):
             self.store_element(builder, pointer, self.linear(builder, index, target.shape), dtype, identity)
@@ -901,10 +909,14 @@ class FunctionEmitter(TensorEmission):
             case ir.UnaryOp(result=result, op="not", operand=operand):
                 self.values[result.name] = builder.xor(self.operand(operand), TYPES["bool"](1), name=result.name)
             case ir.UnaryOp(result=result, op="neg", operand=operand, site=site):
+                zero = TYPES[result.dtype](0)
+                if site is None and result.dtype in ir.INTEGER_DTYPES:  # wraps, as numpy's i32
+                    self.values[result.name] = builder.sub(zero, self.operand(operand), name=result.name)
+                    return builder
                 if site is None:
                     self.values[result.name] = builder.fneg(self.operand(operand), name=result.name)
                     return builder
-                return self.checked(builder, "ssub_with_overflow", result, TYPES["i64"](0), self.operand(operand), site)
+                return self.checked(builder, "ssub_with_overflow", result, zero, self.operand(operand), site)
             case ir.BinaryOp():
                 return self.binary(builder, instruction)
             case ir.Convert():
@@ -951,7 +963,7 @@ class FunctionEmitter(TensorEmission):
     def binary(self, builder: llvm_ir.IRBuilder, instruction: ir.BinaryOp) -> llvm_ir.IRBuilder:
         result, op, site = instruction.result, instruction.op, instruction.site
         lhs, rhs = self.operand(instruction.lhs), self.operand(instruction.rhs)
-        if result.dtype != "i64":
+        if result.dtype not in ir.INTEGER_DTYPES:
             if op == "pow":
                 power = self.module.declare_intrinsic("llvm.pow", [TYPES[result.dtype]])
                 self.values[result.name] = builder.call(power, [lhs, rhs], name=result.name)
@@ -959,40 +971,44 @@ class FunctionEmitter(TensorEmission):
                 method = {"add": builder.fadd, "sub": builder.fsub, "mul": builder.fmul, "div": builder.fdiv}[op]
                 self.values[result.name] = method(lhs, rhs, name=result.name)
             return builder
-        if site is None:  # cannot overflow (a loop counter below its bound, an index times a stride)
+        if op in ("floordiv", "mod"):
+            return self.floor_division(builder, instruction, lhs, rhs)
+        if site is None:  # wraps (i32), or cannot overflow (a loop counter below its bound, an index times a stride)
             method = {"add": builder.add, "sub": builder.sub, "mul": builder.mul}[op]
             self.values[result.name] = method(lhs, rhs, name=result.name)
             return builder
-        if op in ("add", "sub", "mul"):
-            method = {"add": "sadd_with_overflow", "sub": "ssub_with_overflow", "mul": "smul_with_overflow"}[op]
-            return self.checked(builder, method, result, lhs, rhs, site)
-        return self.floor_division(builder, result, op, lhs, rhs, site)
+        method = {"add": "sadd_with_overflow", "sub": "ssub_with_overflow", "mul": "smul_with_overflow"}[op]
+        return self.checked(builder, method, result, lhs, rhs, site)
 
-    def floor_division(self, builder, result: ir.Temp, op: str, lhs, rhs, site: int) -> llvm_ir.IRBuilder:
-        """Python's `//` and `%` (rounding toward minus infinity); division by zero fails at `site`, and
-        `i64 minimum // -1` (out of range) at `site + 1`."""
-        i64, name = TYPES["i64"], result.name
+    def floor_division(self, builder, instruction: ir.BinaryOp, lhs, rhs) -> llvm_ir.IRBuilder:
+        """Python's `//` and `%` (rounding toward minus infinity); division by zero fails at the site, and
+        `minimum // -1` (out of range) at the next one, or wraps to the minimum when the instruction `wraps`
+        (numpy's)."""
+        result, op, site = instruction.result, instruction.op, instruction.site
+        kind, name = TYPES[result.dtype], result.name
         builder = self.fail_unless(
-            builder, builder.icmp_signed("==", rhs, i64(0), name="by.zero"), site, f"{name}.zero"
+            builder, builder.icmp_signed("==", rhs, kind(0), name="by.zero"), site, f"{name}.zero"
         )
-        minus_one = builder.icmp_signed("==", rhs, i64(-1), name="by.minus.one")
-        if op == "floordiv":
-            smallest = builder.icmp_signed("==", lhs, i64(I64_MIN), name="is.smallest")
+        minus_one = builder.icmp_signed("==", rhs, kind(-1), name="by.minus.one")
+        if op == "floordiv" and not instruction.wraps:
+            smallest = builder.icmp_signed("==", lhs, kind(INTEGER_MINIMUM[result.dtype]), name="is.smallest")
             overflows = builder.and_(minus_one, smallest, name="quotient.overflows")
             builder = self.fail_unless(builder, overflows, site + 1, f"{name}.overflow")
-        divisor = builder.select(minus_one, i64(1), rhs, name="divisor") if op == "mod" else rhs
+        # x // -1 is -x (wrapping, where it may), x % -1 is 0: sdiv and srem by -1 can be undefined
+        divisor = builder.select(minus_one, kind(1), rhs, name="divisor")
         remainder = builder.srem(lhs, divisor, name="remainder")
         signs_differ = builder.icmp_signed(
-            "<", builder.xor(remainder, divisor, name="signs"), i64(0), name="signs.differ"
+            "<", builder.xor(remainder, divisor, name="signs"), kind(0), name="signs.differ"
         )
-        inexact = builder.icmp_signed("!=", remainder, i64(0), name="inexact")
+        inexact = builder.icmp_signed("!=", remainder, kind(0), name="inexact")
         adjust = builder.and_(inexact, signs_differ, name="rounds.down")
         if op == "mod":
             moved = builder.add(remainder, divisor, name="remainder.moved")
             self.values[name] = builder.select(adjust, moved, remainder, name=name)
             return builder
-        quotient = builder.sdiv(lhs, rhs, name="quotient")
-        self.values[name] = builder.sub(quotient, builder.zext(adjust, i64, name="adjustment"), name=name)
+        negated = builder.sub(kind(0), lhs, name="negated")
+        quotient = builder.select(minus_one, negated, builder.sdiv(lhs, divisor, name="quotient"), name="quotient")
+        self.values[name] = builder.sub(quotient, builder.zext(adjust, kind, name="adjustment"), name=name)
         return builder
 
     def convert(self, builder: llvm_ir.IRBuilder, instruction: ir.Convert) -> llvm_ir.IRBuilder:
@@ -1000,6 +1016,12 @@ class FunctionEmitter(TensorEmission):
         result, site = instruction.result, instruction.site
         source, target, name = instruction.operand.dtype, TYPES[result.dtype], result.name
         value = self.operand(instruction.operand)
+        if source == "i32" and result.dtype == "i64":
+            self.values[name] = builder.sext(value, target, name=name)
+            return builder
+        if source == "i32":  # numpy's cast of an i32: rounded once
+            self.values[name] = builder.sitofp(value, target, name=name)
+            return builder
         if result.dtype == "i64":
             if source == "bool":
                 self.values[name] = builder.zext(value, target, name=name)
@@ -1046,15 +1068,16 @@ class FunctionEmitter(TensorEmission):
             return builder.call(self.libm(LIBM[name, dtype], kind), args, name=result)
         if name == "sigmoid":
             return self.sigmoid(builder, args[0], kind, result)
+        integer = dtype in ir.INTEGER_DTYPES
         if name == "relu":
-            args.append(kind(0) if dtype == "i64" else kind(0.0))
+            args.append(kind(0) if integer else kind(0.0))
             name = "maximum"
         if name == "abs":
-            if dtype == "i64":  # llvm.abs takes a second operand: whether the minimum is poison (no)
-                absolute = self.c_function("llvm.abs.i64", kind, [kind, TYPES["bool"]])
+            if integer:  # llvm.abs takes a second operand: whether the minimum is poison (no: it stays)
+                absolute = self.c_function(f"llvm.abs.{dtype}", kind, [kind, TYPES["bool"]])
                 return builder.call(absolute, [args[0], TYPES["bool"](0)], name=result)
             return builder.call(self.module.declare_intrinsic("llvm.fabs", [kind]), args, name=result)
-        if dtype == "i64":
+        if integer:
             op = ">" if name == "maximum" else "<"
             keep = builder.icmp_signed(op, args[0], args[1], name=f"{result}.first")
             return builder.select(keep, args[0], args[1], name=result)

@@ -1,13 +1,15 @@
 """Lowering checked functions to the IR (codegen/ir.py): `lower(typed) -> Lowered`.
 
 Takes the checker's result (after `grad` has been expanded, so derivative code is ordinary functions) and
-lowers every top-level function whose parameters and result are annotated scalars (f64, f32, i64, bool)
+lowers every top-level function whose parameters and result are annotated scalars (f64, f32, i64, i32, bool)
 and whose body uses only scalar code: arithmetic, comparisons, `and`/`or`/`not`, `let` and assignment,
 `if`, `while`, `for i in a..b`, `break`, `continue`, `return`, calls of other lowered functions and the
 elementwise math built-ins. Any other function is refused with the reason, and so is a function calling
 a refused one; the backend runs refused functions on the interpreter. Literal and operator dtypes follow
-the interpreter's rules exactly (a weak literal takes the other operand's dtype); where they would not be
-obviously the same, the function is refused rather than compiled differently.
+the interpreter's rules exactly (a weak literal takes the other operand's dtype; operands of different dtypes
+meet in the checker's `promote_dtypes`, converted as `SCALAR_PROMOTIONS` says; i32 arithmetic wraps around as
+numpy's does); where they would not be obviously the same, the function is refused rather than compiled
+differently.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from dl.codegen import ir
 from dl.lang import ast
 from dl.lang.check import Typed
 from dl.lang.diagnostics import Span
+from dl.lang.shapes import promote_dtypes
 from dl.lang.types import UNIT, FunctionRef, PrimitiveRef, TensorType
 
 FLOAT_MATH = frozenset({"exp", "log", "sqrt", "tanh", "sin", "cos", "sigmoid"})
@@ -25,6 +28,26 @@ NUMBER_MATH = frozenset({"abs", "relu", "maximum", "minimum"})
 ARITHMETIC = {"+": "add", "-": "sub", "*": "mul", "/": "div", "//": "floordiv", "%": "mod", "**": "pow"}
 COMPARISONS = frozenset({"==", "!=", "<", "<=", ">", ">="})
 CHECKED_INTEGER = frozenset({"add", "sub", "mul", "floordiv", "mod"})
+INTEGER_RANGES = {"i64": (-(2**63), 2**63), "i32": (-(2**31), 2**31)}
+
+# The conversions compiled code makes where operands of different dtypes meet (`promoted_dtype`), each the
+# interpreter's: numpy's casts of an i32 (exact, or rounded once to a float) and of an f32 to f64, for tensors
+# and scalars alike; an i64 scalar (a Python int in the interpreter) also becomes a float, through f64 as numpy
+# converts a Python int. An i64 tensor to f32 (numpy rounds once, not through f64) is not made: refused.
+TENSOR_PROMOTIONS = frozenset({("i32", "i64"), ("i32", "f32"), ("i32", "f64"), ("f32", "f64")})
+SCALAR_PROMOTIONS = TENSOR_PROMOTIONS | {("i64", "f32"), ("i64", "f64")}
+
+
+def promoted_dtype(a: str, a_weak: bool, b: str, b_weak: bool) -> str:
+    """The dtype operands of dtypes `a` and `b` meet in (`*_weak`: an unsuffixed literal): the checker's rule
+    (lang/shapes.py `promote_dtypes`), which is the interpreter's."""
+    return promote_dtypes(TensorType(a, weak=a_weak), TensorType(b, weak=b_weak))
+
+
+def wraps_around(dtype: str, operand_dtypes: tuple[str, ...]) -> bool:
+    """Whether integer arithmetic in `dtype` wraps as numpy's (i32, or i64 computed from an i32) rather than
+    failing on overflow as the interpreter's i64 scalars (Python ints) do."""
+    return dtype == "i32" or (dtype == "i64" and "i32" in operand_dtypes)
 
 
 class Unsupported(Exception):
@@ -90,7 +113,7 @@ def symbol(path: str, name: str) -> str:
 def scalar_dtype(t: object, what: str) -> str:
     if isinstance(t, TensorType) and not t.dims and t.dtype in ir.SCALAR_DTYPES:
         return t.dtype
-    raise Unsupported(f"{what} has type {t}, not a scalar f64, f32, i64 or bool")
+    raise Unsupported(f"{what} has type {t}, not a scalar f64, f32, i64, i32 or bool")
 
 
 @dataclass
@@ -302,8 +325,8 @@ class FunctionLowering:
 
     def for_range(self, name: str, bounds: ast.Range, body: ast.Block) -> None:
         """`for i in a..b`: the bounds are evaluated once; assigning to `i` does not change the iteration."""
-        low = self.convert(self.expression(bounds.start), "i64", "a range bound")
-        high = self.convert(self.expression(bounds.stop), "i64", "a range bound")
+        low = self.promote(self.expression(bounds.start), "i64", bounds.span)  # an i32 bound widens
+        high = self.promote(self.expression(bounds.stop), "i64", bounds.span)
         counter = self.declare(f"{name}.counter", "i64")
         stop = self.declare(f"{name}.stop", "i64")
         self.emit(ir.Store(counter, low))
@@ -379,7 +402,7 @@ class FunctionLowering:
         dtype = expr.dtype or coerced or default
         if dtype not in ir.SCALAR_DTYPES:
             raise Unsupported(f"a literal of dtype {dtype} (at {expr.span})")
-        if dtype in ("i64",) and not -(2**63) <= expr.value < 2**63:
+        if dtype in INTEGER_RANGES and not fits(expr.value, dtype):
             raise Unsupported(f"integer literal {expr.value} is out of range (at {expr.span})")
         weak = None if expr.dtype or coerced else expr.value
         return Value(ir.Const(cast_constant(expr.value, dtype), dtype), weak)
@@ -394,7 +417,7 @@ class FunctionLowering:
         if dtype == "bool":
             raise Unsupported(f"negating a bool (at {span})")
         result = self.temp("neg", dtype)
-        site = self.overflow_site("-", span) if dtype == "i64" else None
+        site = self.overflow_site("-", span) if dtype == "i64" else None  # i32 wraps, as numpy's
         self.emit(ir.UnaryOp(result, "neg", value.operand, site))
         return Value(result)
 
@@ -433,21 +456,36 @@ class FunctionLowering:
         return Value(value)
 
     def common_dtype(self, left: Value, right: Value, span: Span) -> str:
-        """The dtype both operands take: a weak literal adapts to the other side (the interpreter's rule)."""
+        """The dtype both operands take (`promoted_dtype`): a weak literal adapts to the other side."""
         a, b = left.operand.dtype, right.operand.dtype
-        if left.weak is not None and right.weak is None:
-            a = adapted(left.weak, b, span)
-        elif right.weak is not None and left.weak is None:
-            b = adapted(right.weak, a, span)
-        if a != b:
-            raise Unsupported(f"an operation mixes {a} and {b} (at {span})")
-        return a
+        if left.weak is not None and right.weak is not None:
+            if a != b:  # the interpreter computes two literals as Python numbers
+                raise Unsupported(f"an operation mixes an integer and a float literal (at {span})")
+            return a
+        if left.weak is not None:
+            return adapted(left.weak, b, span)
+        if right.weak is not None:
+            return adapted(right.weak, a, span)
+        return promoted_dtype(a, False, b, False)
+
+    def promote(self, value: Value, dtype: str, span: Span) -> ir.Operand:
+        """An operand as the `dtype` it meets the other in: a literal adapts, a strong value is converted
+        as the interpreter converts it (`SCALAR_PROMOTIONS`), or the function is refused."""
+        operand = value.operand
+        if operand.dtype == dtype or value.weak is not None:
+            return self.convert(value, dtype, "an operand")
+        if (operand.dtype, dtype) not in SCALAR_PROMOTIONS:
+            raise Unsupported(f"an operation mixes {operand.dtype} and {dtype} (at {span})")
+        result = self.temp(dtype, dtype)
+        self.emit(ir.Convert(result, operand))
+        return result
 
     def binary(self, op: str, left: Value, right: Value, span: Span) -> Value:
         if left.weak is not None and right.weak is not None and op in FOLDED:
             return fold(op, left.weak, right.weak, span)
         dtype = self.common_dtype(left, right, span)
-        lhs, rhs = self.convert(left, dtype, "an operand"), self.convert(right, dtype, "an operand")
+        lhs, rhs = self.promote(left, dtype, span), self.promote(right, dtype, span)
+        wraps = wraps_around(dtype, (left.operand.dtype, right.operand.dtype))
         if op in COMPARISONS:
             result = self.temp(COMPARE_NAMES[op], "bool")
             self.emit(ir.Compare(result, op, lhs, rhs))
@@ -455,19 +493,20 @@ class FunctionLowering:
         name = ARITHMETIC.get(op)
         if name is None or dtype == "bool":
             raise Unsupported(f"`{op}` on {dtype} (at {span})")
-        if dtype == "i64" and name in ("div", "pow"):
+        integer = dtype in ir.INTEGER_DTYPES
+        if integer and name in ("div", "pow"):
             raise Unsupported(f"`{op}` on integers (at {span})")
-        if dtype != "i64" and name in ("floordiv", "mod"):
+        if not integer and name in ("floordiv", "mod"):
             raise Unsupported(f"`{op}` on floats (at {span})")
         site = None
-        if dtype == "i64" and name in CHECKED_INTEGER:
-            if name in ("floordiv", "mod"):
-                site = self.site("E0510", f"integer division by zero in `{op}`", span)
+        if integer and name in ("floordiv", "mod"):
+            site = self.site("E0510", f"integer division by zero in `{op}`", span)
+            if not wraps:
                 self.overflow_site(op, span)  # the next site: i64 minimum // -1
-            else:
-                site = self.overflow_site(op, span)
+        elif integer and name in CHECKED_INTEGER and not wraps:
+            site = self.overflow_site(op, span)
         result = self.temp(name, dtype)
-        self.emit(ir.BinaryOp(result, name, lhs, rhs, site))
+        self.emit(ir.BinaryOp(result, name, lhs, rhs, site, wraps and integer))
         return Value(result)
 
     def convert(self, value: Value, dtype: str, what: str) -> ir.Operand:
@@ -476,8 +515,10 @@ class FunctionLowering:
         if operand.dtype == dtype:
             return operand
         if value.weak is not None and isinstance(operand, ir.Const) and dtype != "bool":
-            if dtype == "i64" and isinstance(value.weak, float):
-                raise Unsupported(f"{what}: a float literal where an i64 is expected")
+            if dtype in ir.INTEGER_DTYPES and isinstance(value.weak, float):
+                raise Unsupported(f"{what}: a float literal where an {dtype} is expected")
+            if dtype in ir.INTEGER_DTYPES and not fits(value.weak, dtype):
+                raise Unsupported(f"{what}: the literal {value.weak} is out of the {dtype} range")
             return ir.Const(cast_constant(value.weak, dtype), dtype)
         raise Unsupported(f"{what} is {operand.dtype} where {dtype} is expected")
 
@@ -546,16 +587,16 @@ class FunctionLowering:
         return self.math_of_values(name, [self.expression(arg) for arg in expr.args], expr.span)
 
     def math_of_values(self, name: str, values: list[Value], span: Span) -> Value:
-        """A math built-in of one or two scalars: a weak literal alone is f32, beside another operand it
-        takes that operand's dtype."""
-        if len(values) == 1:
-            dtype = values[0].operand.dtype if values[0].weak is None else "f32"
+        """A math built-in of one or two scalars: a weak literal alone keeps its dtype (i64 or f32), beside
+        another operand the two meet as an operator's operands do."""
+        if len(values) == 1:  # a literal alone: `abs(3)` is i64, `exp(1.0)` f32, as interpreted
+            dtype = values[0].operand.dtype
         else:
             dtype = self.common_dtype(values[0], values[1], span)
-        allowed = ("f64", "f32") if name in FLOAT_MATH else ("f64", "f32", "i64")
+        allowed = ("f64", "f32") if name in FLOAT_MATH else ("f64", "f32", "i64", "i32")
         if dtype not in allowed:
             raise Unsupported(f"`{name}` of {dtype} (at {span})")
-        args = tuple(self.convert(value, dtype, f"`{name}`'s argument") for value in values)
+        args = tuple(self.promote(value, dtype, span) for value in values)
         result = self.temp(name, dtype)
         self.emit(ir.MathCall(result, name, args))
         return Value(result)
@@ -577,18 +618,21 @@ COMPARE_NAMES = {"==": "eq", "!=": "ne", "<": "lt", "<=": "le", ">": "gt", ">=":
 
 
 def adapted(weak: int | float, other: str, span: Span) -> str:
-    """The dtype an unsuffixed literal takes beside an operand of dtype `other`."""
+    """The dtype an unsuffixed literal and an operand of dtype `other` meet in (`promoted_dtype`)."""
     if other == "bool":
         raise Unsupported(f"a number literal meets a bool (at {span})")
-    if isinstance(weak, float) and other == "i64":
-        raise Unsupported(f"a float literal meets an i64 (at {span})")
-    return other
+    return promoted_dtype("f32" if isinstance(weak, float) else "i64", True, other, False)
+
+
+def fits(value: int | float, dtype: str) -> bool:
+    low, high = INTEGER_RANGES[dtype]
+    return low <= value < high
 
 
 def cast_constant(value: int | float | bool, dtype: str) -> int | float | bool:
     if dtype == "bool":
         return bool(value)
-    if dtype == "i64":
+    if dtype in ir.INTEGER_DTYPES:
         return int(value)
     return float(value)
 

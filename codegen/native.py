@@ -26,9 +26,16 @@ from dl.interp.runtime import RETURN, Function, fail
 from dl.interp.values import format_value
 from dl.lang.check import Typed
 
-C_TYPES = {"f64": ctypes.c_double, "f32": ctypes.c_float, "i64": ctypes.c_int64, "bool": ctypes.c_bool, "unit": None}
-TO_C = {"f64": float, "f32": float, "i64": int, "bool": bool}
-FROM_C = {"f64": np.float64, "f32": np.float32, "i64": int, "bool": bool, "unit": lambda _: ()}
+C_TYPES = {
+    "f64": ctypes.c_double,
+    "f32": ctypes.c_float,
+    "i64": ctypes.c_int64,
+    "i32": ctypes.c_int32,
+    "bool": ctypes.c_bool,
+    "unit": None,
+}
+TO_C = {"f64": float, "f32": float, "i64": int, "i32": int, "bool": bool}
+FROM_C = {"f64": np.float64, "f32": np.float32, "i64": int, "i32": np.int32, "bool": bool, "unit": lambda _: ()}
 
 
 @dataclass
@@ -440,6 +447,7 @@ NAMES = {
     np.dtype(np.float32): "f32",
     np.dtype(np.float64): "f64",
     np.dtype(np.int64): "i64",
+    np.dtype(np.int32): "i32",
     np.dtype(np.bool_): "bool",
 }
 
@@ -464,6 +472,9 @@ def flatten(value, leaves: list, kinds: dict) -> tuple:
     if cls is int:
         leaves.append(value)
         return ("scalar", "i64")
+    if cls is np.int32:
+        leaves.append(value)
+        return ("scalar", "i32")
     if cls is bool or cls is np.bool_:
         leaves.append(value)
         return ("scalar", "bool")

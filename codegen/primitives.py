@@ -25,6 +25,7 @@ from dl.codegen.specialize import (
     TapeValue,
     Tensor,
     Text,
+    as_index,
     axis_index,
     broadcast,
     contiguous,
@@ -154,7 +155,7 @@ def where(lowering, bound: dict, span: Span) -> object:
     if isinstance(condition, Tensor) and condition.dtype != "bool":
         raise Unsupported(f"`where` with a condition that is not bool (at {span})")
     if not any(isinstance(v, Tensor) for v in (condition, a, b)):  # scalars: one select
-        operands = [lowering.scalar_operand(v, dtype, span) for v in (a, b)]
+        operands = [lowering.promote(v, dtype, span) for v in (a, b)]
         tree = ir.Apply("select", dtype, (ir.Splat(condition.operand), *(ir.Splat(o) for o in operands)))
         result = lowering.temp("where", dtype)
         lowering.emit(ir.Evaluate(result, tree))
@@ -341,7 +342,7 @@ def one_hot(lowering, bound: dict, span: Span) -> object:
     classes = static_int(lowering, bound["classes"], span, "the number of classes")
     if isinstance(labels, Value):
         labels = Tensor(labels.operand.dtype, (), ir.Splat(labels.operand))
-    labels = tensor(labels, span)
+    labels = as_index(lowering, tensor(labels, span))
     if labels.dtype != "i64":
         raise Unsupported(f"`one_hot` of {labels.dtype} labels (at {span})")
     if labels.shape and labels.size:
@@ -637,6 +638,7 @@ def gathered(
         shown_axis = axis if given is None else given
         problem = PrimitiveError(f"gather index {{value}} is out of range for axis {shown_axis} with size {size}")
         site = lowering.site("E0513", failure_message(Prim.GATHER, problem), span, "i64")
+    indices = as_index(lowering, indices)
     if isinstance(indices, Value):
         if indices.operand.dtype != "i64":
             raise Unsupported(f"`gather` with a {indices.operand.dtype} index (at {span})")
@@ -684,7 +686,7 @@ def scatter_add(lowering, bound: dict, span: Span) -> object:
         raise Unsupported(f"`scatter_add` with these indices (at {span})")
     shape = (*x.shape[:axis], *indices.shape, *x.shape[axis + 1 :])
     if isinstance(updates, Value):
-        updates = Tensor(x.dtype, (), ir.Splat(lowering.scalar_operand(updates, x.dtype, span)))
+        updates = Tensor(x.dtype, (), ir.Splat(lowering.promote(updates, x.dtype, span)))
     if updates.dtype != x.dtype:
         raise Unsupported(f"`scatter_add` of {updates.dtype} into {x.dtype} (at {span})")
     updates = broadcast(updates, shape, span)
@@ -951,7 +953,7 @@ def filled(value: float):
         constant = ir.Const(
             False
             if dtype == "bool" and not value
-            else (True if dtype == "bool" else (int(value) if dtype == "i64" else float(value))),
+            else (True if dtype == "bool" else (int(value) if dtype in ir.INTEGER_DTYPES else float(value))),
             dtype,
         )
         if not dims:
@@ -967,7 +969,7 @@ def full(lowering, bound: dict, span: Span) -> object:
     value = bound["value"]
     if not isinstance(value, Value) or dtype == "bool":
         raise Unsupported(f"`full` of this value (at {span})")
-    operand = lowering.scalar_operand(value, dtype, span)
+    operand = lowering.promote(value, dtype, span)
     return Tensor(dtype, dims, ir.Splat(operand)) if dims else Value(operand)
 
 
@@ -988,7 +990,7 @@ def zeros_of(value: object, span: Span) -> object:
 
 
 def zero(dtype: str) -> ir.Const:
-    return ir.Const({"bool": False, "i64": 0}.get(dtype, 0.0), dtype)
+    return ir.Const({"bool": False, "i64": 0, "i32": 0}.get(dtype, 0.0), dtype)
 
 
 def arange(lowering, bound: dict, span: Span) -> object:
@@ -1243,7 +1245,7 @@ def tree_dot(lowering, bound: dict, span: Span) -> object:
     for product in tensors:
         axes = tuple(range(len(product.shape)))
         part = finish(lowering, reduce(lowering, product, "add", axes, False, span, "f64"), product.dtype)
-        value = lowering.scalar_operand(part, dtype, span) if part.operand.dtype != dtype else part.operand
+        value = lowering.promote(part, dtype, span) if part.operand.dtype != dtype else part.operand
         added = lowering.temp("tree.dot", dtype)
         lowering.emit(ir.BinaryOp(added, "add", total, value))
         total = added

@@ -33,14 +33,22 @@ from dataclasses import dataclass, field
 import numpy as np
 from dl.codegen import ir
 from dl.codegen.ir import contiguous
-from dl.codegen.lower import ARITHMETIC, COMPARE_NAMES, FunctionLowering, Unsupported, Value, adapted
+from dl.codegen.lower import (
+    ARITHMETIC,
+    COMPARE_NAMES,
+    TENSOR_PROMOTIONS,
+    FunctionLowering,
+    Unsupported,
+    Value,
+    promoted_dtype,
+)
 from dl.lang import ast
 from dl.lang.check import Typed
 from dl.lang.diagnostics import Span
 from dl.lang.primitives import BY_NAME
 from dl.lang.types import FunctionRef, PrimitiveRef
 
-DTYPE_NAMES = {"f32", "f64", "i64", "bool"}
+DTYPE_NAMES = {"f32", "f64", "i64", "i32", "bool"}
 FLOATS = ("f32", "f64")
 INLINE_DEPTH = 48
 
@@ -752,7 +760,7 @@ class Specialiser(FunctionLowering):
         if isinstance(value, ir.Variable):
             value = self.read_variable(value)
         if isinstance(value, Value):
-            value = Tensor(current.dtype, (), ir.Splat(self.scalar_operand(value, current.dtype, span)))
+            value = Tensor(current.dtype, (), ir.Splat(self.promote(value, current.dtype, span)))
         if not isinstance(value, Tensor) or value.dtype != current.dtype:
             raise Unsupported(f"an element assignment of another dtype (at {span})")
         tree = broadcast(value, region.shape, span).tree
@@ -1046,34 +1054,23 @@ class Specialiser(FunctionLowering):
         if isinstance(left, Text) and isinstance(right, Text) and op in ("==", "!="):
             return Value(ir.Const((left.value == right.value) == (op == "=="), "bool"))
         if isinstance(left, Value) and isinstance(right, Value):
-            left, right = self.integer_meets_float(left, right), self.integer_meets_float(right, left)
-            left, right = self.widened(left, right), self.widened(right, left)
             return self.binary(op, left, right, span)
         if isinstance(left, (Struct, tuple)) or isinstance(right, (Struct, tuple)):
             raise Unsupported(f"`{op}` of structs or tuples (at {span})")
         return self.elementwise(op, [left, right], span)
 
     def elementwise(self, op: str, values: list, span: Span, dtype: str | None = None) -> Tensor:
-        """An elementwise operation of tensors and scalars: broadcast shapes, one dtype (weak literals and
-        i64 scalars adapt to a float tensor, as numpy's Python scalars do)."""
+        """An elementwise operation of tensors and scalars: broadcast shapes, one dtype (the operands meet as
+        `lower.promoted_dtype` says: weak literals and i64 scalars adapt to a float tensor, as numpy's Python
+        scalars do, an i32 widens); `dtype` where only literals meet (`where(c, 1.0, 0.0)`)."""
         tensors = [v for v in values if isinstance(v, Tensor)]
         if not tensors:
             raise Unsupported(f"`{op}` without a tensor (at {span})")
         operands = values[1:] if op == "select" else values
-        strong = {v.dtype for v in operands if isinstance(v, Tensor)}
-        strong |= {v.operand.dtype for v in operands if isinstance(v, Value) and v.weak is None}
-        if len(strong) > 1 and any(isinstance(v, Tensor) and v.dtype in FLOATS for v in operands):
-            strong.discard("i64")  # an i64 scalar (a Python int) takes a float tensor's dtype
-        if strong == {"f32", "f64"}:
-            common = "f64"  # f32 is widened, as numpy does (the checker warns, W0301)
-        elif len(strong) == 1:
-            common = next(iter(strong))
-        elif not strong and dtype is not None:
-            common = dtype
-        else:
-            raise Unsupported(f"`{op}` mixes {' and '.join(sorted(strong)) or 'literals only'} (at {span})")
-        if any(isinstance(v, Tensor) and v.dtype not in (common, "f32") for v in operands):
-            raise Unsupported(f"`{op}` of {' and '.join(sorted(strong))} tensors (at {span})")
+        common = self.common_dtype_of(op, operands, dtype, span)
+        converted = sorted({v.dtype for v in operands if isinstance(v, Tensor) and v.dtype != common})
+        if any((source, common) not in TENSOR_PROMOTIONS for source in converted):
+            raise Unsupported(f"`{op}` of {' and '.join([*converted, common])} tensors (at {span})")
         shape: tuple[int, ...] = ()
         for t in tensors:
             shape = broadcast_shape(shape, t.shape, span)
@@ -1086,7 +1083,7 @@ class Specialiser(FunctionLowering):
                 trees.append(tree)
             elif isinstance(v, Value):
                 wanted = "bool" if op == "select" and k == 0 else common
-                trees.append(ir.Splat(self.scalar_operand(v, wanted, span)))
+                trees.append(ir.Splat(self.promote(v, wanted, span)))
             else:
                 raise Unsupported(f"`{op}` of a {type(v).__name__.lower()} (at {span})")
         if op in COMPARE_NAMES:
@@ -1094,7 +1091,7 @@ class Specialiser(FunctionLowering):
         name = ARITHMETIC.get(op, op)
         if name in ("div", "pow") and common not in FLOATS:
             raise Unsupported(f"`{op}` on {common} tensors (at {span})")
-        if name in ("floordiv", "mod") and common == "i64":
+        if name in ("floordiv", "mod") and common in ir.INTEGER_DTYPES:
             self.nonzero_divisor(trees[1], shape, op, span)
         if name in ("add", "sub", "mul", "div", "pow", "neg") and common == "bool":
             raise Unsupported(f"`{op}` on bool tensors (at {span})")
@@ -1120,36 +1117,20 @@ class Specialiser(FunctionLowering):
         self.emit(ir.Compare(fine, "==", smallest, ir.Const(1, "i64")))
         self.emit(ir.Check(fine, self.site("E0510", f"integer division by zero in `{op}`", span)))
 
-    def widened(self, value: Value, other: Value) -> Value:
-        """An f32 scalar beside a strong f64 one becomes f64 (numpy's promotion; the checker warns)."""
-        if value.weak is None and other.weak is None and (value.operand.dtype, other.operand.dtype) == ("f32", "f64"):
-            result = self.temp("wide", "f64")
-            self.emit(ir.Convert(result, value.operand))
-            return Value(result)
-        return value
-
-    def integer_meets_float(self, value: Value, other: Value) -> Value:
-        """An i64 scalar beside a float one takes its dtype: the interpreter's i64 scalars are Python ints,
-        which numpy converts to the other operand's float dtype."""
-        dtype = other.operand.dtype
-        if value.weak is None and other.weak is None and value.operand.dtype == "i64" and dtype in FLOATS:
-            result = self.temp("float", dtype)
-            self.emit(ir.Convert(result, value.operand))
-            return Value(result)
-        return value
-
-    def scalar_operand(self, value: Value, dtype: str, span: Span) -> ir.Operand:
-        operand = value.operand
-        if operand.dtype == dtype:
-            return operand
-        if value.weak is not None:
-            adapted(value.weak, dtype, span)
-            return self.convert(value, dtype, "an operand")
-        if (operand.dtype == "i64" and dtype in FLOATS) or (operand.dtype, dtype) == ("f32", "f64"):
-            result = self.temp("float", dtype)
-            self.emit(ir.Convert(result, operand))
-            return result
-        raise Unsupported(f"an operation mixes {operand.dtype} and {dtype} (at {span})")
+    def common_dtype_of(self, op: str, operands: list, dtype: str | None, span: Span) -> str:
+        """The dtype the operands of an elementwise operation meet in (`lower.promoted_dtype`, folded)."""
+        kinds = [(v.dtype, False) for v in operands if isinstance(v, Tensor)]
+        kinds += [(v.operand.dtype, v.weak is not None) for v in operands if isinstance(v, Value)]
+        if all(weak for _, weak in kinds):
+            if dtype is None:
+                raise Unsupported(f"`{op}` mixes literals only (at {span})")
+            return dtype
+        common, weak = kinds[0]
+        for other, other_weak in kinds[1:]:
+            if "bool" in (common, other) and common != other and (weak or other_weak):
+                raise Unsupported(f"`{op}` of a number literal and a bool (at {span})")
+            common, weak = promoted_dtype(common, weak, other, other_weak), weak and other_weak
+        return common
 
     # -------------------------------------------------------------- indexing
     def index(self, value: object, indices: tuple, span: Span) -> object:
@@ -1165,6 +1146,7 @@ class Specialiser(FunctionLowering):
             raise Unsupported(f"indexing a {type(value).__name__.lower()} (at {span})")
         if len(indices) == 1 and not isinstance(indices[0], ast.Slice):
             chosen = self.evaluate(indices[0])
+            chosen = as_index(self, chosen)
             if isinstance(chosen, Tensor):  # x[[2, 0, 2]]: rows picked by a tensor of indices
                 if chosen.dtype != "i64":
                     raise Unsupported(f"indexing by a {chosen.dtype} tensor (at {span})")
@@ -1202,6 +1184,7 @@ class Specialiser(FunctionLowering):
                 strides.append(stride * picked.step)
                 continue
             position = self.scalar_of(index.value if isinstance(index, ValueIndex) else self.evaluate(index), span)
+            position = as_index(self, position)
             if position.operand.dtype != "i64":
                 raise Unsupported(f"an index that is not an i64 (at {span})")
             offset = self.add_offset(offset, self.scaled(self.checked_index(position.operand, n, axis, span), stride))
@@ -1489,7 +1472,17 @@ def stand_in(value: object) -> object:
     return "a struct or function"
 
 
-NUMPY_DTYPES = {"f32": np.float32, "f64": np.float64, "i64": np.int64, "bool": np.bool_}
+def as_index(lowering: FunctionLowering, value: object) -> object:
+    """An i32 index (a scalar or a tensor of them) as the i64 that indexing and `gather` compute with; any
+    other value as it is. numpy indexes with either, and the values are the same."""
+    if isinstance(value, Tensor) and value.dtype == "i32":
+        return Tensor("i64", value.shape, ir.Apply("convert", "i64", (value.tree,)))
+    if isinstance(value, Value) and value.weak is None and value.operand.dtype == "i32":
+        return Value(lowering.promote(value, "i64", None))
+    return value
+
+
+NUMPY_DTYPES = {"f32": np.float32, "f64": np.float64, "i64": np.int64, "i32": np.int32, "bool": np.bool_}
 
 
 # ------------------------------------------------------------------ dead stores and accumulating in place

@@ -145,6 +145,50 @@ fn harmonic(n: i64) -> f32 {
 fn clamp(x: f32, low: f32, high: f32) -> f32 { return minimum(maximum(x, low), high) }
 fn main() { print(harmonic(1000), clamp(2.5, 0.0, 1.0), clamp(-1.0, 0.0, 1.0), relu(-3.0), -relu(2.0)) }
 """,
+    # an i64 scalar (a Python int in the interpreter) meeting a float becomes that float through f64, as numpy
+    # converts a Python int (2**60 + 2**36 + 1 rounds twice on the way to f32); an f32 meeting an f64 widens
+    "promotions": """
+fn scaled(n: i64) -> f32 { return n * 0.5 + 1.0 }
+fn below(n: i64, x: f32) -> bool { return n < x and n < 2.5 }
+fn wide(x: f32, y: f64) -> f64 { return x * y + maximum(x, y) }
+fn main() {
+    print(scaled(16777217), scaled(1152921573326323713), scaled(-3), below(2, 2.25), below(3, 4.0))
+    print(wide(0.1, 0.1f64), wide(-2.5, 1.0f64))
+}
+""",
+    # i32 wraps around as numpy's does; an i32 meeting an i64 computes in i64 (also wrapping), meeting a float
+    # in that float; `//` and `%` round toward minus infinity, and the smallest i32 // -1 wraps to itself
+    "i32": """
+fn wrap(a: i32, b: i32) -> i32 { return a + b }
+fn wrapmul(a: i32, b: i32) -> i32 { return a * b - 1i32 }
+fn floors(a: i32, b: i32) -> i32 { return a // b * 1000i32 + a % b }
+fn neg(a: i32) -> i32 { return -a }
+fn mixed(a: i32, c: i64) -> i64 { return a + c * 2 - c // a }
+fn widened(a: i32, c: i64) -> i64 { return c * a }
+fn floats(a: i32, f: f32, g: f64) -> f64 { return float(a, dtype=f64) + a * g + float(f, dtype=f64) * a + a * 2.5 }
+fn ops(a: i32, b: i32) -> i32 { return abs(a) + relu(b) + maximum(a, b) - minimum(a, 7) }
+fn compare(a: i32, c: i64, f: f32) -> bool { return a < c and a > -3 and a <= f and a != 2 }
+fn count(n: i32) -> i32 {
+    let total: i32 = 0
+    let k = 0i32
+    while k < n { total += k * k; k += 1 }
+    return total
+}
+fn whole(a: i32) -> i64 { return int(a) + 1 }
+fn halfway(a: i32) -> f32 { return float(a) / 3.0 }
+fn triangle(n: i32) -> i64 { let t = 0; for i in -2i32..n { t += i } return t }
+fn main() {
+    print(wrap(2147483647i32, 1i32), wrap(-2147483647i32 - 1i32, -1i32), wrap(5i32, -7i32))
+    print(wrapmul(65536i32, 65536i32), wrapmul(46341i32, 46341i32))
+    print(floors(-7i32, 2i32), floors(7i32, -2i32), floors(-7i32, -2i32), floors(7i32, 2i32))
+    print(floors(-2147483647i32 - 1i32, -1i32), neg(-2147483647i32 - 1i32), neg(5i32))
+    print(mixed(7i32, 4611686018427387000), mixed(-3i32, 10), widened(-2147483647i32 - 1i32, 4294967297))
+    print(floats(16777217i32, 0.5, 0.25f64), floats(-3i32, 1.5, -2.0f64))
+    print(ops(-2147483647i32 - 1i32, 3i32), ops(-4i32, -9i32), ops(12i32, 5i32))
+    print(compare(1i32, 2, 1.5), compare(2i32, 5, 3.0), compare(-3i32, 1, 0.0))
+    print(count(100i32), count(3000i32), whole(-2147483647i32 - 1i32), halfway(2147483647i32), triangle(100i32))
+}
+""",
 }
 
 MATH_PROGRAM = """
@@ -255,6 +299,10 @@ fn main() { print(square(3.0), norm(ones(3)), swap(Pair { a: 1.0, b: 2.0 }).a, t
         ("whole32(-3e38)", "`int` of -3e+38: out of the i64 range"),
         ("whole32(1.0 / 0.0)", "`int` of inf"),
         ("quietly(0)", "integer division by zero in `//`"),
+        ("divide32(7i32, 0i32)", "integer division by zero in `//`"),
+        ("remainder32(-7i32, 0i32)", "integer division by zero in `%`"),
+        ("divide_wide(7i32, 0)", "integer division by zero in `//`"),
+        ("remainder_wide(-7, 0i32)", "integer division by zero in `%`"),
     ],
 )
 def test_run_time_failures_are_diagnostics(call: str, message: str, tmp_path: Path, capsys) -> None:
@@ -266,6 +314,10 @@ fn deep(n: i64) -> i64 {{ return deep(n + 1) + 1 }}
 fn whole(x: f64) -> i64 {{ return int(x) }}
 fn whole32(x: f32) -> i64 {{ return int(x) }}
 fn quietly(n: i64) {{ let q = 10 // n }}
+fn divide32(a: i32, b: i32) -> i32 {{ return a // b }}
+fn remainder32(a: i32, b: i32) -> i32 {{ return a % b }}
+fn divide_wide(a: i32, b: i64) -> i64 {{ return a // b }}
+fn remainder_wide(a: i64, b: i32) -> i64 {{ return a % b }}
 fn main() {{ print({call}) }}
 """
     status, _, err = run_cli(tmp_path, source, "--backend", "llvm", capsys=capsys)
@@ -316,6 +368,54 @@ def scalar_functions(draw) -> str:
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(source=scalar_functions())
 def test_random_scalar_functions_agree(source: str, tmp_path: Path, capsys) -> None:
+    interpreted, compiled = both_backends(tmp_path, source, capsys)
+    assert compiled == interpreted
+    assert compiled_names(source, tmp_path) == {"f"}
+
+
+@st.composite
+def i32_functions(draw) -> str:
+    """A random well-typed i32 function (arithmetic wrapping around, `//` and `%` by a nonzero divisor,
+    `abs`/`maximum`/`minimum`, an i64 parameter mixed in), with `if` and a bounded `while`; `main` calls it
+    on arguments drawn from the whole i32 range."""
+
+    def expression(depth: int) -> str:
+        if depth == 0 or draw(st.booleans()):
+            return draw(st.sampled_from(["a", "b", "acc", "3", "-7", "2147483647i32", "(-2147483647i32 - 1i32)"]))
+        form = draw(st.sampled_from(["+", "-", "*", "//", "%", "abs", "maximum", "minimum"]))
+        left, right = expression(depth - 1), expression(depth - 1)
+        if form not in ("+", "-", "*"):  # a built-in of unsuffixed literals alone would be i64: `+ 0i32`
+            left, right = (f"({e} + 0i32)" if e[0] in "(-0123456789" else e for e in (left, right))
+        if form in ("//", "%"):
+            return f"({left} {form} (abs({right}) + 1i32))"  # abs of the smallest i32 is itself: never -1
+        if form == "abs":
+            return f"abs({left})"
+        if form in ("maximum", "minimum"):
+            return f"{form}({left}, {right})"
+        return f"({left} {form} {right})"
+
+    comparison = draw(st.sampled_from(["<", ">", "<=", ">=", "==", "!="]))
+    lines = [
+        "let acc = 1i32",
+        "let trips = 0",
+        f"while trips < {draw(st.integers(0, 6))} {{",
+        f"    acc = {expression(3)}",
+        f"    if {expression(2)} {comparison} c {{ acc = acc - {expression(1)} }}",
+        f"    else {{ b = {expression(2)} }}",
+        "    trips += 1",
+        "}",
+        f"return {expression(2)} - c * 3 + c // (abs(acc) + 1i32)",
+    ]
+    body = "\n    ".join(lines)
+    whole = st.integers(-(2**31) + 1, 2**31 - 1)  # (the literal 2147483648i32 is out of range)
+    args = draw(st.lists(st.tuples(whole, whole, st.integers(-1000, 1000)), min_size=1, max_size=3))
+    calls = ", ".join(f"f({x}i32, {y}i32, {z})" for x, y, z in args)
+    return f"fn f(a: i32, b: i32, c: i64) -> i64 {{\n    {body}\n}}\nfn main() {{ print({calls}) }}\n"
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(source=i32_functions())
+def test_random_i32_functions_agree(source: str, tmp_path: Path, capsys) -> None:
     interpreted, compiled = both_backends(tmp_path, source, capsys)
     assert compiled == interpreted
     assert compiled_names(source, tmp_path) == {"f"}

@@ -891,3 +891,88 @@ def test_a_function_inlined_twice_keeps_its_names_apart() -> None:
         "fn g(a: f64[3], b: f64[3]) -> (f64[3], f64[3]) {\n    return grad(f, wrt=(0, 1))(a, b)\n}\n"
     )
     check(source, "g", np.array([3.0, 1.0, -0.5]), np.array([0.7, 0.2, 0.1]), rtol=1e-12, atol=1e-12)
+
+
+# ------------------------------------------------------------------ i32 tensors
+
+I32_EDGES = np.array([2**31 - 1, -(2**31), -7, 7, -1, 0, 1, 46341, -65536, 2**30], dtype=np.int32)
+
+
+def test_i32_arithmetic_wraps_and_promotes_as_numpy() -> None:
+    """i32 tensors wrap around as numpy's; meeting an i64 scalar or tensor they widen to i64 (still
+    wrapping), meeting a float (a literal, a scalar, a tensor) they become that float."""
+    source = """
+fn f(x: i32[10], y: i32[10], n: i64, w: i64[10], s: i32, v: f32[10], g: f64) -> (
+    i32[10], i32[10], i32[10], i64[10], i64[10], f32[10], f64[10], f32[10], i32[10], bool[10]
+) {
+    return (x * y + x - 3, -x + s, x * 2 - y // 3, x * n, x + w, x * 2.5 + v, x * g, float(x) * 0.5, x % s, x < y)
+}
+"""
+    y = np.roll(I32_EDGES, 3)
+    args = (I32_EDGES, y, 4294967297, np.arange(10) * 2**61, np.int32(-3), f32(10), np.float64(0.25))
+    check(source, "f", *args, rtol=0, atol=0)
+
+
+def test_i32_reductions_built_ins_and_conversions() -> None:
+    source = """
+fn f(x: i32[2, 5], k: i32) -> (i32, i32[5], i32, i32[2], f32, i64, i64[5], i32[2, 5], i32[2, 5], i64[2, 5], f64[2, 5]) {
+    return (
+        sum(x), sum(x, axis=0), max(x), min(x, axis=1), mean(x), argmax(x), argmin(x, axis=0),
+        abs(x) + relu(x), maximum(x, k) - minimum(x, 2), int(x), float(x, dtype=f64)
+    )
+}
+"""
+    check(source, "f", I32_EDGES.reshape(2, 5), np.int32(-7), rtol=0, atol=0)
+
+
+def test_i32_created_indexed_and_chosen() -> None:
+    source = """
+fn f(x: f32[4], i: i32, j: i32[3], c: bool[3], n: i32) -> (f32, f32[3], f32[3, 4], i32[3], i32[2, 2], i32[3], f32[3]) {
+    let made = zeros(3, dtype=i32) + n
+    return (x[i], x[j], one_hot(abs(j), 4), made, full(2, 2, value=7, dtype=i32), where(c, j, 0), gather(x, j))
+}
+"""
+    args = (f32(4), np.int32(-1), np.array([3, 0, -2], dtype=np.int32), np.array([True, False, True]), np.int32(5))
+    check(source, "f", *args, rtol=0, atol=0)
+
+
+def test_i32_floor_division_and_remainder_match_numpy_exactly() -> None:
+    """`//` and `%` of i32 tensors round toward minus infinity, the smallest i32 // -1 wraps to itself, and a
+    zero divisor anywhere fails as interpreted."""
+    a, b = np.meshgrid(I32_EDGES, np.array([-7, -3, -2, -1, 1, 2, 5, 2**31 - 1], dtype=np.int32))
+    source = "fn f(a: i32[k, j], b: i32[k, j]) { return (a // b, a % b, a // 3, -8 % b) }\n"
+    with np.errstate(all="ignore"):
+        expected, actual, report = on_both(source, "f", a.copy(), b.copy())
+    assert verdict(report, "f") == "compiled", report
+    for got, want in zip(actual, expected, strict=True):
+        assert got.dtype == want.dtype == np.int32
+        np.testing.assert_array_equal(got, want)
+    interpreted, compiled, _ = failures(source, "f", a, np.where(b == 5, 0, b).astype(np.int32))
+    assert shown(compiled) == shown(interpreted)
+    assert shown(compiled)[:2] == ("E0510", "integer division by zero in `//`")
+
+
+@pytest.mark.parametrize(
+    ("body", "args"),
+    [
+        ("return x[i] * 2.0", (f32(4), np.int32(4))),
+        ("return x[i] * 2.0", (f32(4), np.int32(-5))),
+        ("return gather(x, [2i32, i])", (f32(4), np.int32(7))),
+        ("return x[[i, 0i32]]", (f32(4), np.int32(-9))),
+    ],
+)
+def test_i32_indices_out_of_range_fail_as_interpreted(body: str, args: tuple) -> None:
+    result = "f32" if "x[i]" in body else "f32[_]"
+    source = f"fn f(x: f32[4], i: i32) -> {result} {{\n    {body}\n}}"
+    interpreted, compiled, report = failures(source, "f", *args)
+    assert verdict(report, "f") == "compiled", report
+    assert shown(compiled) == shown(interpreted)
+    assert shown(compiled)[0] in ("E0501", "E0513")
+
+
+def test_i32_matrix_products_stay_interpreted() -> None:
+    source = "fn f(a: i32[2, 3], b: i32[3, 2]) -> i32[2, 2] { return a @ b }"
+    a = np.arange(6, dtype=np.int32).reshape(2, 3)
+    expected, actual, report = on_both(source, "f", a, a.T.copy())
+    assert verdict(report, "f").startswith("interpreted: "), report
+    np.testing.assert_array_equal(actual, expected)
