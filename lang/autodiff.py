@@ -1423,7 +1423,7 @@ class FunctionBody:
             keywords = tuple(ast.Keyword(k.name, self.rename(k.value, env), k.span) for k in expr.keywords)
             return ast.Call(self.rename(expr.func, env), args, keywords, expr.span)
         if isinstance(callee, FunctionRef):
-            decl, _ = self.typed.functions[callee.key]
+            decl, decl_path = self.typed.functions[callee.key]
             if not isinstance(decl, ast.FnDecl) or any(
                 isinstance(d, ast.FnDecl) and d is decl for d in walk(self.decl.body)
             ):
@@ -1432,7 +1432,7 @@ class FunctionBody:
                     expr.span,
                     ("help: declare the function at the top level of a module",),
                 )
-            args = self.user_arguments(decl, expr)
+            args = self.user_arguments(decl, decl_path, expr)
             func = self.rename(self.quiet(expr.func), env)
             return ast.Call(func, tuple(self.atom(a, env, sweep, "t") for a in args), (), expr.span)
         raise NotDifferentiable(
@@ -1441,8 +1441,8 @@ class FunctionBody:
             ("help: call a function declared with `fn` by its name",),
         )
 
-    def user_arguments(self, decl: ast.FnDecl, expr: ast.Call) -> list[ast.Expr]:
-        """The call's arguments in parameter order, defaults filled in."""
+    def user_arguments(self, decl: ast.FnDecl, path: str, expr: ast.Call) -> list[ast.Expr]:
+        """The call's arguments in parameter order, defaults (of `decl`, in module `path`) filled in."""
         by_name = {k.name: k.value for k in expr.keywords}
         args = []
         for position, param in enumerate(decl.params):
@@ -1451,8 +1451,39 @@ class FunctionBody:
             elif param.name in by_name:
                 args.append(by_name[param.name])
             else:
-                args.append(param.default)
+                args.append(self.default_here(param.default, path))
         return args
+
+    def default_here(self, default: ast.Expr, path: str) -> ast.Expr:
+        """A default of a function in module `path` as this module writes it: the names of `path`'s
+        consts and functions it uses qualified by this module's alias of `path` (`helpers.SCALE`)."""
+        if path == self.path:
+            return default
+        top = {d.name for d in self.round.program.modules[path].decls if isinstance(d, (ast.FnDecl, ast.Const))}
+        replacements = {
+            id(n): self.round.reference(self.path, path, n.id, n.span)
+            for n in walk(default)
+            if isinstance(n, ast.Name) and n.id in top
+        }
+        if not replacements:
+            return default
+        qualified = replace_nodes(default, replacements)
+        self.carry_types(default, qualified)
+        return qualified
+
+    def carry_types(self, old, new) -> None:
+        """Give the nodes of `new`, a copy of `old` with some nodes replaced, the types of `old`'s."""
+        if old is new:
+            return
+        found = self.extra_types.get(id(old), self.typed.types.get(id(old)))
+        if found is not None:
+            self.extra_types[id(new)] = found
+        if isinstance(old, tuple) and isinstance(new, tuple) and len(old) == len(new):
+            for a, b in zip(old, new, strict=True):
+                self.carry_types(a, b)
+        elif type(old) is type(new) and dataclasses.is_dataclass(old):
+            for f in dataclasses.fields(old):
+                self.carry_types(getattr(old, f.name), getattr(new, f.name))
 
     def rename(self, expr, env):
         """`expr` with the user's local names replaced by their current generated names."""

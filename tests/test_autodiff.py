@@ -395,10 +395,13 @@ def test_rules_of_what_derivative_code_is_written_with(body: str) -> None:
 
 
 def test_gradient_across_modules_with_default_arguments(tmp_path) -> None:
+    """A default naming its own module's const, filled in by a caller in another module."""
     (tmp_path / "layers.dl").write_text(
         "struct Dense { w: f64[3, 2], b: f64[2] }\n\n"
         "fn dense(layer: Dense, x: f64[B, 3]) -> f64[B, 2] {\n    return tanh(x @ layer.w + layer.b)\n}\n\n"
-        "fn mse(pred, target, scale = 2.0) {\n    let err = pred - target\n    return scale * mean(err * err)\n}\n"
+        "const SCALE = 2.0\n\n"
+        "fn mse(pred, target, scale = SCALE * 1.0) {\n"
+        "    let err = pred - target\n    return scale * mean(err * err)\n}\n"
     )
     main = tmp_path / "main.dl"
     main.write_text(
