@@ -146,7 +146,7 @@ def torch_step_function(w: dict):
         loss = total / x.shape[0]
         loss.backward()
         optimiser.step()
-        return float(loss)
+        return loss.item()
 
     return step
 
