@@ -53,6 +53,7 @@ class Site:
     message: str
     span: Span
     shows: str | None = None
+    frame: str | None = None  # a call's site: the function it calls (the frame it opens in the call stack)
 
 
 # ------------------------------------------------------------------ instructions
@@ -338,6 +339,22 @@ class TapePop:
 
 
 @node
+class CallSpecialised:
+    """A call of another specialised function of the module (`function`, its symbol), which takes `void
+    f(i8** slots)`: a slot array of `slots` pointers is made for the call, `arguments` fill it as (slot, a
+    contiguous `Read` of a tensor or an operand passed through a cell) and `results` as (slot, a `Buffer`
+    the callee writes or a `Temp` read from a cell after it returns). The callee allocates its own
+    workspace. Past the depth limit the call fails at `site` (`E0506` at the call, as in the interpreter);
+    a failing callee makes the caller note the site in the module's call trace and fail too."""
+
+    function: str
+    arguments: tuple
+    results: tuple
+    slots: int
+    site: int
+
+
+@node
 class LoadSlot:
     """A scalar argument of a specialised function: the value `slots[slot]` points at."""
 
@@ -368,6 +385,7 @@ Instruction = (
     | ScatterAdd
     | Evaluate
     | Check
+    | CallSpecialised
     | LoadSlot
     | StoreSlot
     | TapePush
@@ -424,6 +442,9 @@ class Function:
     buffers: tuple[Buffer, ...] = ()  # a specialised function's (it takes `void f(i8** slots)`)
     specialised: bool = False
     tapes: tuple[Tape, ...] = ()  # freed on every way out
+    # a specialised function allocating its workspace per call (else the host's): (bytes, the site failing
+    # when memory runs out)
+    own_workspace: tuple[int, int] | None = None
 
 
 def show(function: Function) -> str:

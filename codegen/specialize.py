@@ -27,6 +27,7 @@ raises `Unsupported`, and the function runs on the interpreter, as every other r
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 
@@ -38,11 +39,12 @@ from dl.lang import ast
 from dl.lang.check import Typed
 from dl.lang.diagnostics import Span
 from dl.lang.primitives import BY_NAME
-from dl.lang.types import FunctionRef, PrimitiveRef
+from dl.lang.types import UNIT, DimVar, FunctionRef, PrimitiveRef, TensorType, TupleType
 
 DTYPE_NAMES = {"f32", "f64", "i64", "bool"}
 FLOATS = ("f32", "f64")
 INLINE_DEPTH = 48
+MAX_SPECIALISATIONS = 32  # of the functions one compiled call needs (itself and what it calls for real)
 
 
 # ------------------------------------------------------------------ abstract values
@@ -303,6 +305,80 @@ class Specialised:
     result: tuple
     workspace: int
     slots: int
+    callees: tuple[ir.Function, ...] = ()  # the specialisations it calls for real, compiled with it
+
+
+def specialise(typed: Typed, decl: ast.FnDecl, path: str, layout: tuple, structs) -> Specialised:
+    """`decl` lowered for the argument `layout`, with every specialisation its recursive calls need."""
+    registry = Registry(typed, structs)
+    return registry.finished(registry.lower(decl, path, layout, decl.span))
+
+
+@dataclass
+class Entry:
+    """One specialisation of a `Registry`: its symbol, its lowering, and the result once lowered."""
+
+    symbol: str
+    lowering: Specialiser
+    done: Specialised | None = None
+
+    def signature(self, span: Span) -> tuple[tuple, int]:
+        """(the result layout, the number of slots) a caller needs; known while the function is still being
+        lowered (a recursive call) once its first `return` has been."""
+        if self.done is not None:
+            return self.done.result, self.done.slots
+        lowering = self.lowering
+        if lowering.result_layout is None:
+            lowering.result_layout = lowering.predicted_result(span)
+        return lowering.result_layout, lowering.slot_count
+
+
+class Registry:
+    """The specialisations one compiled call needs, keyed by (function, argument layout): the function
+    called from the interpreter, then each one a recursive (or too deeply nested) call calls for real
+    (`ir.CallSpecialised`) instead of inlining it. They are compiled into one module; each then allocates
+    its own workspace per call, as recursive calls are active at once."""
+
+    def __init__(self, typed: Typed, structs) -> None:
+        self.typed, self.structs = typed, structs
+        self.entries: dict[tuple, Entry] = {}
+        self.made = 0
+        self.calls = False  # whether any function calls another (or itself) for real
+
+    def lower(self, decl: ast.FnDecl, path: str, layout: tuple, span: Span) -> Entry:
+        key = (id(decl), layout)
+        if key in self.entries:
+            return self.entries[key]
+        if len(self.entries) >= MAX_SPECIALISATIONS:
+            raise Unsupported(
+                f"its recursion needs more than {MAX_SPECIALISATIONS} specialisations (argument layouts), "
+                f"the last of `{decl.name}` (at {span})"
+            )
+        symbol = f"{path}::{decl.name}.specialised" + (f".{self.made}" if self.made else "")
+        self.made += 1
+        entry = Entry(symbol, Specialiser(self.typed, decl, path, list(layout), self.structs, self))
+        self.entries[key] = entry
+        try:
+            entry.done = entry.lowering.specialise(symbol)
+        except BaseException:  # it, and whatever was lowered for it (which may call it), are gone
+            keys = list(self.entries)
+            for later in keys[keys.index(key) :]:
+                del self.entries[later]
+            raise
+        return entry
+
+    def finished(self, root: Entry) -> Specialised:
+        done = root.done
+        if not self.calls:
+            return done
+        functions = []
+        for entry in self.entries.values():
+            function = entry.done.function
+            site = ir.Site("E0513", "out of memory for the tensors of a recursive call", entry.lowering.decl.span)
+            sites = (*function.sites, site)
+            own = (entry.done.workspace, len(sites) - 1)
+            functions.append(dataclasses.replace(function, sites=sites, own_workspace=own))
+        return Specialised(functions[0], done.argument_slots, done.result, 0, done.slots, tuple(functions[1:]))
 
 
 # ------------------------------------------------------------------ the lowering
@@ -318,8 +394,13 @@ class Returning:
 
 
 class Specialiser(FunctionLowering):
-    def __init__(self, typed: Typed, decl: ast.FnDecl, path: str, arguments: list, structs) -> None:
+    def __init__(
+        self, typed: Typed, decl: ast.FnDecl, path: str, arguments: list, structs, registry: Registry | None = None
+    ) -> None:
         super().__init__(typed, decl, path)
+        self.registry = registry if registry is not None else Registry(typed, structs)
+        self.active = [id(decl)]  # the functions being lowered here (it, and those inlined into it)
+        self.root_path = path
         self.arguments = arguments
         self.structs = structs  # (path, name) -> the interpreter's StructType
         self.buffer_list: list[ir.Buffer] = []
@@ -339,7 +420,7 @@ class Specialiser(FunctionLowering):
         self.parameter_temps: dict[str, int] = {}  # the i64 parameters' values, by temp name -> position
 
     # -------------------------------------------------------------- entry
-    def specialise(self) -> Specialised:
+    def specialise(self, symbol: str | None = None) -> Specialised:
         decl = self.decl  # annotations checked at run time are checked by the interpreter around this body
         params = {}
         for position, (param, argument) in enumerate(zip(decl.params, self.arguments, strict=True)):
@@ -361,7 +442,7 @@ class Specialiser(FunctionLowering):
         blocks, buffers, workspace = packed(blocks, self.buffer_list)
         result = rebuilt(self.result_layout, {b.name: b for b in buffers})
         function = ir.Function(
-            f"{self.path}::{decl.name}.specialised",
+            symbol or f"{self.path}::{decl.name}.specialised",
             decl.name,
             (),
             "unit",
@@ -374,6 +455,35 @@ class Specialiser(FunctionLowering):
             tuple(self.tapes),
         )
         return Specialised(function, argument_slots, result, workspace, self.slot_count)
+
+    def predicted_result(self, span: Span) -> tuple:
+        """The result layout from the checked signature, its dimensions bound by the arguments' shapes, for a
+        recursive call reached before any `return`: its slots are taken now, and the `return`s fill them."""
+        decl = self.decl
+        found = [s for s in self.typed.signatures.get(self.root_path, []) if s.name == decl.name]
+        unknown = f"what `{decl.name}` returns is not known at its recursive call (at {span})"
+        if len(found) != 1:
+            raise Unsupported(unknown)
+        bindings: dict = {}
+        for (_, declared), layout in zip(found[0].params, self.arguments, strict=True):
+            bind_dimensions(declared, layout, bindings)
+        return self.result_slots(found[0].result, bindings, unknown)
+
+    def result_slots(self, declared: object, bindings: dict, unknown: str) -> tuple:
+        if declared == UNIT:
+            return ("unit",)
+        if isinstance(declared, TupleType):
+            return ("tuple", tuple(self.result_slots(item, bindings, unknown) for item in declared.items))
+        if not isinstance(declared, TensorType) or declared.dtype not in DTYPE_NAMES:
+            raise Unsupported(unknown)
+        if not declared.dims:
+            return ("scalar", self.new_slot(), declared.dtype)
+        shape = tuple(bindings.get(d, d) for d in declared.dims)
+        if not all(isinstance(n, int) for n in shape):
+            raise Unsupported(unknown)
+        buffer = ir.Buffer(f"result#{len(self.buffer_list)}", declared.dtype, shape, self.new_slot())
+        self.buffer_list.append(buffer)
+        return ("tensor", buffer.slot, declared.dtype, shape, buffer)
 
     def argument(self, layout: tuple, name: str) -> object:
         kind = layout[0]
@@ -793,7 +903,7 @@ class Specialiser(FunctionLowering):
             return ("scalar", slot, operand.dtype)
         if isinstance(value, Tensor):
             if known is not None:
-                if known[0] != "tensor" or known[2:] != (value.dtype, value.shape):
+                if known[0] != "tensor" or known[2:4] != (value.dtype, value.shape):
                     raise Unsupported(f"returns of different types or shapes (at {span})")
                 buffer = known[4]
             else:
@@ -1046,6 +1156,10 @@ class Specialiser(FunctionLowering):
             raise Unsupported(f"`{op}` of structs or tuples (at {span})")
         return self.elementwise(op, [left, right], span)
 
+    def binary(self, op: str, left: Value, right: Value, span: Span) -> Value:
+        folded = integers_folded(op, left, right)
+        return folded if folded is not None else super().binary(op, left, right, span)
+
     def elementwise(self, op: str, values: list, span: Span, dtype: str | None = None) -> Tensor:
         """An elementwise operation of tensors and scalars: broadcast shapes, one dtype (weak literals and
         i64 scalars adapt to a float tensor, as numpy's Python scalars do)."""
@@ -1275,38 +1389,26 @@ class Specialiser(FunctionLowering):
         return self.global_value(name)
 
     def inline(self, closure: Closure, args: list, keywords: dict, span: Span) -> object:
-        """The callee's body, lowered here with its parameters bound to the arguments."""
+        """The callee's body, lowered here with its parameters bound to the arguments; a recursive call (or
+        one nested too deeply to inline) calls a specialisation of the callee for real instead."""
         decl = closure.decl
+        separate = isinstance(decl, ast.FnDecl) and not closure.captured
+        if separate and (id(decl) in self.active or self.depth >= INLINE_DEPTH):
+            return self.call_separately(closure, self.argument_values(closure, args, keywords, span), span)
         if self.depth >= INLINE_DEPTH:
-            raise Unsupported(f"calls nest deeper than {INLINE_DEPTH} (recursion is not compiled) (at {span})")
+            raise Unsupported(f"calls nest deeper than {INLINE_DEPTH} (at {span})")
         names = [p.name for p in decl.params]
-        if len(args) > len(names) or any(k not in names for k in keywords):
-            raise Unsupported(f"a call that does not bind (at {span})")
+        values = self.argument_values(closure, args, keywords, span)
         saved = (self.scopes, self.loops, self.returning, self.path, self.uses, self.assigned)
-        bound = {}
         self.path = closure.path
-        self.scopes = [dict(closure.captured)]
         self.uses, self.assigned = usage(decl.body)
-        for k, param in enumerate(decl.params):
-            if k < len(args):
-                value = args[k]
-            elif param.name in keywords:
-                value = keywords[param.name]
-            elif param.default is not None:  # a value at run time: a literal default keeps its dtype
-                value = self.evaluate(param.default)
-                if isinstance(value, Value) and value.weak is not None:
-                    value = Value(value.operand)
-            else:
-                self.scopes, self.loops, self.returning, self.path, self.uses, self.assigned = saved
-                raise Unsupported(f"a call leaving `{param.name}` unbound (at {span})")
-            if isinstance(value, ir.Variable):
-                value = self.read_variable(value)
-            # (the caller's variables are safe: storage belongs to its own variable, see `owns`)
-            bound[param.name] = self.bind(value, self.uses.get(param.name, 0))
+        # (the caller's variables are safe: storage belongs to its own variable, see `owns`)
+        bound = {name: self.bind(value, self.uses.get(name, 0)) for name, value in zip(names, values, strict=True)}
         self.scopes = [dict(closure.captured), bound]
         self.loops = []
         self.depth += 1
         self.frames.append(saved[0])
+        self.active.append(id(decl))
         check = self.typed.checked_calls.get(id(decl))
         try:
             if check is not None:
@@ -1322,7 +1424,120 @@ class Specialiser(FunctionLowering):
         finally:
             self.depth -= 1
             self.frames.pop()
+            self.active.pop()
             self.scopes, self.loops, self.returning, self.path, self.uses, self.assigned = saved
+
+    def argument_values(self, closure: Closure, args: list, keywords: dict, span: Span) -> list:
+        """The value of each parameter at a call: an argument, a keyword, or the default (evaluated in the
+        callee's module; a value at run time, so a literal default keeps its dtype)."""
+        decl = closure.decl
+        names = [p.name for p in decl.params]
+        if len(args) > len(names) or any(k not in names for k in keywords):
+            raise Unsupported(f"a call that does not bind (at {span})")
+        values = []
+        for k, param in enumerate(decl.params):
+            if k < len(args):
+                value = args[k]
+            elif param.name in keywords:
+                value = keywords[param.name]
+            elif param.default is not None:
+                saved = (self.scopes, self.path)
+                self.scopes, self.path = [dict(closure.captured)], closure.path
+                try:
+                    value = self.evaluate(param.default)
+                finally:
+                    self.scopes, self.path = saved
+                if isinstance(value, Value) and value.weak is not None:
+                    value = Value(value.operand)
+            else:
+                raise Unsupported(f"a call leaving `{param.name}` unbound (at {span})")
+            values.append(self.read_variable(value) if isinstance(value, ir.Variable) else value)
+        return values
+
+    # -------------------------------------------------------------- calls of separate specialisations
+    def call_separately(self, closure: Closure, values: list, span: Span) -> object:
+        """A real call (`ir.CallSpecialised`) of the callee's specialisation for the arguments' layout. An
+        integer the callee needs as a constant is compiled into its layout, if known here."""
+        decl = closure.decl
+        check = self.typed.checked_calls.get(id(decl))
+        bindings: dict[str, int] = {}
+        if check is not None:
+            for param_check, value in zip(check.params, values, strict=True):
+                if param_check is not None:
+                    annotation_fits(value, param_check.type, bindings, span)
+        statics: set[int] = set()
+        while True:
+            layout, leaves = [], []
+            for position, value in enumerate(values):
+                if position in statics:
+                    layout.append(("static", self.static_int(value, span)))
+                else:
+                    layout.append(self.passed(value, leaves, span))
+            try:
+                entry = self.registry.lower(decl, closure.path, tuple(layout), span)
+                break
+            except NeedsStatic as need:
+                if need.position in statics:
+                    raise Unsupported(str(need)) from None
+                statics.add(need.position)
+        result_layout, slots = entry.signature(span)
+        results: list = []
+        result = self.received(result_layout, results, decl.name)
+        self.sites.append(ir.Site("E0506", f"recursion too deep in `{decl.name}`", span, frame=decl.name))
+        arguments = tuple(enumerate(leaves, start=1))
+        self.emit(ir.CallSpecialised(entry.symbol, arguments, tuple(results), slots, len(self.sites) - 1))
+        self.registry.calls = True
+        if check is not None and check.result is not None:
+            annotation_fits(result, check.result.type, bindings, span)
+        return result
+
+    def passed(self, value: object, leaves: list, span: Span) -> tuple:
+        """The layout of an argument of a real call; its tensors (contiguous) and scalars go to `leaves`."""
+        if isinstance(value, ir.Variable):
+            value = self.read_variable(value)
+        if isinstance(value, Tensor):
+            leaves.append(self.plain(value).tree)
+            return ("tensor", value.dtype, value.shape)
+        if isinstance(value, Value):
+            operand = value.operand
+            if value.weak is not None:  # an unsuffixed literal: an int is an i64 (as `flatten` sees it)
+                if isinstance(value.weak, float):
+                    raise Unsupported(f"an unsuffixed float literal passed to a recursive call (at {span})")
+                operand = ir.Const(int(value.weak), "i64")
+            leaves.append(operand)
+            return ("scalar", operand.dtype)
+        if isinstance(value, tuple):
+            return ("tuple", tuple(self.passed(item, leaves, span) for item in value))
+        if isinstance(value, Struct):
+            self.structs.seen[id(value.kind)] = value.kind
+            items = tuple(self.passed(item, leaves, span) for item in value.values)
+            return ("struct", id(value.kind), items, value.name)
+        if isinstance(value, Text):
+            return ("text", value.value)
+        raise Unsupported(f"a recursive call passing a value compiled code cannot pass (at {span})")
+
+    def received(self, layout: tuple, results: list, name: str) -> object:
+        """The value a real call returns, from the callee's result layout: tensors in buffers of this
+        function's workspace and scalars in temporaries, each (slot, where) appended to `results`."""
+        kind = layout[0]
+        if kind == "tensor":
+            _, slot, dtype, shape, _ = layout
+            buffer = self.allocate(dtype, shape, f"call.{name}")
+            results.append((slot, buffer))
+            return view(buffer)
+        if kind == "scalar":
+            temp = self.temp(f"call.{name}", layout[2])
+            results.append((layout[1], temp))
+            return Value(temp)
+        if kind == "tuple":
+            return tuple(self.received(item, results, name) for item in layout[1])
+        if kind == "struct":
+            struct_type = layout[1]
+            values = [self.received(item, results, name) for item in layout[2]]
+            return Struct(struct_type, struct_type.name, struct_type.fields, values)
+        if kind == "text":
+            return Text(layout[1])
+        return ()
 
     def inlined_body(self, decl: ast.FnDecl | ast.Lambda) -> object:
         if isinstance(decl.body, ast.Block):
@@ -1361,6 +1576,55 @@ class Specialiser(FunctionLowering):
 
 
 # ------------------------------------------------------------------ what a body uses and assigns
+
+
+INTEGER_FOLDS = {
+    "+": lambda a, b: a + b,
+    "-": lambda a, b: a - b,
+    "*": lambda a, b: a * b,
+    "//": lambda a, b: a // b,
+    "%": lambda a, b: a % b,
+}
+INTEGER_COMPARISONS = {
+    "==": lambda a, b: a == b,
+    "!=": lambda a, b: a != b,
+    "<": lambda a, b: a < b,
+    "<=": lambda a, b: a <= b,
+    ">": lambda a, b: a > b,
+    ">=": lambda a, b: a >= b,
+}
+
+
+def integers_folded(op: str, left: Value, right: Value) -> Value | None:
+    """`op` of two i64 constants (a shape, a length, an integer compiled in) computed now, so that shapes
+    derived from them (`x[0:n // 2]`) stay constants and a branch on them is known; None where it must run
+    (not both constants, or a failure the run reports: division by zero, overflow)."""
+    operands = (left.operand, right.operand)
+    if not all(isinstance(o, ir.Const) and o.dtype == "i64" for o in operands):
+        return None
+    weak = left.weak is not None and right.weak is not None  # two Python ints in the interpreter (`len(x)`)
+    if weak and not all(type(w) is int for w in (left.weak, right.weak)):
+        return None
+    a, b = (int(o.value) for o in operands)
+    if op in INTEGER_COMPARISONS:
+        return Value(ir.Const(INTEGER_COMPARISONS[op](a, b), "bool"))
+    if op not in INTEGER_FOLDS or (op in ("//", "%") and b == 0):
+        return None
+    result = INTEGER_FOLDS[op](a, b)
+    if not -(2**63) <= result < 2**63:
+        return None
+    return Value(ir.Const(result, "i64"), result if weak else None)
+
+
+def bind_dimensions(declared: object, layout: tuple, bindings: dict) -> None:
+    """Bind the dimension names of a parameter's checked type to the sizes of its argument's layout."""
+    if isinstance(declared, TensorType) and layout[0] == "tensor" and len(declared.dims) == len(layout[2]):
+        for dimension, size in zip(declared.dims, layout[2], strict=True):
+            if isinstance(dimension, DimVar):
+                bindings[dimension] = size
+    elif isinstance(declared, TupleType) and layout[0] == "tuple" and len(declared.items) == len(layout[1]):
+        for item, part in zip(declared.items, layout[1], strict=True):
+            bind_dimensions(item, part, bindings)
 
 
 def usage(body: ast.Block) -> tuple[dict[str, int], set[str]]:
@@ -1528,8 +1792,7 @@ def forwarded(blocks: list[ir.Block]) -> list[ir.Block]:
                         instructions[position] = None
                     break
                 written = written_buffer(consumer)
-                popped = isinstance(consumer, ir.TapePop)
-                if popped or (written is not None and written.name in read_by):
+                if overwritten(consumer) or (written is not None and written.name in read_by):
                     break
         result.append(ir.Block(block.label, tuple(i for i in instructions if i is not None), block.terminator))
     return result
@@ -1549,11 +1812,9 @@ def computed_once(blocks: list[ir.Block]) -> list[ir.Block]:
         for instruction in block.instructions:
             instruction = rebuilt(instruction, renamed) if renamed else instruction
             written = written_buffer(instruction)
-            popped = isinstance(instruction, ir.TapePop)
+            popped = overwritten(instruction)
             if written is not None or popped:  # what it writes is no longer what an earlier tree computed
-                names = {written.name} if written is not None else set()
-                if popped:
-                    names |= {leaf.name for _, leaf in instruction.leaves if isinstance(leaf, ir.Buffer)}
+                names = ({written.name} if written is not None else set()) | popped
                 seen = {
                     tree: (target, reads_)
                     for tree, (target, reads_) in seen.items()
@@ -1658,19 +1919,26 @@ def checks(instruction: object) -> bool:
 
 
 def write_counts(blocks: list[ir.Block]) -> dict[str, int]:
-    """How many instructions write each buffer (a tape's `pop` counts as two: its buffers are not
-    written once)."""
+    """How many instructions write each buffer (a tape's `pop` and a call count as two: their buffers
+    are not written once)."""
     writes: dict[str, int] = {}
     for block in blocks:
         for instruction in block.instructions:
             written = written_buffer(instruction)
             if written is not None:
                 writes[written.name] = writes.get(written.name, 0) + 1
-            if isinstance(instruction, ir.TapePop):
-                for _, leaf in instruction.leaves:
-                    if isinstance(leaf, ir.Buffer):
-                        writes[leaf.name] = writes.get(leaf.name, 0) + 2
+            for name in overwritten(instruction):
+                writes[name] = writes.get(name, 0) + 2
     return writes
+
+
+def overwritten(instruction: object) -> set[str]:
+    """The buffers a tape's `pop` or a real call writes (not loops: the passes leave them alone)."""
+    if isinstance(instruction, ir.TapePop):
+        return {leaf.name for _, leaf in instruction.leaves if isinstance(leaf, ir.Buffer)}
+    if isinstance(instruction, ir.CallSpecialised):
+        return {leaf.name for _, leaf in instruction.results if isinstance(leaf, ir.Buffer)}
+    return set()
 
 
 def written_buffer(instruction: object) -> ir.Buffer | None:
@@ -1772,9 +2040,7 @@ def touches(instruction: object, names: set[str]) -> bool:
     target = getattr(instruction, "target", None) or getattr(instruction, "out", None)
     if isinstance(target, ir.Buffer) and target.name in names:
         return True
-    if isinstance(instruction, ir.TapePop):
-        return any(isinstance(b, ir.Buffer) and b.name in names for _, b in instruction.leaves)
-    return False
+    return bool(overwritten(instruction) & names)
 
 
 def count_reads(node: object, counts: dict[str, int]) -> None:
@@ -1875,8 +2141,9 @@ def defines(instruction: object, name: str) -> bool:
     if isinstance(instruction, ir.MatMul):
         operands = {instruction.a.buffer.name, instruction.b.buffer.name}
         return instruction.out.name == name and not instruction.accumulate and name not in operands
-    if isinstance(instruction, ir.TapePop):
-        return any(isinstance(leaf, ir.Buffer) and leaf.name == name for _, leaf in instruction.leaves)
+    if isinstance(instruction, (ir.TapePop, ir.CallSpecialised)):  # a call writes its results' buffers whole
+        leaves = instruction.leaves if isinstance(instruction, ir.TapePop) else instruction.results
+        return any(isinstance(leaf, ir.Buffer) and leaf.name == name for _, leaf in leaves)
     return False
 
 
