@@ -329,8 +329,17 @@ class Entry:
             return self.done.result, self.done.slots
         lowering = self.lowering
         if lowering.result_layout is None:
-            lowering.result_layout = lowering.predicted_result(span)
+            lowering.result_layout = lowering.predicted_result(span, self)
         return lowering.result_layout, lowering.slot_count
+
+
+class ResultUnknown(Unsupported):
+    """A recursive call of `entry` reached before any `return` of it, its result not declared: the registry
+    learns the result by lowering it once more without following the paths through such calls."""
+
+    def __init__(self, entry: Entry, message: str) -> None:
+        super().__init__(message)
+        self.entry = entry
 
 
 class Registry:
@@ -359,13 +368,42 @@ class Registry:
         entry = Entry(symbol, Specialiser(self.typed, decl, path, list(layout), self.structs, self))
         self.entries[key] = entry
         try:
-            entry.done = entry.lowering.specialise(symbol)
+            try:
+                entry.done = entry.lowering.specialise(symbol)
+            except ResultUnknown as unknown:
+                if unknown.entry is not entry:
+                    raise
+                self.forget_after(key)
+                entry.done = self.lowered_with_result(entry, decl, path, layout, symbol)
         except BaseException:  # it, and whatever was lowered for it (which may call it), are gone
-            keys = list(self.entries)
-            for later in keys[keys.index(key) :]:
-                del self.entries[later]
+            self.forget_after(key)
+            del self.entries[key]
             raise
         return entry
+
+    def lowered_with_result(self, entry: Entry, decl: ast.FnDecl, path: str, layout: tuple, symbol: str):
+        """Lower a function whose recursive call comes before any `return` (`_back` functions): first a probe
+        that does not follow the paths through that call finds what the others return, then the function,
+        its result laid out so before it starts (a `return` of anything else refuses it)."""
+        probe = Specialiser(self.typed, decl, path, list(layout), self.structs, self)
+        probe.probing = entry
+        entry.lowering = probe
+        key = (id(decl), layout)
+        try:
+            probe.specialise(symbol)
+        finally:
+            self.forget_after(key)
+        if probe.result_layout is None:
+            raise Unsupported(f"`{decl.name}` never returns but through its recursive call")
+        entry.lowering = Specialiser(self.typed, decl, path, list(layout), self.structs, self)
+        entry.lowering.expected_result = probe.result_layout
+        return entry.lowering.specialise(symbol)
+
+    def forget_after(self, key: tuple) -> None:
+        """Drop the specialisations lowered after `key`'s (for it: they may call it)."""
+        keys = list(self.entries)
+        for later in keys[keys.index(key) + 1 :]:
+            del self.entries[later]
 
     def finished(self, root: Entry) -> Specialised:
         done = root.done
@@ -401,6 +439,8 @@ class Specialiser(FunctionLowering):
         self.registry = registry if registry is not None else Registry(typed, structs)
         self.active = [id(decl)]  # the functions being lowered here (it, and those inlined into it)
         self.root_path = path
+        self.probing: Entry | None = None  # the registry's entry whose result this lowering finds out
+        self.expected_result: tuple | None = None  # its result layout, found by a probe
         self.arguments = arguments
         self.structs = structs  # (path, name) -> the interpreter's StructType
         self.buffer_list: list[ir.Buffer] = []
@@ -417,7 +457,9 @@ class Specialiser(FunctionLowering):
         self.tapes: list[ir.Tape] = []
         self.frames: list[list[dict]] = []  # the scopes of the callers of the function being inlined
         self.owners: dict[str, tuple[dict, str]] = {}  # home buffer -> (the scope, the variable's name)
-        self.parameter_temps: dict[str, int] = {}  # the i64 parameters' values, by temp name -> position
+        # the i64 parameters' values and what is computed from them: temp name -> the parameters' positions
+        self.parameter_temps: dict[str, frozenset[int]] = {}
+        self.parameter_variables: dict[str, frozenset[int]] = {}  # variables `let` bound to such a value
 
     # -------------------------------------------------------------- entry
     def specialise(self, symbol: str | None = None) -> Specialised:
@@ -426,8 +468,10 @@ class Specialiser(FunctionLowering):
         for position, (param, argument) in enumerate(zip(decl.params, self.arguments, strict=True)):
             params[param.name] = self.argument(argument, param.name)
             if argument == ("scalar", "i64"):
-                self.parameter_temps[params[param.name].operand.name] = position
+                self.parameter_temps[params[param.name].operand.name] = frozenset({position})
         argument_slots = self.slot_count
+        if self.expected_result is not None:
+            self.result_layout = self.taken(self.expected_result)
         self.scopes = [params]
         self.uses, self.assigned = usage(decl.body)
         self.returning = None
@@ -456,18 +500,37 @@ class Specialiser(FunctionLowering):
         )
         return Specialised(function, argument_slots, result, workspace, self.slot_count)
 
-    def predicted_result(self, span: Span) -> tuple:
+    def predicted_result(self, span: Span, entry: Entry) -> tuple:
         """The result layout from the checked signature, its dimensions bound by the arguments' shapes, for a
         recursive call reached before any `return`: its slots are taken now, and the `return`s fill them."""
         decl = self.decl
         found = [s for s in self.typed.signatures.get(self.root_path, []) if s.name == decl.name]
         unknown = f"what `{decl.name}` returns is not known at its recursive call (at {span})"
         if len(found) != 1:
-            raise Unsupported(unknown)
+            raise ResultUnknown(entry, unknown)
         bindings: dict = {}
         for (_, declared), layout in zip(found[0].params, self.arguments, strict=True):
             bind_dimensions(declared, layout, bindings)
-        return self.result_slots(found[0].result, bindings, unknown)
+        try:
+            return self.result_slots(found[0].result, bindings, unknown)
+        except Unsupported:
+            raise ResultUnknown(entry, unknown) from None
+
+    def taken(self, layout: tuple) -> tuple:
+        """A result layout found by a probe, its slots (and result buffers) taken in this lowering."""
+        kind = layout[0]
+        if kind == "scalar":
+            return ("scalar", self.new_slot(), layout[2])
+        if kind == "tensor":
+            _, _, dtype, shape, _ = layout
+            buffer = ir.Buffer(f"result#{len(self.buffer_list)}", dtype, shape, self.new_slot())
+            self.buffer_list.append(buffer)
+            return ("tensor", buffer.slot, dtype, shape, buffer)
+        if kind == "tuple":
+            return ("tuple", tuple(self.taken(item) for item in layout[1]))
+        if kind == "struct":
+            return ("struct", layout[1], tuple(self.taken(item) for item in layout[2]))
+        return layout
 
     def result_slots(self, declared: object, bindings: dict, unknown: str) -> tuple:
         if declared == UNIT:
@@ -704,6 +767,17 @@ class Specialiser(FunctionLowering):
 
     # -------------------------------------------------------------- statements
     def statement(self, stmt: ast.Stmt) -> None:
+        if self.probing is None:
+            return self.lowered_statement(stmt)
+        try:
+            return self.lowered_statement(stmt)
+        except ResultUnknown as unknown:  # probing: a path through the recursive call is not followed
+            if unknown.entry is not self.probing or self.depth:  # (a statement of the function itself)
+                raise
+            self.finish(ir.Return(None))
+            return None
+
+    def lowered_statement(self, stmt: ast.Stmt) -> None:
         if self.label is None:
             return  # unreachable code after a return, break or continue
         match stmt:
@@ -782,6 +856,9 @@ class Specialiser(FunctionLowering):
                 if isinstance(value, Value) and (name in self.assigned or not isinstance(value.operand, ir.Const)):
                     variable = self.new_variable(name, value.operand.dtype)
                     self.emit(ir.Store(variable, value.operand))
+                    positions = self.parameter_temps.get(getattr(value.operand, "name", ""))
+                    if positions and name not in self.assigned:  # `let t = n // 2`: still computed from `n`
+                        self.parameter_variables[variable.name] = positions
                     if value.weak is not None and name not in self.assigned:
                         value = Value(value.operand, value.weak)  # a constant keeps adapting
                     else:
@@ -890,7 +967,7 @@ class Specialiser(FunctionLowering):
         """Store a returned value where the host finds it; `known` is the layout of an earlier `return`."""
         if value is None:
             if known not in (None, ("unit",)):
-                raise Unsupported(f"returns of different kinds (at {span})")
+                self.undecided(f"returns of different kinds (at {span})")
             return ("unit",)
         if isinstance(value, ir.Variable):
             value = self.read_variable(value)
@@ -898,13 +975,13 @@ class Specialiser(FunctionLowering):
             operand = value.operand
             slot = known[1] if known is not None and known[0] == "scalar" else self.new_slot()
             if known is not None and known != ("scalar", slot, operand.dtype):
-                raise Unsupported(f"returns of different types (at {span})")
+                self.undecided(f"returns of different types (at {span})")
             self.emit(ir.StoreSlot(slot, operand))
             return ("scalar", slot, operand.dtype)
         if isinstance(value, Tensor):
             if known is not None:
                 if known[0] != "tensor" or known[2:4] != (value.dtype, value.shape):
-                    raise Unsupported(f"returns of different types or shapes (at {span})")
+                    self.undecided(f"returns of different types or shapes (at {span})")
                 buffer = known[4]
             else:
                 buffer = ir.Buffer(f"result#{len(self.buffer_list)}", value.dtype, value.shape, self.new_slot())
@@ -913,17 +990,17 @@ class Specialiser(FunctionLowering):
             return ("tensor", buffer.slot, value.dtype, value.shape, buffer)
         if isinstance(value, tuple):
             if known is not None and (known[0] != "tuple" or len(known[1]) != len(value)):
-                raise Unsupported(f"returns of different types (at {span})")
+                self.undecided(f"returns of different types (at {span})")
             parts = known[1] if known is not None else (None,) * len(value)
             return ("tuple", tuple(self.result_of(v, span, k) for v, k in zip(value, parts, strict=True)))
         if isinstance(value, Text):  # known when compiled: the host hands the string back
             if known is not None and known != ("text", value.value):
-                raise Unsupported(f"returns of different strings (at {span})")
+                self.undecided(f"returns of different strings (at {span})")
             return ("text", value.value)
         if isinstance(value, Struct):
             kind = value.kind
             if known is not None and (known[0] != "struct" or known[1] is not kind):
-                raise Unsupported(f"returns of different types (at {span})")
+                self.undecided(f"returns of different types (at {span})")
             parts = known[2] if known is not None else (None,) * len(value.values)
             return ("struct", kind, tuple(self.result_of(v, span, k) for v, k in zip(value.values, parts, strict=True)))
         raise Unsupported(f"it returns a value compiled code cannot hand back (at {span})")
@@ -947,6 +1024,8 @@ class Specialiser(FunctionLowering):
     def read_variable(self, variable: ir.Variable) -> Value:
         result = self.temp(variable.name, variable.dtype)
         self.emit(ir.Load(result, variable))
+        if variable.name in self.parameter_variables:
+            self.parameter_temps[result.name] = self.parameter_variables[variable.name]
         return Value(result)
 
     def evaluate(self, expr: ast.Expr, discarded: bool = False) -> object:
@@ -1158,7 +1237,15 @@ class Specialiser(FunctionLowering):
 
     def binary(self, op: str, left: Value, right: Value, span: Span) -> Value:
         folded = integers_folded(op, left, right)
-        return folded if folded is not None else super().binary(op, left, right, span)
+        if folded is not None:
+            return folded
+        result = super().binary(op, left, right, span)
+        positions = frozenset().union(
+            *(self.parameter_temps.get(v.operand.name, ()) for v in (left, right) if isinstance(v.operand, ir.Temp))
+        )
+        if positions and result.operand.dtype == "i64":  # computed from integer parameters (`n // 2`)
+            self.parameter_temps[result.operand.name] = positions
+        return result
 
     def elementwise(self, op: str, values: list, span: Span, dtype: str | None = None) -> Tensor:
         """An elementwise operation of tensors and scalars: broadcast shapes, one dtype (weak literals and
@@ -1364,9 +1451,17 @@ class Specialiser(FunctionLowering):
             return int(value.operand.value)
         message = f"{what} known only at run time where compiled code needs a constant (at {span})"
         if isinstance(value, Value) and isinstance(value.operand, ir.Temp):
-            position = self.parameter_temps.get(value.operand.name)
-            if position is not None:
-                raise NeedsStatic(position, message)
+            positions = self.parameter_temps.get(value.operand.name)
+            if positions:
+                raise NeedsStatic(min(positions), message)
+        raise Unsupported(message)
+
+    def undecided(self, message: str) -> None:
+        """Returns of different types or shapes: compiled per value of an integer parameter (the first one
+        still known only at run time), its branches may be decided; else refused."""
+        positions = frozenset().union(*self.parameter_temps.values())
+        if positions:
+            raise NeedsStatic(min(positions), message)
         raise Unsupported(message)
 
     # -------------------------------------------------------------- calls
