@@ -112,6 +112,7 @@ class FunctionLowering:
         self.label = "entry"
         self.instructions: list[ir.Instruction] = []
         self.used_labels: dict[str, int] = {}
+        self.given_names: set[str] = set()  # every label and temporary (`%name`) given out
         self.scopes: list[dict[str, ir.Variable]] = [{}]
         self.variables: list[ir.Variable] = []
         self.loops: list[tuple[str, str]] = []  # (continue target, break target)
@@ -158,9 +159,16 @@ class FunctionLowering:
 
     # -------------------------------------------------------------- blocks and names
     def fresh_label(self, hint: str) -> str:
+        """`hint`, or `hint.1`, `hint.2`, ...: never a name given before, even one whose hint ends in a
+        number (a variable `c.1` of a function inlined twice read after `c` was read twice)."""
         count = self.used_labels.get(hint, 0)
+        name = hint if count == 0 else f"{hint}.{count}"
+        while name in self.given_names:
+            count += 1
+            name = f"{hint}.{count}"
         self.used_labels[hint] = count + 1
-        return hint if count == 0 else f"{hint}.{count}"
+        self.given_names.add(name)
+        return name
 
     def finish(self, terminator: ir.Terminator) -> None:
         """End the current block (code after a `return`, `break` or `continue` is unreachable: dropped)."""

@@ -452,6 +452,32 @@ fn g(x: f64[N], w: f64[N]) -> (f64[N], f64[N]) {
     np.testing.assert_allclose(gradient, numeric, rtol=1e-6, atol=1e-8)
 
 
+def test_a_function_inlined_twice_names_each_temporary_once() -> None:
+    """Its variable `c` becomes `c` and `c.1`; reading `c` twice must not name a temporary `c.1` again
+    (an IR temporary is the result of exactly one instruction)."""
+    source = """
+fn helper(v: f64[3], k: i64) -> f64[3] {
+    let c = 0
+    while c < k {
+        v = v * 2.0
+        c += 1
+    }
+    return v
+}
+
+fn f(x: f64[3], k: i64) -> f64[3] {
+    return helper(x, k) + helper(x * 0.5, k)
+}
+"""
+    check(source, "f", f64(3), 3)
+    loaded = pipeline.load("case.dl", source)
+    _, typed = pipeline.prepare(loaded)
+    decl = next(d for d in typed.program.modules["case.dl"].decls if getattr(d, "name", "") == "f")
+    lowered = specialise(typed, decl, "case.dl", (("tensor", "f64", (3,)), ("scalar", "i64")), native.Structs(None))
+    made = [i.result.name for b in lowered.function.blocks for i in b.instructions if hasattr(i, "result")]
+    assert "c.1" in made and len(made) == len(set(made)), made
+
+
 def test_recursion_with_a_shape_per_depth_calls_one_specialisation_per_shape() -> None:
     loaded = pipeline.load("case.dl", HALVING)
     _, typed = pipeline.prepare(loaded, (("halving", (pipeline.value_type(f64(8)),)),))
