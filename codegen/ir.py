@@ -126,11 +126,13 @@ class MathCall:
 
 @node
 class Call:
-    """A call of another compiled function, by its symbol; `result` is None for a unit result."""
+    """A call of another compiled function, by its symbol; `result` is None for a unit result. Nested past
+    the depth limit, it fails at `site` (`E0506` at the call, as the interpreter reports it)."""
 
     result: Temp | None
     function: str
     args: tuple[Operand, ...]
+    site: int | None = None
 
 
 # ------------------------------------------------------------------ tensors (codegen/specialize.py)

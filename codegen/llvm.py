@@ -944,7 +944,10 @@ class FunctionEmitter(TensorEmission):
                 return self.convert(builder, instruction)
             case ir.MathCall():
                 self.values[instruction.result.name] = self.math(builder, instruction)
-            case ir.Call(result=result, function=symbol, args=args):
+            case ir.Call(result=result, function=symbol, args=args, site=site):
+                if site is not None:
+                    too_deep = builder.icmp_signed(">=", builder.load(self.depth), TYPES["i64"](MAX_DEPTH))
+                    builder = self.fail_unless(builder, too_deep, site, f"call.{symbol.rpartition('::')[2]}.depth")
                 return self.call(builder, result, symbol, args)
             case ir.CallSpecialised():
                 return self.call_specialised(builder, instruction)

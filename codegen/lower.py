@@ -508,13 +508,15 @@ class FunctionLowering:
             args.append(self.convert(self.expression(arg), dtype, f"argument `{param.name}` of `{decl.name}`"))
         returned = self.typed.types.get(id(expr))
         self.calls.add(id(decl))
+        if returned == UNIT and not discarded:
+            raise Unsupported(f"it uses the result of `{decl.name}`, which returns nothing (at {expr.span})")
+        self.sites.append(ir.Site("E0506", f"recursion too deep in `{decl.name}`", expr.span, frame=decl.name))
+        site = len(self.sites) - 1
         if returned == UNIT:
-            if not discarded:
-                raise Unsupported(f"it uses the result of `{decl.name}`, which returns nothing (at {expr.span})")
-            self.emit(ir.Call(None, symbol(path, decl.name), tuple(args)))
+            self.emit(ir.Call(None, symbol(path, decl.name), tuple(args), site))
             return None
         result = self.temp(f"call.{decl.name}", scalar_dtype(returned, f"the result of `{decl.name}`"))
-        self.emit(ir.Call(result, symbol(path, decl.name), tuple(args)))
+        self.emit(ir.Call(result, symbol(path, decl.name), tuple(args), site))
         return Value(result)
 
     def conversion(self, name: str, expr: ast.Call) -> Value:

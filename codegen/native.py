@@ -194,6 +194,8 @@ def native_body(function: ir.Function, native: Native) -> Callable[[list], Any]:
             site = native.sites[error.value - 1]
             error.value = 0
             depth.value = 0
+            if site.frame is not None:  # a call nested too deep: as the interpreter reports it
+                raise RunError(recursion_error([(site.frame, site.span)], site.span))
             message = site.message
             if site.shows is not None:
                 message = message.replace("{value}", format_value(FROM_C[site.shows](shown.value)))

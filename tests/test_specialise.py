@@ -527,6 +527,34 @@ fn forever(x: f64[N], n: i64) -> f64 {
     assert actual == pytest.approx(expected, rel=1e-12)
 
 
+def test_ctrl_c_stops_a_long_compiled_recursion() -> None:
+    """2**40 calls: each real call reads the interrupt flag Ctrl-C sets, as each compiled loop does."""
+    import threading
+
+    loaded = pipeline.load("case.dl", TREE_SUM)
+    args = [f64(3), 40]
+    program_, typed = pipeline.prepare(loaded, (("tree_sum", tuple(pipeline.value_type(a) for a in args)),))
+    backend = native.compile_program(typed, cache=False)
+    done = threading.Event()
+
+    def press_ctrl_c() -> None:
+        while not done.wait(0.2):  # until the call is over (the compiled module exists once it started)
+            native.interrupt_compiled_code()
+
+    presser = threading.Thread(target=press_ctrl_c, daemon=True)
+    presser.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            interpreter.call(program_, "tree_sum", args, typed, backend.bodies)
+    finally:
+        done.set()
+        presser.join()
+    assert verdict(backend.specialisations(), "tree_sum") == "compiled"
+    assert interpreter.call(program_, "tree_sum", [args[0], 3], typed, backend.bodies) == pytest.approx(
+        interpreter.call(program_, "tree_sum", [args[0], 3], typed), rel=1e-12
+    )
+
+
 def test_a_recursion_needing_too_many_specialisations_stays_interpreted_and_says_why() -> None:
     source = """
 fn shrink(x: f64[N], k: i64) -> f64 {
