@@ -1560,6 +1560,7 @@ class Specialiser(FunctionLowering):
             for param_check, value in zip(check.params, values, strict=True):
                 if param_check is not None:
                     annotation_fits(value, param_check.type, bindings, span)
+        values = [self.declared_dtype(param, value) for param, value in zip(decl.params, values, strict=True)]
         statics: set[int] = set()
         while True:
             layout, leaves = [], []
@@ -1585,6 +1586,16 @@ class Specialiser(FunctionLowering):
         if check is not None and check.result is not None:
             annotation_fits(result, check.result.type, bindings, span)
         return result
+
+    def declared_dtype(self, param: ast.Param, value: object) -> object:
+        """An unsuffixed literal given to a parameter annotated with its scalar dtype is of that dtype (the
+        interpreter passes it so); to another, it keeps adapting, which a real call cannot do."""
+        declared = self.typed.types.get(id(param))
+        if not (isinstance(value, Value) and value.weak is not None and param.annotation is not None):
+            return value
+        if isinstance(declared, TensorType) and not declared.dims and declared.dtype == value.operand.dtype:
+            return Value(value.operand)
+        return value
 
     def passed(self, value: object, leaves: list, span: Span) -> tuple:
         """The layout of an argument of a real call; its tensors (contiguous) and scalars go to `leaves`."""

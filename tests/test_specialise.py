@@ -367,10 +367,21 @@ fn scaled(x: f64[A, B], n: i64) -> (f64[A, B], f64) {
 """
 
 
+LITERAL_ARGUMENT = """
+fn scaled(x: f32[N], s: f32, n: i64) -> f32[N] {
+    if n == 0 {
+        return x * s
+    }
+    return scaled(x, 2.5, n - 1) + scaled(x * s, s, n - 1)
+}
+"""
+
+
 @pytest.mark.parametrize(
     ("source", "name", "args"),
     [
         (TREE_SUM, "tree_sum", (f64(5), 4)),
+        (LITERAL_ARGUMENT, "scaled", (f32(3), np.float32(1.5), 3)),
         (POWER, "power", (f32(6), 7)),
         (POWER, "power", (f32(3), 0)),
         (MUTUAL, "down", (f64(4), 5)),
