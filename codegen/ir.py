@@ -54,6 +54,9 @@ class Site:
     span: Span
     shows: str | None = None
     frame: str | None = None  # a call's site: the function it calls (the frame it opens in the call stack)
+    # the calls of inlined functions it lies in, outermost first: (function, span of the call), the frames
+    # the interpreter has there
+    inlined: tuple = ()
 
 
 # ------------------------------------------------------------------ instructions

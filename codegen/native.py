@@ -430,7 +430,8 @@ class SpecialisingBody:
         if site.shows is not None:
             shown = ctypes.c_double.from_address(native.value_address).value
             message = message.replace("{value}", format_value(FROM_C[site.shows](shown)))
-        STACK.extend(frames)  # the compiled calls active when it failed, for the call-stack note
+        frames += site.inlined
+        STACK.extend(frames)  # the calls active when it failed, inlined or not, for the call-stack note
         try:
             raise fail(site.code, message, site.span)
         finally:
@@ -447,13 +448,18 @@ class SpecialisingBody:
 
 def unwound_calls(native: Native) -> list[tuple[str, object]]:
     """The real calls between specialised functions a failure unwound through (`dl.trace`, innermost
-    first), outermost first as (function, span of the call): the interpreter's call stack entries."""
+    first), outermost first as (function, span of the call), each after the inlined calls it lies in: the
+    interpreter's call stack entries."""
     if not native.trace_count_address:
         return []
     counter = ctypes.c_int64.from_address(native.trace_count_address)
     sites = (ctypes.c_int64 * counter.value).from_address(native.trace_address)
     counter.value = 0
-    return [(native.sites[k].frame, native.sites[k].span) for k in reversed(list(sites))]
+    frames: list = []
+    for k in reversed(list(sites)):
+        frames += native.sites[k].inlined
+        frames.append((native.sites[k].frame, native.sites[k].span))
+    return frames
 
 
 RETRY = object()  # `specialise` learned that an integer parameter must be compiled in: lay out again

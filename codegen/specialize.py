@@ -439,6 +439,7 @@ class Specialiser(FunctionLowering):
         self.registry = registry if registry is not None else Registry(typed, structs)
         self.active = [id(decl)]  # the functions being lowered here (it, and those inlined into it)
         self.root_path = path
+        self.inline_chain: list[tuple[str, Span]] = []  # the inlined calls being lowered: (function, call)
         self.probing: Entry | None = None  # the registry's entry whose result this lowering finds out
         self.expected_result: tuple | None = None  # its result layout, found by a probe
         self.arguments = arguments
@@ -1483,9 +1484,16 @@ class Specialiser(FunctionLowering):
                 return scope[name.id]
         return self.global_value(name)
 
-    def inline(self, closure: Closure, args: list, keywords: dict, span: Span) -> object:
+    def site(self, code: str, message: str, span: Span, shows: str | None = None) -> int:
+        """A site, with the inlined calls it lies in (for the call stack of its diagnostic)."""
+        self.sites.append(ir.Site(code, message, span, shows, None, tuple(self.inline_chain)))
+        return len(self.sites) - 1
+
+    def inline(self, closure: Closure, args: list, keywords: dict, span: Span, called_at: Span | None = None) -> object:
         """The callee's body, lowered here with its parameters bound to the arguments; a recursive call (or
-        one nested too deeply to inline) calls a specialisation of the callee for real instead."""
+        one nested too deeply to inline) calls a specialisation of the callee for real instead. `called_at`
+        is the span the interpreter's call stack shows for the call, if not `span` (a primitive's call of a
+        function value: the function's own)."""
         decl = closure.decl
         separate = isinstance(decl, ast.FnDecl) and not closure.captured
         if separate and (id(decl) in self.active or self.depth >= INLINE_DEPTH):
@@ -1504,6 +1512,8 @@ class Specialiser(FunctionLowering):
         self.depth += 1
         self.frames.append(saved[0])
         self.active.append(id(decl))
+        shown = decl.name if isinstance(decl, ast.FnDecl) else f"fn({', '.join(names)})"
+        self.inline_chain.append((shown, called_at or span))
         check = self.typed.checked_calls.get(id(decl))
         try:
             if check is not None:
@@ -1520,6 +1530,7 @@ class Specialiser(FunctionLowering):
             self.depth -= 1
             self.frames.pop()
             self.active.pop()
+            self.inline_chain.pop()
             self.scopes, self.loops, self.returning, self.path, self.uses, self.assigned = saved
 
     def argument_values(self, closure: Closure, args: list, keywords: dict, span: Span) -> list:
@@ -1579,7 +1590,8 @@ class Specialiser(FunctionLowering):
         result_layout, slots = entry.signature(span)
         results: list = []
         result = self.received(result_layout, results, decl.name)
-        self.sites.append(ir.Site("E0506", f"recursion too deep in `{decl.name}`", span, frame=decl.name))
+        inlined = tuple(self.inline_chain)
+        self.sites.append(ir.Site("E0506", f"recursion too deep in `{decl.name}`", span, None, decl.name, inlined))
         arguments = tuple(enumerate(leaves, start=1))
         self.emit(ir.CallSpecialised(entry.symbol, arguments, tuple(results), slots, len(self.sites) - 1))
         self.registry.calls = True

@@ -283,6 +283,7 @@ def test_run_time_failures_are_the_interpreters_diagnostics(body: str, args: tup
     interpreted, compiled, report = failures(source, "f", *args)
     assert verdict(report, "f") == "compiled", report
     assert shown(compiled) == shown(interpreted)
+    assert compiled.diagnostics[0].notes == interpreted.diagnostics[0].notes  # the call stack too
 
 
 def test_what_cannot_be_compiled_runs_interpreted_and_says_why() -> None:
@@ -521,6 +522,41 @@ fn boom(x: f64[N], n: i64, k: i64) -> f64 {
     assert shown(compiled) == shown(interpreted) == ("E0501", "index 5 is out of bounds for axis 0 with size 3", 4, 16)
     assert compiled.diagnostics[0].notes == interpreted.diagnostics[0].notes
     assert compiled.diagnostics[0].notes[0].count("in `boom` at fail.dl:6:12") == 3
+
+
+def test_a_failure_in_a_recursion_inlined_into_its_caller_lists_every_frame() -> None:
+    """`start` inlines the first call of `check_all` and of `swirl` (structs in and out); their recursive
+    calls are real calls. The interpreter's call stack has a frame for the inlined call too."""
+    source = """
+struct Pair { a: f64[3], b: f64[3] }
+
+fn swirl(p: Pair, n: i64) -> Pair {
+    if n == 0 {
+        return p
+    }
+    let q = swirl(Pair { a: p.b * 0.5, b: p.a + 1.0 }, n - 1)
+    return Pair { a: q.a + q.b, b: q.b }
+}
+
+fn check_all(x: f64[3], n: i64) {
+    assert(sum(x) < 100.0, "too big")
+    if n > 0 {
+        check_all(x * 2.0, n - 1)
+    }
+}
+
+fn start(x: f64[3], n: i64) -> f64[3] {
+    let p = swirl(Pair { a: x, b: x * 2.0 }, n)
+    check_all(x, n)
+    return p.a
+}
+"""
+    check(source, "start", np.arange(3.0), 4, rtol=1e-12)
+    interpreted, compiled, report = failures(source, "start", np.arange(3.0), 6)
+    assert verdict(report, "start") == "compiled", report
+    assert shown(compiled) == shown(interpreted) == ("E0502", "assertion failed: too big", 13, 5)
+    assert compiled.diagnostics[0].notes == interpreted.diagnostics[0].notes
+    assert "in `start` at fail.dl:21:5\n  in `check_all` at fail.dl:15:9" in compiled.diagnostics[0].notes[0]
 
 
 def test_runaway_tensor_recursion_is_recursion_too_deep_at_the_interpreters_span() -> None:
