@@ -42,6 +42,7 @@ def cache_key(functions: list[ir.Function], target: str, llvm_version: str) -> s
     for function in functions:
         digest.update(ir.show(function).encode() + b"\0")
         digest.update(f"{len(function.sites)} sites\0".encode())  # they number the failures of later functions
+        digest.update(f"workspace {function.own_workspace}\0".encode())  # allocated per call, or the host's
     return digest.hexdigest()
 
 

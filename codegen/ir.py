@@ -55,6 +55,10 @@ class Site:
     message: str
     span: Span
     shows: str | None = None
+    frame: str | None = None  # a call's site: the function it calls (the frame it opens in the call stack)
+    # the calls of inlined functions it lies in, outermost first: (function, span of the call), the frames
+    # the interpreter has there
+    inlined: tuple = ()
 
 
 # ------------------------------------------------------------------ instructions
@@ -131,11 +135,13 @@ class MathCall:
 
 @node
 class Call:
-    """A call of another compiled function, by its symbol; `result` is None for a unit result."""
+    """A call of another compiled function, by its symbol; `result` is None for a unit result. Nested past
+    the depth limit, it fails at `site` (`E0506` at the call, as the interpreter reports it)."""
 
     result: Temp | None
     function: str
     args: tuple[Operand, ...]
+    site: int | None = None
 
 
 # ------------------------------------------------------------------ tensors (codegen/specialize.py)
@@ -358,6 +364,22 @@ class TapePop:
 
 
 @node
+class CallSpecialised:
+    """A call of another specialised function of the module (`function`, its symbol), which takes `void
+    f(i8** slots)`: a slot array of `slots` pointers is made for the call, `arguments` fill it as (slot, a
+    contiguous `Read` of a tensor or an operand passed through a cell) and `results` as (slot, a `Buffer`
+    the callee writes or a `Temp` read from a cell after it returns). The callee allocates its own
+    workspace. Past the depth limit the call fails at `site` (`E0506` at the call, as in the interpreter);
+    a failing callee makes the caller note the site in the module's call trace and fail too."""
+
+    function: str
+    arguments: tuple
+    results: tuple
+    slots: int
+    site: int
+
+
+@node
 class LoadSlot:
     """A scalar argument of a specialised function: the value `slots[slot]` points at."""
 
@@ -388,6 +410,7 @@ Instruction = (
     | ScatterAdd
     | Evaluate
     | Check
+    | CallSpecialised
     | LoadSlot
     | StoreSlot
     | TapePush
@@ -444,6 +467,9 @@ class Function:
     buffers: tuple[Buffer, ...] = ()  # a specialised function's (it takes `void f(i8** slots)`)
     specialised: bool = False
     tapes: tuple[Tape, ...] = ()  # freed on every way out
+    # a specialised function allocating its workspace per call (else the host's): (bytes, the site failing
+    # when memory runs out)
+    own_workspace: tuple[int, int] | None = None
 
 
 def show(function: Function) -> str:

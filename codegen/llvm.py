@@ -20,6 +20,7 @@ from dl.codegen import ir
 from llvmlite import ir as llvm_ir
 
 MAX_DEPTH = 100_000
+TRACE_CAPACITY = MAX_DEPTH + 1  # one entry per nested call a failure unwinds through
 INTERRUPTED = -1  # `dl.error` of a function stopped by Ctrl-C (the host raises KeyboardInterrupt)
 
 TYPES = {
@@ -51,6 +52,8 @@ class Native:
     ir_before: str
     ir_after: str
     from_cache: bool = False
+    trace_address: int = 0  # `dl.trace`: the call sites a failure unwound through (modules with real calls)
+    trace_count_address: int = 0
 
 
 def host_target() -> binding.TargetMachine:
@@ -103,7 +106,13 @@ def load_object(code: bytes, functions, sites, target, before: str, after: str, 
     status = [engine.get_global_value_address(name) for name in ("dl.error", "dl.depth", "dl.value", "dl.interrupt")]
     if not all(addresses.values()) or not all(status):
         return None
-    return Native(engine, addresses, sites, *status, before, after, from_cache)
+    native = Native(engine, addresses, sites, *status, before, after, from_cache)
+    if any(f.own_workspace is not None for f in functions):
+        native.trace_address = engine.get_global_value_address("dl.trace")
+        native.trace_count_address = engine.get_global_value_address("dl.trace.count")
+        if not native.trace_address or not native.trace_count_address:
+            return None
+    return native
 
 
 def llvm_version() -> str:
@@ -148,6 +157,11 @@ def build_module(
     value.initializer = llvm_ir.Constant(TYPES["f64"], 0.0)
     stop = llvm_ir.GlobalVariable(module, TYPES["i64"], "dl.interrupt")  # set by the host on Ctrl-C
     stop.initializer = llvm_ir.Constant(TYPES["i64"], 0)
+    if any(f.own_workspace is not None for f in functions):  # real calls: where a failure unwound through
+        trace = llvm_ir.GlobalVariable(module, llvm_ir.ArrayType(TYPES["i64"], TRACE_CAPACITY), "dl.trace")
+        trace.initializer = llvm_ir.Constant(trace.value_type, None)
+        count = llvm_ir.GlobalVariable(module, TYPES["i64"], "dl.trace.count")
+        count.initializer = llvm_ir.Constant(TYPES["i64"], 0)
     declared = {f.symbol: llvm_ir.Function(module, signature(f), f.symbol) for f in functions}
     site_base = 0
     for function in functions:
@@ -833,7 +847,7 @@ class FunctionEmitter(TensorEmission):
 
     def emit(self) -> None:
         function = self.function
-        prologue = self.llvm_function.append_basic_block("prologue")
+        prologue = self.prologue = self.llvm_function.append_basic_block("prologue")
         self.blocks = {b.label: self.llvm_function.append_basic_block(b.label) for b in function.blocks}
         self.block_order = {b.label: position for position, b in enumerate(function.blocks)}
         self.error_exit = self.llvm_function.append_basic_block("error.exit")
@@ -843,6 +857,8 @@ class FunctionEmitter(TensorEmission):
         if function.specialised:
             self.slot_array = self.llvm_function.args[0]
             self.slot_array.name = "slots"
+            if function.own_workspace is not None:
+                self.allocate_workspace(builder, function.own_workspace[0])
             self.pointers = {buffer.name: self.buffer_pointer(builder, buffer) for buffer in function.buffers}
         for tape in function.tapes:
             for variable in (tape.address, tape.count, tape.capacity):
@@ -853,7 +869,10 @@ class FunctionEmitter(TensorEmission):
             argument.name = param.name
             value = builder.trunc(argument, TYPES["bool"]) if param.dtype == "bool" else argument
             builder.store(value, self.slots[param.name])
-        self.enter(builder)
+        first = self.blocks[function.blocks[0].label]
+        if function.own_workspace is not None:
+            first = self.workspace_check(first)
+        self.enter(builder, first)
         for block in function.blocks:
             self.current_label = block.label
             builder = llvm_ir.IRBuilder(self.blocks[block.label])
@@ -863,19 +882,20 @@ class FunctionEmitter(TensorEmission):
         builder = llvm_ir.IRBuilder(self.error_exit)
         self.leave(builder)
         self.free_tapes(builder)
+        self.free_workspace(builder)
         if function.result == "unit":
             builder.ret_void()
         else:
             builder.ret(llvm_ir.Constant(boundary_type(function.result), 0))
 
     # -------------------------------------------------------------- calls nesting and failure
-    def enter(self, builder: llvm_ir.IRBuilder) -> None:
+    def enter(self, builder: llvm_ir.IRBuilder, first: llvm_ir.Block) -> None:
         """Count this call; past `MAX_DEPTH` nested calls, fail at the recursion site."""
         depth = builder.add(builder.load(self.depth, name="depth"), TYPES["i64"](1), name="depth.inside")
         builder.store(depth, self.depth)
         too_deep = builder.icmp_signed(">", depth, TYPES["i64"](MAX_DEPTH), name="too.deep")
         failing = self.llvm_function.append_basic_block("fail.recursion")
-        builder.cbranch(too_deep, failing, self.blocks[self.function.blocks[0].label])
+        builder.cbranch(too_deep, failing, first)
         failure = llvm_ir.IRBuilder(failing)
         failure.store(TYPES["i64"](self.site_base + len(self.function.sites) + 1), self.error)
         failure.branch(self.error_exit)
@@ -923,8 +943,13 @@ class FunctionEmitter(TensorEmission):
                 return self.convert(builder, instruction)
             case ir.MathCall():
                 self.values[instruction.result.name] = self.math(builder, instruction)
-            case ir.Call(result=result, function=symbol, args=args):
+            case ir.Call(result=result, function=symbol, args=args, site=site):
+                if site is not None:
+                    too_deep = builder.icmp_signed(">=", builder.load(self.depth), TYPES["i64"](MAX_DEPTH))
+                    builder = self.fail_unless(builder, too_deep, site, f"call.{symbol.rpartition('::')[2]}.depth")
                 return self.call(builder, result, symbol, args)
+            case ir.CallSpecialised():
+                return self.call_specialised(builder, instruction)
             case ir.LoadSlot(result=result, slot=slot):
                 value = builder.load(self.slot_pointer(builder, slot, result.dtype), name=result.name)
                 self.values[result.name] = builder.trunc(value, TYPES["bool"]) if result.dtype == "bool" else value
@@ -1122,6 +1147,96 @@ class FunctionEmitter(TensorEmission):
         builder.cbranch(failed, self.error_exit, going_on)
         return llvm_ir.IRBuilder(going_on)
 
+    # -------------------------------------------------------------- real calls of specialised functions
+    def allocate_workspace(self, builder: llvm_ir.IRBuilder, size: int) -> None:
+        """This call's own workspace (64-byte aligned, from `aligned_alloc`), in slot 0 for the buffers."""
+        byte_pointer = BYTE.as_pointer()
+        if size == 0:
+            self.workspace = llvm_ir.Constant(byte_pointer, None)
+        else:
+            allocate = self.c_function("aligned_alloc", byte_pointer, [TYPES["i64"], TYPES["i64"]])
+            self.workspace = builder.call(allocate, [TYPES["i64"](64), TYPES["i64"]((size + 63) // 64 * 64)])
+            self.workspace.name = "workspace"
+        builder.store(self.workspace, builder.gep(self.slot_array, [TYPES["i64"](0)]))
+
+    def workspace_check(self, first: llvm_ir.Block) -> llvm_ir.Block:
+        """A block failing when the workspace could not be allocated, else going on to `first`."""
+        block = self.llvm_function.append_basic_block("workspace.check")
+        if self.function.own_workspace[0] == 0:
+            llvm_ir.IRBuilder(block).branch(first)
+            return block
+        builder = llvm_ir.IRBuilder(block)
+        missing = builder.icmp_unsigned("==", self.workspace, llvm_ir.Constant(BYTE.as_pointer(), None))
+        going_on = self.fail_unless(builder, missing, self.function.own_workspace[1], "workspace")
+        going_on.branch(first)
+        return block
+
+    def free_workspace(self, builder: llvm_ir.IRBuilder) -> None:
+        if self.function.own_workspace is not None and self.function.own_workspace[0]:
+            builder.call(self.c_function("free", llvm_ir.VoidType(), [BYTE.as_pointer()]), [self.workspace])
+
+    def call_specialised(self, builder: llvm_ir.IRBuilder, instruction: ir.CallSpecialised) -> llvm_ir.IRBuilder:
+        """Fill a slot array for the callee (cells for scalars, in the prologue: a call in a loop reuses
+        them), call it, and on its failure note this call in `dl.trace` and fail too."""
+        i64, byte_pointer = TYPES["i64"], BYTE.as_pointer()
+        callee = instruction.function.rpartition("::")[2].partition(".")[0]
+        builder = self.stop_if_interrupted(builder)
+        too_deep = builder.icmp_signed(">=", builder.load(self.depth, name="depth"), i64(MAX_DEPTH), name="too.deep")
+        builder = self.fail_unless(builder, too_deep, instruction.site, f"call.{callee}.depth")
+        entry = llvm_ir.IRBuilder(self.prologue)
+        entry.position_at_start(self.prologue)
+        array = entry.alloca(byte_pointer, size=i64(instruction.slots), name=f"slots.{callee}")
+        cells = []
+        for slot, leaf in instruction.arguments:
+            if isinstance(leaf, ir.Read):
+                pointer = builder.gep(self.pointers[leaf.buffer.name], [self.operand(leaf.offset)])
+            else:
+                pointer = entry.alloca(storage_type(leaf.dtype), name="argument")
+                value = self.operand(leaf)
+                builder.store(builder.zext(value, BYTE) if leaf.dtype == "bool" else value, pointer)
+            builder.store(builder.bitcast(pointer, byte_pointer), builder.gep(array, [i64(slot)]))
+        for slot, leaf in instruction.results:
+            if isinstance(leaf, ir.Buffer):
+                pointer = self.pointers[leaf.name]
+            else:
+                pointer = entry.alloca(storage_type(leaf.dtype), name=f"cell.{leaf.name}")
+                cells.append((leaf, pointer))
+            builder.store(builder.bitcast(pointer, byte_pointer), builder.gep(array, [i64(slot)]))
+        builder.call(self.declared[instruction.function], [array])
+        failed = builder.icmp_signed("!=", builder.load(self.error, name="error"), i64(0), name="callee.failed")
+        failing = self.llvm_function.append_basic_block(f"call.{callee}.failed")
+        going_on = self.llvm_function.append_basic_block(f"call.{callee}.ok")
+        builder.cbranch(failed, failing, going_on)
+        self.note_in_trace(llvm_ir.IRBuilder(failing), instruction.site)
+        builder = llvm_ir.IRBuilder(going_on)
+        for leaf, cell in cells:
+            value = builder.load(cell, name=leaf.name)
+            self.values[leaf.name] = builder.trunc(value, TYPES["bool"]) if leaf.dtype == "bool" else value
+        return builder
+
+    def note_in_trace(self, builder: llvm_ir.IRBuilder, site: int) -> None:
+        """`dl.trace[count++] = site`, then out through the error exit: the host rebuilds the call stack."""
+        i64 = TYPES["i64"]
+        counter = self.module.get_global("dl.trace.count")
+        count = builder.load(counter, name="trace.count")
+        full = builder.icmp_signed(">=", count, i64(TRACE_CAPACITY - 1))
+        position = builder.select(full, i64(TRACE_CAPACITY - 1), count, name="trace.position")
+        place = builder.gep(self.module.get_global("dl.trace"), [i64(0), position], inbounds=True)
+        builder.store(i64(self.site_base + site), place)
+        builder.store(builder.add(position, i64(1)), counter)
+        builder.branch(self.error_exit)
+
+    def stop_if_interrupted(self, builder: llvm_ir.IRBuilder) -> llvm_ir.IRBuilder:
+        """Fail with `INTERRUPTED` if the host was interrupted (Ctrl-C), else go on."""
+        stopped = builder.load(self.module.get_global("dl.interrupt"), name="interrupted")
+        going_on = self.llvm_function.append_basic_block("not.interrupted")
+        failing = self.llvm_function.append_basic_block("fail.interrupted")
+        builder.cbranch(builder.icmp_signed("!=", stopped, TYPES["i64"](0)), failing, going_on)
+        failure = llvm_ir.IRBuilder(failing)
+        failure.store(TYPES["i64"](INTERRUPTED), self.error)
+        failure.branch(self.error_exit)
+        return llvm_ir.IRBuilder(going_on)
+
     def jumps_back(self, target: str, builder: llvm_ir.IRBuilder) -> bool:
         """Whether a jump goes to an IR block not after the one being emitted (a loop's back edge)."""
         return self.block_order[target] <= self.block_order[self.current_label]
@@ -1130,14 +1245,7 @@ class FunctionEmitter(TensorEmission):
         match terminator:
             case ir.Jump(target=target) if self.jumps_back(target, builder):
                 # a loop's next iteration: stop here if the host was interrupted (Ctrl-C)
-                stopped = builder.load(self.module.get_global("dl.interrupt"), name="interrupted")
-                going_on = self.llvm_function.append_basic_block("not.interrupted")
-                failing = self.llvm_function.append_basic_block("fail.interrupted")
-                builder.cbranch(builder.icmp_signed("!=", stopped, TYPES["i64"](0)), failing, going_on)
-                failure = llvm_ir.IRBuilder(failing)
-                failure.store(TYPES["i64"](INTERRUPTED), self.error)
-                failure.branch(self.error_exit)
-                llvm_ir.IRBuilder(going_on).branch(self.blocks[target])
+                self.stop_if_interrupted(builder).branch(self.blocks[target])
             case ir.Jump(target=target):
                 builder.branch(self.blocks[target])
             case ir.Branch(condition=condition, then=then, otherwise=otherwise):
@@ -1145,6 +1253,7 @@ class FunctionEmitter(TensorEmission):
             case ir.Return(value=None):
                 self.leave(builder)
                 self.free_tapes(builder)
+                self.free_workspace(builder)
                 builder.ret_void()
             case ir.Return(value=value):
                 self.leave(builder)

@@ -134,8 +134,8 @@ class FunctionLowering:
         self.blocks: list[ir.Block] = []
         self.label = "entry"
         self.instructions: list[ir.Instruction] = []
-        self.used_labels: dict[str, int] = {}  # hint -> how many names were made from it
-        self.given_labels: set[str] = set()
+        self.used_labels: dict[str, int] = {}
+        self.given_names: set[str] = set()  # every label and temporary (`%name`) given out
         self.scopes: list[dict[str, ir.Variable]] = [{}]
         self.variables: list[ir.Variable] = []
         self.loops: list[tuple[str, str]] = []  # (continue target, break target)
@@ -182,15 +182,16 @@ class FunctionLowering:
 
     # -------------------------------------------------------------- blocks and names
     def fresh_label(self, hint: str) -> str:
-        """`hint`, or `hint.1`, `hint.2`, ...: the first not yet given out (a hint may itself end in `.1`)."""
+        """`hint`, or `hint.1`, `hint.2`, ...: never a name given before, even one whose hint ends in a
+        number (a variable `c.1` of a function inlined twice read after `c` was read twice)."""
         count = self.used_labels.get(hint, 0)
-        chosen = hint if count == 0 else f"{hint}.{count}"
-        while chosen in self.given_labels:
+        name = hint if count == 0 else f"{hint}.{count}"
+        while name in self.given_names:
             count += 1
-            chosen = f"{hint}.{count}"
+            name = f"{hint}.{count}"
         self.used_labels[hint] = count + 1
-        self.given_labels.add(chosen)
-        return chosen
+        self.given_names.add(name)
+        return name
 
     def finish(self, terminator: ir.Terminator) -> None:
         """End the current block (code after a `return`, `break` or `continue` is unreachable: dropped)."""
@@ -548,13 +549,15 @@ class FunctionLowering:
             args.append(self.convert(self.expression(arg), dtype, f"argument `{param.name}` of `{decl.name}`"))
         returned = self.typed.types.get(id(expr))
         self.calls.add(id(decl))
+        if returned == UNIT and not discarded:
+            raise Unsupported(f"it uses the result of `{decl.name}`, which returns nothing (at {expr.span})")
+        self.sites.append(ir.Site("E0506", f"recursion too deep in `{decl.name}`", expr.span, frame=decl.name))
+        site = len(self.sites) - 1
         if returned == UNIT:
-            if not discarded:
-                raise Unsupported(f"it uses the result of `{decl.name}`, which returns nothing (at {expr.span})")
-            self.emit(ir.Call(None, symbol(path, decl.name), tuple(args)))
+            self.emit(ir.Call(None, symbol(path, decl.name), tuple(args), site))
             return None
         result = self.temp(f"call.{decl.name}", scalar_dtype(returned, f"the result of `{decl.name}`"))
-        self.emit(ir.Call(result, symbol(path, decl.name), tuple(args)))
+        self.emit(ir.Call(result, symbol(path, decl.name), tuple(args), site))
         return Value(result)
 
     def conversion(self, name: str, expr: ast.Call) -> Value:

@@ -22,7 +22,7 @@ from dl.codegen.cache import cache_directory
 from dl.codegen.llvm import INTERRUPTED, Native, compile_functions
 from dl.codegen.lower import Lowered, lower
 from dl.codegen.specialize import NUMPY_DTYPES
-from dl.interp.runtime import RETURN, Function, fail
+from dl.interp.runtime import RETURN, STACK, Function, RunError, fail, recursion_error
 from dl.interp.values import format_value
 from dl.lang.check import Typed
 
@@ -201,6 +201,8 @@ def native_body(function: ir.Function, native: Native) -> Callable[[list], Any]:
             site = native.sites[error.value - 1]
             error.value = 0
             depth.value = 0
+            if site.frame is not None:  # a call nested too deep: as the interpreter reports it
+                raise RunError(recursion_error([(site.frame, site.span)], site.span))
             message = site.message
             if site.shows is not None:
                 message = message.replace("{value}", format_value(FROM_C[site.shows](shown.value)))
@@ -336,18 +338,19 @@ class SpecialisingBody:
 
     def specialise(self, layout: tuple) -> Specialisation | None:
         from dl.codegen.lower import Unsupported
-        from dl.codegen.specialize import NeedsStatic, Specialiser
+        from dl.codegen.specialize import NeedsStatic, specialise
 
         try:
-            lowered = Specialiser(self.typed, self.decl, self.path, list(layout), self.structs).specialise()
-            uses_blas = any(isinstance(i, ir.MatMul) for b in lowered.function.blocks for i in b.instructions)
+            lowered = specialise(self.typed, self.decl, self.path, layout, self.structs)
+            functions = [lowered.function, *lowered.callees]
+            uses_blas = any(isinstance(i, ir.MatMul) for f in functions for b in f.blocks for i in b.instructions)
             problem = blas_symbols() if uses_blas else None
             if problem is not None:
                 raise Unsupported(problem)
             target, vectors = tensor_target()
             directory = cache_directory() if self.cache else None
             # O2: O3 takes seconds on the large loop-nest functions inlining makes, for no faster code
-            native = compile_functions([lowered.function], target, directory, vectors, speed=2)
+            native = compile_functions(functions, target, directory, vectors, speed=2)
             LIVE.add(native)
         except NeedsStatic as need:
             if need.position not in self.static:
@@ -423,15 +426,23 @@ class SpecialisingBody:
 
     def failed(self, entry: Specialisation) -> None:
         native = entry.native
+        frames = unwound_calls(native)
         stopped(native)
         site = native.sites[entry.error.value - 1]
         entry.error.value = 0
         ctypes.c_int64.from_address(native.depth_address).value = 0
+        if site.frame is not None:  # a real call nested too deep: as the interpreter reports it
+            raise RunError(recursion_error([(site.frame, site.span)], site.span))
         message = site.message
         if site.shows is not None:
             shown = ctypes.c_double.from_address(native.value_address).value
             message = message.replace("{value}", format_value(FROM_C[site.shows](shown)))
-        raise fail(site.code, message, site.span)
+        frames += site.inlined
+        STACK.extend(frames)  # the calls active when it failed, inlined or not, for the call-stack note
+        try:
+            raise fail(site.code, message, site.span)
+        finally:
+            del STACK[len(STACK) - len(frames) :]
 
     def explanation(self) -> list[str]:
         lines = []
@@ -440,6 +451,22 @@ class SpecialisingBody:
             verdict = "compiled" if reason == "compiled" else f"interpreted: {reason}"
             lines.append(f"{self.path}: `{self.decl.name}`({shown}) {verdict}")
         return lines
+
+
+def unwound_calls(native: Native) -> list[tuple[str, object]]:
+    """The real calls between specialised functions a failure unwound through (`dl.trace`, innermost
+    first), outermost first as (function, span of the call), each after the inlined calls it lies in: the
+    interpreter's call stack entries."""
+    if not native.trace_count_address:
+        return []
+    counter = ctypes.c_int64.from_address(native.trace_count_address)
+    sites = (ctypes.c_int64 * counter.value).from_address(native.trace_address)
+    counter.value = 0
+    frames: list = []
+    for k in reversed(list(sites)):
+        frames += native.sites[k].inlined
+        frames.append((native.sites[k].frame, native.sites[k].span))
+    return frames
 
 
 RETRY = object()  # `specialise` learned that an integer parameter must be compiled in: lay out again

@@ -1086,7 +1086,7 @@ def tree_map(lowering, bound: dict, span: Span) -> object:
                 lambda *leaves: call_primitive(lowering, f.name, list(leaves), {}, span, False), trees, span
             )
         raise Unsupported(f"`tree_map` of this function (at {span})")
-    return map_leaves(lambda *leaves: lowering.inline(f, list(leaves), {}, span), trees, span)
+    return map_leaves(lambda *leaves: lowering.inline(f, list(leaves), {}, span, f.decl.span), trees, span)
 
 
 def map_leaves(function, trees: tuple, span: Span) -> object:

@@ -27,6 +27,7 @@ raises `Unsupported`, and the function runs on the interpreter, as every other r
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 
@@ -46,11 +47,12 @@ from dl.lang import ast
 from dl.lang.check import Typed
 from dl.lang.diagnostics import Span
 from dl.lang.primitives import BY_NAME
-from dl.lang.types import FunctionRef, PrimitiveRef
+from dl.lang.types import UNIT, DimVar, FunctionRef, PrimitiveRef, TensorType, TupleType
 
 DTYPE_NAMES = {"f32", "f64", "i64", "i32", "bool"}
 FLOATS = ("f32", "f64")
 INLINE_DEPTH = 48
+MAX_SPECIALISATIONS = 32  # of the functions one compiled call needs (itself and what it calls for real)
 
 
 # ------------------------------------------------------------------ abstract values
@@ -318,6 +320,118 @@ class Specialised:
     result: tuple
     workspace: int
     slots: int
+    callees: tuple[ir.Function, ...] = ()  # the specialisations it calls for real, compiled with it
+
+
+def specialise(typed: Typed, decl: ast.FnDecl, path: str, layout: tuple, structs) -> Specialised:
+    """`decl` lowered for the argument `layout`, with every specialisation its recursive calls need."""
+    registry = Registry(typed, structs)
+    return registry.finished(registry.lower(decl, path, layout, decl.span))
+
+
+@dataclass
+class Entry:
+    """One specialisation of a `Registry`: its symbol, its lowering, and the result once lowered."""
+
+    symbol: str
+    lowering: Specialiser
+    done: Specialised | None = None
+
+    def signature(self, span: Span) -> tuple[tuple, int]:
+        """(the result layout, the number of slots) a caller needs; known while the function is still being
+        lowered (a recursive call) once its first `return` has been."""
+        if self.done is not None:
+            return self.done.result, self.done.slots
+        lowering = self.lowering
+        if lowering.result_layout is None:
+            lowering.result_layout = lowering.predicted_result(span, self)
+        return lowering.result_layout, lowering.slot_count
+
+
+class ResultUnknown(Unsupported):
+    """A recursive call of `entry` reached before any `return` of it, its result not declared: the registry
+    learns the result by lowering it once more without following the paths through such calls."""
+
+    def __init__(self, entry: Entry, message: str) -> None:
+        super().__init__(message)
+        self.entry = entry
+
+
+class Registry:
+    """The specialisations one compiled call needs, keyed by (function, argument layout): the function
+    called from the interpreter, then each one a recursive (or too deeply nested) call calls for real
+    (`ir.CallSpecialised`) instead of inlining it. They are compiled into one module; each then allocates
+    its own workspace per call, as recursive calls are active at once."""
+
+    def __init__(self, typed: Typed, structs) -> None:
+        self.typed, self.structs = typed, structs
+        self.entries: dict[tuple, Entry] = {}
+        self.made = 0
+        self.calls = False  # whether any function calls another (or itself) for real
+
+    def lower(self, decl: ast.FnDecl, path: str, layout: tuple, span: Span) -> Entry:
+        key = (id(decl), layout)
+        if key in self.entries:
+            return self.entries[key]
+        if len(self.entries) >= MAX_SPECIALISATIONS:
+            raise Unsupported(
+                f"its recursion needs more than {MAX_SPECIALISATIONS} specialisations (argument layouts), "
+                f"the last of `{decl.name}` (at {span})"
+            )
+        symbol = f"{path}::{decl.name}.specialised" + (f".{self.made}" if self.made else "")
+        self.made += 1
+        entry = Entry(symbol, Specialiser(self.typed, decl, path, list(layout), self.structs, self))
+        self.entries[key] = entry
+        try:
+            try:
+                entry.done = entry.lowering.specialise(symbol)
+            except ResultUnknown as unknown:
+                if unknown.entry is not entry:
+                    raise
+                self.forget_after(key)
+                entry.done = self.lowered_with_result(entry, decl, path, layout, symbol)
+        except BaseException:  # it, and whatever was lowered for it (which may call it), are gone
+            self.forget_after(key)
+            del self.entries[key]
+            raise
+        return entry
+
+    def lowered_with_result(self, entry: Entry, decl: ast.FnDecl, path: str, layout: tuple, symbol: str):
+        """Lower a function whose recursive call comes before any `return` (`_back` functions): first a probe
+        that does not follow the paths through that call finds what the others return, then the function,
+        its result laid out so before it starts (a `return` of anything else refuses it)."""
+        probe = Specialiser(self.typed, decl, path, list(layout), self.structs, self)
+        probe.probing = entry
+        entry.lowering = probe
+        key = (id(decl), layout)
+        try:
+            probe.specialise(symbol)
+        finally:
+            self.forget_after(key)
+        if probe.result_layout is None:
+            raise Unsupported(f"`{decl.name}` never returns but through its recursive call")
+        entry.lowering = Specialiser(self.typed, decl, path, list(layout), self.structs, self)
+        entry.lowering.expected_result = probe.result_layout
+        return entry.lowering.specialise(symbol)
+
+    def forget_after(self, key: tuple) -> None:
+        """Drop the specialisations lowered after `key`'s (for it: they may call it)."""
+        keys = list(self.entries)
+        for later in keys[keys.index(key) + 1 :]:
+            del self.entries[later]
+
+    def finished(self, root: Entry) -> Specialised:
+        done = root.done
+        if not self.calls:
+            return done
+        functions = []
+        for entry in self.entries.values():
+            function = entry.done.function
+            site = ir.Site("E0513", "out of memory for the tensors of a recursive call", entry.lowering.decl.span)
+            sites = (*function.sites, site)
+            own = (entry.done.workspace, len(sites) - 1)
+            functions.append(dataclasses.replace(function, sites=sites, own_workspace=own))
+        return Specialised(functions[0], done.argument_slots, done.result, 0, done.slots, tuple(functions[1:]))
 
 
 # ------------------------------------------------------------------ the lowering
@@ -333,8 +447,16 @@ class Returning:
 
 
 class Specialiser(FunctionLowering):
-    def __init__(self, typed: Typed, decl: ast.FnDecl, path: str, arguments: list, structs) -> None:
+    def __init__(
+        self, typed: Typed, decl: ast.FnDecl, path: str, arguments: list, structs, registry: Registry | None = None
+    ) -> None:
         super().__init__(typed, decl, path)
+        self.registry = registry if registry is not None else Registry(typed, structs)
+        self.active = [id(decl)]  # the functions being lowered here (it, and those inlined into it)
+        self.root_path = path
+        self.inline_chain: list[tuple[str, Span]] = []  # the inlined calls being lowered: (function, call)
+        self.probing: Entry | None = None  # the registry's entry whose result this lowering finds out
+        self.expected_result: tuple | None = None  # its result layout, found by a probe
         self.arguments = arguments
         self.structs = structs  # (path, name) -> the interpreter's StructType
         self.buffer_list: list[ir.Buffer] = []
@@ -351,17 +473,21 @@ class Specialiser(FunctionLowering):
         self.tapes: list[ir.Tape] = []
         self.frames: list[list[dict]] = []  # the scopes of the callers of the function being inlined
         self.owners: dict[str, tuple[dict, str]] = {}  # home buffer -> (the scope, the variable's name)
-        self.parameter_temps: dict[str, int] = {}  # the i64 parameters' values, by temp name -> position
+        # the i64 parameters' values and what is computed from them: temp name -> the parameters' positions
+        self.parameter_temps: dict[str, frozenset[int]] = {}
+        self.parameter_variables: dict[str, frozenset[int]] = {}  # variables `let` bound to such a value
 
     # -------------------------------------------------------------- entry
-    def specialise(self) -> Specialised:
+    def specialise(self, symbol: str | None = None) -> Specialised:
         decl = self.decl  # annotations checked at run time are checked by the interpreter around this body
         params = {}
         for position, (param, argument) in enumerate(zip(decl.params, self.arguments, strict=True)):
             params[param.name] = self.argument(argument, param.name)
             if argument == ("scalar", "i64"):
-                self.parameter_temps[params[param.name].operand.name] = position
+                self.parameter_temps[params[param.name].operand.name] = frozenset({position})
         argument_slots = self.slot_count
+        if self.expected_result is not None:
+            self.result_layout = self.taken(self.expected_result)
         self.scopes = [params]
         self.uses, self.assigned = usage(decl.body)
         self.returning = None
@@ -376,7 +502,7 @@ class Specialiser(FunctionLowering):
         blocks, buffers, workspace = packed(blocks, self.buffer_list)
         result = rebuilt(self.result_layout, {b.name: b for b in buffers})
         function = ir.Function(
-            f"{self.path}::{decl.name}.specialised",
+            symbol or f"{self.path}::{decl.name}.specialised",
             decl.name,
             (),
             "unit",
@@ -389,6 +515,54 @@ class Specialiser(FunctionLowering):
             tuple(self.tapes),
         )
         return Specialised(function, argument_slots, result, workspace, self.slot_count)
+
+    def predicted_result(self, span: Span, entry: Entry) -> tuple:
+        """The result layout from the checked signature, its dimensions bound by the arguments' shapes, for a
+        recursive call reached before any `return`: its slots are taken now, and the `return`s fill them."""
+        decl = self.decl
+        found = [s for s in self.typed.signatures.get(self.root_path, []) if s.name == decl.name]
+        unknown = f"what `{decl.name}` returns is not known at its recursive call (at {span})"
+        if len(found) != 1:
+            raise ResultUnknown(entry, unknown)
+        bindings: dict = {}
+        for (_, declared), layout in zip(found[0].params, self.arguments, strict=True):
+            bind_dimensions(declared, layout, bindings)
+        try:
+            return self.result_slots(found[0].result, bindings, unknown)
+        except Unsupported:
+            raise ResultUnknown(entry, unknown) from None
+
+    def taken(self, layout: tuple) -> tuple:
+        """A result layout found by a probe, its slots (and result buffers) taken in this lowering."""
+        kind = layout[0]
+        if kind == "scalar":
+            return ("scalar", self.new_slot(), layout[2])
+        if kind == "tensor":
+            _, _, dtype, shape, _ = layout
+            buffer = ir.Buffer(f"result#{len(self.buffer_list)}", dtype, shape, self.new_slot())
+            self.buffer_list.append(buffer)
+            return ("tensor", buffer.slot, dtype, shape, buffer)
+        if kind == "tuple":
+            return ("tuple", tuple(self.taken(item) for item in layout[1]))
+        if kind == "struct":
+            return ("struct", layout[1], tuple(self.taken(item) for item in layout[2]))
+        return layout
+
+    def result_slots(self, declared: object, bindings: dict, unknown: str) -> tuple:
+        if declared == UNIT:
+            return ("unit",)
+        if isinstance(declared, TupleType):
+            return ("tuple", tuple(self.result_slots(item, bindings, unknown) for item in declared.items))
+        if not isinstance(declared, TensorType) or declared.dtype not in DTYPE_NAMES:
+            raise Unsupported(unknown)
+        if not declared.dims:
+            return ("scalar", self.new_slot(), declared.dtype)
+        shape = tuple(bindings.get(d, d) for d in declared.dims)
+        if not all(isinstance(n, int) for n in shape):
+            raise Unsupported(unknown)
+        buffer = ir.Buffer(f"result#{len(self.buffer_list)}", declared.dtype, shape, self.new_slot())
+        self.buffer_list.append(buffer)
+        return ("tensor", buffer.slot, declared.dtype, shape, buffer)
 
     def argument(self, layout: tuple, name: str) -> object:
         kind = layout[0]
@@ -609,6 +783,17 @@ class Specialiser(FunctionLowering):
 
     # -------------------------------------------------------------- statements
     def statement(self, stmt: ast.Stmt) -> None:
+        if self.probing is None:
+            return self.lowered_statement(stmt)
+        try:
+            return self.lowered_statement(stmt)
+        except ResultUnknown as unknown:  # probing: a path through the recursive call is not followed
+            if unknown.entry is not self.probing or self.depth:  # (a statement of the function itself)
+                raise
+            self.finish(ir.Return(None))
+            return None
+
+    def lowered_statement(self, stmt: ast.Stmt) -> None:
         if self.label is None:
             return  # unreachable code after a return, break or continue
         match stmt:
@@ -687,6 +872,9 @@ class Specialiser(FunctionLowering):
                 if isinstance(value, Value) and (name in self.assigned or not isinstance(value.operand, ir.Const)):
                     variable = self.new_variable(name, value.operand.dtype)
                     self.emit(ir.Store(variable, value.operand))
+                    positions = self.parameter_temps.get(getattr(value.operand, "name", ""))
+                    if positions and name not in self.assigned:  # `let t = n // 2`: still computed from `n`
+                        self.parameter_variables[variable.name] = positions
                     if value.weak is not None and name not in self.assigned:
                         value = Value(value.operand, value.weak)  # a constant keeps adapting
                     else:
@@ -795,7 +983,7 @@ class Specialiser(FunctionLowering):
         """Store a returned value where the host finds it; `known` is the layout of an earlier `return`."""
         if value is None:
             if known not in (None, ("unit",)):
-                raise Unsupported(f"returns of different kinds (at {span})")
+                self.undecided(f"returns of different kinds (at {span})")
             return ("unit",)
         if isinstance(value, ir.Variable):
             value = self.read_variable(value)
@@ -803,13 +991,13 @@ class Specialiser(FunctionLowering):
             operand = value.operand
             slot = known[1] if known is not None and known[0] == "scalar" else self.new_slot()
             if known is not None and known != ("scalar", slot, operand.dtype):
-                raise Unsupported(f"returns of different types (at {span})")
+                self.undecided(f"returns of different types (at {span})")
             self.emit(ir.StoreSlot(slot, operand))
             return ("scalar", slot, operand.dtype)
         if isinstance(value, Tensor):
             if known is not None:
-                if known[0] != "tensor" or known[2:] != (value.dtype, value.shape):
-                    raise Unsupported(f"returns of different types or shapes (at {span})")
+                if known[0] != "tensor" or known[2:4] != (value.dtype, value.shape):
+                    self.undecided(f"returns of different types or shapes (at {span})")
                 buffer = known[4]
             else:
                 buffer = ir.Buffer(f"result#{len(self.buffer_list)}", value.dtype, value.shape, self.new_slot())
@@ -818,17 +1006,17 @@ class Specialiser(FunctionLowering):
             return ("tensor", buffer.slot, value.dtype, value.shape, buffer)
         if isinstance(value, tuple):
             if known is not None and (known[0] != "tuple" or len(known[1]) != len(value)):
-                raise Unsupported(f"returns of different types (at {span})")
+                self.undecided(f"returns of different types (at {span})")
             parts = known[1] if known is not None else (None,) * len(value)
             return ("tuple", tuple(self.result_of(v, span, k) for v, k in zip(value, parts, strict=True)))
         if isinstance(value, Text):  # known when compiled: the host hands the string back
             if known is not None and known != ("text", value.value):
-                raise Unsupported(f"returns of different strings (at {span})")
+                self.undecided(f"returns of different strings (at {span})")
             return ("text", value.value)
         if isinstance(value, Struct):
             kind = value.kind
             if known is not None and (known[0] != "struct" or known[1] is not kind):
-                raise Unsupported(f"returns of different types (at {span})")
+                self.undecided(f"returns of different types (at {span})")
             parts = known[2] if known is not None else (None,) * len(value.values)
             return ("struct", kind, tuple(self.result_of(v, span, k) for v, k in zip(value.values, parts, strict=True)))
         raise Unsupported(f"it returns a value compiled code cannot hand back (at {span})")
@@ -852,6 +1040,8 @@ class Specialiser(FunctionLowering):
     def read_variable(self, variable: ir.Variable) -> Value:
         result = self.temp(variable.name, variable.dtype)
         self.emit(ir.Load(result, variable))
+        if variable.name in self.parameter_variables:
+            self.parameter_temps[result.name] = self.parameter_variables[variable.name]
         return Value(result)
 
     def evaluate(self, expr: ast.Expr, discarded: bool = False) -> object:
@@ -1059,6 +1249,18 @@ class Specialiser(FunctionLowering):
             raise Unsupported(f"`{op}` of structs or tuples (at {span})")
         return self.elementwise(op, [left, right], span)
 
+    def binary(self, op: str, left: Value, right: Value, span: Span) -> Value:
+        folded = integers_folded(op, left, right)
+        if folded is not None:
+            return folded
+        result = super().binary(op, left, right, span)
+        positions = frozenset().union(
+            *(self.parameter_temps.get(v.operand.name, ()) for v in (left, right) if isinstance(v.operand, ir.Temp))
+        )
+        if positions and result.operand.dtype == "i64":  # computed from integer parameters (`n // 2`)
+            self.parameter_temps[result.operand.name] = positions
+        return result
+
     def elementwise(self, op: str, values: list, span: Span, dtype: str | None = None) -> Tensor:
         """An elementwise operation of tensors and scalars: broadcast shapes, one dtype (the operands meet as
         `lower.promoted_dtype` says: weak literals and i64 scalars adapt to a float tensor, as numpy's Python
@@ -1241,9 +1443,17 @@ class Specialiser(FunctionLowering):
             return int(value.operand.value)
         message = f"{what} known only at run time where compiled code needs a constant (at {span})"
         if isinstance(value, Value) and isinstance(value.operand, ir.Temp):
-            position = self.parameter_temps.get(value.operand.name)
-            if position is not None:
-                raise NeedsStatic(position, message)
+            positions = self.parameter_temps.get(value.operand.name)
+            if positions:
+                raise NeedsStatic(min(positions), message)
+        raise Unsupported(message)
+
+    def undecided(self, message: str) -> None:
+        """Returns of different types or shapes: compiled per value of an integer parameter (the first one
+        still known only at run time), its branches may be decided; else refused."""
+        positions = frozenset().union(*self.parameter_temps.values())
+        if positions:
+            raise NeedsStatic(min(positions), message)
         raise Unsupported(message)
 
     # -------------------------------------------------------------- calls
@@ -1265,39 +1475,36 @@ class Specialiser(FunctionLowering):
                 return scope[name.id]
         return self.global_value(name)
 
-    def inline(self, closure: Closure, args: list, keywords: dict, span: Span) -> object:
-        """The callee's body, lowered here with its parameters bound to the arguments."""
+    def site(self, code: str, message: str, span: Span, shows: str | None = None) -> int:
+        """A site, with the inlined calls it lies in (for the call stack of its diagnostic)."""
+        self.sites.append(ir.Site(code, message, span, shows, None, tuple(self.inline_chain)))
+        return len(self.sites) - 1
+
+    def inline(self, closure: Closure, args: list, keywords: dict, span: Span, called_at: Span | None = None) -> object:
+        """The callee's body, lowered here with its parameters bound to the arguments; a recursive call (or
+        one nested too deeply to inline) calls a specialisation of the callee for real instead. `called_at`
+        is the span the interpreter's call stack shows for the call, if not `span` (a primitive's call of a
+        function value: the function's own)."""
         decl = closure.decl
+        separate = isinstance(decl, ast.FnDecl) and not closure.captured
+        if separate and (id(decl) in self.active or self.depth >= INLINE_DEPTH):
+            return self.call_separately(closure, self.argument_values(closure, args, keywords, span), span)
         if self.depth >= INLINE_DEPTH:
-            raise Unsupported(f"calls nest deeper than {INLINE_DEPTH} (recursion is not compiled) (at {span})")
+            raise Unsupported(f"calls nest deeper than {INLINE_DEPTH} (at {span})")
         names = [p.name for p in decl.params]
-        if len(args) > len(names) or any(k not in names for k in keywords):
-            raise Unsupported(f"a call that does not bind (at {span})")
+        values = self.argument_values(closure, args, keywords, span)
         saved = (self.scopes, self.loops, self.returning, self.path, self.uses, self.assigned)
-        bound = {}
         self.path = closure.path
-        self.scopes = [dict(closure.captured)]
         self.uses, self.assigned = usage(decl.body)
-        for k, param in enumerate(decl.params):
-            if k < len(args):
-                value = args[k]
-            elif param.name in keywords:
-                value = keywords[param.name]
-            elif param.default is not None:  # a value at run time: a literal default keeps its dtype
-                value = self.evaluate(param.default)
-                if isinstance(value, Value) and value.weak is not None:
-                    value = Value(value.operand)
-            else:
-                self.scopes, self.loops, self.returning, self.path, self.uses, self.assigned = saved
-                raise Unsupported(f"a call leaving `{param.name}` unbound (at {span})")
-            if isinstance(value, ir.Variable):
-                value = self.read_variable(value)
-            # (the caller's variables are safe: storage belongs to its own variable, see `owns`)
-            bound[param.name] = self.bind(value, self.uses.get(param.name, 0))
+        # (the caller's variables are safe: storage belongs to its own variable, see `owns`)
+        bound = {name: self.bind(value, self.uses.get(name, 0)) for name, value in zip(names, values, strict=True)}
         self.scopes = [dict(closure.captured), bound]
         self.loops = []
         self.depth += 1
         self.frames.append(saved[0])
+        self.active.append(id(decl))
+        shown = decl.name if isinstance(decl, ast.FnDecl) else f"fn({', '.join(names)})"
+        self.inline_chain.append((shown, called_at or span))
         check = self.typed.checked_calls.get(id(decl))
         try:
             if check is not None:
@@ -1313,7 +1520,133 @@ class Specialiser(FunctionLowering):
         finally:
             self.depth -= 1
             self.frames.pop()
+            self.active.pop()
+            self.inline_chain.pop()
             self.scopes, self.loops, self.returning, self.path, self.uses, self.assigned = saved
+
+    def argument_values(self, closure: Closure, args: list, keywords: dict, span: Span) -> list:
+        """The value of each parameter at a call: an argument, a keyword, or the default (evaluated in the
+        callee's module; a value at run time, so a literal default keeps its dtype)."""
+        decl = closure.decl
+        names = [p.name for p in decl.params]
+        if len(args) > len(names) or any(k not in names for k in keywords):
+            raise Unsupported(f"a call that does not bind (at {span})")
+        values = []
+        for k, param in enumerate(decl.params):
+            if k < len(args):
+                value = args[k]
+            elif param.name in keywords:
+                value = keywords[param.name]
+            elif param.default is not None:
+                saved = (self.scopes, self.path)
+                self.scopes, self.path = [dict(closure.captured)], closure.path
+                try:
+                    value = self.evaluate(param.default)
+                finally:
+                    self.scopes, self.path = saved
+                if isinstance(value, Value) and value.weak is not None:
+                    value = Value(value.operand)
+            else:
+                raise Unsupported(f"a call leaving `{param.name}` unbound (at {span})")
+            values.append(self.read_variable(value) if isinstance(value, ir.Variable) else value)
+        return values
+
+    # -------------------------------------------------------------- calls of separate specialisations
+    def call_separately(self, closure: Closure, values: list, span: Span) -> object:
+        """A real call (`ir.CallSpecialised`) of the callee's specialisation for the arguments' layout. An
+        integer the callee needs as a constant is compiled into its layout, if known here."""
+        decl = closure.decl
+        check = self.typed.checked_calls.get(id(decl))
+        bindings: dict[str, int] = {}
+        if check is not None:
+            for param_check, value in zip(check.params, values, strict=True):
+                if param_check is not None:
+                    annotation_fits(value, param_check.type, bindings, span)
+        values = [self.declared_dtype(param, value) for param, value in zip(decl.params, values, strict=True)]
+        statics: set[int] = set()
+        while True:
+            layout, leaves = [], []
+            for position, value in enumerate(values):
+                if position in statics:
+                    layout.append(("static", self.static_int(value, span)))
+                else:
+                    layout.append(self.passed(value, leaves, span))
+            try:
+                entry = self.registry.lower(decl, closure.path, tuple(layout), span)
+                break
+            except NeedsStatic as need:
+                if need.position in statics:
+                    raise Unsupported(str(need)) from None
+                statics.add(need.position)
+        result_layout, slots = entry.signature(span)
+        results: list = []
+        result = self.received(result_layout, results, decl.name)
+        inlined = tuple(self.inline_chain)
+        self.sites.append(ir.Site("E0506", f"recursion too deep in `{decl.name}`", span, None, decl.name, inlined))
+        arguments = tuple(enumerate(leaves, start=1))
+        self.emit(ir.CallSpecialised(entry.symbol, arguments, tuple(results), slots, len(self.sites) - 1))
+        self.registry.calls = True
+        if check is not None and check.result is not None:
+            annotation_fits(result, check.result.type, bindings, span)
+        return result
+
+    def declared_dtype(self, param: ast.Param, value: object) -> object:
+        """An unsuffixed literal given to a parameter annotated with its scalar dtype is of that dtype (the
+        interpreter passes it so); to another, it keeps adapting, which a real call cannot do."""
+        declared = self.typed.types.get(id(param))
+        if not (isinstance(value, Value) and value.weak is not None and param.annotation is not None):
+            return value
+        if isinstance(declared, TensorType) and not declared.dims and declared.dtype == value.operand.dtype:
+            return Value(value.operand)
+        return value
+
+    def passed(self, value: object, leaves: list, span: Span) -> tuple:
+        """The layout of an argument of a real call; its tensors (contiguous) and scalars go to `leaves`."""
+        if isinstance(value, ir.Variable):
+            value = self.read_variable(value)
+        if isinstance(value, Tensor):
+            leaves.append(self.plain(value).tree)
+            return ("tensor", value.dtype, value.shape)
+        if isinstance(value, Value):
+            operand = value.operand
+            if value.weak is not None:  # an unsuffixed literal: an int is an i64 (as `flatten` sees it)
+                if isinstance(value.weak, float):
+                    raise Unsupported(f"an unsuffixed float literal passed to a recursive call (at {span})")
+                operand = ir.Const(int(value.weak), "i64")
+            leaves.append(operand)
+            return ("scalar", operand.dtype)
+        if isinstance(value, tuple):
+            return ("tuple", tuple(self.passed(item, leaves, span) for item in value))
+        if isinstance(value, Struct):
+            self.structs.seen[id(value.kind)] = value.kind
+            items = tuple(self.passed(item, leaves, span) for item in value.values)
+            return ("struct", id(value.kind), items, value.name)
+        if isinstance(value, Text):
+            return ("text", value.value)
+        raise Unsupported(f"a recursive call passing a value compiled code cannot pass (at {span})")
+
+    def received(self, layout: tuple, results: list, name: str) -> object:
+        """The value a real call returns, from the callee's result layout: tensors in buffers of this
+        function's workspace and scalars in temporaries, each (slot, where) appended to `results`."""
+        kind = layout[0]
+        if kind == "tensor":
+            _, slot, dtype, shape, _ = layout
+            buffer = self.allocate(dtype, shape, f"call.{name}")
+            results.append((slot, buffer))
+            return view(buffer)
+        if kind == "scalar":
+            temp = self.temp(f"call.{name}", layout[2])
+            results.append((layout[1], temp))
+            return Value(temp)
+        if kind == "tuple":
+            return tuple(self.received(item, results, name) for item in layout[1])
+        if kind == "struct":
+            struct_type = layout[1]
+            values = [self.received(item, results, name) for item in layout[2]]
+            return Struct(struct_type, struct_type.name, struct_type.fields, values)
+        if kind == "text":
+            return Text(layout[1])
+        return ()
 
     def inlined_body(self, decl: ast.FnDecl | ast.Lambda) -> object:
         if isinstance(decl.body, ast.Block):
@@ -1352,6 +1685,55 @@ class Specialiser(FunctionLowering):
 
 
 # ------------------------------------------------------------------ what a body uses and assigns
+
+
+INTEGER_FOLDS = {
+    "+": lambda a, b: a + b,
+    "-": lambda a, b: a - b,
+    "*": lambda a, b: a * b,
+    "//": lambda a, b: a // b,
+    "%": lambda a, b: a % b,
+}
+INTEGER_COMPARISONS = {
+    "==": lambda a, b: a == b,
+    "!=": lambda a, b: a != b,
+    "<": lambda a, b: a < b,
+    "<=": lambda a, b: a <= b,
+    ">": lambda a, b: a > b,
+    ">=": lambda a, b: a >= b,
+}
+
+
+def integers_folded(op: str, left: Value, right: Value) -> Value | None:
+    """`op` of two i64 constants (a shape, a length, an integer compiled in) computed now, so that shapes
+    derived from them (`x[0:n // 2]`) stay constants and a branch on them is known; None where it must run
+    (not both constants, or a failure the run reports: division by zero, overflow)."""
+    operands = (left.operand, right.operand)
+    if not all(isinstance(o, ir.Const) and o.dtype == "i64" for o in operands):
+        return None
+    weak = left.weak is not None and right.weak is not None  # two Python ints in the interpreter (`len(x)`)
+    if weak and not all(type(w) is int for w in (left.weak, right.weak)):
+        return None
+    a, b = (int(o.value) for o in operands)
+    if op in INTEGER_COMPARISONS:
+        return Value(ir.Const(INTEGER_COMPARISONS[op](a, b), "bool"))
+    if op not in INTEGER_FOLDS or (op in ("//", "%") and b == 0):
+        return None
+    result = INTEGER_FOLDS[op](a, b)
+    if not -(2**63) <= result < 2**63:
+        return None
+    return Value(ir.Const(result, "i64"), result if weak else None)
+
+
+def bind_dimensions(declared: object, layout: tuple, bindings: dict) -> None:
+    """Bind the dimension names of a parameter's checked type to the sizes of its argument's layout."""
+    if isinstance(declared, TensorType) and layout[0] == "tensor" and len(declared.dims) == len(layout[2]):
+        for dimension, size in zip(declared.dims, layout[2], strict=True):
+            if isinstance(dimension, DimVar):
+                bindings[dimension] = size
+    elif isinstance(declared, TupleType) and layout[0] == "tuple" and len(declared.items) == len(layout[1]):
+        for item, part in zip(declared.items, layout[1], strict=True):
+            bind_dimensions(item, part, bindings)
 
 
 def usage(body: ast.Block) -> tuple[dict[str, int], set[str]]:
@@ -1529,8 +1911,7 @@ def forwarded(blocks: list[ir.Block]) -> list[ir.Block]:
                         instructions[position] = None
                     break
                 written = written_buffer(consumer)
-                popped = isinstance(consumer, ir.TapePop)
-                if popped or (written is not None and written.name in read_by):
+                if overwritten(consumer) or (written is not None and written.name in read_by):
                     break
         result.append(ir.Block(block.label, tuple(i for i in instructions if i is not None), block.terminator))
     return result
@@ -1550,11 +1931,9 @@ def computed_once(blocks: list[ir.Block]) -> list[ir.Block]:
         for instruction in block.instructions:
             instruction = rebuilt(instruction, renamed) if renamed else instruction
             written = written_buffer(instruction)
-            popped = isinstance(instruction, ir.TapePop)
+            popped = overwritten(instruction)
             if written is not None or popped:  # what it writes is no longer what an earlier tree computed
-                names = {written.name} if written is not None else set()
-                if popped:
-                    names |= {leaf.name for _, leaf in instruction.leaves if isinstance(leaf, ir.Buffer)}
+                names = ({written.name} if written is not None else set()) | popped
                 seen = {
                     tree: (target, reads_)
                     for tree, (target, reads_) in seen.items()
@@ -1661,19 +2040,26 @@ def checks(instruction: object) -> bool:
 
 
 def write_counts(blocks: list[ir.Block]) -> dict[str, int]:
-    """How many instructions write each buffer (a tape's `pop` counts as two: its buffers are not
-    written once)."""
+    """How many instructions write each buffer (a tape's `pop` and a call count as two: their buffers
+    are not written once)."""
     writes: dict[str, int] = {}
     for block in blocks:
         for instruction in block.instructions:
             written = written_buffer(instruction)
             if written is not None:
                 writes[written.name] = writes.get(written.name, 0) + 1
-            if isinstance(instruction, ir.TapePop):
-                for _, leaf in instruction.leaves:
-                    if isinstance(leaf, ir.Buffer):
-                        writes[leaf.name] = writes.get(leaf.name, 0) + 2
+            for name in overwritten(instruction):
+                writes[name] = writes.get(name, 0) + 2
     return writes
+
+
+def overwritten(instruction: object) -> set[str]:
+    """The buffers a tape's `pop` or a real call writes (not loops: the passes leave them alone)."""
+    if isinstance(instruction, ir.TapePop):
+        return {leaf.name for _, leaf in instruction.leaves if isinstance(leaf, ir.Buffer)}
+    if isinstance(instruction, ir.CallSpecialised):
+        return {leaf.name for _, leaf in instruction.results if isinstance(leaf, ir.Buffer)}
+    return set()
 
 
 def written_buffer(instruction: object) -> ir.Buffer | None:
@@ -1775,9 +2161,7 @@ def touches(instruction: object, names: set[str]) -> bool:
     target = getattr(instruction, "target", None) or getattr(instruction, "out", None)
     if isinstance(target, ir.Buffer) and target.name in names:
         return True
-    if isinstance(instruction, ir.TapePop):
-        return any(isinstance(b, ir.Buffer) and b.name in names for _, b in instruction.leaves)
-    return False
+    return bool(overwritten(instruction) & names)
 
 
 def count_reads(node: object, counts: dict[str, int]) -> None:
@@ -1878,8 +2262,9 @@ def defines(instruction: object, name: str) -> bool:
     if isinstance(instruction, ir.MatMul):
         operands = {instruction.a.buffer.name, instruction.b.buffer.name}
         return instruction.out.name == name and not instruction.accumulate and name not in operands
-    if isinstance(instruction, ir.TapePop):
-        return any(isinstance(leaf, ir.Buffer) and leaf.name == name for _, leaf in instruction.leaves)
+    if isinstance(instruction, (ir.TapePop, ir.CallSpecialised)):  # a call writes its results' buffers whole
+        leaves = instruction.leaves if isinstance(instruction, ir.TapePop) else instruction.results
+        return any(isinstance(leaf, ir.Buffer) and leaf.name == name for _, leaf in leaves)
     return False
 
 
