@@ -662,6 +662,10 @@ def zeros_like(x: Any) -> Any:
     raise PrimitiveError(f"`zeros_like` needs a tensor, tuple, struct or tape, found {describe(x)}")
 
 
+def is_bool_leaf(x: Any) -> bool:
+    return x.__class__ in (bool, np.bool_) or (x.__class__ is np.ndarray and x.dtype == np.bool_)
+
+
 def make_tree_add(weak_a: bool = False, weak_b: bool = False):
     """`tree_add(a, b)`: `a + b` leaf by leaf for two values of one structure (how gradients that meet are
     added); leaves promote as `+` does, and literals adapt."""
@@ -674,6 +678,8 @@ def make_tree_add(weak_a: bool = False, weak_b: bool = False):
             return StructValue(a.type, tuple(tree_add(x, y) for x, y in zip(a.values, b.values, strict=True)))
         if a.__class__ is Tape and b.__class__ is Tape and a.size == b.size:
             return Tape.of([tree_add(x, y) for x, y in zip(a.items(), b.items(), strict=True)])
+        if is_bool_leaf(a) and is_bool_leaf(b):  # a flag kept beside values: `or`, as numpy adds bools
+            return np.logical_or(a, b) if a.__class__ is np.ndarray or b.__class__ is np.ndarray else bool(a or b)
         if is_number_or_tensor(a) and is_number_or_tensor(b):
             return add_leaves(a, b)
         raise PrimitiveError(f"`tree_add` adds values of one structure, found {describe(a)} and {describe(b)}")

@@ -810,6 +810,7 @@ class FunctionBody:
         self.filled: dict[int, ast.Stmt] = {}  # the pushes of kept values (`Kept.push`), once known
         self.values: dict[str, ast.Expr] = {}  # generated name -> the operation whose value it holds
         self.effects = True  # False where a forward runs again: calls go to the functions' quiet copies
+        self.all_assigned: set[str] | None = None
         # the Ops of the record list being differentiated -> their stretch in it, and the current Op's stretch
         self.stretch: tuple[dict[str, int], int] = ({}, -1)
 
@@ -999,6 +1000,12 @@ class FunctionBody:
     # -------------------------------------------------------------- sweeps
     def sweep_to_return(self, stmts, env, have, seed, value, effects) -> list[ast.Stmt]:
         """Forward and backward of a block that ends in `return` (or in an `if` whose branches do)."""
+        outer, self.effects = self.effects, effects
+        out = self.sweep_to_return_with(stmts, env, have, seed, value, effects)
+        self.effects = outer
+        return out
+
+    def sweep_to_return_with(self, stmts, env, have, seed, value, effects) -> list[ast.Stmt]:
         sweep = Sweep()
         *prefix, last = stmts
         for stmt in prefix:
@@ -1016,7 +1023,8 @@ class FunctionBody:
             out.extend(self.predeclare(last, env, have))
             then = self.sweep_to_return(list(last.then.body), dict(env), set(have), seed, value, effects)
             orelse = self.sweep_to_return(list(as_stmts(last.orelse)), dict(env), set(have), seed, value, effects)
-            out.append(ast.If(self.rename(last.cond, env), ast.Block(tuple(then)), ast.Block(tuple(orelse)), last.span))
+            cond = self.rename(self.quiet(last.cond), env)
+            out.append(ast.If(cond, ast.Block(tuple(then)), ast.Block(tuple(orelse)), last.span))
         out.extend(self.backward(sweep.records, have))
         return out
 
@@ -1280,7 +1288,7 @@ class FunctionBody:
     def captured(self, decl: ast.Lambda | ast.FnDecl, env: dict[str, str], sweep: Sweep) -> dict[str, str]:
         """What a closure made here sees: the variables' values now. One the function assigns later is
         copied first (the closure keeps the value it captured, not the variable)."""
-        assigned = assigned_names(self.decl.body)
+        assigned = self.assigned_anywhere()
         seen = dict(env)
         for user in free_names(decl.body) & assigned:
             if user in env and env[user] in self.types:
@@ -1288,6 +1296,13 @@ class FunctionBody:
                 self.extra_types[id(value)] = self.types[env[user]]
                 seen[user] = self.atom_of_operation(value, value, sweep, f"{user}_captured").id
         return seen
+
+    def assigned_anywhere(self) -> set[str]:
+        """The names assigned in this function or in any function (a closure may be made in an inlined one)."""
+        if self.all_assigned is None:
+            bodies = [self.decl.body, *(decl.body for decl, _ in self.typed.functions.values())]
+            self.all_assigned = set().union(*(assigned_names(body) for body in bodies))
+        return self.all_assigned
 
     def bind_closure(self, local: str, decl, captured: dict[str, str], env: dict[str, str]) -> None:
         self.closures.append((decl, dict(captured)))
@@ -1338,7 +1353,7 @@ class FunctionBody:
                     atom = self.atom_of_operation(self.settled_literal(atom), arg, sweep, param.name, record=False)
                 inner[param.name] = atom.id
         for stmt in body[:-1]:
-            self.forward(stmt, inner, sweep, nested=False, effects=False)
+            self.forward(stmt, inner, sweep, nested=False, effects=self.effects)
         return body[-1].value, inner
 
     def bind_function_argument(self, param: str, arg: ast.Expr, env, inner) -> bool:
@@ -1363,12 +1378,13 @@ class FunctionBody:
                 ("help: compute the result in a variable and return it once, after any `if` or loop",),
             )
         for stmt in body:
-            self.forward(stmt, inner, sweep, nested=False, effects=False)
+            self.forward(stmt, inner, sweep, nested=False, effects=self.effects)
         return self.atom(last.value, inner, sweep, hint)
 
-    def quiet(self, expr: ast.Expr) -> ast.Expr:
-        """`expr`, calling the quiet copies of functions with effects where the forward is run again."""
-        if self.effects:
+    def quiet(self, expr: ast.Expr, always: bool = False) -> ast.Expr:
+        """`expr`, calling the quiet copies of functions with effects where the forward is run again (or
+        `always`: a backward sweep's own test of a condition)."""
+        if self.effects and not always:
             return expr
         callees = {id(node): self.round.quiet_callee(node, self.path) for node in walk(expr)}
         replacements = {k: v for k, v in callees.items() if v is not None}
@@ -1394,9 +1410,13 @@ class FunctionBody:
         operand = lambda e: self.atom(e, env, sweep, hint_for(e))  # noqa: E731
         match expr:
             case ast.Unary(op="-", operand=x):
-                return ast.Unary("-", operand(x), expr.span)
+                return ast.Unary("-", self.settled_literal(operand(x)), expr.span)
             case ast.Binary(op=op, lhs=a, rhs=b) if op in BINARY or op == "@":
-                return ast.Binary(op, operand(a), operand(b), expr.span)
+                lhs, rhs = operand(a), operand(b)
+                literals = (ast.IntLiteral, ast.FloatLiteral)
+                if isinstance(lhs, literals) and isinstance(rhs, literals):  # `0.5 * 3`: nothing else gives a dtype
+                    lhs, rhs = self.settled_literal(lhs), self.settled_literal(rhs)
+                return ast.Binary(op, lhs, rhs, expr.span)
             case ast.Call():
                 return self.call_operation(expr, env, sweep)
             case ast.Index(target=target, indices=indices):
@@ -1434,24 +1454,27 @@ class FunctionBody:
                 )
             args = self.user_arguments(decl, decl_path, expr)
             func = self.rename(self.quiet(expr.func), env)
-            return ast.Call(func, tuple(self.atom(a, env, sweep, "t") for a in args), (), expr.span)
+            # (a default sees the callee's module, none of the caller's variables)
+            atoms = tuple(self.atom(a, {} if default else env, sweep, "t") for a, default in args)
+            return ast.Call(func, atoms, (), expr.span)
         raise NotDifferentiable(
             f"`grad` cannot differentiate a call of {callee}",
             expr.span,
             ("help: call a function declared with `fn` by its name",),
         )
 
-    def user_arguments(self, decl: ast.FnDecl, path: str, expr: ast.Call) -> list[ast.Expr]:
-        """The call's arguments in parameter order, defaults (of `decl`, in module `path`) filled in."""
+    def user_arguments(self, decl: ast.FnDecl, path: str, expr: ast.Call) -> list[tuple[ast.Expr, bool]]:
+        """The call's arguments in parameter order, defaults (of `decl`, in module `path`) filled in; each
+        with whether it is a default."""
         by_name = {k.name: k.value for k in expr.keywords}
         args = []
         for position, param in enumerate(decl.params):
             if position < len(expr.args):
-                args.append(expr.args[position])
+                args.append((expr.args[position], False))
             elif param.name in by_name:
-                args.append(by_name[param.name])
+                args.append((by_name[param.name], False))
             else:
-                args.append(self.default_here(param.default, path))
+                args.append((self.default_here(param.default, path), True))
         return args
 
     def default_here(self, default: ast.Expr, path: str) -> ast.Expr:
@@ -1459,12 +1482,18 @@ class FunctionBody:
         consts and functions it uses qualified by this module's alias of `path` (`helpers.SCALE`)."""
         if path == self.path:
             return default
-        top = {d.name for d in self.round.program.modules[path].decls if isinstance(d, (ast.FnDecl, ast.Const))}
-        replacements = {
-            id(n): self.round.reference(self.path, path, n.id, n.span)
-            for n in walk(default)
-            if isinstance(n, ast.Name) and n.id in top
-        }
+        kinds = (ast.FnDecl, ast.Const, ast.StructDecl)
+        top = {d.name for d in self.round.program.modules[path].decls if isinstance(d, kinds)}
+        modules = dict(self.round.program.imports.get(path, []))  # the callee module's aliases
+        replacements: dict[int, ast.Expr] = {}
+        for n in walk(default):
+            if isinstance(n, ast.Name) and n.id in top:
+                replacements[id(n)] = self.round.reference(self.path, path, n.id, n.span)
+            elif isinstance(n, ast.Name) and n.id in modules:  # `other.BASE`: this module's alias of `other`
+                here = [a for a, target in self.round.program.imports.get(self.path, []) if target == modules[n.id]]
+                if not here:
+                    raise NotDifferentiable(f"`grad` needs `{modules[n.id]}` imported here (a default uses it)", n.span)
+                replacements[id(n)] = ast.Name(here[0], n.span)
         if not replacements:
             return default
         qualified = replace_nodes(default, replacements)
@@ -1504,7 +1533,7 @@ class FunctionBody:
                 sweep.stmts.append(let(saved, tuple_of([name(c) for c in carried])))
             then = self.nested_forward(stmt.then, env, effects)
             orelse = self.nested_forward(as_block(stmt.orelse), env, effects) if stmt.orelse is not None else None
-            sweep.stmts.append(ast.If(self.rename(stmt.cond, env), then, orelse, stmt.span))
+            sweep.stmts.append(ast.If(self.rename(self.quiet(stmt.cond), env), then, orelse, stmt.span))
         else:
             inner, body_sweep, updates = self.nested_sweep(stmt.body, env, effects)
             stmts = body_sweep.stmts
@@ -1517,7 +1546,7 @@ class FunctionBody:
                     kept = self.keep_values(body_sweep, inner, sweep)
                     stmts.append(kept.push)
             body = ast.Block(tuple(stmts + updates), stmt.body.span)
-            sweep.stmts.append(ast.While(self.rename(stmt.cond, env), body, stmt.span))
+            sweep.stmts.append(ast.While(self.rename(self.quiet(stmt.cond), env), body, stmt.span))
         if carried:
             sweep.records.append(Compound(stmt, dict(env), carried, saved, kept))
 
@@ -1598,7 +1627,7 @@ class FunctionBody:
             then = self.recompute(record.stmt.then, record, have, after)
             orelse = record.stmt.orelse
             new_else = self.recompute(as_block(orelse), record, have, after) if orelse is not None else None
-            out.append(ast.If(self.rename(record.stmt.cond, record.env), then, new_else))
+            out.append(ast.If(self.rename(self.quiet(record.stmt.cond, always=True), record.env), then, new_else))
             return out
         pop = assign(ast.TupleLiteral((state, name(record.saved))), call("pop", name(record.saved)))
         if record.kept is not None:
@@ -2279,6 +2308,17 @@ def lift_returns(stmts: list[ast.Stmt]) -> list[ast.Stmt]:
             return stmts[: position + 1]
         if isinstance(stmt, ast.If) and contains_return(stmt):
             rest = stmts[position + 1 :]
+            read_after = free_names(tuple(rest))
+            for branch in (stmt.then.body, as_stmts(stmt.orelse)):
+                for shadow in (s for s in branch if isinstance(s, ast.Let)):
+                    for p in pattern_names(shadow.pattern):
+                        if p.name in read_after:
+                            raise NotDifferentiable(
+                                f"`grad` cannot yet differentiate a `let {p.name}` in a branch of an `if` that "
+                                f"returns, when the code after the `if` reads the outer `{p.name}`",
+                                p.span,
+                                (f"help: give the branch's variable another name than `{p.name}`",),
+                            )
             then = lift_returns([*stmt.then.body, *rest])
             orelse = lift_returns([*as_stmts(stmt.orelse), *rest])
             return [*stmts[:position], ast.If(stmt.cond, ast.Block(tuple(then)), ast.Block(tuple(orelse)), stmt.span)]

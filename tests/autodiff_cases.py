@@ -2198,3 +2198,82 @@ def captured_values(x):
         total = total + (x * captured).sum() + (x * captured * captured).sum()
         k = k + x[1]
     return total + k
+
+
+case(
+    "closure_made_in_inlined_function",
+    "closures",
+    """
+fn apply(g, x) {
+    let k = x * 2.0
+    let c = fn(z) => z * k
+    if x > 0.0 {
+        k = k * 100.0
+    }
+    return g(c(x))
+}
+
+fn f(x) {
+    return apply(fn(y) => y * y, x)
+}
+""",
+    (s(0.7),),
+    lambda x: (x * (x * 2.0)) ** 2,
+    notes="a closure made in a function `grad` inlines (it takes a function) keeps the value it captured "
+    "though that function assigns the variable later",
+)
+
+case(
+    "default_beside_a_local_of_its_name",
+    "calls",
+    """
+const SCALE = 1.5
+
+fn g(x, k = SCALE) {
+    return sin(x * k)
+}
+
+fn f(x) {
+    let SCALE = 100.0
+    let t = 0.0f64
+    for i in 0..2 {
+        t += g(x) + SCALE * 0.0 + g(x, -0.1) + g(x, 0.5 * 3)
+    }
+    return t
+}
+""",
+    (s(0.3),),
+    lambda x: 2.0 * (torch.sin(x * 1.5) * 2.0 + torch.sin(x * -0.1)),
+    notes="a default is the callee's (the module's `SCALE`, not the caller's local); literal arguments in "
+    "an operation (`-0.1`, `0.5 * 3`) keep the dtype the parameter gives them",
+)
+
+case(
+    "d2_loop_with_continue",
+    "second order",
+    """
+fn f(x) {
+    let t = 0.0f64
+    for j in 0..3 {
+        if t > 0.5 {
+            continue
+        }
+        t += sin(x) * x
+    }
+    return t * x
+}
+""",
+    (s(0.7),),
+    lambda x: loop_with_continue(x),
+    second_order=True,
+    notes="grad(grad(f)) of a loop with `continue`: the inner gradient keeps the flag beside its values",
+)
+
+
+def loop_with_continue(x):
+    t = torch.tensor(0.0, dtype=torch.float64)
+    for _ in range(3):
+        if t.item() > 0.5:
+            continue
+        t = t + torch.sin(x) * x
+    return t * x
