@@ -875,8 +875,8 @@ class Specialiser(FunctionLowering):
                     positions = self.parameter_temps.get(getattr(value.operand, "name", ""))
                     if positions and name not in self.assigned:  # `let t = n // 2`: still computed from `n`
                         self.parameter_variables[variable.name] = positions
-                    if value.weak is not None and name not in self.assigned:
-                        value = Value(value.operand, value.weak)  # a constant keeps adapting
+                    if isinstance(value.weak, int) and name not in self.assigned:
+                        value = Value(value.operand, value.weak)  # an integer constant keeps adapting
                     else:
                         self.scopes[-1][name] = variable  # this name's own variable
                         return
@@ -1533,10 +1533,10 @@ class Specialiser(FunctionLowering):
             raise Unsupported(f"a call that does not bind (at {span})")
         values = []
         for k, param in enumerate(decl.params):
-            if k < len(args):
-                value = args[k]
-            elif param.name in keywords:
-                value = keywords[param.name]
+            if k < len(args) or param.name in keywords:
+                value = args[k] if k < len(args) else keywords[param.name]
+                if isinstance(value, Value) and isinstance(value.weak, float):  # an f32, as the interpreter binds it
+                    value = Value(value.operand)
             elif param.default is not None:
                 saved = (self.scopes, self.path)
                 self.scopes, self.path = [dict(closure.captured)], closure.path

@@ -2227,9 +2227,9 @@ case(
     "default_beside_a_local_of_its_name",
     "calls",
     """
-const SCALE = 1.5
+const SCALE = 1.5f64
 
-fn g(x, k = SCALE) {
+fn g(x, k: f64 = SCALE) {
     return sin(x * k)
 }
 

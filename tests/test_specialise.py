@@ -1306,3 +1306,14 @@ def test_i32_matrix_products_stay_interpreted() -> None:
     expected, actual, report = on_both(source, "f", a, a.T.copy())
     assert verdict(report, "f").startswith("interpreted: "), report
     np.testing.assert_array_equal(actual, expected)
+
+
+def test_an_unsuffixed_float_bound_to_a_name_or_parameter_is_an_f32() -> None:
+    """`let t = -0.1` and a literal passed to an unannotated parameter are f32 values in the interpreter
+    (the checker types them so), not literals that keep adapting to an f64 they meet; an integer does."""
+    source = (
+        "fn h(x, k) {\n    return sin(x * k)\n}\n"
+        "fn f(x: f64[2]) -> f64[2] {\n    let t = -0.1\n    let n = 3\n"
+        "    return h(x, t) + h(x, -0.1) + x * n\n}\n"
+    )
+    check(source, "f", np.array([0.3, -1.7]), rtol=1e-14, atol=0.0)
