@@ -973,7 +973,16 @@ class FunctionBody:
         return env
 
     def final_adjoint(self, var: str, have: set[str]) -> ast.Expr:
-        return name(self.adjoint(var)) if var in have else call("zeros_like", name(var))
+        """A parameter's gradient, of the parameter's dtype: an f32 parameter of a function with an f64
+        result gets its f64 adjoint rounded to f32 (as PyTorch's gradients take their tensor's dtype)."""
+        if var not in have:
+            return call("zeros_like", name(var))
+        adjoint = name(self.adjoint(var))
+        param, result = self.types.get(var), self.result_type
+        widened = isinstance(param, TensorType) and isinstance(result, TensorType)
+        if widened and param.dtype == "f32" and result.dtype == "f64":
+            return call("float", adjoint, dtype=name("f32"))
+        return adjoint
 
     # -------------------------------------------------------------- lowering control flow
     def lower(self, decl: ast.FnDecl | ast.Lambda) -> list[ast.Stmt]:

@@ -456,3 +456,12 @@ def test_effects_of_a_called_function_run_once_per_call(capsys) -> None:
     assert capsys.readouterr().out.splitlines().count("g called") == 2
     call(case, "grad")
     assert capsys.readouterr().out.splitlines().count("g called") == 2
+
+
+def test_an_f32_parameter_of_a_function_with_an_f64_result_gets_an_f32_gradient() -> None:
+    source = "fn h(x: f32[3]) -> f64 {\n    return sum(x * x + 0.0f64)\n}\n\nfn g(x: f32[3]) -> f32[3] {\n"
+    source += "    return grad(h)(x)\n}\n"
+    x = np.array([0.5, -1.25, 3.0], dtype=np.float32)
+    gradient = pipeline.call(pipeline.load("widen.dl", source), "g", [x])
+    assert gradient.dtype == np.float32
+    np.testing.assert_array_equal(gradient, 2 * x)
