@@ -223,6 +223,16 @@ def crossed(home: object, value: object) -> bool:
     return False
 
 
+def settled(value: object) -> object:
+    """`value` with its unsuffixed literals made values of their default dtype (f32, i64), as the
+    interpreter (and the checker's types) make a literal bound by `let`, a constant or a result."""
+    if isinstance(value, Value) and value.weak is not None:
+        return Value(value.operand)
+    if isinstance(value, tuple):
+        return tuple(settled(item) for item in value)
+    return value
+
+
 def is_zero(tree: object) -> bool:
     return isinstance(tree, ir.Splat) and isinstance(tree.value, ir.Const) and tree.value.value == 0
 
@@ -875,12 +885,9 @@ class Specialiser(FunctionLowering):
                     positions = self.parameter_temps.get(getattr(value.operand, "name", ""))
                     if positions and name not in self.assigned:  # `let t = n // 2`: still computed from `n`
                         self.parameter_variables[variable.name] = positions
-                    if isinstance(value.weak, int) and name not in self.assigned:
-                        value = Value(value.operand, value.weak)  # an integer constant keeps adapting
-                    else:
-                        self.scopes[-1][name] = variable  # this name's own variable
-                        return
-                self.scopes[-1][name] = self.bind(value, self.uses.get(name, 0))
+                    self.scopes[-1][name] = variable  # this name's own variable
+                    return
+                self.scopes[-1][name] = self.bind(settled(value), self.uses.get(name, 0))
             case ast.TuplePattern(items=items):
                 if not isinstance(value, tuple) or len(value) != len(items):
                     raise Unsupported(f"a tuple pattern of {len(items)} does not match the value (at {span})")
@@ -1143,7 +1150,7 @@ class Specialiser(FunctionLowering):
                 self.scopes, self.path = saved
             if not (isinstance(value, Text) or (isinstance(value, Value) and isinstance(value.operand, ir.Const))):
                 raise Unsupported(f"constant `{name}` is not a number, bool or string known before running (at {span})")
-            self.constants[key] = value
+            self.constants[key] = settled(value)
         return self.constants[key]
 
     def field(self, expr: ast.Field, target: ast.Expr, name: str) -> object:
@@ -1536,7 +1543,7 @@ class Specialiser(FunctionLowering):
             if k < len(args) or param.name in keywords:
                 value = args[k] if k < len(args) else keywords[param.name]
                 if isinstance(value, Value) and isinstance(value.weak, float):  # an f32, as the interpreter binds it
-                    value = Value(value.operand)
+                    value = settled(value)
             elif param.default is not None:
                 saved = (self.scopes, self.path)
                 self.scopes, self.path = [dict(closure.captured)], closure.path
@@ -1656,7 +1663,7 @@ class Specialiser(FunctionLowering):
                 for stmt in body[:-1]:
                     self.statement(stmt)
                 last = body[-1]
-                return self.evaluate(last.value) if last.value is not None else ()
+                return settled(self.evaluate(last.value)) if last.value is not None else ()
             end = self.fresh_label("inlined.end")
             self.returning = Returning(end)
             self.block(decl.body)
@@ -1667,7 +1674,7 @@ class Specialiser(FunctionLowering):
             if home is None:
                 return ()
             return self.read_home(home)
-        return self.evaluate(decl.body)
+        return settled(self.evaluate(decl.body))
 
     def read_home(self, home: object) -> object:
         if isinstance(home, ir.Variable):

@@ -695,6 +695,9 @@ def unbroadcast(x: Any, like: Any) -> Any:
         raise PrimitiveError(f"cannot sum {describe(x)} down to the shape of {describe(like)}")
     axes = tuple(range(extra)) + tuple(extra + i for i, n in enumerate(target) if n == 1 and x.shape[extra + i] != 1)
     summed = np.add.reduce(x, axis=axes, keepdims=True, dtype=x.dtype) if axes else x
+    kind = getattr(like, "dtype", None)
+    if kind is not None and x.dtype.kind == "f" and kind.kind == "f" and kind != x.dtype:  # the variable's dtype
+        summed = summed.astype(kind)
     return scalar(summed.reshape(target))
 
 

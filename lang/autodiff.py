@@ -973,16 +973,7 @@ class FunctionBody:
         return env
 
     def final_adjoint(self, var: str, have: set[str]) -> ast.Expr:
-        """A parameter's gradient, of the parameter's dtype: an f32 parameter of a function with an f64
-        result gets its f64 adjoint rounded to f32 (as PyTorch's gradients take their tensor's dtype)."""
-        if var not in have:
-            return call("zeros_like", name(var))
-        adjoint = name(self.adjoint(var))
-        param, result = self.types.get(var), self.result_type
-        widened = isinstance(param, TensorType) and isinstance(result, TensorType)
-        if widened and param.dtype == "f32" and result.dtype == "f64":
-            return call("float", adjoint, dtype=name("f32"))
-        return adjoint
+        return name(self.adjoint(var)) if var in have else call("zeros_like", name(var))
 
     # -------------------------------------------------------------- lowering control flow
     def lower(self, decl: ast.FnDecl | ast.Lambda) -> list[ast.Stmt]:
@@ -1054,7 +1045,7 @@ class FunctionBody:
                 self.bind_closure(local, decl, captured, env)
             case ast.Let(pattern=pattern, annotation=annotation, value=value):
                 hint = pattern.name if isinstance(pattern, ast.NamePattern) else "items"
-                atom = self.atom(value, env, sweep, hint)
+                atom = self.bound_literal(self.atom(value, env, sweep, hint))
                 self.bind(pattern, atom, env, sweep, annotation, self.type_of(value))
             case ast.Assign(target=target, op=op, value=value):
                 if op != "=":
@@ -1108,6 +1099,15 @@ class FunctionBody:
         if isinstance(atom, ast.IntLiteral) and atom.dtype is None and dtype == "f32":
             return ast.FloatLiteral(float(atom.value), None, atom.span)
         return atom
+
+    def bound_literal(self, atom: ast.Expr) -> ast.Expr:
+        """A float literal a `let` binds, of the dtype the variable has: the one context gave it, else f32
+        (`let c = 0.1` is an f32, which must not adapt to an f64 where `c` is used). Integers stay as
+        written (loop counters; an i64 only differs from an adapting literal beside an i32 tensor)."""
+        settled = self.settled_literal(atom)
+        if isinstance(settled, ast.FloatLiteral) and settled.dtype is None:
+            return ast.FloatLiteral(settled.value, "f32", settled.span)
+        return settled
 
     def settled_literals(self, expr: ast.Expr) -> ast.Expr:
         """`expr` with each number literal's dtype from context written out (`settled_literal`)."""
@@ -1741,11 +1741,13 @@ class FunctionBody:
         return out
 
     def fit(self, contribution: ast.Expr, operand: ast.Expr, like: ast.Expr | None = None) -> ast.Expr:
-        """`contribution` summed down to `operand`'s shape where broadcasting made it larger."""
+        """`contribution` summed down to `operand`'s shape where broadcasting made it larger, and rounded
+        to its float dtype where the operation widened it (`unbroadcast` does both)."""
         operand_type = self.types.get(operand.id) if isinstance(operand, ast.Name) else None
         result_type = self.type_of(like) if like is not None else None
         same = isinstance(operand_type, TensorType) and isinstance(result_type, TensorType)
-        if same and operand_type.dims == result_type.dims:
+        widened = same and operand_type.dtype != result_type.dtype and not operand_type.weak
+        if same and operand_type.dims == result_type.dims and not widened:
             return contribution
         return call("unbroadcast", contribution, operand)
 
@@ -1814,9 +1816,9 @@ class FunctionBody:
                 pass
             case ast.Call():
                 found += self.primitive_contributions(record, rhs, d, r, span)
-            case ast.Index(target=target, indices=indices):
+            case ast.Index(target=target, indices=indices) if self.active(target):  # not `module.W[1]`
                 found.append((target, self.index_adjoint(target, indices, d, span)))
-            case ast.Field(target=target, name=field_name):
+            case ast.Field(target=target, name=field_name) if self.active(target):
                 found.append((target, Part(None, field_name, d)))
             case ast.TupleLiteral(items=items):
                 for position, item in enumerate(items):

@@ -684,7 +684,9 @@ def unbroadcast_rule(args: list[Argument]) -> Type:
         return ANY
     if broadcast_dims(x.dims, like.dims) is None or like.rank > x.rank:
         raise ShapeError("E0303", f"`unbroadcast` cannot sum {x} down to the shape of {like}", f"{x}, {like}")
-    return TensorType(strong(x).dtype, like.dims)
+    # an adjoint takes its variable's float dtype (an f32 operand of an f64 operation gets an f32 one)
+    floats = strong(x).dtype in FLOATS and strong(like).dtype in FLOATS
+    return TensorType(strong(like).dtype if floats else strong(x).dtype, like.dims)
 
 
 def reshape_like_rule(args: list[Argument]) -> Type:

@@ -459,9 +459,49 @@ def test_effects_of_a_called_function_run_once_per_call(capsys) -> None:
 
 
 def test_an_f32_parameter_of_a_function_with_an_f64_result_gets_an_f32_gradient() -> None:
-    source = "fn h(x: f32[3]) -> f64 {\n    return sum(x * x + 0.0f64)\n}\n\nfn g(x: f32[3]) -> f32[3] {\n"
-    source += "    return grad(h)(x)\n}\n"
+    """An f32 operand of an f64 operation gets its adjoint rounded to f32 (`unbroadcast`), as PyTorch's
+    gradients take their tensor's dtype: in a loop, a struct, a tuple and a recursive function."""
+    source = (
+        "struct S { a: f32[2], b: f64 }\n\n"
+        "fn h(x: f32[3]) -> f64 {\n    return sum(x * x + 0.0f64)\n}\n\n"
+        "fn looped(x: f32) {\n    let s = 0.0f64\n    for i in 0..3 {\n        s = s + x\n    }\n    return s\n}\n\n"
+        "fn fields(s: S) {\n    return sum(s.a + 0.0f64) * s.b\n}\n\n"
+        "fn pair(t) {\n    let (a, b) = t\n    return sum(a * b)\n}\n\n"
+        "fn deep(x: f32[2], n: i64) {\n    if n == 0 {\n        return sum(x + 0.0f64)\n    }\n"
+        "    return deep(x * 2.0, n - 1) * 1.5f64\n}\n\n"
+        "fn g(x: f32[3]) {\n    let a: f32[2] = [0.5, 0.25]\n    let s = S { a: a, b: 3.0f64 }\n"
+        "    return (grad(h)(x), grad(looped)(0.5), grad(fields)(s), grad(pair)((a, 3.0f64)), "
+        "grad(deep)(a, 2))\n}\n"
+    )
     x = np.array([0.5, -1.25, 3.0], dtype=np.float32)
-    gradient = pipeline.call(pipeline.load("widen.dl", source), "g", [x])
-    assert gradient.dtype == np.float32
-    np.testing.assert_array_equal(gradient, 2 * x)
+    d_h, d_looped, d_fields, d_pair, d_deep = pipeline.call(pipeline.load("widen.dl", source), "g", [x])
+    assert d_h.dtype == np.float32
+    np.testing.assert_array_equal(d_h, 2 * x)
+    assert d_looped == 3.0 and np.asarray(d_looped).dtype == np.float32
+    assert d_fields.values[0].dtype == np.float32 and list(d_fields.values[0]) == [3.0, 3.0]
+    assert d_fields.values[1] == 0.75
+    assert d_pair[0].dtype == np.float32 and list(d_pair[0]) == [3.0, 3.0] and d_pair[1] == 0.75
+    assert d_deep.dtype == np.float32 and list(d_deep) == [9.0, 9.0]
+
+
+def test_a_float_literal_bound_by_let_stays_an_f32_in_derivative_code() -> None:
+    """`let c = 0.1` is the f32 nearest 0.1 (the checker types it f32): the derivative code must not
+    write the literal where `c` is used, where it would adapt to the f64 it meets."""
+    source = "fn f(x) {\n    let c = 0.1\n    return sum(x * x * c)\n}\n\n"
+    source += "fn g(x: f64[2]) {\n    return value_and_grad(f)(x)\n}\n"
+    x = np.array([1.0, 3.0])
+    value, gradient = pipeline.call(pipeline.load("let_literal.dl", source), "g", [x])
+    c = float(np.float32(0.1))
+    assert value == np.sum(x * x * c)
+    np.testing.assert_array_equal(gradient, 2 * x * c)
+
+
+def test_an_element_of_another_module_s_const_in_differentiated_code(tmp_path) -> None:
+    (tmp_path / "lib.dl").write_text("const W = [0.5f64, 1.5]\n\nfn f(x, k = W[1]) {\n    return sin(x * k)\n}\n")
+    main = tmp_path / "main.dl"
+    main.write_text(
+        "import lib\n\nfn loss(x) {\n    return lib.f(x) + x * lib.W[0]\n}\n\n"
+        "fn g(x: f64) -> f64 {\n    return grad(loss)(x)\n}\n"
+    )
+    gradient = pipeline.call(pipeline.load(str(main)), "g", [np.float64(0.3)])
+    np.testing.assert_allclose(gradient, 1.5 * np.cos(0.45) + 0.5, rtol=1e-12)

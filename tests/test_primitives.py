@@ -907,9 +907,12 @@ def test_unbroadcast_sums_down_to_the_shape(shapes, seed) -> None:
     rng = np.random.default_rng(seed)
     like_shape = shapes.input_shapes[0]
     x = dl_value(randn(rng, shapes.result_shape, F64))
-    like = dl_value(np.zeros(like_shape, np.float32))
+    like = dl_value(np.zeros(like_shape, np.float64))
     result = dl_eval("unbroadcast(a, b)", x, like)
     check(result, numpy_unbroadcast(np.asarray(x), like_shape), F64, rtol=1e-12, atol=1e-12)
+    # an adjoint takes its variable's float dtype: summed in x's, then rounded to like's
+    rounded = dl_eval("unbroadcast(a, b)", x, dl_value(np.zeros(like_shape, np.float32)))
+    check(rounded, numpy_unbroadcast(np.asarray(x), like_shape).astype(np.float32), F32, rtol=1e-6, atol=1e-7)
     # the adjoint of broadcasting: <unbroadcast(x), y> == <x, broadcast(y)>
     y = randn(rng, like_shape, F64)
     left = np.sum(np.asarray(result) * y)
@@ -919,7 +922,8 @@ def test_unbroadcast_sums_down_to_the_shape(shapes, seed) -> None:
 def test_unbroadcast_examples_and_errors() -> None:
     x = np.arange(6, dtype=np.float32).reshape(2, 3)
     check(dl_eval("unbroadcast(a, b)", x, np.ones(3, np.float32)), x.sum(axis=0), F32)
-    check(dl_eval("unbroadcast(a, b)", x, np.ones((2, 1))), x.sum(axis=1, keepdims=True), F32)
+    # an f64 `like` (an adjoint's variable) makes the sum f64; an integer `x` keeps its dtype
+    check(dl_eval("unbroadcast(a, b)", x, np.ones((2, 1))), x.sum(axis=1, keepdims=True), F64)
     check(dl_eval("unbroadcast(a, 1.0)", x), np.float32(15), F32)
     check(dl_eval("unbroadcast(a, b)", x, x), x, F32)
     check(dl_eval("unbroadcast(a, b)", np.arange(6).reshape(2, 3), np.ones(3)), np.array([3, 5, 7]), I64)

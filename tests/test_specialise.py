@@ -1317,3 +1317,17 @@ def test_an_unsuffixed_float_bound_to_a_name_or_parameter_is_an_f32() -> None:
         "    return h(x, t) + h(x, -0.1) + x * n\n}\n"
     )
     check(source, "f", np.array([0.3, -1.7]), rtol=1e-14, atol=0.0)
+
+
+def test_literals_bound_by_let_const_or_return_take_their_default_dtype() -> None:
+    """Bound to a name (`let`, a tuple pattern, a module const) or returned, an unsuffixed literal is an
+    f32 or an i64 value, as interpreted: `0.1` does not adapt to the f64 it meets later, and `2` makes
+    an i32 tensor's product an i64 (no wrapping)."""
+    source = (
+        "const C = 0.1\nconst TWO = 2\n"
+        "fn tenth() {\n    return 0.1\n}\n"
+        "fn f(x: f64[2], y: i32[2]) -> (f64[2], f64[2], f64[2], i64[2], i64[2]) {\n"
+        "    let c = 0.1\n    let (p, q) = (0.1, 0.2)\n    let two = 2\n"
+        "    return (x * c + x * C, x * p + q, x * tenth(), y * two, y * TWO)\n}\n"
+    )
+    check(source, "f", np.array([1.3, -2.0]), np.array([2000000000, 3], np.int32), rtol=1e-15, atol=0.0)
