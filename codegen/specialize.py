@@ -508,6 +508,8 @@ class Specialiser(FunctionLowering):
         self.start(self.exit_label)
         self.finish(ir.Return(None))
         recursion = ir.Site("E0506", f"recursion too deep in `{decl.name}`", decl.name_span)
+        if self.probing is not None:  # a path left at a recursive call may jump to a block never made
+            self.blocks = with_every_target(self.blocks)
         blocks = accumulate_in_place(forwarded(computed_once(without_dead_stores(self.blocks))))
         blocks, buffers, workspace = packed(blocks, self.buffer_list)
         result = rebuilt(self.result_layout, {b.name: b for b in buffers})
@@ -2011,6 +2013,21 @@ def replace(tree: object, node: object, by: object) -> object:
             tree.buffer, tree.offset, tree.strides, replace(tree.index, node, by), tree.stride, tree.size, tree.site
         )
     return tree
+
+
+def with_every_target(blocks: list[ir.Block]) -> list[ir.Block]:
+    """`blocks`, plus a block that returns for each label jumped to but not made (a probe's abandoned
+    paths: only what the other paths return is learnt from it)."""
+    made = {block.label for block in blocks}
+    targets = []
+    for block in blocks:
+        match block.terminator:
+            case ir.Jump(target=target):
+                targets.append(target)
+            case ir.Branch(then=then, otherwise=otherwise):
+                targets += [then, otherwise]
+    missing = list(dict.fromkeys(t for t in targets if t not in made))
+    return [*blocks, *(ir.Block(label, (), ir.Return(None)) for label in missing)]
 
 
 def without_dead_stores(blocks: list[ir.Block]) -> list[ir.Block]:

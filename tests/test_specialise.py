@@ -1331,3 +1331,15 @@ def test_literals_bound_by_let_const_or_return_take_their_default_dtype() -> Non
         "    return (x * c + x * C, x * p + q, x * tenth(), y * two, y * TWO)\n}\n"
     )
     check(source, "f", np.array([1.3, -2.0]), np.array([2000000000, 3], np.int32), rtol=1e-15, atol=0.0)
+
+
+def test_mutual_recursion_before_any_return_through_an_inlined_if() -> None:
+    """Shaped like the `_back` functions `grad` writes: the recursive call comes before any `return`,
+    reached through an inlined callee's `if`; the probe that learns the result leaves that path."""
+    source = (
+        "fn ev(x, n: i64) {\n    let d_x = zeros_like(x)\n    if n <= 0 {\n        d_x = d_x + 1.0\n"
+        "    } else {\n        let d_t = od(x[1:], n - 1)\n        d_x[1:] += d_t\n    }\n    return d_x\n}\n"
+        "fn od(x, n: i64) {\n    let d_x = zeros_like(x)\n    if n <= 0 {\n        d_x = d_x + 2.0\n"
+        "    } else {\n        d_x = d_x + ev(x, n - 1)\n    }\n    return d_x\n}\n"
+    )
+    check(source, "ev", np.array([0.3, -0.7, 0.1]), 3, rtol=0.0, atol=0.0)
