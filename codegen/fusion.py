@@ -31,7 +31,7 @@ from dl.codegen.lower import FLOAT_MATH, Unsupported
 from dl.lang import ast
 from dl.lang.check import Typed
 from dl.lang.diagnostics import Span
-from dl.lang.types import FunctionRef, PrimitiveRef, TensorType
+from dl.lang.types import FunctionRef, PrimitiveRef, TensorType, strong
 from llvmlite import ir as llvm_ir
 
 FUSED_MATH = FLOAT_MATH | {"abs", "relu", "maximum", "minimum"}
@@ -83,6 +83,9 @@ def fuse(typed: Typed, decl: ast.FnDecl, path: str) -> Kernel:
     for stmt in body[:-1]:
         match stmt:
             case ast.Let(pattern=ast.NamePattern(name=name), value=value) if id(stmt) not in typed.runtime_checks:
+                bound = typed.types.get(id(value))  # `let c = 0.1` is an f32, even in an f64 kernel
+                if isinstance(bound, TensorType) and strong(bound).dtype != dtype:
+                    raise Unsupported(f"fusion: `{name}` is {strong(bound)} (at {stmt.span})")
                 names[name] = expression(typed, value, names, dtype)
             case _:
                 raise Unsupported(f"fusion: a statement other than `let` (at {stmt.span})")

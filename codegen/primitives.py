@@ -602,8 +602,7 @@ def unbroadcast(lowering, bound: dict, span: Span) -> object:
     """`x` summed down to `like`'s shape, then rounded to `like`'s float dtype (an adjoint's variable's)."""
     x, like = bound["x"], bound["like"]
     result = summed_down(lowering, x, shape_of(like), span)
-    strong = isinstance(like, Value) and like.weak is None
-    want = like.dtype if isinstance(like, Tensor) else like.operand.dtype if strong else None
+    want = like.dtype if isinstance(like, Tensor) else like.operand.dtype if isinstance(like, Value) else None
     have = result.dtype if isinstance(result, Tensor) else result.operand.dtype
     if want in FLOATS and have in FLOATS and want != have:
         return to_float(lowering, {"x": result, "dtype": DType(want)}, span)

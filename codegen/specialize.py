@@ -1544,8 +1544,7 @@ class Specialiser(FunctionLowering):
         for k, param in enumerate(decl.params):
             if k < len(args) or param.name in keywords:
                 value = args[k] if k < len(args) else keywords[param.name]
-                if isinstance(value, Value) and isinstance(value.weak, float):  # an f32, as the interpreter binds it
-                    value = settled(value)
+                value = settled(value)  # an f32 or i64, as the interpreter binds it (and the checker types it)
             elif param.default is not None:
                 saved = (self.scopes, self.path)
                 self.scopes, self.path = [dict(closure.captured)], closure.path

@@ -2000,6 +2000,21 @@ class FunctionBody:
         return call("where", hit, ast.Binary("/", expand(d), counted), call("zeros_like", x))
 
     def matmul(self, a: ast.Expr, b: ast.Expr, d: ast.Expr, span: Span) -> list[tuple[ast.Expr, ast.Expr]]:
+        """The adjoints of `a @ b`'s operands; the narrower operand of an f32 @ f64 gets its own dtype back."""
+        kinds = {self.float_dtype(a), self.float_dtype(b)}
+        pairs = self.matmul_adjoints(a, b, d, span)
+        if kinds != {"f32", "f64"}:
+            return pairs
+        return [
+            (x, c if self.float_dtype(x) != "f32" or is_call(c, "unbroadcast") else call("unbroadcast", c, x))
+            for x, c in pairs
+        ]
+
+    def float_dtype(self, atom: ast.Expr) -> str | None:
+        t = self.types.get(atom.id) if isinstance(atom, ast.Name) else None
+        return t.dtype if isinstance(t, TensorType) and not t.weak and t.dtype in ("f32", "f64") else None
+
+    def matmul_adjoints(self, a: ast.Expr, b: ast.Expr, d: ast.Expr, span: Span) -> list[tuple[ast.Expr, ast.Expr]]:
         ra, rb = self.rank(a), self.rank(b)
         if ra is None or rb is None:
             raise NotDifferentiable("`grad` needs the ranks of `@`'s operands", span)
@@ -2030,6 +2045,10 @@ class FunctionBody:
                 da, db = call("unbroadcast", da, a), call("unbroadcast", db, b)
             return [(a, da), (b, db)]
         raise NotDifferentiable(f"`grad` has no rule for `@` of rank {ra} and rank {rb} tensors", span)
+
+
+def is_call(expr: ast.Expr, function: str) -> bool:
+    return isinstance(expr, ast.Call) and isinstance(expr.func, ast.Name) and expr.func.id == function
 
 
 def hint_for(expr: ast.Expr) -> str:

@@ -505,3 +505,19 @@ def test_an_element_of_another_module_s_const_in_differentiated_code(tmp_path) -
     )
     gradient = pipeline.call(pipeline.load(str(main)), "g", [np.float64(0.3)])
     np.testing.assert_allclose(gradient, 1.5 * np.cos(0.45) + 0.5, rtol=1e-12)
+
+
+@pytest.mark.parametrize("shapes", [((2, 3), (3, 2)), ((3,), (3, 2)), ((2, 3), (3,)), ((3,), (3,))], ids=str)
+def test_a_product_of_f32_and_f64_gives_each_operand_its_own_dtype(shapes) -> None:
+    (sa, sb) = shapes
+    dims = lambda s: ", ".join(map(str, s))  # noqa: E731
+    source = f"fn f(a: f32[{dims(sa)}], b: f64[{dims(sb)}]) {{\n    return sum(tanh(a @ b))\n}}\n\n"
+    source += f"fn g(a: f32[{dims(sa)}], b: f64[{dims(sb)}]) {{\n    return grad(f, wrt=(0, 1))(a, b)\n}}\n"
+    rng = np.random.default_rng(5)
+    a, b = rng.standard_normal(sa).astype(np.float32), rng.standard_normal(sb)
+    da, db = pipeline.call(pipeline.load("mixed.dl", source), "g", [a, b])
+    ta, tb = torch.tensor(a, requires_grad=True), torch.tensor(b, requires_grad=True)
+    torch.tanh(ta.double() @ tb).sum().backward()
+    assert da.dtype == np.float32 and db.dtype == np.float64
+    np.testing.assert_allclose(da, ta.grad.numpy(), rtol=1e-6)
+    np.testing.assert_allclose(db, tb.grad.numpy(), rtol=1e-12)

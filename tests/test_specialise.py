@@ -1343,3 +1343,16 @@ def test_mutual_recursion_before_any_return_through_an_inlined_if() -> None:
         "    } else {\n        d_x = d_x + ev(x, n - 1)\n    }\n    return d_x\n}\n"
     )
     check(source, "ev", np.array([0.3, -0.7, 0.1]), 3, rtol=0.0, atol=0.0)
+
+
+def test_integer_literal_arguments_and_fused_lets_take_their_default_dtype() -> None:
+    """`scale(x, 2)` binds an i64 (an i32 product does not wrap); a fused f64 kernel's `let c = 0.1` is the
+    f32 0.1 (such a function is specialised instead of fused); `unbroadcast(x, 1.0)` rounds to f32."""
+    source = (
+        "fn scale(x, k) {\n    return x * k\n}\n"
+        "fn f(y: i32[2], d: f64[3]) -> (i64[2], f64, f32) {\n"
+        "    let c = 0.1\n    return (scale(y, 2), sum(d * c), unbroadcast(d[0], 1.0))\n}\n"
+    )
+    check(source, "f", np.array([2000000000, 3], np.int32), np.array([1.0, 2.0, 3.0]), rtol=1e-15, atol=0.0)
+    fused = "fn a(d: f64[3]) -> f64 {\n    let c = 0.1\n    return sum(d * c)\n}\n"
+    check(fused, "a", np.array([1.0, 2.0, 3.0]), rtol=1e-15, atol=0.0)
