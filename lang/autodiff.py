@@ -479,6 +479,7 @@ class Round:
         self.typed = typed
         self.existing_backs = backs if backs is not None else {}
         self.effectful_names: frozenset[str] | None = None
+        self.effects_of: dict[int, bool] = {}  # id of a function -> `has_effects`
         self.program = typed.program
         self.added: dict[str, list[ast.FnDecl]] = {path: [] for path in self.program.modules}
         self.taken: dict[str, set[str]] = {path: module_names(m) for path, m in self.program.modules.items()}
@@ -648,8 +649,12 @@ class Round:
         return self.effectful_names | fwd
 
     def has_effects(self, decl: ast.FnDecl) -> bool:
-        """Does `decl`, or a function it calls, have a statement run for its effect (`print`, `assert`)?"""
-        return any(isinstance(node, ast.ExprStmt) for d in (decl, *self.reached(decl)) for node in walk(d.body))
+        """Does `decl`, or a function it calls, have a statement run for its effect (`print`, `assert`)?
+        (Asked for every call a re-run forward makes: answered once per function.)"""
+        if id(decl) not in self.effects_of:
+            functions = (decl, *self.reached(decl))
+            self.effects_of[id(decl)] = any(isinstance(n, ast.ExprStmt) for d in functions for n in walk(d.body))
+        return self.effects_of[id(decl)]
 
     def reached(self, decl: ast.FnDecl) -> Iterator[ast.FnDecl]:
         """The functions `decl` calls, directly or through others, each once."""
