@@ -598,7 +598,9 @@ class Builder:
         source = (*lead, *(self.number(1, 3) if d == 1 else d for d in shape))
         if not self.allowed(f"unbroadcast-of-{dtype}"):  # nothing to sum: the known mismatch does not arise
             source = shape
-        like = self.expr(self.choice(DTYPES), shape, depth)
+        # a float `x` takes a float `like`'s dtype (an adjoint its variable's): `like` is of `dtype` or not a float
+        likes = [d for d in DTYPES if d == dtype or d not in FLOATS or dtype not in FLOATS]
+        like = self.expr(self.choice(likes), shape, depth)
         return f"unbroadcast({self.expr(dtype, source, depth)}, {like})"
 
     def reshape_like(self, dtype: str, shape: Shape, depth: int) -> str:
