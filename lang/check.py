@@ -823,21 +823,14 @@ class Checker:
             self.report(error("E0309", f"`for` zips iterables of different lengths: {value}", iterable.span))
             return [ANY]
         (count,) = steps
-        return list(
-            dict.fromkeys(
-                TupleType(
-                    tuple(
-                        strong(item.items[k])
-                        if isinstance(item, TupleType)
-                        else TensorType(item.dtype, item.dims[1:])
-                        if isinstance(item, TensorType)
-                        else ANY
-                        for item in value.items
-                    )
-                )
-                for k in range(count)
-            )
-        ) or [ANY]
+
+        def step(k: int, item: Type) -> Type:  # what one zipped iterable gives at step `k`
+            if isinstance(item, TupleType):
+                return strong(item.items[k])
+            return TensorType(item.dtype, item.dims[1:]) if isinstance(item, TensorType) else ANY
+
+        steps_types = (TupleType(tuple(step(k, item) for item in value.items)) for k in range(count))
+        return list(dict.fromkeys(steps_types)) or [ANY]
 
     def element_type(self, value: Type, iterable: ast.Expr) -> Type:
         if isinstance(value, AnyType):
