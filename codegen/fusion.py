@@ -27,17 +27,17 @@ from dataclasses import dataclass
 import llvmlite.binding as binding
 from dl.codegen.llvm import LIBMVEC as VECTOR_MATH
 from dl.codegen.llvm import VECTOR_LANES as LANES
-from dl.codegen.lower import FLOAT_MATH, Unsupported
+from dl.codegen.lower import SCALAR_MATH, Unsupported
 from dl.lang import ast
 from dl.lang.check import Typed
 from dl.lang.diagnostics import Span
+from dl.lang.primitives import PRIMITIVES, Prim
 from dl.lang.types import FunctionRef, PrimitiveRef, TensorType, strong
 from llvmlite import ir as llvm_ir
 
-FUSED_MATH = FLOAT_MATH | {"abs", "relu", "maximum", "minimum"}
 OPERATORS = {"+": "add", "-": "sub", "*": "mul", "/": "div", "**": "pow"}
 TYPES = {"f32": llvm_ir.FloatType(), "f64": llvm_ir.DoubleType()}
-REDUCTIONS = frozenset({"sum", "mean", "max", "min"})  # over the whole tensor, as the returned value
+WHOLE_REDUCTIONS = frozenset({Prim.SUM, Prim.MEAN, Prim.MAX, Prim.MIN})  # over the whole tensor, returned
 
 
 @dataclass(frozen=True)
@@ -114,7 +114,7 @@ def whole_reduction(typed: Typed, call: ast.Call, shape: tuple) -> str | None:
     """`sum`, `mean`, `max` or `min` when `call` reduces a tensor of the parameters' shape to a scalar."""
     callee = typed.types.get(id(call.func))
     argument = typed.types.get(id(call.args[0]))
-    reduces = isinstance(callee, PrimitiveRef) and callee.name in REDUCTIONS
+    reduces = isinstance(callee, PrimitiveRef) and callee.prim in WHOLE_REDUCTIONS
     if reduces and isinstance(argument, TensorType) and argument.dims == shape:
         return callee.name
     return None
@@ -138,8 +138,8 @@ def expression(typed: Typed, expr: ast.Expr, names: dict[str, tuple], dtype: str
             return (OPERATORS[op], expression(typed, lhs, names, dtype), expression(typed, rhs, names, dtype))
         case ast.Call(func=ast.Name()):
             callee = typed.types.get(id(expr.func))
-            if isinstance(callee, PrimitiveRef) and callee.name in FUSED_MATH:
-                arity = 2 if callee.name in ("maximum", "minimum") else 1
+            if isinstance(callee, PrimitiveRef) and callee.prim in SCALAR_MATH:
+                arity = len(PRIMITIVES[callee.prim].signature.positional)
                 if len(expr.args) == arity and not expr.keywords:
                     return ("math", callee.name, *(expression(typed, a, names, dtype) for a in expr.args))
             shown = callee.name if isinstance(callee, (PrimitiveRef, FunctionRef)) else "a function value"

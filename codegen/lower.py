@@ -20,11 +20,13 @@ from dl.codegen import ir
 from dl.lang import ast
 from dl.lang.check import Typed
 from dl.lang.diagnostics import Span
+from dl.lang.primitives import FLOAT_MATH, PRIMITIVES, Prim
 from dl.lang.shapes import promote_dtypes
 from dl.lang.types import UNIT, FunctionRef, PrimitiveRef, TensorType
 
-FLOAT_MATH = frozenset({"exp", "log", "sqrt", "tanh", "sin", "cos", "sigmoid"})
-NUMBER_MATH = frozenset({"abs", "relu", "maximum", "minimum"})
+# The math built-ins scalar code computes (an `ir.MathCall` named after the primitive); those in `FLOAT_MATH`
+# take floats only.
+SCALAR_MATH = FLOAT_MATH | {Prim.ABS, Prim.RELU, Prim.MAXIMUM, Prim.MINIMUM}
 ARITHMETIC = {"+": "add", "-": "sub", "*": "mul", "/": "div", "//": "floordiv", "%": "mod", "**": "pow"}
 COMPARISONS = frozenset({"==", "!=", "<", "<=", ">", ">="})
 CHECKED_INTEGER = frozenset({"add", "sub", "mul", "floordiv", "mod"})
@@ -527,12 +529,12 @@ class FunctionLowering:
     def call(self, expr: ast.Call, discarded: bool = False) -> Value | None:
         """A call; `discarded` when its value is not used (an expression statement), as a unit result must be."""
         callee = self.typed.types.get(id(expr.func))
-        if isinstance(callee, PrimitiveRef) and callee.name in ("float", "int"):
+        if isinstance(callee, PrimitiveRef) and callee.prim in (Prim.FLOAT, Prim.INT):
             return self.conversion(callee.name, expr)
         if expr.keywords:
             raise Unsupported(f"a call with keyword arguments (at {expr.span})")
-        if isinstance(callee, PrimitiveRef) and callee.name in FLOAT_MATH | NUMBER_MATH:
-            return self.math(callee.name, expr)
+        if isinstance(callee, PrimitiveRef) and callee.prim in SCALAR_MATH:
+            return self.math(callee.prim, expr)
         if isinstance(callee, FunctionRef) and isinstance(expr.func, ast.Name):
             target = self.typed.functions.get(callee.key)
             if target is not None and isinstance(target[0], ast.FnDecl):
@@ -583,25 +585,25 @@ class FunctionLowering:
         self.emit(ir.Convert(result, value.operand, site))
         return Value(result)
 
-    def math(self, name: str, expr: ast.Call) -> Value:
-        arity = 2 if name in ("maximum", "minimum") else 1
+    def math(self, prim: Prim, expr: ast.Call) -> Value:
+        arity = len(PRIMITIVES[prim].signature.positional)
         if len(expr.args) != arity:
-            raise Unsupported(f"`{name}` with {len(expr.args)} arguments (at {expr.span})")
-        return self.math_of_values(name, [self.expression(arg) for arg in expr.args], expr.span)
+            raise Unsupported(f"`{prim.value}` with {len(expr.args)} arguments (at {expr.span})")
+        return self.math_of_values(prim, [self.expression(arg) for arg in expr.args], expr.span)
 
-    def math_of_values(self, name: str, values: list[Value], span: Span) -> Value:
+    def math_of_values(self, prim: Prim, values: list[Value], span: Span) -> Value:
         """A math built-in of one or two scalars: a weak literal alone keeps its dtype (i64 or f32), beside
         another operand the two meet as an operator's operands do."""
         if len(values) == 1:  # a literal alone: `abs(3)` is i64, `exp(1.0)` f32, as interpreted
             dtype = values[0].operand.dtype
         else:
             dtype = self.common_dtype(values[0], values[1], span)
-        allowed = ("f64", "f32") if name in FLOAT_MATH else ("f64", "f32", "i64", "i32")
+        allowed = ("f64", "f32") if prim in FLOAT_MATH else ("f64", "f32", "i64", "i32")
         if dtype not in allowed:
-            raise Unsupported(f"`{name}` of {dtype} (at {span})")
+            raise Unsupported(f"`{prim.value}` of {dtype} (at {span})")
         args = tuple(self.promote(value, dtype, span) for value in values)
-        result = self.temp(name, dtype)
-        self.emit(ir.MathCall(result, name, args))
+        result = self.temp(prim.value, dtype)
+        self.emit(ir.MathCall(result, prim.value, args))
         return Value(result)
 
 

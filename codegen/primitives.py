@@ -15,12 +15,13 @@ import math
 
 import numpy as np
 from dl.codegen import ir
-from dl.codegen.lower import FLOAT_MATH, Unsupported, Value
+from dl.codegen.lower import SCALAR_MATH, Unsupported, Value
 from dl.codegen.specialize import (
     FLOATS,
     ZERO,
     Closure,
     DType,
+    Primitive,
     Struct,
     TapeValue,
     Tensor,
@@ -36,17 +37,12 @@ from dl.codegen.specialize import (
 from dl.interp.dispatch import failure_message
 from dl.interp.primitives import PrimitiveError
 from dl.lang.diagnostics import Span
-from dl.lang.primitives import BY_NAME, SIGNATURES, Prim
-
-UNARY_NUMBER = {"abs", "relu"}
+from dl.lang.primitives import FLOAT_MATH, PRIMITIVES, Prim, Support
 
 
-def bind(name: str, args: list, keywords: dict, span: Span) -> dict:
-    """The arguments of built-in `name` by parameter name, defaults filled in (the variadic tail a tuple)."""
-    prim = BY_NAME.get(name)
-    if prim is None:
-        raise Unsupported(f"`{name}` (at {span})")
-    signature = SIGNATURES[prim]
+def bind(prim: Prim, args: list, keywords: dict, span: Span) -> dict:
+    """The arguments of built-in `prim` by parameter name, defaults filled in (the variadic tail a tuple)."""
+    signature = PRIMITIVES[prim].signature
     bound: dict = {}
     rest = list(args)
     for param in signature.positional:
@@ -55,7 +51,7 @@ def bind(name: str, args: list, keywords: dict, span: Span) -> dict:
         elif param in keywords:
             bound[param] = keywords.pop(param)
         else:
-            raise Unsupported(f"`{name}` without `{param}` (at {span})")
+            raise Unsupported(f"`{prim.value}` without `{param}` (at {span})")
     for param, default in signature.optional:
         bound[param] = rest.pop(0) if rest else keywords.pop(param, default)
     if signature.variadic is not None:
@@ -64,17 +60,17 @@ def bind(name: str, args: list, keywords: dict, span: Span) -> dict:
     for param, default in signature.keywords:
         bound[param] = keywords.pop(param, default)
     if rest or keywords:
-        raise Unsupported(f"`{name}` with these arguments (at {span})")
+        raise Unsupported(f"`{prim.value}` with these arguments (at {span})")
     return bound
 
 
-def call_primitive(lowering, name: str, args: list, keywords: dict, span: Span, discarded: bool) -> object:
+def call_primitive(lowering, prim: Prim, args: list, keywords: dict, span: Span, discarded: bool) -> object:
     args = [lowering.read_variable(a) if isinstance(a, ir.Variable) else a for a in args]
     keywords = {k: lowering.read_variable(v) if isinstance(v, ir.Variable) else v for k, v in keywords.items()}
-    handler = HANDLERS.get(name)
+    handler = HANDLERS.get(prim)
     if handler is None:
-        raise Unsupported(f"it calls `{name}`, which compiled code does not do yet (at {span})")
-    return handler(lowering, bind(name, args, dict(keywords), span), span)
+        raise Unsupported(f"it calls `{prim.value}`, which compiled code does not do: {REFUSED[prim]} (at {span})")
+    return handler(lowering, bind(prim, args, dict(keywords), span), span)
 
 
 def static_int(lowering, value: object, span: Span, what: str) -> int:
@@ -110,25 +106,29 @@ def tensor(value: object, span: Span, what: str = "an argument") -> Tensor:
 # ------------------------------------------------------------------ elementwise
 
 
-def unary(name: str):
+def unary(prim: Prim):
+    name = prim.value
+
     def apply(lowering, bound: dict, span: Span) -> object:
         x = bound["x"]
         if isinstance(x, Tensor):
-            if name in FLOAT_MATH and x.dtype not in FLOATS:
+            if prim in FLOAT_MATH and x.dtype not in FLOATS:
                 raise Unsupported(f"`{name}` of {x.dtype} (at {span})")
             if x.dtype == "bool":
                 raise Unsupported(f"`{name}` of bool (at {span})")
             return Tensor(x.dtype, x.shape, ir.Apply(name, x.dtype, (x.tree,)))
-        return scalar_math(lowering, name, [x], span)
+        return scalar_math(lowering, prim, [x], span)
 
     return apply
 
 
-def scalar_math(lowering, name: str, values: list, span: Span) -> Value:
-    return lowering.math_of_values(name, [lowering.scalar_of(v, span) for v in values], span)
+def scalar_math(lowering, prim: Prim, values: list, span: Span) -> Value:
+    return lowering.math_of_values(prim, [lowering.scalar_of(v, span) for v in values], span)
 
 
-def binary_math(name: str):
+def binary_math(prim: Prim):
+    name = prim.value
+
     def apply(lowering, bound: dict, span: Span) -> object:
         a, b = bound["a"], bound["b"]
         if isinstance(a, Tensor) or isinstance(b, Tensor):
@@ -136,7 +136,7 @@ def binary_math(name: str):
             if result.dtype == "bool":
                 raise Unsupported(f"`{name}` of bools (at {span})")
             return result
-        return scalar_math(lowering, name, [a, b], span)
+        return scalar_math(lowering, prim, [a, b], span)
 
     return apply
 
@@ -437,6 +437,11 @@ def split_like(lowering, bound: dict, span: Span) -> object:
 
 
 # ------------------------------------------------------------------ products
+
+
+def matmul_call(lowering, bound: dict, span: Span) -> object:
+    """`matmul(a, b)`, as `a @ b`."""
+    return matmul(lowering, bound["a"], bound["b"], span)
 
 
 def matmul(lowering, a: object, b: object, span: Span) -> object:
@@ -1091,9 +1096,9 @@ def check(lowering, bound: dict, span: Span) -> object:
 def tree_map(lowering, bound: dict, span: Span) -> object:
     f, trees = bound["f"], bound["trees"]
     if not isinstance(f, Closure):
-        if hasattr(f, "name") and f.__class__.__name__ == "Primitive":
+        if isinstance(f, Primitive):
             return map_leaves(
-                lambda *leaves: call_primitive(lowering, f.name, list(leaves), {}, span, False), trees, span
+                lambda *leaves: call_primitive(lowering, f.prim, list(leaves), {}, span, False), trees, span
             )
         raise Unsupported(f"`tree_map` of this function (at {span})")
     return map_leaves(lambda *leaves: lowering.inline(f, list(leaves), {}, span, f.decl.span), trees, span)
@@ -1266,52 +1271,75 @@ def tree_add(lowering, bound: dict, span: Span) -> object:
     return map_leaves(lambda a, b: lowering.binary_values("+", a, b, span), (bound["a"], bound["b"]), span)
 
 
+# The specialiser's lowering of every primitive it compiles, by `Prim`; `REFUSED` says why it does not compile
+# the others (their functions run on the interpreter). A test checks that the two cover `Prim`.
 HANDLERS = {
-    **{name: unary(name) for name in FLOAT_MATH | UNARY_NUMBER},
-    "maximum": binary_math("maximum"),
-    "minimum": binary_math("minimum"),
-    "where": where,
-    "sum": summed("sum"),
-    "mean": summed("mean"),
-    "max": extreme("max"),
-    "min": extreme("min"),
-    "softmax": softmax,
-    "log_softmax": log_softmax,
-    "transpose": transpose,
-    "reshape": reshape,
-    "reshape_like": reshape_like,
-    "expand_dims": expand_dims,
-    "broadcast_to": broadcast_to,
-    "unbroadcast": unbroadcast,
-    "gather": gather,
-    "scatter_add": scatter_add,
-    "zeros": filled(0),
-    "ones": filled(1),
-    "full": full,
-    "zeros_like": zeros_like,
-    "arange": arange,
-    "shape": shape,
-    "len": length,
-    "float": to_float,
-    "int": to_int,
-    "assert": check,
-    "tree_map": tree_map,
-    "tree_add": tree_add,
-    "tree_dot": tree_dot,
-    "argmax": arg_extreme("max"),
-    "argmin": arg_extreme("min"),
-    "logsumexp": logsumexp,
-    "one_hot": one_hot,
-    "concat": join(False),
-    "split_like": split_like,
-    "stack": join(True),
-    "conv2d": conv2d,
-    "conv2d_input_grad": conv2d_input_grad,
-    "conv2d_weight_grad": conv2d_weight_grad,
-    "max_pool2d": max_pool2d,
-    "max_pool2d_grad": max_pool2d_grad,
-    "max_pool2d_gather": max_pool2d_gather,
-    "tape": new_tape,
-    "push": push,
-    "pop": pop,
+    **{prim: unary(prim) for prim in SCALAR_MATH if len(PRIMITIVES[prim].signature.positional) == 1},
+    Prim.MAXIMUM: binary_math(Prim.MAXIMUM),
+    Prim.MINIMUM: binary_math(Prim.MINIMUM),
+    Prim.WHERE: where,
+    Prim.SUM: summed("sum"),
+    Prim.MEAN: summed("mean"),
+    Prim.MAX: extreme("max"),
+    Prim.MIN: extreme("min"),
+    Prim.SOFTMAX: softmax,
+    Prim.LOG_SOFTMAX: log_softmax,
+    Prim.MATMUL: matmul_call,
+    Prim.TRANSPOSE: transpose,
+    Prim.RESHAPE: reshape,
+    Prim.RESHAPE_LIKE: reshape_like,
+    Prim.EXPAND_DIMS: expand_dims,
+    Prim.BROADCAST_TO: broadcast_to,
+    Prim.UNBROADCAST: unbroadcast,
+    Prim.GATHER: gather,
+    Prim.SCATTER_ADD: scatter_add,
+    Prim.ZEROS: filled(0),
+    Prim.ONES: filled(1),
+    Prim.FULL: full,
+    Prim.ZEROS_LIKE: zeros_like,
+    Prim.ARANGE: arange,
+    Prim.SHAPE: shape,
+    Prim.LEN: length,
+    Prim.FLOAT: to_float,
+    Prim.INT: to_int,
+    Prim.ASSERT: check,
+    Prim.TREE_MAP: tree_map,
+    Prim.TREE_ADD: tree_add,
+    Prim.TREE_DOT: tree_dot,
+    Prim.ARGMAX: arg_extreme("max"),
+    Prim.ARGMIN: arg_extreme("min"),
+    Prim.LOGSUMEXP: logsumexp,
+    Prim.ONE_HOT: one_hot,
+    Prim.CONCAT: join(False),
+    Prim.SPLIT_LIKE: split_like,
+    Prim.STACK: join(True),
+    Prim.CONV2D: conv2d,
+    Prim.CONV2D_INPUT_GRAD: conv2d_input_grad,
+    Prim.CONV2D_WEIGHT_GRAD: conv2d_weight_grad,
+    Prim.MAX_POOL2D: max_pool2d,
+    Prim.MAX_POOL2D_GRAD: max_pool2d_grad,
+    Prim.MAX_POOL2D_GATHER: max_pool2d_gather,
+    Prim.TAPE: new_tape,
+    Prim.PUSH: push,
+    Prim.POP: pop,
 }
+
+HOST = "host work, and compiled code does not call back into Python"
+RANDOM = "it draws from the interpreter's random streams, which compiled code does not reproduce yet"
+REFUSED: dict[Prim, str] = {
+    Prim.RANDN: RANDOM,
+    Prim.RAND: RANDOM,
+    Prim.PERMUTATION: RANDOM,
+    Prim.BATCHES: RANDOM,
+    Prim.PRINT: f"printing is {HOST}",
+    Prim.DIGITS: f"loading the shipped dataset is {HOST}",
+    Prim.LOAD_CSV: f"reading a file is {HOST}",
+    Prim.LOAD_NPZ: f"reading a file is {HOST}",
+    Prim.TEXT_CORPUS: f"reading the shipped corpus is {HOST}",
+    Prim.CHARS: f"making a string is {HOST}",
+    Prim.LOG_METRIC: f"writing the metrics file is {HOST}",
+    Prim.PROGRESS: f"drawing a progress bar is {HOST}",
+    Prim.SAVE: f"writing a checkpoint is {HOST}",
+    Prim.LOAD: f"reading a checkpoint is {HOST}",
+}
+SUPPORT = Support("llvm", frozenset(HANDLERS), REFUSED)

@@ -46,7 +46,7 @@ from dl.codegen.lower import (
 from dl.lang import ast
 from dl.lang.check import Typed
 from dl.lang.diagnostics import Span
-from dl.lang.primitives import BY_NAME
+from dl.lang.primitives import BY_NAME, Prim
 from dl.lang.types import UNIT, DimVar, FunctionRef, PrimitiveRef, TensorType, TupleType
 
 DTYPE_NAMES = {"f32", "f64", "i64", "i32", "bool"}
@@ -127,7 +127,9 @@ class ValueIndex:
 
 @dataclass(frozen=True)
 class Primitive:
-    name: str
+    """A built-in as a value."""
+
+    prim: Prim
 
 
 @dataclass(frozen=True)
@@ -1106,7 +1108,7 @@ class Specialiser(FunctionLowering):
         """A module-level name: a function, a built-in or a constant."""
         kind = self.typed.types.get(id(expr))
         if isinstance(kind, PrimitiveRef):
-            return Primitive(kind.name)
+            return Primitive(kind.prim)
         if isinstance(kind, FunctionRef):
             target = self.typed.functions.get(kind.key)
             if target is not None and isinstance(target[0], ast.FnDecl):
@@ -1118,7 +1120,7 @@ class Specialiser(FunctionLowering):
             if expr.id in BY_NAME and not any(
                 isinstance(d, ast.Const) and d.name == expr.id for d in self.typed.program.modules[self.path].decls
             ):
-                return Primitive(expr.id)
+                return Primitive(BY_NAME[expr.id])
         if isinstance(expr, ast.Name):
             return self.constant(self.path, expr.id, expr.span)
         if isinstance(expr, ast.Field) and isinstance(expr.target, ast.Name):
@@ -1473,7 +1475,7 @@ class Specialiser(FunctionLowering):
         if isinstance(callee, Primitive):
             from dl.codegen.primitives import call_primitive
 
-            return call_primitive(self, callee.name, args, keywords, expr.span, discarded)
+            return call_primitive(self, callee.prim, args, keywords, expr.span, discarded)
         if isinstance(callee, Closure):
             return self.inline(callee, args, keywords, expr.span)
         raise Unsupported(f"a call of something compiled code cannot call (at {expr.span})")

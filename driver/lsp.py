@@ -28,7 +28,7 @@ from dl.lang.diagnostics import Diagnostic, DiagnosticError, Severity, Span
 from dl.lang.format import format_source
 from dl.lang.lexer import code_characters
 from dl.lang.parse import parse_table
-from dl.lang.primitives import BY_NAME, SIGNATURES
+from dl.lang.primitives import BY_NAME, PRIMITIVES
 from dl.lang.types import FunctionRef, ModuleType, PrimitiveRef, StructType, TupleType, Type
 from lsprotocol import types
 from pygls.lsp.server import LanguageServer
@@ -573,7 +573,7 @@ def format_default(value: object) -> str:
 
 def builtin_parameters(name: str) -> list[tuple[str, str]]:
     """The parameters of a built-in as shown, with the name each is passed by (variadic: `*name`)."""
-    signature = SIGNATURES[BY_NAME[name]]
+    signature = PRIMITIVES[BY_NAME[name]].signature
     shown = [(param, param) for param in signature.positional]
     shown += [(param, f"{param}={format_default(value)}") for param, value in signature.optional]
     if signature.variadic is not None:
@@ -619,7 +619,7 @@ def signature_help(typed: Typed, path: str, source: str, line: int, column: int)
     elif not module_path and name in BY_NAME:
         params = builtin_parameters(name)
         information = signature_information(f"fn {name}(", params, ")", "built-in")
-        spec = SIGNATURES[BY_NAME[name]]
+        spec = PRIMITIVES[BY_NAME[name]].signature
         variadic = len(spec.positional) + len(spec.optional) if spec.variadic is not None else None
     else:
         return None

@@ -41,7 +41,7 @@ from dl.lang import ast
 from dl.lang.check import CallCheck, RuntimeCheck, Typed
 from dl.lang.diagnostics import Diagnostic, DiagnosticError, Span, error
 from dl.lang.modules import Program
-from dl.lang.primitives import BY_NAME, SIGNATURES, BindingError, Prim, bind, closest
+from dl.lang.primitives import BY_NAME, PRIMITIVES, BindingError, Prim, bind, closest
 from dl.lang.types import TensorType, Type
 
 Step = Callable[[list], Any]
@@ -814,7 +814,7 @@ class Compiler:
         return steps
 
     def primitive_call(self, prim: Prim, expr: ast.Call, scope: Scope) -> Step:
-        signature = SIGNATURES[prim]
+        signature = PRIMITIVES[prim].signature
         try:
             binding = bind(signature, len(expr.args), [k.name for k in expr.keywords])
         except BindingError as problem:

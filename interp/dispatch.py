@@ -3,7 +3,7 @@
 `primitive_step(prim, arguments, span)` builds, once per call site, the closure
 that runs a call of `prim`. Constant arguments (literals, defaults, dtype names)
 are bound then, and checked then; at run time the step only computes the other
-arguments, checks that each parameter listed in `TENSOR_PARAMETERS` got a number
+arguments, checks that each parameter its record lists in `tensors` got a number
 or a tensor, and calls the numpy implementation. Every failure inside the
 implementation, a `PrimitiveError` or any numpy exception, becomes one E0513
 diagnostic (E0502 for `assert`, E0521 for a checkpoint that cannot be saved or
@@ -23,13 +23,13 @@ import numpy as np
 from dl.interp.checkpoints import CheckpointError
 from dl.interp.metrics import MetricsError
 from dl.interp.primitives import (
-    ADAPTING_OFFSET,
     IMPLEMENTATIONS,
     LITERAL_ADAPTING,
     NUMBERS,
     SPECIALISED,
     AssertionFailure,
     PrimitiveError,
+    adapting_offset,
     check_tensor_arguments,
     failure_message,
     tensor_argument_problem,
@@ -37,7 +37,7 @@ from dl.interp.primitives import (
 )
 from dl.interp.runtime import RunError, fail
 from dl.lang.diagnostics import UNKNOWN_SPAN, Span
-from dl.lang.primitives import SIGNATURES, BindingError, Prim, bind
+from dl.lang.primitives import PRIMITIVES, BindingError, Prim, bind
 
 Step = Callable[[list], Any]
 ndarray = np.ndarray
@@ -119,7 +119,7 @@ def adapted(prim: Prim, arguments: list[Argument]) -> tuple[Callable, list[Argum
     make = LITERAL_ADAPTING.get(prim)
     if make is None:
         return IMPLEMENTATIONS[prim], arguments
-    offset = ADAPTING_OFFSET[prim]
+    offset = adapting_offset(prim)
     operands = arguments[offset : offset + 2]
     weak = [argument.literal is not None for argument in operands]
     if not any(weak):
@@ -307,7 +307,7 @@ class Primitive:
 
 def call_primitive(prim: Prim, args: list, keywords: dict, span: Span) -> Any:
     """A call through a primitive value: bound, checked and run when it happens."""
-    signature = SIGNATURES[prim]
+    signature = PRIMITIVES[prim].signature
     try:
         binding = bind(signature, len(args), list(keywords))
     except BindingError as problem:

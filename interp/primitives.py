@@ -2,8 +2,8 @@
 
 Each implementation takes its arguments positionally in the order `Signature`
 documents (lang/primitives.py). The dispatcher (interp/compile.py) checks once
-per call, before the implementation runs, that every parameter named in
-`TENSOR_PARAMETERS` holds a number or a tensor (`tensor_argument_problem`); the
+per call, before the implementation runs, that every parameter its record lists
+in `tensors` holds a number or a tensor (`tensor_argument_problem`); the
 implementations check the other parameters (axes, dimensions, dtypes, seeds)
 as they read them. A mistake that can only be seen at run time raises
 `PrimitiveError` with a message in DL's terms; the dispatcher adds the
@@ -27,7 +27,7 @@ import numpy as np
 from dl.interp import checkpoints
 from dl.interp.metrics import log_value, progress_line
 from dl.interp.values import DTYPE_NAMES, DTYPES, StructValue, Tape, describe, format_value
-from dl.lang.primitives import SIGNATURES, Prim, Signature
+from dl.lang.primitives import PRIMITIVES, Prim, Support
 from numpy.lib.stride_tricks import sliding_window_view
 
 ndarray = np.ndarray
@@ -1202,8 +1202,8 @@ def max_pool2d_gather(v: Any, x: Any, size: Any, stride: Any, padding: Any) -> n
 maximum = combining(np.maximum, "maximum")
 minimum = combining(np.minimum, "minimum")
 
-# Primitives whose operands promote together as an operator's do. `LITERAL_ADAPTING[p](weak_a, weak_b)`
-# is p's implementation when some of those operands (the first two numeric parameters) are literals.
+# Primitives whose operands promote together as an operator's do (`operands` in their records).
+# `LITERAL_ADAPTING[p](weak_a, weak_b)` is p's implementation when some of those operands are literals.
 LITERAL_ADAPTING = {
     Prim.MAXIMUM: maximum,
     Prim.MINIMUM: minimum,
@@ -1211,9 +1211,8 @@ LITERAL_ADAPTING = {
     Prim.MATMUL: make_matmul,
     Prim.TREE_ADD: make_tree_add,
 }
-# The position of the first of those two operands among the implementation's arguments.
-ADAPTING_OFFSET = {Prim.MAXIMUM: 0, Prim.MINIMUM: 0, Prim.WHERE: 1, Prim.MATMUL: 0, Prim.TREE_ADD: 0}
 
+# The interpreter's implementation of every primitive, by `Prim` (a test checks that none is missing).
 IMPLEMENTATIONS = {
     Prim.EXP: unary(np.exp, "exp"),
     Prim.LOG: unary(np.log, "log"),
@@ -1298,76 +1297,26 @@ SPECIALISED: dict[Prim, tuple[tuple, Any]] = {
     for prim, whole in ((Prim.SUM, np.add.reduce), (Prim.MAX, np.maximum.reduce), (Prim.MIN, np.minimum.reduce))
 }
 
-# The parameters that take a number or a tensor: the dispatcher rejects anything else (a string,
-# tuple, struct or function) before the implementation runs.
-TENSOR_PARAMETERS: dict[Prim, frozenset[str]] = {
-    **{
-        prim: frozenset({"x"})
-        for prim in (
-            Prim.EXP,
-            Prim.LOG,
-            Prim.SQRT,
-            Prim.TANH,
-            Prim.SIGMOID,
-            Prim.RELU,
-            Prim.ABS,
-            Prim.SIN,
-            Prim.COS,
-            Prim.SUM,
-            Prim.MEAN,
-            Prim.MAX,
-            Prim.MIN,
-            Prim.ARGMAX,
-            Prim.ARGMIN,
-            Prim.LOGSUMEXP,
-            Prim.SOFTMAX,
-            Prim.LOG_SOFTMAX,
-            Prim.TRANSPOSE,
-            Prim.RESHAPE,
-            Prim.BROADCAST_TO,
-            Prim.SHAPE,
-        )
-    },
-    Prim.MAXIMUM: frozenset({"a", "b"}),
-    Prim.MINIMUM: frozenset({"a", "b"}),
-    Prim.WHERE: frozenset({"condition", "a", "b"}),
-    Prim.MATMUL: frozenset({"a", "b"}),
-    Prim.GATHER: frozenset({"x", "indices"}),
-    Prim.ONE_HOT: frozenset({"labels"}),
-    Prim.UNBROADCAST: frozenset({"x", "like"}),
-    Prim.RESHAPE_LIKE: frozenset({"x", "like"}),
-    Prim.EXPAND_DIMS: frozenset({"x"}),
-    Prim.SCATTER_ADD: frozenset({"x", "indices", "updates"}),
-    Prim.SPLIT_LIKE: frozenset({"x"}),
-    Prim.CONV2D: frozenset({"x", "w"}),
-    Prim.MAX_POOL2D: frozenset({"x"}),
-    Prim.CONV2D_INPUT_GRAD: frozenset({"dy", "w", "like"}),
-    Prim.CONV2D_WEIGHT_GRAD: frozenset({"dy", "x", "like"}),
-    Prim.MAX_POOL2D_GRAD: frozenset({"dy", "x"}),
-    Prim.MAX_POOL2D_GATHER: frozenset({"v", "x"}),
-    Prim.CHARS: frozenset({"codes"}),
-}
-
-
-def parameter_names(signature: Signature) -> tuple[str, ...]:
-    """The names of an implementation's arguments, in the order it takes them."""
-    variadic = (signature.variadic[0],) if signature.variadic is not None else ()
-    return (
-        *signature.positional,
-        *(name for name, _ in signature.optional),
-        *variadic,
-        *(name for name, _ in signature.keywords),
-    )
+# What the interpreter refuses to run, with why: nothing.
+REFUSED: dict[Prim, str] = {}
+SUPPORT = Support("interp", frozenset(IMPLEMENTATIONS), REFUSED)
 
 
 def tensor_positions(prim: Prim) -> tuple[int, ...]:
-    """The argument positions of `prim` that must hold a number or a tensor."""
-    wanted = TENSOR_PARAMETERS.get(prim, frozenset())
-    return tuple(position for position, name in enumerate(parameter_names(SIGNATURES[prim])) if name in wanted)
+    """The argument positions of `prim` that must hold a number or a tensor (`tensors` in its record): the
+    dispatcher rejects anything else (a string, tuple, struct or function) before the implementation runs."""
+    primitive = PRIMITIVES[prim]
+    return primitive.positions(primitive.tensors)
+
+
+def adapting_offset(prim: Prim) -> int:
+    """The position of the first of `prim`'s two literal-adapting operands among its implementation's arguments."""
+    primitive = PRIMITIVES[prim]
+    return primitive.positions(primitive.operands)[0]
 
 
 def tensor_argument_problem(prim: Prim, position: int, value: Any) -> PrimitiveError:
-    name = parameter_names(SIGNATURES[prim])[position]
+    name = PRIMITIVES[prim].parameters[position]
     return PrimitiveError(f"`{prim.value}` takes a number or a tensor as `{name}`, found {describe(value)}")
 
 

@@ -49,7 +49,18 @@ from dl.lang import ast
 from dl.lang.check import Typed, check, has_float, wrt_positions, zips
 from dl.lang.diagnostics import UNKNOWN_SPAN, Diagnostic, DiagnosticError, Span, error
 from dl.lang.modules import Program
-from dl.lang.primitives import BY_NAME, NON_DIFFERENTIABLE, SIGNATURES, TRANSFORMS, Prim, bind
+from dl.lang.primitives import (
+    BY_NAME,
+    EFFECTS,
+    NON_DIFFERENTIABLE,
+    PRIMITIVES,
+    TRANSFORMS,
+    Computed,
+    Prim,
+    Primitive,
+    Templates,
+    bind,
+)
 from dl.lang.types import (
     ANY,
     BOOL,
@@ -353,25 +364,38 @@ def template(source: str) -> ast.Expr:
     return module.decls[0].body.body[0].value
 
 
-def instantiate(source: str, bindings: dict[str, ast.Expr]) -> ast.Expr:
+def instantiate(source: str, bindings: dict[str, ast.Expr], forms: dict[str, Callable] | None = None) -> ast.Expr:
+    """The template `source` with its names bound; `forms` expands the calls of static forms (`expand(v)` in a
+    reduction's rule) first, each given its argument's template."""
     expr = template(source)
+    if forms:
+        expr = expanded_forms(expr, forms)
     replacements = {
         id(node): bindings[node.id] for node in walk(expr) if isinstance(node, ast.Name) and node.id in bindings
     }
     return replace_nodes(expr, replacements)
 
 
-ELEMENTWISE = {
-    Prim.EXP: "d * r",
-    Prim.LOG: "d / x",
-    Prim.SQRT: "d / (2.0 * r)",
-    Prim.TANH: "d * (1.0 - r * r)",
-    Prim.SIGMOID: "d * r * (1.0 - r)",
-    Prim.RELU: "where(x > 0.0, d, zeros_like(d))",
-    Prim.ABS: "where(x > 0.0, d, where(x < 0.0, -d, zeros_like(d)))",
-    Prim.SIN: "d * cos(x)",
-    Prim.COS: "-(d * sin(x))",
-}
+def expanded_forms(node, forms: dict[str, Callable]):
+    """`node` with every call `name(v)` of a form in `forms` replaced by `forms[name](v)`, innermost first."""
+    if isinstance(node, tuple):
+        return tuple(expanded_forms(item, forms) for item in node)
+    if not dataclasses.is_dataclass(node) or isinstance(node, type):
+        return node
+    changes = {
+        f.name: expanded_forms(getattr(node, f.name), forms)
+        for f in dataclasses.fields(node)
+        if f.name not in ("span", "name_span")
+    }
+    node = dataclasses.replace(node, **changes)
+    match node:
+        case ast.Call(func=ast.Name(id=form), args=(argument,), keywords=()) if form in forms:
+            return forms[form](argument)
+    return node
+
+
+# The rules of the operators (the primitives' are in their records, lang/primitives.py), over the
+# operands `a` and `b`: the contribution to each.
 BINARY = {
     "+": ("d", "d"),
     "-": ("d", "-d"),
@@ -379,87 +403,7 @@ BINARY = {
     "/": ("d / b", "-(d * r / b)"),
     "**": ("d * b * a ** (b - 1.0)", "d * r * log(a)"),
     "%": ("d", "-(d * ((a - r) / b))"),
-    "maximum": (
-        "where(a > b, d, where(a == b, 0.5 * d, zeros_like(d)))",
-        "where(b > a, d, where(a == b, 0.5 * d, zeros_like(d)))",
-    ),
-    "minimum": (
-        "where(a < b, d, where(a == b, 0.5 * d, zeros_like(d)))",
-        "where(b < a, d, where(a == b, 0.5 * d, zeros_like(d)))",
-    ),
-    "where": ("where(condition, d, zeros_like(d))", "where(condition, zeros_like(d), d)"),
 }
-LINEAR_HELPERS = {
-    # the rules of what derivative code itself is written with, for derivatives of derivatives
-    Prim.UNBROADCAST: {"x": "zeros_like(x) + d"},
-    Prim.RESHAPE_LIKE: {"x": "reshape_like(d, x)"},
-    Prim.EXPAND_DIMS: {"x": "reshape_like(d, x)"},
-    Prim.RESHAPE: {"x": "reshape_like(d, x)"},
-    Prim.BROADCAST_TO: {"x": "unbroadcast(d, x)"},
-    Prim.TREE_ADD: {"a": "d", "b": "d"},
-    Prim.GATHER: {"x": "scatter_add(zeros_like(x), indices, d, axis=k)"},
-    Prim.SCATTER_ADD: {"x": "d", "updates": "unbroadcast(gather(d, indices, axis=k), updates)"},
-    Prim.SPLIT_LIKE: {"x": "concat(d, axis=k)"},
-    Prim.CONCAT: {"tensors": "split_like(d, tensors, axis=k)"},
-    Prim.PUSH: {"tape": "pop(d)[1]", "value": "pop(d)[0]"},
-    Prim.POP: {"tape": "push(d[1], d[0])"},
-}
-
-# convolution: each of these is linear in each tensor it computes with, so the rules are each other, and
-# `grad(grad(f))` goes through them. `like` gives only a shape (no gradient); max pooling's choice of position
-# is constant almost everywhere, so `x` gets none from the pooling helpers, and `dy`/`v` get the adjoint gather
-# or scatter. A `stride=` left out of a max pooling call is its window `size` (see `convolution_bindings`).
-CONVOLUTION = {
-    Prim.CONV2D: {
-        "x": "conv2d_input_grad(d, w, x, stride=stride, padding=padding)",
-        "w": "conv2d_weight_grad(d, x, w, stride=stride, padding=padding)",
-    },
-    Prim.CONV2D_INPUT_GRAD: {
-        "dy": "conv2d(d, w, stride=stride, padding=padding)",
-        "w": "conv2d_weight_grad(dy, d, w, stride=stride, padding=padding)",
-    },
-    Prim.CONV2D_WEIGHT_GRAD: {
-        "dy": "conv2d(x, d, stride=stride, padding=padding)",
-        "x": "conv2d_input_grad(dy, d, x, stride=stride, padding=padding)",
-    },
-    Prim.MAX_POOL2D: {"x": "max_pool2d_grad(d, x, size, stride=stride, padding=padding)"},
-    Prim.MAX_POOL2D_GRAD: {"dy": "max_pool2d_gather(d, x, size, stride=stride, padding=padding)"},
-    Prim.MAX_POOL2D_GATHER: {"v": "max_pool2d_grad(d, x, size, stride=stride, padding=padding)"},
-}
-
-
-def convolution_bindings(values: dict[str, ast.Expr], d: ast.Expr, r: ast.Expr) -> dict[str, ast.Expr]:
-    bindings = {"d": d, "r": r, **values}
-    if bindings.get("stride") is None:
-        bindings["stride"] = values["size"]
-    return bindings
-
-
-# The primitives with a derivative rule here; every other one is in NON_DIFFERENTIABLE (a test checks that the
-# two sets are disjoint and cover `Prim`).
-DIFFERENTIABLE = (
-    frozenset(ELEMENTWISE)
-    | frozenset(LINEAR_HELPERS)
-    | frozenset(CONVOLUTION)
-    | {
-        Prim.MAXIMUM,
-        Prim.MINIMUM,
-        Prim.WHERE,
-        Prim.MATMUL,
-        Prim.SUM,
-        Prim.MEAN,
-        Prim.MAX,
-        Prim.MIN,
-        Prim.LOGSUMEXP,
-        Prim.SOFTMAX,
-        Prim.LOG_SOFTMAX,
-        Prim.TRANSPOSE,
-        Prim.STACK,
-        Prim.FLOAT,
-        Prim.TREE_MAP,  # written out leaf by leaf (`expand_tree_map`): the calls of its function are differentiated
-        Prim.TREE_DOT,  # written out as a sum of `sum(a * b)` (`expand_tree_dot`)
-    }
-)
 
 
 class NotDifferentiable(Exception):
@@ -858,7 +802,7 @@ class FunctionBody:
         match self.values.get(atom.id):
             case ast.Call(func=func, args=(ast.Name() as w,), keywords=()) if self.active(w) and self.rank(w) == 2:
                 callee = self.type_of(func)
-                return w if isinstance(callee, PrimitiveRef) and callee.name == "transpose" else None
+                return w if isinstance(callee, PrimitiveRef) and callee.prim == Prim.TRANSPOSE else None
         return None
 
     def is_view(self, expr: ast.Expr) -> bool:
@@ -877,7 +821,7 @@ class FunctionBody:
                 return self.is_view(target) and all(isinstance(i, simple) for i in indices)
             case ast.Call(func=func, args=(x,), keywords=()):
                 callee = self.type_of(func)
-                return isinstance(callee, PrimitiveRef) and callee.name in VIEWS and self.is_view(x)
+                return isinstance(callee, PrimitiveRef) and callee.prim in VIEWS and self.is_view(x)
             case ast.Binary(op="+" | "-" | "*", lhs=a, rhs=b):  # integer arithmetic on sizes (`2 * n`)
                 t = self.type_of(expr)
                 integer = isinstance(t, TensorType) and t.rank == 0 and t.dtype in ("i32", "i64")
@@ -1262,7 +1206,7 @@ class FunctionBody:
                 product = ast.Binary("*", parts[0], parts[1], expr.span)
                 self.extra_types[id(product)] = first if part_types[1] == first else ANY
                 total = call("sum", product)
-                self.extra_types[id(total.func)] = PrimitiveRef("sum")
+                self.extra_types[id(total.func)] = PrimitiveRef(Prim.SUM)
                 self.extra_types[id(total)] = self.type_of(expr)
                 terms.append(total)
 
@@ -1450,8 +1394,7 @@ class FunctionBody:
     def call_operation(self, expr: ast.Call, env, sweep: Sweep) -> ast.Expr:
         callee = self.type_of(expr.func)
         if isinstance(callee, PrimitiveRef):
-            prim = BY_NAME[callee.name]
-            if prim in NON_DIFFERENTIABLE:
+            if callee.prim in NON_DIFFERENTIABLE:
                 return self.rename(expr, env)
             args = tuple(self.atom(a, env, sweep, "t") for a in expr.args)
             keywords = tuple(ast.Keyword(k.name, self.rename(k.value, env), k.span) for k in expr.keywords)
@@ -1884,79 +1827,34 @@ class FunctionBody:
         return self.type_of(index)
 
     def primitive_contributions(self, record: Op, rhs: ast.Call, d, r, span) -> list[tuple[ast.Expr, ast.Expr]]:
-        prim = BY_NAME[self.type_of_callee(rhs)]
-        if prim not in DIFFERENTIABLE:
-            raise NotDifferentiable(f"`{prim.value}` has no derivative rule", span)
-        signature = SIGNATURES[prim]
-        binding = bind(signature, len(rhs.args), [k.name for k in rhs.keywords])
-        values: dict[str, ast.Expr] = {}
-        names = [*signature.positional, *(n for n, _ in signature.optional)]
-        for param, source in zip(names, binding.fixed, strict=True):
-            if isinstance(source, int):
-                values[param] = rhs.args[source]
-            elif isinstance(source, str):
-                values[param] = next(k.value for k in rhs.keywords if k.name == source)
-        variadic = [rhs.args[i] for i in binding.variadic]
-        for (param, default), source in zip(signature.keywords, binding.keywords, strict=True):
-            values[param] = next(k.value for k in rhs.keywords if k.name == source) if source else literal(default)
-        x = values.get("x")
-        if prim in ELEMENTWISE:
-            return [(x, instantiate(ELEMENTWISE[prim], {"d": d, "r": r, "x": x}))]
-        if prim in (Prim.MAXIMUM, Prim.MINIMUM, Prim.WHERE):
-            bindings = {"d": d, "r": r, "a": values["a"], "b": values["b"], "condition": values.get("condition")}
-            rule_a, rule_b = BINARY[prim.value]
-            return [
-                (values["a"], self.fit(instantiate(rule_a, bindings), values["a"], record.original)),
-                (values["b"], self.fit(instantiate(rule_b, bindings), values["b"], record.original)),
-            ]
-        if prim == Prim.MATMUL:
-            return self.matmul(values["a"], values["b"], d, span)
-        if prim in (Prim.SUM, Prim.MEAN, Prim.MAX, Prim.MIN, Prim.LOGSUMEXP):
-            return [(x, self.reduction_adjoint(prim, x, values["axis"], values["keepdims"], d, r, span))]
-        if prim in (Prim.SOFTMAX, Prim.LOG_SOFTMAX):
-            axis = values["axis"]
-            if prim == Prim.SOFTMAX:
-                rule = ast.Binary(
-                    "*",
-                    r,
-                    ast.Binary("-", d, call("sum", ast.Binary("*", d, r), axis=axis, keepdims=ast.BoolLiteral(True))),
-                )
-            else:
-                rule = ast.Binary(
-                    "-", d, ast.Binary("*", call("exp", r), call("sum", d, axis=axis, keepdims=ast.BoolLiteral(True)))
-                )
-            return [(x, rule)]
-        if prim == Prim.TRANSPOSE:
-            if not variadic:
-                return [(x, call("transpose", d))]
-            perm = [a.value for a in variadic]
-            inverse = [perm.index(i) for i in range(len(perm))]
-            return [(x, call("transpose", d, *[ast.IntLiteral(i) for i in inverse]))]
-        if prim == Prim.STACK:
-            tensors = values["tensors"]
-            count = (
-                len(self.types[tensors.id].items)
-                if isinstance(self.types.get(getattr(tensors, "id", "")), TupleType)
-                else 0
-            )
-            axis = values["axis"].value if isinstance(values["axis"], ast.IntLiteral) else 0
-            if axis < 0:
-                axis += self.rank(r) if self.rank(r) is not None else 0
-            parts = [ast.Index(d, (*(ast.Slice(None, None, None),) * axis, ast.IntLiteral(i))) for i in range(count)]
-            return [(tensors, ast.TupleLiteral(tuple(parts)))]
-        if prim == Prim.FLOAT:
-            x_type = self.types.get(getattr(x, "id", ""))
-            dtype = x_type.dtype if isinstance(x_type, TensorType) else "f32"
-            return [(x, call("float", d, dtype=name(dtype)))]
-        if prim in LINEAR_HELPERS:
-            bindings = {"d": d, "r": r, **values, "k": values.get("axis", ast.IntLiteral(0))}
-            if prim == Prim.EXPAND_DIMS:
-                bindings["k"] = values["axis"]
-            return [(values[param], instantiate(rule, bindings)) for param, rule in LINEAR_HELPERS[prim].items()]
-        if prim in CONVOLUTION:
-            bindings = convolution_bindings(values, d, r)
-            return [(values[param], instantiate(rule, bindings)) for param, rule in CONVOLUTION[prim].items()]
-        raise NotDifferentiable(f"`{prim.value}` has no derivative rule", span)
+        """The contributions of a primitive's derivative, from its record: its templates instantiated, or the
+        rule this transform computes for it."""
+        primitive = PRIMITIVES[BY_NAME[self.type_of_callee(rhs)]]
+        values, variadic = bound_arguments(primitive, rhs)
+        match primitive.derivative:
+            case Templates(adjoints=adjoints, fitted=fitted):
+                bindings = self.template_bindings(primitive, values, d, r)
+                forms = self.reduction_forms(primitive, values, d, span) if primitive.prim in REDUCED else None
+                found = []
+                for param, source in adjoints:
+                    contribution = instantiate(source, bindings, forms)
+                    if fitted:
+                        contribution = self.fit(contribution, values[param], record.original)
+                    found.append((values[param], contribution))
+                return found
+            case Computed() if primitive.prim in COMPUTED:
+                return COMPUTED[primitive.prim](self, values, variadic, d, r, span)
+        raise NotDifferentiable(f"`{primitive.name}` has no derivative rule", span)
+
+    def template_bindings(self, primitive: Primitive, values: dict[str, ast.Expr], d, r) -> dict[str, ast.Expr]:
+        """What a template's names stand for: `d`, `r`, the arguments, and the static values `k` (the axis) and
+        `x_dtype`. A max pooling call without `stride=` strides by its window `size`."""
+        bindings = {"d": d, "r": r, **values, "k": values.get("axis") or ast.IntLiteral(0)}
+        x_type = self.types.get(getattr(values.get("x"), "id", ""))
+        bindings["x_dtype"] = name(x_type.dtype if isinstance(x_type, TensorType) else "f32")
+        if "size" in values and bindings.get("stride") is None:
+            bindings["stride"] = values["size"]
+        return bindings
 
     def type_of_callee(self, rhs: ast.Call) -> str:
         if isinstance(rhs.func, ast.Name):
@@ -1967,42 +1865,60 @@ class FunctionBody:
         t = self.types.get(getattr(atom, "id", ""))
         return t.rank if isinstance(t, TensorType) else None
 
-    def reduction_adjoint(self, prim: Prim, x, axis, keepdims, d, r, span) -> ast.Expr:
+    def reduction_forms(self, primitive: Primitive, values: dict[str, ast.Expr], d, span) -> dict[str, Callable]:
+        """The static forms of a reduction's templates for this call's `axis=` and `keepdims=`: `expand(v)` puts
+        a reduced value back in `x`'s rank, `total(v)` sums over the reduced elements keeping their axes, and
+        `count(x)` is how many elements each result reduces."""
+        x, axis, keepdims = values["x"], values["axis"], values["keepdims"]
         rank = self.rank(x)
         kept = isinstance(keepdims, ast.BoolLiteral) and keepdims.value
         if isinstance(axis, ast.Unary) and isinstance(axis.operand, ast.IntLiteral):
             axis = ast.IntLiteral(-axis.operand.value)
         whole = axis is None or (isinstance(axis, ast.Name) and axis.id == "none")
         if rank is None and not (whole or kept):
-            raise NotDifferentiable(f"`grad` needs the rank of the argument of `{prim.value}`", span)
+            raise NotDifferentiable(f"`grad` needs the rank of the argument of `{primitive.name}`", span)
         known = rank is not None
         rank = rank if rank is not None else 1
         if not whole and not isinstance(axis, ast.IntLiteral):
-            raise NotDifferentiable(f"`grad` needs `{prim.value}`'s `axis=` as a literal integer", span)
+            raise NotDifferentiable(f"`grad` needs `{primitive.name}`'s `axis=` as a literal integer", span)
         k = None if whole else axis.value % max(rank, 1) if known else axis.value
 
         def expand(value: ast.Expr) -> ast.Expr:
             return value if whole or kept or rank == 0 else call("expand_dims", value, ast.IntLiteral(k))
 
-        spread = ast.Binary("+", call("zeros_like", x), expand(d))
-        if prim == Prim.SUM:
-            return spread
-        if prim == Prim.MEAN:
-            count = (
-                call("float", call("len", call("reshape", x, ast.Unary("-", ast.IntLiteral(1)))))
+        def total(value: ast.Expr) -> ast.Expr:
+            return (
+                call("sum", value)
                 if whole
-                else call("float", ast.Index(call("shape", x), (ast.IntLiteral(k),)))
+                else call("sum", value, axis=ast.IntLiteral(k), keepdims=ast.BoolLiteral(True))
             )
-            return ast.Binary("/", spread, count)
-        if prim == Prim.LOGSUMEXP:
-            return ast.Binary("*", expand(d), call("exp", ast.Binary("-", x, expand(r))))
-        # max and min: ties share the gradient evenly
-        hit = ast.Binary("==", x, expand(r))
-        ones = call("where", hit, ast.FloatLiteral(1.0), ast.FloatLiteral(0.0))
-        counted = (
-            call("sum", ones) if whole else call("sum", ones, axis=ast.IntLiteral(k), keepdims=ast.BoolLiteral(True))
-        )
-        return call("where", hit, ast.Binary("/", expand(d), counted), call("zeros_like", x))
+
+        def count(value: ast.Expr) -> ast.Expr:
+            if whole:
+                return call("float", call("len", call("reshape", value, ast.Unary("-", ast.IntLiteral(1)))))
+            return call("float", ast.Index(call("shape", value), (ast.IntLiteral(k),)))
+
+        return {"expand": expand, "total": total, "count": count}
+
+    def transpose_adjoint(self, values, variadic, d, r, span) -> list[tuple[ast.Expr, ast.Expr]]:
+        if not variadic:
+            return [(values["x"], call("transpose", d))]
+        perm = [a.value for a in variadic]
+        inverse = [perm.index(i) for i in range(len(perm))]
+        return [(values["x"], call("transpose", d, *[ast.IntLiteral(i) for i in inverse]))]
+
+    def stack_adjoint(self, values, variadic, d, r, span) -> list[tuple[ast.Expr, ast.Expr]]:
+        tensors = values["tensors"]
+        items = self.types.get(getattr(tensors, "id", ""))
+        count = len(items.items) if isinstance(items, TupleType) else 0
+        axis = values["axis"].value if isinstance(values["axis"], ast.IntLiteral) else 0
+        if axis < 0:
+            axis += self.rank(r) if self.rank(r) is not None else 0
+        parts = [ast.Index(d, (*(ast.Slice(None, None, None),) * axis, ast.IntLiteral(i))) for i in range(count)]
+        return [(tensors, ast.TupleLiteral(tuple(parts)))]
+
+    def matmul_call(self, values, variadic, d, r, span) -> list[tuple[ast.Expr, ast.Expr]]:
+        return self.matmul(values["a"], values["b"], d, span)
 
     def matmul(self, a: ast.Expr, b: ast.Expr, d: ast.Expr, span: Span) -> list[tuple[ast.Expr, ast.Expr]]:
         """The adjoints of `a @ b`'s operands; the narrower operand of an f32 @ f64 gets its own dtype back."""
@@ -2052,6 +1968,36 @@ class FunctionBody:
         raise NotDifferentiable(f"`grad` has no rule for `@` of rank {ra} and rank {rb} tensors", span)
 
 
+# The reductions whose templates use the static forms `expand`, `total` and `count` (`reduction_forms`).
+REDUCED = frozenset({Prim.SUM, Prim.MEAN, Prim.MAX, Prim.MIN, Prim.LOGSUMEXP})
+# The derivatives this transform computes in code (`Computed` in their records); `tree_map` and `tree_dot` are
+# written out before differentiation (`expand_tree_map`, `expand_tree_dot`), so they never reach a rule.
+COMPUTED = {
+    Prim.MATMUL: FunctionBody.matmul_call,
+    Prim.TRANSPOSE: FunctionBody.transpose_adjoint,
+    Prim.STACK: FunctionBody.stack_adjoint,
+}
+EXPANDED = frozenset({Prim.TREE_MAP, Prim.TREE_DOT})
+
+
+def bound_arguments(primitive: Primitive, rhs: ast.Call) -> tuple[dict[str, ast.Expr], list[ast.Expr]]:
+    """A call's arguments by parameter name (a keyword left out: its default, as a literal), and its variadic
+    tail."""
+    signature = primitive.signature
+    binding = bind(signature, len(rhs.args), [k.name for k in rhs.keywords])
+    given = {k.name: k.value for k in rhs.keywords}
+    values: dict[str, ast.Expr] = {}
+    names = [*signature.positional, *(n for n, _ in signature.optional)]
+    for param, source in zip(names, binding.fixed, strict=True):
+        if isinstance(source, int):
+            values[param] = rhs.args[source]
+        elif isinstance(source, str):
+            values[param] = given[source]
+    for (param, default), source in zip(signature.keywords, binding.keywords, strict=True):
+        values[param] = given[source] if source else literal(default)
+    return values, [rhs.args[i] for i in binding.variadic]
+
+
 def is_call(expr: ast.Expr, function: str) -> bool:
     return isinstance(expr, ast.Call) and isinstance(expr.func, ast.Name) and expr.func.id == function
 
@@ -2084,7 +2030,7 @@ def is_tensor_index(t: Type) -> bool:
 
 
 # The primitives that look at a value without computing: their results are taken again, not kept.
-VIEWS = {"transpose", "shape", "len"}
+VIEWS = frozenset({Prim.TRANSPOSE, Prim.SHAPE, Prim.LEN})
 
 
 def kept_or_made(
@@ -2400,15 +2346,15 @@ def free_names(stmt) -> set[str]:
     return {node.id for node in walk(stmt) if isinstance(node, ast.Name)}
 
 
-# Calls never dropped, even when nothing reads their result: lang/primitives.py EFFECTS (`save` writes a file).
-EFFECTS = {"print", "assert", "save"}
+# Calls never dropped, even when nothing reads their result: the effects (`save` writes a file).
+EFFECT_NAMES = frozenset(prim.value for prim in EFFECTS)
 
 
 def prune(stmts: list[ast.Stmt], effectful: frozenset[str] = frozenset()) -> list[ast.Stmt]:
     """Drop `let`s of values nothing reads (the forward values the backward sweep does not need), and
     copies: `let a = b` of names never assigned again makes `a` another name for `b`. Calls of the
     functions named in `effectful` (which print or assert) stay."""
-    pure = lambda expr: not calls_any(expr, EFFECTS | effectful)  # noqa: E731
+    pure = lambda expr: not calls_any(expr, EFFECT_NAMES | effectful)  # noqa: E731
     stmts = propagate_copies(stmts)
     while True:
         reads = read_elsewhere(stmts)

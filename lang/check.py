@@ -22,10 +22,9 @@ from dataclasses import dataclass, field, replace
 from dl.lang import ast
 from dl.lang.diagnostics import Diagnostic, DiagnosticError, Label, Span, error, warning
 from dl.lang.modules import Program
-from dl.lang.primitives import BY_NAME, SIGNATURES, TRANSFORMS, BindingError, Prim, bind, closest
+from dl.lang.primitives import BY_NAME, PRIMITIVES, TRANSFORMS, BindingError, Primitive, bind, closest
 from dl.lang.printer import print_expr
 from dl.lang.shapes import (
-    RULES,
     Argument,
     ShapeError,
     arithmetic,
@@ -909,9 +908,9 @@ class Checker:
         if isinstance(value, GradientRef):
             return self.gradient_type(value, args, span)
         if isinstance(value, PrimitiveRef):
-            prim = BY_NAME[value.name]
+            primitive = PRIMITIVES[value.prim]
             try:
-                binding = bind(SIGNATURES[prim], len(args), [])
+                binding = bind(primitive.signature, len(args), [])
             except BindingError as problem:
                 self.report(
                     error("E0301", f"`{value.name}` cannot be called with {len(args)} arguments: {problem}", span)
@@ -923,7 +922,7 @@ class Checker:
             arguments.extend(Argument(args[i]) for i in binding.variadic)
             arguments.extend(Argument(ANY, None, given=False) for _ in binding.keywords)
             try:
-                return RULES[prim](arguments)
+                return primitive.rule(arguments)
             except ShapeError as problem:
                 self.report(
                     error(problem.code, f"`{value.name}` cannot take {', '.join(map(str, args))}: {problem}", span)
@@ -1077,7 +1076,7 @@ class Checker:
         if expr.id in info.imports:
             return ModuleType(info.imports[expr.id])
         if expr.id in BY_NAME:
-            return PrimitiveRef(expr.id)
+            return PrimitiveRef(BY_NAME[expr.id])
         if expr.id in TRANSFORMS:
             return TransformRef(expr.id)
         if expr.id in DTYPES:
@@ -1151,8 +1150,8 @@ class Checker:
         match callee:
             case AnyType():
                 return ANY
-            case PrimitiveRef(name=name):
-                return self.primitive_call(BY_NAME[name], expr, args, keywords)
+            case PrimitiveRef(prim=prim):
+                return self.primitive_call(PRIMITIVES[prim], expr, args, keywords)
             case FunctionRef(key=key):
                 return self.user_call(self.functions[key], expr, args, keywords)
             case TransformRef(name=name):
@@ -1266,14 +1265,14 @@ class Checker:
         gradient = TupleType(tuple(gradients)) if isinstance(ref.wrt, tuple) else gradients[0]
         return TupleType((strong(result), gradient)) if ref.with_value else gradient
 
-    def primitive_call(self, prim: Prim, expr: ast.Call, args: list[Type], keywords: dict[str, Type]) -> Type:
-        signature = SIGNATURES[prim]
+    def primitive_call(self, primitive: Primitive, expr: ast.Call, args: list[Type], keywords: dict[str, Type]) -> Type:
+        signature, name = primitive.signature, primitive.name
         try:
             binding = bind(signature, len(args), list(keywords))
         except BindingError as problem:
             notes = (f"help: did you mean `{problem.suggestion}`?",) if problem.suggestion else ()
             span = next((k.span for k in expr.keywords if k.name == problem.keyword), expr.span)
-            self.report(error("E0206", f"in call to `{prim.value}`: {problem}", span, notes=notes))
+            self.report(error("E0206", f"in call to `{name}`: {problem}", span, notes=notes))
             return ANY
         nodes = {k.name: k.value for k in expr.keywords}
         arguments: list[Argument] = []
@@ -1282,22 +1281,23 @@ class Checker:
             arguments.append(self.argument(source, args, keywords, expr, nodes))
         arguments.extend(self.argument(index, args, keywords, expr, nodes) for index in binding.variadic)
         arguments.extend(self.argument(source, args, keywords, expr, nodes) for source in binding.keywords)
-        if prim == Prim.TREE_MAP and arguments:
-            arguments[0] = replace(arguments[0], apply=self.applier(arguments[0].type, expr.span))
+        for position in primitive.positions(primitive.functions):
+            arguments[position] = replace(arguments[position], apply=self.applier(arguments[position].type, expr.span))
         try:
-            result = RULES[prim](arguments)
+            result = primitive.rule(arguments)
         except ShapeError as problem:
             self.report(
                 error(
                     problem.code,
-                    str(problem) if prim.value in str(problem) else f"`{prim.value}`: {problem}",
+                    str(problem) if name in str(problem) else f"`{name}`: {problem}",
                     problem.at or expr.span,
                     problem.label,
                     notes=problem.notes,
                 )
             )
             return ANY
-        values = [(expr.args[i], args[i]) for i in VALUE_ARGUMENTS.get(prim, ()) if i < len(expr.args)]
+        operands = primitive.positions(primitive.operands or ())
+        values = [(expr.args[i], args[i]) for i in operands if i < len(expr.args)]
         self.coerce_operands(result, values)
         return result
 
@@ -1761,7 +1761,6 @@ def depends_on_types(code: str) -> bool:
 
 # The arguments of these primitives that combine into the result's values (not axes or sizes):
 # a literal there takes the result's dtype, as it does with an operator.
-VALUE_ARGUMENTS = {Prim.MAXIMUM: (0, 1), Prim.MINIMUM: (0, 1), Prim.WHERE: (1, 2), Prim.MATMUL: (0, 1)}
 
 INTEGER_FOLDS = {
     "+": lambda a, b: a + b,

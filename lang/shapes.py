@@ -1,9 +1,9 @@
 """Shape algebra and the checker's rule for every primitive.
 
 `broadcast`, `promote`, `matmul_shape` work on symbolic dimensions (lang/types.py).
-`RULES` maps each `Prim` to a function computing the result type of a call from
-the argument types (and the argument expressions, for static values such as
-`axis=1` or `reshape(x, 2, 3)`). A rule raises `ShapeError` with a message in
+Each primitive's record (lang/primitives.py) holds its rule from here: a function computing
+the result type of a call from the argument types (and the argument expressions, for static
+values such as `axis=1` or `reshape(x, 2, 3)`). A rule raises `ShapeError` with a message in
 the user's terms; the checker turns it into a diagnostic at the call.
 """
 
@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from math import prod
 
 from dl.lang.diagnostics import Span
-from dl.lang.primitives import Prim
 from dl.lang.types import (
     ANY,
     BOOL,
@@ -1184,81 +1183,3 @@ def progress_rule(args: list[Argument]) -> Type:
     if args[2].given and not isinstance(args[2].type, (StrType, AnyType)):
         raise ShapeError("E0301", f"`progress` takes its label as a string, found {args[2].type}", at=args[2].span)
     return UNIT
-
-
-RULES: dict[Prim, Rule] = {
-    Prim.EXP: elementwise("exp"),
-    Prim.LOG: elementwise("log"),
-    Prim.SQRT: elementwise("sqrt"),
-    Prim.TANH: elementwise("tanh"),
-    Prim.SIGMOID: elementwise("sigmoid"),
-    Prim.RELU: elementwise("relu", floats_only=False),
-    Prim.ABS: elementwise("abs", floats_only=False),
-    Prim.SIN: elementwise("sin"),
-    Prim.COS: elementwise("cos"),
-    Prim.MAXIMUM: pairwise("maximum"),
-    Prim.MINIMUM: pairwise("minimum"),
-    Prim.WHERE: where_rule,
-    Prim.SUM: reduction("sum"),
-    Prim.MEAN: reduction("mean", averages=True),
-    Prim.MAX: reduction("max"),
-    Prim.MIN: reduction("min"),
-    Prim.ARGMAX: reduction("argmax", result_dtype="i64"),
-    Prim.ARGMIN: reduction("argmin", result_dtype="i64"),
-    Prim.LOGSUMEXP: reduction("logsumexp", floats_only=True),
-    Prim.SOFTMAX: softmax_rule("softmax"),
-    Prim.LOG_SOFTMAX: softmax_rule("log_softmax"),
-    Prim.MATMUL: matmul_rule,
-    Prim.TRANSPOSE: transpose_rule,
-    Prim.RESHAPE: reshape_rule,
-    Prim.CONCAT: concat_rule,
-    Prim.STACK: stack_rule,
-    Prim.BROADCAST_TO: broadcast_to_rule,
-    Prim.GATHER: gather_rule,
-    Prim.ONE_HOT: one_hot_rule,
-    Prim.ZEROS: make_creation("zeros", 0),
-    Prim.ONES: make_creation("ones", 0),
-    Prim.FULL: make_creation("full", 1),
-    Prim.ARANGE: arange_rule,
-    Prim.RANDN: make_creation("randn", 1, floats_only=True),
-    Prim.RAND: make_creation("rand", 1, floats_only=True),
-    Prim.SHAPE: shape_rule,
-    Prim.LEN: len_rule,
-    Prim.FLOAT: float_rule,
-    Prim.INT: int_rule,
-    Prim.ASSERT: assert_rule,
-    Prim.PRINT: print_rule,
-    Prim.ZEROS_LIKE: zeros_like_rule,
-    Prim.UNBROADCAST: unbroadcast_rule,
-    Prim.RESHAPE_LIKE: reshape_like_rule,
-    Prim.EXPAND_DIMS: expand_dims_rule,
-    Prim.SCATTER_ADD: scatter_add_rule,
-    Prim.SPLIT_LIKE: split_like_rule,
-    Prim.TREE_ADD: tree_add_rule,
-    Prim.TAPE: tape_rule,
-    Prim.PUSH: push_rule,
-    Prim.POP: pop_rule,
-    Prim.TREE_MAP: tree_map_rule,
-    Prim.TREE_DOT: tree_dot_rule,
-    # data
-    Prim.DIGITS: digits_rule,
-    Prim.PERMUTATION: permutation_rule,
-    Prim.BATCHES: batches_rule,
-    Prim.LOAD_CSV: load_csv_rule,
-    Prim.LOAD_NPZ: load_npz_rule,
-    Prim.TEXT_CORPUS: text_corpus_rule,
-    Prim.CHARS: chars_rule,
-    # metrics and progress
-    Prim.LOG_METRIC: log_metric_rule,
-    Prim.PROGRESS: progress_rule,
-    # checkpoints
-    Prim.SAVE: save_rule,
-    Prim.LOAD: load_rule,
-    # convolution
-    Prim.CONV2D: conv2d_rule,
-    Prim.MAX_POOL2D: max_pool2d_rule,
-    Prim.CONV2D_INPUT_GRAD: conv2d_input_grad_rule,
-    Prim.CONV2D_WEIGHT_GRAD: conv2d_weight_grad_rule,
-    Prim.MAX_POOL2D_GRAD: max_pool2d_grad_rule,
-    Prim.MAX_POOL2D_GATHER: max_pool2d_gather_rule,
-}

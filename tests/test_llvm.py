@@ -280,7 +280,8 @@ fn main() { print(square(3.0), norm(ones(3)), swap(Pair { a: 1.0, b: 2.0 }).a, t
         # after the run: each function compiled when called, with the layouts it was called with
         f"{path}: `swap`(Pair) compiled",
         f"{path}: `twice`(f32) compiled",
-        f"{path}: `main`() interpreted: it calls `print`, which compiled code does not do yet (at {path}:7:13)",
+        f"{path}: `main`() interpreted: it calls `print`, which compiled code does not do: printing is host work, "
+        f"and compiled code does not call back into Python (at {path}:7:13)",
     ]
 
 

@@ -19,7 +19,7 @@ import test_data
 from dl.interp.primitives import IMPLEMENTATIONS
 from dl.interp.runtime import BINARY, UNARY
 from dl.lang.diagnostics import DiagnosticError
-from dl.lang.primitives import SIGNATURES, Prim
+from dl.lang.primitives import PRIMITIVES, Prim
 from dlharness import dl_error, dl_eval, dl_main, dl_run, dl_value, dtype_of
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -1934,7 +1934,7 @@ UNARY_OPERATOR_TESTS: dict[str, tuple[str, ...]] = {"-": ("test_unary_operators"
 
 def test_every_primitive_has_signature_implementation_and_tests() -> None:
     everything = set(Prim)
-    assert set(SIGNATURES) == everything, f"missing signatures: {everything - set(SIGNATURES)}"
+    assert set(PRIMITIVES) == everything, f"missing records: {everything - set(PRIMITIVES)}"
     assert set(IMPLEMENTATIONS) == everything, f"missing implementations: {everything - set(IMPLEMENTATIONS)}"
     assert set(PRIM_TESTS) == everything, (
         f"primitives without tests: {everything - set(PRIM_TESTS)}; stale entries: {set(PRIM_TESTS) - everything}"
