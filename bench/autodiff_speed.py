@@ -61,8 +61,8 @@ import numpy as np
 import torch
 from dl import pipeline
 from dl.interp.run import compile_program
-from dl.interp.runtime import invoke
-from dl.interp.values import StructValue
+from dl.runtime.calls import invoke
+from dl.runtime.values import StructValue
 
 try:  # JAX is optional: measured only where it is installed
     import jax

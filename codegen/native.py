@@ -1,11 +1,11 @@
-"""The bridge between the interpreter and native code: `compile_program(typed) -> Backend`.
+"""The bridge between the fallback backend and native code: `compile_program(typed) -> Compiled`.
 
-Lowers what it can (codegen/lower.py), JIT-compiles it (codegen/llvm.py), and gives the interpreter one
-body per compiled function (`Backend.bodies`, by id of the `FnDecl`): it converts the DL scalars in the
-frame (np.float64, np.float32, int, bool) to C values, calls the native function through ctypes and
-converts the result back. The interpreter runs every other function, and calls compiled ones through
-these bodies; compiled functions call each other directly. A failure reported by native code becomes the
-interpreter's diagnostic for the same mistake.
+Lowers what it can (codegen/lower.py), JIT-compiles it (codegen/llvm.py), and gives the fallback backend
+(the interpreter, through runtime/backend.py) one `CompiledBody` per compiled function (`Compiled.bodies`,
+by id of the `FnDecl`): it converts the DL scalars in the frame (np.float64, np.float32, int, bool) to C
+values, calls the native function through ctypes and converts the result back. The fallback runs every
+other function, and calls compiled ones through these bodies; compiled functions call each other
+directly. A failure reported by native code becomes the interpreter's diagnostic for the same mistake.
 """
 
 from __future__ import annotations
@@ -22,9 +22,12 @@ from dl.codegen.cache import cache_directory
 from dl.codegen.llvm import INTERRUPTED, Native, compile_functions
 from dl.codegen.lower import Lowered, lower
 from dl.codegen.specialize import NUMPY_DTYPES
-from dl.interp.runtime import RETURN, STACK, Function, RunError, fail, recursion_error
-from dl.interp.values import format_value
 from dl.lang.check import Typed
+from dl.runtime.backend import CompiledBody, Step, StructTypes
+from dl.runtime.calls import RETURN, Function
+from dl.runtime.errors import STACK, RunError, fail, recursion_error
+from dl.runtime.interrupts import on_interrupt
+from dl.runtime.values import format_value
 
 C_TYPES = {
     "f64": ctypes.c_double,
@@ -38,11 +41,21 @@ TO_C = {"f64": float, "f32": float, "i64": int, "i32": int, "bool": bool}
 FROM_C = {"f64": np.float64, "f32": np.float32, "i64": int, "i32": np.int32, "bool": bool, "unit": lambda _: ()}
 
 
-@dataclass
-class Backend:
-    """Native bodies for the interpreter, and what was compiled or not, and why."""
+@dataclass(frozen=True)
+class Replacing:
+    """A body compiled whole: it replaces the fallback's."""
 
-    bodies: dict[int, Callable[[list], Any]]
+    step: Step
+
+    def around(self, fallback: Step, structs: StructTypes) -> Step:
+        return self.step
+
+
+@dataclass
+class Compiled:
+    """Native bodies for the fallback backend, and what was compiled or not, and why."""
+
+    bodies: dict[int, CompiledBody]
     lowered: Lowered
     native: Native | None
     cached: bool = True  # whether the compile cache was used (looked in, and written on a miss)
@@ -81,7 +94,7 @@ class Backend:
         return "\n".join(lines)
 
 
-def compile_program(typed: Typed, cache: bool = True) -> Backend:
+def compile_program(typed: Typed, cache: bool = True) -> Compiled:
     """Compile every function the lowering accepts; the others stay with the interpreter. With `cache`,
     object code is looked up in (and stored to) the compile cache (codegen/cache.py)."""
     lowered = lower(typed)
@@ -91,15 +104,15 @@ def compile_program(typed: Typed, cache: bool = True) -> Backend:
             lowered.specialised.add(key)
             bodies[key] = SpecialisingBody(typed, decl, path, cache)
     if not lowered.functions:
-        return Backend(bodies, lowered, None, cache)
+        return Compiled(bodies, lowered, None, cache)
     directory = cache_directory() if cache else None
     native = compile_functions(list(lowered.functions.values()), cache=directory)
     LIVE.add(native)
-    bodies.update({key: native_body(function, native) for key, function in lowered.functions.items()})
-    return Backend(bodies, lowered, native, cache)
+    bodies.update({key: Replacing(native_body(function, native)) for key, function in lowered.functions.items()})
+    return Compiled(bodies, lowered, native, cache)
 
 
-def kernel_bodies(lowered: Lowered) -> dict[int, Callable[[list], Any]]:
+def kernel_bodies(lowered: Lowered) -> dict[int, CompiledBody]:
     """Bodies calling the fused elementwise loops (codegen/fusion.py); not cached: they compile in ms."""
     if not lowered.kernels:
         return {}
@@ -112,7 +125,7 @@ def kernel_bodies(lowered: Lowered) -> dict[int, Callable[[list], Any]]:
             lowered.refused[key] = f"fusion: LLVM could not compile the loop ({str(problem).splitlines()[0]})"
             del lowered.kernels[key]
         return {}
-    return {key: kernel_body(kernel, compiled) for key, kernel in lowered.kernels.items()}
+    return {key: Replacing(kernel_body(kernel, compiled)) for key, kernel in lowered.kernels.items()}
 
 
 def kernel_body(kernel, compiled) -> Callable[[list], Any]:
@@ -168,9 +181,12 @@ LIVE: weakref.WeakSet = weakref.WeakSet()  # compiled modules, whose `dl.interru
 
 
 def interrupt_compiled_code() -> None:
-    """Ctrl-C: every compiled loop stops at its next iteration (the interpreter calls this)."""
+    """Ctrl-C: every compiled loop stops at its next iteration (called through runtime/interrupts.py)."""
     for native in list(LIVE):
         ctypes.c_int64.from_address(native.interrupt_address).value = 1
+
+
+on_interrupt(interrupt_compiled_code)
 
 
 def stopped(native: Native) -> None:
@@ -256,22 +272,22 @@ def tensor_target():
 
 
 class Structs:
-    """The interpreter's struct types, for struct values built in compiled code."""
+    """The fallback backend's struct types, for struct values built in compiled code."""
 
-    def __init__(self, states) -> None:
-        self.states = states
+    def __init__(self, lookup: StructTypes | None) -> None:
+        self.lookup = lookup
         self.seen: dict[int, object] = {}
 
     def kind(self, key: int) -> object:
         return self.seen[key]
 
     def declared(self, path: str, name: str) -> object:
-        state = self.states.get(path) if self.states is not None else None
-        if state is None or name not in state.structs:
+        found = self.lookup(path, name) if self.lookup is not None else None
+        if found is None:
             from dl.codegen.lower import Unsupported
 
-            raise Unsupported(f"struct `{name}` is not known to the interpreter")
-        return state.structs[name]
+            raise Unsupported(f"struct `{name}` is not known to the backend running the program")
+        return found
 
 
 @dataclass
@@ -293,7 +309,7 @@ class Specialisation:
 
 class SpecialisingBody:
     """The body of a function compiled per argument layout (codegen/specialize.py), falling back to the
-    interpreter's body for layouts it cannot compile. `around(interpreted, states)` gives the body."""
+    backend's own body for layouts it cannot compile. `around(fallback, structs)` gives the body."""
 
     def __init__(self, typed: Typed, decl, path: str, cache: bool) -> None:
         self.typed, self.decl, self.path, self.cache = typed, decl, path, cache
@@ -302,8 +318,8 @@ class SpecialisingBody:
         self.structs: Structs | None = None
         self.static: set[int] = set()  # positions of integer parameters compiled in (shapes depend on them)
 
-    def around(self, interpreted: Callable, states) -> Callable:
-        self.structs = Structs(states)
+    def around(self, fallback: Step, structs: StructTypes) -> Step:
+        self.structs = Structs(structs)
         count = len(self.decl.params)
 
         seen = self.structs.seen
@@ -330,7 +346,7 @@ class SpecialisingBody:
                     self.reasons[layout] = f"more than {MAX_LAYOUTS} argument layouts"
                 self.compiled[layout] = entry
             if entry is None:
-                return interpreted(frame)
+                return fallback(frame)
             frame[0] = self.run(entry, leaves)
             return RETURN
 
@@ -534,7 +550,7 @@ def layout_leaves(layout: tuple):
 
 
 def build_result(layout: tuple, cells: dict, outputs: dict) -> object:
-    from dl.interp.values import StructValue
+    from dl.runtime.values import StructValue
 
     kind = layout[0]
     if kind == "tensor":

@@ -34,10 +34,9 @@ from dl.codegen.specialize import (
     reduction_shape,
     view,
 )
-from dl.interp.dispatch import failure_message
-from dl.interp.primitives import PrimitiveError
 from dl.lang.diagnostics import Span
 from dl.lang.primitives import FLOAT_MATH, PRIMITIVES, Prim, Support
+from dl.runtime.errors import PrimitiveError, failure_message
 
 
 def bind(prim: Prim, args: list, keywords: dict, span: Span) -> dict:

@@ -1845,7 +1845,7 @@ def annotation_fits(value: object, expected: object, bindings: dict[str, int], s
     """Check an annotation the checker left to run time, on the shapes known now (the interpreter's own
     check, given values of the right dtypes and shapes); a mismatch leaves the call to the interpreter,
     which reports it."""
-    from dl.interp.conform import conforms
+    from dl.runtime.conform import conforms
 
     problem = conforms(stand_in(value), expected, bindings)
     if problem is not None:

@@ -6,12 +6,12 @@ re-implements a step.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from dl import lang
-from dl.interp import run as interpreter
 from dl.lang import autodiff
 from dl.lang.autodiff import differentiate
 from dl.lang.check import Typed
@@ -19,6 +19,7 @@ from dl.lang.check import check as check_program
 from dl.lang.diagnostics import DiagnosticError, SourceMap
 from dl.lang.modules import Program, load_program, read_source
 from dl.lang.types import ANY, TensorType, TupleType, Type
+from dl.runtime.backend import Backend, Options, Prepared
 
 
 def load(path: str, source: str | None = None, sources: SourceMap | None = None) -> Program:
@@ -55,6 +56,24 @@ def check_file(path: str, sources: SourceMap) -> Typed:
     return typed
 
 
+# The backends by name, each a module with a `BACKEND` (runtime/backend.py); imported when first asked for, so
+# that a program run on the interpreter never loads llvmlite.
+BACKENDS = {"interp": "dl.interp.run", "llvm": "dl.codegen.backend"}
+
+
+def backend(name: str) -> Backend:
+    """The backend called `name`. Raises `ValueError` for a name not in `BACKENDS`."""
+    if name not in BACKENDS:
+        raise ValueError(f"unknown backend {name!r}")
+    return importlib.import_module(BACKENDS[name]).BACKEND
+
+
+def on_backend(name: str, typed: Typed, cache: bool = True) -> Prepared:
+    """The checked program prepared on backend `name`; a compiling backend falls back on the interpreter."""
+    fallback = backend("interp") if name != "interp" else None
+    return backend(name).prepare(typed, Options(cache=cache, fallback=fallback))
+
+
 def run(
     program: Program,
     args: list[str],
@@ -68,30 +87,24 @@ def run(
     `llvm` compiles every function it can to native code (codegen/) and interprets the rest; `explain`
     is then given a report of which functions were compiled and why the others were not. `cache`: the
     llvm backend reuses native code from the on-disk compile cache (codegen/cache.py), and stores it there."""
-    if backend not in ("interp", "llvm"):
-        raise ValueError(f"unknown backend {backend!r}")
     if typed is None:
         program, typed = prepare(program)
-    if backend == "interp":
-        return interpreter.run(program, args, typed)
-    from dl.codegen import native  # imported here: llvmlite is only needed by this backend
-
-    compiled = native.compile_program(typed, cache)
-    if explain is not None:
-        explain(compiled.explanation())
+    prepared = on_backend(backend, typed, cache)
+    if explain is not None and prepared.plan():
+        explain(prepared.plan())
     try:
-        return interpreter.run(program, args, typed, compiled.bodies)
+        return prepared.run(args)
     finally:
-        if explain is not None and compiled.specialisations():
-            explain(compiled.specialisations())
+        if explain is not None and prepared.outcome():
+            explain(prepared.outcome())
 
 
-def call(program: Program, name: str, args: list, typed: Typed | None = None) -> Any:
+def call(program: Program, name: str, args: list, typed: Typed | None = None, backend: str = "interp") -> Any:
     """Call function `name` of the program's entry module with Python values (numpy arrays, numbers,
-    tuples) on the interpreter; the program is checked first unless `typed` is given."""
+    tuples) on `backend`; the program is checked first unless `typed` is given."""
     if typed is None:
         program, typed = prepare(program, ((name, tuple(value_type(a) for a in args)),))
-    return interpreter.call(program, name, args, typed)
+    return on_backend(backend, typed).call(name, args)
 
 
 def value_type(value: Any) -> Type:

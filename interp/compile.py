@@ -14,35 +14,29 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-from dl.interp.conform import conforms
 from dl.interp.dispatch import Argument, Primitive, call_primitive, primitive_step
-from dl.interp.primitives import I64_LIMIT, PrimitiveError, as_array, is_number_or_tensor, scalar
-from dl.interp.runtime import (
+from dl.interp.operators import (
     BINARY,
-    BREAK,
     COMPARISONS,
-    CONTINUE,
     FUNCTIONS,
-    RETURN,
     UNARY,
-    DeepRecursion,
-    Function,
-    RunError,
     complete_arguments,
-    fail,
     integer_function,
-    invoke,
     is_bool_scalar,
-    recursion_error,
     with_literal,
 )
-from dl.interp.values import DTYPES, Cell, ModuleValue, StructType, StructValue, describe
+from dl.interp.primitives import I64_LIMIT, as_array, is_number_or_tensor, scalar
 from dl.lang import ast
 from dl.lang.check import CallCheck, RuntimeCheck, Typed
 from dl.lang.diagnostics import Diagnostic, DiagnosticError, Span, error
 from dl.lang.modules import Program
 from dl.lang.primitives import BY_NAME, PRIMITIVES, BindingError, Prim, bind, closest
 from dl.lang.types import TensorType, Type
+from dl.runtime.backend import CompiledBody
+from dl.runtime.calls import BREAK, CONTINUE, RETURN, Function, invoke
+from dl.runtime.conform import conforms
+from dl.runtime.errors import DeepRecursion, PrimitiveError, RunError, fail, recursion_error
+from dl.runtime.values import DTYPES, Cell, ModuleValue, StructType, StructValue, describe
 
 Step = Callable[[list], Any]
 
@@ -128,10 +122,20 @@ class ModuleState:
 class Compiler:
     """Compiles every module of a program; `diagnostics` collects what went wrong."""
 
-    def __init__(self, program: Program, typed: Typed | None = None, native: dict[int, Step] | None = None) -> None:
+    def __init__(
+        self,
+        program: Program,
+        typed: Typed | None = None,
+        bodies: dict[int, CompiledBody] | None = None,
+        constants: dict[int, tuple[ast.Const, Any]] | None = None,
+    ) -> None:
         self.program = program
-        # Bodies compiled to native code (codegen/native.py), by id of their `FnDecl`: they replace ours.
-        self.native: dict[int, Step] = native or {}
+        # Bodies another backend compiled (runtime/backend.py), by id of their `FnDecl`: they run in place of
+        # ours, falling back on ours for what they do not run.
+        self.bodies: dict[int, CompiledBody] = bodies or {}
+        # Module constants' values by id of their declaration, kept from one compilation to the next (the
+        # REPL evaluates `const w = randn(3)` or a data set loaded into a constant once, not at every entry).
+        self.constants = constants if constants is not None else {}
         self.states: dict[str, ModuleState] = {}
         self.diagnostics: list[Diagnostic] = []
         self.state: ModuleState | None = None
@@ -189,9 +193,14 @@ class Compiler:
             case ast.FnDecl(name=name):
                 state.cells[name].value = self.function(decl, None)[0]
             case ast.Const(name=name, value=value):
+                kept = self.constants.get(id(decl))
+                if kept is not None and kept[0] is decl:
+                    state.cells[name].value = kept[1]
+                    return
                 step = self.expression(value, Scope(FunctionScope(None)))
                 try:
                     state.cells[name].value = step([None])
+                    self.constants[id(decl)] = (decl, state.cells[name].value)
                 except RunError as failure:
                     self.diagnostics.append(failure.diagnostic)
                 except DeepRecursion as failure:
@@ -201,6 +210,11 @@ class Compiler:
 
     def report(self, diagnostic: Diagnostic) -> None:
         self.diagnostics.append(diagnostic)
+
+    def declared_struct(self, path: str, name: str) -> StructType | None:
+        """The run-time type of struct `name` of module `path` (None if there is none)."""
+        state = self.states.get(path)
+        return state.structs.get(name) if state is not None else None
 
     # -------------------------------------------------------------- functions
     def function(
@@ -219,19 +233,18 @@ class Compiler:
         defaults = tuple(
             self.expression(p.default, Scope(FunctionScope(None))) if p.default else None for p in decl.params
         )
-        native = self.native.get(id(decl))
-        if native is not None and not hasattr(native, "around"):
-            body = native
-        elif isinstance(decl.body, ast.Block):
+        if isinstance(decl.body, ast.Block):
             body = self.block(decl.body, scope)
-            if native is not None:  # compiled per argument layout, ours for the layouts it cannot compile
-                body = native.around(body, self.states)
         else:
             value = self.expression(decl.body, scope)
 
             def body(frame: list, value: Step = value) -> Any:
                 frame[0] = value(frame)
                 return RETURN
+
+        compiled = self.bodies.get(id(decl))
+        if compiled is not None:
+            body = compiled.around(body, self.declared_struct)
 
         call_check = self.checked_calls.get(id(decl))
         if call_check is not None:

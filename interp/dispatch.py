@@ -27,17 +27,14 @@ from dl.interp.primitives import (
     LITERAL_ADAPTING,
     NUMBERS,
     SPECIALISED,
-    AssertionFailure,
-    PrimitiveError,
     adapting_offset,
     check_tensor_arguments,
-    failure_message,
     tensor_argument_problem,
     tensor_positions,
 )
-from dl.interp.runtime import RunError, fail
 from dl.lang.diagnostics import UNKNOWN_SPAN, Span
 from dl.lang.primitives import PRIMITIVES, BindingError, Prim, bind
+from dl.runtime.errors import AssertionFailure, PrimitiveError, RunError, fail, failure_message
 
 Step = Callable[[list], Any]
 ndarray = np.ndarray

@@ -26,8 +26,9 @@ from typing import Any
 import numpy as np
 from dl.interp import checkpoints
 from dl.interp.metrics import log_value, progress_line
-from dl.interp.values import DTYPE_NAMES, DTYPES, StructValue, Tape, describe, format_value
 from dl.lang.primitives import PRIMITIVES, Prim, Support
+from dl.runtime.errors import AssertionFailure, PrimitiveError
+from dl.runtime.values import DTYPE_NAMES, DTYPES, StructValue, Tape, describe, format_value
 from numpy.lib.stride_tricks import sliding_window_view
 
 ndarray = np.ndarray
@@ -40,14 +41,6 @@ BOOL = np.dtype(np.bool_)
 # `float` is an unsuffixed literal on its way into an operation).
 NUMBERS = frozenset({int, float, bool, np.float32, np.float64, np.int32, np.int64, np.bool_})
 I64_LIMIT = 2.0**63  # floats in [-2**63, 2**63) convert to i64
-
-
-class PrimitiveError(Exception):
-    """A run-time failure inside a primitive, in the user's terms."""
-
-
-class AssertionFailure(PrimitiveError):
-    pass
 
 
 # ---------------------------------------------------------------------- values
@@ -1324,14 +1317,3 @@ def check_tensor_arguments(prim: Prim, values: list) -> None:
     for position in tensor_positions(prim):
         if not is_number_or_tensor(values[position]):
             raise tensor_argument_problem(prim, position, values[position])
-
-
-def failure_message(prim: Prim, problem: Exception) -> str:
-    """The message of a failed call of `prim`, naming the primitive once."""
-    text = str(problem) or type(problem).__name__
-    if isinstance(problem, MemoryError):
-        text = "not enough memory for the result"
-    name = prim.value
-    if text.startswith((f"`{name}`", f"{name} ", f"{name}:")):
-        return text
-    return f"{name}: {text}"

@@ -1,7 +1,7 @@
-"""Running a program on the interpreter: compile to closures, then call `main`.
+"""The interpreter as a backend (runtime/backend.py): `BACKEND.prepare(typed, options)`, then `run` or `call`.
 
-`run(program, args)` compiles every module (interp/compile.py), evaluates
-module constants, and calls `main` with the command-line arguments as strings.
+Running compiles every module (interp/compile.py), evaluates module constants,
+and calls `main` with the command-line arguments as strings.
 A failure of the user's program raises `DiagnosticError` carrying the run-time
 diagnostic, with the DL call stack in its notes.
 """
@@ -17,13 +17,17 @@ from typing import Any
 import numpy as np
 from dl.interp.compile import Compiler
 from dl.interp.metrics import Metrics, Progress
-from dl.interp.primitives import RandomSource
-from dl.interp.runtime import STACK, DeepRecursion, Function, RunError, complete_arguments, invoke, recursion_error
+from dl.interp.operators import complete_arguments
+from dl.interp.primitives import SUPPORT, RandomSource
 from dl.lang import ast
 from dl.lang.check import Typed
 from dl.lang.diagnostics import UNKNOWN_SPAN, Diagnostic, DiagnosticError, Span, error
 from dl.lang.modules import Program
 from dl.lang.primitives import closest
+from dl.runtime.backend import CompiledBody, Options
+from dl.runtime.calls import Function, invoke
+from dl.runtime.errors import STACK, DeepRecursion, RunError, recursion_error
+from dl.runtime.interrupts import interrupt_everything
 
 # Deep DL recursion nests a few Python frames per call: give it room, on a
 # thread whose C stack is large enough for that depth.
@@ -31,46 +35,82 @@ RECURSION_LIMIT = 200_000
 THREAD_STACK_BYTES = 1024 * 1024 * 1024
 
 
-def compile_program(program: Program, typed: Typed | None = None, native: dict | None = None) -> Compiler:
+def compile_program(
+    program: Program,
+    typed: Typed | None = None,
+    bodies: dict[int, CompiledBody] | None = None,
+    constants: dict | None = None,
+) -> Compiler:
     """Compile every module; `typed` (the checker's result) adds literal dtypes and run-time annotation checks;
-    `native` maps ids of function declarations to bodies compiled to native code, used in place of ours."""
-    compiler = Compiler(program, typed, native)
+    `bodies` and `constants` are the backend options of those names (runtime/backend.py)."""
+    compiler = Compiler(program, typed, bodies, constants)
     compiler.compile_program()
     return compiler
 
 
-def run(program: Program, args: list[str], typed: Typed | None = None, native: dict | None = None) -> Any:
-    """Compile and run `main(args...)`; returns what `main` returns. `native`: see `compile_program`."""
-    RandomSource.reset()
-    Metrics.reset(Metrics.path)
-    Progress.reset()
-    # Module constants run while compiling: give them the same room and guards as `main`.
-    compiler = run_guarded(lambda: compile_program(program, typed, native))
-    state = compiler.states[program.entry]
-    main = state.cells.get("main")
-    if main is None or not isinstance(main.value, Function):
-        raise DiagnosticError(missing_main(program))
-    function = main.value
-    most = len(function.params)
-    fewest = most - sum(default is not None for default in function.defaults)
-    if not fewest <= len(args) <= most:
-        expected = f"{most}" if fewest == most else f"{fewest} to {most}"
-        raise UsageError(f"`main` takes {expected} argument{'s' * (most != 1)}, {len(args)} given on the command line")
-    return run_guarded(
-        lambda: invoke(function, complete_arguments(function, list(args), {}, function.span), function.span)
-    )
+class Interpreted:
+    """A program prepared on the interpreter: each `run` or `call` compiles it to closures (module constants
+    evaluated then, with fresh random streams) and calls into it."""
+
+    def __init__(self, typed: Typed, options: Options) -> None:
+        self.typed, self.options = typed, options
+
+    def compiled(self) -> Compiler:
+        if self.options.fresh_random:
+            RandomSource.reset()
+        # Module constants run while compiling: give them the same room and guards as `main`.
+        return run_guarded(
+            lambda: compile_program(self.typed.program, self.typed, self.options.bodies, self.options.constants)
+        )
+
+    def run(self, args: list[str]) -> Any:
+        """Run `main(args...)`; returns what `main` returns."""
+        program = self.typed.program
+        Metrics.reset(Metrics.path)
+        Progress.reset()
+        compiler = self.compiled()
+        main = compiler.states[program.entry].cells.get("main")
+        if main is None or not isinstance(main.value, Function):
+            raise DiagnosticError(missing_main(program))
+        function = main.value
+        most = len(function.params)
+        fewest = most - sum(default is not None for default in function.defaults)
+        if not fewest <= len(args) <= most:
+            expected = f"{most}" if fewest == most else f"{fewest} to {most}"
+            raise UsageError(
+                f"`main` takes {expected} argument{'s' * (most != 1)}, {len(args)} given on the command line"
+            )
+        return run_guarded(
+            lambda: invoke(function, complete_arguments(function, list(args), {}, function.span), function.span)
+        )
+
+    def call(self, name: str, args: list) -> Any:
+        """Call the entry module's function `name` with run-time values (numpy arrays, Python numbers, tuples)."""
+        program = self.typed.program
+        cell = self.compiled().states[program.entry].cells.get(name)
+        if cell is None or not isinstance(cell.value, Function):
+            raise UsageError(f"`{program.entry}` has no function `{name}`")
+        function = cell.value
+        return run_guarded(lambda: invoke(function, list(args), function.span))
+
+    def plan(self) -> str:
+        return ""
+
+    def outcome(self) -> str:
+        return ""
 
 
-def call(program: Program, name: str, args: list, typed: Typed | None = None, native: dict | None = None) -> Any:
-    """Compile the program and call its entry module's function `name` with Python values (numpy arrays,
-    Python numbers, tuples) as arguments; returns its result. For tests and embedding."""
-    RandomSource.reset()
-    compiler = run_guarded(lambda: compile_program(program, typed, native))
-    cell = compiler.states[program.entry].cells.get(name)
-    if cell is None or not isinstance(cell.value, Function):
-        raise UsageError(f"`{program.entry}` has no function `{name}`")
-    function = cell.value
-    return run_guarded(lambda: invoke(function, list(args), function.span))
+class Interpreter:
+    """The tree-walking interpreter as a backend: it runs every primitive (its `SUPPORT`)."""
+
+    name = "interp"
+    support = SUPPORT
+
+    def prepare(self, typed: Typed, options: Options | None = None) -> Interpreted:
+        return Interpreted(typed, options or Options())
+
+
+BACKEND = Interpreter()
 
 
 def missing_main(program: Program) -> Diagnostic:
@@ -149,7 +189,5 @@ def interrupt(worker: threading.Thread) -> None:
     program would keep running in the background after Ctrl-C, which matters where the process goes on
     (the REPL)."""
     ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(worker.ident), ctypes.py_object(KeyboardInterrupt))
-    codegen = sys.modules.get("dl.codegen.native")  # compiled loops poll a flag (the llvm backend)
-    if codegen is not None:
-        codegen.interrupt_compiled_code()
+    interrupt_everything()  # compiled loops poll a flag
     worker.join()

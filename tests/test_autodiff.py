@@ -21,7 +21,7 @@ import pytest
 import torch
 from autodiff_cases import CASES, Case, Struct
 from dl import pipeline
-from dl.interp.values import StructValue
+from dl.runtime.values import StructValue
 
 CASES_BY_NAME = {case.name: case for case in CASES}
 VALUE_AND_GRAD_CASES = [case for case in CASES if case.value_and_grad]

@@ -5,10 +5,10 @@ from __future__ import annotations
 import dl.lang
 import numpy as np
 import pytest
-from dl.interp.values import format_value
 from dl.lang import ast
 from dl.lang.printer import print_module
 from dl.lang.types import DimVar, TensorType
+from dl.runtime.values import format_value
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_parser import declarations

@@ -50,10 +50,10 @@ import dl.lang
 import numpy as np
 import pytest
 from dl.interp.run import compile_program, run_guarded
-from dl.interp.values import DTYPE_NAMES
 from dl.lang import ast
 from dl.lang.diagnostics import DiagnosticError
 from dl.lang.types import TensorType, TupleType
+from dl.runtime.values import DTYPE_NAMES
 from dlharness import dtype_of
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st

@@ -672,7 +672,7 @@ fn main() { print(add(pick(3), pick(4))) }
     _, typed = pipeline.prepare(pipeline.load(str(tmp_path / "program.dl")))
     [kernel] = native.lower(typed).kernels.values()
     from dl.codegen.fusion import compile_kernels
-    from dl.interp.runtime import RunError
+    from dl.runtime.errors import RunError
 
     body = native.kernel_body(kernel, compile_kernels([kernel]))
     frame = [None, np.ones(3, np.float32), np.ones(3, np.float32)]

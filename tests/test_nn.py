@@ -17,8 +17,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 from dl import pipeline
-from dl.interp.values import StructValue
 from dl.lang.diagnostics import DiagnosticError
+from dl.runtime.values import StructValue
 
 # The DL wrappers the tests call, each loaded as its own program beside `import nn` (a program is
 # differentiated as a whole, and a `grad` inside a function that no call checks has no types).

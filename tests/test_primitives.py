@@ -16,8 +16,8 @@ import dl.lang
 import numpy as np
 import pytest
 import test_data
+from dl.interp.operators import BINARY, UNARY
 from dl.interp.primitives import IMPLEMENTATIONS
-from dl.interp.runtime import BINARY, UNARY
 from dl.lang.diagnostics import DiagnosticError
 from dl.lang.primitives import PRIMITIVES, Prim
 from dlharness import dl_error, dl_eval, dl_main, dl_run, dl_value, dtype_of

@@ -18,8 +18,9 @@ from dl import pipeline
 from dl.codegen import ir, native
 from dl.codegen.specialize import specialise
 from dl.interp import run as interpreter
-from dl.interp.values import StructValue
 from dl.lang.diagnostics import DiagnosticError
+from dl.runtime.backend import Options
+from dl.runtime.values import StructValue
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -39,11 +40,16 @@ def copied(value):
 def on_both(source: str, name: str, *args, path: str = "case.dl"):
     """(interpreted result, compiled result, the backend's report of its specialisations)."""
     loaded = pipeline.load(path, source)
-    program_, typed = pipeline.prepare(loaded, ((name, tuple(pipeline.value_type(a) for a in args)),))
-    expected = interpreter.call(program_, name, [copied(a) for a in args], typed)
+    _, typed = pipeline.prepare(loaded, ((name, tuple(pipeline.value_type(a) for a in args)),))
+    expected = call_on(typed, name, [copied(a) for a in args])
     backend = native.compile_program(typed, cache=False)
-    actual = interpreter.call(program_, name, [copied(a) for a in args], typed, backend.bodies)
+    actual = call_on(typed, name, [copied(a) for a in args], backend.bodies)
     return expected, actual, backend.specialisations()
+
+
+def call_on(typed, name: str, args: list, bodies=None):
+    """Call `name` on the interpreter, running the compiled `bodies` (if any) in place of its own."""
+    return interpreter.BACKEND.prepare(typed, Options(bodies=bodies or {})).call(name, args)
 
 
 def verdict(report: str, name: str) -> str:
@@ -247,12 +253,12 @@ fn f(table: f32[6, 3], ids: i64[4], d: f32[4, 3]) -> (f32[4, 3], f32[6, 3], f32[
 
 def failures(source: str, name: str, *args) -> tuple[DiagnosticError, DiagnosticError, str]:
     loaded = pipeline.load("fail.dl", source)
-    program_, typed = pipeline.prepare(loaded, ((name, tuple(pipeline.value_type(a) for a in args)),))
+    _, typed = pipeline.prepare(loaded, ((name, tuple(pipeline.value_type(a) for a in args)),))
     backend = native.compile_program(typed, cache=False)
     outcomes = []
     for bodies in (None, backend.bodies):
         with pytest.raises(DiagnosticError) as caught:
-            interpreter.call(program_, name, [copied(a) for a in args], typed, bodies)
+            call_on(typed, name, [copied(a) for a in args], bodies)
         outcomes.append(caught.value)
     return outcomes[0], outcomes[1], backend.specialisations()
 
@@ -453,11 +459,11 @@ fn g(x: f64[N], w: f64[N]) -> (f64[N], f64[N]) {
     # the interpreter's gradient (the reference compared to) against central differences
     loaded = pipeline.load("case.dl", source)
     types = (pipeline.value_type(x), pipeline.value_type(w))
-    program_, typed = pipeline.prepare(loaded, (("g", types), ("loss", types)))
-    gradient = interpreter.call(program_, "g", [x, w], typed)[0]
+    _, typed = pipeline.prepare(loaded, (("g", types), ("loss", types)))
+    gradient = call_on(typed, "g", [x, w])[0]
 
     def loss(a: np.ndarray) -> float:
-        return float(interpreter.call(program_, "loss", [a, w], typed))
+        return float(call_on(typed, "loss", [a, w]))
 
     step = 1e-6
     numeric = [(loss(x + step * e) - loss(x - step * e)) / (2 * step) for e in np.eye(4)]
@@ -580,7 +586,7 @@ def test_ctrl_c_stops_a_long_compiled_recursion() -> None:
 
     loaded = pipeline.load("case.dl", TREE_SUM)
     args = [f64(3), 40]
-    program_, typed = pipeline.prepare(loaded, (("tree_sum", tuple(pipeline.value_type(a) for a in args)),))
+    _, typed = pipeline.prepare(loaded, (("tree_sum", tuple(pipeline.value_type(a) for a in args)),))
     backend = native.compile_program(typed, cache=False)
     done = threading.Event()
 
@@ -592,13 +598,13 @@ def test_ctrl_c_stops_a_long_compiled_recursion() -> None:
     presser.start()
     try:
         with pytest.raises(KeyboardInterrupt):
-            interpreter.call(program_, "tree_sum", args, typed, backend.bodies)
+            call_on(typed, "tree_sum", args, backend.bodies)
     finally:
         done.set()
         presser.join()
     assert verdict(backend.specialisations(), "tree_sum") == "compiled"
-    assert interpreter.call(program_, "tree_sum", [args[0], 3], typed, backend.bodies) == pytest.approx(
-        interpreter.call(program_, "tree_sum", [args[0], 3], typed), rel=1e-12
+    assert call_on(typed, "tree_sum", [args[0], 3], backend.bodies) == pytest.approx(
+        call_on(typed, "tree_sum", [args[0], 3]), rel=1e-12
     )
 
 
@@ -633,10 +639,10 @@ def test_gradients_of_the_autodiff_corpus_agree_when_compiled() -> None:
     compiled = 0
     interpreted = {}
     for case in CASES:
-        program_, typed, name, flat = case_program(case)
-        expected = interpreter.call(program_, name, [copy_leaf(leaf) for leaf in flat], typed)
+        _, typed, name, flat = case_program(case)
+        expected = call_on(typed, name, [copy_leaf(leaf) for leaf in flat])
         backend = native.compile_program(typed, cache=False)
-        actual = interpreter.call(program_, name, [copy_leaf(leaf) for leaf in flat], typed, backend.bodies)
+        actual = call_on(typed, name, [copy_leaf(leaf) for leaf in flat], backend.bodies)
         outcome = verdict(backend.specialisations(), name)
         assert "compiler bug" not in outcome, (case.name, outcome)
         if outcome == "compiled":

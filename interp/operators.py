@@ -1,4 +1,4 @@
-"""What compiled DL code calls at run time: functions, the call stack, operators.
+"""The interpreter's operators, and the binding of a dynamic call's arguments: what its closures call.
 
 The compiler (interp/compile.py) turns the AST into Python closures; those
 closures call into this module. Everything here is on the hot path, so it is
@@ -22,109 +22,16 @@ from dl.interp.primitives import (
     I32,
     I64,
     I64_LIMIT,
-    PrimitiveError,
     is_number_or_tensor,
     kind_of,
     make_matmul,
     promote,
     scalar,
 )
-from dl.interp.values import describe, dtype_name
-from dl.lang.diagnostics import Diagnostic, Span, error
-
-BREAK = object()
-CONTINUE = object()
-RETURN = object()
-
-# The DL call stack: (function name, span of the call) for each active call.
-STACK: list[tuple[str, Span]] = []
-
-
-class RunError(Exception):
-    """A run-time failure of the user's program, as a diagnostic with the DL call stack."""
-
-    def __init__(self, diagnostic: Diagnostic) -> None:
-        super().__init__(diagnostic.message)
-        self.diagnostic = diagnostic
-
-
-class DeepRecursion(Exception):
-    """Python's recursion limit was hit; `args[0]` is a copy of the DL call stack at that moment.
-
-    Raised by `invoke` in place of `RecursionError`, before the stack unwinds, so the
-    diagnostic can point at the innermost call. It carries no Python-level state
-    beyond the copy, because it is created with almost no stack left."""
-
-
-def fail(code: str, message: str, span: Span, label: str = "") -> RunError:
-    """A `RunError` at `span`, noting the DL call stack as it is now."""
-    notes = ()
-    if STACK:
-        # Each active function, and where it is now: the call it made, or `span`.
-        places = [call for _, call in STACK[1:]] + [span]
-        frames = "\n".join(f"  in `{name}` at {place}" for (name, _), place in zip(STACK, places, strict=True))
-        notes = (f"call stack (most recent call last):\n{frames}",)
-    return RunError(error(code, message, span, label, notes=notes))
-
-
-def recursion_error(stack: list[tuple[str, Span]], fallback: Span) -> Diagnostic:
-    """E0506 at the innermost call of a recursion that went too deep."""
-    name, span = stack[-1] if stack else ("main", fallback)
-    return error(
-        "E0506",
-        f"recursion too deep in `{name}`",
-        span,
-        notes=("help: check that the recursion reaches its base case",),
-    )
-
-
-class Function:
-    """A DL function value: compiled body, frame size, captured values."""
-
-    __slots__ = ("body", "captured", "defaults", "display", "name", "params", "self_slot", "size", "span")
-
-    def __init__(
-        self,
-        name: str,
-        params: tuple[str, ...],
-        defaults: tuple,
-        body,
-        size: int,
-        span: Span,
-        captured: tuple = (),
-        self_slot: int | None = None,
-        display: str | None = None,
-    ) -> None:
-        self.name = name  # in messages and the call stack: `f`, or `fn(x)` for an anonymous function
-        self.params = params
-        self.defaults = defaults  # per parameter: a closure computing the default, or None
-        self.body = body
-        self.size = size
-        self.span = span
-        self.captured = captured  # (slot, value) pairs copied into every frame
-        self.self_slot = self_slot
-        self.display = display or f"<fn {name}>"  # how `print` shows it
-
-    def __call__(self, *args: Any) -> Any:
-        return invoke(self, list(args), self.span)
-
-
-def invoke(function: Function, args: list, call_span: Span) -> Any:
-    """Run `function` with exactly its positional arguments; slot 0 holds the result."""
-    frame = [None, *args]
-    frame.extend([None] * (function.size - len(frame)))
-    for slot, value in function.captured:
-        frame[slot] = value
-    if function.self_slot is not None:
-        frame[function.self_slot] = function
-    STACK.append((function.name, call_span))
-    try:
-        signal = function.body(frame)
-    except RecursionError:
-        raise DeepRecursion(STACK.copy()) from None
-    finally:
-        STACK.pop()
-    return frame[0] if signal is RETURN else ()
+from dl.lang.diagnostics import Span
+from dl.runtime.calls import Function
+from dl.runtime.errors import PrimitiveError, fail
+from dl.runtime.values import describe, dtype_name
 
 
 def complete_arguments(function: Function, args: list, keywords: dict, span: Span) -> list:

@@ -12,8 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from dl.interp.values import StructValue, describe, dtype_name
 from dl.lang.types import DimVar, TensorType, TupleType, Type, Unknown
+from dl.runtime.values import StructValue, describe, dtype_name
 
 
 def conforms(value: Any, expected: Type, bindings: dict[str, int]) -> str | None:
