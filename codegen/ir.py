@@ -481,3 +481,36 @@ def show(function: Function) -> str:
         lines.extend(f"    {instruction}" for instruction in block.instructions)
         lines.append(f"    {block.terminator}")
     return "\n".join(lines)
+
+
+# ------------------------------------------------------------------ walking the IR
+
+
+def rebuilt(node: object, moved: dict[str, Buffer]) -> object:
+    """`node` with every buffer replaced by its moved version (nodes are immutable: rebuilt)."""
+    if isinstance(node, Buffer):
+        return moved.get(node.name, node)
+    if isinstance(node, tuple):
+        return tuple(rebuilt(item, moved) for item in node)
+    if hasattr(node, "__dataclass_fields__") and type(node).__module__ == __name__:
+        values = [rebuilt(getattr(node, name), moved) for name in node.__dataclass_fields__]
+        return type(node)(*values)
+    return node
+
+
+def count_reads(node: object, counts: dict[str, int]) -> None:
+    """How often each buffer is read by the trees and operands of an instruction (walks every field)."""
+    if isinstance(node, (Read, Take)):
+        counts[node.buffer.name] = counts.get(node.buffer.name, 0) + 1
+    if isinstance(node, MatMul):
+        for view in (node.a, node.b):
+            counts[view.buffer.name] = counts.get(view.buffer.name, 0) + 1
+        return
+    if isinstance(node, tuple):
+        for item in node:
+            count_reads(item, counts)
+        return
+    for name in getattr(node, "__dataclass_fields__", ()):
+        if name in ("target", "out", "buffer"):
+            continue
+        count_reads(getattr(node, name), counts)

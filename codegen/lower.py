@@ -79,14 +79,6 @@ def lower(typed: Typed) -> Lowered:
                     function, calls = FunctionLowering(typed, decl, path).run()
                 except Unsupported as reason:
                     lowered.refused[id(decl)] = str(reason)
-                    if any(getattr(typed.types.get(id(p)), "dims", ()) for p in decl.params):
-                        from dl.codegen.fusion import fuse
-
-                        try:
-                            lowered.kernels[id(decl)] = fuse(typed, decl, path)
-                            del lowered.refused[id(decl)]
-                        except Unsupported as why:
-                            lowered.refused[id(decl)] = str(why)
                     continue
                 lowered.functions[id(decl)] = function
                 callees[id(decl)] = calls

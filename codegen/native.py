@@ -19,15 +19,17 @@ from typing import Any
 import numpy as np
 from dl.codegen import ir
 from dl.codegen.cache import cache_directory
-from dl.codegen.llvm import INTERRUPTED, Native, compile_functions
-from dl.codegen.lower import Lowered, lower
-from dl.codegen.specialize import NUMPY_DTYPES
+from dl.codegen.fusion import compile_kernels, fuse, vector_target
+from dl.codegen.llvm import GEMM, INTERRUPTED, Native, compile_functions
+from dl.codegen.lower import Lowered, Unsupported, lower
+from dl.codegen.registry import specialise
+from dl.codegen.values import NUMPY_DTYPES, NeedsStatic
 from dl.lang.check import Typed
 from dl.runtime.backend import CompiledBody, Step, StructTypes
 from dl.runtime.calls import RETURN, Function
 from dl.runtime.errors import STACK, RunError, fail, recursion_error
 from dl.runtime.interrupts import on_interrupt
-from dl.runtime.values import format_value
+from dl.runtime.values import StructValue, format_value
 
 C_TYPES = {
     "f64": ctypes.c_double,
@@ -97,7 +99,7 @@ class Compiled:
 def compile_program(typed: Typed, cache: bool = True) -> Compiled:
     """Compile every function the lowering accepts; the others stay with the interpreter. With `cache`,
     object code is looked up in (and stored to) the compile cache (codegen/cache.py)."""
-    lowered = lower(typed)
+    lowered = lowered_program(typed)
     bodies = kernel_bodies(lowered)
     for key, (decl, path) in lowered.declarations.items():
         if key not in lowered.functions and key not in bodies:
@@ -112,11 +114,25 @@ def compile_program(typed: Typed, cache: bool = True) -> Compiled:
     return Compiled(bodies, lowered, native, cache)
 
 
+def lowered_program(typed: Typed) -> Lowered:
+    """The scalar functions lowered (codegen/lower.py); then each refused function taking tensors that is
+    one elementwise expression fused into a kernel (codegen/fusion.py), the others keeping fusion's reason."""
+    lowered = lower(typed)
+    for key, (decl, path) in lowered.declarations.items():
+        if key not in lowered.refused or not any(getattr(typed.types.get(id(p)), "dims", ()) for p in decl.params):
+            continue
+        try:
+            lowered.kernels[key] = fuse(typed, decl, path)
+            del lowered.refused[key]
+        except Unsupported as why:
+            lowered.refused[key] = str(why)
+    return lowered
+
+
 def kernel_bodies(lowered: Lowered) -> dict[int, CompiledBody]:
     """Bodies calling the fused elementwise loops (codegen/fusion.py); not cached: they compile in ms."""
     if not lowered.kernels:
         return {}
-    from dl.codegen.fusion import compile_kernels
 
     try:
         compiled = compile_kernels(list(lowered.kernels.values()))
@@ -244,7 +260,6 @@ def blas_symbols() -> str | None:
     import os
 
     import llvmlite.binding as binding
-    from dl.codegen.llvm import GEMM
 
     directory = os.path.join(os.path.dirname(os.path.dirname(np.__file__)), "numpy.libs")
     for path in sorted(glob.glob(os.path.join(directory, "libscipy_openblas*"))):
@@ -266,7 +281,6 @@ BLAS_PROBLEM: str | bool | None = False
 def tensor_target():
     """The host with all its features, and libmvec's vector width (codegen/fusion.py); a new target machine
     each time: an execution engine owns (and disposes of) the one it is made with."""
-    from dl.codegen.fusion import vector_target
 
     return vector_target()
 
@@ -284,8 +298,6 @@ class Structs:
     def declared(self, path: str, name: str) -> object:
         found = self.lookup(path, name) if self.lookup is not None else None
         if found is None:
-            from dl.codegen.lower import Unsupported
-
             raise Unsupported(f"struct `{name}` is not known to the backend running the program")
         return found
 
@@ -353,8 +365,6 @@ class SpecialisingBody:
         return body
 
     def specialise(self, layout: tuple) -> Specialisation | None:
-        from dl.codegen.lower import Unsupported
-        from dl.codegen.specialize import NeedsStatic, specialise
 
         try:
             lowered = specialise(self.typed, self.decl, self.path, layout, self.structs)
@@ -550,7 +560,6 @@ def layout_leaves(layout: tuple):
 
 
 def build_result(layout: tuple, cells: dict, outputs: dict) -> object:
-    from dl.runtime.values import StructValue
 
     kind = layout[0]
     if kind == "tensor":

@@ -15,8 +15,9 @@ import math
 
 import numpy as np
 from dl.codegen import ir
+from dl.codegen.ir import contiguous
 from dl.codegen.lower import SCALAR_MATH, Unsupported, Value
-from dl.codegen.specialize import (
+from dl.codegen.values import (
     FLOATS,
     ZERO,
     Closure,
@@ -29,9 +30,10 @@ from dl.codegen.specialize import (
     as_index,
     axis_index,
     broadcast,
-    contiguous,
+    broadcast_shape,
     is_plain,
     reduction_shape,
+    remap,
     view,
 )
 from dl.lang.diagnostics import Span
@@ -358,7 +360,6 @@ def one_hot(lowering, bound: dict, span: Span) -> object:
             problem = PrimitiveError(f"one_hot label {{value}} is out of range for {classes} classes")
             site = lowering.site("E0513", failure_message(Prim.ONE_HOT, problem), span, "i64")
             lowering.emit(ir.Check(inside, site, extreme_label))
-    from dl.codegen.specialize import remap
 
     rank = len(labels.shape)
     spread = remap(labels.tree, (*tuple(range(rank)), None))
@@ -475,7 +476,6 @@ def batched_matmul(lowering, a: Tensor, b: Tensor, span: Span) -> Tensor:
     """`@` with batch dimensions (broadcast, as numpy's matmul): one gemm per matrix of the batch."""
     if len(a.shape) < 2 or len(b.shape) < 2:
         raise Unsupported(f"a batched `@` with a vector (at {span})")
-    from dl.codegen.specialize import broadcast_shape
 
     batch = broadcast_shape(a.shape[:-2], b.shape[:-2], span)
     (m, k), (k2, n) = a.shape[-2:], b.shape[-2:]
@@ -531,7 +531,6 @@ def transpose(lowering, bound: dict, span: Span) -> object:
     if sorted(a % max(rank, 1) for a in axes) != list(range(rank)):
         raise Unsupported(f"`transpose` axes {axes} (at {span})")
     axes = tuple(a % rank for a in axes)
-    from dl.codegen.specialize import remap
 
     return Tensor(x.dtype, tuple(x.shape[a] for a in axes), remap(x.tree, axes))
 
@@ -588,7 +587,6 @@ def expand_dims(lowering, bound: dict, span: Span) -> object:
     if not -rank - 1 <= axis <= rank:
         raise Unsupported(f"`expand_dims` axis {axis} (at {span})")
     axis %= rank + 1
-    from dl.codegen.specialize import remap
 
     mapping = (*range(axis), None, *range(axis, rank))
     return Tensor(x.dtype, (*x.shape[:axis], 1, *x.shape[axis:]), remap(x.tree, mapping))
@@ -662,7 +660,6 @@ def gathered(
         if indices.dtype != "i64":
             raise Unsupported(f"`gather` with {indices.dtype} indices (at {span})")
         index_tree, index_shape = indices.tree, indices.shape
-    from dl.codegen.specialize import remap
 
     shape = (*x.shape[:axis], *index_shape, *x.shape[axis + 1 :])
     k = len(index_shape)
@@ -706,7 +703,6 @@ def scatter_add(lowering, bound: dict, span: Span) -> object:
     updates = broadcast(updates, shape, span)
     target = lowering.allocate(x.dtype, x.shape, "scattered")
     lowering.emit(ir.Fill(target, x.tree))
-    from dl.codegen.specialize import remap
 
     k = len(indices.shape)
     mapping = tuple([None] * axis + list(range(axis, axis + k)) + [None] * (len(x.shape) - axis - 1))
@@ -799,7 +795,6 @@ def columns_of(lowering, x: Tensor, kernel: tuple, stride: int, padding: int, sp
 def by_channel(lowering, dy: Tensor) -> Tensor:
     """[N, O, H', W'] as [O, N * H' * W'] (written out: the layout of one product over all images)."""
     n, o, rows, columns = dy.shape
-    from dl.codegen.specialize import remap
 
     moved = Tensor(dy.dtype, (o, n, rows, columns), remap(dy.tree, (1, 0, 2, 3)))
     return reshaped(lowering, lowering.plain(moved), (o, n * rows * columns), None)
@@ -859,7 +854,6 @@ def conv2d_input_grad(lowering, bound: dict, span: Span) -> object:
 
 
 def transposed(x: Tensor) -> Tensor:
-    from dl.codegen.specialize import remap
 
     return Tensor(x.dtype, tuple(reversed(x.shape)), remap(x.tree, (1, 0)))
 

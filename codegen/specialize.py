@@ -27,13 +27,13 @@ raises `Unsupported`, and the function runs on the interpreter, as every other r
 
 from __future__ import annotations
 
-import dataclasses
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 from dl.codegen import ir
-from dl.codegen.ir import contiguous
+from dl.codegen.ir import contiguous, rebuilt
 from dl.codegen.lower import (
     ARITHMETIC,
     COMPARE_NAMES,
@@ -43,407 +43,50 @@ from dl.codegen.lower import (
     Value,
     promoted_dtype,
 )
+from dl.codegen.optimise import accumulate_in_place, computed_once, forwarded, with_every_target, without_dead_stores
+from dl.codegen.primitives import call_primitive, gathered, joined, matmul, reduce
+from dl.codegen.values import (
+    NUMPY_DTYPES,
+    ZERO,
+    Closure,
+    DType,
+    NeedsStatic,
+    Primitive,
+    ResultUnknown,
+    Specialised,
+    Struct,
+    TapeValue,
+    Tensor,
+    Text,
+    ValueIndex,
+    adds_nothing,
+    as_index,
+    broadcast,
+    broadcast_shape,
+    crossed,
+    home_buffers,
+    is_plain,
+    reads,
+    reads_only_in_place,
+    same_view_only,
+    settled,
+    value_reads,
+    view,
+)
+from dl.codegen.workspace import packed
 from dl.lang import ast
 from dl.lang.check import Typed
 from dl.lang.diagnostics import Span
-from dl.lang.primitives import BY_NAME, Prim
+from dl.lang.primitives import BY_NAME
 from dl.lang.types import UNIT, DimVar, FunctionRef, PrimitiveRef, TensorType, TupleType
+from dl.runtime.conform import conforms
+
+if TYPE_CHECKING:
+    from dl.codegen.registry import Entry
 
 DTYPE_NAMES = {"f32", "f64", "i64", "i32", "bool"}
 FLOATS = ("f32", "f64")
 INLINE_DEPTH = 48
-MAX_SPECIALISATIONS = 32  # of the functions one compiled call needs (itself and what it calls for real)
-
-
-# ------------------------------------------------------------------ abstract values
-
-
-@dataclass(frozen=True)
-class Tensor:
-    """A tensor of rank 1 or more: its dtype, constant shape and elementwise tree (codegen/ir.py)."""
-
-    dtype: str
-    shape: tuple[int, ...]
-    tree: object
-
-    @property
-    def size(self) -> int:
-        return math.prod(self.shape)
-
-
-@dataclass
-class Struct:
-    """A struct value: the interpreter's `StructType` when known (`kind`), else its declaration's (path,
-    name); field values in declaration order."""
-
-    kind: object
-    name: str
-    fields: tuple[str, ...]
-    values: list
-
-    def field(self, name: str, span: Span) -> object:
-        if name not in self.fields:
-            raise Unsupported(f"`{self.name}` has no field `{name}` (at {span})")
-        return self.values[self.fields.index(name)]
-
-
-@dataclass(frozen=True)
-class Closure:
-    """A DL function value: a top-level declaration, or a lambda or local `fn` with the values it captured."""
-
-    decl: ast.FnDecl | ast.Lambda
-    path: str
-    captured: dict = field(default_factory=dict)
-
-
-class NeedsStatic(Unsupported):
-    """An integer parameter used where a constant is needed (`zeros(n)`): the function is compiled again
-    with that parameter's value part of the layout, as jit's static arguments."""
-
-    def __init__(self, position: int, message: str) -> None:
-        super().__init__(message)
-        self.position = position
-
-
-@dataclass(eq=False)
-class TapeValue:
-    """A tape (`tape`, `push`, `pop`): storage that grows as the loop it records runs. `template` is the
-    structure of an entry (its leaves numbered), `leaves` each leaf's (byte offset, dtype, shape; () for a
-    scalar). Derivative code uses a tape linearly: `push` and `pop` change the storage in place and give a
-    new value; using the one before (`live` false) is refused, as it would see the change."""
-
-    tape: ir.Tape
-    template: object
-    leaves: tuple
-    live: bool = True
-
-
-@dataclass(frozen=True)
-class ValueIndex:
-    """An index already evaluated (so that indexing evaluates it once)."""
-
-    value: object
-
-
-@dataclass(frozen=True)
-class Primitive:
-    """A built-in as a value."""
-
-    prim: Prim
-
-
-@dataclass(frozen=True)
-class Text:
-    value: str
-
-
-@dataclass(frozen=True)
-class DType:
-    name: str
-
-
-ZERO = ir.Const(0, "i64")
-
-
-def view(buffer: ir.Buffer) -> Tensor:
-    return Tensor(buffer.dtype, buffer.shape, ir.Read(buffer, ZERO, contiguous(buffer.shape)))
-
-
-def is_plain(tensor: Tensor) -> bool:
-    """Whether the tensor is a buffer (or a contiguous piece of one) as it is laid out."""
-    tree = tensor.tree
-    return isinstance(tree, ir.Read) and all(
-        stride == want or n == 1
-        for stride, want, n in zip(tree.strides, contiguous(tensor.shape), tensor.shape, strict=True)
-    )
-
-
-def remap(tree: object, mapping: tuple[int | None, ...]) -> object:
-    """`tree` seen through new dimensions: new dimension `d` walks old dimension `mapping[d]`, or none
-    (broadcast). Old dimensions missing from `mapping` must have size 1 (their index is 0)."""
-    match tree:
-        case ir.Read(buffer=buffer, offset=offset, strides=strides):
-            return ir.Read(buffer, offset, tuple(0 if m is None else strides[m] for m in mapping))
-        case ir.Take():
-            strides = tuple(0 if m is None else tree.strides[m] for m in mapping)
-            return ir.Take(
-                tree.buffer, tree.offset, strides, remap(tree.index, mapping), tree.stride, tree.size, tree.site
-            )
-        case ir.Index(axis=axis):
-            return ir.Index(mapping.index(axis)) if axis in mapping else ir.Splat(ZERO)
-        case ir.Splat():
-            return tree
-        case ir.Apply(op=op, dtype=dtype, args=args):
-            return ir.Apply(op, dtype, tuple(remap(a, mapping) for a in args))
-    raise AssertionError(tree)
-
-
-def reads(tree: object, buffers: set[str]) -> bool:
-    match tree:
-        case ir.Read(buffer=buffer):
-            return buffer.name in buffers
-        case ir.Take(buffer=buffer, index=index):
-            return buffer.name in buffers or reads(index, buffers)
-        case ir.Apply(args=args):
-            return any(reads(a, buffers) for a in args)
-    return False
-
-
-def value_reads(value: object, buffers: set[str]) -> bool:
-    """Whether an abstract value reads any of `buffers` (a closure: through what it captured)."""
-    if isinstance(value, Tensor):
-        return reads(value.tree, buffers)
-    if isinstance(value, tuple):
-        return any(value_reads(v, buffers) for v in value)
-    if isinstance(value, Struct):
-        return any(value_reads(v, buffers) for v in value.values)
-    if isinstance(value, Closure):
-        return any(value_reads(v, buffers) for v in value.captured.values())
-    return False
-
-
-def parts(value: object) -> list:
-    """The leaves of a tuple or struct, in order."""
-    if isinstance(value, tuple):
-        return [leaf for v in value for leaf in parts(v)]
-    if isinstance(value, Struct):
-        return [leaf for v in value.values for leaf in parts(v)]
-    return [value]
-
-
-def crossed(home: object, value: object) -> bool:
-    """Whether assigning `value` to the tuple or struct `home` part by part would overwrite what a later
-    part reads (`(a, b) = (b, a)`), unlike `s = tree_add(s, d)`, whose parts read their own storage."""
-    homes, values = parts(home), parts(value)
-    if len(homes) != len(values):
-        return True
-    storage = [home_buffers(h) for h in homes]
-    for j, v in enumerate(values):
-        others = set().union(*(b for i, b in enumerate(storage) if i != j))
-        if value_reads(v, others):
-            return True
-    return False
-
-
-def settled(value: object) -> object:
-    """`value` with its unsuffixed literals made values of their default dtype (f32, i64), as the
-    interpreter (and the checker's types) make a literal bound by `let`, a constant or a result."""
-    if isinstance(value, Value) and value.weak is not None:
-        return Value(value.operand)
-    if isinstance(value, tuple):
-        return tuple(settled(item) for item in value)
-    return value
-
-
-def is_zero(tree: object) -> bool:
-    return isinstance(tree, ir.Splat) and isinstance(tree.value, ir.Const) and tree.value.value == 0
-
-
-def adds_nothing(tree: object, dtype: str) -> bool:
-    """Is `tree + v` taken as `v` for `v` of `dtype`? A zero is (`zeros_like(x) + v`, derivative code's
-    zeroed adjoints). For floats this drops a sign: 0.0 + -0.0 is 0.0, so a zero's sign may differ from
-    the interpreter's, as docs/internals.md says (XLA simplifies `x + 0` alike)."""
-    return is_zero(tree) and tree.value.dtype == dtype
-
-
-def home_buffers(value: object) -> set[str]:
-    if isinstance(value, Tensor) and isinstance(value.tree, ir.Read):
-        return {value.tree.buffer.name}
-    if isinstance(value, tuple):
-        return {name for v in value for name in home_buffers(v)}
-    if isinstance(value, Struct):
-        return {name for v in value.values for name in home_buffers(v)}
-    return set()
-
-
-def same_view_only(tree: object, region: ir.Read) -> bool:
-    """Whether every read of `region`'s buffer in `tree` is of `region` itself (the element written)."""
-    match tree:
-        case ir.Read(buffer=read) if read.name == region.buffer.name:
-            return tree == region
-        case ir.Take(buffer=read, index=index):
-            return read.name != region.buffer.name and same_view_only(index, region)
-        case ir.Apply(args=args):
-            return all(same_view_only(a, region) for a in args)
-    return True
-
-
-def reads_only_in_place(tree: object, buffer: ir.Buffer) -> bool:
-    """Whether every read of `buffer` in `tree` is of the element being written (so `buffer` can be
-    overwritten by the tree's loop as it goes)."""
-    match tree:
-        case ir.Read(buffer=read, offset=offset, strides=strides) if read.name == buffer.name:
-            return offset == ZERO and all(
-                s == c or n == 1 for s, c, n in zip(strides, contiguous(buffer.shape), buffer.shape, strict=True)
-            )
-        case ir.Take(buffer=read, index=index):
-            return read.name != buffer.name and reads_only_in_place(index, buffer)
-        case ir.Apply(args=args):
-            return all(reads_only_in_place(a, buffer) for a in args)
-    return True
-
-
-def broadcast_shape(a: tuple[int, ...], b: tuple[int, ...], span: Span) -> tuple[int, ...]:
-    rank = max(len(a), len(b))
-    a, b = (1,) * (rank - len(a)) + a, (1,) * (rank - len(b)) + b
-    shape = []
-    for m, n in zip(a, b, strict=True):
-        if m != n and 1 not in (m, n):
-            raise Unsupported(f"shapes {list(a)} and {list(b)} do not broadcast (at {span})")
-        shape.append(n if m == 1 else m)
-    return tuple(shape)
-
-
-def broadcast(tensor: Tensor, shape: tuple[int, ...], span: Span) -> Tensor:
-    if tensor.shape == shape:
-        return tensor
-    extra = len(shape) - len(tensor.shape)
-    if extra < 0:
-        raise Unsupported(f"cannot broadcast {list(tensor.shape)} to {list(shape)} (at {span})")
-    mapping = []
-    for d, n in enumerate(shape):
-        k = d - extra
-        if k < 0 or (tensor.shape[k] == 1 and n != 1):
-            mapping.append(None)
-        elif tensor.shape[k] == n:
-            mapping.append(k)
-        else:
-            raise Unsupported(f"cannot broadcast {list(tensor.shape)} to {list(shape)} (at {span})")
-    return Tensor(tensor.dtype, shape, remap(tensor.tree, tuple(mapping)))
-
-
-def axis_index(axis: int, rank: int, span: Span) -> int:
-    if not -max(rank, 1) <= axis < max(rank, 1):
-        raise Unsupported(f"axis {axis} is out of range for rank {rank} (at {span})")
-    return axis % max(rank, 1)
-
-
-# ------------------------------------------------------------------ a compiled layout
-
-
-@dataclass
-class Specialised:
-    """A function lowered for one layout: the IR, the number of argument slots, the result layout (a tree
-    of ("tensor", slot, dtype, shape), ("scalar", slot, dtype), ("tuple", items), ("struct", kind, items)
-    and ("unit",)), and the workspace's size in bytes."""
-
-    function: ir.Function
-    argument_slots: int
-    result: tuple
-    workspace: int
-    slots: int
-    callees: tuple[ir.Function, ...] = ()  # the specialisations it calls for real, compiled with it
-
-
-def specialise(typed: Typed, decl: ast.FnDecl, path: str, layout: tuple, structs) -> Specialised:
-    """`decl` lowered for the argument `layout`, with every specialisation its recursive calls need."""
-    registry = Registry(typed, structs)
-    return registry.finished(registry.lower(decl, path, layout, decl.span))
-
-
-@dataclass
-class Entry:
-    """One specialisation of a `Registry`: its symbol, its lowering, and the result once lowered."""
-
-    symbol: str
-    lowering: Specialiser
-    done: Specialised | None = None
-
-    def signature(self, span: Span) -> tuple[tuple, int]:
-        """(the result layout, the number of slots) a caller needs; known while the function is still being
-        lowered (a recursive call) once its first `return` has been."""
-        if self.done is not None:
-            return self.done.result, self.done.slots
-        lowering = self.lowering
-        if lowering.result_layout is None:
-            lowering.result_layout = lowering.predicted_result(span, self)
-        return lowering.result_layout, lowering.slot_count
-
-
-class ResultUnknown(Unsupported):
-    """A recursive call of `entry` reached before any `return` of it, its result not declared: the registry
-    learns the result by lowering it once more without following the paths through such calls."""
-
-    def __init__(self, entry: Entry, message: str) -> None:
-        super().__init__(message)
-        self.entry = entry
-
-
-class Registry:
-    """The specialisations one compiled call needs, keyed by (function, argument layout): the function
-    called from the interpreter, then each one a recursive (or too deeply nested) call calls for real
-    (`ir.CallSpecialised`) instead of inlining it. They are compiled into one module; each then allocates
-    its own workspace per call, as recursive calls are active at once."""
-
-    def __init__(self, typed: Typed, structs) -> None:
-        self.typed, self.structs = typed, structs
-        self.entries: dict[tuple, Entry] = {}
-        self.made = 0
-        self.calls = False  # whether any function calls another (or itself) for real
-
-    def lower(self, decl: ast.FnDecl, path: str, layout: tuple, span: Span) -> Entry:
-        key = (id(decl), layout)
-        if key in self.entries:
-            return self.entries[key]
-        if len(self.entries) >= MAX_SPECIALISATIONS:
-            raise Unsupported(
-                f"its recursion needs more than {MAX_SPECIALISATIONS} specialisations (argument layouts), "
-                f"the last of `{decl.name}` (at {span})"
-            )
-        symbol = f"{path}::{decl.name}.specialised" + (f".{self.made}" if self.made else "")
-        self.made += 1
-        entry = Entry(symbol, Specialiser(self.typed, decl, path, list(layout), self.structs, self))
-        self.entries[key] = entry
-        try:
-            try:
-                entry.done = entry.lowering.specialise(symbol)
-            except ResultUnknown as unknown:
-                if unknown.entry is not entry:
-                    raise
-                self.forget_after(key)
-                entry.done = self.lowered_with_result(entry, decl, path, layout, symbol)
-        except BaseException:  # it, and whatever was lowered for it (which may call it), are gone
-            self.forget_after(key)
-            del self.entries[key]
-            raise
-        return entry
-
-    def lowered_with_result(self, entry: Entry, decl: ast.FnDecl, path: str, layout: tuple, symbol: str):
-        """Lower a function whose recursive call comes before any `return` (`_back` functions): first a probe
-        that does not follow the paths through that call finds what the others return, then the function,
-        its result laid out so before it starts (a `return` of anything else refuses it)."""
-        probe = Specialiser(self.typed, decl, path, list(layout), self.structs, self)
-        probe.probing = entry
-        entry.lowering = probe
-        key = (id(decl), layout)
-        try:
-            probe.specialise(symbol)
-        finally:
-            self.forget_after(key)
-        if probe.result_layout is None:
-            raise Unsupported(f"`{decl.name}` never returns but through its recursive call")
-        entry.lowering = Specialiser(self.typed, decl, path, list(layout), self.structs, self)
-        entry.lowering.expected_result = probe.result_layout
-        return entry.lowering.specialise(symbol)
-
-    def forget_after(self, key: tuple) -> None:
-        """Drop the specialisations lowered after `key`'s (for it: they may call it)."""
-        keys = list(self.entries)
-        for later in keys[keys.index(key) + 1 :]:
-            del self.entries[later]
-
-    def finished(self, root: Entry) -> Specialised:
-        done = root.done
-        if not self.calls:
-            return done
-        functions = []
-        for entry in self.entries.values():
-            function = entry.done.function
-            site = ir.Site("E0513", "out of memory for the tensors of a recursive call", entry.lowering.decl.span)
-            sites = (*function.sites, site)
-            own = (entry.done.workspace, len(sites) - 1)
-            functions.append(dataclasses.replace(function, sites=sites, own_workspace=own))
-        return Specialised(functions[0], done.argument_slots, done.result, 0, done.slots, tuple(functions[1:]))
 
 
 # ------------------------------------------------------------------ the lowering
@@ -459,11 +102,9 @@ class Returning:
 
 
 class Specialiser(FunctionLowering):
-    def __init__(
-        self, typed: Typed, decl: ast.FnDecl, path: str, arguments: list, structs, registry: Registry | None = None
-    ) -> None:
+    def __init__(self, typed: Typed, decl: ast.FnDecl, path: str, arguments: list, structs, registry) -> None:
         super().__init__(typed, decl, path)
-        self.registry = registry if registry is not None else Registry(typed, structs)
+        self.registry = registry  # codegen/registry.py: the specialisations this one's real calls call
         self.active = [id(decl)]  # the functions being lowered here (it, and those inlined into it)
         self.root_path = path
         self.inline_chain: list[tuple[str, Span]] = []  # the inlined calls being lowered: (function, call)
@@ -1223,8 +864,6 @@ class Specialiser(FunctionLowering):
         """`[a, b, c]` of scalars (a literal's dtype rules: unsuffixed floats f32, integers i64)."""
         values = [self.evaluate(item) for item in expr.items]
         if values and all(isinstance(v, Tensor) for v in values):  # rows: stacked
-            from dl.codegen.primitives import joined
-
             return joined(self, values, 0, True, expr.span)
         if not values or not all(isinstance(v, (Value, ir.Variable)) for v in values):
             raise Unsupported(f"a tensor literal of this (at {expr.span})")
@@ -1318,7 +957,6 @@ class Specialiser(FunctionLowering):
 
     def nonzero_divisor(self, divisor: object, shape: tuple[int, ...], op: str, span: Span) -> None:
         """Integer `//` and `%` fail on a zero divisor anywhere (E0510, as interpreted), before computing."""
-        from dl.codegen.primitives import reduce
 
         if not math.prod(shape):
             return
@@ -1363,7 +1001,6 @@ class Specialiser(FunctionLowering):
             if isinstance(chosen, Tensor):  # x[[2, 0, 2]]: rows picked by a tensor of indices
                 if chosen.dtype != "i64":
                     raise Unsupported(f"indexing by a {chosen.dtype} tensor (at {span})")
-                from dl.codegen.primitives import gathered
 
                 return gathered(self, value, chosen, 0, span, index_error=True)
             indices = (ValueIndex(chosen),)
@@ -1473,8 +1110,6 @@ class Specialiser(FunctionLowering):
         args = [self.evaluate(arg) for arg in expr.args]
         keywords = {k.name: self.evaluate(k.value) for k in expr.keywords}
         if isinstance(callee, Primitive):
-            from dl.codegen.primitives import call_primitive
-
             return call_primitive(self, callee.prim, args, keywords, expr.span, discarded)
         if isinstance(callee, Closure):
             return self.inline(callee, args, keywords, expr.span)
@@ -1689,7 +1324,6 @@ class Specialiser(FunctionLowering):
         return home
 
     def matmul(self, left: object, right: object, span: Span) -> object:
-        from dl.codegen.primitives import matmul
 
         return matmul(self, left, right, span)
 
@@ -1835,17 +1469,10 @@ def children(node: object) -> list:
     return found
 
 
-def reduction_shape(shape: tuple[int, ...], axes: tuple[int, ...], keepdims: bool) -> tuple[int, ...]:
-    if keepdims:
-        return tuple(1 if d in axes else n for d, n in enumerate(shape))
-    return tuple(n for d, n in enumerate(shape) if d not in axes)
-
-
 def annotation_fits(value: object, expected: object, bindings: dict[str, int], span: Span) -> None:
     """Check an annotation the checker left to run time, on the shapes known now (the interpreter's own
     check, given values of the right dtypes and shapes); a mismatch leaves the call to the interpreter,
     which reports it."""
-    from dl.runtime.conform import conforms
 
     problem = conforms(stand_in(value), expected, bindings)
     if problem is not None:
@@ -1862,473 +1489,6 @@ def stand_in(value: object) -> object:
     if isinstance(value, tuple):
         return tuple(stand_in(v) for v in value)
     return "a struct or function"
-
-
-def as_index(lowering: FunctionLowering, value: object) -> object:
-    """An i32 index (a scalar or a tensor of them) as the i64 that indexing and `gather` compute with; any
-    other value as it is. numpy indexes with either, and the values are the same."""
-    if isinstance(value, Tensor) and value.dtype == "i32":
-        return Tensor("i64", value.shape, ir.Apply("convert", "i64", (value.tree,)))
-    if isinstance(value, Value) and value.weak is None and value.operand.dtype == "i32":
-        return Value(lowering.promote(value, "i64", None))
-    return value
-
-
-NUMPY_DTYPES = {"f32": np.float32, "f64": np.float64, "i64": np.int64, "i32": np.int32, "bool": np.bool_}
-
-
-# ------------------------------------------------------------------ dead stores and accumulating in place
-
-WRITES = (ir.Fill, ir.Reduce, ir.MatMul, ir.ScatterAdd)
-
-
-def forwarded(blocks: list[ir.Block]) -> list[ir.Block]:
-    """A buffer written once by a `Fill` and read once, whole and as laid out, by a later loop of the same
-    block over the same shape is not written at all: its tree is computed inside that loop (the lowering
-    writes a value bound to a name used twice, or a field of a struct, before it knows how it is used).
-    Nothing between may write what the tree reads."""
-    writes = write_counts(blocks)
-    counts: dict[str, int] = {}
-    for block in blocks:
-        for instruction in block.instructions:
-            count_reads(instruction, counts)
-    result = []
-    for block in blocks:
-        instructions = list(block.instructions)
-        for position, producer in enumerate(instructions):
-            if not (isinstance(producer, ir.Fill) and producer.view is None and producer.target.slot == 0):
-                continue
-            if ir.can_fail(producer.tree):  # its index check stays where the interpreter would fail
-                continue
-            target = producer.target
-            if writes.get(target.name) != 1 or counts.get(target.name) != 1:
-                continue
-            read_by: dict[str, int] = {}
-            count_reads(producer.tree, read_by)
-            for later in range(position + 1, len(instructions)):
-                consumer = instructions[later]
-                if consumer is None:
-                    continue
-                found: dict[str, int] = {}
-                count_reads(consumer, found)
-                if target.name in found:
-                    consumer_writes = written_buffer(consumer)
-                    if consumer_writes is not None and consumer_writes.name in read_by:
-                        break  # it overwrites what the tree reads as it goes
-                    replaced = substituted(consumer, target, producer.tree)
-                    if replaced is not None:
-                        instructions[later] = replaced
-                        instructions[position] = None
-                    break
-                written = written_buffer(consumer)
-                if overwritten(consumer) or (written is not None and written.name in read_by):
-                    break
-        result.append(ir.Block(block.label, tuple(i for i in instructions if i is not None), block.terminator))
-    return result
-
-
-def computed_once(blocks: list[ir.Block]) -> list[ir.Block]:
-    """A loop computing the same tree as an earlier one of its block (nothing between writing what they
-    read, each buffer written once) is dropped, and its buffer's readers read the earlier one (inlined
-    functions recompute what their callers computed: derivative code's `sigmoid_back(x, d)` recomputes
-    `sigmoid(x)`)."""
-    writes = write_counts(blocks)
-    renamed: dict[str, ir.Buffer] = {}
-    result = []
-    for block in blocks:
-        seen: dict[object, tuple[ir.Buffer, set[str]]] = {}
-        kept = []
-        for instruction in block.instructions:
-            instruction = rebuilt(instruction, renamed) if renamed else instruction
-            written = written_buffer(instruction)
-            popped = overwritten(instruction)
-            if written is not None or popped:  # what it writes is no longer what an earlier tree computed
-                names = ({written.name} if written is not None else set()) | popped
-                seen = {
-                    tree: (target, reads_)
-                    for tree, (target, reads_) in seen.items()
-                    if not (reads_ | {target.name}) & names
-                }
-            simple = (
-                isinstance(instruction, ir.Fill)
-                and instruction.view is None
-                and instruction.target.slot == 0
-                and writes.get(instruction.target.name) == 1
-                and not ir.can_fail(instruction.tree)
-            )
-            if simple:
-                earlier = seen.get(instruction.tree)
-                if earlier is not None and earlier[0].shape == instruction.target.shape:
-                    renamed[instruction.target.name] = earlier[0]
-                    continue
-                read_by: dict[str, int] = {}
-                count_reads(instruction.tree, read_by)
-                seen[instruction.tree] = (instruction.target, set(read_by))
-            kept.append(instruction)
-        result.append(ir.Block(block.label, tuple(kept), block.terminator))
-    if not renamed:
-        return result
-    return [ir.Block(b.label, tuple(rebuilt(i, renamed) for i in b.instructions), b.terminator) for b in result]
-
-
-def substituted(consumer: object, target: ir.Buffer, tree: object) -> object | None:
-    """`consumer` with its one read of `target` (whole, as laid out, over the consumer's own loop shape)
-    replaced by `tree`; None if the read is not like that."""
-    whole = ir.Read(target, ZERO, contiguous(target.shape))
-    if isinstance(consumer, ir.Fill):
-        shape = consumer.shape if consumer.view is not None else consumer.target.shape
-        if shape != target.shape or not contains(consumer.tree, whole):
-            return None
-        return ir.Fill(consumer.target, replace(consumer.tree, whole, tree), consumer.view, consumer.shape)
-    if isinstance(consumer, ir.Reduce):
-        if consumer.shape != target.shape or not contains(consumer.tree, whole) or ir.costly(tree):
-            return None
-        return ir.Reduce(
-            consumer.target, consumer.op, replace(consumer.tree, whole, tree), consumer.shape, consumer.axes
-        )
-    return None
-
-
-def contains(tree: object, node: object) -> bool:
-    if tree == node:
-        return True
-    if isinstance(tree, ir.Apply):
-        return any(contains(a, node) for a in tree.args)
-    if isinstance(tree, ir.Take):
-        return contains(tree.index, node)
-    return False
-
-
-def replace(tree: object, node: object, by: object) -> object:
-    if tree == node:
-        return by
-    if isinstance(tree, ir.Apply):
-        args = tuple(replace(a, node, by) for a in tree.args)
-        if tree.op == "add" and len(args) == 2:  # zeros forwarded into a sum
-            for zero, other in ((0, 1), (1, 0)):
-                if adds_nothing(args[zero], tree.dtype) and ir.tree_dtype(args[other]) == tree.dtype:
-                    return args[other]
-        return ir.Apply(tree.op, tree.dtype, args)
-    if isinstance(tree, ir.Take):
-        return ir.Take(
-            tree.buffer, tree.offset, tree.strides, replace(tree.index, node, by), tree.stride, tree.size, tree.site
-        )
-    return tree
-
-
-def with_every_target(blocks: list[ir.Block]) -> list[ir.Block]:
-    """`blocks`, plus a block that returns for each label jumped to but not made (a probe's abandoned
-    paths: only what the other paths return is learnt from it)."""
-    made = {block.label for block in blocks}
-    targets = []
-    for block in blocks:
-        match block.terminator:
-            case ir.Jump(target=target):
-                targets.append(target)
-            case ir.Branch(then=then, otherwise=otherwise):
-                targets += [then, otherwise]
-    missing = list(dict.fromkeys(t for t in targets if t not in made))
-    return [*blocks, *(ir.Block(label, (), ir.Return(None)) for label in missing)]
-
-
-def without_dead_stores(blocks: list[ir.Block]) -> list[ir.Block]:
-    """Drop every loop or product writing a workspace buffer nothing reads (inlining computes whole values
-    of which a caller may use only the shape: derivative code's `zeros_like(lstm_cell(...)[0])`), until
-    none is left."""
-    while True:
-        counts: dict[str, int] = {}
-        for block in blocks:
-            for instruction in block.instructions:
-                count_reads(instruction, counts)
-        dead = False
-        kept_blocks = []
-        for block in blocks:
-            kept = []
-            for instruction in block.instructions:
-                written = written_buffer(instruction)
-                unread = written is not None and written.slot == 0 and counts.get(written.name, 0) == 0
-                if unread and not checks(instruction):
-                    dead = True
-                    continue
-                kept.append(instruction)
-            kept_blocks.append(ir.Block(block.label, tuple(kept), block.terminator))
-        blocks = kept_blocks
-        if not dead:
-            return blocks
-
-
-def checks(instruction: object) -> bool:
-    """Whether an instruction can fail (a gather's or a scatter's index check): it is never dropped."""
-    if isinstance(instruction, ir.ScatterAdd):
-        return True
-    return isinstance(instruction, (ir.Fill, ir.Reduce)) and ir.can_fail(instruction.tree)
-
-
-def write_counts(blocks: list[ir.Block]) -> dict[str, int]:
-    """How many instructions write each buffer (a tape's `pop` and a call count as two: their buffers
-    are not written once)."""
-    writes: dict[str, int] = {}
-    for block in blocks:
-        for instruction in block.instructions:
-            written = written_buffer(instruction)
-            if written is not None:
-                writes[written.name] = writes.get(written.name, 0) + 1
-            for name in overwritten(instruction):
-                writes[name] = writes.get(name, 0) + 2
-    return writes
-
-
-def overwritten(instruction: object) -> set[str]:
-    """The buffers a tape's `pop` or a real call writes (not loops: the passes leave them alone)."""
-    if isinstance(instruction, ir.TapePop):
-        return {leaf.name for _, leaf in instruction.leaves if isinstance(leaf, ir.Buffer)}
-    if isinstance(instruction, ir.CallSpecialised):
-        return {leaf.name for _, leaf in instruction.results if isinstance(leaf, ir.Buffer)}
-    return set()
-
-
-def written_buffer(instruction: object) -> ir.Buffer | None:
-    if isinstance(instruction, ir.MatMul):
-        return instruction.out
-    if isinstance(instruction, WRITES):
-        return instruction.target
-    return None
-
-
-def accumulate_in_place(blocks: list[ir.Block]) -> tuple[ir.Block, ...]:
-    """`h = h + p` where `p` is a product or a scatter into zeros made for it alone (derivative code adds
-    each step's weight gradient `transpose(x) @ d`, each embedding gradient `scatter_add(zeros_like(t), ...)`,
-    to the running total): the product accumulates into `h` (gemm with beta = 1), the scatter scatters into
-    `h`, and neither `p` nor the addition's loop exists."""
-    counts: dict[str, int] = {}
-    for block in blocks:
-        for instruction in block.instructions:
-            count_reads(instruction, counts)
-    result = []
-    for block in blocks:
-        instructions = list(block.instructions)
-        for position, instruction in enumerate(instructions):
-            total = accumulation(instruction)
-            if total is None:
-                continue
-            home, part = total
-            if counts.get(part.name, 0) != 1:
-                continue
-            producer = producing(instructions, position, part, home)
-            if producer is None:
-                continue
-            start, made = producer
-            if isinstance(made, ir.MatMul):
-                instructions[start] = ir.MatMul(home, made.a, made.b, made.m, made.n, made.k, True)
-            else:
-                instructions[start - 1] = None  # the zeros it scattered into
-                instructions[start] = ir.ScatterAdd(home, *astuple_tail(made))
-            instructions[position] = None
-        result.append(ir.Block(block.label, tuple(i for i in instructions if i is not None), block.terminator))
-    return tuple(result)
-
-
-def astuple_tail(scatter: ir.ScatterAdd) -> tuple:
-    return (scatter.strides, scatter.index, scatter.stride, scatter.size, scatter.updates, scatter.shape, scatter.site)
-
-
-def accumulation(instruction: object) -> tuple[ir.Buffer, ir.Buffer] | None:
-    """(h, p) for `Fill(h, h + p)` with both read whole, as laid out."""
-    if not isinstance(instruction, ir.Fill) or instruction.view is not None:
-        return None
-    tree, home = instruction.tree, instruction.target
-    if not (isinstance(tree, ir.Apply) and tree.op == "add" and len(tree.args) == 2):
-        return None
-    whole = contiguous(home.shape)
-    reads_ = [a for a in tree.args if isinstance(a, ir.Read) and a.offset == ZERO and a.strides == whole]
-    if len(reads_) != 2:
-        return None
-    first, second = (r.buffer for r in reads_)
-    if first == home and second != home and second.shape == home.shape and second.dtype == home.dtype:
-        return home, second
-    if second == home and first != home and first.shape == home.shape and first.dtype == home.dtype:
-        return home, first
-    return None
-
-
-def producing(instructions: list, position: int, part: ir.Buffer, home: ir.Buffer):
-    """Where `part` was made, by a product or by a scatter into zeros, with nothing between that and
-    `position` touching `home` or the product's operands; else None."""
-    for start in range(position - 1, -1, -1):
-        instruction = instructions[start]
-        if instruction is None:  # an addition already done by its product or scatter (which is still here)
-            continue
-        if isinstance(instruction, ir.MatMul) and instruction.out == part and not instruction.accumulate:
-            between = instructions[start + 1 : position]
-            operands = {instruction.a.buffer.name, instruction.b.buffer.name}
-            if home.name not in operands and not any(touches(i, {home.name}) for i in between):
-                return start, instruction
-            return None
-        if isinstance(instruction, ir.ScatterAdd) and instruction.target == part and start > 0:
-            zeros = instructions[start - 1]
-            cleared = isinstance(zeros, ir.Fill) and zeros.target == part and zeros.view is None
-            if cleared and isinstance(zeros.tree, ir.Splat) and zeros.tree.value.value == 0:
-                between = instructions[start + 1 : position]
-                if not any(touches(i, {home.name}) for i in between) and not touches(instruction, {home.name}):
-                    return start, instruction
-            return None
-        if touches(instruction, {part.name, home.name}):
-            return None
-    return None
-
-
-def touches(instruction: object, names: set[str]) -> bool:
-    """Whether an instruction reads or writes a buffer of `names` (tapes and control flow count)."""
-    found: dict[str, int] = {}
-    count_reads(instruction, found)
-    if names & set(found):
-        return True
-    target = getattr(instruction, "target", None) or getattr(instruction, "out", None)
-    if isinstance(target, ir.Buffer) and target.name in names:
-        return True
-    return bool(overwritten(instruction) & names)
-
-
-def count_reads(node: object, counts: dict[str, int]) -> None:
-    """How often each buffer is read by the trees and operands of an instruction (walks every field)."""
-    if isinstance(node, (ir.Read, ir.Take)):
-        counts[node.buffer.name] = counts.get(node.buffer.name, 0) + 1
-    if isinstance(node, ir.MatMul):
-        for view in (node.a, node.b):
-            counts[view.buffer.name] = counts.get(view.buffer.name, 0) + 1
-        return
-    if isinstance(node, tuple):
-        for item in node:
-            count_reads(item, counts)
-        return
-    for name in getattr(node, "__dataclass_fields__", ()):
-        if name in ("target", "out", "buffer"):
-            continue
-        count_reads(getattr(node, name), counts)
-
-
-# ------------------------------------------------------------------ packing the workspace
-
-
-def packed(blocks: tuple[ir.Block, ...], buffers: list[ir.Buffer]) -> tuple:
-    """The workspace laid out again so that buffers never in use at once share memory: (blocks, buffers,
-    workspace size). A buffer is in use from the first instruction naming it to the last, in the
-    blocks' order; one named inside a loop (a block a later block jumps back to, through the one that
-    jumps) is in use for the whole loop, every iteration. Buffers of unused (dropped) values take none."""
-    order = {block.label: position for position, block in enumerate(blocks)}
-    spans: dict[str, list[int]] = {}
-    fresh: set[str] = set()  # buffers whose first instruction writes them whole without reading them
-    position = 0
-    block_span: dict[str, tuple[int, int]] = {}
-    for block in blocks:
-        first = position
-        for instruction in block.instructions:
-            for name in named_buffers(instruction):
-                if name not in spans and defines(instruction, name):
-                    fresh.add(name)
-                span = spans.setdefault(name, [position, position])
-                span[1] = position
-            position += 1
-        block_span[block.label] = (first, position)
-        position += 1
-    loops = []
-    for block in blocks:
-        for target in targets(block.terminator):
-            if order[target] <= order[block.label]:
-                loops.append((block_span[target][0], block_span[block.label][1]))
-    changed = True
-    while changed:
-        changed = False
-        for name, span in spans.items():
-            for start, end in loops:
-                inside = start <= span[0] and span[1] <= end
-                if inside and name in fresh:
-                    continue  # made anew by each iteration before any use: nothing flows around the loop
-                if span[0] <= end and span[1] >= start and (span[0] > start or span[1] < end):
-                    span[0], span[1] = min(span[0], start), max(span[1], end)
-                    changed = True
-    workspace = [b for b in buffers if b.slot == 0 and b.name in spans]
-    workspace.sort(key=lambda b: (spans[b.name][0], -b.size))
-    active: list[tuple[int, int, int]] = []  # (end, offset, bytes)
-    offsets: dict[str, int] = {}
-    size = 0
-    for buffer in workspace:
-        start, end = spans[buffer.name]
-        active = [a for a in active if a[0] >= start]
-        need = max(buffer.size, 1) * ir.ITEM_BYTES[buffer.dtype]
-        offset = 0
-        for _, taken, length in sorted(active, key=lambda a: a[1]):
-            if offset + need <= taken:
-                break
-            offset = max(offset, (taken + length + 63) // 64 * 64)
-        offsets[buffer.name] = offset
-        active.append((end, offset, need))
-        size = max(size, offset + need)
-    moved = {}
-    for buffer in buffers:
-        if buffer.slot != 0:
-            moved[buffer.name] = buffer
-        elif buffer.name in offsets:
-            moved[buffer.name] = ir.Buffer(buffer.name, buffer.dtype, buffer.shape, 0, offsets[buffer.name])
-    new_blocks = tuple(
-        ir.Block(block.label, tuple(rebuilt(i, moved) for i in block.instructions), block.terminator)
-        for block in blocks
-    )
-    return new_blocks, tuple(moved.values()), size
-
-
-def defines(instruction: object, name: str) -> bool:
-    """Whether `instruction` writes all of buffer `name` and reads none of it."""
-    reads_it: dict[str, int] = {}
-    if isinstance(instruction, (ir.Fill, ir.Reduce)):
-        count_reads(instruction.tree, reads_it)
-        whole = not isinstance(instruction, ir.Fill) or instruction.view is None
-        return instruction.target.name == name and whole and name not in reads_it
-    if isinstance(instruction, ir.MatMul):
-        operands = {instruction.a.buffer.name, instruction.b.buffer.name}
-        return instruction.out.name == name and not instruction.accumulate and name not in operands
-    if isinstance(instruction, (ir.TapePop, ir.CallSpecialised)):  # a call writes its results' buffers whole
-        leaves = instruction.leaves if isinstance(instruction, ir.TapePop) else instruction.results
-        return any(isinstance(leaf, ir.Buffer) and leaf.name == name for _, leaf in leaves)
-    return False
-
-
-def targets(terminator: object) -> tuple[str, ...]:
-    if isinstance(terminator, ir.Jump):
-        return (terminator.target,)
-    if isinstance(terminator, ir.Branch):
-        return (terminator.then, terminator.otherwise)
-    return ()
-
-
-def named_buffers(node: object) -> set[str]:
-    """Every buffer an instruction reads or writes."""
-    found: set[str] = set()
-
-    def visit(item: object) -> None:
-        if isinstance(item, ir.Buffer):
-            found.add(item.name)
-        elif isinstance(item, tuple):
-            for part in item:
-                visit(part)
-        elif hasattr(item, "__dataclass_fields__"):
-            for name in item.__dataclass_fields__:
-                visit(getattr(item, name))
-
-    visit(node)
-    return found
-
-
-def rebuilt(node: object, moved: dict[str, ir.Buffer]) -> object:
-    """`node` with every buffer replaced by its moved version (nodes are immutable: rebuilt)."""
-    if isinstance(node, ir.Buffer):
-        return moved.get(node.name, node)
-    if isinstance(node, tuple):
-        return tuple(rebuilt(item, moved) for item in node)
-    if hasattr(node, "__dataclass_fields__") and type(node).__module__ == ir.__name__:
-        values = [rebuilt(getattr(node, name), moved) for name in node.__dataclass_fields__]
-        return type(node)(*values)
-    return node
 
 
 def function_declaration(typed: Typed, span: Span) -> tuple | None:

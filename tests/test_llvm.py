@@ -654,7 +654,7 @@ def test_fused_kernel_is_vectorised(tmp_path: Path) -> None:
     path = tmp_path / "program.dl"
     path.write_text(FUSED, encoding="utf-8")
     _, typed = pipeline.prepare(pipeline.load(str(path)))
-    kernels = list(native.lower(typed).kernels.values())
+    kernels = list(native.lowered_program(typed).kernels.values())
     assert len(kernels) == 2
     assert re.search(r"<\d+ x (float|double)>", compile_kernels(kernels).ir_after)
 
@@ -670,7 +670,7 @@ fn main() { print(add(pick(3), pick(4))) }
     assert "error[E0520]" in err and "Traceback" not in err  # the annotation check, before the call
     (tmp_path / "program.dl").write_text(source.replace("pick(3), pick(4)", "ones(3), ones(3)"), encoding="utf-8")
     _, typed = pipeline.prepare(pipeline.load(str(tmp_path / "program.dl")))
-    [kernel] = native.lower(typed).kernels.values()
+    [kernel] = native.lowered_program(typed).kernels.values()
     from dl.codegen.fusion import compile_kernels
     from dl.runtime.errors import RunError
 
@@ -683,12 +683,10 @@ fn main() { print(add(pick(3), pick(4))) }
 
 
 def test_a_loop_llvm_cannot_compile_stays_interpreted(monkeypatch, dlrun, tmp_path) -> None:
-    from dl.codegen import fusion
-
     def failing(kernels):
         raise RuntimeError("LLVM ERROR: simulated failure\ndetails")
 
-    monkeypatch.setattr(fusion, "compile_kernels", failing)
+    monkeypatch.setattr(native, "compile_kernels", failing)
     program = tmp_path / "fused.dl"
     program.write_text(
         "fn f(x: f32[3], y: f32[3]) -> f32[3] {\n    return tanh(x * y) + x\n}\n\n"
@@ -764,7 +762,7 @@ def test_fused_reduction_accumulates_in_vectors(tmp_path: Path) -> None:
     path = tmp_path / "program.dl"
     path.write_text(REDUCING, encoding="utf-8")
     _, typed = pipeline.prepare(pipeline.load(str(path)))
-    kernels = list(native.lower(typed).kernels.values())
+    kernels = list(native.lowered_program(typed).kernels.values())
     assert {kernel.reduction for kernel in kernels} == {"sum", "mean", "max", "min"}
     text = compile_kernels(kernels).ir_after
     assert re.search(r"phi <\d+ x double>", text)  # the f32 sum's running value, one f64 per lane
@@ -780,7 +778,7 @@ def test_fused_reduction_of_an_empty_tensor_fails_as_interpreted(reduction: str,
     assert status == 1 and f"error[E0513]: `{reduction}` of an empty tensor f32[0, 3]" in err
     assert "Traceback" not in err
     _, typed = pipeline.prepare(pipeline.load(str(tmp_path / "program.dl")))
-    assert [kernel.reduction for kernel in native.lower(typed).kernels.values()] == [reduction]
+    assert [kernel.reduction for kernel in native.lowered_program(typed).kernels.values()] == [reduction]
 
 
 def test_reductions_along_an_axis_are_compiled_when_called(tmp_path: Path, capsys) -> None:

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from dl import pipeline
 from dl.codegen import ir, native
-from dl.codegen.specialize import specialise
+from dl.codegen.registry import specialise
 from dl.interp import run as interpreter
 from dl.lang.diagnostics import DiagnosticError
 from dl.runtime.backend import Options
@@ -938,13 +938,12 @@ def test_buffers_not_in_use_at_once_share_the_workspace() -> None:
     )
     check(source, "f", f32(64, 64) * 0.1, 3, rtol=1e-5, atol=1e-6)
     from dl.codegen.native import Structs, flatten
-    from dl.codegen.specialize import Specialiser
 
     loaded = pipeline.load("pack.dl", source)
     _, typed = pipeline.prepare(loaded)
     decl = loaded.modules["pack.dl"].decls[0]
     layout = [flatten(value, [], {}) for value in (f32(64, 64), 3)]
-    lowered = Specialiser(typed, decl, "pack.dl", layout, Structs(None)).specialise()
+    lowered = specialise(typed, decl, "pack.dl", tuple(layout), Structs(None))
     total = sum(b.size * 4 for b in lowered.function.buffers if b.slot == 0)
     assert lowered.workspace < total * 0.75, (lowered.workspace, total)
 
@@ -955,7 +954,6 @@ def test_weight_gradients_accumulate_in_their_products() -> None:
     the total (gemm with beta = 1), every field of them, with no loop adding a product."""
     from dl.codegen import ir
     from dl.codegen.native import Structs, flatten
-    from dl.codegen.specialize import Specialiser
 
     source = (
         "struct Cell { w_ih: f32[12, 4], w_hh: f32[12, 3] }\n"
@@ -974,7 +972,7 @@ def test_weight_gradients_accumulate_in_their_products() -> None:
     decl = next(d for d in program_.modules["cell.dl"].decls if getattr(d, "name", "") == "g")
     structs = Structs(None)
     layout = [flatten(value, [], structs.seen) for value in (p, f32(5, 2, 4), f32(2, 3))]
-    lowered = Specialiser(typed, decl, "cell.dl", layout, structs).specialise()
+    lowered = specialise(typed, decl, "cell.dl", tuple(layout), structs)
     products = [i for b in lowered.function.blocks for i in b.instructions if isinstance(i, ir.MatMul)]
     into_total = [i for i in products if i.accumulate]
     assert {i.out.shape for i in into_total} == {(12, 4), (12, 3)}, products
@@ -1204,7 +1202,7 @@ def test_functions_as_arguments_are_compiled_in() -> None:
 
 def test_a_zero_forwarded_into_a_sum_is_dropped_only_at_its_own_dtype() -> None:
     from dl.codegen import ir
-    from dl.codegen.specialize import replace
+    from dl.codegen.optimise import replace
 
     buffer = ir.Buffer("x", "f64", (3,), 0, 0)
     x = ir.Read(buffer, ir.Const(0, "i64"), (1,))
