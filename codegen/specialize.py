@@ -360,7 +360,7 @@ class Specialiser(FunctionLowering):
 
     def make_homes(self, stmt: ast.Stmt) -> None:
         """Before an `if` or a loop: every variable it assigns gets a home."""
-        for name in sorted(assigned_names(stmt)):
+        for name in sorted(ast.assigned_names(stmt)):
             for scope in reversed(self.scopes):
                 if name in scope:
                     value = scope[name]
@@ -563,7 +563,7 @@ class Specialiser(FunctionLowering):
                 position = record.fields.index(name) if name in record.fields else None
                 if position is None:
                     raise Unsupported(f"`{record.name}` has no field `{name}` (at {span})")
-                root = target_names(inner)
+                root = ast.target_names(inner)
                 owner = (self.scope_of(root[0], span), root[0]) if root else None
                 if owner is not None and self.owns(*owner, record.values[position]):
                     self.store_home(record.values[position], value, span, owner)
@@ -835,7 +835,7 @@ class Specialiser(FunctionLowering):
     def closure(self, decl: ast.Lambda | ast.FnDecl) -> Closure:
         """A lambda or local function: it captures the current values of the names it uses."""
         captured = {}
-        for name in sorted(free_names(decl)):
+        for name in sorted(ast.free_names(decl)):
             for scope in reversed(self.scopes):
                 if name in scope:
                     value = scope[name]
@@ -1296,7 +1296,7 @@ class Specialiser(FunctionLowering):
     def inlined_body(self, decl: ast.FnDecl | ast.Lambda) -> object:
         if isinstance(decl.body, ast.Block):
             body = decl.body.body
-            if body and isinstance(body[-1], ast.Return) and not any(contains_return(s) for s in body[:-1]):
+            if body and isinstance(body[-1], ast.Return) and not any(returns_here(s) for s in body[:-1]):
                 self.returning = None
                 for stmt in body[:-1]:
                     self.statement(stmt)
@@ -1393,80 +1393,17 @@ def usage(body: ast.Block) -> tuple[dict[str, int], set[str]]:
             root = node.target
             while isinstance(root, (ast.Field, ast.Index)):
                 root = root.target
-            for name in target_names(node.target):
+            for name in ast.target_names(node.target):
                 assigned.add(name)
         if isinstance(node, (ast.While, ast.For)):
             weight = 2
         if isinstance(node, (ast.Lambda, ast.FnDecl)) and node is not body:
             weight = 2
-        for child in children(node):
+        for child in ast.children(node):
             visit(child, weight)
 
     visit(body, 1)
     return uses, assigned
-
-
-def target_names(target: ast.Expr) -> list[str]:
-    while isinstance(target, (ast.Field, ast.Index)):
-        target = target.target
-    if isinstance(target, ast.Name):
-        return [target.id]
-    if isinstance(target, ast.TupleLiteral):
-        return [name for item in target.items for name in target_names(item)]
-    return []
-
-
-def assigned_names(stmt: ast.Stmt) -> set[str]:
-    names: set[str] = set()
-
-    def visit(node: object) -> None:
-        if isinstance(node, ast.Assign):
-            names.update(target_names(node.target))
-        if isinstance(node, (ast.Lambda, ast.FnDecl)):
-            return
-        for child in children(node):
-            visit(child)
-
-    visit(stmt)
-    return names
-
-
-def contains_return(node: object) -> bool:
-    if isinstance(node, ast.Return):
-        return True
-    if isinstance(node, (ast.Lambda, ast.FnDecl)):
-        return False
-    return any(contains_return(child) for child in children(node))
-
-
-def free_names(decl: ast.Lambda | ast.FnDecl) -> set[str]:
-    names: set[str] = set()
-
-    def visit(node: object) -> None:
-        if isinstance(node, ast.Name):
-            names.add(node.id)
-        for child in children(node):
-            visit(child)
-
-    visit(decl.body)
-    for param in decl.params:
-        if param.default is not None:
-            visit(param.default)
-    return names
-
-
-def children(node: object) -> list:
-    """The AST nodes directly inside `node` (in fields, tuples of them, and keyword and field inits)."""
-    found = []
-    for name in getattr(node, "__dataclass_fields__", ()):
-        if name in ("span", "name_span", "annotation", "result"):
-            continue
-        value = getattr(node, name)
-        if isinstance(value, tuple):
-            found.extend(v for v in value if hasattr(v, "__dataclass_fields__"))
-        elif hasattr(value, "__dataclass_fields__"):
-            found.append(value)
-    return found
 
 
 def annotation_fits(value: object, expected: object, bindings: dict[str, int], span: Span) -> None:
@@ -1497,7 +1434,7 @@ def function_declaration(typed: Typed, span: Span) -> tuple | None:
     def written_at(node: object) -> object | None:
         if isinstance(node, (ast.FnDecl, ast.Lambda)) and node.span == span:
             return node
-        for child in children(node):
+        for child in ast.children(node):
             found = written_at(child)
             if found is not None:
                 return found
@@ -1509,3 +1446,8 @@ def function_declaration(typed: Typed, span: Span) -> tuple | None:
             if found is not None:
                 return found, path
     return None
+
+
+def returns_here(node: object) -> bool:
+    """Does the statement `node` hold a `return` of its own function (a nested function's are its own)?"""
+    return not isinstance(node, ast.FUNCTIONS) and any(isinstance(n, ast.Return) for n in ast.walk_scope(node))

@@ -15,7 +15,6 @@ an emoji before the code still lines up.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import re
 from collections.abc import Callable, Iterator
@@ -140,16 +139,6 @@ def diagnostics_for(
 # ------------------------------------------------------------------ hover
 
 
-def children(node: Any) -> Iterator[Any]:
-    """The AST nodes directly inside `node`, in field order."""
-    for item in dataclasses.fields(node):
-        value = getattr(node, item.name)
-        values = value if isinstance(value, tuple) else (value,)
-        for child in values:
-            if dataclasses.is_dataclass(child) and not isinstance(child, type):
-                yield child
-
-
 def enclosing(module: ast.Module, line: int, column: int) -> list[Any]:
     """The chain of nodes from a top-level declaration down to the smallest node whose span holds the
     1-based `line`:`column`; empty when none does."""
@@ -166,7 +155,7 @@ def enclosing(module: ast.Module, line: int, column: int) -> list[Any]:
             chain = [*chain, node]
             if not best or size(node) <= size(best[-1]):
                 best = chain
-        for child in children(node):
+        for child in ast.children(node):
             walk(child, chain)
 
     for decl in module.decls:
@@ -353,7 +342,7 @@ def scope_at(decl: ast.FnDecl, line: int, column: int) -> list[tuple[str, Any, A
             found.extend((bound.name, bound, node) for bound in pattern_names(node.pattern))
         if isinstance(node, ast.FnDecl | ast.Lambda):
             found.extend((param.name, param, node) for param in node.params)
-        for child in children(node):
+        for child in ast.children(node):
             span = getattr(child, "span", None)
             if span is not None and contains(span, line, column):
                 inside(child)
@@ -473,7 +462,7 @@ def name_sites(module: ast.Module) -> Iterator[tuple[str, Span]]:
                 yield name, node.span
             case ast.FieldDecl(name=name):
                 yield name, name_span(name, node.span)
-        for child in children(node):
+        for child in ast.children(node):
             yield from walk(child)
 
     for decl in module.decls:
@@ -866,7 +855,7 @@ def name_classes(typed: Typed | None, path: str) -> dict[tuple[int, int], tuple[
                 put(node.span, "type")
             case ast.DimName():
                 put(node.span, "typeParameter")
-        for child in children(node):
+        for child in ast.children(node):
             walk(child, params)
 
     for decl in module.decls:

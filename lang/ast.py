@@ -8,6 +8,7 @@ instead of mutating old ones.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from dl.lang.diagnostics import UNKNOWN_SPAN, Span
@@ -369,3 +370,77 @@ class ReplInput:
     """What one REPL entry holds: declarations and statements in order."""
 
     items: tuple[Decl | Stmt, ...]
+
+
+# ------------------------------------------------------------------ walking a tree
+#
+# The one traversal of the tree that every pass uses: a node's children are the nodes in its fields
+# (tuples opened), spans left out. `walk` goes everywhere; `walk_scope` stays out of the bodies and
+# defaults of nested functions, whose names are their own.
+
+SPAN_FIELDS = frozenset({"span", "name_span"})
+FUNCTIONS = (Lambda, FnDecl)
+
+
+def children(node: object) -> Iterator[object]:
+    """The nodes directly inside `node`, in field order (the items of a tuple for a tuple)."""
+    if isinstance(node, tuple):
+        yield from (item for item in node if hasattr(item, "__dataclass_fields__") or isinstance(item, tuple))
+        return
+    for name in getattr(node, "__dataclass_fields__", ()):
+        if name in SPAN_FIELDS:
+            continue
+        value = getattr(node, name)
+        if isinstance(value, tuple):
+            yield from (item for item in value if hasattr(item, "__dataclass_fields__") or isinstance(item, tuple))
+        elif hasattr(value, "__dataclass_fields__"):
+            yield value
+
+
+def walk(node: object) -> Iterator[object]:
+    """Every node under `node` (itself included), depth first, in source order; iterative, so a tree of any
+    depth is walked."""
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        if not isinstance(current, tuple):
+            yield current
+        stack.extend(reversed(list(children(current))))
+
+
+def walk_scope(node: object) -> Iterator[object]:
+    """`walk`, not entering nested functions (a nested `fn` or lambda is itself yielded, not its insides)."""
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        if not isinstance(current, tuple):
+            yield current
+            if isinstance(current, FUNCTIONS) and current is not node:
+                continue
+        stack.extend(reversed(list(children(current))))
+
+
+def root_name(target: Expr) -> str | None:
+    """The variable an assignment target changes: `x` of `x`, `x[i]`, `x.w[0]`."""
+    while isinstance(target, (Field, Index)):
+        target = target.target
+    return target.id if isinstance(target, Name) else None
+
+
+def target_names(target: Expr) -> list[str]:
+    """The variables an assignment's target changes (`(a, b) = ...` changes both)."""
+    if isinstance(target, TupleLiteral):
+        return [name for item in target.items for name in target_names(item)]
+    name = root_name(target)
+    return [name] if name is not None else []
+
+
+def assigned_names(node: object) -> set[str]:
+    """The variables assigned (`x = ...`, `x[i] += ...`, `(a, b) = ...`) in `node`, outside nested functions
+    (whose variables are their own: a closure captures by value)."""
+    return {name for n in walk_scope(node) if isinstance(n, Assign) for name in target_names(n.target)}
+
+
+def free_names(node: object) -> set[str]:
+    """Every name read anywhere in `node`, nested functions included."""
+    return {n.id for n in walk(node) if isinstance(n, Name)}

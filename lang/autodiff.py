@@ -223,37 +223,19 @@ class Scope:
     def of(decl: ast.FnDecl) -> Scope:
         bound = {p.name for p in decl.params}
         lets: dict[str, list] = {}
-        for node in walk(decl.body):
+        for node in ast.walk(decl.body):
             if isinstance(node, (ast.NamePattern, ast.FnDecl, ast.Param)):
                 bound.add(node.name)
             if isinstance(node, ast.Let) and isinstance(node.pattern, ast.NamePattern):
                 lets.setdefault(node.pattern.name, []).append(node.value)
         lambdas = {n: v[0] for n, v in lets.items() if len(v) == 1 and isinstance(v[0], ast.Lambda)}
-        return Scope(frozenset(bound), frozenset(assigned_names(decl.body)), lambdas)
+        return Scope(frozenset(bound), frozenset(ast.assigned_names(decl.body)), lambdas)
 
 
 def walk_calls(node) -> Iterator[ast.Call]:
-    for child in walk(node):
+    for child in ast.walk(node):
         if isinstance(child, ast.Call):
             yield child
-
-
-def walk(node) -> Iterator:
-    """Every AST node under `node` (itself included), depth first."""
-    stack = [node]
-    while stack:
-        current = stack.pop()
-        yield current
-        if isinstance(current, tuple):
-            stack.extend(reversed(current))
-            continue
-        if dataclasses.is_dataclass(current) and not isinstance(current, type):
-            for f in dataclasses.fields(current):
-                if f.name == "span" or f.name == "name_span":
-                    continue
-                value = getattr(current, f.name)
-                if isinstance(value, (tuple, ast.Block)) or dataclasses.is_dataclass(value):
-                    stack.append(value)
 
 
 def functions_with_grad(typed: Typed) -> set[int]:
@@ -277,7 +259,7 @@ def reaches_grad(typed: Typed, decl, containing: set[int]) -> bool:
         seen.add(id(current))
         if id(current) in containing:
             return True
-        for node in walk(current.body):
+        for node in ast.walk(current.body):
             ref = typed.types.get(id(node)) if isinstance(node, (ast.Name, ast.Field, ast.Lambda)) else None
             if isinstance(ref, FunctionRef) and ref.key in typed.functions:
                 stack.append(typed.functions[ref.key][0])
@@ -371,7 +353,7 @@ def instantiate(source: str, bindings: dict[str, ast.Expr], forms: dict[str, Cal
     if forms:
         expr = expanded_forms(expr, forms)
     replacements = {
-        id(node): bindings[node.id] for node in walk(expr) if isinstance(node, ast.Name) and node.id in bindings
+        id(node): bindings[node.id] for node in ast.walk(expr) if isinstance(node, ast.Name) and node.id in bindings
     }
     return replace_nodes(expr, replacements)
 
@@ -492,7 +474,7 @@ class Round:
             return
         bound = local.lambdas.get(reference.id)
         unchanged = reference.id not in local.assigned and bound is not None
-        if bound is site.function and unchanged and not free_names(bound.body) & local.assigned:
+        if bound is site.function and unchanged and not ast.free_names(bound.body) & local.assigned:
             return
         raise NotDifferentiable(
             f"`grad` cannot differentiate `{reference.id}`: it holds a function known only when the program runs",
@@ -597,7 +579,7 @@ class Round:
         (Asked for every call a re-run forward makes: answered once per function.)"""
         if id(decl) not in self.effects_of:
             functions = (decl, *self.reached(decl))
-            self.effects_of[id(decl)] = any(isinstance(n, ast.ExprStmt) for d in functions for n in walk(d.body))
+            self.effects_of[id(decl)] = any(isinstance(n, ast.ExprStmt) for d in functions for n in ast.walk(d.body))
         return self.effects_of[id(decl)]
 
     def reached(self, decl: ast.FnDecl) -> Iterator[ast.FnDecl]:
@@ -605,7 +587,7 @@ class Round:
         seen: set[int] = set()
         todo = [decl]
         while todo:
-            for node in walk(todo.pop().body):
+            for node in ast.walk(todo.pop().body):
                 callee = self.typed.types.get(id(node.func)) if isinstance(node, ast.Call) else None
                 if isinstance(callee, FunctionRef) and callee.key in self.typed.functions:
                     target, _ = self.typed.functions[callee.key]
@@ -746,8 +728,8 @@ class FunctionBody:
         # module-level names are reserved (the code refers to them by name); locals are renamed anyway
         self.used: set[str] = set(round_.taken[path]) | {p.name for p in decl.params}
         # the user's names, which the names lowering adds (flags, loop counters) must not meet
-        self.user_names = {n.id for n in walk(decl.body) if isinstance(n, ast.Name)} | set(self.used)
-        self.user_names |= {n.name for n in walk(decl.body) if isinstance(n, ast.NamePattern)}
+        self.user_names = {n.id for n in ast.walk(decl.body) if isinstance(n, ast.Name)} | set(self.used)
+        self.user_names |= {n.name for n in ast.walk(decl.body) if isinstance(n, ast.NamePattern)}
         self.adjoints: dict[str, str] = {}
         self.result_type: Type = ANY
         self.pending: list[ast.Stmt] = []  # statements a rule needs before its contributions
@@ -901,10 +883,10 @@ class FunctionBody:
         params = {p.name for p in self.decl.params}
         forward = self.with_kept_values(sweep.stmts)
         lets = [s for s in forward if isinstance(s, ast.Let) and isinstance(s.pattern, ast.NamePattern)]
-        assigned = assigned_names(tuple(forward))
+        assigned = ast.assigned_names(tuple(forward))
         written = {n.name for s in forward if isinstance(s, ast.Let) for n in pattern_names(s.pattern)}
         written |= assigned & params
-        values, views = kept_or_made(lets, free_names(tuple(back)) & written, written, assigned, self.is_view)
+        values, views = kept_or_made(lets, ast.free_names(tuple(back)) & written, written, assigned, self.is_view)
         kept_values = tuple_of(list(map(name, values))) if values else ast.TupleLiteral(())
         forward.append(ast.Return(ast.TupleLiteral((result, kept_values))))
         taken: list[ast.Stmt] = []
@@ -939,7 +921,7 @@ class FunctionBody:
         return lift_returns(prefix + stmts)
 
     def return_type(self, stmts: list[ast.Stmt]) -> Type:
-        for node in walk(tuple(stmts)):
+        for node in ast.walk(tuple(stmts)):
             if isinstance(node, ast.Return) and node.value is not None:
                 found = self.typed.types.get(id(node.value))
                 if found is not None and not isinstance(found, AnyType):
@@ -1061,7 +1043,7 @@ class FunctionBody:
     def settled_literals(self, expr: ast.Expr) -> ast.Expr:
         """`expr` with each number literal's dtype from context written out (`settled_literal`)."""
         literals = (ast.IntLiteral, ast.FloatLiteral)
-        replacements = {id(n): self.settled_literal(n) for n in walk(expr) if isinstance(n, literals)}
+        replacements = {id(n): self.settled_literal(n) for n in ast.walk(expr) if isinstance(n, literals)}
         replacements = {k: v for k, v in replacements.items() if not isinstance(v, literals) or v.dtype}
         return replace_nodes(expr, replacements) if replacements else expr
 
@@ -1080,10 +1062,10 @@ class FunctionBody:
                     self.assign(item, part, env, sweep)
             case ast.Index(target=base) | ast.Field(target=base):
                 atom = self.atom(value, env, sweep, "t")
-                old = self.atom(base, env, sweep, root_name(base))
+                old = self.atom(base, env, sweep, (ast.root_name(base) or "value"))
                 if not isinstance(old, ast.Name):
                     raise NotDifferentiable("`grad` cannot differentiate an update of this value", target.span)
-                new = self.fresh(root_name(base))
+                new = self.fresh(ast.root_name(base) or "value")
                 self.types[new] = self.types.get(old.id, ANY)
                 if isinstance(target, ast.Index):
                     place = ast.Index(name(new), tuple(self.rename(i, env) for i in target.indices), target.span)
@@ -1188,20 +1170,20 @@ class FunctionBody:
         ]
         terms: list[ast.Expr] = []
 
-        def walk(parts: list[ast.Expr], part_types: list[Type]) -> None:
+        def leaf_products(parts: list[ast.Expr], part_types: list[Type]) -> None:
             first = part_types[0]
             if isinstance(first, TupleType):
                 for i in range(len(first.items)):
                     picked = [ast.Index(p, (ast.IntLiteral(i),), expr.span) for p in parts]
                     for node, t in zip(picked, part_types, strict=True):
                         self.extra_types[id(node)] = t.items[i]
-                    walk(picked, [t.items[i] for t in part_types])
+                    leaf_products(picked, [t.items[i] for t in part_types])
             elif isinstance(first, StructType):
                 for field_name, _ in first.fields:
                     picked = [ast.Field(p, field_name, expr.span) for p in parts]
                     for node, t in zip(picked, part_types, strict=True):
                         self.extra_types[id(node)] = t.field_type(field_name)
-                    walk(picked, [t.field_type(field_name) for t in part_types])
+                    leaf_products(picked, [t.field_type(field_name) for t in part_types])
             else:
                 product = ast.Binary("*", parts[0], parts[1], expr.span)
                 self.extra_types[id(product)] = first if part_types[1] == first else ANY
@@ -1210,7 +1192,7 @@ class FunctionBody:
                 self.extra_types[id(total)] = self.type_of(expr)
                 terms.append(total)
 
-        walk(atoms, types)
+        leaf_products(atoms, types)
         result = terms[0]
         for term in terms[1:]:
             result = ast.Binary("+", result, term, expr.span)
@@ -1248,7 +1230,7 @@ class FunctionBody:
         copied first (the closure keeps the value it captured, not the variable)."""
         assigned = self.assigned_anywhere()
         seen = dict(env)
-        for user in free_names(decl.body) & assigned:
+        for user in ast.free_names(decl.body) & assigned:
             if user in env and env[user] in self.types:
                 value = ast.Name(env[user], decl.span)
                 self.extra_types[id(value)] = self.types[env[user]]
@@ -1259,7 +1241,7 @@ class FunctionBody:
         """The names assigned in this function or in any function (a closure may be made in an inlined one)."""
         if self.all_assigned is None:
             bodies = [self.decl.body, *(decl.body for decl, _ in self.typed.functions.values())]
-            self.all_assigned = set().union(*(assigned_names(body) for body in bodies))
+            self.all_assigned = set().union(*(ast.assigned_names(body) for body in bodies))
         return self.all_assigned
 
     def bind_closure(self, local: str, decl, captured: dict[str, str], env: dict[str, str]) -> None:
@@ -1344,7 +1326,7 @@ class FunctionBody:
         `always`: a backward sweep's own test of a condition)."""
         if self.effects and not always:
             return expr
-        callees = {id(node): self.round.quiet_callee(node, self.path) for node in walk(expr)}
+        callees = {id(node): self.round.quiet_callee(node, self.path) for node in ast.walk(expr)}
         replacements = {k: v for k, v in callees.items() if v is not None}
         return replace_nodes(expr, replacements) if replacements else expr
 
@@ -1402,7 +1384,7 @@ class FunctionBody:
         if isinstance(callee, FunctionRef):
             decl, decl_path = self.typed.functions[callee.key]
             if not isinstance(decl, ast.FnDecl) or any(
-                isinstance(d, ast.FnDecl) and d is decl for d in walk(self.decl.body)
+                isinstance(d, ast.FnDecl) and d is decl for d in ast.walk(self.decl.body)
             ):
                 raise NotDifferentiable(
                     "`grad` cannot yet differentiate through a call of an anonymous or local function",
@@ -1443,7 +1425,7 @@ class FunctionBody:
         top = {d.name for d in self.round.program.modules[path].decls if isinstance(d, kinds)}
         modules = dict(self.round.program.imports.get(path, []))  # the callee module's aliases
         replacements: dict[int, ast.Expr] = {}
-        for n in walk(default):
+        for n in ast.walk(default):
             if isinstance(n, ast.Name) and n.id in top:
                 replacements[id(n)] = self.round.reference(self.path, path, n.id, n.span)
             elif isinstance(n, ast.Name) and n.id in modules:  # `other.BASE`: this module's alias of `other`
@@ -1474,7 +1456,7 @@ class FunctionBody:
     def rename(self, expr, env):
         """`expr` with the user's local names replaced by their current generated names."""
         replacements = {}
-        for node in walk(expr):
+        for node in ast.walk(expr):
             if isinstance(node, ast.Name) and node.id in env and env[node.id] != node.id:
                 replacements[id(node)] = ast.Name(env[node.id], node.span)
         return replace_nodes(expr, replacements) if replacements else expr
@@ -1499,7 +1481,7 @@ class FunctionBody:
                 state = tuple_of([name(c) for c in carried])
                 sweep.stmts.append(let(saved, call("tape", state)))
                 stmts = [assign(name(saved), call("push", name(saved), state)), *stmts]
-                if not any(isinstance(node, ast.While) for node in walk(tuple(stmts))):
+                if not any(isinstance(node, ast.While) for node in ast.walk(tuple(stmts))):
                     kept = self.keep_values(body_sweep, inner, sweep)
                     stmts.append(kept.push)
             body = ast.Block(tuple(stmts + updates), stmt.body.span)
@@ -1513,7 +1495,7 @@ class FunctionBody:
         sweep.stmts.append(let(tape, call("tape")))
         lets = [s for s in body.stmts if isinstance(s, ast.Let) and isinstance(s.pattern, ast.NamePattern)]
         written = {n.name for s in body.stmts if isinstance(s, ast.Let) for n in pattern_names(s.pattern)}
-        assigned = assigned_names(tuple(body.stmts))
+        assigned = ast.assigned_names(tuple(body.stmts))
         push = assign(name(tape), name(tape))  # `push(tape, values)` once the backward sweep says which
         return Kept(body.records, inner, written | assigned, tape, push, lets, assigned)
 
@@ -1531,7 +1513,7 @@ class FunctionBody:
         updates = [
             assign(name(outer), name(inner[user]))
             for user, outer in env.items()
-            if inner[user] != outer and user in assigned_names(block)
+            if inner[user] != outer and user in ast.assigned_names(block)
         ]
         return inner, sweep, updates
 
@@ -1560,7 +1542,7 @@ class FunctionBody:
     def outer_variables(self, node, env: dict[str, str], seen: set[int]) -> set[str]:
         """The generated names of the variables `node` reads or assigns, also through the closures it calls."""
         found = set()
-        for user in free_names(node):
+        for user in ast.free_names(node):
             if user in env:
                 found.add(env[user])
             closure = env.get(f"fn {user}")
@@ -1612,7 +1594,7 @@ class FunctionBody:
                     out.append(assign(name(self.adjoint(outer)), call("zeros_like", name(outer))))
                     inner_have.add(exit_var)
         out.extend(self.backward(kept.records, inner_have))
-        values, afters, views = kept.split(free_names(tuple(out)), exits, self.is_view)
+        values, afters, views = kept.split(ast.free_names(tuple(out)), exits, self.is_view)
         before = [let(value, name(exits[value])) for value in afters]
         taken: list[ast.Stmt] = []
         if values:
@@ -1636,7 +1618,7 @@ class FunctionBody:
         self.forward_block(block, inner_env, sweep, effects=False)
         inner_have = set(have)
         # (not a name assigned after its `let`, by a loop or `if` inside: its `let` is not its final value)
-        changed = assigned_names(tuple(sweep.stmts))
+        changed = ast.assigned_names(tuple(sweep.stmts))
         finals = {
             inner_env[u]: after[o]
             for u, o in record.env.items()
@@ -2046,7 +2028,7 @@ def kept_or_made(
         local = stmt.pattern.name
         if local not in needed or local in assigned:
             continue
-        operands = free_names(stmt.value)
+        operands = ast.free_names(stmt.value)
         if is_view(stmt.value) and not operands & assigned:
             views.insert(0, dataclasses.replace(stmt, annotation=None))  # a type written with `g`'s dims
             needed = (needed - {local}) | (operands & written)
@@ -2060,12 +2042,6 @@ def index_of(expr: ast.Expr, position: int) -> ast.Index:
 def condition_of(tape: str) -> ast.Expr:
     """`len(tape) > 0`: a loop's backward runs while its tape has iterations on it."""
     return ast.Binary(">", call("len", name(tape)), ast.IntLiteral(0))
-
-
-def root_name(expr: ast.Expr) -> str:
-    while isinstance(expr, (ast.Index, ast.Field)):
-        expr = expr.target
-    return expr.id if isinstance(expr, ast.Name) else "value"
 
 
 def as_block(orelse: ast.Block | ast.If) -> ast.Block:
@@ -2289,7 +2265,7 @@ def lift_returns(stmts: list[ast.Stmt]) -> list[ast.Stmt]:
             return stmts[: position + 1]
         if isinstance(stmt, ast.If) and contains_return(stmt):
             rest = stmts[position + 1 :]
-            read_after = free_names(tuple(rest))
+            read_after = ast.free_names(tuple(rest))
             for branch in (stmt.then.body, as_stmts(stmt.orelse)):
                 for shadow in (s for s in branch if isinstance(s, ast.Let)):
                     for p in pattern_names(shadow.pattern):
@@ -2314,21 +2290,6 @@ def pattern_names(pattern: ast.Pattern) -> Iterator[ast.NamePattern]:
             yield from pattern_names(item)
 
 
-def assigned_names(node) -> set[str]:
-    """The root names assigned (`x = ...`, `x[i] = ...`, `(a, b) = ...`) anywhere in `node`."""
-    found = set()
-    for stmt in walk(node):
-        if isinstance(stmt, ast.Assign):
-            targets = [stmt.target]
-            while targets:
-                target = targets.pop()
-                if isinstance(target, ast.TupleLiteral):
-                    targets.extend(target.items)
-                else:
-                    found.add(root_name(target))
-    return found
-
-
 def declared_names(stmt: ast.Stmt) -> list[str]:
     """The names a statement declares in its block: a `let`'s, a local function's."""
     if isinstance(stmt, ast.Let):
@@ -2339,11 +2300,7 @@ def declared_names(stmt: ast.Stmt) -> list[str]:
 
 
 def assigned_outer(stmt, env: dict[str, str]) -> list[str]:
-    return sorted(assigned_names(stmt) & set(env))
-
-
-def free_names(stmt) -> set[str]:
-    return {node.id for node in walk(stmt) if isinstance(node, ast.Name)}
+    return sorted(ast.assigned_names(stmt) & set(env))
 
 
 # Calls never dropped, even when nothing reads their result: the effects (`save` writes a file).
@@ -2360,7 +2317,7 @@ def prune(stmts: list[ast.Stmt], effectful: frozenset[str] = frozenset()) -> lis
         reads = read_elsewhere(stmts)
         unread = {
             id(stmt)
-            for stmt in walk(tuple(stmts))
+            for stmt in ast.walk(tuple(stmts))
             if (
                 isinstance(stmt, ast.Let)
                 and isinstance(stmt.pattern, ast.NamePattern)
@@ -2370,7 +2327,7 @@ def prune(stmts: list[ast.Stmt], effectful: frozenset[str] = frozenset()) -> lis
             or (
                 isinstance(stmt, ast.Assign)
                 and not isinstance(stmt.target, ast.TupleLiteral)
-                and root_name(stmt.target) not in reads
+                and ast.root_name(stmt.target) not in reads
                 and pure(stmt.value)
             )
         }
@@ -2380,14 +2337,14 @@ def prune(stmts: list[ast.Stmt], effectful: frozenset[str] = frozenset()) -> lis
 
 
 def propagate_copies(stmts: list[ast.Stmt]) -> list[ast.Stmt]:
-    assigned = assigned_names(tuple(stmts))
+    assigned = ast.assigned_names(tuple(stmts))
     declared: dict[str, int] = {}
-    for node in walk(tuple(stmts)):
+    for node in ast.walk(tuple(stmts)):
         if isinstance(node, ast.NamePattern):
             declared[node.name] = declared.get(node.name, 0) + 1
     copies = {
         id(stmt): (stmt.pattern.name, stmt.value)
-        for stmt in walk(tuple(stmts))
+        for stmt in ast.walk(tuple(stmts))
         if isinstance(stmt, ast.Let)
         and stmt.annotation is None
         and isinstance(stmt.pattern, ast.NamePattern)
@@ -2409,7 +2366,7 @@ def propagate_copies(stmts: list[ast.Stmt]) -> list[ast.Stmt]:
 
     stmts = filter_blocks(stmts, lambda stmt: id(stmt) not in copies)
     renames = {
-        id(node): resolve(node) for node in walk(tuple(stmts)) if isinstance(node, ast.Name) and node.id in alias
+        id(node): resolve(node) for node in ast.walk(tuple(stmts)) if isinstance(node, ast.Name) and node.id in alias
     }
     return [fold_constants(stmt) for stmt in replace_nodes(tuple(stmts), renames)]
 
@@ -2471,7 +2428,7 @@ def last_mention(stmts: list[ast.Stmt], var: str) -> int | None:
     for position in range(len(stmts) - 1, -1, -1):
         if any(
             isinstance(n, (ast.Name, ast.NamePattern)) and getattr(n, "id", getattr(n, "name", None)) == var
-            for n in walk(stmts[position])
+            for n in ast.walk(stmts[position])
         ):
             return position
     return None
@@ -2526,7 +2483,7 @@ def is_increment(stmt: ast.Stmt, var: str) -> bool:
         and value.op == "+"
         and isinstance(value.lhs, ast.Name)
         and value.lhs.id == var
-        and all(not (isinstance(n, ast.Name) and n.id == var) for n in walk(value.rhs))
+        and all(not (isinstance(n, ast.Name) and n.id == var) for n in ast.walk(value.rhs))
     )
 
 
@@ -2534,24 +2491,24 @@ def read_elsewhere(stmts: list[ast.Stmt]) -> set[str]:
     """The names read somewhere other than in an update of themselves (`d_x = d_x + c`, `d_x[i] += c`): a
     variable only its own updates read is dead, updates included."""
     reads: set[str] = set()
-    for stmt in walk(tuple(stmts)):
+    for stmt in ast.walk(tuple(stmts)):
         if isinstance(stmt, (ast.Let, ast.Assign)):
-            itself = root_name(stmt.target) if isinstance(stmt, ast.Assign) else None
-            reads |= {n.id for n in walk(stmt.value) if isinstance(n, ast.Name) and n.id != itself}
+            itself = ast.root_name(stmt.target) if isinstance(stmt, ast.Assign) else None
+            reads |= {n.id for n in ast.walk(stmt.value) if isinstance(n, ast.Name) and n.id != itself}
             if isinstance(stmt, ast.Assign):
-                reads |= {n.id for n in walk(stmt.target) if isinstance(n, ast.Name) and n.id != itself}
+                reads |= {n.id for n in ast.walk(stmt.target) if isinstance(n, ast.Name) and n.id != itself}
                 if isinstance(stmt.target, ast.TupleLiteral):
-                    reads |= assigned_names(stmt)
+                    reads |= ast.assigned_names(stmt)
         elif isinstance(stmt, (ast.If, ast.While)):
-            reads |= {n.id for n in walk(stmt.cond) if isinstance(n, ast.Name)}
+            reads |= {n.id for n in ast.walk(stmt.cond) if isinstance(n, ast.Name)}
         elif isinstance(stmt, (ast.Return, ast.ExprStmt)):
-            reads |= {n.id for n in walk(stmt) if isinstance(n, ast.Name)}
+            reads |= {n.id for n in ast.walk(stmt) if isinstance(n, ast.Name)}
     return reads
 
 
 def calls_any(expr, functions: set[str] | frozenset[str]) -> bool:
     """Does `expr` call one of `functions` (by name, or as `module.name`)?"""
-    for n in walk(expr):
+    for n in ast.walk(expr):
         if isinstance(n, ast.Call):
             if isinstance(n.func, ast.Name) and n.func.id in functions:
                 return True

@@ -16,7 +16,6 @@ checker keeps going after an error by giving the bad expression the type
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 
 from dl.lang import ast
@@ -491,7 +490,7 @@ class Checker:
             function.module,
             function.name,
             declared,
-            frozenset(rebound_names(decl.body)),
+            frozenset(ast.assigned_names(decl.body)),
             decl=decl,
             dim_names=None if function.environment is not None else self.signature_dims(decl, function.module),
         )
@@ -1965,39 +1964,6 @@ def breaks(body: ast.Block) -> bool:
                 if breaks(then) or (orelse is not None and breaks(as_block(orelse))):
                     return True
     return False
-
-
-def rebound_names(body: ast.Block | ast.Expr) -> Iterator[str]:
-    """Names assigned anywhere in a body (their `let` cannot promise a fixed value)."""
-    if not isinstance(body, ast.Block):
-        return
-    for stmt in body.body:
-        yield from _rebound_in(stmt)
-
-
-def _rebound_in(stmt: ast.Stmt) -> Iterator[str]:
-    match stmt:
-        case ast.Assign(target=target):
-            yield from _target_names(target)
-        case ast.If(then=then, orelse=orelse):
-            yield from rebound_names(then)
-            if isinstance(orelse, ast.If):
-                yield from _rebound_in(orelse)
-            elif orelse is not None:
-                yield from rebound_names(orelse)
-        case ast.While(body=body) | ast.For(body=body):
-            yield from rebound_names(body)
-
-
-def _target_names(target: ast.Expr) -> Iterator[str]:
-    match target:
-        case ast.Name(id=name):
-            yield name
-        case ast.TupleLiteral(items=items):
-            for item in items:
-                yield from _target_names(item)
-        case ast.Field(target=inner) | ast.Index(target=inner):
-            yield from _target_names(inner)
 
 
 __all__ = ["Checker", "Signature", "Typed", "Unknown", "check", "check_or_raise"]

@@ -355,7 +355,7 @@ def test_every_primitive_has_a_derivative_rule_or_is_not_differentiable() -> Non
     """Each record's derivative is templates that parse, over names the transform binds; a rule the transform
     computes (each with a reason, and an implementation there); or none, with a reason."""
     from dl.lang import ast
-    from dl.lang.autodiff import COMPUTED, EXPANDED, REDUCED, template, walk
+    from dl.lang.autodiff import COMPUTED, EXPANDED, REDUCED, template
     from dl.lang.primitives import PRIMITIVES, Computed, NoDerivative, Prim, Templates
 
     assert set(PRIMITIVES) == set(Prim)
@@ -367,8 +367,8 @@ def test_every_primitive_has_a_derivative_rule_or_is_not_differentiable() -> Non
                 for param, source in adjoints:
                     assert param in record.parameters, (prim, param)
                     expr = template(source)
-                    called = {n.func.id for n in walk(expr) if isinstance(n, ast.Call)}
-                    names = {n.id for n in walk(expr) if isinstance(n, ast.Name)} - called
+                    called = {n.func.id for n in ast.walk(expr) if isinstance(n, ast.Call)}
+                    names = ast.free_names(expr) - called
                     assert names <= bound, (prim, names - bound)
                     assert called & forms == set() or prim in REDUCED, (prim, called)
             case Computed(reason=reason):
