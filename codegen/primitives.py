@@ -68,9 +68,21 @@ def bind(name: str, args: list, keywords: dict, span: Span) -> dict:
     return bound
 
 
+# Primitives compiled code never calls, with the reason `--explain-backend` gives: they ask the MPI world on
+# the host (interp/world.py), and compiled code does not call back into Python. A function calling one runs on
+# the interpreter, and what it calls is still compiled (docs/distributed.md).
+HOST_ONLY = {
+    Prim.ALLREDUCE_MEAN: "which all-reduces over MPI on the host; compiled code does not call back into Python",
+    Prim.RANK: "which asks the MPI world on the host; compiled code does not call back into Python",
+    Prim.WORLD_SIZE: "which asks the MPI world on the host; compiled code does not call back into Python",
+}
+
+
 def call_primitive(lowering, name: str, args: list, keywords: dict, span: Span, discarded: bool) -> object:
     args = [lowering.read_variable(a) if isinstance(a, ir.Variable) else a for a in args]
     keywords = {k: lowering.read_variable(v) if isinstance(v, ir.Variable) else v for k, v in keywords.items()}
+    if BY_NAME.get(name) in HOST_ONLY:
+        raise Unsupported(f"it calls `{name}`, {HOST_ONLY[BY_NAME[name]]} (at {span})")
     handler = HANDLERS.get(name)
     if handler is None:
         raise Unsupported(f"it calls `{name}`, which compiled code does not do yet (at {span})")

@@ -403,6 +403,9 @@ LINEAR_HELPERS = {
     Prim.CONCAT: {"tensors": "split_like(d, tensors, axis=k)"},
     Prim.PUSH: {"tape": "pop(d)[1]", "value": "pop(d)[0]"},
     Prim.POP: {"tape": "push(d[1], d[0])"},
+    # Every rank's result is the mean of every rank's `tree`, so the gradient of the sum of all ranks' losses
+    # reaches each rank's `tree` as the mean of every rank's `d`: in a world of 1 that is `d` itself.
+    Prim.ALLREDUCE_MEAN: {"tree": "allreduce_mean(d)"},
 }
 
 # convolution: each of these is linear in each tensor it computes with, so the rules are each other, and

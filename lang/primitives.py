@@ -96,6 +96,10 @@ class Prim(Enum):
     CONV2D_WEIGHT_GRAD = "conv2d_weight_grad"
     MAX_POOL2D_GRAD = "max_pool2d_grad"
     MAX_POOL2D_GATHER = "max_pool2d_gather"
+    # data parallelism over MPI (issue 19; docs/distributed.md)
+    RANK = "rank"
+    WORLD_SIZE = "world_size"
+    ALLREDUCE_MEAN = "allreduce_mean"
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,6 +194,10 @@ SIGNATURES: dict[Prim, Signature] = {
     Prim.CONV2D_WEIGHT_GRAD: Signature(("dy", "x", "like"), keywords=(("stride", 1), ("padding", 0))),
     Prim.MAX_POOL2D_GRAD: Signature(("dy", "x", "size"), keywords=(("stride", None), ("padding", 0))),
     Prim.MAX_POOL2D_GATHER: Signature(("v", "x", "size"), keywords=(("stride", None), ("padding", 0))),
+    # data parallelism
+    Prim.RANK: Signature(),
+    Prim.WORLD_SIZE: Signature(),
+    Prim.ALLREDUCE_MEAN: Signature(("tree",)),
 }
 
 BY_NAME: dict[str, Prim] = {p.value: p for p in Prim}
@@ -232,6 +240,9 @@ NON_DIFFERENTIABLE = frozenset(
         Prim.LOAD_NPZ,
         Prim.TEXT_CORPUS,
         Prim.CHARS,
+        # data parallelism: which process this is, and how many there are, are integers no parameter changes
+        Prim.RANK,
+        Prim.WORLD_SIZE,
     }
 )
 
