@@ -92,10 +92,16 @@ def agree_on_shapes(leaves: list[np.ndarray]) -> None:
     World.communicator.Allreduce(World.in_place, extremes, op=World.max_operation)
     largest, smallest = extremes[:3], -extremes[3:]
     if (largest != smallest).any():
+        counts = [
+            f"{smallest[i]} to {largest[i]} {what}"
+            for i, what in ((1, "tensors"), (2, "numbers"))
+            if smallest[i] != largest[i]
+        ]
+        detail = f" ({', '.join(counts)})" if counts else ""
         raise WorldError(
             "E0522",
-            f"`allreduce_mean`: the ranks passed different trees (from {smallest[1]} to {largest[1]} tensors, "
-            f"{smallest[2]} to {largest[2]} numbers); rank {World.rank} passed {describe_leaves(leaves)}",
+            f"`allreduce_mean`: the ranks passed trees of different dtypes or shapes{detail}; "
+            f"rank {World.rank} passed {describe_leaves(leaves)}",
         )
 
 

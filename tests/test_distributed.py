@@ -161,6 +161,23 @@ def test_a_run_time_error_of_one_rank_is_reported_by_it_and_ends_the_run(tmp_pat
     assert result.stderr.count("error[") == 1 and "dlrun:" not in result.stderr
 
 
+def documented_example(code: str) -> tuple[str, str]:
+    """The program of docs/errors.md's entry for `code` and the diagnostic shown for it with 2 ranks."""
+    entry = (ROOT / "docs" / "errors.md").read_text().split(f"### {code}:", 1)[1].split("\n### ", 1)[0]
+    program = entry.split("```dl\n", 1)[1].split("```", 1)[0]
+    shown = entry.split("```text\n", 1)[1].split("```", 1)[0]
+    return program, shown
+
+
+@needs_mpi
+@pytest.mark.parametrize("code", ["E0522", "E0523"])
+def test_the_data_parallel_errors_read_as_docs_show(tmp_path: Path, code: str) -> None:
+    program, shown = documented_example(code)
+    (tmp_path / "example.dl").write_text(program)
+    result = dlrun(tmp_path, "example.dl", processes=2)
+    assert (result.returncode, result.stdout, result.stderr) == (1, "", shown)
+
+
 def worker_of_rank(rank: int, program: Path) -> int | None:
     """The pid of the worker process running `program` as `rank` (driver/distributed.py), if it runs."""
     for entry in Path("/proc").iterdir():

@@ -1876,7 +1876,7 @@ def test_allreduce_mean_of_different_trees_is_e0522(world_of_two) -> None:
     (diagnostic,) = failure.diagnostics
     assert diagnostic.code == "E0522"
     assert diagnostic.message == (
-        "`allreduce_mean`: the ranks passed different trees (from 1 to 2 tensors, 3 to 6 numbers); "
+        "`allreduce_mean`: the ranks passed trees of different dtypes or shapes (1 to 2 tensors, 3 to 6 numbers); "
         "rank 0 passed f32[3], f32[3]"
     )
 
