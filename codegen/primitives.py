@@ -39,6 +39,7 @@ from dl.codegen.values import (
 from dl.lang.diagnostics import Span
 from dl.lang.primitives import FLOAT_MATH, PRIMITIVES, Prim, Support
 from dl.runtime.errors import PrimitiveError, failure_message
+from dl.runtime.world import World
 
 
 def bind(prim: Prim, args: list, keywords: dict, span: Span) -> dict:
@@ -1264,6 +1265,24 @@ def tree_add(lowering, bound: dict, span: Span) -> object:
     return map_leaves(lambda a, b: lowering.binary_values("+", a, b, span), (bound["a"], bound["b"]), span)
 
 
+def alone(prim: Prim):
+    """`rank()`, `world_size()` and `allreduce_mean(tree)` in a world of one process (runtime/world.py): 0, 1
+    and `tree` itself. In a larger world they are MPI calls on the host, which compiled code does not make:
+    the function calling one runs on the interpreter there (the world is known when a function is
+    specialised, so a program compiled alone is never run by several ranks)."""
+
+    def apply(lowering, bound: dict, span: Span) -> object:
+        if World.size > 1:
+            raise Unsupported(f"it calls `{prim.value}`, which compiled code does not do: {IN_A_WORLD} (at {span})")
+        if prim == Prim.ALLREDUCE_MEAN:
+            return bound["tree"]
+        return Value(ir.Const(World.rank if prim == Prim.RANK else World.size, "i64"))
+
+    return apply
+
+
+IN_A_WORLD = "it talks to the other ranks over MPI on the host, and compiled code does not call back into Python"
+
 # The specialiser's lowering of every primitive it compiles, by `Prim`; `REFUSED` says why it does not compile
 # the others (their functions run on the interpreter). A test checks that the two cover `Prim`.
 HANDLERS = {
@@ -1315,6 +1334,9 @@ HANDLERS = {
     Prim.TAPE: new_tape,
     Prim.PUSH: push,
     Prim.POP: pop,
+    Prim.RANK: alone(Prim.RANK),
+    Prim.WORLD_SIZE: alone(Prim.WORLD_SIZE),
+    Prim.ALLREDUCE_MEAN: alone(Prim.ALLREDUCE_MEAN),
 }
 
 HOST = "host work, and compiled code does not call back into Python"

@@ -22,7 +22,7 @@ import tempfile
 import traceback
 from pathlib import Path
 
-from dl import __version__, pipeline
+from dl import __version__, distributed, pipeline
 from dl.interp.metrics import Metrics
 from dl.interp.run import UsageError
 from dl.lang.check import Typed
@@ -168,6 +168,11 @@ def main(argv: list[str] | None = None) -> int:
             chosen.error("give a FILE.dl")
     except SystemExit as stop:  # argparse's --help, --version and usage errors: report the status, do not exit
         return int(stop.code or 0)
+    if distributed.launched_size() != 1 and not distributed.is_worker():
+        if command == "run":
+            return supervise(argv)
+        if distributed.launched_rank() != 0:
+            return 0  # started by an MPI launcher: any command but a run is rank 0's alone
     if command == "lsp":
         return language_server()
     if command == "repl":
@@ -177,18 +182,29 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return execute(command, file, args, options, sources)
     except DiagnosticError as failure:
-        print(render_all(failure.diagnostics, sources), file=sys.stderr)
+        distributed.report(render_all(failure.diagnostics, sources))
         return 1
-    except UsageError as failure:
-        print(f"dlrun: error: {failure}", file=sys.stderr)
+    except (UsageError, distributed.LaunchError) as failure:
+        distributed.report(f"dlrun: error: {failure}")
         return 2
     except KeyboardInterrupt:
-        print("dlrun: interrupted", file=sys.stderr)
+        distributed.report("dlrun: interrupted")
         return 130
     except Exception:
         print("internal error in dlrun, please report it with the traceback below:", file=sys.stderr)
         traceback.print_exc()
         return 3
+
+
+def supervise(argv: list[str]) -> int:
+    """Started by an MPI launcher as one of several processes: run the program here as one rank of the world
+    (driver/distributed.py)."""
+    try:
+        return distributed.supervise(argv)
+    except distributed.LaunchError as failure:
+        if distributed.launched_rank() == 0:
+            print(f"dlrun: error: {failure}", file=sys.stderr)
+        return 2
 
 
 def language_server() -> int:
@@ -212,11 +228,14 @@ def execute(command: str, file: str, args: list[str], options: argparse.Namespac
         return draw(file, options.output)
     if command == "fmt":
         return format_file(file, options.check, options.show, sources)
+    distributed.join()
     program = pipeline.load(file, sources=sources)
     program, typed = pipeline.prepare(program)
     show_warnings(typed, sources)
     Metrics.path = Path(options.metrics) if options.metrics else None  # per run: in-process callers reuse it
     explain = (lambda report: print(report, file=sys.stderr)) if options.explain_backend else None
+    if distributed.launched_rank() != 0:
+        explain = None  # one copy of the report: every rank compiles the same functions
     pipeline.run(program, args, options.backend, typed, explain, cache=not options.no_cache)
     return 0
 
@@ -292,7 +311,7 @@ def draw(file: str, output: str | None) -> int:
 
 
 def show_warnings(typed: Typed, sources: SourceMap) -> None:
-    if typed.diagnostics:
+    if typed.diagnostics and distributed.launched_rank() == 0:  # every rank would show the same
         print(render_all(typed.diagnostics, sources), file=sys.stderr)
 
 

@@ -21,6 +21,7 @@ GROUPS = {
     "data": "Data",
     "checkpoint": "Checkpoints",
     "convolution": "Convolution",
+    "distributed": "Data parallelism",
 }
 
 

@@ -7,10 +7,11 @@ arguments, checks that each parameter its record lists in `tensors` got a number
 or a tensor, and calls the numpy implementation. Every failure inside the
 implementation, a `PrimitiveError` or any numpy exception, becomes one E0513
 diagnostic (E0502 for `assert`, E0521 for a checkpoint that cannot be saved or
-loaded) that names the primitive once, at the call's span, with the DL call
-stack. The step's shape is picked for the call site's
-arity so that the common calls (`exp(x)`, `maximum(a, b)`, `sum(x)` with its
-default keywords) cost one Python call beyond numpy's.
+loaded, E0522 and E0523 for a data-parallel call that does not fit the world)
+that names the primitive once, at the call's span, with the DL call stack. The
+step's shape is picked for the call site's arity so that the common calls
+(`exp(x)`, `maximum(a, b)`, `sum(x)` with its default keywords) cost one Python
+call beyond numpy's.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from dl.interp.primitives import (
 from dl.lang.diagnostics import UNKNOWN_SPAN, Span
 from dl.lang.primitives import PRIMITIVES, BindingError, Prim, bind
 from dl.runtime.errors import AssertionFailure, PrimitiveError, RunError, fail, failure_message
+from dl.runtime.world import WorldError
 
 Step = Callable[[list], Any]
 ndarray = np.ndarray
@@ -43,6 +45,7 @@ FAILURES = (
     PrimitiveError,
     CheckpointError,
     MetricsError,
+    WorldError,
     ValueError,
     TypeError,
     IndexError,
@@ -75,6 +78,8 @@ def failure(prim: Prim, problem: Exception, span: Span) -> RunError:
         return fail("E0502", str(problem), span)
     if isinstance(problem, CheckpointError):
         return fail("E0521", failure_message(prim, problem), span)
+    if isinstance(problem, WorldError):
+        return fail(problem.code, failure_message(prim, problem), span)
     return fail("E0513", failure_message(prim, problem), span)
 
 

@@ -29,6 +29,7 @@ from dl.interp.metrics import log_value, progress_line
 from dl.lang.primitives import PRIMITIVES, Prim, Support
 from dl.runtime.errors import AssertionFailure, PrimitiveError
 from dl.runtime.values import DTYPE_NAMES, DTYPES, StructValue, Tape, describe, format_value
+from dl.runtime.world import World, average, on_rank_zero, shard
 from numpy.lib.stride_tricks import sliding_window_view
 
 ndarray = np.ndarray
@@ -839,6 +840,9 @@ def batches(data: Any, size: Any, shuffle: Any, seed: Any) -> Any:
     order = generator_for(seed).permutation(total) if flag_of(shuffle, "shuffle") else slice(None)
     kept = total // count * count
     cut = tuple(np.reshape(t[order][:kept], (total // count, count, *np.shape(t)[1:])) for t in tensors)
+    if World.size > 1:  # this rank's slice of every batch: the batches and their order are the world's
+        rows_here = shard(count)
+        cut = tuple(np.ascontiguousarray(t[:, rows_here]) for t in cut)
     return cut if data.__class__ is tuple else cut[0]
 
 
@@ -1190,6 +1194,52 @@ def max_pool2d_gather(v: Any, x: Any, size: Any, stride: Any, padding: Any) -> n
     return result
 
 
+# ---------------------------------------------------------------------- data parallelism (runtime/world.py)
+
+
+def rank() -> int:
+    return World.rank
+
+
+def world_size() -> int:
+    return World.size
+
+
+def allreduce_mean(tree: Any) -> Any:
+    """`tree` (a float tensor, or a tuple or struct of them) averaged leaf by leaf over every rank of the world;
+    in a world of 1, `tree` itself."""
+    leaves: list[np.ndarray] = []
+
+    def flatten(x: Any) -> None:
+        if x.__class__ is tuple:
+            for item in x:
+                flatten(item)
+        elif x.__class__ is StructValue:
+            for item in x.values:
+                flatten(item)
+        elif is_number_or_tensor(x) and as_array(x).dtype in (F32, F64):
+            leaves.append(as_array(x))
+        else:
+            raise PrimitiveError(
+                f"`allreduce_mean` takes a float tensor, or a tuple or struct of them, found {describe(x)}"
+                + ("" if x is tree else f" in {describe(tree)}")
+            )
+
+    flatten(tree)
+    if World.size == 1:
+        return tree
+    averaged = iter(average(leaves))
+
+    def rebuild(x: Any) -> Any:
+        if x.__class__ is tuple:
+            return tuple(rebuild(item) for item in x)
+        if x.__class__ is StructValue:
+            return StructValue(x.type, tuple(rebuild(item) for item in x.values))
+        return scalar(next(averaged)) if x.__class__ is not ndarray else next(averaged)
+
+    return rebuild(tree)
+
+
 # ---------------------------------------------------------------------- the table
 
 maximum = combining(np.maximum, "maximum")
@@ -1247,7 +1297,7 @@ IMPLEMENTATIONS = {
     Prim.FLOAT: to_float,
     Prim.INT: to_int,
     Prim.ASSERT: check,
-    Prim.PRINT: print_values,
+    Prim.PRINT: on_rank_zero(print_values),
     Prim.ZEROS_LIKE: zeros_like,
     Prim.UNBROADCAST: unbroadcast,
     Prim.RESHAPE_LIKE: reshape_like,
@@ -1269,10 +1319,10 @@ IMPLEMENTATIONS = {
     Prim.TEXT_CORPUS: text_corpus,
     Prim.CHARS: chars,
     # metrics and progress
-    Prim.LOG_METRIC: log_value,
-    Prim.PROGRESS: show_progress,
+    Prim.LOG_METRIC: on_rank_zero(log_value),
+    Prim.PROGRESS: on_rank_zero(show_progress),
     # checkpoints
-    Prim.SAVE: checkpoints.save,
+    Prim.SAVE: on_rank_zero(checkpoints.save),
     Prim.LOAD: checkpoints.load,
     # convolution
     Prim.CONV2D: conv2d,
@@ -1281,6 +1331,10 @@ IMPLEMENTATIONS = {
     Prim.CONV2D_WEIGHT_GRAD: conv2d_weight_grad,
     Prim.MAX_POOL2D_GRAD: max_pool2d_grad,
     Prim.MAX_POOL2D_GATHER: max_pool2d_gather,
+    # data parallelism
+    Prim.RANK: rank,
+    Prim.WORLD_SIZE: world_size,
+    Prim.ALLREDUCE_MEAN: allreduce_mean,
 }
 
 # Faster implementations of calls whose arguments after the first are these constants: `sum(x)`,

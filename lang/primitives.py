@@ -105,6 +105,10 @@ class Prim(Enum):
     CONV2D_WEIGHT_GRAD = "conv2d_weight_grad"
     MAX_POOL2D_GRAD = "max_pool2d_grad"
     MAX_POOL2D_GATHER = "max_pool2d_gather"
+    # data parallelism over MPI (docs/distributed.md)
+    RANK = "rank"
+    WORLD_SIZE = "world_size"
+    ALLREDUCE_MEAN = "allreduce_mean"
 
 
 @dataclass(frozen=True, slots=True)
@@ -765,6 +769,35 @@ PRIMITIVES_LIST = (
         shapes.max_pool2d_gather_rule,
         {"v": "max_pool2d_grad(d, x, size, stride=stride, padding=padding)"},
         ("v", "x"),
+    ),
+    # data parallelism
+    not_differentiable(
+        Prim.RANK,
+        "distributed",
+        "this process's rank in a data-parallel run (0 alone)",
+        Signature(),
+        shapes.world_rule,
+        INTEGER,
+    ),
+    not_differentiable(
+        Prim.WORLD_SIZE,
+        "distributed",
+        "the number of processes of the run (1 alone)",
+        Signature(),
+        shapes.world_rule,
+        INTEGER,
+    ),
+    # Every rank's result is the mean of every rank's `tree`, so the gradient of the sum of all ranks' losses
+    # reaches each rank's `tree` as the mean of every rank's `d`: in a world of 1 that is `d` itself. A collective:
+    # every rank must make the call, so it is never dropped as unread.
+    Primitive(
+        Prim.ALLREDUCE_MEAN,
+        "distributed",
+        "a float tensor or tree averaged leaf by leaf over every rank",
+        Signature(("tree",)),
+        shapes.allreduce_mean_rule,
+        Templates((("tree", "allreduce_mean(d)"),)),
+        effect=True,
     ),
 )
 

@@ -922,7 +922,9 @@ def permutation_rule(args: list[Argument]) -> Type:
 
 def batches_rule(args: list[Argument]) -> Type:
     """`batches(data, size)`: each tensor of `data` (one, or a tuple of them with one leading size N) cut into
-    N // size batches of `size` rows, the last partial batch dropped."""
+    N // size batches of `size` rows, the last partial batch dropped. Each rank of a data-parallel run keeps
+    `size / world_size()` rows of every batch (docs/distributed.md), so the rows of a batch are `_`: known
+    when the program runs, like the world's size."""
     (size,) = dims_from(args[1:2], "batches")
     if size == 0:
         raise ShapeError("E0307", "`batches` needs a batch size of 1 or more, found 0", at=args[1].span)
@@ -945,7 +947,7 @@ def batches_rule(args: list[Argument]) -> Type:
     for t in tensors:
         leading = join_dim(leading, t.dims[0])
     count = leading // size if isinstance(leading, int) and isinstance(size, int) else UNKNOWN
-    cut = [TensorType(strong(t).dtype, (count, size, *t.dims[1:])) for t in tensors]
+    cut = [TensorType(strong(t).dtype, (count, UNKNOWN, *t.dims[1:])) for t in tensors]
     return TupleType(tuple(cut)) if isinstance(data, TupleType) else cut[0]
 
 
@@ -1183,3 +1185,46 @@ def progress_rule(args: list[Argument]) -> Type:
     if args[2].given and not isinstance(args[2].type, (StrType, AnyType)):
         raise ShapeError("E0301", f"`progress` takes its label as a string, found {args[2].type}", at=args[2].span)
     return UNIT
+
+
+# ---------------------------------------------------------------------- data parallelism
+
+
+def world_rule(args: list[Argument]) -> Type:
+    """`rank()` and `world_size()`: integers known when the program runs."""
+    return I64
+
+
+def allreduce_mean_rule(args: list[Argument]) -> Type:
+    """`allreduce_mean(tree)`: a float tensor, or a tuple or struct of them (nested), of the same type."""
+    argument = args[0]
+
+    def walk(t: Type) -> Type:
+        if isinstance(t, AnyType):
+            return t
+        if isinstance(t, TensorType):
+            if strong(t).dtype not in FLOATS:
+                whole = "" if t == argument.type else f" in {argument.type}"
+                raise ShapeError(
+                    "E0317",
+                    f"`allreduce_mean` averages floats, found {strong(t)}{whole}",
+                    str(argument.type),
+                    notes=("help: convert with `float(x)`, or leave integers out of the tree",),
+                    at=argument.span,
+                )
+            return strong(t)
+        if isinstance(t, TupleType):
+            return TupleType(tuple(walk(item) for item in t.items))
+        if isinstance(t, StructType):
+            for _, field_type in t.fields:
+                walk(field_type)
+            return t
+        whole = "" if t == argument.type else f" in {argument.type}"
+        raise ShapeError(
+            "E0311",
+            f"`allreduce_mean` takes a float tensor, or a tuple or struct of them, found {t}{whole}",
+            str(argument.type),
+            at=argument.span,
+        )
+
+    return walk(argument.type)

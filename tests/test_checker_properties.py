@@ -819,15 +819,29 @@ class Builder:
         return f"permutation({self.dim(size)}{seed})"
 
     def batches(self, dtype: str, shape: Shape, depth: int) -> str:
-        """`batches` cutting N rows into `shape[0]` batches of `shape[1]` (the partial last one dropped)."""
+        """`batches` cutting N rows into `shape[0]` batches of `shape[1]` (the partial last one dropped). The
+        rows of a batch are `_` to the checker (each rank of a data-parallel run takes its share of them), so
+        a `reshape` to the shape aimed at makes them static again; it fails if they are not what it says."""
         count, size, *rest = shape
         rows = count * size + self.number(0, size - 1)
         data = self.expr(dtype, (rows, *rest), depth)
         keywords = "".join(option for option in (", shuffle=true", f", seed={self.number(0, 9)}") if self.flag())
+        cut = f"batches({data}, {self.dim(size)}{keywords})"
         if self.flag():
             other = self.expr(self.choice(DTYPES), (rows, *self.shape(0, 1)), depth)
-            return f"batches(({data}, {other}), {self.dim(size)}{keywords})[0]"
-        return f"batches({data}, {self.dim(size)}{keywords})"
+            cut = f"batches(({data}, {other}), {self.dim(size)}{keywords})[0]"
+        return f"reshape({cut}, {', '.join(str(n) for n in shape)})"
+
+    def world(self, dtype: str, shape: Shape, depth: int) -> str:
+        """`rank()` or `world_size()`: 0 and 1 in a world of one process."""
+        return self.choice(["rank()", "world_size()", "rank() + world_size()"])
+
+    def allreduce_mean(self, dtype: str, shape: Shape, depth: int) -> str:
+        """A leaf of `allreduce_mean` of a float tensor, or of a tuple of them (the tree itself in a world of 1)."""
+        leaf = self.expr(dtype, shape, depth)
+        if self.flag():
+            return f"allreduce_mean({leaf})"
+        return f"allreduce_mean(({leaf}, {self.expr(dtype, shape, depth)}))[{self.number(0, 1)}]"
 
     def rows(self, dtype: str, shape: Shape, depth: int) -> str:
         """A tensor literal whose elements are expressions: `[e0, e1]`."""
@@ -892,6 +906,8 @@ PRODUCTIONS = (
     ("rows", lambda d, s: len(s) >= 1 and s[0] <= 3),
     ("indices", lambda d, s: d == "i64" and len(s) == 1),
     ("batches", lambda d, s: len(s) >= 2),
+    ("world", lambda d, s: d == "i64" and not s),
+    ("allreduce_mean", lambda d, s: d in FLOATS),
     ("call", lambda d, s: True),
     ("pair", lambda d, s: True),
     ("update", lambda d, s: True),

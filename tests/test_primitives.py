@@ -1776,6 +1776,154 @@ def test_convolution_run_time_mistakes_are_diagnostics() -> None:
     runtime_error("conv2d_input_grad(reshape(a, 1, 1, -1, 4), ones(1, 2, 3, 3), zeros(1, 2, 4, 4))", images)
 
 
+# ======================================================================= data parallelism (MPI: test_distributed.py)
+
+
+def test_rank_and_world_size_in_a_world_of_one() -> None:
+    assert dl_main("fn main() { print(rank(), world_size(), rank() + world_size()) }\n") == "0 1 1\n"
+    assert dtype_of(dl_eval("rank()")) == I64 and dtype_of(dl_eval("world_size()")) == I64
+    assert checker_codes("rank(1)") == ["E0206"]
+
+
+def test_allreduce_mean_in_a_world_of_one() -> None:
+    """In a world of 1 the mean over the ranks is the tree itself: same values, dtypes, shapes and structure."""
+    source = (
+        "struct L { w: f32[2, 2], b: f64 }\n"
+        "fn main() {\n"
+        "    let l = L { w: [[1.0, 2.0], [3.0, 4.0]], b: 2.5f64 }\n"
+        "    print(allreduce_mean(l), allreduce_mean((l.w[0], 1.5, (0.25f64,))))\n"
+        "}\n"
+    )
+    assert dl_main(source) == "L { w: [[1. 2.]\n [3. 4.]], b: 2.5 } ([1. 2.], 1.5, (0.25,))\n"
+    x = np.arange(6, dtype=np.float64).reshape(2, 3)
+    check(dl_eval("allreduce_mean(a)", x), x, F64)
+    assert checker_codes("allreduce_mean((x, arange(3)))") == ["E0317"]
+    assert checker_codes("allreduce_mean(1)") == ["E0317"]
+    assert checker_codes('allreduce_mean("loss")') == ["E0311"]
+    assert checker_codes("allreduce_mean(x, x)") == ["E0206"]
+
+
+class OtherRank:
+    """A stand-in for an MPI communicator: this process is `rank` of 2, and the other rank passes `leaves`
+    to every all-reduce (its fingerprint to the first one, its values, one dtype at a time, to the next)."""
+
+    def __init__(self, rank: int, leaves: list[np.ndarray]) -> None:
+        self.rank, self.leaves = rank, leaves
+
+    def Get_rank(self) -> int:
+        return self.rank
+
+    def Get_size(self) -> int:
+        return 2
+
+    def Allreduce(self, in_place, buffer: np.ndarray, op: str) -> None:
+        from dl.runtime.world import fingerprint
+
+        if op == "max":
+            theirs = fingerprint(self.leaves)
+            np.maximum(buffer, np.concatenate([theirs, -theirs]), out=buffer)
+        else:
+            buffer += np.concatenate([leaf.ravel() for leaf in self.leaves if leaf.dtype == buffer.dtype])
+
+
+@pytest.fixture
+def world_of_two(monkeypatch):
+    """Connect the interpreter to a world of 2 whose other rank is an `OtherRank`; returns the connector."""
+    from dl.runtime.world import World
+
+    def connect(rank: int, leaves: list[np.ndarray] = ()) -> None:
+        World.connect(OtherRank(rank, list(leaves)), "sum", "max", None)
+
+    yield connect
+    World.disconnect()
+
+
+def test_allreduce_mean_derivative_is_allreduce_mean(world_of_two) -> None:
+    """The gradient of the sum of every rank's loss reaches each rank's tree as the mean of every rank's
+    gradient; in a world of 1 that is the gradient itself (checked against finite differences)."""
+    source = (
+        "fn loss(x: f64[3], c: f64[3]) -> f64 {\n    return sum(allreduce_mean(x) * c) + sum(x * x)\n}\n"
+        "fn g(x: f64[3], c: f64[3]) -> f64[3] {\n    return grad(loss)(x, c)\n}\n"
+    )
+    program = dl.pipeline.load("<allreduce-grad>.dl", source)
+    x, c = np.array([0.5, -1.0, 2.0]), np.array([1.0, 3.0, -2.0])
+
+    def loss(x: np.ndarray) -> float:
+        return float(np.sum(x * c) + np.sum(x * x))
+
+    step = 1e-6
+    numeric = np.array([(loss(x + step * e) - loss(x - step * e)) / (2 * step) for e in np.eye(3)])
+    check(dl.pipeline.call(program, "g", [x, c]), numeric, F64, rtol=1e-6)
+    theirs = np.array([4.0, 0.0, 1.0])  # the other rank's tree, and its gradient in the backward sweep
+    world_of_two(0, [theirs])
+    check(dl.pipeline.call(program, "g", [x, c]), (c + theirs) / 2 + 2 * x, F64)
+
+
+def test_allreduce_mean_packs_each_dtype_into_one_buffer(world_of_two) -> None:
+    mine = (np.arange(6, dtype=np.float32).reshape(2, 3), np.float64(1.0), np.array([2.0, 4.0], np.float32))
+    theirs = [np.ones((2, 3), np.float32), np.array(3.0), np.array([0.0, -4.0], np.float32)]
+    world_of_two(1, theirs)
+    averaged = dl_eval("allreduce_mean(a)", mine)
+    for got, a, b in zip(averaged, mine, theirs, strict=True):
+        check(got, (np.asarray(a) + b) / 2, np.asarray(a).dtype)
+    assert isinstance(averaged[1], np.float64)  # a scalar stays a scalar
+    assert dl_eval("rank() * 10 + world_size()") == 12
+
+
+def test_allreduce_mean_of_different_trees_is_e0522(world_of_two) -> None:
+    world_of_two(0, [np.ones(3, np.float32)])
+    failure = runtime_error("allreduce_mean((a, a))", np.ones(3, np.float32))
+    (diagnostic,) = failure.diagnostics
+    assert diagnostic.code == "E0522"
+    assert diagnostic.message == (
+        "`allreduce_mean`: the ranks passed trees of different dtypes or shapes (1 to 2 tensors, 3 to 6 numbers); "
+        "rank 0 passed f32[3], f32[3]"
+    )
+
+
+def test_batches_take_this_ranks_rows_of_every_batch(world_of_two) -> None:
+    """Each rank takes its slice of every global batch, so the global batches and their order are the same in a
+    world of any size."""
+    x, y = np.arange(20, dtype=np.float32).reshape(10, 2), np.arange(10)
+    whole_x, whole_y = dl_eval("batches((a, b), 4, shuffle=true, seed=3)", x, y)
+    for rank in (0, 1):
+        world_of_two(rank)
+        part_x, part_y = dl_eval("batches((a, b), 4, shuffle=true, seed=3)", x, y)
+        np.testing.assert_array_equal(part_x, whole_x[:, 2 * rank : 2 * rank + 2])
+        np.testing.assert_array_equal(part_y, whole_y[:, 2 * rank : 2 * rank + 2])
+    failure = runtime_error("batches(a, 3)", x)
+    assert [(d.code, d.message) for d in failure.diagnostics] == [
+        (
+            "E0523",
+            "`batches`: a batch of 3 rows does not split evenly among 2 ranks; "
+            "use a batch size that is a multiple of world_size()",
+        )
+    ]
+
+
+def test_effects_happen_on_rank_zero_alone(world_of_two, tmp_path, monkeypatch) -> None:
+    """`print`, `progress`, `log_metric` and `save` act on rank 0 only: one log, one metrics file, one checkpoint."""
+    from dl.interp.metrics import Metrics
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(Metrics, "path", None)
+    monkeypatch.setenv("DL_METRICS", str(tmp_path / "metrics.jsonl"))
+    source = (
+        "fn main() {\n"
+        '    print("rank", rank())\n'
+        '    progress(1, 1, "steps")\n'
+        '    log_metric("loss", 0.5)\n'
+        '    save("model.safetensors", ones(2))\n'
+        "}\n"
+    )
+    world_of_two(1)
+    assert dl_main(source) == ""
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+    world_of_two(0)
+    assert dl_main(source) == "rank 0\nsteps 1/1\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["metrics.jsonl", "model.safetensors"]
+
+
 # ======================================================================= coverage
 
 PRIM_TESTS: dict[Prim, tuple[str, ...]] = {
@@ -1840,7 +1988,10 @@ PRIM_TESTS: dict[Prim, tuple[str, ...]] = {
     Prim.FLOAT: ("test_float_conversion",),
     Prim.INT: ("test_int_conversion_truncates",),
     Prim.ASSERT: ("test_assert",),
-    Prim.PRINT: ("test_print_formats",),
+    Prim.PRINT: (
+        "test_effects_happen_on_rank_zero_alone",
+        "test_print_formats",
+    ),
     Prim.ZEROS_LIKE: ("test_zeros_like", "test_zeros_like_of_structs_and_tapes_and_errors"),
     Prim.UNBROADCAST: (
         "test_unbroadcast_sums_down_to_the_shape",
@@ -1883,8 +2034,8 @@ PRIM_TESTS: dict[Prim, tuple[str, ...]] = {
     },
     Prim.TREE_MAP: ("test_tree_map_over_structs_and_tuples", "test_tree_map_misuse_is_a_diagnostic"),
     Prim.TREE_DOT: ("test_tree_dot_sums_the_products_of_all_leaves",),
-    Prim.LOG_METRIC: ("test_log_metric_appends_json_lines",),
-    Prim.PROGRESS: ("test_progress_prints_plain_lines_when_not_a_terminal",),
+    Prim.LOG_METRIC: ("test_log_metric_appends_json_lines", "test_effects_happen_on_rank_zero_alone"),
+    Prim.PROGRESS: ("test_progress_prints_plain_lines_when_not_a_terminal", "test_effects_happen_on_rank_zero_alone"),
     Prim.TAPE: (
         "test_tape_push_pop_is_last_in_first_out",
         "test_tapes_are_values",
@@ -1904,14 +2055,23 @@ PRIM_TESTS: dict[Prim, tuple[str, ...]] = {
     # data
     Prim.DIGITS: ("test_digits_dataset",),
     Prim.PERMUTATION: ("test_permutation_is_a_seeded_permutation",),
-    Prim.BATCHES: ("test_batches_shapes_shuffle_and_errors",),
+    Prim.BATCHES: ("test_batches_shapes_shuffle_and_errors", "test_batches_take_this_ranks_rows_of_every_batch"),
     Prim.LOAD_CSV: ("test_load_csv_round_trip_and_errors",),
     Prim.LOAD_NPZ: ("test_load_npz_round_trip_and_errors",),
     Prim.TEXT_CORPUS: ("test_text_corpus_and_chars",),
     Prim.CHARS: ("test_text_corpus_and_chars",),
     # checkpoints
-    Prim.SAVE: ("test_save_load_round_trip", "test_save_load_errors"),
+    Prim.SAVE: ("test_save_load_round_trip", "test_save_load_errors", "test_effects_happen_on_rank_zero_alone"),
     Prim.LOAD: ("test_save_load_round_trip", "test_save_load_errors"),
+    # data parallelism (more, with MPI: tests/test_distributed.py)
+    Prim.RANK: ("test_rank_and_world_size_in_a_world_of_one", "test_batches_take_this_ranks_rows_of_every_batch"),
+    Prim.WORLD_SIZE: ("test_rank_and_world_size_in_a_world_of_one",),
+    Prim.ALLREDUCE_MEAN: (
+        "test_allreduce_mean_in_a_world_of_one",
+        "test_allreduce_mean_derivative_is_allreduce_mean",
+        "test_allreduce_mean_packs_each_dtype_into_one_buffer",
+        "test_allreduce_mean_of_different_trees_is_e0522",
+    ),
 }
 
 OPERATOR_TESTS: dict[str, tuple[str, ...]] = {
