@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 import tempfile
+import textwrap
 import traceback
 from pathlib import Path
 
@@ -31,22 +33,8 @@ from dl.lang.format import format_source
 from dl.lang.modules import read_source
 
 SUBCOMMANDS = ("check", "run", "grad", "fmt", "plot", "lsp", "repl")
-EPILOG = """commands:
-  dlrun FILE.dl [ARGS...]   check FILE.dl, then run its main(ARGS...)
-  dlrun run FILE.dl [ARGS]  the same, spelled out
-  dlrun check FILE.dl       check only: prints `ok` or every diagnostic
-  dlrun check --types FILE.dl
-                            check, then print each function's inferred signature
-  dlrun grad FILE.dl --fn NAME [--wrt 0,2] [--value]
-                            print the DL source that grad(NAME) generates
-  dlrun fmt FILE.dl [--check]
-                            lay the file out canonically, comments kept (in place)
-  dlrun plot METRICS.jsonl [-o curve.png]
-                            draw the curves a program logged with log_metric(name, value)
-  dlrun lsp                 run the language server on stdin/stdout (for editors)
-  dlrun repl                the interactive REPL (also `dlrun` alone)
-
-exit status: 0 ok, 1 the program's error (diagnostic on stderr), 2 usage error"""
+EXIT_STATUS = "exit status: 0 ok, 1 the program's error (diagnostic on stderr), 2 usage error"
+HELP_WIDTH = 100
 
 
 def parser() -> argparse.ArgumentParser:
@@ -54,14 +42,38 @@ def parser() -> argparse.ArgumentParser:
     command = argparse.ArgumentParser(
         prog="dlrun",
         description="Run DL programs: tensors with shapes in their types, and grad.",
-        epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     command.add_argument("--version", action="version", version=f"dlrun {__version__}")
     add_backend(command)
-    command.add_argument("file", nargs="?", help="the .dl program (or a command: check, run, grad, plot, lsp, repl)")
-    command.add_argument("args", nargs=argparse.REMAINDER, help="arguments passed to main() as strings")
+    command.add_argument(
+        "file", nargs="?", metavar="FILE.dl", help=f"the .dl program (or a command: {', '.join(SUBCOMMANDS)})"
+    )
+    command.add_argument("args", nargs=argparse.REMAINDER, metavar="ARGS", help="arguments passed to main() as strings")
+    command.epilog = f"{commands_help(command)}\n\n{EXIT_STATUS}"
     return command
+
+
+def commands_help(main_command: argparse.ArgumentParser) -> str:
+    """The `commands:` part of `dlrun --help`, made from each command's own parser, so that it names every
+    command and every flag (the options `main_command` lists already are not repeated)."""
+    shown = {flag for action in main_command._actions for flag in action.option_strings}
+    lines = ["commands:", "  dlrun FILE.dl [ARGS...]", "      the same as `dlrun run FILE.dl [ARGS...]`"]
+    for name in SUBCOMMANDS:
+        command = subcommand_parser(name)
+        usage = " ".join(re.sub(r"\[-h\] ?", "", command.format_usage().removeprefix("usage: ")).split())
+        lines.append(f"  {usage}")  # one line, however long: a usage broken inside a bracket misleads
+        lines += textwrap.wrap(command.description, HELP_WIDTH, initial_indent="      ", subsequent_indent="      ")
+        for action in command._actions:  # argparse has no public list of a parser's options
+            flags = [flag for flag in action.option_strings if flag not in shown]
+            if flags:
+                lines += textwrap.wrap(
+                    action.help,
+                    HELP_WIDTH,
+                    initial_indent=f"        {', '.join(flags):<14}",
+                    subsequent_indent=" " * 22,
+                )
+    return "\n".join(lines)
 
 
 def add_backend(command: argparse.ArgumentParser) -> None:
@@ -97,18 +109,21 @@ def subcommand_parser(name: str) -> argparse.ArgumentParser:
         command.add_argument(
             "--types", action="store_true", help="print each function's signature with inferred shapes"
         )
-        command.add_argument("file", help="the .dl program")
+        command.add_argument("file", metavar="FILE.dl", help="the .dl program")
         return command
     if name == "grad":
         command = argparse.ArgumentParser(
             prog="dlrun grad", description="Print the derivative functions that grad(NAME) generates, as DL source."
         )
-        command.add_argument("file", help="the .dl program")
+        command.add_argument("file", metavar="FILE.dl", help="the .dl program")
         command.add_argument(
             "--fn", required=True, dest="function", metavar="NAME", help="the function to differentiate"
         )
         command.add_argument(
-            "--wrt", default="0", help="the argument position(s) to differentiate with respect to: 0, or 0,2"
+            "--wrt",
+            default="0",
+            metavar="N[,N...]",
+            help="the argument position(s) to differentiate with respect to: 0, or 0,2",
         )
         command.add_argument("--value", action="store_true", help="value_and_grad: return the value too")
         return command
@@ -116,7 +131,7 @@ def subcommand_parser(name: str) -> argparse.ArgumentParser:
         command = argparse.ArgumentParser(
             prog="dlrun fmt", description="Lay .dl files out canonically (comments kept), in place."
         )
-        command.add_argument("file", help="the .dl file")
+        command.add_argument("file", metavar="FILE.dl", help="the .dl file")
         mode = command.add_mutually_exclusive_group()
         mode.add_argument("--check", action="store_true", help="change nothing; exit 1 if the file is not formatted")
         mode.add_argument("--print", action="store_true", dest="show", help="print the result instead of writing it")
@@ -125,7 +140,9 @@ def subcommand_parser(name: str) -> argparse.ArgumentParser:
         command = argparse.ArgumentParser(
             prog="dlrun plot", description="Draw the curves a program logged with log_metric(name, value)."
         )
-        command.add_argument("file", help="the metrics file (JSON lines, as log() writes them)")
+        command.add_argument(
+            "file", metavar="METRICS.jsonl", help="the metrics file (JSON lines, as log_metric() writes them)"
+        )
         command.add_argument("-o", "--output", help="the image to write (default: the metrics file's name, .png)")
         return command
     if name == "lsp":
@@ -138,8 +155,8 @@ def subcommand_parser(name: str) -> argparse.ArgumentParser:
         )
     command = argparse.ArgumentParser(prog="dlrun run", description="Check, then run main(ARGS...).")
     add_backend(command)
-    command.add_argument("file", nargs="?", help="the .dl program")
-    command.add_argument("args", nargs=argparse.REMAINDER, help="arguments passed to main() as strings")
+    command.add_argument("file", nargs="?", metavar="FILE.dl", help="the .dl program")
+    command.add_argument("args", nargs=argparse.REMAINDER, metavar="ARGS", help="arguments passed to main() as strings")
     return command
 
 
