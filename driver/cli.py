@@ -4,7 +4,7 @@
     dlrun check FILE.dl         check only; print `ok` or every diagnostic
     dlrun check --types FILE.dl print each function's signature with inferred shapes
     dlrun grad FILE.dl --fn NAME print the derivative functions `grad(NAME)` generates, as DL source
-    dlrun fmt FILE.dl           lay the file out canonically, comments kept
+    dlrun fmt PATH...           lay .dl files (directories: every one under them) out canonically
     dlrun plot METRICS.jsonl    draw the curves a program logged with `log_metric(name, value)`
     dlrun lsp                   run the language server on stdio (for editors)
     dlrun repl                  the interactive REPL (also `dlrun` alone)
@@ -16,21 +16,17 @@ A Python traceback is only ever shown for a bug in DL itself, and says so.
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import sys
-import tempfile
 import textwrap
 import traceback
 from pathlib import Path
 
-from dl import __version__, pipeline
+from dl import __version__, fmt, pipeline
 from dl.interp.metrics import Metrics
 from dl.interp.run import UsageError
 from dl.lang.check import Typed
 from dl.lang.diagnostics import DiagnosticError, SourceMap, render_all
-from dl.lang.format import format_source
-from dl.lang.modules import read_source
 
 SUBCOMMANDS = ("check", "run", "grad", "fmt", "plot", "lsp", "repl")
 EXIT_STATUS = "exit status: 0 ok, 1 the program's error (diagnostic on stderr), 2 usage error"
@@ -129,12 +125,16 @@ def subcommand_parser(name: str) -> argparse.ArgumentParser:
         return command
     if name == "fmt":
         command = argparse.ArgumentParser(
-            prog="dlrun fmt", description="Lay .dl files out canonically (comments kept), in place."
+            prog="dlrun fmt",
+            description="Lay .dl files out canonically (comments kept), in place; a directory means every .dl file "
+            "under it.",
         )
-        command.add_argument("file", metavar="FILE.dl", help="the .dl file")
+        command.add_argument("paths", nargs="+", metavar="PATH", help="a .dl file, or a directory to search for them")
         mode = command.add_mutually_exclusive_group()
-        mode.add_argument("--check", action="store_true", help="change nothing; exit 1 if the file is not formatted")
-        mode.add_argument("--print", action="store_true", dest="show", help="print the result instead of writing it")
+        mode.add_argument("--check", action="store_true", help="change nothing; exit 1 if a file is not formatted")
+        mode.add_argument(
+            "--print", action="store_true", dest="show", help="print one file's result instead of writing it"
+        )
         return command
     if name == "plot":
         command = argparse.ArgumentParser(
@@ -181,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     chosen = subcommand_parser(command) if argv[0] in SUBCOMMANDS else parser()
     try:
         options = chosen.parse_args(argv[1:] if argv[0] in SUBCOMMANDS else argv)
-        if command not in ("lsp", "repl") and options.file is None:
+        if command not in ("lsp", "repl", "fmt") and options.file is None:
             chosen.error("give a FILE.dl")
     except SystemExit as stop:  # argparse's --help, --version and usage errors: report the status, do not exit
         return int(stop.code or 0)
@@ -189,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
         return language_server()
     if command == "repl":
         return interactive()
-    file, args = options.file, getattr(options, "args", [])
+    file, args = getattr(options, "file", None), getattr(options, "args", [])
     sources = SourceMap()
     try:
         return execute(command, file, args, options, sources)
@@ -228,7 +228,7 @@ def execute(command: str, file: str, args: list[str], options: argparse.Namespac
     if command == "plot":
         return draw(file, options.output)
     if command == "fmt":
-        return format_file(file, options.check, options.show, sources)
+        return fmt.format_paths(options.paths, options.check, options.show)
     program = pipeline.load(file, sources=sources)
     program, typed = pipeline.prepare(program)
     show_warnings(typed, sources)
@@ -261,37 +261,6 @@ def derivative_source(file: str, options: argparse.Namespace, sources: SourceMap
     program = pipeline.load(file, sources=sources)
     print(pipeline.derivative_source(program, options.function, wrt, options.value), end="")
     return 0
-
-
-def format_file(file: str, check: bool, show: bool, sources: SourceMap) -> int:
-    path = Path(file)
-    original = read_source(path)
-    sources.texts[file] = original
-    formatted = format_source(original, file)
-    if show:
-        print(formatted, end="")
-        return 0
-    if check:
-        if formatted != original:
-            print(f"{file} is not formatted (dlrun fmt {file} would change it)", file=sys.stderr)
-            return 1
-        return 0
-    if formatted != original:
-        write_atomically(path, formatted)
-        print(f"formatted {file}")
-    return 0
-
-
-def write_atomically(path: Path, text: str) -> None:
-    """Replace `path`'s contents: a temporary file beside it, then a rename (an interrupted write loses nothing)."""
-    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8") as stream:
-            stream.write(text)
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
 
 
 def draw(file: str, output: str | None) -> int:
