@@ -881,6 +881,7 @@ def load_csv(path: Any, skip_header: Any) -> np.ndarray:
 def csv_rows(reader, path: str, skip_header: bool) -> list[list[float]]:
     rows: list[list[float]] = []
     first_line = 0
+    header_skipped = skip_header
     for row in reader:
         if skip_header:
             skip_header = False
@@ -896,7 +897,10 @@ def csv_rows(reader, path: str, skip_header: bool) -> list[list[float]]:
             rows.append([float(cell) for cell in row])
         except ValueError:
             bad = next(cell for cell in row if not is_number_text(cell))
-            raise PrimitiveError(f'"{path}" line {line}: cannot read "{bad.strip()}" as a number') from None
+            message = f'"{path}" line {line}: cannot read "{bad.strip()}" as a number'
+            if not rows and not header_skipped:  # the first row, and text: most likely the column names
+                message += f"; if line {line} is a header, skip it with `load_csv(path, skip_header=true)`"
+            raise PrimitiveError(message) from None
         first_line = first_line or line
     return rows
 
