@@ -65,6 +65,22 @@ from dl.lang.types import (
     strong,
 )
 
+
+def range_spelling(call: ast.Call) -> tuple[str, ...]:
+    """`range(3)` is `0..3` in DL, `range(a, b)` is `a..b`; a step has no DL spelling but a `while`."""
+    bounds = [print_expr(arg) for arg in call.args]
+    if call.keywords or not 1 <= len(bounds) <= 2:
+        return ("help: DL counts with `for i in a..b` (no step: use a `while` loop), and `arange` makes a tensor",)
+    start, stop = bounds if len(bounds) == 2 else ["0", bounds[0]]
+    return (
+        f"help: DL writes `range` as `{start}..{stop}`: `for i in {start}..{stop} {{ ... }}`",
+        f"`arange({', '.join(bounds)})` makes the tensor of those integers",
+    )
+
+
+# Calls Python users write, with DL's spelling of each (in the help of the unknown name).
+PYTHON_SPELLINGS = {"range": range_spelling}
+
 MAX_INSTANCES = 16  # per function: beyond this, unannotated parameters are checked as unknown
 
 
@@ -226,6 +242,7 @@ class Checker:
         self.check_pass = 0
         self.call_sites: list[tuple[str, Span, tuple[Type, ...]]] = []  # calls being checked, innermost last
         self.early_consts: set[tuple[str, str]] = set()  # consts reported as used before their definition
+        self.python_call: ast.Call | None = None  # the latest call of a name Python has and DL spells otherwise
         self.pass_count = 0
         self.literal_passes: dict[int, set[int]] = {}
         self.coerced_passes: dict[int, dict[str, set[int]]] = {}
@@ -1095,6 +1112,8 @@ class Checker:
         candidates = {*scope.visible(), *info.functions, *info.consts, *info.imports, *BY_NAME, *TRANSFORMS}
         suggestion = closest(expr.id, candidates)
         notes = (f"help: did you mean `{suggestion}`?",) if suggestion else ()
+        if self.python_call is not None and self.python_call.func is expr:
+            notes = PYTHON_SPELLINGS[expr.id](self.python_call)
         self.report(error("E0201", f"unknown name `{expr.id}`", expr.span, "not found in this scope", notes=notes))
         return ANY
 
@@ -1140,6 +1159,8 @@ class Checker:
 
     # -------------------------------------------------------------- calls
     def call(self, expr: ast.Call, scope: Scope, context: Context) -> Type:
+        if type(expr.func) is ast.Name and expr.func.id in PYTHON_SPELLINGS:
+            self.python_call = expr  # should the name be unknown, its help shows DL's spelling of this call
         callee = self.expression(expr.func, scope, context)
         args = [self.expression(arg, scope, context) for arg in expr.args]
         keywords = {k.name: self.expression(k.value, scope, context) for k in expr.keywords}
