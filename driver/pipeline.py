@@ -12,13 +12,13 @@ from typing import Any
 
 from dl import lang
 from dl.interp import run as interpreter
-from dl.lang import autodiff
+from dl.lang import ast, autodiff
 from dl.lang.autodiff import differentiate
 from dl.lang.check import Typed
 from dl.lang.check import check as check_program
 from dl.lang.diagnostics import DiagnosticError, SourceMap
 from dl.lang.modules import Program, load_program, read_source
-from dl.lang.types import ANY, TensorType, TupleType, Type
+from dl.lang.types import ANY, FunctionRef, TensorType, TupleType, Type
 
 
 def load(path: str, source: str | None = None, sources: SourceMap | None = None) -> Program:
@@ -78,12 +78,29 @@ def run(
 
     compiled = native.compile_program(typed, cache)
     if explain is not None:
-        explain(compiled.explanation())
+        explain(compiled.explanation(reached_functions(typed)))
     try:
         return interpreter.run(program, args, typed, compiled.bodies)
     finally:
         if explain is not None and compiled.specialisations():
             explain(compiled.specialisations())
+
+
+def reached_functions(typed: Typed, entry: str = "main") -> set[int]:
+    """The functions (keys of `typed.functions`) that running the entry module's `entry` may call: it, the
+    functions and lambdas its body names, theirs, and so on, and those the modules' constants call."""
+    module = typed.program.modules[typed.program.entry]
+    roots = [d for d in module.decls if isinstance(d, ast.FnDecl) and d.name == entry]
+    roots += [d.value for m in typed.program.modules.values() for d in m.decls if isinstance(d, ast.Const)]
+    reached = {id(d) for d in roots if id(d) in typed.functions}
+    pending = list(roots)
+    while pending:
+        for node in autodiff.walk(pending.pop()):
+            ref = typed.types.get(id(node))
+            if isinstance(ref, FunctionRef) and ref.key in typed.functions and ref.key not in reached:
+                reached.add(ref.key)
+                pending.append(typed.functions[ref.key][0])
+    return reached
 
 
 def call(program: Program, name: str, args: list, typed: Typed | None = None) -> Any:
