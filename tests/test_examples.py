@@ -12,8 +12,9 @@ import pytest
 from conftest import ROOT, check_golden
 
 EXAMPLES = ROOT / "examples"
-# examples whose golden output is of a shortened run
-QUICK = {"train.dl": ["quick"], "cnn.dl": ["quick"], "charrnn.dl": ["quick"], "regression.dl": ["quick"]}
+# A golden's name says which run it holds: NAME.out that of `dlrun examples/NAME.dl`, NAME.quick.out that of
+# `dlrun examples/NAME.dl quick`, the few seconds' run of a training example.
+GOLDENS = sorted(EXAMPLES.glob("*.out"))
 
 
 @pytest.fixture
@@ -33,11 +34,19 @@ def run_in(tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.Mo
     return run
 
 
-@pytest.mark.parametrize("path", sorted(EXAMPLES.glob("*.dl")), ids=lambda p: p.name)
-def test_example_output(path: Path, run_in, update_goldens: bool) -> None:
-    status, out, err = run_in(path.name, *QUICK.get(path.name, []))
+def test_every_example_has_one_golden_named_after_its_run() -> None:
+    programs = {path.stem for path in EXAMPLES.glob("*.dl")}
+    runs = [golden.name.removesuffix(".out").split(".") for golden in GOLDENS]
+    assert sorted(run[0] for run in runs) == sorted(programs)
+    assert all(len(run) == 1 or run[1:] == ["quick"] for run in runs), runs
+
+
+@pytest.mark.parametrize("golden", GOLDENS, ids=lambda p: p.name)
+def test_example_output(golden: Path, run_in, update_goldens: bool) -> None:
+    program, *args = golden.name.removesuffix(".out").split(".")
+    status, out, err = run_in(f"{program}.dl", *args)
     assert (status, err) == (0, "")
-    check_golden(path.with_suffix(".out"), out, update_goldens, rtol=1e-6)
+    check_golden(golden, out, update_goldens, rtol=1e-6)
 
 
 def test_train_learns_saves_and_resumes(run_in, tmp_path: Path) -> None:

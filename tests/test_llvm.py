@@ -585,7 +585,8 @@ fn main() { print(weak(), unit_value(3)) }
 
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS = sorted((ROOT / "tests" / "programs").glob("*.dl")) + sorted((ROOT / "examples").glob("*.dl"))
-QUICK = {"train.dl": ["quick"], "cnn.dl": ["quick"], "charrnn.dl": ["quick"], "regression.dl": ["quick"]}
+# the examples whose golden is of their quick run (NAME.quick.out, tests/test_examples.py): run them so
+QUICK = {golden.name.split(".")[0] + ".dl": ["quick"] for golden in (ROOT / "examples").glob("*.quick.out")}
 
 
 @pytest.mark.parametrize("path", CORPUS, ids=lambda p: f"{p.parent.name}/{p.name}")
