@@ -31,6 +31,7 @@ from dl.lang.diagnostics import DiagnosticError, SourceMap, render_all
 SUBCOMMANDS = ("check", "run", "grad", "fmt", "plot", "lsp", "repl")
 EXIT_STATUS = "exit status: 0 ok, 1 the program's error (diagnostic on stderr), 2 usage error"
 HELP_WIDTH = 100
+NAME = r"[A-Za-z_][A-Za-z0-9_]*"
 
 
 def parser() -> argparse.ArgumentParser:
@@ -117,11 +118,16 @@ def subcommand_parser(name: str) -> argparse.ArgumentParser:
         )
         command.add_argument(
             "--wrt",
-            default="0",
             metavar="N[,N...]",
-            help="the argument position(s) to differentiate with respect to: 0, or 0,2",
+            help="the argument position(s) to differentiate with respect to: 0 (the default), or 0,2",
         )
         command.add_argument("--value", action="store_true", help="value_and_grad: return the value too")
+        command.add_argument(
+            "--bind",
+            metavar="P=F[,P=F...]",
+            help="for a function that takes functions: the function each such parameter gets (f=sq,df=nn.relu); "
+            "--wrt then defaults to the first other parameter",
+        )
         return command
     if name == "fmt":
         command = argparse.ArgumentParser(
@@ -253,14 +259,30 @@ def check(file: str, types: bool, sources: SourceMap) -> int:
 
 
 def derivative_source(file: str, options: argparse.Namespace, sources: SourceMap) -> int:
-    try:
-        positions = tuple(int(p) for p in options.wrt.split(","))
-    except ValueError:
-        raise UsageError(f"`--wrt` takes argument positions such as 0 or 0,2, not {options.wrt!r}") from None
-    wrt = positions[0] if len(positions) == 1 else positions
+    wrt = None
+    if options.wrt is not None:
+        try:
+            positions = tuple(int(p) for p in options.wrt.split(","))
+        except ValueError:
+            raise UsageError(f"`--wrt` takes argument positions such as 0 or 0,2, not {options.wrt!r}") from None
+        wrt = positions[0] if len(positions) == 1 else positions
+    bindings = parse_bindings(options.bind) if options.bind is not None else None
     program = pipeline.load(file, sources=sources)
-    print(pipeline.derivative_source(program, options.function, wrt, options.value), end="")
+    print(pipeline.derivative_source(program, options.function, wrt, options.value, bindings), end="")
     return 0
+
+
+def parse_bindings(text: str) -> dict[str, str]:
+    """`f=sq,df=nn.relu` as {"f": "sq", "df": "nn.relu"}. Raises `UsageError` for anything else."""
+    bindings: dict[str, str] = {}
+    for part in text.split(","):
+        parameter, equals, function = (piece.strip() for piece in part.partition("="))
+        if not equals or not re.fullmatch(NAME, parameter) or not re.fullmatch(rf"(?:{NAME}\.)?{NAME}", function):
+            raise UsageError(f"`--bind` takes PARAMETER=FUNCTION pairs such as f=sq,df=nn.relu, not {part!r}")
+        if parameter in bindings:
+            raise UsageError(f"`--bind` gives `{parameter}` twice")
+        bindings[parameter] = function
+    return bindings
 
 
 def draw(file: str, output: str | None) -> int:
