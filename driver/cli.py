@@ -5,7 +5,7 @@
     dlrun check --types FILE.dl print each function's signature with inferred shapes
     dlrun grad FILE.dl --fn NAME print the derivative functions `grad(NAME)` generates, as DL source
     dlrun fmt PATH...           lay .dl files (directories: every one under them) out canonically
-    dlrun plot METRICS.jsonl    draw the curves a program logged with `log_metric(name, value)`
+    dlrun plot [RUN...]         draw the curves runs logged with `log_metric(name, value)`, one line per run
     dlrun lsp                   run the language server on stdio (for editors)
     dlrun repl                  the interactive REPL (also `dlrun` alone)
 
@@ -94,9 +94,14 @@ def add_backend(command: argparse.ArgumentParser) -> None:
         help="with --backend llvm: compile again, neither reading nor writing the compile cache",
     )
     command.add_argument(
+        "--runs",
+        metavar="DIR",
+        help="where each run that calls log_metric() gets its record, DIR/PROGRAM-TIME/ (default: $DL_RUNS, else runs)",
+    )
+    command.add_argument(
         "--metrics",
         metavar="FILE",
-        help="where log_metric() appends (default: $DL_METRICS, else metrics.jsonl)",
+        help="append log_metric()'s lines to FILE instead, with no run record (default: $DL_METRICS if set)",
     )
 
 
@@ -144,12 +149,19 @@ def subcommand_parser(name: str) -> argparse.ArgumentParser:
         return command
     if name == "plot":
         command = argparse.ArgumentParser(
-            prog="dlrun plot", description="Draw the curves a program logged with log_metric(name, value)."
+            prog="dlrun plot",
+            description="Draw the curves programs logged with log_metric(name, value): one panel per metric, one "
+            "line per run.",
         )
         command.add_argument(
-            "file", metavar="METRICS.jsonl", help="the metrics file (JSON lines, as log_metric() writes them)"
+            "paths",
+            nargs="*",
+            metavar="RUN",
+            help="a run's directory, a directory of runs, or a metrics file (default: $DL_RUNS, else runs)",
         )
-        command.add_argument("-o", "--output", help="the image to write (default: the metrics file's name, .png)")
+        command.add_argument(
+            "-o", "--output", help="the image to write (default: metrics.png in the directory drawn, or here)"
+        )
         return command
     if name == "lsp":
         return argparse.ArgumentParser(
@@ -170,7 +182,7 @@ def subcommand_first(argv: list[str]) -> list[str]:
     """`dlrun --backend interp run FILE` means `dlrun run --backend interp FILE`."""
     position = 0
     flags = ("--explain-backend", "--no-cache")
-    while position < len(argv) and argv[position].startswith(("--backend", "--metrics", *flags)):
+    while position < len(argv) and argv[position].startswith(("--backend", "--metrics", "--runs", *flags)):
         takes_value = not argv[position].startswith(flags) and "=" not in argv[position]
         position += 2 if takes_value else 1
     if 0 < position < len(argv) and argv[position] in SUBCOMMANDS:
@@ -187,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     chosen = subcommand_parser(command) if argv[0] in SUBCOMMANDS else parser()
     try:
         options = chosen.parse_args(argv[1:] if argv[0] in SUBCOMMANDS else argv)
-        if command not in ("lsp", "repl", "fmt") and options.file is None:
+        if command not in ("lsp", "repl", "fmt", "plot") and options.file is None:
             chosen.error("give a FILE.dl")
     except SystemExit as stop:  # argparse's --help, --version and usage errors: report the status, do not exit
         return int(stop.code or 0)
@@ -232,13 +244,19 @@ def execute(command: str, file: str, args: list[str], options: argparse.Namespac
     if command == "grad":
         return derivative_source(file, options, sources)
     if command == "plot":
-        return draw(file, options.output)
+        return draw(options.paths, options.output)
     if command == "fmt":
         return fmt.format_paths(options.paths, options.check, options.show)
     program = pipeline.load(file, sources=sources)
     program, typed = pipeline.prepare(program)
     show_warnings(typed, sources)
-    Metrics.path = Path(options.metrics) if options.metrics else None  # per run: in-process callers reuse it
+    Metrics.start(  # per run: in-process callers reuse the class
+        file,
+        args,
+        options.backend,
+        Path(options.metrics) if options.metrics else None,
+        Path(options.runs) if options.runs else None,
+    )
     explain = (lambda report: print(report, file=sys.stderr)) if options.explain_backend else None
     pipeline.run(program, args, options.backend, typed, explain, cache=not options.no_cache)
     return 0
@@ -285,13 +303,15 @@ def parse_bindings(text: str) -> dict[str, str]:
     return bindings
 
 
-def draw(file: str, output: str | None) -> int:
+def draw(paths: list[str], output: str | None) -> int:
     from dl import plot  # matplotlib is only needed here
 
-    metrics = Path(file)
-    target = Path(output) if output else metrics.with_suffix(".png")
+    sources = [Path(p) for p in paths] or [plot.runs_directory()]
+    target = Path(output) if output else plot.default_output(sources)
     try:
-        plot.plot(metrics, target)
+        if not paths and not sources[0].is_dir():
+            raise plot.PlotError(f"no runs yet: `{sources[0]}` is made by the first run that calls log_metric()")
+        plot.plot(plot.find_runs(sources), target)
     except plot.PlotError as problem:
         print(f"dlrun plot: error: {problem}", file=sys.stderr)
         return 1

@@ -40,6 +40,7 @@ from typing import Any, TextIO
 
 from dl import __version__, pipeline
 from dl.interp.compile import Compiler
+from dl.interp.metrics import Metrics
 from dl.interp.primitives import RandomSource
 from dl.interp.run import run_guarded
 from dl.interp.runtime import invoke
@@ -133,6 +134,7 @@ class Session:
         self.typed: Typed | None = None  # the last entry's checked program, for completion
         self.count = 0
         RandomSource.reset()
+        Metrics.start("repl", [])  # a session that logs metrics gets one run record, runs/repl-TIME/
 
     # -------------------------------------------------------------- entries
     def handle(self, text: str) -> Outcome:

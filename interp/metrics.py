@@ -1,10 +1,14 @@
 """`log_metric(name, value)` and `progress(done, total)`: what a training loop reports while it runs.
 
-`log_metric` appends one JSON line `{"name": ..., "step": ..., "value": ...}` to the metrics file
-(`metrics.jsonl` in the current directory unless `dlrun --metrics FILE` or the
-`DL_METRICS` environment variable names another; `dlrun plot` draws it). A step not
-given is the number of values logged under that name so far. Each line is written and
-flushed at once, so a run that is stopped keeps everything it logged.
+Every run that logs a metric gets a record of its own: a directory `runs/NAME/` (in the current
+directory, unless `dlrun --runs DIR` or the `DL_RUNS` environment variable names another), NAME being
+the program's name and the time it started (`train-20250312-141502`). It holds `run.json` (the name,
+the program, its arguments, the backend, when it started, the DL version) and `metrics.jsonl`, one
+JSON line `{"name": ..., "step": ..., "value": ...}` per `log_metric` call; `dlrun plot` draws one
+line per run. The directory is made at the first `log_metric`, so a run that logs nothing leaves
+nothing behind. `dlrun --metrics FILE` (or `DL_METRICS`) appends to that one file instead, with no
+record. A step not given is the number of values logged under that name so far. Each line is written
+and flushed at once, so a run that is stopped keeps everything it logged.
 
 `progress` shows a tqdm progress bar per label when stdout is a terminal, and plain
 `label done/total` lines otherwise (logs, pipes, tests), where it prints at most about
@@ -17,26 +21,99 @@ import json
 import math
 import os
 import sys
+from datetime import datetime
 from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
 
+RUNS = Path("runs")
+RECORD = "run.json"
+METRICS = "metrics.jsonl"
+
 
 class Metrics:
-    """Where `log_metric` appends: set once per run by the driver (`dlrun --metrics FILE`)."""
+    """Where `log_metric` writes: set once per run by the driver (`Metrics.start`); `reset` forgets the
+    run's record and steps (a new run of the same program)."""
 
-    path: Path | None = None
+    path: Path | None = None  # `--metrics FILE`: append there, no record
+    runs: Path | None = None  # `--runs DIR`
+    program: str | None = None
+    arguments: ClassVar[list[str]] = []
+    backend: str = "interp"
+    directory: Path | None = None  # this run's record, once its first metric is logged
     steps: ClassVar[dict[str, int]] = {}
 
     @classmethod
-    def target(cls) -> Path:
-        return cls.path or Path(os.environ.get("DL_METRICS", "metrics.jsonl"))
+    def start(
+        cls,
+        program: str,
+        arguments: list[str],
+        backend: str = "interp",
+        path: Path | None = None,
+        runs: Path | None = None,
+    ) -> None:
+        cls.program, cls.arguments, cls.backend, cls.path, cls.runs = program, list(arguments), backend, path, runs
+        cls.reset()
 
     @classmethod
-    def reset(cls, path: Path | None = None) -> None:
-        cls.path = path
+    def reset(cls) -> None:
+        cls.directory = None
         cls.steps = {}
+
+    @classmethod
+    def target(cls) -> Path:
+        """The file the next metric goes to; the run's record is made on the first call."""
+        explicit = cls.path or os.environ.get("DL_METRICS")
+        if explicit:
+            return Path(explicit)
+        if cls.directory is None:
+            cls.directory = new_record(cls.runs or Path(os.environ.get("DL_RUNS") or RUNS))
+        return cls.directory / METRICS
+
+
+def new_record(runs: Path) -> Path:
+    """A fresh directory under `runs` named after the program and the time, holding its `run.json`."""
+    started = datetime.now().astimezone()
+    stem = Path(Metrics.program).stem if Metrics.program else "run"
+    try:
+        directory = fresh_directory(runs, f"{stem}-{started:%Y%m%d-%H%M%S}")
+        record = {
+            "name": directory.name,
+            "program": Metrics.program,
+            "arguments": Metrics.arguments,
+            "backend": Metrics.backend,
+            "started": started.isoformat(timespec="seconds"),
+            "dl": dl_version(),
+        }
+        temporary = directory / f".{RECORD}.tmp"  # in a directory just made, which no one else writes to
+        temporary.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+        os.replace(temporary, directory / RECORD)
+    except OSError as problem:
+        raise MetricsError(f"cannot make the run record in `{runs}`: {problem.strerror}") from None
+    return directory
+
+
+def fresh_directory(runs: Path, name: str) -> Path:
+    """`runs/name`, or `runs/name-2`, ... when a run that started in the same second has it: made now."""
+    runs.mkdir(parents=True, exist_ok=True)
+    attempt = 1
+    while True:
+        directory = runs / (name if attempt == 1 else f"{name}-{attempt}")
+        try:
+            directory.mkdir()
+            return directory
+        except FileExistsError:
+            attempt += 1
+
+
+def dl_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("dl-lang")
+    except PackageNotFoundError:
+        return "unknown"
 
 
 class MetricsError(Exception):

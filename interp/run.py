@@ -42,7 +42,7 @@ def compile_program(program: Program, typed: Typed | None = None, native: dict |
 def run(program: Program, args: list[str], typed: Typed | None = None, native: dict | None = None) -> Any:
     """Compile and run `main(args...)`; returns what `main` returns. `native`: see `compile_program`."""
     RandomSource.reset()
-    Metrics.reset(Metrics.path)
+    Metrics.reset()
     Progress.reset()
     # Module constants run while compiling: give them the same room and guards as `main`.
     compiler = run_guarded(lambda: compile_program(program, typed, native))
