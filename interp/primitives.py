@@ -580,6 +580,11 @@ def to_float(x: Any, dtype: Any) -> Any:
     return scalar(x.astype(kind)) if x.__class__ is ndarray else kind.type(x)
 
 
+def to_text(x: Any) -> str:
+    """`str(x)`: the text `print` shows for `x`."""
+    return format_value(x)
+
+
 def to_int(x: Any) -> Any:
     convertible(x, "int")
     if x.__class__ is str:
@@ -1258,6 +1263,7 @@ IMPLEMENTATIONS = {
     Prim.LEN: length,
     Prim.FLOAT: to_float,
     Prim.INT: to_int,
+    Prim.STR: to_text,
     Prim.ASSERT: check,
     Prim.PRINT: print_values,
     Prim.ZEROS_LIKE: zeros_like,

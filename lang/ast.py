@@ -106,6 +106,25 @@ class StringLiteral:
 
 
 @node
+class FormatField:
+    """`{value}` or `{value:spec}` in an f-string; `spec` is Python's format spec, "" when none."""
+
+    value: Expr
+    spec: str = ""
+    span: Span = _span()  # from `{` to `}`
+    spec_span: Span = _span()
+
+
+@node
+class FString:
+    """`f"epoch {epoch}: loss {loss:.4f}"`: literal text (escapes and doubled braces already replaced)
+    and fields, in order."""
+
+    parts: tuple[str | FormatField, ...]
+    span: Span = _span()
+
+
+@node
 class Unary:
     op: str  # "-" or "not"
     operand: Expr
@@ -205,6 +224,7 @@ Expr = (
     | FloatLiteral
     | BoolLiteral
     | StringLiteral
+    | FString
     | Unary
     | Binary
     | Call

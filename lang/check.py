@@ -29,6 +29,7 @@ from dl.lang.shapes import (
     Argument,
     ShapeError,
     arithmetic,
+    check_format,
     comparison,
     logical,
     matmul_type,
@@ -1041,6 +1042,11 @@ class Checker:
                 return BOOL
             case ast.StringLiteral():
                 return STR
+            case ast.FString(parts=parts):
+                for part in parts:
+                    if isinstance(part, ast.FormatField):
+                        self.format_field(part, scope, context)
+                return STR
             case ast.Name():
                 return self.name(expr, scope, context)
             case ast.Binary(op=op, lhs=lhs, rhs=rhs):
@@ -1068,6 +1074,16 @@ class Checker:
                 self.functions[id(expr)] = FunctionInfo(expr, context.module, name, scope.visible())
                 return FunctionRef(name, id(expr))
         raise AssertionError(expr)
+
+    def format_field(self, field: ast.FormatField, scope: Scope, context: Context) -> None:
+        """An f-string's `{value:spec}`: the value is checked as any expression, and the spec must fit it
+        (E0324, at the spec)."""
+        value = self.expression(field.value, scope, context)
+        try:
+            check_format(value, field.spec)
+        except ShapeError as problem:
+            where = field.spec_span if field.spec else field.value.span
+            self.report(error(problem.code, str(problem), where, problem.label, notes=problem.notes))
 
     def name(self, expr: ast.Name, scope: Scope, context: Context) -> Type:
         local = scope.lookup(expr.id)

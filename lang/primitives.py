@@ -58,6 +58,7 @@ class Prim(Enum):
     LEN = "len"
     FLOAT = "float"
     INT = "int"
+    STR = "str"
     # effects
     ASSERT = "assert"
     PRINT = "print"
@@ -155,6 +156,7 @@ SIGNATURES: dict[Prim, Signature] = {
     Prim.LEN: ONE,
     Prim.FLOAT: Signature(("x",), keywords=(("dtype", F32),)),
     Prim.INT: Signature(("x",)),
+    Prim.STR: ONE,
     Prim.ASSERT: Signature(("condition",), optional=(("message", "assertion failed"),)),
     Prim.PRINT: Signature(variadic=("values", 0, None)),
     Prim.ZEROS_LIKE: ONE,
@@ -214,6 +216,7 @@ NON_DIFFERENTIABLE = frozenset(
         Prim.SHAPE,
         Prim.LEN,
         Prim.INT,
+        Prim.STR,
         Prim.ASSERT,
         Prim.PRINT,
         Prim.ZEROS_LIKE,

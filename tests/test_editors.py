@@ -131,3 +131,16 @@ def run_quietly(command: list[str], folder: Path) -> subprocess.CompletedProcess
 def last_line(result: subprocess.CompletedProcess) -> str:
     lines = (result.stderr or result.stdout).strip().splitlines()
     return lines[-1] if lines else f"exit status {result.returncode}"
+
+
+def test_the_grammar_highlights_f_strings_with_code_in_their_fields() -> None:
+    grammar = load("syntaxes/dl.tmLanguage.json")
+    order = [pattern["include"] for pattern in grammar["patterns"]]
+    assert order.index("#fstring") < order.index("#string")  # before a name could take the `f`
+    fstring = grammar["repository"]["fstring"]
+    assert re.match(fstring["begin"], 'f"loss {loss:.4f}"') and not re.match(fstring["begin"], '"plain {x}"')
+    escape, field = fstring["patterns"]
+    assert re.fullmatch(escape["match"], "{{") and re.fullmatch(escape["match"], "}}")
+    assert re.match(field["begin"], "{") and field["patterns"] == [{"include": "#expression"}]
+    assert re.match(field["end"], ":.4f}").group(1) == ":.4f" and re.match(field["end"], "}").group(1) is None
+    assert {"include": "#builtin"} in grammar["repository"]["expression"]["patterns"]
