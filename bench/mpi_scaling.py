@@ -130,7 +130,7 @@ class Trainer:
     def __init__(self, hidden: int) -> None:
         from dl import pipeline
         from dl.interp.run import compile_program
-        from dl.interp.runtime import invoke
+        from dl.runtime.calls import invoke
 
         self.invoke = invoke
         path = str(HERE.with_name("_mpi_scaling.dl"))

@@ -19,8 +19,8 @@ from dl.runtime.backend import Options, Prepared
 class CompiledProgram:
     """A program prepared on the LLVM backend: what it compiled, run by the fallback backend."""
 
-    def __init__(self, compiled: Compiled, fallback: Prepared) -> None:
-        self.compiled, self.fallback = compiled, fallback
+    def __init__(self, typed: Typed, compiled: Compiled, fallback: Prepared) -> None:
+        self.typed, self.compiled, self.fallback = typed, compiled, fallback
 
     def run(self, args: list[str]) -> Any:
         return self.fallback.run(args)
@@ -29,7 +29,7 @@ class CompiledProgram:
         return self.fallback.call(name, args)
 
     def plan(self) -> str:
-        return self.compiled.explanation()
+        return self.compiled.explanation(self.typed.reached())
 
     def outcome(self) -> str:
         return self.compiled.specialisations()
@@ -44,7 +44,7 @@ class LLVM:
             raise ValueError("the llvm backend needs a fallback backend for what it does not compile")
         compiled = compile_program(typed, options.cache)
         bodies = {**options.bodies, **compiled.bodies}
-        return CompiledProgram(compiled, options.fallback.prepare(typed, replace(options, bodies=bodies)))
+        return CompiledProgram(typed, compiled, options.fallback.prepare(typed, replace(options, bodies=bodies)))
 
 
 BACKEND = LLVM()

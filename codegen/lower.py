@@ -389,6 +389,8 @@ class FunctionLowering:
                 return self.binary(op, self.expression(lhs), self.expression(rhs), expr.span)
             case ast.Call():
                 return self.call(expr)
+            case ast.FString():
+                raise Unsupported(f"it formats an f-string, which the interpreter does (at {expr.span})")
         raise Unsupported(f"it uses {type(expr).__name__.lower()} expressions (at {expr.span})")
 
     def literal(self, expr: ast.IntLiteral | ast.FloatLiteral) -> Value:

@@ -62,20 +62,24 @@ class Compiled:
     native: Native | None
     cached: bool = True  # whether the compile cache was used (looked in, and written on a miss)
 
-    def explanation(self) -> str:
-        """One line per function: compiled, or interpreted and why; then where the native code came from."""
+    def explanation(self, reached: set[int] | None = None) -> str:
+        """One line per function (of those in `reached`, if given), at its name: compiled, or interpreted and
+        why; then where the native code came from."""
         lines = []
-        for key, (decl, path) in self.lowered.declarations.items():
+        for key, (decl, _) in self.lowered.declarations.items():
+            if reached is not None and key not in reached:
+                continue
+            where = f"{decl.name_span}: `{decl.name}`"
             if key in self.lowered.functions:
-                lines.append(f"{path}: `{decl.name}` compiled")
+                lines.append(f"{where} compiled")
             elif key in self.lowered.kernels:
                 reduction = self.lowered.kernels[key].reduction
                 reducing = f" reducing with `{reduction}`" if reduction else ""
-                lines.append(f"{path}: `{decl.name}` compiled: one fused elementwise loop{reducing}")
+                lines.append(f"{where} compiled: one fused elementwise loop{reducing}")
             elif key in self.lowered.specialised:
-                lines.append(f"{path}: `{decl.name}` compiled when called, for the shapes of its arguments")
+                lines.append(f"{where} compiled when called, for the shapes of its arguments")
             else:
-                lines.append(f"{path}: `{decl.name}` interpreted: {self.lowered.refused[key]}")
+                lines.append(f"{where} interpreted: {self.lowered.refused[key]}")
         if self.native is not None:
             count = len(self.lowered.functions)
             functions = f"{count} function{'s' if count != 1 else ''}"
@@ -475,7 +479,7 @@ class SpecialisingBody:
         for layout, reason in self.reasons.items():
             shown = ", ".join(describe_layout(item) for item in layout)
             verdict = "compiled" if reason == "compiled" else f"interpreted: {reason}"
-            lines.append(f"{self.path}: `{self.decl.name}`({shown}) {verdict}")
+            lines.append(f"{self.decl.name_span}: `{self.decl.name}`({shown}) {verdict}")
         return lines
 
 

@@ -1352,6 +1352,7 @@ REFUSED: dict[Prim, str] = {
     Prim.LOAD_NPZ: f"reading a file is {HOST}",
     Prim.TEXT_CORPUS: f"reading the shipped corpus is {HOST}",
     Prim.CHARS: f"making a string is {HOST}",
+    Prim.STR: f"making a string is {HOST}",
     Prim.LOG_METRIC: f"writing the metrics file is {HOST}",
     Prim.PROGRESS: f"drawing a progress bar is {HOST}",
     Prim.SAVE: f"writing a checkpoint is {HOST}",

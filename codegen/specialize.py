@@ -704,6 +704,8 @@ class Specialiser(FunctionLowering):
                 return Value(ir.Const(value, "bool"))
             case ast.StringLiteral(value=value):
                 return Text(value)
+            case ast.FString():
+                raise Unsupported(f"an f-string, which the interpreter formats (at {expr.span})")
             case ast.Name(id=name):
                 return self.name(name, expr)
             case ast.Unary(op="-", operand=operand):
@@ -893,6 +895,8 @@ class Specialiser(FunctionLowering):
             return self.matmul(left, right, span)
         if isinstance(left, Text) and isinstance(right, Text) and op in ("==", "!="):
             return Value(ir.Const((left.value == right.value) == (op == "=="), "bool"))
+        if isinstance(left, Text) and isinstance(right, Text) and op == "+":  # both known when compiled
+            return Text(left.value + right.value)
         if isinstance(left, Value) and isinstance(right, Value):
             return self.binary(op, left, right, span)
         if isinstance(left, (Struct, tuple)) or isinstance(right, (Struct, tuple)):

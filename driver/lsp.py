@@ -780,11 +780,11 @@ def lexical_tokens(source: str) -> Iterator[tuple[str, str, int, int]]:
         start = comment_start(text)
         code = text if start is None else text[:start]
         try:
-            scanned = scanner.scan(code, "<tokens>")
+            scanned = scanner.spread(scanner.scan(code, "<tokens>"))  # f-strings: text, and fields' tokens
         except DiagnosticError as problem:  # a character no token matches: keep the tokens before it
             bad = problem.diagnostics[0].span.column if problem.diagnostics else 1
             try:
-                scanned = scanner.scan(code[: bad - 1], "<tokens>")
+                scanned = scanner.spread(scanner.scan(code[: bad - 1], "<tokens>"))
             except DiagnosticError:
                 scanned = []
         for kind, value, _, column in scanned:

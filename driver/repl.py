@@ -44,9 +44,10 @@ from dl.lang.check import Typed
 from dl.lang.diagnostics import Diagnostic, DiagnosticError, SourceMap, Span, error, render_all
 from dl.lang.modules import Program, load_imports
 from dl.lang.parse import parse_repl, parse_table
-from dl.lang.primitives import BY_NAME
+from dl.lang.primitives import BY_NAME, closest
 from dl.lang.types import FunctionRef, ModuleType, StructType, TupleType, Type
 from dl.runtime.backend import Options
+from dl.runtime.metrics import Metrics
 from dl.runtime.values import format_value
 
 ENTRY_FUNCTION = "<repl>"
@@ -108,6 +109,7 @@ class Session:
         self.typed: Typed | None = None  # the last entry's checked program, for completion
         self.count = 0
         self.fresh = True  # the next entry starts the random stream afresh; later entries go on with it
+        Metrics.start("repl", [])  # a session that logs metrics gets one run record, runs/repl-TIME/
 
     # -------------------------------------------------------------- entries
     def handle(self, text: str) -> Outcome:
@@ -252,6 +254,11 @@ class Session:
         except ValueError:
             raise CommandError(f"`:grad NAME WRT` takes positions such as 0 or 0,2, not {wrt_text.strip()!r}") from None
         wrt = positions[0] if len(positions) == 1 else positions
+        functions = [decl.name for decl in self.declarations if isinstance(decl, ast.FnDecl)]
+        if name not in functions:
+            suggestion = closest(name, functions)
+            hint = f"; did you mean `{suggestion}`?" if suggestion else "; declare it with `fn`, or `:load` a file"
+            raise CommandError(f"no function `{name}` in this session{hint}")
         program = self.program(self.declarations)
         print(pipeline.derivative_source(program, name, wrt, False), end="")
 

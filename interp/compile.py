@@ -36,7 +36,7 @@ from dl.runtime.backend import CompiledBody
 from dl.runtime.calls import BREAK, CONTINUE, RETURN, Function, invoke
 from dl.runtime.conform import conforms
 from dl.runtime.errors import DeepRecursion, PrimitiveError, RunError, fail, recursion_error
-from dl.runtime.values import DTYPES, Cell, ModuleValue, StructType, StructValue, describe
+from dl.runtime.values import DTYPES, Cell, ModuleValue, StructType, StructValue, describe, format_with_spec
 
 Step = Callable[[list], Any]
 
@@ -586,6 +586,8 @@ class Compiler:
                 return lambda frame: value
             case ast.StringLiteral(value=value):
                 return lambda frame: value
+            case ast.FString(parts=parts):
+                return fstring_step([self.format_step(part, scope) for part in parts])
             case ast.Name():
                 return self.name(expr, scope)
             case ast.Binary():
@@ -608,6 +610,23 @@ class Compiler:
             case ast.Lambda():
                 return self.closure(expr, scope, None, None)
         raise AssertionError(f"unknown expression {expr!r}")
+
+    def format_step(self, part: str | ast.FormatField, scope: Scope) -> Step:
+        """A piece of an f-string: its literal text, or its field's value formatted with the field's spec."""
+        if isinstance(part, str):
+            return lambda frame: part
+        value, spec, span = self.expression(part.value, scope), part.spec, part.span
+
+        def formatted(frame: list) -> str:
+            shown = value(frame)
+            try:
+                return format_with_spec(shown, spec)
+            except ValueError as problem:  # a value the checker could not type (`_`)
+                raise fail(
+                    "E0513", f"f-string: cannot format {describe(shown)} with `{spec}`: {problem}", span
+                ) from None
+
+        return formatted
 
     def name(self, expr: ast.Name, scope: Scope) -> Step:
         slot = scope.lookup(expr.id)
@@ -1217,6 +1236,10 @@ def operator_step(apply: Callable, operands: list[int | Step], code: str, span: 
             raise fail(code, str(problem), span) from None
 
     return run
+
+
+def fstring_step(pieces: list[Step]) -> Step:
+    return lambda frame: "".join([piece(frame) for piece in pieces])
 
 
 def _is_constant(expr: ast.Expr) -> bool:

@@ -22,7 +22,6 @@ from typing import Any
 
 import numpy as np
 from dl.interp.checkpoints import CheckpointError
-from dl.interp.metrics import MetricsError
 from dl.interp.primitives import (
     IMPLEMENTATIONS,
     LITERAL_ADAPTING,
@@ -36,6 +35,7 @@ from dl.interp.primitives import (
 from dl.lang.diagnostics import UNKNOWN_SPAN, Span
 from dl.lang.primitives import PRIMITIVES, BindingError, Prim, bind
 from dl.runtime.errors import AssertionFailure, PrimitiveError, RunError, fail, failure_message
+from dl.runtime.metrics import MetricsError
 from dl.runtime.world import WorldError
 
 Step = Callable[[list], Any]

@@ -84,6 +84,8 @@ def general(symbol: str, a: Any, b: Any, weak_a: bool = False, weak_b: bool = Fa
     """`a symbol b` for any operands of an arithmetic operator or comparison: DL's checks, promotion, numpy.
 
     `weak_a`/`weak_b` mark an operand that is an unsuffixed literal (see `promote`)."""
+    if symbol == "+" and a.__class__ is str and b.__class__ is str:  # text joins (the checker allows no other mix)
+        return a + b
     if not is_number_or_tensor(a) or not is_number_or_tensor(b):
         raise PrimitiveError(f"cannot apply `{symbol}` to {describe(a)} and {describe(b)}")
     kind_a, kind_b = kind_of(a), kind_of(b)

@@ -25,9 +25,9 @@ from typing import Any
 
 import numpy as np
 from dl.interp import checkpoints
-from dl.interp.metrics import log_value, progress_line
 from dl.lang.primitives import PRIMITIVES, Prim, Support
 from dl.runtime.errors import AssertionFailure, PrimitiveError
+from dl.runtime.metrics import log_value, progress_line
 from dl.runtime.values import DTYPE_NAMES, DTYPES, StructValue, Tape, describe, format_value
 from dl.runtime.world import World, average, on_rank_zero, shard
 from numpy.lib.stride_tricks import sliding_window_view
@@ -574,6 +574,11 @@ def to_float(x: Any, dtype: Any) -> Any:
     return scalar(x.astype(kind)) if x.__class__ is ndarray else kind.type(x)
 
 
+def to_text(x: Any) -> str:
+    """`str(x)`: the text `print` shows for `x`."""
+    return format_value(x)
+
+
 def to_int(x: Any) -> Any:
     convertible(x, "int")
     if x.__class__ is str:
@@ -878,6 +883,7 @@ def load_csv(path: Any, skip_header: Any) -> np.ndarray:
 def csv_rows(reader, path: str, skip_header: bool) -> list[list[float]]:
     rows: list[list[float]] = []
     first_line = 0
+    header_skipped = skip_header
     for row in reader:
         if skip_header:
             skip_header = False
@@ -893,7 +899,10 @@ def csv_rows(reader, path: str, skip_header: bool) -> list[list[float]]:
             rows.append([float(cell) for cell in row])
         except ValueError:
             bad = next(cell for cell in row if not is_number_text(cell))
-            raise PrimitiveError(f'"{path}" line {line}: cannot read "{bad.strip()}" as a number') from None
+            message = f'"{path}" line {line}: cannot read "{bad.strip()}" as a number'
+            if not rows and not header_skipped:  # the first row, and text: most likely the column names
+                message += f"; if line {line} is a header, skip it with `load_csv(path, skip_header=true)`"
+            raise PrimitiveError(message) from None
         first_line = first_line or line
     return rows
 
@@ -1296,6 +1305,7 @@ IMPLEMENTATIONS = {
     Prim.LEN: length,
     Prim.FLOAT: to_float,
     Prim.INT: to_int,
+    Prim.STR: to_text,
     Prim.ASSERT: check,
     Prim.PRINT: on_rank_zero(print_values),
     Prim.ZEROS_LIKE: zeros_like,

@@ -16,7 +16,6 @@ from typing import Any
 
 import numpy as np
 from dl.interp.compile import Compiler
-from dl.interp.metrics import Metrics, Progress
 from dl.interp.operators import complete_arguments
 from dl.interp.primitives import SUPPORT, RandomSource
 from dl.lang import ast
@@ -26,8 +25,9 @@ from dl.lang.modules import Program
 from dl.lang.primitives import closest
 from dl.runtime.backend import CompiledBody, Options
 from dl.runtime.calls import Function, invoke
-from dl.runtime.errors import STACK, DeepRecursion, RunError, recursion_error
+from dl.runtime.errors import STACK, DeepRecursion, RunError, UsageError, recursion_error
 from dl.runtime.interrupts import interrupt_everything
+from dl.runtime.metrics import Metrics, Progress
 
 # Deep DL recursion nests a few Python frames per call: give it room, on a
 # thread whose C stack is large enough for that depth.
@@ -66,7 +66,7 @@ class Interpreted:
     def run(self, args: list[str]) -> Any:
         """Run `main(args...)`; returns what `main` returns."""
         program = self.typed.program
-        Metrics.reset(Metrics.path)
+        Metrics.reset()
         Progress.reset()
         compiler = self.compiled()
         main = compiler.states[program.entry].cells.get("main")
@@ -132,10 +132,6 @@ def missing_main(program: Program) -> Diagnostic:
         Span(where.path, where.line, where.column, where.line, where.column + 1),
         notes=("help: add `fn main() { ... }`; `dlrun` calls it",),
     )
-
-
-class UsageError(Exception):
-    """The command line does not fit the program (exit status 2)."""
 
 
 def run_guarded(action) -> Any:

@@ -8,6 +8,7 @@ instead of mutating old ones.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -103,6 +104,25 @@ class BoolLiteral:
 @node
 class StringLiteral:
     value: str
+    span: Span = _span()
+
+
+@node
+class FormatField:
+    """`{value}` or `{value:spec}` in an f-string; `spec` is Python's format spec, "" when none."""
+
+    value: Expr
+    spec: str = ""
+    span: Span = _span()  # from `{` to `}`
+    spec_span: Span = _span()
+
+
+@node
+class FString:
+    """`f"epoch {epoch}: loss {loss:.4f}"`: literal text (escapes and doubled braces already replaced)
+    and fields, in order."""
+
+    parts: tuple[str | FormatField, ...]
     span: Span = _span()
 
 
@@ -206,6 +226,7 @@ Expr = (
     | FloatLiteral
     | BoolLiteral
     | StringLiteral
+    | FString
     | Unary
     | Binary
     | Call
@@ -444,3 +465,25 @@ def assigned_names(node: object) -> set[str]:
 def free_names(node: object) -> set[str]:
     """Every name read anywhere in `node`, nested functions included."""
     return {n.id for n in walk(node) if isinstance(n, Name)}
+
+
+def replace_nodes(node: object, replacements: dict[int, object], drop: type | tuple = ()) -> object:
+    """A copy of `node` with the nodes whose ids are keys of `replacements` swapped for the values, and
+    the items of `drop`'s types left out of the tuples (statement lists) that hold them."""
+    if id(node) in replacements:
+        return replacements[id(node)]
+    if isinstance(node, tuple):
+        items = tuple(replace_nodes(item, replacements, drop) for item in node if not isinstance(item, drop))
+        same = len(items) == len(node) and all(a is b for a, b in zip(items, node, strict=True))
+        return node if same else items
+    if not hasattr(node, "__dataclass_fields__"):
+        return node
+    changes = {}
+    for field_name in node.__dataclass_fields__:
+        if field_name in SPAN_FIELDS:
+            continue
+        value = getattr(node, field_name)
+        new = replace_nodes(value, replacements, drop)
+        if new is not value:
+            changes[field_name] = new
+    return dataclasses.replace(node, **changes) if changes else node

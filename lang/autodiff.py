@@ -269,28 +269,6 @@ def reaches_grad(typed: Typed, decl, containing: set[int]) -> bool:
 # ------------------------------------------------------------------ tree helpers
 
 
-def replace_nodes(node, replacements: dict[int, object], drop: type | tuple = ()):
-    """A copy of `node` with the nodes whose ids are keys of `replacements` swapped for the values, and
-    the items of `drop`'s types left out of the tuples (statement lists) that hold them."""
-    if id(node) in replacements:
-        return replacements[id(node)]
-    if isinstance(node, tuple):
-        items = tuple(replace_nodes(item, replacements, drop) for item in node if not isinstance(item, drop))
-        same = len(items) == len(node) and all(a is b for a, b in zip(items, node, strict=True))
-        return node if same else items
-    if not dataclasses.is_dataclass(node) or isinstance(node, type):
-        return node
-    changes = {}
-    for f in dataclasses.fields(node):
-        if f.name in ("span", "name_span"):
-            continue
-        value = getattr(node, f.name)
-        new = replace_nodes(value, replacements, drop)
-        if new is not value:
-            changes[f.name] = new
-    return dataclasses.replace(node, **changes) if changes else node
-
-
 def name(identifier: str) -> ast.Name:
     return ast.Name(identifier)
 
@@ -355,7 +333,7 @@ def instantiate(source: str, bindings: dict[str, ast.Expr], forms: dict[str, Cal
     replacements = {
         id(node): bindings[node.id] for node in ast.walk(expr) if isinstance(node, ast.Name) and node.id in bindings
     }
-    return replace_nodes(expr, replacements)
+    return ast.replace_nodes(expr, replacements)
 
 
 def expanded_forms(node, forms: dict[str, Callable]):
@@ -425,7 +403,7 @@ class Round:
             raise DiagnosticError(problems)
         modules = {}
         for path, module in self.program.modules.items():
-            decls = replace_nodes(module.decls, replacements[path])
+            decls = ast.replace_nodes(module.decls, replacements[path])
             modules[path] = ast.Module(module.path, (*decls, *self.added[path]))
         return Program(self.program.entry, modules, self.program.imports, self.program.sources)
 
@@ -525,7 +503,7 @@ class Round:
 
     def quiet_function(self, decl: ast.FnDecl, path: str, quiet: str) -> ast.FnDecl:
         callees = {id(c.func): self.quiet_callee(c.func, path) for c in walk_calls(decl.body)}
-        body = replace_nodes(decl.body, {k: v for k, v in callees.items() if v is not None}, drop=ast.ExprStmt)
+        body = ast.replace_nodes(decl.body, {k: v for k, v in callees.items() if v is not None}, drop=ast.ExprStmt)
         return dataclasses.replace(decl, name=quiet, body=body)
 
     def quiet_callee(self, func: ast.Expr, from_path: str) -> ast.Expr | None:
@@ -855,7 +833,7 @@ class FunctionBody:
     def with_kept_values(self, stmts: list[ast.Stmt]) -> list[ast.Stmt]:
         """The loops' pushes of the values their backward sweeps read (`restore`); a loop whose backward
         reads none, or never runs, keeps nothing (`kept = kept`, which `prune` drops with the tape)."""
-        return list(replace_nodes(tuple(stmts), self.filled)) if self.filled else stmts
+        return list(ast.replace_nodes(tuple(stmts), self.filled)) if self.filled else stmts
 
     def ends_in_return(self) -> bool:
         """Does the body, lowered, end in one `return` (not in an `if` whose branches return)?"""
@@ -1045,7 +1023,7 @@ class FunctionBody:
         literals = (ast.IntLiteral, ast.FloatLiteral)
         replacements = {id(n): self.settled_literal(n) for n in ast.walk(expr) if isinstance(n, literals)}
         replacements = {k: v for k, v in replacements.items() if not isinstance(v, literals) or v.dtype}
-        return replace_nodes(expr, replacements) if replacements else expr
+        return ast.replace_nodes(expr, replacements) if replacements else expr
 
     def assign(self, target: ast.Expr, value: ast.Expr, env, sweep: Sweep) -> None:
         match target:
@@ -1328,7 +1306,7 @@ class FunctionBody:
             return expr
         callees = {id(node): self.round.quiet_callee(node, self.path) for node in ast.walk(expr)}
         replacements = {k: v for k, v in callees.items() if v is not None}
-        return replace_nodes(expr, replacements) if replacements else expr
+        return ast.replace_nodes(expr, replacements) if replacements else expr
 
     def module_aliases(self) -> set[str]:
         return {alias for alias, _ in self.round.program.imports.get(self.path, [])}
@@ -1435,7 +1413,7 @@ class FunctionBody:
                 replacements[id(n)] = ast.Name(here[0], n.span)
         if not replacements:
             return default
-        qualified = replace_nodes(default, replacements)
+        qualified = ast.replace_nodes(default, replacements)
         self.carry_types(default, qualified)
         return qualified
 
@@ -1459,7 +1437,7 @@ class FunctionBody:
         for node in ast.walk(expr):
             if isinstance(node, ast.Name) and node.id in env and env[node.id] != node.id:
                 replacements[id(node)] = ast.Name(env[node.id], node.span)
-        return replace_nodes(expr, replacements) if replacements else expr
+        return ast.replace_nodes(expr, replacements) if replacements else expr
 
     # -------------------------------------------------------------- if and while
     def compound(self, stmt: ast.If | ast.While, env, sweep: Sweep, effects: bool) -> None:
@@ -1660,7 +1638,7 @@ class FunctionBody:
                         self.accumulate(operand, contribution, out, have)
                 case Store(new=new, old=old, target=target, value=value) if new in have:
                     d_new = name(self.adjoint(new))
-                    region = replace_nodes(target, {id(target.target): d_new})
+                    region = ast.replace_nodes(target, {id(target.target): d_new})
                     if self.active(value):
                         part = region if isinstance(target, ast.Field) else self.fit(region, value, target)
                         self.accumulate(value.id, part, out, have)
@@ -2368,7 +2346,7 @@ def propagate_copies(stmts: list[ast.Stmt]) -> list[ast.Stmt]:
     renames = {
         id(node): resolve(node) for node in ast.walk(tuple(stmts)) if isinstance(node, ast.Name) and node.id in alias
     }
-    return [fold_constants(stmt) for stmt in replace_nodes(tuple(stmts), renames)]
+    return [fold_constants(stmt) for stmt in ast.replace_nodes(tuple(stmts), renames)]
 
 
 def fold_constants(node):

@@ -27,6 +27,7 @@ from dl.lang.shapes import (
     Argument,
     ShapeError,
     arithmetic,
+    check_format,
     comparison,
     logical,
     matmul_type,
@@ -62,6 +63,22 @@ from dl.lang.types import (
     Unknown,
     strong,
 )
+
+
+def range_spelling(call: ast.Call) -> tuple[str, ...]:
+    """`range(3)` is `0..3` in DL, `range(a, b)` is `a..b`; a step has no DL spelling but a `while`."""
+    bounds = [print_expr(arg) for arg in call.args]
+    if call.keywords or not 1 <= len(bounds) <= 2:
+        return ("help: DL counts with `for i in a..b` (no step: use a `while` loop), and `arange` makes a tensor",)
+    start, stop = bounds if len(bounds) == 2 else ["0", bounds[0]]
+    return (
+        f"help: DL writes `range` as `{start}..{stop}`: `for i in {start}..{stop} {{ ... }}`",
+        f"`arange({', '.join(bounds)})` makes the tensor of those integers",
+    )
+
+
+# Calls Python users write, with DL's spelling of each (in the help of the unknown name).
+PYTHON_SPELLINGS = {"range": range_spelling}
 
 MAX_INSTANCES = 16  # per function: beyond this, unannotated parameters are checked as unknown
 
@@ -115,6 +132,22 @@ class Typed:
 
     def type_of(self, node: ast.Expr) -> Type | None:
         return self.types.get(id(node))
+
+    def reached(self, entry: str = "main") -> set[int]:
+        """The functions (keys of `functions`) that running the entry module's `entry` may call: it, the
+        functions and lambdas its body names, theirs, and so on, and those the modules' constants call."""
+        module = self.program.modules[self.program.entry]
+        roots = [d for d in module.decls if isinstance(d, ast.FnDecl) and d.name == entry]
+        roots += [d.value for m in self.program.modules.values() for d in m.decls if isinstance(d, ast.Const)]
+        reached = {id(d) for d in roots if id(d) in self.functions}
+        pending = list(roots)
+        while pending:
+            for node in ast.walk(pending.pop()):
+                ref = self.types.get(id(node))
+                if isinstance(ref, FunctionRef) and ref.key in self.functions and ref.key not in reached:
+                    reached.add(ref.key)
+                    pending.append(self.functions[ref.key][0])
+        return reached
 
     @property
     def errors(self) -> list[Diagnostic]:
@@ -224,6 +257,7 @@ class Checker:
         self.check_pass = 0
         self.call_sites: list[tuple[str, Span, tuple[Type, ...]]] = []  # calls being checked, innermost last
         self.early_consts: set[tuple[str, str]] = set()  # consts reported as used before their definition
+        self.python_call: ast.Call | None = None  # the latest call of a name Python has and DL spells otherwise
         self.pass_count = 0
         self.literal_passes: dict[int, set[int]] = {}
         self.coerced_passes: dict[int, dict[str, set[int]]] = {}
@@ -1022,6 +1056,11 @@ class Checker:
                 return BOOL
             case ast.StringLiteral():
                 return STR
+            case ast.FString(parts=parts):
+                for part in parts:
+                    if isinstance(part, ast.FormatField):
+                        self.format_field(part, scope, context)
+                return STR
             case ast.Name():
                 return self.name(expr, scope, context)
             case ast.Binary(op=op, lhs=lhs, rhs=rhs):
@@ -1049,6 +1088,16 @@ class Checker:
                 self.functions[id(expr)] = FunctionInfo(expr, context.module, name, scope.visible())
                 return FunctionRef(name, id(expr))
         raise AssertionError(expr)
+
+    def format_field(self, field: ast.FormatField, scope: Scope, context: Context) -> None:
+        """An f-string's `{value:spec}`: the value is checked as any expression, and the spec must fit it
+        (E0324, at the spec)."""
+        value = self.expression(field.value, scope, context)
+        try:
+            check_format(value, field.spec)
+        except ShapeError as problem:
+            where = field.spec_span if field.spec else field.value.span
+            self.report(error(problem.code, str(problem), where, problem.label, notes=problem.notes))
 
     def name(self, expr: ast.Name, scope: Scope, context: Context) -> Type:
         local = scope.lookup(expr.id)
@@ -1093,6 +1142,8 @@ class Checker:
         candidates = {*scope.visible(), *info.functions, *info.consts, *info.imports, *BY_NAME, *TRANSFORMS}
         suggestion = closest(expr.id, candidates)
         notes = (f"help: did you mean `{suggestion}`?",) if suggestion else ()
+        if self.python_call is not None and self.python_call.func is expr:
+            notes = PYTHON_SPELLINGS[expr.id](self.python_call)
         self.report(error("E0201", f"unknown name `{expr.id}`", expr.span, "not found in this scope", notes=notes))
         return ANY
 
@@ -1138,6 +1189,8 @@ class Checker:
 
     # -------------------------------------------------------------- calls
     def call(self, expr: ast.Call, scope: Scope, context: Context) -> Type:
+        if type(expr.func) is ast.Name and expr.func.id in PYTHON_SPELLINGS:
+            self.python_call = expr  # should the name be unknown, its help shows DL's spelling of this call
         callee = self.expression(expr.func, scope, context)
         args = [self.expression(arg, scope, context) for arg in expr.args]
         keywords = {k.name: self.expression(k.value, scope, context) for k in expr.keywords}

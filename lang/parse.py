@@ -27,9 +27,9 @@ from operator import itemgetter
 from typing import NamedTuple
 
 from dl.lang import ast
-from dl.lang.diagnostics import Diagnostic, DiagnosticError, Label, Span, error
+from dl.lang.diagnostics import UNKNOWN_SPAN, Diagnostic, DiagnosticError, Label, Span, error
 from dl.lang.layout import CLOSERS, OPENERS, layout, never_closed, token_span
-from dl.lang.lexer import LAYOUT_ONLY, Scanner, Token
+from dl.lang.lexer import LAYOUT_ONLY, FStringError, Scanner, Token, fstring_pieces
 from lark import Lark
 from lark.grammar import Rule
 from lark.lark import PostLex
@@ -257,6 +257,12 @@ class Builder:
         token = children[0]
         return ast.StringLiteral(unescape(token, self.path), self.span(token))
 
+    def fstring(self, children: list) -> ast.FString:
+        return fstring(children[0], self.path)
+
+    def embedded_expr(self, children: list) -> ast.Expr:
+        return children[0]
+
     def bool_literal(self, children: list) -> ast.BoolLiteral:
         token = children[0]
         return ast.BoolLiteral(token[0] == "TRUE", self.span(token))
@@ -384,6 +390,37 @@ def unescape(token: Token, path: str) -> str:
     return "".join(out)
 
 
+def fstring(token: Token, path: str) -> ast.FString:
+    """An f-string token as an `FString`: its literal text unescaped (`{{` and `}}` as braces), and each
+    field's expression parsed where it stands in the line, so that its spans are exact."""
+    _, text, line, column = token
+    try:
+        pieces = fstring_pieces(text)
+    except FStringError as problem:
+        span = Span(path, line, column + problem.start, line, column + problem.stop)
+        raise DiagnosticError(
+            error("E0108", str(problem), span, problem.label, notes=(f"help: {problem.help}",))
+        ) from None
+    parts: list[str | ast.FormatField] = []
+    for index, (kind, start, stop) in enumerate(pieces):
+        if kind == "text":
+            piece = (token[0], '"' + text[start:stop] + '"', line, column + start - 1)
+            parts.append(unescape(piece, path).replace("{{", "{").replace("}}", "}"))
+        elif kind == "field":
+            value = _run(text[start:stop], path, "embedded_expr", line, column + start)
+            spec = pieces[index + 1] if index + 1 < len(pieces) and pieces[index + 1][0] == "spec" else None
+            closing = spec[2] if spec else stop  # the offset of the field's `}`
+            parts.append(
+                ast.FormatField(
+                    value,
+                    text[spec[1] : spec[2]] if spec else "",
+                    Span(path, line, column + start - 1, line, column + closing + 1),
+                    Span(path, line, column + spec[1], line, column + spec[2]) if spec else UNKNOWN_SPAN,
+                )
+            )
+    return ast.FString(tuple(parts), token_span(path, token))
+
+
 def unknown_escape(escape: str, span: Span) -> Diagnostic:
     supported = ", ".join(f"`\\{e}`" for e in STRING_ESCAPES)
     return error(
@@ -463,7 +500,7 @@ class ParseTable:
             parser="lalr",
             lexer=UnusedLexer,
             postlex=LayoutTerminals(),
-            start=["start", "repl_input"],
+            start=["start", "repl_input", "embedded_expr"],
             maybe_placeholders=True,
         )
         return cls(lark, builder)
@@ -659,7 +696,7 @@ def shaped(plan: list[tuple[int, bool] | None], size: int, make: Build | None) -
 # ---------------------------------------------------------------------- entry points
 
 _builder = Builder()
-_lock = threading.Lock()
+_lock = threading.RLock()  # re-entered: an f-string's fields are parsed while the string is built
 _table: ParseTable | None = None
 
 
@@ -682,19 +719,22 @@ def parse_repl(source: str, path: str = "<repl>") -> ast.ReplInput:
     return ast.ReplInput(_run(source, path, "repl_input"))
 
 
-def _run(source: str, path: str, start: str, first_line: int = 1) -> tuple:
+def _run(source: str, path: str, start: str, first_line: int = 1, first_column: int = 1) -> object:
+    """Parse `source` from the rule `start`. `source` may be a piece of a file starting at `first_line` and
+    `first_column` there (a declaration, an f-string field): its tokens and diagnostics get the file's
+    lines and columns."""
     table = parse_table()
-    shift = first_line - 1
+    lines, columns = first_line - 1, first_column - 1
     try:
         scanned = table.scanner.scan(source, path)
     except DiagnosticError as failure:
-        if not shift:
+        if not (lines or columns):
             raise
-        raise DiagnosticError([shifted(d, shift) for d in failure.diagnostics]) from None
+        raise DiagnosticError([shifted(d, lines, columns) for d in failure.diagnostics]) from None
     end = end_token(source)
-    if shift:  # `source` is a piece of a file: give tokens the lines they have in the file
-        scanned = [(kind, text, line + shift, column) for kind, text, line, column in scanned]
-        end = (end[0], end[1], end[2] + shift, end[3])
+    if lines or columns:  # give tokens the lines (and, on the piece's first line, columns) they have in the file
+        scanned = [moved(token, lines, columns) for token in scanned]
+        end = moved(end, lines, columns)
     tokens, unclosed = layout(scanned)
     with _lock:
         _builder.path = path
@@ -706,11 +746,21 @@ def _run(source: str, path: str, start: str, first_line: int = 1) -> tuple:
             raise DiagnosticError(syntax_diagnostic(table, tokens, problem.token, start, path)) from None
 
 
-def shifted(diagnostic: Diagnostic, lines: int) -> Diagnostic:
-    """`diagnostic` moved down by `lines` lines (found in a piece of a file, reported in the file)."""
+def moved(token: Token, lines: int, columns: int) -> Token:
+    """A token of a piece of a file, where it is in the file: `lines` down, and `columns` right on the
+    piece's first line."""
+    kind, text, line, column = token
+    return (kind, text, line + lines, column + columns if line == 1 else column)
+
+
+def shifted(diagnostic: Diagnostic, lines: int, columns: int = 0) -> Diagnostic:
+    """`diagnostic` moved down by `lines` lines, and right by `columns` on the first line (found in a
+    piece of a file, reported in the file)."""
 
     def move(span: Span) -> Span:
-        return span._replace(line=span.line + lines, end_line=span.end_line + lines)
+        end_column = span.end_column + columns if span.end_line == 1 else span.end_column
+        start_column = span.column + columns if span.line == 1 else span.column
+        return Span(span.path, span.line + lines, start_column, span.end_line + lines, end_column)
 
     labels = tuple(replace(label, span=move(label.span)) for label in diagnostic.secondary)
     return replace(diagnostic, span=move(diagnostic.span), secondary=labels)
@@ -725,7 +775,9 @@ def end_token(source: str) -> Token:
 
 CLOSING = {**OPENERS, "STRUCT_LBRACE": "RBRACE"}  # each opening bracket's closing one
 # What an operand can start with (an expression also with `fn`: a lambda).
-OPERAND_STARTS = frozenset({"NAME", "INT", "FLOAT", "STRING", "TRUE", "FALSE", "LPAR", "LSQB", "MINUS", "NOT"})
+OPERAND_STARTS = frozenset(
+    {"NAME", "INT", "FLOAT", "STRING", "FSTRING", "TRUE", "FALSE", "LPAR", "LSQB", "MINUS", "NOT"}
+)
 TYPE_STARTS = frozenset({"NAME", "LPAR", "FN"})
 OPERATORS = frozenset({"PLUS", "MINUS", "STAR", "SLASH", "DSLASH", "PERCENT", "AT", "POW", "COMPARE", "AND", "OR"})
 # Tokens that would continue what was just written (`a` + `b`, `a`(...), `a`.b, `a` = ...,
@@ -753,6 +805,7 @@ SHOWN = {
     "INT": "an integer",
     "FLOAT": "a number",
     "STRING": "a string",
+    "FSTRING": "an f-string",
 }
 
 
@@ -788,7 +841,7 @@ def describe_found(token: Token) -> str:
         return "`;`" if text == ";" else "the end of the line"
     if kind == "NAME":
         return f"name `{text}`"
-    if kind in {"INT", "FLOAT", "STRING"}:
+    if kind in {"INT", "FLOAT", "STRING", "FSTRING"}:
         return f"literal `{text}`"
     return f"`{text}`"
 
@@ -805,6 +858,8 @@ def syntax_diagnostic(table: ParseTable, tokens: list[Token], token: Token, star
     stack = table.stack_after(tokens[:position], start)
     expected = {kind for kind in table.terminals if table.accepts(stack, kind)}
     found = describe_found(token)
+    if token[0] == "$END" and start == "embedded_expr":
+        found = "the end of the field"
     previous = next((t[1] for t in reversed(tokens[:position]) if t[0] != "SEP" or t[1] == ";"), None)
     after = f" after `{previous}`" if previous else ""
     keywords = frozenset(table.scanner.keywords.values())

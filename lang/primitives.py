@@ -67,6 +67,7 @@ class Prim(Enum):
     LEN = "len"
     FLOAT = "float"
     INT = "int"
+    STR = "str"
     # effects
     ASSERT = "assert"
     PRINT = "print"
@@ -497,6 +498,9 @@ PRIMITIVES_LIST = (
         Signature(("x",)),
         shapes.int_rule,
         INTEGER,
+    ),
+    not_differentiable(
+        Prim.STR, "inspection", "the text `print` shows for `x`", ONE, shapes.str_rule, "text: it carries no gradient"
     ),
     # effects
     not_differentiable(

@@ -155,6 +155,8 @@ def print_expr(expr: ast.Expr) -> str:
             return "true" if value else "false"
         case ast.StringLiteral(value=value):
             return '"' + "".join(ESCAPES.get(c, c) for c in value) + '"'
+        case ast.FString(parts=parts):
+            return 'f"' + "".join(print_fstring_part(part) for part in parts) + '"'
         case ast.Binary():
             return print_binary(expr)
         case ast.Unary(op=op, operand=operand):
@@ -181,6 +183,14 @@ def print_expr(expr: ast.Expr) -> str:
                 return f"fn({print_params(params)}){typed} {print_block(body, 0)}"
             return f"fn({print_params(params)}){typed} => {print_expr(body)}"
     raise TypeError(f"not an expression: {expr!r}")
+
+
+def print_fstring_part(part: str | ast.FormatField) -> str:
+    """Literal text with its escapes and its braces doubled, or a field `{value:spec}`."""
+    if isinstance(part, str):
+        return "".join(ESCAPES.get(c, c) for c in part).replace("{", "{{").replace("}", "}}")
+    spec = f":{part.spec}" if part.spec else ""
+    return f"{{{print_expr(part.value)}{spec}}}"
 
 
 def print_binary(expr: ast.Binary) -> str:

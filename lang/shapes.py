@@ -158,6 +158,8 @@ def broadcast_notes(a: TensorType, b: TensorType) -> tuple[str, ...]:
 
 
 def arithmetic(a: Type, b: Type, symbol: str) -> Type:
+    if isinstance(a, StrType) or isinstance(b, StrType):
+        return joined_text(a, b, symbol)
     left, right = tensor(a, f"`{symbol}`"), tensor(b, f"`{symbol}`")
     if left is None or right is None:
         return ANY
@@ -177,6 +179,70 @@ def arithmetic(a: Type, b: Type, symbol: str) -> Type:
         )
     dims = broadcast(left, right, symbol)
     return TensorType(promote_dtypes(left, right), dims, left.weak and right.weak)
+
+
+def joined_text(a: Type, b: Type, symbol: str) -> Type:
+    """`"epoch " + name`: `+` joins two strings; nothing else applies to one."""
+    if symbol == "+" and all(isinstance(t, (StrType, AnyType)) for t in (a, b)):
+        return STR
+    if symbol == "+":
+        raise ShapeError(
+            "E0311",
+            f"`+` joins two strings, found {a} + {b}",
+            f"{a} + {b}",
+            notes=('help: make the other a string with `str(x)`, or write an f-string: `f"epoch {epoch}"`',),
+        )
+    raise ShapeError(
+        "E0311",
+        f"`{symbol}` needs numbers, found {a} {symbol} {b}",
+        f"{a} {symbol} {b}",
+        notes=("strings join with `+` and compare with `==` and `!=`",),
+    )
+
+
+# ---------------------------------------------------------------------- formatting
+# An f-string field shows any value `print` shows, as `str(x)` does; a format spec (Python's) applies to a
+# number, a bool (shown as `true` or `false`, so as text), a string, or each element of a tensor.
+
+FORMAT_SAMPLES = {"f32": 0.0, "f64": 0.0, "i32": 0, "i64": 0, "bool": "true"}
+FORMAT_HELP = {
+    "f32": "for a float: `.4f`, `.3e`, `.1%`, `>10.4f`, `,.2f`",
+    "i64": "for an integer: `d`, `,`, `x`, `b`, `05d`, `>6`, `.2f`",
+    "bool": "for text, and a bool shown as `true` or `false`: `>8`, `<8`, `^8`, `.3`",
+}
+
+
+def check_format(t: Type, spec: str) -> None:
+    """Raise `ShapeError` (E0324) unless a value of type `t` can be shown with the format spec `spec`: with
+    none, anything `print` shows; with one, a number, a string or a tensor that Python's spec fits."""
+    if isinstance(t, AnyType) or not spec:
+        return
+    if isinstance(t, (TensorType, StrType)):
+        check_spec(t, spec)
+        return
+    raise ShapeError(
+        "E0324",
+        f"a format spec applies to a number, a string or a tensor, found {t}",
+        str(t),
+        notes=("help: format its parts, each in a field of its own, or drop the spec",),
+    )
+
+
+def check_spec(t: TensorType | StrType, spec: str) -> None:
+    dtype = "bool" if isinstance(t, StrType) else t.dtype
+    sample = "" if isinstance(t, StrType) else FORMAT_SAMPLES[t.dtype]
+    try:
+        format(sample, spec)
+    except ValueError as problem:
+        shown = "str" if isinstance(t, StrType) else dtype
+        whose = f" (each element of {t})" if isinstance(t, TensorType) and t.dims else ""
+        kind = "f32" if dtype in FLOATS else "i64" if dtype in INTEGERS else "bool"
+        raise ShapeError(
+            "E0324",
+            f"format spec `{spec}` does not apply to {shown}{whose}",
+            f"{shown}{whose}",
+            notes=(f"Python's format says: {problem}", f"help: {FORMAT_HELP[kind]}"),
+        ) from None
 
 
 def comparison(a: Type, b: Type, symbol: str) -> Type:
@@ -615,6 +681,10 @@ def assert_rule(args: list[Argument]) -> Type:
 
 def print_rule(args: list[Argument]) -> Type:
     return UNIT
+
+
+def str_rule(args: list[Argument]) -> Type:
+    return STR  # anything `print` shows
 
 
 def checkpoint_value(argument: Argument, name: str) -> Type:

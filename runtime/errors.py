@@ -70,3 +70,7 @@ def failure_message(prim: Prim, problem: Exception) -> str:
     if text.startswith((f"`{name}`", f"{name} ", f"{name}:")):
         return text
     return f"{name}: {text}"
+
+
+class UsageError(Exception):
+    """The command line does not fit the program (exit status 2)."""

@@ -163,3 +163,30 @@ def format_value(value: Any) -> str:
         return display
     name = getattr(value, "name", None)
     return f"<fn {name}>" if name else repr(value)
+
+
+def format_with_spec(value: Any, spec: str) -> str:
+    """An f-string field's text: with no spec, as `print` shows the value; with one, as Python's `format`
+    shows a number or a string, a bool as the text `true` or `false`, and a tensor as `print` lays it out
+    with each element formatted so. Raises `ValueError` for a spec that does not fit the value."""
+    if not spec:
+        return format_value(value)
+    if isinstance(value, np.ndarray) and value.ndim:
+        return np.array2string(value, separator=" ", formatter={"all": lambda item: format_scalar(item, spec)})
+    return format_scalar(value, spec)
+
+
+def format_scalar(value: Any, spec: str) -> str:
+    if isinstance(value, np.ndarray):
+        value = value[()]
+    if value is True or value is False or isinstance(value, np.bool_):
+        return format("true" if value else "false", spec)
+    if isinstance(value, (int, np.integer)):
+        return format(int(value), spec)
+    if isinstance(value, np.floating):
+        return format(float(value), spec)
+    if isinstance(value, float):  # an f32 held as a Python float, as `print` takes it
+        return format(float(np.float32(value)), spec)
+    if isinstance(value, str):
+        return format(value, spec)
+    raise ValueError(f"a format spec applies to a number, a string or a tensor, not {format_value(value)}")

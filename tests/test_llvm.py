@@ -19,6 +19,7 @@ pytest.importorskip("llvmlite", reason="the LLVM backend needs llvmlite")
 from dl import pipeline
 from dl.cli import main as dlrun
 from dl.codegen import cache, native
+from dl.lang import ast
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -257,12 +258,13 @@ fn main() { for i in 0..5 { let x = float(i, dtype=f64) * 0.6f64 - 1.0f64; print
     assert {"loss", "loss_grad"} <= compiled_names(source, tmp_path)
 
 
-def test_explain_backend_names_compiled_and_interpreted_functions(tmp_path: Path, capsys) -> None:
-    source = """
+def test_explain_backend_names_the_functions_main_reaches_at_their_names(tmp_path: Path, capsys) -> None:
+    source = """import nn
 struct Pair { a: f32, b: f32 }
 fn square(x: f32) -> f32 { return x * x }
 fn norm(v: f32[3]) -> f32 { return sum(v * v) }
 fn swap(p: Pair) -> Pair { return Pair { a: p.b, b: p.a } }
+fn unused(p: Pair) -> Pair { return swap(swap(p)) }
 fn twice(x: f32) -> f32 { return square(x) + norm(ones(3)) }
 fn main() { print(square(3.0), norm(ones(3)), swap(Pair { a: 1.0, b: 2.0 }).a, twice(1.0)) }
 """
@@ -270,19 +272,37 @@ fn main() { print(square(3.0), norm(ones(3)), swap(Pair { a: 1.0, b: 2.0 }).a, t
     assert status == 0, err
     assert out == "9.0 3.0 2.0 4.0\n"
     path = tmp_path / "program.dl"
+    # neither `unused` nor the functions of the imported `nn` are named: `main` never calls them
     assert err.splitlines() == [
-        f"{path}: `square` compiled",
-        f"{path}: `norm` compiled: one fused elementwise loop reducing with `sum`",
-        f"{path}: `swap` compiled when called, for the shapes of its arguments",
-        f"{path}: `twice` compiled when called, for the shapes of its arguments",
-        f"{path}: `main` compiled when called, for the shapes of its arguments",
+        f"{path}:3:4: `square` compiled",
+        f"{path}:4:4: `norm` compiled: one fused elementwise loop reducing with `sum`",
+        f"{path}:5:4: `swap` compiled when called, for the shapes of its arguments",
+        f"{path}:7:4: `twice` compiled when called, for the shapes of its arguments",
+        f"{path}:8:4: `main` compiled when called, for the shapes of its arguments",
         "native code for 1 function: compiled by LLVM, saved to the compile cache",
         # after the run: each function compiled when called, with the layouts it was called with
-        f"{path}: `swap`(Pair) compiled",
-        f"{path}: `twice`(f32) compiled",
-        f"{path}: `main`() interpreted: it calls `print`, which compiled code does not do: printing is host work, "
-        f"and compiled code does not call back into Python (at {path}:7:13)",
+        f"{path}:5:4: `swap`(Pair) compiled",
+        f"{path}:7:4: `twice`(f32) compiled",
+        f"{path}:8:4: `main`() interpreted: it calls `print`, which compiled code does not do: printing is host work, "
+        f"and compiled code does not call back into Python (at {path}:8:13)",
     ]
+
+
+def test_reached_functions_follow_calls_lambdas_and_constants(tmp_path: Path) -> None:
+    from dl import pipeline
+
+    source = """const SCALE = scale_of(2.0)
+fn scale_of(x: f32) -> f32 { return x }
+fn apply(f, x: f32) -> f32 { return f(x) }
+fn helper(x: f32) -> f32 { return x * SCALE }
+fn never(x: f32) -> f32 { return helper(x) }
+fn main() { print(apply(fn(y) => helper(y), 1.0)) }
+"""
+    (tmp_path / "program.dl").write_text(source)
+    _, typed = pipeline.prepare(pipeline.load(str(tmp_path / "program.dl")))
+    declarations = [typed.functions[key][0] for key in typed.reached()]
+    names = {decl.name if isinstance(decl, ast.FnDecl) else "lambda" for decl in declarations}
+    assert names == {"scale_of", "apply", "helper", "main", "lambda"}
 
 
 @pytest.mark.parametrize(
@@ -566,7 +586,8 @@ fn main() { print(weak(), unit_value(3)) }
 
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS = sorted((ROOT / "tests" / "programs").glob("*.dl")) + sorted((ROOT / "examples").glob("*.dl"))
-QUICK = {"train.dl": ["quick"], "cnn.dl": ["quick"], "charrnn.dl": ["quick"], "regression.dl": ["quick"]}
+# the examples whose golden is of their quick run (NAME.quick.out, tests/test_examples.py): run them so
+QUICK = {golden.name.split(".")[0] + ".dl": ["quick"] for golden in (ROOT / "examples").glob("*.quick.out")}
 
 
 @pytest.mark.parametrize("path", CORPUS, ids=lambda p: f"{p.parent.name}/{p.name}")
@@ -642,10 +663,10 @@ def test_fused_elementwise_functions_agree_and_are_explained(tmp_path: Path, cap
     status, _, err = run_cli(tmp_path, FUSED, "--backend", "llvm", "--explain-backend", capsys=capsys)
     assert status == 0, err
     path = tmp_path / "program.dl"
-    assert f"{path}: `f` compiled: one fused elementwise loop" in err
-    assert f"{path}: `g` compiled: one fused elementwise loop" in err
-    assert f"{path}: `h` compiled when called, for the shapes of its arguments" in err  # not fused: an axis
-    assert f"{path}: `h`(f32[21]) compiled" in err
+    assert f"{path}:2:4: `f` compiled: one fused elementwise loop" in err
+    assert f"{path}:3:4: `g` compiled: one fused elementwise loop" in err
+    assert f"{path}:7:4: `h` compiled when called, for the shapes of its arguments" in err  # not fused: an axis
+    assert f"{path}:7:4: `h`(f32[21]) compiled" in err
 
 
 def test_fused_kernel_is_vectorised(tmp_path: Path) -> None:
@@ -734,6 +755,12 @@ fn main() {
 """
 
 
+def declared_at(path: Path, source: str, name: str) -> str:
+    """Where `--explain-backend` places function `name` of `source`: `path:line:4`, its name after `fn `."""
+    line = next(number for number, text in enumerate(source.splitlines(), 1) if text.startswith(f"fn {name}("))
+    return f"{path}:{line}:4"
+
+
 def test_fused_reductions_agree_with_the_interpreter(tmp_path: Path, capsys) -> None:
     """Sums accumulate per lane (f32 ones in f64) where numpy sums pairwise: f32 results agree to a
     relative 1e-6, f64 ones to 1e-12; `max` and `min` exactly. Arrays of 100003 elements exercise the
@@ -753,7 +780,8 @@ def test_fused_reductions_agree_with_the_interpreter(tmp_path: Path, capsys) -> 
     path = tmp_path / "program.dl"
     for name, reduction in [("total", "sum"), ("average", "mean"), ("peak", "max"), ("low", "min")]:
         for suffix in ("", "64"):
-            assert f"{path}: `{name}{suffix}` compiled: one fused elementwise loop reducing with `{reduction}`" in err
+            where = declared_at(path, REDUCING, name + suffix)
+            assert f"{where}: `{name}{suffix}` compiled: one fused elementwise loop reducing with `{reduction}`" in err
 
 
 def test_fused_reduction_accumulates_in_vectors(tmp_path: Path) -> None:
@@ -790,8 +818,8 @@ fn main() { print(rows(ones(2, 3)), inner(ones(3))) }
     status, out, err = run_cli(tmp_path, source, "--backend", "llvm", "--explain-backend", capsys=capsys)
     assert status == 0 and out == "[4. 4. 4.] [0. 0. 0.]\n", err
     path = tmp_path / "program.dl"
-    assert f"{path}: `rows`(f32[2, 3]) compiled" in err
-    assert f"{path}: `inner`(f32[3]) compiled" in err
+    assert f"{path}:2:4: `rows`(f32[2, 3]) compiled" in err
+    assert f"{path}:3:4: `inner`(f32[3]) compiled" in err
 
 
 def test_the_cache_forgets_its_least_recently_used_entries(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

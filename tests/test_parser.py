@@ -70,6 +70,47 @@ literals = st.one_of(
 OPERATORS = ["or", "and", "==", "!=", "<", "<=", ">", ">=", "+", "-", "*", "/", "//", "%", "@", "**"]
 
 
+def joined_text(parts: list) -> tuple:
+    """f-string parts as the parser makes them: adjacent text joined, no empty text."""
+    joined: list = []
+    for part in parts:
+        if isinstance(part, str) and joined and isinstance(joined[-1], str):
+            joined[-1] += part
+        elif part != "":
+            joined.append(part)
+    return tuple(joined)
+
+
+# An f-string's fields hold expressions without strings (a `"` would end the f-string).
+field_values = st.recursive(
+    st.one_of(
+        st.builds(ast.Name, names),
+        st.builds(ast.IntLiteral, st.integers(0, 10**6)),
+        st.builds(ast.FloatLiteral, floats),
+        st.builds(ast.BoolLiteral, st.booleans()),
+    ),
+    lambda inner: st.one_of(
+        st.builds(ast.Binary, st.sampled_from(OPERATORS), inner, inner),
+        st.builds(ast.Call, inner, st.lists(inner, max_size=2).map(tuple)),
+        st.builds(ast.Index, inner, st.lists(inner, min_size=1, max_size=2).map(tuple)),
+    ),
+    max_leaves=4,
+)
+fstrings = st.builds(
+    ast.FString,
+    st.lists(
+        st.one_of(
+            st.text(st.characters(codec="utf-8", exclude_categories=["Cs"]), max_size=6),
+            st.builds(
+                ast.FormatField, field_values, st.sampled_from(["", ".4f", ">8", ",", ".2e", "05d", "^10.3", "+.1%"])
+            ),
+        ),
+        max_size=4,
+    ).map(joined_text),
+)
+literals = st.one_of(literals, fstrings)
+
+
 def expressions() -> st.SearchStrategy:
     leaf = st.one_of(st.builds(ast.Name, names), literals)
 

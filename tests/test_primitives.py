@@ -852,6 +852,19 @@ def test_print_formats() -> None:
     assert dl_eval("print(a)", np.float32(1)) == ()
 
 
+def test_str_shows_what_print_shows() -> None:
+    values = ["1", "-3i32", "2.5", "0.1 + 0.2", "1.0f64 / 3.0f64", "true", '"text"', "(1, (2.0, false))"]
+    values += ["[[1.0, 2.0], [3.0, 4.0]]", "arange(3)", "[true, false]", "sqrt", "f64"]
+    printed = dl_main("fn main() {\n" + "".join(f"    print({v})\n" for v in values) + "}\n")
+    converted = dl_main("fn main() {\n" + "".join(f'    print(str({v}) + "")\n' for v in values) + "}\n")
+    assert converted == printed
+    assert dl_eval("str(a)", np.float32(0.1)) == "0.1" and dl_eval("str(a)", np.float64(0.1)) == "0.1"
+    assert dl_eval("str(a)", np.float32(1e20)) == "1e+20" and dl_eval("str(a)", -(2**63)) == str(-(2**63))
+    assert checker_codes("str(x)", "x: f32[2, 3]") == [] and checker_codes("str(x, x)") == ["E0206"]
+    typed = dl.lang.check("fn f(x: f32) -> str {\n    return str(x) + str((x, 1))\n}\n", "<str-check>.dl")
+    assert typed.errors == [] and str(typed.signatures["<str-check>.dl"][0]) == "fn f(x: f32) -> str"
+
+
 # ======================================================================= what derivative code is written with
 
 _checks = itertools.count()
@@ -1197,7 +1210,7 @@ def test_tree_dot_sums_the_products_of_all_leaves() -> None:
 def test_log_metric_appends_json_lines(tmp_path, monkeypatch) -> None:
     import json
 
-    from dl.interp.metrics import Metrics
+    from dl.runtime.metrics import Metrics
 
     target = tmp_path / "run.jsonl"
     monkeypatch.setattr(Metrics, "path", target)
@@ -1225,7 +1238,7 @@ def test_log_metric_appends_json_lines(tmp_path, monkeypatch) -> None:
 
 
 def test_progress_prints_plain_lines_when_not_a_terminal(monkeypatch) -> None:
-    from dl.interp.metrics import Progress
+    from dl.runtime.metrics import Progress
 
     monkeypatch.setattr(Progress, "terminal", False)
     source = 'fn main() {\n    for i in 0..50 {\n        progress(i + 1, 50, "epoch")\n    }\n}\n'
@@ -1903,7 +1916,7 @@ def test_batches_take_this_ranks_rows_of_every_batch(world_of_two) -> None:
 
 def test_effects_happen_on_rank_zero_alone(world_of_two, tmp_path, monkeypatch) -> None:
     """`print`, `progress`, `log_metric` and `save` act on rank 0 only: one log, one metrics file, one checkpoint."""
-    from dl.interp.metrics import Metrics
+    from dl.runtime.metrics import Metrics
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(Metrics, "path", None)
@@ -1992,6 +2005,7 @@ PRIM_TESTS: dict[Prim, tuple[str, ...]] = {
         "test_effects_happen_on_rank_zero_alone",
         "test_print_formats",
     ),
+    Prim.STR: ("test_str_shows_what_print_shows",),
     Prim.ZEROS_LIKE: ("test_zeros_like", "test_zeros_like_of_structs_and_tapes_and_errors"),
     Prim.UNBROADCAST: (
         "test_unbroadcast_sums_down_to_the_shape",

@@ -177,6 +177,24 @@ def test_commands(session: Session, capsys: pytest.CaptureFixture, tmp_path: Pat
     assert session.handle(":quit") is Outcome.QUIT
 
 
+def test_f_strings_and_str_in_the_repl(session: Session, capsys: pytest.CaptureFixture) -> None:
+    out, err = run(
+        session, capsys, "let epoch = 3", 'f"epoch {epoch:>3}: {0.5:.1%}"', 'str(epoch) + "!"', 'f"{nosuch}"'
+    )
+    assert out == "epoch   3: 50.0% : str\n3! : str\n"
+    assert err.startswith("error[E0201]: unknown name `nosuch`") and '1 | f"{nosuch}"' in err
+
+
+def test_grad_of_a_name_the_session_does_not_declare(session: Session, capsys: pytest.CaptureFixture) -> None:
+    out, err = run(session, capsys, ":grad nosuch", "fn square(x: f32) -> f32 { return x * x }", ":grad squar")
+    assert out == ""
+    assert err == (
+        "no function `nosuch` in this session; declare it with `fn`, or `:load` a file\n"
+        "no function `squar` in this session; did you mean `square`?\n"
+    )
+    assert session.handle(":grad nosuch") is Outcome.FAILED
+
+
 # ---------------------------------------------------------------------- the prompt_toolkit application
 
 
