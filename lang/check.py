@@ -252,6 +252,9 @@ class Checker:
         self.instance_counts: dict[int, int] = {}
         self.in_progress: set[tuple] = set()
         self.reported: set[tuple[str, Span]] = set()
+        # Checking silently: a body re-checked for types only (an instantiation whose mistakes were reported
+        # where it was first checked) reports nothing.
+        self.silent = False
         # Literal dtypes from context: in which checks (of a function body, a const) each literal was seen and
         # coerced, so one used differently by two instantiations is left alone.
         self.check_pass = 0
@@ -283,7 +286,7 @@ class Checker:
 
     def report(self, diagnostic: Diagnostic) -> None:
         key = (diagnostic.code, diagnostic.span)
-        if key in self.reported:
+        if self.silent or key in self.reported:
             return
         self.reported.add(key)
         if self.call_sites and depends_on_types(diagnostic.code):  # in a function checked for one call's types
@@ -528,9 +531,8 @@ class Checker:
             decl=decl,
             dim_names=None if function.environment is not None else self.signature_dims(decl, function.module),
         )
-        saved = self.reported
-        if not report:
-            self.reported = _Everything()
+        silent = self.silent
+        self.silent = silent or not report
         try:
             if isinstance(decl.body, ast.Block):
                 self.block(decl.body, scope, context)
@@ -542,7 +544,7 @@ class Checker:
                 return declared
             return strong(value)
         finally:
-            self.reported = saved
+            self.silent = silent
             self.check_pass = outer_pass
 
     def check_unique_params(self, decl: ast.FnDecl | ast.Lambda) -> None:
@@ -1700,13 +1702,6 @@ class Checker:
         notes = (f"help: did you mean `{suggestion}`?",) if suggestion else ()
         self.report(error("E0210", f"unknown struct `{name or 'this expression'}`", type_expr.span, notes=notes))
         return None
-
-
-class _Everything(set):
-    """A `reported` set that already holds every diagnostic: used to re-check silently."""
-
-    def __contains__(self, item: object) -> bool:
-        return True
 
 
 # ---------------------------------------------------------------------- helpers
