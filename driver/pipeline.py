@@ -39,7 +39,7 @@ def check(program: Program) -> Typed:
 
 
 def prepare(program: Program, calls: tuple = ()) -> tuple[Program, Typed]:
-    """Check, then replace every `grad` by generated derivative functions (lang/autodiff.py): what a
+    """Check, then replace every `grad` by generated derivative functions (lang/autodiff/): what a
     backend runs. `calls` are the host's calls of entry-module functions, as (name, argument types).
     Raises `DiagnosticError`."""
     typed = check_program(program, calls)

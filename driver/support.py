@@ -61,8 +61,8 @@ def support_matrix() -> str:
         "(lang/primitives.py) and what each backend declares; a test keeps this file equal to it. A `no`",
         "names why the backend does not run the primitive: a function that uses it runs on the interpreter",
         "instead (`--explain-backend` says which). The derivative column says how `grad` differentiates a",
-        "call: a DL template in the primitive's record, a rule computed in lang/autodiff.py (see the end of",
-        "this page for why), or none (see [autodiff.md](autodiff.md)).",
+        "call: a DL template in the primitive's record, a rule computed in lang/autodiff/reverse.py (see the end",
+        "of this page for why), or none (see [autodiff.md](autodiff.md)).",
         "",
     ]
     header = ["primitive", "what it gives", "derivative", *(support.backend for support in columns)]

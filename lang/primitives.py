@@ -71,7 +71,7 @@ class Prim(Enum):
     # effects
     ASSERT = "assert"
     PRINT = "print"
-    # what derivative code is written with (lang/autodiff.py); ordinary built-ins users may call too
+    # what derivative code is written with (lang/autodiff/); ordinary built-ins users may call too
     ZEROS_LIKE = "zeros_like"
     UNBROADCAST = "unbroadcast"
     RESHAPE_LIKE = "reshape_like"
@@ -147,7 +147,7 @@ class Templates:
 
 @dataclass(frozen=True, slots=True)
 class Computed:
-    """A derivative the transform (lang/autodiff.py) writes in code, because no template can say it."""
+    """A derivative the transform (lang/autodiff/) writes in code, because no template can say it."""
 
     reason: str
 
@@ -521,7 +521,7 @@ PRIMITIVES_LIST = (
         EFFECT,
         effect=True,
     ),
-    # what derivative code is written with (lang/autodiff.py); ordinary built-ins users may call too
+    # what derivative code is written with (lang/autodiff/); ordinary built-ins users may call too
     not_differentiable(
         Prim.ZEROS_LIKE,
         "derivative",
@@ -837,7 +837,7 @@ class Support:
         return found
 
 
-# Program transformations, not primitives: the checker types them and lang/autodiff.py replaces every
+# Program transformations, not primitives: the checker types them and lang/autodiff/ replaces every
 # call of them by generated DL functions before a backend sees the program.
 TRANSFORMS: dict[str, Signature] = {
     "grad": Signature(("f",), keywords=(("wrt", 0),)),

@@ -1,6 +1,6 @@
 """The one interface every backend implements: `prepare(typed, options) -> Prepared`.
 
-A backend takes the checked program after `grad` has been expanded (lang/autodiff.py) and gives
+A backend takes the checked program after `grad` has been expanded (lang/autodiff/) and gives
 something that runs it: `Prepared.run(args)` calls `main`, `Prepared.call(name, args)` calls one
 function of the entry module. The pipeline (driver/pipeline.py) picks a backend by name and is the only
 code that does; backends are siblings and never import each other.

@@ -355,7 +355,8 @@ def test_every_primitive_has_a_derivative_rule_or_is_not_differentiable() -> Non
     """Each record's derivative is templates that parse, over names the transform binds; a rule the transform
     computes (each with a reason, and an implementation there); or none, with a reason."""
     from dl.lang import ast
-    from dl.lang.autodiff import COMPUTED, EXPANDED, REDUCED, template
+    from dl.lang.autodiff.reverse import COMPUTED
+    from dl.lang.autodiff.rules import EXPANDED, REDUCED, template
     from dl.lang.primitives import PRIMITIVES, Computed, NoDerivative, Prim, Templates
 
     assert set(PRIMITIVES) == set(Prim)
