@@ -36,43 +36,36 @@ from dl.codegen.values import (
     remap,
     view,
 )
+from dl.lang.calls import Binding, BindingError, arranged, bind
 from dl.lang.diagnostics import Span
 from dl.lang.primitives import FLOAT_MATH, PRIMITIVES, Prim, Support
 from dl.runtime.errors import PrimitiveError, failure_message
 from dl.runtime.world import World
 
 
-def bind(prim: Prim, args: list, keywords: dict, span: Span) -> dict:
-    """The arguments of built-in `prim` by parameter name, defaults filled in (the variadic tail a tuple)."""
-    signature = PRIMITIVES[prim].signature
-    bound: dict = {}
-    rest = list(args)
-    for param in signature.positional:
-        if rest:
-            bound[param] = rest.pop(0)
-        elif param in keywords:
-            bound[param] = keywords.pop(param)
-        else:
-            raise Unsupported(f"`{prim.value}` without `{param}` (at {span})")
-    for param, default in signature.optional:
-        bound[param] = rest.pop(0) if rest else keywords.pop(param, default)
-    if signature.variadic is not None:
-        bound[signature.variadic[0]] = tuple(rest)
-        rest = []
-    for param, default in signature.keywords:
-        bound[param] = keywords.pop(param, default)
-    if rest or keywords:
-        raise Unsupported(f"`{prim.value}` with these arguments (at {span})")
-    return bound
+def bound(prim: Prim, args: list, keywords: dict, span: Span, binding: Binding | None) -> dict:
+    """The arguments of built-in `prim` by parameter name, defaults filled in (the variadic tail a tuple), as
+    `binding` (the checker's, or bound here for a call through a function value) says."""
+    primitive = PRIMITIVES[prim]
+    if binding is None:
+        try:
+            binding = bind(primitive.signature, len(args), list(keywords))
+        except BindingError:
+            raise Unsupported(f"`{prim.value}` with these arguments (at {span})") from None
+    return dict(
+        zip(primitive.parameters, arranged(primitive, binding, args, keywords, lambda value: value), strict=True)
+    )
 
 
-def call_primitive(lowering, prim: Prim, args: list, keywords: dict, span: Span, discarded: bool) -> object:
+def call_primitive(
+    lowering, prim: Prim, args: list, keywords: dict, span: Span, discarded: bool, binding: Binding | None = None
+) -> object:
     args = [lowering.read_variable(a) if isinstance(a, ir.Variable) else a for a in args]
     keywords = {k: lowering.read_variable(v) if isinstance(v, ir.Variable) else v for k, v in keywords.items()}
     handler = HANDLERS.get(prim)
     if handler is None:
         raise Unsupported(f"it calls `{prim.value}`, which compiled code does not do: {REFUSED[prim]} (at {span})")
-    return handler(lowering, bind(prim, args, dict(keywords), span), span)
+    return handler(lowering, bound(prim, args, keywords, span, binding), span)
 
 
 def static_int(lowering, value: object, span: Span, what: str) -> int:

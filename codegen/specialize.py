@@ -75,6 +75,7 @@ from dl.codegen.values import (
 )
 from dl.codegen.workspace import packed
 from dl.lang import ast
+from dl.lang.calls import Binding, BindingError, bind_function
 from dl.lang.check import Typed
 from dl.lang.diagnostics import Span
 from dl.lang.primitives import BY_NAME
@@ -1114,9 +1115,10 @@ class Specialiser(FunctionLowering):
         args = [self.evaluate(arg) for arg in expr.args]
         keywords = {k.name: self.evaluate(k.value) for k in expr.keywords}
         if isinstance(callee, Primitive):
-            return call_primitive(self, callee.prim, args, keywords, expr.span, discarded)
+            binding = self.typed.bindings.get(id(expr))
+            return call_primitive(self, callee.prim, args, keywords, expr.span, discarded, binding)
         if isinstance(callee, Closure):
-            return self.inline(callee, args, keywords, expr.span)
+            return self.inline(callee, args, keywords, expr.span, binding=self.typed.bindings.get(id(expr)))
         raise Unsupported(f"a call of something compiled code cannot call (at {expr.span})")
 
     def callee(self, name: ast.Name) -> object:
@@ -1130,7 +1132,15 @@ class Specialiser(FunctionLowering):
         self.sites.append(ir.Site(code, message, span, shows, None, tuple(self.inline_chain)))
         return len(self.sites) - 1
 
-    def inline(self, closure: Closure, args: list, keywords: dict, span: Span, called_at: Span | None = None) -> object:
+    def inline(
+        self,
+        closure: Closure,
+        args: list,
+        keywords: dict,
+        span: Span,
+        called_at: Span | None = None,
+        binding: Binding | None = None,
+    ) -> object:
         """The callee's body, lowered here with its parameters bound to the arguments; a recursive call (or
         one nested too deeply to inline) calls a specialisation of the callee for real instead. `called_at`
         is the span the interpreter's call stack shows for the call, if not `span` (a primitive's call of a
@@ -1138,11 +1148,11 @@ class Specialiser(FunctionLowering):
         decl = closure.decl
         separate = isinstance(decl, ast.FnDecl) and not closure.captured
         if separate and (id(decl) in self.active or self.depth >= INLINE_DEPTH):
-            return self.call_separately(closure, self.argument_values(closure, args, keywords, span), span)
+            return self.call_separately(closure, self.argument_values(closure, args, keywords, span, binding), span)
         if self.depth >= INLINE_DEPTH:
             raise Unsupported(f"calls nest deeper than {INLINE_DEPTH} (at {span})")
         names = [p.name for p in decl.params]
-        values = self.argument_values(closure, args, keywords, span)
+        values = self.argument_values(closure, args, keywords, span, binding)
         saved = (self.scopes, self.loops, self.returning, self.path, self.uses, self.assigned)
         self.path = closure.path
         self.uses, self.assigned = usage(decl.body)
@@ -1174,19 +1184,24 @@ class Specialiser(FunctionLowering):
             self.inline_chain.pop()
             self.scopes, self.loops, self.returning, self.path, self.uses, self.assigned = saved
 
-    def argument_values(self, closure: Closure, args: list, keywords: dict, span: Span) -> list:
-        """The value of each parameter at a call: an argument, a keyword, or the default (evaluated in the
-        callee's module; a value at run time, so a literal default keeps its dtype)."""
+    def argument_values(
+        self, closure: Closure, args: list, keywords: dict, span: Span, binding: Binding | None = None
+    ) -> list:
+        """The value of each parameter at a call, as `binding` (the checker's, or bound here for a call through a
+        function value) says: an argument, a keyword, or the default (evaluated in the callee's module; a value
+        at run time, so a literal default keeps its dtype)."""
         decl = closure.decl
-        names = [p.name for p in decl.params]
-        if len(args) > len(names) or any(k not in names for k in keywords):
-            raise Unsupported(f"a call that does not bind (at {span})")
+        if binding is None:
+            try:
+                binding = bind_function("a function", decl.params, len(args), list(keywords), decl.span)
+            except BindingError:
+                raise Unsupported(f"a call that does not bind (at {span})") from None
         values = []
-        for k, param in enumerate(decl.params):
-            if k < len(args) or param.name in keywords:
-                value = args[k] if k < len(args) else keywords[param.name]
+        for param, source in zip(decl.params, binding.fixed, strict=True):
+            if source is not None:
+                value = args[source] if isinstance(source, int) else keywords[source]
                 value = settled(value)  # an f32 or i64, as the interpreter binds it (and the checker types it)
-            elif param.default is not None:
+            else:
                 saved = (self.scopes, self.path)
                 self.scopes, self.path = [dict(closure.captured)], closure.path
                 try:
@@ -1195,8 +1210,6 @@ class Specialiser(FunctionLowering):
                     self.scopes, self.path = saved
                 if isinstance(value, Value) and value.weak is not None:
                     value = Value(value.operand)
-            else:
-                raise Unsupported(f"a call leaving `{param.name}` unbound (at {span})")
             values.append(self.read_variable(value) if isinstance(value, ir.Variable) else value)
         return values
 

@@ -41,10 +41,10 @@ from typing import Any, TextIO
 from dl import __version__, pipeline
 from dl.lang import ast
 from dl.lang.check import Typed
-from dl.lang.diagnostics import Diagnostic, DiagnosticError, SourceMap, Span, error, render_all
+from dl.lang.diagnostics import Diagnostic, DiagnosticError, SourceMap, Span, closest, error, render_all
 from dl.lang.modules import Program, load_imports
 from dl.lang.parse import parse_repl, parse_table
-from dl.lang.primitives import BY_NAME, closest
+from dl.lang.primitives import BY_NAME
 from dl.lang.types import FunctionRef, ModuleType, StructType, TupleType, Type
 from dl.runtime.backend import Options
 from dl.runtime.metrics import Metrics

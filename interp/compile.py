@@ -27,10 +27,11 @@ from dl.interp.operators import (
 )
 from dl.interp.primitives import I64_LIMIT, as_array, is_number_or_tensor, scalar
 from dl.lang import ast
+from dl.lang.calls import Binding, BindingError, arranged, bind, bind_function, binding_diagnostic
 from dl.lang.check import CallCheck, RuntimeCheck, Typed
-from dl.lang.diagnostics import Diagnostic, DiagnosticError, Span, error
+from dl.lang.diagnostics import Diagnostic, DiagnosticError, Span, closest, error
 from dl.lang.modules import Program
-from dl.lang.primitives import BY_NAME, PRIMITIVES, BindingError, Prim, bind, closest
+from dl.lang.primitives import BY_NAME, PRIMITIVES, Prim
 from dl.lang.types import TensorType, Type
 from dl.runtime.backend import CompiledBody
 from dl.runtime.calls import BREAK, CONTINUE, RETURN, Function, invoke
@@ -144,6 +145,7 @@ class Compiler:
         self.runtime_checks: dict[int, RuntimeCheck] = typed.runtime_checks if typed is not None else {}
         self.checked_calls: dict[int, CallCheck] = typed.checked_calls if typed is not None else {}
         self.types: dict[int, Type] = typed.types if typed is not None else {}
+        self.bindings: dict[int, Binding] = typed.bindings if typed is not None else {}
 
     # -------------------------------------------------------------- entry points
     def compile_program(self) -> None:
@@ -789,13 +791,27 @@ class Compiler:
         keywords = {k.name: self.expression(k.value, scope) for k in expr.keywords}
         return positional, keywords
 
+    def binding(self, expr: ast.Call, bind_now: Callable[[], Binding], primitive: str | None = None) -> Binding | None:
+        """How the call's arguments bind: the checker's record, or (a program compiled unchecked) bound now by
+        the same rule, a call that does not bind reported as the checker reports it (`primitive`: the name of
+        the primitive called)."""
+        found = self.bindings.get(id(expr))
+        if found is not None:
+            return found
+        try:
+            return bind_now()
+        except BindingError as problem:
+            self.report(binding_diagnostic(problem, expr, primitive))
+            return None
+
     def static_call(self, state: ModuleState, name: str, expr: ast.Call, scope: Scope) -> Step:
         decl = state.functions[name]
         cell = state.cells[name]
-        positional, keywords = self.arguments(expr, scope)
-        steps = self.bind_user_call(decl, expr, positional, keywords, state)
-        if steps is None:
+        keywords = [k.name for k in expr.keywords]
+        binding = self.binding(expr, lambda: bind_function(name, decl.params, len(expr.args), keywords, decl.span))
+        if binding is None:
             return lambda frame: None
+        steps = self.user_arguments(decl, expr, binding, scope, state)
         span = expr.span
         if len(steps) == 1:
             (first,) = steps
@@ -805,68 +821,36 @@ class Compiler:
             return lambda frame: invoke(cell.value, [first(frame), second(frame)], span)
         return lambda frame: invoke(cell.value, [step(frame) for step in steps], span)
 
-    def bind_user_call(
-        self, decl: ast.FnDecl, expr: ast.Call, positional: list[Step], keywords: dict[str, Step], state: ModuleState
-    ) -> list[Step] | None:
-        params = decl.params
-        names = [p.name for p in params]
-        if len(positional) > len(params):
-            self.report(
-                error(
-                    "E0204",
-                    f"`{decl.name}` takes {len(params)} argument{'s' * (len(params) != 1)}, found {len(positional)}",
-                    expr.span,
-                    f"`{decl.name}` is declared at {decl.span}",
-                )
-            )
-            return None
-        steps = list(positional)
-        for keyword in expr.keywords:
-            if keyword.name not in names:
-                suggestion = closest(keyword.name, names)
-                notes = (f"help: did you mean `{suggestion}`?",) if suggestion else ()
-                self.report(
-                    error("E0205", f"`{decl.name}` has no parameter `{keyword.name}`", keyword.span, notes=notes)
-                )
-                return None
-            if names.index(keyword.name) < len(positional):
-                self.report(error("E0205", f"argument `{keyword.name}` is given twice", keyword.span))
-                return None
-        for param in params[len(positional) :]:
-            if param.name in keywords:
-                steps.append(keywords[param.name])
-            elif param.default is not None:
+    def user_arguments(
+        self, decl: ast.FnDecl, expr: ast.Call, binding: Binding, scope: Scope, state: ModuleState
+    ) -> list[Step]:
+        """A call's argument steps in parameter order; a default is compiled in the callee's module."""
+        given = {k.name: k.value for k in expr.keywords}
+        steps = []
+        for param, source in zip(decl.params, binding.fixed, strict=True):
+            if isinstance(source, int):
+                steps.append(self.expression(expr.args[source], scope))
+            elif isinstance(source, str):
+                steps.append(self.expression(given[source], scope))
+            else:
                 saved = self.state
                 self.state = state
                 steps.append(self.expression(param.default, Scope(FunctionScope(None))))
                 self.state = saved
-            else:
-                self.report(error("E0204", f"missing argument `{param.name}` in call to `{decl.name}`", expr.span))
-                return None
         return steps
 
     def primitive_call(self, prim: Prim, expr: ast.Call, scope: Scope) -> Step:
-        signature = PRIMITIVES[prim].signature
-        try:
-            binding = bind(signature, len(expr.args), [k.name for k in expr.keywords])
-        except BindingError as problem:
-            notes = (f"help: did you mean `{problem.suggestion}`?",) if problem.suggestion else ()
-            span = next((k.span for k in expr.keywords if k.name == problem.keyword), expr.span)
-            self.report(error("E0206", f"in call to `{prim.value}`: {problem}", span, notes=notes))
+        primitive = PRIMITIVES[prim]
+        keywords = [k.name for k in expr.keywords]
+        binding = self.binding(expr, lambda: bind(primitive.signature, len(expr.args), keywords), primitive.name)
+        if binding is None:
             return lambda frame: None
         positional = [self.argument(arg, scope) for arg in expr.args]
-        keywords = {k.name: self.argument(k.value, scope) for k in expr.keywords}
-        defaults = [*((n, None) for n in signature.positional), *signature.optional]
-        arguments: list[Argument] = []
-        for source, (_, default) in zip(binding.fixed, defaults, strict=True):
-            if isinstance(source, int):
-                arguments.append(positional[source])
-            else:
-                arguments.append(keywords[source] if source else Argument(value=_default_value(default)))
-        if signature.variadic is not None:
-            arguments.append(tuple_argument([positional[i] for i in binding.variadic]))
-        for source, (_, default) in zip(binding.keywords, signature.keywords, strict=True):
-            arguments.append(keywords[source] if source else Argument(value=_default_value(default)))
+        named = {k.name: self.argument(k.value, scope) for k in expr.keywords}
+        arguments = arranged(primitive, binding, positional, named, lambda value: Argument(value=_default_value(value)))
+        if primitive.signature.variadic is not None:
+            at = len(binding.fixed)
+            arguments[at] = tuple_argument(list(arguments[at]))
         return primitive_step(prim, arguments, expr.span)
 
     def argument(self, expr: ast.Expr, scope: Scope) -> Argument:

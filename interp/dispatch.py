@@ -32,8 +32,9 @@ from dl.interp.primitives import (
     tensor_argument_problem,
     tensor_positions,
 )
+from dl.lang.calls import BindingError, arranged, bind
 from dl.lang.diagnostics import UNKNOWN_SPAN, Span
-from dl.lang.primitives import PRIMITIVES, BindingError, Prim, bind
+from dl.lang.primitives import PRIMITIVES, Prim
 from dl.runtime.errors import AssertionFailure, PrimitiveError, RunError, fail, failure_message
 from dl.runtime.metrics import MetricsError
 from dl.runtime.world import WorldError
@@ -309,22 +310,12 @@ class Primitive:
 
 def call_primitive(prim: Prim, args: list, keywords: dict, span: Span) -> Any:
     """A call through a primitive value: bound, checked and run when it happens."""
-    signature = PRIMITIVES[prim].signature
+    primitive = PRIMITIVES[prim]
     try:
-        binding = bind(signature, len(args), list(keywords))
+        binding = bind(primitive.signature, len(args), list(keywords))
     except BindingError as problem:
         raise fail("E0503", f"in call to `{prim.value}`: {problem}", span) from None
-    fixed_defaults = [*(None for _ in signature.positional), *(default for _, default in signature.optional)]
-    values = [
-        args[source] if isinstance(source, int) else keywords[source] if isinstance(source, str) else default
-        for source, default in zip(binding.fixed, fixed_defaults, strict=True)
-    ]
-    if signature.variadic is not None:
-        values.append(tuple(args[i] for i in binding.variadic))
-    values.extend(
-        keywords[name] if name is not None else default
-        for name, (_, default) in zip(binding.keywords, signature.keywords, strict=True)
-    )
+    values = arranged(primitive, binding, args, keywords, lambda default: default)
     try:
         check_tensor_arguments(prim, values)
         return IMPLEMENTATIONS[prim](*values)

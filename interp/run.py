@@ -20,9 +20,8 @@ from dl.interp.operators import complete_arguments
 from dl.interp.primitives import SUPPORT, RandomSource
 from dl.lang import ast
 from dl.lang.check import Typed
-from dl.lang.diagnostics import UNKNOWN_SPAN, Diagnostic, DiagnosticError, Span, error
+from dl.lang.diagnostics import UNKNOWN_SPAN, Diagnostic, DiagnosticError, Span, closest, error
 from dl.lang.modules import Program
-from dl.lang.primitives import closest
 from dl.runtime.backend import CompiledBody, Options
 from dl.runtime.calls import Function, invoke
 from dl.runtime.errors import STACK, DeepRecursion, RunError, UsageError, recursion_error

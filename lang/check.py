@@ -19,9 +19,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from dl.lang import ast
-from dl.lang.diagnostics import Diagnostic, DiagnosticError, Label, Span, error, warning
+from dl.lang.calls import Binding, BindingError, bind, bind_function, binding_diagnostic
+from dl.lang.diagnostics import Diagnostic, DiagnosticError, Label, Span, closest, error, warning
 from dl.lang.modules import Program
-from dl.lang.primitives import BY_NAME, PRIMITIVES, TRANSFORMS, BindingError, Primitive, bind, closest
+from dl.lang.primitives import BY_NAME, PRIMITIVES, TRANSFORMS, Primitive
 from dl.lang.printer import print_expr
 from dl.lang.shapes import (
     Argument,
@@ -127,6 +128,8 @@ class Typed:
     runtime_checks: dict[int, RuntimeCheck] = field(default_factory=dict)
     checked_calls: dict[int, CallCheck] = field(default_factory=dict)  # by id of the FnDecl
     coercions: dict[int, str] = field(default_factory=dict)  # id of a number literal -> the dtype it takes
+    # id of a call of a primitive or of a declared function -> how its arguments bind (lang/calls.py)
+    bindings: dict[int, Binding] = field(default_factory=dict)
     # id of a FnDecl or Lambda -> (it, the path of its module): what a FunctionRef's `key` names
     functions: dict[int, tuple[ast.FnDecl | ast.Lambda, str]] = field(default_factory=dict)
 
@@ -1243,9 +1246,7 @@ class Checker:
         try:
             bind(TRANSFORMS[name], len(args), list(keywords))
         except BindingError as problem:
-            notes = (f"help: did you mean `{problem.suggestion}`?",) if problem.suggestion else ()
-            span = next((k.span for k in expr.keywords if k.name == problem.keyword), expr.span)
-            self.report(error("E0206", f"in call to `{name}`: {problem}", span, notes=notes))
+            self.report(binding_diagnostic(problem, expr, name))
             return ANY
         function = args[0] if args else keywords.get("f", ANY)
         if isinstance(function, AnyType):
@@ -1324,10 +1325,9 @@ class Checker:
         try:
             binding = bind(signature, len(args), list(keywords))
         except BindingError as problem:
-            notes = (f"help: did you mean `{problem.suggestion}`?",) if problem.suggestion else ()
-            span = next((k.span for k in expr.keywords if k.name == problem.keyword), expr.span)
-            self.report(error("E0206", f"in call to `{name}`: {problem}", span, notes=notes))
+            self.report(binding_diagnostic(problem, expr, name))
             return ANY
+        self.typed.bindings[id(expr)] = binding
         nodes = {k.name: k.value for k in expr.keywords}
         arguments: list[Argument] = []
         fixed = [*((name, None) for name in signature.positional), *signature.optional]
@@ -1380,42 +1380,28 @@ class Checker:
 
     def user_call(self, function: FunctionInfo, expr: ast.Call, args: list[Type], keywords: dict[str, Type]) -> Type:
         decl = function.decl
-        params = decl.params
-        if len(args) > len(params):
-            self.report(
-                error(
-                    "E0204",
-                    f"`{function.name}` takes {len(params)} argument{'s' * (len(params) != 1)}, found {len(args)}",
-                    expr.span,
-                    notes=(f"`{function.name}` is declared at {decl.span}",),
-                )
-            )
+        try:
+            binding = bind_function(function.name, decl.params, len(args), [k.name for k in expr.keywords], decl.span)
+        except BindingError as problem:
+            self.report(binding_diagnostic(problem, expr))
             return ANY
-        bound = list(args)
-        nodes = list(expr.args)
-        names = [p.name for p in params]
-        for keyword in expr.keywords:
-            if keyword.name not in names:
-                suggestion = closest(keyword.name, names)
-                notes = (f"help: did you mean `{suggestion}`?",) if suggestion else ()
-                self.report(
-                    error("E0205", f"`{function.name}` has no parameter `{keyword.name}`", keyword.span, notes=notes)
-                )
-                return ANY
-            if names.index(keyword.name) < len(args):
-                self.report(error("E0205", f"argument `{keyword.name}` is given twice", keyword.span))
-                return ANY
-        for param in params[len(args) :]:
-            if param.name in keywords:
-                bound.append(keywords[param.name])
-                nodes.append(next(k.value for k in expr.keywords if k.name == param.name))
-            elif param.default is not None:
+        if isinstance(decl, ast.FnDecl):
+            self.typed.bindings[id(expr)] = binding
+        given = {k.name: k.value for k in expr.keywords}
+        bound: list[Type] = []
+        nodes: list[ast.Expr] = []
+        for param, source in zip(decl.params, binding.fixed, strict=True):
+            if isinstance(source, int):
+                bound.append(args[source])
+                nodes.append(expr.args[source])
+            elif isinstance(source, str):
+                bound.append(keywords[source])
+                nodes.append(given[source])
+            else:
                 default_context = Context(function.module, function.name, None, frozenset())
                 bound.append(self.expression(param.default, Scope(), default_context))
                 nodes.append(param.default)
-            else:
-                self.report(error("E0204", f"missing argument `{param.name}` in call to `{function.name}`", expr.span))
-                return ANY
+        params = decl.params
         if function.generic:
             return self.generic_call(function, bound, nodes)
         annotated = [

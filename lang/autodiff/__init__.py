@@ -81,7 +81,7 @@ def derivative_source(typed: Typed, function: str, wrt: int | tuple[int, ...], w
     decl = next((d for d in module.decls if isinstance(d, ast.FnDecl) and d.name == function), None)
     if decl is None:
         names = [d.name for d in module.decls if isinstance(d, ast.FnDecl)]
-        from dl.lang.primitives import closest
+        from dl.lang.diagnostics import closest
 
         suggestion = closest(function, names)
         notes = (f"help: did you mean `{suggestion}`?",) if suggestion else ()

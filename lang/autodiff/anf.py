@@ -26,11 +26,9 @@ from dl.lang.autodiff.trees import (
     pattern_names,
     tuple_of,
 )
+from dl.lang.calls import bind_function
 from dl.lang.diagnostics import Span
-from dl.lang.primitives import (
-    NON_DIFFERENTIABLE,
-    Prim,
-)
+from dl.lang.primitives import NON_DIFFERENTIABLE, Prim
 from dl.lang.types import (
     ANY,
     AnyType,
@@ -489,17 +487,18 @@ class ForwardSweep:
         )
 
     def user_arguments(self, decl: ast.FnDecl, path: str, expr: ast.Call) -> list[tuple[ast.Expr, bool]]:
-        """The call's arguments in parameter order, defaults (of `decl`, in module `path`) filled in; each
-        with whether it is a default."""
+        """The call's arguments in parameter order, as the checker bound them, defaults (of `decl`, in module
+        `path`) filled in; each with whether it is a default."""
+        binding = self.typed.bindings.get(id(expr)) or bind_function(
+            decl.name, decl.params, len(expr.args), [k.name for k in expr.keywords], decl.span
+        )
         by_name = {k.name: k.value for k in expr.keywords}
         args = []
-        for position, param in enumerate(decl.params):
-            if position < len(expr.args):
-                args.append((expr.args[position], False))
-            elif param.name in by_name:
-                args.append((by_name[param.name], False))
-            else:
+        for param, source in zip(decl.params, binding.fixed, strict=True):
+            if source is None:
                 args.append((self.default_here(param.default, path), True))
+            else:
+                args.append((expr.args[source] if isinstance(source, int) else by_name[source], False))
         return args
 
     def default_here(self, default: ast.Expr, path: str) -> ast.Expr:

@@ -27,9 +27,7 @@ from dl.lang.autodiff.trees import (
     tuple_of,
     unused_name,
 )
-from dl.lang.primitives import (
-    Prim,
-)
+from dl.lang.primitives import Prim
 from dl.lang.types import (
     ANY,
     BOOL,

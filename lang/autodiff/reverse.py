@@ -26,15 +26,7 @@ from dl.lang.autodiff.trees import (
     tuple_of,
 )
 from dl.lang.diagnostics import UNKNOWN_SPAN, Span
-from dl.lang.primitives import (
-    BY_NAME,
-    NON_DIFFERENTIABLE,
-    PRIMITIVES,
-    Computed,
-    Prim,
-    Primitive,
-    Templates,
-)
+from dl.lang.primitives import BY_NAME, NON_DIFFERENTIABLE, PRIMITIVES, Computed, Prim, Primitive, Templates
 from dl.lang.types import (
     FunctionRef,
     PrimitiveRef,
@@ -331,7 +323,8 @@ class BackwardSweep:
         """The contributions of a primitive's derivative, from its record: its templates instantiated, or the
         rule this transform computes for it."""
         primitive = PRIMITIVES[BY_NAME[self.type_of_callee(rhs)]]
-        values, variadic = bound_arguments(primitive, rhs)
+        binding = self.typed.bindings.get(id(record.original)) if record.original is not None else None
+        values, variadic = bound_arguments(primitive, rhs, binding)
         match primitive.derivative:
             case Templates(adjoints=adjoints, fitted=fitted):
                 bindings = self.template_bindings(primitive, values, d, r)

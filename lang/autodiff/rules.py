@@ -15,11 +15,8 @@ from functools import cache
 
 from dl.lang import ast
 from dl.lang.autodiff.trees import literal
-from dl.lang.primitives import (
-    Prim,
-    Primitive,
-    bind,
-)
+from dl.lang.calls import Binding, arranged, bind
+from dl.lang.primitives import Prim, Primitive
 
 
 @cache
@@ -79,19 +76,16 @@ REDUCED = frozenset({Prim.SUM, Prim.MEAN, Prim.MAX, Prim.MIN, Prim.LOGSUMEXP})
 EXPANDED = frozenset({Prim.TREE_MAP, Prim.TREE_DOT})
 
 
-def bound_arguments(primitive: Primitive, rhs: ast.Call) -> tuple[dict[str, ast.Expr], list[ast.Expr]]:
+def bound_arguments(
+    primitive: Primitive, rhs: ast.Call, binding: Binding | None
+) -> tuple[dict[str, ast.Expr], list[ast.Expr]]:
     """A call's arguments by parameter name (a keyword left out: its default, as a literal), and its variadic
-    tail."""
+    tail, as `binding` (the checker's, of the call `rhs` was made from) says, or bound now for code the
+    transform wrote itself."""
     signature = primitive.signature
-    binding = bind(signature, len(rhs.args), [k.name for k in rhs.keywords])
+    if binding is None:
+        binding = bind(signature, len(rhs.args), [k.name for k in rhs.keywords])
     given = {k.name: k.value for k in rhs.keywords}
-    values: dict[str, ast.Expr] = {}
-    names = [*signature.positional, *(n for n, _ in signature.optional)]
-    for param, source in zip(names, binding.fixed, strict=True):
-        if isinstance(source, int):
-            values[param] = rhs.args[source]
-        elif isinstance(source, str):
-            values[param] = given[source]
-    for (param, default), source in zip(signature.keywords, binding.keywords, strict=True):
-        values[param] = given[source] if source else literal(default)
-    return values, [rhs.args[i] for i in binding.variadic]
+    values = dict(zip(primitive.parameters, arranged(primitive, binding, rhs.args, given, literal), strict=True))
+    variadic = list(values.pop(signature.variadic[0])) if signature.variadic is not None else []
+    return values, variadic

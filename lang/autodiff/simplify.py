@@ -9,9 +9,7 @@ import dataclasses
 
 from dl.lang import ast
 from dl.lang.autodiff.trees import let
-from dl.lang.primitives import (
-    EFFECTS,
-)
+from dl.lang.primitives import EFFECTS
 
 # Calls never dropped, even when nothing reads their result: the effects (`save` writes a file).
 EFFECT_NAMES = frozenset(prim.value for prim in EFFECTS)

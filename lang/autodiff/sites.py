@@ -9,9 +9,7 @@ from dataclasses import dataclass
 
 from dl.lang import ast
 from dl.lang.check import Typed, wrt_positions
-from dl.lang.primitives import (
-    TRANSFORMS,
-)
+from dl.lang.primitives import TRANSFORMS
 from dl.lang.types import (
     FunctionRef,
     GradientRef,

@@ -9,10 +9,7 @@ from collections.abc import Iterator
 from dl.lang import ast
 from dl.lang.check import has_float
 from dl.lang.diagnostics import UNKNOWN_SPAN, Span
-from dl.lang.primitives import (
-    BY_NAME,
-    TRANSFORMS,
-)
+from dl.lang.primitives import BY_NAME, TRANSFORMS
 from dl.lang.types import (
     TapeType,
     TensorType,
