@@ -61,7 +61,7 @@ def fuse(typed: Typed, decl: ast.FnDecl, path: str) -> Kernel:
     """The kernel of an elementwise function, or `Unsupported` saying why it is not one."""
     dtype, shape, params = None, None, []
     for param in decl.params:
-        t = typed.types.get(id(param))
+        t = typed.type_of(param)
         if param.default is not None or param.annotation is None or not isinstance(t, TensorType):
             raise Unsupported(f"parameter `{param.name}` is not an annotated tensor or scalar without default")
         if t.dtype not in LANES["d"]:
@@ -83,7 +83,7 @@ def fuse(typed: Typed, decl: ast.FnDecl, path: str) -> Kernel:
     for stmt in body[:-1]:
         match stmt:
             case ast.Let(pattern=ast.NamePattern(name=name), value=value) if id(stmt) not in typed.runtime_checks:
-                bound = typed.types.get(id(value))  # `let c = 0.1` is an f32, even in an f64 kernel
+                bound = typed.type_of(value)  # `let c = 0.1` is an f32, even in an f64 kernel
                 if isinstance(bound, TensorType) and strong(bound).dtype != dtype:
                     raise Unsupported(f"fusion: `{name}` is {strong(bound)} (at {stmt.span})")
                 names[name] = expression(typed, value, names, dtype)
@@ -112,8 +112,8 @@ def fuse(typed: Typed, decl: ast.FnDecl, path: str) -> Kernel:
 
 def whole_reduction(typed: Typed, call: ast.Call, shape: tuple) -> str | None:
     """`sum`, `mean`, `max` or `min` when `call` reduces a tensor of the parameters' shape to a scalar."""
-    callee = typed.types.get(id(call.func))
-    argument = typed.types.get(id(call.args[0]))
+    callee = typed.type_of(call.func)
+    argument = typed.type_of(call.args[0])
     reduces = isinstance(callee, PrimitiveRef) and callee.prim in WHOLE_REDUCTIONS
     if reduces and isinstance(argument, TensorType) and argument.dims == shape:
         return callee.name
@@ -132,12 +132,12 @@ def expression(typed: Typed, expr: ast.Expr, names: dict[str, tuple], dtype: str
         case ast.Unary(op="-", operand=operand):
             return ("neg", expression(typed, operand, names, dtype))
         case ast.Binary(op=op, lhs=lhs, rhs=rhs) if op in OPERATORS:
-            result = typed.types.get(id(expr))
+            result = typed.type_of(expr)
             if isinstance(result, TensorType) and result.dtype != dtype:
                 raise Unsupported(f"fusion: `{op}` gives {result} (at {expr.span})")
             return (OPERATORS[op], expression(typed, lhs, names, dtype), expression(typed, rhs, names, dtype))
         case ast.Call(func=ast.Name()):
-            callee = typed.types.get(id(expr.func))
+            callee = typed.type_of(expr.func)
             if isinstance(callee, PrimitiveRef) and callee.prim in SCALAR_MATH:
                 arity = len(PRIMITIVES[callee.prim].signature.positional)
                 if len(expr.args) == arity and not expr.keywords:

@@ -146,7 +146,7 @@ class FunctionLowering:
                 raise Unsupported(f"parameter `{param.name}` is not annotated")
             if param.default is not None:
                 raise Unsupported(f"parameter `{param.name}` has a default")
-            params.append(self.declare(param.name, scalar_dtype(self.typed.types.get(id(param)), f"`{param.name}`")))
+            params.append(self.declare(param.name, scalar_dtype(self.typed.type_of(param), f"`{param.name}`")))
         signature = self.signature()
         self.result = "unit" if signature == UNIT else scalar_dtype(signature, "its result")
         if id(decl) in self.typed.checked_calls:
@@ -522,7 +522,7 @@ class FunctionLowering:
     # -------------------------------------------------------------- calls
     def call(self, expr: ast.Call, discarded: bool = False) -> Value | None:
         """A call; `discarded` when its value is not used (an expression statement), as a unit result must be."""
-        callee = self.typed.types.get(id(expr.func))
+        callee = self.typed.type_of(expr.func)
         if isinstance(callee, PrimitiveRef) and callee.prim in (Prim.FLOAT, Prim.INT):
             return self.conversion(callee.name, expr)
         if expr.keywords:
@@ -541,9 +541,9 @@ class FunctionLowering:
             raise Unsupported(f"a call of `{decl.name}` leaves parameters to their defaults (at {expr.span})")
         args = []
         for param, arg in zip(decl.params, expr.args, strict=True):
-            dtype = scalar_dtype(self.typed.types.get(id(param)), f"`{decl.name}`'s parameter `{param.name}`")
+            dtype = scalar_dtype(self.typed.type_of(param), f"`{decl.name}`'s parameter `{param.name}`")
             args.append(self.convert(self.expression(arg), dtype, f"argument `{param.name}` of `{decl.name}`"))
-        returned = self.typed.types.get(id(expr))
+        returned = self.typed.type_of(expr)
         self.calls.add(id(decl))
         if returned == UNIT and not discarded:
             raise Unsupported(f"it uses the result of `{decl.name}`, which returns nothing (at {expr.span})")
@@ -560,7 +560,7 @@ class FunctionLowering:
         """`float(x, dtype=...)` and `int(x)` of a scalar; the result's dtype is the checker's."""
         if len(expr.args) != 1 or any(k.name != "dtype" for k in expr.keywords):
             raise Unsupported(f"`{name}` with these arguments (at {expr.span})")
-        dtype = scalar_dtype(self.typed.types.get(id(expr)), f"the result of `{name}`")
+        dtype = scalar_dtype(self.typed.type_of(expr), f"the result of `{name}`")
         value = self.expression(expr.args[0])
         source = value.operand.dtype
         if dtype == "bool" or (name == "float") != (dtype in ("f64", "f32")):

@@ -123,7 +123,7 @@ def lowered_program(typed: Typed) -> Lowered:
     one elementwise expression fused into a kernel (codegen/fusion.py), the others keeping fusion's reason."""
     lowered = lower(typed)
     for key, (decl, path) in lowered.declarations.items():
-        if key not in lowered.refused or not any(getattr(typed.types.get(id(p)), "dims", ()) for p in decl.params):
+        if key not in lowered.refused or not any(getattr(typed.type_of(p), "dims", ()) for p in decl.params):
             continue
         try:
             lowered.kernels[key] = fuse(typed, decl, path)

@@ -750,7 +750,7 @@ class Specialiser(FunctionLowering):
 
     def global_value(self, expr: ast.Expr) -> object:
         """A module-level name: a function, a built-in or a constant."""
-        kind = self.typed.types.get(id(expr))
+        kind = self.typed.type_of(expr)
         if isinstance(kind, PrimitiveRef):
             return Primitive(kind.prim)
         if isinstance(kind, FunctionRef):
@@ -1255,7 +1255,7 @@ class Specialiser(FunctionLowering):
     def declared_dtype(self, param: ast.Param, value: object) -> object:
         """An unsuffixed literal given to a parameter annotated with its scalar dtype is of that dtype (the
         interpreter passes it so); to another, it keeps adapting, which a real call cannot do."""
-        declared = self.typed.types.get(id(param))
+        declared = self.typed.type_of(param)
         if not (isinstance(value, Value) and value.weak is not None and param.annotation is not None):
             return value
         if isinstance(declared, TensorType) and not declared.dims and declared.dtype == value.operand.dtype:

@@ -213,7 +213,7 @@ def hover_text(typed: Typed, path: str, source: str, line: int, column: int) -> 
 def node_hover(typed: Typed, path: str, source: str, chain: list[Any], functions: dict[str, ast.FnDecl]) -> str | None:
     """The hover text of the last node of `chain` (its ancestors before it), or None to try its parent."""
     node, parent = chain[-1], chain[-2] if len(chain) > 1 else None
-    known = typed.types.get(id(node))
+    known = typed.type_of(node)
     match node:
         case ast.Name(id=name) if name in functions and (known is None or isinstance(known, FunctionRef)):
             return function_hover(typed, path, source, functions[name])
@@ -224,7 +224,7 @@ def node_hover(typed: Typed, path: str, source: str, chain: list[Any], functions
         case ast.NamePattern(name=name):
             for ancestor in reversed(chain):
                 if isinstance(ancestor, ast.Let):
-                    for bound, bound_type in pattern_types(ancestor.pattern, typed.types.get(id(ancestor.value))):
+                    for bound, bound_type in pattern_types(ancestor.pattern, typed.type_of(ancestor.value)):
                         if bound is node:
                             return f"{name}: {bound_type}"
                     break
@@ -418,7 +418,7 @@ def definition(typed: Typed, path: str, line: int, column: int) -> tuple[str, Sp
         case ast.NamePattern() | ast.Param():
             return binding_definition(node, None, path)
         case ast.Field(target=target, name=name):
-            return member_definition(typed, typed.types.get(id(target)), name)
+            return member_definition(typed, typed.type_of(target), name)
         case ast.NamedType(name=name, module=None):
             return module_definition(typed, path, name)
         case ast.NamedType(name=name, module=alias):
@@ -632,7 +632,7 @@ def binding_type(typed: Typed, path: str, binding: Any, owner: Any) -> Type | No
     """The type of a local binding, when the checker knows it."""
     match binding, owner:
         case ast.NamePattern(), ast.Let():
-            for bound, found in pattern_types(owner.pattern, typed.types.get(id(owner.value))):
+            for bound, found in pattern_types(owner.pattern, typed.type_of(owner.value)):
                 if bound is binding:
                     return found
         case ast.Param(), ast.FnDecl():
@@ -655,7 +655,7 @@ def module_names(typed: Typed, path: str) -> list[types.CompletionItem]:
             case ast.StructDecl(name=name):
                 found.append(item(name, types.CompletionItemKind.Struct, f"struct {name}"))
             case ast.Const(name=name):
-                known = typed.types.get(id(decl.value))
+                known = typed.type_of(decl.value)
                 found.append(item(name, types.CompletionItemKind.Constant, f"const {name}: {known}" if known else None))
     return found
 
@@ -683,7 +683,7 @@ def expression_type(typed: Typed, path: str, text: str, line: int, column: int) 
             found = ModuleType(imports[first])
         for decl in module.decls:
             if isinstance(decl, ast.Const) and decl.name == first:
-                found = typed.types.get(id(decl.value))
+                found = typed.type_of(decl.value)
     for name in rest:
         if isinstance(found, StructType):
             found = found.field_type(name)
@@ -821,7 +821,7 @@ def name_classes(typed: Typed | None, path: str) -> dict[tuple[int, int], tuple[
             case ast.NamePattern():
                 put(node.span, "variable", "declaration")
             case ast.Name(id=name):
-                known = typed.types.get(id(node))
+                known = typed.type_of(node)
                 if isinstance(known, PrimitiveRef):
                     put(node.span, "function", "defaultLibrary")
                 elif isinstance(known, FunctionRef):
@@ -837,9 +837,9 @@ def name_classes(typed: Typed | None, path: str) -> dict[tuple[int, int], tuple[
                 else:
                     put(node.span, "variable")
             case ast.Field():
-                known = typed.types.get(id(node))
+                known = typed.type_of(node)
                 kind = "function" if isinstance(known, FunctionRef) else "property"
-                if isinstance(typed.types.get(id(node.target)), ModuleType) and node.name in structs_of(typed, node):
+                if isinstance(typed.type_of(node.target), ModuleType) and node.name in structs_of(typed, node):
                     kind = "struct"
                 put(field_name_span(node), kind)
             case ast.FieldInit() | ast.Keyword():
@@ -864,7 +864,7 @@ def name_classes(typed: Typed | None, path: str) -> dict[tuple[int, int], tuple[
 
 
 def structs_of(typed: Typed, node: ast.Field) -> set[str]:
-    target = typed.types.get(id(node.target))
+    target = typed.type_of(node.target)
     module = typed.program.modules.get(target.path) if isinstance(target, ModuleType) else None
     return {decl.name for decl in module.decls if isinstance(decl, ast.StructDecl)} if module else set()
 

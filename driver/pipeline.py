@@ -46,7 +46,7 @@ def prepare(program: Program, calls: tuple = ()) -> tuple[Program, Typed]:
     if typed.errors:
         raise DiagnosticError(typed.diagnostics)
     derived, derived_typed = differentiate(typed, calls)
-    derived_typed.diagnostics = typed.diagnostics  # warnings are about the user's code
+    derived_typed = derived_typed.with_diagnostics(typed.diagnostics)  # warnings are about the user's code
     return derived, derived_typed
 
 
@@ -214,8 +214,8 @@ def check_beside(program: Program, specialised: ast.FnDecl, typed: Typed, params
     own calls gave the parameters it keeps (`params`, of the function it was made from), where known."""
     entry = program.modules[program.entry]
     modules = {**program.modules, program.entry: replace(entry, decls=(*entry.decls, specialised))}
-    known = all(id(p) in typed.types for p in params)
-    calls = ((specialised.name, tuple(strong(typed.types[id(p)]) for p in params)),) if known else ()
+    known = all(typed.type_of(p) is not None for p in params)
+    calls = ((specialised.name, tuple(strong(typed.type_of(p)) for p in params)),) if known else ()
     checked = check_program(replace(program, modules=modules), calls)
     if checked.errors:
         raise DiagnosticError(checked.diagnostics)

@@ -376,7 +376,7 @@ def entry_types(program: Program, typed: Typed, path: str) -> tuple[Type, ...]:
     module = program.modules[path]
     function = next(d for d in module.decls if isinstance(d, ast.FnDecl) and d.name == ENTRY_FUNCTION)
     returned = function.body.body[-1]
-    found = typed.types.get(id(returned.value)) if isinstance(returned, ast.Return) else None
+    found = typed.type_of(returned.value) if isinstance(returned, ast.Return) else None
     if not isinstance(found, TupleType):
         raise AssertionError("internal error: the REPL entry's result has no type")
     return found.items
@@ -445,7 +445,7 @@ def module_type(typed: Typed, path: str, name: str) -> Type | None:
     module = typed.program.modules.get(path)
     for decl in module.decls if module is not None else ():
         if isinstance(decl, ast.Const) and decl.name == name:
-            return typed.types.get(id(decl.value))
+            return typed.type_of(decl.value)
     return None
 
 

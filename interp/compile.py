@@ -32,7 +32,7 @@ from dl.lang.check import CallCheck, RuntimeCheck, Typed
 from dl.lang.diagnostics import Diagnostic, DiagnosticError, Span, closest, error
 from dl.lang.modules import Program
 from dl.lang.primitives import BY_NAME, PRIMITIVES, Prim
-from dl.lang.types import TensorType, Type
+from dl.lang.types import TensorType
 from dl.runtime.backend import CompiledBody
 from dl.runtime.calls import BREAK, CONTINUE, RETURN, Function, invoke
 from dl.runtime.conform import conforms
@@ -140,11 +140,11 @@ class Compiler:
         self.states: dict[str, ModuleState] = {}
         self.diagnostics: list[Diagnostic] = []
         self.state: ModuleState | None = None
+        self.typed = typed if typed is not None else Typed(program)
         # What the checker left for run time: literals that take a declared dtype, annotations to check.
         self.coercions: dict[int, str] = typed.coercions if typed is not None else {}
         self.runtime_checks: dict[int, RuntimeCheck] = typed.runtime_checks if typed is not None else {}
         self.checked_calls: dict[int, CallCheck] = typed.checked_calls if typed is not None else {}
-        self.types: dict[int, Type] = typed.types if typed is not None else {}
         self.bindings: dict[int, Binding] = typed.bindings if typed is not None else {}
 
     # -------------------------------------------------------------- entry points
@@ -681,7 +681,7 @@ class Compiler:
         op, span = expr.op, expr.span
         if op in ("and", "or"):
             lhs, rhs = self.expression(expr.lhs, scope), self.expression(expr.rhs, scope)
-            checked = self.types.get(id(expr))
+            checked = self.typed.type_of(expr)
             if isinstance(checked, TensorType) and checked.dims:  # tensors: elementwise, both sides evaluated
                 return operator_step(BINARY[op], [lhs, rhs], "E0510", span)
             return self.short_circuit(op, lhs, rhs, span)

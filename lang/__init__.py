@@ -32,19 +32,16 @@ def check(source: str, path: str = "<input>") -> Typed:
     try:
         program = load_program(path, source, sources, recovered)
     except DiagnosticError as failure:
-        typed = Typed(Program(entry=path, sources=sources))
-        typed.diagnostics.extend(recovered[0].diagnostics if recovered else ())
-        typed.diagnostics.extend(failure.diagnostics)
-        return typed
+        syntax = recovered[0].diagnostics if recovered else ()
+        return Typed(Program(entry=path, sources=sources), diagnostics=(*syntax, *failure.diagnostics))
     typed = _check_module.check(program)
     syntax, broken = recovered[0].diagnostics, recovered[0].broken_names
     if not syntax and not typed.errors:
-        typed.diagnostics.extend(differentiation_problems(typed))
+        return typed.with_diagnostics([*typed.diagnostics, *differentiation_problems(typed)])
     if not syntax:
         return typed
     checked = [d for d in typed.diagnostics if not names_a_broken_declaration(d, broken)]
-    typed.diagnostics[:] = sorted([*syntax, *checked], key=position)
-    return typed
+    return typed.with_diagnostics(sorted([*syntax, *checked], key=position))
 
 
 def differentiation_problems(typed: Typed) -> list[Diagnostic]:

@@ -24,8 +24,7 @@ def function_parameters(typed: Typed, decl: ast.FnDecl) -> list[str]:
     return [
         p.name
         for p in decl.params
-        if isinstance(p.annotation, ast.FunctionTypeExpr)
-        or isinstance(typed.types.get(id(p)), (FunctionRef, FunctionType))
+        if isinstance(p.annotation, ast.FunctionTypeExpr) or isinstance(typed.type_of(p), (FunctionRef, FunctionType))
     ]
 
 

@@ -16,7 +16,9 @@ checker keeps going after an error by giving the bad expression the type
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from types import MappingProxyType
 
 from dl.lang import ast
 from dl.lang.calls import Binding, BindingError, bind, bind_function, binding_diagnostic
@@ -84,7 +86,7 @@ PYTHON_SPELLINGS = {"range": range_spelling}
 MAX_INSTANCES = 16  # per function: beyond this, unannotated parameters are checked as unknown
 
 
-@dataclass
+@dataclass(frozen=True)
 class Signature:
     """A checked function: parameter names and types, and the result type."""
 
@@ -116,22 +118,58 @@ class CallCheck:
 
 
 @dataclass
-class Typed:
-    """What the checker knows: expression types by node id, function signatures, diagnostics, and the
-    annotations left to check at run time (keyed by the id of the `Let`, or of the `FnDecl` whose
-    parameters and result are checked on every call)."""
+class Tables:
+    """What the checker learns as it goes; `Typed` is these, frozen, when it is done."""
 
-    program: Program
     types: dict[int, Type] = field(default_factory=dict)
-    signatures: dict[str, list[Signature]] = field(default_factory=dict)  # by module path, in order
+    signatures: dict[str, list[Signature]] = field(default_factory=dict)
     diagnostics: list[Diagnostic] = field(default_factory=list)
     runtime_checks: dict[int, RuntimeCheck] = field(default_factory=dict)
-    checked_calls: dict[int, CallCheck] = field(default_factory=dict)  # by id of the FnDecl
-    coercions: dict[int, str] = field(default_factory=dict)  # id of a number literal -> the dtype it takes
-    # id of a call of a primitive or of a declared function -> how its arguments bind (lang/calls.py)
+    checked_calls: dict[int, CallCheck] = field(default_factory=dict)
+    coercions: dict[int, str] = field(default_factory=dict)
     bindings: dict[int, Binding] = field(default_factory=dict)
-    # id of a FnDecl or Lambda -> (it, the path of its module): what a FunctionRef's `key` names
     functions: dict[int, tuple[ast.FnDecl | ast.Lambda, str]] = field(default_factory=dict)
+
+    def frozen(self, program: Program) -> Typed:
+        return Typed(
+            program,
+            MappingProxyType(self.types),
+            MappingProxyType({path: tuple(found) for path, found in self.signatures.items()}),
+            tuple(self.diagnostics),
+            MappingProxyType(self.runtime_checks),
+            MappingProxyType(self.checked_calls),
+            MappingProxyType(self.coercions),
+            MappingProxyType(self.bindings),
+            MappingProxyType(self.functions),
+        )
+
+
+NOTHING: Mapping = MappingProxyType({})  # an empty table
+
+
+@dataclass(frozen=True)
+class Typed:
+    """What the checker knows, immutable: expression types by node (`type_of`), function signatures,
+    diagnostics, how each call binds, and the annotations left to check at run time (keyed by the id of
+    the `Let`, or of the `FnDecl` whose parameters and result are checked on every call). Every later pass
+    reads types through `type_of`; one that builds new nodes keeps their types in a `NodeTypes`."""
+
+    program: Program
+    types: Mapping[int, Type] = field(default_factory=lambda: NOTHING)
+    signatures: Mapping[str, tuple[Signature, ...]] = field(default_factory=lambda: NOTHING)  # by module path, in order
+    diagnostics: tuple[Diagnostic, ...] = ()
+    runtime_checks: Mapping[int, RuntimeCheck] = field(default_factory=lambda: NOTHING)
+    checked_calls: Mapping[int, CallCheck] = field(default_factory=lambda: NOTHING)  # by id of the FnDecl
+    coercions: Mapping[int, str] = field(
+        default_factory=lambda: NOTHING
+    )  # id of a number literal -> the dtype it takes
+    # id of a call of a primitive or of a declared function -> how its arguments bind (lang/calls.py)
+    bindings: Mapping[int, Binding] = field(default_factory=lambda: NOTHING)
+    # id of a FnDecl or Lambda -> (it, the path of its module): what a FunctionRef's `key` names
+    functions: Mapping[int, tuple[ast.FnDecl | ast.Lambda, str]] = field(default_factory=lambda: NOTHING)
+
+    def with_diagnostics(self, diagnostics) -> Typed:
+        return replace(self, diagnostics=tuple(diagnostics))
 
     def type_of(self, node: ast.Expr) -> Type | None:
         return self.types.get(id(node))
@@ -146,7 +184,7 @@ class Typed:
         pending = list(roots)
         while pending:
             for node in ast.walk(pending.pop()):
-                ref = self.types.get(id(node))
+                ref = self.type_of(node)
                 if isinstance(ref, FunctionRef) and ref.key in self.functions and ref.key not in reached:
                     reached.add(ref.key)
                     pending.append(self.functions[ref.key][0])
@@ -244,10 +282,41 @@ def check_or_raise(program: Program) -> Typed:
     return typed
 
 
+class NodeTypes:
+    """The types of the nodes a later pass works with: the checker's, and those of the nodes the pass builds,
+    which it gives them (`give`) or carries over from the nodes they replace (`carry`). The one way a pass
+    that writes new nodes keeps their types; `Typed` itself never changes."""
+
+    def __init__(self, typed: Typed) -> None:
+        self.typed = typed
+        self.given: dict[int, Type] = {}
+
+    def of(self, node: object) -> Type | None:
+        found = self.given.get(id(node))
+        return found if found is not None else self.typed.type_of(node)
+
+    def give(self, node: object, t: Type) -> None:
+        self.given[id(node)] = t
+
+    def carry(self, old: object, new: object) -> None:
+        """Give the nodes of `new`, a copy of `old` with some nodes replaced, the types of `old`'s."""
+        if old is new:
+            return
+        found = self.of(old)
+        if found is not None:
+            self.give(new, found)
+        if isinstance(old, tuple) and isinstance(new, tuple) and len(old) == len(new):
+            for a, b in zip(old, new, strict=True):
+                self.carry(a, b)
+        elif type(old) is type(new) and hasattr(old, "__dataclass_fields__"):
+            for name in old.__dataclass_fields__:
+                self.carry(getattr(old, name), getattr(new, name))
+
+
 class Checker:
     def __init__(self, program: Program) -> None:
         self.program = program
-        self.typed = Typed(program)
+        self.tables = Tables()
         self.modules: dict[str, ModuleInfo] = {}
         self.functions: dict[int, FunctionInfo] = {}
         self.generic_signatures: dict[int, Signature | None] = {}
@@ -281,11 +350,11 @@ class Checker:
             if decl is not None and len(decl.params) == len(arg_types):
                 self.apply_function(FunctionRef(function_name, id(decl)), list(arg_types), decl.name_span)
         self.settle_coercions()
-        self.typed.functions = {key: (info.decl, info.module.path) for key, info in self.functions.items()}
-        self.typed.diagnostics.sort(
+        self.tables.functions = {key: (info.decl, info.module.path) for key, info in self.functions.items()}
+        self.tables.diagnostics.sort(
             key=lambda d: (d.span.path != self.program.entry, d.span.path, d.span.line, d.span.column)
         )
-        return self.typed
+        return self.tables.frozen(self.program)
 
     def report(self, diagnostic: Diagnostic) -> None:
         key = (diagnostic.code, diagnostic.span)
@@ -297,7 +366,7 @@ class Checker:
             shown = ", ".join(str(a) for a in args)
             note = f"`{name}` is checked with the argument types of the call at {call}: ({shown})"
             diagnostic = replace(diagnostic, notes=(*diagnostic.notes, note))
-        self.typed.diagnostics.append(diagnostic)
+        self.tables.diagnostics.append(diagnostic)
 
     def declare_module(self, path: str) -> None:
         info = ModuleInfo(path)
@@ -348,7 +417,7 @@ class Checker:
         for decl in functions:
             if self.functions[id(decl)].generic:
                 self.generic_signature(self.functions[id(decl)])
-        signatures = self.typed.signatures.setdefault(path, [])
+        signatures = self.tables.signatures.setdefault(path, [])
         for decl in functions:  # after every body is checked, so each call has made its instance
             function = self.functions[id(decl)]
             if function.generic:
@@ -672,7 +741,7 @@ class Checker:
                 declared, value, stmt.value.span, what, annotation=stmt.annotation.span, node=stmt.value
             )
             if fitting and not proven(declared, value):
-                self.typed.runtime_checks[id(stmt)] = RuntimeCheck(declared, stmt.annotation.span)
+                self.tables.runtime_checks[id(stmt)] = RuntimeCheck(declared, stmt.annotation.span)
             value = declared  # what the user meant, also after a mismatch (reported once, here)
         self.bind_pattern(stmt.pattern, value, scope, context)
 
@@ -738,7 +807,7 @@ class Checker:
 
     def store_element(self, target: ast.Index, region: Type, value: Type, span: Span) -> None:
         """`x[i] = v`: `v` must broadcast into the indexed region and fit its dtype without losing values."""
-        base = self.typed.types.get(id(target.target))
+        base = self.tables.types.get(id(target.target))
         if isinstance(base, TupleType):
             self.report(
                 error(
@@ -988,7 +1057,7 @@ class Checker:
         return self.instantiate(function, tuple(args))
 
     def check_calls(self, decl: ast.FnDecl | ast.Lambda, info: ModuleInfo) -> None:
-        if id(decl) in self.typed.checked_calls:
+        if id(decl) in self.tables.checked_calls:
             return
         params = tuple(
             RuntimeCheck(self.resolve_type(p.annotation, info), p.annotation.span) if p.annotation else None
@@ -996,7 +1065,7 @@ class Checker:
         )
         result = getattr(decl, "result", None)
         checked = RuntimeCheck(self.resolve_type(result, info), result.span) if result is not None else None
-        self.typed.checked_calls[id(decl)] = CallCheck(params, checked)
+        self.tables.checked_calls[id(decl)] = CallCheck(params, checked)
 
     def coerce(self, declared: Type, value: Type, node: ast.Expr) -> None:
         """A weak literal (`1.0`, `[1, 2]`) stored where a dtype is declared becomes that dtype."""
@@ -1015,7 +1084,7 @@ class Checker:
             if len(by_dtype) == 1:
                 ((dtype, passes),) = by_dtype.items()
                 if passes == self.literal_passes.get(key):
-                    self.typed.coercions[key] = dtype
+                    self.tables.coercions[key] = dtype
 
     def coerce_operands(self, result: Type, operands) -> None:
         """Literals meeting a typed value take its dtype (`x * 0.1` with `x: f64` multiplies by the f64 0.1)."""
@@ -1046,8 +1115,8 @@ class Checker:
     def record_type(self, node, t: Type) -> None:
         """Remember a node's type; a type found while checking another instantiation replaces it, but
         `_` (a recursive call not yet known) never replaces a known type."""
-        if not isinstance(t, AnyType) or id(node) not in self.typed.types:
-            self.typed.types[id(node)] = t
+        if not isinstance(t, AnyType) or id(node) not in self.tables.types:
+            self.tables.types[id(node)] = t
 
     def expression_type(self, expr: ast.Expr, scope: Scope, context: Context) -> Type:
         match expr:
@@ -1327,7 +1396,7 @@ class Checker:
         except BindingError as problem:
             self.report(binding_diagnostic(problem, expr, name))
             return ANY
-        self.typed.bindings[id(expr)] = binding
+        self.tables.bindings[id(expr)] = binding
         nodes = {k.name: k.value for k in expr.keywords}
         arguments: list[Argument] = []
         fixed = [*((name, None) for name in signature.positional), *signature.optional]
@@ -1386,7 +1455,7 @@ class Checker:
             self.report(binding_diagnostic(problem, expr))
             return ANY
         if isinstance(decl, ast.FnDecl):
-            self.typed.bindings[id(expr)] = binding
+            self.tables.bindings[id(expr)] = binding
         given = {k.name: k.value for k in expr.keywords}
         bound: list[Type] = []
         nodes: list[ast.Expr] = []

@@ -33,7 +33,7 @@ def codes(typed: dl.lang.Typed) -> list[tuple[str, int, int]]:
 def test_check_api_returns_signatures_and_types() -> None:
     source = "fn f(x: f32[N, 3]) -> f32[3] {\n    return sum(x, axis=0)\n}\nfn main() { print(f(ones(2, 3))) }\n"
     typed = dl.lang.check(source, "api.dl")
-    assert typed.diagnostics == []
+    assert typed.diagnostics == ()
     (f, main) = typed.signatures["api.dl"]
     assert str(f) == "fn f(x: f32[N, 3]) -> f32[3]"
     assert f.params[0][1] == TensorType("f32", (DimVar("N"), 3))
@@ -66,7 +66,7 @@ def test_error_in_a_function_called_from_many_places_is_reported_once() -> None:
 
 def test_main_parameters_are_strings() -> None:
     typed = dl.lang.check("fn main(n) {\n    print(zeros(int(n)))\n}\n", "args.dl")
-    assert typed.diagnostics == []
+    assert typed.diagnostics == ()
     assert str(typed.signatures["args.dl"][0]) == "fn main(n: str) -> ()"
 
 

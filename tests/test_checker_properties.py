@@ -105,7 +105,7 @@ def checker_type(typed, path: str) -> str:
     decl = next(d for d in module.decls if isinstance(d, ast.FnDecl) and d.name == "f")
     returned = decl.body.body[-1]
     assert isinstance(returned, ast.Return)
-    found = typed.types[id(returned.value)]
+    found = typed.type_of(returned.value)
     signature = next(s for s in typed.signatures[path] if s.name == "f")
     assert str(signature.result) == str(found), f"signature says {signature.result}, the return node {found}"
     items = found.items if isinstance(found, TupleType) else (found,)

@@ -87,7 +87,7 @@ def derivative_source(typed: Typed, function: str, wrt: int | tuple[int, ...], w
         notes = (f"help: did you mean `{suggestion}`?",) if suggestion else ()
         start = Span(path, 1, 1, 1, 2)
         raise DiagnosticError([error("E0201", f"`{path}` has no function `{function}`", start, notes=notes)])
-    if any(id(p) not in typed.types for p in decl.params):
+    if any(typed.type_of(p) is None for p in decl.params):
         raise DiagnosticError(
             [
                 error(

@@ -66,7 +66,7 @@ class ForwardSweep:
             case ast.Assign(target=target, op=op, value=value):
                 if op != "=":
                     value = ast.Binary(op[0], target, value, stmt.span)
-                    self.extra_types[id(value)] = ANY
+                    self.node_types.give(value, ANY)
                 self.assign(target, value, env, sweep)
             case ast.ExprStmt(expr=expr):
                 if effects:
@@ -88,7 +88,7 @@ class ForwardSweep:
         items = value_type.items if isinstance(value_type, TupleType) else [ANY] * len(pattern.items)
         for position, (item, item_type) in enumerate(zip(pattern.items, items, strict=True)):
             part = ast.Index(atom, (ast.IntLiteral(position),))
-            self.extra_types[id(part)] = item_type
+            self.node_types.give(part, item_type)
             hint = item.name if isinstance(item, ast.NamePattern) else "items"
             self.bind(item, self.atom_of_operation(part, part, sweep, hint), env, sweep, None, item_type)
 
@@ -143,7 +143,7 @@ class ForwardSweep:
                 types = value_type.items if isinstance(value_type, TupleType) else [ANY] * len(items)
                 for position, (item, item_type) in enumerate(zip(items, types, strict=True)):
                     part = ast.Index(atom, (ast.IntLiteral(position),))
-                    self.extra_types[id(part)] = item_type
+                    self.node_types.give(part, item_type)
                     self.assign(item, part, env, sweep)
             case ast.Index(target=base) | ast.Field(target=base):
                 atom = self.atom(value, env, sweep, "t")
@@ -235,7 +235,7 @@ class ForwardSweep:
             callee: ast.Expr = ast.Name(local, function.span)
         else:
             callee = function
-        self.extra_types[id(callee)] = self.type_of(function)
+        self.node_types.give(callee, self.type_of(function))
         atoms = [self.atom(tree, env, sweep, "tree") for tree in trees]
         types = [
             self.types.get(a.id, self.type_of(t)) if isinstance(a, ast.Name) else self.type_of(t)
@@ -260,27 +260,27 @@ class ForwardSweep:
                 for i in range(len(first.items)):
                     picked = [ast.Index(p, (ast.IntLiteral(i),), expr.span) for p in parts]
                     for node, t in zip(picked, part_types, strict=True):
-                        self.extra_types[id(node)] = t.items[i]
+                        self.node_types.give(node, t.items[i])
                     leaf_products(picked, [t.items[i] for t in part_types])
             elif isinstance(first, StructType):
                 for field_name, _ in first.fields:
                     picked = [ast.Field(p, field_name, expr.span) for p in parts]
                     for node, t in zip(picked, part_types, strict=True):
-                        self.extra_types[id(node)] = t.field_type(field_name)
+                        self.node_types.give(node, t.field_type(field_name))
                     leaf_products(picked, [t.field_type(field_name) for t in part_types])
             else:
                 product = ast.Binary("*", parts[0], parts[1], expr.span)
-                self.extra_types[id(product)] = first if part_types[1] == first else ANY
+                self.node_types.give(product, first if part_types[1] == first else ANY)
                 total = call("sum", product)
-                self.extra_types[id(total.func)] = PrimitiveRef(Prim.SUM)
-                self.extra_types[id(total)] = self.type_of(expr)
+                self.node_types.give(total.func, PrimitiveRef(Prim.SUM))
+                self.node_types.give(total, self.type_of(expr))
                 terms.append(total)
 
         leaf_products(atoms, types)
         result = terms[0]
         for term in terms[1:]:
             result = ast.Binary("+", result, term, expr.span)
-            self.extra_types[id(result)] = self.type_of(expr)
+            self.node_types.give(result, self.type_of(expr))
         return result
 
     def spread(self, callee, parts: list[ast.Expr], types: list[Type], result: Type, span: Span) -> ast.Expr:
@@ -290,7 +290,7 @@ class ForwardSweep:
             for i in range(len(first.items)):
                 picked = [ast.Index(p, (ast.IntLiteral(i),), span) for p in parts]
                 for node, t in zip(picked, types, strict=True):
-                    self.extra_types[id(node)] = t.items[i]
+                    self.node_types.give(node, t.items[i])
                 item_result = result.items[i] if isinstance(result, TupleType) else ANY
                 items.append(self.spread(callee, picked, [t.items[i] for t in types], item_result, span))
             node = ast.TupleLiteral(tuple(items), span)
@@ -299,14 +299,14 @@ class ForwardSweep:
             for field_name, field_type in first.fields:
                 picked = [ast.Field(p, field_name, span) for p in parts]
                 for node, t in zip(picked, types, strict=True):
-                    self.extra_types[id(node)] = t.field_type(field_name)
+                    self.node_types.give(node, t.field_type(field_name))
                 value = self.spread(callee, picked, [t.field_type(field_name) for t in types], field_type, span)
                 fields.append(ast.FieldInit(field_name, value, span))
             struct = self.round.reference(self.path, first.module, first.name, span)
             node = ast.StructLiteral(struct, tuple(fields), span)
         else:
             node = ast.Call(callee, tuple(parts), (), span)
-        self.extra_types[id(node)] = result
+        self.node_types.give(node, result)
         return node
 
     def captured(self, decl: ast.Lambda | ast.FnDecl, env: dict[str, str], sweep: Sweep) -> dict[str, str]:
@@ -317,7 +317,7 @@ class ForwardSweep:
         for user in ast.free_names(decl.body) & assigned:
             if user in env and env[user] in self.types:
                 value = ast.Name(env[user], decl.span)
-                self.extra_types[id(value)] = self.types[env[user]]
+                self.node_types.give(value, self.types[env[user]])
                 seen[user] = self.atom_of_operation(value, value, sweep, f"{user}_captured").id
         return seen
 
@@ -521,22 +521,8 @@ class ForwardSweep:
         if not replacements:
             return default
         qualified = ast.replace_nodes(default, replacements)
-        self.carry_types(default, qualified)
+        self.node_types.carry(default, qualified)
         return qualified
-
-    def carry_types(self, old, new) -> None:
-        """Give the nodes of `new`, a copy of `old` with some nodes replaced, the types of `old`'s."""
-        if old is new:
-            return
-        found = self.extra_types.get(id(old), self.typed.types.get(id(old)))
-        if found is not None:
-            self.extra_types[id(new)] = found
-        if isinstance(old, tuple) and isinstance(new, tuple) and len(old) == len(new):
-            for a, b in zip(old, new, strict=True):
-                self.carry_types(a, b)
-        elif type(old) is type(new) and dataclasses.is_dataclass(old):
-            for f in dataclasses.fields(old):
-                self.carry_types(getattr(old, f.name), getattr(new, f.name))
 
     def rename(self, expr, env):
         """`expr` with the user's local names replaced by their current generated names."""

@@ -27,6 +27,7 @@ from dl.lang.autodiff.trees import (
     tuple_of,
     unused_name,
 )
+from dl.lang.check import NodeTypes
 from dl.lang.primitives import Prim
 from dl.lang.types import (
     ANY,
@@ -54,7 +55,7 @@ class FunctionBody(ForwardSweep, BackwardSweep):
         self.path = path
         self.decl = decl
         self.types: dict[str, Type] = {}  # generated name -> type
-        self.extra_types: dict[int, Type] = {}  # types of nodes the lowering made
+        self.node_types = NodeTypes(self.typed)  # the checker's types, and those of the nodes made here
         # module-level names are reserved (the code refers to them by name); locals are renamed anyway
         self.used: set[str] = set(round_.taken[path]) | {p.name for p in decl.params}
         # the user's names, which the names lowering adds (flags, loop counters) must not meet
@@ -88,9 +89,7 @@ class FunctionBody(ForwardSweep, BackwardSweep):
         return self.adjoints[var]
 
     def type_of(self, node) -> Type:
-        if id(node) in self.extra_types:
-            return self.extra_types[id(node)]
-        found = self.typed.types.get(id(node))
+        found = self.node_types.of(node)
         if found is not None:
             return found
         match node:
@@ -213,7 +212,7 @@ class FunctionBody(ForwardSweep, BackwardSweep):
     def parameters(self) -> dict[str, str]:
         env = {}
         for param in self.decl.params:
-            self.types[param.name] = self.typed.types.get(id(param), ANY)
+            self.types[param.name] = self.typed.type_of(param) or ANY
             env[param.name] = param.name
         return env
 
@@ -236,7 +235,7 @@ class FunctionBody(ForwardSweep, BackwardSweep):
     def return_type(self, stmts: list[ast.Stmt]) -> Type:
         for node in ast.walk(tuple(stmts)):
             if isinstance(node, ast.Return) and node.value is not None:
-                found = self.typed.types.get(id(node.value))
+                found = self.typed.type_of(node.value)
                 if found is not None and not isinstance(found, AnyType):
                     return found
         return ANY

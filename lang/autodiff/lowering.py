@@ -107,7 +107,7 @@ class Lowering:
                 let(self.returned, ast.BoolLiteral(False)),
                 let(self.return_value, placeholder(self.body.result_type, stmt.span)),
             ]
-            self.body.extra_types[id(self.prelude[-1].value)] = self.body.result_type
+            self.body.node_types.give(self.prelude[-1].value, self.body.result_type)
         return self.returned, self.return_value
 
     def for_to_while(self, stmt: ast.For) -> tuple[list[ast.Stmt], ast.Expr, list[ast.Stmt]]:
@@ -120,7 +120,7 @@ class Lowering:
             before = [let(index, stmt.iterable.start), let(stop, stmt.iterable.stop)]
             cond = ast.Binary("<", name(index), name(stop))
             current = name(index)
-            body.extra_types[id(current)] = index_type
+            body.node_types.give(current, index_type)
             binds = [ast.Let(stmt.pattern, None, current, stmt.span)]
         else:
             items = body.fresh_user_name("items")
@@ -135,7 +135,7 @@ class Lowering:
             leading = ast.Index(name(items), (ast.IntLiteral(0),)) if zipped else name(items)
             cond = ast.Binary("<", name(index), call("len", leading))
         step = ast.Binary("+", name(index), ast.IntLiteral(1))
-        body.extra_types[id(step)] = index_type
+        body.node_types.give(step, index_type)
         return before, cond, [*binds, assign(name(index), step), *stmt.body.body]
 
     def tuple_iterations(self, stmt: ast.For, iterable: TupleType, items: str, index: str, zipped: bool = False):
@@ -149,7 +149,7 @@ class Lowering:
             element_type = of_type.items[k] if isinstance(of_type, TupleType) else ANY
             if isinstance(of_type, TensorType) and of_type.dims:
                 element_type = TensorType(of_type.dtype, of_type.dims[1:])
-            body.extra_types[id(element)] = element_type
+            body.node_types.give(element, element_type)
             return element
 
         def step_value(k: int) -> ast.Expr:
@@ -157,7 +157,7 @@ class Lowering:
                 return item(name(items), iterable, k)
             parts = [item(item(name(items), iterable, p), part, k) for p, part in enumerate(iterable.items)]
             value = ast.TupleLiteral(tuple(parts))
-            body.extra_types[id(value)] = TupleType(tuple(body.extra_types[id(part)] for part in parts))
+            body.node_types.give(value, TupleType(tuple(body.node_types.of(part) for part in parts)))
             return value
 
         count = len(iterable.items)
@@ -178,14 +178,14 @@ class Lowering:
         pattern = stmt.pattern
         if isinstance(pattern, ast.NamePattern):
             element = ast.Index(name(items), (name(index),))
-            body.extra_types[id(element)] = body.typed.types.get(id(pattern), ANY)
+            body.node_types.give(element, body.typed.type_of(pattern) or ANY)
             return [ast.Let(pattern, None, element, stmt.span)]
         iterable_type = body.type_of(stmt.iterable)
         if isinstance(iterable_type, TupleType) and len(iterable_type.items) == len(pattern.items):
             lets = []
             for position, item in enumerate(pattern.items):
                 element = ast.Index(ast.Index(name(items), (ast.IntLiteral(position),)), (name(index),))
-                body.extra_types[id(element)] = body.typed.types.get(id(item), ANY)
+                body.node_types.give(element, body.typed.type_of(item) or ANY)
                 lets.append(ast.Let(item, None, element, stmt.span))
             return lets
         raise NotDifferentiable("`grad` cannot yet differentiate this kind of `for` loop", stmt.span)

@@ -160,7 +160,7 @@ class Round:
 
     def quiet_callee(self, func: ast.Expr, from_path: str) -> ast.Expr | None:
         """How module `from_path` names the quiet copy of the function `func` calls, if that has effects."""
-        callee = self.typed.types.get(id(func))
+        callee = self.typed.type_of(func)
         if not isinstance(callee, FunctionRef) or callee.key not in self.typed.functions:
             return None
         decl, path = self.typed.functions[callee.key]
@@ -218,7 +218,7 @@ class Round:
         todo = [decl]
         while todo:
             for node in ast.walk(todo.pop().body):
-                callee = self.typed.types.get(id(node.func)) if isinstance(node, ast.Call) else None
+                callee = self.typed.type_of(node.func) if isinstance(node, ast.Call) else None
                 if isinstance(callee, FunctionRef) and callee.key in self.typed.functions:
                     target, _ = self.typed.functions[callee.key]
                     if id(target) not in seen:
@@ -227,4 +227,4 @@ class Round:
                         yield target
 
     def active_params(self, decl: ast.FnDecl | ast.Lambda) -> list[int]:
-        return [i for i, p in enumerate(decl.params) if is_active(self.typed.types.get(id(p), ANY))]
+        return [i for i, p in enumerate(decl.params) if is_active(self.typed.type_of(p) or ANY)]

@@ -35,7 +35,7 @@ def grad_sites(typed: Typed) -> Iterator[Site]:
     containing = functions_with_grad(typed)
     for path, module in typed.program.modules.items():
         for call, local in calls_with_scopes(module):
-            ref = typed.types.get(id(call))
+            ref = typed.type_of(call)
             if not isinstance(ref, GradientRef) or not isinstance(call.func, ast.Name):
                 continue
             if call.func.id not in TRANSFORMS:
@@ -97,7 +97,7 @@ def functions_with_grad(typed: Typed) -> set[int]:
     found = set()
     for key, (decl, _) in typed.functions.items():
         for call in walk_calls(decl.body):
-            if isinstance(call.func, ast.Name) and isinstance(typed.types.get(id(call)), GradientRef):
+            if isinstance(call.func, ast.Name) and isinstance(typed.type_of(call), GradientRef):
                 found.add(key)
                 break
     return found
@@ -115,7 +115,7 @@ def reaches_grad(typed: Typed, decl, containing: set[int]) -> bool:
         if id(current) in containing:
             return True
         for node in ast.walk(current.body):
-            ref = typed.types.get(id(node)) if isinstance(node, (ast.Name, ast.Field, ast.Lambda)) else None
+            ref = typed.type_of(node) if isinstance(node, (ast.Name, ast.Field, ast.Lambda)) else None
             if isinstance(ref, FunctionRef) and ref.key in typed.functions:
                 stack.append(typed.functions[ref.key][0])
     return False
