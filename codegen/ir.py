@@ -483,6 +483,109 @@ def show(function: Function) -> str:
     return "\n".join(lines)
 
 
+# ------------------------------------------------------------------ layouts: a specialisation's arguments and results
+#
+# A function compiled per argument layout (codegen/specialize.py) is keyed by the layout of its arguments: the
+# structure of its tuples and structs and each tensor's dtype and shape (scalars are run-time values: only
+# their dtype). Its result layout says which slot holds each part of what it returns.
+
+
+@dataclass(frozen=True, slots=True)
+class TensorArgument:
+    dtype: str | None  # None: a dtype compiled code does not take
+    shape: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ScalarArgument:
+    dtype: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class StaticArgument:
+    """An integer compiled in, as jit's static arguments (a shape depends on it)."""
+
+    value: int
+
+
+@dataclass(frozen=True, slots=True)
+class FunctionArgument:
+    """A DL function without captured values, compiled in: the key of the function value, its name."""
+
+    key: int
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class OtherArgument:
+    """A value compiled code does not take (its Python class)."""
+
+    class_name: str
+
+
+@dataclass(frozen=True, slots=True)
+class TupleLayout:
+    items: tuple
+
+
+@dataclass(frozen=True, slots=True)
+class StructLayout:
+    """A struct: its type (the key of the run-time struct type for an argument, the type itself for a
+    result), its fields' layouts in order, and its name."""
+
+    kind: object
+    items: tuple
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class TextLayout:
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class TensorResult:
+    slot: int
+    dtype: str
+    shape: tuple[int, ...]
+    buffer: Buffer
+
+
+@dataclass(frozen=True, slots=True)
+class ScalarResult:
+    slot: int
+    dtype: str
+
+
+@dataclass(frozen=True, slots=True)
+class UnitResult:
+    pass
+
+
+Layout = (
+    TensorArgument
+    | ScalarArgument
+    | StaticArgument
+    | FunctionArgument
+    | OtherArgument
+    | TupleLayout
+    | StructLayout
+    | TextLayout
+    | TensorResult
+    | ScalarResult
+    | UnitResult
+)
+
+
+def layout_leaves(layout: Layout):
+    """The leaves of a layout, in order: its tuples and structs opened."""
+    if isinstance(layout, (TupleLayout, StructLayout)):
+        for item in layout.items:
+            yield from layout_leaves(item)
+    else:
+        yield layout
+
+
 # ------------------------------------------------------------------ walking the IR
 
 

@@ -347,7 +347,9 @@ class SpecialisingBody:
             if static:
                 layout = tuple(
                     [
-                        ("static", value) if k in static and value.__class__ is int else flatten(value, leaves, seen)
+                        ir.StaticArgument(value)
+                        if k in static and value.__class__ is int
+                        else flatten(value, leaves, seen)
                         for k, value in enumerate(arguments)
                     ]
                 )
@@ -404,17 +406,22 @@ class SpecialisingBody:
         slots[0] = address + (-address % 64)
         cells: dict[int, np.ndarray] = {}
         places: list = []  # per argument leaf, in slot order (they take slots 1, 2, ...)
-        arguments = [leaf for item in layout for leaf in layout_leaves(item) if leaf[0] in ("tensor", "scalar")]
+        arguments = [
+            leaf
+            for item in layout
+            for leaf in ir.layout_leaves(item)
+            if isinstance(leaf, (ir.TensorArgument, ir.ScalarArgument))
+        ]
         for slot, leaf in enumerate(arguments, start=1):
-            places.append((slot, leaf[0] == "tensor"))
-            if leaf[0] == "scalar":
-                cells[slot] = np.zeros(1, dtype=NUMPY_DTYPES[leaf[1]])
+            places.append((slot, isinstance(leaf, ir.TensorArgument)))
+            if isinstance(leaf, ir.ScalarArgument):
+                cells[slot] = np.zeros(1, dtype=NUMPY_DTYPES[leaf.dtype])
         outputs: list = []
-        for leaf in layout_leaves(lowered.result):  # ("tensor", slot, dtype, shape, buffer), ("scalar", slot, dtype)
-            if leaf[0] == "tensor":
-                outputs.append((leaf[1], leaf[3], NUMPY_DTYPES[leaf[2]]))
-            elif leaf[0] == "scalar":
-                cells[leaf[1]] = np.zeros(1, dtype=NUMPY_DTYPES[leaf[2]])
+        for leaf in ir.layout_leaves(lowered.result):
+            if isinstance(leaf, ir.TensorResult):
+                outputs.append((leaf.slot, leaf.shape, NUMPY_DTYPES[leaf.dtype]))
+            elif isinstance(leaf, ir.ScalarResult):
+                cells[leaf.slot] = np.zeros(1, dtype=NUMPY_DTYPES[leaf.dtype])
         for slot, cell in cells.items():
             slots[slot] = cell.ctypes.data
         call = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(native.addresses[lowered.function.symbol])
@@ -509,95 +516,79 @@ NAMES = {
 }
 
 
-def flatten(value, leaves: list, kinds: dict) -> tuple:
-    """The layout of an argument: ("tensor", dtype, shape), ("scalar", dtype), ("tuple", items), ("struct",
-    id of its type, items, name), ("text", the string), or ("other", class name), which is not compiled;
-    its tensors and scalars are appended to `leaves` in slot order and the struct types it meets
-    remembered in `kinds`. Scalars are run-time values: only their dtype is part of the layout."""
+def flatten(value, leaves: list, kinds: dict) -> ir.Layout:
+    """The layout of an argument (codegen/ir.py); its tensors and scalars are appended to `leaves` in slot
+    order and the struct types and functions it meets remembered in `kinds`. Scalars are run-time values:
+    only their dtype is part of the layout."""
     cls = value.__class__
     if cls is np.ndarray:
         leaves.append(value)
         if value.ndim:
-            return ("tensor", NAMES.get(value.dtype), value.shape)
-        return ("scalar", NAMES.get(value.dtype))
-    if cls is np.float32:
+            return ir.TensorArgument(NAMES.get(value.dtype), value.shape)
+        return ir.ScalarArgument(NAMES.get(value.dtype))
+    scalar = SCALAR_CLASSES.get(cls)
+    if scalar is not None:
         leaves.append(value)
-        return ("scalar", "f32")
-    if cls is np.float64:
-        leaves.append(value)
-        return ("scalar", "f64")
-    if cls is int:
-        leaves.append(value)
-        return ("scalar", "i64")
-    if cls is np.int32:
-        leaves.append(value)
-        return ("scalar", "i32")
-    if cls is bool or cls is np.bool_:
-        leaves.append(value)
-        return ("scalar", "bool")
+        return scalar
     if cls is tuple:
-        return ("tuple", tuple([flatten(item, leaves, kinds) for item in value]))
+        return ir.TupleLayout(tuple([flatten(item, leaves, kinds) for item in value]))
     if cls is str:
-        return ("text", value)
+        return ir.TextLayout(value)
     if cls is Function and not value.captured:  # a function without captured values: compiled in
         kinds[id(value)] = value
-        return ("function", id(value), value.name)
+        return ir.FunctionArgument(id(value), value.name)
     kind = getattr(value, "type", None)
     values = getattr(value, "values", None)
     if kind is not None and values is not None and hasattr(kind, "fields"):
         kinds[id(kind)] = kind
-        return ("struct", id(kind), tuple([flatten(item, leaves, kinds) for item in values]), kind.name)
-    return ("other", cls.__name__)
+        return ir.StructLayout(id(kind), tuple([flatten(item, leaves, kinds) for item in values]), kind.name)
+    return ir.OtherArgument(cls.__name__)
 
 
-def layout_leaves(layout: tuple):
-    """The leaves of a layout (of arguments or of a result), in order: its tuples and structs opened."""
-    kind = layout[0]
-    if kind == "tuple":
-        for item in layout[1]:
-            yield from layout_leaves(item)
-    elif kind == "struct":
-        for item in layout[2]:
-            yield from layout_leaves(item)
-    else:
-        yield layout
+# The layouts of DL's scalars by their run-time class (i64 and bool are Python ints and bools).
+SCALAR_CLASSES = {
+    np.float32: ir.ScalarArgument("f32"),
+    np.float64: ir.ScalarArgument("f64"),
+    int: ir.ScalarArgument("i64"),
+    np.int32: ir.ScalarArgument("i32"),
+    bool: ir.ScalarArgument("bool"),
+    np.bool_: ir.ScalarArgument("bool"),
+}
 
 
-def build_result(layout: tuple, cells: dict, outputs: dict) -> object:
-
-    kind = layout[0]
-    if kind == "tensor":
-        return outputs[layout[1]]
-    if kind == "scalar":
-        value = cells[layout[1]][0]
-        if layout[2] == "i64":
-            return int(value)
-        if layout[2] == "bool":
-            return bool(value)
-        return value
-    if kind == "tuple":
-        return tuple(build_result(item, cells, outputs) for item in layout[1])
-    if kind == "struct":
-        return StructValue(layout[1], tuple(build_result(item, cells, outputs) for item in layout[2]))
-    if kind == "text":
-        return layout[1]
+def build_result(layout: ir.Layout, cells: dict, outputs: dict) -> object:
+    """The run-time value a specialisation returned, from its result slots."""
+    match layout:
+        case ir.TensorResult(slot=slot):
+            return outputs[slot]
+        case ir.ScalarResult(slot=slot, dtype=dtype):
+            value = cells[slot][0]
+            return int(value) if dtype == "i64" else bool(value) if dtype == "bool" else value
+        case ir.TupleLayout(items=items):
+            return tuple(build_result(item, cells, outputs) for item in items)
+        case ir.StructLayout(kind=kind, items=items):
+            return StructValue(kind, tuple(build_result(item, cells, outputs) for item in items))
+        case ir.TextLayout(text=text):
+            return text
     return ()
 
 
-def describe_layout(layout: tuple) -> str:
-    kind = layout[0]
-    if kind == "tensor":
-        return f"{layout[1]}[{', '.join(map(str, layout[2]))}]"
-    if kind == "scalar":
-        return layout[1]
-    if kind == "tuple":
-        return f"({', '.join(describe_layout(item) for item in layout[1])})"
-    if kind == "struct":
-        return layout[3]
-    if kind == "text":
-        return "str"
-    if kind == "static":
-        return f"i64 = {layout[1]}"
-    if kind == "function":
-        return f"fn {layout[2]}"
-    return layout[1]
+def describe_layout(layout: ir.Layout) -> str:
+    match layout:
+        case ir.TensorArgument(dtype=dtype, shape=shape):
+            return f"{dtype}[{', '.join(map(str, shape))}]"
+        case ir.ScalarArgument(dtype=dtype):
+            return str(dtype)
+        case ir.TupleLayout(items=items):
+            return f"({', '.join(describe_layout(item) for item in items)})"
+        case ir.StructLayout(name=name):
+            return name
+        case ir.TextLayout():
+            return "str"
+        case ir.StaticArgument(value=value):
+            return f"i64 = {value}"
+        case ir.FunctionArgument(name=name):
+            return f"fn {name}"
+        case ir.OtherArgument(class_name=class_name):
+            return class_name
+    return str(layout)

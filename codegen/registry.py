@@ -66,7 +66,8 @@ class Registry:
         if len(self.entries) >= MAX_SPECIALISATIONS:
             raise Unsupported(
                 f"its recursion needs more than {MAX_SPECIALISATIONS} specialisations (argument layouts), "
-                f"the last of `{decl.name}` (at {span})"
+                f"the last of `{decl.name}`",
+                span,
             )
         symbol = f"{path}::{decl.name}.specialised" + (f".{self.made}" if self.made else "")
         self.made += 1

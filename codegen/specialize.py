@@ -137,7 +137,7 @@ class Specialiser(FunctionLowering):
         params = {}
         for position, (param, argument) in enumerate(zip(decl.params, self.arguments, strict=True)):
             params[param.name] = self.argument(argument, param.name)
-            if argument == ("scalar", "i64"):
+            if argument == ir.ScalarArgument("i64"):
                 self.parameter_temps[params[param.name].operand.name] = frozenset({position})
         argument_slots = self.slot_count
         if self.expected_result is not None:
@@ -177,84 +177,84 @@ class Specialiser(FunctionLowering):
         recursive call reached before any `return`: its slots are taken now, and the `return`s fill them."""
         decl = self.decl
         found = [s for s in self.typed.signatures.get(self.root_path, []) if s.name == decl.name]
-        unknown = f"what `{decl.name}` returns is not known at its recursive call (at {span})"
+        unknown = Unsupported(f"what `{decl.name}` returns is not known at its recursive call", span)
         if len(found) != 1:
-            raise ResultUnknown(entry, unknown)
+            raise ResultUnknown(entry, unknown.reason, span)
         bindings: dict = {}
         for (_, declared), layout in zip(found[0].params, self.arguments, strict=True):
             bind_dimensions(declared, layout, bindings)
         try:
             return self.result_slots(found[0].result, bindings, unknown)
         except Unsupported:
-            raise ResultUnknown(entry, unknown) from None
+            raise ResultUnknown(entry, unknown.reason, span) from None
 
-    def taken(self, layout: tuple) -> tuple:
+    def taken(self, layout: ir.Layout) -> ir.Layout:
         """A result layout found by a probe, its slots (and result buffers) taken in this lowering."""
-        kind = layout[0]
-        if kind == "scalar":
-            return ("scalar", self.new_slot(), layout[2])
-        if kind == "tensor":
-            _, _, dtype, shape, _ = layout
-            buffer = ir.Buffer(f"result#{len(self.buffer_list)}", dtype, shape, self.new_slot())
-            self.buffer_list.append(buffer)
-            return ("tensor", buffer.slot, dtype, shape, buffer)
-        if kind == "tuple":
-            return ("tuple", tuple(self.taken(item) for item in layout[1]))
-        if kind == "struct":
-            return ("struct", layout[1], tuple(self.taken(item) for item in layout[2]))
+        match layout:
+            case ir.ScalarResult(dtype=dtype):
+                return ir.ScalarResult(self.new_slot(), dtype)
+            case ir.TensorResult(dtype=dtype, shape=shape):
+                return self.result_buffer(dtype, shape)
+            case ir.TupleLayout(items=items):
+                return ir.TupleLayout(tuple(self.taken(item) for item in items))
+            case ir.StructLayout(kind=kind, items=items, name=name):
+                return ir.StructLayout(kind, tuple(self.taken(item) for item in items), name)
         return layout
 
-    def result_slots(self, declared: object, bindings: dict, unknown: str) -> tuple:
+    def result_buffer(self, dtype: str, shape: tuple[int, ...]) -> ir.TensorResult:
+        """A buffer the host allocates for a returned tensor, in a slot of its own."""
+        buffer = ir.Buffer(f"result#{len(self.buffer_list)}", dtype, shape, self.new_slot())
+        self.buffer_list.append(buffer)
+        return ir.TensorResult(buffer.slot, dtype, shape, buffer)
+
+    def result_slots(self, declared: object, bindings: dict, unknown: Unsupported) -> ir.Layout:
         if declared == UNIT:
-            return ("unit",)
+            return ir.UnitResult()
         if isinstance(declared, TupleType):
-            return ("tuple", tuple(self.result_slots(item, bindings, unknown) for item in declared.items))
+            return ir.TupleLayout(tuple(self.result_slots(item, bindings, unknown) for item in declared.items))
         if not isinstance(declared, TensorType) or declared.dtype not in DTYPE_NAMES:
-            raise Unsupported(unknown)
+            raise unknown
         if not declared.dims:
-            return ("scalar", self.new_slot(), declared.dtype)
+            return ir.ScalarResult(self.new_slot(), declared.dtype)
         shape = tuple(bindings.get(d, d) for d in declared.dims)
         if not all(isinstance(n, int) for n in shape):
-            raise Unsupported(unknown)
-        buffer = ir.Buffer(f"result#{len(self.buffer_list)}", declared.dtype, shape, self.new_slot())
-        self.buffer_list.append(buffer)
-        return ("tensor", buffer.slot, declared.dtype, shape, buffer)
+            raise unknown
+        return self.result_buffer(declared.dtype, shape)
 
-    def argument(self, layout: tuple, name: str) -> object:
-        kind = layout[0]
-        if kind == "tensor":
-            _, dtype, shape = layout
-            if dtype is None:
-                raise Unsupported(f"`{name}` is a tensor of a dtype the compiler does not handle")
-            # every buffer's name ends in its unique number: an argument `t` never meets a temporary `t`
-            buffer = ir.Buffer(f"{name}#{len(self.buffer_list)}", dtype, shape, self.slot_count)
-            self.slot_count += 1
-            self.buffer_list.append(buffer)
-            return view(buffer)
-        if kind == "scalar":
-            if layout[1] is None:
-                raise Unsupported(f"`{name}` is a scalar of a dtype the compiler does not handle")
-            result = self.temp(name, layout[1])
-            self.emit(ir.LoadSlot(result, self.slot_count))
-            self.slot_count += 1
-            return Value(result)
-        if kind == "tuple":
-            return tuple(self.argument(item, f"{name}.{k}") for k, item in enumerate(layout[1]))
-        if kind == "struct":
-            struct_type = self.structs.kind(layout[1])
-            values = [self.argument(item, f"{name}.{f}") for f, item in zip(struct_type.fields, layout[2], strict=True)]
-            return Struct(struct_type, struct_type.name, struct_type.fields, values)
-        if kind == "text":
-            return Text(layout[1])
-        if kind == "static":  # an integer compiled in (see NeedsStatic)
-            return Value(ir.Const(layout[1], "i64"))
-        if kind == "function":  # a DL function passed as an argument: its declaration, inlined where called
-            function = self.structs.kind(layout[1])
-            found = function_declaration(self.typed, function.span)
-            if found is None:
-                raise Unsupported(f"`{name}` is a function compiled code does not know")
-            return Closure(*found)
-        raise Unsupported(f"`{name}` is a {layout[1]} value, which compiled code does not take")
+    def argument(self, layout: ir.Layout, name: str) -> object:
+        match layout:
+            case ir.TensorArgument(dtype=None) | ir.ScalarArgument(dtype=None):
+                kind = "tensor" if isinstance(layout, ir.TensorArgument) else "scalar"
+                raise Unsupported(f"`{name}` is a {kind} of a dtype the compiler does not handle")
+            case ir.TensorArgument(dtype=dtype, shape=shape):
+                # every buffer's name ends in its unique number: an argument `t` never meets a temporary `t`
+                buffer = ir.Buffer(f"{name}#{len(self.buffer_list)}", dtype, shape, self.slot_count)
+                self.slot_count += 1
+                self.buffer_list.append(buffer)
+                return view(buffer)
+            case ir.ScalarArgument(dtype=dtype):
+                result = self.temp(name, dtype)
+                self.emit(ir.LoadSlot(result, self.slot_count))
+                self.slot_count += 1
+                return Value(result)
+            case ir.TupleLayout(items=items):
+                return tuple(self.argument(item, f"{name}.{k}") for k, item in enumerate(items))
+            case ir.StructLayout(kind=key, items=items):
+                struct_type = self.structs.kind(key)
+                values = [self.argument(item, f"{name}.{f}") for f, item in zip(struct_type.fields, items, strict=True)]
+                return Struct(struct_type, struct_type.name, struct_type.fields, values)
+            case ir.TextLayout(text=text):
+                return Text(text)
+            case ir.StaticArgument(value=value):  # an integer compiled in (see NeedsStatic)
+                return Value(ir.Const(value, "i64"))
+            case ir.FunctionArgument(key=key):  # a DL function passed as an argument: inlined where called
+                found = function_declaration(self.typed, self.structs.kind(key).span)
+                if found is None:
+                    raise Unsupported(f"`{name}` is a function compiled code does not know")
+                return Closure(*found)
+            case ir.OtherArgument(class_name=class_name):
+                raise Unsupported(f"`{name}` is a {class_name} value, which compiled code does not take")
+        raise Unsupported(f"`{name}` is a value compiled code does not take")
 
     # -------------------------------------------------------------- buffers
     def allocate(self, dtype: str, shape: tuple[int, ...], hint: str = "t") -> ir.Buffer:
@@ -423,17 +423,17 @@ class Specialiser(FunctionLowering):
         elif isinstance(home, TapeValue) and isinstance(value, TapeValue) and value.tape == home.tape:
             value.live, home.live = False, True  # the variable holds the tape as it now is
         elif home != value:
-            raise Unsupported(f"an assignment changes the structure of a variable (at {span})")
+            raise Unsupported("an assignment changes the structure of a variable", span)
 
     def tensor_like(self, value: object, home: Tensor, span: Span) -> Tensor:
         if isinstance(value, Value):
             operand = self.convert(value, home.dtype, "the assigned value") if value.weak is not None else value.operand
             value = Tensor(operand.dtype, (), ir.Splat(operand))
         if not isinstance(value, Tensor) or value.dtype != home.dtype:
-            raise Unsupported(f"an assignment changes a tensor's dtype (at {span})")
+            raise Unsupported("an assignment changes a tensor's dtype", span)
         if value.shape != home.shape:
             raise Unsupported(
-                f"an assignment changes a tensor's shape from {list(home.shape)} to {list(value.shape)} (at {span})"
+                f"an assignment changes a tensor's shape from {list(home.shape)} to {list(value.shape)}", span
             )
         return value
 
@@ -455,7 +455,7 @@ class Specialiser(FunctionLowering):
         match stmt:
             case ast.Let(pattern=pattern, value=value):
                 if id(stmt) in self.typed.runtime_checks:
-                    raise Unsupported(f"a `let` is checked at run time (at {stmt.span})")
+                    raise Unsupported("a `let` is checked at run time", stmt.span)
                 self.let(pattern, self.evaluate(value), stmt.span)
             case ast.Assign(target=target, op=op, value=value):
                 self.assignment(target, op, value, stmt.span)
@@ -481,14 +481,14 @@ class Specialiser(FunctionLowering):
             case ast.FnDecl(name=name):
                 self.scopes[-1][name] = self.closure(stmt)
             case _:
-                raise Unsupported(f"a statement the compiler does not handle yet (at {stmt.span})")
+                raise Unsupported("a statement the compiler does not handle yet", stmt.span)
 
     def if_statement(self, stmt: ast.If) -> None:
         """An `if` whose condition is known when compiling (a string compared, a constant) is only its
         branch taken; any other is the scalar lowering's two blocks, after homes for what they assign."""
         condition = self.scalar_of(self.evaluate(stmt.cond), stmt.span)
         if condition.operand.dtype != "bool":
-            raise Unsupported(f"a condition is {condition.operand.dtype}, not bool (at {stmt.cond.span})")
+            raise Unsupported(f"a condition is {condition.operand.dtype}, not bool", stmt.cond.span)
         if isinstance(condition.operand, ir.Const):
             chosen = stmt.then if condition.operand.value else stmt.orelse
             if isinstance(chosen, ast.If):
@@ -504,7 +504,7 @@ class Specialiser(FunctionLowering):
         the loop may change it), `x` each row in turn (a scalar for a vector)."""
         sequence = self.evaluate(iterable)
         if not isinstance(sequence, Tensor) or not sequence.shape:
-            raise Unsupported(f"`for` over something other than a tensor (at {stmt.span})")
+            raise Unsupported("`for` over something other than a tensor", stmt.span)
         self.make_homes(stmt)
         # written once before the loop; copied if it is storage the loop may overwrite
         sequence = self.copy(sequence) if reads(sequence.tree, self.homes) else self.materialise(sequence)
@@ -536,7 +536,7 @@ class Specialiser(FunctionLowering):
                 self.scopes[-1][name] = self.bind(settled(value), self.uses.get(name, 0))
             case ast.TuplePattern(items=items):
                 if not isinstance(value, tuple) or len(value) != len(items):
-                    raise Unsupported(f"a tuple pattern of {len(items)} does not match the value (at {span})")
+                    raise Unsupported(f"a tuple pattern of {len(items)} does not match the value", span)
                 for item, part in zip(items, value, strict=True):
                     self.let(item, part, span)
 
@@ -560,10 +560,10 @@ class Specialiser(FunctionLowering):
             case ast.Field(target=inner, name=name):
                 record = self.evaluate(inner)
                 if not isinstance(record, Struct):
-                    raise Unsupported(f"assigning a field of a value that is not a struct (at {span})")
+                    raise Unsupported("assigning a field of a value that is not a struct", span)
                 position = record.fields.index(name) if name in record.fields else None
                 if position is None:
-                    raise Unsupported(f"`{record.name}` has no field `{name}` (at {span})")
+                    raise Unsupported(f"`{record.name}` has no field `{name}`", span)
                 root = ast.target_names(inner)
                 owner = (self.scope_of(root[0], span), root[0]) if root else None
                 if owner is not None and self.owns(*owner, record.values[position]):
@@ -574,14 +574,14 @@ class Specialiser(FunctionLowering):
                     self.assign_to(inner, Struct(record.kind, record.name, record.fields, values), span)
             case ast.TupleLiteral(items=items):
                 if not isinstance(value, tuple) or len(value) != len(items):
-                    raise Unsupported(f"a tuple assignment does not match the value (at {span})")
+                    raise Unsupported("a tuple assignment does not match the value", span)
                 value = self.bind(value, 1, detach=True)  # read every part before writing any: `(a, b) = (b, a)`
                 for item, part in zip(items, value, strict=True):
                     self.assign_to(item, part, span)
             case ast.Index(target=ast.Name(id=name) as base, indices=indices):
                 self.assign_element(name, base, indices, value, span)
             case _:
-                raise Unsupported(f"an assignment to this target (at {span})")
+                raise Unsupported("an assignment to this target", span)
 
     def assign_element(self, name: str, base: ast.Name, indices: tuple, value: object, span: Span) -> None:
         """`x[i, a:b] = v` (and `+=`): the selected elements of `x`'s storage are overwritten; `x` is first
@@ -589,7 +589,7 @@ class Specialiser(FunctionLowering):
         scope = self.scope_of(name, span)
         current = scope[name]
         if not isinstance(current, Tensor):
-            raise Unsupported(f"assigning an element of a value that is not a tensor (at {span})")
+            raise Unsupported("assigning an element of a value that is not a tensor", span)
         if not self.owns(scope, name, current):  # storage of its own, which later assignments write
             current = self.copy(current)
             scope[name] = current
@@ -603,7 +603,7 @@ class Specialiser(FunctionLowering):
         if isinstance(value, Value):
             value = Tensor(current.dtype, (), ir.Splat(self.promote(value, current.dtype, span)))
         if not isinstance(value, Tensor) or value.dtype != current.dtype:
-            raise Unsupported(f"an element assignment of another dtype (at {span})")
+            raise Unsupported("an element assignment of another dtype", span)
         tree = broadcast(value, region.shape, span).tree
         target = current.tree.buffer
         if reads(tree, {target.name}) and not same_view_only(tree, region.tree):
@@ -614,7 +614,7 @@ class Specialiser(FunctionLowering):
         for scope in reversed(self.scopes):
             if name in scope:
                 return scope
-        raise Unsupported(f"it assigns `{name}`, which is not a local variable (at {span})")
+        raise Unsupported(f"it assigns `{name}`, which is not a local variable", span)
 
     def write_result(self, value: object, span: Span) -> None:
         """A `return`: into the caller's homes for an inlined function, into the host's results for the
@@ -632,47 +632,47 @@ class Specialiser(FunctionLowering):
             self.result_layout = layout
         self.finish(ir.Jump(self.exit_label))
 
-    def result_of(self, value: object, span: Span, known: tuple | None) -> tuple:
+    def result_of(self, value: object, span: Span, known: ir.Layout | None) -> ir.Layout:
         """Store a returned value where the host finds it; `known` is the layout of an earlier `return`."""
         if value is None:
-            if known not in (None, ("unit",)):
-                self.undecided(f"returns of different kinds (at {span})")
-            return ("unit",)
+            if known not in (None, ir.UnitResult()):
+                self.undecided("returns of different kinds", span)
+            return ir.UnitResult()
         if isinstance(value, ir.Variable):
             value = self.read_variable(value)
         if isinstance(value, Value):
             operand = value.operand
-            slot = known[1] if known is not None and known[0] == "scalar" else self.new_slot()
-            if known is not None and known != ("scalar", slot, operand.dtype):
-                self.undecided(f"returns of different types (at {span})")
+            slot = known.slot if isinstance(known, ir.ScalarResult) else self.new_slot()
+            if known is not None and known != ir.ScalarResult(slot, operand.dtype):
+                self.undecided("returns of different types", span)
             self.emit(ir.StoreSlot(slot, operand))
-            return ("scalar", slot, operand.dtype)
+            return ir.ScalarResult(slot, operand.dtype)
         if isinstance(value, Tensor):
-            if known is not None:
-                if known[0] != "tensor" or known[2:4] != (value.dtype, value.shape):
-                    self.undecided(f"returns of different types or shapes (at {span})")
-                buffer = known[4]
+            if known is None:
+                result = self.result_buffer(value.dtype, value.shape)
+            elif isinstance(known, ir.TensorResult) and (known.dtype, known.shape) == (value.dtype, value.shape):
+                result = known
             else:
-                buffer = ir.Buffer(f"result#{len(self.buffer_list)}", value.dtype, value.shape, self.new_slot())
-                self.buffer_list.append(buffer)
-            self.emit(ir.Fill(buffer, value.tree))
-            return ("tensor", buffer.slot, value.dtype, value.shape, buffer)
+                self.undecided("returns of different types or shapes", span)
+            self.emit(ir.Fill(result.buffer, value.tree))
+            return result
         if isinstance(value, tuple):
-            if known is not None and (known[0] != "tuple" or len(known[1]) != len(value)):
-                self.undecided(f"returns of different types (at {span})")
-            parts = known[1] if known is not None else (None,) * len(value)
-            return ("tuple", tuple(self.result_of(v, span, k) for v, k in zip(value, parts, strict=True)))
+            if known is not None and (not isinstance(known, ir.TupleLayout) or len(known.items) != len(value)):
+                self.undecided("returns of different types", span)
+            parts = known.items if known is not None else (None,) * len(value)
+            return ir.TupleLayout(tuple(self.result_of(v, span, k) for v, k in zip(value, parts, strict=True)))
         if isinstance(value, Text):  # known when compiled: the host hands the string back
-            if known is not None and known != ("text", value.value):
-                self.undecided(f"returns of different strings (at {span})")
-            return ("text", value.value)
+            if known is not None and known != ir.TextLayout(value.value):
+                self.undecided("returns of different strings", span)
+            return ir.TextLayout(value.value)
         if isinstance(value, Struct):
             kind = value.kind
-            if known is not None and (known[0] != "struct" or known[1] is not kind):
-                self.undecided(f"returns of different types (at {span})")
-            parts = known[2] if known is not None else (None,) * len(value.values)
-            return ("struct", kind, tuple(self.result_of(v, span, k) for v, k in zip(value.values, parts, strict=True)))
-        raise Unsupported(f"it returns a value compiled code cannot hand back (at {span})")
+            if known is not None and (not isinstance(known, ir.StructLayout) or known.kind is not kind):
+                self.undecided("returns of different types", span)
+            parts = known.items if known is not None else (None,) * len(value.values)
+            items = tuple(self.result_of(v, span, k) for v, k in zip(value.values, parts, strict=True))
+            return ir.StructLayout(kind, items, value.name)
+        raise Unsupported("it returns a value compiled code cannot hand back", span)
 
     def new_slot(self) -> int:
         self.slot_count += 1
@@ -688,7 +688,7 @@ class Specialiser(FunctionLowering):
             return self.read_variable(value)
         if isinstance(value, Value):
             return value
-        raise Unsupported(f"a scalar is expected here, found a {type(value).__name__.lower()} (at {span})")
+        raise Unsupported(f"a scalar is expected here, found a {type(value).__name__.lower()}", span)
 
     def read_variable(self, variable: ir.Variable) -> Value:
         result = self.temp(variable.name, variable.dtype)
@@ -706,7 +706,7 @@ class Specialiser(FunctionLowering):
             case ast.StringLiteral(value=value):
                 return Text(value)
             case ast.FString():
-                raise Unsupported(f"an f-string, which the interpreter formats (at {expr.span})")
+                raise Unsupported("an f-string, which the interpreter formats", expr.span)
             case ast.Name(id=name):
                 return self.name(name, expr)
             case ast.Unary(op="-", operand=operand):
@@ -737,7 +737,7 @@ class Specialiser(FunctionLowering):
                 return self.closure(expr)
             case ast.TensorLiteral():
                 return self.tensor_literal(expr)
-        raise Unsupported(f"{type(expr).__name__.lower()} expressions (at {expr.span})")
+        raise Unsupported(f"{type(expr).__name__.lower()} expressions", expr.span)
 
     def name(self, name: str, expr: ast.Name) -> object:
         for scope in reversed(self.scopes):
@@ -771,7 +771,7 @@ class Specialiser(FunctionLowering):
             module = self.module_path(expr.target.id)
             if module is not None:
                 return self.constant(module, expr.name, expr.span)
-        raise Unsupported(f"a name compiled code does not know (at {expr.span})")
+        raise Unsupported("a name compiled code does not know", expr.span)
 
     def module_path(self, alias: str) -> str | None:
         for name, target in self.typed.program.imports.get(self.path, []):
@@ -789,7 +789,7 @@ class Specialiser(FunctionLowering):
                 None,
             )
             if decl is None:
-                raise Unsupported(f"`{name}` is not a local variable or a constant (at {span})")
+                raise Unsupported(f"`{name}` is not a local variable or a constant", span)
             saved = (self.scopes, self.path)
             self.scopes, self.path = [{}], path
             try:
@@ -797,7 +797,7 @@ class Specialiser(FunctionLowering):
             finally:
                 self.scopes, self.path = saved
             if not (isinstance(value, Text) or (isinstance(value, Value) and isinstance(value.operand, ir.Const))):
-                raise Unsupported(f"constant `{name}` is not a number, bool or string known before running (at {span})")
+                raise Unsupported(f"constant `{name}` is not a number, bool or string known before running", span)
             self.constants[key] = settled(value)
         return self.constants[key]
 
@@ -807,7 +807,7 @@ class Specialiser(FunctionLowering):
             return self.global_value(expr)
         record = self.evaluate(target)
         if not isinstance(record, Struct):
-            raise Unsupported(f"`.{name}` of a value that is not a struct (at {expr.span})")
+            raise Unsupported(f"`.{name}` of a value that is not a struct", expr.span)
         value = record.field(name, expr.span)
         return self.read_variable(value) if isinstance(value, ir.Variable) else value
 
@@ -817,7 +817,7 @@ class Specialiser(FunctionLowering):
         elif isinstance(expr.type, ast.Field) and isinstance(expr.type.target, ast.Name):
             path, name = self.module_path(expr.type.target.id), expr.type.name
         else:
-            raise Unsupported(f"a struct literal of this type (at {expr.span})")
+            raise Unsupported("a struct literal of this type", expr.span)
         decl = next(
             (
                 d
@@ -827,11 +827,11 @@ class Specialiser(FunctionLowering):
             None,
         )
         if decl is None:
-            raise Unsupported(f"struct `{name}` not found (at {expr.span})")
+            raise Unsupported(f"struct `{name}` not found", expr.span)
         fields = tuple(f.name for f in decl.fields)
         given = {init.name: self.evaluate(init.value) for init in expr.fields}
         if set(given) != set(fields):
-            raise Unsupported(f"a struct literal without every field (at {expr.span})")
+            raise Unsupported("a struct literal without every field", expr.span)
         kind = self.structs.declared(path, name)
         return Struct(kind, name, fields, [self.bind(given[f], 2) for f in fields])
 
@@ -869,14 +869,14 @@ class Specialiser(FunctionLowering):
         if values and all(isinstance(v, Tensor) for v in values):  # rows: stacked
             return joined(self, values, 0, True, expr.span)
         if not values or not all(isinstance(v, (Value, ir.Variable)) for v in values):
-            raise Unsupported(f"a tensor literal of this (at {expr.span})")
+            raise Unsupported("a tensor literal of this", expr.span)
         values = [self.scalar_of(v, expr.span) for v in values]
         strong = {v.operand.dtype for v in values if v.weak is None}
         if len(strong) > 1:
-            raise Unsupported(f"a tensor literal mixing dtypes (at {expr.span})")
+            raise Unsupported("a tensor literal mixing dtypes", expr.span)
         dtype = strong.pop() if strong else ("f32" if any(isinstance(v.weak, float) for v in values) else "i64")
         if dtype == "i64" and any(isinstance(v.weak, float) for v in values):
-            raise Unsupported(f"a tensor literal mixing integers and floats (at {expr.span})")
+            raise Unsupported("a tensor literal mixing integers and floats", expr.span)
         buffer = self.allocate(dtype, (len(values),))
         # one loop writing each element: element k is `select(i == k, value_k, ...)`
         tree: object = ir.Splat(self.convert(values[-1], dtype, "an element"))
@@ -901,7 +901,7 @@ class Specialiser(FunctionLowering):
         if isinstance(left, Value) and isinstance(right, Value):
             return self.binary(op, left, right, span)
         if isinstance(left, (Struct, tuple)) or isinstance(right, (Struct, tuple)):
-            raise Unsupported(f"`{op}` of structs or tuples (at {span})")
+            raise Unsupported(f"`{op}` of structs or tuples", span)
         return self.elementwise(op, [left, right], span)
 
     def binary(self, op: str, left: Value, right: Value, span: Span) -> Value:
@@ -922,12 +922,12 @@ class Specialiser(FunctionLowering):
         scalars do, an i32 widens); `dtype` where only literals meet (`where(c, 1.0, 0.0)`)."""
         tensors = [v for v in values if isinstance(v, Tensor)]
         if not tensors:
-            raise Unsupported(f"`{op}` without a tensor (at {span})")
+            raise Unsupported(f"`{op}` without a tensor", span)
         operands = values[1:] if op == "select" else values
         common = self.common_dtype_of(op, operands, dtype, span)
         converted = sorted({v.dtype for v in operands if isinstance(v, Tensor) and v.dtype != common})
         if any((source, common) not in TENSOR_PROMOTIONS for source in converted):
-            raise Unsupported(f"`{op}` of {' and '.join([*converted, common])} tensors (at {span})")
+            raise Unsupported(f"`{op}` of {' and '.join([*converted, common])} tensors", span)
         shape: tuple[int, ...] = ()
         for t in tensors:
             shape = broadcast_shape(shape, t.shape, span)
@@ -942,16 +942,16 @@ class Specialiser(FunctionLowering):
                 wanted = "bool" if op == "select" and k == 0 else common
                 trees.append(ir.Splat(self.promote(v, wanted, span)))
             else:
-                raise Unsupported(f"`{op}` of a {type(v).__name__.lower()} (at {span})")
+                raise Unsupported(f"`{op}` of a {type(v).__name__.lower()}", span)
         if op in COMPARE_NAMES:
             return Tensor("bool", shape, ir.Apply(COMPARE_NAMES[op], "bool", tuple(trees)))
         name = ARITHMETIC.get(op, op)
         if name in ("div", "pow") and common not in FLOATS:
-            raise Unsupported(f"`{op}` on {common} tensors (at {span})")
+            raise Unsupported(f"`{op}` on {common} tensors", span)
         if name in ("floordiv", "mod") and common in ir.INTEGER_DTYPES:
             self.nonzero_divisor(trees[1], shape, op, span)
         if name in ("add", "sub", "mul", "div", "pow", "neg") and common == "bool":
-            raise Unsupported(f"`{op}` on bool tensors (at {span})")
+            raise Unsupported(f"`{op}` on bool tensors", span)
         if name == "add":  # `zeros_like(x) + v` (derivative code's zeroed adjoints): `v` itself
             for zero, other in ((0, 1), (1, 0)):
                 kept = values[other]
@@ -979,12 +979,12 @@ class Specialiser(FunctionLowering):
         kinds += [(v.operand.dtype, v.weak is not None) for v in operands if isinstance(v, Value)]
         if all(weak for _, weak in kinds):
             if dtype is None:
-                raise Unsupported(f"`{op}` mixes literals only (at {span})")
+                raise Unsupported(f"`{op}` mixes literals only", span)
             return dtype
         common, weak = kinds[0]
         for other, other_weak in kinds[1:]:
             if "bool" in (common, other) and common != other and (weak or other_weak):
-                raise Unsupported(f"`{op}` of a number literal and a bool (at {span})")
+                raise Unsupported(f"`{op}` of a number literal and a bool", span)
             common, weak = promoted_dtype(common, weak, other, other_weak), weak and other_weak
         return common
 
@@ -992,20 +992,20 @@ class Specialiser(FunctionLowering):
     def index(self, value: object, indices: tuple, span: Span) -> object:
         if isinstance(value, tuple):
             if len(indices) != 1:
-                raise Unsupported(f"a tuple indexed by several indices (at {span})")
+                raise Unsupported("a tuple indexed by several indices", span)
             position = self.static_int(self.evaluate(indices[0]), span)
             if not -len(value) <= position < len(value):
-                raise Unsupported(f"tuple index {position} out of range (at {span})")
+                raise Unsupported(f"tuple index {position} out of range", span)
             item = value[position]
             return self.read_variable(item) if isinstance(item, ir.Variable) else item
         if not isinstance(value, Tensor):
-            raise Unsupported(f"indexing a {type(value).__name__.lower()} (at {span})")
+            raise Unsupported(f"indexing a {type(value).__name__.lower()}", span)
         if len(indices) == 1 and not isinstance(indices[0], ast.Slice):
             chosen = self.evaluate(indices[0])
             chosen = as_index(self, chosen)
             if isinstance(chosen, Tensor):  # x[[2, 0, 2]]: rows picked by a tensor of indices
                 if chosen.dtype != "i64":
-                    raise Unsupported(f"indexing by a {chosen.dtype} tensor (at {span})")
+                    raise Unsupported(f"indexing by a {chosen.dtype} tensor", span)
 
                 return gathered(self, value, chosen, 0, span, index_error=True)
             indices = (ValueIndex(chosen),)
@@ -1019,7 +1019,7 @@ class Specialiser(FunctionLowering):
     def view_of(self, value: Tensor, indices: tuple, span: Span) -> Tensor:
         """The elements `value[indices]` select (integers and slices without steps), as a view."""
         if len(indices) > len(value.shape):
-            raise Unsupported(f"too many indices (at {span})")
+            raise Unsupported("too many indices", span)
         tensor = value if isinstance(value.tree, ir.Read) else self.materialise(value)
         read = tensor.tree
         offset: ir.Operand = read.offset
@@ -1032,7 +1032,7 @@ class Specialiser(FunctionLowering):
                     for part in (index.start, index.stop, index.step)
                 ]
                 if bounds[2] == 0:
-                    raise Unsupported(f"a slice step of 0 (at {span})")
+                    raise Unsupported("a slice step of 0", span)
                 picked = range(n)[slice(*bounds)]
                 offset = self.add_offset(offset, ir.Const((picked.start if picked else 0) * stride, "i64"))
                 shape.append(len(picked))
@@ -1041,7 +1041,7 @@ class Specialiser(FunctionLowering):
             position = self.scalar_of(index.value if isinstance(index, ValueIndex) else self.evaluate(index), span)
             position = as_index(self, position)
             if position.operand.dtype != "i64":
-                raise Unsupported(f"an index that is not an i64 (at {span})")
+                raise Unsupported("an index that is not an i64", span)
             offset = self.add_offset(offset, self.scaled(self.checked_index(position.operand, n, axis, span), stride))
         shape.extend(tensor.shape[len(indices) :])
         strides.extend(read.strides[len(indices) :])
@@ -1051,7 +1051,7 @@ class Specialiser(FunctionLowering):
         """An index in 0..size (negative ones count from the end), or E0501 as the interpreter reports it."""
         if isinstance(index, ir.Const):
             if not -size <= index.value < size:
-                raise Unsupported(f"index {index.value} out of range (at {span})")
+                raise Unsupported(f"index {index.value} out of range", span)
             return ir.Const(index.value % size, "i64")
         negative, wrapped = self.temp("negative", "bool"), self.temp("wrapped", "i64")
         self.emit(ir.Compare(negative, "<", index, ZERO))
@@ -1094,20 +1094,20 @@ class Specialiser(FunctionLowering):
     def static_int(self, value: object, span: Span, what: str = "an integer") -> int:
         if isinstance(value, Value) and isinstance(value.operand, ir.Const) and value.operand.dtype == "i64":
             return int(value.operand.value)
-        message = f"{what} known only at run time where compiled code needs a constant (at {span})"
+        message = f"{what} known only at run time where compiled code needs a constant"
         if isinstance(value, Value) and isinstance(value.operand, ir.Temp):
             positions = self.parameter_temps.get(value.operand.name)
             if positions:
-                raise NeedsStatic(min(positions), message)
-        raise Unsupported(message)
+                raise NeedsStatic(min(positions), message, span)
+        raise Unsupported(message, span)
 
-    def undecided(self, message: str) -> None:
+    def undecided(self, message: str, span: Span) -> None:
         """Returns of different types or shapes: compiled per value of an integer parameter (the first one
         still known only at run time), its branches may be decided; else refused."""
         positions = frozenset().union(*self.parameter_temps.values())
         if positions:
-            raise NeedsStatic(min(positions), message)
-        raise Unsupported(message)
+            raise NeedsStatic(min(positions), message, span)
+        raise Unsupported(message, span)
 
     # -------------------------------------------------------------- calls
     def call_expression(self, expr: ast.Call, discarded: bool) -> object:
@@ -1119,7 +1119,7 @@ class Specialiser(FunctionLowering):
             return call_primitive(self, callee.prim, args, keywords, expr.span, discarded, binding)
         if isinstance(callee, Closure):
             return self.inline(callee, args, keywords, expr.span, binding=self.typed.bindings.get(id(expr)))
-        raise Unsupported(f"a call of something compiled code cannot call (at {expr.span})")
+        raise Unsupported("a call of something compiled code cannot call", expr.span)
 
     def callee(self, name: ast.Name) -> object:
         for scope in reversed(self.scopes):
@@ -1150,7 +1150,7 @@ class Specialiser(FunctionLowering):
         if separate and (id(decl) in self.active or self.depth >= INLINE_DEPTH):
             return self.call_separately(closure, self.argument_values(closure, args, keywords, span, binding), span)
         if self.depth >= INLINE_DEPTH:
-            raise Unsupported(f"calls nest deeper than {INLINE_DEPTH} (at {span})")
+            raise Unsupported(f"calls nest deeper than {INLINE_DEPTH}", span)
         names = [p.name for p in decl.params]
         values = self.argument_values(closure, args, keywords, span, binding)
         saved = (self.scopes, self.loops, self.returning, self.path, self.uses, self.assigned)
@@ -1195,7 +1195,7 @@ class Specialiser(FunctionLowering):
             try:
                 binding = bind_function("a function", decl.params, len(args), list(keywords), decl.span)
             except BindingError:
-                raise Unsupported(f"a call that does not bind (at {span})") from None
+                raise Unsupported("a call that does not bind", span) from None
         values = []
         for param, source in zip(decl.params, binding.fixed, strict=True):
             if source is not None:
@@ -1230,7 +1230,7 @@ class Specialiser(FunctionLowering):
             layout, leaves = [], []
             for position, value in enumerate(values):
                 if position in statics:
-                    layout.append(("static", self.static_int(value, span)))
+                    layout.append(ir.StaticArgument(self.static_int(value, span)))
                 else:
                     layout.append(self.passed(value, leaves, span))
             try:
@@ -1238,7 +1238,7 @@ class Specialiser(FunctionLowering):
                 break
             except NeedsStatic as need:
                 if need.position in statics:
-                    raise Unsupported(str(need)) from None
+                    raise Unsupported(need.reason, need.span) from None
                 statics.add(need.position)
         result_layout, slots = entry.signature(span)
         results: list = []
@@ -1262,52 +1262,50 @@ class Specialiser(FunctionLowering):
             return Value(value.operand)
         return value
 
-    def passed(self, value: object, leaves: list, span: Span) -> tuple:
+    def passed(self, value: object, leaves: list, span: Span) -> ir.Layout:
         """The layout of an argument of a real call; its tensors (contiguous) and scalars go to `leaves`."""
         if isinstance(value, ir.Variable):
             value = self.read_variable(value)
         if isinstance(value, Tensor):
             leaves.append(self.plain(value).tree)
-            return ("tensor", value.dtype, value.shape)
+            return ir.TensorArgument(value.dtype, value.shape)
         if isinstance(value, Value):
             operand = value.operand
             if value.weak is not None:  # an unsuffixed literal: an int is an i64 (as `flatten` sees it)
                 if isinstance(value.weak, float):
-                    raise Unsupported(f"an unsuffixed float literal passed to a recursive call (at {span})")
+                    raise Unsupported("an unsuffixed float literal passed to a recursive call", span)
                 operand = ir.Const(int(value.weak), "i64")
             leaves.append(operand)
-            return ("scalar", operand.dtype)
+            return ir.ScalarArgument(operand.dtype)
         if isinstance(value, tuple):
-            return ("tuple", tuple(self.passed(item, leaves, span) for item in value))
+            return ir.TupleLayout(tuple(self.passed(item, leaves, span) for item in value))
         if isinstance(value, Struct):
             self.structs.seen[id(value.kind)] = value.kind
             items = tuple(self.passed(item, leaves, span) for item in value.values)
-            return ("struct", id(value.kind), items, value.name)
+            return ir.StructLayout(id(value.kind), items, value.name)
         if isinstance(value, Text):
-            return ("text", value.value)
-        raise Unsupported(f"a recursive call passing a value compiled code cannot pass (at {span})")
+            return ir.TextLayout(value.value)
+        raise Unsupported("a recursive call passing a value compiled code cannot pass", span)
 
-    def received(self, layout: tuple, results: list, name: str) -> object:
+    def received(self, layout: ir.Layout, results: list, name: str) -> object:
         """The value a real call returns, from the callee's result layout: tensors in buffers of this
         function's workspace and scalars in temporaries, each (slot, where) appended to `results`."""
-        kind = layout[0]
-        if kind == "tensor":
-            _, slot, dtype, shape, _ = layout
-            buffer = self.allocate(dtype, shape, f"call.{name}")
-            results.append((slot, buffer))
-            return view(buffer)
-        if kind == "scalar":
-            temp = self.temp(f"call.{name}", layout[2])
-            results.append((layout[1], temp))
-            return Value(temp)
-        if kind == "tuple":
-            return tuple(self.received(item, results, name) for item in layout[1])
-        if kind == "struct":
-            struct_type = layout[1]
-            values = [self.received(item, results, name) for item in layout[2]]
-            return Struct(struct_type, struct_type.name, struct_type.fields, values)
-        if kind == "text":
-            return Text(layout[1])
+        match layout:
+            case ir.TensorResult(slot=slot, dtype=dtype, shape=shape):
+                buffer = self.allocate(dtype, shape, f"call.{name}")
+                results.append((slot, buffer))
+                return view(buffer)
+            case ir.ScalarResult(slot=slot, dtype=dtype):
+                temp = self.temp(f"call.{name}", dtype)
+                results.append((slot, temp))
+                return Value(temp)
+            case ir.TupleLayout(items=items):
+                return tuple(self.received(item, results, name) for item in items)
+            case ir.StructLayout(kind=struct_type, items=items):
+                values = [self.received(item, results, name) for item in items]
+                return Struct(struct_type, struct_type.name, struct_type.fields, values)
+            case ir.TextLayout(text=text):
+                return Text(text)
         return ()
 
     def inlined_body(self, decl: ast.FnDecl | ast.Lambda) -> object:
@@ -1386,14 +1384,19 @@ def integers_folded(op: str, left: Value, right: Value) -> Value | None:
     return Value(ir.Const(result, "i64"), result if weak else None)
 
 
-def bind_dimensions(declared: object, layout: tuple, bindings: dict) -> None:
+def bind_dimensions(declared: object, layout: ir.Layout, bindings: dict) -> None:
     """Bind the dimension names of a parameter's checked type to the sizes of its argument's layout."""
-    if isinstance(declared, TensorType) and layout[0] == "tensor" and len(declared.dims) == len(layout[2]):
-        for dimension, size in zip(declared.dims, layout[2], strict=True):
+    tensor = isinstance(declared, TensorType) and isinstance(layout, ir.TensorArgument)
+    if tensor and len(declared.dims) == len(layout.shape):
+        for dimension, size in zip(declared.dims, layout.shape, strict=True):
             if isinstance(dimension, DimVar):
                 bindings[dimension] = size
-    elif isinstance(declared, TupleType) and layout[0] == "tuple" and len(declared.items) == len(layout[1]):
-        for item, part in zip(declared.items, layout[1], strict=True):
+    elif (
+        isinstance(declared, TupleType)
+        and isinstance(layout, ir.TupleLayout)
+        and len(declared.items) == len(layout.items)
+    ):
+        for item, part in zip(declared.items, layout.items, strict=True):
             bind_dimensions(item, part, bindings)
 
 
@@ -1430,7 +1433,7 @@ def annotation_fits(value: object, expected: object, bindings: dict[str, int], s
 
     problem = conforms(stand_in(value), expected, bindings)
     if problem is not None:
-        raise Unsupported(f"a call does not match its annotation: {problem} (at {span})")
+        raise Unsupported(f"a call does not match its annotation: {problem}", span)
 
 
 def stand_in(value: object) -> object:

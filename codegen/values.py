@@ -49,7 +49,7 @@ class Struct:
 
     def field(self, name: str, span: Span) -> object:
         if name not in self.fields:
-            raise Unsupported(f"`{self.name}` has no field `{name}` (at {span})")
+            raise Unsupported(f"`{self.name}` has no field `{name}`", span)
         return self.values[self.fields.index(name)]
 
 
@@ -66,8 +66,8 @@ class NeedsStatic(Unsupported):
     """An integer parameter used where a constant is needed (`zeros(n)`): the function is compiled again
     with that parameter's value part of the layout, as jit's static arguments."""
 
-    def __init__(self, position: int, message: str) -> None:
-        super().__init__(message)
+    def __init__(self, position: int, message: str, span: Span | None = None) -> None:
+        super().__init__(message, span)
         self.position = position
 
 
@@ -255,7 +255,7 @@ def broadcast_shape(a: tuple[int, ...], b: tuple[int, ...], span: Span) -> tuple
     shape = []
     for m, n in zip(a, b, strict=True):
         if m != n and 1 not in (m, n):
-            raise Unsupported(f"shapes {list(a)} and {list(b)} do not broadcast (at {span})")
+            raise Unsupported(f"shapes {list(a)} and {list(b)} do not broadcast", span)
         shape.append(n if m == 1 else m)
     return tuple(shape)
 
@@ -265,7 +265,7 @@ def broadcast(tensor: Tensor, shape: tuple[int, ...], span: Span) -> Tensor:
         return tensor
     extra = len(shape) - len(tensor.shape)
     if extra < 0:
-        raise Unsupported(f"cannot broadcast {list(tensor.shape)} to {list(shape)} (at {span})")
+        raise Unsupported(f"cannot broadcast {list(tensor.shape)} to {list(shape)}", span)
     mapping = []
     for d, n in enumerate(shape):
         k = d - extra
@@ -274,13 +274,13 @@ def broadcast(tensor: Tensor, shape: tuple[int, ...], span: Span) -> Tensor:
         elif tensor.shape[k] == n:
             mapping.append(k)
         else:
-            raise Unsupported(f"cannot broadcast {list(tensor.shape)} to {list(shape)} (at {span})")
+            raise Unsupported(f"cannot broadcast {list(tensor.shape)} to {list(shape)}", span)
     return Tensor(tensor.dtype, shape, remap(tensor.tree, tuple(mapping)))
 
 
 def axis_index(axis: int, rank: int, span: Span) -> int:
     if not -max(rank, 1) <= axis < max(rank, 1):
-        raise Unsupported(f"axis {axis} is out of range for rank {rank} (at {span})")
+        raise Unsupported(f"axis {axis} is out of range for rank {rank}", span)
     return axis % max(rank, 1)
 
 
@@ -296,8 +296,7 @@ def reduction_shape(shape: tuple[int, ...], axes: tuple[int, ...], keepdims: boo
 @dataclass
 class Specialised:
     """A function lowered for one layout: the IR, the number of argument slots, the result layout (a tree
-    of ("tensor", slot, dtype, shape), ("scalar", slot, dtype), ("tuple", items), ("struct", kind, items)
-    and ("unit",)), and the workspace's size in bytes."""
+    of codegen/ir.py's result records), and the workspace's size in bytes."""
 
     function: ir.Function
     argument_slots: int
@@ -311,8 +310,8 @@ class ResultUnknown(Unsupported):
     """A recursive call of `entry` reached before any `return` of it, its result not declared: the registry
     learns the result by lowering it once more without following the paths through such calls."""
 
-    def __init__(self, entry: object, message: str) -> None:
-        super().__init__(message)
+    def __init__(self, entry: object, message: str, span: Span | None = None) -> None:
+        super().__init__(message, span)
         self.entry = entry
 
 

@@ -491,7 +491,9 @@ fn f(x: f64[3], k: i64) -> f64[3] {
     loaded = pipeline.load("case.dl", source)
     _, typed = pipeline.prepare(loaded)
     decl = next(d for d in typed.program.modules["case.dl"].decls if getattr(d, "name", "") == "f")
-    lowered = specialise(typed, decl, "case.dl", (("tensor", "f64", (3,)), ("scalar", "i64")), native.Structs(None))
+    lowered = specialise(
+        typed, decl, "case.dl", (ir.TensorArgument("f64", (3,)), ir.ScalarArgument("i64")), native.Structs(None)
+    )
     made = [i.result.name for b in lowered.function.blocks for i in b.instructions if hasattr(i, "result")]
     assert "c.1" in made and len(made) == len(set(made)), made
 
@@ -502,7 +504,7 @@ def test_recursion_with_a_shape_per_depth_calls_one_specialisation_per_shape() -
     backend = native.compile_program(typed, cache=False)
     body = next(b for b in backend.bodies.values() if isinstance(b, native.SpecialisingBody))
     body.structs = native.Structs(None)
-    lowered = specialise(typed, body.decl, "case.dl", (("tensor", "f64", (8,)),), body.structs)
+    lowered = specialise(typed, body.decl, "case.dl", (ir.TensorArgument("f64", (8,)),), body.structs)
     assert [f.symbol.rpartition("::")[2] for f in (lowered.function, *lowered.callees)] == [
         "halving.specialised",
         "halving.specialised.1",
