@@ -132,6 +132,9 @@ class ModuleInfo:
     consts: dict[str, Type] = field(default_factory=dict)
     const_decls: dict[str, ast.Const] = field(default_factory=dict)
     imports: dict[str, str] = field(default_factory=dict)
+    # the const a free dimension name of a struct field may be a misspelling of, by name: asked once per name,
+    # as each question compares the name with every const of the module
+    const_suggestions: dict[str, str | None] = field(default_factory=dict)
 
 
 @dataclass
@@ -218,6 +221,7 @@ class Checker:
         self.functions: dict[int, FunctionInfo] = {}
         self.generic_signatures: dict[int, Signature | None] = {}
         self.instances: dict[tuple, Type] = {}
+        self.instances_by_function: dict[int, list[tuple]] = {}  # the keys of `instances`, by function
         self.instance_counts: dict[int, int] = {}
         self.in_progress: set[tuple] = set()
         self.reported: set[tuple[str, Span]] = set()
@@ -322,9 +326,9 @@ class Checker:
     def instance_signatures(self, decl: ast.FnDecl) -> list[Signature]:
         key = id(decl)
         found = [
-            Signature(decl.name, tuple(zip((p.name for p in decl.params), args, strict=True)), result)
-            for (k, args, _, _), result in self.instances.items()
-            if k == key
+            Signature(decl.name, tuple(zip((p.name for p in decl.params), args, strict=True)), self.instances[instance])
+            for instance in self.instances_by_function.get(key, [])
+            for (_, args, _, _) in [instance]
         ]
         if found:
             return found
@@ -414,7 +418,9 @@ class Checker:
             )
             return UNKNOWN
         if struct_field:
-            suggestion = closest(dim.name, info.const_decls)
+            if dim.name not in info.const_suggestions:
+                info.const_suggestions[dim.name] = closest(dim.name, info.const_decls)
+            suggestion = info.const_suggestions[dim.name]
             if suggestion is not None:
                 self.report(
                     error(
@@ -466,12 +472,17 @@ class Checker:
         try:
             result = self.check_body(function, list(args), declared)
             if declared is None and result is not ANY:
-                self.instances[instance] = result
+                self.remember_instance(instance, result)
                 result = self.check_body(function, list(args), declared, report=False)
         finally:
             self.in_progress.discard(instance)
-        self.instances[instance] = declared or result
+        self.remember_instance(instance, declared or result)
         return declared or result
+
+    def remember_instance(self, instance: tuple, result: Type) -> None:
+        if instance not in self.instances:
+            self.instances_by_function.setdefault(instance[0], []).append(instance)
+        self.instances[instance] = result
 
     def check_body(
         self, function: FunctionInfo, params: list[Type], declared: Type | None, report: bool = True
