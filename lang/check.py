@@ -241,6 +241,10 @@ class Checker:
             self.declare_module(path)
         for path in order:
             self.check_module(path)
+        for path in reversed(order):  # the entry's first: its calls check imported functions for their types
+            self.check_uncalled(path)
+        for path in order:
+            self.collect_signatures(path)
         entry = self.modules.get(self.program.entry)
         for function_name, arg_types in calls:
             decl = entry.functions.get(function_name) if entry is not None else None
@@ -314,9 +318,29 @@ class Checker:
         for decl in functions:
             if self.functions[id(decl)].generic:
                 self.generic_signature(self.functions[id(decl)])
+
+    def check_uncalled(self, path: str) -> None:
+        """Check each function with unannotated parameters that no call has checked, once with unknown
+        parameters, so that its own mistakes are still found (the entry's `main` takes strings)."""
+        for decl in self.program.modules[path].decls:
+            function = self.functions.get(id(decl)) if isinstance(decl, ast.FnDecl) else None
+            if function is None or function.generic or id(decl) in self.instances_by_function:
+                continue
+            command_line = decl.name == "main" and path == self.program.entry
+            params = tuple(
+                STR if command_line and p.annotation is None else self.annotation_or_any(p, function.module)
+                for p in decl.params
+            )
+            self.instantiate(function, params)
+
+    def collect_signatures(self, path: str) -> None:
+        """The module's signatures, once every function has been checked: a function with annotated
+        parameters has one; one without has one for each set of argument types it was checked with."""
         signatures = self.typed.signatures.setdefault(path, [])
-        for decl in functions:  # after every body is checked, so each call has made its instance
-            function = self.functions[id(decl)]
+        for decl in self.program.modules[path].decls:
+            function = self.functions.get(id(decl)) if isinstance(decl, ast.FnDecl) else None
+            if function is None:
+                continue
             if function.generic:
                 signature = self.generic_signature(function)
                 signatures.extend([signature] if signature is not None else [])
@@ -324,23 +348,11 @@ class Checker:
                 signatures.extend(self.instance_signatures(decl))
 
     def instance_signatures(self, decl: ast.FnDecl) -> list[Signature]:
-        key = id(decl)
-        found = [
+        return [
             Signature(decl.name, tuple(zip((p.name for p in decl.params), args, strict=True)), self.instances[instance])
-            for instance in self.instances_by_function.get(key, [])
+            for instance in self.instances_by_function.get(id(decl), [])
             for (_, args, _, _) in [instance]
         ]
-        if found:
-            return found
-        # Never called: check it once with unknown parameters so its own mistakes are still found.
-        function = self.functions[key]
-        command_line = decl.name == "main" and function.module.path == self.program.entry
-        params = tuple(
-            STR if command_line and p.annotation is None else self.annotation_or_any(p, function.module)
-            for p in decl.params
-        )
-        result = self.instantiate(function, params)
-        return [Signature(decl.name, tuple(zip((p.name for p in decl.params), params, strict=True)), result)]
 
     def annotation_or_any(self, param: ast.Param, info: ModuleInfo) -> Type:
         return self.resolve_type(param.annotation, info) if param.annotation is not None else ANY
