@@ -16,7 +16,7 @@ checker keeps going after an error by giving the bad expression the type
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 
 from dl.lang import ast
@@ -198,12 +198,17 @@ class Context:
     dim_names: frozenset[str] | None = None  # the dimension names in scope; None: not tracked (nested functions)
 
 
-def check(program: Program, calls: tuple[tuple[str, tuple[Type, ...]], ...] = ()) -> Typed:
+def check(
+    program: Program, calls: tuple[tuple[str, tuple[Type, ...]], ...] = (), known: Mapping[int, Signature] | None = None
+) -> Typed:
     """Check every module of `program`. Never raises for a user mistake: see `Typed.diagnostics`.
 
     `calls` names functions of the entry module that the host will call, with their argument types, so
-    that functions with unannotated parameters are checked for them as if a DL call made them."""
-    return Checker(program).run(calls)
+    that functions with unannotated parameters are checked for them as if a DL call made them. `known`
+    gives, by id of the `FnDecl`, the signatures of functions with annotated parameters whose bodies were
+    checked before and need not be again (lang/incremental.py): their bodies are not checked, and their
+    nodes get no types in the result."""
+    return Checker(program, known or {}).run(calls)
 
 
 def check_or_raise(program: Program) -> Typed:
@@ -214,8 +219,9 @@ def check_or_raise(program: Program) -> Typed:
 
 
 class Checker:
-    def __init__(self, program: Program) -> None:
+    def __init__(self, program: Program, known: Mapping[int, Signature]) -> None:
         self.program = program
+        self.known = known
         self.typed = Typed(program)
         self.modules: dict[str, ModuleInfo] = {}
         self.functions: dict[int, FunctionInfo] = {}
@@ -450,6 +456,9 @@ class Checker:
         key = id(function.decl)
         if key in self.generic_signatures:
             return self.generic_signatures[key]
+        if key in self.known:
+            self.generic_signatures[key] = self.known[key]
+            return self.known[key]
         self.generic_signatures[key] = None  # a recursive call meanwhile sees no signature yet
         decl = function.decl
         params = tuple((p.name, self.resolve_type(p.annotation, function.module)) for p in decl.params)
