@@ -103,7 +103,7 @@ def analyse(source: str, path: str, previous: Analysis | None = None) -> Analysi
         except DiagnosticError as failure:
             typed = unloaded(path, program.sources, syntax, failure)
             return Analysis(source, path, typed, frozenset(), tuple(parsed))
-        return Reuse(program, parsed, moves, previous).run(syntax)
+        return Reuse(program, parsed, moves, previous).run(source, syntax)
 
 
 # ------------------------------------------------------------------ pieces
@@ -259,7 +259,7 @@ class Reuse:
         self.in_progress: set[str] = set()
         self.cycles = 0  # how many times a meaning met a function whose meaning was being found
 
-    def run(self, syntax: list[Diagnostic]) -> Analysis:
+    def run(self, source: str, syntax: list[Diagnostic]) -> Analysis:
         keys = {id(decl): self.dependencies(decl) for decl in self.candidates()}
         known = self.known(keys)
         typed = check(self.program, known=known)
@@ -272,7 +272,7 @@ class Reuse:
         parsed.pop(self.path)
         reusable = self.reusable(typed, keys)
         return Analysis(
-            source=self.program.sources.texts[self.path],
+            source=source,
             path=self.path,
             typed=typed,
             checked=checked,
