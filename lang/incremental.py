@@ -254,6 +254,7 @@ class Reuse:
                 self.declared.setdefault(decl.name, []).append(decl)
         self.aliases = dict(program.imports[self.path])
         self.broken = {name.group(1) for piece in pieces if piece.syntax and (name := DECLARED_NAME.match(piece.text))}
+        self.module_level = self.declared.keys() | self.aliases.keys() | self.broken
         self.generic_functions = self.generic_by_name()
         self.meanings: dict[str, object] = {}
         self.in_progress: set[str] = set()
@@ -300,7 +301,9 @@ class Reuse:
         checker gives a call of a function whose check is under way the type `_`, so their types depend on
         which of them was checked first, and one cannot stand in for the others."""
         functions = {decl.name: decl for decl in self.module.decls if isinstance(decl, ast.FnDecl)}
-        calls = {name: sorted(self.piece_of[id(decl)].names & functions.keys()) for name, decl in functions.items()}
+        calls = {name: (self.piece_of[id(decl)].names & functions.keys()) - {name} for name, decl in functions.items()}
+        calling = {name for name, called in calls.items() if called}  # only those can be in a loop
+        calls = {name: sorted(calls[name] & calling) for name in calling}
         found: set[str] = set()
         for component in strongly_connected(calls):
             if len(component) > 1 and any(functions[name].result is None for name in component):
@@ -332,10 +335,7 @@ class Reuse:
 
     def mentions(self, decl: ast.Decl) -> tuple:
         """Each module-level name the piece of `decl` mentions (but its own), with what it means."""
-        names = self.piece_of[id(decl)].names
-        mentioned = sorted(
-            name for name in names if name in self.declared or name in self.aliases or name in self.broken
-        )
+        mentioned = sorted(self.piece_of[id(decl)].names & self.module_level)
         return tuple((name, self.meaning(name)) for name in mentioned if name != getattr(decl, "name", None))
 
     def meaning(self, name: str) -> object:
