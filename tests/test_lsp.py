@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import check_golden
 from dl import lang, lsp
 from dl.lang.diagnostics import Diagnostic, Label, Severity, Span
 from hypothesis import HealthCheck, given, settings
@@ -1031,3 +1032,42 @@ def test_an_internal_error_in_an_analysis_is_a_diagnostic_at_its_span(monkeypatc
     client.notify("exit")
     server.thread.join(timeout=10)
     assert not server.thread.is_alive()
+
+
+# ------------------------------------------------------------------ completion of module members (goldens)
+
+COMPLETIONS = Path(__file__).resolve().parent / "completions"
+
+
+def member_completions(program: Path) -> str:
+    """What completion offers after `alias.` for each import of `program`: each member with its detail, and
+    the further signatures a function was checked with (the rest of its documentation is its doc comment)."""
+    source = program.read_text()
+    checked = lang.check(source, str(program))
+    assert checked.errors == []
+    lines = []
+    for alias, _ in checked.program.imports[str(program)]:
+        typing = f"{source}{alias}."
+        line = typing.count("\n") + 1
+        for entry in lsp.completions(checked, str(program), typing, line, len(alias) + 2):
+            lines.append(f"{alias}.{entry.label}: {entry.detail}")
+            documentation = entry.documentation.value if entry.documentation else ""
+            lines.extend(f"    {shown}" for shown in documentation.split("\n") if shown.startswith("fn "))
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.parametrize("program", sorted(COMPLETIONS.glob("*.dl")), ids=lambda path: path.name)
+def test_completion_of_a_module_shows_its_checked_signatures(program: Path, update_goldens: bool) -> None:
+    check_golden(program.with_suffix(".out"), member_completions(program), update_goldens)
+
+
+def test_a_member_checked_for_several_calls_lists_each_signature_and_its_doc_comment() -> None:
+    program = COMPLETIONS / "members.dl"
+    source = program.read_text() + "nn."
+    checked = lang.check(program.read_text(), str(program))
+    found = {entry.label: entry for entry in lsp.completions(checked, str(program), source, source.count("\n") + 1, 4)}
+    linear = found["linear"]
+    assert linear.detail == "fn linear(x: f32[B, 4], w: f32[4, 8], b: f32[8]) -> f32[B, 8]"
+    documentation = linear.documentation.value.split("\n")
+    assert documentation[0] == "fn linear(x: f32[B, 8], w: f32[8, 3], b: f32[3]) -> f32[B, 3]"
+    assert documentation[1] == "" and documentation[2].startswith("linear(")  # then nn.dl's doc comment
