@@ -773,13 +773,6 @@ def completions(
     return list(found.values())
 
 
-def parses(typed: Typed, path: str) -> bool:
-    """Whether the checked document parsed without a syntax error (`E01xx`), so that its tree is whole."""
-    if path not in typed.program.modules:
-        return False
-    return not any(d.code.startswith("E01") and d.span.path == path for d in typed.diagnostics)
-
-
 # ------------------------------------------------------------------ semantic tokens
 
 TOKEN_TYPES = [

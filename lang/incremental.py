@@ -255,6 +255,7 @@ class Reuse:
         self.aliases = dict(program.imports[self.path])
         self.broken = {name.group(1) for piece in pieces if piece.syntax and (name := DECLARED_NAME.match(piece.text))}
         self.module_level = self.declared.keys() | self.aliases.keys() | self.broken
+        self.function_keys = self.renamed_functions() if self.previous is not None else {}
         self.generic_functions = self.generic_by_name()
         self.meanings: dict[str, object] = {}
         self.in_progress: set[str] = set()
@@ -382,7 +383,6 @@ class Reuse:
         """The signatures of the functions whose bodies need not be checked again, by id of the new FnDecl."""
         if self.previous is None:
             return {}
-        self.function_keys = self.renamed_functions()
         known = {}
         for decl in self.module.decls:
             found = self.origin(decl) if id(decl) in keys else None
