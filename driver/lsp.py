@@ -24,10 +24,12 @@ an emoji before the code still lines up.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import dataclasses
 import logging
 import re
 from collections.abc import Awaitable, Callable, Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from cattrs.v import format_exception, transform_error
@@ -52,6 +54,70 @@ log = logging.getLogger("dl.lsp")
 
 SEVERITIES = {Severity.ERROR: types.DiagnosticSeverity.Error, Severity.WARNING: types.DiagnosticSeverity.Warning}
 
+# ------------------------------------------------------------------ what requests read again and again
+
+KEPT = 8  # texts and modules remembered at a time (a few open documents, and their last versions)
+LINES: dict[int, tuple[str, list[str]]] = {}  # by id of the text: (the text, its lines)
+INDEXES: dict[int, tuple[ast.Module, ModuleIndex]] = {}  # by id of the module
+
+
+def source_lines(source: str) -> list[str]:
+    """The lines of `source`, split at `\\n` as the lexer and LSP count them, remembered for the few texts
+    requests read: splitting a large document again for each request would cost more than answering it.
+    The list is shared: callers do not change it."""
+    found = LINES.get(id(source))
+    if found is not None and found[0] is source:
+        return found[1]
+    if len(LINES) >= KEPT:
+        LINES.clear()
+    lines = source.split("\n")
+    LINES[id(source)] = (source, lines)
+    return lines
+
+
+@dataclass(frozen=True)
+class ModuleIndex:
+    """A module's top-level declarations by line and by name, so that a request about one position looks at
+    the declaration there, not at every declaration of a large file."""
+
+    decls: tuple[ast.Decl, ...]
+    starts: list[int]  # the first line of each declaration (they are in source order)
+    functions: dict[str, ast.FnDecl]  # by name (the last of a name, as the checker keeps it)
+    named: dict[str, ast.Decl]  # functions, structs and consts by name (the first of a name)
+    function_starts: list[tuple[int, int]]  # (first line, index in `decls`) of each function
+
+    def at(self, line: int) -> list[ast.Decl]:
+        """The declarations whose lines hold the 1-based `line` (more than one only when they share it)."""
+        found = []
+        index = bisect.bisect_right(self.starts, line) - 1
+        while index >= 0 and self.decls[index].span.end_line >= line:
+            found.append(self.decls[index])
+            index -= 1
+        return found[::-1]
+
+
+def module_index(module: ast.Module) -> ModuleIndex:
+    found = INDEXES.get(id(module))
+    if found is not None and found[0] is module:
+        return found[1]
+    decls = module.decls
+    named: dict[str, ast.Decl] = {}
+    for decl in decls:
+        if isinstance(decl, ast.FnDecl | ast.StructDecl | ast.Const):
+            named.setdefault(decl.name, decl)
+    index = ModuleIndex(
+        decls,
+        [decl.span.line for decl in decls],
+        {decl.name: decl for decl in decls if isinstance(decl, ast.FnDecl)},
+        named,
+        [(decl.span.line, number) for number, decl in enumerate(decls) if isinstance(decl, ast.FnDecl)],
+    )
+    if len(INDEXES) >= KEPT:
+        INDEXES.clear()
+    INDEXES[id(module)] = (module, index)
+    return index
+
+
 # ------------------------------------------------------------------ positions and diagnostics
 
 
@@ -75,7 +141,7 @@ class Columns:
     the end. An ASCII document needs no conversion."""
 
     def __init__(self, source: str, units: Callable[[str], int] = utf16_units) -> None:
-        self.lines = None if source.isascii() else source.split("\n")
+        self.lines = None if source.isascii() else source_lines(source)
         self.units = units
 
     def to_client(self, line: int, column: int) -> int:
@@ -183,9 +249,8 @@ def enclosing(module: ast.Module, line: int, column: int) -> list[Any]:
         for child in children(node):
             walk(child, chain)
 
-    for decl in module.decls:
-        if decl.span.line <= line <= decl.span.end_line:  # a declaration's nodes lie inside its span
-            walk(decl, [])
+    for decl in module_index(module).at(line):  # a declaration's nodes lie inside its span
+        walk(decl, [])
     return best
 
 
@@ -201,7 +266,7 @@ def pattern_types(pattern: Any, value: Type | None) -> Iterator[tuple[ast.NamePa
 
 def doc_comment(source: str | list[str], decl: ast.FnDecl) -> str:
     """The `#` comment block directly above a `fn`, without the `#`s. `source` may be given as its lines."""
-    lines = source.split("\n") if isinstance(source, str) else source
+    lines = source_lines(source) if isinstance(source, str) else source
     found: list[str] = []
     index = decl.span.line - 2
     while 0 <= index < len(lines) and lines[index].lstrip().startswith("#"):
@@ -222,7 +287,8 @@ def signatures_of(typed: Typed, path: str) -> dict[str, list[str]]:
 
 
 def function_hover(typed: Typed, path: str, source: str, decl: ast.FnDecl) -> str:
-    shown = "\n".join(signatures_of(typed, path).get(decl.name, [f"fn {decl.name}"]))
+    checked = [signature for signature in typed.signatures.get(path, []) if signature.name == decl.name]
+    shown = "\n".join(dict.fromkeys(str(signature) for signature in checked)) or f"fn {decl.name}"
     doc = doc_comment(source, decl)
     return f"{shown}\n\n{doc}" if doc else shown
 
@@ -233,9 +299,9 @@ def hover_text(typed: Typed, path: str, source: str, line: int, column: int) -> 
     module = typed.program.modules.get(path)
     if module is None:
         return None
-    functions = {decl.name: decl for decl in module.decls if isinstance(decl, ast.FnDecl)}
-    for decl in functions.values():
-        if contains(decl.name_span, line, column):
+    functions = module_index(module).functions
+    for decl in module_index(module).at(line):
+        if isinstance(decl, ast.FnDecl) and contains(decl.name_span, line, column):
             return function_hover(typed, path, source, decl), decl.name_span
     chain = enclosing(module, line, column)
     for depth in range(len(chain) - 1, -1, -1):
@@ -343,11 +409,9 @@ def pattern_names(pattern: Any) -> Iterator[ast.NamePattern]:
 def function_at(module: ast.Module, line: int) -> ast.FnDecl | None:
     """The top-level function the 1-based `line` is in, or else the last one that starts before it (the
     document may have grown since `module` was parsed)."""
-    found = None
-    for decl in module.decls:
-        if isinstance(decl, ast.FnDecl) and decl.span.line <= line:
-            found = decl
-    return found
+    index = module_index(module)
+    before = bisect.bisect_right(index.function_starts, (line, len(index.decls))) - 1
+    return index.decls[index.function_starts[before][1]] if before >= 0 else None
 
 
 def scope_at(decl: ast.FnDecl, line: int, column: int) -> list[tuple[str, Any, Any]]:
@@ -404,12 +468,11 @@ def module_definition(typed: Typed, path: str, name: str) -> tuple[str, Span] | 
     module = typed.program.modules.get(path)
     if module is None:
         return None
-    for decl in module.decls:
-        match decl:
-            case ast.FnDecl() | ast.StructDecl() if decl.name == name:
-                return path, decl.name_span
-            case ast.Const() if decl.name == name:
-                return path, decl.span
+    match module_index(module).named.get(name):
+        case ast.FnDecl() | ast.StructDecl() as decl:
+            return path, decl.name_span
+        case ast.Const() as decl:
+            return path, decl.span
     for alias, target in typed.program.imports.get(path, []):
         if alias == name:
             return target, Span(target, 1, 1, 1, 1)
@@ -432,7 +495,7 @@ def definition(typed: Typed, path: str, line: int, column: int) -> tuple[str, Sp
     module = typed.program.modules.get(path)
     if module is None:
         return None
-    for decl in module.decls:
+    for decl in module_index(module).at(line):
         if isinstance(decl, ast.FnDecl | ast.StructDecl) and contains(decl.name_span, line, column):
             return path, decl.name_span
         if isinstance(decl, ast.Import) and contains(decl.span, line, column):
@@ -557,7 +620,7 @@ def open_call(source: str, line: int, column: int) -> tuple[str, int, str] | Non
     """The call the 1-based `line`:`column` is inside, from the text alone (it need not parse): the callee as
     written (`f`, `nn.init`), the number of commas before the cursor at the call's own depth, and the text of
     the argument being typed. Strings and comments are skipped."""
-    lines = source.splitlines()
+    lines = source_lines(source)
     if not 0 < line <= len(lines) + 1:
         return None
     first = line - 1
@@ -684,7 +747,7 @@ def module_names(typed: Typed, path: str) -> list[types.CompletionItem]:
     if module is None:
         return []
     signatures = signatures_of(typed, path)
-    lines = typed.program.sources.texts.get(path, "").split("\n")
+    lines = source_lines(typed.program.sources.texts.get(path, ""))
     found = []
     for decl in module.decls:
         match decl:
@@ -743,7 +806,7 @@ def completions(
     functions, structs, consts and imports, the keywords and the built-ins. `typed` may be from an earlier
     version of the document (the current one may not parse while it is being typed); `scope_line` is then
     the line of its text where the scope is looked up (by default `line`)."""
-    lines = source.split("\n")
+    lines = source_lines(source)
     prefix = lines[line - 1][: column - 1] if 0 < line <= len(lines) else ""
     line = scope_line or line
     dotted = DOTTED.search(prefix)
@@ -1288,7 +1351,10 @@ def make_server() -> LanguageServer:
         line, column = params.position.line + 1, found.column(params.position)
         scope_line = found.lines.nearest_old(params.position.line) + 1
         items = await in_background(completions, found.typed, found.path, found.source, line, column, scope_line)
-        return types.CompletionList(is_incomplete=False, items=items)
+        lines = source_lines(found.source)
+        typed_word = WORD_BEFORE.search(lines[line - 1][: column - 1] if line <= len(lines) else "")
+        shown = fewest(items, typed_word.group() if typed_word else "")
+        return types.CompletionList(is_incomplete=len(shown) < len(items), items=shown)
 
     @server.feature(types.TEXT_DOCUMENT_REFERENCES)
     @answered
@@ -1329,6 +1395,18 @@ def make_server() -> LanguageServer:
         return signature_help(found.typed, found.path, found.source, line, column)
 
     return server
+
+
+COMPLETION_ITEMS = 1000  # items sent at most; with more, those starting as the word being typed
+WORD_BEFORE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def fewest(items: list[types.CompletionItem], typed: str) -> list[types.CompletionItem]:
+    """The completion items to send: all of them, or in a file of thousands of declarations those that start
+    as the word being typed does (the list is then incomplete, and the client asks again as it grows)."""
+    if len(items) <= COMPLETION_ITEMS:
+        return items
+    return [entry for entry in items if entry.label.startswith(typed)][:COMPLETION_ITEMS]
 
 
 def outline(found: View) -> list[types.DocumentSymbol]:

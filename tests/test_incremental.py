@@ -3,6 +3,7 @@ for the new text, and only what changed (and what depends on it) is checked agai
 
 from __future__ import annotations
 
+import gc
 from typing import Any
 
 import dl.lang
@@ -166,3 +167,14 @@ def test_random_edits_give_what_a_whole_check_gives(edits: list[tuple[float, str
         text = text[:at] + what + text[at:] if isinstance(what, str) else text[:at] + text[at + what :]
         analysis = analyse(text, PATH, analysis)
         assert summary(analysis.typed) == summary(dl.lang.check(text, PATH)), text
+
+
+def test_an_analysis_leaves_no_cycles_behind() -> None:
+    """The language server freezes each analysis out of the cycle collector's reach (driver/documents.py):
+    safe, because reference counting frees an analysis once the next replaces it."""
+    gc.collect()
+    first = analyse(SOURCE, PATH)
+    second = analyse(SOURCE.replace("x * 2.0", "x * 3.0"), PATH, first)
+    third = analyse("\n" + second.source + "fn (", PATH, second)
+    del first, second, third
+    assert gc.collect() == 0

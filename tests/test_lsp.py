@@ -1071,3 +1071,11 @@ def test_a_member_checked_for_several_calls_lists_each_signature_and_its_doc_com
     documentation = linear.documentation.value.split("\n")
     assert documentation[0] == "fn linear(x: f32[B, 8], w: f32[8, 3], b: f32[3]) -> f32[B, 3]"
     assert documentation[1] == "" and documentation[2].startswith("linear(")  # then nn.dl's doc comment
+
+
+def test_completion_in_a_file_of_thousands_of_declarations_sends_those_that_fit_the_word() -> None:
+    items = [lsp.item(f"f{number}", types.CompletionItemKind.Function, None) for number in range(5000)]
+    assert lsp.fewest(items[:20], "zz") == items[:20]  # a short list goes whole
+    shown = lsp.fewest(items, "f12")
+    assert [entry.label for entry in shown] == [f"f{number}" for number in range(5000) if str(number).startswith("12")]
+    assert len(lsp.fewest(items, "")) == lsp.COMPLETION_ITEMS
