@@ -204,11 +204,12 @@ def line_start(text: str, suffix: int) -> bool:
 
 class Documents:
     """The open documents: their texts (as the event loop received them), a worker thread that analyses
-    them, and the last snapshot of each. `published` is called on the event loop with each new snapshot.
-    Everything but the worker runs on the event loop."""
+    them, and the last snapshot of each. `prepare` is called on the worker with each new snapshot, to
+    compute there what requests will read of it; then `published`, on the event loop. Everything but the
+    worker runs on the event loop."""
 
-    def __init__(self, published: Callable[[str, Snapshot], None]) -> None:
-        self.published = published
+    def __init__(self, published: Callable[[str, Snapshot], None], prepare: Callable[[Snapshot], None]) -> None:
+        self.published, self.prepare = published, prepare
         self.texts: dict[str, tuple[int, str]] = {}  # uri -> (version, text)
         # uri -> the texts since the last snapshot's, each with the line map from the one before
         self.history: dict[str, list[tuple[str, LineMap | None]]] = {}
@@ -290,6 +291,10 @@ class Documents:
             snapshot = analysed(version, source, document_path(uri), self.analyses.get(uri))
             if snapshot.failure is None:
                 self.analyses[uri] = snapshot.analysis
+                try:
+                    self.prepare(snapshot)
+                except Exception:  # a request will compute it (and say what fails)
+                    log.exception("dl lsp: preparing requests on %s failed", uri)
             # An analysis holds millions of objects in no cycle (tests/test_incremental.py checks it), freed by
             # reference counting when the next replaces it: out of the cycle collector's reach, its passes
             # stay short (one over them all held the interpreter lock, and the requests, for a second).

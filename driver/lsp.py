@@ -1255,7 +1255,7 @@ def make_server() -> LanguageServer:
         params = types.PublishDiagnosticsParams(uri=uri, diagnostics=found, version=snapshot.version)
         server.text_document_publish_diagnostics(params)
 
-    documents = Documents(published)
+    documents = Documents(published, prepare)
     debounced = Debouncer(DEBOUNCE_S, documents.analyse_soon)
 
     async def view(uri: str, parsed: bool = False) -> View | None:
@@ -1407,6 +1407,14 @@ def fewest(items: list[types.CompletionItem], typed: str) -> list[types.Completi
     if len(items) <= COMPLETION_ITEMS:
         return items
     return [entry for entry in items if entry.label.startswith(typed)][:COMPLETION_ITEMS]
+
+
+def prepare(snapshot: Snapshot) -> None:
+    """What requests about a position read of a snapshot, computed on the analysis worker rather than by the
+    first such request on the event loop: the declarations by line and by name."""
+    module = snapshot.typed.program.modules.get(snapshot.path)
+    if module is not None:
+        module_index(module)
 
 
 def outline(found: View) -> list[types.DocumentSymbol]:
