@@ -204,6 +204,9 @@ class ModuleInfo:
     consts: dict[str, Type] = field(default_factory=dict)
     const_decls: dict[str, ast.Const] = field(default_factory=dict)
     imports: dict[str, str] = field(default_factory=dict)
+    # the const a free dimension name of a struct field may be a misspelling of, by name: asked once per name,
+    # as each question compares the name with every const of the module
+    const_suggestions: dict[str, str | None] = field(default_factory=dict)
 
 
 @dataclass
@@ -267,12 +270,17 @@ class Context:
     dim_names: frozenset[str] | None = None  # the dimension names in scope; None: not tracked (nested functions)
 
 
-def check(program: Program, calls: tuple[tuple[str, tuple[Type, ...]], ...] = ()) -> Typed:
+def check(
+    program: Program, calls: tuple[tuple[str, tuple[Type, ...]], ...] = (), known: Mapping[int, Signature] | None = None
+) -> Typed:
     """Check every module of `program`. Never raises for a user mistake: see `Typed.diagnostics`.
 
     `calls` names functions of the entry module that the host will call, with their argument types, so
-    that functions with unannotated parameters are checked for them as if a DL call made them."""
-    return Checker(program).run(calls)
+    that functions with unannotated parameters are checked for them as if a DL call made them. `known`
+    gives, by id of the `FnDecl`, the signatures of functions with annotated parameters whose bodies were
+    checked before and need not be again (lang/incremental.py): their bodies are not checked, and their
+    nodes get no types in the result."""
+    return Checker(program, known or {}).run(calls)
 
 
 def check_or_raise(program: Program) -> Typed:
@@ -314,13 +322,15 @@ class NodeTypes:
 
 
 class Checker:
-    def __init__(self, program: Program) -> None:
+    def __init__(self, program: Program, known: Mapping[int, Signature]) -> None:
         self.program = program
+        self.known = known
         self.tables = Tables()
         self.modules: dict[str, ModuleInfo] = {}
         self.functions: dict[int, FunctionInfo] = {}
         self.generic_signatures: dict[int, Signature | None] = {}
         self.instances: dict[tuple, Type] = {}
+        self.instances_by_function: dict[int, list[tuple]] = {}  # the keys of `instances`, by function
         self.instance_counts: dict[int, int] = {}
         self.in_progress: set[tuple] = set()
         self.reported: set[tuple[str, Span]] = set()
@@ -344,6 +354,10 @@ class Checker:
             self.declare_module(path)
         for path in order:
             self.check_module(path)
+        for path in reversed(order):  # the entry's first: its calls check imported functions for their types
+            self.check_uncalled(path)
+        for path in order:
+            self.collect_signatures(path)
         entry = self.modules.get(self.program.entry)
         for function_name, arg_types in calls:
             decl = entry.functions.get(function_name) if entry is not None else None
@@ -417,9 +431,29 @@ class Checker:
         for decl in functions:
             if self.functions[id(decl)].generic:
                 self.generic_signature(self.functions[id(decl)])
+
+    def check_uncalled(self, path: str) -> None:
+        """Check each function with unannotated parameters that no call has checked, once with unknown
+        parameters, so that its own mistakes are still found (the entry's `main` takes strings)."""
+        for decl in self.program.modules[path].decls:
+            function = self.functions.get(id(decl)) if isinstance(decl, ast.FnDecl) else None
+            if function is None or function.generic or id(decl) in self.instances_by_function:
+                continue
+            command_line = decl.name == "main" and path == self.program.entry
+            params = tuple(
+                STR if command_line and p.annotation is None else self.annotation_or_any(p, function.module)
+                for p in decl.params
+            )
+            self.instantiate(function, params)
+
+    def collect_signatures(self, path: str) -> None:
+        """The module's signatures, once every function has been checked: a function with annotated
+        parameters has one; one without has one for each set of argument types it was checked with."""
         signatures = self.tables.signatures.setdefault(path, [])
-        for decl in functions:  # after every body is checked, so each call has made its instance
-            function = self.functions[id(decl)]
+        for decl in self.program.modules[path].decls:
+            function = self.functions.get(id(decl)) if isinstance(decl, ast.FnDecl) else None
+            if function is None:
+                continue
             if function.generic:
                 signature = self.generic_signature(function)
                 signatures.extend([signature] if signature is not None else [])
@@ -427,23 +461,11 @@ class Checker:
                 signatures.extend(self.instance_signatures(decl))
 
     def instance_signatures(self, decl: ast.FnDecl) -> list[Signature]:
-        key = id(decl)
-        found = [
-            Signature(decl.name, tuple(zip((p.name for p in decl.params), args, strict=True)), result)
-            for (k, args, _, _), result in self.instances.items()
-            if k == key
+        return [
+            Signature(decl.name, tuple(zip((p.name for p in decl.params), args, strict=True)), self.instances[instance])
+            for instance in self.instances_by_function.get(id(decl), [])
+            for (_, args, _, _) in [instance]
         ]
-        if found:
-            return found
-        # Never called: check it once with unknown parameters so its own mistakes are still found.
-        function = self.functions[key]
-        command_line = decl.name == "main" and function.module.path == self.program.entry
-        params = tuple(
-            STR if command_line and p.annotation is None else self.annotation_or_any(p, function.module)
-            for p in decl.params
-        )
-        result = self.instantiate(function, params)
-        return [Signature(decl.name, tuple(zip((p.name for p in decl.params), params, strict=True)), result)]
 
     def annotation_or_any(self, param: ast.Param, info: ModuleInfo) -> Type:
         return self.resolve_type(param.annotation, info) if param.annotation is not None else ANY
@@ -521,7 +543,9 @@ class Checker:
             )
             return UNKNOWN
         if struct_field:
-            suggestion = closest(dim.name, info.const_decls)
+            if dim.name not in info.const_suggestions:
+                info.const_suggestions[dim.name] = closest(dim.name, info.const_decls)
+            suggestion = info.const_suggestions[dim.name]
             if suggestion is not None:
                 self.report(
                     error(
@@ -539,6 +563,9 @@ class Checker:
         key = id(function.decl)
         if key in self.generic_signatures:
             return self.generic_signatures[key]
+        if key in self.known:
+            self.generic_signatures[key] = self.known[key]
+            return self.known[key]
         self.generic_signatures[key] = None  # a recursive call meanwhile sees no signature yet
         decl = function.decl
         params = tuple((p.name, self.resolve_type(p.annotation, function.module)) for p in decl.params)
@@ -573,12 +600,17 @@ class Checker:
         try:
             result = self.check_body(function, list(args), declared)
             if declared is None and result is not ANY:
-                self.instances[instance] = result
+                self.remember_instance(instance, result)
                 result = self.check_body(function, list(args), declared, report=False)
         finally:
             self.in_progress.discard(instance)
-        self.instances[instance] = declared or result
+        self.remember_instance(instance, declared or result)
         return declared or result
+
+    def remember_instance(self, instance: tuple, result: Type) -> None:
+        if instance not in self.instances:
+            self.instances_by_function.setdefault(instance[0], []).append(instance)
+        self.instances[instance] = result
 
     def check_body(
         self, function: FunctionInfo, params: list[Type], declared: Type | None, report: bool = True

@@ -917,57 +917,48 @@ def recover(source: str, path: str = "<input>") -> Recovered:
     """`parse_recovering`, also naming the declarations that did not parse (see `Recovered`).
 
     A file that parses gives what `parse` gives. Otherwise the file is cut into
-    pieces, each starting at a line that starts a declaration (`fn`, `struct`,
-    `const` or `import` at column 1; the first piece also holds whatever comes
-    before the first such line). The rest of the file is parsed from the start of
-    a piece; at an error, the piece it lies in is the broken one: the pieces
-    before it are parsed (recovering likewise should they fail on their own,
-    in which case the blame goes to them and parsing resumes at the broken piece
-    itself), its diagnostic is kept, and parsing resumes at the next piece
-    starting after the error. Each piece is parsed at its own lines, so every span
-    is a span of `source`."""
+    pieces (see `pieces`), each starting at a line that starts a declaration, and
+    each piece is parsed on its own, at its own lines, so every span is a span of
+    `source`: a piece that does not parse gives its first syntax error and no
+    declarations. The language server parses a document the same way, piece by
+    piece (lang/incremental.py)."""
     try:
         return Recovered(parse(source, path), [], frozenset())
     except DiagnosticError:
         pass
-    lines = source.splitlines(keepends=True)
-    starts = [number for number, text in enumerate(lines) if DECLARATION_START.match(text)]
     decls: list[ast.Decl] = []
     diagnostics: list[Diagnostic] = []
     broken: set[str] = set()
-
-    def piece(first: int, stop: int) -> str:
-        return "".join(lines[first:stop])
-
-    def attempt(first: int, stop: int) -> tuple | Diagnostic:
-        try:
-            return _run(piece(first, stop), path, "start", first + 1)
-        except DiagnosticError as failure:
-            return failure.diagnostics[0]
-        except RecursionError:  # a pathologically deep input; never a Python exception
-            return error("E0102", "this declaration nests too deeply to parse", Span(path, first + 1, 1, first + 1, 2))
-
-    def region(first: int, stop: int) -> None:
-        while first < stop:
-            result = attempt(first, stop)
-            if not isinstance(result, Diagnostic):
-                decls.extend(result)
-                return
-            at = (result.span.line - 1, result.span.column)  # 0-based line, 1-based column
-            # The broken piece: the last one starting strictly before the error.
-            broken_start = max((s for s in starts if first < s < stop and (s, 1) < at), default=first)
-            if broken_start > first:
-                before = attempt(first, broken_start)
-                if isinstance(before, Diagnostic):  # the error is in the pieces before: blame them
-                    region(first, broken_start)
-                    first = broken_start
-                    continue
-                decls.extend(before)
-            diagnostics.append(result)
-            name = DECLARED_NAME.match(lines[broken_start]) if broken_start < len(lines) else None
+    for first, text in pieces(source):
+        found, problem = parse_piece(text, path, first)
+        decls.extend(found)
+        if problem is not None:
+            diagnostics.append(problem)
+            name = DECLARED_NAME.match(text)
             if name:
                 broken.add(name.group(1))
-            first = min((s for s in starts if broken_start < s < stop and (s, 1) >= at), default=stop)
-
-    region(0, len(lines))
     return Recovered(ast.Module(path, tuple(decls)), diagnostics, frozenset(broken))
+
+
+def pieces(source: str) -> list[tuple[int, str]]:
+    """`source` cut where declarations start, as (0-based first line, text): a piece runs from a line that
+    starts with `fn`, `struct`, `const` or `import` at column 1 to the next such line (the first piece also
+    holds whatever comes before). Lines end at `\\n`, as the lexer counts them."""
+    lines = source.split("\n")
+    starts = [0, *(number for number in range(1, len(lines)) if DECLARATION_START.match(lines[number]))]
+    stops = [*starts[1:], len(lines)]
+    return [
+        (first, "\n".join(lines[first:stop]) + ("\n" if stop < len(lines) else ""))
+        for first, stop in zip(starts, stops, strict=True)
+    ]
+
+
+def parse_piece(text: str, path: str, first: int) -> tuple[tuple[ast.Decl, ...], Diagnostic | None]:
+    """The declarations of one piece of the file `path` that starts at its 0-based line `first`, or none
+    and the piece's first syntax error. Never raises for a mistake in `text`."""
+    try:
+        return _run(text, path, "start", first + 1), None
+    except DiagnosticError as failure:
+        return (), failure.diagnostics[0]
+    except RecursionError:  # a pathologically deep input; never a Python exception
+        return (), error("E0102", "this declaration nests too deeply to parse", Span(path, first + 1, 1, first + 1, 2))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dl.lang
 import numpy as np
 import pytest
+from conftest import ROOT
 from dl.lang import ast
 from dl.lang.printer import print_module
 from dl.lang.types import DimVar, TensorType
@@ -141,3 +142,16 @@ def test_calls_with_different_static_sizes_are_checked_separately() -> None:
     )
     typed = dl.lang.check(source, "sizes.dl")
     assert typed.errors == []
+
+
+def test_an_imported_function_has_a_signature_for_each_importers_call() -> None:
+    """Signatures are collected once every module is checked: a function of an imported module with
+    unannotated parameters has one for each set of argument types a call in the importer checked it for."""
+    main = ROOT / "tests" / "modules" / "main.dl"
+    typed = dl.lang.check(main.read_text(), str(main))
+    mathx = str(main.parent / "mathx.dl")
+    assert [str(s) for s in typed.signatures[mathx]] == [
+        "fn square(x: f32) -> f32",  # for `cube(2.0)`'s own call
+        "fn square(x: i64) -> i64",
+        "fn cube(x: f32) -> f32",
+    ]
