@@ -48,9 +48,15 @@ def dlrun(directory: Path, *args: str, processes: int = 1, timeout: float = 180)
     )
 
 
+def run_metrics(directory: Path) -> Path:
+    """The metrics file of the one run recorded under `directory`'s runs/ (docs/cli.md, run records)."""
+    (record,) = (directory / "runs").iterdir()
+    return record / "metrics.jsonl"
+
+
 def metrics(directory: Path) -> dict[str, list[float]]:
     curves: dict[str, list[float]] = {}
-    for line in (directory / "metrics.jsonl").read_text().splitlines():
+    for line in run_metrics(directory).read_text().splitlines():
         record = json.loads(line)
         curves.setdefault(record["name"], []).append(record["value"])
     return curves
@@ -107,7 +113,7 @@ def test_two_processes_train_as_one_and_resume_with_another_count(tmp_path: Path
 
     shutil.copy(one / "digits_mlp.safetensors", two / "digits_mlp.safetensors")  # both resume from 1 process's
     for directory in (one, two):
-        (directory / "metrics.jsonl").unlink()
+        shutil.rmtree(directory / "runs")
     resumed_alone = dlrun(one, "train.dl", "--resume")
     resumed_together = dlrun(two, "train.dl", "--resume", processes=2)
     assert resumed_alone.returncode == 0 and resumed_together.returncode == 0, resumed_together.stderr
@@ -128,9 +134,9 @@ def test_rank_zero_alone_prints_logs_and_saves(tmp_path: Path) -> None:
     )
     result = dlrun(tmp_path, "effects.dl", processes=2)
     assert (result.returncode, result.stdout, result.stderr) == (0, "rank 0 of 2\nsteps 1/1\nmean rank 0.5\n", "")
-    assert (tmp_path / "metrics.jsonl").read_text() == '{"name": "rank", "step": 0, "value": 0.0}\n'
+    assert run_metrics(tmp_path).read_text() == '{"name": "rank", "step": 0, "value": 0.0}\n'  # one run record
     assert safetensors.numpy.load_file(tmp_path / "ranks.safetensors")["value"].tolist() == [0.0, 0.0]
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["effects.dl", "metrics.jsonl", "ranks.safetensors"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["effects.dl", "ranks.safetensors", "runs"]
 
 
 @needs_mpi
