@@ -365,16 +365,21 @@ def export(file: str, options: argparse.Namespace, sources: SourceMap) -> int:
     output = Path(options.output)
     if options.quantize and not options.onnx:
         raise UsageError("`--quantize` applies to ONNX models: add `--onnx`")
+    from dl import package
+
+    built = package.build_package(program, options.function, options.weights, options.param)
     if options.onnx:
-        from dl.export import onnx_model  # imported here: the onnx package is the `onnx` extra
-
-        report = onnx_model.export_onnx(
-            program, options.function, options.weights, output, options.param, options.quantize
-        )
+        try:
+            from dl.export import onnx_model  # imported here: the onnx package is the `onnx` extra
+        except ImportError as missing:
+            raise UsageError(f"`--onnx` needs the onnx package ({missing}): pip install 'dl-lang[onnx]'") from None
+        weights = built.weights
+        signature = package.signature_of(built.typed, built.function)
+        model = onnx_model.export_onnx(built.module, signature, weights.parameter, weights.tensors, options.quantize)
+        package.write_file(output, model)
     else:
-        from dl import package
-
-        report = package.export_package(program, options.function, options.weights, output, options.param)
+        package.export_package(built, output)
+    report = built.weights
     where = f" (`{report.prefix}` of the checkpoint)" if report.prefix else ""
     print(f"wrote {output}: `{options.function}` with weights `{report.parameter}`: {report.struct.name}{where}")
     return 0

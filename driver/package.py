@@ -1,6 +1,7 @@
 """Model packages: one function of a DL program and its trained weights as one `.dlpkg` file.
 
-`export_package(program, function, weights, output)` writes a zip of three members:
+`build_package(program, function, weights)` gathers a package, `export_package(built, output)` writes it
+as a zip of three members:
 
 - `model.dl`: the checked DL source of the function and everything it calls, imports flattened
   (lang/flatten.py), so it checks on its own;
@@ -65,12 +66,22 @@ class Weights:
 # ---------------------------------------------------------------------- export
 
 
-def export_package(
-    program: Program, function: str, weights_path: str, output: Path, parameter: str | None = None
-) -> Weights:
-    """Write `function`'s package to `output` atomically; returns where its weights came from. Raises
-    `DiagnosticError` (E0201 no such function, E0605 weights that do not fit, E0606 a function that cannot be
-    a package, E0608 an output that cannot be written)."""
+@dataclass(frozen=True)
+class Built:
+    """A package before it is written: its checked source, the function's name there, and its weights;
+    `module` is that source as the flattening made it, whose nodes keep the spans of the user's files."""
+
+    source: str
+    typed: Typed
+    function: str
+    weights: Weights
+    module: ast.Module
+
+
+def build_package(program: Program, function: str, weights_path: str, parameter: str | None = None) -> Built:
+    """`function` of the program with its weights, ready to write (as a package, or as ONNX by dl.export).
+    Raises `DiagnosticError` (E0201 no such function, E0605 weights that do not fit, E0606 a function that
+    cannot be a package)."""
     derived, typed = pipeline.prepare(program)
     decl = entry_decl(derived, function)
     if decl is None:
@@ -79,24 +90,29 @@ def export_package(
     signature = signature_of(typed, function)
     exportable(decl, signature)
     weights = choose_weights(signature, read_weights(weights_path), weights_path, parameter, decl)
-    source, package_typed, name = flattened_source(derived, function)
+    flat = flatten(derived, function, SOURCE)
+    source, package_typed = checked_source(flat.module)
+    return Built(source, package_typed, flat.names[function], weights, flat.module)
+
+
+def export_package(built: Built, output: Path) -> None:
+    """Write the package to `output` atomically (E0608 when it cannot be written)."""
     members = {
-        SOURCE: source.encode("utf-8"),
-        WEIGHTS: safetensors.numpy.save(weights.tensors),
+        SOURCE: built.source.encode("utf-8"),
+        WEIGHTS: safetensors.numpy.save(built.weights.tensors),
     }
-    manifest = manifest_for(name, signature_of(package_typed, name), weights.parameter, members)
+    signature = signature_of(built.typed, built.function)
+    manifest = manifest_for(built.function, signature, built.weights.parameter, members)
     write_zip(output, {MANIFEST: json.dumps(manifest, indent=2).encode("utf-8"), **members})
-    return weights
 
 
-def flattened_source(program: Program, function: str) -> tuple[str, Typed, str]:
-    """The package's source, checked, and the function's name in it."""
-    flat = flatten(program, function, SOURCE)
-    source = print_module(flat.module)
+def checked_source(module: ast.Module) -> tuple[str, Typed]:
+    """A flattened module as source text, and that text checked."""
+    source = print_module(module)
     package_typed = check_program(load_program(SOURCE, source))
     if package_typed.errors:  # the flattening is wrong, not the user's program
-        raise AssertionError(f"the flattened source of `{function}` does not check: {package_typed.errors[0]}")
-    return source, package_typed, flat.names[function]
+        raise AssertionError(f"the flattened source does not check: {package_typed.errors[0]}")
+    return source, package_typed
 
 
 def entry_decl(program: Program, name: str) -> ast.FnDecl | None:
@@ -291,6 +307,15 @@ def write_zip(output: Path, members: dict[str, bytes]) -> None:
             for name, data in members.items():
                 compression = zipfile.ZIP_STORED if name == WEIGHTS else zipfile.ZIP_DEFLATED
                 archive.writestr(zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0)), data, compression)
+    except OSError as problem:
+        raise DiagnosticError(cannot_write(output, problem)) from None
+
+
+def write_file(output: Path, data: bytes) -> None:
+    """`data` into `output`, atomically (E0608 when it cannot be written)."""
+    try:
+        with atomic.replacing(output) as temporary:
+            temporary.write_bytes(data)
     except OSError as problem:
         raise DiagnosticError(cannot_write(output, problem)) from None
 
