@@ -38,12 +38,11 @@ OPTIONS = arguments()
 os.environ["OPENBLAS_NUM_THREADS"] = str(OPTIONS.threads)  # before numpy is imported
 os.environ["OMP_NUM_THREADS"] = str(OPTIONS.threads)
 
+import dl  # noqa: E402
 import numpy as np  # noqa: E402
 import onnxruntime  # noqa: E402
 import safetensors.numpy  # noqa: E402
 import torch  # noqa: E402
-
-import dl  # noqa: E402
 from dl import package, pipeline  # noqa: E402
 from dl.export import onnx_model  # noqa: E402
 
@@ -125,7 +124,7 @@ def main() -> None:
 
 def report(batch: int, found: dict[str, list[float]]) -> None:
     print(f"\nbatch {batch}, {OPTIONS.threads} thread(s), µs per call over {OPTIONS.rounds} rounds")
-    print(f"| system | min | median |\n|---|---:|---:|")
+    print("| system | min | median |\n|---|---:|---:|")
     for name, times in found.items():
         print(f"| {name} | {min(times):.1f} | {float(np.median(times)):.1f} |")
 
