@@ -4,6 +4,10 @@
     dlrun check FILE.dl         check only; print `ok` or every diagnostic
     dlrun check --types FILE.dl print each function's signature with inferred shapes
     dlrun grad FILE.dl --fn NAME print the derivative functions `grad(NAME)` generates, as DL source
+    dlrun export FILE.dl --fn NAME --weights W -o model.dlpkg
+                                write a function and its weights as one package (`--onnx`: an ONNX model)
+    dlrun predict model.dlpkg --input x.npz -o y.npz
+                                run a package on the arrays of an .npz file
     dlrun fmt PATH...           lay .dl files (directories: every one under them) out canonically
     dlrun plot [RUN...]         draw the curves runs logged with `log_metric(name, value)`, one line per run
     dlrun lsp                   run the language server on stdio (for editors)
@@ -28,7 +32,7 @@ from dl.lang.diagnostics import DiagnosticError, SourceMap, render_all
 from dl.runtime.errors import UsageError
 from dl.runtime.metrics import Metrics
 
-SUBCOMMANDS = ("check", "run", "grad", "fmt", "plot", "lsp", "repl")
+SUBCOMMANDS = ("check", "run", "grad", "export", "predict", "fmt", "plot", "lsp", "repl")
 EXIT_STATUS = "exit status: 0 ok, 1 the program's error (diagnostic on stderr), 2 usage error"
 HELP_WIDTH = 100
 NAME = r"[A-Za-z_][A-Za-z0-9_]*"
@@ -134,6 +138,10 @@ def subcommand_parser(name: str) -> argparse.ArgumentParser:
             "--wrt then defaults to the first other parameter",
         )
         return command
+    if name == "export":
+        return export_parser()
+    if name == "predict":
+        return predict_parser()
     if name == "fmt":
         command = argparse.ArgumentParser(
             prog="dlrun fmt",
@@ -175,6 +183,45 @@ def subcommand_parser(name: str) -> argparse.ArgumentParser:
     add_backend(command)
     command.add_argument("file", nargs="?", metavar="FILE.dl", help="the .dl program")
     command.add_argument("args", nargs=argparse.REMAINDER, metavar="ARGS", help="arguments passed to main() as strings")
+    return command
+
+
+def export_parser() -> argparse.ArgumentParser:
+    command = argparse.ArgumentParser(
+        prog="dlrun export",
+        description="Write a function and its trained weights as one self-contained file: a DL package (.dlpkg) "
+        "that `dlrun predict` runs, or with --onnx an ONNX model.",
+    )
+    command.add_argument("file", metavar="FILE.dl", help="the .dl program")
+    command.add_argument("--fn", required=True, dest="function", metavar="NAME", help="the function to export")
+    command.add_argument(
+        "--weights", required=True, metavar="W", help="the safetensors checkpoint holding the function's weights"
+    )
+    command.add_argument(
+        "--param",
+        metavar="NAME",
+        help="the struct parameter the weights are for (default: the one struct parameter the checkpoint fits)",
+    )
+    command.add_argument("-o", "--output", required=True, metavar="OUT", help="the file to write")
+    command.add_argument("--onnx", action="store_true", help="write an ONNX model (opset 18) instead of a package")
+    command.add_argument(
+        "--quantize", choices=["int8"], help="with --onnx: store weight matrices as per-channel symmetric int8"
+    )
+    return command
+
+
+def predict_parser() -> argparse.ArgumentParser:
+    command = argparse.ArgumentParser(
+        prog="dlrun predict",
+        description="Run a DL package's function on the arrays of an .npz file (one per input, by name) and "
+        "write its result to an .npz file.",
+    )
+    command.add_argument("file", metavar="PACKAGE", help="the .dlpkg file `dlrun export` wrote")
+    command.add_argument("--input", required=True, metavar="X.npz", help="the inputs, one array per input name")
+    command.add_argument("-o", "--output", required=True, metavar="Y.npz", help="where to write the result")
+    command.add_argument(
+        "--backend", choices=["interp", "llvm"], default="interp", help="where the package runs (default: interp)"
+    )
     return command
 
 
@@ -263,6 +310,10 @@ def execute(command: str, file: str, args: list[str], options: argparse.Namespac
         return draw(options.paths, options.output)
     if command == "fmt":
         return fmt.format_paths(options.paths, options.check, options.show)
+    if command == "export":
+        return export(file, options, sources)
+    if command == "predict":
+        return predict(file, options, sources)
     distributed.join()
     program = pipeline.load(file, sources=sources)
     program, typed = pipeline.prepare(program)
@@ -306,6 +357,41 @@ def derivative_source(file: str, options: argparse.Namespace, sources: SourceMap
     bindings = parse_bindings(options.bind) if options.bind is not None else None
     program = pipeline.load(file, sources=sources)
     print(pipeline.derivative_source(program, options.function, wrt, options.value, bindings), end="")
+    return 0
+
+
+def export(file: str, options: argparse.Namespace, sources: SourceMap) -> int:
+    program = pipeline.load(file, sources=sources)
+    output = Path(options.output)
+    if options.quantize and not options.onnx:
+        raise UsageError("`--quantize` applies to ONNX models: add `--onnx`")
+    from dl import package
+
+    built = package.build_package(program, options.function, options.weights, options.param)
+    if options.onnx:
+        try:
+            from dl.export import onnx_model  # imported here: the onnx package is the `onnx` extra
+        except ImportError as missing:
+            raise UsageError(f"`--onnx` needs the onnx package ({missing}): pip install 'dl-lang[onnx]'") from None
+        weights = built.weights
+        signature = package.signature_of(built.typed, built.function)
+        model = onnx_model.export_onnx(built.module, signature, weights.parameter, weights.tensors, options.quantize)
+        package.write_file(output, model)
+    else:
+        package.export_package(built, output)
+    report = built.weights
+    where = f" (`{report.prefix}` of the checkpoint)" if report.prefix else ""
+    print(f"wrote {output}: `{options.function}` with weights `{report.parameter}`: {report.struct.name}{where}")
+    return 0
+
+
+def predict(file: str, options: argparse.Namespace, sources: SourceMap) -> int:
+    from dl import package
+
+    loaded = package.load_package(file, options.backend, sources)
+    result = loaded(**package.read_inputs(options.input, loaded))
+    package.write_outputs(Path(options.output), result)
+    print(f"wrote {options.output}")
     return 0
 
 

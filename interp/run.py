@@ -53,6 +53,7 @@ class Interpreted:
 
     def __init__(self, typed: Typed, options: Options) -> None:
         self.typed, self.options = typed, options
+        self.for_calls: Compiler | None = None  # compiled once for `call`: a host calling a function repeatedly
 
     def compiled(self) -> Compiler:
         if self.options.fresh_random:
@@ -84,9 +85,15 @@ class Interpreted:
         )
 
     def call(self, name: str, args: list) -> Any:
-        """Call the entry module's function `name` with run-time values (numpy arrays, Python numbers, tuples)."""
+        """Call the entry module's function `name` with run-time values (numpy arrays, Python numbers, tuples).
+        The program is compiled (its constants evaluated) at the first call only: a constant is a value, the
+        same at every call, and compiling again would cost the host more than a small function's call."""
         program = self.typed.program
-        cell = self.compiled().states[program.entry].cells.get(name)
+        if self.for_calls is None:
+            self.for_calls = self.compiled()
+        elif self.options.fresh_random:
+            RandomSource.reset()
+        cell = self.for_calls.states[program.entry].cells.get(name)
         if cell is None or not isinstance(cell.value, Function):
             raise UsageError(f"`{program.entry}` has no function `{name}`")
         function = cell.value

@@ -82,10 +82,11 @@ def test_train_is_reproducible(run_in) -> None:
 def test_cnn_learns(run_in, tmp_path: Path) -> None:
     status, out, err = run_in("cnn.dl")
     assert (status, err) == (0, "")
-    epochs = [line.split() for line in out.splitlines()]
+    *epochs, saved = [line.split() for line in out.splitlines()]
     losses = [float(words[3]) for words in epochs]
     accuracies = [float(words[-1]) for words in epochs]
     assert len(accuracies) == 10 and accuracies[-1] >= 0.97, out
+    assert saved == ["saved", "digits_cnn.safetensors"] and (tmp_path / "digits_cnn.safetensors").is_file()
     assert losses[-1] < losses[0] / 10, out
     assert len(logged_metrics(tmp_path)) == 20
 

@@ -1,6 +1,6 @@
 """Installing DL: the README's commands are what CI runs, the run command installs the runtime only, and
 nothing the `dl` package imports lives only in an extra (except matplotlib, the `plot` extra, which only
-`dlrun plot` imports)."""
+`dlrun plot` imports, mpi4py, and onnx, which only the ONNX exporter imports)."""
 
 from __future__ import annotations
 
@@ -16,8 +16,13 @@ from conftest import ROOT
 PACKAGE_FOLDERS = tuple(
     sorted(set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"].values()))
 )
-# The extras the package may import, and the one module that may import each (inside a function).
-OPTIONAL_IMPORTS = {"matplotlib": ("plot", "driver/plot.py"), "mpi4py": ("mpi", "driver/distributed.py")}
+# The extras the package may import, and the modules that may import each: one module, or the modules of
+# one folder that only `dlrun` imports when asked (inside a function), as dl.export is by `dlrun export --onnx`.
+OPTIONAL_IMPORTS = {
+    "matplotlib": ("plot", {"driver/plot.py"}),
+    "mpi4py": ("mpi", {"driver/distributed.py"}),
+    "onnx": ("onnx", {"export/onnx_model.py", "export/quantize.py"}),
+}
 
 
 def readme_install_commands() -> list[list[str]]:
@@ -72,11 +77,22 @@ def test_every_import_of_the_package_is_a_runtime_dependency_or_an_extra_importe
     for module, importers in sorted(third_party.items()):
         names = {requirement_name(d) for d in distributions.get(module, [module])}
         if module in OPTIONAL_IMPORTS:
-            extra, importer = OPTIONAL_IMPORTS[module]
+            extra, allowed = OPTIONAL_IMPORTS[module]
             assert names <= {requirement_name(r) for r in project["optional-dependencies"][extra]}
-            assert importers == {importer}, f"{module} is imported by {sorted(importers)}"
+            assert importers == allowed, f"{module} is imported by {sorted(importers)}"
             continue
         assert names <= runtime, f"{module} (imported by {sorted(importers)}) is not a runtime dependency"
+
+
+def test_the_onnx_extra_is_imported_only_when_an_onnx_model_is_exported() -> None:
+    """Nothing outside export/ imports the exporter at module level: the CLI imports it inside `export`, and
+    the support matrix reads export/support.py, which imports no onnx."""
+    for path in (ROOT / "driver").glob("*.py"):
+        tree = ast.parse(path.read_text())
+        top_level = {node.module for node in tree.body if isinstance(node, ast.ImportFrom) and node.module}
+        top_level |= {alias.name for node in tree.body if isinstance(node, ast.Import) for alias in node.names}
+        assert not any(name.startswith(("dl.export", "onnx")) for name in top_level), path
+    assert "onnx" not in imported_modules((ROOT / "export" / "support.py").read_text())
 
 
 def test_matplotlib_is_imported_only_when_a_plot_is_drawn() -> None:
