@@ -25,7 +25,7 @@ from dl.codegen.lower import Lowered, Unsupported, lower
 from dl.codegen.registry import specialise
 from dl.codegen.values import NUMPY_DTYPES, NeedsStatic
 from dl.lang.check import Typed
-from dl.runtime.backend import CompiledBody, Step, StructTypes
+from dl.runtime.backend import NOT_COMPILED, CompiledBody, Step, StructTypes
 from dl.runtime.calls import RETURN, Function
 from dl.runtime.errors import STACK, RunError, fail, recursion_error
 from dl.runtime.interrupts import on_interrupt
@@ -51,6 +51,10 @@ class Replacing:
 
     def around(self, fallback: Step, structs: StructTypes) -> Step:
         return self.step
+
+    def direct(self, args: list) -> object:
+        frame = [None, *args]
+        return frame[0] if self.step(frame) is RETURN else ()
 
 
 @dataclass
@@ -177,10 +181,10 @@ def kernel_body(kernel, compiled) -> Callable[[list], Any]:
                     kernel.span,
                 )
             keep.append(array)
-            args.append(array.ctypes.data)
+            args.append(address_of(array))
         if kernel.reduction is None:
             out = np.empty(shape, dtype=numpy_dtype)
-            call(out.size, out.ctypes.data, *args)
+            call(out.size, data_address(out), *args)
             frame[0] = out
             return RETURN
         size = int(np.prod(shape))
@@ -189,7 +193,7 @@ def kernel_body(kernel, compiled) -> Callable[[list], Any]:
             raise fail("E0513", f"`{kernel.reduction}` of an empty tensor {shown}", kernel.reduction_span)
         out = np.zeros((), dtype=numpy_dtype)
         if size:
-            call(size, out.ctypes.data, *args)
+            call(size, data_address(out), *args)
         frame[0] = out[()]
         return RETURN
 
@@ -338,23 +342,9 @@ class SpecialisingBody:
         self.structs = Structs(structs)
         count = len(self.decl.params)
 
-        seen = self.structs.seen
-        static = self.static
-
         def body(frame: list) -> object:
             leaves: list = []
-            arguments = frame[1 : count + 1]
-            if static:
-                layout = tuple(
-                    [
-                        ir.StaticArgument(value)
-                        if k in static and value.__class__ is int
-                        else flatten(value, leaves, seen)
-                        for k, value in enumerate(arguments)
-                    ]
-                )
-            else:
-                layout = tuple([flatten(value, leaves, seen) for value in arguments])
+            layout = self.layout(frame[1 : count + 1], leaves)
             entry = self.compiled.get(layout, False)
             if entry is False:
                 entry = self.specialise(layout) if len(self.compiled) < MAX_LAYOUTS else None
@@ -369,6 +359,26 @@ class SpecialisingBody:
             return RETURN
 
         return body
+
+    def layout(self, arguments: list, leaves: list) -> tuple:
+        """The arguments' layout; their tensors and scalars appended to `leaves` in slot order."""
+        seen, static = self.structs.seen, self.static
+        if static:
+            return tuple(
+                [
+                    ir.StaticArgument(value) if k in static and value.__class__ is int else flatten(value, leaves, seen)
+                    for k, value in enumerate(arguments)
+                ]
+            )
+        return tuple([flatten(value, leaves, seen) for value in arguments])
+
+    def direct(self, args: list) -> object:
+        """The call run natively if its layout is compiled already (see `CompiledBody.direct`)."""
+        if self.structs is None:  # not installed in a backend yet
+            return NOT_COMPILED
+        leaves: list = []
+        entry = self.compiled.get(self.layout(args, leaves))
+        return NOT_COMPILED if entry is None else self.run(entry, leaves)
 
     def specialise(self, layout: tuple) -> Specialisation | None:
 
@@ -448,14 +458,14 @@ class SpecialisingBody:
                 if not value.flags.c_contiguous:
                     value = np.ascontiguousarray(value)
                     copies.append(value)
-                slots[slot] = value.ctypes.data
+                slots[slot] = address_of(value)
             else:
                 cells[slot][0] = value
         outputs: dict[int, np.ndarray] = {}
         for slot, shape, dtype in entry.outputs:
             array = np.empty(shape, dtype=dtype)
             outputs[slot] = array
-            slots[slot] = array.ctypes.data
+            slots[slot] = data_address(array)
         entry.call(entry.address)
         if entry.error.value:
             self.failed(entry)
@@ -514,6 +524,32 @@ NAMES = {
     np.dtype(np.int32): "i32",
     np.dtype(np.bool_): "bool",
 }
+
+
+ADDRESSES: dict[int, tuple[weakref.ref, int]] = {}  # by id of an array: (it, its data's address)
+
+
+def address_of(array: np.ndarray) -> int:
+    """The address of an array's data. Arrays passed again and again (a model's weights) are looked up, by
+    identity, while they live; the others are asked (`data_address`)."""
+    found = ADDRESSES.get(id(array))
+    if found is not None and found[0]() is array:
+        return found[1]
+    address = data_address(array)
+    if len(ADDRESSES) >= 4096:
+        ADDRESSES.clear()
+    ADDRESSES[id(array)] = (weakref.ref(array), address)
+    return address
+
+
+def data_address(array: np.ndarray) -> int:
+    """The address of a C-contiguous array's data: through a ctypes view of its buffer, a third of what
+    numpy's `array.ctypes.data` costs; that for the arrays a writable buffer cannot be had from (read-only,
+    empty)."""
+    try:
+        return ctypes.addressof(ctypes.c_char.from_buffer(array))
+    except (TypeError, ValueError):
+        return array.ctypes.data
 
 
 def flatten(value, leaves: list, kinds: dict) -> ir.Layout:

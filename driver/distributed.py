@@ -41,7 +41,7 @@ RANK_VARIABLES = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK")
 SIZE_VARIABLES = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE")
 UNKNOWN_SIZE = 0  # a launcher (PMIx) that names the rank but not the size: MPI tells
 POLL_SECONDS = 0.2
-GRACE_SECONDS = 5.0
+GRACE_SECONDS = 15.0  # generous: a loaded machine (CI, other jobs) can delay rank 0 by seconds
 ALARM_TAG = 19
 HOST_BYTES = 256  # host names are at most 255 bytes (POSIX HOST_NAME_MAX)
 

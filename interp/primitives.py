@@ -516,20 +516,29 @@ def arange(bounds: tuple) -> Any:
 
 
 class RandomSource:
-    """Where unseeded `randn`/`rand` draw from: one generator per run, seeded 0, so runs repeat."""
+    """Where unseeded `randn`/`rand` draw from: one generator per run, seeded 0, so runs repeat. A reset
+    makes the generator when it is first drawn from (a host calling a function that draws nothing, often,
+    pays nothing for it)."""
 
-    generator = np.random.default_rng(0)
+    seed = 0
+    made: np.random.Generator | None = None
 
     @classmethod
     def reset(cls, seed: int = 0) -> None:
-        cls.generator = np.random.default_rng(seed)
+        cls.seed, cls.made = seed, None
+
+    @classmethod
+    def generator(cls) -> np.random.Generator:
+        if cls.made is None:
+            cls.made = np.random.default_rng(cls.seed)
+        return cls.made
 
 
 def random(draw: str, name: str):
     def apply(dims: tuple, seed: Any, dtype: Any) -> Any:
         if seed is not None and (not is_integer(seed) or seed < 0):
             raise PrimitiveError(f"`seed=` takes a non-negative integer, found {shown_value(seed)}")
-        generator = RandomSource.generator if seed is None else np.random.default_rng(int(seed))
+        generator = RandomSource.generator() if seed is None else np.random.default_rng(int(seed))
         kind = dtype_of(dtype)
         if kind.kind != "f":
             raise PrimitiveError(f"`{name}` makes float tensors; `dtype=` must be f32 or f64")
@@ -816,7 +825,7 @@ def digits() -> tuple:
 def generator_for(seed: Any) -> np.random.Generator:
     """A fresh generator for `seed=s`; the run's default generator without a seed (as `randn` and `rand`)."""
     if seed is None:
-        return RandomSource.generator
+        return RandomSource.generator()
     if not is_integer(seed) or seed < 0:
         raise PrimitiveError(f"`seed=` takes a non-negative integer, found {shown_value(seed)}")
     return np.random.default_rng(int(seed))

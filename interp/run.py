@@ -9,6 +9,7 @@ diagnostic, with the DL call stack in its notes.
 from __future__ import annotations
 
 import ctypes
+import queue
 import sys
 import threading
 from difflib import SequenceMatcher
@@ -22,7 +23,7 @@ from dl.lang import ast
 from dl.lang.check import Typed
 from dl.lang.diagnostics import UNKNOWN_SPAN, Diagnostic, DiagnosticError, Span, closest, error
 from dl.lang.modules import Program
-from dl.runtime.backend import CompiledBody, Options
+from dl.runtime.backend import NOT_COMPILED, CompiledBody, Options
 from dl.runtime.calls import Function, invoke
 from dl.runtime.errors import STACK, DeepRecursion, RunError, UsageError, recursion_error
 from dl.runtime.interrupts import interrupt_everything
@@ -54,6 +55,7 @@ class Interpreted:
     def __init__(self, typed: Typed, options: Options) -> None:
         self.typed, self.options = typed, options
         self.for_calls: Compiler | None = None  # compiled once for `call`: a host calling a function repeatedly
+        self.directs: dict[str, Any] = {}  # by function name: its compiled body's `direct`, or None
 
     def compiled(self) -> Compiler:
         if self.options.fresh_random:
@@ -87,7 +89,8 @@ class Interpreted:
     def call(self, name: str, args: list) -> Any:
         """Call the entry module's function `name` with run-time values (numpy arrays, Python numbers, tuples).
         The program is compiled (its constants evaluated) at the first call only: a constant is a value, the
-        same at every call, and compiling again would cost the host more than a small function's call."""
+        same at every call, and compiling again would cost the host more than a small function's call. A
+        function compiled by another backend for these arguments runs on the caller's thread (`direct`)."""
         program = self.typed.program
         if self.for_calls is None:
             self.for_calls = self.compiled()
@@ -96,8 +99,33 @@ class Interpreted:
         cell = self.for_calls.states[program.entry].cells.get(name)
         if cell is None or not isinstance(cell.value, Function):
             raise UsageError(f"`{program.entry}` has no function `{name}`")
+        direct = self.direct_call(name)
+        if direct is not None:
+            try:
+                result = direct(list(args))
+            except RunError as failure:
+                raise DiagnosticError(failure.diagnostic) from None
+            if result is not NOT_COMPILED:
+                return result
         function = cell.value
         return run_guarded(lambda: invoke(function, list(args), function.span))
+
+    def direct_call(self, name: str):
+        """The compiled body's `direct` of the entry module's function `name`, if it has one and nothing is
+        checked around it at run time (an annotation the checker could not prove is checked by our body)."""
+        if name not in self.directs:
+            self.directs[name] = self.compiled_direct(name)
+        return self.directs[name]
+
+    def compiled_direct(self, name: str):
+        decl = next(
+            (d for d in self.typed.program.modules[self.typed.program.entry].decls if getattr(d, "name", None) == name),
+            None,
+        )
+        compiled = self.options.bodies.get(id(decl)) if isinstance(decl, ast.FnDecl) else None
+        if compiled is None or id(decl) in self.typed.checked_calls:
+            return None
+        return compiled.direct
 
     def plan(self) -> str:
         return ""
@@ -141,7 +169,9 @@ def missing_main(program: Program) -> Diagnostic:
 
 
 def run_guarded(action) -> Any:
-    """Run `action` with deep recursion allowed; user failures become `DiagnosticError`."""
+    """Run `action` with deep recursion allowed; user failures become `DiagnosticError`. It runs on the DL
+    worker thread (`Worker`), started once with a C stack large enough for deep recursion; Ctrl-C on the
+    calling thread stops it there too."""
     outcome: dict[str, Any] = {}
 
     def target() -> None:
@@ -160,22 +190,14 @@ def run_guarded(action) -> Any:
             STACK.clear()
 
     previous_limit = sys.getrecursionlimit()
-    previous_stack = threading.stack_size()
     sys.setrecursionlimit(RECURSION_LIMIT)
-    threading.stack_size(THREAD_STACK_BYTES)
     try:
-        worker = threading.Thread(target=target, name="dl-main", daemon=True)
-        worker.start()
-        threading.stack_size(previous_stack)
-        try:
-            while worker.is_alive():
-                worker.join(0.1)
-        except KeyboardInterrupt:  # Ctrl-C reaches the main thread only: stop the program too
-            interrupt(worker)
-            raise
+        if WORKER.is_current():  # a guarded action inside another: already on the worker
+            target()
+        else:
+            WORKER.run(target)
     finally:
         sys.setrecursionlimit(previous_limit)
-        threading.stack_size(previous_stack)
     if "exception" in outcome:
         raise outcome["exception"]
     if "error" in outcome:
@@ -183,13 +205,89 @@ def run_guarded(action) -> Any:
     return outcome.get("value")
 
 
-def interrupt(worker: threading.Thread) -> None:
-    """Raise `KeyboardInterrupt` in the thread running the program, and wait until it has stopped.
+class Worker:
+    """The thread DL code runs on: started at the first guarded action, with a large C stack, and reused by
+    every later one, so that a host calling a small function often (`dl.load_package`) pays a hand-over
+    between threads per call, not a thread's start and end. After Ctrl-C the interrupted worker is left to
+    end and the next action starts a new one, so an interrupt never reaches an action it was not meant for."""
 
-    The exception is raised asynchronously (`PyThreadState_SetAsyncExc`): the worker sees it at its next
-    Python bytecode, so a loop stops at once and a long numpy call stops when it returns. Without this the
-    program would keep running in the background after Ctrl-C, which matters where the process goes on
-    (the REPL)."""
-    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(worker.ident), ctypes.py_object(KeyboardInterrupt))
-    interrupt_everything()  # compiled loops poll a flag
-    worker.join()
+    def __init__(self) -> None:
+        self.requests: queue.SimpleQueue | None = None  # the current worker's
+        self.thread: threading.Thread | None = None
+        self.lock = threading.Lock()
+
+    @staticmethod
+    def is_current() -> bool:
+        return getattr(ON_WORKER, "active", False)
+
+    def run(self, target) -> None:
+        """Run `target` on the worker and wait for it; Ctrl-C meanwhile interrupts it (and is raised here)."""
+        done = threading.Event()
+        thread, requests = self.started()
+        requests.put((target, done))
+        try:
+            while not done.wait(0.1):
+                pass
+        except KeyboardInterrupt:  # Ctrl-C reaches the main thread only: stop the program too
+            self.interrupt(thread, requests, done)
+            raise
+
+    def started(self) -> tuple[threading.Thread, queue.SimpleQueue]:
+        with self.lock:
+            if self.thread is None or not self.thread.is_alive():
+                self.requests = queue.SimpleQueue()
+                previous_stack = threading.stack_size()
+                threading.stack_size(THREAD_STACK_BYTES)
+                try:
+                    self.thread = threading.Thread(target=serve, args=(self.requests,), name="dl-main", daemon=True)
+                    self.thread.start()
+                finally:
+                    threading.stack_size(previous_stack)
+            return self.thread, self.requests
+
+    def interrupt(self, thread: threading.Thread, requests: queue.SimpleQueue, done: threading.Event) -> None:
+        """Raise `KeyboardInterrupt` in the worker, and wait until the interrupted action has ended.
+
+        The exception is raised asynchronously (`PyThreadState_SetAsyncExc`): the worker sees it at its next
+        Python bytecode, so a loop stops at once and a long numpy call stops when it returns. Without this the
+        program would keep running in the background after Ctrl-C, which matters where the process goes on
+        (the REPL). The worker is retired: it ends once idle, and the next action starts another."""
+        with self.lock:
+            if self.thread is thread:
+                self.thread = self.requests = None
+        ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread.ident), ctypes.py_object(KeyboardInterrupt))
+        interrupt_everything()  # compiled loops poll a flag
+        while not done.wait(0.1) and thread.is_alive():
+            pass
+        requests.put(None)
+
+
+ON_WORKER = threading.local()
+RUNNING = [0]  # how many actions are running on workers now (an interrupted one may still be ending)
+COUNTING = threading.Lock()
+
+
+def running() -> bool:
+    """Whether DL code is running on a worker now."""
+    return RUNNING[0] > 0
+
+
+def serve(requests: queue.SimpleQueue) -> None:
+    """A worker's loop: run each action it is given until it is given None (or an interrupt ends it)."""
+    ON_WORKER.active = True
+    while True:
+        request = requests.get()
+        if request is None:
+            return
+        target, done = request
+        with COUNTING:
+            RUNNING[0] += 1
+        try:
+            target()
+        finally:
+            with COUNTING:
+                RUNNING[0] -= 1
+            done.set()
+
+
+WORKER = Worker()

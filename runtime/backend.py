@@ -27,12 +27,21 @@ Step = Callable[[list], object]
 StructTypes = Callable[[str, str], object]
 
 
+NOT_COMPILED = object()  # what `CompiledBody.direct` gives for a call it cannot make by itself
+
+
 class CompiledBody(Protocol):
     """A function body compiled by one backend and run by another."""
 
     def around(self, fallback: Step, structs: StructTypes) -> Step:
         """The body to run: this compiled code, calling `fallback` (the running backend's own body) for
         whatever it cannot run."""
+        ...
+
+    def direct(self, args: list) -> object:
+        """A call made by compiled code alone, on the caller's thread (a host calling a compiled function
+        often: no frame, no hand-over to the backend's thread), or `NOT_COMPILED` where that code is not
+        compiled yet. Raises `RunError` for the program's failures."""
         ...
 
 

@@ -35,16 +35,21 @@ def tensor_conforms(value: Any, expected: TensorType, bindings: dict[str, int]) 
     if isinstance(value, (tuple, str, StructValue)) or callable(value):
         return f"expected {expected}, found {describe(value)}"
     shape = np.shape(value)
-    found = describe(value) if shape else dtype_name(value)
     if dtype_name(value) != expected.dtype or len(shape) != len(expected.dims):
-        return f"expected {expected}, found {found}"
+        return f"expected {expected}, found {shown(value, shape)}"
     for axis, (dim, size) in enumerate(zip(expected.dims, shape, strict=True)):
         if isinstance(dim, Unknown):
             continue
         if isinstance(dim, DimVar):
             bound = bindings.setdefault(dim.name, size)
             if bound != size:
+                found = shown(value, shape)
                 return f"expected {expected} with `{dim}` = {bound}, found {found} (axis {axis} has {size})"
         elif dim != size:
-            return f"expected {expected}, found {found} (axis {axis} has {size}, not {dim})"
+            return f"expected {expected}, found {shown(value, shape)} (axis {axis} has {size}, not {dim})"
     return None
+
+
+def shown(value: Any, shape: tuple) -> str:
+    """How a mismatching value is shown: its type, with its shape for a tensor."""
+    return describe(value) if shape else dtype_name(value)

@@ -74,7 +74,8 @@ class Cell:
 def dtype_name(value: Any) -> str:
     dtype = getattr(value, "dtype", None)
     if dtype is not None:
-        return DTYPE_NAMES.get(dtype, str(dtype))
+        name = DTYPE_NAMES.get(dtype)
+        return name if name is not None else str(dtype)
     if isinstance(value, bool):
         return "bool"
     if isinstance(value, int):
