@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import csv
 import functools
+import math
 import zipfile
 from importlib import resources
 from typing import Any
@@ -214,6 +215,21 @@ def sigmoid(x: Any) -> Any:
         return result.astype(x.dtype, copy=False)
     kind = type(x) if isinstance(x, np.floating) else np.float32
     return kind(result)
+
+
+def softplus(x: Any) -> Any:
+    """`log(1 + exp(x))` as `max(x, 0) + log1p(exp(-|x|))`: exp never overflows, and a large negative `x`
+    keeps its tiny result instead of rounding `1 + exp(x)` to 1."""
+    return np.maximum(x, 0) + np.log1p(np.exp(-np.abs(x)))
+
+
+# numpy has no erf; Python's `math.erf` is the C library's (the one compiled code calls), one element at a time
+ERF_ELEMENTS = np.frompyfunc(math.erf, 1, 1)
+
+
+def erf(x: Any) -> Any:
+    values = np.asarray(ERF_ELEMENTS(x), dtype=np.float64)
+    return values.astype(x.dtype) if x.__class__ is ndarray else x.dtype.type(values)
 
 
 ZEROS = {dtype: np.zeros((), dtype) for dtype in (F32, F64, I32, I64)}
@@ -1275,6 +1291,10 @@ IMPLEMENTATIONS = {
     Prim.ABS: absolute,
     Prim.SIN: unary(np.sin, "sin"),
     Prim.COS: unary(np.cos, "cos"),
+    Prim.SOFTPLUS: unary(softplus, "softplus"),
+    Prim.LOG1P: unary(np.log1p, "log1p"),
+    Prim.EXPM1: unary(np.expm1, "expm1"),
+    Prim.ERF: unary(erf, "erf"),
     Prim.MAXIMUM: maximum(),
     Prim.MINIMUM: minimum(),
     Prim.WHERE: make_where(),

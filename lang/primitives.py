@@ -33,6 +33,10 @@ class Prim(Enum):
     ABS = "abs"
     SIN = "sin"
     COS = "cos"
+    SOFTPLUS = "softplus"
+    LOG1P = "log1p"
+    EXPM1 = "expm1"
+    ERF = "erf"
     MAXIMUM = "maximum"
     MINIMUM = "minimum"
     WHERE = "where"
@@ -289,6 +293,11 @@ PRIMITIVES_LIST = (
     ),
     elementwise(Prim.SIN, "sine", "d * cos(x)"),
     elementwise(Prim.COS, "cosine", "-(d * sin(x))"),
+    elementwise(Prim.SOFTPLUS, "`log(1 + exp(x))`, computed stably", "d * sigmoid(x)"),
+    elementwise(Prim.LOG1P, "`log(1 + x)`, accurate for small `x`", "d / (1.0 + x)"),
+    elementwise(Prim.EXPM1, "`exp(x) - 1`, accurate for small `x`", "d * (r + 1.0)"),
+    # 2 / sqrt(pi) * exp(-x^2); the literal adapts to x's dtype, so an f64 `x` keeps every digit
+    elementwise(Prim.ERF, "the error function", "d * (1.1283791670955126 * exp(-(x * x)))"),
     pairwise(Prim.MAXIMUM, "the larger of two tensors, elementwise, broadcasting", ">"),
     pairwise(Prim.MINIMUM, "the smaller of two tensors, elementwise, broadcasting", "<"),
     Primitive(

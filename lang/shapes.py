@@ -246,8 +246,9 @@ def check_spec(t: TensorType | StrType, spec: str) -> None:
 
 
 def comparison(a: Type, b: Type, symbol: str) -> Type:
-    if isinstance(a, StrType) and isinstance(b, StrType) and symbol in ("==", "!="):
-        return BOOL  # text is compared whole: `mode == "--resume"`
+    texts = [t for t in (a, b) if isinstance(t, StrType)]
+    if texts and all(isinstance(t, (StrType, AnyType)) for t in (a, b)) and symbol in ("==", "!="):
+        return BOOL  # text is compared whole: `mode == "--resume"` (an unknown side may be text too)
     left, right = tensor(a, f"`{symbol}`"), tensor(b, f"`{symbol}`")
     if left is None or right is None:
         return ANY

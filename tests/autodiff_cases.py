@@ -103,6 +103,34 @@ fn f(x) {
 )
 
 case(
+    "softplus_log1p_expm1_erf",
+    "elementwise",
+    """
+fn f(x) {
+    let s = softplus(3.0 * x) + log1p(x * x) * expm1(0.5 * x)
+    return sum(s * erf(x) + erf(2.0 * x))
+}
+""",
+    (normal(61, 2, 4),),
+    lambda x: (
+        (F.softplus(3.0 * x) + torch.log1p(x * x) * torch.expm1(0.5 * x)) * torch.erf(x) + torch.erf(2.0 * x)
+    ).sum(),
+)
+
+case(
+    "softplus_erf_scalar",
+    "elementwise",
+    """
+fn f(x) {
+    return softplus(2.0 * x) * erf(x) + expm1(x) * log1p(x * x)
+}
+""",
+    (s(0.7),),
+    lambda x: F.softplus(2.0 * x) * torch.erf(x) + torch.expm1(x) * torch.log1p(x * x),
+    second_order=True,
+)
+
+case(
     "sqrt_division",
     "elementwise",
     """

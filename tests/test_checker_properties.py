@@ -384,7 +384,7 @@ class Builder:
     def math(self, dtype: str, shape: Shape, depth: int) -> str:
         names = ["relu", "abs"]
         if dtype in FLOATS:
-            names += ["exp", "log", "sqrt", "tanh", "sigmoid", "sin", "cos"]
+            names += ["exp", "log", "sqrt", "tanh", "sigmoid", "sin", "cos", "softplus", "log1p", "expm1", "erf"]
         return f"{self.choice(names)}({self.expr(dtype, shape, depth)})"
 
     def pairwise(self, dtype: str, shape: Shape, depth: int) -> str:

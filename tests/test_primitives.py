@@ -94,8 +94,23 @@ UNARY_REFERENCES = {
     Prim.ABS: (np.abs, -10, 10),
     Prim.SIN: (np.sin, -10, 10),
     Prim.COS: (np.cos, -10, 10),
+    Prim.SOFTPLUS: (lambda x: np.logaddexp(x.astype(np.float64), 0.0).astype(x.dtype), -60, 60),
+    Prim.LOG1P: (np.log1p, -0.99, 100),
+    Prim.EXPM1: (np.expm1, -10, 10),
 }
-FLOAT_ONLY = [Prim.EXP, Prim.LOG, Prim.SQRT, Prim.TANH, Prim.SIGMOID, Prim.SIN, Prim.COS]
+FLOAT_ONLY = [
+    Prim.EXP,
+    Prim.LOG,
+    Prim.SQRT,
+    Prim.TANH,
+    Prim.SIGMOID,
+    Prim.SIN,
+    Prim.COS,
+    Prim.SOFTPLUS,
+    Prim.LOG1P,
+    Prim.EXPM1,
+    Prim.ERF,
+]
 
 
 @pytest.mark.parametrize("prim", list(UNARY_REFERENCES), ids=lambda p: p.value)
@@ -133,6 +148,26 @@ def test_sigmoid_relu_tanh_match_torch(shape, seed) -> None:
 
 
 @needs_torch
+@needs_torch
+@pytest.mark.parametrize("dtype", [F32, F64], ids=str)
+def test_softplus_log1p_expm1_erf_match_torch(dtype) -> None:
+    """Against torch, including where the naive formulas lose every digit: softplus far below 0 (its value is
+    exp(x)), log1p and expm1 of tiny arguments, erf in both tails."""
+    x = np.concatenate([np.linspace(-30.0, 30.0, 61), [-700.0, -80.0, 80.0, 1e-30, -1e-12, 5e-8]]).astype(dtype)
+    tensor = to_torch(x)
+    references = {
+        "softplus": torch.nn.functional.softplus(tensor, threshold=1000.0),
+        "log1p": torch.log1p(torch.abs(tensor)),
+        "expm1": torch.expm1(torch.clamp(tensor, max=50.0)),
+        "erf": torch.erf(tensor),
+    }
+    inputs = {"softplus": "a", "log1p": "abs(a)", "expm1": "minimum(a, 50.0)", "erf": "a"}
+    rtol = 2e-6 if dtype == F32 else 1e-14
+    for name, expected in references.items():
+        check(dl_eval(f"{name}({inputs[name]})", x), expected.numpy(), dtype, rtol=rtol, atol=0)
+    check(dl_eval("softplus(a)", dtype.type(-100.0)), np.exp(dtype.type(-100.0)), dtype, rtol=1e-6, atol=0)
+
+
 @pytest.mark.parametrize("dtype", [F32, F64], ids=str)
 def test_sigmoid_extreme_inputs(dtype) -> None:
     x = np.array([-1e30, -1e4, -1000, -100, -88.8, -20, 0, 20, 88.8, 100, 1000, 1e4, 1e30], dtype=dtype)
@@ -1949,6 +1984,15 @@ PRIM_TESTS: dict[Prim, tuple[str, ...]] = {
     Prim.ABS: ("test_unary_elementwise", "test_relu_and_abs_keep_integer_dtype"),
     Prim.SIN: ("test_unary_elementwise", "test_float_only_unary_rejects_integers"),
     Prim.COS: ("test_unary_elementwise", "test_float_only_unary_rejects_integers"),
+    **{
+        prim: (
+            "test_unary_elementwise",
+            "test_float_only_unary_rejects_integers",
+            "test_softplus_log1p_expm1_erf_match_torch",
+        )
+        for prim in (Prim.SOFTPLUS, Prim.LOG1P, Prim.EXPM1)
+    },
+    Prim.ERF: ("test_float_only_unary_rejects_integers", "test_softplus_log1p_expm1_erf_match_torch"),
     Prim.MAXIMUM: ("test_maximum_minimum_broadcast", "test_maximum_minimum_with_literals_keep_dtype"),
     Prim.MINIMUM: ("test_maximum_minimum_broadcast", "test_maximum_minimum_with_literals_keep_dtype"),
     Prim.WHERE: (
