@@ -361,6 +361,27 @@ def one_hot(lowering, bound: dict, span: Span) -> object:
     return Tensor("f32", (*labels.shape, classes), ir.Apply("convert", "f32", (hit,)))
 
 
+def triangle(test: str):
+    """`tril` (`test` "le": kept where column - row <= k) or `triu` ("ge"): a select on the positions along the
+    last two axes, zero elsewhere; `k` may be known only at run time."""
+
+    def apply(lowering, bound: dict, span: Span) -> object:
+        x, k = tensor(bound["x"], span), bound["k"]
+        if len(x.shape) < 2:
+            raise Unsupported(f"`tril` or `triu` of a rank-{len(x.shape)} tensor", span)
+        if isinstance(k, int):
+            diagonal: ir.Operand = ir.Const(k, "i64")
+        else:
+            diagonal = lowering.promote(lowering.scalar_of(k, span), "i64", span)
+        rank = len(x.shape)
+        offset = ir.Apply("sub", "i64", (ir.Index(rank - 1), ir.Index(rank - 2)))
+        kept = ir.Apply(test, "bool", (offset, ir.Splat(diagonal)))
+        zero = ir.Splat(ir.Const(False if x.dtype == "bool" else 0.0 if x.dtype in FLOATS else 0, x.dtype))
+        return Tensor(x.dtype, x.shape, ir.Apply("select", x.dtype, (kept, x.tree, zero)))
+
+    return apply
+
+
 def joined(lowering, pieces: list[Tensor], axis: int, stacked: bool, span: Span) -> Tensor:
     """`concat` (along an existing axis) or `stack` (along a new one) of tensors of one dtype: each piece
     is written into its place of one buffer."""
@@ -1315,6 +1336,8 @@ HANDLERS = {
     Prim.ARGMIN: arg_extreme("min"),
     Prim.LOGSUMEXP: logsumexp,
     Prim.ONE_HOT: one_hot,
+    Prim.TRIL: triangle("le"),
+    Prim.TRIU: triangle("ge"),
     Prim.CONCAT: join(False),
     Prim.SPLIT_LIKE: split_like,
     Prim.STACK: join(True),

@@ -506,6 +506,19 @@ def one_hot(labels: Any, classes: Any) -> Any:
     return (labels[..., None] == np.arange(count)).astype(np.float32)
 
 
+def triangle(keep, name: str):
+    """`tril` (`keep` is `np.tril`) or `triu` of the last two axes of `x`, above or below diagonal `k`."""
+
+    def apply(x: Any, k: Any) -> Any:
+        if np.ndim(x) < 2:  # numpy would make a matrix of a vector
+            raise PrimitiveError(f"`{name}` needs a tensor of rank 2 or more, found {describe(x)}")
+        if not is_integer(k):
+            raise PrimitiveError(f"`{name}` takes the diagonal `k` as an integer, found {describe(k)}")
+        return keep(x, int(k))
+
+    return apply
+
+
 # ---------------------------------------------------------------------- creation
 
 
@@ -1315,6 +1328,8 @@ IMPLEMENTATIONS = {
     Prim.BROADCAST_TO: broadcast_to,
     Prim.GATHER: gather,
     Prim.ONE_HOT: one_hot,
+    Prim.TRIL: triangle(np.tril, "tril"),
+    Prim.TRIU: triangle(np.triu, "triu"),
     Prim.ZEROS: filled(0),
     Prim.ONES: filled(1),
     Prim.FULL: full,

@@ -59,6 +59,8 @@ class Prim(Enum):
     BROADCAST_TO = "broadcast_to"
     GATHER = "gather"
     ONE_HOT = "one_hot"
+    TRIL = "tril"
+    TRIU = "triu"
     # creation
     ZEROS = "zeros"
     ONES = "ones"
@@ -140,10 +142,11 @@ class Signature:
 class Templates:
     """A derivative written in DL: for each parameter with a gradient, its adjoint contribution as an
     expression over `d` (the adjoint of the result), `r` (the result), the call's arguments by parameter
-    name, and the static values the transform binds: `k` (the `axis=` argument), `x_dtype` (the dtype of
-    `x`). A reduction's templates also use three forms the transform expands for the call's static axis:
-    `expand(v)` (a reduced value put back in `x`'s rank), `total(v)` (a sum over the reduced elements,
-    keeping their axes) and `count(x)` (how many elements each result reduces, as a float)."""
+    name, and the static values the transform binds: `k` (the `axis=` argument, unless a parameter is named
+    `k`), `x_dtype` (the dtype of `x`). A reduction's templates also use three forms the transform expands
+    for the call's static axis: `expand(v)` (a reduced value put back in `x`'s rank), `total(v)` (a sum over
+    the reduced elements, keeping their axes) and `count(x)` (how many elements each result reduces, as a
+    float)."""
 
     adjoints: tuple[tuple[str, str], ...]
     fitted: bool = False  # operands broadcast: each contribution is summed down to its operand's shape
@@ -277,6 +280,7 @@ POOLING = Signature(("x", "size"), keywords=(("stride", None), ("padding", 0))) 
 STRIDED = (("stride", 1), ("padding", 0))
 SOFTMAX = Signature(("x",), keywords=(("axis", -1),))
 SHARED = "ties share the gradient evenly"
+TRIANGLE = Signature(("x",), optional=(("k", 0),))  # k: the diagonal, 0 the main one, above it positive
 PRIMITIVES_LIST = (
     # elementwise math
     elementwise(Prim.EXP, "e to the power of each element", "d * r"),
@@ -446,6 +450,22 @@ PRIMITIVES_LIST = (
         shapes.one_hot_rule,
         INTEGER + ": the labels are integers",
         tensors=frozenset({"labels"}),
+    ),
+    linear(
+        Prim.TRIL,
+        "structure",
+        "the lower triangle of the last two axes: zeros above diagonal `k`",
+        TRIANGLE,
+        shapes.triangle_rule("tril"),
+        {"x": "tril(d, k)"},
+    ),
+    linear(
+        Prim.TRIU,
+        "structure",
+        "the upper triangle of the last two axes: zeros below diagonal `k`",
+        TRIANGLE,
+        shapes.triangle_rule("triu"),
+        {"x": "triu(d, k)"},
     ),
     # creation
     not_differentiable(Prim.ZEROS, "creation", "a tensor of zeros", CREATION, shapes.make_creation("zeros", 0), INPUT),

@@ -588,6 +588,29 @@ def one_hot_rule(args: list[Argument]) -> Type:
     return TensorType("f32", (*labels.dims, classes))
 
 
+def triangle_rule(name: str) -> Rule:
+    """`tril(x, k=0)`, `triu(x, k=0)`: `x` of rank 2 or more (batches of matrices) keeps its type; `k`, the
+    diagonal, is an integer, known statically or not (it decides values, not the shape)."""
+
+    def rule(args: list[Argument]) -> Type:
+        x = tensor(args[0].type, f"`{name}`")
+        if args[1].given and not is_scalar_of(args[1].type, INTEGERS):
+            message = f"`{name}` takes the diagonal `k` as an integer, found {args[1].type}"
+            raise ShapeError("E0301", message, at=args[1].span)
+        if x is None:
+            return ANY
+        if x.rank < 2:
+            raise ShapeError(
+                "E0309",
+                f"`{name}` needs a tensor of rank 2 or more (matrices in its last two axes), found {x}",
+                str(x),
+                at=args[0].span,
+            )
+        return strong(x)
+
+    return rule
+
+
 def dtype_argument(argument: Argument, name: str, floats_only: bool = False) -> str:
     t = argument.type
     if not argument.given or isinstance(t, AnyType):

@@ -131,6 +131,20 @@ fn f(x) {
 )
 
 case(
+    "tril_triu",
+    "structure",
+    """
+fn f(x, w) {
+    let masked = tril(x @ w, -1) + triu(x * x, k=1) * 0.5
+    return sum(masked * masked) + sum(tril(exp(x)))
+}
+""",
+    (normal(62, 2, 4, 4), normal(63, 4, 4)),
+    lambda x, w: ((torch.tril(x @ w, -1) + torch.triu(x * x, 1) * 0.5) ** 2).sum() + torch.tril(torch.exp(x)).sum(),
+    wrt=(0, 1),
+)
+
+case(
     "sqrt_division",
     "elementwise",
     """

@@ -446,6 +446,12 @@ class Builder:
             keywords.reverse()
         return f"{name}({self.expr(source_dtype, source_shape, depth)}, {', '.join(keywords)})"
 
+    def triangle(self, dtype: str, shape: Shape, depth: int) -> str:
+        """`tril` or `triu` (the shape and dtype are its argument's), the diagonal given or not, by position or
+        keyword."""
+        diagonal = self.choice(["", ", 1", ", -2", ", k=0", ", k=-1"])
+        return f"{self.choice(['tril', 'triu'])}({self.expr(dtype, shape, depth)}{diagonal})"
+
     def softmax(self, dtype: str, shape: Shape, depth: int) -> str:
         name = self.choice(["softmax", "log_softmax"])
         axis = f", axis={self.number(-len(shape), len(shape) - 1)}" if self.flag() else ""
@@ -880,6 +886,7 @@ PRODUCTIONS = (
     ("pairwise", lambda d, s: d in NUMBERS),
     ("where", lambda d, s: d in NUMBERS),
     ("reduction", lambda d, s: len(s) < MAX_RANK or 1 in s or not s),
+    ("triangle", lambda d, s: len(s) >= 2),
     ("softmax", lambda d, s: d in FLOATS and len(s) >= 1),
     ("matmul", lambda d, s: d in NUMBERS and len(s) < MAX_RANK),
     ("transpose", lambda d, s: True),

@@ -709,6 +709,27 @@ def test_one_hot_errors() -> None:
     runtime_error("one_hot(a, 3)", np.array([0.0], np.float32))
 
 
+@needs_torch
+@SETTINGS
+@given(
+    shape=hnp.array_shapes(min_dims=2, max_dims=4, min_side=1, max_side=5),
+    k=st.integers(-6, 6),
+    dtype=st.sampled_from([F32, F64, I64, BOOL]),
+    seed=seeds,
+)
+def test_tril_triu_match_torch(shape, k, dtype, seed) -> None:
+    x = randn(np.random.default_rng(seed), shape).astype(dtype)
+    check(dl_eval("tril(a, b)", x, k), torch.tril(to_torch(x), k).numpy(), dtype)
+    check(dl_eval("triu(a, k=b)", x, k), torch.triu(to_torch(x), k).numpy(), dtype)
+    check(dl_eval("tril(a)", x), torch.tril(to_torch(x)).numpy(), dtype)
+
+
+def test_tril_triu_errors() -> None:
+    runtime_error("tril(a)", np.arange(3.0))  # numpy would make a matrix of the vector
+    runtime_error("triu(a)", 2.0)
+    runtime_error("tril(a, 1.0)", np.eye(2))
+
+
 # ======================================================================= creation
 
 DIMS = st.lists(st.integers(0, 4), min_size=0, max_size=3)
@@ -2034,6 +2055,8 @@ PRIM_TESTS: dict[Prim, tuple[str, ...]] = {
         "test_gather_on_scalar_is_a_diagnostic",
     ),
     Prim.ONE_HOT: ("test_one_hot_matches_torch", "test_one_hot_errors"),
+    Prim.TRIL: ("test_tril_triu_match_torch", "test_tril_triu_errors"),
+    Prim.TRIU: ("test_tril_triu_match_torch", "test_tril_triu_errors"),
     Prim.ZEROS: ("test_zeros_ones_full", "test_creation_dims_from_values_and_errors"),
     Prim.ONES: ("test_zeros_ones_full", "test_creation_dims_from_values_and_errors"),
     Prim.FULL: ("test_zeros_ones_full", "test_creation_dims_from_values_and_errors"),
