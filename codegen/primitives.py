@@ -162,9 +162,14 @@ def where(lowering, bound: dict, span: Span) -> object:
 
 
 def axes_of(lowering, x: Tensor, axis: object, span: Span) -> tuple[int, ...]:
+    """The axes `axis=` names (one, or a tuple of them), in order; all of them when it is left out."""
     if axis is None:
         return tuple(range(len(x.shape)))
-    return (axis_index(static_int(lowering, axis, span, "an axis"), len(x.shape), span),)
+    named = axis if isinstance(axis, tuple) else (axis,)
+    axes = {axis_index(static_int(lowering, a, span, "an axis"), len(x.shape), span) for a in named}
+    if not named or len(axes) != len(named):
+        raise Unsupported("`axis=` naming no axis, or one twice", span)
+    return tuple(sorted(axes))
 
 
 def reduce(lowering, x: Tensor, op: str, axes: tuple[int, ...], keepdims: bool, span: Span, accumulate: str) -> Tensor:
@@ -280,6 +285,8 @@ def arg_extreme(op: str):
             raise Unsupported(f"`arg{op}` of bools", span)
         if x.size == 0:
             raise Unsupported(f"`arg{op}` of an empty tensor", span)
+        if isinstance(bound["axis"], tuple):
+            raise Unsupported(f"`arg{op}` of several axes", span)
         axes = axes_of(lowering, x, bound["axis"], span)
         keepdims = static_flag(bound["keepdims"], span)
         x = x if isinstance(x.tree, ir.Read) else lowering.materialise(x)

@@ -112,6 +112,18 @@ def axis_of(x: np.ndarray, axis: Any) -> int | None:
     return int(axis)
 
 
+def axes_of(x: np.ndarray, axis: Any, name: str) -> int | tuple[int, ...] | None:
+    """`axis=` of a reduction: one axis, or a non-empty tuple of distinct ones (numpy takes either)."""
+    if axis.__class__ is not tuple:
+        return axis_of(x, axis)
+    if not axis:
+        raise PrimitiveError(f"`{name}` takes `axis=` as an integer or a non-empty tuple of them")
+    axes = tuple(axis_of(x, item) % max(x.ndim, 1) for item in axis)
+    if len(set(axes)) != len(axes):
+        raise PrimitiveError(f"`{name}`: an axis is named twice in `axis=` {describe(axis)}")
+    return axes
+
+
 def flag_of(value: Any, name: str) -> bool:
     if value is True or value is False or value.__class__ is np.bool_:
         return bool(value)
@@ -293,10 +305,14 @@ def make_where(weak_a: bool = False, weak_b: bool = False):
 # ---------------------------------------------------------------------- reductions
 
 
-def reduction(function, name: str, nonempty: bool = False):
+def reduction(function, name: str, nonempty: bool = False, several: bool = True):
+    """`several`: `axis=` may be a tuple of axes (not for `argmax` and `argmin`, as in numpy)."""
+
     def apply(x: Any, axis: Any, keepdims: Any) -> Any:
         x = as_array(x)
-        position = axis_of(x, axis)
+        if axis.__class__ is tuple and not several:
+            raise PrimitiveError(f"`{name}` takes one axis, found the tuple {describe(axis)}")
+        position = axes_of(x, axis, name)
         keep = flag_of(keepdims, "keepdims")
         if nonempty and x.size == 0:
             raise PrimitiveError(f"`{name}` of an empty tensor {describe(x)}")
@@ -337,7 +353,7 @@ def mean(x: np.ndarray, axis: int | None, keepdims: bool) -> Any:
 
 def logsumexp(x: Any, axis: Any, keepdims: Any) -> Any:
     x = as_array(floating(x, "logsumexp"))
-    position = axis_of(x, axis)
+    position = axes_of(x, axis, "logsumexp")
     keep = flag_of(keepdims, "keepdims")
     # `initial` makes the peak of a zero-length axis -inf, so the result is -inf as in torch.
     peak = np.max(x, axis=position, keepdims=True, initial=-np.inf)
@@ -1315,8 +1331,8 @@ IMPLEMENTATIONS = {
     Prim.MEAN: reduction(mean, "mean", nonempty=True),
     Prim.MAX: reduction(np.max, "max", nonempty=True),
     Prim.MIN: reduction(np.min, "min", nonempty=True),
-    Prim.ARGMAX: reduction(np.argmax, "argmax", nonempty=True),
-    Prim.ARGMIN: reduction(np.argmin, "argmin", nonempty=True),
+    Prim.ARGMAX: reduction(np.argmax, "argmax", nonempty=True, several=False),
+    Prim.ARGMIN: reduction(np.argmin, "argmin", nonempty=True, several=False),
     Prim.LOGSUMEXP: logsumexp,
     Prim.SOFTMAX: softmax,
     Prim.LOG_SOFTMAX: log_softmax,

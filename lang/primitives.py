@@ -319,7 +319,7 @@ PRIMITIVES_LIST = (
     # reductions
     reduction(
         Prim.SUM,
-        "sum over all elements or along `axis`",
+        "sum over all elements or along `axis` (one, or a tuple of axes)",
         shapes.reduction("sum"),
         Templates((("x", "zeros_like(x) + expand(d)"),)),
     ),
@@ -344,13 +344,13 @@ PRIMITIVES_LIST = (
     reduction(
         Prim.ARGMAX,
         "`i64` position of the largest element",
-        shapes.reduction("argmax", result_dtype="i64"),
+        shapes.reduction("argmax", result_dtype="i64", several=False),
         NoDerivative(SELECTS),
     ),
     reduction(
         Prim.ARGMIN,
         "`i64` position of the smallest element",
-        shapes.reduction("argmin", result_dtype="i64"),
+        shapes.reduction("argmin", result_dtype="i64", several=False),
         NoDerivative(SELECTS),
     ),
     reduction(

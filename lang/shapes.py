@@ -380,8 +380,39 @@ def static_axis(argument: Argument, rank: int, name: str) -> int | None:
     return axis % rank if rank else 0
 
 
-def reduction(name: str, result_dtype: str | None = None, averages: bool = False, floats_only: bool = False) -> Rule:
-    """`averages`: the result of an integer tensor is f32 (a mean is a fraction)."""
+def static_axes(argument: Argument, rank: int, name: str, several: bool) -> tuple[int, ...] | None:
+    """The axes an `axis=` argument names, normalized and in order: one (`axis=1`) or, where the reduction
+    takes `several`, a tuple of them (`axis=(1, 2)`); None for "all axes"."""
+    items = argument.type.items if isinstance(argument.type, TupleType) else None
+    if items is None:
+        axis = static_axis(argument, rank, name)
+        return None if axis is None else (axis,)
+    if not several:
+        raise ShapeError(
+            "E0306",
+            f"`{name}` takes one axis, found the tuple {argument.type}",
+            notes=("help: a position is along one axis; `reshape` the axes into one first",),
+            at=argument.span,
+        )
+    if not items:
+        raise ShapeError(
+            "E0306", f"`{name}` takes `axis=` as an integer or a non-empty tuple of them", at=argument.span
+        )
+    axes = []
+    for item in items:
+        value = item.value if isinstance(item, TensorType) else None
+        axes.append(static_axis(Argument(item, value, True, argument.span), rank, name))
+    repeated = sorted({axis for axis in axes if axes.count(axis) > 1})
+    if repeated:
+        raise ShapeError("E0306", f"`{name}`: axis {repeated[0]} is named twice in `axis=`", at=argument.span)
+    return tuple(sorted(axes))
+
+
+def reduction(
+    name: str, result_dtype: str | None = None, averages: bool = False, floats_only: bool = False, several=True
+) -> Rule:
+    """`averages`: the result of an integer tensor is f32 (a mean is a fraction); `several`: `axis=` may name a
+    tuple of axes."""
 
     def rule(args: list[Argument]) -> Type:
         x = tensor(args[0].type, f"`{name}`")
@@ -389,21 +420,18 @@ def reduction(name: str, result_dtype: str | None = None, averages: bool = False
             return ANY
         if floats_only:
             needs_float(strong_float(x), name)
-        axis = static_axis(args[1], x.rank, name)
+        axes = static_axes(args[1], x.rank, name, several)
         keepdims = bool(args[2].value)
         dtype = result_dtype or strong_float(x).dtype
         if averages and dtype not in FLOATS:
             dtype = "f32"
         elif name == "sum" and dtype == "bool":  # counting: numpy's sum of bools is an integer
             dtype = "i64"
-        if axis is None or x.rank == 0:
+        if axes is None or x.rank == 0:
             return TensorType(dtype, (1,) * x.rank if keepdims else ())
-        dims = list(x.dims)
         if keepdims:
-            dims[axis] = 1
-        else:
-            del dims[axis]
-        return TensorType(dtype, tuple(dims))
+            return TensorType(dtype, tuple(1 if i in axes else d for i, d in enumerate(x.dims)))
+        return TensorType(dtype, tuple(d for i, d in enumerate(x.dims) if i not in axes))
 
     return rule
 

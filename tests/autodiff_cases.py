@@ -505,6 +505,26 @@ fn f(x) {
 )
 
 case(
+    "reductions_over_several_axes",
+    "reductions",
+    """
+fn f(x) {
+    let pooled = mean(x, axis=(0, 2))
+    let peaks = max(x, axis=(2, -3), keepdims=true)
+    let spread = logsumexp(x, axis=(1, 2))
+    return sum(pooled * pooled) + sum(peaks * x) + sum(spread) + sum(sum(x * x, axis=(0, 1)) * [1.0, -1.0, 2.0, 0.5])
+}
+""",
+    (normal(64, 2, 3, 4),),
+    lambda x: (
+        (x.mean((0, 2)) ** 2).sum()
+        + (torch.amax(x, (2, 0), keepdim=True) * x).sum()
+        + torch.logsumexp(x, (1, 2)).sum()
+        + ((x * x).sum((0, 1)) * torch.tensor([1.0, -1.0, 2.0, 0.5], dtype=torch.float64)).sum()
+    ),
+)
+
+case(
     "layer_norm",
     "reductions",
     """

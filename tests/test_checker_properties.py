@@ -446,6 +446,31 @@ class Builder:
             keywords.reverse()
         return f"{name}({self.expr(source_dtype, source_shape, depth)}, {', '.join(keywords)})"
 
+    def reduction_over_axes(self, dtype: str, shape: Shape, depth: int) -> str:
+        """`sum`, `mean`, `max`, `min` or `logsumexp` over two axes at once (`axis=(i, j)`, any order or sign),
+        new ones, or kept with `keepdims=true` where `shape` has two dims of 1."""
+        names = ["max", "min"]
+        if dtype != "i32" or self.allowed("sum-of-i32"):
+            names.append("sum")
+        if dtype in FLOATS:
+            names += ["mean", "logsumexp"]
+        ones = [k for k, d in enumerate(shape) if d == 1]
+        kept = len(ones) >= 2 and (len(shape) + 2 > MAX_RANK or self.flag())
+        if kept:
+            axes = sorted(self.draw(st.permutations(ones))[:2])
+            source = tuple(self.number(1, 3) if k in axes else d for k, d in enumerate(shape))
+        else:
+            rank = len(shape) + 2
+            axes = sorted(self.draw(st.permutations(range(rank)))[:2])
+            rest = iter(shape)
+            source = tuple(self.number(1, 3) if k in axes else next(rest) for k in range(rank))
+        spelled = [axis if self.flag() else axis - len(source) for axis in axes]
+        if self.flag():
+            spelled.reverse()
+        keepdims = ", keepdims=true" if kept else ""
+        name = self.choice(names)
+        return f"{name}({self.expr(dtype, source, depth)}, axis=({spelled[0]}, {spelled[1]}){keepdims})"
+
     def triangle(self, dtype: str, shape: Shape, depth: int) -> str:
         """`tril` or `triu` (the shape and dtype are its argument's), the diagonal given or not, by position or
         keyword."""
@@ -886,6 +911,7 @@ PRODUCTIONS = (
     ("pairwise", lambda d, s: d in NUMBERS),
     ("where", lambda d, s: d in NUMBERS),
     ("reduction", lambda d, s: len(s) < MAX_RANK or 1 in s or not s),
+    ("reduction_over_axes", lambda d, s: d in NUMBERS and (len(s) + 2 <= MAX_RANK or s.count(1) >= 2)),
     ("triangle", lambda d, s: len(s) >= 2),
     ("softmax", lambda d, s: d in FLOATS and len(s) >= 1),
     ("matmul", lambda d, s: d in NUMBERS and len(s) < MAX_RANK),

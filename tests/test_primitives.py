@@ -289,6 +289,37 @@ def test_reduction_every_axis(prim: Prim, shape, dtype, seed) -> None:
     check(dl_eval(f"{prim.value}(a, keepdims=true)", x), reference(x, axis=None, keepdims=True), want)
 
 
+@pytest.mark.parametrize("prim", [Prim.SUM, Prim.MEAN, Prim.MAX, Prim.MIN, Prim.LOGSUMEXP], ids=lambda p: p.value)
+@SETTINGS
+@given(
+    shape=hnp.array_shapes(min_dims=2, max_dims=4, min_side=1, max_side=4),
+    dtype=float_dtypes,
+    seed=seeds,
+    data=st.data(),
+)
+def test_reduction_over_several_axes(prim: Prim, shape, dtype, seed, data) -> None:
+    """`axis=(i, j, ...)`, in any order and spelled negative or not, reduces those axes as numpy does."""
+    x = randn(np.random.default_rng(seed), shape, dtype)
+    rank = x.ndim
+    axes = data.draw(st.lists(st.integers(0, rank - 1), min_size=1, max_size=rank, unique=True))
+    spelled = tuple(axis - rank if data.draw(st.booleans()) else axis for axis in axes)
+    reference = REDUCTION_REFERENCES.get(prim, numpy_logsumexp)
+    written = "(" + ", ".join(map(str, spelled)) + ("," if len(spelled) == 1 else "") + ")"
+    for keepdims in ("false", "true"):
+        expected = reference(x, axis=tuple(axes), keepdims=keepdims == "true")
+        check(dl_eval(f"{prim.value}(a, axis={written}, keepdims={keepdims})", x), expected, dtype)
+        check(dl_eval(f"{prim.value}(a, axis=b, keepdims={keepdims})", x, spelled), expected, dtype)
+
+
+def test_several_axes_mistakes_at_run_time() -> None:
+    x = np.ones((2, 3, 4), np.float32)
+    runtime_error("sum(a, axis=b)", x, (1, -2))
+    runtime_error("mean(a, axis=b)", x, ())
+    runtime_error("max(a, axis=b)", x, (0, 3))
+    runtime_error("argmax(a, axis=b)", x, (0, 1))
+    runtime_error("argmin(a, axis=b)", x, (0,))
+
+
 def test_reduction_literal_negative_axis() -> None:
     x = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
     check(dl_eval("sum(a, axis=-1)", x), x.sum(axis=-1), F32)
@@ -2023,16 +2054,35 @@ PRIM_TESTS: dict[Prim, tuple[str, ...]] = {
     ),
     Prim.SUM: (
         "test_reduction_every_axis",
+        "test_reduction_over_several_axes",
+        "test_several_axes_mistakes_at_run_time",
         "test_reductions_integer_and_bool_inputs",
         "test_reductions_of_empty_tensors",
     ),
-    Prim.MEAN: ("test_reduction_every_axis", "test_reductions_of_empty_tensors"),
-    Prim.MAX: ("test_reduction_every_axis", "test_reductions_integer_and_bool_inputs"),
-    Prim.MIN: ("test_reduction_every_axis", "test_reductions_integer_and_bool_inputs"),
-    Prim.ARGMAX: ("test_reduction_every_axis", "test_argmax_argmin_ties_pick_first"),
-    Prim.ARGMIN: ("test_reduction_every_axis", "test_argmax_argmin_ties_pick_first"),
+    Prim.MEAN: ("test_reduction_every_axis", "test_reduction_over_several_axes", "test_reductions_of_empty_tensors"),
+    Prim.MAX: (
+        "test_reduction_every_axis",
+        "test_reduction_over_several_axes",
+        "test_reductions_integer_and_bool_inputs",
+    ),
+    Prim.MIN: (
+        "test_reduction_every_axis",
+        "test_reduction_over_several_axes",
+        "test_reductions_integer_and_bool_inputs",
+    ),
+    Prim.ARGMAX: (
+        "test_reduction_every_axis",
+        "test_argmax_argmin_ties_pick_first",
+        "test_several_axes_mistakes_at_run_time",
+    ),
+    Prim.ARGMIN: (
+        "test_reduction_every_axis",
+        "test_argmax_argmin_ties_pick_first",
+        "test_several_axes_mistakes_at_run_time",
+    ),
     Prim.LOGSUMEXP: (
         "test_reduction_every_axis",
+        "test_reduction_over_several_axes",
         "test_logsumexp_matches_torch",
         "test_normalizers_extreme_inputs_finite_and_match_torch",
         "test_logsumexp_infinities_match_torch",

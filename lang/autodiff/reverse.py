@@ -367,31 +367,41 @@ class BackwardSweep:
         x, axis, keepdims = values["x"], values["axis"], values["keepdims"]
         rank = self.rank(x)
         kept = isinstance(keepdims, ast.BoolLiteral) and keepdims.value
-        if isinstance(axis, ast.Unary) and isinstance(axis.operand, ast.IntLiteral):
-            axis = ast.IntLiteral(-axis.operand.value)
         whole = axis is None or (isinstance(axis, ast.Name) and axis.id == "none")
         if rank is None and not (whole or kept):
             raise NotDifferentiable(f"`grad` needs the rank of the argument of `{primitive.name}`", span)
         known = rank is not None
         rank = rank if rank is not None else 1
-        if not whole and not isinstance(axis, ast.IntLiteral):
-            raise NotDifferentiable(f"`grad` needs `{primitive.name}`'s `axis=` as a literal integer", span)
-        k = None if whole else axis.value % max(rank, 1) if known else axis.value
+        named = axis.items if isinstance(axis, ast.TupleLiteral) else (axis,)
+        given = [] if whole else [literal_integer(a) for a in named]
+        if None in given:
+            raise NotDifferentiable(
+                f"`grad` needs `{primitive.name}`'s `axis=` as a literal integer or a tuple of them", span
+            )
+        axes = sorted(k % max(rank, 1) if known else k for k in given)
+        if not known and any(k < 0 for k in axes) and len(axes) > 1:
+            raise NotDifferentiable(f"`grad` needs the rank of the argument of `{primitive.name}`", span)
 
         def expand(value: ast.Expr) -> ast.Expr:
-            return value if whole or kept or rank == 0 else call("expand_dims", value, ast.IntLiteral(k))
+            if whole or kept or rank == 0:
+                return value
+            for k in axes:  # in increasing order, each a position in the finished rank
+                value = call("expand_dims", value, ast.IntLiteral(k))
+            return value
 
         def total(value: ast.Expr) -> ast.Expr:
-            return (
-                call("sum", value)
-                if whole
-                else call("sum", value, axis=ast.IntLiteral(k), keepdims=ast.BoolLiteral(True))
-            )
+            if whole:
+                return call("sum", value)
+            return call("sum", value, axis=axes_literal(axes), keepdims=ast.BoolLiteral(True))
 
         def count(value: ast.Expr) -> ast.Expr:
             if whole:
                 return call("float", call("len", call("reshape", value, ast.Unary("-", ast.IntLiteral(1)))))
-            return call("float", ast.Index(call("shape", value), (ast.IntLiteral(k),)))
+            sizes = [ast.Index(call("shape", value), (ast.IntLiteral(k),)) for k in axes]
+            product = sizes[0]
+            for size in sizes[1:]:
+                product = ast.Binary("*", product, size)
+            return call("float", product)
 
         return {"expand": expand, "total": total, "count": count}
 
@@ -475,6 +485,19 @@ class BackwardSweep:
                 callee = self.type_of(func)
                 return w if isinstance(callee, PrimitiveRef) and callee.prim == Prim.TRANSPOSE else None
         return None
+
+
+def literal_integer(node: ast.Expr) -> int | None:
+    """The value of an integer literal, possibly negated; None for anything else."""
+    if isinstance(node, ast.Unary) and node.op == "-" and isinstance(node.operand, ast.IntLiteral):
+        return -node.operand.value
+    return node.value if isinstance(node, ast.IntLiteral) else None
+
+
+def axes_literal(axes: list[int]) -> ast.Expr:
+    """`axis=` for these axes: one integer, or a tuple of them."""
+    literals = tuple(ast.IntLiteral(k) for k in axes)
+    return literals[0] if len(literals) == 1 else ast.TupleLiteral(literals)
 
 
 # The derivatives this transform computes in code (`Computed` in their records); `tree_map` and `tree_dot` are
