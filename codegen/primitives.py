@@ -36,6 +36,7 @@ from dl.codegen.values import (
     remap,
     view,
 )
+from dl.lang import einsum as einsum_spec
 from dl.lang.calls import Binding, BindingError, arranged, bind
 from dl.lang.diagnostics import Span
 from dl.lang.primitives import FLOAT_MATH, PRIMITIVES, Prim, Support
@@ -489,6 +490,51 @@ def matmul(lowering, a: object, b: object, span: Span) -> object:
     out = lowering.allocate(a.dtype, (m, n), "product")
     lowering.emit(ir.MatMul(out, left, right, m, n, k))
     return Tensor(a.dtype, shape, ir.Read(out, ZERO, contiguous(shape)))
+
+
+def einsum(lowering, bound: dict, span: Span) -> object:
+    """`einsum(spec, operands...)` as one loop nest over every letter of the spec (the result's first, then the
+    summed ones): the operands, each seen through its letters, multiplied elementwise, then summed over the
+    letters the result drops (in f64 for floats, as `sum`). No gemm: a product of two matrices is faster as `@`."""
+    spec_value = bound["spec"]
+    text = spec_value.value if isinstance(spec_value, Text) else spec_value
+    try:
+        spec = einsum_spec.parse(text) if isinstance(text, str) else None
+    except einsum_spec.SpecError:
+        spec = None
+    operands = [as_operand(operand, span) for operand in bound["operands"]]
+    dtypes = {operand.dtype for operand in operands}
+    if spec is None or len(spec.inputs) != len(operands) or len(dtypes) != 1 or "bool" in dtypes:
+        raise Unsupported("an `einsum` the interpreter reports", span)
+    dtype = dtypes.pop()
+    sizes: dict[str, int] = {}
+    for letters, operand in zip(spec.inputs, operands, strict=True):
+        if len(letters) != len(operand.shape):
+            raise Unsupported("an `einsum` the interpreter reports", span)
+        for letter, size in zip(letters, operand.shape, strict=True):
+            if sizes.setdefault(letter, size) != size:
+                raise Unsupported("an `einsum` the interpreter reports", span)
+    letters = spec.output + spec.summed
+    product = None
+    for own, operand in zip(spec.inputs, operands, strict=True):
+        seen = remap(operand.tree, tuple(own.index(letter) if letter in own else None for letter in letters))
+        product = seen if product is None else ir.Apply("mul", dtype, (product, seen))
+    whole = Tensor(dtype, tuple(sizes[letter] for letter in letters), product)
+    if not spec.summed:
+        return finish(lowering, whole, dtype)
+    accumulate = "f64" if dtype in FLOATS else "i64"
+    summed = tuple(range(len(spec.output), len(letters)))
+    return finish(lowering, reduce(lowering, whole, "add", summed, False, span, accumulate), dtype)
+
+
+def as_operand(value: object, span: Span) -> Tensor:
+    """A tensor, or a scalar (not an unsuffixed literal, whose dtype the other operands would decide) as a
+    rank-0 tensor."""
+    if isinstance(value, Tensor):
+        return value
+    if isinstance(value, Value) and value.weak is None:
+        return Tensor(value.operand.dtype, (), ir.Splat(value.operand))
+    raise Unsupported("an `einsum` of this operand", span)
 
 
 MAX_BATCH = 256  # products in one batched `@` (each is one gemm call)
@@ -1318,6 +1364,7 @@ HANDLERS = {
     Prim.SOFTMAX: softmax,
     Prim.LOG_SOFTMAX: log_softmax,
     Prim.MATMUL: matmul_call,
+    Prim.EINSUM: einsum,
     Prim.TRANSPOSE: transpose,
     Prim.RESHAPE: reshape,
     Prim.RESHAPE_LIKE: reshape_like,

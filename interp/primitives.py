@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 from dl.interp import checkpoints
+from dl.lang import einsum as einsum_spec
 from dl.lang.primitives import PRIMITIVES, Prim, Support
 from dl.runtime.errors import AssertionFailure, PrimitiveError
 from dl.runtime.metrics import log_value, progress_line
@@ -412,6 +413,32 @@ def matmul_problem(a: Any, b: Any) -> str | None:
     except ValueError:
         return f"matmul batch dimensions do not broadcast: {shown}"
     return None
+
+
+def einsum(spec: Any, operands: tuple) -> Any:
+    """numpy's `einsum` of operands of one dtype, after the checks the checker makes where it knows the
+    shapes: one letter per axis, one size per letter (numpy would broadcast a size of 1)."""
+    if spec.__class__ is not str:
+        raise PrimitiveError(f"`einsum` takes its spec as a string, found {describe(spec)}")
+    try:
+        parsed = einsum_spec.parse(spec)
+    except einsum_spec.SpecError as problem:
+        raise PrimitiveError(str(problem)) from None
+    if len(parsed.inputs) != len(operands):
+        raise PrimitiveError(f'einsum spec "{spec}" names {len(parsed.inputs)} operands, found {len(operands)}')
+    if not all(is_number_or_tensor(x) for x in operands):
+        raise PrimitiveError(f"`einsum` takes numbers and tensors, found {describe(operands)}")
+    arrays = [as_array(x) for x in operands]
+    if len({a.dtype for a in arrays}) > 1 or arrays[0].dtype == BOOL:
+        raise PrimitiveError(f"`einsum` needs numbers of one dtype, found {describe(operands)}")
+    sizes: dict[str, int] = {}
+    for position, (letters, array) in enumerate(zip(parsed.inputs, arrays, strict=True)):
+        if len(letters) != array.ndim:
+            raise PrimitiveError(f"einsum operand {position + 1} is {describe(array)}, but the spec names {letters}")
+        for letter, size in zip(letters, array.shape, strict=True):
+            if sizes.setdefault(letter, size) != size:
+                raise PrimitiveError(f"einsum `{letter}` is {sizes[letter]} in one operand and {size} in another")
+    return scalar(np.einsum(str(parsed), *arrays, optimize=len(arrays) > 2))
 
 
 def integers_of(values: tuple, what: str) -> tuple[int, ...]:
@@ -1337,6 +1364,7 @@ IMPLEMENTATIONS = {
     Prim.SOFTMAX: softmax,
     Prim.LOG_SOFTMAX: log_softmax,
     Prim.MATMUL: make_matmul(),
+    Prim.EINSUM: einsum,
     Prim.TRANSPOSE: transpose,
     Prim.RESHAPE: reshape,
     Prim.CONCAT: concat,

@@ -1445,7 +1445,8 @@ class Checker:
         value_type = args[source] if isinstance(source, int) else keywords[source]
         node = expr.args[source] if isinstance(source, int) else nodes[source]
         span = node.span if isinstance(source, int) else next(k.span for k in expr.keywords if k.name == source)
-        return Argument(value_type, static_value(node, value_type), span=span)
+        text = node.value if isinstance(node, ast.StringLiteral) else None
+        return Argument(value_type, static_value(node, value_type), span=span, text=text)
 
     def user_call(self, function: FunctionInfo, expr: ast.Call, args: list[Type], keywords: dict[str, Type]) -> Type:
         decl = function.decl

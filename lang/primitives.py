@@ -52,6 +52,7 @@ class Prim(Enum):
     LOG_SOFTMAX = "log_softmax"
     # structure
     MATMUL = "matmul"
+    EINSUM = "einsum"
     TRANSPOSE = "transpose"
     RESHAPE = "reshape"
     CONCAT = "concat"
@@ -390,6 +391,14 @@ PRIMITIVES_LIST = (
         ),
         frozenset({"a", "b"}),
         operands=("a", "b"),
+    ),
+    Primitive(
+        Prim.EINSUM,
+        "structure",
+        'products summed over the axes a spec names, as numpy\'s `einsum` (`"ij,jk->ik"`)',
+        Signature(("spec",), variadic=("operands", 1, None)),
+        shapes.einsum_rule,
+        Computed("each operand's adjoint is an einsum whose spec is computed from the call's (lang/einsum.py)"),
     ),
     Primitive(
         Prim.TRANSPOSE,

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from math import prod
 
+from dl.lang import einsum
 from dl.lang.diagnostics import Span
 from dl.lang.types import (
     ANY,
@@ -62,6 +63,7 @@ class Argument:
     span: Span | None = field(default=None, compare=False)
     # for a function argument: the type of its result for these argument types (None: it cannot take them)
     apply: Callable[[list[Type]], Type | None] | None = field(default=None, compare=False)
+    text: str | None = None  # a string literal's text (an einsum spec)
 
 
 # ---------------------------------------------------------------------- dimensions
@@ -637,6 +639,66 @@ def triangle_rule(name: str) -> Rule:
         return strong(x)
 
     return rule
+
+
+def einsum_rule(args: list[Argument]) -> Type:
+    """`einsum(spec, operands...)`: the spec, a string literal, names each operand's axes (one letter each, as
+    many as its rank); a letter has one size wherever it appears; the operands are numbers of one dtype. The
+    result has the sizes of the letters after `->`, in order."""
+    spec_argument, operands = args[0], args[1:]
+    if spec_argument.text is None:
+        raise ShapeError(
+            "E0301",
+            f"`einsum` takes its spec as a string literal, found {spec_argument.type}",
+            notes=('help: write the spec in the call, as in `einsum("ij,jk->ik", a, b)`',),
+            at=spec_argument.span,
+        )
+    try:
+        spec = einsum.parse(spec_argument.text)
+    except einsum.SpecError as problem:
+        raise ShapeError("E0325", str(problem), at=spec_argument.span) from None
+    if len(spec.inputs) != len(operands):
+        count = len(spec.inputs)
+        raise ShapeError(
+            "E0325",
+            f'einsum spec "{spec_argument.text}" names {count} operand{"s" * (count != 1)}, found {len(operands)}',
+            at=spec_argument.span,
+        )
+    tensors = [tensor(operand.type, "`einsum`") for operand in operands]
+    if any(t is None for t in tensors):
+        return ANY
+    sizes = einsum_sizes(spec, tensors, operands)
+    kinds = {strong(t).dtype for t in tensors}
+    if "bool" in kinds:
+        raise ShapeError("E0317", "`einsum` needs numbers, found bool operands", at=operands[0].span)
+    dtype = one_dtype("einsum", *(TensorType(strong(t).dtype) for t in tensors))
+    return TensorType(dtype, tuple(sizes[letter] for letter in spec.output))
+
+
+def einsum_sizes(spec: einsum.Spec, tensors: list[TensorType], operands: list[Argument]) -> dict[str, Dim]:
+    """The size of each letter of the spec: each operand has one letter per axis, and a letter's sizes agree."""
+    sizes: dict[str, tuple[Dim, int]] = {}
+    for position, (letters, t) in enumerate(zip(spec.inputs, tensors, strict=True)):
+        at = operands[position].span
+        if len(letters) != t.rank:
+            raise ShapeError(
+                "E0325",
+                f"einsum operand {position + 1} is {t}, of rank {t.rank}, but the spec names {len(letters)} "
+                f'ax{"is" if len(letters) == 1 else "es"} for it ("{letters}")',
+                str(t),
+                at=at,
+            )
+        for letter, size in zip(letters, t.dims, strict=True):
+            known, first = sizes.get(letter, (size, position))
+            if not same_dim(known, size):
+                raise ShapeError(
+                    "E0325",
+                    f"einsum `{letter}` is {known} in operand {first + 1} and {size} in operand {position + 1}",
+                    str(t),
+                    at=at,
+                )
+            sizes[letter] = (join_dim(known, size), first)
+    return {letter: size for letter, (size, _) in sizes.items()}
 
 
 def dtype_argument(argument: Argument, name: str, floats_only: bool = False) -> str:

@@ -145,6 +145,25 @@ fn f(x, w) {
 )
 
 case(
+    "einsum_attention_and_sums",
+    "structure",
+    """
+fn f(q, k, w) {
+    let scores = einsum("bqd,bkd->bqk", q, k)
+    let mixed = einsum("bqk,bkd,de->bqe", softmax(scores), k, w)
+    return sum(mixed * mixed) + einsum("bqd->", q * q) + sum(einsum("de,b->bd", w, q[:, 0, 0]))
+}
+""",
+    (normal(65, 2, 3, 4), normal(66, 2, 5, 4), normal(67, 4, 2)),
+    lambda q, k, w: (
+        (torch.einsum("bqk,bkd,de->bqe", torch.softmax(torch.einsum("bqd,bkd->bqk", q, k), -1), k, w) ** 2).sum()
+        + (q * q).sum()
+        + torch.einsum("de,b->bd", w, q[:, 0, 0]).sum()
+    ),
+    wrt=(0, 1, 2),
+)
+
+case(
     "sqrt_division",
     "elementwise",
     """

@@ -477,6 +477,28 @@ class Builder:
         diagonal = self.choice(["", ", 1", ", -2", ", k=0", ", k=-1"])
         return f"{self.choice(['tril', 'triu'])}({self.expr(dtype, shape, depth)}{diagonal})"
 
+    def einsum(self, dtype: str, shape: Shape, depth: int) -> str:
+        """An `einsum` of one or two operands whose spec keeps letters of the sizes of `shape` (in order) and sums
+        over up to two more; each letter is an axis of at least one operand, in any order."""
+        pool = list(self.draw(st.permutations("ijklmn")))
+        output = pool[: len(shape)]
+        summed = pool[len(shape) : len(shape) + self.number(0, 2)]
+        sizes = dict(zip(output, shape, strict=True)) | {letter: self.number(1, 3) for letter in summed}
+        count = self.number(1, 2)
+        owned: list[list[str]] = [[] for _ in range(count)]
+        for letter in [*output, *summed]:
+            owners = [self.number(0, count - 1)] + ([self.number(0, count - 1)] if count > 1 and self.flag() else [])
+            for owner in set(owners):
+                owned[owner].append(letter)
+        if any(len(letters) > MAX_RANK for letters in owned):
+            return self.expr(dtype, shape, depth)
+        operands, spec = [], []
+        for letters in owned:
+            letters = list(self.draw(st.permutations(letters)))
+            operands.append(self.expr(dtype, tuple(sizes[letter] for letter in letters), depth))
+            spec.append("".join(letters))
+        return f'einsum("{",".join(spec)}->{"".join(output)}", {", ".join(operands)})'
+
     def softmax(self, dtype: str, shape: Shape, depth: int) -> str:
         name = self.choice(["softmax", "log_softmax"])
         axis = f", axis={self.number(-len(shape), len(shape) - 1)}" if self.flag() else ""
@@ -913,6 +935,7 @@ PRODUCTIONS = (
     ("reduction", lambda d, s: len(s) < MAX_RANK or 1 in s or not s),
     ("reduction_over_axes", lambda d, s: d in NUMBERS and (len(s) + 2 <= MAX_RANK or s.count(1) >= 2)),
     ("triangle", lambda d, s: len(s) >= 2),
+    ("einsum", lambda d, s: d in NUMBERS and len(s) <= 3),
     ("softmax", lambda d, s: d in FLOATS and len(s) >= 1),
     ("matmul", lambda d, s: d in NUMBERS and len(s) < MAX_RANK),
     ("transpose", lambda d, s: True),

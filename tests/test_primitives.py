@@ -499,6 +499,49 @@ def test_matmul_shapes_match_numpy_and_torch(shape_a, shape_b, dtype) -> None:
         check(result, torch.matmul(to_torch(a), to_torch(b)).numpy(), dtype, rtol=rtol, atol=1e-5)
 
 
+EINSUM_CASES = [
+    # spec, operand shapes
+    ("ij,jk->ik", [(3, 4), (4, 5)]),
+    ("bij,bjk->bik", [(2, 3, 4), (2, 4, 5)]),
+    ("bhtd,bhsd->bhts", [(2, 3, 4, 5), (2, 3, 6, 5)]),
+    ("ij->ji", [(3, 4)]),
+    ("ij->", [(3, 4)]),
+    ("ijk->kj", [(2, 3, 4)]),
+    ("i,j->ij", [(3,), (4,)]),
+    ("i,i->", [(5,), (5,)]),
+    ("ij,jk,kl->il", [(2, 3), (3, 4), (4, 2)]),
+    (",ij->ij", [(), (2, 3)]),
+    ("ij,ik->", [(3, 2), (3, 4)]),
+    ("abc, cd -> dba", [(2, 3, 4), (4, 2)]),
+]
+
+
+@needs_torch
+@pytest.mark.parametrize("spec,shapes", EINSUM_CASES, ids=[spec for spec, _ in EINSUM_CASES])
+@pytest.mark.parametrize("dtype", [F32, F64, I64], ids=str)
+def test_einsum_matches_numpy_and_torch(spec, shapes, dtype) -> None:
+    rng = np.random.default_rng(len(spec))
+    operands = [dl_value(randn(rng, shape).astype(dtype)) for shape in shapes]
+    names = ", ".join("abcdefgh"[: len(operands)])
+    result = dl_eval(f'einsum("{spec}", {names})', *operands)
+    expected = torch.einsum(spec.replace(" ", ""), *[to_torch(x) for x in operands]).numpy()
+    check(result, np.einsum(spec.replace(" ", ""), *operands), dtype, rtol=1e-5 if dtype == F32 else 1e-12)
+    check(result, expected, dtype, rtol=1e-5 if dtype == F32 else 1e-12)
+
+
+def test_einsum_mistakes_at_run_time() -> None:
+    a, b = np.ones((2, 3), np.float32), np.ones((4, 5), np.float32)
+    runtime_error('einsum("ij,jk->ik", a, b)', a, b)  # j is 3 and 4
+    runtime_error('einsum("ij,jk->ik", a, b)', a, np.ones((1, 5), np.float32))  # numpy would broadcast the 1
+    runtime_error('einsum("ijk->i", a)', a)
+    runtime_error('einsum("ij,jk->ik", a)', a)
+    runtime_error('einsum("ii->i", a)', np.ones((2, 2), np.float32))
+    runtime_error('einsum("...i->i", a)', a)
+    runtime_error('einsum("ij", a)', a)
+    runtime_error('einsum("ij,ij->ij", a, b)', a, a.astype(np.float64))
+    runtime_error('einsum("ij->k", a)', a)
+
+
 def test_matmul_integer_and_mixed_dtypes() -> None:
     i = np.arange(6).reshape(2, 3)
     j = np.arange(3)
@@ -2093,6 +2136,7 @@ PRIM_TESTS: dict[Prim, tuple[str, ...]] = {
         "test_normalizers_extreme_inputs_finite_and_match_torch",
     ),
     Prim.MATMUL: ("test_matmul_shapes_match_numpy_and_torch", "test_matmul_shape_mismatch_is_a_diagnostic"),
+    Prim.EINSUM: ("test_einsum_matches_numpy_and_torch", "test_einsum_mistakes_at_run_time"),
     Prim.TRANSPOSE: ("test_transpose", "test_transpose_errors"),
     Prim.RESHAPE: ("test_reshape", "test_reshape_edges", "test_reshape_errors"),
     Prim.CONCAT: ("test_concat", "test_concat_integers_and_errors"),

@@ -115,6 +115,8 @@ def f64(*shape, seed=0):
             "sum(a, axis=(0, 2)) + mean(b, axis=(-1, 0)) * max(c, axis=(1, 2)) - logsumexp(a, axis=(2, 0))",
             [(3, 4, 5), (4, 2), (4, 3, 2)],
         ),
+        ('einsum("ijk,kl->lji", a, b) + einsum("lj,lj,i->lji", c, c, a[:, 0, 0])', [(3, 4, 5), (5, 2), (2, 4)]),
+        ('einsum("ij->", a) * b + einsum("i,j->ij", c, c)', [(3, 4), (5,), (5,)]),
         (
             "min(a, axis=(0, 1), keepdims=true) + sum(b * c, axis=(1, -1), keepdims=true)",
             [(3, 4, 5), (3, 4, 5), (3, 4, 5)],

@@ -9,6 +9,7 @@ import dataclasses
 from collections.abc import Callable
 
 from dl.lang import ast
+from dl.lang import einsum as einsum_spec
 from dl.lang.autodiff.records import Compound, Op, Part, Record, Store, Sweep
 from dl.lang.autodiff.rules import BINARY, REDUCED, bound_arguments, instantiate
 from dl.lang.autodiff.trees import (
@@ -422,6 +423,23 @@ class BackwardSweep:
         parts = [ast.Index(d, (*(ast.Slice(None, None, None),) * axis, ast.IntLiteral(i))) for i in range(count)]
         return [(tensors, ast.TupleLiteral(tuple(parts)))]
 
+    def einsum_adjoint(self, values, variadic, d, r, span) -> list[tuple[ast.Expr, ast.Expr]]:
+        """Each operand's adjoint: the einsum of the result's adjoint and the other operands onto the operand's
+        letters (lang/einsum.py `adjoint_spec`), with ones of its shape where it alone has a letter."""
+        spec_node = values["spec"]
+        if not isinstance(spec_node, ast.StringLiteral):
+            raise NotDifferentiable("`grad` needs `einsum`'s spec as a string literal", span)
+        spec = einsum_spec.parse(spec_node.value)
+        found = []
+        for position, operand in enumerate(variadic):
+            if not self.active(operand):
+                continue
+            adjoint, needs_ones = einsum_spec.adjoint_spec(spec, position)
+            others = [other for k, other in enumerate(variadic) if k != position]
+            ones = [ast.Binary("+", call("zeros_like", operand), ast.FloatLiteral(1.0))] if needs_ones else []
+            found.append((operand, call("einsum", ast.StringLiteral(str(adjoint)), d, *others, *ones)))
+        return found
+
     def matmul_call(self, values, variadic, d, r, span) -> list[tuple[ast.Expr, ast.Expr]]:
         return self.matmul(values["a"], values["b"], d, span)
 
@@ -504,6 +522,7 @@ def axes_literal(axes: list[int]) -> ast.Expr:
 # written out before differentiation (`expand_tree_map`, `expand_tree_dot`), so they never reach a rule.
 COMPUTED = {
     Prim.MATMUL: BackwardSweep.matmul_call,
+    Prim.EINSUM: BackwardSweep.einsum_adjoint,
     Prim.TRANSPOSE: BackwardSweep.transpose_adjoint,
     Prim.STACK: BackwardSweep.stack_adjoint,
 }
