@@ -1414,6 +1414,7 @@ RANDOM = "it draws from the interpreter's random streams, which compiled code do
 REFUSED: dict[Prim, str] = {
     Prim.RANDN: RANDOM,
     Prim.RAND: RANDOM,
+    Prim.CATEGORICAL: RANDOM,
     Prim.PERMUTATION: RANDOM,
     Prim.BATCHES: RANDOM,
     Prim.PRINT: f"printing is {HOST}",

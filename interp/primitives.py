@@ -611,6 +611,27 @@ def random(draw: str, name: str):
     return apply
 
 
+def categorical(logits: Any, seed: Any) -> Any:
+    """One sample per distribution of `logits` (along the last axis): by the inverse of the cumulative
+    probabilities at one uniform draw per distribution, from the run's stream or a seeded generator as `rand`
+    draws. A category of probability 0 (a logit of -inf) is never drawn."""
+    if seed is not None and (not is_integer(seed) or seed < 0):
+        raise PrimitiveError(f"`seed=` takes a non-negative integer, found {shown_value(seed)}")
+    logits = as_array(floating(logits, "categorical")).astype(np.float64)
+    if logits.ndim == 0 or logits.shape[-1] == 0:
+        raise PrimitiveError(f"`categorical` needs logits of at least one category, found {describe(logits)}")
+    peak = np.max(logits, axis=-1, keepdims=True)
+    if np.isnan(logits).any() or not np.all(np.isfinite(peak)):
+        raise PrimitiveError("`categorical` needs logits with a finite largest value in every row (no nan)")
+    weights = np.exp(logits - peak)
+    cumulative = np.cumsum(weights / np.sum(weights, axis=-1, keepdims=True), axis=-1)
+    generator = RandomSource.generator if seed is None else np.random.default_rng(int(seed))
+    draws = generator.random(logits.shape[:-1])
+    chosen = np.sum(cumulative <= draws[..., None], axis=-1)
+    last_possible = logits.shape[-1] - 1 - np.argmax(weights[..., ::-1] > 0, axis=-1)  # rounding: 1 - cum < u
+    return scalar(np.minimum(chosen, last_possible).astype(np.int64))
+
+
 # ---------------------------------------------------------------------- inspection and conversion
 
 
@@ -1380,6 +1401,7 @@ IMPLEMENTATIONS = {
     Prim.ARANGE: arange,
     Prim.RANDN: random("standard_normal", "randn"),
     Prim.RAND: random("random", "rand"),
+    Prim.CATEGORICAL: categorical,
     Prim.SHAPE: shape,
     Prim.LEN: length,
     Prim.FLOAT: to_float,

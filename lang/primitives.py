@@ -69,6 +69,7 @@ class Prim(Enum):
     ARANGE = "arange"
     RANDN = "randn"
     RAND = "rand"
+    CATEGORICAL = "categorical"
     # inspection and conversion
     SHAPE = "shape"
     LEN = "len"
@@ -511,6 +512,16 @@ PRIMITIVES_LIST = (
         RANDOM,
         shapes.make_creation("rand", 1, floats_only=True),
         INPUT,
+        random=True,
+    ),
+    not_differentiable(
+        Prim.CATEGORICAL,
+        "creation",
+        "`i64` samples of the categorical distributions whose logits are along the last axis",
+        Signature(("logits",), keywords=(("seed", None),)),
+        shapes.categorical_rule,
+        INTEGER + ": a sample is a position",
+        tensors=frozenset({"logits"}),
         random=True,
     ),
     # inspection and conversion

@@ -739,6 +739,24 @@ def make_creation(name: str, extra: int, floats_only: bool = False) -> Rule:
     return rule
 
 
+def categorical_rule(args: list[Argument]) -> Type:
+    """`categorical(logits, seed=)`: one `i64` sample per distribution, the distributions' logits along the last
+    axis of a float tensor, so `f32[B, V]` gives `i64[B]`."""
+    seed_argument(args[1])
+    logits = tensor(args[0].type, "`categorical`")
+    if logits is None:
+        return ANY
+    needs_float(strong(logits), "categorical")
+    if logits.rank == 0:
+        raise ShapeError(
+            "E0309",
+            f"`categorical` needs logits along a last axis (rank 1 or more), found {logits}",
+            str(logits),
+            at=args[0].span,
+        )
+    return TensorType("i64", logits.dims[:-1])
+
+
 def arange_rule(args: list[Argument]) -> Type:
     values = dims_from(args, "arange")
     if len(values) == 1:

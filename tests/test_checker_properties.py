@@ -499,6 +499,12 @@ class Builder:
             spec.append("".join(letters))
         return f'einsum("{",".join(spec)}->{"".join(output)}", {", ".join(operands)})'
 
+    def categorical(self, dtype: str, shape: Shape, depth: int) -> str:
+        """Samples of logits along a last axis (a parameter: finite, as `categorical` needs)."""
+        logits = self.leaf_param(self.choice(FLOATS), (*shape, self.number(1, 4)))
+        seed = f", seed={self.number(0, 9)}" if self.flag() else ""
+        return f"categorical({logits}{seed})"
+
     def softmax(self, dtype: str, shape: Shape, depth: int) -> str:
         name = self.choice(["softmax", "log_softmax"])
         axis = f", axis={self.number(-len(shape), len(shape) - 1)}" if self.flag() else ""
@@ -936,6 +942,7 @@ PRODUCTIONS = (
     ("reduction_over_axes", lambda d, s: d in NUMBERS and (len(s) + 2 <= MAX_RANK or s.count(1) >= 2)),
     ("triangle", lambda d, s: len(s) >= 2),
     ("einsum", lambda d, s: d in NUMBERS and len(s) <= 3),
+    ("categorical", lambda d, s: d == "i64" and len(s) < MAX_RANK),
     ("softmax", lambda d, s: d in FLOATS and len(s) >= 1),
     ("matmul", lambda d, s: d in NUMBERS and len(s) < MAX_RANK),
     ("transpose", lambda d, s: True),

@@ -887,6 +887,43 @@ def test_random_errors() -> None:
     runtime_error("randn(-2, seed=1)")
 
 
+@needs_torch
+@pytest.mark.parametrize("dtype", [F32, F64], ids=str)
+def test_categorical_draws_each_category_as_often_as_its_probability(dtype) -> None:
+    """20000 draws per row: each category's frequency is within 4.5 standard deviations of its softmax
+    probability (seeded, so the test is fixed); a category of logit -inf is never drawn."""
+    logits = np.array([[0.0, 1.0, 2.0, -np.inf], [3.0, -1.0, 0.5, 0.0], [-np.inf, 5.0, -np.inf, 5.0]], dtype)
+    rows = 20000
+    many = np.broadcast_to(logits, (rows, *logits.shape)).copy()
+    samples = dl_eval("categorical(a, seed=7)", many)
+    assert samples.shape == (rows, 3) and samples.dtype == I64
+    probabilities = torch.softmax(torch.tensor(logits, dtype=torch.float64), -1).numpy()
+    for row in range(3):
+        counts = np.bincount(samples[:, row], minlength=4) / rows
+        spread = np.sqrt(probabilities[row] * (1 - probabilities[row]) / rows)
+        assert np.all(np.abs(counts - probabilities[row]) <= 4.5 * spread + 1e-12), (row, counts)
+        assert np.all(counts[probabilities[row] == 0] == 0)
+
+
+def test_categorical_seeds_streams_and_shapes() -> None:
+    logits = np.random.default_rng(0).standard_normal((4, 3, 6)).astype(np.float32)
+    first = dl_eval("categorical(a, seed=2)", logits)
+    assert first.shape == (4, 3) and first.dtype == I64 and first.min() >= 0 and first.max() < 6
+    np.testing.assert_array_equal(dl_eval("categorical(a, seed=2)", logits), first)
+    assert dl_eval("categorical(a, seed=1)", np.array([0.0, -np.inf, 0.0])) in (0, 2)
+    assert isinstance(dl_eval("categorical(a, seed=1)", np.array([0.0, 1.0])), int)
+    draws = dl_run("let x = categorical(a)\n    let y = categorical(a)\n    return (x, y)", np.zeros((50, 8)))
+    assert not np.array_equal(*draws), "successive unseeded draws continue one stream"
+
+
+def test_categorical_mistakes_at_run_time() -> None:
+    runtime_error("categorical(a)", np.array([1, 2]))
+    runtime_error("categorical(a)", np.float32(1.0))
+    runtime_error("categorical(a)", np.array([[0.0, 1.0], [-np.inf, -np.inf]]))
+    runtime_error("categorical(a)", np.array([np.nan, 1.0]))
+    runtime_error("categorical(a, seed=-1)", np.array([0.0, 1.0]))
+
+
 @pytest.mark.parametrize("name", ["randn", "rand"])
 def test_random_negative_seed_is_a_diagnostic(name) -> None:
     runtime_error(f"{name}(2, seed=-1)")
@@ -2157,6 +2194,11 @@ PRIM_TESTS: dict[Prim, tuple[str, ...]] = {
     Prim.ARANGE: ("test_arange",),
     Prim.RANDN: ("test_random_seeded_reproducible", "test_random_seeds_differ_and_statistics", "test_random_errors"),
     Prim.RAND: ("test_random_seeded_reproducible", "test_random_seeds_differ_and_statistics", "test_random_errors"),
+    Prim.CATEGORICAL: (
+        "test_categorical_draws_each_category_as_often_as_its_probability",
+        "test_categorical_seeds_streams_and_shapes",
+        "test_categorical_mistakes_at_run_time",
+    ),
     Prim.SHAPE: ("test_shape_and_len", "test_shape_len_edges"),
     Prim.LEN: ("test_shape_and_len", "test_shape_len_edges"),
     Prim.FLOAT: ("test_float_conversion",),
