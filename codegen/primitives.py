@@ -1415,6 +1415,7 @@ REFUSED: dict[Prim, str] = {
     Prim.RANDN: RANDOM,
     Prim.RAND: RANDOM,
     Prim.CATEGORICAL: RANDOM,
+    Prim.DROPOUT: RANDOM,
     Prim.PERMUTATION: RANDOM,
     Prim.BATCHES: RANDOM,
     Prim.PRINT: f"printing is {HOST}",

@@ -632,6 +632,27 @@ def categorical(logits: Any, seed: Any) -> Any:
     return scalar(np.minimum(chosen, last_possible).astype(np.int64))
 
 
+def dropout(x: Any, p: Any, seed: Any, training: Any) -> Any:
+    """Inverted dropout, as torch's: each element of `x` is kept where a uniform draw (`rand(n, seed=seed)`
+    over the flattened `x`) is at least `p`, then scaled by `1 / (1 - p)`; `p = 1` drops everything. The
+    mask depends on the seed and the size only, so the same call on the adjoint is the adjoint."""
+    x = floating(x, "dropout")
+    if kind_of(p) not in ("f", "i") or np.ndim(p) != 0 or not 0 <= p <= 1:
+        raise PrimitiveError(f"`dropout` takes a probability `p` in [0, 1], found {shown_value(p)}")
+    if seed is None:
+        raise PrimitiveError("`dropout` needs `seed=`: its gradient draws the same mask again from the seed")
+    if not is_integer(seed) or seed < 0:
+        raise PrimitiveError(f"`seed=` takes a non-negative integer, found {shown_value(seed)}")
+    if not flag_of(training, "training"):
+        return x
+    kind = as_array(x).dtype.type
+    if p == 1:
+        return scalar(np.zeros_like(as_array(x)))
+    draws = np.random.default_rng(int(seed)).random(np.size(x)).astype(np.float32).reshape(np.shape(x))
+    kept = np.where(draws >= np.float32(p), x, kind(0))
+    return scalar(kept / (kind(1) - kind(p)))
+
+
 # ---------------------------------------------------------------------- inspection and conversion
 
 
@@ -1402,6 +1423,7 @@ IMPLEMENTATIONS = {
     Prim.RANDN: random("standard_normal", "randn"),
     Prim.RAND: random("random", "rand"),
     Prim.CATEGORICAL: categorical,
+    Prim.DROPOUT: dropout,
     Prim.SHAPE: shape,
     Prim.LEN: length,
     Prim.FLOAT: to_float,

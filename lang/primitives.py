@@ -70,6 +70,7 @@ class Prim(Enum):
     RANDN = "randn"
     RAND = "rand"
     CATEGORICAL = "categorical"
+    DROPOUT = "dropout"
     # inspection and conversion
     SHAPE = "shape"
     LEN = "len"
@@ -523,6 +524,17 @@ PRIMITIVES_LIST = (
         INTEGER + ": a sample is a position",
         tensors=frozenset({"logits"}),
         random=True,
+    ),
+    # The mask is a function of the seed and the size alone, so the adjoint is the same dropout of `d`: the
+    # seed is required, since the run's stream would draw another mask for the backward sweep.
+    linear(
+        Prim.DROPOUT,
+        "creation",
+        "inverted dropout: each element zeroed with probability `p`, the others scaled by `1 / (1 - p)`",
+        Signature(("x", "p"), keywords=(("seed", None), ("training", True))),
+        shapes.dropout_rule,
+        {"x": "dropout(d, p, seed=seed, training=training)"},
+        tensors=("x", "p"),
     ),
     # inspection and conversion
     not_differentiable(

@@ -757,6 +757,28 @@ def categorical_rule(args: list[Argument]) -> Type:
     return TensorType("i64", logits.dims[:-1])
 
 
+def dropout_rule(args: list[Argument]) -> Type:
+    """`dropout(x, p, seed=, training=true)`: a float `x` keeps its type; `p` a number; `seed=` an integer,
+    required (the mask of the backward sweep is drawn again from it); `training=` a bool."""
+    x = tensor(args[0].type, "`dropout`")
+    if not is_scalar_of(args[1].type, FLOATS | INTEGERS):
+        raise ShapeError(
+            "E0301", f"`dropout` takes the probability `p` as a number, found {args[1].type}", at=args[1].span
+        )
+    if not args[2].given:
+        raise ShapeError(
+            "E0301",
+            "`dropout` needs `seed=`: its gradient draws the same mask again from the seed",
+            notes=("help: give each step its own seed, as in `dropout(h, 0.1, seed=step)`",),
+        )
+    seed_argument(args[2])
+    flag_argument(args[3], "training")
+    if x is None:
+        return ANY
+    needs_float(strong(x), "dropout")
+    return strong(x)
+
+
 def arange_rule(args: list[Argument]) -> Type:
     values = dims_from(args, "arange")
     if len(values) == 1:

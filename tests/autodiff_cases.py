@@ -163,6 +163,36 @@ fn f(q, k, w) {
     wrt=(0, 1, 2),
 )
 
+
+def dropout_mask(seed: int, p: float, shape: tuple[int, ...]) -> torch.Tensor:
+    """DL's dropout mask: `rand(n, seed=seed) >= p` over the flattened tensor."""
+    draws = np.random.default_rng(seed).random(int(np.prod(shape))).astype(np.float32).reshape(shape)
+    return torch.tensor(draws >= np.float32(p))
+
+
+case(
+    "dropout_through_the_mask",
+    "elementwise",
+    """
+fn f(x, w) {
+    let h = dropout(tanh(x @ w), 0.4f64, seed=5)
+    let off = dropout(h, 0.4f64, seed=6, training=false)
+    return sum(dropout(h * off, 0.25f64, seed=9) * x[:, 0:2])
+}
+""",
+    (normal(68, 4, 3), normal(69, 3, 2)),
+    lambda x, w: (
+        torch.where(
+            dropout_mask(9, 0.25, (4, 2)),
+            (torch.where(dropout_mask(5, 0.4, (4, 2)), torch.tanh(x @ w), 0.0) / 0.6) ** 2,
+            0.0,
+        )
+        / 0.75
+        * x[:, 0:2]
+    ).sum(),
+    wrt=(0, 1),
+)
+
 case(
     "sqrt_division",
     "elementwise",

@@ -505,6 +505,11 @@ class Builder:
         seed = f", seed={self.number(0, 9)}" if self.flag() else ""
         return f"categorical({logits}{seed})"
 
+    def dropout(self, dtype: str, shape: Shape, depth: int) -> str:
+        probability = self.choice(["0.5", "0.0", "1.0", "0.25"])
+        training = self.choice(["", ", training=true", ", training=false"])
+        return f"dropout({self.expr(dtype, shape, depth)}, {probability}, seed={self.number(0, 9)}{training})"
+
     def softmax(self, dtype: str, shape: Shape, depth: int) -> str:
         name = self.choice(["softmax", "log_softmax"])
         axis = f", axis={self.number(-len(shape), len(shape) - 1)}" if self.flag() else ""
@@ -943,6 +948,7 @@ PRODUCTIONS = (
     ("triangle", lambda d, s: len(s) >= 2),
     ("einsum", lambda d, s: d in NUMBERS and len(s) <= 3),
     ("categorical", lambda d, s: d == "i64" and len(s) < MAX_RANK),
+    ("dropout", lambda d, s: d in FLOATS),
     ("softmax", lambda d, s: d in FLOATS and len(s) >= 1),
     ("matmul", lambda d, s: d in NUMBERS and len(s) < MAX_RANK),
     ("transpose", lambda d, s: True),

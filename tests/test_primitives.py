@@ -924,6 +924,32 @@ def test_categorical_mistakes_at_run_time() -> None:
     runtime_error("categorical(a, seed=-1)", np.array([0.0, 1.0]))
 
 
+@pytest.mark.parametrize("dtype", [F32, F64], ids=str)
+def test_dropout_is_torch_s_inverted_dropout_with_rand_s_mask(dtype) -> None:
+    """The mask is `rand(n, seed=s) >= p` over the flattened `x` (so a seed always drops the same elements); the
+    kept elements are scaled by 1 / (1 - p), in `x`'s dtype, as torch.nn.functional.dropout does."""
+    x = randn(np.random.default_rng(5), (30, 40, 5), dtype) + dtype.type(20)
+    p = 0.3
+    out = dl_eval("dropout(a, b, seed=11)", x, p)
+    draws = dl_eval("rand(a, seed=11)", x.size).reshape(x.shape)
+    kept = draws >= np.float32(p)
+    check(out, np.where(kept, x, 0) / (dtype.type(1) - dtype.type(p)), dtype, rtol=1e-6 if dtype == F32 else 1e-15)
+    assert np.mean(kept) == pytest.approx(1 - p, abs=0.01)
+    check(dl_eval("dropout(a, 0.5, seed=1, training=false)", x), x, dtype)
+    check(dl_eval("dropout(a, 1.0, seed=1)", x), np.zeros_like(x), dtype)
+    check(dl_eval("dropout(a, 0, seed=1)", x), x, dtype)
+    check(dl_eval("dropout(a, 0.5, seed=3)", dtype.type(4)), dl_eval("dropout(a, 0.5, seed=3)", dtype.type(4)), dtype)
+
+
+def test_dropout_mistakes_at_run_time() -> None:
+    x = np.ones((2, 3), np.float32)
+    runtime_error("dropout(a, 1.5, seed=0)", x)
+    runtime_error("dropout(a, -0.1, seed=0)", x)
+    runtime_error("dropout(a, 0.5, seed=-2)", x)
+    runtime_error("dropout(a, 0.5, seed=0)", np.ones(3, np.int64))
+    runtime_error("dropout(a, 0.5, seed=0, training=1)", x)
+
+
 @pytest.mark.parametrize("name", ["randn", "rand"])
 def test_random_negative_seed_is_a_diagnostic(name) -> None:
     runtime_error(f"{name}(2, seed=-1)")
@@ -2199,6 +2225,7 @@ PRIM_TESTS: dict[Prim, tuple[str, ...]] = {
         "test_categorical_seeds_streams_and_shapes",
         "test_categorical_mistakes_at_run_time",
     ),
+    Prim.DROPOUT: ("test_dropout_is_torch_s_inverted_dropout_with_rand_s_mask", "test_dropout_mistakes_at_run_time"),
     Prim.SHAPE: ("test_shape_and_len", "test_shape_len_edges"),
     Prim.LEN: ("test_shape_and_len", "test_shape_len_edges"),
     Prim.FLOAT: ("test_float_conversion",),
