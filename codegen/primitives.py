@@ -1419,6 +1419,7 @@ REFUSED: dict[Prim, str] = {
     Prim.PERMUTATION: RANDOM,
     Prim.BATCHES: RANDOM,
     Prim.PRINT: f"printing is {HOST}",
+    Prim.TIME: f"reading the clock is {HOST} (and each call must read it anew, where the program does)",
     Prim.DIGITS: f"loading the shipped dataset is {HOST}",
     Prim.LOAD_CSV: f"reading a file is {HOST}",
     Prim.LOAD_NPZ: f"reading a file is {HOST}",

@@ -20,6 +20,7 @@ from __future__ import annotations
 import csv
 import functools
 import math
+import time
 import zipfile
 from importlib import resources
 from typing import Any
@@ -752,6 +753,11 @@ def show_progress(done: Any, total: Any, label: Any) -> tuple:
     return ()
 
 
+def clock() -> np.float64:
+    """`time()`: `perf_counter`, Python's monotonic clock of the highest resolution, in seconds."""
+    return np.float64(time.perf_counter())
+
+
 def print_values(values: tuple) -> tuple:
     Output.emit(" ".join(format_value(v) for v in values))
     return ()
@@ -1431,6 +1437,7 @@ IMPLEMENTATIONS = {
     Prim.STR: to_text,
     Prim.ASSERT: check,
     Prim.PRINT: on_rank_zero(print_values),
+    Prim.TIME: clock,
     Prim.ZEROS_LIKE: zeros_like,
     Prim.UNBROADCAST: unbroadcast,
     Prim.RESHAPE_LIKE: reshape_like,

@@ -80,6 +80,7 @@ class Prim(Enum):
     # effects
     ASSERT = "assert"
     PRINT = "print"
+    TIME = "time"
     # what derivative code is written with (lang/autodiff/); ordinary built-ins users may call too
     ZEROS_LIKE = "zeros_like"
     UNBROADCAST = "unbroadcast"
@@ -187,6 +188,9 @@ class Primitive:
     functions: frozenset[str] = frozenset()  # parameters that take a function, which the rule applies
     effect: bool = False  # run for what it does (output, files): a call is never dropped as unread
     random: bool = False  # draws from a random stream
+    # not pure: its value changes from call to call with the same arguments (a clock), so a call is never
+    # dropped, moved, merged with another or computed before the program runs
+    volatile: bool = False
     floats_only: bool = False  # elementwise math defined on floats only
 
     @property
@@ -582,6 +586,15 @@ PRIMITIVES_LIST = (
         EFFECT,
         effect=True,
     ),
+    not_differentiable(
+        Prim.TIME,
+        "effect",
+        "`f64` seconds on a monotonic clock, from an arbitrary start: differences time a stretch of the program",
+        Signature(),
+        shapes.time_rule,
+        "a reading of the clock, which no parameter changes",
+        volatile=True,
+    ),
     # what derivative code is written with (lang/autodiff/); ordinary built-ins users may call too
     not_differentiable(
         Prim.ZEROS_LIKE,
@@ -874,6 +887,7 @@ FLOAT_MATH = frozenset(p for p in ELEMENTWISE_UNARY if PRIMITIVES[p].floats_only
 REDUCTIONS = frozenset(p for p, r in PRIMITIVES.items() if r.signature is REDUCTION)
 RANDOMNESS = frozenset(p for p, r in PRIMITIVES.items() if r.random)
 EFFECTS = frozenset(p for p, r in PRIMITIVES.items() if r.effect)
+VOLATILE = frozenset(p for p, r in PRIMITIVES.items() if r.volatile)
 NON_DIFFERENTIABLE = frozenset(p for p, r in PRIMITIVES.items() if isinstance(r.derivative, NoDerivative))
 DIFFERENTIABLE = frozenset(Prim) - NON_DIFFERENTIABLE
 

@@ -837,6 +837,11 @@ def print_rule(args: list[Argument]) -> Type:
     return UNIT
 
 
+def time_rule(args: list[Argument]) -> Type:
+    """`time()`: seconds, an `f64`."""
+    return TensorType("f64")
+
+
 def str_rule(args: list[Argument]) -> Type:
     return STR  # anything `print` shows
 

@@ -510,6 +510,9 @@ class Builder:
         training = self.choice(["", ", training=true", ", training=false"])
         return f"dropout({self.expr(dtype, shape, depth)}, {probability}, seed={self.number(0, 9)}{training})"
 
+    def clock(self, dtype: str, shape: Shape, depth: int) -> str:
+        return self.choice(["time()", "(time() - time())"])
+
     def softmax(self, dtype: str, shape: Shape, depth: int) -> str:
         name = self.choice(["softmax", "log_softmax"])
         axis = f", axis={self.number(-len(shape), len(shape) - 1)}" if self.flag() else ""
@@ -949,6 +952,7 @@ PRODUCTIONS = (
     ("einsum", lambda d, s: d in NUMBERS and len(s) <= 3),
     ("categorical", lambda d, s: d == "i64" and len(s) < MAX_RANK),
     ("dropout", lambda d, s: d in FLOATS),
+    ("clock", lambda d, s: d == "f64" and not s),
     ("softmax", lambda d, s: d in FLOATS and len(s) >= 1),
     ("matmul", lambda d, s: d in NUMBERS and len(s) < MAX_RANK),
     ("transpose", lambda d, s: True),

@@ -689,6 +689,21 @@ fn main() { print(act(float(arange(40)) * 0.25 - 5.0)) }
     assert "`act`(f32[40]) compiled" in err and "fused elementwise loop" not in err
 
 
+def test_a_function_reading_the_clock_is_interpreted(tmp_path: Path, capsys) -> None:
+    """`time()` is host work read anew at every call: the function calling it runs on the interpreter (the
+    one it calls is still compiled), and its readings still show the work between them."""
+    source = """
+fn work(n: i64) -> f64 { let total = 0.0f64; for i in 0..n { total += float(i, dtype=f64) } return total }
+fn timed(n: i64) -> f64 { let start = time(); let s = work(n); return (time() - start) + s * 0.0f64 }
+fn main() { print(timed(200000) >= 0.0f64, work(10)) }
+"""
+    status, out, err = run_cli(tmp_path, source, "--backend", "llvm", "--explain-backend", capsys=capsys)
+    assert status == 0, err
+    assert out == "true 45.0\n"
+    assert "`timed`(i64) interpreted: it calls `time`, which compiled code does not do: reading the clock" in err
+    assert "`work` compiled" in err
+
+
 def test_fused_kernel_is_vectorised(tmp_path: Path) -> None:
     from dl.codegen.fusion import compile_kernels
 

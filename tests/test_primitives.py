@@ -11,6 +11,7 @@ Tests marked `xfail(strict=True, reason="BUG: ...")` document real bugs in the i
 from __future__ import annotations
 
 import itertools
+import time
 
 import dl.lang
 import numpy as np
@@ -1018,6 +1019,40 @@ def test_int_out_of_range_is_a_diagnostic(value) -> None:
 
 
 # ======================================================================= effects
+
+
+def test_time_reads_a_monotonic_clock_at_every_call() -> None:
+    """`time()` is f64 seconds, never decreasing, read anew by each call (never computed once for a call site):
+    a call site in a loop gives as many readings as the loop runs, and work between two readings shows."""
+    before = time.perf_counter()
+    readings = dl_run(
+        "let out = zeros(200, dtype=f64)\n"
+        "    for i in 0..200 {\n"
+        "        let w = sum(ones(2000) * float(i))\n"
+        "        out[i] = time()\n"
+        "    }\n"
+        "    return out"
+    )
+    after = time.perf_counter()
+    assert readings.dtype == F64 and np.all(np.diff(readings) >= 0)
+    assert before <= readings[0] and readings[-1] <= after
+    assert len(np.unique(readings)) > 100, "a call site is read anew every time it runs"
+    assert dtype_of(dl_eval("time()")) == F64
+
+
+def test_time_is_kept_in_derivative_code() -> None:
+    """A reading nothing uses is still taken where the program takes it: autodiff's pruning keeps it, like an
+    effect (tests/test_llvm.py checks that compiled code leaves it to the interpreter)."""
+    from dl import pipeline
+    from dl.lang.printer import print_module
+
+    source = "fn f(x) {\n    let start = time()\n    let y = sum(x * x)\n    let unused = time()\n    return y\n}\n"
+    source += "fn g(x) { return grad(f)(x) }\n"
+    program, _ = pipeline.prepare(pipeline.load("clock.dl", source))
+    printed = print_module(program.modules["clock.dl"])
+    body = printed[printed.index("fn f_grad") :]
+    assert body.count("time()") == 2, body
+    np.testing.assert_allclose(pipeline.call(pipeline.load("clock.dl", source), "g", [np.array([1.0, 2.0])]), [2, 4])
 
 
 def test_assert() -> None:
@@ -2236,6 +2271,10 @@ PRIM_TESTS: dict[Prim, tuple[str, ...]] = {
         "test_print_formats",
     ),
     Prim.STR: ("test_str_shows_what_print_shows",),
+    Prim.TIME: (
+        "test_time_reads_a_monotonic_clock_at_every_call",
+        "test_time_is_kept_in_derivative_code",
+    ),
     Prim.ZEROS_LIKE: ("test_zeros_like", "test_zeros_like_of_structs_and_tapes_and_errors"),
     Prim.UNBROADCAST: (
         "test_unbroadcast_sums_down_to_the_shape",
