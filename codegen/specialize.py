@@ -1000,6 +1000,7 @@ class Specialiser(FunctionLowering):
             return self.read_variable(item) if isinstance(item, ir.Variable) else item
         if not isinstance(value, Tensor):
             raise Unsupported(f"indexing a {type(value).__name__.lower()}", span)
+        indices = spread_ellipsis(indices, len(value.shape), span)
         if len(indices) == 1 and not isinstance(indices[0], ast.Slice):
             chosen = self.evaluate(indices[0])
             chosen = as_index(self, chosen)
@@ -1018,6 +1019,7 @@ class Specialiser(FunctionLowering):
 
     def view_of(self, value: Tensor, indices: tuple, span: Span) -> Tensor:
         """The elements `value[indices]` select (integers and slices without steps), as a view."""
+        indices = spread_ellipsis(indices, len(value.shape), span)
         if len(indices) > len(value.shape):
             raise Unsupported("too many indices", span)
         tensor = value if isinstance(value.tree, ir.Read) else self.materialise(value)
@@ -1471,3 +1473,15 @@ def function_declaration(typed: Typed, span: Span) -> tuple | None:
 def returns_here(node: object) -> bool:
     """Does the statement `node` hold a `return` of its own function (a nested function's are its own)?"""
     return not isinstance(node, ast.FUNCTIONS) and any(isinstance(n, ast.Return) for n in ast.walk_scope(node))
+
+
+def spread_ellipsis(indices: tuple, rank: int, span: Span) -> tuple:
+    """`indices` with a `...` replaced by as many full slices as the axes the other indices leave."""
+    ellipses = [at for at, index in enumerate(indices) if isinstance(index, ast.Ellipsis)]
+    if not ellipses:
+        return indices
+    spread = rank - (len(indices) - 1)
+    if len(ellipses) > 1 or spread < 0:
+        raise Unsupported("an index the interpreter reports", span)
+    at = ellipses[0]
+    return (*indices[:at], *(ast.Slice(None, None, None),) * spread, *indices[at + 1 :])

@@ -194,6 +194,26 @@ fn f(x, w) {
 )
 
 case(
+    "ellipsis_indexing_and_assignment",
+    "indexing",
+    """
+fn f(x) {
+    let y = x[..., 0] * x[..., 2]
+    let z = x
+    z[..., 1] = y * 3.0
+    return sum(y * y) + sum(z * x) + sum(x[1, ...]) + sum(x[0, ..., 1:3])
+}
+""",
+    (normal(70, 2, 2, 3),),
+    lambda x: (
+        ((x[..., 0] * x[..., 2]) ** 2).sum()
+        + (setitem(x, (..., 1), x[..., 0] * x[..., 2] * 3.0) * x).sum()
+        + x[1, ...].sum()
+        + x[0, ..., 1:3].sum()
+    ),
+)
+
+case(
     "sqrt_division",
     "elementwise",
     """

@@ -596,7 +596,13 @@ class Builder:
                 size, part = self.slice(next(sizes))
                 parts.append(part)
             source.append(size)
-        while len(parts) > 1 and parts[-1] == ":" and self.flag():
+        if self.flag():  # `...` for a run of full slices (perhaps none)
+            start = self.number(0, len(parts))
+            stop = start
+            while stop < len(parts) and parts[stop] == ":" and self.flag():
+                stop += 1
+            parts[start:stop] = ["..."]
+        while len(parts) > 1 and parts[-1] == ":" and "..." not in parts and self.flag():
             parts.pop()
         target = self.expr(dtype, tuple(source), depth)
         if not target.isidentifier():

@@ -117,6 +117,7 @@ def f64(*shape, seed=0):
         ),
         ('einsum("ijk,kl->lji", a, b) + einsum("lj,lj,i->lji", c, c, a[:, 0, 0])', [(3, 4, 5), (5, 2), (2, 4)]),
         ('einsum("ij->", a) * b + einsum("i,j->ij", c, c)', [(3, 4), (5,), (5,)]),
+        ("a[..., 0:3] * b[..., 1:4] + c[1, ...][..., 0:1] + a[0, ..., 2]", [(2, 3, 5), (2, 3, 4), (3, 3, 1)]),
         (
             "min(a, axis=(0, 1), keepdims=true) + sum(b * c, axis=(1, -1), keepdims=true)",
             [(3, 4, 5), (3, 4, 5), (3, 4, 5)],
