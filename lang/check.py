@@ -1248,6 +1248,8 @@ class Checker:
     def unary_type(self, op: str, operand: Type, span: Span) -> Type:
         if isinstance(operand, AnyType):
             return ANY
+        if op == "-" and isinstance(operand, (StructType, TupleType)):  # `-g`: each leaf negated
+            return self.binary_type("*", operand, TensorType("i64", (), True), span)
         if not isinstance(operand, TensorType):
             self.report(error("E0311", f"cannot apply `{op}` to {operand}", span, str(operand)))
             return ANY

@@ -162,6 +162,8 @@ def broadcast_notes(a: TensorType, b: TensorType) -> tuple[str, ...]:
 def arithmetic(a: Type, b: Type, symbol: str) -> Type:
     if isinstance(a, StrType) or isinstance(b, StrType):
         return joined_text(a, b, symbol)
+    if is_tree(a) or is_tree(b):
+        return tree_arithmetic(a, b, symbol)
     left, right = tensor(a, f"`{symbol}`"), tensor(b, f"`{symbol}`")
     if left is None or right is None:
         return ANY
@@ -181,6 +183,71 @@ def arithmetic(a: Type, b: Type, symbol: str) -> Type:
         )
     dims = broadcast(left, right, symbol)
     return TensorType(promote_dtypes(left, right), dims, left.weak and right.weak)
+
+
+# ---------------------------------------------------------------------- arithmetic on trees
+# `m - lr * g` for a parameter struct `m` and its gradient `g`: the operator leaf by leaf, as JAX's
+# `tree_map(lambda p, q: p - lr * q, m, g)`. Two trees meet when they have one structure (the same struct,
+# tuples of one length); a number (a scalar) meets every leaf of a tree.
+
+TREE_OPERATORS = frozenset({"+", "-", "*", "/", "**"})
+TREE_MAP_HELP = "help: apply a function leaf by leaf with `tree_map(fn(p, q) => p - 0.1 * q, m, g)`"
+
+
+def is_tree(t: Type) -> bool:
+    return isinstance(t, (StructType, TupleType))
+
+
+def tree_arithmetic(a: Type, b: Type, symbol: str) -> Type:
+    """The type of `a symbol b` where one side is a struct or tuple of tensors: a tree of the same structure."""
+    shown = f"{a} {symbol} {b}"
+    if symbol not in TREE_OPERATORS:
+        raise ShapeError(
+            "E0311",
+            f"`{symbol}` needs a tensor or number, found {shown}",
+            shown,
+            notes=("`+ - * / **` apply to structs and tuples leaf by leaf, not this operator", TREE_MAP_HELP),
+        )
+    return tree_leaves(a, b, symbol, shown, "")
+
+
+def tree_leaves(a: Type, b: Type, symbol: str, shown: str, where: str) -> Type:
+    """`a symbol b` leaf by leaf (`where`: the path to this place, for messages)."""
+    if isinstance(a, AnyType) or isinstance(b, AnyType):
+        return ANY
+    if not is_tree(a) and not is_tree(b):
+        return strong(arithmetic(a, b, symbol))
+    tree, other = (a, b) if is_tree(a) else (b, a)
+    ordered = (lambda x, y: (x, y)) if tree is a else (lambda x, y: (y, x))
+    if not is_tree(other) and not (isinstance(other, TensorType) and other.rank == 0):
+        raise ShapeError(
+            "E0311",
+            f"`{symbol}` of a struct or tuple needs one of the same structure or a number, found {shown}",
+            shown,
+            notes=(f"a struct or tuple meets a scalar leaf by leaf, not {other}", TREE_MAP_HELP),
+        )
+    if is_tree(other) and (type(other) is not type(tree) or (isinstance(tree, StructType) and other != tree)):
+        raise ShapeError("E0311", f"`{symbol}` of two trees needs them of one structure, found {shown}", shown)
+    if isinstance(tree, TupleType):
+        if isinstance(other, TupleType) and len(other.items) != len(tree.items):
+            raise ShapeError("E0311", f"`{symbol}` of two tuples needs them of one length, found {shown}", shown)
+        items = []
+        for i, item in enumerate(tree.items):
+            paired = other.items[i] if isinstance(other, TupleType) else other
+            items.append(tree_leaves(*ordered(item, paired), symbol, shown, f"{where}[{i}]"))
+        return TupleType(tuple(items))
+    for field_name, field_type in tree.fields:
+        place = f"{where}.{field_name}" if where else field_name
+        paired = other.field_type(field_name) if is_tree(other) else other
+        found = tree_leaves(*ordered(field_type, paired), symbol, shown, place)
+        if not item_fits(field_type, found):
+            raise ShapeError(
+                "E0301",
+                f"`{symbol}` would make field `{place}` of {tree} {found}, but the field is {field_type}",
+                shown,
+                notes=(f"help: a struct keeps its type, so the result for `{place}` must be {field_type}",),
+            )
+    return tree
 
 
 def joined_text(a: Type, b: Type, symbol: str) -> Type:
@@ -247,7 +314,20 @@ def check_spec(t: TensorType | StrType, spec: str) -> None:
         ) from None
 
 
+def not_on_trees(a: Type, b: Type, symbol: str) -> None:
+    """An operator that does not apply leaf by leaf (a comparison, `@`, `and`) met a struct or tuple."""
+    if is_tree(a) or is_tree(b):
+        shown = f"{a} {symbol} {b}"
+        raise ShapeError(
+            "E0311",
+            f"`{symbol}` needs tensors or numbers, found {shown}",
+            shown,
+            notes=("`+ - * / **` apply to structs and tuples leaf by leaf; other operators do not", TREE_MAP_HELP),
+        )
+
+
 def comparison(a: Type, b: Type, symbol: str) -> Type:
+    not_on_trees(a, b, symbol)
     texts = [t for t in (a, b) if isinstance(t, StrType)]
     if texts and all(isinstance(t, (StrType, AnyType)) for t in (a, b)) and symbol in ("==", "!="):
         return BOOL  # text is compared whole: `mode == "--resume"` (an unknown side may be text too)
@@ -271,6 +351,7 @@ def logical(a: Type, b: Type, symbol: str) -> Type:
 
 
 def matmul_type(a: Type, b: Type) -> Type:
+    not_on_trees(a, b, "@")
     left, right = tensor(a, "`@`"), tensor(b, "`@`")
     if left is None or right is None:
         return ANY

@@ -214,6 +214,39 @@ fn f(x) {
 )
 
 case(
+    "arithmetic_on_a_parameter_struct",
+    "structs",
+    """
+struct M { w: f64[2, 2], b: f64[2] }
+
+fn loss(m: M, x: f64[2]) -> f64 {
+    return sum(tanh(x @ m.w + m.b))
+}
+
+fn f(m: M, g: M, c: f64) -> f64 {
+    let moved = m - c * g
+    moved -= 0.5 * g
+    let n = -moved / 2.0
+    return loss(moved, [1.0, 2.0]) + sum(n.w * n.w) + sum((m * g).b) + sum(((m.b, c) ** 2.0)[0])
+}
+""",
+    (
+        Struct("M", {"w": normal(71, 2, 2), "b": normal(72, 2)}),
+        Struct("M", {"w": normal(73, 2, 2), "b": normal(74, 2)}),
+        s(0.3),
+    ),
+    lambda m, g, c: (
+        torch.tanh(
+            torch.tensor([1.0, 2.0], dtype=torch.float64) @ (m.w - c * g.w - 0.5 * g.w) + (m.b - c * g.b - 0.5 * g.b)
+        ).sum()
+        + ((-(m.w - c * g.w - 0.5 * g.w) / 2.0) ** 2).sum()
+        + (m.b * g.b).sum()
+        + (m.b**2).sum()
+    ),
+    wrt=(0, 1, 2),
+)
+
+case(
     "sqrt_division",
     "elementwise",
     """

@@ -513,6 +513,21 @@ class Builder:
     def clock(self, dtype: str, shape: Shape, depth: int) -> str:
         return self.choice(["time()", "(time() - time())"])
 
+    def tree_arithmetic(self, dtype: str, shape: Shape, depth: int) -> str:
+        """A leaf of arithmetic on tuples: of two tuples of one structure, of a tuple and a scalar, or `-t`."""
+        left, right = self.expr(dtype, shape, depth), self.expr(dtype, shape, depth)
+        tree = f"({left}, ({left}, {right}))"
+        ops = ["+", "-", "*", "/"] if dtype in FLOATS else ["+", "-", "*"]
+        form = self.choice(["trees", "scalar", "negated"])
+        if form == "trees":
+            combined = f"({tree} {self.choice(ops)} ({right}, ({right}, {left})))"
+        elif form == "scalar":
+            scalar = self.expr(dtype, (), depth)
+            combined = f"({tree} {self.choice(ops)} {scalar})" if self.flag() else f"({scalar} * {tree})"
+        else:
+            combined = f"(-{tree})"
+        return f"{combined}[1][{self.number(0, 1)}]" if self.flag() else f"{combined}[0]"
+
     def softmax(self, dtype: str, shape: Shape, depth: int) -> str:
         name = self.choice(["softmax", "log_softmax"])
         axis = f", axis={self.number(-len(shape), len(shape) - 1)}" if self.flag() else ""
@@ -959,6 +974,7 @@ PRODUCTIONS = (
     ("categorical", lambda d, s: d == "i64" and len(s) < MAX_RANK),
     ("dropout", lambda d, s: d in FLOATS),
     ("clock", lambda d, s: d == "f64" and not s),
+    ("tree_arithmetic", lambda d, s: d in NUMBERS),
     ("softmax", lambda d, s: d in FLOATS and len(s) >= 1),
     ("matmul", lambda d, s: d in NUMBERS and len(s) < MAX_RANK),
     ("transpose", lambda d, s: True),

@@ -1685,6 +1685,31 @@ def test_integer_operator_errors() -> None:
     check(dl_eval("a // b", np.float32(1), np.float32(0)), np.float32(np.inf), F32)
 
 
+def test_arithmetic_on_tuples_leaf_by_leaf() -> None:
+    """`+ - * / **` of two tuples of one length, or of a tuple and a number, apply leaf by leaf (nested too) with
+    each leaf's own dtype rules; `-t` negates each leaf. (Structs: tests/programs/arithmetic_on_structs.dl.)"""
+    t = (np.float32(1.5), np.array([1.0, 2.0], np.float64), (np.arange(3.0, dtype=np.float32) + 1, np.float32(2)))
+    for symbol in ("+", "-", "*", "/", "**"):
+        result = dl_eval(f"a {symbol} b", t, t)
+        for leaf, x in zip((result[0], result[1], result[2][1]), (t[0], t[1], t[2][1]), strict=True):
+            expected = {"+": x + x, "-": x - x, "*": x * x, "/": x / x, "**": x**x}[symbol]
+            check(leaf, expected, np.asarray(x).dtype)
+    scaled = dl_eval("0.5 * a", t)
+    check(scaled[0], np.float32(0.75), F32)
+    check(scaled[1], np.array([0.5, 1.0]), F64)
+    counts = (np.arange(3), 4)
+    check(dl_eval("0.5 * a", counts)[0], np.arange(3) * 0.5, F32)  # an integer leaf meets a float literal as `*` does
+    check(dl_eval("a * 2", counts)[0], np.arange(3) * 2, I64)
+    negated = dl_eval("-a", (t, counts))
+    check(negated[0][1], -t[1], F64)
+    check(negated[1][0], -np.arange(3), I64)
+    assert negated[1][1] == -4
+    runtime_error("a + b", t, t[:2])
+    runtime_error("a * b", t, np.ones(2))
+    runtime_error("a // b", t, t)
+    runtime_error("a < b", t, t)
+
+
 def test_unary_operators() -> None:
     x = np.array([[1.5, -2.0]], np.float32)
     check(dl_eval("-a", x), -x, F32)
@@ -2359,20 +2384,33 @@ PRIM_TESTS: dict[Prim, tuple[str, ...]] = {
 
 OPERATOR_TESTS: dict[str, tuple[str, ...]] = {
     **{
-        op: ("test_binary_operators_broadcast", "test_broadcast_edge_shapes", "test_dtype_rules")
+        op: (
+            "test_binary_operators_broadcast",
+            "test_broadcast_edge_shapes",
+            "test_dtype_rules",
+            "test_arithmetic_on_tuples_leaf_by_leaf",
+        )
         for op in ("+", "-", "*", "/")
     },
     **{
         op: ("test_binary_operators_broadcast", "test_dtype_rules", "test_integer_floor_division_and_modulo")
         for op in ("//", "%")
     },
-    "**": ("test_binary_operators_broadcast", "test_dtype_rules", "test_integer_operator_errors"),
+    "**": (
+        "test_binary_operators_broadcast",
+        "test_dtype_rules",
+        "test_integer_operator_errors",
+        "test_arithmetic_on_tuples_leaf_by_leaf",
+    ),
     "@": ("test_matmul_shapes_match_numpy_and_torch", "test_matmul_integer_and_mixed_dtypes"),
     **{op: ("test_binary_operators_broadcast", "test_dtype_rules") for op in COMPARISON},
     "and": ("test_logical_operators",),
     "or": ("test_logical_operators",),
 }
-UNARY_OPERATOR_TESTS: dict[str, tuple[str, ...]] = {"-": ("test_unary_operators",), "not": ("test_unary_operators",)}
+UNARY_OPERATOR_TESTS: dict[str, tuple[str, ...]] = {
+    "-": ("test_unary_operators", "test_arithmetic_on_tuples_leaf_by_leaf"),
+    "not": ("test_unary_operators",),
+}
 
 
 def test_every_primitive_has_signature_implementation_and_tests() -> None:

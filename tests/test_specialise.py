@@ -233,6 +233,29 @@ fn f(p: Layer, q: Layer, x: f32[5, 3]) -> (Layer, f32[5, 2], (Layer, f32)) {
     np.testing.assert_allclose(actual[0].values[0], expected[0].values[0], rtol=1e-6)
 
 
+def test_arithmetic_on_structs_and_tuples_leaf_by_leaf() -> None:
+    """`m - lr * g`, `-g`, `t * 2.0 + t` on structs and tuples are compiled leaf by leaf, as interpreted."""
+    source = """
+struct Layer { w: f32[3, 2], b: f32[2] }
+fn f(p: Layer, q: Layer, lr: f32, t: (f32[2], f32)) -> (Layer, Layer, (f32[2], f32)) {
+    let moved = p - lr * q
+    moved -= q / 4.0
+    return (moved, -q + p * p, t * 2.0 + t ** 2.0)
+}
+"""
+    loaded = pipeline.load("s.dl", source)
+    _, typed = pipeline.prepare(loaded)
+    layer = interpreter.compile_program(loaded, typed).states["s.dl"].structs["Layer"]
+    p = StructValue(layer, (f32(3, 2), f32(2, seed=1)))
+    q = StructValue(layer, (f32(3, 2, seed=2), f32(2, seed=3)))
+    expected, actual, report = on_both(
+        source, "f", p, q, np.float32(0.1), (f32(2, seed=4), np.float32(3.0)), path="s.dl"
+    )
+    assert verdict(report, "f") == "compiled", report
+    assert_close(actual, expected)
+    np.testing.assert_allclose(expected[0].values[1], p.values[1] - 0.1 * q.values[1] - q.values[1] / 4, rtol=1e-6)
+
+
 def test_element_assignment_and_swaps_read_before_writing() -> None:
     source = """
 fn f(x: f64[3, 4], k: i64, a: f64[4], b: f64[4]) -> (f64[3, 4], f64[3, 4], f64[4], f64[4]) {
