@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 import llvmlite.binding as binding
 from dl.codegen.llvm import LIBMVEC as VECTOR_MATH
+from dl.codegen.llvm import SCALAR_ONLY_MATH
 from dl.codegen.llvm import VECTOR_LANES as LANES
 from dl.codegen.lower import SCALAR_MATH, Unsupported
 from dl.lang import ast
@@ -168,6 +169,8 @@ def expression(typed: Typed, expr: ast.Expr, names: dict[str, Param], dtype: str
             return Arithmetic(OPERATORS[op], expression(typed, lhs, names, dtype), expression(typed, rhs, names, dtype))
         case ast.Call(func=ast.Name()):
             callee = typed.type_of(expr.func)
+            if isinstance(callee, PrimitiveRef) and callee.name in SCALAR_ONLY_MATH:
+                raise Unsupported(f"fusion: `{callee.name}` has no vector form", expr.span)
             if isinstance(callee, PrimitiveRef) and callee.prim in SCALAR_MATH:
                 arity = len(PRIMITIVES[callee.prim].signature.positional)
                 if len(expr.args) == arity and not expr.keywords:

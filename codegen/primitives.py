@@ -36,6 +36,7 @@ from dl.codegen.values import (
     remap,
     view,
 )
+from dl.lang import einsum as einsum_spec
 from dl.lang.calls import Binding, BindingError, arranged, bind
 from dl.lang.diagnostics import Span
 from dl.lang.primitives import FLOAT_MATH, PRIMITIVES, Prim, Support
@@ -162,9 +163,14 @@ def where(lowering, bound: dict, span: Span) -> object:
 
 
 def axes_of(lowering, x: Tensor, axis: object, span: Span) -> tuple[int, ...]:
+    """The axes `axis=` names (one, or a tuple of them), in order; all of them when it is left out."""
     if axis is None:
         return tuple(range(len(x.shape)))
-    return (axis_index(static_int(lowering, axis, span, "an axis"), len(x.shape), span),)
+    named = axis if isinstance(axis, tuple) else (axis,)
+    axes = {axis_index(static_int(lowering, a, span, "an axis"), len(x.shape), span) for a in named}
+    if not named or len(axes) != len(named):
+        raise Unsupported("`axis=` naming no axis, or one twice", span)
+    return tuple(sorted(axes))
 
 
 def reduce(lowering, x: Tensor, op: str, axes: tuple[int, ...], keepdims: bool, span: Span, accumulate: str) -> Tensor:
@@ -280,6 +286,8 @@ def arg_extreme(op: str):
             raise Unsupported(f"`arg{op}` of bools", span)
         if x.size == 0:
             raise Unsupported(f"`arg{op}` of an empty tensor", span)
+        if isinstance(bound["axis"], tuple):
+            raise Unsupported(f"`arg{op}` of several axes", span)
         axes = axes_of(lowering, x, bound["axis"], span)
         keepdims = static_flag(bound["keepdims"], span)
         x = x if isinstance(x.tree, ir.Read) else lowering.materialise(x)
@@ -359,6 +367,27 @@ def one_hot(lowering, bound: dict, span: Span) -> object:
     spread = remap(labels.tree, (*tuple(range(rank)), None))
     hit = ir.Apply("eq", "bool", (spread, ir.Index(rank)))
     return Tensor("f32", (*labels.shape, classes), ir.Apply("convert", "f32", (hit,)))
+
+
+def triangle(test: str):
+    """`tril` (`test` "le": kept where column - row <= k) or `triu` ("ge"): a select on the positions along the
+    last two axes, zero elsewhere; `k` may be known only at run time."""
+
+    def apply(lowering, bound: dict, span: Span) -> object:
+        x, k = tensor(bound["x"], span), bound["k"]
+        if len(x.shape) < 2:
+            raise Unsupported(f"`tril` or `triu` of a rank-{len(x.shape)} tensor", span)
+        if isinstance(k, int):
+            diagonal: ir.Operand = ir.Const(k, "i64")
+        else:
+            diagonal = lowering.promote(lowering.scalar_of(k, span), "i64", span)
+        rank = len(x.shape)
+        offset = ir.Apply("sub", "i64", (ir.Index(rank - 1), ir.Index(rank - 2)))
+        kept = ir.Apply(test, "bool", (offset, ir.Splat(diagonal)))
+        zero = ir.Splat(ir.Const(False if x.dtype == "bool" else 0.0 if x.dtype in FLOATS else 0, x.dtype))
+        return Tensor(x.dtype, x.shape, ir.Apply("select", x.dtype, (kept, x.tree, zero)))
+
+    return apply
 
 
 def joined(lowering, pieces: list[Tensor], axis: int, stacked: bool, span: Span) -> Tensor:
@@ -461,6 +490,51 @@ def matmul(lowering, a: object, b: object, span: Span) -> object:
     out = lowering.allocate(a.dtype, (m, n), "product")
     lowering.emit(ir.MatMul(out, left, right, m, n, k))
     return Tensor(a.dtype, shape, ir.Read(out, ZERO, contiguous(shape)))
+
+
+def einsum(lowering, bound: dict, span: Span) -> object:
+    """`einsum(spec, operands...)` as one loop nest over every letter of the spec (the result's first, then the
+    summed ones): the operands, each seen through its letters, multiplied elementwise, then summed over the
+    letters the result drops (in f64 for floats, as `sum`). No gemm: a product of two matrices is faster as `@`."""
+    spec_value = bound["spec"]
+    text = spec_value.value if isinstance(spec_value, Text) else spec_value
+    try:
+        spec = einsum_spec.parse(text) if isinstance(text, str) else None
+    except einsum_spec.SpecError:
+        spec = None
+    operands = [as_operand(operand, span) for operand in bound["operands"]]
+    dtypes = {operand.dtype for operand in operands}
+    if spec is None or len(spec.inputs) != len(operands) or len(dtypes) != 1 or "bool" in dtypes:
+        raise Unsupported("an `einsum` the interpreter reports", span)
+    dtype = dtypes.pop()
+    sizes: dict[str, int] = {}
+    for letters, operand in zip(spec.inputs, operands, strict=True):
+        if len(letters) != len(operand.shape):
+            raise Unsupported("an `einsum` the interpreter reports", span)
+        for letter, size in zip(letters, operand.shape, strict=True):
+            if sizes.setdefault(letter, size) != size:
+                raise Unsupported("an `einsum` the interpreter reports", span)
+    letters = spec.output + spec.summed
+    product = None
+    for own, operand in zip(spec.inputs, operands, strict=True):
+        seen = remap(operand.tree, tuple(own.index(letter) if letter in own else None for letter in letters))
+        product = seen if product is None else ir.Apply("mul", dtype, (product, seen))
+    whole = Tensor(dtype, tuple(sizes[letter] for letter in letters), product)
+    if not spec.summed:
+        return finish(lowering, whole, dtype)
+    accumulate = "f64" if dtype in FLOATS else "i64"
+    summed = tuple(range(len(spec.output), len(letters)))
+    return finish(lowering, reduce(lowering, whole, "add", summed, False, span, accumulate), dtype)
+
+
+def as_operand(value: object, span: Span) -> Tensor:
+    """A tensor, or a scalar (not an unsuffixed literal, whose dtype the other operands would decide) as a
+    rank-0 tensor."""
+    if isinstance(value, Tensor):
+        return value
+    if isinstance(value, Value) and value.weak is None:
+        return Tensor(value.operand.dtype, (), ir.Splat(value.operand))
+    raise Unsupported("an `einsum` of this operand", span)
 
 
 MAX_BATCH = 256  # products in one batched `@` (each is one gemm call)
@@ -1290,6 +1364,7 @@ HANDLERS = {
     Prim.SOFTMAX: softmax,
     Prim.LOG_SOFTMAX: log_softmax,
     Prim.MATMUL: matmul_call,
+    Prim.EINSUM: einsum,
     Prim.TRANSPOSE: transpose,
     Prim.RESHAPE: reshape,
     Prim.RESHAPE_LIKE: reshape_like,
@@ -1315,6 +1390,8 @@ HANDLERS = {
     Prim.ARGMIN: arg_extreme("min"),
     Prim.LOGSUMEXP: logsumexp,
     Prim.ONE_HOT: one_hot,
+    Prim.TRIL: triangle("le"),
+    Prim.TRIU: triangle("ge"),
     Prim.CONCAT: join(False),
     Prim.SPLIT_LIKE: split_like,
     Prim.STACK: join(True),
@@ -1337,9 +1414,12 @@ RANDOM = "it draws from the interpreter's random streams, which compiled code do
 REFUSED: dict[Prim, str] = {
     Prim.RANDN: RANDOM,
     Prim.RAND: RANDOM,
+    Prim.CATEGORICAL: RANDOM,
+    Prim.DROPOUT: RANDOM,
     Prim.PERMUTATION: RANDOM,
     Prim.BATCHES: RANDOM,
     Prim.PRINT: f"printing is {HOST}",
+    Prim.TIME: f"reading the clock is {HOST} (and each call must read it anew, where the program does)",
     Prim.DIGITS: f"loading the shipped dataset is {HOST}",
     Prim.LOAD_CSV: f"reading a file is {HOST}",
     Prim.LOAD_NPZ: f"reading a file is {HOST}",

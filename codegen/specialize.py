@@ -44,7 +44,7 @@ from dl.codegen.lower import (
     promoted_dtype,
 )
 from dl.codegen.optimise import accumulate_in_place, computed_once, forwarded, with_every_target, without_dead_stores
-from dl.codegen.primitives import call_primitive, gathered, joined, matmul, reduce
+from dl.codegen.primitives import call_primitive, gathered, joined, map_leaves, matmul, reduce
 from dl.codegen.values import (
     NUMPY_DTYPES,
     ZERO,
@@ -79,6 +79,7 @@ from dl.lang.calls import Binding, BindingError, bind_function
 from dl.lang.check import Typed
 from dl.lang.diagnostics import Span
 from dl.lang.primitives import BY_NAME
+from dl.lang.shapes import TREE_OPERATORS
 from dl.lang.types import UNIT, DimVar, FunctionRef, PrimitiveRef, TensorType, TupleType
 from dl.runtime.conform import conforms
 
@@ -710,10 +711,7 @@ class Specialiser(FunctionLowering):
             case ast.Name(id=name):
                 return self.name(name, expr)
             case ast.Unary(op="-", operand=operand):
-                value = self.evaluate(operand)
-                if isinstance(value, Tensor):
-                    return Tensor(value.dtype, value.shape, ir.Apply("neg", value.dtype, (value.tree,)))
-                return self.negate(self.scalar_of(value, expr.span), expr.span)
+                return self.negated(self.evaluate(operand), expr.span)
             case ast.Unary(op="not", operand=operand):
                 value = self.evaluate(operand)
                 if isinstance(value, Tensor) and value.dtype == "bool":
@@ -901,8 +899,29 @@ class Specialiser(FunctionLowering):
         if isinstance(left, Value) and isinstance(right, Value):
             return self.binary(op, left, right, span)
         if isinstance(left, (Struct, tuple)) or isinstance(right, (Struct, tuple)):
-            raise Unsupported(f"`{op}` of structs or tuples", span)
+            return self.tree_binary(op, left, right, span)
         return self.elementwise(op, [left, right], span)
+
+    def negated(self, value: object, span: Span) -> object:
+        """`-value` of a scalar or tensor, or of each leaf of a struct or tuple."""
+        if isinstance(value, (Struct, tuple)):
+            return map_leaves(lambda leaf: self.negated(leaf, span), (value,), span)
+        if isinstance(value, ir.Variable):
+            value = self.read_variable(value)
+        if isinstance(value, Tensor):
+            return Tensor(value.dtype, value.shape, ir.Apply("neg", value.dtype, (value.tree,)))
+        return self.negate(self.scalar_of(value, span), span)
+
+    def tree_binary(self, op: str, left: object, right: object, span: Span) -> object:
+        """`op` leaf by leaf (`+ - * / **` of structs and tuples, as the checker's `tree_arithmetic`): two trees
+        of one structure, or a tree and a scalar, which meets every leaf."""
+        if op not in TREE_OPERATORS:
+            raise Unsupported(f"`{op}` of structs or tuples", span)
+        if isinstance(left, (Struct, tuple)) and isinstance(right, (Struct, tuple)):
+            return map_leaves(lambda a, b: self.binary_values(op, a, b, span), (left, right), span)
+        if isinstance(left, (Struct, tuple)):
+            return map_leaves(lambda a: self.binary_values(op, a, right, span), (left,), span)
+        return map_leaves(lambda b: self.binary_values(op, left, b, span), (right,), span)
 
     def binary(self, op: str, left: Value, right: Value, span: Span) -> Value:
         folded = integers_folded(op, left, right)
@@ -1000,6 +1019,7 @@ class Specialiser(FunctionLowering):
             return self.read_variable(item) if isinstance(item, ir.Variable) else item
         if not isinstance(value, Tensor):
             raise Unsupported(f"indexing a {type(value).__name__.lower()}", span)
+        indices = spread_ellipsis(indices, len(value.shape), span)
         if len(indices) == 1 and not isinstance(indices[0], ast.Slice):
             chosen = self.evaluate(indices[0])
             chosen = as_index(self, chosen)
@@ -1018,6 +1038,7 @@ class Specialiser(FunctionLowering):
 
     def view_of(self, value: Tensor, indices: tuple, span: Span) -> Tensor:
         """The elements `value[indices]` select (integers and slices without steps), as a view."""
+        indices = spread_ellipsis(indices, len(value.shape), span)
         if len(indices) > len(value.shape):
             raise Unsupported("too many indices", span)
         tensor = value if isinstance(value.tree, ir.Read) else self.materialise(value)
@@ -1471,3 +1492,15 @@ def function_declaration(typed: Typed, span: Span) -> tuple | None:
 def returns_here(node: object) -> bool:
     """Does the statement `node` hold a `return` of its own function (a nested function's are its own)?"""
     return not isinstance(node, ast.FUNCTIONS) and any(isinstance(n, ast.Return) for n in ast.walk_scope(node))
+
+
+def spread_ellipsis(indices: tuple, rank: int, span: Span) -> tuple:
+    """`indices` with a `...` replaced by as many full slices as the axes the other indices leave."""
+    ellipses = [at for at, index in enumerate(indices) if isinstance(index, ast.Ellipsis)]
+    if not ellipses:
+        return indices
+    spread = rank - (len(indices) - 1)
+    if len(ellipses) > 1 or spread < 0:
+        raise Unsupported("an index the interpreter reports", span)
+    at = ellipses[0]
+    return (*indices[:at], *(ast.Slice(None, None, None),) * spread, *indices[at + 1 :])

@@ -36,7 +36,7 @@ from dl.lang.check import Signature
 from dl.lang.diagnostics import DiagnosticError, Span, error
 from dl.lang.primitives import BY_NAME, PRIMITIVES, Prim
 from dl.lang.shapes import Argument, ShapeError, broadcast_dims, promote_dtypes
-from dl.lang.types import ANY, UNKNOWN, DimVar, DTypeType, StructType, TensorType, TupleType, Type
+from dl.lang.types import ANY, UNKNOWN, DimVar, DTypeType, StrType, StructType, TensorType, TupleType, Type
 from onnx import TensorProto, helper, numpy_helper
 
 OPSET = 18
@@ -891,6 +891,8 @@ def result_type(prim: Prim, given: list[Any], span: Span) -> Any:
 def argument(value: Any) -> Argument:
     if value is NOT_GIVEN:
         return Argument(ANY, None, given=False)
+    if isinstance(value, Text):
+        return Argument(StrType(), text=value.value)
     static = value.value if isinstance(value, Number) and value.dtype in ("i64", "i32", "bool") else None
     return Argument(value_type(value), None if static is None else int(static))
 
@@ -920,13 +922,17 @@ class Call:
 
     def static(self, position: int) -> Any:
         value = self.values[position]
-        return None if value is None else value.value
+        return value if value is None or isinstance(value, tuple) else value.value
 
     def op(self, op_type: str, inputs: list[Tensor], **attributes) -> Tensor:
         return self.graph.op(op_type, [i.name for i in inputs], self.result, **attributes)
 
-    def axes(self, axis: int | None) -> list[Tensor]:
-        return [] if axis is None else [self.graph.constant(np.array([axis]), "i64")]
+    def axes(self, axis: int | tuple | None) -> list[Tensor]:
+        """A reduction's `axes` input: none for every axis, else one axis or a tuple of them."""
+        if axis is None:
+            return []
+        axes = [int(item.value) for item in axis] if isinstance(axis, tuple) else [axis]
+        return [self.graph.constant(np.array(axes), "i64")]
 
 
 def unary(op_type: str) -> Callable[[Call], Tensor]:
@@ -941,6 +947,56 @@ def pairwise(op_type: str) -> Callable[[Call], Tensor]:
         return call.op(op_type, [call.tensor(0, call.result.dtype), call.tensor(1, call.result.dtype)])
 
     return lower
+
+
+def log1p(call: Call) -> Tensor:
+    """`log(1 + x)` without losing small `x` (ONNX has no Log1p): `log(u) * x / (u - 1)` for `u = 1 + x`
+    rounded, which cancels the rounding of `u`; `x` itself where `u` rounds to 1."""
+    graph, x = call.graph, call.tensor(0, call.result.dtype)
+    one = graph.constant(np.array(1), x.dtype)
+    u = graph.op("Add", [x.name, one.name], x.type)
+    below = graph.op("Sub", [u.name, one.name], x.type)
+    scaled = graph.op(
+        "Div", [graph.op("Mul", [graph.op("Log", [u.name], x.type).name, x.name], x.type).name, below.name], x.type
+    )
+    exact = graph.op("Equal", [u.name, one.name], TensorType("bool", x.type.dims))
+    return call.op("Where", [exact, x, scaled])
+
+
+def expm1(call: Call) -> Tensor:
+    """`exp(x) - 1` without losing small `x` (ONNX has no Expm1): `(u - 1) * x / log(u)` for `u = exp(x)`
+    rounded; `x` where `u` rounds to 1, and `u - 1` where it is far from 1 (`log(u)` would be inf or 0)."""
+    graph, x = call.graph, call.tensor(0, call.result.dtype)
+    flags = TensorType("bool", x.type.dims)
+    one = graph.constant(np.array(1), x.dtype)
+    u = graph.op("Exp", [x.name], x.type)
+    below = graph.op("Sub", [u.name, one.name], x.type)
+    scaled = graph.op(
+        "Div", [graph.op("Mul", [below.name, x.name], x.type).name, graph.op("Log", [u.name], x.type).name], x.type
+    )
+    far = graph.op(
+        "Greater", [graph.op("Abs", [x.name], x.type).name, graph.constant(np.array(0.5), x.dtype).name], flags
+    )
+    outer = graph.op("Where", [far.name, below.name, scaled.name], x.type)
+    exact = graph.op("Equal", [u.name, one.name], flags)
+    return call.op("Where", [exact, x, outer])
+
+
+def triangle(upper: bool) -> Callable[[Call], Tensor]:
+    """`tril` or `triu`: ONNX's Trilu, with the diagonal `k` as its input."""
+
+    def lower(call: Call) -> Tensor:
+        return call.op("Trilu", [call.tensor(0), call.graph.tensor(call.values[1], "i64")], upper=int(upper))
+
+    return lower
+
+
+def einsum(call: Call) -> Tensor:
+    spec = call.values[0]
+    if not isinstance(spec, Text):
+        raise Refused("an `einsum` whose spec is computed", call.span, "ONNX's Einsum takes its spec when exported")
+    dtype = call.result.dtype
+    return call.op("Einsum", [call.graph.tensor(item, dtype) for item in call.values[1]], equation=spec.value)
 
 
 def where(call: Call) -> Tensor:
@@ -1179,6 +1235,13 @@ HANDLERS: dict[Prim, Callable[[Call], Any]] = {
     Prim.ABS: unary("Abs"),
     Prim.SIN: unary("Sin"),
     Prim.COS: unary("Cos"),
+    Prim.SOFTPLUS: unary("Softplus"),
+    Prim.ERF: unary("Erf"),
+    Prim.LOG1P: log1p,
+    Prim.EXPM1: expm1,
+    Prim.TRIL: triangle(upper=False),
+    Prim.TRIU: triangle(upper=True),
+    Prim.EINSUM: einsum,
     Prim.MAXIMUM: pairwise("Max"),
     Prim.MINIMUM: pairwise("Min"),
     Prim.WHERE: where,

@@ -25,7 +25,7 @@ from dl.interp.operators import (
     is_bool_scalar,
     with_literal,
 )
-from dl.interp.primitives import I64_LIMIT, as_array, is_number_or_tensor, scalar
+from dl.interp.primitives import I64_LIMIT, NUMBERS, as_array, is_number_or_tensor, scalar
 from dl.lang import ast
 from dl.lang.calls import Binding, BindingError, arranged, bind, bind_function, binding_diagnostic
 from dl.lang.check import CallCheck, RuntimeCheck, Typed
@@ -886,10 +886,17 @@ class Compiler:
 
     # -------------------------------------------------------------- indexing and fields
     def index_key(self, indices: tuple, scope: Scope) -> Step:
-        parts = [self.slice(i, scope) if isinstance(i, ast.Slice) else self.expression(i, scope) for i in indices]
+        parts = [self.index_part(i, scope) for i in indices]
         if len(parts) == 1:
             return parts[0]
         return lambda frame: tuple([part(frame) for part in parts])
+
+    def index_part(self, node: ast.Expr | ast.Slice | ast.Ellipsis, scope: Scope) -> Step:
+        if isinstance(node, ast.Slice):
+            return self.slice(node, scope)
+        if isinstance(node, ast.Ellipsis):  # numpy's `...`, the same thing
+            return lambda frame: Ellipsis
+        return self.expression(node, scope)
 
     def slice(self, node: ast.Slice, scope: Scope) -> Step:
         start, stop, step = (
@@ -904,6 +911,8 @@ class Compiler:
         target = self.expression(expr.target, scope)
         key = self.index_key(expr.indices, scope)
         span = expr.span
+        # `...` can leave no axis: numpy gives a 0-d array of an array, and a Python number cannot be indexed
+        spread = any(isinstance(i, ast.Ellipsis) for i in expr.indices)
 
         def run(frame: list) -> Any:
             value = target(frame)
@@ -913,8 +922,12 @@ class Compiler:
             except IndexError as problem:
                 raise fail("E0501", index_message(problem, value), span) from None
             except (TypeError, ValueError, KeyError):
+                if spread and position is Ellipsis and value.__class__ in NUMBERS:
+                    return value
                 raise fail("E0501", f"cannot index {describe(value)} with {describe(position)}", span) from None
             cls = result.__class__
+            if spread and cls is np.ndarray and not result.ndim:
+                return scalar(result)
             if cls is np.int64:
                 return int(result)
             if cls is np.bool_:

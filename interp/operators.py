@@ -29,9 +29,10 @@ from dl.interp.primitives import (
     scalar,
 )
 from dl.lang.diagnostics import Span
+from dl.lang.shapes import TREE_OPERATORS
 from dl.runtime.calls import Function
 from dl.runtime.errors import PrimitiveError, fail
-from dl.runtime.values import describe, dtype_name
+from dl.runtime.values import StructValue, describe, dtype_name
 
 
 def complete_arguments(function: Function, args: list, keywords: dict, span: Span) -> list:
@@ -86,6 +87,8 @@ def general(symbol: str, a: Any, b: Any, weak_a: bool = False, weak_b: bool = Fa
     `weak_a`/`weak_b` mark an operand that is an unsuffixed literal (see `promote`)."""
     if symbol == "+" and a.__class__ is str and b.__class__ is str:  # text joins (the checker allows no other mix)
         return a + b
+    if (a.__class__ in TREES or b.__class__ in TREES) and symbol in TREE_OPERATORS:
+        return tree_arithmetic(symbol, a, b, weak_a, weak_b)
     if not is_number_or_tensor(a) or not is_number_or_tensor(b):
         raise PrimitiveError(f"cannot apply `{symbol}` to {describe(a)} and {describe(b)}")
     kind_a, kind_b = kind_of(a), kind_of(b)
@@ -106,6 +109,39 @@ def general(symbol: str, a: Any, b: Any, weak_a: bool = False, weak_b: bool = Fa
     if result.__class__ is int and not -I64_LIMIT <= result < I64_LIMIT:
         raise PrimitiveError(f"integer overflow: {shown(symbol, a, b)} is out of the i64 range")
     return result
+
+
+TREES = (tuple, StructValue)
+
+
+def tree_arithmetic(symbol: str, a: Any, b: Any, weak_a: bool, weak_b: bool) -> Any:
+    """`a symbol b` leaf by leaf, where one side is a struct or tuple: two trees of one structure, or a tree
+    and a number (which meets every leaf), as the checker's `tree_arithmetic` types it."""
+    tree = a if a.__class__ in TREES else b
+    other = b if tree is a else a
+    if other.__class__ in TREES:
+        same = (tree.__class__ is tuple and other.__class__ is tuple and len(tree) == len(other)) or (
+            tree.__class__ is StructValue and other.__class__ is StructValue and tree.type is other.type
+        )
+        if not same:
+            raise PrimitiveError(f"`{symbol}` of two trees needs them of one structure, found {shown(symbol, a, b)}")
+        pairs = zip(leaves_of(a), leaves_of(b), strict=True)
+    elif is_number_or_tensor(other) and np.ndim(other) == 0:
+        pairs = ((leaf, other) if tree is a else (other, leaf) for leaf in leaves_of(tree))
+    else:
+        raise PrimitiveError(f"`{symbol}` of a struct or tuple needs a number or a tree, found {shown(symbol, a, b)}")
+    results = tuple(general(symbol, x, y, weak_a, weak_b) for x, y in pairs)
+    return StructValue(tree.type, results) if tree.__class__ is StructValue else results
+
+
+def leaves_of(tree: Any) -> tuple:
+    """The items of a tuple or the field values of a struct (one level: `general` goes down the rest)."""
+    return tree.values if tree.__class__ is StructValue else tree
+
+
+def negate_tree(value: Any) -> Any:
+    items = tuple(negate(item) for item in leaves_of(value))
+    return StructValue(value.type, items) if value.__class__ is StructValue else items
 
 
 def shown(symbol: str, a: Any, b: Any) -> str:
@@ -330,6 +366,8 @@ def negate(value: Any) -> Any:
         raise PrimitiveError(f"integer overflow: -({value}) is out of the i64 range")
     if cls is int or cls is np.float32 or cls is np.float64 or (cls is ndarray and value.dtype is not BOOL):
         return -value
+    if cls in TREES:
+        return negate_tree(value)
     if kind_of(value) in ("b", ""):
         raise PrimitiveError(f"cannot negate {describe(value)}")
     return -value

@@ -19,12 +19,15 @@ from __future__ import annotations
 
 import csv
 import functools
+import math
+import time
 import zipfile
 from importlib import resources
 from typing import Any
 
 import numpy as np
 from dl.interp import checkpoints
+from dl.lang import einsum as einsum_spec
 from dl.lang.primitives import PRIMITIVES, Prim, Support
 from dl.runtime.errors import AssertionFailure, PrimitiveError
 from dl.runtime.metrics import log_value, progress_line
@@ -109,6 +112,18 @@ def axis_of(x: np.ndarray, axis: Any) -> int | None:
     if not -max(rank, 1) <= axis < max(rank, 1):  # a scalar has the one axis 0 (or -1), as in the checker
         raise PrimitiveError(f"axis {axis} is out of range for a tensor of rank {rank}")
     return int(axis)
+
+
+def axes_of(x: np.ndarray, axis: Any, name: str) -> int | tuple[int, ...] | None:
+    """`axis=` of a reduction: one axis, or a non-empty tuple of distinct ones (numpy takes either)."""
+    if axis.__class__ is not tuple:
+        return axis_of(x, axis)
+    if not axis:
+        raise PrimitiveError(f"`{name}` takes `axis=` as an integer or a non-empty tuple of them")
+    axes = tuple(axis_of(x, item) % max(x.ndim, 1) for item in axis)
+    if len(set(axes)) != len(axes):
+        raise PrimitiveError(f"`{name}`: an axis is named twice in `axis=` {describe(axis)}")
+    return axes
 
 
 def flag_of(value: Any, name: str) -> bool:
@@ -216,6 +231,21 @@ def sigmoid(x: Any) -> Any:
     return kind(result)
 
 
+def softplus(x: Any) -> Any:
+    """`log(1 + exp(x))` as `max(x, 0) + log1p(exp(-|x|))`: exp never overflows, and a large negative `x`
+    keeps its tiny result instead of rounding `1 + exp(x)` to 1."""
+    return np.maximum(x, 0) + np.log1p(np.exp(-np.abs(x)))
+
+
+# numpy has no erf; Python's `math.erf` is the C library's (the one compiled code calls), one element at a time
+ERF_ELEMENTS = np.frompyfunc(math.erf, 1, 1)
+
+
+def erf(x: Any) -> Any:
+    values = np.asarray(ERF_ELEMENTS(x), dtype=np.float64)
+    return values.astype(x.dtype) if x.__class__ is ndarray else x.dtype.type(values)
+
+
 ZEROS = {dtype: np.zeros((), dtype) for dtype in (F32, F64, I32, I64)}
 
 
@@ -277,10 +307,14 @@ def make_where(weak_a: bool = False, weak_b: bool = False):
 # ---------------------------------------------------------------------- reductions
 
 
-def reduction(function, name: str, nonempty: bool = False):
+def reduction(function, name: str, nonempty: bool = False, several: bool = True):
+    """`several`: `axis=` may be a tuple of axes (not for `argmax` and `argmin`, as in numpy)."""
+
     def apply(x: Any, axis: Any, keepdims: Any) -> Any:
         x = as_array(x)
-        position = axis_of(x, axis)
+        if axis.__class__ is tuple and not several:
+            raise PrimitiveError(f"`{name}` takes one axis, found the tuple {describe(axis)}")
+        position = axes_of(x, axis, name)
         keep = flag_of(keepdims, "keepdims")
         if nonempty and x.size == 0:
             raise PrimitiveError(f"`{name}` of an empty tensor {describe(x)}")
@@ -321,7 +355,7 @@ def mean(x: np.ndarray, axis: int | None, keepdims: bool) -> Any:
 
 def logsumexp(x: Any, axis: Any, keepdims: Any) -> Any:
     x = as_array(floating(x, "logsumexp"))
-    position = axis_of(x, axis)
+    position = axes_of(x, axis, "logsumexp")
     keep = flag_of(keepdims, "keepdims")
     # `initial` makes the peak of a zero-length axis -inf, so the result is -inf as in torch.
     peak = np.max(x, axis=position, keepdims=True, initial=-np.inf)
@@ -380,6 +414,32 @@ def matmul_problem(a: Any, b: Any) -> str | None:
     except ValueError:
         return f"matmul batch dimensions do not broadcast: {shown}"
     return None
+
+
+def einsum(spec: Any, operands: tuple) -> Any:
+    """numpy's `einsum` of operands of one dtype, after the checks the checker makes where it knows the
+    shapes: one letter per axis, one size per letter (numpy would broadcast a size of 1)."""
+    if spec.__class__ is not str:
+        raise PrimitiveError(f"`einsum` takes its spec as a string, found {describe(spec)}")
+    try:
+        parsed = einsum_spec.parse(spec)
+    except einsum_spec.SpecError as problem:
+        raise PrimitiveError(str(problem)) from None
+    if len(parsed.inputs) != len(operands):
+        raise PrimitiveError(f'einsum spec "{spec}" names {len(parsed.inputs)} operands, found {len(operands)}')
+    if not all(is_number_or_tensor(x) for x in operands):
+        raise PrimitiveError(f"`einsum` takes numbers and tensors, found {describe(operands)}")
+    arrays = [as_array(x) for x in operands]
+    if len({a.dtype for a in arrays}) > 1 or arrays[0].dtype == BOOL:
+        raise PrimitiveError(f"`einsum` needs numbers of one dtype, found {describe(operands)}")
+    sizes: dict[str, int] = {}
+    for position, (letters, array) in enumerate(zip(parsed.inputs, arrays, strict=True)):
+        if len(letters) != array.ndim:
+            raise PrimitiveError(f"einsum operand {position + 1} is {describe(array)}, but the spec names {letters}")
+        for letter, size in zip(letters, array.shape, strict=True):
+            if sizes.setdefault(letter, size) != size:
+                raise PrimitiveError(f"einsum `{letter}` is {sizes[letter]} in one operand and {size} in another")
+    return scalar(np.einsum(str(parsed), *arrays, optimize=len(arrays) > 2))
 
 
 def integers_of(values: tuple, what: str) -> tuple[int, ...]:
@@ -490,6 +550,19 @@ def one_hot(labels: Any, classes: Any) -> Any:
     return (labels[..., None] == np.arange(count)).astype(np.float32)
 
 
+def triangle(keep, name: str):
+    """`tril` (`keep` is `np.tril`) or `triu` of the last two axes of `x`, above or below diagonal `k`."""
+
+    def apply(x: Any, k: Any) -> Any:
+        if np.ndim(x) < 2:  # numpy would make a matrix of a vector
+            raise PrimitiveError(f"`{name}` needs a tensor of rank 2 or more, found {describe(x)}")
+        if not is_integer(k):
+            raise PrimitiveError(f"`{name}` takes the diagonal `k` as an integer, found {describe(k)}")
+        return keep(x, int(k))
+
+    return apply
+
+
 # ---------------------------------------------------------------------- creation
 
 
@@ -546,6 +619,48 @@ def random(draw: str, name: str):
         return scalar(values.astype(kind))
 
     return apply
+
+
+def categorical(logits: Any, seed: Any) -> Any:
+    """One sample per distribution of `logits` (along the last axis): by the inverse of the cumulative
+    probabilities at one uniform draw per distribution, from the run's stream or a seeded generator as `rand`
+    draws. A category of probability 0 (a logit of -inf) is never drawn."""
+    if seed is not None and (not is_integer(seed) or seed < 0):
+        raise PrimitiveError(f"`seed=` takes a non-negative integer, found {shown_value(seed)}")
+    logits = as_array(floating(logits, "categorical")).astype(np.float64)
+    if logits.ndim == 0 or logits.shape[-1] == 0:
+        raise PrimitiveError(f"`categorical` needs logits of at least one category, found {describe(logits)}")
+    peak = np.max(logits, axis=-1, keepdims=True)
+    if np.isnan(logits).any() or not np.all(np.isfinite(peak)):
+        raise PrimitiveError("`categorical` needs logits with a finite largest value in every row (no nan)")
+    weights = np.exp(logits - peak)
+    cumulative = np.cumsum(weights / np.sum(weights, axis=-1, keepdims=True), axis=-1)
+    generator = RandomSource.generator() if seed is None else np.random.default_rng(int(seed))
+    draws = generator.random(logits.shape[:-1])
+    chosen = np.sum(cumulative <= draws[..., None], axis=-1)
+    last_possible = logits.shape[-1] - 1 - np.argmax(weights[..., ::-1] > 0, axis=-1)  # rounding: 1 - cum < u
+    return scalar(np.minimum(chosen, last_possible).astype(np.int64))
+
+
+def dropout(x: Any, p: Any, seed: Any, training: Any) -> Any:
+    """Inverted dropout, as torch's: each element of `x` is kept where a uniform draw (`rand(n, seed=seed)`
+    over the flattened `x`) is at least `p`, then scaled by `1 / (1 - p)`; `p = 1` drops everything. The
+    mask depends on the seed and the size only, so the same call on the adjoint is the adjoint."""
+    x = floating(x, "dropout")
+    if kind_of(p) not in ("f", "i") or np.ndim(p) != 0 or not 0 <= p <= 1:
+        raise PrimitiveError(f"`dropout` takes a probability `p` in [0, 1], found {shown_value(p)}")
+    if seed is None:
+        raise PrimitiveError("`dropout` needs `seed=`: its gradient draws the same mask again from the seed")
+    if not is_integer(seed) or seed < 0:
+        raise PrimitiveError(f"`seed=` takes a non-negative integer, found {shown_value(seed)}")
+    if not flag_of(training, "training"):
+        return x
+    kind = as_array(x).dtype.type
+    if p == 1:
+        return scalar(np.zeros_like(as_array(x)))
+    draws = np.random.default_rng(int(seed)).random(np.size(x)).astype(np.float32).reshape(np.shape(x))
+    kept = np.where(draws >= np.float32(p), x, kind(0))
+    return scalar(kept / (kind(1) - kind(p)))
 
 
 # ---------------------------------------------------------------------- inspection and conversion
@@ -645,6 +760,11 @@ def show_progress(done: Any, total: Any, label: Any) -> tuple:
     if line is not None:
         Output.emit(line)
     return ()
+
+
+def clock() -> np.float64:
+    """`time()`: `perf_counter`, Python's monotonic clock of the highest resolution, in seconds."""
+    return np.float64(time.perf_counter())
 
 
 def print_values(values: tuple) -> tuple:
@@ -1284,6 +1404,10 @@ IMPLEMENTATIONS = {
     Prim.ABS: absolute,
     Prim.SIN: unary(np.sin, "sin"),
     Prim.COS: unary(np.cos, "cos"),
+    Prim.SOFTPLUS: unary(softplus, "softplus"),
+    Prim.LOG1P: unary(np.log1p, "log1p"),
+    Prim.EXPM1: unary(np.expm1, "expm1"),
+    Prim.ERF: unary(erf, "erf"),
     Prim.MAXIMUM: maximum(),
     Prim.MINIMUM: minimum(),
     Prim.WHERE: make_where(),
@@ -1291,12 +1415,13 @@ IMPLEMENTATIONS = {
     Prim.MEAN: reduction(mean, "mean", nonempty=True),
     Prim.MAX: reduction(np.max, "max", nonempty=True),
     Prim.MIN: reduction(np.min, "min", nonempty=True),
-    Prim.ARGMAX: reduction(np.argmax, "argmax", nonempty=True),
-    Prim.ARGMIN: reduction(np.argmin, "argmin", nonempty=True),
+    Prim.ARGMAX: reduction(np.argmax, "argmax", nonempty=True, several=False),
+    Prim.ARGMIN: reduction(np.argmin, "argmin", nonempty=True, several=False),
     Prim.LOGSUMEXP: logsumexp,
     Prim.SOFTMAX: softmax,
     Prim.LOG_SOFTMAX: log_softmax,
     Prim.MATMUL: make_matmul(),
+    Prim.EINSUM: einsum,
     Prim.TRANSPOSE: transpose,
     Prim.RESHAPE: reshape,
     Prim.CONCAT: concat,
@@ -1304,12 +1429,16 @@ IMPLEMENTATIONS = {
     Prim.BROADCAST_TO: broadcast_to,
     Prim.GATHER: gather,
     Prim.ONE_HOT: one_hot,
+    Prim.TRIL: triangle(np.tril, "tril"),
+    Prim.TRIU: triangle(np.triu, "triu"),
     Prim.ZEROS: filled(0),
     Prim.ONES: filled(1),
     Prim.FULL: full,
     Prim.ARANGE: arange,
     Prim.RANDN: random("standard_normal", "randn"),
     Prim.RAND: random("random", "rand"),
+    Prim.CATEGORICAL: categorical,
+    Prim.DROPOUT: dropout,
     Prim.SHAPE: shape,
     Prim.LEN: length,
     Prim.FLOAT: to_float,
@@ -1317,6 +1446,7 @@ IMPLEMENTATIONS = {
     Prim.STR: to_text,
     Prim.ASSERT: check,
     Prim.PRINT: on_rank_zero(print_values),
+    Prim.TIME: clock,
     Prim.ZEROS_LIKE: zeros_like,
     Prim.UNBROADCAST: unbroadcast,
     Prim.RESHAPE_LIKE: reshape_like,

@@ -165,9 +165,16 @@ class Slice:
 
 
 @node
+class Ellipsis:
+    """`...` among the indices: as many full slices as the axes the other indices leave."""
+
+    span: Span = _span()
+
+
+@node
 class Index:
     target: Expr
-    indices: tuple[Expr | Slice, ...]
+    indices: tuple[Expr | Slice | Ellipsis, ...]
     span: Span = _span()
 
 

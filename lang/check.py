@@ -1280,6 +1280,8 @@ class Checker:
     def unary_type(self, op: str, operand: Type, span: Span) -> Type:
         if isinstance(operand, AnyType):
             return ANY
+        if op == "-" and isinstance(operand, (StructType, TupleType)):  # `-g`: each leaf negated
+            return self.binary_type("*", operand, TensorType("i64", (), True), span)
         if not isinstance(operand, TensorType):
             self.report(error("E0311", f"cannot apply `{op}` to {operand}", span, str(operand)))
             return ANY
@@ -1477,7 +1479,8 @@ class Checker:
         value_type = args[source] if isinstance(source, int) else keywords[source]
         node = expr.args[source] if isinstance(source, int) else nodes[source]
         span = node.span if isinstance(source, int) else next(k.span for k in expr.keywords if k.name == source)
-        return Argument(value_type, static_value(node, value_type), span=span)
+        text = node.value if isinstance(node, ast.StringLiteral) else None
+        return Argument(value_type, static_value(node, value_type), span=span, text=text)
 
     def user_call(self, function: FunctionInfo, expr: ast.Call, args: list[Type], keywords: dict[str, Type]) -> Type:
         decl = function.decl
@@ -1572,6 +1575,8 @@ class Checker:
                     if bound is not None:
                         self.index_value(bound, scope, context)
                 parts.append(item)
+            elif isinstance(item, ast.Ellipsis):
+                parts.append(item)
             else:
                 parts.append((item, self.index_value(item, scope, context)))
         if isinstance(target, AnyType):
@@ -1580,6 +1585,9 @@ class Checker:
             return self.tuple_index(target, expr, parts)
         if not isinstance(target, TensorType):
             self.report(error("E0309", f"cannot index {target}", expr.span, str(target)))
+            return ANY
+        parts = self.ellipsis_spread(parts, target, expr)
+        if parts is None:
             return ANY
         if len(parts) > target.rank:
             self.report(
@@ -1614,6 +1622,23 @@ class Checker:
         dims.extend(target.dims[len(parts) :])
         return TensorType(target.dtype, tuple(dims))
 
+    def ellipsis_spread(self, parts: list, target: TensorType, expr: ast.Index) -> list | None:
+        """The parts of an index with its `...` replaced by as many full slices as the axes the other parts
+        leave (none, when they index every axis); None after an error (two `...`, too many indices)."""
+        ellipses = [part for part in parts if isinstance(part, ast.Ellipsis)]
+        if len(ellipses) > 1:
+            self.report(error("E0309", "an index takes at most one `...`", ellipses[1].span, str(target)))
+            return None
+        if not ellipses:
+            return parts
+        at = parts.index(ellipses[0])
+        spread = target.rank - (len(parts) - 1)
+        if spread < 0:
+            shown = f"too many indices: {len(parts) - 1} and `...` for {target} of rank {target.rank}"
+            self.report(error("E0309", shown, expr.span, str(target)))
+            return None
+        return [*parts[:at], *(ast.Slice(None, None, None),) * spread, *parts[at + 1 :]]
+
     def index_value(self, node: ast.Expr, scope: Scope, context: Context) -> Type:
         value = self.expression(node, scope, context)
         if isinstance(value, AnyType):
@@ -1624,7 +1649,7 @@ class Checker:
         return value
 
     def tuple_index(self, target: TupleType, expr: ast.Index, parts: list) -> Type:
-        if len(parts) != 1 or isinstance(parts[0], ast.Slice):
+        if len(parts) != 1 or isinstance(parts[0], (ast.Slice, ast.Ellipsis)):
             self.report(error("E0309", "a tuple takes one integer index", expr.span, str(target)))
             return ANY
         node, index_type = parts[0]

@@ -222,6 +222,10 @@ class Builder:
         present = [c for c in children if c is not None]
         return ast.Slice(parts[0], parts[1], parts[2], span_between(self.path, present[0], present[-1]))
 
+    def ellipsis(self, children: list) -> ast.Ellipsis:
+        (token,) = children
+        return ast.Ellipsis(span_between(self.path, token, token))
+
     def field(self, children: list) -> ast.Field:
         target, _, name = children
         return ast.Field(target, name[1], span_between(self.path, target, name))
@@ -799,6 +803,7 @@ SHOWN = {
     "ARROW": "`->`",
     "FATARROW": "`=>`",
     "DOTDOT": "`..`",
+    "ELLIPSIS": "`...`",
     "DOT": "`.`",
     "LPAR": "`(`",
     "LSQB": "`[`",

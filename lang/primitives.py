@@ -33,6 +33,10 @@ class Prim(Enum):
     ABS = "abs"
     SIN = "sin"
     COS = "cos"
+    SOFTPLUS = "softplus"
+    LOG1P = "log1p"
+    EXPM1 = "expm1"
+    ERF = "erf"
     MAXIMUM = "maximum"
     MINIMUM = "minimum"
     WHERE = "where"
@@ -48,6 +52,7 @@ class Prim(Enum):
     LOG_SOFTMAX = "log_softmax"
     # structure
     MATMUL = "matmul"
+    EINSUM = "einsum"
     TRANSPOSE = "transpose"
     RESHAPE = "reshape"
     CONCAT = "concat"
@@ -55,6 +60,8 @@ class Prim(Enum):
     BROADCAST_TO = "broadcast_to"
     GATHER = "gather"
     ONE_HOT = "one_hot"
+    TRIL = "tril"
+    TRIU = "triu"
     # creation
     ZEROS = "zeros"
     ONES = "ones"
@@ -62,6 +69,8 @@ class Prim(Enum):
     ARANGE = "arange"
     RANDN = "randn"
     RAND = "rand"
+    CATEGORICAL = "categorical"
+    DROPOUT = "dropout"
     # inspection and conversion
     SHAPE = "shape"
     LEN = "len"
@@ -71,6 +80,7 @@ class Prim(Enum):
     # effects
     ASSERT = "assert"
     PRINT = "print"
+    TIME = "time"
     # what derivative code is written with (lang/autodiff/); ordinary built-ins users may call too
     ZEROS_LIKE = "zeros_like"
     UNBROADCAST = "unbroadcast"
@@ -136,10 +146,11 @@ class Signature:
 class Templates:
     """A derivative written in DL: for each parameter with a gradient, its adjoint contribution as an
     expression over `d` (the adjoint of the result), `r` (the result), the call's arguments by parameter
-    name, and the static values the transform binds: `k` (the `axis=` argument), `x_dtype` (the dtype of
-    `x`). A reduction's templates also use three forms the transform expands for the call's static axis:
-    `expand(v)` (a reduced value put back in `x`'s rank), `total(v)` (a sum over the reduced elements,
-    keeping their axes) and `count(x)` (how many elements each result reduces, as a float)."""
+    name, and the static values the transform binds: `k` (the `axis=` argument, unless a parameter is named
+    `k`), `x_dtype` (the dtype of `x`). A reduction's templates also use three forms the transform expands
+    for the call's static axis: `expand(v)` (a reduced value put back in `x`'s rank), `total(v)` (a sum over
+    the reduced elements, keeping their axes) and `count(x)` (how many elements each result reduces, as a
+    float)."""
 
     adjoints: tuple[tuple[str, str], ...]
     fitted: bool = False  # operands broadcast: each contribution is summed down to its operand's shape
@@ -177,6 +188,9 @@ class Primitive:
     functions: frozenset[str] = frozenset()  # parameters that take a function, which the rule applies
     effect: bool = False  # run for what it does (output, files): a call is never dropped as unread
     random: bool = False  # draws from a random stream
+    # not pure: its value changes from call to call with the same arguments (a clock), so a call is never
+    # dropped, moved, merged with another or computed before the program runs
+    volatile: bool = False
     floats_only: bool = False  # elementwise math defined on floats only
 
     @property
@@ -273,6 +287,7 @@ POOLING = Signature(("x", "size"), keywords=(("stride", None), ("padding", 0))) 
 STRIDED = (("stride", 1), ("padding", 0))
 SOFTMAX = Signature(("x",), keywords=(("axis", -1),))
 SHARED = "ties share the gradient evenly"
+TRIANGLE = Signature(("x",), optional=(("k", 0),))  # k: the diagonal, 0 the main one, above it positive
 PRIMITIVES_LIST = (
     # elementwise math
     elementwise(Prim.EXP, "e to the power of each element", "d * r"),
@@ -289,6 +304,11 @@ PRIMITIVES_LIST = (
     ),
     elementwise(Prim.SIN, "sine", "d * cos(x)"),
     elementwise(Prim.COS, "cosine", "-(d * sin(x))"),
+    elementwise(Prim.SOFTPLUS, "`log(1 + exp(x))`, computed stably", "d * sigmoid(x)"),
+    elementwise(Prim.LOG1P, "`log(1 + x)`, accurate for small `x`", "d / (1.0 + x)"),
+    elementwise(Prim.EXPM1, "`exp(x) - 1`, accurate for small `x`", "d * (r + 1.0)"),
+    # 2 / sqrt(pi) * exp(-x^2); the literal adapts to x's dtype, so an f64 `x` keeps every digit
+    elementwise(Prim.ERF, "the error function", "d * (1.1283791670955126 * exp(-(x * x)))"),
     pairwise(Prim.MAXIMUM, "the larger of two tensors, elementwise, broadcasting", ">"),
     pairwise(Prim.MINIMUM, "the smaller of two tensors, elementwise, broadcasting", "<"),
     Primitive(
@@ -306,7 +326,7 @@ PRIMITIVES_LIST = (
     # reductions
     reduction(
         Prim.SUM,
-        "sum over all elements or along `axis`",
+        "sum over all elements or along `axis` (one, or a tuple of axes)",
         shapes.reduction("sum"),
         Templates((("x", "zeros_like(x) + expand(d)"),)),
     ),
@@ -331,13 +351,13 @@ PRIMITIVES_LIST = (
     reduction(
         Prim.ARGMAX,
         "`i64` position of the largest element",
-        shapes.reduction("argmax", result_dtype="i64"),
+        shapes.reduction("argmax", result_dtype="i64", several=False),
         NoDerivative(SELECTS),
     ),
     reduction(
         Prim.ARGMIN,
         "`i64` position of the smallest element",
-        shapes.reduction("argmin", result_dtype="i64"),
+        shapes.reduction("argmin", result_dtype="i64", several=False),
         NoDerivative(SELECTS),
     ),
     reduction(
@@ -377,6 +397,14 @@ PRIMITIVES_LIST = (
         ),
         frozenset({"a", "b"}),
         operands=("a", "b"),
+    ),
+    Primitive(
+        Prim.EINSUM,
+        "structure",
+        'products summed over the axes a spec names, as numpy\'s `einsum` (`"ij,jk->ik"`)',
+        Signature(("spec",), variadic=("operands", 1, None)),
+        shapes.einsum_rule,
+        Computed("each operand's adjoint is an einsum whose spec is computed from the call's (lang/einsum.py)"),
     ),
     Primitive(
         Prim.TRANSPOSE,
@@ -438,6 +466,22 @@ PRIMITIVES_LIST = (
         INTEGER + ": the labels are integers",
         tensors=frozenset({"labels"}),
     ),
+    linear(
+        Prim.TRIL,
+        "structure",
+        "the lower triangle of the last two axes: zeros above diagonal `k`",
+        TRIANGLE,
+        shapes.triangle_rule("tril"),
+        {"x": "tril(d, k)"},
+    ),
+    linear(
+        Prim.TRIU,
+        "structure",
+        "the upper triangle of the last two axes: zeros below diagonal `k`",
+        TRIANGLE,
+        shapes.triangle_rule("triu"),
+        {"x": "triu(d, k)"},
+    ),
     # creation
     not_differentiable(Prim.ZEROS, "creation", "a tensor of zeros", CREATION, shapes.make_creation("zeros", 0), INPUT),
     not_differentiable(Prim.ONES, "creation", "a tensor of ones", CREATION, shapes.make_creation("ones", 0), INPUT),
@@ -474,6 +518,27 @@ PRIMITIVES_LIST = (
         shapes.make_creation("rand", 1, floats_only=True),
         INPUT,
         random=True,
+    ),
+    not_differentiable(
+        Prim.CATEGORICAL,
+        "creation",
+        "`i64` samples of the categorical distributions whose logits are along the last axis",
+        Signature(("logits",), keywords=(("seed", None),)),
+        shapes.categorical_rule,
+        INTEGER + ": a sample is a position",
+        tensors=frozenset({"logits"}),
+        random=True,
+    ),
+    # The mask is a function of the seed and the size alone, so the adjoint is the same dropout of `d`: the
+    # seed is required, since the run's stream would draw another mask for the backward sweep.
+    linear(
+        Prim.DROPOUT,
+        "creation",
+        "inverted dropout: each element zeroed with probability `p`, the others scaled by `1 / (1 - p)`",
+        Signature(("x", "p"), keywords=(("seed", None), ("training", True))),
+        shapes.dropout_rule,
+        {"x": "dropout(d, p, seed=seed, training=training)"},
+        tensors=("x", "p"),
     ),
     # inspection and conversion
     not_differentiable(
@@ -520,6 +585,15 @@ PRIMITIVES_LIST = (
         shapes.print_rule,
         EFFECT,
         effect=True,
+    ),
+    not_differentiable(
+        Prim.TIME,
+        "effect",
+        "`f64` seconds on a monotonic clock, from an arbitrary start: differences time a stretch of the program",
+        Signature(),
+        shapes.time_rule,
+        "a reading of the clock, which no parameter changes",
+        volatile=True,
     ),
     # what derivative code is written with (lang/autodiff/); ordinary built-ins users may call too
     not_differentiable(
@@ -813,6 +887,7 @@ FLOAT_MATH = frozenset(p for p in ELEMENTWISE_UNARY if PRIMITIVES[p].floats_only
 REDUCTIONS = frozenset(p for p, r in PRIMITIVES.items() if r.signature is REDUCTION)
 RANDOMNESS = frozenset(p for p, r in PRIMITIVES.items() if r.random)
 EFFECTS = frozenset(p for p, r in PRIMITIVES.items() if r.effect)
+VOLATILE = frozenset(p for p, r in PRIMITIVES.items() if r.volatile)
 NON_DIFFERENTIABLE = frozenset(p for p, r in PRIMITIVES.items() if isinstance(r.derivative, NoDerivative))
 DIFFERENTIABLE = frozenset(Prim) - NON_DIFFERENTIABLE
 

@@ -214,7 +214,9 @@ def wrap(expr: ast.Expr, power: int, strict: bool = False) -> str:
     return text
 
 
-def print_subscript(item: ast.Expr | ast.Slice) -> str:
+def print_subscript(item: ast.Expr | ast.Slice | ast.Ellipsis) -> str:
+    if isinstance(item, ast.Ellipsis):
+        return "..."
     if not isinstance(item, ast.Slice):
         return print_expr(item)
     start = print_expr(item.start) if item.start else ""

@@ -193,8 +193,13 @@ fn main() {
 }
 
 MATH_PROGRAM = """
-fn f(x: f64) -> f64 { return exp(x) * 0.5 + log(x + 2.0) - tanh(x) * sin(x) + cos(x) + sigmoid(x) + sigmoid(-x) }
-fn g(x: f32) -> f32 { return exp(x) + log(abs(x) + 1.0) + tanh(x) + sqrt(abs(x)) + x ** 2.0 }
+fn f(x: f64) -> f64 {
+    let e = softplus(x * 20.0) + log1p(x * 0.4) + expm1(x) * erf(x)
+    return exp(x) * 0.5 + log(x + 2.0) - tanh(x) * sin(x) + cos(x) + sigmoid(x) + sigmoid(-x) + e
+}
+fn g(x: f32) -> f32 {
+    return exp(x) + log(abs(x) + 1.0) + tanh(x) + sqrt(abs(x)) + x ** 2.0 + softplus(x) - erf(x) + expm1(x)
+}
 fn main() { for i in 0..7 { let x = float(i, dtype=f64) * 0.7f64 - 2.0f64; print(f(x), g(float(i) - 3.0)) } }
 """
 
@@ -667,6 +672,36 @@ def test_fused_elementwise_functions_agree_and_are_explained(tmp_path: Path, cap
     assert f"{path}:3:4: `g` compiled: one fused elementwise loop" in err
     assert f"{path}:7:4: `h` compiled when called, for the shapes of its arguments" in err  # not fused: an axis
     assert f"{path}:7:4: `h`(f32[21]) compiled" in err
+
+
+def test_libm_only_math_is_compiled_one_element_at_a_time(tmp_path: Path, capsys) -> None:
+    """`softplus`, `log1p`, `expm1` and `erf` have no vector form (libmvec need not have them): a function using
+    one is not fused but specialised, its loops scalar, and agrees with the interpreter."""
+    source = """
+fn act(x: f32[n]) -> f32[n] { return softplus(x) * erf(x) + log1p(x * x) - expm1(-abs(x)) }
+fn main() { print(act(float(arange(40)) * 0.25 - 5.0)) }
+"""
+    interpreted, compiled = both_backends(tmp_path, source, capsys)
+    clean = lambda text: text.replace("[", " ").replace("]", " ")  # noqa: E731
+    assert numbers(clean(compiled)) == pytest.approx(numbers(clean(interpreted)), rel=1e-6, abs=1e-7)
+    status, _, err = run_cli(tmp_path, source, "--backend", "llvm", "--explain-backend", capsys=capsys)
+    assert status == 0, err
+    assert "`act`(f32[40]) compiled" in err and "fused elementwise loop" not in err
+
+
+def test_a_function_reading_the_clock_is_interpreted(tmp_path: Path, capsys) -> None:
+    """`time()` is host work read anew at every call: the function calling it runs on the interpreter (the
+    one it calls is still compiled), and its readings still show the work between them."""
+    source = """
+fn work(n: i64) -> f64 { let total = 0.0f64; for i in 0..n { total += float(i, dtype=f64) } return total }
+fn timed(n: i64) -> f64 { let start = time(); let s = work(n); return (time() - start) + s * 0.0f64 }
+fn main() { print(timed(200000) >= 0.0f64, work(10)) }
+"""
+    status, out, err = run_cli(tmp_path, source, "--backend", "llvm", "--explain-backend", capsys=capsys)
+    assert status == 0, err
+    assert out == "true 45.0\n"
+    assert "`timed`(i64) interpreted: it calls `time`, which compiled code does not do: reading the clock" in err
+    assert "`work` compiled" in err
 
 
 def test_fused_kernel_is_vectorised(tmp_path: Path) -> None:

@@ -129,7 +129,17 @@ def test_quantization_is_per_channel_and_symmetric() -> None:
     assert axis == 0 and np.allclose(scale, [2 / 127, 4 / 127]) and set(codes.ravel()) == {127, -127}
 
 
-CORPUS_FUNCTIONS = ["branch", "early", "halve", "per_example", "accumulate", "mixed", "power_iteration", "classify"]
+CORPUS_FUNCTIONS = [
+    "branch",
+    "early",
+    "halve",
+    "per_example",
+    "accumulate",
+    "mixed",
+    "power_iteration",
+    "classify",
+    "special",
+]
 
 
 @pytest.fixture(scope="module")

@@ -115,7 +115,11 @@ def expressions() -> st.SearchStrategy:
     leaf = st.one_of(st.builds(ast.Name, names), literals)
 
     def extend(inner: st.SearchStrategy) -> st.SearchStrategy:
-        subscripts = st.one_of(inner, st.builds(ast.Slice, st.none() | inner, st.none() | inner, st.none() | inner))
+        subscripts = st.one_of(
+            inner,
+            st.builds(ast.Slice, st.none() | inner, st.none() | inner, st.none() | inner),
+            st.builds(ast.Ellipsis),
+        )
         return st.one_of(
             st.builds(ast.Binary, st.sampled_from(OPERATORS), inner, inner),
             st.builds(ast.Unary, st.sampled_from(["-", "not"]), inner),
@@ -259,6 +263,7 @@ TOKENS = [
     "->",
     "=>",
     "..",
+    "...",
     ".",
     "+",
     "-",
@@ -302,6 +307,16 @@ def test_token_soup_only_raises_diagnostics(tokens: list[str]) -> None:
             assert failure.diagnostics[0].span.line >= 1
 
 
+def test_ellipsis_is_an_index_of_its_own() -> None:
+    """`...` among the indices is an `ast.Ellipsis` (its span the three dots); `..` stays a range."""
+    module = parse("fn main() {\n    let v = x[..., 0:2, i]\n    for k in 0..3 { }\n}\n", "t.dl")
+    index = module.decls[0].body.body[0].value
+    ellipsis, middle, last = index.indices
+    assert isinstance(ellipsis, ast.Ellipsis) and isinstance(middle, ast.Slice) and isinstance(last, ast.Name)
+    assert (ellipsis.span.line, ellipsis.span.column, ellipsis.span.end_column) == (2, 15, 18)
+    assert isinstance(module.decls[0].body.body[1], ast.For)
+
+
 def test_spans_point_at_the_source() -> None:
     module = parse("fn main() {\n    let h = relu(x @ w + b)\n}\n", "t.dl")
     let = module.decls[0].body.body[0]
@@ -328,6 +343,7 @@ def test_spans_point_at_the_source() -> None:
         ("fn main() {\n    foo(a,\n        b c)\n}", "E0102", "expected `)` or `,` after `b`, found name `c`", 3, 11),
         ("fn main() { x[1 2] }", "E0102", "expected `]` or `,` after `1`, found literal `2`", 1, 17),
         ("fn main() { x[1:2 3] }", "E0102", "expected `]` or `,` after `2`, found literal `3`", 1, 19),
+        ("fn main() { let x = ... }", "E0102", "expected an expression after `=`, found `...`", 1, 21),
         ("fn main() { let t = (a, b c) }", "E0102", "expected `)` or `,` after `b`, found name `c`", 1, 27),
         ("fn main() { let x = [1,\n 2\n 3] }", "E0102", "expected `]` or `,` after `2`, found literal `3`", 3, 2),
         ("fn main() { let x = [1, 2\n}", "E0102", "expected `]` or `,` after `2`, found `}`", 2, 1),

@@ -29,6 +29,7 @@ from dl.lang.autodiff.trees import (
 from dl.lang.calls import bind_function
 from dl.lang.diagnostics import Span
 from dl.lang.primitives import NON_DIFFERENTIABLE, Prim
+from dl.lang.shapes import TREE_OPERATORS, arithmetic
 from dl.lang.types import (
     ANY,
     AnyType,
@@ -37,6 +38,7 @@ from dl.lang.types import (
     StructType,
     TupleType,
     Type,
+    strong,
 )
 
 
@@ -183,6 +185,8 @@ class ForwardSweep:
                 return self.atom(self.expand_tree_map(expr, env, sweep), env, sweep, hint)
             case ast.Call(func=ast.Name(id="tree_dot")) if isinstance(self.type_of(expr.func), PrimitiveRef):
                 return self.atom(self.expand_tree_dot(expr, env, sweep), env, sweep, hint)
+            case ast.Binary() | ast.Unary(op="-") if self.on_trees(expr):
+                return self.atom(self.expand_tree_arithmetic(expr, env, sweep), env, sweep, hint)
             case ast.Call() if self.takes_functions(expr):
                 decl, _ = self.typed.functions[self.type_of(expr.func).key]
                 return self.inline(decl, {}, expr, env, sweep, hint)
@@ -242,6 +246,63 @@ class ForwardSweep:
             for a, t in zip(atoms, trees, strict=True)
         ]
         return self.spread(callee, atoms, types, self.type_of(expr), expr.span)
+
+    def on_trees(self, expr: ast.Binary | ast.Unary) -> bool:
+        """Is `expr` an operator applied to a struct or tuple (`m - lr * g`, `-g`)?"""
+        if isinstance(expr, ast.Binary) and expr.op not in TREE_OPERATORS:
+            return False
+        operands = (expr.lhs, expr.rhs) if isinstance(expr, ast.Binary) else (expr.operand,)
+        return any(isinstance(self.type_of(o), (StructType, TupleType)) for o in operands)
+
+    def expand_tree_arithmetic(self, expr: ast.Binary | ast.Unary, env, sweep: Sweep) -> ast.Expr:
+        """`m - c * g` written out leaf by leaf: `M { w: m.w - t.w, b: m.b - t.b }` with `t` the tree `c * g`
+        (itself written out), so that the derivative is that of the leaves' operations and a scalar operand
+        (`c`) gets the sum of its contributions at every leaf."""
+        operands = (expr.lhs, expr.rhs) if isinstance(expr, ast.Binary) else (expr.operand,)
+        atoms = [self.atom(operand, env, sweep, "tree") for operand in operands]
+        types = [
+            self.types.get(a.id, self.type_of(o)) if isinstance(a, ast.Name) else self.type_of(o)
+            for a, o in zip(atoms, operands, strict=True)
+        ]
+        return self.leaf_operations(expr, atoms, types)
+
+    def leaf_operations(self, expr: ast.Binary | ast.Unary, parts: list[ast.Expr], types: list[Type]) -> ast.Expr:
+        span = expr.span
+        tree = next((t for t in types if isinstance(t, (StructType, TupleType))), None)
+        if tree is None:
+            if isinstance(expr, ast.Unary):
+                node = ast.Unary("-", parts[0], span)
+                self.node_types.give(node, types[0])
+            else:
+                node = ast.Binary(expr.op, parts[0], parts[1], span)
+                self.node_types.give(node, strong(arithmetic(types[0], types[1], expr.op)))
+            return node
+        if isinstance(tree, TupleType):
+            places = [(ast.IntLiteral(i), None) for i in range(len(tree.items))]
+        else:
+            places = [(None, field_name) for field_name, _ in tree.fields]
+        built = []
+        for position, field_name in places:
+            picked, picked_types = [], []
+            for part, t in zip(parts, types, strict=True):
+                if not isinstance(t, (StructType, TupleType)):  # a number meets every leaf
+                    picked.append(part)
+                    picked_types.append(t)
+                    continue
+                item = ast.Field(part, field_name, span) if field_name else ast.Index(part, (position,), span)
+                item_type = t.field_type(field_name) if field_name else t.items[position.value]
+                self.node_types.give(item, item_type)
+                picked.append(item)
+                picked_types.append(item_type)
+            built.append((field_name, self.leaf_operations(expr, picked, picked_types)))
+        if isinstance(tree, TupleType):
+            node = ast.TupleLiteral(tuple(value for _, value in built), span)
+            self.node_types.give(node, TupleType(tuple(self.type_of(value) for _, value in built)))
+            return node
+        struct = self.round.reference(self.path, tree.module, tree.name, span)
+        node = ast.StructLiteral(struct, tuple(ast.FieldInit(n, value, span) for n, value in built), span)
+        self.node_types.give(node, tree)
+        return node
 
     def expand_tree_dot(self, expr: ast.Call, env, sweep: Sweep) -> ast.Expr:
         """`tree_dot(a, b)` written out: `sum(a.w * b.w) + sum(a.b * b.b) + ...`."""

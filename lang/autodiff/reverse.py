@@ -9,6 +9,7 @@ import dataclasses
 from collections.abc import Callable
 
 from dl.lang import ast
+from dl.lang import einsum as einsum_spec
 from dl.lang.autodiff.records import Compound, Op, Part, Record, Store, Sweep
 from dl.lang.autodiff.rules import BINARY, REDUCED, bound_arguments, instantiate
 from dl.lang.autodiff.trees import (
@@ -343,7 +344,8 @@ class BackwardSweep:
     def template_bindings(self, primitive: Primitive, values: dict[str, ast.Expr], d, r) -> dict[str, ast.Expr]:
         """What a template's names stand for: `d`, `r`, the arguments, and the static values `k` (the axis) and
         `x_dtype`. A max pooling call without `stride=` strides by its window `size`."""
-        bindings = {"d": d, "r": r, **values, "k": values.get("axis") or ast.IntLiteral(0)}
+        # (a parameter named `k`, the diagonal of `tril`, is itself)
+        bindings = {"d": d, "r": r, "k": values.get("axis") or ast.IntLiteral(0), **values}
         x_type = self.types.get(getattr(values.get("x"), "id", ""))
         bindings["x_dtype"] = name(x_type.dtype if isinstance(x_type, TensorType) else "f32")
         if "size" in values and bindings.get("stride") is None:
@@ -366,31 +368,41 @@ class BackwardSweep:
         x, axis, keepdims = values["x"], values["axis"], values["keepdims"]
         rank = self.rank(x)
         kept = isinstance(keepdims, ast.BoolLiteral) and keepdims.value
-        if isinstance(axis, ast.Unary) and isinstance(axis.operand, ast.IntLiteral):
-            axis = ast.IntLiteral(-axis.operand.value)
         whole = axis is None or (isinstance(axis, ast.Name) and axis.id == "none")
         if rank is None and not (whole or kept):
             raise NotDifferentiable(f"`grad` needs the rank of the argument of `{primitive.name}`", span)
         known = rank is not None
         rank = rank if rank is not None else 1
-        if not whole and not isinstance(axis, ast.IntLiteral):
-            raise NotDifferentiable(f"`grad` needs `{primitive.name}`'s `axis=` as a literal integer", span)
-        k = None if whole else axis.value % max(rank, 1) if known else axis.value
+        named = axis.items if isinstance(axis, ast.TupleLiteral) else (axis,)
+        given = [] if whole else [literal_integer(a) for a in named]
+        if None in given:
+            raise NotDifferentiable(
+                f"`grad` needs `{primitive.name}`'s `axis=` as a literal integer or a tuple of them", span
+            )
+        axes = sorted(k % max(rank, 1) if known else k for k in given)
+        if not known and any(k < 0 for k in axes) and len(axes) > 1:
+            raise NotDifferentiable(f"`grad` needs the rank of the argument of `{primitive.name}`", span)
 
         def expand(value: ast.Expr) -> ast.Expr:
-            return value if whole or kept or rank == 0 else call("expand_dims", value, ast.IntLiteral(k))
+            if whole or kept or rank == 0:
+                return value
+            for k in axes:  # in increasing order, each a position in the finished rank
+                value = call("expand_dims", value, ast.IntLiteral(k))
+            return value
 
         def total(value: ast.Expr) -> ast.Expr:
-            return (
-                call("sum", value)
-                if whole
-                else call("sum", value, axis=ast.IntLiteral(k), keepdims=ast.BoolLiteral(True))
-            )
+            if whole:
+                return call("sum", value)
+            return call("sum", value, axis=axes_literal(axes), keepdims=ast.BoolLiteral(True))
 
         def count(value: ast.Expr) -> ast.Expr:
             if whole:
                 return call("float", call("len", call("reshape", value, ast.Unary("-", ast.IntLiteral(1)))))
-            return call("float", ast.Index(call("shape", value), (ast.IntLiteral(k),)))
+            sizes = [ast.Index(call("shape", value), (ast.IntLiteral(k),)) for k in axes]
+            product = sizes[0]
+            for size in sizes[1:]:
+                product = ast.Binary("*", product, size)
+            return call("float", product)
 
         return {"expand": expand, "total": total, "count": count}
 
@@ -410,6 +422,23 @@ class BackwardSweep:
             axis += self.rank(r) if self.rank(r) is not None else 0
         parts = [ast.Index(d, (*(ast.Slice(None, None, None),) * axis, ast.IntLiteral(i))) for i in range(count)]
         return [(tensors, ast.TupleLiteral(tuple(parts)))]
+
+    def einsum_adjoint(self, values, variadic, d, r, span) -> list[tuple[ast.Expr, ast.Expr]]:
+        """Each operand's adjoint: the einsum of the result's adjoint and the other operands onto the operand's
+        letters (lang/einsum.py `adjoint_spec`), with ones of its shape where it alone has a letter."""
+        spec_node = values["spec"]
+        if not isinstance(spec_node, ast.StringLiteral):
+            raise NotDifferentiable("`grad` needs `einsum`'s spec as a string literal", span)
+        spec = einsum_spec.parse(spec_node.value)
+        found = []
+        for position, operand in enumerate(variadic):
+            if not self.active(operand):
+                continue
+            adjoint, needs_ones = einsum_spec.adjoint_spec(spec, position)
+            others = [other for k, other in enumerate(variadic) if k != position]
+            ones = [ast.Binary("+", call("zeros_like", operand), ast.FloatLiteral(1.0))] if needs_ones else []
+            found.append((operand, call("einsum", ast.StringLiteral(str(adjoint)), d, *others, *ones)))
+        return found
 
     def matmul_call(self, values, variadic, d, r, span) -> list[tuple[ast.Expr, ast.Expr]]:
         return self.matmul(values["a"], values["b"], d, span)
@@ -476,10 +505,24 @@ class BackwardSweep:
         return None
 
 
+def literal_integer(node: ast.Expr) -> int | None:
+    """The value of an integer literal, possibly negated; None for anything else."""
+    if isinstance(node, ast.Unary) and node.op == "-" and isinstance(node.operand, ast.IntLiteral):
+        return -node.operand.value
+    return node.value if isinstance(node, ast.IntLiteral) else None
+
+
+def axes_literal(axes: list[int]) -> ast.Expr:
+    """`axis=` for these axes: one integer, or a tuple of them."""
+    literals = tuple(ast.IntLiteral(k) for k in axes)
+    return literals[0] if len(literals) == 1 else ast.TupleLiteral(literals)
+
+
 # The derivatives this transform computes in code (`Computed` in their records); `tree_map` and `tree_dot` are
 # written out before differentiation (`expand_tree_map`, `expand_tree_dot`), so they never reach a rule.
 COMPUTED = {
     Prim.MATMUL: BackwardSweep.matmul_call,
+    Prim.EINSUM: BackwardSweep.einsum_adjoint,
     Prim.TRANSPOSE: BackwardSweep.transpose_adjoint,
     Prim.STACK: BackwardSweep.stack_adjoint,
 }

@@ -9,10 +9,11 @@ import dataclasses
 
 from dl.lang import ast
 from dl.lang.autodiff.trees import let
-from dl.lang.primitives import EFFECTS
+from dl.lang.primitives import EFFECTS, VOLATILE
 
-# Calls never dropped, even when nothing reads their result: the effects (`save` writes a file).
-EFFECT_NAMES = frozenset(prim.value for prim in EFFECTS)
+# Calls never dropped, even when nothing reads their result: the effects (`save` writes a file), and the
+# calls whose value changes from call to call (`time()`: a reading kept where the program takes it).
+EFFECT_NAMES = frozenset(prim.value for prim in EFFECTS | VOLATILE)
 
 
 def prune(stmts: list[ast.Stmt], effectful: frozenset[str] = frozenset()) -> list[ast.Stmt]:
