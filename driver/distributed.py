@@ -18,6 +18,9 @@ never loads mpi4py. In a world of more than one process:
 - An error (a check error, which every rank meets, or a run-time error) is reported by rank 0, or by the
   rank that met it alone: a rank other than 0 first waits up to `GRACE_SECONDS` for signs that rank 0 has
   failed too, and stays quiet if it has. A rank that reported an error tells the others (`announce`).
+- Ranks that end on an error leave together (`leave`): at a barrier, then at once. A launcher kills every
+  other rank the moment one exits with a failure, and prints a banner of its own for each rank it finds
+  still running; ranks that leave together are gone before it looks.
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ UNKNOWN_SIZE = 0  # a launcher (PMIx) that names the rank but not the size: MPI 
 POLL_SECONDS = 0.2
 GRACE_SECONDS = 15.0  # generous: a loaded machine (CI, other jobs) can delay rank 0 by seconds
 ALARM_TAG = 19
+LEAVE_SECONDS = 5.0  # how long a rank that ends on an error waits for the others to end with it
 HOST_BYTES = 256  # host names are at most 255 bytes (POSIX HOST_NAME_MAX)
 
 
@@ -141,7 +145,7 @@ class Watchdog:
         ranks that ended if one did (and telling the other ranks which, so that they name the same ones)."""
         announced = self.announcement()
         if announced is not None and not announced:
-            end(1)
+            leave(1)
         host = socket.gethostname()
         ended = announced or [peer.rank for peer in self.world if peer.host == host and not alive(peer.pid)]
         if ended:
@@ -285,6 +289,18 @@ def announce(payload: bytes = b"", skip: list[int] = ()) -> None:
             time.sleep(0.01)
 
 
+def leave(status: int) -> None:
+    """End this worker after an error, at a barrier with every rank that ends on it (see the module's
+    docstring); at once if the barrier is not reached in `LEAVE_SECONDS` (a rank has gone)."""
+    if watchdog is not None and watchdog.alarm is not None:
+        with contextlib.suppress(watchdog.mpi.Exception):
+            barrier = watchdog.alarm.Ibarrier()
+            deadline = time.monotonic() + LEAVE_SECONDS
+            while not barrier.Test() and time.monotonic() < deadline:
+                time.sleep(0.0005)
+    end(status)
+
+
 def end(status: int) -> None:
     """Exit at once: MPI's finalization would wait for ranks that are gone."""
     for stream in (sys.stdout, sys.stderr):
@@ -300,7 +316,7 @@ def worker_main(argv: list[str]) -> None:
     start_watching()
     status = main(argv)
     if status != 0:
-        end(status)
+        leave(status)
     finish()
     sys.exit(0)
 
