@@ -229,6 +229,24 @@ def test_where_broadcast(shapes, seed) -> None:
     check(dl_eval("where(a, b, c)", cond, a, b), np.where(cond, a, b), F32)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32, np.int64])
+@pytest.mark.parametrize(
+    "shapes", [((64, 128), (64, 128), (64, 128)), ((64, 128), (128,), ()), ((4096,), (3, 4096), (1,))]
+)
+def test_where_of_large_tensors_picks_the_very_bits_numpy_does(dtype, shapes) -> None:
+    """Large masks take a branchless bit select (interp/primitives.py, `choose`): NaNs, infinities and
+    signed zeros come through bit for bit, with numpy's dtype and broadcast shape."""
+    rng = np.random.default_rng(len(shapes[1]))
+    condition = rng.random(shapes[0]) < 0.5
+    a = (rng.standard_normal(shapes[1]) * 100).astype(dtype)
+    b = (rng.standard_normal(shapes[2]) * 100).astype(dtype)
+    if a.dtype.kind == "f":
+        a.flat[:4] = [np.nan, -0.0, np.inf, -np.inf]
+    found = dl_eval("where(a, b, c)", condition, a, b)
+    expected = np.where(condition, a, b)
+    assert (found.dtype, found.shape, found.tobytes()) == (expected.dtype, expected.shape, expected.tobytes())
+
+
 def test_where_literals_and_errors() -> None:
     cond = np.array([True, False, True])
     check(dl_eval("where(a, 1.0, 2.0)", cond), np.array([1, 2, 1], np.float32), F32)
