@@ -573,12 +573,24 @@ def flatten(value, leaves: list, kinds: dict) -> ir.Layout:
     if cls is Function and not value.captured:  # a function without captured values: compiled in
         kinds[id(value)] = value
         return ir.FunctionArgument(id(value), value.name)
-    kind = getattr(value, "type", None)
-    values = getattr(value, "values", None)
-    if kind is not None and values is not None and hasattr(kind, "fields"):
-        kinds[id(kind)] = kind
-        return ir.StructLayout(id(kind), tuple([flatten(item, leaves, kinds) for item in values]), kind.name)
+    if cls is StructValue:
+        return flatten_struct(value, leaves, kinds)
     return ir.OtherArgument(cls.__name__)
+
+
+def flatten_struct(value: StructValue, leaves: list, kinds: dict) -> ir.StructLayout:
+    """A struct's layout, made once per struct value and kept on it: a struct value is immutable and so are
+    its arrays' shapes and dtypes, and a model's weights are passed unchanged call after call (12 µs a call
+    for the digits MLP's four tensors)."""
+    if value.flattened is None:
+        inner_leaves: list = []
+        inner_kinds: dict = {id(value.type): value.type}
+        items = tuple([flatten(item, inner_leaves, inner_kinds) for item in value.values])
+        value.flattened = (ir.StructLayout(id(value.type), items, value.type.name), inner_leaves, inner_kinds)
+    layout, inner_leaves, inner_kinds = value.flattened
+    leaves.extend(inner_leaves)
+    kinds.update(inner_kinds)
+    return layout
 
 
 # The layouts of DL's scalars by their run-time class (i64 and bool are Python ints and bools).

@@ -336,13 +336,28 @@ class Package:
         self.signature = signature_of(typed, function)
         self.inputs = [(name, t) for name, t in self.signature.params if name != weights]
         self.weights_value = value
+        self.weights_at = [name for name, _ in self.signature.params].index(weights)
+        self.accepted: set[tuple] = set()  # the inputs' (shape, dtype)s that fitted the signature, up to ACCEPTED
         self.prepared: Prepared = pipeline.on_backend(backend, typed)
 
     def __call__(self, *args: Any, **named: Any) -> Any:
         return self.prepared.call(self.function, self.arguments(args, named))
 
     def arguments(self, args: tuple, named: dict[str, Any]) -> list[Any]:
-        """The call's arguments in the function's order, the weights among them, each input checked (E0604)."""
+        """The call's arguments in the function's order, the weights among them, each input checked (E0604).
+        Arrays of shapes and dtypes that fitted before fit again: a model is called with the same shapes call
+        after call, and the check costs more than a small model's batch of one."""
+        key = seen_before(args) if not named else None
+        if key is not None and key in self.accepted:
+            values = list(args)
+            values.insert(self.weights_at, self.weights_value)
+            return values
+        values = self.checked_arguments(args, named)
+        if key is not None and len(self.accepted) < ACCEPTED:
+            self.accepted.add(key)
+        return values
+
+    def checked_arguments(self, args: tuple, named: dict[str, Any]) -> list[Any]:
         given = dict(zip((name for name, _ in self.inputs), args, strict=False))
         if len(args) > len(self.inputs):
             raise self.input_error(f"`{self.function}` takes {len(self.inputs)} inputs, {len(args)} given")
@@ -376,6 +391,20 @@ class Package:
 
     def input_error(self, message: str) -> DiagnosticError:
         return DiagnosticError(error("E0604", message, start_of(self.path)))
+
+
+ACCEPTED = 64  # distinct input shapes remembered per package (a server's batch sizes)
+
+
+def seen_before(args: tuple) -> tuple | None:
+    """What decides whether inputs fit, if they are all C-contiguous arrays of rank 1 or more (which the
+    backends take as they are): their shapes and dtypes, and how many there are."""
+    key = []
+    for arg in args:
+        if arg.__class__ is not np.ndarray or not arg.ndim or not arg.flags.c_contiguous:
+            return None
+        key.append((arg.shape, arg.dtype))
+    return tuple(key)
 
 
 def input_value(value: Any) -> Any:

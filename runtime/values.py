@@ -38,11 +38,12 @@ class StructType:
 class StructValue:
     """An immutable struct instance; `replace` builds a changed copy."""
 
-    __slots__ = ("type", "values")
+    __slots__ = ("flattened", "type", "values")
 
     def __init__(self, struct_type: StructType, values: tuple) -> None:
         self.type = struct_type
         self.values = values
+        self.flattened: Any = None  # compiled code's view of it, made at its first native call (codegen/native.py)
 
     def field(self, name: str) -> Any:
         return self.values[self.type.index[name]]

@@ -229,6 +229,24 @@ def test_inputs_are_checked_against_the_signature(dlrun, project: Path) -> None:
     assert diagnostic(lambda: package(np.array(["a"] * 4, dtype=object), scale)).endswith("found a non-numeric array")
 
 
+@pytest.mark.parametrize("backend", ["interp", "llvm"])
+def test_inputs_that_fitted_once_are_not_trusted_blindly(dlrun, project: Path, backend: str) -> None:
+    """Shapes and dtypes that fitted are remembered (driver/package.py, `Package.arguments`): the same shape
+    in another dtype, another width, or a view that is not contiguous is still checked, and every call
+    computes what the sources compute."""
+    export(dlrun, project)
+    package = load_package("m.dlpkg", backend=backend)
+    expected = reference(project, "predict", inputs())
+    for _ in range(2):
+        np.testing.assert_allclose(package(inputs()), expected, rtol=1e-6)
+    assert diagnostic(lambda: package(inputs().astype(np.float64))).endswith("expected f32[B, 4], found f64[5, 4]")
+    assert diagnostic(lambda: package(inputs()[:, :3].copy())).endswith("(axis 1 has 3, not 4)")
+    wide = np.zeros((5, 8), np.float32)
+    wide[:, ::2] = inputs()
+    np.testing.assert_allclose(package(wide[:, ::2]), expected, rtol=1e-6)  # a strided view of the same numbers
+    np.testing.assert_allclose(package(x=inputs()), expected, rtol=1e-6)
+
+
 def test_npz_inputs_are_never_unpickled(dlrun, project: Path) -> None:
     export(dlrun, project)
     np.savez("objects.npz", x=np.array([{"a": 1}], dtype=object))
