@@ -19,10 +19,12 @@ from dl.interp.operators import (
     BINARY,
     COMPARISONS,
     FUNCTIONS,
+    REUSABLE,
     UNARY,
     complete_arguments,
     integer_function,
     is_bool_scalar,
+    reusing,
     with_literal,
 )
 from dl.interp.primitives import I64_LIMIT, NUMBERS, as_array, is_number_or_tensor, scalar
@@ -31,7 +33,7 @@ from dl.lang.calls import Binding, BindingError, arranged, bind, bind_function, 
 from dl.lang.check import CallCheck, RuntimeCheck, Typed
 from dl.lang.diagnostics import Diagnostic, DiagnosticError, Span, closest, error
 from dl.lang.modules import Program
-from dl.lang.primitives import BY_NAME, PRIMITIVES, Prim
+from dl.lang.primitives import BY_NAME, FLOAT_MATH, PRIMITIVES, Prim
 from dl.lang.types import TensorType
 from dl.runtime.backend import CompiledBody
 from dl.runtime.calls import BREAK, CONTINUE, RETURN, Function, invoke
@@ -697,7 +699,28 @@ class Compiler:
         operands = [self.operand(expr.lhs, scope), self.operand(expr.rhs, scope)]
         if op in COMPARISONS and isinstance(operands[0], int) and isinstance(operands[1], int):
             return compare_slots(operands[0], operands[1], op, span)
+        left, right = self.made_here(expr.lhs, scope), self.made_here(expr.rhs, scope)
+        if op in REUSABLE and (left or right):
+            return operator_step(reusing(op, left, right), operands, code, span)
         return operator_step(BINARY[op], operands, code, span)
+
+    def made_here(self, expr: ast.Expr, scope: Scope) -> bool:
+        """Whether `expr`'s value, when an array, is one its evaluation has just made and nothing else holds:
+        arithmetic, a negation, or a float function of one argument (`exp`, `sqrt`, ...; never a user's
+        function, which may return what it was given)."""
+        match expr:
+            case ast.Binary(op=op):
+                return op in REUSABLE
+            case ast.Unary(op="-"):
+                return True
+            case ast.Call(func=ast.Name(id=name)):
+                return (
+                    scope.lookup(name) is None
+                    and name not in self.state.functions
+                    and name not in self.state.cells
+                    and BY_NAME.get(name) in FLOAT_MATH
+                )
+        return False
 
     def operand(self, expr: ast.Expr, scope: Scope) -> int | Step:
         """A local variable's slot, or else the step computing `expr`."""

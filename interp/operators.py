@@ -234,6 +234,50 @@ def dividing(symbol: str, integers_fit: Callable[[int], bool] | None):
     return apply
 
 
+REUSABLE = frozenset({"+", "-", "*", "/"})  # the operators `reusing` may write into an operand
+REUSE_SIZE = 4096  # elements; below, an allocation costs less than the checks that avoid it
+
+
+def reusing(symbol: str, left: bool, right: bool) -> Callable[[Any, Any], Any]:
+    """`BINARY[symbol]` that writes its result into an operand the expression around it has just made, and
+    nothing else holds (`left`, `right`: which operands may be such), when that operand has the result's
+    shape and dtype: `p - lr * (m / (sqrt(v) + eps))` makes one array, not four. The values are those
+    `BINARY[symbol]` gives: the same numpy operation, only its output placed."""
+    plain, into = BINARY[symbol], OUT_FUNCTIONS[symbol]
+    floats_only = symbol == "/"
+
+    def apply(a: Any, b: Any) -> Any:
+        if left and a.__class__ is ndarray and a.size >= REUSE_SIZE and holds(a, b, floats_only):
+            return into(a, b, out=a)
+        if right and b.__class__ is ndarray and b.size >= REUSE_SIZE and holds(b, a, floats_only):
+            return into(a, b, out=b)
+        return plain(a, b)
+
+    return apply
+
+
+OUT_FUNCTIONS = {"+": np.add, "-": np.subtract, "*": np.multiply, "/": np.true_divide}
+
+
+def holds(target: np.ndarray, other: Any, floats_only: bool) -> bool:
+    """Whether `target op other` (or `other op target`) fits in `target`: `other` is an array of `target`'s
+    dtype whose shape broadcasts to `target`'s, or a scalar of that dtype; bools never, integers not for `/`."""
+    dtype = target.dtype
+    if dtype is BOOL or (floats_only and dtype is not F32 and dtype is not F64):
+        return False
+    cls = other.__class__
+    if cls is ndarray:
+        if other.dtype is not dtype:
+            return False
+        shape, into = other.shape, target.shape
+        if shape == into:
+            return True
+        if len(shape) > len(into):
+            return False
+        return all(size == 1 or size == whole for size, whole in zip(reversed(shape), reversed(into), strict=False))
+    return (cls is np.float32 and dtype is F32) or (cls is np.float64 and dtype is F64)
+
+
 def comparison(symbol: str):
     function = FUNCTIONS[symbol]
 
