@@ -29,6 +29,7 @@ from dl.runtime.backend import NOT_COMPILED, CompiledBody, Step, StructTypes
 from dl.runtime.calls import RETURN, Function
 from dl.runtime.errors import STACK, RunError, fail, recursion_error
 from dl.runtime.interrupts import on_interrupt
+from dl.runtime.threads import Threads, large_product, openblas
 from dl.runtime.values import StructValue, format_value
 
 C_TYPES = {
@@ -264,21 +265,18 @@ def blas_symbols() -> str | None:
     global BLAS_PROBLEM
     if BLAS_PROBLEM is not False:
         return BLAS_PROBLEM
-    import glob
-    import os
-
     import llvmlite.binding as binding
 
-    directory = os.path.join(os.path.dirname(os.path.dirname(np.__file__)), "numpy.libs")
-    for path in sorted(glob.glob(os.path.join(directory, "libscipy_openblas*"))):
+    library = openblas()
+    if library is not None:
         try:
-            library = ctypes.CDLL(path)
             for symbol in GEMM.values():
                 binding.add_symbol(symbol, ctypes.cast(getattr(library, symbol), ctypes.c_void_p).value)
-        except (OSError, AttributeError):
-            continue
-        BLAS_PROBLEM = None
-        return None
+        except AttributeError:
+            pass
+        else:
+            BLAS_PROBLEM = None
+            return None
     BLAS_PROBLEM = "numpy's OpenBLAS (scipy-openblas64) was not found for matrix products"
     return BLAS_PROBLEM
 
@@ -325,6 +323,7 @@ class Specialisation:
     outputs: list  # per result tensor: (slot, shape, numpy dtype)
     address: int  # of the slot array
     error: object  # dl.error of the module, as a ctypes int64
+    blas: bool  # whether it multiplies matrices through OpenBLAS (runtime/threads.py)
 
 
 class SpecialisingBody:
@@ -447,6 +446,7 @@ class SpecialisingBody:
             outputs,
             ctypes.addressof(slots),
             error,
+            uses_blas,
         )
 
     def run(self, entry: Specialisation, leaves: list) -> object:
@@ -466,7 +466,10 @@ class SpecialisingBody:
             array = np.empty(shape, dtype=dtype)
             outputs[slot] = array
             slots[slot] = data_address(array)
-        entry.call(entry.address)
+        if entry.blas and Threads.count > 1 and Threads.setter is not None:
+            large_product(entry.call, entry.address)
+        else:
+            entry.call(entry.address)
         if entry.error.value:
             self.failed(entry)
         return build_result(entry.result, cells, outputs)

@@ -29,6 +29,7 @@ from pathlib import Path
 from dl import __version__, distributed, fmt, pipeline
 from dl.lang.check import Typed
 from dl.lang.diagnostics import DiagnosticError, SourceMap, render_all
+from dl.runtime import threads
 from dl.runtime.errors import UsageError
 from dl.runtime.metrics import Metrics
 
@@ -77,6 +78,12 @@ def commands_help(main_command: argparse.ArgumentParser) -> str:
     return "\n".join(lines)
 
 
+def positive_count(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number of threads, 1 or more, found {text!r}")
+    return int(text)
+
+
 def add_backend(command: argparse.ArgumentParser) -> None:
     command.add_argument(
         "--backend",
@@ -90,6 +97,15 @@ def add_backend(command: argparse.ArgumentParser) -> None:
         help=(
             "with --backend llvm: print to stderr which functions were compiled "
             "(for which argument shapes), and why the others were not"
+        ),
+    )
+    command.add_argument(
+        "--threads",
+        type=positive_count,
+        metavar="N",
+        help=(
+            "threads for large matrix products (default: the cores this process may use, or 1 when the "
+            "machine is busy); smaller products always run on one"
         ),
     )
     command.add_argument(
@@ -325,6 +341,10 @@ def execute(command: str, file: str, args: list[str], options: argparse.Namespac
         Path(options.metrics) if options.metrics else None,
         Path(options.runs) if options.runs else None,
     )
+    if options.threads is not None:
+        threads.use(options.threads)
+    elif distributed.launched_size() == 1:  # ranks sharing a host would share its cores: one thread each
+        threads.use(threads.default_count())
     explain = (lambda report: print(report, file=sys.stderr)) if options.explain_backend else None
     if distributed.launched_rank() != 0:
         explain = None  # one copy of the report: every rank compiles the same functions

@@ -31,6 +31,7 @@ from dl.lang import einsum as einsum_spec
 from dl.lang.primitives import PRIMITIVES, Prim, Support
 from dl.runtime.errors import AssertionFailure, PrimitiveError
 from dl.runtime.metrics import log_value, progress_line
+from dl.runtime.threads import Threads, large_product, threaded
 from dl.runtime.values import DTYPE_NAMES, DTYPES, StructValue, Tape, describe, format_value
 from dl.runtime.world import World, average, on_rank_zero, shard
 from numpy.lib.stride_tricks import sliding_window_view
@@ -413,7 +414,10 @@ def make_matmul(weak_a: bool = False, weak_b: bool = False):
     def matmul(a: Any, b: Any) -> Any:
         if a.__class__ is ndarray and b.__class__ is ndarray and a.dtype is b.dtype and a.dtype is not BOOL:
             try:
-                result = np.matmul(a, b)
+                if Threads.count > 1 and threaded(a.size * (b.shape[-1] if b.ndim > 1 else 1)):
+                    result = large_product(np.matmul, a, b)
+                else:
+                    result = np.matmul(a, b)
             except ValueError:
                 raise PrimitiveError(matmul_problem(a, b) or f"matmul of {describe(a)} @ {describe(b)}") from None
             return result if result.__class__ is ndarray else scalar(result)

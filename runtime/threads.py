@@ -1,0 +1,87 @@
+"""How many threads a matrix product uses: `dlrun --threads N` (docs/cli.md).
+
+numpy's OpenBLAS starts with one thread: `dl/__init__.py` sets OPENBLAS_NUM_THREADS=1 before numpy loads,
+because most of a training step's products are small and waking threads for them costs more than they
+save. A product of at least `LARGE` multiply-adds runs on `Threads.count` threads instead, as PyTorch
+decides by its grain size: the interpreter raises OpenBLAS's count around that one product
+(`large_product`), and compiled code around a call of a function that multiplies matrices, where
+OpenBLAS's own threshold keeps small products on one thread.
+
+`dlrun` takes `--threads N`, else `default_count()`: the cores this process may use, but one when the
+machine is already busy (a one-minute load average of at least the core count). OpenBLAS's threads then
+wait for cores: a 256x256 product measured 40x slower on 2 threads than on 1 on a loaded 2-core machine.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import glob
+import os
+from collections.abc import Callable
+from typing import Any
+
+LARGE = 1 << 24  # multiply-adds: a 256x256x256 product
+
+
+class Threads:
+    """The thread count for large products, and OpenBLAS's setter once found (None: not found)."""
+
+    count = 1
+    setter: Callable[[int], None] | None = None
+
+
+def openblas() -> ctypes.CDLL | None:
+    """numpy's own OpenBLAS (scipy-openblas64, shipped in numpy's wheel), or None."""
+    import numpy as np
+
+    directory = os.path.join(os.path.dirname(os.path.dirname(np.__file__)), "numpy.libs")
+    for path in sorted(glob.glob(os.path.join(directory, "libscipy_openblas*"))):
+        try:
+            return ctypes.CDLL(path)
+        except OSError:
+            continue
+    return None
+
+
+def use(count: int) -> None:
+    """Run large products on `count` threads from now on (1: every product on one thread)."""
+    if count > 1 and Threads.setter is None:
+        library = openblas()
+        setter = getattr(library, "scipy_openblas_set_num_threads64_", None) if library is not None else None
+        if setter is None:
+            return  # another BLAS: numpy's own threading stands
+        setter.argtypes = [ctypes.c_int]
+        Threads.setter = setter
+    Threads.count = max(1, count)
+
+
+def available_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def default_count() -> int:
+    """The cores this process may use, or 1 when the machine is busy (see the module's docstring)."""
+    cores = available_cores()
+    try:
+        busy = os.getloadavg()[0] >= cores
+    except OSError:
+        busy = False
+    return 1 if busy else cores
+
+
+def large_product(function: Callable[..., Any], *args: Any) -> Any:
+    """`function(*args)` (a matrix product, or compiled code that makes some) on `Threads.count` threads."""
+    setter = Threads.setter
+    setter(Threads.count)
+    try:
+        return function(*args)
+    finally:
+        setter(1)
+
+
+def threaded(work: int) -> bool:
+    """Whether a product of `work` multiply-adds runs on several threads."""
+    return Threads.count > 1 and Threads.setter is not None and work >= LARGE
