@@ -675,9 +675,12 @@ class Checker:
         if stmt.op != "=" and not (isinstance(stmt.target, ast.Name) and scope.lookup(stmt.target.id) is None):
             current = self.expression(stmt.target, scope, context)
             value = self.binary_type(stmt.op[0], current, value, stmt.span)
-        self.store(stmt.target, value, stmt.value.span, scope, context)
+        self.store(stmt.target, value, stmt.value.span, scope, context, stmt.value if stmt.op == "=" else None)
 
-    def store(self, target: ast.Expr, value: Type, span: Span, scope: Scope, context: Context) -> None:
+    def store(
+        self, target: ast.Expr, value: Type, span: Span, scope: Scope, context: Context, node: ast.Expr | None = None
+    ) -> None:
+        """Check rebinding `target` to `value`; a weak literal `node` (`acc = 3`) takes the target's dtype."""
         if isinstance(target, ast.Name) and scope.lookup(target.id) is None:
             self.store_undeclared(target, value, scope, context)
             return
@@ -698,6 +701,8 @@ class Checker:
                     notes=(rebinding_help(target, current, value),),
                 )
             )
+        elif node is not None:
+            self.coerce(current, value, node)
 
     def store_element(self, target: ast.Index, region: Type, value: Type, span: Span) -> None:
         """`x[i] = v`: `v` must broadcast into the indexed region and fit its dtype without losing values."""

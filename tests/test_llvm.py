@@ -423,6 +423,29 @@ def test_random_i32_functions_agree(source: str, tmp_path: Path, capsys) -> None
     assert compiled_names(source, tmp_path) == {"f"}
 
 
+WEAK_LITERAL_INTO_I32 = """
+fn f(a: i32, b: i32, c: i64) -> i64 {
+    let acc = 1i32
+    let trips = 0
+    while trips < 1 {
+        acc = 3
+        if a > c { acc = acc - (-2147483647i32 - 1i32) } else { b = ((a + a) + a) }
+        trips += 1
+    }
+    return acc - c * 3 + c // (abs(acc) + 1i32)
+}
+fn main() { print(f(0i32, 0i32, -1)) }
+"""
+
+
+def test_a_literal_assigned_to_an_i32_variable_is_i32_on_both_backends(tmp_path: Path, capsys) -> None:
+    """`acc = 3` keeps `acc` an i32 (the checker's type), so `3 - (-2**31)` wraps to -2147483645 on both."""
+    interpreted, compiled = both_backends(tmp_path, WEAK_LITERAL_INTO_I32, capsys)
+    acc = (3 + 2**31 + 2**31) % 2**32 - 2**31  # 3 - (-2**31), wrapped to i32
+    assert acc == -2147483645
+    assert interpreted == compiled == f"{acc + 3 + (-1) // (abs(acc) + 1)}\n"
+
+
 CACHED = """
 fn fib(n: i64) -> i64 { if n < 2 { return n } return fib(n - 1) + fib(n - 2) }
 fn gcd(a: i64, b: i64) -> i64 { while b != 0 { let t = b; b = a % b; a = t } return a }
