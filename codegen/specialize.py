@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -51,6 +52,18 @@ from dl.lang.types import UNIT, DimVar, FunctionRef, PrimitiveRef, TensorType, T
 
 DTYPE_NAMES = {"f32", "f64", "i64", "i32", "bool"}
 FLOATS = ("f32", "f64")
+ITEM_BYTES = {"f32": 4, "f64": 8, "i64": 8, "i32": 4, "bool": 1}
+
+
+def physical_memory() -> int:
+    """The machine's memory in bytes (numpy's limit on an array's size where the system does not say)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        return int(np.iinfo(np.intp).max)
+
+
+MEMORY_BYTES = physical_memory()
 INLINE_DEPTH = 48
 MAX_SPECIALISATIONS = 32  # of the functions one compiled call needs (itself and what it calls for real)
 
@@ -65,6 +78,14 @@ class Tensor:
     dtype: str
     shape: tuple[int, ...]
     tree: object
+
+    def __post_init__(self) -> None:
+        # The interpreter cannot make such a tensor (E0513), where fused code might run for hours without
+        # ever allocating it: refuse the layout, so that it runs there and fails alike.
+        if any(n < 0 for n in self.shape):
+            raise Unsupported(f"a tensor of negative size {list(self.shape)}")
+        if self.size * ITEM_BYTES.get(self.dtype, 8) > MEMORY_BYTES:
+            raise Unsupported(f"a tensor of {self.size} elements, more than the machine's memory")
 
     @property
     def size(self) -> int:
