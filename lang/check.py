@@ -1238,36 +1238,11 @@ class Checker:
         result = self.apply_function(ref.function, list(args), span)
         if result is None or isinstance(result, AnyType):
             return None if result is None else ANY
-        name = "value_and_grad" if ref.with_value else "grad"
-        if not (isinstance(result, TensorType) and result.rank == 0 and strong(result).dtype in FLOATS):
-            self.report(
-                error(
-                    "E0330",
-                    f"`{name}` needs a function that returns a float scalar, but it returns {result}",
-                    ref.span,
-                    f"returns {result}",
-                    notes=("help: reduce the result to a scalar first, for example with `sum(...)` or `mean(...)`",),
-                )
-            )
+        problem = gradient_problem("value_and_grad" if ref.with_value else "grad", result, args, positions, ref.span)
+        if problem is not None:
+            self.report(problem)
             return None
-        gradients = []
-        for position in positions:
-            arg = strong(args[position]) if isinstance(args[position], TensorType) else args[position]
-            if not has_float(arg):
-                floats = [i for i, a in enumerate(args) if has_float(a)]
-                shown = str(floats[0]) if len(floats) == 1 else f"({', '.join(map(str, floats))})"
-                notes = (f"help: the arguments with floats are at `wrt={shown}`",) if floats else ()
-                self.report(
-                    error(
-                        "E0331",
-                        f"`{name}` cannot differentiate with respect to argument {position}, of type {arg}: "
-                        "only floats have gradients",
-                        ref.span,
-                        notes=notes,
-                    )
-                )
-                return None
-            gradients.append(arg)
+        gradients = [strong(args[p]) if isinstance(args[p], TensorType) else args[p] for p in positions]
         gradient = TupleType(tuple(gradients)) if isinstance(ref.wrt, tuple) else gradients[0]
         return TupleType((strong(result), gradient)) if ref.with_value else gradient
 
@@ -1674,6 +1649,35 @@ def wrt_positions(node: ast.Expr | None) -> int | tuple[int, ...] | None:
     if isinstance(node, ast.TupleLiteral) and node.items and all(isinstance(i, ast.IntLiteral) for i in node.items):
         positions = tuple(i.value for i in node.items)
         return positions if len(set(positions)) == len(positions) else None
+    return None
+
+
+def gradient_problem(
+    name: str, result: Type, args: list[Type], positions: tuple[int, ...], span: Span
+) -> Diagnostic | None:
+    """Why `name` (`grad` or `value_and_grad`) cannot differentiate a function returning `result` called with
+    `args` with respect to `positions`: E0330 unless it returns a float scalar, E0331 for a position without
+    floats. None when it can."""
+    if not (isinstance(result, TensorType) and result.rank == 0 and strong(result).dtype in FLOATS):
+        return error(
+            "E0330",
+            f"`{name}` needs a function that returns a float scalar, but it returns {result}",
+            span,
+            f"returns {result}",
+            notes=("help: reduce the result to a scalar first, for example with `sum(...)` or `mean(...)`",),
+        )
+    for position in positions:
+        arg = strong(args[position]) if isinstance(args[position], TensorType) else args[position]
+        if not has_float(arg):
+            floats = [i for i, a in enumerate(args) if has_float(a)]
+            shown = str(floats[0]) if len(floats) == 1 else f"({', '.join(map(str, floats))})"
+            return error(
+                "E0331",
+                f"`{name}` cannot differentiate with respect to argument {position}, of type {arg}: "
+                "only floats have gradients",
+                span,
+                notes=(f"help: the arguments with floats are at `wrt={shown}`",) if floats else (),
+            )
     return None
 
 
