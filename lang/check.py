@@ -1467,6 +1467,8 @@ class Checker:
             self.report(error("E0309", "a tuple takes one integer index", expr.span, str(target)))
             return ANY
         node, index_type = parts[0]
+        if isinstance(index_type, AnyType):  # a parameter of a function checked before any call gives it a value
+            return ANY
         position = static_value(node, index_type)
         if not isinstance(position, int):
             self.report(

@@ -924,6 +924,29 @@ fn f(t, w) {
 )
 
 case(
+    "tuple_indexed_by_a_known_name",
+    "tuples",
+    """
+const LAST = 2
+
+fn item(a, b, c, i) {
+    let t = (a * 2.0, b * b, c)
+    return sum(t[i]) * sum(t[LAST])
+}
+
+fn f(a, b, c) {
+    return item(a, b, c, 1) * item(a, b, c, 0) + item(a, b, c, -1) + item(a, b, c, 2)
+}
+""",
+    (s(0.7), normal(201, 3), normal(202, 2, 2)),
+    lambda a, b, c: (b * b).sum() * c.sum() * (a * 2.0) * c.sum() + c.sum() * c.sum() + c.sum() * c.sum(),
+    wrt=(0, 1, 2),
+    value_and_grad=True,
+    notes="a tuple indexed by a parameter each call gives a literal (another item in each instance of `item`) "
+    "and by a const",
+)
+
+case(
     "tuple_swap_in_loop",
     "tuples",
     """
