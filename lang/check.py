@@ -1278,6 +1278,7 @@ class Checker:
             )
             return ANY
         values = [(expr.args[i], args[i]) for i in VALUE_ARGUMENTS.get(prim, ()) if i < len(expr.args)]
+        values += [(nodes[k], keywords[k]) for k in VALUE_KEYWORDS.get(prim, ()) if k in nodes]
         self.coerce_operands(result, values)
         return result
 
@@ -1773,6 +1774,7 @@ def depends_on_types(code: str) -> bool:
 # The arguments of these primitives that combine into the result's values (not axes or sizes):
 # a literal there takes the result's dtype, as it does with an operator.
 VALUE_ARGUMENTS = {Prim.MAXIMUM: (0, 1), Prim.MINIMUM: (0, 1), Prim.WHERE: (1, 2), Prim.MATMUL: (0, 1)}
+VALUE_KEYWORDS = {Prim.FULL: ("value",)}  # `full(2, value=0.1, dtype=f64)` is the f64 nearest to 0.1
 
 INTEGER_FOLDS = {
     "+": lambda a, b: a + b,
