@@ -1074,7 +1074,7 @@ class FunctionBody:
             case ast.Assign(target=target, op=op, value=value):
                 if op != "=":
                     value = ast.Binary(op[0], target, value, stmt.span)
-                    self.extra_types[id(value)] = ANY
+                    self.extra_types[id(value)] = self.type_of(target)  # a rebinding keeps the variable's type
                 self.assign(target, value, env, sweep)
             case ast.ExprStmt(expr=expr):
                 if effects:

@@ -947,6 +947,24 @@ fn f(a, b, c) {
 )
 
 case(
+    "augmented_assignment_keeps_the_rank",
+    "tuples",
+    """
+fn f(w: f64[3], x: f64[3, 2]) {
+    let v = w * 2.0
+    v -= v * 0.25
+    let m = x
+    m *= 0.5
+    return v @ v + sum(v @ m)
+}
+""",
+    (normal(203, 3), normal(204, 3, 2)),
+    lambda w, x: (w * 1.5) @ (w * 1.5) + ((w * 1.5) @ (x * 0.5)).sum(),
+    wrt=(0, 1),
+    notes="found by scripts/fuzz_backends.py: `v -= e` made a value of unknown type, so `v @ v` had no rank",
+)
+
+case(
     "tuple_swap_in_loop",
     "tuples",
     """
