@@ -90,6 +90,7 @@ class Generator:
         self.scope = Scope()
         self.differentiable = False  # inside `loss`: float leaves only where a gradient should flow
         self.in_helper = False  # a helper's new parameters become `let`s of literals, not the host's arguments
+        self.max_rank = 3  # 0 while drawing a function of scalars only (compiled by the scalar lowering)
 
     # -------------------------------------------------------------- drawing
     def chance(self, p: float) -> bool:
@@ -104,7 +105,8 @@ class Generator:
         return f"{prefix}{self.names}"
 
     def shape(self, low: int = 0, high: int = 3) -> Shape:
-        return tuple(self.rng.randint(1, 4) for _ in range(self.rng.randint(low, high)))
+        rank = self.rng.randint(min(low, self.max_rank), min(high, self.max_rank))
+        return tuple(self.rng.randint(1, 4) for _ in range(rank))
 
     def ty(self, dtypes=NUMBERS, low: int = 0, high: int = 3) -> Ty:
         return Ty(self.pick(dtypes), self.shape(low, high))
@@ -113,13 +115,16 @@ class Generator:
     def program(self, seed: int) -> Program:
         for _ in range(self.rng.randint(0, 2)):
             self.struct_declaration()
+        self.max_rank = 0 if self.chance(0.3) else 3
         entry = self.function("f", [self.ty() for _ in range(self.rng.randint(1, 3))], self.result_types())
         entry_params = list(self.params)
         dtype = self.pick(FLOATS)
         self.differentiable = True
+        self.max_rank = 0 if self.chance(0.3) else 3
         loss_params = [self.ty((dtype,), 0, 2) for _ in range(self.rng.randint(1, 3))]
         loss = self.function("loss", loss_params, (Ty(dtype),))
         self.differentiable = False
+        self.max_rank = 3
         loss_leaves = list(self.params)
         wrt = self.wrt(len(loss_params))
         transform = "value_and_grad" if self.chance(0.25) else "grad"
@@ -152,8 +157,14 @@ class Generator:
         self.scope = Scope([Variable(p, ty, False) for p, ty in self.params])
         body = self.statements(self.rng.randint(1, 5), depth=2)
         returned = [self.expr(ty, 3) for ty in results]
+        shown = [str(ty) for ty in results]
+        if self.struct_fields and not self.differentiable and self.max_rank and self.chance(0.2):
+            struct = self.pick(self.struct_fields)
+            fields = ", ".join(f"{f}: {self.expr(ty, 2)}" for f, ty in self.struct_fields[struct])
+            returned.append(f"{struct} {{ {fields} }}")
+            shown.append(struct)
         value = returned[0] if len(returned) == 1 else f"({', '.join(returned)})"
-        result = str(results[0]) if len(results) == 1 else f"({', '.join(map(str, results))})"
+        result = shown[0] if len(shown) == 1 else f"({', '.join(shown)})"
         arrow = f" -> {result}" if self.chance(0.7) else ""
         lines = "".join(f"    {line}\n" for statement in body for line in statement.splitlines())
         return f"fn {name}({self.parameters(self.params)}){arrow} {{\n{lines}    return {value}\n}}\n"
@@ -170,9 +181,9 @@ class Generator:
         return [self.statement(depth) for _ in range(count)]
 
     def statement(self, depth: int) -> str:
-        kinds = ["let", "let", "rebind", "update", "tuple", "element"]
-        if self.struct_fields:
-            kinds.append("struct")
+        kinds = ["let", "let", "rebind", "update"]
+        if self.max_rank:
+            kinds += ["tuple", "element", "struct"] if self.struct_fields else ["tuple", "element"]
         if depth > 0:
             kinds += ["if", "for", "while"]
         return getattr(self, f"statement_{self.pick(kinds)}")(depth)
@@ -285,7 +296,9 @@ class Generator:
         """An expression of exactly type `ty` (never a weak literal)."""
         if depth <= 0 or self.chance(0.25):
             return self.leaf(ty)
-        productions = [name for name, applies in PRODUCTIONS if applies(self, ty)]
+        productions = [
+            name for name, applies in PRODUCTIONS if applies(self, ty) and (self.max_rank or name in SCALAR_PRODUCTIONS)
+        ]
         return getattr(self, f"make_{self.pick(productions)}")(ty, depth - 1)
 
     def leaf(self, ty: Ty) -> str:
@@ -319,6 +332,8 @@ class Generator:
         if dtype == "bool":
             return self.pick(["true", "false"])
         if dtype in INTEGERS:
+            if self.chance(0.03):  # near the ends of the range: i32 wraps, an i64 scalar overflows (E0510)
+                return self.pick(["2147483647", "-2147483647"] if dtype == "i32" else ["9223372036854775807"])
             return str(self.rng.randint(-4, 5))
         return self.pick(["0.5", "-1.25", "2.0", "0.1", "-3.5", "1e-3"])
 
@@ -583,6 +598,11 @@ class Generator:
         return f"{name}({self.expr(ty, depth)}, {self.rng.randint(0, 3)})"
 
 
+# What keeps to scalars (a function of scalars only is drawn with these).
+SCALAR_PRODUCTIONS = {"arithmetic", "divide", "negate", "math", "extreme", "compare", "logic", "convert", "call"}
+SCALAR_PRODUCTIONS |= {"recursion"}
+
+
 def rank_at_least(n: int):
     return lambda g, ty: len(ty.shape) >= n
 
@@ -623,7 +643,9 @@ def argument(rng: np.random.Generator, ty: Ty):
     if ty.dtype in FLOATS:
         values = rng.standard_normal(ty.shape).astype(np.float32 if ty.dtype == "f32" else np.float64)
     elif ty.dtype in INTEGERS:
-        values = rng.integers(-3, 4, ty.shape).astype(np.int32 if ty.dtype == "i32" else np.int64)
+        extreme = np.iinfo(np.int32 if ty.dtype == "i32" else np.int64).max
+        high = extreme if rng.random() < 0.05 else 4
+        values = rng.integers(-high, high, ty.shape).astype(np.int32 if ty.dtype == "i32" else np.int64)
     else:
         values = rng.random(ty.shape) < 0.5
     if ty.shape:
