@@ -326,7 +326,7 @@ class TensorEmission:
             case ir.Check(condition=condition, site=site, shows=shows):
                 if shows is not None:
                     shown = self.operand(shows)
-                    wide = builder.sitofp(shown, TYPES["f64"]) if shows.dtype == "i64" else shown
+                    wide = builder.bitcast(shown, TYPES["f64"]) if shows.dtype == "i64" else shown  # its bits: exact
                     if shows.dtype == "f32":
                         wide = builder.fpext(shown, TYPES["f64"])
                     builder.store(wide, self.module.get_global("dl.value"))
@@ -611,7 +611,7 @@ class TensorEmission:
         negative = builder.icmp_signed("<", index_value, i64(0))
         wrapped = builder.select(negative, builder.add(index_value, i64(size)), index_value)
         outside = builder.or_(builder.icmp_signed("<", wrapped, i64(0)), builder.icmp_signed(">=", wrapped, i64(size)))
-        builder.store(builder.sitofp(index_value, TYPES["f64"]), self.module.get_global("dl.value"))
+        builder.store(builder.bitcast(index_value, TYPES["f64"]), self.module.get_global("dl.value"))
         return self.fail_unless(builder, outside, site, name), wrapped
 
     # -------------------------------------------------------------- trees
