@@ -83,7 +83,7 @@ class Generator:
         self.rng = rng
         self.declarations: list[str] = []
         self.struct_fields: dict[str, tuple[tuple[str, Ty], ...]] = {}
-        self.helpers: list[tuple[str, tuple[Ty, ...], Ty]] = []
+        self.helpers: list[tuple[str, tuple[Ty, ...], Ty, bool]] = []  # (name, params, result, differentiable)
         self.recursive: dict[Ty, str] = {}
         self.names = 0
         self.params: list[tuple[str, Ty]] = []
@@ -130,7 +130,11 @@ class Generator:
         transform = "value_and_grad" if self.chance(0.25) else "grad"
         names = ", ".join(name for name, _ in loss_leaves)
         keyword = "" if wrt == 0 else f", wrt={wrt}"
-        gradient = f"fn g({self.parameters(loss_leaves)}) {{\n    return {transform}(loss{keyword})({names})\n}}\n"
+        call = f"{transform}(loss{keyword})({names})"
+        if isinstance(wrt, int) and self.chance(0.25):  # the others captured by an anonymous function
+            others = [name if k != wrt else "v" for k, (name, _) in enumerate(loss_leaves)]
+            call = f"{transform}(fn(v) => loss({', '.join(others)}))({loss_leaves[wrt][0]})"
+        gradient = f"fn g({self.parameters(loss_leaves)}) {{\n    return {call}\n}}\n"
         source = "\n".join([*self.declarations, entry, loss, gradient])
         rng = np.random.default_rng(seed)
         calls = (
@@ -258,11 +262,15 @@ class Generator:
         self.scope.structs.append((name, struct))
         return line
 
-    def block(self, depth: int, lines: list[str] | None = None) -> str:
-        """A block's statements, in a child scope (what it declares is not seen after it)."""
+    def block(self, depth: int, lines: list[str] | None = None, loop: bool = False) -> str:
+        """A block's statements, in a child scope (what it declares is not seen after it); a loop's body
+        may `break` or `continue` on a condition."""
         outer = self.scope
         self.scope = outer.child()
+        leaving = f"if {self.expr(Ty('bool'), 1)} {{ {self.pick(['break', 'continue'])} }}" if loop else None
         body = [*(lines or []), *self.statements(self.rng.randint(1, 2), depth - 1)]
+        if leaving is not None and self.chance(0.25):  # where it sees only what the block had on entry
+            body.insert(len(lines or []), leaving)
         self.scope = outer
         text = "\n".join(body)
         return "{\n" + "".join(f"    {line}\n" for line in text.splitlines()) + "}"
@@ -275,20 +283,27 @@ class Generator:
         return text
 
     def statement_for(self, depth: int) -> str:
+        """`for j in 0..n` (`j` may index tensors of at least `n` rows), or `for row in x` over a tensor."""
         bound = self.rng.randint(0, 4)
         index = self.fresh("j")
+        iterable = f"0..{bound}"
         outer = self.scope
         self.scope = outer.child()
-        self.scope.variables.append(Variable(index, Ty("i64"), False))
-        self.scope.loop_indices.append((index, bound))
-        body = self.block(depth)
+        if self.max_rank and self.chance(0.2):
+            row = self.ty(NUMBERS, 0, 2)
+            iterable = self.expr(Ty(row.dtype, (max(bound, 1), *row.shape)), 2)
+            self.scope.variables.append(Variable(index, row, False))
+        else:
+            self.scope.variables.append(Variable(index, Ty("i64"), False))
+            self.scope.loop_indices.append((index, bound))
+        body = self.block(depth, loop=True)
         self.scope = outer
-        return f"for {index} in 0..{bound} {body}"
+        return f"for {index} in {iterable} {body}"
 
     def statement_while(self, depth: int) -> str:
         counter = self.fresh("k")
         bound = self.rng.randint(0, 4)
-        body = self.block(depth, [f"{counter} += 1"])
+        body = self.block(depth, [f"{counter} += 1"], loop=True)
         return f"let {counter} = 0\nwhile {counter} < {bound} {body}"
 
     # -------------------------------------------------------------- expressions
@@ -553,7 +568,11 @@ class Generator:
         return f"one_hot({labels}, {classes})"
 
     def make_call(self, ty: Ty, depth: int) -> str:
-        known = [(name, params) for name, params, result in self.helpers if result == ty]
+        known = [
+            (name, params)
+            for name, params, result, differentiable in self.helpers
+            if result == ty and (differentiable or not self.differentiable)
+        ]
         if known and self.chance(0.5):
             name, params = self.pick(known)
         else:
@@ -579,8 +598,20 @@ class Generator:
         lines = "".join(f"    {line}\n" for statement in [*lets, *body] for line in statement.splitlines())
         self.declarations.append(f"fn {name}({shown}){arrow} {{\n{lines}    return {value}\n}}\n")
         self.params, self.scope, self.in_helper = saved
-        self.helpers.append((name, params, result))
+        self.helpers.append((name, params, result, self.differentiable))
         return name, params
+
+    def make_lambda(self, ty: Ty, depth: int) -> str:
+        """An anonymous function called where it is made; its body may use (capture) what is in scope."""
+        argument = self.ty(FLOATS if self.differentiable else NUMBERS)
+        name = self.fresh("a")
+        outer = self.scope
+        self.scope = outer.child()
+        self.scope.variables.append(Variable(name, argument, False))
+        body = self.expr(ty, depth)
+        self.scope = outer
+        shown = f"{name}: {argument}" if self.chance(0.5) else name
+        return f"(fn({shown}) => {body})({self.expr(argument, depth)})"
 
     def make_recursion(self, ty: Ty, depth: int) -> str:
         """A call of a recursive helper `r(x, n)` that applies a step to `x` `n` times."""
@@ -600,7 +631,7 @@ class Generator:
 
 # What keeps to scalars (a function of scalars only is drawn with these).
 SCALAR_PRODUCTIONS = {"arithmetic", "divide", "negate", "math", "extreme", "compare", "logic", "convert", "call"}
-SCALAR_PRODUCTIONS |= {"recursion"}
+SCALAR_PRODUCTIONS |= {"recursion", "lambda"}
 
 
 def rank_at_least(n: int):
@@ -628,6 +659,7 @@ PRODUCTIONS = [
     ("one_hot", lambda g, ty: ty.dtype == "f32" and len(ty.shape) == 2 and not g.differentiable),
     ("call", lambda g, ty: True),
     ("recursion", lambda g, ty: ty.dtype in FLOATS),
+    ("lambda", lambda g, ty: not g.differentiable),  # (`grad` does not go through a call of one yet)
 ]
 
 
