@@ -2,13 +2,14 @@
 
     python scripts/fuzz_backends.py --programs 10000 --mutants 2 --jobs 2 --findings fuzz-findings/
 
-Each program (tests/program_generator.py, one seed each, seeds from `--first`) and each of its `--mutants`
-mutations goes through what `dlrun check`, `dlrun grad`, `dlrun` and `dlrun --backend llvm` do
-(tests/differential.py). Printed at the end: how many programs and mutants ran, the diagnostics
-reported by code, the host calls the two backends answered alike (with a value, with a run-time error,
-or both stopped at the time limit), and the findings: crashes, internal errors, diagnostics without a
-real span, and disagreements between the backends. Each finding's program is written to `--findings`
-as `SEED-KIND.dl` with the finding as a comment on top. Exit status 1 if there was any finding.
+Each program (tests/program_generator.py, one seed each, seeds from `--first`), each of its `--mutants`
+mutations, and a small program that may fail when it runs (`failing(seed)`) goes through what
+`dlrun check`, `dlrun grad`, `dlrun` and `dlrun --backend llvm` do (tests/differential.py). Printed at
+the end: how many programs ran, the diagnostics reported by code, the host calls the two backends
+answered alike (with a value, with a run-time error, or both stopped at the time limit), and the
+findings: crashes, internal errors, diagnostics without a real span, and disagreements between the
+backends. Each finding's program is written to `--findings` as `SEED-KIND.dl` with the finding as a
+comment on top. Exit status 1 if there was any finding.
 
 The compile cache is a temporary directory, so a run neither reads nor fills the user's.
 """
@@ -43,6 +44,8 @@ def examine_seed(task: tuple[int, int]) -> list[tuple[int, str, str, differentia
     for _ in range(mutants):
         kind, source = program_generator.mutate(program.source, rng)
         results.append((seed, kind, source, differential.examine_mutant(path, program, source)))
+    failing = program_generator.failing(seed)
+    results.append((seed, "failing", failing.source, differential.examine(path, *fields(failing))))
     return results
 
 
@@ -62,7 +65,7 @@ def main() -> int:
     with multiprocessing.Pool(options.jobs, maxtasksperchild=200) as pool:
         for done, results in enumerate(pool.imap_unordered(examine_seed, tasks, chunksize=4), start=1):
             for seed, kind, source, report in results:
-                totals["programs" if kind == "program" else "mutants"] += 1
+                totals[{"program": "programs", "failing": "programs that may fail"}.get(kind, "mutants")] += 1
                 codes.update(report.diagnostics)
                 for what, count in zip(AGREED, (report.values, report.errors, report.hangs), strict=True):
                     totals[what] += count
@@ -92,7 +95,10 @@ def record(directory: Path, seed: int, kind: str, source: str, finding: str) -> 
 
 
 def show(totals: collections.Counter, codes: collections.Counter, findings: list[str], seconds: float) -> None:
-    print(f"\n{totals['programs']} programs and {totals['mutants']} mutants in {seconds:.0f} s")
+    print(
+        f"\n{totals['programs']} programs, {totals['mutants']} mutants of them and "
+        f"{totals['programs that may fail']} programs that may fail, in {seconds:.0f} s"
+    )
     for what in AGREED:
         print(f"{what}: {totals[what]}")
     print("diagnostics by code:", ", ".join(f"{code} {count}" for code, count in sorted(codes.items())) or "none")

@@ -674,6 +674,10 @@ def argument(rng: np.random.Generator, ty: Ty):
     """A random value of type `ty` in the interpreter's representation (i64 and bool scalars are Python's)."""
     if ty.dtype in FLOATS:
         values = rng.standard_normal(ty.shape).astype(np.float32 if ty.dtype == "f32" else np.float64)
+        if rng.random() < 0.05:  # nan, infinities and a negative zero, here and there
+            special = rng.random(ty.shape) < 0.3
+            values = np.where(special, rng.choice([np.nan, np.inf, -np.inf, -0.0, 1e30], ty.shape), values)
+            values = values.astype(np.float32 if ty.dtype == "f32" else np.float64)
     elif ty.dtype in INTEGERS:
         extreme = np.iinfo(np.int32 if ty.dtype == "i32" else np.int64).max
         high = extreme if rng.random() < 0.05 else 4
@@ -775,3 +779,81 @@ KEYWORDS = frozenset(
     {"fn", "let", "if", "else", "while", "for", "in", "return", "break", "continue", "struct", "import", "as"}
     | {"const", "and", "or", "not", "true", "false"}
 )
+
+
+# ---------------------------------------------------------------------- programs that may fail when they run
+
+# Each: (parameters, the expression that may fail, how to draw the host's arguments). The arguments are
+# drawn so that about half the calls fail.
+FAILURES = {
+    "index": (
+        "x: f32[4], i: i64",
+        "x[i] * 2.0",
+        lambda r: (r.standard_normal(4).astype(np.float32), int(r.integers(-6, 6))),
+    ),
+    "element": ("x: f64[3], i: i64", "set_at(x, i)", lambda r: (r.standard_normal(3), int(r.integers(-5, 5)))),
+    "divide": ("a: i64, b: i64", "a // b + a % (b + 1)", lambda r: (int(r.integers(-9, 9)), int(r.integers(-1, 2)))),
+    "divide32": ("a: i32, b: i32", "a // b", lambda r: (np.int32(r.integers(-9, 9)), np.int32(r.integers(-1, 2)))),
+    "overflow": (
+        "a: i64, b: i64",
+        "a * b - a",
+        lambda r: (int(r.choice([3, 2**62, -(2**63)])), int(r.integers(-3, 4))),
+    ),
+    "negate": ("a: i64", "-a + abs(a)", lambda r: (int(r.choice([5, -(2**63), 2**63 - 1])),)),
+    "wrap32": (
+        "a: i32, b: i32",
+        "a * b + a",
+        lambda r: (np.int32(r.choice([7, 2**31 - 1])), np.int32(r.integers(-3, 4))),
+    ),
+    "power": ("a: i64, b: i64", "a ** b", lambda r: (int(r.integers(-3, 4)), int(r.integers(-2, 70)))),
+    "convert": ("x: f64", "int(x * 3.0)", lambda r: (np.float64(r.choice([2.5, np.nan, np.inf, 1e300, -7.25])),)),
+    "convert32": ("x: f32", "int(x)", lambda r: (np.float32(r.choice([2.5, np.nan, -np.inf, 3e38])),)),
+    "zeros": ("n: i64", "sum(zeros(n) + 1.0)", lambda r: (int(r.choice([3, 0, -2, 5000000000000])),)),
+    "one_hot": ("y: i64[3]", "sum(one_hot(y, 3))", lambda r: (r.integers(-1, 4, 3),)),
+    "gather": (
+        "x: f32[3], i: i64[2]",
+        "sum(gather(x, i, axis=0))",
+        lambda r: (np.ones(3, np.float32), r.integers(-4, 4, 2)),
+    ),
+    "assert": ("x: f32[3]", "checked(x)", lambda r: (r.standard_normal(3).astype(np.float32),)),
+    "reshape": (
+        "x: f32[6], n: i64",
+        "sum(reshape(x, n, -1) * 2.0)",
+        lambda r: (np.ones(6, np.float32), int(r.integers(1, 5))),
+    ),
+}
+FAILURE_HELPERS = """fn set_at(x: f64[3], i: i64) -> f64 {
+    let y = x
+    y[i] = 7.0f64
+    return sum(y)
+}
+
+fn checked(x: f32[3]) -> f32 {
+    assert(sum(x) < 1.0, "the sum must stay below 1")
+    return sum(x)
+}
+"""
+
+
+def failing(seed: int) -> Program:
+    """A small program that may fail when it runs, in one of `FAILURES`' ways, called directly, from a loop
+    or through a helper (compiled as a scalar function, a fused or a specialised one, or interpreted)."""
+    rng = random.Random(seed)
+    kind = sorted(FAILURES)[seed % len(FAILURES)]  # consecutive seeds: every way
+    params, expression, draw = FAILURES[kind]
+    names = [p.split(":")[0] for p in params.split(", ")]
+    context = rng.choice(["direct", "loop", "helper"])
+    inner = ""
+    if context == "helper":
+        inner = f"fn inner({params}) {{\n    return {expression}\n}}\n"
+        expression = f"inner({', '.join(names)})"
+    value = f"float({expression}, dtype=f64)"
+    body = f"    return {value}\n"
+    if context == "loop":
+        body = (
+            f"    let total = 0.0f64\n    for k in 0..2 {{\n        total = total + {value}\n    }}\n    return total\n"
+        )
+    source = f"{FAILURE_HELPERS}\n{inner}\nfn f({params}) -> f64 {{\n{body}}}\n"
+    values = np.random.default_rng(seed)
+    calls = tuple(("f", tuple(draw(values))) for _ in range(3))
+    return Program(seed, source, calls, None)

@@ -88,3 +88,16 @@ def test_an_i64_literal_is_a_python_int_as_every_i64_scalar_is() -> None:
     assert [type(item) for item in result] == [int, int, np.int32]
     report = differential.examine("literal.dl", source, (("f", ()),), None)
     assert (report.findings, report.values) == ([], 1)
+
+
+def test_programs_that_may_fail_fail_alike_on_both_backends() -> None:
+    """The differential property for run-time errors: small programs failing (or not) in each way a checked
+    program can fail when it runs, called directly, in a loop or through a helper."""
+    codes = []
+    for seed in range(24):
+        program = program_generator.failing(seed)
+        report = differential.examine(f"failing{seed}.dl", program.source, program.calls, None)
+        assert report.findings == [], f"seed {seed}:\n{program.source}"
+        assert report.values + report.errors == len(program.calls)
+        codes += report.diagnostics
+    assert {"E0501", "E0502", "E0510", "E0513"} <= set(codes)
