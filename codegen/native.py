@@ -180,6 +180,13 @@ def interrupt_compiled_code() -> None:
         ctypes.c_int64.from_address(native.interrupt_address).value = 1
 
 
+def resume_compiled_code() -> None:
+    """After Ctrl-C stopped the program: clear every module's flag, also of those no loop of which saw it
+    (their next call would stop at once otherwise)."""
+    for native in list(LIVE):
+        ctypes.c_int64.from_address(native.interrupt_address).value = 0
+
+
 def stopped(native: Native) -> None:
     """Raise KeyboardInterrupt if compiled code stopped because of Ctrl-C (its flag is cleared)."""
     error = ctypes.c_int64.from_address(native.error_address)

@@ -153,3 +153,5 @@ def interrupt(worker: threading.Thread) -> None:
     if codegen is not None:
         codegen.interrupt_compiled_code()
     worker.join()
+    if codegen is not None:
+        codegen.resume_compiled_code()

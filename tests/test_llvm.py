@@ -888,3 +888,32 @@ def test_the_cache_forgets_its_least_recently_used_entries(tmp_path: Path, monke
     monkeypatch.setattr(cache, "MAX_BYTES", 20)
     cache.store(tmp_path, f"{11:064x}", b"object code 11")
     assert sum(path.stat().st_size for path in (tmp_path / "llvm").glob("*.o")) <= 20
+
+
+STOPPED = """
+fn count(n: i64) -> i64 { let k = 0; while k < n { k += 1 } return k }
+fn spin() -> f32 { let t = 0.0; while true { t = t + sum(randn(2, seed=1)) } return t }
+"""
+
+
+def test_ctrl_c_in_interpreted_code_does_not_stop_the_next_compiled_call(tmp_path: Path) -> None:
+    """Ctrl-C sets the stop flag of every compiled module; one whose loops never ran kept it, so its next
+    call stopped at once with "interrupted" (the REPL after Ctrl-C). Found by scripts/fuzz_backends.py."""
+    import _thread
+    import threading
+
+    from dl.interp import run as interpreter
+
+    path = tmp_path / "stopped.dl"
+    path.write_text(STOPPED, encoding="utf-8")
+    program, typed = pipeline.prepare(pipeline.load(str(path)))
+    compiled = native.compile_program(typed, False)
+    timer = threading.Timer(0.3, _thread.interrupt_main)
+    timer.start()
+    with pytest.raises(KeyboardInterrupt):
+        interpreter.call(program, "spin", [], typed, compiled.bodies)  # `randn`: interpreted
+    try:
+        counted = interpreter.call(program, "count", [5], typed, compiled.bodies)
+    except KeyboardInterrupt:
+        pytest.fail("the compiled call stopped at once: the earlier Ctrl-C's flag was still set")
+    assert counted == 5
