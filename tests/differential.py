@@ -18,6 +18,7 @@ it (`_thread.interrupt_main`) and reported as a hang, unless both backends hang.
 from __future__ import annotations
 
 import _thread
+import signal
 import threading
 import traceback
 from dataclasses import dataclass, field
@@ -52,15 +53,37 @@ class Hang(Exception):
     """A step ran past `LIMIT_SECONDS`."""
 
 
+class Watchdog:
+    """Stops the step running in the main thread after `LIMIT_SECONDS`, as Ctrl-C would (the interpreter then
+    stops its worker thread and compiled loops too). The timer raises its signal; the handler raises
+    `KeyboardInterrupt` only while a step is armed, so a timer firing as a step ends is harmless."""
+
+    armed = False
+    installed = False
+
+    @classmethod
+    def interrupt(cls, signum: int, frame: object) -> None:
+        if cls.armed:
+            raise KeyboardInterrupt
+
+    @classmethod
+    def install(cls) -> None:
+        if not cls.installed:
+            signal.signal(signal.SIGUSR1, cls.interrupt)
+            cls.installed = True
+
+
 def within_limit(action):
-    """`action()`, stopped by a KeyboardInterrupt in this (the main) thread after `LIMIT_SECONDS`."""
+    """`action()`, or `Hang` once it has run `LIMIT_SECONDS` (call from the main thread)."""
+    Watchdog.install()
     fired = threading.Event()
 
     def stop() -> None:
         fired.set()
-        _thread.interrupt_main()
+        _thread.interrupt_main(signal.SIGUSR1)
 
     timer = threading.Timer(LIMIT_SECONDS, stop)
+    Watchdog.armed = True
     timer.start()
     try:
         return action()
@@ -69,6 +92,7 @@ def within_limit(action):
             raise Hang() from None
         raise
     finally:
+        Watchdog.armed = False
         timer.cancel()
 
 
