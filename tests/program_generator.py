@@ -626,7 +626,10 @@ class Generator:
             body = f"    if n <= 0 {{ return x }}\n    return {name}({step}, n - 1)\n"
             self.declarations.append(f"fn {name}(x: {ty}, n: i64) -> {ty} {{\n{body}}}\n")
             self.recursive[ty] = name
-        return f"{name}({self.expr(ty, depth)}, {self.rng.randint(0, 3)})"
+        count = str(self.rng.randint(0, 3))
+        if not self.in_helper and self.chance(0.3):  # known only when it runs: real recursive calls
+            count = f"({self.parameter(Ty('i64'))} % 4)"
+        return f"{name}({self.expr(ty, depth)}, {count})"
 
 
 # What keeps to scalars (a function of scalars only is drawn with these).
