@@ -1228,7 +1228,9 @@ class FunctionEmitter(TensorEmission):
 
     def stop_if_interrupted(self, builder: llvm_ir.IRBuilder) -> llvm_ir.IRBuilder:
         """Fail with `INTERRUPTED` if the host was interrupted (Ctrl-C), else go on."""
-        stopped = builder.load(self.module.get_global("dl.interrupt"), name="interrupted")
+        # Atomic, so that LLVM does not hoist the read out of a loop that writes no memory (it would never
+        # see the host's write, from another thread); monotonic: no ordering is needed, only a fresh read.
+        stopped = builder.load_atomic(self.module.get_global("dl.interrupt"), "monotonic", 8, name="interrupted")
         going_on = self.llvm_function.append_basic_block("not.interrupted")
         failing = self.llvm_function.append_basic_block("fail.interrupted")
         builder.cbranch(builder.icmp_signed("!=", stopped, TYPES["i64"](0)), failing, going_on)

@@ -101,6 +101,9 @@ class UsageError(Exception):
 def run_guarded(action) -> Any:
     """Run `action` with deep recursion allowed; user failures become `DiagnosticError`."""
     outcome: dict[str, Any] = {}
+    # Set when `action` is over. Waited for rather than `Thread.join`: in Python 3.11 a Ctrl-C that
+    # interrupts `join` marks the thread stopped while it still runs, and a later `join` returns at once.
+    finished = threading.Event()
 
     def target() -> None:
         try:
@@ -116,6 +119,7 @@ def run_guarded(action) -> Any:
             outcome["exception"] = failure
         finally:
             STACK.clear()
+            finished.set()
 
     previous_limit = sys.getrecursionlimit()
     previous_stack = threading.stack_size()
@@ -126,10 +130,10 @@ def run_guarded(action) -> Any:
         worker.start()
         threading.stack_size(previous_stack)
         try:
-            while worker.is_alive():
-                worker.join(0.1)
+            while not finished.wait(0.1):
+                pass
         except KeyboardInterrupt:  # Ctrl-C reaches the main thread only: stop the program too
-            interrupt(worker)
+            interrupt(worker, finished)
             raise
     finally:
         sys.setrecursionlimit(previous_limit)
@@ -141,17 +145,17 @@ def run_guarded(action) -> Any:
     return outcome.get("value")
 
 
-def interrupt(worker: threading.Thread) -> None:
+def interrupt(worker: threading.Thread, finished: threading.Event) -> None:
     """Raise `KeyboardInterrupt` in the thread running the program, and wait until it has stopped.
 
     The exception is raised asynchronously (`PyThreadState_SetAsyncExc`): the worker sees it at its next
     Python bytecode, so a loop stops at once and a long numpy call stops when it returns. Without this the
     program would keep running in the background after Ctrl-C, which matters where the process goes on
-    (the REPL)."""
+    (the REPL). `finished` is set when the program has stopped."""
     ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(worker.ident), ctypes.py_object(KeyboardInterrupt))
     codegen = sys.modules.get("dl.codegen.native")  # compiled loops poll a flag (the llvm backend)
     if codegen is not None:
         codegen.interrupt_compiled_code()
-    worker.join()
+    finished.wait()
     if codegen is not None:
         codegen.resume_compiled_code()

@@ -892,6 +892,7 @@ def test_the_cache_forgets_its_least_recently_used_entries(tmp_path: Path, monke
 
 STOPPED = """
 fn count(n: i64) -> i64 { let k = 0; while k < n { k += 1 } return k }
+fn churn(n: i64) -> f64 { let x = 0.5f64; for i in 0..n { x = 3.9f64 * x * (1.0f64 - x) } return x }
 fn spin() -> f32 { let t = 0.0; while true { t = t + sum(randn(2, seed=1)) } return t }
 """
 
@@ -917,3 +918,33 @@ def test_ctrl_c_in_interpreted_code_does_not_stop_the_next_compiled_call(tmp_pat
     except KeyboardInterrupt:
         pytest.fail("the compiled call stopped at once: the earlier Ctrl-C's flag was still set")
     assert counted == 5
+
+
+def test_after_ctrl_c_the_program_has_stopped_when_the_run_returns(tmp_path: Path) -> None:
+    """Ctrl-C stops the program before `run_guarded` returns. It waited with `Thread.join`, which in Python
+    3.11 returns at once once a Ctrl-C has interrupted an earlier `join`: compiled code then ran on in the
+    background, and crashed the process as it exited (llvmlite unloading under it)."""
+    import _thread
+    import threading
+    import time
+
+    from dl.interp import run as interpreter
+    from dl.interp.runtime import invoke
+
+    path = tmp_path / "stopped.dl"
+    path.write_text(STOPPED, encoding="utf-8")
+    program, typed = pipeline.prepare(pipeline.load(str(path)))
+    compiled = native.compile_program(typed, False)
+    churn = interpreter.compile_program(program, typed, compiled.bodies).states[str(path)].cells["churn"].value
+    ended: list[float] = []
+
+    def action() -> None:
+        try:
+            invoke(churn, [10**15], churn.span)  # a compiled loop of days
+        finally:
+            ended.append(time.monotonic())
+
+    threading.Timer(0.3, _thread.interrupt_main).start()
+    with pytest.raises(KeyboardInterrupt):
+        interpreter.run_guarded(action)
+    assert ended, "run_guarded returned while the program still ran"
