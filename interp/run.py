@@ -1,7 +1,7 @@
-"""Running a program on the interpreter: compile to closures, then call `main`.
+"""The interpreter as a backend (runtime/backend.py): `BACKEND.prepare(typed, options)`, then `run` or `call`.
 
-`run(program, args)` compiles every module (interp/compile.py), evaluates
-module constants, and calls `main` with the command-line arguments as strings.
+Running compiles every module (interp/compile.py), evaluates module constants,
+and calls `main` with the command-line arguments as strings.
 A failure of the user's program raises `DiagnosticError` carrying the run-time
 diagnostic, with the DL call stack in its notes.
 """
@@ -9,6 +9,7 @@ diagnostic, with the DL call stack in its notes.
 from __future__ import annotations
 
 import ctypes
+import queue
 import sys
 import threading
 from difflib import SequenceMatcher
@@ -16,14 +17,17 @@ from typing import Any
 
 import numpy as np
 from dl.interp.compile import Compiler
-from dl.interp.metrics import Metrics, Progress
-from dl.interp.primitives import RandomSource
-from dl.interp.runtime import STACK, DeepRecursion, Function, RunError, complete_arguments, invoke, recursion_error
+from dl.interp.operators import complete_arguments
+from dl.interp.primitives import SUPPORT, RandomSource
 from dl.lang import ast
 from dl.lang.check import Typed
-from dl.lang.diagnostics import UNKNOWN_SPAN, Diagnostic, DiagnosticError, Span, error
+from dl.lang.diagnostics import UNKNOWN_SPAN, Diagnostic, DiagnosticError, Span, closest, error
 from dl.lang.modules import Program
-from dl.lang.primitives import closest
+from dl.runtime.backend import NOT_COMPILED, CompiledBody, Options
+from dl.runtime.calls import Function, invoke
+from dl.runtime.errors import STACK, DeepRecursion, RunError, UsageError, recursion_error
+from dl.runtime.interrupts import interrupt_everything, resume_everything
+from dl.runtime.metrics import Metrics, Progress
 
 # Deep DL recursion nests a few Python frames per call: give it room, on a
 # thread whose C stack is large enough for that depth.
@@ -31,46 +35,116 @@ RECURSION_LIMIT = 200_000
 THREAD_STACK_BYTES = 1024 * 1024 * 1024
 
 
-def compile_program(program: Program, typed: Typed | None = None, native: dict | None = None) -> Compiler:
+def compile_program(
+    program: Program,
+    typed: Typed | None = None,
+    bodies: dict[int, CompiledBody] | None = None,
+    constants: dict | None = None,
+) -> Compiler:
     """Compile every module; `typed` (the checker's result) adds literal dtypes and run-time annotation checks;
-    `native` maps ids of function declarations to bodies compiled to native code, used in place of ours."""
-    compiler = Compiler(program, typed, native)
+    `bodies` and `constants` are the backend options of those names (runtime/backend.py)."""
+    compiler = Compiler(program, typed, bodies, constants)
     compiler.compile_program()
     return compiler
 
 
-def run(program: Program, args: list[str], typed: Typed | None = None, native: dict | None = None) -> Any:
-    """Compile and run `main(args...)`; returns what `main` returns. `native`: see `compile_program`."""
-    RandomSource.reset()
-    Metrics.reset(Metrics.path)
-    Progress.reset()
-    # Module constants run while compiling: give them the same room and guards as `main`.
-    compiler = run_guarded(lambda: compile_program(program, typed, native))
-    state = compiler.states[program.entry]
-    main = state.cells.get("main")
-    if main is None or not isinstance(main.value, Function):
-        raise DiagnosticError(missing_main(program))
-    function = main.value
-    most = len(function.params)
-    fewest = most - sum(default is not None for default in function.defaults)
-    if not fewest <= len(args) <= most:
-        expected = f"{most}" if fewest == most else f"{fewest} to {most}"
-        raise UsageError(f"`main` takes {expected} argument{'s' * (most != 1)}, {len(args)} given on the command line")
-    return run_guarded(
-        lambda: invoke(function, complete_arguments(function, list(args), {}, function.span), function.span)
-    )
+class Interpreted:
+    """A program prepared on the interpreter: each `run` or `call` compiles it to closures (module constants
+    evaluated then, with fresh random streams) and calls into it."""
+
+    def __init__(self, typed: Typed, options: Options) -> None:
+        self.typed, self.options = typed, options
+        self.for_calls: Compiler | None = None  # compiled once for `call`: a host calling a function repeatedly
+        self.directs: dict[str, Any] = {}  # by function name: its compiled body's `direct`, or None
+
+    def compiled(self) -> Compiler:
+        if self.options.fresh_random:
+            RandomSource.reset()
+        # Module constants run while compiling: give them the same room and guards as `main`.
+        return run_guarded(
+            lambda: compile_program(self.typed.program, self.typed, self.options.bodies, self.options.constants)
+        )
+
+    def run(self, args: list[str]) -> Any:
+        """Run `main(args...)`; returns what `main` returns."""
+        program = self.typed.program
+        Metrics.reset()
+        Progress.reset()
+        compiler = self.compiled()
+        main = compiler.states[program.entry].cells.get("main")
+        if main is None or not isinstance(main.value, Function):
+            raise DiagnosticError(missing_main(program))
+        function = main.value
+        most = len(function.params)
+        fewest = most - sum(default is not None for default in function.defaults)
+        if not fewest <= len(args) <= most:
+            expected = f"{most}" if fewest == most else f"{fewest} to {most}"
+            raise UsageError(
+                f"`main` takes {expected} argument{'s' * (most != 1)}, {len(args)} given on the command line"
+            )
+        return run_guarded(
+            lambda: invoke(function, complete_arguments(function, list(args), {}, function.span), function.span)
+        )
+
+    def call(self, name: str, args: list) -> Any:
+        """Call the entry module's function `name` with run-time values (numpy arrays, Python numbers, tuples).
+        The program is compiled (its constants evaluated) at the first call only: a constant is a value, the
+        same at every call, and compiling again would cost the host more than a small function's call. A
+        function compiled by another backend for these arguments runs on the caller's thread (`direct`)."""
+        program = self.typed.program
+        if self.for_calls is None:
+            self.for_calls = self.compiled()
+        elif self.options.fresh_random:
+            RandomSource.reset()
+        cell = self.for_calls.states[program.entry].cells.get(name)
+        if cell is None or not isinstance(cell.value, Function):
+            raise UsageError(f"`{program.entry}` has no function `{name}`")
+        direct = self.direct_call(name)
+        if direct is not None:
+            try:
+                result = direct(list(args))
+            except RunError as failure:
+                raise DiagnosticError(failure.diagnostic) from None
+            if result is not NOT_COMPILED:
+                return result
+        function = cell.value
+        return run_guarded(lambda: invoke(function, list(args), function.span))
+
+    def direct_call(self, name: str):
+        """The compiled body's `direct` of the entry module's function `name`, if it has one and nothing is
+        checked around it at run time (an annotation the checker could not prove is checked by our body)."""
+        if name not in self.directs:
+            self.directs[name] = self.compiled_direct(name)
+        return self.directs[name]
+
+    def compiled_direct(self, name: str):
+        decl = next(
+            (d for d in self.typed.program.modules[self.typed.program.entry].decls if getattr(d, "name", None) == name),
+            None,
+        )
+        compiled = self.options.bodies.get(id(decl)) if isinstance(decl, ast.FnDecl) else None
+        if compiled is None or id(decl) in self.typed.checked_calls:
+            return None
+        return compiled.direct
+
+    def plan(self) -> str:
+        return ""
+
+    def outcome(self) -> str:
+        return ""
 
 
-def call(program: Program, name: str, args: list, typed: Typed | None = None, native: dict | None = None) -> Any:
-    """Compile the program and call its entry module's function `name` with Python values (numpy arrays,
-    Python numbers, tuples) as arguments; returns its result. For tests and embedding."""
-    RandomSource.reset()
-    compiler = run_guarded(lambda: compile_program(program, typed, native))
-    cell = compiler.states[program.entry].cells.get(name)
-    if cell is None or not isinstance(cell.value, Function):
-        raise UsageError(f"`{program.entry}` has no function `{name}`")
-    function = cell.value
-    return run_guarded(lambda: invoke(function, list(args), function.span))
+class Interpreter:
+    """The tree-walking interpreter as a backend: it runs every primitive (its `SUPPORT`)."""
+
+    name = "interp"
+    support = SUPPORT
+
+    def prepare(self, typed: Typed, options: Options | None = None) -> Interpreted:
+        return Interpreted(typed, options or Options())
+
+
+BACKEND = Interpreter()
 
 
 def missing_main(program: Program) -> Diagnostic:
@@ -94,16 +168,11 @@ def missing_main(program: Program) -> Diagnostic:
     )
 
 
-class UsageError(Exception):
-    """The command line does not fit the program (exit status 2)."""
-
-
 def run_guarded(action) -> Any:
-    """Run `action` with deep recursion allowed; user failures become `DiagnosticError`."""
+    """Run `action` with deep recursion allowed; user failures become `DiagnosticError`. It runs on the DL
+    worker thread (`Worker`), started once with a C stack large enough for deep recursion; Ctrl-C on the
+    calling thread stops it there too."""
     outcome: dict[str, Any] = {}
-    # Set when `action` is over. Waited for rather than `Thread.join`: in Python 3.11 a Ctrl-C that
-    # interrupts `join` marks the thread stopped while it still runs, and a later `join` returns at once.
-    finished = threading.Event()
 
     def target() -> None:
         try:
@@ -119,25 +188,16 @@ def run_guarded(action) -> Any:
             outcome["exception"] = failure
         finally:
             STACK.clear()
-            finished.set()
 
     previous_limit = sys.getrecursionlimit()
-    previous_stack = threading.stack_size()
     sys.setrecursionlimit(RECURSION_LIMIT)
-    threading.stack_size(THREAD_STACK_BYTES)
     try:
-        worker = threading.Thread(target=target, name="dl-main", daemon=True)
-        worker.start()
-        threading.stack_size(previous_stack)
-        try:
-            while not finished.wait(0.1):
-                pass
-        except KeyboardInterrupt:  # Ctrl-C reaches the main thread only: stop the program too
-            interrupt(worker, finished)
-            raise
+        if WORKER.is_current():  # a guarded action inside another: already on the worker
+            target()
+        else:
+            WORKER.run(target)
     finally:
         sys.setrecursionlimit(previous_limit)
-        threading.stack_size(previous_stack)
     if "exception" in outcome:
         raise outcome["exception"]
     if "error" in outcome:
@@ -145,17 +205,90 @@ def run_guarded(action) -> Any:
     return outcome.get("value")
 
 
-def interrupt(worker: threading.Thread, finished: threading.Event) -> None:
-    """Raise `KeyboardInterrupt` in the thread running the program, and wait until it has stopped.
+class Worker:
+    """The thread DL code runs on: started at the first guarded action, with a large C stack, and reused by
+    every later one, so that a host calling a small function often (`dl.load_package`) pays a hand-over
+    between threads per call, not a thread's start and end. After Ctrl-C the interrupted worker is left to
+    end and the next action starts a new one, so an interrupt never reaches an action it was not meant for."""
 
-    The exception is raised asynchronously (`PyThreadState_SetAsyncExc`): the worker sees it at its next
-    Python bytecode, so a loop stops at once and a long numpy call stops when it returns. Without this the
-    program would keep running in the background after Ctrl-C, which matters where the process goes on
-    (the REPL). `finished` is set when the program has stopped."""
-    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(worker.ident), ctypes.py_object(KeyboardInterrupt))
-    codegen = sys.modules.get("dl.codegen.native")  # compiled loops poll a flag (the llvm backend)
-    if codegen is not None:
-        codegen.interrupt_compiled_code()
-    finished.wait()
-    if codegen is not None:
-        codegen.resume_compiled_code()
+    def __init__(self) -> None:
+        self.requests: queue.SimpleQueue | None = None  # the current worker's
+        self.thread: threading.Thread | None = None
+        self.lock = threading.Lock()
+
+    @staticmethod
+    def is_current() -> bool:
+        return getattr(ON_WORKER, "active", False)
+
+    def run(self, target) -> None:
+        """Run `target` on the worker and wait for it; Ctrl-C meanwhile interrupts it (and is raised here)."""
+        done = threading.Event()
+        thread, requests = self.started()
+        requests.put((target, done))
+        try:
+            while not done.wait(0.1):
+                pass
+        except KeyboardInterrupt:  # Ctrl-C reaches the main thread only: stop the program too
+            self.interrupt(thread, requests, done)
+            raise
+
+    def started(self) -> tuple[threading.Thread, queue.SimpleQueue]:
+        with self.lock:
+            if self.thread is None or not self.thread.is_alive():
+                self.requests = queue.SimpleQueue()
+                previous_stack = threading.stack_size()
+                threading.stack_size(THREAD_STACK_BYTES)
+                try:
+                    self.thread = threading.Thread(target=serve, args=(self.requests,), name="dl-main", daemon=True)
+                    self.thread.start()
+                finally:
+                    threading.stack_size(previous_stack)
+            return self.thread, self.requests
+
+    def interrupt(self, thread: threading.Thread, requests: queue.SimpleQueue, done: threading.Event) -> None:
+        """Raise `KeyboardInterrupt` in the worker, and wait until the interrupted action has ended.
+
+        The exception is raised asynchronously (`PyThreadState_SetAsyncExc`): the worker sees it at its next
+        Python bytecode, so a loop stops at once and a long numpy call stops when it returns. Without this the
+        program would keep running in the background after Ctrl-C, which matters where the process goes on
+        (the REPL). The worker is retired: it ends once idle, and the next action starts another."""
+        with self.lock:
+            if self.thread is thread:
+                self.thread = self.requests = None
+        ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread.ident), ctypes.py_object(KeyboardInterrupt))
+        interrupt_everything()  # compiled loops poll a flag
+        while not done.wait(0.1) and thread.is_alive():
+            pass
+        resume_everything()  # flags no running code saw would stop the next action at once
+        requests.put(None)
+
+
+ON_WORKER = threading.local()
+RUNNING = [0]  # how many actions are running on workers now (an interrupted one may still be ending)
+COUNTING = threading.Lock()
+
+
+def running() -> bool:
+    """Whether DL code is running on a worker now."""
+    return RUNNING[0] > 0
+
+
+def serve(requests: queue.SimpleQueue) -> None:
+    """A worker's loop: run each action it is given until it is given None (or an interrupt ends it)."""
+    ON_WORKER.active = True
+    while True:
+        request = requests.get()
+        if request is None:
+            return
+        target, done = request
+        with COUNTING:
+            RUNNING[0] += 1
+        try:
+            target()
+        finally:
+            with COUNTING:
+                RUNNING[0] -= 1
+            done.set()
+
+
+WORKER = Worker()

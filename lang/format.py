@@ -74,21 +74,10 @@ def literal_spellings(module: ast.Module, source: str) -> dict[Span, str]:
     """The source text of every number literal that sits on one line, by span."""
     lines = source.splitlines()
     spellings = {}
-    stack: list[object] = [module]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, tuple):
-            stack.extend(node)
-            continue
-        if isinstance(node, (ast.IntLiteral, ast.FloatLiteral)) and node.span.line == node.span.end_line:
-            if 0 < node.span.line <= len(lines):
-                spellings[node.span] = lines[node.span.line - 1][node.span.column - 1 : node.span.end_column - 1]
-            continue
-        for name in getattr(node, "__dataclass_fields__", ()):
-            if name not in ("span", "name_span"):
-                value = getattr(node, name)
-                if isinstance(value, tuple) or hasattr(value, "__dataclass_fields__"):
-                    stack.append(value)
+    for node in ast.walk(module):
+        literal = isinstance(node, (ast.IntLiteral, ast.FloatLiteral))
+        if literal and node.span.line == node.span.end_line and 0 < node.span.line <= len(lines):
+            spellings[node.span] = lines[node.span.line - 1][node.span.column - 1 : node.span.end_column - 1]
     return spellings
 
 

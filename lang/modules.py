@@ -25,6 +25,9 @@ class Program:
     # for each module path: its imports as (alias, resolved module path)
     imports: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
     sources: SourceMap = field(default_factory=SourceMap)
+    # modules parsed before, by path, with the text each was parsed from: an import whose file still has that
+    # text is not parsed again (the language server loads a document's imports again after each edit)
+    parsed: dict[str, tuple[str, ast.Module]] = field(default_factory=dict, repr=False)
 
     def in_dependency_order(self) -> list[str]:
         """Module paths, each after the modules it imports (the entry last)."""
@@ -97,7 +100,10 @@ def load_imports(program: Program, module: ast.Module, importer: str) -> None:
 
 def _load(program: Program, path: str, text: str, chain: list[str], recovered: list[Recovered] | None = None) -> None:
     program.sources.add(path, text)
-    if recovered is None:
+    earlier = program.parsed.get(path)
+    if recovered is None and earlier is not None and earlier[0] == text:
+        module = earlier[1]
+    elif recovered is None:
         module = parse(text, path)
     else:
         recovered.append(recover(text, path))

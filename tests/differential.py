@@ -26,11 +26,10 @@ from typing import Any
 
 import numpy as np
 from dl import pipeline
-from dl.codegen import native
-from dl.interp import run as interpreter
-from dl.interp.values import StructValue
 from dl.lang import check as check_tools
 from dl.lang.diagnostics import Diagnostic, DiagnosticError
+from dl.runtime.interrupts import interrupt_everything, resume_everything
+from dl.runtime.values import StructValue
 
 LIMIT_SECONDS = 10.0
 # Compiled code and numpy may differ in the last bits (libm against numpy's transcendental functions,
@@ -56,7 +55,9 @@ class Hang(Exception):
 class Watchdog:
     """Stops the step running in the main thread after `LIMIT_SECONDS`, as Ctrl-C would (the interpreter then
     stops its worker thread and compiled loops too). The timer raises its signal; the handler raises
-    `KeyboardInterrupt` only while a step is armed, so a timer firing as a step ends is harmless."""
+    `KeyboardInterrupt` only while a step is armed, so a timer firing as a step ends is harmless. The timer
+    also sets the compiled loops' flag itself: a compiled function the host calls directly runs on the main
+    thread, where no signal handler runs until it returns."""
 
     armed = False
     installed = False
@@ -80,6 +81,7 @@ def within_limit(action):
 
     def stop() -> None:
         fired.set()
+        interrupt_everything()
         _thread.interrupt_main(signal.SIGUSR1)
 
     timer = threading.Timer(LIMIT_SECONDS, stop)
@@ -94,6 +96,9 @@ def within_limit(action):
     finally:
         Watchdog.armed = False
         timer.cancel()
+        timer.join()
+        if fired.is_set():
+            resume_everything()  # clear the flags no running compiled loop saw, or the next step stops at once
 
 
 def examine(path: str, source: str, calls: tuple, differentiated: tuple | None, well_typed: bool = True) -> Report:
@@ -110,17 +115,18 @@ def examine(path: str, source: str, calls: tuple, differentiated: tuple | None, 
             return report
         step = "prepare"
         signatures = tuple((name, tuple(pipeline.value_type(a) for a in args)) for name, args in calls)
-        program, prepared = within_limit(lambda: pipeline.prepare(pipeline.load(path, source), signatures))
+        _, prepared = within_limit(lambda: pipeline.prepare(pipeline.load(path, source), signatures))
         if differentiated is not None:
             step = "dlrun grad"
             within_limit(lambda: derivative_source(path, source, differentiated))
         step = "llvm compile"
-        compiled = within_limit(lambda: native.compile_program(prepared, False))
+        compiled = within_limit(lambda: pipeline.on_backend("llvm", prepared, cache=False))
+        interpreted = pipeline.on_backend("interp", prepared)
         for name, args in calls:
             step = f"call {name}"
-            interpreted = outcome(lambda n=name, a=args: interpreter.call(program, n, copied(a), prepared))
-            native_ = outcome(lambda n=name, a=args: interpreter.call(program, n, copied(a), prepared, compiled.bodies))
-            compare(name, interpreted, native_, path, source, report)
+            on_interpreter = outcome(lambda n=name, a=args: interpreted.call(n, copied(a)))
+            on_llvm = outcome(lambda n=name, a=args: compiled.call(n, copied(a)))
+            compare(name, on_interpreter, on_llvm, path, source, report)
     except DiagnosticError as failure:
         judge_diagnostics(failure.diagnostics, path, source, report)
         if well_typed:
