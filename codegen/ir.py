@@ -48,8 +48,8 @@ class Variable:
 @node
 class Site:
     """Where compiled code can fail: the diagnostic (code, message, span) the host raises for it. With
-    `shows` (a dtype), the failing operation also stores the offending value (as f64) in `dl.value`, and
-    `{value}` in the message becomes that value, printed as `print` shows a `shows` scalar."""
+    `shows` (a dtype), the failing operation also stores the offending value in `dl.value` (as f64, an i64
+    as its bits), and `{value}` in the message becomes that value, printed as `print` shows a `shows` scalar."""
 
     code: str
     message: str

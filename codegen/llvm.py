@@ -332,7 +332,7 @@ class TensorEmission:
             case ir.Check(condition=condition, site=site, shows=shows):
                 if shows is not None:
                     shown = self.operand(shows)
-                    wide = builder.sitofp(shown, TYPES["f64"]) if shows.dtype == "i64" else shown
+                    wide = builder.bitcast(shown, TYPES["f64"]) if shows.dtype == "i64" else shown  # its bits: exact
                     if shows.dtype == "f32":
                         wide = builder.fpext(shown, TYPES["f64"])
                     builder.store(wide, self.module.get_global("dl.value"))
@@ -617,7 +617,7 @@ class TensorEmission:
         negative = builder.icmp_signed("<", index_value, i64(0))
         wrapped = builder.select(negative, builder.add(index_value, i64(size)), index_value)
         outside = builder.or_(builder.icmp_signed("<", wrapped, i64(0)), builder.icmp_signed(">=", wrapped, i64(size)))
-        builder.store(builder.sitofp(index_value, TYPES["f64"]), self.module.get_global("dl.value"))
+        builder.store(builder.bitcast(index_value, TYPES["f64"]), self.module.get_global("dl.value"))
         return self.fail_unless(builder, outside, site, name), wrapped
 
     # -------------------------------------------------------------- trees
@@ -1248,7 +1248,9 @@ class FunctionEmitter(TensorEmission):
 
     def stop_if_interrupted(self, builder: llvm_ir.IRBuilder) -> llvm_ir.IRBuilder:
         """Fail with `INTERRUPTED` if the host was interrupted (Ctrl-C), else go on."""
-        stopped = builder.load(self.module.get_global("dl.interrupt"), name="interrupted")
+        # Atomic, so that LLVM does not hoist the read out of a loop that writes no memory (it would never
+        # see the host's write, from another thread); monotonic: no ordering is needed, only a fresh read.
+        stopped = builder.load_atomic(self.module.get_global("dl.interrupt"), "monotonic", 8, name="interrupted")
         going_on = self.llvm_function.append_basic_block("not.interrupted")
         failing = self.llvm_function.append_basic_block("fail.interrupted")
         builder.cbranch(builder.icmp_signed("!=", stopped, TYPES["i64"](0)), failing, going_on)

@@ -46,10 +46,10 @@ def promoted_dtype(a: str, a_weak: bool, b: str, b_weak: bool) -> str:
     return promote_dtypes(TensorType(a, weak=a_weak), TensorType(b, weak=b_weak))
 
 
-def wraps_around(dtype: str, operand_dtypes: tuple[str, ...]) -> bool:
-    """Whether integer arithmetic in `dtype` wraps as numpy's (i32, or i64 computed from an i32) rather than
-    failing on overflow as the interpreter's i64 scalars (Python ints) do."""
-    return dtype == "i32" or (dtype == "i64" and "i32" in operand_dtypes)
+def wraps_around(dtype: str) -> bool:
+    """Whether scalar integer arithmetic in `dtype` wraps as numpy's (i32) rather than failing on overflow as
+    the interpreter's i64 scalars do (an i64 computed from an i32 too)."""
+    return dtype == "i32"
 
 
 class Unsupported(Exception):
@@ -422,7 +422,9 @@ class FunctionLowering:
         if dtype == "bool":
             raise Unsupported("negating a bool", span)
         result = self.temp("neg", dtype)
-        site = self.overflow_site("-", span) if dtype == "i64" else None  # i32 wraps, as numpy's
+        site = None  # i32 wraps, as numpy's
+        if dtype == "i64":
+            site = self.site("E0510", f"integer overflow: -({-(2**63)}) is out of the i64 range", span)
         self.emit(ir.UnaryOp(result, "neg", value.operand, site))
         return Value(result)
 
@@ -490,7 +492,7 @@ class FunctionLowering:
             return fold(op, left.weak, right.weak, span)
         dtype = self.common_dtype(left, right, span)
         lhs, rhs = self.promote(left, dtype, span), self.promote(right, dtype, span)
-        wraps = wraps_around(dtype, (left.operand.dtype, right.operand.dtype))
+        wraps = wraps_around(dtype)
         if op in COMPARISONS:
             result = self.temp(COMPARE_NAMES[op], "bool")
             self.emit(ir.Compare(result, op, lhs, rhs))
@@ -604,8 +606,14 @@ class FunctionLowering:
         if dtype not in allowed:
             raise Unsupported(f"`{prim.value}` of {dtype}", span)
         args = tuple(self.promote(value, dtype, span) for value in values)
-        result = self.temp(prim.value, dtype)
-        self.emit(ir.MathCall(result, prim.value, args))
+        name = prim.value
+        if prim is Prim.ABS and dtype == "i64":  # max(x, -x), failing where -x overflows, as interpreted
+            message = f"abs: integer overflow: the absolute value of {-(2**63)} is out of the i64 range"
+            negated = self.temp("neg", dtype)
+            self.emit(ir.UnaryOp(negated, "neg", args[0], self.site("E0513", message, span)))
+            name, args = "maximum", (args[0], negated)
+        result = self.temp(name, dtype)
+        self.emit(ir.MathCall(result, name, args))
         return Value(result)
 
 

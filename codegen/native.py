@@ -44,6 +44,13 @@ TO_C = {"f64": float, "f32": float, "i64": int, "i32": int, "bool": bool}
 FROM_C = {"f64": np.float64, "f32": np.float32, "i64": int, "i32": np.int32, "bool": bool, "unit": lambda _: ()}
 
 
+def shown_value(native, dtype: str) -> str:
+    """The value a failing site stored in `dl.value`, as `print` shows it: an f64 (f32 widened), or the
+    bits of an i64 (exact, where an f64 would round indices past 2**53)."""
+    kind = ctypes.c_int64 if dtype == "i64" else ctypes.c_double
+    return format_value(FROM_C[dtype](kind.from_address(native.value_address).value))
+
+
 @dataclass(frozen=True)
 class Replacing:
     """A body compiled whole: it replaces the fallback's."""
@@ -211,7 +218,14 @@ def interrupt_compiled_code() -> None:
         ctypes.c_int64.from_address(native.interrupt_address).value = 1
 
 
-on_interrupt(interrupt_compiled_code)
+def resume_compiled_code() -> None:
+    """After Ctrl-C stopped the program: clear every module's flag, also of those no loop of which saw it
+    (their next call would stop at once otherwise)."""
+    for native in list(LIVE):
+        ctypes.c_int64.from_address(native.interrupt_address).value = 0
+
+
+on_interrupt(interrupt_compiled_code, resume_compiled_code)
 
 
 def stopped(native: Native) -> None:
@@ -233,7 +247,6 @@ def native_body(function: ir.Function, native: Native) -> Callable[[list], Any]:
     count = len(converters)
     error = ctypes.c_int64.from_address(native.error_address)
     depth = ctypes.c_int64.from_address(native.depth_address)
-    shown = ctypes.c_double.from_address(native.value_address)
 
     def body(frame: list) -> object:
         value = call(*[convert(argument) for convert, argument in zip(converters, frame[1 : count + 1], strict=True)])
@@ -246,7 +259,7 @@ def native_body(function: ir.Function, native: Native) -> Callable[[list], Any]:
                 raise RunError(recursion_error([(site.frame, site.span)], site.span))
             message = site.message
             if site.shows is not None:
-                message = message.replace("{value}", format_value(FROM_C[site.shows](shown.value)))
+                message = message.replace("{value}", shown_value(native, site.shows))
             raise fail(site.code, message, site.span)
         frame[0] = result(value)
         return RETURN
@@ -485,8 +498,7 @@ class SpecialisingBody:
             raise RunError(recursion_error([(site.frame, site.span)], site.span))
         message = site.message
         if site.shows is not None:
-            shown = ctypes.c_double.from_address(native.value_address).value
-            message = message.replace("{value}", format_value(FROM_C[site.shows](shown)))
+            message = message.replace("{value}", shown_value(native, site.shows))
         frames += site.inlined
         STACK.extend(frames)  # the calls active when it failed, inlined or not, for the call-stack note
         try:

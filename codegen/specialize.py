@@ -579,8 +579,8 @@ class Specialiser(FunctionLowering):
                 value = self.bind(value, 1, detach=True)  # read every part before writing any: `(a, b) = (b, a)`
                 for item, part in zip(items, value, strict=True):
                     self.assign_to(item, part, span)
-            case ast.Index(target=ast.Name(id=name) as base, indices=indices):
-                self.assign_element(name, base, indices, value, span)
+            case ast.Index(target=ast.Name(id=name) as base, indices=indices) as element:  # fails where interpreted
+                self.assign_element(name, base, indices, value, element.span)
             case _:
                 raise Unsupported("an assignment to this target", span)
 

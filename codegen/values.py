@@ -10,6 +10,7 @@ The helpers here read and build those trees (views, broadcasting, remapped axes)
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -24,6 +25,17 @@ FLOATS = ("f32", "f64")
 NUMPY_DTYPES = {"f32": np.float32, "f64": np.float64, "i64": np.int64, "i32": np.int32, "bool": np.bool_}
 
 
+def physical_memory() -> int:
+    """The machine's memory in bytes (numpy's limit on an array's size where the system does not say)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        return int(np.iinfo(np.intp).max)
+
+
+MEMORY_BYTES = physical_memory()
+
+
 @dataclass(frozen=True)
 class Tensor:
     """A tensor of rank 1 or more: its dtype, constant shape and elementwise tree (codegen/ir.py)."""
@@ -31,6 +43,14 @@ class Tensor:
     dtype: str
     shape: tuple[int, ...]
     tree: object
+
+    def __post_init__(self) -> None:
+        # The interpreter cannot make such a tensor (E0513), where fused code might run for hours without
+        # ever allocating it: refuse the layout, so that it runs there and fails alike.
+        if any(n < 0 for n in self.shape):
+            raise Unsupported(f"a tensor of negative size {list(self.shape)}")
+        if self.size * ir.ITEM_BYTES.get(self.dtype, 8) > MEMORY_BYTES:
+            raise Unsupported(f"a tensor of {self.size} elements, more than the machine's memory")
 
     @property
     def size(self) -> int:

@@ -760,7 +760,7 @@ class Compiler:
                     )
                 )
                 return 0
-        return kind.type(expr.value) if dtype else expr.value
+        return kind.type(expr.value) if dtype not in (None, "i64") else expr.value  # i64 scalars are ints
 
     @staticmethod
     def short_circuit(op: str, lhs: Step, rhs: Step, span: Span) -> Step:

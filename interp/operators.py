@@ -64,6 +64,7 @@ ndarray = np.ndarray
 EQUALITY = frozenset({"==", "!="})
 ORDERING = frozenset({"<", "<=", ">", ">="})
 COMPARISONS = EQUALITY | ORDERING
+INTEGER_ARITHMETIC = frozenset({"+", "-", "*", "//", "%", "**"})
 FUNCTIONS: dict[str, Callable[[Any, Any], Any]] = {
     "+": operator.add,
     "-": operator.sub,
@@ -101,6 +102,8 @@ def general(symbol: str, a: Any, b: Any, weak_a: bool = False, weak_b: bool = Fa
         integer_checks(symbol, a, b, shown(symbol, a, b))
     try:
         a, b = promote(a, b, weak_a, weak_b)
+        if wide_integer_scalars(symbol, a, b):
+            a, b = int(a), int(b)  # exact: the range check below reports what numpy's int64 would wrap
         result = scalar(FUNCTIONS[symbol](a, b))
     except OverflowError:
         raise out_of_range(symbol, a, b) from None
@@ -109,6 +112,14 @@ def general(symbol: str, a: Any, b: Any, weak_a: bool = False, weak_b: bool = Fa
     if result.__class__ is int and not -I64_LIMIT <= result < I64_LIMIT:
         raise PrimitiveError(f"integer overflow: {shown(symbol, a, b)} is out of the i64 range")
     return result
+
+
+def wide_integer_scalars(symbol: str, a: Any, b: Any) -> bool:
+    """Whether `a symbol b` is arithmetic on integer scalars promoted to i64 (an i32 met an i64): i64 scalars
+    report overflow, tensors and i32 wrap (docs/types.md)."""
+    if symbol not in INTEGER_ARITHMETIC or a.__class__ is ndarray or b.__class__ is ndarray:
+        return False
+    return (a.__class__ is np.int64 or b.__class__ is np.int64) and kind_of(a) in "iu" and kind_of(b) in "iu"
 
 
 TREES = (tuple, StructValue)
@@ -225,8 +236,12 @@ def dividing(symbol: str, integers_fit: Callable[[int], bool] | None):
                         return function(a, b)
                     except ValueError:
                         raise broadcast_error(symbol, a, b) from None
-            elif cls is np.float32 or cls is np.float64 or (cls is int and integers_fit and integers_fit(b)):
+            elif cls is np.float32 or cls is np.float64:
                 return function(a, b)
+            elif cls is int and integers_fit and integers_fit(b):
+                result = function(a, b)
+                if -I64_LIMIT <= result < I64_LIMIT:
+                    return result  # else (the smallest i64 // -1) the general path reports the overflow
         elif same_float(a, b):
             return function(a, b)
         return general(symbol, a, b)

@@ -133,11 +133,19 @@ def flag_of(value: Any, name: str) -> bool:
     raise PrimitiveError(f"`{name}=` takes `true` or `false`, found {describe(value)}")
 
 
+# The most elements a tensor may have: numpy's limit on its size in bytes, for the widest dtype (8 bytes).
+MAX_ELEMENTS = np.iinfo(np.intp).max // 8
+
+
 def dims_of(dims: tuple) -> tuple[int, ...]:
     for dim in dims:
         if not is_integer(dim) or dim < 0:
             raise PrimitiveError(f"a dimension must be a non-negative integer, found {shown_value(dim)}")
-    return tuple(int(d) for d in dims)
+    shape = tuple(int(d) for d in dims)
+    count = math.prod(shape)
+    if count > MAX_ELEMENTS:
+        raise PrimitiveError(f"a tensor of shape {list(shape)} is too big ({count} elements)")
+    return shape
 
 
 def shown_value(value: Any) -> str:
@@ -263,6 +271,8 @@ def absolute(x: Any) -> Any:
     if x.__class__ is ndarray and x.dtype is not BOOL:
         return np.absolute(x)
     no_bools("abs", x)
+    if x.__class__ is int and x == -I64_LIMIT:  # an i64 scalar: its overflow is an error, as for `-x`
+        raise PrimitiveError(f"integer overflow: the absolute value of {x} is out of the i64 range")
     return scalar(np.absolute(x))
 
 

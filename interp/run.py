@@ -26,7 +26,7 @@ from dl.lang.modules import Program
 from dl.runtime.backend import NOT_COMPILED, CompiledBody, Options
 from dl.runtime.calls import Function, invoke
 from dl.runtime.errors import STACK, DeepRecursion, RunError, UsageError, recursion_error
-from dl.runtime.interrupts import interrupt_everything
+from dl.runtime.interrupts import interrupt_everything, resume_everything
 from dl.runtime.metrics import Metrics, Progress
 
 # Deep DL recursion nests a few Python frames per call: give it room, on a
@@ -259,6 +259,7 @@ class Worker:
         interrupt_everything()  # compiled loops poll a flag
         while not done.wait(0.1) and thread.is_alive():
             pass
+        resume_everything()  # flags no running code saw would stop the next action at once
         requests.put(None)
 
 

@@ -813,9 +813,12 @@ class Checker:
         if stmt.op != "=" and not (isinstance(stmt.target, ast.Name) and scope.lookup(stmt.target.id) is None):
             current = self.expression(stmt.target, scope, context)
             value = self.binary_type(stmt.op[0], current, value, stmt.span)
-        self.store(stmt.target, value, stmt.value.span, scope, context)
+        self.store(stmt.target, value, stmt.value.span, scope, context, stmt.value if stmt.op == "=" else None)
 
-    def store(self, target: ast.Expr, value: Type, span: Span, scope: Scope, context: Context) -> None:
+    def store(
+        self, target: ast.Expr, value: Type, span: Span, scope: Scope, context: Context, node: ast.Expr | None = None
+    ) -> None:
+        """Check rebinding `target` to `value`; a weak literal `node` (`acc = 3`) takes the target's dtype."""
         if isinstance(target, ast.Name) and scope.lookup(target.id) is None:
             self.store_undeclared(target, value, scope, context)
             return
@@ -836,6 +839,8 @@ class Checker:
                     notes=(rebinding_help(target, current, value),),
                 )
             )
+        elif node is not None:
+            self.coerce(current, value, node)
 
     def store_element(self, target: ast.Index, region: Type, value: Type, span: Span) -> None:
         """`x[i] = v`: `v` must broadcast into the indexed region and fit its dtype without losing values."""
@@ -1390,36 +1395,11 @@ class Checker:
         result = self.apply_function(ref.function, list(args), span)
         if result is None or isinstance(result, AnyType):
             return None if result is None else ANY
-        name = "value_and_grad" if ref.with_value else "grad"
-        if not (isinstance(result, TensorType) and result.rank == 0 and strong(result).dtype in FLOATS):
-            self.report(
-                error(
-                    "E0330",
-                    f"`{name}` needs a function that returns a float scalar, but it returns {result}",
-                    ref.span,
-                    f"returns {result}",
-                    notes=("help: reduce the result to a scalar first, for example with `sum(...)` or `mean(...)`",),
-                )
-            )
+        problem = gradient_problem("value_and_grad" if ref.with_value else "grad", result, args, positions, ref.span)
+        if problem is not None:
+            self.report(problem)
             return None
-        gradients = []
-        for position in positions:
-            arg = strong(args[position]) if isinstance(args[position], TensorType) else args[position]
-            if not has_float(arg):
-                floats = [i for i, a in enumerate(args) if has_float(a)]
-                shown = str(floats[0]) if len(floats) == 1 else f"({', '.join(map(str, floats))})"
-                notes = (f"help: the arguments with floats are at `wrt={shown}`",) if floats else ()
-                self.report(
-                    error(
-                        "E0331",
-                        f"`{name}` cannot differentiate with respect to argument {position}, of type {arg}: "
-                        "only floats have gradients",
-                        ref.span,
-                        notes=notes,
-                    )
-                )
-                return None
-            gradients.append(arg)
+        gradients = [strong(args[p]) if isinstance(args[p], TensorType) else args[p] for p in positions]
         gradient = TupleType(tuple(gradients)) if isinstance(ref.wrt, tuple) else gradients[0]
         return TupleType((strong(result), gradient)) if ref.with_value else gradient
 
@@ -1455,6 +1435,7 @@ class Checker:
             return ANY
         operands = primitive.positions(primitive.operands or ())
         values = [(expr.args[i], args[i]) for i in operands if i < len(expr.args)]
+        values += [(nodes[k], keywords[k]) for k in primitive.fills if k in nodes]
         self.coerce_operands(result, values)
         return result
 
@@ -1653,6 +1634,8 @@ class Checker:
             self.report(error("E0309", "a tuple takes one integer index", expr.span, str(target)))
             return ANY
         node, index_type = parts[0]
+        if isinstance(index_type, AnyType):  # a parameter of a function checked before any call gives it a value
+            return ANY
         position = static_value(node, index_type)
         if not isinstance(position, int):
             self.report(
@@ -1831,6 +1814,35 @@ def wrt_positions(node: ast.Expr | None) -> int | tuple[int, ...] | None:
     return None
 
 
+def gradient_problem(
+    name: str, result: Type, args: list[Type], positions: tuple[int, ...], span: Span
+) -> Diagnostic | None:
+    """Why `name` (`grad` or `value_and_grad`) cannot differentiate a function returning `result` called with
+    `args` with respect to `positions`: E0330 unless it returns a float scalar, E0331 for a position without
+    floats. None when it can."""
+    if not (isinstance(result, TensorType) and result.rank == 0 and strong(result).dtype in FLOATS):
+        return error(
+            "E0330",
+            f"`{name}` needs a function that returns a float scalar, but it returns {result}",
+            span,
+            f"returns {result}",
+            notes=("help: reduce the result to a scalar first, for example with `sum(...)` or `mean(...)`",),
+        )
+    for position in positions:
+        arg = strong(args[position]) if isinstance(args[position], TensorType) else args[position]
+        if not has_float(arg):
+            floats = [i for i, a in enumerate(args) if has_float(a)]
+            shown = str(floats[0]) if len(floats) == 1 else f"({', '.join(map(str, floats))})"
+            return error(
+                "E0331",
+                f"`{name}` cannot differentiate with respect to argument {position}, of type {arg}: "
+                "only floats have gradients",
+                span,
+                notes=(f"help: the arguments with floats are at `wrt={shown}`",) if floats else (),
+            )
+    return None
+
+
 def has_float(t: Type) -> bool:
     """Does a value of this type hold floats (what a gradient can be taken of)?"""
     match t:
@@ -1917,9 +1929,6 @@ def depends_on_types(code: str) -> bool:
     outside a loop or a missing `return`)."""
     return (code.startswith("E03") and code not in ("E0321", "E0322")) or code in ("E0204", "E0205", "E0206")
 
-
-# The arguments of these primitives that combine into the result's values (not axes or sizes):
-# a literal there takes the result's dtype, as it does with an operator.
 
 INTEGER_FOLDS = {
     "+": lambda a, b: a + b,

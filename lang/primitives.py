@@ -185,6 +185,7 @@ class Primitive:
     derivative: Derivative
     tensors: frozenset[str] = frozenset()  # parameters that take a number or a tensor, checked when called
     operands: tuple[str, str] | None = None  # promote together as an operator's operands: a literal adapts
+    fills: frozenset[str] = frozenset()  # keywords whose literal takes the result's dtype (`full(n, value=0.1)`)
     functions: frozenset[str] = frozenset()  # parameters that take a function, which the rule applies
     effect: bool = False  # run for what it does (output, files): a call is never dropped as unread
     random: bool = False  # draws from a random stream
@@ -492,6 +493,7 @@ PRIMITIVES_LIST = (
         Signature(variadic=("dims", 0, None), keywords=(("value", None), ("dtype", F32))),
         shapes.make_creation("full", 1),
         INPUT,
+        fills=frozenset({"value"}),  # `full(2, value=0.1, dtype=f64)` is the f64 nearest to 0.1
     ),
     not_differentiable(
         Prim.ARANGE,

@@ -1088,6 +1088,47 @@ fn f(t, w) {
 )
 
 case(
+    "tuple_indexed_by_a_known_name",
+    "tuples",
+    """
+const LAST = 2
+
+fn item(a, b, c, i) {
+    let t = (a * 2.0, b * b, c)
+    return sum(t[i]) * sum(t[LAST])
+}
+
+fn f(a, b, c) {
+    return item(a, b, c, 1) * item(a, b, c, 0) + item(a, b, c, -1) + item(a, b, c, 2)
+}
+""",
+    (s(0.7), normal(201, 3), normal(202, 2, 2)),
+    lambda a, b, c: (b * b).sum() * c.sum() * (a * 2.0) * c.sum() + c.sum() * c.sum() + c.sum() * c.sum(),
+    wrt=(0, 1, 2),
+    value_and_grad=True,
+    notes="a tuple indexed by a parameter each call gives a literal (another item in each instance of `item`) "
+    "and by a const",
+)
+
+case(
+    "augmented_assignment_keeps_the_rank",
+    "tuples",
+    """
+fn f(w: f64[3], x: f64[3, 2]) {
+    let v = w * 2.0
+    v -= v * 0.25
+    let m = x
+    m *= 0.5
+    return v @ v + sum(v @ m)
+}
+""",
+    (normal(203, 3), normal(204, 3, 2)),
+    lambda w, x: (w * 1.5) @ (w * 1.5) + ((w * 1.5) @ (x * 0.5)).sum(),
+    wrt=(0, 1),
+    notes="found by scripts/fuzz_backends.py: `v -= e` made a value of unknown type, so `v @ v` had no rank",
+)
+
+case(
     "tuple_swap_in_loop",
     "tuples",
     """

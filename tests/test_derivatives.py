@@ -67,6 +67,30 @@ def test_printed_derivative_runs_and_agrees(path: Path, dlrun, tmp_path: Path) -
     assert out == expected
 
 
+REFUSED = sorted((ROOT / "tests" / "derivatives" / "refused").glob("*.dl"))
+
+
+@pytest.mark.parametrize("path", REFUSED, ids=lambda p: p.stem)
+def test_a_request_grad_would_refuse_is_its_diagnostic(path: Path, dlrun, update_goldens: bool) -> None:
+    """`dlrun grad` on a function `grad` cannot differentiate (not a float scalar, an integer or missing
+    argument) gives the checker's E0330/E0331/E0334 at the function's name, never an internal error."""
+    argv = command(path)
+    status, out, err = dlrun(*argv[:1], str(path.relative_to(ROOT)), *argv[1:])
+    assert (status, out) == (1, "")
+    assert "internal error" not in err
+    check_golden(path.with_suffix(".err"), err, update_goldens)
+
+
+def test_the_shipped_newton_example_is_refused_with_e0330(dlrun) -> None:
+    """`newton_sqrt` returns (f64, i64): the E0330 a program's `grad(newton_sqrt)` gets, at its declaration."""
+    status, out, err = dlrun("grad", "examples/newton.dl", "--fn", "newton_sqrt")
+    assert (status, out) == (1, "")
+    lines = err.splitlines()
+    assert lines[0] == "error[E0330]: `grad` needs a function that returns a float scalar, but it returns (f64, i64)"
+    assert lines[1] == "  --> examples/newton.dl:10:4"
+    assert lines[4] == "   |    ^^^^^^^^^^^ returns (f64, i64)"
+
+
 # ---------------------------------------------------------------------- functions that take functions
 
 BOUND = "tests/derivatives/newton_bound_functions.dl"

@@ -183,7 +183,7 @@ fn main() {
     print(wrapmul(65536i32, 65536i32), wrapmul(46341i32, 46341i32))
     print(floors(-7i32, 2i32), floors(7i32, -2i32), floors(-7i32, -2i32), floors(7i32, 2i32))
     print(floors(-2147483647i32 - 1i32, -1i32), neg(-2147483647i32 - 1i32), neg(5i32))
-    print(mixed(7i32, 4611686018427387000), mixed(-3i32, 10), widened(-2147483647i32 - 1i32, 4294967297))
+    print(mixed(7i32, 4611686018427387000), mixed(-3i32, 10), widened(-2147483647i32 - 1i32, 4294967295))
     print(floats(16777217i32, 0.5, 0.25f64), floats(-3i32, 1.5, -2.0f64))
     print(ops(-2147483647i32 - 1i32, 3i32), ops(-4i32, -9i32), ops(12i32, 5i32))
     print(compare(1i32, 2, 1.5), compare(2i32, 5, 3.0), compare(-3i32, 1, 0.0))
@@ -329,6 +329,12 @@ fn main() { print(apply(fn(y) => helper(y), 1.0)) }
         ("remainder32(-7i32, 0i32)", "integer division by zero in `%`"),
         ("divide_wide(7i32, 0)", "integer division by zero in `//`"),
         ("remainder_wide(-7, 0i32)", "integer division by zero in `%`"),
+        ("widen(-2147483647i32 - 1i32, 4294967297)", "integer overflow: i64 * i64 is out of the i64 range"),
+        ("negate(-9223372036854775807 - 1)", "integer overflow: -(-9223372036854775808) is out of the i64 range"),
+        (
+            "magnitude(-9223372036854775807 - 1)",
+            "abs: integer overflow: the absolute value of -9223372036854775808 is out of the i64 range",
+        ),
     ],
 )
 def test_run_time_failures_are_diagnostics(call: str, message: str, tmp_path: Path, capsys) -> None:
@@ -344,20 +350,21 @@ fn divide32(a: i32, b: i32) -> i32 {{ return a // b }}
 fn remainder32(a: i32, b: i32) -> i32 {{ return a % b }}
 fn divide_wide(a: i32, b: i64) -> i64 {{ return a // b }}
 fn remainder_wide(a: i64, b: i32) -> i64 {{ return a % b }}
+fn widen(a: i32, c: i64) -> i64 {{ return c * a }}
+fn negate(a: i64) -> i64 {{ return -a }}
+fn magnitude(a: i64) -> i64 {{ return abs(a) }}
 fn main() {{ print({call}) }}
 """
     status, _, err = run_cli(tmp_path, source, "--backend", "llvm", capsys=capsys)
     assert status == 1
-    code = {"recursion": "E0506", "`int`": "E0513"}.get(message.split(" ")[0], "E0510")
+    code = {"recursion": "E0506", "`int`": "E0513", "abs:": "E0513"}.get(message.split(" ")[0], "E0510")
     assert f"error[{code}]: {message}" in err
     assert "Traceback" not in err
-    # (the interpreter computes big integers instead of overflowing)
-    if "overflow" not in message:
-        status, _, interpreted = run_cli(tmp_path, source, "--backend", "interp", capsys=capsys)
-        assert status == 1
-        assert err.splitlines()[:2] == interpreted.splitlines()[:2]  # the same message at the same span
-        if "recursion" in message:  # the call too deep, and the same help, without a call stack
-            assert err == interpreted
+    status, _, interpreted = run_cli(tmp_path, source, "--backend", "interp", capsys=capsys)
+    assert status == 1
+    assert err.splitlines()[:2] == interpreted.splitlines()[:2]  # the same message at the same span
+    if "recursion" in message:  # the call too deep, and the same help, without a call stack
+        assert err == interpreted
 
 
 OPERATORS = ["+", "-", "*"]
@@ -447,6 +454,75 @@ def test_random_i32_functions_agree(source: str, tmp_path: Path, capsys) -> None
     interpreted, compiled = both_backends(tmp_path, source, capsys)
     assert compiled == interpreted
     assert compiled_names(source, tmp_path) == {"f"}
+
+
+WEAK_LITERAL_INTO_I32 = """
+fn f(a: i32, b: i32, c: i64) -> i64 {
+    let acc = 1i32
+    let trips = 0
+    while trips < 1 {
+        acc = 3
+        if a > c { acc = acc - (-2147483647i32 - 1i32) } else { b = ((a + a) + a) }
+        trips += 1
+    }
+    return acc - c * 3 + c // (abs(acc) + 1i32)
+}
+fn main() { print(f(0i32, 0i32, -1)) }
+"""
+
+
+def test_a_literal_assigned_to_an_i32_variable_is_i32_on_both_backends(tmp_path: Path, capsys) -> None:
+    """`acc = 3` keeps `acc` an i32 (the checker's type), so `3 - (-2**31)` wraps to -2147483645 on both."""
+    interpreted, compiled = both_backends(tmp_path, WEAK_LITERAL_INTO_I32, capsys)
+    acc = (3 + 2**31 + 2**31) % 2**32 - 2**31  # 3 - (-2**31), wrapped to i32
+    assert acc == -2147483645
+    assert interpreted == compiled == f"{acc + 3 + (-1) // (abs(acc) + 1)}\n"
+
+
+I64_TENSORS = """
+fn scaled(x: i64[N], k: i64) -> i64[N] { return x * k + 1 }
+fn total(x: i64[N]) -> i64 { return sum(x) }
+fn main() {
+    let big = [9223372036854775807, -9223372036854775807 - 1, 3]
+    print(scaled(big, 2), total(big), total([9223372036854775807, 1]))
+}
+"""
+
+
+def test_i64_tensors_wrap_around_as_numpys_on_both_backends(tmp_path: Path, capsys) -> None:
+    """Tensors wrap (numpy's and PyTorch's rule); i64 scalars report overflow (test_run_time_failures_...)."""
+    interpreted, compiled = both_backends(tmp_path, I64_TENSORS, capsys)
+    big = np.array([2**63 - 1, -(2**63), 3])
+    with np.errstate(over="ignore"):
+        expected = f"{big * 2 + 1} {big.sum()} {np.array([2**63 - 1, 1]).sum()}\n"
+    assert interpreted == compiled == expected
+    assert "[-1  1  7] 2 -9223372036854775808" in expected
+
+
+@pytest.mark.parametrize(
+    ("function", "call", "message"),
+    [
+        ("fn make(n: i64) -> f32 { return sum(zeros(n)) }", "make(-3)", "zeros: a dimension must be a non-negative"),
+        ("fn make(n: i64) -> f32[_] { return zeros(n) + 1.0 }", "make(-3)", "zeros: a dimension must be"),
+        ("fn make(n: i64) -> f32 { return sum(zeros(n, n)) }", "make(-5)", "zeros: a dimension must be"),
+        ("fn make(k: i64) -> f32 { let n = k - 10; return sum(zeros(n, n)) }", "make(5)", "zeros: a dimension"),
+        ("fn make(n: i64) -> f32 { return sum(ones(n, 3) * 2.0) }", "make(-1)", "ones: a dimension must be"),
+        ("fn make(n: i64) -> f32 { return max(full(2, n, value=1.5)) }", "make(-2)", "full: a dimension must be"),
+        ("fn make(n: i64) -> f32 { return sum(zeros(n, n)) }", "make(4000000000)", "zeros: a tensor of shape"),
+        ("fn make(n: i64) -> f32 { return sum(zeros(n, n, n) + 1.0) }", "make(30000)", "zeros: not enough memory"),
+    ],
+)
+def test_impossible_shapes_fail_alike_on_both_backends(
+    function: str, call: str, message: str, tmp_path: Path, capsys
+) -> None:
+    """A negative size, or a tensor bigger than memory, is the interpreter's E0513 in compiled code too (the
+    layout is refused when compiling, so it runs on the interpreter), never a traceback, a hang or a result."""
+    source = f"{function}\nfn main() {{ print({call}) }}\n"
+    status, _, interpreted = run_cli(tmp_path, source, "--backend", "interp", capsys=capsys)
+    assert status == 1
+    assert interpreted.startswith(f"error[E0513]: {message}")
+    status, out, compiled = run_cli(tmp_path, source, "--backend", "llvm", capsys=capsys)
+    assert (status, out, compiled) == (1, "", interpreted)
 
 
 CACHED = """
@@ -874,3 +950,61 @@ def test_the_cache_forgets_its_least_recently_used_entries(tmp_path: Path, monke
     monkeypatch.setattr(cache, "MAX_BYTES", 20)
     cache.store(tmp_path, f"{11:064x}", b"object code 11")
     assert sum(path.stat().st_size for path in (tmp_path / "llvm").glob("*.o")) <= 20
+
+
+STOPPED = """
+fn count(n: i64) -> i64 { let k = 0; while k < n { k += 1 } return k }
+fn churn(n: i64) -> f64 { let x = 0.5f64; for i in 0..n { x = 3.9f64 * x * (1.0f64 - x) } return x }
+fn spin() -> f32 { let t = 0.0; while true { t = t + sum(randn(2, seed=1)) } return t }
+"""
+
+
+def test_ctrl_c_in_interpreted_code_does_not_stop_the_next_compiled_call(tmp_path: Path) -> None:
+    """Ctrl-C sets the stop flag of every compiled module; one whose loops never ran kept it, so its next
+    call stopped at once with "interrupted" (the REPL after Ctrl-C). Found by scripts/fuzz_backends.py."""
+    import _thread
+    import threading
+
+    path = tmp_path / "stopped.dl"
+    path.write_text(STOPPED, encoding="utf-8")
+    _, typed = pipeline.prepare(pipeline.load(str(path)))
+    compiled = pipeline.on_backend("llvm", typed, cache=False)
+    timer = threading.Timer(0.3, _thread.interrupt_main)
+    timer.start()
+    with pytest.raises(KeyboardInterrupt):
+        compiled.call("spin", [])  # `randn`: interpreted
+    try:
+        counted = compiled.call("count", [5])
+    except KeyboardInterrupt:
+        pytest.fail("the compiled call stopped at once: the earlier Ctrl-C's flag was still set")
+    assert counted == 5
+
+
+def test_after_ctrl_c_the_program_has_stopped_when_the_run_returns(tmp_path: Path) -> None:
+    """Ctrl-C stops the program before `run_guarded` returns. It waited with `Thread.join`, which in Python
+    3.11 returns at once once a Ctrl-C has interrupted an earlier `join`: compiled code then ran on in the
+    background, and crashed the process as it exited (llvmlite unloading under it)."""
+    import _thread
+    import threading
+    import time
+
+    from dl.interp import run as interpreter
+    from dl.runtime.calls import invoke
+
+    path = tmp_path / "stopped.dl"
+    path.write_text(STOPPED, encoding="utf-8")
+    program, typed = pipeline.prepare(pipeline.load(str(path)))
+    compiled = native.compile_program(typed, False)
+    churn = interpreter.compile_program(program, typed, compiled.bodies).states[str(path)].cells["churn"].value
+    ended: list[float] = []
+
+    def action() -> None:
+        try:
+            invoke(churn, [10**15], churn.span)  # a compiled loop of days
+        finally:
+            ended.append(time.monotonic())
+
+    threading.Timer(0.3, _thread.interrupt_main).start()
+    with pytest.raises(KeyboardInterrupt):
+        interpreter.run_guarded(action)
+    assert ended, "run_guarded returned while the program still ran"

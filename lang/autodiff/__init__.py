@@ -44,9 +44,10 @@ from dl.lang import ast
 from dl.lang.autodiff.round import Round
 from dl.lang.autodiff.sites import Site, grad_sites
 from dl.lang.autodiff.trees import call, name
-from dl.lang.check import Typed, check
+from dl.lang.check import Typed, check, gradient_problem
 from dl.lang.diagnostics import UNKNOWN_SPAN, Diagnostic, DiagnosticError, Span, error
 from dl.lang.modules import Program
+from dl.lang.types import AnyType
 
 MAX_ROUNDS = 8  # grad(grad(...)) nesting depth
 
@@ -98,6 +99,7 @@ def derivative_source(typed: Typed, function: str, wrt: int | tuple[int, ...], w
                 )
             ]
         )
+    check_request(typed, decl, wrt, with_value)
     site_call = call("grad" if not with_value else "value_and_grad", name(function))
     site = Site(site_call, path, decl, path, name(function), wrt, with_value)
     generator = Round(typed)
@@ -111,6 +113,24 @@ def derivative_source(typed: Typed, function: str, wrt: int | tuple[int, ...], w
             where = "" if module_path == path else f"# in {module_path}, beside `{generated_from(decl.name)}`\n"
             parts.append(where + print_decl(decl))
     return "\n\n".join(parts) + "\n"
+
+
+def check_request(typed: Typed, decl: ast.FnDecl, wrt: int | tuple[int, ...], with_value: bool) -> None:
+    """`dlrun grad --fn NAME --wrt ...` asks what `grad(NAME, wrt=...)` would: the checker's E0334, E0330 and
+    E0331 for a call of it, at the function's name (there is no call), for each argument types it is used with."""
+    name = "value_and_grad" if with_value else "grad"
+    positions = wrt if isinstance(wrt, tuple) else (wrt,)
+    for position in positions:
+        if not 0 <= position < len(decl.params):
+            count = len(decl.params)
+            message = f"`wrt={position}` names no parameter: `{decl.name}` has {count} parameter{'s' * (count != 1)}"
+            raise DiagnosticError([error("E0334", message, decl.name_span)])
+    for signature in typed.signatures.get(typed.program.entry, ()):
+        if signature.name == decl.name and not isinstance(signature.result, AnyType):
+            args = [param_type for _, param_type in signature.params]
+            problem = gradient_problem(name, signature.result, args, positions, decl.name_span)
+            if problem is not None:
+                raise DiagnosticError([problem])
 
 
 def generated_from(function: str) -> str:

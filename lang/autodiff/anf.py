@@ -68,7 +68,7 @@ class ForwardSweep:
             case ast.Assign(target=target, op=op, value=value):
                 if op != "=":
                     value = ast.Binary(op[0], target, value, stmt.span)
-                    self.node_types.give(value, ANY)
+                    self.node_types.give(value, self.type_of(target))  # a rebinding keeps the variable's type
                 self.assign(target, value, env, sweep)
             case ast.ExprStmt(expr=expr):
                 if effects:

@@ -294,15 +294,7 @@ class BackwardSweep:
     def index_adjoint(self, target: ast.Name, indices, d: ast.Expr, span: Span) -> ast.Expr:
         target_type = self.types.get(target.id)
         if isinstance(target_type, TupleType):
-            index = indices[0]
-            negative = isinstance(index, ast.Unary) and isinstance(index.operand, ast.IntLiteral)
-            position = -index.operand.value if negative else index.value
-            position %= len(target_type.items)
-            items = [
-                d if i == position else call("zeros_like", ast.Index(target, (ast.IntLiteral(i),)))
-                for i in range(len(target_type.items))
-            ]
-            return ast.TupleLiteral(tuple(items))
+            return self.tuple_item_adjoint(target, len(target_type.items), indices[0], d)
         if isinstance(target_type, TapeType):
             raise NotDifferentiable("`grad` cannot differentiate indexing a tape", span)
         if any(not isinstance(i, ast.Slice) and is_tensor_index(self.index_type(i)) for i in indices):
@@ -314,6 +306,26 @@ class BackwardSweep:
                 ("help: flatten the tensor and `gather` with one index tensor",),
             )
         return Part(indices, None, d)
+
+    @staticmethod
+    def tuple_item_adjoint(target: ast.Name, size: int, index: ast.Expr, d: ast.Expr) -> ast.Expr:
+        """The adjoint of tuple `target` from `d`, that of `target[index]`: `d` at the item, zeros elsewhere.
+
+        A literal index gives that tuple. Any other index (a const, a parameter given a literal at each call)
+        may name another item in each instance the checker makes of the function, so the adjoint is the tuple
+        of every candidate indexed the same way, `(cand_0, cand_1, ...)[index]`, which the checker and the
+        backends resolve per instance as they resolve `target[index]`."""
+
+        def candidate(position: int) -> ast.Expr:
+            zeros = [call("zeros_like", ast.Index(target, (ast.IntLiteral(i),))) for i in range(size)]
+            return ast.TupleLiteral(tuple(d if i == position else zero for i, zero in enumerate(zeros)))
+
+        match index:
+            case ast.IntLiteral(value=value):
+                return candidate(value % size)
+            case ast.Unary(op="-", operand=ast.IntLiteral(value=value)):
+                return candidate(-value % size)
+        return ast.Index(ast.TupleLiteral(tuple(candidate(position) for position in range(size))), (index,))
 
     def index_type(self, index: ast.Expr) -> Type:
         if isinstance(index, ast.Name) and index.id in self.types:
