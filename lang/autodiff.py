@@ -804,6 +804,7 @@ class FunctionBody:
         # the user's names, which the names lowering adds (flags, loop counters) must not meet
         self.user_names = {n.id for n in walk(decl.body) if isinstance(n, ast.Name)} | set(self.used)
         self.user_names |= {n.name for n in walk(decl.body) if isinstance(n, ast.NamePattern)}
+        self.local_functions = {id(n) for n in walk(decl.body) if isinstance(n, ast.FnDecl)}
         self.adjoints: dict[str, str] = {}
         self.result_type: Type = ANY
         self.pending: list[ast.Stmt] = []  # statements a rule needs before its contributions
@@ -1458,9 +1459,7 @@ class FunctionBody:
             return ast.Call(self.rename(expr.func, env), args, keywords, expr.span)
         if isinstance(callee, FunctionRef):
             decl, decl_path = self.typed.functions[callee.key]
-            if not isinstance(decl, ast.FnDecl) or any(
-                isinstance(d, ast.FnDecl) and d is decl for d in walk(self.decl.body)
-            ):
+            if not isinstance(decl, ast.FnDecl) or id(decl) in self.local_functions:
                 raise NotDifferentiable(
                     "`grad` cannot yet differentiate through a call of an anonymous or local function",
                     expr.span,
@@ -2407,30 +2406,44 @@ EFFECTS = {"print", "assert", "save"}
 def prune(stmts: list[ast.Stmt], effectful: frozenset[str] = frozenset()) -> list[ast.Stmt]:
     """Drop `let`s of values nothing reads (the forward values the backward sweep does not need), and
     copies: `let a = b` of names never assigned again makes `a` another name for `b`. Calls of the
-    functions named in `effectful` (which print or assert) stay."""
-    pure = lambda expr: not calls_any(expr, EFFECTS | effectful)  # noqa: E731
+    functions named in `effectful` (which print or assert) stay.
+
+    Dropping a statement can only leave the names it read unread, so a worklist finds every dead
+    statement in one pass over the code, however long the chains of dead values are."""
+    effects = EFFECTS | effectful
     stmts = propagate_copies(stmts)
-    while True:
-        reads = read_elsewhere(stmts)
-        unread = {
-            id(stmt)
-            for stmt in walk(tuple(stmts))
-            if (
-                isinstance(stmt, ast.Let)
-                and isinstance(stmt.pattern, ast.NamePattern)
-                and stmt.pattern.name not in reads
-                and pure(stmt.value)
-            )
-            or (
-                isinstance(stmt, ast.Assign)
-                and not isinstance(stmt.target, ast.TupleLiteral)
-                and root_name(stmt.target) not in reads
-                and pure(stmt.value)
-            )
-        }
-        if not unread:
-            return fold_zero_starts(stmts)
-        stmts = filter_blocks(stmts, lambda stmt, unread=unread: id(stmt) not in unread)
+    readers: dict[str, int] = {}  # each name: how many statements read it
+    droppable: dict[str, list] = {}  # each name: the `let`s and assignments of it that call nothing effectful
+    reads: dict[int, set[str]] = {}  # what each droppable statement reads
+    for stmt in walk(tuple(stmts)):
+        names = names_read_by(stmt)
+        for name in names:
+            readers[name] = readers.get(name, 0) + 1
+        target = dropped_name(stmt)
+        if target is not None and not calls_any(stmt.value, effects):
+            droppable.setdefault(target, []).append(stmt)
+            reads[id(stmt)] = names
+    dropped: set[int] = set()
+    unread = [name for name in droppable if not readers.get(name)]
+    while unread:
+        for stmt in droppable.pop(unread.pop(), ()):
+            dropped.add(id(stmt))
+            for name in reads[id(stmt)]:
+                readers[name] -= 1
+                if not readers[name] and name in droppable:
+                    unread.append(name)
+    if dropped:
+        stmts = filter_blocks(stmts, lambda stmt: id(stmt) not in dropped)
+    return fold_zero_starts(stmts)
+
+
+def dropped_name(stmt) -> str | None:
+    """The name whose value a `let` or an assignment computes, for `prune`; None for other statements."""
+    if isinstance(stmt, ast.Let) and isinstance(stmt.pattern, ast.NamePattern):
+        return stmt.pattern.name
+    if isinstance(stmt, ast.Assign) and not isinstance(stmt.target, ast.TupleLiteral):
+        return root_name(stmt.target)
+    return None
 
 
 def propagate_copies(stmts: list[ast.Stmt]) -> list[ast.Stmt]:
@@ -2584,23 +2597,23 @@ def is_increment(stmt: ast.Stmt, var: str) -> bool:
     )
 
 
-def read_elsewhere(stmts: list[ast.Stmt]) -> set[str]:
-    """The names read somewhere other than in an update of themselves (`d_x = d_x + c`, `d_x[i] += c`): a
-    variable only its own updates read is dead, updates included."""
-    reads: set[str] = set()
-    for stmt in walk(tuple(stmts)):
-        if isinstance(stmt, (ast.Let, ast.Assign)):
-            itself = root_name(stmt.target) if isinstance(stmt, ast.Assign) else None
-            reads |= {n.id for n in walk(stmt.value) if isinstance(n, ast.Name) and n.id != itself}
-            if isinstance(stmt, ast.Assign):
-                reads |= {n.id for n in walk(stmt.target) if isinstance(n, ast.Name) and n.id != itself}
-                if isinstance(stmt.target, ast.TupleLiteral):
-                    reads |= assigned_names(stmt)
-        elif isinstance(stmt, (ast.If, ast.While)):
-            reads |= {n.id for n in walk(stmt.cond) if isinstance(n, ast.Name)}
-        elif isinstance(stmt, (ast.Return, ast.ExprStmt)):
-            reads |= {n.id for n in walk(stmt) if isinstance(n, ast.Name)}
-    return reads
+def names_read_by(stmt) -> set[str]:
+    """The names a statement reads other than in an update of themselves (`d_x = d_x + c`, `d_x[i] += c`): a
+    variable only its own updates read is dead, updates included. An `if` or `while` reads its condition
+    (its blocks' statements are statements of their own); nodes that are not statements read nothing."""
+    if isinstance(stmt, (ast.Let, ast.Assign)):
+        itself = root_name(stmt.target) if isinstance(stmt, ast.Assign) else None
+        reads = {n.id for n in walk(stmt.value) if isinstance(n, ast.Name) and n.id != itself}
+        if isinstance(stmt, ast.Assign):
+            reads |= {n.id for n in walk(stmt.target) if isinstance(n, ast.Name) and n.id != itself}
+            if isinstance(stmt.target, ast.TupleLiteral):
+                reads |= assigned_names(stmt)
+        return reads
+    if isinstance(stmt, (ast.If, ast.While)):
+        return {n.id for n in walk(stmt.cond) if isinstance(n, ast.Name)}
+    if isinstance(stmt, (ast.Return, ast.ExprStmt)):
+        return {n.id for n in walk(stmt) if isinstance(n, ast.Name)}
+    return set()
 
 
 def calls_any(expr, functions: set[str] | frozenset[str]) -> bool:
