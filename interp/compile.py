@@ -45,6 +45,7 @@ from dl.lang.primitives import BY_NAME, SIGNATURES, BindingError, Prim, bind, cl
 from dl.lang.types import TensorType, Type
 
 Step = Callable[[list], Any]
+MAX_RANK = 64  # numpy's limit on a tensor's axes
 
 
 # ---------------------------------------------------------------------- scopes
@@ -137,6 +138,7 @@ class Compiler:
         self.state: ModuleState | None = None
         # What the checker left for run time: literals that take a declared dtype, annotations to check.
         self.coercions: dict[int, str] = typed.coercions if typed is not None else {}
+        self.constant_tensors: set[int] = set()  # ids of the tensor literals built once, while compiling
         self.runtime_checks: dict[int, RuntimeCheck] = typed.runtime_checks if typed is not None else {}
         self.checked_calls: dict[int, CallCheck] = typed.checked_calls if typed is not None else {}
         self.types: dict[int, Type] = typed.types if typed is not None else {}
@@ -956,14 +958,24 @@ class Compiler:
         def run(frame: list) -> Any:
             return tensor_from([step(frame) for step in steps], span)
 
-        if all(_is_constant(item) for item in expr.items):
+        if all(self.is_constant(item) for item in expr.items):
             try:
                 constant = run([None])
             except RunError:
                 return run  # a bad literal fails when it runs, with the DL call stack
             constant.setflags(write=False)
+            self.constant_tensors.add(id(expr))
             return lambda frame: constant
         return run
+
+    def is_constant(self, expr: ast.Expr) -> bool:
+        """Whether a tensor literal's item is known while compiling: a number, or a literal built already (asked
+        of its items once, when it was compiled, so that nested literals are not walked once per level)."""
+        if isinstance(expr, (ast.IntLiteral, ast.FloatLiteral, ast.BoolLiteral)):
+            return True
+        if isinstance(expr, ast.Unary) and expr.op == "-":
+            return self.is_constant(expr.operand)
+        return isinstance(expr, ast.TensorLiteral) and id(expr) in self.constant_tensors
 
     def struct_literal(self, expr: ast.StructLiteral, scope: Scope) -> Step:
         struct_type = self.struct_type(expr.type)
@@ -1206,16 +1218,6 @@ def operator_step(apply: Callable, operands: list[int | Step], code: str, span: 
     return run
 
 
-def _is_constant(expr: ast.Expr) -> bool:
-    if isinstance(expr, (ast.IntLiteral, ast.FloatLiteral, ast.BoolLiteral)):
-        return True
-    if isinstance(expr, ast.Unary) and expr.op == "-":
-        return _is_constant(expr.operand)
-    if isinstance(expr, ast.TensorLiteral):
-        return all(_is_constant(item) for item in expr.items)
-    return False
-
-
 def _is_integer(value: Any) -> bool:
     return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
 
@@ -1264,6 +1266,8 @@ def tensor_from(values: list, span: Span) -> np.ndarray:
     dtypes = {a.dtype for a in arrays}
     floats = [d for d in dtypes if d.kind == "f"]
     dtype = max(floats, key=lambda d: d.itemsize) if floats else max(dtypes, key=lambda d: (d.kind != "b", d.itemsize))
+    if arrays[0].ndim >= MAX_RANK:
+        raise fail("E0514", f"a tensor has at most {MAX_RANK} axes; this literal would have {arrays[0].ndim + 1}", span)
     return np.stack(arrays).astype(dtype, copy=False)
 
 
