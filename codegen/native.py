@@ -25,6 +25,7 @@ from dl.codegen.specialize import NUMPY_DTYPES
 from dl.interp.runtime import RETURN, STACK, Function, RunError, fail, recursion_error
 from dl.interp.values import format_value
 from dl.lang.check import Typed
+from dl.lang.nesting import when_interrupted
 
 C_TYPES = {
     "f64": ctypes.c_double,
@@ -168,9 +169,12 @@ LIVE: weakref.WeakSet = weakref.WeakSet()  # compiled modules, whose `dl.interru
 
 
 def interrupt_compiled_code() -> None:
-    """Ctrl-C: every compiled loop stops at its next iteration (the interpreter calls this)."""
+    """Ctrl-C: every compiled loop stops at its next iteration (`dl.lang.nesting.with_room` calls this)."""
     for native in list(LIVE):
         ctypes.c_int64.from_address(native.interrupt_address).value = 1
+
+
+when_interrupted(interrupt_compiled_code)
 
 
 def stopped(native: Native) -> None:

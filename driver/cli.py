@@ -29,6 +29,7 @@ from dl.lang.check import Typed
 from dl.lang.diagnostics import DiagnosticError, SourceMap, render_all
 from dl.lang.format import format_source
 from dl.lang.modules import read_source
+from dl.lang.nesting import with_room
 
 SUBCOMMANDS = ("check", "run", "grad", "fmt", "plot", "lsp", "repl")
 EPILOG = """commands:
@@ -175,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
     file, args = options.file, getattr(options, "args", [])
     sources = SourceMap()
     try:
-        return execute(command, file, args, options, sources)
+        return with_room(lambda: execute(command, file, args, options, sources))
     except DiagnosticError as failure:
         print(render_all(failure.diagnostics, sources), file=sys.stderr)
         return 1

@@ -27,6 +27,7 @@ from dl.lang.check import Typed
 from dl.lang.diagnostics import Diagnostic, DiagnosticError, Severity, Span
 from dl.lang.format import format_source
 from dl.lang.lexer import code_characters
+from dl.lang.nesting import in_room
 from dl.lang.parse import parse_table
 from dl.lang.primitives import BY_NAME, SIGNATURES
 from dl.lang.types import FunctionRef, ModuleType, PrimitiveRef, StructType, TupleType, Type
@@ -1076,6 +1077,7 @@ def make_server() -> LanguageServer:
 
     @server.feature(types.TEXT_DOCUMENT_HOVER)
     @guarded
+    @in_room  # its walks of the tree recurse: room for any tree the parser accepts
     def hover(params: types.HoverParams) -> types.Hover | None:
         path, source, typed = analyse(params.text_document.uri)
         shown_columns, line, column = cursor(source, params.position)
@@ -1092,6 +1094,7 @@ def make_server() -> LanguageServer:
 
     @server.feature(types.TEXT_DOCUMENT_DOCUMENT_SYMBOL)
     @guarded
+    @in_room  # its walks of the tree recurse: room for any tree the parser accepts
     def document_symbol(params: types.DocumentSymbolParams) -> list[types.DocumentSymbol] | None:
         path, source, typed = analyse(params.text_document.uri)
         module = typed.program.modules.get(path)
@@ -1105,6 +1108,7 @@ def make_server() -> LanguageServer:
 
     @server.feature(types.TEXT_DOCUMENT_SEMANTIC_TOKENS_FULL, LEGEND)
     @guarded
+    @in_room  # its walks of the tree recurse: room for any tree the parser accepts
     def semantic_tokens_full(params: types.SemanticTokensParams) -> types.SemanticTokens:
         path, source, typed = analyse(params.text_document.uri)
         found = semantic_tokens(source, typed, path)
@@ -1112,6 +1116,7 @@ def make_server() -> LanguageServer:
 
     @server.feature(types.TEXT_DOCUMENT_SEMANTIC_TOKENS_RANGE, LEGEND)
     @guarded
+    @in_room  # its walks of the tree recurse: room for any tree the parser accepts
     def semantic_tokens_range(params: types.SemanticTokensRangeParams) -> types.SemanticTokens:
         """The tokens overlapping the range; the first one's position is relative to the document's start."""
         path, source, typed = analyse(params.text_document.uri)
@@ -1126,6 +1131,7 @@ def make_server() -> LanguageServer:
 
     @server.feature(types.TEXT_DOCUMENT_DEFINITION)
     @guarded
+    @in_room  # its walks of the tree recurse: room for any tree the parser accepts
     def goto_definition(params: types.DefinitionParams) -> types.Location | None:
         path, source, typed = analyse(params.text_document.uri)
         _, line, column = cursor(source, params.position)
@@ -1139,6 +1145,7 @@ def make_server() -> LanguageServer:
 
     @server.feature(types.TEXT_DOCUMENT_COMPLETION, types.CompletionOptions(trigger_characters=["."]))
     @guarded
+    @in_room  # its walks of the tree recurse: room for any tree the parser accepts
     def completion(params: types.CompletionParams) -> types.CompletionList:
         uri = params.text_document.uri
         path, source, typed = analyse(uri)
@@ -1150,6 +1157,7 @@ def make_server() -> LanguageServer:
 
     @server.feature(types.TEXT_DOCUMENT_REFERENCES)
     @guarded
+    @in_room  # its walks of the tree recurse: room for any tree the parser accepts
     def find_references(params: types.ReferenceParams) -> list[types.Location]:
         uri = params.text_document.uri
         path, source, typed = analyse(uri)
@@ -1176,6 +1184,7 @@ def make_server() -> LanguageServer:
 
     @server.feature(types.TEXT_DOCUMENT_SIGNATURE_HELP, types.SignatureHelpOptions(trigger_characters=["(", ","]))
     @guarded
+    @in_room  # its walks of the tree recurse: room for any tree the parser accepts
     def signature(params: types.SignatureHelpParams) -> types.SignatureHelp | None:
         uri = params.text_document.uri
         path, source, typed = analyse(uri)

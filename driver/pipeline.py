@@ -1,7 +1,8 @@
 """The pipeline in one place: load (parse + imports) -> check -> run on a backend.
 
 The CLI, the REPL and the language server call these functions; none of them
-re-implements a step.
+re-implements a step. Each step runs with room for any tree the parser accepts
+(`dl.lang.nesting.in_room`: a thread with a large stack and recursion limit).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from dl.lang.check import Typed
 from dl.lang.check import check as check_program
 from dl.lang.diagnostics import DiagnosticError, SourceMap
 from dl.lang.modules import Program, load_program, read_source
+from dl.lang.nesting import in_room
 from dl.lang.types import ANY, TensorType, TupleType, Type
 
 
@@ -26,6 +28,7 @@ def load(path: str, source: str | None = None, sources: SourceMap | None = None)
     return load_program(path, source, sources)
 
 
+@in_room
 def check(program: Program) -> Typed:
     """Check types and shapes of a loaded program. Raises `DiagnosticError` (with warnings too) on an error;
     otherwise returns the typed program, whose `diagnostics` then hold only warnings."""
@@ -35,6 +38,7 @@ def check(program: Program) -> Typed:
     return typed
 
 
+@in_room
 def prepare(program: Program, calls: tuple = ()) -> tuple[Program, Typed]:
     """Check, then replace every `grad` by generated derivative functions (lang/autodiff.py): what a
     backend runs. `calls` are the host's calls of entry-module functions, as (name, argument types).
@@ -55,6 +59,7 @@ def check_file(path: str, sources: SourceMap) -> Typed:
     return typed
 
 
+@in_room
 def run(
     program: Program,
     args: list[str],
@@ -86,6 +91,7 @@ def run(
             explain(compiled.specialisations())
 
 
+@in_room
 def call(program: Program, name: str, args: list, typed: Typed | None = None) -> Any:
     """Call function `name` of the program's entry module with Python values (numpy arrays, numbers,
     tuples) on the interpreter; the program is checked first unless `typed` is given."""
@@ -114,6 +120,7 @@ def value_type(value: Any) -> Type:
     return ANY
 
 
+@in_room
 def derivative_source(program: Program, function: str, wrt: int | tuple[int, ...], with_value: bool) -> str:
     """The DL source of the functions `grad(function, wrt=...)` (or `value_and_grad`) generates for the
     entry module's `function`. Raises `DiagnosticError`."""

@@ -8,9 +8,7 @@ diagnostic, with the DL call stack in its notes.
 
 from __future__ import annotations
 
-import ctypes
-import sys
-import threading
+from collections.abc import Callable
 from difflib import SequenceMatcher
 from typing import Any
 
@@ -23,12 +21,8 @@ from dl.lang import ast
 from dl.lang.check import Typed
 from dl.lang.diagnostics import UNKNOWN_SPAN, Diagnostic, DiagnosticError, Span, error
 from dl.lang.modules import Program
+from dl.lang.nesting import with_room
 from dl.lang.primitives import closest
-
-# Deep DL recursion nests a few Python frames per call: give it room, on a
-# thread whose C stack is large enough for that depth.
-RECURSION_LIMIT = 200_000
-THREAD_STACK_BYTES = 1024 * 1024 * 1024
 
 
 def compile_program(program: Program, typed: Typed | None = None, native: dict | None = None) -> Compiler:
@@ -98,58 +92,21 @@ class UsageError(Exception):
     """The command line does not fit the program (exit status 2)."""
 
 
-def run_guarded(action) -> Any:
-    """Run `action` with deep recursion allowed; user failures become `DiagnosticError`."""
-    outcome: dict[str, Any] = {}
+def run_guarded(action: Callable[[], Any]) -> Any:
+    """Run `action` with deep recursion allowed (`dl.lang.nesting.with_room`: a thread with a large stack,
+    where Ctrl-C stops it too); user failures become `DiagnosticError`."""
 
-    def target() -> None:
+    def translated() -> Any:
         try:
             with np.errstate(all="ignore"):
-                outcome["value"] = action()
+                return action()
         except RunError as failure:
-            outcome["error"] = DiagnosticError(failure.diagnostic)
+            raise DiagnosticError(failure.diagnostic) from None
         except DeepRecursion as failure:  # the stack as it was at the innermost call
-            outcome["error"] = DiagnosticError(recursion_error(failure.args[0], UNKNOWN_SPAN))
+            raise DiagnosticError(recursion_error(failure.args[0], UNKNOWN_SPAN)) from None
         except RecursionError:  # outside any DL call
-            outcome["error"] = DiagnosticError(recursion_error(STACK.copy(), UNKNOWN_SPAN))
-        except BaseException as failure:  # carried to the caller's thread, re-raised there
-            outcome["exception"] = failure
+            raise DiagnosticError(recursion_error(STACK.copy(), UNKNOWN_SPAN)) from None
         finally:
             STACK.clear()
 
-    previous_limit = sys.getrecursionlimit()
-    previous_stack = threading.stack_size()
-    sys.setrecursionlimit(RECURSION_LIMIT)
-    threading.stack_size(THREAD_STACK_BYTES)
-    try:
-        worker = threading.Thread(target=target, name="dl-main", daemon=True)
-        worker.start()
-        threading.stack_size(previous_stack)
-        try:
-            while worker.is_alive():
-                worker.join(0.1)
-        except KeyboardInterrupt:  # Ctrl-C reaches the main thread only: stop the program too
-            interrupt(worker)
-            raise
-    finally:
-        sys.setrecursionlimit(previous_limit)
-        threading.stack_size(previous_stack)
-    if "exception" in outcome:
-        raise outcome["exception"]
-    if "error" in outcome:
-        raise outcome["error"]
-    return outcome.get("value")
-
-
-def interrupt(worker: threading.Thread) -> None:
-    """Raise `KeyboardInterrupt` in the thread running the program, and wait until it has stopped.
-
-    The exception is raised asynchronously (`PyThreadState_SetAsyncExc`): the worker sees it at its next
-    Python bytecode, so a loop stops at once and a long numpy call stops when it returns. Without this the
-    program would keep running in the background after Ctrl-C, which matters where the process goes on
-    (the REPL)."""
-    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(worker.ident), ctypes.py_object(KeyboardInterrupt))
-    codegen = sys.modules.get("dl.codegen.native")  # compiled loops poll a flag (the llvm backend)
-    if codegen is not None:
-        codegen.interrupt_compiled_code()
-    worker.join()
+    return with_room(translated)

@@ -13,7 +13,9 @@ first parse (`ParseTable.load`); the table is driven by the short loop in
 wrappers cost more than the rest of parsing together (bench/README.md).
 
 Mistakes never escape as Python exceptions: they become `DiagnosticError`s
-whose messages say, in words, what could come next and what was found.
+whose messages say, in words, what could come next and what was found. Nothing
+here recurses, so input of any depth parses; a tree that nests deeper than the
+passes after the parser are guaranteed to walk is refused (lang/nesting.py).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from dl.lang import ast
 from dl.lang.diagnostics import Diagnostic, DiagnosticError, Label, Span, error
 from dl.lang.layout import CLOSERS, OPENERS, layout, never_closed, token_span
 from dl.lang.lexer import LAYOUT_ONLY, Scanner, Token
+from dl.lang.nesting import too_deep
 from lark import Lark
 from lark.grammar import Rule
 from lark.lark import PostLex
@@ -699,11 +702,15 @@ def _run(source: str, path: str, start: str, first_line: int = 1) -> tuple:
     with _lock:
         _builder.path = path
         try:
-            return table.run([*tokens, end], start)
+            parsed = table.run([*tokens, end], start)
         except UnexpectedToken as problem:
             if unclosed is not None and problem.token[0] == "$END":
                 raise DiagnosticError(never_closed(unclosed, path)) from None
             raise DiagnosticError(syntax_diagnostic(table, tokens, problem.token, start, path)) from None
+    deep = too_deep(parsed)
+    if deep is not None:
+        raise DiagnosticError(deep)
+    return parsed
 
 
 def shifted(diagnostic: Diagnostic, lines: int) -> Diagnostic:

@@ -50,7 +50,7 @@ def drive(session: Session, keys: str, interrupt_after_s: float | None = None) -
     def watch() -> None:
         started = None
         while not stop.is_set():
-            running = any(t.name == "dl-main" for t in threading.enumerate())
+            running = any(t.name == "dl-room" for t in threading.enumerate())
             started = (started or time.monotonic()) if running else None
             if started is not None and time.monotonic() - started > interrupt_after_s:
                 _thread.interrupt_main()
@@ -207,7 +207,7 @@ def test_application_ctrl_c_interrupts_a_long_loop(session: Session, capsys: pyt
     captured = capsys.readouterr()
     assert "interrupted" in captured.err
     assert captured.out == "0 : i64\n"  # the interrupted entry changed nothing
-    assert not any(t.name == "dl-main" for t in threading.enumerate())  # the loop stopped, too
+    assert not any(t.name == "dl-room" for t in threading.enumerate())  # the loop stopped, too
 
 
 def test_completion_lists_names_with_their_types(session: Session, capsys: pytest.CaptureFixture) -> None:
