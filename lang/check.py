@@ -21,6 +21,7 @@ from dataclasses import dataclass, field, replace
 
 from dl.lang import ast
 from dl.lang.diagnostics import Diagnostic, DiagnosticError, Label, Span, error, warning
+from dl.lang.literals import out_of_range
 from dl.lang.modules import Program
 from dl.lang.primitives import BY_NAME, SIGNATURES, TRANSFORMS, BindingError, Prim, bind, closest
 from dl.lang.printer import print_expr
@@ -243,6 +244,7 @@ class Checker:
             if decl is not None and len(decl.params) == len(arg_types):
                 self.apply_function(FunctionRef(function_name, id(decl)), list(arg_types), decl.name_span)
         self.settle_coercions()
+        self.typed.diagnostics.extend(out_of_range(list(self.program.modules.values()), self.typed.coercions))
         self.typed.functions = {key: (info.decl, info.module.path) for key, info in self.functions.items()}
         self.typed.diagnostics.sort(
             key=lambda d: (d.span.path != self.program.entry, d.span.path, d.span.line, d.span.column)

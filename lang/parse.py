@@ -26,12 +26,13 @@ from collections.abc import Callable
 from dataclasses import replace
 from importlib import resources
 from operator import itemgetter
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 from dl.lang import ast
 from dl.lang.diagnostics import Diagnostic, DiagnosticError, Label, Span, error
 from dl.lang.layout import CLOSERS, OPENERS, layout, never_closed, token_span
 from dl.lang.lexer import LAYOUT_ONLY, Scanner, Token
+from dl.lang.literals import integer_value
 from dl.lang.nesting import too_deep
 from lark import Lark
 from lark.grammar import Rule
@@ -40,6 +41,7 @@ from lark.lexer import Lexer
 from lark.parsers.lalr_analysis import Shift
 
 ASSIGNABLE = (ast.Name, ast.Field, ast.Index)
+T = TypeVar("T")
 STRING_ESCAPES = {"n": "\n", "t": "\t", "\\": "\\", '"': '"', "0": "\0"}
 
 
@@ -174,7 +176,9 @@ class Builder:
     def dim(self, children: list) -> ast.Dim:
         kind, text, line, column = children[0]
         span = Span(self.path, line, column, line, column + len(text))
-        return ast.DimLiteral(int(text), span) if kind == "INT" else ast.DimName(text, span)
+        if kind == "INT":
+            return ast.DimLiteral(checked(integer_value(text, "i64", span)), span)
+        return ast.DimName(text, span)
 
     def tuple_type(self, children: list) -> ast.TypeExpr:
         items = tuple(nodes(children))
@@ -245,16 +249,16 @@ class Builder:
     def int_literal(self, children: list) -> ast.IntLiteral:
         _, text, line, column = children[0]
         span = Span(self.path, line, column, line, column + len(text))
-        if text.endswith(("i32", "i64")):
-            return ast.IntLiteral(int(text[:-3]), text[-3:], span)
-        return ast.IntLiteral(int(text), None, span)
+        dtype = text[-3:] if text.endswith(("i32", "i64")) else None
+        digits = text[:-3] if dtype else text
+        return ast.IntLiteral(checked(integer_value(digits, dtype, span)), dtype, span)
 
     def float_literal(self, children: list) -> ast.FloatLiteral:
         _, text, line, column = children[0]
         span = Span(self.path, line, column, line, column + len(text))
-        if text.endswith(("f32", "f64")):
-            return ast.FloatLiteral(float(text[:-3]), text[-3:], span)
-        return ast.FloatLiteral(float(text), None, span)
+        dtype = text[-3:] if text.endswith(("f32", "f64")) else None
+        number = text[:-3] if dtype else text
+        return ast.FloatLiteral(float(number), dtype, span)  # beyond its dtype, it is infinity
 
     def string_literal(self, children: list) -> ast.StringLiteral:
         token = children[0]
@@ -272,6 +276,13 @@ class Builder:
 
     def tensor_literal(self, children: list) -> ast.TensorLiteral:
         return ast.TensorLiteral(tuple(nodes(children)), span_between(self.path, children[0], children[-1]))
+
+
+def checked(value: T | Diagnostic) -> T:
+    """A literal's value; raises its diagnostic when it has one instead."""
+    if isinstance(value, Diagnostic):
+        raise DiagnosticError(value)
+    return value
 
 
 def signature(children: list) -> tuple[tuple[ast.Param, ...], ast.TypeExpr | None]:
