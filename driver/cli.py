@@ -16,9 +16,7 @@ A Python traceback is only ever shown for a bug in DL itself, and says so.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-import tempfile
 import traceback
 from pathlib import Path
 
@@ -27,6 +25,7 @@ from dl.interp.metrics import Metrics
 from dl.interp.run import UsageError
 from dl.lang.check import Typed
 from dl.lang.diagnostics import DiagnosticError, SourceMap, render_all
+from dl.lang.files import write_atomically
 from dl.lang.format import format_source
 from dl.lang.modules import read_source
 from dl.lang.nesting import with_room
@@ -261,21 +260,13 @@ def format_file(file: str, check: bool, show: bool, sources: SourceMap) -> int:
             return 1
         return 0
     if formatted != original:
-        write_atomically(path, formatted)
+        try:
+            write_atomically(path, formatted)  # through a symbolic link; an interrupted write loses nothing
+        except OSError as problem:
+            print(f"dlrun fmt: error: cannot write `{file}`: {problem.strerror}", file=sys.stderr)
+            return 1
         print(f"formatted {file}")
     return 0
-
-
-def write_atomically(path: Path, text: str) -> None:
-    """Replace `path`'s contents: a temporary file beside it, then a rename (an interrupted write loses nothing)."""
-    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8") as stream:
-            stream.write(text)
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
 
 
 def draw(file: str, output: str | None) -> int:

@@ -8,11 +8,12 @@ it the command says so and exits with status 2.
 
 from __future__ import annotations
 
+import io
 import json
 import math
-import os
-import tempfile
 from pathlib import Path
+
+from dl.lang.files import read_text, write_atomically
 
 
 class PlotError(Exception):
@@ -22,11 +23,13 @@ class PlotError(Exception):
 def read_metrics(path: Path) -> dict[str, tuple[list[float], list[float]]]:
     """The series in a metrics file: name -> (steps, values), in order of first appearance."""
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        lines = read_text(path).splitlines()
     except FileNotFoundError:
         raise PlotError(f"no metrics file `{path}`") from None
     except OSError as problem:
         raise PlotError(f"cannot read `{path}`: {problem.strerror}") from None
+    except UnicodeDecodeError:
+        raise PlotError(f"cannot read `{path}`: it is not UTF-8 text") from None
     series: dict[str, tuple[list[float], list[float]]] = {}
     for number, line in enumerate(lines, start=1):
         if not line.strip():
@@ -66,14 +69,13 @@ def plot(metrics: Path, output: Path) -> int:
     for axis in list(axes.flat)[len(series) :]:
         axis.set_visible(False)
     figure.tight_layout()
-    suffix = output.suffix or ".png"
-    handle, temporary = tempfile.mkstemp(prefix=f".{output.name}.", suffix=suffix, dir=output.parent or Path("."))
-    os.close(handle)
+    image = io.BytesIO()
     try:
-        figure.savefig(temporary, format=suffix.lstrip("."), dpi=110)
-        os.replace(temporary, output)
-    except (OSError, ValueError) as problem:
-        Path(temporary).unlink(missing_ok=True)
+        figure.savefig(image, format=(output.suffix or ".png").lstrip("."), dpi=110)
+        write_atomically(output, image.getvalue())
+    except OSError as problem:
+        raise PlotError(f"cannot write `{output}`: {problem.strerror or problem}") from None
+    except ValueError as problem:  # a format matplotlib does not know
         raise PlotError(f"cannot write `{output}`: {problem}") from None
     finally:
         pyplot.close(figure)

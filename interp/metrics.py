@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
+from dl.lang.files import append_text
 
 
 class Metrics:
@@ -56,8 +57,7 @@ def log_value(name: Any, value: Any, step: Any) -> tuple:
     record = {"name": name, "step": int(step), "value": scalar if math.isfinite(scalar) else str(scalar)}
     path = Metrics.target()
     try:
-        with path.open("a", encoding="utf-8") as sink:
-            sink.write(json.dumps(record) + "\n")
+        append_text(path, json.dumps(record) + "\n")  # a regular file only: a named pipe would wait for a reader
     except OSError as problem:
         raise MetricsError(f"cannot append to the metrics file `{path}`: {problem.strerror}") from None
     return ()

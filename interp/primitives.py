@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import csv
 import functools
+import io
 import zipfile
 from importlib import resources
 from typing import Any
@@ -27,6 +28,7 @@ import numpy as np
 from dl.interp import checkpoints
 from dl.interp.metrics import log_value, progress_line
 from dl.interp.values import DTYPE_NAMES, DTYPES, StructValue, Tape, describe, format_value
+from dl.lang.files import read_text
 from dl.lang.primitives import SIGNATURES, Prim, Signature
 from numpy.lib.stride_tricks import sliding_window_view
 
@@ -865,8 +867,8 @@ def load_csv(path: Any, skip_header: Any) -> np.ndarray:
     path = path_of(path, "load_csv")
     skip = flag_of(skip_header, "skip_header")
     try:
-        with open(path, newline="", encoding="utf-8") as file:
-            rows = csv_rows(csv.reader(file), path, skip)
+        text = read_text(path)
+        rows = csv_rows(csv.reader(io.StringIO(text, newline="")), path, skip)
     except OSError as failure:
         raise unreadable(path, failure) from None
     except UnicodeDecodeError:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from dl.lang import ast
 from dl.lang.diagnostics import Diagnostic, DiagnosticError, SourceMap, Span, error
+from dl.lang.files import MAX_SOURCE_BYTES, read_text
 from dl.lang.parse import Recovered, parse, recover
 
 
@@ -58,17 +59,16 @@ def resolve(name: str, importer: str) -> Path | None:
 
 
 def read_source(path: Path, span: Span | None = None) -> str:
-    """Read a source file; a missing or unreadable file is a diagnostic."""
+    """Read a source file; a missing or unreadable file, one that is not a regular file (a directory, a named
+    pipe, a device such as /dev/zero) or one larger than `MAX_SOURCE_BYTES` is a diagnostic (E0404)."""
     try:
-        return path.read_text(encoding="utf-8")
+        return read_text(path, MAX_SOURCE_BYTES)
     except FileNotFoundError:
         problem = "no such file"
-    except IsADirectoryError:
-        problem = "is a directory, not a file"
     except UnicodeDecodeError:
-        problem = "is not UTF-8 text"
+        problem = "it is not UTF-8 text"
     except OSError as failure:
-        problem = failure.strerror or "cannot be read"
+        problem = failure.strerror or "it cannot be read"
     raise DiagnosticError(error("E0404", f"cannot read `{path}`: {problem}", span or Span(str(path), 1, 1, 1, 1)))
 
 
