@@ -4,7 +4,7 @@ no temporary file behind on a failure they see and cleaning those of writers tha
 
 The reading tests generate the kinds of file that used to hang or crash (a directory, a named pipe, a
 character device, a socket, a file over the size limit, a link to a device) and hand each to every reader:
-`dlrun` and `dlrun check` (a source file), an import, `dlrun fmt`, `load_csv`, `load` and
+`dlrun` and `dlrun check` (a source file), an import, `dlrun fmt`, `load_csv`, `load_npz`, `load` and
 `dlrun plot`. Each read runs on a thread with a time limit, so a reader that hangs fails its test instead of
 hanging the suite. The writing tests do the same for `save`, `dlrun fmt`, `dlrun plot -o`, `log_metric` and
 the compile cache."""
@@ -131,9 +131,10 @@ def test_an_imported_module_that_is_not_a_regular_file_is_not_one(kind: str, sho
     "reader,code,message",
     [
         ('load_csv("{}")', "E0513", 'load_csv: cannot read "{}": {}'),
+        ('load_npz("{}", "x")', "E0513", 'load_npz: cannot read "{}": {}'),
         ('load("{}", zeros(2))', "E0521", "load: cannot read checkpoint `{}`: {}"),
     ],
-    ids=["load_csv", "load"],
+    ids=["load_csv", "load_npz", "load"],
 )
 def test_a_data_file_that_is_not_a_regular_file_is_refused(
     kind: str, reader: str, code: str, message: str, short_tmp: Path, dlrun
