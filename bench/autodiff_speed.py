@@ -14,7 +14,7 @@ Four workloads, written once in DL (one module, below) and once each for PyTorch
   interpreter overhead, recorded for the record.
 
 DL is called the way a host embeds it: the module is loaded, checked and differentiated once
-(`pipeline.prepare`, which replaces `grad(...)` by generated DL functions, lang/autodiff.py),
+(`pipeline.prepare`, which replaces `grad(...)` by generated DL functions, lang/autodiff/),
 compiled once, and the wrapper functions `NAME_forward` / `NAME_grad` are called through
 `invoke` with numpy arrays. A wrapper only builds the struct from its tensor arguments and calls
 the function, or `grad(function, wrt=...)`, so forward and gradient pay the same call overhead.
@@ -61,8 +61,8 @@ import numpy as np
 import torch
 from dl import pipeline
 from dl.interp.run import compile_program
-from dl.interp.runtime import invoke
-from dl.interp.values import StructValue
+from dl.runtime.calls import invoke
+from dl.runtime.values import StructValue
 
 try:  # JAX is optional: measured only where it is installed
     import jax

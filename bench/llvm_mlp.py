@@ -24,8 +24,8 @@ import torch
 from dl import pipeline
 from dl.codegen import native
 from dl.interp.run import compile_program, run_guarded
-from dl.interp.runtime import invoke
-from dl.interp.values import StructValue
+from dl.runtime.calls import invoke
+from dl.runtime.values import StructValue
 from llvm_fusion import best  # bench/: the same timing as the fusion benchmark
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -64,7 +64,7 @@ import numpy as np
 import torch
 from dl import pipeline
 from dl.interp.run import compile_program
-from dl.interp.runtime import invoke
+from dl.runtime.calls import invoke
 
 INPUTS, HIDDEN, CLASSES = 64, 128, 10
 BATCH = 64

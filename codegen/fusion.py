@@ -26,32 +26,63 @@ from dataclasses import dataclass
 
 import llvmlite.binding as binding
 from dl.codegen.llvm import LIBMVEC as VECTOR_MATH
+from dl.codegen.llvm import SCALAR_ONLY_MATH
 from dl.codegen.llvm import VECTOR_LANES as LANES
-from dl.codegen.lower import FLOAT_MATH, Unsupported
+from dl.codegen.lower import SCALAR_MATH, Unsupported
 from dl.lang import ast
 from dl.lang.check import Typed
 from dl.lang.diagnostics import Span
+from dl.lang.primitives import PRIMITIVES, Prim
 from dl.lang.types import FunctionRef, PrimitiveRef, TensorType, strong
 from llvmlite import ir as llvm_ir
 
-FUSED_MATH = FLOAT_MATH | {"abs", "relu", "maximum", "minimum"}
 OPERATORS = {"+": "add", "-": "sub", "*": "mul", "/": "div", "**": "pow"}
 TYPES = {"f32": llvm_ir.FloatType(), "f64": llvm_ir.DoubleType()}
-REDUCTIONS = frozenset({"sum", "mean", "max", "min"})  # over the whole tensor, as the returned value
+WHOLE_REDUCTIONS = frozenset({Prim.SUM, Prim.MEAN, Prim.MAX, Prim.MIN})  # over the whole tensor, returned
+
+
+@dataclass(frozen=True, slots=True)
+class Param:
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class Constant:
+    value: float
+
+
+@dataclass(frozen=True, slots=True)
+class Negated:
+    operand: Tree
+
+
+@dataclass(frozen=True, slots=True)
+class Arithmetic:
+    op: str  # add sub mul div pow
+    lhs: Tree
+    rhs: Tree
+
+
+@dataclass(frozen=True, slots=True)
+class Math:
+    name: str  # the primitive's: exp, tanh, maximum, ...
+    args: tuple[Tree, ...]
+
+
+Tree = Param | Constant | Negated | Arithmetic | Math
 
 
 @dataclass(frozen=True)
 class Kernel:
-    """A fused function: `params` as (name, is_tensor) in order, one `dtype`, the `expression` tree
-    (tuples: ("param", name), ("const", value), ("neg", e), (op, lhs, rhs), ("math", name, args...)),
-    the span a shape mismatch is reported at; for a reduction kernel, its `reduction` ("sum", "mean",
+    """A fused function: `params` as (name, is_tensor) in order, one `dtype`, the `expression` tree, the
+    span a shape mismatch is reported at; for a reduction kernel, its `reduction` ("sum", "mean",
     "max" or "min") and the span of its call (where an empty tensor's `mean`, `max`, `min` is reported)."""
 
     symbol: str
     name: str
     params: tuple[tuple[str, bool], ...]
     dtype: str
-    expression: tuple
+    expression: Tree
     span: Span
     reduction: str | None = None
     reduction_span: Span | None = None
@@ -61,7 +92,7 @@ def fuse(typed: Typed, decl: ast.FnDecl, path: str) -> Kernel:
     """The kernel of an elementwise function, or `Unsupported` saying why it is not one."""
     dtype, shape, params = None, None, []
     for param in decl.params:
-        t = typed.types.get(id(param))
+        t = typed.type_of(param)
         if param.default is not None or param.annotation is None or not isinstance(t, TensorType):
             raise Unsupported(f"parameter `{param.name}` is not an annotated tensor or scalar without default")
         if t.dtype not in LANES["d"]:
@@ -78,17 +109,17 @@ def fuse(typed: Typed, decl: ast.FnDecl, path: str) -> Kernel:
         raise Unsupported("no parameter is a tensor or scalar it compiles")
     if id(decl) in typed.checked_calls:
         raise Unsupported("fusion: its annotations are checked at run time")
-    names = {name: ("param", name) for name, _ in params}
+    names = {name: Param(name) for name, _ in params}
     body = decl.body.body
     for stmt in body[:-1]:
         match stmt:
             case ast.Let(pattern=ast.NamePattern(name=name), value=value) if id(stmt) not in typed.runtime_checks:
-                bound = typed.types.get(id(value))  # `let c = 0.1` is an f32, even in an f64 kernel
+                bound = typed.type_of(value)  # `let c = 0.1` is an f32, even in an f64 kernel
                 if isinstance(bound, TensorType) and strong(bound).dtype != dtype:
-                    raise Unsupported(f"fusion: `{name}` is {strong(bound)} (at {stmt.span})")
+                    raise Unsupported(f"fusion: `{name}` is {strong(bound)}", stmt.span)
                 names[name] = expression(typed, value, names, dtype)
             case _:
-                raise Unsupported(f"fusion: a statement other than `let` (at {stmt.span})")
+                raise Unsupported("fusion: a statement other than `let`", stmt.span)
     reduction, reduced = None, None
     match body[-1] if body else None:
         case ast.Return(value=ast.Call(func=ast.Name(), args=[argument], keywords=[]) as call) if (
@@ -112,39 +143,41 @@ def fuse(typed: Typed, decl: ast.FnDecl, path: str) -> Kernel:
 
 def whole_reduction(typed: Typed, call: ast.Call, shape: tuple) -> str | None:
     """`sum`, `mean`, `max` or `min` when `call` reduces a tensor of the parameters' shape to a scalar."""
-    callee = typed.types.get(id(call.func))
-    argument = typed.types.get(id(call.args[0]))
-    reduces = isinstance(callee, PrimitiveRef) and callee.name in REDUCTIONS
+    callee = typed.type_of(call.func)
+    argument = typed.type_of(call.args[0])
+    reduces = isinstance(callee, PrimitiveRef) and callee.prim in WHOLE_REDUCTIONS
     if reduces and isinstance(argument, TensorType) and argument.dims == shape:
         return callee.name
     return None
 
 
-def expression(typed: Typed, expr: ast.Expr, names: dict[str, tuple], dtype: str) -> tuple:
+def expression(typed: Typed, expr: ast.Expr, names: dict[str, Param], dtype: str) -> Tree:
     """The tree of an elementwise expression whose every value has `dtype` (literals adapt to it)."""
     match expr:
         case ast.IntLiteral() | ast.FloatLiteral():
             if expr.dtype not in (None, dtype) or typed.coercions.get(id(expr)) not in (None, dtype):
-                raise Unsupported(f"fusion: a literal of another dtype (at {expr.span})")
-            return ("const", float(expr.value))
+                raise Unsupported("fusion: a literal of another dtype", expr.span)
+            return Constant(float(expr.value))
         case ast.Name(id=name) if name in names:
             return names[name]
         case ast.Unary(op="-", operand=operand):
-            return ("neg", expression(typed, operand, names, dtype))
+            return Negated(expression(typed, operand, names, dtype))
         case ast.Binary(op=op, lhs=lhs, rhs=rhs) if op in OPERATORS:
-            result = typed.types.get(id(expr))
+            result = typed.type_of(expr)
             if isinstance(result, TensorType) and result.dtype != dtype:
-                raise Unsupported(f"fusion: `{op}` gives {result} (at {expr.span})")
-            return (OPERATORS[op], expression(typed, lhs, names, dtype), expression(typed, rhs, names, dtype))
+                raise Unsupported(f"fusion: `{op}` gives {result}", expr.span)
+            return Arithmetic(OPERATORS[op], expression(typed, lhs, names, dtype), expression(typed, rhs, names, dtype))
         case ast.Call(func=ast.Name()):
-            callee = typed.types.get(id(expr.func))
-            if isinstance(callee, PrimitiveRef) and callee.name in FUSED_MATH:
-                arity = 2 if callee.name in ("maximum", "minimum") else 1
+            callee = typed.type_of(expr.func)
+            if isinstance(callee, PrimitiveRef) and callee.name in SCALAR_ONLY_MATH:
+                raise Unsupported(f"fusion: `{callee.name}` has no vector form", expr.span)
+            if isinstance(callee, PrimitiveRef) and callee.prim in SCALAR_MATH:
+                arity = len(PRIMITIVES[callee.prim].signature.positional)
                 if len(expr.args) == arity and not expr.keywords:
-                    return ("math", callee.name, *(expression(typed, a, names, dtype) for a in expr.args))
+                    return Math(callee.name, tuple(expression(typed, a, names, dtype) for a in expr.args))
             shown = callee.name if isinstance(callee, (PrimitiveRef, FunctionRef)) else "a function value"
-            raise Unsupported(f"fusion: it calls `{shown}`, which is not elementwise (at {expr.span})")
-    raise Unsupported(f"fusion: {type(expr).__name__.lower()} expressions are not fused (at {expr.span})")
+            raise Unsupported(f"fusion: it calls `{shown}`, which is not elementwise", expr.span)
+    raise Unsupported(f"fusion: {type(expr).__name__.lower()} expressions are not fused", expr.span)
 
 
 # ------------------------------------------------------------------ code generation
@@ -312,18 +345,18 @@ class KernelEmitter:
             return llvm_ir.Constant(kind, [self.scalar(value)] * kind.count)
         return kind(value)
 
-    def value(self, builder: llvm_ir.IRBuilder, tree: tuple, inputs, kind, lanes: int) -> llvm_ir.Value:
+    def value(self, builder: llvm_ir.IRBuilder, tree: Tree, inputs, kind, lanes: int) -> llvm_ir.Value:
         match tree:
-            case ("param", name):
+            case Param(name=name):
                 return inputs[name]
-            case ("const", number):
+            case Constant(value=number):
                 return self.constant(number, kind)
-            case ("neg", operand):
+            case Negated(operand=operand):
                 return builder.fneg(self.value(builder, operand, inputs, kind, lanes))
-            case ("math", name, *args):
+            case Math(name=name, args=args):
                 values = [self.value(builder, a, inputs, kind, lanes) for a in args]
                 return self.math(builder, name, values, kind, lanes)
-            case (op, lhs, rhs):
+            case Arithmetic(op=op, lhs=lhs, rhs=rhs):
                 a = self.value(builder, lhs, inputs, kind, lanes)
                 b = self.value(builder, rhs, inputs, kind, lanes)
                 if op == "pow":

@@ -481,3 +481,139 @@ def show(function: Function) -> str:
         lines.extend(f"    {instruction}" for instruction in block.instructions)
         lines.append(f"    {block.terminator}")
     return "\n".join(lines)
+
+
+# ------------------------------------------------------------------ layouts: a specialisation's arguments and results
+#
+# A function compiled per argument layout (codegen/specialize.py) is keyed by the layout of its arguments: the
+# structure of its tuples and structs and each tensor's dtype and shape (scalars are run-time values: only
+# their dtype). Its result layout says which slot holds each part of what it returns.
+
+
+@dataclass(frozen=True, slots=True)
+class TensorArgument:
+    dtype: str | None  # None: a dtype compiled code does not take
+    shape: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ScalarArgument:
+    dtype: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class StaticArgument:
+    """An integer compiled in, as jit's static arguments (a shape depends on it)."""
+
+    value: int
+
+
+@dataclass(frozen=True, slots=True)
+class FunctionArgument:
+    """A DL function without captured values, compiled in: the key of the function value, its name."""
+
+    key: int
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class OtherArgument:
+    """A value compiled code does not take (its Python class)."""
+
+    class_name: str
+
+
+@dataclass(frozen=True, slots=True)
+class TupleLayout:
+    items: tuple
+
+
+@dataclass(frozen=True, slots=True)
+class StructLayout:
+    """A struct: its type (the key of the run-time struct type for an argument, the type itself for a
+    result), its fields' layouts in order, and its name."""
+
+    kind: object
+    items: tuple
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class TextLayout:
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class TensorResult:
+    slot: int
+    dtype: str
+    shape: tuple[int, ...]
+    buffer: Buffer
+
+
+@dataclass(frozen=True, slots=True)
+class ScalarResult:
+    slot: int
+    dtype: str
+
+
+@dataclass(frozen=True, slots=True)
+class UnitResult:
+    pass
+
+
+Layout = (
+    TensorArgument
+    | ScalarArgument
+    | StaticArgument
+    | FunctionArgument
+    | OtherArgument
+    | TupleLayout
+    | StructLayout
+    | TextLayout
+    | TensorResult
+    | ScalarResult
+    | UnitResult
+)
+
+
+def layout_leaves(layout: Layout):
+    """The leaves of a layout, in order: its tuples and structs opened."""
+    if isinstance(layout, (TupleLayout, StructLayout)):
+        for item in layout.items:
+            yield from layout_leaves(item)
+    else:
+        yield layout
+
+
+# ------------------------------------------------------------------ walking the IR
+
+
+def rebuilt(node: object, moved: dict[str, Buffer]) -> object:
+    """`node` with every buffer replaced by its moved version (nodes are immutable: rebuilt)."""
+    if isinstance(node, Buffer):
+        return moved.get(node.name, node)
+    if isinstance(node, tuple):
+        return tuple(rebuilt(item, moved) for item in node)
+    if hasattr(node, "__dataclass_fields__") and type(node).__module__ == __name__:
+        values = [rebuilt(getattr(node, name), moved) for name in node.__dataclass_fields__]
+        return type(node)(*values)
+    return node
+
+
+def count_reads(node: object, counts: dict[str, int]) -> None:
+    """How often each buffer is read by the trees and operands of an instruction (walks every field)."""
+    if isinstance(node, (Read, Take)):
+        counts[node.buffer.name] = counts.get(node.buffer.name, 0) + 1
+    if isinstance(node, MatMul):
+        for view in (node.a, node.b):
+            counts[view.buffer.name] = counts.get(view.buffer.name, 0) + 1
+        return
+    if isinstance(node, tuple):
+        for item in node:
+            count_reads(item, counts)
+        return
+    for name in getattr(node, "__dataclass_fields__", ()):
+        if name in ("target", "out", "buffer"):
+            continue
+        count_reads(getattr(node, name), counts)

@@ -33,7 +33,11 @@ TYPES = {
 INTEGER_MINIMUM = {"i64": -(2**63), "i32": -(2**31)}
 BYTE = llvm_ir.IntType(8)
 INTRINSICS = {"exp": "llvm.exp", "log": "llvm.log", "sqrt": "llvm.sqrt", "sin": "llvm.sin", "cos": "llvm.cos"}
-LIBM = {("tanh", "f64"): "tanh", ("tanh", "f32"): "tanhf"}
+LIBM = {
+    (name, dtype): name + ("f" if dtype == "f32" else "")
+    for name in ("tanh", "log1p", "expm1", "erf")
+    for dtype in ("f64", "f32")
+}
 
 
 @dataclass(eq=False)  # compared by identity: the host keeps weak references to them
@@ -208,6 +212,8 @@ VECTOR_LANES = {"d": {"f32": 8, "f64": 4}, "e": {"f32": 16, "f64": 8}}
 MVEC_ISA = {("f32", 4): "b", ("f32", 8): "d", ("f32", 16): "e", ("f64", 2): "b", ("f64", 4): "d", ("f64", 8): "e"}
 LIBMVEC = frozenset({"exp", "log", "sin", "cos", "tanh"})
 UNARY_MATH = frozenset({"exp", "log", "sin", "cos", "tanh", "sqrt", "abs", "sigmoid", "relu"})
+# built-ins computed one element at a time, calling libm (libmvec need not have them): no vector loop
+SCALAR_ONLY_MATH = frozenset({"softplus", "log1p", "expm1", "erf"})
 
 
 def vectorisable(tree: object, last: int, floats: set[str]) -> bool:
@@ -225,7 +231,7 @@ def vectorisable(tree: object, last: int, floats: set[str]) -> bool:
         case ir.Index():
             return True
         case ir.Apply(op=op, dtype=dtype, args=args):
-            if op in ("floordiv", "mod"):  # one element at a time
+            if op in ("floordiv", "mod") or op in SCALAR_ONLY_MATH:  # one element at a time
                 return False
             if dtype in ("f32", "f64"):
                 floats.add(dtype)
@@ -1093,6 +1099,8 @@ class FunctionEmitter(TensorEmission):
             return builder.call(self.libm(LIBM[name, dtype], kind), args, name=result)
         if name == "sigmoid":
             return self.sigmoid(builder, args[0], kind, result)
+        if name == "softplus":
+            return self.softplus(builder, args[0], kind, dtype, result)
         integer = dtype in ir.INTEGER_DTYPES
         if name == "relu":
             args.append(kind(0) if integer else kind(0.0))
@@ -1129,6 +1137,18 @@ class FunctionEmitter(TensorEmission):
         below = builder.fmul(exponent, inverse, name="e.times.inverse")
         positive = builder.fcmp_ordered(">=", x, kind(0.0), name="nonnegative")
         return builder.select(positive, inverse, below, name=name)
+
+    def softplus(self, builder: llvm_ir.IRBuilder, x, kind, dtype: str, name: str) -> llvm_ir.Value:
+        """The interpreter's formula: max(x, 0) + log1p(exp(-|x|))."""
+        magnitude = builder.call(self.module.declare_intrinsic("llvm.fabs", [kind]), [x], name="magnitude")
+        exponent = builder.call(
+            self.module.declare_intrinsic("llvm.exp", [kind]),
+            [builder.fneg(magnitude, name="minus.magnitude")],
+            name="e",
+        )
+        tail = builder.call(self.libm(LIBM["log1p", dtype], kind), [exponent], name="log1p.e")
+        positive = builder.call(self.libm(f"llvm.maximum.{dtype}", kind, arity=2), [x, kind(0.0)], name="positive")
+        return builder.fadd(positive, tail, name=name)
 
     def call(self, builder: llvm_ir.IRBuilder, result: ir.Temp, symbol: str, args) -> llvm_ir.IRBuilder:
         values = []

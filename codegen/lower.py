@@ -20,11 +20,13 @@ from dl.codegen import ir
 from dl.lang import ast
 from dl.lang.check import Typed
 from dl.lang.diagnostics import Span
+from dl.lang.primitives import FLOAT_MATH, PRIMITIVES, Prim
 from dl.lang.shapes import promote_dtypes
 from dl.lang.types import UNIT, FunctionRef, PrimitiveRef, TensorType
 
-FLOAT_MATH = frozenset({"exp", "log", "sqrt", "tanh", "sin", "cos", "sigmoid"})
-NUMBER_MATH = frozenset({"abs", "relu", "maximum", "minimum"})
+# The math built-ins scalar code computes (an `ir.MathCall` named after the primitive); those in `FLOAT_MATH`
+# take floats only.
+SCALAR_MATH = FLOAT_MATH | {Prim.ABS, Prim.RELU, Prim.MAXIMUM, Prim.MINIMUM}
 ARITHMETIC = {"+": "add", "-": "sub", "*": "mul", "/": "div", "//": "floordiv", "%": "mod", "**": "pow"}
 COMPARISONS = frozenset({"==", "!=", "<", "<=", ">", ">="})
 CHECKED_INTEGER = frozenset({"add", "sub", "mul", "floordiv", "mod"})
@@ -51,7 +53,15 @@ def wraps_around(dtype: str, operand_dtypes: tuple[str, ...]) -> bool:
 
 
 class Unsupported(Exception):
-    """Why a function is not compiled (shown by `--explain-backend`)."""
+    """Why a function is not compiled (shown by `--explain-backend`), and where: the span of the code it
+    does not compile, when the reason is about one place (`str` shows it after the reason)."""
+
+    def __init__(self, reason: str, span: Span | None = None) -> None:
+        super().__init__(reason)
+        self.reason, self.span = reason, span
+
+    def __str__(self) -> str:
+        return self.reason if self.span is None else f"{self.reason} (at {self.span})"
 
 
 @dataclass
@@ -77,14 +87,6 @@ def lower(typed: Typed) -> Lowered:
                     function, calls = FunctionLowering(typed, decl, path).run()
                 except Unsupported as reason:
                     lowered.refused[id(decl)] = str(reason)
-                    if any(getattr(typed.types.get(id(p)), "dims", ()) for p in decl.params):
-                        from dl.codegen.fusion import fuse
-
-                        try:
-                            lowered.kernels[id(decl)] = fuse(typed, decl, path)
-                            del lowered.refused[id(decl)]
-                        except Unsupported as why:
-                            lowered.refused[id(decl)] = str(why)
                     continue
                 lowered.functions[id(decl)] = function
                 callees[id(decl)] = calls
@@ -152,7 +154,7 @@ class FunctionLowering:
                 raise Unsupported(f"parameter `{param.name}` is not annotated")
             if param.default is not None:
                 raise Unsupported(f"parameter `{param.name}` has a default")
-            params.append(self.declare(param.name, scalar_dtype(self.typed.types.get(id(param)), f"`{param.name}`")))
+            params.append(self.declare(param.name, scalar_dtype(self.typed.type_of(param), f"`{param.name}`")))
         signature = self.signature()
         self.result = "unit" if signature == UNIT else scalar_dtype(signature, "its result")
         if id(decl) in self.typed.checked_calls:
@@ -228,7 +230,7 @@ class FunctionLowering:
         for scope in reversed(self.scopes):
             if name in scope:
                 return scope[name]
-        raise Unsupported(f"it uses `{name}`, which is not a local scalar (at {span})")
+        raise Unsupported(f"it uses `{name}`, which is not a local scalar", span)
 
     def site(self, code: str, message: str, span: Span, shows: str | None = None) -> int:
         self.sites.append(ir.Site(code, message, span, shows))
@@ -261,18 +263,18 @@ class FunctionLowering:
             case ast.Return(value=None) if self.result == "unit":
                 self.finish(ir.Return(None))
             case ast.Return() if self.result == "unit":
-                raise Unsupported(f"it returns a value from a function without a result (at {stmt.span})")
+                raise Unsupported("it returns a value from a function without a result", stmt.span)
             case ast.Return(value=value):
                 returned = self.expression(value)
                 if self.decl.result is None and returned.weak is not None:
-                    raise Unsupported(f"it returns an unsuffixed literal with no result annotation (at {stmt.span})")
+                    raise Unsupported("it returns an unsuffixed literal with no result annotation", stmt.span)
                 self.finish(ir.Return(self.convert(returned, self.result, "the returned value")))
             case ast.Break():
                 self.finish(ir.Jump(self.loops[-1][1]))
             case ast.Continue():
                 self.finish(ir.Jump(self.loops[-1][0]))
             case _:
-                raise Unsupported(f"it has a statement the compiler does not handle yet (at {stmt.span})")
+                raise Unsupported("it has a statement the compiler does not handle yet", stmt.span)
 
     def assign(self, variable: ir.Variable, op: str, value: ast.Expr, span: Span) -> None:
         if op == "=":
@@ -287,13 +289,13 @@ class FunctionLowering:
     def condition(self, expr: ast.Expr, then: str, otherwise: str) -> None:
         value = self.expression(expr)
         if value.operand.dtype != "bool":
-            raise Unsupported(f"a condition is {value.operand.dtype}, not bool (at {expr.span})")
+            raise Unsupported(f"a condition is {value.operand.dtype}, not bool", expr.span)
         self.finish(ir.Branch(value.operand, then, otherwise))
 
     def if_statement(self, stmt: ast.If) -> None:
         value = self.expression(stmt.cond)
         if value.operand.dtype != "bool":
-            raise Unsupported(f"a condition is {value.operand.dtype}, not bool (at {stmt.cond.span})")
+            raise Unsupported(f"a condition is {value.operand.dtype}, not bool", stmt.cond.span)
         self.if_branches(value.operand, stmt)
 
     def if_branches(self, condition: ir.Operand, stmt: ast.If) -> None:
@@ -395,28 +397,30 @@ class FunctionLowering:
                 return self.binary(op, self.expression(lhs), self.expression(rhs), expr.span)
             case ast.Call():
                 return self.call(expr)
-        raise Unsupported(f"it uses {type(expr).__name__.lower()} expressions (at {expr.span})")
+            case ast.FString():
+                raise Unsupported("it formats an f-string, which the interpreter does", expr.span)
+        raise Unsupported(f"it uses {type(expr).__name__.lower()} expressions", expr.span)
 
     def literal(self, expr: ast.IntLiteral | ast.FloatLiteral) -> Value:
         coerced = self.typed.coercions.get(id(expr))
         default = "i64" if isinstance(expr, ast.IntLiteral) else "f32"
         dtype = expr.dtype or coerced or default
         if dtype not in ir.SCALAR_DTYPES:
-            raise Unsupported(f"a literal of dtype {dtype} (at {expr.span})")
+            raise Unsupported(f"a literal of dtype {dtype}", expr.span)
         if dtype in INTEGER_RANGES and not fits(expr.value, dtype):
-            raise Unsupported(f"integer literal {expr.value} is out of range (at {expr.span})")
+            raise Unsupported(f"integer literal {expr.value} is out of range", expr.span)
         weak = None if expr.dtype or coerced else expr.value
         return Value(ir.Const(cast_constant(expr.value, dtype), dtype), weak)
 
     def negate(self, value: Value, span: Span) -> Value:
         if isinstance(value.operand, ir.Const) and value.operand.dtype != "bool":
             if value.operand.dtype == "i64" and value.operand.value == -(2**63):
-                raise Unsupported(f"negating the smallest i64 (at {span})")
+                raise Unsupported("negating the smallest i64", span)
             weak = -value.weak if value.weak is not None else None
             return Value(ir.Const(-value.operand.value, value.operand.dtype), weak)
         dtype = value.operand.dtype
         if dtype == "bool":
-            raise Unsupported(f"negating a bool (at {span})")
+            raise Unsupported("negating a bool", span)
         result = self.temp("neg", dtype)
         site = self.overflow_site("-", span) if dtype == "i64" else None  # i32 wraps, as numpy's
         self.emit(ir.UnaryOp(result, "neg", value.operand, site))
@@ -424,7 +428,7 @@ class FunctionLowering:
 
     def logical_not(self, value: Value, span: Span) -> Value:
         if value.operand.dtype != "bool":
-            raise Unsupported(f"`not` of {value.operand.dtype} (at {span})")
+            raise Unsupported(f"`not` of {value.operand.dtype}", span)
         result = self.temp("not", "bool")
         self.emit(ir.UnaryOp(result, "not", value.operand))
         return Value(result)
@@ -438,7 +442,7 @@ class FunctionLowering:
         result = self.declare(f"{name}.result", "bool")
         left = self.expression(expr.lhs)
         if left.operand.dtype != "bool":
-            raise Unsupported(f"`{name}` of {left.operand.dtype} (at {expr.span})")
+            raise Unsupported(f"`{name}` of {left.operand.dtype}", expr.span)
         self.emit(ir.Store(result, left.operand))
         right_label, end = self.fresh_label(f"{name}.rhs"), self.fresh_label(f"{name}.end")
         if name == "and":
@@ -448,7 +452,7 @@ class FunctionLowering:
         self.start(right_label)
         right = self.expression(expr.rhs)
         if right.operand.dtype != "bool":
-            raise Unsupported(f"`{name}` of {right.operand.dtype} (at {expr.span})")
+            raise Unsupported(f"`{name}` of {right.operand.dtype}", expr.span)
         self.emit(ir.Store(result, right.operand))
         self.finish(ir.Jump(end))
         self.start(end)
@@ -461,7 +465,7 @@ class FunctionLowering:
         a, b = left.operand.dtype, right.operand.dtype
         if left.weak is not None and right.weak is not None:
             if a != b:  # the interpreter computes two literals as Python numbers
-                raise Unsupported(f"an operation mixes an integer and a float literal (at {span})")
+                raise Unsupported("an operation mixes an integer and a float literal", span)
             return a
         if left.weak is not None:
             return adapted(left.weak, b, span)
@@ -476,7 +480,7 @@ class FunctionLowering:
         if operand.dtype == dtype or value.weak is not None:
             return self.convert(value, dtype, "an operand")
         if (operand.dtype, dtype) not in SCALAR_PROMOTIONS:
-            raise Unsupported(f"an operation mixes {operand.dtype} and {dtype} (at {span})")
+            raise Unsupported(f"an operation mixes {operand.dtype} and {dtype}", span)
         result = self.temp(dtype, dtype)
         self.emit(ir.Convert(result, operand))
         return result
@@ -493,12 +497,12 @@ class FunctionLowering:
             return Value(result)
         name = ARITHMETIC.get(op)
         if name is None or dtype == "bool":
-            raise Unsupported(f"`{op}` on {dtype} (at {span})")
+            raise Unsupported(f"`{op}` on {dtype}", span)
         integer = dtype in ir.INTEGER_DTYPES
         if integer and name in ("div", "pow"):
-            raise Unsupported(f"`{op}` on integers (at {span})")
+            raise Unsupported(f"`{op}` on integers", span)
         if not integer and name in ("floordiv", "mod"):
-            raise Unsupported(f"`{op}` on floats (at {span})")
+            raise Unsupported(f"`{op}` on floats", span)
         site = None
         if integer and name in ("floordiv", "mod"):
             site = self.site("E0510", f"integer division by zero in `{op}`", span)
@@ -526,31 +530,31 @@ class FunctionLowering:
     # -------------------------------------------------------------- calls
     def call(self, expr: ast.Call, discarded: bool = False) -> Value | None:
         """A call; `discarded` when its value is not used (an expression statement), as a unit result must be."""
-        callee = self.typed.types.get(id(expr.func))
-        if isinstance(callee, PrimitiveRef) and callee.name in ("float", "int"):
+        callee = self.typed.type_of(expr.func)
+        if isinstance(callee, PrimitiveRef) and callee.prim in (Prim.FLOAT, Prim.INT):
             return self.conversion(callee.name, expr)
         if expr.keywords:
-            raise Unsupported(f"a call with keyword arguments (at {expr.span})")
-        if isinstance(callee, PrimitiveRef) and callee.name in FLOAT_MATH | NUMBER_MATH:
-            return self.math(callee.name, expr)
+            raise Unsupported("a call with keyword arguments", expr.span)
+        if isinstance(callee, PrimitiveRef) and callee.prim in SCALAR_MATH:
+            return self.math(callee.prim, expr)
         if isinstance(callee, FunctionRef) and isinstance(expr.func, ast.Name):
             target = self.typed.functions.get(callee.key)
             if target is not None and isinstance(target[0], ast.FnDecl):
                 return self.function_call(target[0], target[1], expr, discarded)
         shown = callee.name if isinstance(callee, (PrimitiveRef, FunctionRef)) else "a function value"
-        raise Unsupported(f"it calls `{shown}` (at {expr.span})")
+        raise Unsupported(f"it calls `{shown}`", expr.span)
 
     def function_call(self, decl: ast.FnDecl, path: str, expr: ast.Call, discarded: bool) -> Value | None:
         if len(expr.args) != len(decl.params):
-            raise Unsupported(f"a call of `{decl.name}` leaves parameters to their defaults (at {expr.span})")
+            raise Unsupported(f"a call of `{decl.name}` leaves parameters to their defaults", expr.span)
         args = []
         for param, arg in zip(decl.params, expr.args, strict=True):
-            dtype = scalar_dtype(self.typed.types.get(id(param)), f"`{decl.name}`'s parameter `{param.name}`")
+            dtype = scalar_dtype(self.typed.type_of(param), f"`{decl.name}`'s parameter `{param.name}`")
             args.append(self.convert(self.expression(arg), dtype, f"argument `{param.name}` of `{decl.name}`"))
-        returned = self.typed.types.get(id(expr))
+        returned = self.typed.type_of(expr)
         self.calls.add(id(decl))
         if returned == UNIT and not discarded:
-            raise Unsupported(f"it uses the result of `{decl.name}`, which returns nothing (at {expr.span})")
+            raise Unsupported(f"it uses the result of `{decl.name}`, which returns nothing", expr.span)
         self.sites.append(ir.Site("E0506", f"recursion too deep in `{decl.name}`", expr.span, frame=decl.name))
         site = len(self.sites) - 1
         if returned == UNIT:
@@ -563,15 +567,15 @@ class FunctionLowering:
     def conversion(self, name: str, expr: ast.Call) -> Value:
         """`float(x, dtype=...)` and `int(x)` of a scalar; the result's dtype is the checker's."""
         if len(expr.args) != 1 or any(k.name != "dtype" for k in expr.keywords):
-            raise Unsupported(f"`{name}` with these arguments (at {expr.span})")
-        dtype = scalar_dtype(self.typed.types.get(id(expr)), f"the result of `{name}`")
+            raise Unsupported(f"`{name}` with these arguments", expr.span)
+        dtype = scalar_dtype(self.typed.type_of(expr), f"the result of `{name}`")
         value = self.expression(expr.args[0])
         source = value.operand.dtype
         if dtype == "bool" or (name == "float") != (dtype in ("f64", "f32")):
-            raise Unsupported(f"`{name}` to {dtype} (at {expr.span})")
+            raise Unsupported(f"`{name}` to {dtype}", expr.span)
         if value.weak is not None:  # a literal: converted now, as the interpreter converts the Python number
             if dtype == "i64" and not -(2**63) <= value.weak < 2**63:
-                raise Unsupported(f"`int` of a literal out of the i64 range (at {expr.span})")
+                raise Unsupported("`int` of a literal out of the i64 range", expr.span)
             return Value(ir.Const(cast_constant(value.weak, dtype), dtype))
         if source == dtype:
             return Value(value.operand)
@@ -583,25 +587,25 @@ class FunctionLowering:
         self.emit(ir.Convert(result, value.operand, site))
         return Value(result)
 
-    def math(self, name: str, expr: ast.Call) -> Value:
-        arity = 2 if name in ("maximum", "minimum") else 1
+    def math(self, prim: Prim, expr: ast.Call) -> Value:
+        arity = len(PRIMITIVES[prim].signature.positional)
         if len(expr.args) != arity:
-            raise Unsupported(f"`{name}` with {len(expr.args)} arguments (at {expr.span})")
-        return self.math_of_values(name, [self.expression(arg) for arg in expr.args], expr.span)
+            raise Unsupported(f"`{prim.value}` with {len(expr.args)} arguments", expr.span)
+        return self.math_of_values(prim, [self.expression(arg) for arg in expr.args], expr.span)
 
-    def math_of_values(self, name: str, values: list[Value], span: Span) -> Value:
+    def math_of_values(self, prim: Prim, values: list[Value], span: Span) -> Value:
         """A math built-in of one or two scalars: a weak literal alone keeps its dtype (i64 or f32), beside
         another operand the two meet as an operator's operands do."""
         if len(values) == 1:  # a literal alone: `abs(3)` is i64, `exp(1.0)` f32, as interpreted
             dtype = values[0].operand.dtype
         else:
             dtype = self.common_dtype(values[0], values[1], span)
-        allowed = ("f64", "f32") if name in FLOAT_MATH else ("f64", "f32", "i64", "i32")
+        allowed = ("f64", "f32") if prim in FLOAT_MATH else ("f64", "f32", "i64", "i32")
         if dtype not in allowed:
-            raise Unsupported(f"`{name}` of {dtype} (at {span})")
+            raise Unsupported(f"`{prim.value}` of {dtype}", span)
         args = tuple(self.promote(value, dtype, span) for value in values)
-        result = self.temp(name, dtype)
-        self.emit(ir.MathCall(result, name, args))
+        result = self.temp(prim.value, dtype)
+        self.emit(ir.MathCall(result, prim.value, args))
         return Value(result)
 
 
@@ -613,7 +617,7 @@ def fold(op: str, a: int | float, b: int | float, span: Span) -> Value:
     value = FOLDED[op](a, b)
     dtype = "i64" if isinstance(value, int) else "f32"
     if dtype == "i64" and not -(2**63) <= value < 2**63:
-        raise Unsupported(f"a constant out of the i64 range (at {span})")
+        raise Unsupported("a constant out of the i64 range", span)
     return Value(ir.Const(cast_constant(value, dtype), dtype), value)
 
 
@@ -623,7 +627,7 @@ COMPARE_NAMES = {"==": "eq", "!=": "ne", "<": "lt", "<=": "le", ">": "gt", ">=":
 def adapted(weak: int | float, other: str, span: Span) -> str:
     """The dtype an unsuffixed literal and an operand of dtype `other` meet in (`promoted_dtype`)."""
     if other == "bool":
-        raise Unsupported(f"a number literal meets a bool (at {span})")
+        raise Unsupported("a number literal meets a bool", span)
     return promoted_dtype("f32" if isinstance(weak, float) else "i64", True, other, False)
 
 

@@ -1,11 +1,11 @@
-"""The bridge between the interpreter and native code: `compile_program(typed) -> Backend`.
+"""The bridge between the fallback backend and native code: `compile_program(typed) -> Compiled`.
 
-Lowers what it can (codegen/lower.py), JIT-compiles it (codegen/llvm.py), and gives the interpreter one
-body per compiled function (`Backend.bodies`, by id of the `FnDecl`): it converts the DL scalars in the
-frame (np.float64, np.float32, int, bool) to C values, calls the native function through ctypes and
-converts the result back. The interpreter runs every other function, and calls compiled ones through
-these bodies; compiled functions call each other directly. A failure reported by native code becomes the
-interpreter's diagnostic for the same mistake.
+Lowers what it can (codegen/lower.py), JIT-compiles it (codegen/llvm.py), and gives the fallback backend
+(the interpreter, through runtime/backend.py) one `CompiledBody` per compiled function (`Compiled.bodies`,
+by id of the `FnDecl`): it converts the DL scalars in the frame (np.float64, np.float32, int, bool) to C
+values, calls the native function through ctypes and converts the result back. The fallback runs every
+other function, and calls compiled ones through these bodies; compiled functions call each other
+directly. A failure reported by native code becomes the interpreter's diagnostic for the same mistake.
 """
 
 from __future__ import annotations
@@ -19,13 +19,17 @@ from typing import Any
 import numpy as np
 from dl.codegen import ir
 from dl.codegen.cache import cache_directory
-from dl.codegen.llvm import INTERRUPTED, Native, compile_functions
-from dl.codegen.lower import Lowered, lower
-from dl.codegen.specialize import NUMPY_DTYPES
-from dl.interp.runtime import RETURN, STACK, Function, RunError, fail, recursion_error
-from dl.interp.values import format_value
+from dl.codegen.fusion import compile_kernels, fuse, vector_target
+from dl.codegen.llvm import GEMM, INTERRUPTED, Native, compile_functions
+from dl.codegen.lower import Lowered, Unsupported, lower
+from dl.codegen.registry import specialise
+from dl.codegen.values import NUMPY_DTYPES, NeedsStatic
 from dl.lang.check import Typed
-from dl.lang.nesting import when_interrupted
+from dl.runtime.backend import NOT_COMPILED, CompiledBody, Step, StructTypes
+from dl.runtime.calls import RETURN, Function
+from dl.runtime.errors import STACK, RunError, fail, recursion_error
+from dl.runtime.interrupts import on_interrupt
+from dl.runtime.values import StructValue, format_value
 
 C_TYPES = {
     "f64": ctypes.c_double,
@@ -39,29 +43,47 @@ TO_C = {"f64": float, "f32": float, "i64": int, "i32": int, "bool": bool}
 FROM_C = {"f64": np.float64, "f32": np.float32, "i64": int, "i32": np.int32, "bool": bool, "unit": lambda _: ()}
 
 
-@dataclass
-class Backend:
-    """Native bodies for the interpreter, and what was compiled or not, and why."""
+@dataclass(frozen=True)
+class Replacing:
+    """A body compiled whole: it replaces the fallback's."""
 
-    bodies: dict[int, Callable[[list], Any]]
+    step: Step
+
+    def around(self, fallback: Step, structs: StructTypes) -> Step:
+        return self.step
+
+    def direct(self, args: list) -> object:
+        frame = [None, *args]
+        return frame[0] if self.step(frame) is RETURN else ()
+
+
+@dataclass
+class Compiled:
+    """Native bodies for the fallback backend, and what was compiled or not, and why."""
+
+    bodies: dict[int, CompiledBody]
     lowered: Lowered
     native: Native | None
     cached: bool = True  # whether the compile cache was used (looked in, and written on a miss)
 
-    def explanation(self) -> str:
-        """One line per function: compiled, or interpreted and why; then where the native code came from."""
+    def explanation(self, reached: set[int] | None = None) -> str:
+        """One line per function (of those in `reached`, if given), at its name: compiled, or interpreted and
+        why; then where the native code came from."""
         lines = []
-        for key, (decl, path) in self.lowered.declarations.items():
+        for key, (decl, _) in self.lowered.declarations.items():
+            if reached is not None and key not in reached:
+                continue
+            where = f"{decl.name_span}: `{decl.name}`"
             if key in self.lowered.functions:
-                lines.append(f"{path}: `{decl.name}` compiled")
+                lines.append(f"{where} compiled")
             elif key in self.lowered.kernels:
                 reduction = self.lowered.kernels[key].reduction
                 reducing = f" reducing with `{reduction}`" if reduction else ""
-                lines.append(f"{path}: `{decl.name}` compiled: one fused elementwise loop{reducing}")
+                lines.append(f"{where} compiled: one fused elementwise loop{reducing}")
             elif key in self.lowered.specialised:
-                lines.append(f"{path}: `{decl.name}` compiled when called, for the shapes of its arguments")
+                lines.append(f"{where} compiled when called, for the shapes of its arguments")
             else:
-                lines.append(f"{path}: `{decl.name}` interpreted: {self.lowered.refused[key]}")
+                lines.append(f"{where} interpreted: {self.lowered.refused[key]}")
         if self.native is not None:
             count = len(self.lowered.functions)
             functions = f"{count} function{'s' if count != 1 else ''}"
@@ -82,29 +104,43 @@ class Backend:
         return "\n".join(lines)
 
 
-def compile_program(typed: Typed, cache: bool = True) -> Backend:
+def compile_program(typed: Typed, cache: bool = True) -> Compiled:
     """Compile every function the lowering accepts; the others stay with the interpreter. With `cache`,
     object code is looked up in (and stored to) the compile cache (codegen/cache.py)."""
-    lowered = lower(typed)
+    lowered = lowered_program(typed)
     bodies = kernel_bodies(lowered)
     for key, (decl, path) in lowered.declarations.items():
         if key not in lowered.functions and key not in bodies:
             lowered.specialised.add(key)
             bodies[key] = SpecialisingBody(typed, decl, path, cache)
     if not lowered.functions:
-        return Backend(bodies, lowered, None, cache)
+        return Compiled(bodies, lowered, None, cache)
     directory = cache_directory() if cache else None
     native = compile_functions(list(lowered.functions.values()), cache=directory)
     LIVE.add(native)
-    bodies.update({key: native_body(function, native) for key, function in lowered.functions.items()})
-    return Backend(bodies, lowered, native, cache)
+    bodies.update({key: Replacing(native_body(function, native)) for key, function in lowered.functions.items()})
+    return Compiled(bodies, lowered, native, cache)
 
 
-def kernel_bodies(lowered: Lowered) -> dict[int, Callable[[list], Any]]:
+def lowered_program(typed: Typed) -> Lowered:
+    """The scalar functions lowered (codegen/lower.py); then each refused function taking tensors that is
+    one elementwise expression fused into a kernel (codegen/fusion.py), the others keeping fusion's reason."""
+    lowered = lower(typed)
+    for key, (decl, path) in lowered.declarations.items():
+        if key not in lowered.refused or not any(getattr(typed.type_of(p), "dims", ()) for p in decl.params):
+            continue
+        try:
+            lowered.kernels[key] = fuse(typed, decl, path)
+            del lowered.refused[key]
+        except Unsupported as why:
+            lowered.refused[key] = str(why)
+    return lowered
+
+
+def kernel_bodies(lowered: Lowered) -> dict[int, CompiledBody]:
     """Bodies calling the fused elementwise loops (codegen/fusion.py); not cached: they compile in ms."""
     if not lowered.kernels:
         return {}
-    from dl.codegen.fusion import compile_kernels
 
     try:
         compiled = compile_kernels(list(lowered.kernels.values()))
@@ -113,7 +149,7 @@ def kernel_bodies(lowered: Lowered) -> dict[int, Callable[[list], Any]]:
             lowered.refused[key] = f"fusion: LLVM could not compile the loop ({str(problem).splitlines()[0]})"
             del lowered.kernels[key]
         return {}
-    return {key: kernel_body(kernel, compiled) for key, kernel in lowered.kernels.items()}
+    return {key: Replacing(kernel_body(kernel, compiled)) for key, kernel in lowered.kernels.items()}
 
 
 def kernel_body(kernel, compiled) -> Callable[[list], Any]:
@@ -145,10 +181,10 @@ def kernel_body(kernel, compiled) -> Callable[[list], Any]:
                     kernel.span,
                 )
             keep.append(array)
-            args.append(array.ctypes.data)
+            args.append(address_of(array))
         if kernel.reduction is None:
             out = np.empty(shape, dtype=numpy_dtype)
-            call(out.size, out.ctypes.data, *args)
+            call(out.size, data_address(out), *args)
             frame[0] = out
             return RETURN
         size = int(np.prod(shape))
@@ -157,7 +193,7 @@ def kernel_body(kernel, compiled) -> Callable[[list], Any]:
             raise fail("E0513", f"`{kernel.reduction}` of an empty tensor {shown}", kernel.reduction_span)
         out = np.zeros((), dtype=numpy_dtype)
         if size:
-            call(size, out.ctypes.data, *args)
+            call(size, data_address(out), *args)
         frame[0] = out[()]
         return RETURN
 
@@ -169,12 +205,12 @@ LIVE: weakref.WeakSet = weakref.WeakSet()  # compiled modules, whose `dl.interru
 
 
 def interrupt_compiled_code() -> None:
-    """Ctrl-C: every compiled loop stops at its next iteration (`dl.lang.nesting.with_room` calls this)."""
+    """Ctrl-C: every compiled loop stops at its next iteration (called through runtime/interrupts.py)."""
     for native in list(LIVE):
         ctypes.c_int64.from_address(native.interrupt_address).value = 1
 
 
-when_interrupted(interrupt_compiled_code)
+on_interrupt(interrupt_compiled_code)
 
 
 def stopped(native: Native) -> None:
@@ -232,7 +268,6 @@ def blas_symbols() -> str | None:
     import os
 
     import llvmlite.binding as binding
-    from dl.codegen.llvm import GEMM
 
     directory = os.path.join(os.path.dirname(os.path.dirname(np.__file__)), "numpy.libs")
     for path in sorted(glob.glob(os.path.join(directory, "libscipy_openblas*"))):
@@ -254,28 +289,25 @@ BLAS_PROBLEM: str | bool | None = False
 def tensor_target():
     """The host with all its features, and libmvec's vector width (codegen/fusion.py); a new target machine
     each time: an execution engine owns (and disposes of) the one it is made with."""
-    from dl.codegen.fusion import vector_target
 
     return vector_target()
 
 
 class Structs:
-    """The interpreter's struct types, for struct values built in compiled code."""
+    """The fallback backend's struct types, for struct values built in compiled code."""
 
-    def __init__(self, states) -> None:
-        self.states = states
+    def __init__(self, lookup: StructTypes | None) -> None:
+        self.lookup = lookup
         self.seen: dict[int, object] = {}
 
     def kind(self, key: int) -> object:
         return self.seen[key]
 
     def declared(self, path: str, name: str) -> object:
-        state = self.states.get(path) if self.states is not None else None
-        if state is None or name not in state.structs:
-            from dl.codegen.lower import Unsupported
-
-            raise Unsupported(f"struct `{name}` is not known to the interpreter")
-        return state.structs[name]
+        found = self.lookup(path, name) if self.lookup is not None else None
+        if found is None:
+            raise Unsupported(f"struct `{name}` is not known to the backend running the program")
+        return found
 
 
 @dataclass
@@ -297,7 +329,7 @@ class Specialisation:
 
 class SpecialisingBody:
     """The body of a function compiled per argument layout (codegen/specialize.py), falling back to the
-    interpreter's body for layouts it cannot compile. `around(interpreted, states)` gives the body."""
+    backend's own body for layouts it cannot compile. `around(fallback, structs)` gives the body."""
 
     def __init__(self, typed: Typed, decl, path: str, cache: bool) -> None:
         self.typed, self.decl, self.path, self.cache = typed, decl, path, cache
@@ -306,25 +338,13 @@ class SpecialisingBody:
         self.structs: Structs | None = None
         self.static: set[int] = set()  # positions of integer parameters compiled in (shapes depend on them)
 
-    def around(self, interpreted: Callable, states) -> Callable:
-        self.structs = Structs(states)
+    def around(self, fallback: Step, structs: StructTypes) -> Step:
+        self.structs = Structs(structs)
         count = len(self.decl.params)
-
-        seen = self.structs.seen
-        static = self.static
 
         def body(frame: list) -> object:
             leaves: list = []
-            arguments = frame[1 : count + 1]
-            if static:
-                layout = tuple(
-                    [
-                        ("static", value) if k in static and value.__class__ is int else flatten(value, leaves, seen)
-                        for k, value in enumerate(arguments)
-                    ]
-                )
-            else:
-                layout = tuple([flatten(value, leaves, seen) for value in arguments])
+            layout = self.layout(frame[1 : count + 1], leaves)
             entry = self.compiled.get(layout, False)
             if entry is False:
                 entry = self.specialise(layout) if len(self.compiled) < MAX_LAYOUTS else None
@@ -334,15 +354,33 @@ class SpecialisingBody:
                     self.reasons[layout] = f"more than {MAX_LAYOUTS} argument layouts"
                 self.compiled[layout] = entry
             if entry is None:
-                return interpreted(frame)
+                return fallback(frame)
             frame[0] = self.run(entry, leaves)
             return RETURN
 
         return body
 
+    def layout(self, arguments: list, leaves: list) -> tuple:
+        """The arguments' layout; their tensors and scalars appended to `leaves` in slot order."""
+        seen, static = self.structs.seen, self.static
+        if static:
+            return tuple(
+                [
+                    ir.StaticArgument(value) if k in static and value.__class__ is int else flatten(value, leaves, seen)
+                    for k, value in enumerate(arguments)
+                ]
+            )
+        return tuple([flatten(value, leaves, seen) for value in arguments])
+
+    def direct(self, args: list) -> object:
+        """The call run natively if its layout is compiled already (see `CompiledBody.direct`)."""
+        if self.structs is None:  # not installed in a backend yet
+            return NOT_COMPILED
+        leaves: list = []
+        entry = self.compiled.get(self.layout(args, leaves))
+        return NOT_COMPILED if entry is None else self.run(entry, leaves)
+
     def specialise(self, layout: tuple) -> Specialisation | None:
-        from dl.codegen.lower import Unsupported
-        from dl.codegen.specialize import NeedsStatic, specialise
 
         try:
             lowered = specialise(self.typed, self.decl, self.path, layout, self.structs)
@@ -378,17 +416,22 @@ class SpecialisingBody:
         slots[0] = address + (-address % 64)
         cells: dict[int, np.ndarray] = {}
         places: list = []  # per argument leaf, in slot order (they take slots 1, 2, ...)
-        arguments = [leaf for item in layout for leaf in layout_leaves(item) if leaf[0] in ("tensor", "scalar")]
+        arguments = [
+            leaf
+            for item in layout
+            for leaf in ir.layout_leaves(item)
+            if isinstance(leaf, (ir.TensorArgument, ir.ScalarArgument))
+        ]
         for slot, leaf in enumerate(arguments, start=1):
-            places.append((slot, leaf[0] == "tensor"))
-            if leaf[0] == "scalar":
-                cells[slot] = np.zeros(1, dtype=NUMPY_DTYPES[leaf[1]])
+            places.append((slot, isinstance(leaf, ir.TensorArgument)))
+            if isinstance(leaf, ir.ScalarArgument):
+                cells[slot] = np.zeros(1, dtype=NUMPY_DTYPES[leaf.dtype])
         outputs: list = []
-        for leaf in layout_leaves(lowered.result):  # ("tensor", slot, dtype, shape, buffer), ("scalar", slot, dtype)
-            if leaf[0] == "tensor":
-                outputs.append((leaf[1], leaf[3], NUMPY_DTYPES[leaf[2]]))
-            elif leaf[0] == "scalar":
-                cells[leaf[1]] = np.zeros(1, dtype=NUMPY_DTYPES[leaf[2]])
+        for leaf in ir.layout_leaves(lowered.result):
+            if isinstance(leaf, ir.TensorResult):
+                outputs.append((leaf.slot, leaf.shape, NUMPY_DTYPES[leaf.dtype]))
+            elif isinstance(leaf, ir.ScalarResult):
+                cells[leaf.slot] = np.zeros(1, dtype=NUMPY_DTYPES[leaf.dtype])
         for slot, cell in cells.items():
             slots[slot] = cell.ctypes.data
         call = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(native.addresses[lowered.function.symbol])
@@ -415,14 +458,14 @@ class SpecialisingBody:
                 if not value.flags.c_contiguous:
                     value = np.ascontiguousarray(value)
                     copies.append(value)
-                slots[slot] = value.ctypes.data
+                slots[slot] = address_of(value)
             else:
                 cells[slot][0] = value
         outputs: dict[int, np.ndarray] = {}
         for slot, shape, dtype in entry.outputs:
             array = np.empty(shape, dtype=dtype)
             outputs[slot] = array
-            slots[slot] = array.ctypes.data
+            slots[slot] = data_address(array)
         entry.call(entry.address)
         if entry.error.value:
             self.failed(entry)
@@ -453,7 +496,7 @@ class SpecialisingBody:
         for layout, reason in self.reasons.items():
             shown = ", ".join(describe_layout(item) for item in layout)
             verdict = "compiled" if reason == "compiled" else f"interpreted: {reason}"
-            lines.append(f"{self.path}: `{self.decl.name}`({shown}) {verdict}")
+            lines.append(f"{self.decl.name_span}: `{self.decl.name}`({shown}) {verdict}")
         return lines
 
 
@@ -483,96 +526,105 @@ NAMES = {
 }
 
 
-def flatten(value, leaves: list, kinds: dict) -> tuple:
-    """The layout of an argument: ("tensor", dtype, shape), ("scalar", dtype), ("tuple", items), ("struct",
-    id of its type, items, name), ("text", the string), or ("other", class name), which is not compiled;
-    its tensors and scalars are appended to `leaves` in slot order and the struct types it meets
-    remembered in `kinds`. Scalars are run-time values: only their dtype is part of the layout."""
+ADDRESSES: dict[int, tuple[weakref.ref, int]] = {}  # by id of an array: (it, its data's address)
+
+
+def address_of(array: np.ndarray) -> int:
+    """The address of an array's data. Arrays passed again and again (a model's weights) are looked up, by
+    identity, while they live; the others are asked (`data_address`)."""
+    found = ADDRESSES.get(id(array))
+    if found is not None and found[0]() is array:
+        return found[1]
+    address = data_address(array)
+    if len(ADDRESSES) >= 4096:
+        ADDRESSES.clear()
+    ADDRESSES[id(array)] = (weakref.ref(array), address)
+    return address
+
+
+def data_address(array: np.ndarray) -> int:
+    """The address of a C-contiguous array's data: through a ctypes view of its buffer, a third of what
+    numpy's `array.ctypes.data` costs; that for the arrays a writable buffer cannot be had from (read-only,
+    empty)."""
+    try:
+        return ctypes.addressof(ctypes.c_char.from_buffer(array))
+    except (TypeError, ValueError):
+        return array.ctypes.data
+
+
+def flatten(value, leaves: list, kinds: dict) -> ir.Layout:
+    """The layout of an argument (codegen/ir.py); its tensors and scalars are appended to `leaves` in slot
+    order and the struct types and functions it meets remembered in `kinds`. Scalars are run-time values:
+    only their dtype is part of the layout."""
     cls = value.__class__
     if cls is np.ndarray:
         leaves.append(value)
         if value.ndim:
-            return ("tensor", NAMES.get(value.dtype), value.shape)
-        return ("scalar", NAMES.get(value.dtype))
-    if cls is np.float32:
+            return ir.TensorArgument(NAMES.get(value.dtype), value.shape)
+        return ir.ScalarArgument(NAMES.get(value.dtype))
+    scalar = SCALAR_CLASSES.get(cls)
+    if scalar is not None:
         leaves.append(value)
-        return ("scalar", "f32")
-    if cls is np.float64:
-        leaves.append(value)
-        return ("scalar", "f64")
-    if cls is int:
-        leaves.append(value)
-        return ("scalar", "i64")
-    if cls is np.int32:
-        leaves.append(value)
-        return ("scalar", "i32")
-    if cls is bool or cls is np.bool_:
-        leaves.append(value)
-        return ("scalar", "bool")
+        return scalar
     if cls is tuple:
-        return ("tuple", tuple([flatten(item, leaves, kinds) for item in value]))
+        return ir.TupleLayout(tuple([flatten(item, leaves, kinds) for item in value]))
     if cls is str:
-        return ("text", value)
+        return ir.TextLayout(value)
     if cls is Function and not value.captured:  # a function without captured values: compiled in
         kinds[id(value)] = value
-        return ("function", id(value), value.name)
+        return ir.FunctionArgument(id(value), value.name)
     kind = getattr(value, "type", None)
     values = getattr(value, "values", None)
     if kind is not None and values is not None and hasattr(kind, "fields"):
         kinds[id(kind)] = kind
-        return ("struct", id(kind), tuple([flatten(item, leaves, kinds) for item in values]), kind.name)
-    return ("other", cls.__name__)
+        return ir.StructLayout(id(kind), tuple([flatten(item, leaves, kinds) for item in values]), kind.name)
+    return ir.OtherArgument(cls.__name__)
 
 
-def layout_leaves(layout: tuple):
-    """The leaves of a layout (of arguments or of a result), in order: its tuples and structs opened."""
-    kind = layout[0]
-    if kind == "tuple":
-        for item in layout[1]:
-            yield from layout_leaves(item)
-    elif kind == "struct":
-        for item in layout[2]:
-            yield from layout_leaves(item)
-    else:
-        yield layout
+# The layouts of DL's scalars by their run-time class (i64 and bool are Python ints and bools).
+SCALAR_CLASSES = {
+    np.float32: ir.ScalarArgument("f32"),
+    np.float64: ir.ScalarArgument("f64"),
+    int: ir.ScalarArgument("i64"),
+    np.int32: ir.ScalarArgument("i32"),
+    bool: ir.ScalarArgument("bool"),
+    np.bool_: ir.ScalarArgument("bool"),
+}
 
 
-def build_result(layout: tuple, cells: dict, outputs: dict) -> object:
-    from dl.interp.values import StructValue
-
-    kind = layout[0]
-    if kind == "tensor":
-        return outputs[layout[1]]
-    if kind == "scalar":
-        value = cells[layout[1]][0]
-        if layout[2] == "i64":
-            return int(value)
-        if layout[2] == "bool":
-            return bool(value)
-        return value
-    if kind == "tuple":
-        return tuple(build_result(item, cells, outputs) for item in layout[1])
-    if kind == "struct":
-        return StructValue(layout[1], tuple(build_result(item, cells, outputs) for item in layout[2]))
-    if kind == "text":
-        return layout[1]
+def build_result(layout: ir.Layout, cells: dict, outputs: dict) -> object:
+    """The run-time value a specialisation returned, from its result slots."""
+    match layout:
+        case ir.TensorResult(slot=slot):
+            return outputs[slot]
+        case ir.ScalarResult(slot=slot, dtype=dtype):
+            value = cells[slot][0]
+            return int(value) if dtype == "i64" else bool(value) if dtype == "bool" else value
+        case ir.TupleLayout(items=items):
+            return tuple(build_result(item, cells, outputs) for item in items)
+        case ir.StructLayout(kind=kind, items=items):
+            return StructValue(kind, tuple(build_result(item, cells, outputs) for item in items))
+        case ir.TextLayout(text=text):
+            return text
     return ()
 
 
-def describe_layout(layout: tuple) -> str:
-    kind = layout[0]
-    if kind == "tensor":
-        return f"{layout[1]}[{', '.join(map(str, layout[2]))}]"
-    if kind == "scalar":
-        return layout[1]
-    if kind == "tuple":
-        return f"({', '.join(describe_layout(item) for item in layout[1])})"
-    if kind == "struct":
-        return layout[3]
-    if kind == "text":
-        return "str"
-    if kind == "static":
-        return f"i64 = {layout[1]}"
-    if kind == "function":
-        return f"fn {layout[2]}"
-    return layout[1]
+def describe_layout(layout: ir.Layout) -> str:
+    match layout:
+        case ir.TensorArgument(dtype=dtype, shape=shape):
+            return f"{dtype}[{', '.join(map(str, shape))}]"
+        case ir.ScalarArgument(dtype=dtype):
+            return str(dtype)
+        case ir.TupleLayout(items=items):
+            return f"({', '.join(describe_layout(item) for item in items)})"
+        case ir.StructLayout(name=name):
+            return name
+        case ir.TextLayout():
+            return "str"
+        case ir.StaticArgument(value=value):
+            return f"i64 = {value}"
+        case ir.FunctionArgument(name=name):
+            return f"fn {name}"
+        case ir.OtherArgument(class_name=class_name):
+            return class_name
+    return str(layout)

@@ -15,12 +15,14 @@ import math
 
 import numpy as np
 from dl.codegen import ir
-from dl.codegen.lower import FLOAT_MATH, Unsupported, Value
-from dl.codegen.specialize import (
+from dl.codegen.ir import contiguous
+from dl.codegen.lower import SCALAR_MATH, Unsupported, Value
+from dl.codegen.values import (
     FLOATS,
     ZERO,
     Closure,
     DType,
+    Primitive,
     Struct,
     TapeValue,
     Tensor,
@@ -28,53 +30,43 @@ from dl.codegen.specialize import (
     as_index,
     axis_index,
     broadcast,
-    contiguous,
+    broadcast_shape,
     is_plain,
     reduction_shape,
+    remap,
     view,
 )
-from dl.interp.dispatch import failure_message
-from dl.interp.primitives import PrimitiveError
+from dl.lang import einsum as einsum_spec
+from dl.lang.calls import Binding, BindingError, arranged, bind
 from dl.lang.diagnostics import Span
-from dl.lang.primitives import BY_NAME, SIGNATURES, Prim
-
-UNARY_NUMBER = {"abs", "relu"}
-
-
-def bind(name: str, args: list, keywords: dict, span: Span) -> dict:
-    """The arguments of built-in `name` by parameter name, defaults filled in (the variadic tail a tuple)."""
-    prim = BY_NAME.get(name)
-    if prim is None:
-        raise Unsupported(f"`{name}` (at {span})")
-    signature = SIGNATURES[prim]
-    bound: dict = {}
-    rest = list(args)
-    for param in signature.positional:
-        if rest:
-            bound[param] = rest.pop(0)
-        elif param in keywords:
-            bound[param] = keywords.pop(param)
-        else:
-            raise Unsupported(f"`{name}` without `{param}` (at {span})")
-    for param, default in signature.optional:
-        bound[param] = rest.pop(0) if rest else keywords.pop(param, default)
-    if signature.variadic is not None:
-        bound[signature.variadic[0]] = tuple(rest)
-        rest = []
-    for param, default in signature.keywords:
-        bound[param] = keywords.pop(param, default)
-    if rest or keywords:
-        raise Unsupported(f"`{name}` with these arguments (at {span})")
-    return bound
+from dl.lang.primitives import FLOAT_MATH, PRIMITIVES, Prim, Support
+from dl.runtime.errors import PrimitiveError, failure_message
+from dl.runtime.world import World
 
 
-def call_primitive(lowering, name: str, args: list, keywords: dict, span: Span, discarded: bool) -> object:
+def bound(prim: Prim, args: list, keywords: dict, span: Span, binding: Binding | None) -> dict:
+    """The arguments of built-in `prim` by parameter name, defaults filled in (the variadic tail a tuple), as
+    `binding` (the checker's, or bound here for a call through a function value) says."""
+    primitive = PRIMITIVES[prim]
+    if binding is None:
+        try:
+            binding = bind(primitive.signature, len(args), list(keywords))
+        except BindingError:
+            raise Unsupported(f"`{prim.value}` with these arguments", span) from None
+    return dict(
+        zip(primitive.parameters, arranged(primitive, binding, args, keywords, lambda value: value), strict=True)
+    )
+
+
+def call_primitive(
+    lowering, prim: Prim, args: list, keywords: dict, span: Span, discarded: bool, binding: Binding | None = None
+) -> object:
     args = [lowering.read_variable(a) if isinstance(a, ir.Variable) else a for a in args]
     keywords = {k: lowering.read_variable(v) if isinstance(v, ir.Variable) else v for k, v in keywords.items()}
-    handler = HANDLERS.get(name)
+    handler = HANDLERS.get(prim)
     if handler is None:
-        raise Unsupported(f"it calls `{name}`, which compiled code does not do yet (at {span})")
-    return handler(lowering, bind(name, args, dict(keywords), span), span)
+        raise Unsupported(f"it calls `{prim.value}`, which compiled code does not do: {REFUSED[prim]}", span)
+    return handler(lowering, bound(prim, args, keywords, span, binding), span)
 
 
 def static_int(lowering, value: object, span: Span, what: str) -> int:
@@ -90,7 +82,7 @@ def static_flag(value: object, span: Span) -> bool:
         return value
     if isinstance(value, Value) and isinstance(value.operand, ir.Const) and value.operand.dtype == "bool":
         return bool(value.operand.value)
-    raise Unsupported(f"a flag known only at run time (at {span})")
+    raise Unsupported("a flag known only at run time", span)
 
 
 def dtype_of(value: object, span: Span) -> str:
@@ -98,45 +90,49 @@ def dtype_of(value: object, span: Span) -> str:
         return value.name
     if value == "f32":
         return "f32"
-    raise Unsupported(f"a dtype argument compiled code does not take (at {span})")
+    raise Unsupported("a dtype argument compiled code does not take", span)
 
 
 def tensor(value: object, span: Span, what: str = "an argument") -> Tensor:
     if not isinstance(value, Tensor):
-        raise Unsupported(f"{what} is not a tensor (at {span})")
+        raise Unsupported(f"{what} is not a tensor", span)
     return value
 
 
 # ------------------------------------------------------------------ elementwise
 
 
-def unary(name: str):
+def unary(prim: Prim):
+    name = prim.value
+
     def apply(lowering, bound: dict, span: Span) -> object:
         x = bound["x"]
         if isinstance(x, Tensor):
-            if name in FLOAT_MATH and x.dtype not in FLOATS:
-                raise Unsupported(f"`{name}` of {x.dtype} (at {span})")
+            if prim in FLOAT_MATH and x.dtype not in FLOATS:
+                raise Unsupported(f"`{name}` of {x.dtype}", span)
             if x.dtype == "bool":
-                raise Unsupported(f"`{name}` of bool (at {span})")
+                raise Unsupported(f"`{name}` of bool", span)
             return Tensor(x.dtype, x.shape, ir.Apply(name, x.dtype, (x.tree,)))
-        return scalar_math(lowering, name, [x], span)
+        return scalar_math(lowering, prim, [x], span)
 
     return apply
 
 
-def scalar_math(lowering, name: str, values: list, span: Span) -> Value:
-    return lowering.math_of_values(name, [lowering.scalar_of(v, span) for v in values], span)
+def scalar_math(lowering, prim: Prim, values: list, span: Span) -> Value:
+    return lowering.math_of_values(prim, [lowering.scalar_of(v, span) for v in values], span)
 
 
-def binary_math(name: str):
+def binary_math(prim: Prim):
+    name = prim.value
+
     def apply(lowering, bound: dict, span: Span) -> object:
         a, b = bound["a"], bound["b"]
         if isinstance(a, Tensor) or isinstance(b, Tensor):
             result = lowering.elementwise(name, [a, b], span)
             if result.dtype == "bool":
-                raise Unsupported(f"`{name}` of bools (at {span})")
+                raise Unsupported(f"`{name}` of bools", span)
             return result
-        return scalar_math(lowering, name, [a, b], span)
+        return scalar_math(lowering, prim, [a, b], span)
 
     return apply
 
@@ -148,12 +144,12 @@ def where(lowering, bound: dict, span: Span) -> object:
     if not dtypes and isinstance(a, Value) and isinstance(b, Value):  # two literals: f32 (or i64), as interpreted
         dtypes = {"f32" if isinstance(a.weak, float) or isinstance(b.weak, float) else "i64"}
     if len(dtypes) != 1:
-        raise Unsupported(f"`where` of these operands (at {span})")
+        raise Unsupported("`where` of these operands", span)
     dtype = dtypes.pop()
     if isinstance(condition, Value) and condition.operand.dtype != "bool":
-        raise Unsupported(f"`where` with a condition that is not bool (at {span})")
+        raise Unsupported("`where` with a condition that is not bool", span)
     if isinstance(condition, Tensor) and condition.dtype != "bool":
-        raise Unsupported(f"`where` with a condition that is not bool (at {span})")
+        raise Unsupported("`where` with a condition that is not bool", span)
     if not any(isinstance(v, Tensor) for v in (condition, a, b)):  # scalars: one select
         operands = [lowering.promote(v, dtype, span) for v in (a, b)]
         tree = ir.Apply("select", dtype, (ir.Splat(condition.operand), *(ir.Splat(o) for o in operands)))
@@ -167,9 +163,14 @@ def where(lowering, bound: dict, span: Span) -> object:
 
 
 def axes_of(lowering, x: Tensor, axis: object, span: Span) -> tuple[int, ...]:
+    """The axes `axis=` names (one, or a tuple of them), in order; all of them when it is left out."""
     if axis is None:
         return tuple(range(len(x.shape)))
-    return (axis_index(static_int(lowering, axis, span, "an axis"), len(x.shape), span),)
+    named = axis if isinstance(axis, tuple) else (axis,)
+    axes = {axis_index(static_int(lowering, a, span, "an axis"), len(x.shape), span) for a in named}
+    if not named or len(axes) != len(named):
+        raise Unsupported("`axis=` naming no axis, or one twice", span)
+    return tuple(sorted(axes))
 
 
 def reduce(lowering, x: Tensor, op: str, axes: tuple[int, ...], keepdims: bool, span: Span, accumulate: str) -> Tensor:
@@ -218,7 +219,7 @@ def summed(kind: str):
             tree = x if x.dtype != "bool" else Tensor("i64", x.shape, ir.Apply("convert", "i64", (x.tree,)))
             return finish(lowering, reduce(lowering, tree, "add", axes, keepdims, span, accumulate), dtype)
         if count == 0:
-            raise Unsupported(f"`mean` of an empty axis (at {span})")
+            raise Unsupported("`mean` of an empty axis", span)
         dtype = x.dtype if x.dtype in FLOATS else "f32"
         tree = x if x.dtype in FLOATS else Tensor("f64", x.shape, ir.Apply("convert", "f64", (x.tree,)))
         return finish(lowering, reduce(lowering, tree, "add", axes, keepdims, span, "f64"), dtype, count)
@@ -230,10 +231,10 @@ def extreme(op: str):
     def apply(lowering, bound: dict, span: Span) -> object:
         x = as_tensor(lowering, bound["x"], span, bound.get("keepdims", False))
         if x.dtype == "bool":
-            raise Unsupported(f"`{op}` of bools (at {span})")
+            raise Unsupported(f"`{op}` of bools", span)
         axes = axes_of(lowering, x, bound["axis"], span)
         if x.size == 0:
-            raise Unsupported(f"`{op}` of an empty tensor (at {span})")
+            raise Unsupported(f"`{op}` of an empty tensor", span)
         keepdims = static_flag(bound["keepdims"], span)
         return finish(lowering, reduce(lowering, x, op, axes, keepdims, span, x.dtype), x.dtype)
 
@@ -246,13 +247,13 @@ def as_tensor(lowering, value: object, span: Span, keepdims: object = False) -> 
     whole = keepdims is False or (isinstance(keepdims, Value) and keepdims.operand == ir.Const(False, "bool"))
     if isinstance(value, Value) and value.weak is None and value.operand.dtype in FLOATS and whole:
         return Tensor(value.operand.dtype, (1,), ir.Splat(value.operand))  # a scalar: its one element
-    raise Unsupported(f"a reduction of this scalar (at {span})")
+    raise Unsupported("a reduction of this scalar", span)
 
 
 def shifted_exponentials(lowering, x: Tensor, axis: object, span: Span):
     """`x - max(x, axis, keepdims)` and the sum of its exponentials over the axis (kept as size 1)."""
     if x.dtype not in FLOATS:
-        raise Unsupported(f"a softmax of {x.dtype} (at {span})")
+        raise Unsupported(f"a softmax of {x.dtype}", span)
     axes = axes_of(lowering, x, axis, span)
     peak = broadcast(reduce(lowering, x, "max", axes, True, span, x.dtype), x.shape, span)
     shifted = Tensor(x.dtype, x.shape, ir.Apply("sub", x.dtype, (x.tree, peak.tree)))
@@ -282,9 +283,11 @@ def arg_extreme(op: str):
     def apply(lowering, bound: dict, span: Span) -> object:
         x = as_tensor(lowering, bound["x"], span, bound.get("keepdims", False))
         if x.dtype == "bool":
-            raise Unsupported(f"`arg{op}` of bools (at {span})")
+            raise Unsupported(f"`arg{op}` of bools", span)
         if x.size == 0:
-            raise Unsupported(f"`arg{op}` of an empty tensor (at {span})")
+            raise Unsupported(f"`arg{op}` of an empty tensor", span)
+        if isinstance(bound["axis"], tuple):
+            raise Unsupported(f"`arg{op}` of several axes", span)
         axes = axes_of(lowering, x, bound["axis"], span)
         keepdims = static_flag(bound["keepdims"], span)
         x = x if isinstance(x.tree, ir.Read) else lowering.materialise(x)
@@ -309,7 +312,7 @@ def logsumexp(lowering, bound: dict, span: Span) -> object:
     """log(sum(exp(x - peak))) + peak over the axes, the peak a max made 0 where it is not finite."""
     x = as_tensor(lowering, bound["x"], span, bound.get("keepdims", False))
     if x.dtype not in FLOATS:
-        raise Unsupported(f"`logsumexp` of {x.dtype} (at {span})")
+        raise Unsupported(f"`logsumexp` of {x.dtype}", span)
     axes = axes_of(lowering, x, bound["axis"], span)
     keepdims = static_flag(bound["keepdims"], span)
     peak = reduce(lowering, x, "max", axes, True, span, x.dtype)
@@ -344,7 +347,7 @@ def one_hot(lowering, bound: dict, span: Span) -> object:
         labels = Tensor(labels.operand.dtype, (), ir.Splat(labels.operand))
     labels = as_index(lowering, tensor(labels, span))
     if labels.dtype != "i64":
-        raise Unsupported(f"`one_hot` of {labels.dtype} labels (at {span})")
+        raise Unsupported(f"`one_hot` of {labels.dtype} labels", span)
     if labels.shape and labels.size:
         labels = labels if isinstance(labels.tree, ir.Read) else lowering.materialise(labels)
         every = tuple(range(len(labels.shape)))
@@ -359,7 +362,6 @@ def one_hot(lowering, bound: dict, span: Span) -> object:
             problem = PrimitiveError(f"one_hot label {{value}} is out of range for {classes} classes")
             site = lowering.site("E0513", failure_message(Prim.ONE_HOT, problem), span, "i64")
             lowering.emit(ir.Check(inside, site, extreme_label))
-    from dl.codegen.specialize import remap
 
     rank = len(labels.shape)
     spread = remap(labels.tree, (*tuple(range(rank)), None))
@@ -367,21 +369,42 @@ def one_hot(lowering, bound: dict, span: Span) -> object:
     return Tensor("f32", (*labels.shape, classes), ir.Apply("convert", "f32", (hit,)))
 
 
+def triangle(test: str):
+    """`tril` (`test` "le": kept where column - row <= k) or `triu` ("ge"): a select on the positions along the
+    last two axes, zero elsewhere; `k` may be known only at run time."""
+
+    def apply(lowering, bound: dict, span: Span) -> object:
+        x, k = tensor(bound["x"], span), bound["k"]
+        if len(x.shape) < 2:
+            raise Unsupported(f"`tril` or `triu` of a rank-{len(x.shape)} tensor", span)
+        if isinstance(k, int):
+            diagonal: ir.Operand = ir.Const(k, "i64")
+        else:
+            diagonal = lowering.promote(lowering.scalar_of(k, span), "i64", span)
+        rank = len(x.shape)
+        offset = ir.Apply("sub", "i64", (ir.Index(rank - 1), ir.Index(rank - 2)))
+        kept = ir.Apply(test, "bool", (offset, ir.Splat(diagonal)))
+        zero = ir.Splat(ir.Const(False if x.dtype == "bool" else 0.0 if x.dtype in FLOATS else 0, x.dtype))
+        return Tensor(x.dtype, x.shape, ir.Apply("select", x.dtype, (kept, x.tree, zero)))
+
+    return apply
+
+
 def joined(lowering, pieces: list[Tensor], axis: int, stacked: bool, span: Span) -> Tensor:
     """`concat` (along an existing axis) or `stack` (along a new one) of tensors of one dtype: each piece
     is written into its place of one buffer."""
     dtypes = {piece.dtype for piece in pieces}
     if len(dtypes) != 1:
-        raise Unsupported(f"joining tensors of dtypes {sorted(dtypes)} (at {span})")
+        raise Unsupported(f"joining tensors of dtypes {sorted(dtypes)}", span)
     first = pieces[0].shape
     if stacked:
         if any(piece.shape != first for piece in pieces):
-            raise Unsupported(f"`stack` of tensors of different shapes (at {span})")
+            raise Unsupported("`stack` of tensors of different shapes", span)
         shape = (*first[:axis], len(pieces), *first[axis:])
     else:
         rest = {piece.shape[:axis] + piece.shape[axis + 1 :] for piece in pieces}
         if len(rest) != 1 or any(len(piece.shape) != len(first) for piece in pieces):
-            raise Unsupported(f"`concat` of tensors of different shapes (at {span})")
+            raise Unsupported("`concat` of tensors of different shapes", span)
         shape = (*first[:axis], sum(piece.shape[axis] for piece in pieces), *first[axis + 1 :])
     out = lowering.allocate(dtypes.pop(), shape, "joined")
     strides = contiguous(shape)
@@ -402,13 +425,13 @@ def join(stacked: bool):
     def apply(lowering, bound: dict, span: Span) -> object:
         pieces = bound["tensors"]
         if not isinstance(pieces, tuple) or not pieces:
-            raise Unsupported(f"joining something that is not a tuple of tensors (at {span})")
+            raise Unsupported("joining something that is not a tuple of tensors", span)
         pieces = [lowering.read_variable(p) if isinstance(p, ir.Variable) else p for p in pieces]
         if stacked and all(isinstance(p, Value) for p in pieces):
             pieces = [Tensor(p.operand.dtype, (1,), ir.Splat(p.operand)) for p in pieces]
             return reshaped(lowering, joined(lowering, pieces, 0, False, span), (len(pieces),), span)
         if not all(isinstance(p, Tensor) for p in pieces):
-            raise Unsupported(f"joining values that are not all tensors (at {span})")
+            raise Unsupported("joining values that are not all tensors", span)
         rank = len(pieces[0].shape) + (1 if stacked else 0)
         axis = axis_index(static_int(lowering, bound["axis"], span, "an axis"), rank, span)
         return joined(lowering, pieces, axis, stacked, span)
@@ -421,11 +444,11 @@ def split_like(lowering, bound: dict, span: Span) -> object:
     x = tensor(bound["x"], span)
     like = bound["like"]
     if not isinstance(like, tuple) or not all(isinstance(piece, Tensor) for piece in like):
-        raise Unsupported(f"`split_like` of this (at {span})")
+        raise Unsupported("`split_like` of this", span)
     axis = axis_index(static_int(lowering, bound["axis"], span, "an axis"), len(x.shape), span)
     sizes = [piece.shape[axis] for piece in like]
     if sum(sizes) != x.shape[axis] or any(len(piece.shape) != len(x.shape) for piece in like):
-        raise Unsupported(f"`split_like` pieces that do not fit (at {span})")
+        raise Unsupported("`split_like` pieces that do not fit", span)
     x = x if isinstance(x.tree, ir.Read) else lowering.materialise(x)
     read, pieces, start = x.tree, [], 0
     for size in sizes:
@@ -439,16 +462,21 @@ def split_like(lowering, bound: dict, span: Span) -> object:
 # ------------------------------------------------------------------ products
 
 
+def matmul_call(lowering, bound: dict, span: Span) -> object:
+    """`matmul(a, b)`, as `a @ b`."""
+    return matmul(lowering, bound["a"], bound["b"], span)
+
+
 def matmul(lowering, a: object, b: object, span: Span) -> object:
     if not isinstance(a, Tensor) or not isinstance(b, Tensor):
-        raise Unsupported(f"`@` of a scalar (at {span})")
+        raise Unsupported("`@` of a scalar", span)
     if a.dtype != b.dtype or a.dtype not in FLOATS:
-        raise Unsupported(f"`@` of {a.dtype} and {b.dtype} (at {span})")
+        raise Unsupported(f"`@` of {a.dtype} and {b.dtype}", span)
     if len(a.shape) > 2 or len(b.shape) > 2:
         return batched_matmul(lowering, a, b, span)
     k = a.shape[-1]
     if b.shape[0] != k:
-        raise Unsupported(f"`@` of shapes {list(a.shape)} and {list(b.shape)} (at {span})")
+        raise Unsupported(f"`@` of shapes {list(a.shape)} and {list(b.shape)}", span)
     if len(a.shape) == 1 and len(b.shape) == 1:
         product = Tensor(a.dtype, a.shape, ir.Apply("mul", a.dtype, (a.tree, b.tree)))
         return finish(lowering, reduce(lowering, product, "add", (0,), False, span, "f64"), a.dtype)
@@ -464,20 +492,64 @@ def matmul(lowering, a: object, b: object, span: Span) -> object:
     return Tensor(a.dtype, shape, ir.Read(out, ZERO, contiguous(shape)))
 
 
+def einsum(lowering, bound: dict, span: Span) -> object:
+    """`einsum(spec, operands...)` as one loop nest over every letter of the spec (the result's first, then the
+    summed ones): the operands, each seen through its letters, multiplied elementwise, then summed over the
+    letters the result drops (in f64 for floats, as `sum`). No gemm: a product of two matrices is faster as `@`."""
+    spec_value = bound["spec"]
+    text = spec_value.value if isinstance(spec_value, Text) else spec_value
+    try:
+        spec = einsum_spec.parse(text) if isinstance(text, str) else None
+    except einsum_spec.SpecError:
+        spec = None
+    operands = [as_operand(operand, span) for operand in bound["operands"]]
+    dtypes = {operand.dtype for operand in operands}
+    if spec is None or len(spec.inputs) != len(operands) or len(dtypes) != 1 or "bool" in dtypes:
+        raise Unsupported("an `einsum` the interpreter reports", span)
+    dtype = dtypes.pop()
+    sizes: dict[str, int] = {}
+    for letters, operand in zip(spec.inputs, operands, strict=True):
+        if len(letters) != len(operand.shape):
+            raise Unsupported("an `einsum` the interpreter reports", span)
+        for letter, size in zip(letters, operand.shape, strict=True):
+            if sizes.setdefault(letter, size) != size:
+                raise Unsupported("an `einsum` the interpreter reports", span)
+    letters = spec.output + spec.summed
+    product = None
+    for own, operand in zip(spec.inputs, operands, strict=True):
+        seen = remap(operand.tree, tuple(own.index(letter) if letter in own else None for letter in letters))
+        product = seen if product is None else ir.Apply("mul", dtype, (product, seen))
+    whole = Tensor(dtype, tuple(sizes[letter] for letter in letters), product)
+    if not spec.summed:
+        return finish(lowering, whole, dtype)
+    accumulate = "f64" if dtype in FLOATS else "i64"
+    summed = tuple(range(len(spec.output), len(letters)))
+    return finish(lowering, reduce(lowering, whole, "add", summed, False, span, accumulate), dtype)
+
+
+def as_operand(value: object, span: Span) -> Tensor:
+    """A tensor, or a scalar (not an unsuffixed literal, whose dtype the other operands would decide) as a
+    rank-0 tensor."""
+    if isinstance(value, Tensor):
+        return value
+    if isinstance(value, Value) and value.weak is None:
+        return Tensor(value.operand.dtype, (), ir.Splat(value.operand))
+    raise Unsupported("an `einsum` of this operand", span)
+
+
 MAX_BATCH = 256  # products in one batched `@` (each is one gemm call)
 
 
 def batched_matmul(lowering, a: Tensor, b: Tensor, span: Span) -> Tensor:
     """`@` with batch dimensions (broadcast, as numpy's matmul): one gemm per matrix of the batch."""
     if len(a.shape) < 2 or len(b.shape) < 2:
-        raise Unsupported(f"a batched `@` with a vector (at {span})")
-    from dl.codegen.specialize import broadcast_shape
+        raise Unsupported("a batched `@` with a vector", span)
 
     batch = broadcast_shape(a.shape[:-2], b.shape[:-2], span)
     (m, k), (k2, n) = a.shape[-2:], b.shape[-2:]
     count = math.prod(batch)
     if k != k2 or count > MAX_BATCH or 0 in (m, n, k, count):
-        raise Unsupported(f"a batched `@` of shapes {list(a.shape)} and {list(b.shape)} (at {span})")
+        raise Unsupported(f"a batched `@` of shapes {list(a.shape)} and {list(b.shape)}", span)
     a = broadcast(a, (*batch, m, k), span)
     b = broadcast(b, (*batch, k, n), span)
     a = a if isinstance(a.tree, ir.Read) else lowering.materialise(a)
@@ -525,16 +597,15 @@ def transpose(lowering, bound: dict, span: Span) -> object:
     rank = len(x.shape)
     axes = tuple(static_int(lowering, a, span, "an axis") for a in bound["axes"]) or tuple(reversed(range(rank)))
     if sorted(a % max(rank, 1) for a in axes) != list(range(rank)):
-        raise Unsupported(f"`transpose` axes {axes} (at {span})")
+        raise Unsupported(f"`transpose` axes {axes}", span)
     axes = tuple(a % rank for a in axes)
-    from dl.codegen.specialize import remap
 
     return Tensor(x.dtype, tuple(x.shape[a] for a in axes), remap(x.tree, axes))
 
 
 def reshaped(lowering, x: Tensor, shape: tuple[int, ...], span: Span) -> object:
     if math.prod(shape) != x.size:
-        raise Unsupported(f"`reshape` of {list(x.shape)} to {list(shape)} (at {span})")
+        raise Unsupported(f"`reshape` of {list(x.shape)} to {list(shape)}", span)
     if not shape:
         scalar = lowering.temp("element", x.dtype)
         lowering.emit(ir.Evaluate(scalar, lowering.plain(x).tree if x.shape else x.tree))
@@ -547,11 +618,11 @@ def reshape(lowering, bound: dict, span: Span) -> object:
     x = tensor(bound["x"], span)
     dims = [static_int(lowering, d, span, "a dimension") for d in bound["dims"]]
     if len(dims) == 1 and isinstance(bound["dims"][0], tuple):
-        raise Unsupported(f"`reshape` with a tuple of dimensions (at {span})")
+        raise Unsupported("`reshape` with a tuple of dimensions", span)
     if dims.count(-1) == 1:
         known = math.prod(d for d in dims if d != -1)
         if known == 0 or x.size % known:
-            raise Unsupported(f"`reshape` of {list(x.shape)} to {dims} (at {span})")
+            raise Unsupported(f"`reshape` of {list(x.shape)} to {dims}", span)
         dims[dims.index(-1)] = x.size // known
     return reshaped(lowering, x, tuple(dims), span)
 
@@ -568,7 +639,7 @@ def reshape_like(lowering, bound: dict, span: Span) -> object:
     x = bound["x"]
     if isinstance(x, Value):
         if shape_of(bound["like"]):
-            raise Unsupported(f"`reshape_like` of a scalar (at {span})")
+            raise Unsupported("`reshape_like` of a scalar", span)
         return x
     return reshaped(lowering, tensor(x, span), shape_of(bound["like"]), span)
 
@@ -582,9 +653,8 @@ def expand_dims(lowering, bound: dict, span: Span) -> object:
     rank = len(x.shape)
     axis = static_int(lowering, bound["axis"], span, "an axis")
     if not -rank - 1 <= axis <= rank:
-        raise Unsupported(f"`expand_dims` axis {axis} (at {span})")
+        raise Unsupported(f"`expand_dims` axis {axis}", span)
     axis %= rank + 1
-    from dl.codegen.specialize import remap
 
     mapping = (*range(axis), None, *range(axis, rank))
     return Tensor(x.dtype, (*x.shape[:axis], 1, *x.shape[axis:]), remap(x.tree, mapping))
@@ -615,7 +685,7 @@ def summed_down(lowering, x: object, target: tuple[int, ...], span: Span) -> obj
     x = tensor(x, span)
     extra = len(x.shape) - len(target)
     if extra < 0 or any(n not in (1, m) for n, m in zip(target, x.shape[extra:], strict=True)):
-        raise Unsupported(f"`unbroadcast` of {list(x.shape)} to {list(target)} (at {span})")
+        raise Unsupported(f"`unbroadcast` of {list(x.shape)} to {list(target)}", span)
     axes = tuple(range(extra)) + tuple(extra + i for i, n in enumerate(target) if n == 1 and x.shape[extra + i] != 1)
     if not axes:
         return x
@@ -651,14 +721,13 @@ def gathered(
     indices = as_index(lowering, indices)
     if isinstance(indices, Value):
         if indices.operand.dtype != "i64":
-            raise Unsupported(f"`gather` with a {indices.operand.dtype} index (at {span})")
+            raise Unsupported(f"`gather` with a {indices.operand.dtype} index", span)
         index_tree, index_shape = ir.Splat(indices.operand), ()
     else:
         indices = tensor(indices, span)
         if indices.dtype != "i64":
-            raise Unsupported(f"`gather` with {indices.dtype} indices (at {span})")
+            raise Unsupported(f"`gather` with {indices.dtype} indices", span)
         index_tree, index_shape = indices.tree, indices.shape
-    from dl.codegen.specialize import remap
 
     shape = (*x.shape[:axis], *index_shape, *x.shape[axis + 1 :])
     k = len(index_shape)
@@ -693,16 +762,15 @@ def scatter_add(lowering, bound: dict, span: Span) -> object:
     indices, updates = bound["indices"], bound["updates"]
     axis = axis_index(static_int(lowering, bound["axis"], span, "an axis"), len(x.shape), span)
     if not isinstance(indices, Tensor) or indices.dtype != "i64":
-        raise Unsupported(f"`scatter_add` with these indices (at {span})")
+        raise Unsupported("`scatter_add` with these indices", span)
     shape = (*x.shape[:axis], *indices.shape, *x.shape[axis + 1 :])
     if isinstance(updates, Value):
         updates = Tensor(x.dtype, (), ir.Splat(lowering.promote(updates, x.dtype, span)))
     if updates.dtype != x.dtype:
-        raise Unsupported(f"`scatter_add` of {updates.dtype} into {x.dtype} (at {span})")
+        raise Unsupported(f"`scatter_add` of {updates.dtype} into {x.dtype}", span)
     updates = broadcast(updates, shape, span)
     target = lowering.allocate(x.dtype, x.shape, "scattered")
     lowering.emit(ir.Fill(target, x.tree))
-    from dl.codegen.specialize import remap
 
     k = len(indices.shape)
     mapping = tuple([None] * axis + list(range(axis, axis + k)) + [None] * (len(x.shape) - axis - 1))
@@ -726,7 +794,7 @@ def scatter_add(lowering, bound: dict, span: Span) -> object:
 
 def image_of(value: object, span: Span) -> Tensor:
     if not isinstance(value, Tensor) or len(value.shape) != 4 or value.dtype not in FLOATS:
-        raise Unsupported(f"a convolution of something other than a rank-4 float tensor (at {span})")
+        raise Unsupported("a convolution of something other than a rank-4 float tensor", span)
     return value
 
 
@@ -736,18 +804,18 @@ def window_options(lowering, bound: dict, span: Span, pool: bool) -> tuple[int, 
         size = static_int(lowering, bound["size"], span, "a window size")
         stride = size if bound["stride"] is None else static_int(lowering, bound["stride"], span, "`stride=`")
         if size < 1 or stride < 1 or padding < 0 or 2 * padding > size:
-            raise Unsupported(f"pooling options the interpreter refuses (at {span})")
+            raise Unsupported("pooling options the interpreter refuses", span)
         return size, stride, padding
     stride = static_int(lowering, bound["stride"], span, "`stride=`")
     if stride < 1 or padding < 0:
-        raise Unsupported(f"convolution options the interpreter refuses (at {span})")
+        raise Unsupported("convolution options the interpreter refuses", span)
     return 0, stride, padding
 
 
 def grid(shape: tuple, kernel: tuple, stride: int, padding: int, span: Span) -> tuple[int, int]:
     sizes = [n + 2 * padding - k for n, k in zip(shape[2:], kernel, strict=True)]
     if min(sizes) < 0:
-        raise Unsupported(f"a window that does not fit the image (at {span})")
+        raise Unsupported("a window that does not fit the image", span)
     return sizes[0] // stride + 1, sizes[1] // stride + 1
 
 
@@ -795,7 +863,6 @@ def columns_of(lowering, x: Tensor, kernel: tuple, stride: int, padding: int, sp
 def by_channel(lowering, dy: Tensor) -> Tensor:
     """[N, O, H', W'] as [O, N * H' * W'] (written out: the layout of one product over all images)."""
     n, o, rows, columns = dy.shape
-    from dl.codegen.specialize import remap
 
     moved = Tensor(dy.dtype, (o, n, rows, columns), remap(dy.tree, (1, 0, 2, 3)))
     return reshaped(lowering, lowering.plain(moved), (o, n * rows * columns), None)
@@ -805,7 +872,7 @@ def conv2d(lowering, bound: dict, span: Span) -> object:
     x, w = image_of(bound["x"], span), image_of(bound["w"], span)
     _, stride, padding = window_options(lowering, bound, span, False)
     if x.dtype != w.dtype or x.shape[1] != w.shape[1]:
-        raise Unsupported(f"`conv2d` of mismatched tensors (at {span})")
+        raise Unsupported("`conv2d` of mismatched tensors", span)
     outputs, channels, kh, kw = w.shape
     cols, rows, columns = columns_of(lowering, x, (kh, kw), stride, padding, span)
     kernels = reshaped(lowering, w, (outputs, channels * kh * kw), span)
@@ -825,7 +892,7 @@ def gradient_arguments(lowering, bound: dict, span: Span, name: str, other: str)
     like = shape_of(bound["like"])
     _, stride, padding = window_options(lowering, bound, span, False)
     if len(like) != 4 or dy.dtype != second.dtype or like[1] != second.shape[1]:
-        raise Unsupported(f"`{name}` of mismatched tensors (at {span})")
+        raise Unsupported(f"`{name}` of mismatched tensors", span)
     return dy, second, like, stride, padding
 
 
@@ -835,7 +902,7 @@ def conv2d_input_grad(lowering, bound: dict, span: Span) -> object:
     outputs, _, kh, kw = w.shape
     rows, columns = grid(like, (kh, kw), stride, padding, span)
     if dy.shape != (n, outputs, rows, columns):
-        raise Unsupported(f"`conv2d_input_grad` of a gradient of another shape (at {span})")
+        raise Unsupported("`conv2d_input_grad` of a gradient of another shape", span)
     kernels = reshaped(lowering, w, (outputs, channels * kh * kw), span)
     shares = lowering.plain(matmul(lowering, transposed(kernels), by_channel(lowering, dy), span))
     result = lowering.allocate(dy.dtype, (n, channels, h + 2 * padding, width + 2 * padding), "col2im")
@@ -855,7 +922,6 @@ def conv2d_input_grad(lowering, bound: dict, span: Span) -> object:
 
 
 def transposed(x: Tensor) -> Tensor:
-    from dl.codegen.specialize import remap
 
     return Tensor(x.dtype, tuple(reversed(x.shape)), remap(x.tree, (1, 0)))
 
@@ -865,7 +931,7 @@ def conv2d_weight_grad(lowering, bound: dict, span: Span) -> object:
     outputs, _, kh, kw = like
     cols, rows, columns = columns_of(lowering, x, (kh, kw), stride, padding, span)
     if dy.shape != (x.shape[0], outputs, rows, columns):
-        raise Unsupported(f"`conv2d_weight_grad` of a gradient of another shape (at {span})")
+        raise Unsupported("`conv2d_weight_grad` of a gradient of another shape", span)
     product = matmul(lowering, by_channel(lowering, dy), transposed(cols), span)  # [O, C * KH * KW]
     return reshaped(lowering, product, like, span)
 
@@ -916,11 +982,11 @@ def maxima(lowering, x: Tensor, bound: dict, span: Span) -> tuple:
 def max_pool2d_grad(lowering, bound: dict, span: Span) -> object:
     dy, x = image_of(bound["dy"], span), image_of(bound["x"], span)
     if dy.dtype != x.dtype:
-        raise Unsupported(f"`max_pool2d_grad` of two dtypes (at {span})")
+        raise Unsupported("`max_pool2d_grad` of two dtypes", span)
     offsets, size, stride, padding, rows, columns = maxima(lowering, x, bound, span)
     n, c, h, w = x.shape
     if dy.shape != (n, c, rows, columns):
-        raise Unsupported(f"`max_pool2d_grad` of a gradient of another shape (at {span})")
+        raise Unsupported("`max_pool2d_grad` of a gradient of another shape", span)
     result = lowering.allocate(dy.dtype, (n, c, h + 2 * padding, w + 2 * padding), "unpooled")
     lowering.emit(ir.Fill(result, ir.Splat(ir.Const(0.0, dy.dtype))))
     zero = ir.Splat(ir.Const(0.0, dy.dtype))
@@ -939,7 +1005,7 @@ def max_pool2d_grad(lowering, bound: dict, span: Span) -> object:
 def max_pool2d_gather(lowering, bound: dict, span: Span) -> object:
     v, x = image_of(bound["v"], span), image_of(bound["x"], span)
     if v.dtype != x.dtype or v.shape != x.shape:
-        raise Unsupported(f"`max_pool2d_gather` of mismatched tensors (at {span})")
+        raise Unsupported("`max_pool2d_gather` of mismatched tensors", span)
     offsets, size, stride, padding, rows, columns = maxima(lowering, x, bound, span)
     source = padded_copy(lowering, v, padding, 0.0).tree
     sn, sc, sh, sw = source.strides
@@ -978,7 +1044,7 @@ def full(lowering, bound: dict, span: Span) -> object:
     dims = tuple(static_int(lowering, d, span, "a dimension") for d in bound["dims"])
     value = bound["value"]
     if not isinstance(value, Value) or dtype == "bool":
-        raise Unsupported(f"`full` of this value (at {span})")
+        raise Unsupported("`full` of this value", span)
     operand = lowering.promote(value, dtype, span)
     return Tensor(dtype, dims, ir.Splat(operand)) if dims else Value(operand)
 
@@ -996,7 +1062,7 @@ def zeros_of(value: object, span: Span) -> object:
         return tuple(zeros_of(v, span) for v in value)
     if isinstance(value, Struct):
         return Struct(value.kind, value.name, value.fields, [zeros_of(v, span) for v in value.values])
-    raise Unsupported(f"`zeros_like` of this value (at {span})")
+    raise Unsupported("`zeros_like` of this value", span)
 
 
 def zero(dtype: str) -> ir.Const:
@@ -1025,13 +1091,13 @@ def length(lowering, bound: dict, span: Span) -> object:
         return Value(ir.Const(len(x), "i64"), len(x))
     if isinstance(x, Tensor):
         return Value(ir.Const(x.shape[0], "i64"), x.shape[0])
-    raise Unsupported(f"`len` of this value (at {span})")
+    raise Unsupported("`len` of this value", span)
 
 
 def to_float(lowering, bound: dict, span: Span) -> object:
     x, dtype = bound["x"], dtype_of(bound["dtype"], span)
     if dtype not in FLOATS:
-        raise Unsupported(f"`float` to {dtype} (at {span})")
+        raise Unsupported(f"`float` to {dtype}", span)
     if isinstance(x, Tensor):
         return Tensor(dtype, x.shape, ir.Apply("convert", dtype, (x.tree,)) if x.dtype != dtype else x.tree)
     value = lowering.scalar_of(x, span)
@@ -1040,7 +1106,7 @@ def to_float(lowering, bound: dict, span: Span) -> object:
     if value.operand.dtype == dtype:
         return value
     if value.operand.dtype == "bool":
-        raise Unsupported(f"`float` of a bool (at {span})")
+        raise Unsupported("`float` of a bool", span)
     result = lowering.temp("float", dtype)
     lowering.emit(ir.Convert(result, value.operand))
     return Value(result)
@@ -1052,12 +1118,12 @@ def to_int(lowering, bound: dict, span: Span) -> object:
     x = bound["x"]
     if isinstance(x, Tensor):
         if x.dtype in FLOATS:
-            raise Unsupported(f"`int` of a float tensor (at {span})")
+            raise Unsupported("`int` of a float tensor", span)
         return Tensor("i64", x.shape, ir.Apply("convert", "i64", (x.tree,)) if x.dtype != "i64" else x.tree)
     value = lowering.scalar_of(x, span)
     if value.weak is not None:
         if isinstance(value.weak, float) and not -(2.0**63) <= value.weak < 2.0**63:
-            raise Unsupported(f"`int` of a literal out of the i64 range (at {span})")
+            raise Unsupported("`int` of a literal out of the i64 range", span)
         return Value(ir.Const(int(value.weak), "i64"))
     source = value.operand.dtype
     if source == "i64":
@@ -1075,10 +1141,10 @@ def check(lowering, bound: dict, span: Span) -> object:
     condition, message = bound["condition"], bound["message"]
     condition = lowering.scalar_of(condition, span)
     if condition.operand.dtype != "bool":
-        raise Unsupported(f"`assert` of {condition.operand.dtype} (at {span})")
+        raise Unsupported(f"`assert` of {condition.operand.dtype}", span)
     text = message.value if isinstance(message, Text) else message
     if not isinstance(text, str):
-        raise Unsupported(f"`assert` with a message that is not a string (at {span})")
+        raise Unsupported("`assert` with a message that is not a string", span)
     shown = f"assertion failed: {text}" if text != "assertion failed" else "assertion failed"
     site = lowering.site("E0502", shown.replace("{", "{{").replace("}", "}}"), span)
     lowering.emit(ir.Check(condition.operand, site))
@@ -1091,11 +1157,11 @@ def check(lowering, bound: dict, span: Span) -> object:
 def tree_map(lowering, bound: dict, span: Span) -> object:
     f, trees = bound["f"], bound["trees"]
     if not isinstance(f, Closure):
-        if hasattr(f, "name") and f.__class__.__name__ == "Primitive":
+        if isinstance(f, Primitive):
             return map_leaves(
-                lambda *leaves: call_primitive(lowering, f.name, list(leaves), {}, span, False), trees, span
+                lambda *leaves: call_primitive(lowering, f.prim, list(leaves), {}, span, False), trees, span
             )
-        raise Unsupported(f"`tree_map` of this function (at {span})")
+        raise Unsupported("`tree_map` of this function", span)
     return map_leaves(lambda *leaves: lowering.inline(f, list(leaves), {}, span, f.decl.span), trees, span)
 
 
@@ -1103,11 +1169,11 @@ def map_leaves(function, trees: tuple, span: Span) -> object:
     first = trees[0]
     if isinstance(first, tuple):
         if any(not isinstance(t, tuple) or len(t) != len(first) for t in trees):
-            raise Unsupported(f"`tree_map` of trees of different structure (at {span})")
+            raise Unsupported("`tree_map` of trees of different structure", span)
         return tuple(map_leaves(function, items, span) for items in zip(*trees, strict=True))
     if isinstance(first, Struct):
         if any(not isinstance(t, Struct) or t.fields != first.fields or t.name != first.name for t in trees):
-            raise Unsupported(f"`tree_map` of trees of different structure (at {span})")
+            raise Unsupported("`tree_map` of trees of different structure", span)
         return Struct(
             first.kind,
             first.name,
@@ -1150,7 +1216,7 @@ def laid_out(lowering, tape: TapeValue, like: object, span: Span) -> None:
         elif isinstance(value, Value):
             dtype, shape = value.operand.dtype, ()
         else:
-            raise Unsupported(f"a tape of this value (at {span})")
+            raise Unsupported("a tape of this value", span)
         offset = (offset + 15) // 16 * 16
         leaves.append((offset, dtype, shape))
         offset += max(math.prod(shape), 1) * ir.ITEM_BYTES[dtype]
@@ -1164,9 +1230,9 @@ def laid_out(lowering, tape: TapeValue, like: object, span: Span) -> None:
 
 def live_tape(value: object, span: Span) -> TapeValue:
     if not isinstance(value, TapeValue):
-        raise Unsupported(f"`push` or `pop` of something that is not a tape (at {span})")
+        raise Unsupported("`push` or `pop` of something that is not a tape", span)
     if not value.live:
-        raise Unsupported(f"a tape used again after a `push` or `pop` (at {span})")
+        raise Unsupported("a tape used again after a `push` or `pop`", span)
     return value
 
 
@@ -1183,11 +1249,11 @@ def push(lowering, bound: dict, span: Span) -> object:
             offset, dtype, shape = tape.leaves[template[1]]
             if shape:
                 if not isinstance(value, Tensor) or value.dtype != dtype or value.shape != shape:
-                    raise Unsupported(f"a `push` of a value unlike the tape's entries (at {span})")
+                    raise Unsupported("a `push` of a value unlike the tape's entries", span)
                 written.append((offset, value.tree, shape))
             else:
                 if not isinstance(value, Value):
-                    raise Unsupported(f"a `push` of a value unlike the tape's entries (at {span})")
+                    raise Unsupported("a `push` of a value unlike the tape's entries", span)
                 written.append((offset, lowering.convert(value, dtype, "a pushed value"), ()))
             return
         if isinstance(template, tuple) and isinstance(value, tuple) and len(template) == len(value):
@@ -1198,7 +1264,7 @@ def push(lowering, bound: dict, span: Span) -> object:
             for t, v in zip(template.values, value.values, strict=True):
                 walk(t, v)
             return
-        raise Unsupported(f"a `push` of a value unlike the tape's entries (at {span})")
+        raise Unsupported("a `push` of a value unlike the tape's entries", span)
 
     walk(tape.template, bound["value"])
     site = lowering.site("E0513", "out of memory for a tape", span)
@@ -1210,7 +1276,7 @@ def push(lowering, bound: dict, span: Span) -> object:
 def pop(lowering, bound: dict, span: Span) -> object:
     tape = live_tape(bound["tape"], span)
     if tape.template is None:
-        raise Unsupported(f"a `pop` from a tape nothing was pushed on (at {span})")
+        raise Unsupported("a `pop` from a tape nothing was pushed on", span)
     targets: list = []
     values: list = []
     for offset, dtype, shape in tape.leaves:
@@ -1248,7 +1314,7 @@ def tree_dot(lowering, bound: dict, span: Span) -> object:
         if isinstance(product, Value):
             product = Tensor(product.operand.dtype, (1,), ir.Splat(product.operand))
         if product.dtype not in FLOATS:
-            raise Unsupported(f"`tree_dot` of {product.dtype} leaves (at {span})")
+            raise Unsupported(f"`tree_dot` of {product.dtype} leaves", span)
         tensors.append(product)
     dtype = "f64" if any(t.dtype == "f64" for t in tensors) else "f32"
     total: ir.Operand = ir.Const(0.0, dtype)
@@ -1266,52 +1332,103 @@ def tree_add(lowering, bound: dict, span: Span) -> object:
     return map_leaves(lambda a, b: lowering.binary_values("+", a, b, span), (bound["a"], bound["b"]), span)
 
 
+def alone(prim: Prim):
+    """`rank()`, `world_size()` and `allreduce_mean(tree)` in a world of one process (runtime/world.py): 0, 1
+    and `tree` itself. In a larger world they are MPI calls on the host, which compiled code does not make:
+    the function calling one runs on the interpreter there (the world is known when a function is
+    specialised, so a program compiled alone is never run by several ranks)."""
+
+    def apply(lowering, bound: dict, span: Span) -> object:
+        if World.size > 1:
+            raise Unsupported(f"it calls `{prim.value}`, which compiled code does not do: {IN_A_WORLD}", span)
+        if prim == Prim.ALLREDUCE_MEAN:
+            return bound["tree"]
+        return Value(ir.Const(World.rank if prim == Prim.RANK else World.size, "i64"))
+
+    return apply
+
+
+IN_A_WORLD = "it talks to the other ranks over MPI on the host, and compiled code does not call back into Python"
+
+# The specialiser's lowering of every primitive it compiles, by `Prim`; `REFUSED` says why it does not compile
+# the others (their functions run on the interpreter). A test checks that the two cover `Prim`.
 HANDLERS = {
-    **{name: unary(name) for name in FLOAT_MATH | UNARY_NUMBER},
-    "maximum": binary_math("maximum"),
-    "minimum": binary_math("minimum"),
-    "where": where,
-    "sum": summed("sum"),
-    "mean": summed("mean"),
-    "max": extreme("max"),
-    "min": extreme("min"),
-    "softmax": softmax,
-    "log_softmax": log_softmax,
-    "transpose": transpose,
-    "reshape": reshape,
-    "reshape_like": reshape_like,
-    "expand_dims": expand_dims,
-    "broadcast_to": broadcast_to,
-    "unbroadcast": unbroadcast,
-    "gather": gather,
-    "scatter_add": scatter_add,
-    "zeros": filled(0),
-    "ones": filled(1),
-    "full": full,
-    "zeros_like": zeros_like,
-    "arange": arange,
-    "shape": shape,
-    "len": length,
-    "float": to_float,
-    "int": to_int,
-    "assert": check,
-    "tree_map": tree_map,
-    "tree_add": tree_add,
-    "tree_dot": tree_dot,
-    "argmax": arg_extreme("max"),
-    "argmin": arg_extreme("min"),
-    "logsumexp": logsumexp,
-    "one_hot": one_hot,
-    "concat": join(False),
-    "split_like": split_like,
-    "stack": join(True),
-    "conv2d": conv2d,
-    "conv2d_input_grad": conv2d_input_grad,
-    "conv2d_weight_grad": conv2d_weight_grad,
-    "max_pool2d": max_pool2d,
-    "max_pool2d_grad": max_pool2d_grad,
-    "max_pool2d_gather": max_pool2d_gather,
-    "tape": new_tape,
-    "push": push,
-    "pop": pop,
+    **{prim: unary(prim) for prim in SCALAR_MATH if len(PRIMITIVES[prim].signature.positional) == 1},
+    Prim.MAXIMUM: binary_math(Prim.MAXIMUM),
+    Prim.MINIMUM: binary_math(Prim.MINIMUM),
+    Prim.WHERE: where,
+    Prim.SUM: summed("sum"),
+    Prim.MEAN: summed("mean"),
+    Prim.MAX: extreme("max"),
+    Prim.MIN: extreme("min"),
+    Prim.SOFTMAX: softmax,
+    Prim.LOG_SOFTMAX: log_softmax,
+    Prim.MATMUL: matmul_call,
+    Prim.EINSUM: einsum,
+    Prim.TRANSPOSE: transpose,
+    Prim.RESHAPE: reshape,
+    Prim.RESHAPE_LIKE: reshape_like,
+    Prim.EXPAND_DIMS: expand_dims,
+    Prim.BROADCAST_TO: broadcast_to,
+    Prim.UNBROADCAST: unbroadcast,
+    Prim.GATHER: gather,
+    Prim.SCATTER_ADD: scatter_add,
+    Prim.ZEROS: filled(0),
+    Prim.ONES: filled(1),
+    Prim.FULL: full,
+    Prim.ZEROS_LIKE: zeros_like,
+    Prim.ARANGE: arange,
+    Prim.SHAPE: shape,
+    Prim.LEN: length,
+    Prim.FLOAT: to_float,
+    Prim.INT: to_int,
+    Prim.ASSERT: check,
+    Prim.TREE_MAP: tree_map,
+    Prim.TREE_ADD: tree_add,
+    Prim.TREE_DOT: tree_dot,
+    Prim.ARGMAX: arg_extreme("max"),
+    Prim.ARGMIN: arg_extreme("min"),
+    Prim.LOGSUMEXP: logsumexp,
+    Prim.ONE_HOT: one_hot,
+    Prim.TRIL: triangle("le"),
+    Prim.TRIU: triangle("ge"),
+    Prim.CONCAT: join(False),
+    Prim.SPLIT_LIKE: split_like,
+    Prim.STACK: join(True),
+    Prim.CONV2D: conv2d,
+    Prim.CONV2D_INPUT_GRAD: conv2d_input_grad,
+    Prim.CONV2D_WEIGHT_GRAD: conv2d_weight_grad,
+    Prim.MAX_POOL2D: max_pool2d,
+    Prim.MAX_POOL2D_GRAD: max_pool2d_grad,
+    Prim.MAX_POOL2D_GATHER: max_pool2d_gather,
+    Prim.TAPE: new_tape,
+    Prim.PUSH: push,
+    Prim.POP: pop,
+    Prim.RANK: alone(Prim.RANK),
+    Prim.WORLD_SIZE: alone(Prim.WORLD_SIZE),
+    Prim.ALLREDUCE_MEAN: alone(Prim.ALLREDUCE_MEAN),
 }
+
+HOST = "host work, and compiled code does not call back into Python"
+RANDOM = "it draws from the interpreter's random streams, which compiled code does not reproduce yet"
+REFUSED: dict[Prim, str] = {
+    Prim.RANDN: RANDOM,
+    Prim.RAND: RANDOM,
+    Prim.CATEGORICAL: RANDOM,
+    Prim.DROPOUT: RANDOM,
+    Prim.PERMUTATION: RANDOM,
+    Prim.BATCHES: RANDOM,
+    Prim.PRINT: f"printing is {HOST}",
+    Prim.TIME: f"reading the clock is {HOST} (and each call must read it anew, where the program does)",
+    Prim.DIGITS: f"loading the shipped dataset is {HOST}",
+    Prim.LOAD_CSV: f"reading a file is {HOST}",
+    Prim.LOAD_NPZ: f"reading a file is {HOST}",
+    Prim.TEXT_CORPUS: f"reading the shipped corpus is {HOST}",
+    Prim.CHARS: f"making a string is {HOST}",
+    Prim.STR: f"making a string is {HOST}",
+    Prim.LOG_METRIC: f"writing the metrics file is {HOST}",
+    Prim.PROGRESS: f"drawing a progress bar is {HOST}",
+    Prim.SAVE: f"writing a checkpoint is {HOST}",
+    Prim.LOAD: f"reading a checkpoint is {HOST}",
+}
+SUPPORT = Support("llvm", frozenset(HANDLERS), REFUSED)

@@ -7,3 +7,11 @@ import os
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 __version__ = "0.1.0"
+
+
+def load_package(path, backend: str = "interp"):
+    """The model package (`.dlpkg`) at `path`, validated, as a callable on numpy arrays (driver/package.py).
+    Raises `dl.lang.diagnostics.DiagnosticError` for a package that cannot be used."""
+    from dl.package import load_package as load  # imported here: `import dl` stays light
+
+    return load(path, backend)

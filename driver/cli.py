@@ -4,8 +4,12 @@
     dlrun check FILE.dl         check only; print `ok` or every diagnostic
     dlrun check --types FILE.dl print each function's signature with inferred shapes
     dlrun grad FILE.dl --fn NAME print the derivative functions `grad(NAME)` generates, as DL source
-    dlrun fmt FILE.dl           lay the file out canonically, comments kept
-    dlrun plot METRICS.jsonl    draw the curves a program logged with `log_metric(name, value)`
+    dlrun export FILE.dl --fn NAME --weights W -o model.dlpkg
+                                write a function and its weights as one package (`--onnx`: an ONNX model)
+    dlrun predict model.dlpkg --input x.npz -o y.npz
+                                run a package on the arrays of an .npz file
+    dlrun fmt PATH...           lay .dl files (directories: every one under them) out canonically
+    dlrun plot [RUN...]         draw the curves runs logged with `log_metric(name, value)`, one line per run
     dlrun lsp                   run the language server on stdio (for editors)
     dlrun repl                  the interactive REPL (also `dlrun` alone)
 
@@ -19,37 +23,23 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import re
 import sys
+import textwrap
 import traceback
 from pathlib import Path
 
-from dl import __version__, pipeline
-from dl.interp.metrics import Metrics
-from dl.interp.run import UsageError
+from dl import __version__, distributed, fmt, pipeline
 from dl.lang.check import Typed
 from dl.lang.diagnostics import DiagnosticError, SourceMap, render_all
-from dl.lang.files import write_atomically
-from dl.lang.format import format_source
-from dl.lang.modules import read_source
 from dl.lang.nesting import with_room
+from dl.runtime.errors import UsageError
+from dl.runtime.metrics import Metrics
 
-SUBCOMMANDS = ("check", "run", "grad", "fmt", "plot", "lsp", "repl")
-EPILOG = """commands:
-  dlrun FILE.dl [ARGS...]   check FILE.dl, then run its main(ARGS...)
-  dlrun run FILE.dl [ARGS]  the same, spelled out
-  dlrun check FILE.dl       check only: prints `ok` or every diagnostic
-  dlrun check --types FILE.dl
-                            check, then print each function's inferred signature
-  dlrun grad FILE.dl --fn NAME [--wrt 0,2] [--value]
-                            print the DL source that grad(NAME) generates
-  dlrun fmt FILE.dl [--check]
-                            lay the file out canonically, comments kept (in place)
-  dlrun plot METRICS.jsonl [-o curve.png]
-                            draw the curves a program logged with log_metric(name, value)
-  dlrun lsp                 run the language server on stdin/stdout (for editors)
-  dlrun repl                the interactive REPL (also `dlrun` alone)
-
-exit status: 0 ok, 1 the program's error (diagnostic on stderr), 2 usage error"""
+SUBCOMMANDS = ("check", "run", "grad", "export", "predict", "fmt", "plot", "lsp", "repl")
+EXIT_STATUS = "exit status: 0 ok, 1 the program's error (diagnostic on stderr), 2 usage error"
+HELP_WIDTH = 100
+NAME = r"[A-Za-z_][A-Za-z0-9_]*"
 
 
 def parser() -> argparse.ArgumentParser:
@@ -57,14 +47,38 @@ def parser() -> argparse.ArgumentParser:
     command = argparse.ArgumentParser(
         prog="dlrun",
         description="Run DL programs: tensors with shapes in their types, and grad.",
-        epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     command.add_argument("--version", action="version", version=f"dlrun {__version__}")
     add_backend(command)
-    command.add_argument("file", nargs="?", help="the .dl program (or a command: check, run, grad, plot, lsp, repl)")
-    command.add_argument("args", nargs=argparse.REMAINDER, help="arguments passed to main() as strings")
+    command.add_argument(
+        "file", nargs="?", metavar="FILE.dl", help=f"the .dl program (or a command: {', '.join(SUBCOMMANDS)})"
+    )
+    command.add_argument("args", nargs=argparse.REMAINDER, metavar="ARGS", help="arguments passed to main() as strings")
+    command.epilog = f"{commands_help(command)}\n\n{EXIT_STATUS}"
     return command
+
+
+def commands_help(main_command: argparse.ArgumentParser) -> str:
+    """The `commands:` part of `dlrun --help`, made from each command's own parser, so that it names every
+    command and every flag (the options `main_command` lists already are not repeated)."""
+    shown = {flag for action in main_command._actions for flag in action.option_strings}
+    lines = ["commands:", "  dlrun FILE.dl [ARGS...]", "      the same as `dlrun run FILE.dl [ARGS...]`"]
+    for name in SUBCOMMANDS:
+        command = subcommand_parser(name)
+        usage = " ".join(re.sub(r"\[-h\] ?", "", command.format_usage().removeprefix("usage: ")).split())
+        lines.append(f"  {usage}")  # one line, however long: a usage broken inside a bracket misleads
+        lines += textwrap.wrap(command.description, HELP_WIDTH, initial_indent="      ", subsequent_indent="      ")
+        for action in command._actions:  # argparse has no public list of a parser's options
+            flags = [flag for flag in action.option_strings if flag not in shown]
+            if flags:
+                lines += textwrap.wrap(
+                    action.help,
+                    HELP_WIDTH,
+                    initial_indent=f"        {', '.join(flags):<14}",
+                    subsequent_indent=" " * 22,
+                )
+    return "\n".join(lines)
 
 
 def add_backend(command: argparse.ArgumentParser) -> None:
@@ -88,9 +102,14 @@ def add_backend(command: argparse.ArgumentParser) -> None:
         help="with --backend llvm: compile again, neither reading nor writing the compile cache",
     )
     command.add_argument(
+        "--runs",
+        metavar="DIR",
+        help="where each run that calls log_metric() gets its record, DIR/PROGRAM-TIME/ (default: $DL_RUNS, else runs)",
+    )
+    command.add_argument(
         "--metrics",
         metavar="FILE",
-        help="where log_metric() appends (default: $DL_METRICS, else metrics.jsonl)",
+        help="append log_metric()'s lines to FILE instead, with no run record (default: $DL_METRICS if set)",
     )
 
 
@@ -100,36 +119,61 @@ def subcommand_parser(name: str) -> argparse.ArgumentParser:
         command.add_argument(
             "--types", action="store_true", help="print each function's signature with inferred shapes"
         )
-        command.add_argument("file", help="the .dl program")
+        command.add_argument("file", metavar="FILE.dl", help="the .dl program")
         return command
     if name == "grad":
         command = argparse.ArgumentParser(
             prog="dlrun grad", description="Print the derivative functions that grad(NAME) generates, as DL source."
         )
-        command.add_argument("file", help="the .dl program")
+        command.add_argument("file", metavar="FILE.dl", help="the .dl program")
         command.add_argument(
             "--fn", required=True, dest="function", metavar="NAME", help="the function to differentiate"
         )
         command.add_argument(
-            "--wrt", default="0", help="the argument position(s) to differentiate with respect to: 0, or 0,2"
+            "--wrt",
+            metavar="N[,N...]",
+            help="the argument position(s) to differentiate with respect to: 0 (the default), or 0,2",
         )
         command.add_argument("--value", action="store_true", help="value_and_grad: return the value too")
+        command.add_argument(
+            "--bind",
+            metavar="P=F[,P=F...]",
+            help="for a function that takes functions: the function each such parameter gets (f=sq,df=nn.relu); "
+            "--wrt then defaults to the first other parameter",
+        )
         return command
+    if name == "export":
+        return export_parser()
+    if name == "predict":
+        return predict_parser()
     if name == "fmt":
         command = argparse.ArgumentParser(
-            prog="dlrun fmt", description="Lay .dl files out canonically (comments kept), in place."
+            prog="dlrun fmt",
+            description="Lay .dl files out canonically (comments kept), in place; a directory means every .dl file "
+            "under it.",
         )
-        command.add_argument("file", help="the .dl file")
+        command.add_argument("paths", nargs="+", metavar="PATH", help="a .dl file, or a directory to search for them")
         mode = command.add_mutually_exclusive_group()
-        mode.add_argument("--check", action="store_true", help="change nothing; exit 1 if the file is not formatted")
-        mode.add_argument("--print", action="store_true", dest="show", help="print the result instead of writing it")
+        mode.add_argument("--check", action="store_true", help="change nothing; exit 1 if a file is not formatted")
+        mode.add_argument(
+            "--print", action="store_true", dest="show", help="print one file's result instead of writing it"
+        )
         return command
     if name == "plot":
         command = argparse.ArgumentParser(
-            prog="dlrun plot", description="Draw the curves a program logged with log_metric(name, value)."
+            prog="dlrun plot",
+            description="Draw the curves programs logged with log_metric(name, value): one panel per metric, one "
+            "line per run.",
         )
-        command.add_argument("file", help="the metrics file (JSON lines, as log() writes them)")
-        command.add_argument("-o", "--output", help="the image to write (default: the metrics file's name, .png)")
+        command.add_argument(
+            "paths",
+            nargs="*",
+            metavar="RUN",
+            help="a run's directory, a directory of runs, or a metrics file (default: $DL_RUNS, else runs)",
+        )
+        command.add_argument(
+            "-o", "--output", help="the image to write (default: metrics.png in the directory drawn, or here)"
+        )
         return command
     if name == "lsp":
         return argparse.ArgumentParser(
@@ -141,8 +185,47 @@ def subcommand_parser(name: str) -> argparse.ArgumentParser:
         )
     command = argparse.ArgumentParser(prog="dlrun run", description="Check, then run main(ARGS...).")
     add_backend(command)
-    command.add_argument("file", nargs="?", help="the .dl program")
-    command.add_argument("args", nargs=argparse.REMAINDER, help="arguments passed to main() as strings")
+    command.add_argument("file", nargs="?", metavar="FILE.dl", help="the .dl program")
+    command.add_argument("args", nargs=argparse.REMAINDER, metavar="ARGS", help="arguments passed to main() as strings")
+    return command
+
+
+def export_parser() -> argparse.ArgumentParser:
+    command = argparse.ArgumentParser(
+        prog="dlrun export",
+        description="Write a function and its trained weights as one self-contained file: a DL package (.dlpkg) "
+        "that `dlrun predict` runs, or with --onnx an ONNX model.",
+    )
+    command.add_argument("file", metavar="FILE.dl", help="the .dl program")
+    command.add_argument("--fn", required=True, dest="function", metavar="NAME", help="the function to export")
+    command.add_argument(
+        "--weights", required=True, metavar="W", help="the safetensors checkpoint holding the function's weights"
+    )
+    command.add_argument(
+        "--param",
+        metavar="NAME",
+        help="the struct parameter the weights are for (default: the one struct parameter the checkpoint fits)",
+    )
+    command.add_argument("-o", "--output", required=True, metavar="OUT", help="the file to write")
+    command.add_argument("--onnx", action="store_true", help="write an ONNX model (opset 18) instead of a package")
+    command.add_argument(
+        "--quantize", choices=["int8"], help="with --onnx: store weight matrices as per-channel symmetric int8"
+    )
+    return command
+
+
+def predict_parser() -> argparse.ArgumentParser:
+    command = argparse.ArgumentParser(
+        prog="dlrun predict",
+        description="Run a DL package's function on the arrays of an .npz file (one per input, by name) and "
+        "write its result to an .npz file.",
+    )
+    command.add_argument("file", metavar="PACKAGE", help="the .dlpkg file `dlrun export` wrote")
+    command.add_argument("--input", required=True, metavar="X.npz", help="the inputs, one array per input name")
+    command.add_argument("-o", "--output", required=True, metavar="Y.npz", help="where to write the result")
+    command.add_argument(
+        "--backend", choices=["interp", "llvm"], default="interp", help="where the package runs (default: interp)"
+    )
     return command
 
 
@@ -150,7 +233,7 @@ def subcommand_first(argv: list[str]) -> list[str]:
     """`dlrun --backend interp run FILE` means `dlrun run --backend interp FILE`."""
     position = 0
     flags = ("--explain-backend", "--no-cache")
-    while position < len(argv) and argv[position].startswith(("--backend", "--metrics", *flags)):
+    while position < len(argv) and argv[position].startswith(("--backend", "--metrics", "--runs", *flags)):
         takes_value = not argv[position].startswith(flags) and "=" not in argv[position]
         position += 2 if takes_value else 1
     if 0 < position < len(argv) and argv[position] in SUBCOMMANDS:
@@ -191,26 +274,31 @@ def command_line(argv: list[str]) -> int:
     chosen = subcommand_parser(command) if argv[0] in SUBCOMMANDS else parser()
     try:
         options = chosen.parse_args(argv[1:] if argv[0] in SUBCOMMANDS else argv)
-        if command not in ("lsp", "repl") and options.file is None:
+        if command not in ("lsp", "repl", "fmt", "plot") and options.file is None:
             chosen.error("give a FILE.dl")
     except SystemExit as stop:  # argparse's --help, --version and usage errors: report the status, do not exit
         return int(stop.code or 0)
+    if distributed.launched_size() != 1 and not distributed.is_worker():
+        if command == "run":
+            return supervise(argv)
+        if distributed.launched_rank() != 0:
+            return 0  # started by an MPI launcher: any command but a run is rank 0's alone
     if command == "lsp":
         return language_server()
     if command == "repl":
         return interactive()
-    file, args = options.file, getattr(options, "args", [])
+    file, args = getattr(options, "file", None), getattr(options, "args", [])
     sources = SourceMap()
     try:
         return with_room(lambda: execute(command, file, args, options, sources))
     except DiagnosticError as failure:
-        print(render_all(failure.diagnostics, sources), file=sys.stderr)
+        distributed.report(render_all(failure.diagnostics, sources))
         return 1
-    except UsageError as failure:
-        print(f"dlrun: error: {failure}", file=sys.stderr)
+    except (UsageError, distributed.LaunchError) as failure:
+        distributed.report(f"dlrun: error: {failure}")
         return 2
     except KeyboardInterrupt:
-        print("dlrun: interrupted", file=sys.stderr)
+        distributed.report("dlrun: interrupted")
         return 130
     except BrokenPipeError:
         raise  # not a bug: `main` ends quietly
@@ -218,6 +306,17 @@ def command_line(argv: list[str]) -> int:
         print("internal error in dlrun, please report it with the traceback below:", file=sys.stderr)
         traceback.print_exc()
         return 3
+
+
+def supervise(argv: list[str]) -> int:
+    """Started by an MPI launcher as one of several processes: run the program here as one rank of the world
+    (driver/distributed.py)."""
+    try:
+        return distributed.supervise(argv)
+    except distributed.LaunchError as failure:
+        if distributed.launched_rank() == 0:
+            print(f"dlrun: error: {failure}", file=sys.stderr)
+        return 2
 
 
 def language_server() -> int:
@@ -238,14 +337,27 @@ def execute(command: str, file: str, args: list[str], options: argparse.Namespac
     if command == "grad":
         return derivative_source(file, options, sources)
     if command == "plot":
-        return draw(file, options.output)
+        return draw(options.paths, options.output)
     if command == "fmt":
-        return format_file(file, options.check, options.show, sources)
+        return fmt.format_paths(options.paths, options.check, options.show)
+    if command == "export":
+        return export(file, options, sources)
+    if command == "predict":
+        return predict(file, options, sources)
+    distributed.join()
     program = pipeline.load(file, sources=sources)
     program, typed = pipeline.prepare(program)
     show_warnings(typed, sources)
-    Metrics.path = Path(options.metrics) if options.metrics else None  # per run: in-process callers reuse it
+    Metrics.start(  # per run: in-process callers reuse the class
+        file,
+        args,
+        options.backend,
+        Path(options.metrics) if options.metrics else None,
+        Path(options.runs) if options.runs else None,
+    )
     explain = (lambda report: print(report, file=sys.stderr)) if options.explain_backend else None
+    if distributed.launched_rank() != 0:
+        explain = None  # one copy of the report: every rank compiles the same functions
     pipeline.run(program, args, options.backend, typed, explain, cache=not options.no_cache)
     return 0
 
@@ -265,46 +377,76 @@ def check(file: str, types: bool, sources: SourceMap) -> int:
 
 
 def derivative_source(file: str, options: argparse.Namespace, sources: SourceMap) -> int:
-    try:
-        positions = tuple(int(p) for p in options.wrt.split(","))
-    except ValueError:
-        raise UsageError(f"`--wrt` takes argument positions such as 0 or 0,2, not {options.wrt!r}") from None
-    wrt = positions[0] if len(positions) == 1 else positions
-    program = pipeline.load(file, sources=sources)
-    print(pipeline.derivative_source(program, options.function, wrt, options.value), end="")
-    return 0
-
-
-def format_file(file: str, check: bool, show: bool, sources: SourceMap) -> int:
-    path = Path(file)
-    original = read_source(path)
-    sources.texts[file] = original
-    formatted = format_source(original, file)
-    if show:
-        print(formatted, end="")
-        return 0
-    if check:
-        if formatted != original:
-            print(f"{file} is not formatted (dlrun fmt {file} would change it)", file=sys.stderr)
-            return 1
-        return 0
-    if formatted != original:
+    wrt = None
+    if options.wrt is not None:
         try:
-            write_atomically(path, formatted)  # through a symbolic link; an interrupted write loses nothing
-        except OSError as problem:
-            print(f"dlrun fmt: error: cannot write `{file}`: {problem.strerror}", file=sys.stderr)
-            return 1
-        print(f"formatted {file}")
+            positions = tuple(int(p) for p in options.wrt.split(","))
+        except ValueError:
+            raise UsageError(f"`--wrt` takes argument positions such as 0 or 0,2, not {options.wrt!r}") from None
+        wrt = positions[0] if len(positions) == 1 else positions
+    bindings = parse_bindings(options.bind) if options.bind is not None else None
+    program = pipeline.load(file, sources=sources)
+    print(pipeline.derivative_source(program, options.function, wrt, options.value, bindings), end="")
     return 0
 
 
-def draw(file: str, output: str | None) -> int:
+def export(file: str, options: argparse.Namespace, sources: SourceMap) -> int:
+    program = pipeline.load(file, sources=sources)
+    output = Path(options.output)
+    if options.quantize and not options.onnx:
+        raise UsageError("`--quantize` applies to ONNX models: add `--onnx`")
+    from dl import package
+
+    built = package.build_package(program, options.function, options.weights, options.param)
+    if options.onnx:
+        try:
+            from dl.export import onnx_model  # imported here: the onnx package is the `onnx` extra
+        except ImportError as missing:
+            raise UsageError(f"`--onnx` needs the onnx package ({missing}): pip install 'dl-lang[onnx]'") from None
+        weights = built.weights
+        signature = package.signature_of(built.typed, built.function)
+        model = onnx_model.export_onnx(built.module, signature, weights.parameter, weights.tensors, options.quantize)
+        package.write_file(output, model)
+    else:
+        package.export_package(built, output)
+    report = built.weights
+    where = f" (`{report.prefix}` of the checkpoint)" if report.prefix else ""
+    print(f"wrote {output}: `{options.function}` with weights `{report.parameter}`: {report.struct.name}{where}")
+    return 0
+
+
+def predict(file: str, options: argparse.Namespace, sources: SourceMap) -> int:
+    from dl import package
+
+    loaded = package.load_package(file, options.backend, sources)
+    result = loaded(**package.read_inputs(options.input, loaded))
+    package.write_outputs(Path(options.output), result)
+    print(f"wrote {options.output}")
+    return 0
+
+
+def parse_bindings(text: str) -> dict[str, str]:
+    """`f=sq,df=nn.relu` as {"f": "sq", "df": "nn.relu"}. Raises `UsageError` for anything else."""
+    bindings: dict[str, str] = {}
+    for part in text.split(","):
+        parameter, equals, function = (piece.strip() for piece in part.partition("="))
+        if not equals or not re.fullmatch(NAME, parameter) or not re.fullmatch(rf"(?:{NAME}\.)?{NAME}", function):
+            raise UsageError(f"`--bind` takes PARAMETER=FUNCTION pairs such as f=sq,df=nn.relu, not {part!r}")
+        if parameter in bindings:
+            raise UsageError(f"`--bind` gives `{parameter}` twice")
+        bindings[parameter] = function
+    return bindings
+
+
+def draw(paths: list[str], output: str | None) -> int:
     from dl import plot  # matplotlib is only needed here
 
-    metrics = Path(file)
-    target = Path(output) if output else metrics.with_suffix(".png")
+    sources = [Path(p) for p in paths] or [plot.runs_directory()]
+    target = Path(output) if output else plot.default_output(sources)
     try:
-        plot.plot(metrics, target)
+        if not paths and not sources[0].is_dir():
+            raise plot.PlotError(f"no runs yet: `{sources[0]}` is made by the first run that calls log_metric()")
+        plot.plot(plot.find_runs(sources), target)
     except plot.PlotError as problem:
         print(f"dlrun plot: error: {problem}", file=sys.stderr)
         return 1
@@ -313,7 +455,7 @@ def draw(file: str, output: str | None) -> int:
 
 
 def show_warnings(typed: Typed, sources: SourceMap) -> None:
-    if typed.diagnostics:
+    if typed.diagnostics and distributed.launched_rank() == 0:  # every rank would show the same
         print(render_all(typed.diagnostics, sources), file=sys.stderr)
 
 

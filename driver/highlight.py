@@ -5,7 +5,8 @@ grammar/dl.lark, so it never disagrees with the parser about what a token is.
 It is registered as the Pygments plugin `dl` (pyproject.toml,
 `[project.entry-points."pygments.lexers"]`), so `pygmentize -l dl file.dl`
 works, and the REPL highlights its input with it (through prompt_toolkit's
-`PygmentsLexer`). Text the lexer rejects (a stray character, an unterminated
+`PygmentsLexer`). An f-string's text is a string and its fields' expressions
+are highlighted as the code they are. Text the lexer rejects (a stray character, an unterminated
 string) is shown as an error to the end of its line; the rest still highlights.
 """
 
@@ -75,11 +76,11 @@ def scanned_line(line: str) -> tuple[list[tuple[str, str, int, int]], int]:
     """The lexer's tokens of one line, and where the text it rejects starts (the line's length if none)."""
     scanner = parse_table().scanner
     try:
-        return scanner.scan(line, "<highlight>"), len(line)
+        return scanner.spread(scanner.scan(line, "<highlight>")), len(line)
     except DiagnosticError as problem:
         bad = problem.diagnostics[0].span.column - 1 if problem.diagnostics else 0
         try:
-            return scanner.scan(line[:bad], "<highlight>"), bad
+            return scanner.spread(scanner.scan(line[:bad], "<highlight>")), bad
         except DiagnosticError:  # cannot happen: the text before the first bad character scans
             return [], 0
 

@@ -1,10 +1,20 @@
 """`dlrun lsp`: a Language Server Protocol server on stdio (pygls 2 and lsprotocol).
 
-The editor support so far: diagnostics on open and on change (debounced), the static type under the cursor
-on hover, the outline of a file (document symbols), semantic tokens (highlighting), go to definition, find
-references, completion and signature help. Everything it knows comes from `dl.lang.check`, the same
-checker the CLI runs, and from the lexer; the functions that map them to LSP values are small and pure, so
-tests call them without a server.
+The editor support: diagnostics on open and on change, the static type under the cursor on hover, the
+outline of a file (document symbols), semantic tokens (highlighting), go to definition, find references,
+completion, signature help and formatting. Everything it knows comes from the checker the CLI runs
+(through `dl.lang.incremental`, which checks a document again after an edit reusing what did not change)
+and from the lexer; the functions that map them to LSP values are small and pure, so tests call them
+without a server.
+
+Responsiveness: documents are analysed on a worker thread (driver/documents.py), a change only after
+`DEBOUNCE_S` without a newer one; requests never check anything. They read the last finished analysis,
+mapped to the document's lines now (`View`), and the long ones (tokens, outline, references, completion,
+formatting) are computed on a thread, so that the event loop keeps answering. A request waits only for a
+document's first analysis, and `$/cancelRequest` ends that wait (or any other) with RequestCancelled.
+Every request is answered: malformed params get InvalidParams (`Protocol`), and an exception an
+InternalError that says what failed (`answered`). What walks a document's tree (the analysis, and each
+request's lookups) runs in a room (lang/nesting.py), where any tree the parser accepts fits.
 
 Positions: DL spans are 1-based with an exclusive end column, counted in characters (code points); LSP
 positions are 0-based and counted in UTF-16 code units (or the encoding the client negotiated). The functions
@@ -15,29 +25,100 @@ an emoji before the code still lines up.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
+import bisect
+import functools
 import logging
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from dl import __version__, lang
+from cattrs.v import format_exception, transform_error
+from dl import __version__
+from dl.documents import Documents, Edits, Snapshot, document_path
 from dl.lang import ast
 from dl.lang.check import Typed
 from dl.lang.diagnostics import Diagnostic, DiagnosticError, Severity, Span
 from dl.lang.format import format_source
 from dl.lang.lexer import code_characters
-from dl.lang.nesting import in_room
+from dl.lang.nesting import with_room
 from dl.lang.parse import parse_table
-from dl.lang.primitives import BY_NAME, SIGNATURES
+from dl.lang.primitives import BY_NAME, PRIMITIVES
 from dl.lang.types import FunctionRef, ModuleType, PrimitiveRef, StructType, TupleType, Type
 from lsprotocol import types
+from pygls.exceptions import JsonRpcException, JsonRpcInternalError, JsonRpcInvalidRequest
 from pygls.lsp.server import LanguageServer
-from pygls.uris import from_fs_path, to_fs_path
+from pygls.protocol import LanguageServerProtocol
+from pygls.protocol.json_rpc import JsonRPCProtocol, RPCRequest
+from pygls.uris import from_fs_path
 
 log = logging.getLogger("dl.lsp")
 
 SEVERITIES = {Severity.ERROR: types.DiagnosticSeverity.Error, Severity.WARNING: types.DiagnosticSeverity.Warning}
+
+# ------------------------------------------------------------------ what requests read again and again
+
+KEPT = 8  # texts and modules remembered at a time (a few open documents, and their last versions)
+LINES: dict[int, tuple[str, list[str]]] = {}  # by id of the text: (the text, its lines)
+INDEXES: dict[int, tuple[ast.Module, ModuleIndex]] = {}  # by id of the module
+
+
+def source_lines(source: str) -> list[str]:
+    """The lines of `source`, split at `\\n` as the lexer and LSP count them, remembered for the few texts
+    requests read: splitting a large document again for each request would cost more than answering it.
+    The list is shared: callers do not change it."""
+    found = LINES.get(id(source))
+    if found is not None and found[0] is source:
+        return found[1]
+    if len(LINES) >= KEPT:
+        LINES.clear()
+    lines = source.split("\n")
+    LINES[id(source)] = (source, lines)
+    return lines
+
+
+@dataclass(frozen=True)
+class ModuleIndex:
+    """A module's top-level declarations by line and by name, so that a request about one position looks at
+    the declaration there, not at every declaration of a large file."""
+
+    decls: tuple[ast.Decl, ...]
+    starts: list[int]  # the first line of each declaration (they are in source order)
+    functions: dict[str, ast.FnDecl]  # by name (the last of a name, as the checker keeps it)
+    named: dict[str, ast.Decl]  # functions, structs and consts by name (the first of a name)
+    function_starts: list[tuple[int, int]]  # (first line, index in `decls`) of each function
+
+    def at(self, line: int) -> list[ast.Decl]:
+        """The declarations whose lines hold the 1-based `line` (more than one only when they share it)."""
+        found = []
+        index = bisect.bisect_right(self.starts, line) - 1
+        while index >= 0 and self.decls[index].span.end_line >= line:
+            found.append(self.decls[index])
+            index -= 1
+        return found[::-1]
+
+
+def module_index(module: ast.Module) -> ModuleIndex:
+    found = INDEXES.get(id(module))
+    if found is not None and found[0] is module:
+        return found[1]
+    decls = module.decls
+    named: dict[str, ast.Decl] = {}
+    for decl in decls:
+        if isinstance(decl, ast.FnDecl | ast.StructDecl | ast.Const):
+            named.setdefault(decl.name, decl)
+    index = ModuleIndex(
+        decls,
+        [decl.span.line for decl in decls],
+        {decl.name: decl for decl in decls if isinstance(decl, ast.FnDecl)},
+        named,
+        [(decl.span.line, number) for number, decl in enumerate(decls) if isinstance(decl, ast.FnDecl)],
+    )
+    if len(INDEXES) >= KEPT:
+        INDEXES.clear()
+    INDEXES[id(module)] = (module, index)
+    return index
+
 
 # ------------------------------------------------------------------ positions and diagnostics
 
@@ -62,7 +143,7 @@ class Columns:
     the end. An ASCII document needs no conversion."""
 
     def __init__(self, source: str, units: Callable[[str], int] = utf16_units) -> None:
-        self.lines = None if source.isascii() else source.split("\n")
+        self.lines = None if source.isascii() else source_lines(source)
         self.units = units
 
     def to_client(self, line: int, column: int) -> int:
@@ -141,16 +222,6 @@ def diagnostics_for(
 # ------------------------------------------------------------------ hover
 
 
-def children(node: Any) -> Iterator[Any]:
-    """The AST nodes directly inside `node`, in field order."""
-    for item in dataclasses.fields(node):
-        value = getattr(node, item.name)
-        values = value if isinstance(value, tuple) else (value,)
-        for child in values:
-            if dataclasses.is_dataclass(child) and not isinstance(child, type):
-                yield child
-
-
 def enclosing(module: ast.Module, line: int, column: int) -> list[Any]:
     """The chain of nodes from a top-level declaration down to the smallest node whose span holds the
     1-based `line`:`column`; empty when none does."""
@@ -167,12 +238,11 @@ def enclosing(module: ast.Module, line: int, column: int) -> list[Any]:
             chain = [*chain, node]
             if not best or size(node) <= size(best[-1]):
                 best = chain
-        for child in children(node):
+        for child in ast.children(node):
             walk(child, chain)
 
-    for decl in module.decls:
-        if decl.span.line <= line <= decl.span.end_line:  # a declaration's nodes lie inside its span
-            walk(decl, [])
+    for decl in module_index(module).at(line):  # a declaration's nodes lie inside its span
+        walk(decl, [])
     return best
 
 
@@ -186,9 +256,9 @@ def pattern_types(pattern: Any, value: Type | None) -> Iterator[tuple[ast.NamePa
                 yield from pattern_types(item, item_type)
 
 
-def doc_comment(source: str, decl: ast.FnDecl) -> str:
-    """The `#` comment block directly above a `fn`, without the `#`s."""
-    lines = source.splitlines()
+def doc_comment(source: str | list[str], decl: ast.FnDecl) -> str:
+    """The `#` comment block directly above a `fn`, without the `#`s. `source` may be given as its lines."""
+    lines = source_lines(source) if isinstance(source, str) else source
     found: list[str] = []
     index = decl.span.line - 2
     while 0 <= index < len(lines) and lines[index].lstrip().startswith("#"):
@@ -197,9 +267,20 @@ def doc_comment(source: str, decl: ast.FnDecl) -> str:
     return "\n".join(reversed(found))
 
 
+def signatures_of(typed: Typed, path: str) -> dict[str, list[str]]:
+    """The checked signatures of a module's functions by name, as `dlrun check --types` prints them: one for
+    a function whose parameters are annotated, one per set of argument types it was checked for if not."""
+    found: dict[str, list[str]] = {}
+    for signature in typed.signatures.get(path, []):
+        shown = str(signature)
+        if shown not in found.setdefault(signature.name, []):
+            found[signature.name].append(shown)
+    return found
+
+
 def function_hover(typed: Typed, path: str, source: str, decl: ast.FnDecl) -> str:
-    signatures = {signature.name: signature for signature in typed.signatures.get(path, [])}
-    shown = str(signatures[decl.name]) if decl.name in signatures else f"fn {decl.name}"
+    checked = [signature for signature in typed.signatures.get(path, []) if signature.name == decl.name]
+    shown = "\n".join(dict.fromkeys(str(signature) for signature in checked)) or f"fn {decl.name}"
     doc = doc_comment(source, decl)
     return f"{shown}\n\n{doc}" if doc else shown
 
@@ -210,9 +291,9 @@ def hover_text(typed: Typed, path: str, source: str, line: int, column: int) -> 
     module = typed.program.modules.get(path)
     if module is None:
         return None
-    functions = {decl.name: decl for decl in module.decls if isinstance(decl, ast.FnDecl)}
-    for decl in functions.values():
-        if contains(decl.name_span, line, column):
+    functions = module_index(module).functions
+    for decl in module_index(module).at(line):
+        if isinstance(decl, ast.FnDecl) and contains(decl.name_span, line, column):
             return function_hover(typed, path, source, decl), decl.name_span
     chain = enclosing(module, line, column)
     for depth in range(len(chain) - 1, -1, -1):
@@ -225,7 +306,7 @@ def hover_text(typed: Typed, path: str, source: str, line: int, column: int) -> 
 def node_hover(typed: Typed, path: str, source: str, chain: list[Any], functions: dict[str, ast.FnDecl]) -> str | None:
     """The hover text of the last node of `chain` (its ancestors before it), or None to try its parent."""
     node, parent = chain[-1], chain[-2] if len(chain) > 1 else None
-    known = typed.types.get(id(node))
+    known = typed.type_of(node)
     match node:
         case ast.Name(id=name) if name in functions and (known is None or isinstance(known, FunctionRef)):
             return function_hover(typed, path, source, functions[name])
@@ -236,7 +317,7 @@ def node_hover(typed: Typed, path: str, source: str, chain: list[Any], functions
         case ast.NamePattern(name=name):
             for ancestor in reversed(chain):
                 if isinstance(ancestor, ast.Let):
-                    for bound, bound_type in pattern_types(ancestor.pattern, typed.types.get(id(ancestor.value))):
+                    for bound, bound_type in pattern_types(ancestor.pattern, typed.type_of(ancestor.value)):
                         if bound is node:
                             return f"{name}: {bound_type}"
                     break
@@ -320,11 +401,9 @@ def pattern_names(pattern: Any) -> Iterator[ast.NamePattern]:
 def function_at(module: ast.Module, line: int) -> ast.FnDecl | None:
     """The top-level function the 1-based `line` is in, or else the last one that starts before it (the
     document may have grown since `module` was parsed)."""
-    found = None
-    for decl in module.decls:
-        if isinstance(decl, ast.FnDecl) and decl.span.line <= line:
-            found = decl
-    return found
+    index = module_index(module)
+    before = bisect.bisect_right(index.function_starts, (line, len(index.decls))) - 1
+    return index.decls[index.function_starts[before][1]] if before >= 0 else None
 
 
 def scope_at(decl: ast.FnDecl, line: int, column: int) -> list[tuple[str, Any, Any]]:
@@ -354,7 +433,7 @@ def scope_at(decl: ast.FnDecl, line: int, column: int) -> list[tuple[str, Any, A
             found.extend((bound.name, bound, node) for bound in pattern_names(node.pattern))
         if isinstance(node, ast.FnDecl | ast.Lambda):
             found.extend((param.name, param, node) for param in node.params)
-        for child in children(node):
+        for child in ast.children(node):
             span = getattr(child, "span", None)
             if span is not None and contains(span, line, column):
                 inside(child)
@@ -381,12 +460,11 @@ def module_definition(typed: Typed, path: str, name: str) -> tuple[str, Span] | 
     module = typed.program.modules.get(path)
     if module is None:
         return None
-    for decl in module.decls:
-        match decl:
-            case ast.FnDecl() | ast.StructDecl() if decl.name == name:
-                return path, decl.name_span
-            case ast.Const() if decl.name == name:
-                return path, decl.span
+    match module_index(module).named.get(name):
+        case ast.FnDecl() | ast.StructDecl() as decl:
+            return path, decl.name_span
+        case ast.Const() as decl:
+            return path, decl.span
     for alias, target in typed.program.imports.get(path, []):
         if alias == name:
             return target, Span(target, 1, 1, 1, 1)
@@ -409,7 +487,7 @@ def definition(typed: Typed, path: str, line: int, column: int) -> tuple[str, Sp
     module = typed.program.modules.get(path)
     if module is None:
         return None
-    for decl in module.decls:
+    for decl in module_index(module).at(line):
         if isinstance(decl, ast.FnDecl | ast.StructDecl) and contains(decl.name_span, line, column):
             return path, decl.name_span
         if isinstance(decl, ast.Import) and contains(decl.span, line, column):
@@ -430,7 +508,7 @@ def definition(typed: Typed, path: str, line: int, column: int) -> tuple[str, Sp
         case ast.NamePattern() | ast.Param():
             return binding_definition(node, None, path)
         case ast.Field(target=target, name=name):
-            return member_definition(typed, typed.types.get(id(target)), name)
+            return member_definition(typed, typed.type_of(target), name)
         case ast.NamedType(name=name, module=None):
             return module_definition(typed, path, name)
         case ast.NamedType(name=name, module=alias):
@@ -474,7 +552,7 @@ def name_sites(module: ast.Module) -> Iterator[tuple[str, Span]]:
                 yield name, node.span
             case ast.FieldDecl(name=name):
                 yield name, name_span(name, node.span)
-        for child in children(node):
+        for child in ast.children(node):
             yield from walk(child)
 
     for decl in module.decls:
@@ -534,7 +612,7 @@ def open_call(source: str, line: int, column: int) -> tuple[str, int, str] | Non
     """The call the 1-based `line`:`column` is inside, from the text alone (it need not parse): the callee as
     written (`f`, `nn.init`), the number of commas before the cursor at the call's own depth, and the text of
     the argument being typed. Strings and comments are skipped."""
-    lines = source.splitlines()
+    lines = source_lines(source)
     if not 0 < line <= len(lines) + 1:
         return None
     first = line - 1
@@ -574,7 +652,7 @@ def format_default(value: object) -> str:
 
 def builtin_parameters(name: str) -> list[tuple[str, str]]:
     """The parameters of a built-in as shown, with the name each is passed by (variadic: `*name`)."""
-    signature = SIGNATURES[BY_NAME[name]]
+    signature = PRIMITIVES[BY_NAME[name]].signature
     shown = [(param, param) for param in signature.positional]
     shown += [(param, f"{param}={format_default(value)}") for param, value in signature.optional]
     if signature.variadic is not None:
@@ -620,7 +698,7 @@ def signature_help(typed: Typed, path: str, source: str, line: int, column: int)
     elif not module_path and name in BY_NAME:
         params = builtin_parameters(name)
         information = signature_information(f"fn {name}(", params, ")", "built-in")
-        spec = SIGNATURES[BY_NAME[name]]
+        spec = PRIMITIVES[BY_NAME[name]].signature
         variadic = len(spec.positional) + len(spec.optional) if spec.variadic is not None else None
     else:
         return None
@@ -644,7 +722,7 @@ def binding_type(typed: Typed, path: str, binding: Any, owner: Any) -> Type | No
     """The type of a local binding, when the checker knows it."""
     match binding, owner:
         case ast.NamePattern(), ast.Let():
-            for bound, found in pattern_types(owner.pattern, typed.types.get(id(owner.value))):
+            for bound, found in pattern_types(owner.pattern, typed.type_of(owner.value)):
                 if bound is binding:
                     return found
         case ast.Param(), ast.FnDecl():
@@ -654,26 +732,34 @@ def binding_type(typed: Typed, path: str, binding: Any, owner: Any) -> Type | No
 
 
 def module_names(typed: Typed, path: str) -> list[types.CompletionItem]:
-    """The functions, structs and consts a module declares, and (for `path` itself) its imports."""
+    """The functions, structs and consts a module declares. A function shows its checked signature (the
+    first, where it was checked for several argument types; all of them, and its doc comment, in its
+    documentation)."""
     module = typed.program.modules.get(path)
     if module is None:
         return []
-    signatures = {s.name: str(s) for s in typed.signatures.get(path, [])}
+    signatures = signatures_of(typed, path)
+    lines = source_lines(typed.program.sources.texts.get(path, ""))
     found = []
     for decl in module.decls:
         match decl:
             case ast.FnDecl(name=name):
-                found.append(item(name, types.CompletionItemKind.Function, signatures.get(name, f"fn {name}")))
+                shown = signatures.get(name, [f"fn {name}"])
+                doc = "\n\n".join(part for part in ("\n".join(shown[1:]), doc_comment(lines, decl)) if part)
+                found.append(item(name, types.CompletionItemKind.Function, shown[0], doc))
             case ast.StructDecl(name=name):
                 found.append(item(name, types.CompletionItemKind.Struct, f"struct {name}"))
             case ast.Const(name=name):
-                known = typed.types.get(id(decl.value))
+                known = typed.type_of(decl.value)
                 found.append(item(name, types.CompletionItemKind.Constant, f"const {name}: {known}" if known else None))
     return found
 
 
-def item(label: str, kind: types.CompletionItemKind, detail: str | None) -> types.CompletionItem:
-    return types.CompletionItem(label=label, kind=kind, detail=detail)
+def item(
+    label: str, kind: types.CompletionItemKind, detail: str | None, documentation: str = ""
+) -> types.CompletionItem:
+    shown = types.MarkupContent(kind=types.MarkupKind.PlainText, value=documentation) if documentation else None
+    return types.CompletionItem(label=label, kind=kind, detail=detail, documentation=shown)
 
 
 def expression_type(typed: Typed, path: str, text: str, line: int, column: int) -> Type | None:
@@ -695,7 +781,7 @@ def expression_type(typed: Typed, path: str, text: str, line: int, column: int) 
             found = ModuleType(imports[first])
         for decl in module.decls:
             if isinstance(decl, ast.Const) and decl.name == first:
-                found = typed.types.get(id(decl.value))
+                found = typed.type_of(decl.value)
     for name in rest:
         if isinstance(found, StructType):
             found = found.field_type(name)
@@ -704,13 +790,17 @@ def expression_type(typed: Typed, path: str, text: str, line: int, column: int) 
     return found
 
 
-def completions(typed: Typed, path: str, source: str, line: int, column: int) -> list[types.CompletionItem]:
+def completions(
+    typed: Typed, path: str, source: str, line: int, column: int, scope_line: int | None = None
+) -> list[types.CompletionItem]:
     """What may be typed at the 1-based `line`:`column` of `source`: after `x.`, the fields of the struct `x`
     (with their types) or the members of the module `x`; elsewhere the locals in scope, the module's
     functions, structs, consts and imports, the keywords and the built-ins. `typed` may be from an earlier
-    version of the document (the current one may not parse while it is being typed)."""
-    lines = source.splitlines()
+    version of the document (the current one may not parse while it is being typed); `scope_line` is then
+    the line of its text where the scope is looked up (by default `line`)."""
+    lines = source_lines(source)
     prefix = lines[line - 1][: column - 1] if 0 < line <= len(lines) else ""
+    line = scope_line or line
     dotted = DOTTED.search(prefix)
     if dotted is not None:
         target = expression_type(typed, path, dotted.group(1), line, column)
@@ -736,13 +826,6 @@ def completions(typed: Typed, path: str, source: str, line: int, column: int) ->
     for name in sorted(BY_NAME):
         found.setdefault(name, item(name, types.CompletionItemKind.Function, f"built-in fn {name}"))
     return list(found.values())
-
-
-def parses(typed: Typed, path: str) -> bool:
-    """Whether the checked document parsed without a syntax error (`E01xx`), so that its tree is whole."""
-    if path not in typed.program.modules:
-        return False
-    return not any(d.code.startswith("E01") and d.span.path == path for d in typed.diagnostics)
 
 
 # ------------------------------------------------------------------ semantic tokens
@@ -783,27 +866,43 @@ def comment_start(text: str) -> int | None:
     return next((index for index, char in code_characters(text) if char == "#"), None)
 
 
+LINE_TOKENS: dict[str, list[tuple[str, str, int]]] = {}  # each line's tokens, by its text (see `line_tokens`)
+LINE_TOKENS_KEPT = 200_000  # lines remembered before the memory is cleared
+
+
 def lexical_tokens(source: str) -> Iterator[tuple[str, str, int, int]]:
     """The lexer's tokens of `source`, line by line (no token spans lines), so that a character the lexer
     rejects loses only the rest of its line; comments as `COMMENT` tokens, `NEWLINE`s left out."""
-    scanner = parse_table().scanner
     for number, text in enumerate(source.split("\n"), start=1):  # lines as the lexer and LSP count them
-        text = text.removesuffix("\r")
-        start = comment_start(text)
-        code = text if start is None else text[:start]
+        for kind, value, column in line_tokens(text):
+            yield kind, value, number, column
+
+
+def line_tokens(text: str) -> list[tuple[str, str, int]]:
+    """The tokens of one line as (kind, text, 1-based column), remembered by the line's text: after an edit,
+    only the lines it changed are lexed again."""
+    found = LINE_TOKENS.get(text)
+    if found is not None:
+        return found
+    code_line = text.removesuffix("\r")
+    start = comment_start(code_line)
+    code = code_line if start is None else code_line[:start]
+    scanner = parse_table().scanner
+    try:
+        scanned = scanner.spread(scanner.scan(code, "<tokens>"))  # f-strings: text, and fields' tokens
+    except DiagnosticError as problem:  # a character no token matches: keep the tokens before it
+        bad = problem.diagnostics[0].span.column if problem.diagnostics else 1
         try:
-            scanned = scanner.scan(code, "<tokens>")
-        except DiagnosticError as problem:  # a character no token matches: keep the tokens before it
-            bad = problem.diagnostics[0].span.column if problem.diagnostics else 1
-            try:
-                scanned = scanner.scan(code[: bad - 1], "<tokens>")
-            except DiagnosticError:
-                scanned = []
-        for kind, value, _, column in scanned:
-            if kind != "NEWLINE":
-                yield kind, value, number, column
-        if start is not None:
-            yield "COMMENT", text[start:], number, start + 1
+            scanned = scanner.spread(scanner.scan(code[: bad - 1], "<tokens>"))
+        except DiagnosticError:
+            scanned = []
+    found = [(kind, value, column) for kind, value, _, column in scanned if kind != "NEWLINE"]
+    if start is not None:
+        found.append(("COMMENT", code_line[start:], start + 1))
+    if len(LINE_TOKENS) >= LINE_TOKENS_KEPT:
+        LINE_TOKENS.clear()
+    LINE_TOKENS[text] = found
+    return found
 
 
 def name_classes(typed: Typed | None, path: str) -> dict[tuple[int, int], tuple[str, tuple[str, ...]]]:
@@ -833,7 +932,7 @@ def name_classes(typed: Typed | None, path: str) -> dict[tuple[int, int], tuple[
             case ast.NamePattern():
                 put(node.span, "variable", "declaration")
             case ast.Name(id=name):
-                known = typed.types.get(id(node))
+                known = typed.type_of(node)
                 if isinstance(known, PrimitiveRef):
                     put(node.span, "function", "defaultLibrary")
                 elif isinstance(known, FunctionRef):
@@ -849,9 +948,9 @@ def name_classes(typed: Typed | None, path: str) -> dict[tuple[int, int], tuple[
                 else:
                     put(node.span, "variable")
             case ast.Field():
-                known = typed.types.get(id(node))
+                known = typed.type_of(node)
                 kind = "function" if isinstance(known, FunctionRef) else "property"
-                if isinstance(typed.types.get(id(node.target)), ModuleType) and node.name in structs_of(typed, node):
+                if isinstance(typed.type_of(node.target), ModuleType) and node.name in structs_of(typed, node):
                     kind = "struct"
                 put(field_name_span(node), kind)
             case ast.FieldInit() | ast.Keyword():
@@ -867,7 +966,7 @@ def name_classes(typed: Typed | None, path: str) -> dict[tuple[int, int], tuple[
                 put(node.span, "type")
             case ast.DimName():
                 put(node.span, "typeParameter")
-        for child in children(node):
+        for child in ast.children(node):
             walk(child, params)
 
     for decl in module.decls:
@@ -876,7 +975,7 @@ def name_classes(typed: Typed | None, path: str) -> dict[tuple[int, int], tuple[
 
 
 def structs_of(typed: Typed, node: ast.Field) -> set[str]:
-    target = typed.types.get(id(node.target))
+    target = typed.type_of(node.target)
     module = typed.program.modules.get(target.path) if isinstance(target, ModuleType) else None
     return {decl.name for decl in module.decls if isinstance(decl, ast.StructDecl)} if module else set()
 
@@ -885,7 +984,13 @@ def semantic_tokens(source: str, typed: Typed | None, path: str) -> list[Semanti
     """Every highlighted token of `source`, in order: keywords, numbers, strings, comments and operators from
     the lexer, names classified from the checked module (`typed` may be None, or lack the module when it does
     not parse: then names after `fn`, `struct`, `import` and built-ins are still told apart)."""
-    classes = name_classes(typed, path)
+    return classified_tokens(source, name_classes(typed, path))
+
+
+def classified_tokens(
+    source: str, classes: Mapping[tuple[int, int], tuple[str, tuple[str, ...]]]
+) -> list[SemanticToken]:
+    """`semantic_tokens` with the names' classes given, by the 1-based position where each starts."""
     words = keywords()
     found: list[SemanticToken] = []
     previous = ""
@@ -959,7 +1064,8 @@ def encode_tokens(found: list[SemanticToken]) -> list[int]:
 # ------------------------------------------------------------------ the server
 
 T = TypeVar("T")
-DEBOUNCE_S = 0.15  # diagnostics on change wait for this long without a newer change
+DEBOUNCE_S = 0.15  # an analysis on change waits for this long without a newer change
+REFUSED = object()  # what `Protocol.structure_message` gives for a message it has answered with an error
 
 
 class Debouncer:
@@ -991,209 +1097,356 @@ class Debouncer:
             log.exception("dl lsp: a debounced action failed")
 
 
-def guarded(handler: Callable[[Any], T]) -> Callable[[Any], T | None]:
-    """A handler that logs any exception and answers nothing, so one bad request never stops the server."""
+class Protocol(LanguageServerProtocol):
+    """pygls' protocol, made to answer every request. pygls logs a request whose params do not fit its
+    method's types and answers nothing, so the client waits for ever: here it gets InvalidParams, saying
+    what did not fit. A request that is not JSON-RPC 2.0, that comes after `shutdown`, or that names a
+    notification, gets InvalidRequest."""
 
-    def run(params: Any) -> T | None:
+    def structure_message(self, data: dict[str, Any]) -> Any:
+        if not isinstance(data, dict) or "jsonrpc" not in data:
+            return data  # not a message (json.loads calls this for every object in one), or not JSON-RPC 2.0
+        if data["jsonrpc"] != JsonRPCProtocol.VERSION:
+            if "method" in data and "id" in data:
+                self.refuse(data, JsonRpcInvalidRequest(f"JSON-RPC {data['jsonrpc']}: only 2.0 is spoken"))
+            return REFUSED
         try:
-            return handler(params)
-        except Exception:
-            log.exception("dl lsp: %s failed", getattr(handler, "__name__", "handler"))
-            return None
+            message = super().structure_message(data)
+        except JsonRpcException as problem:
+            if "method" in data and "id" in data:
+                why = problem.__cause__
+                reason = "; ".join(transform_error(why, format_exception=why_invalid)) if why else problem.message
+                self.refuse(data, type(problem)(f"{problem.message}: {data['method']}: {reason}"))
+            else:
+                log.warning("dl lsp: a notification that does not fit its method's types: %s", data.get("method"))
+            return REFUSED
+        if "id" in data and "method" in data and not hasattr(message, "id"):
+            self.refuse(data, JsonRpcInvalidRequest(f"`{data['method']}` is a notification: it takes no `id`"))
+            return REFUSED
+        return message
 
-    run.__name__ = getattr(handler, "__name__", "handler")
+    def handle_message(self, message: Any) -> None:
+        if message is REFUSED:
+            return
+        if isinstance(message, dict):  # no `"jsonrpc"`: `structure_message` left it as it was
+            if "id" in message and "method" in message:
+                self.refuse(message, JsonRpcInvalidRequest('not a JSON-RPC 2.0 request (no `"jsonrpc": "2.0"`)'))
+            return
+        if self._shutdown and isinstance(message, RPCRequest) and message.method != types.EXIT:
+            self.refuse({"id": message.id}, JsonRpcInvalidRequest("the server is shutting down"))
+            return
+        super().handle_message(message)
+
+    def refuse(self, request: dict[str, Any], problem: JsonRpcException) -> None:
+        """Answer a request with an error (its id, where it is one JSON-RPC allows)."""
+        number = request.get("id")
+        number = number if isinstance(number, str | int) and not isinstance(number, bool) else None
+        log.warning("dl lsp: %s", problem.message)
+        self._send_response(number, error=problem.to_response_error())
+
+
+def why_invalid(problem: BaseException, expected: type | None) -> str:
+    """What did not fit, in a malformed request's error: the validator's own words for a value out of range
+    (`Position.line should be in range [0:2147483647], but was -1.`), else cattrs' words."""
+    if type(problem) is ValueError and problem.args:
+        return str(problem)
+    return format_exception(problem, expected)
+
+
+def answered(handler: Callable[[Any], Awaitable[T]]) -> Callable[[Any], Awaitable[T]]:
+    """A request handler that logs an exception and answers it with InternalError, saying what failed: one
+    bad request never stops the server, and never goes unanswered."""
+
+    async def run(params: Any) -> T:
+        try:
+            return await handler(params)
+        except asyncio.CancelledError:
+            raise
+        except Exception as bug:
+            log.exception("dl lsp: %s failed", handler.__name__)
+            what = f"internal error in {handler.__name__}, please report: {type(bug).__name__}: {bug}"
+            raise JsonRpcInternalError(what) from bug
+
+    run.__name__ = handler.__name__
     return run
 
 
-def document_path(uri: str) -> str:
-    """The file path the checker sees for a document (imports resolve relative to it)."""
-    try:
-        return to_fs_path(uri) or uri
-    except ValueError:  # urlparse rejects some malformed URIs (`file://[x/`); the URI itself still names it
-        return uri
+def in_background(compute: Callable[..., T], *args: Any) -> Awaitable[T]:
+    """Compute a long answer on a thread, so that the event loop goes on answering (a cancelled request
+    stops waiting for it), in a room: its walks of the tree recurse (lang/nesting.py)."""
+    return asyncio.get_running_loop().run_in_executor(None, with_room, functools.partial(compute, *args))
+
+
+class View:
+    """A snapshot as the document is now: positions of the text now become positions of the analysed text,
+    and spans of the analysed text ranges of the text now (in the client's units)."""
+
+    def __init__(self, snapshot: Snapshot, source: str, edits: Edits, units: Callable[[str], int]) -> None:
+        self.snapshot, self.source, self.lines = snapshot, source, edits
+        self.columns = Columns(source, units)
+
+    @property
+    def typed(self) -> Typed:
+        return self.snapshot.typed
+
+    @property
+    def path(self) -> str:
+        return self.snapshot.path
+
+    def column(self, position: types.Position) -> int:
+        """The 1-based column, in code points, of a client position."""
+        return self.columns.from_client(position.line, position.character) + 1
+
+    def at(self, position: types.Position) -> tuple[int, int] | None:
+        """A client position as the 1-based line and column of the analysed text, if that has the line."""
+        line = self.lines.to_old(position.line)
+        return None if line is None else (line + 1, self.column(position))
+
+    def range(self, span: Span) -> types.Range | None:
+        """A span of the analysed text as a client range now, if the text now has its lines."""
+        start, end = self.lines.to_new(span.line - 1), self.lines.to_new(span.end_line - 1)
+        if start is None or end is None:
+            return None
+        return self.columns.range(to_range(span._replace(line=start + 1, end_line=end + 1)))
+
+    def classes(self) -> dict[tuple[int, int], tuple[str, tuple[str, ...]]]:
+        """The analysed names' classes (for semantic tokens), at their positions in the text now."""
+        snapshot = self.snapshot
+        found = snapshot.once("classes", lambda: name_classes(snapshot.typed, snapshot.path))
+        if self.lines.none:
+            return found
+        moved = {}
+        for (line, column), shown in found.items():
+            now = self.lines.to_new(line - 1)
+            if now is not None:
+                moved[now + 1, column] = shown
+        return moved
 
 
 def make_server() -> LanguageServer:
     """A server with its features registered; `start_io()` runs it."""
-    server = LanguageServer("dl", __version__, text_document_sync_kind=types.TextDocumentSyncKind.Full)
-    checked: dict[str, tuple[str, Typed]] = {}  # uri -> (source it was checked from, result)
-    parsed: dict[str, Typed] = {}  # uri -> the last check of it without a syntax error (for completion)
+    server = LanguageServer(
+        "dl", __version__, text_document_sync_kind=types.TextDocumentSyncKind.Full, protocol_cls=Protocol
+    )
 
-    def analyse(uri: str) -> tuple[str, str, Typed]:
-        source = server.workspace.get_text_document(uri).source
-        path = document_path(uri)
-        cached = checked.get(uri)
-        if cached is None or cached[0] != source:
-            cached = (source, lang.check(source, path))
-            checked[uri] = cached
-            if parses(cached[1], path):
-                parsed[uri] = cached[1]
-        return path, source, cached[1]
+    def units() -> Callable[[str], int]:
+        return server.workspace.position_codec.client_num_units
 
-    def columns(source: str) -> Columns:
-        """Conversion of `source`'s columns to and from the position encoding agreed with the client."""
-        return Columns(source, server.workspace.position_codec.client_num_units)
-
-    def cursor(source: str, position: types.Position) -> tuple[Columns, int, int]:
-        """The columns of `source`, and a client position as the 1-based line and column the functions read."""
-        found = columns(source)
-        return found, position.line + 1, found.from_client(position.line, position.character) + 1
-
-    def publish(uri: str) -> None:
-        document = server.workspace.text_documents.get(uri)
-        if document is None:  # closed while a publish was pending
-            return
-        path, _, typed = analyse(uri)
-        server.text_document_publish_diagnostics(
-            types.PublishDiagnosticsParams(
-                uri=uri,
-                diagnostics=diagnostics_for(typed, path, uri, server.workspace.position_codec.client_num_units),
-                version=document.version,
+    def published(uri: str, snapshot: Snapshot) -> None:
+        found = diagnostics_for(snapshot.typed, snapshot.path, uri, units())
+        if snapshot.failure is not None:
+            message, span = snapshot.failure
+            found.append(
+                types.Diagnostic(
+                    range=Columns(snapshot.source, units()).range(to_range(span)),
+                    message=message,
+                    severity=types.DiagnosticSeverity.Error,
+                    source="dl",
+                )
             )
-        )
+        params = types.PublishDiagnosticsParams(uri=uri, diagnostics=found, version=snapshot.version)
+        server.text_document_publish_diagnostics(params)
 
-    debounced = Debouncer(DEBOUNCE_S, publish)
+    documents = Documents(published, prepare)
+    debounced = Debouncer(DEBOUNCE_S, documents.analyse_soon)
+
+    async def view(uri: str, parsed: bool = False) -> View | None:
+        """The last analysis of an open document as it is now (with `parsed`, the last whose text parsed,
+        as completion wants while a line is being typed); None for a document that is not open."""
+        snapshot = await documents.snapshot(uri)
+        source = documents.text(uri)
+        if snapshot is None or source is None:
+            return None
+        if parsed and not snapshot.parses:
+            snapshot = documents.parsed.get(uri, snapshot)
+        return View(snapshot, source, documents.edits(uri, snapshot.source), units())
 
     @server.feature(types.TEXT_DOCUMENT_DID_OPEN)
-    @guarded
     def did_open(params: types.DidOpenTextDocumentParams) -> None:
-        debounced.cancel(params.text_document.uri)
-        publish(params.text_document.uri)
+        document = params.text_document
+        debounced.cancel(document.uri)
+        documents.open(document.uri, document.version, document.text)
+        documents.analyse_soon(document.uri)
 
     @server.feature(types.TEXT_DOCUMENT_DID_CHANGE)
-    @guarded
     def did_change(params: types.DidChangeTextDocumentParams) -> None:
-        debounced.schedule(params.text_document.uri)  # runs on the server's event loop
+        uri = params.text_document.uri
+        document = server.workspace.text_documents.get(uri)
+        if document is not None:  # pygls has applied the change
+            documents.change(uri, params.text_document.version, document.source)
+            debounced.schedule(uri)
 
     @server.feature(types.TEXT_DOCUMENT_DID_CLOSE)
-    @guarded
     def did_close(params: types.DidCloseTextDocumentParams) -> None:
         debounced.cancel(params.text_document.uri)
-        checked.pop(params.text_document.uri, None)
-        parsed.pop(params.text_document.uri, None)
+        documents.close(params.text_document.uri)
         server.text_document_publish_diagnostics(
             types.PublishDiagnosticsParams(uri=params.text_document.uri, diagnostics=[])
         )
 
     @server.feature(types.TEXT_DOCUMENT_HOVER)
-    @guarded
-    @in_room  # its walks of the tree recurse: room for any tree the parser accepts
-    def hover(params: types.HoverParams) -> types.Hover | None:
-        path, source, typed = analyse(params.text_document.uri)
-        shown_columns, line, column = cursor(source, params.position)
-        found = hover_text(typed, path, source, line, column)
-        if found is None:
+    @answered
+    async def hover(params: types.HoverParams) -> types.Hover | None:
+        found = await view(params.text_document.uri)
+        where = found.at(params.position) if found else None
+        if where is None:
             return None
-        text, span = found
+        shown = with_room(functools.partial(hover_text, found.typed, found.path, found.snapshot.source, *where))
+        if shown is None:
+            return None
+        text, span = shown
         code, _, doc = text.partition("\n\n")
-        shown = f"```dl\n{code}\n```" + (f"\n\n{doc}" if doc else "")
-        return types.Hover(
-            contents=types.MarkupContent(kind=types.MarkupKind.Markdown, value=shown),
-            range=shown_columns.range(to_range(span)),
-        )
+        value = f"```dl\n{code}\n```" + (f"\n\n{doc}" if doc else "")
+        contents = types.MarkupContent(kind=types.MarkupKind.Markdown, value=value)
+        return types.Hover(contents=contents, range=found.range(span))
 
     @server.feature(types.TEXT_DOCUMENT_DOCUMENT_SYMBOL)
-    @guarded
-    @in_room  # its walks of the tree recurse: room for any tree the parser accepts
-    def document_symbol(params: types.DocumentSymbolParams) -> list[types.DocumentSymbol] | None:
-        path, source, typed = analyse(params.text_document.uri)
-        module = typed.program.modules.get(path)
-        found = symbols(module, typed) if module is not None else []
-        shown_columns = columns(source)
-        for symbol in found:
-            for each in (symbol, *(symbol.children or ())):
-                each.range = shown_columns.range(each.range)
-                each.selection_range = shown_columns.range(each.selection_range)
-        return found
+    @answered
+    async def document_symbol(params: types.DocumentSymbolParams) -> list[types.DocumentSymbol] | None:
+        found = await view(params.text_document.uri)
+        return None if found is None else await in_background(outline, found)
 
     @server.feature(types.TEXT_DOCUMENT_SEMANTIC_TOKENS_FULL, LEGEND)
-    @guarded
-    @in_room  # its walks of the tree recurse: room for any tree the parser accepts
-    def semantic_tokens_full(params: types.SemanticTokensParams) -> types.SemanticTokens:
-        path, source, typed = analyse(params.text_document.uri)
-        found = semantic_tokens(source, typed, path)
-        return types.SemanticTokens(data=encode_tokens(client_tokens(found, columns(source))))
+    @answered
+    async def semantic_tokens_full(params: types.SemanticTokensParams) -> types.SemanticTokens | None:
+        found = await view(params.text_document.uri)
+        return None if found is None else await in_background(tokens_of, found, None)
 
     @server.feature(types.TEXT_DOCUMENT_SEMANTIC_TOKENS_RANGE, LEGEND)
-    @guarded
-    @in_room  # its walks of the tree recurse: room for any tree the parser accepts
-    def semantic_tokens_range(params: types.SemanticTokensRangeParams) -> types.SemanticTokens:
+    @answered
+    async def semantic_tokens_range(params: types.SemanticTokensRangeParams) -> types.SemanticTokens | None:
         """The tokens overlapping the range; the first one's position is relative to the document's start."""
-        path, source, typed = analyse(params.text_document.uri)
-        shown_columns = columns(source)
-        start, end = params.range.start, params.range.end
-        found = tokens_in_range(
-            semantic_tokens(source, typed, path),
-            (start.line, shown_columns.from_client(start.line, start.character)),
-            (end.line, shown_columns.from_client(end.line, end.character)),
-        )
-        return types.SemanticTokens(data=encode_tokens(client_tokens(found, shown_columns)))
+        found = await view(params.text_document.uri)
+        return None if found is None else await in_background(tokens_of, found, params.range)
 
     @server.feature(types.TEXT_DOCUMENT_DEFINITION)
-    @guarded
-    @in_room  # its walks of the tree recurse: room for any tree the parser accepts
-    def goto_definition(params: types.DefinitionParams) -> types.Location | None:
-        path, source, typed = analyse(params.text_document.uri)
-        _, line, column = cursor(source, params.position)
-        found = definition(typed, path, line, column)
-        if found is None:
+    @answered
+    async def goto_definition(params: types.DefinitionParams) -> types.Location | None:
+        found = await view(params.text_document.uri)
+        where = found.at(params.position) if found else None
+        target = with_room(functools.partial(definition, found.typed, found.path, *where)) if where else None
+        if target is None:
             return None
-        target, span = found
-        uri = params.text_document.uri if target == path else (from_fs_path(target) or target)
-        text = source if target == path else typed.program.sources.texts.get(target, "")
-        return types.Location(uri=uri, range=columns(text).range(to_range(span)))
+        path, span = target
+        if path == found.path:
+            shown = found.range(span)
+            return types.Location(uri=params.text_document.uri, range=shown) if shown else None
+        text = found.typed.program.sources.texts.get(path, "")
+        return types.Location(uri=from_fs_path(path) or path, range=Columns(text, units()).range(to_range(span)))
 
     @server.feature(types.TEXT_DOCUMENT_COMPLETION, types.CompletionOptions(trigger_characters=["."]))
-    @guarded
-    @in_room  # its walks of the tree recurse: room for any tree the parser accepts
-    def completion(params: types.CompletionParams) -> types.CompletionList:
-        uri = params.text_document.uri
-        path, source, typed = analyse(uri)
-        if not parses(typed, path):  # while the document does not parse, what was known before
-            typed = parsed.get(uri, typed)
-        _, line, column = cursor(source, params.position)
-        found = completions(typed, path, source, line, column)
-        return types.CompletionList(is_incomplete=False, items=found)
+    @answered
+    async def completion(params: types.CompletionParams) -> types.CompletionList | None:
+        found = await view(params.text_document.uri, parsed=True)
+        if found is None:
+            return None
+        line, column = params.position.line + 1, found.column(params.position)
+        scope_line = found.lines.nearest_old(params.position.line) + 1
+        items = await in_background(completions, found.typed, found.path, found.source, line, column, scope_line)
+        lines = source_lines(found.source)
+        typed_word = WORD_BEFORE.search(lines[line - 1][: column - 1] if line <= len(lines) else "")
+        shown = fewest(items, typed_word.group() if typed_word else "")
+        return types.CompletionList(is_incomplete=len(shown) < len(items), items=shown)
 
     @server.feature(types.TEXT_DOCUMENT_REFERENCES)
-    @guarded
-    @in_room  # its walks of the tree recurse: room for any tree the parser accepts
-    def find_references(params: types.ReferenceParams) -> list[types.Location]:
-        uri = params.text_document.uri
-        path, source, typed = analyse(uri)
-        shown_columns, line, column = cursor(source, params.position)
-        found = references(typed, path, line, column, params.context.include_declaration)
-        return [types.Location(uri=uri, range=shown_columns.range(to_range(span))) for span in found]
+    @answered
+    async def find_references(params: types.ReferenceParams) -> list[types.Location] | None:
+        found = await view(params.text_document.uri)
+        where = found.at(params.position) if found else None
+        if where is None:
+            return None
+        include = params.context.include_declaration
+        spans = await in_background(references, found.typed, found.path, *where, include)
+        shown = (found.range(span) for span in spans)
+        return [types.Location(uri=params.text_document.uri, range=each) for each in shown if each is not None]
 
     @server.feature(types.TEXT_DOCUMENT_FORMATTING)
-    @guarded
-    def formatting(params: types.DocumentFormattingParams) -> list[types.TextEdit] | None:
+    @answered
+    async def formatting(params: types.DocumentFormattingParams) -> list[types.TextEdit] | None:
         uri = params.text_document.uri
-        source = server.workspace.get_text_document(uri).source
+        source = documents.text(uri)
+        if source is None:
+            return None
         try:
-            formatted = format_source(source, document_path(uri))
+            formatted = await in_background(format_source, source, document_path(uri))
         except DiagnosticError:
             return None  # a file that does not parse is left as it is (its errors are published)
         if formatted == source:
             return []
         lines = source.split("\n")
-        end = types.Position(line=len(lines) - 1, character=server.workspace.position_codec.client_num_units(lines[-1]))
-        return [
-            types.TextEdit(range=types.Range(start=types.Position(line=0, character=0), end=end), new_text=formatted)
-        ]
+        end = types.Position(line=len(lines) - 1, character=units()(lines[-1]))
+        return [types.TextEdit(range=types.Range(types.Position(0, 0), end), new_text=formatted)]
 
     @server.feature(types.TEXT_DOCUMENT_SIGNATURE_HELP, types.SignatureHelpOptions(trigger_characters=["(", ","]))
-    @guarded
-    @in_room  # its walks of the tree recurse: room for any tree the parser accepts
-    def signature(params: types.SignatureHelpParams) -> types.SignatureHelp | None:
-        uri = params.text_document.uri
-        path, source, typed = analyse(uri)
-        if not parses(typed, path):  # mid-call the document rarely parses: signatures known before
-            typed = parsed.get(uri, typed)
-        _, line, column = cursor(source, params.position)
-        return signature_help(typed, path, source, line, column)
+    @answered
+    async def signature(params: types.SignatureHelpParams) -> types.SignatureHelp | None:
+        found = await view(params.text_document.uri, parsed=True)  # mid-call the text rarely parses
+        if found is None:
+            return None
+        line, column = params.position.line + 1, found.column(params.position)
+        return with_room(functools.partial(signature_help, found.typed, found.path, found.source, line, column))
 
     return server
+
+
+COMPLETION_ITEMS = 1000  # items sent at most; with more, those starting as the word being typed
+WORD_BEFORE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def fewest(items: list[types.CompletionItem], typed: str) -> list[types.CompletionItem]:
+    """The completion items to send: all of them, or in a file of thousands of declarations those that start
+    as the word being typed does (the list is then incomplete, and the client asks again as it grows)."""
+    if len(items) <= COMPLETION_ITEMS:
+        return items
+    return [entry for entry in items if entry.label.startswith(typed)][:COMPLETION_ITEMS]
+
+
+def prepare(snapshot: Snapshot) -> None:
+    """What requests about a position read of a snapshot, computed on the analysis worker rather than by the
+    first such request on the event loop: the declarations by line and by name."""
+    module = snapshot.typed.program.modules.get(snapshot.path)
+    if module is not None:
+        module_index(module)
+
+
+def outline(found: View) -> list[types.DocumentSymbol]:
+    """The document's symbols (`symbols`) at their places in the text now; those the last analysis does not
+    place (in the lines just edited) are left out until the next."""
+    module = found.typed.program.modules.get(found.path)
+    shown = []
+    for symbol in symbols(module, found.typed) if module is not None else []:
+        members = [each for each in symbol.children or () if placed(each, found)]
+        if placed(symbol, found):
+            symbol.children = members or None
+            shown.append(symbol)
+    return shown
+
+
+def placed(symbol: types.DocumentSymbol, found: View) -> bool:
+    """Move a symbol's ranges (made from analysed spans) to the text now; whether it has a place there."""
+    spans = [
+        Span(found.path, part.start.line + 1, part.start.character + 1, part.end.line + 1, part.end.character + 1)
+        for part in (symbol.range, symbol.selection_range)
+    ]
+    whole, name = found.range(spans[0]), found.range(spans[1])
+    if whole is None or name is None:
+        return False
+    symbol.range, symbol.selection_range = whole, name
+    return True
+
+
+def tokens_of(found: View, lines: types.Range | None) -> types.SemanticTokens:
+    """The document's semantic tokens now (those overlapping `lines`, if given): lexed from the text now,
+    the names classified by the last analysis."""
+    tokens = classified_tokens(found.source, found.classes())
+    if lines is not None:
+        start, end = lines.start, lines.end
+        tokens = tokens_in_range(
+            tokens,
+            (start.line, found.columns.from_client(start.line, start.character)),
+            (end.line, found.columns.from_client(end.line, end.character)),
+        )
+    return types.SemanticTokens(data=encode_tokens(client_tokens(tokens, found.columns)))
 
 
 def serve() -> int:

@@ -39,19 +39,17 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from dl import __version__, pipeline
-from dl.interp.compile import Compiler
-from dl.interp.primitives import RandomSource
-from dl.interp.run import run_guarded
-from dl.interp.runtime import invoke
-from dl.interp.values import format_value
 from dl.lang import ast
 from dl.lang.check import Typed
-from dl.lang.diagnostics import Diagnostic, DiagnosticError, SourceMap, Span, error, render_all
+from dl.lang.diagnostics import Diagnostic, DiagnosticError, SourceMap, Span, closest, error, render_all
 from dl.lang.modules import Program, load_imports
 from dl.lang.nesting import with_room
 from dl.lang.parse import parse_repl, parse_table
 from dl.lang.primitives import BY_NAME
 from dl.lang.types import FunctionRef, ModuleType, StructType, TupleType, Type
+from dl.runtime.backend import Options
+from dl.runtime.metrics import Metrics
+from dl.runtime.values import format_value
 
 ENTRY_FUNCTION = "<repl>"
 VALUE_NAME = "<value {}>"
@@ -92,28 +90,6 @@ class Entry:
     shown: list[ast.Expr]  # the expression statements whose values it returns after them
 
 
-class SessionCompiler(Compiler):
-    """The interpreter's compiler, keeping each module constant's value from one entry to the next:
-    `const w = randn(3)` or a data set loaded into a constant is evaluated once, not at every entry."""
-
-    def __init__(self, program: Program, typed: Typed, constants: dict[int, tuple[ast.Const, Any]]) -> None:
-        super().__init__(program, typed)
-        self.constants = constants
-
-    def compile_declaration(self, state: Any, decl: ast.Decl) -> None:
-        if not isinstance(decl, ast.Const):
-            super().compile_declaration(state, decl)
-            return
-        cached = self.constants.get(id(decl))
-        if cached is not None and cached[0] is decl:
-            state.cells[decl.name].value = cached[1]
-            return
-        failures = len(self.diagnostics)
-        super().compile_declaration(state, decl)
-        if len(self.diagnostics) == failures:
-            self.constants[id(decl)] = (decl, state.cells[decl.name].value)
-
-
 class Session:
     """The state of a REPL session and what each entry does to it; prints results on stdout and
     diagnostics on stderr."""
@@ -133,7 +109,8 @@ class Session:
         self.library = Program(entry=self.entry, sources=self.sources)  # the imported modules, loaded once
         self.typed: Typed | None = None  # the last entry's checked program, for completion
         self.count = 0
-        RandomSource.reset()
+        self.fresh = True  # the next entry starts the random stream afresh; later entries go on with it
+        Metrics.start("repl", [])  # a session that logs metrics gets one run record, runs/repl-TIME/
 
     # -------------------------------------------------------------- entries
     def handle(self, text: str) -> Outcome:
@@ -171,11 +148,10 @@ class Session:
     def run_entry(self, items: Iterable[ast.Decl | ast.Stmt], path: str) -> None:
         entry = self.entry_program(list(items), path)
         derived, typed = self.prepare(entry)
-        compiler = SessionCompiler(derived, typed, self.constants)
-        run_guarded(compiler.compile_program)
-        function = compiler.states[self.entry].cells[ENTRY_FUNCTION].value
+        session = Options(constants=self.constants, fresh_random=self.fresh)
+        self.fresh = False
         arguments = [self.values[name] for name in self.variables]
-        results = run_guarded(lambda: invoke(function, arguments, function.span))
+        results = pipeline.backend("interp").prepare(typed, session).call(ENTRY_FUNCTION, arguments)
         returned = entry_types(derived, typed, self.entry)
         count = len(entry.bound)
         self.declarations = entry.declarations
@@ -279,6 +255,11 @@ class Session:
         except ValueError:
             raise CommandError(f"`:grad NAME WRT` takes positions such as 0 or 0,2, not {wrt_text.strip()!r}") from None
         wrt = positions[0] if len(positions) == 1 else positions
+        functions = [decl.name for decl in self.declarations if isinstance(decl, ast.FnDecl)]
+        if name not in functions:
+            suggestion = closest(name, functions)
+            hint = f"; did you mean `{suggestion}`?" if suggestion else "; declare it with `fn`, or `:load` a file"
+            raise CommandError(f"no function `{name}` in this session{hint}")
         program = self.program(self.declarations)
         print(pipeline.derivative_source(program, name, wrt, False), end="")
 
@@ -396,7 +377,7 @@ def entry_types(program: Program, typed: Typed, path: str) -> tuple[Type, ...]:
     module = program.modules[path]
     function = next(d for d in module.decls if isinstance(d, ast.FnDecl) and d.name == ENTRY_FUNCTION)
     returned = function.body.body[-1]
-    found = typed.types.get(id(returned.value)) if isinstance(returned, ast.Return) else None
+    found = typed.type_of(returned.value) if isinstance(returned, ast.Return) else None
     if not isinstance(found, TupleType):
         raise AssertionError("internal error: the REPL entry's result has no type")
     return found.items
@@ -465,7 +446,7 @@ def module_type(typed: Typed, path: str, name: str) -> Type | None:
     module = typed.program.modules.get(path)
     for decl in module.decls if module is not None else ():
         if isinstance(decl, ast.Const) and decl.name == name:
-            return typed.types.get(id(decl.value))
+            return typed.type_of(decl.value)
     return None
 
 

@@ -24,8 +24,8 @@ from typing import Any
 import numpy as np
 import safetensors
 import safetensors.numpy
-from dl.interp.values import DTYPE_NAMES, StructValue, describe
 from dl.lang.files import read_bytes, write_atomically
+from dl.runtime.values import DTYPE_NAMES, StructValue, describe
 
 WHOLE = "value"  # the name a bare tensor is stored under
 DL_DTYPES = frozenset(DTYPE_NAMES)

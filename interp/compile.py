@@ -14,35 +14,30 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-from dl.interp.conform import conforms
 from dl.interp.dispatch import Argument, Primitive, call_primitive, primitive_step
-from dl.interp.primitives import I64_LIMIT, PrimitiveError, as_array, is_number_or_tensor, scalar
-from dl.interp.runtime import (
+from dl.interp.operators import (
     BINARY,
-    BREAK,
     COMPARISONS,
-    CONTINUE,
     FUNCTIONS,
-    RETURN,
     UNARY,
-    DeepRecursion,
-    Function,
-    RunError,
     complete_arguments,
-    fail,
     integer_function,
-    invoke,
     is_bool_scalar,
-    recursion_error,
     with_literal,
 )
-from dl.interp.values import DTYPES, Cell, ModuleValue, StructType, StructValue, describe
+from dl.interp.primitives import I64_LIMIT, NUMBERS, as_array, is_number_or_tensor, scalar
 from dl.lang import ast
+from dl.lang.calls import Binding, BindingError, arranged, bind, bind_function, binding_diagnostic
 from dl.lang.check import CallCheck, RuntimeCheck, Typed
-from dl.lang.diagnostics import Diagnostic, DiagnosticError, Span, error
+from dl.lang.diagnostics import Diagnostic, DiagnosticError, Span, closest, error
 from dl.lang.modules import Program
-from dl.lang.primitives import BY_NAME, SIGNATURES, BindingError, Prim, bind, closest
-from dl.lang.types import TensorType, Type
+from dl.lang.primitives import BY_NAME, PRIMITIVES, Prim
+from dl.lang.types import TensorType
+from dl.runtime.backend import CompiledBody
+from dl.runtime.calls import BREAK, CONTINUE, RETURN, Function, invoke
+from dl.runtime.conform import conforms
+from dl.runtime.errors import DeepRecursion, PrimitiveError, RunError, fail, recursion_error
+from dl.runtime.values import DTYPES, Cell, ModuleValue, StructType, StructValue, describe, format_with_spec
 
 Step = Callable[[list], Any]
 MAX_RANK = 64  # numpy's limit on a tensor's axes
@@ -129,19 +124,30 @@ class ModuleState:
 class Compiler:
     """Compiles every module of a program; `diagnostics` collects what went wrong."""
 
-    def __init__(self, program: Program, typed: Typed | None = None, native: dict[int, Step] | None = None) -> None:
+    def __init__(
+        self,
+        program: Program,
+        typed: Typed | None = None,
+        bodies: dict[int, CompiledBody] | None = None,
+        constants: dict[int, tuple[ast.Const, Any]] | None = None,
+    ) -> None:
         self.program = program
-        # Bodies compiled to native code (codegen/native.py), by id of their `FnDecl`: they replace ours.
-        self.native: dict[int, Step] = native or {}
+        # Bodies another backend compiled (runtime/backend.py), by id of their `FnDecl`: they run in place of
+        # ours, falling back on ours for what they do not run.
+        self.bodies: dict[int, CompiledBody] = bodies or {}
+        # Module constants' values by id of their declaration, kept from one compilation to the next (the
+        # REPL evaluates `const w = randn(3)` or a data set loaded into a constant once, not at every entry).
+        self.constants = constants if constants is not None else {}
         self.states: dict[str, ModuleState] = {}
         self.diagnostics: list[Diagnostic] = []
         self.state: ModuleState | None = None
+        self.typed = typed if typed is not None else Typed(program)
         # What the checker left for run time: literals that take a declared dtype, annotations to check.
         self.coercions: dict[int, str] = typed.coercions if typed is not None else {}
         self.constant_tensors: set[int] = set()  # ids of the tensor literals built once, while compiling
         self.runtime_checks: dict[int, RuntimeCheck] = typed.runtime_checks if typed is not None else {}
         self.checked_calls: dict[int, CallCheck] = typed.checked_calls if typed is not None else {}
-        self.types: dict[int, Type] = typed.types if typed is not None else {}
+        self.bindings: dict[int, Binding] = typed.bindings if typed is not None else {}
 
     # -------------------------------------------------------------- entry points
     def compile_program(self) -> None:
@@ -191,9 +197,14 @@ class Compiler:
             case ast.FnDecl(name=name):
                 state.cells[name].value = self.function(decl, None)[0]
             case ast.Const(name=name, value=value):
+                kept = self.constants.get(id(decl))
+                if kept is not None and kept[0] is decl:
+                    state.cells[name].value = kept[1]
+                    return
                 step = self.expression(value, Scope(FunctionScope(None)))
                 try:
                     state.cells[name].value = step([None])
+                    self.constants[id(decl)] = (decl, state.cells[name].value)
                 except RunError as failure:
                     self.diagnostics.append(failure.diagnostic)
                 except DeepRecursion as failure:
@@ -203,6 +214,11 @@ class Compiler:
 
     def report(self, diagnostic: Diagnostic) -> None:
         self.diagnostics.append(diagnostic)
+
+    def declared_struct(self, path: str, name: str) -> StructType | None:
+        """The run-time type of struct `name` of module `path` (None if there is none)."""
+        state = self.states.get(path)
+        return state.structs.get(name) if state is not None else None
 
     # -------------------------------------------------------------- functions
     def function(
@@ -221,19 +237,18 @@ class Compiler:
         defaults = tuple(
             self.expression(p.default, Scope(FunctionScope(None))) if p.default else None for p in decl.params
         )
-        native = self.native.get(id(decl))
-        if native is not None and not hasattr(native, "around"):
-            body = native
-        elif isinstance(decl.body, ast.Block):
+        if isinstance(decl.body, ast.Block):
             body = self.block(decl.body, scope)
-            if native is not None:  # compiled per argument layout, ours for the layouts it cannot compile
-                body = native.around(body, self.states)
         else:
             value = self.expression(decl.body, scope)
 
             def body(frame: list, value: Step = value) -> Any:
                 frame[0] = value(frame)
                 return RETURN
+
+        compiled = self.bodies.get(id(decl))
+        if compiled is not None:
+            body = compiled.around(body, self.declared_struct)
 
         call_check = self.checked_calls.get(id(decl))
         if call_check is not None:
@@ -575,6 +590,8 @@ class Compiler:
                 return lambda frame: value
             case ast.StringLiteral(value=value):
                 return lambda frame: value
+            case ast.FString(parts=parts):
+                return fstring_step([self.format_step(part, scope) for part in parts])
             case ast.Name():
                 return self.name(expr, scope)
             case ast.Binary():
@@ -597,6 +614,23 @@ class Compiler:
             case ast.Lambda():
                 return self.closure(expr, scope, None, None)
         raise AssertionError(f"unknown expression {expr!r}")
+
+    def format_step(self, part: str | ast.FormatField, scope: Scope) -> Step:
+        """A piece of an f-string: its literal text, or its field's value formatted with the field's spec."""
+        if isinstance(part, str):
+            return lambda frame: part
+        value, spec, span = self.expression(part.value, scope), part.spec, part.span
+
+        def formatted(frame: list) -> str:
+            shown = value(frame)
+            try:
+                return format_with_spec(shown, spec)
+            except ValueError as problem:  # a value the checker could not type (`_`)
+                raise fail(
+                    "E0513", f"f-string: cannot format {describe(shown)} with `{spec}`: {problem}", span
+                ) from None
+
+        return formatted
 
     def name(self, expr: ast.Name, scope: Scope) -> Step:
         slot = scope.lookup(expr.id)
@@ -649,7 +683,7 @@ class Compiler:
         op, span = expr.op, expr.span
         if op in ("and", "or"):
             lhs, rhs = self.expression(expr.lhs, scope), self.expression(expr.rhs, scope)
-            checked = self.types.get(id(expr))
+            checked = self.typed.type_of(expr)
             if isinstance(checked, TensorType) and checked.dims:  # tensors: elementwise, both sides evaluated
                 return operator_step(BINARY[op], [lhs, rhs], "E0510", span)
             return self.short_circuit(op, lhs, rhs, span)
@@ -759,13 +793,27 @@ class Compiler:
         keywords = {k.name: self.expression(k.value, scope) for k in expr.keywords}
         return positional, keywords
 
+    def binding(self, expr: ast.Call, bind_now: Callable[[], Binding], primitive: str | None = None) -> Binding | None:
+        """How the call's arguments bind: the checker's record, or (a program compiled unchecked) bound now by
+        the same rule, a call that does not bind reported as the checker reports it (`primitive`: the name of
+        the primitive called)."""
+        found = self.bindings.get(id(expr))
+        if found is not None:
+            return found
+        try:
+            return bind_now()
+        except BindingError as problem:
+            self.report(binding_diagnostic(problem, expr, primitive))
+            return None
+
     def static_call(self, state: ModuleState, name: str, expr: ast.Call, scope: Scope) -> Step:
         decl = state.functions[name]
         cell = state.cells[name]
-        positional, keywords = self.arguments(expr, scope)
-        steps = self.bind_user_call(decl, expr, positional, keywords, state)
-        if steps is None:
+        keywords = [k.name for k in expr.keywords]
+        binding = self.binding(expr, lambda: bind_function(name, decl.params, len(expr.args), keywords, decl.span))
+        if binding is None:
             return lambda frame: None
+        steps = self.user_arguments(decl, expr, binding, scope, state)
         span = expr.span
         if len(steps) == 1:
             (first,) = steps
@@ -775,68 +823,36 @@ class Compiler:
             return lambda frame: invoke(cell.value, [first(frame), second(frame)], span)
         return lambda frame: invoke(cell.value, [step(frame) for step in steps], span)
 
-    def bind_user_call(
-        self, decl: ast.FnDecl, expr: ast.Call, positional: list[Step], keywords: dict[str, Step], state: ModuleState
-    ) -> list[Step] | None:
-        params = decl.params
-        names = [p.name for p in params]
-        if len(positional) > len(params):
-            self.report(
-                error(
-                    "E0204",
-                    f"`{decl.name}` takes {len(params)} argument{'s' * (len(params) != 1)}, found {len(positional)}",
-                    expr.span,
-                    f"`{decl.name}` is declared at {decl.span}",
-                )
-            )
-            return None
-        steps = list(positional)
-        for keyword in expr.keywords:
-            if keyword.name not in names:
-                suggestion = closest(keyword.name, names)
-                notes = (f"help: did you mean `{suggestion}`?",) if suggestion else ()
-                self.report(
-                    error("E0205", f"`{decl.name}` has no parameter `{keyword.name}`", keyword.span, notes=notes)
-                )
-                return None
-            if names.index(keyword.name) < len(positional):
-                self.report(error("E0205", f"argument `{keyword.name}` is given twice", keyword.span))
-                return None
-        for param in params[len(positional) :]:
-            if param.name in keywords:
-                steps.append(keywords[param.name])
-            elif param.default is not None:
+    def user_arguments(
+        self, decl: ast.FnDecl, expr: ast.Call, binding: Binding, scope: Scope, state: ModuleState
+    ) -> list[Step]:
+        """A call's argument steps in parameter order; a default is compiled in the callee's module."""
+        given = {k.name: k.value for k in expr.keywords}
+        steps = []
+        for param, source in zip(decl.params, binding.fixed, strict=True):
+            if isinstance(source, int):
+                steps.append(self.expression(expr.args[source], scope))
+            elif isinstance(source, str):
+                steps.append(self.expression(given[source], scope))
+            else:
                 saved = self.state
                 self.state = state
                 steps.append(self.expression(param.default, Scope(FunctionScope(None))))
                 self.state = saved
-            else:
-                self.report(error("E0204", f"missing argument `{param.name}` in call to `{decl.name}`", expr.span))
-                return None
         return steps
 
     def primitive_call(self, prim: Prim, expr: ast.Call, scope: Scope) -> Step:
-        signature = SIGNATURES[prim]
-        try:
-            binding = bind(signature, len(expr.args), [k.name for k in expr.keywords])
-        except BindingError as problem:
-            notes = (f"help: did you mean `{problem.suggestion}`?",) if problem.suggestion else ()
-            span = next((k.span for k in expr.keywords if k.name == problem.keyword), expr.span)
-            self.report(error("E0206", f"in call to `{prim.value}`: {problem}", span, notes=notes))
+        primitive = PRIMITIVES[prim]
+        keywords = [k.name for k in expr.keywords]
+        binding = self.binding(expr, lambda: bind(primitive.signature, len(expr.args), keywords), primitive.name)
+        if binding is None:
             return lambda frame: None
         positional = [self.argument(arg, scope) for arg in expr.args]
-        keywords = {k.name: self.argument(k.value, scope) for k in expr.keywords}
-        defaults = [*((n, None) for n in signature.positional), *signature.optional]
-        arguments: list[Argument] = []
-        for source, (_, default) in zip(binding.fixed, defaults, strict=True):
-            if isinstance(source, int):
-                arguments.append(positional[source])
-            else:
-                arguments.append(keywords[source] if source else Argument(value=_default_value(default)))
-        if signature.variadic is not None:
-            arguments.append(tuple_argument([positional[i] for i in binding.variadic]))
-        for source, (_, default) in zip(binding.keywords, signature.keywords, strict=True):
-            arguments.append(keywords[source] if source else Argument(value=_default_value(default)))
+        named = {k.name: self.argument(k.value, scope) for k in expr.keywords}
+        arguments = arranged(primitive, binding, positional, named, lambda value: Argument(value=_default_value(value)))
+        if primitive.signature.variadic is not None:
+            at = len(binding.fixed)
+            arguments[at] = tuple_argument(list(arguments[at]))
         return primitive_step(prim, arguments, expr.span)
 
     def argument(self, expr: ast.Expr, scope: Scope) -> Argument:
@@ -872,10 +888,17 @@ class Compiler:
 
     # -------------------------------------------------------------- indexing and fields
     def index_key(self, indices: tuple, scope: Scope) -> Step:
-        parts = [self.slice(i, scope) if isinstance(i, ast.Slice) else self.expression(i, scope) for i in indices]
+        parts = [self.index_part(i, scope) for i in indices]
         if len(parts) == 1:
             return parts[0]
         return lambda frame: tuple([part(frame) for part in parts])
+
+    def index_part(self, node: ast.Expr | ast.Slice | ast.Ellipsis, scope: Scope) -> Step:
+        if isinstance(node, ast.Slice):
+            return self.slice(node, scope)
+        if isinstance(node, ast.Ellipsis):  # numpy's `...`, the same thing
+            return lambda frame: Ellipsis
+        return self.expression(node, scope)
 
     def slice(self, node: ast.Slice, scope: Scope) -> Step:
         start, stop, step = (
@@ -890,6 +913,8 @@ class Compiler:
         target = self.expression(expr.target, scope)
         key = self.index_key(expr.indices, scope)
         span = expr.span
+        # `...` can leave no axis: numpy gives a 0-d array of an array, and a Python number cannot be indexed
+        spread = any(isinstance(i, ast.Ellipsis) for i in expr.indices)
 
         def run(frame: list) -> Any:
             value = target(frame)
@@ -899,8 +924,12 @@ class Compiler:
             except IndexError as problem:
                 raise fail("E0501", index_message(problem, value), span) from None
             except (TypeError, ValueError, KeyError):
+                if spread and position is Ellipsis and value.__class__ in NUMBERS:
+                    return value
                 raise fail("E0501", f"cannot index {describe(value)} with {describe(position)}", span) from None
             cls = result.__class__
+            if spread and cls is np.ndarray and not result.ndim:
+                return scalar(result)
             if cls is np.int64:
                 return int(result)
             if cls is np.bool_:
@@ -1216,6 +1245,10 @@ def operator_step(apply: Callable, operands: list[int | Step], code: str, span: 
             raise fail(code, str(problem), span) from None
 
     return run
+
+
+def fstring_step(pieces: list[Step]) -> Step:
+    return lambda frame: "".join([piece(frame) for piece in pieces])
 
 
 def _is_integer(value: Any) -> bool:

@@ -3,14 +3,15 @@
 `primitive_step(prim, arguments, span)` builds, once per call site, the closure
 that runs a call of `prim`. Constant arguments (literals, defaults, dtype names)
 are bound then, and checked then; at run time the step only computes the other
-arguments, checks that each parameter listed in `TENSOR_PARAMETERS` got a number
+arguments, checks that each parameter its record lists in `tensors` got a number
 or a tensor, and calls the numpy implementation. Every failure inside the
 implementation, a `PrimitiveError` or any numpy exception, becomes one E0513
 diagnostic (E0502 for `assert`, E0521 for a checkpoint that cannot be saved or
-loaded) that names the primitive once, at the call's span, with the DL call
-stack. The step's shape is picked for the call site's
-arity so that the common calls (`exp(x)`, `maximum(a, b)`, `sum(x)` with its
-default keywords) cost one Python call beyond numpy's.
+loaded, E0522 and E0523 for a data-parallel call that does not fit the world)
+that names the primitive once, at the call's span, with the DL call stack. The
+step's shape is picked for the call site's arity so that the common calls
+(`exp(x)`, `maximum(a, b)`, `sum(x)` with its default keywords) cost one Python
+call beyond numpy's.
 """
 
 from __future__ import annotations
@@ -21,23 +22,22 @@ from typing import Any
 
 import numpy as np
 from dl.interp.checkpoints import CheckpointError
-from dl.interp.metrics import MetricsError
 from dl.interp.primitives import (
-    ADAPTING_OFFSET,
     IMPLEMENTATIONS,
     LITERAL_ADAPTING,
     NUMBERS,
     SPECIALISED,
-    AssertionFailure,
-    PrimitiveError,
+    adapting_offset,
     check_tensor_arguments,
-    failure_message,
     tensor_argument_problem,
     tensor_positions,
 )
-from dl.interp.runtime import RunError, fail
+from dl.lang.calls import BindingError, arranged, bind
 from dl.lang.diagnostics import UNKNOWN_SPAN, Span
-from dl.lang.primitives import SIGNATURES, BindingError, Prim, bind
+from dl.lang.primitives import PRIMITIVES, Prim
+from dl.runtime.errors import AssertionFailure, PrimitiveError, RunError, fail, failure_message
+from dl.runtime.metrics import MetricsError
+from dl.runtime.world import WorldError
 
 Step = Callable[[list], Any]
 ndarray = np.ndarray
@@ -46,6 +46,7 @@ FAILURES = (
     PrimitiveError,
     CheckpointError,
     MetricsError,
+    WorldError,
     ValueError,
     TypeError,
     IndexError,
@@ -78,6 +79,8 @@ def failure(prim: Prim, problem: Exception, span: Span) -> RunError:
         return fail("E0502", str(problem), span)
     if isinstance(problem, CheckpointError):
         return fail("E0521", failure_message(prim, problem), span)
+    if isinstance(problem, WorldError):
+        return fail(problem.code, failure_message(prim, problem), span)
     return fail("E0513", failure_message(prim, problem), span)
 
 
@@ -119,7 +122,7 @@ def adapted(prim: Prim, arguments: list[Argument]) -> tuple[Callable, list[Argum
     make = LITERAL_ADAPTING.get(prim)
     if make is None:
         return IMPLEMENTATIONS[prim], arguments
-    offset = ADAPTING_OFFSET[prim]
+    offset = adapting_offset(prim)
     operands = arguments[offset : offset + 2]
     weak = [argument.literal is not None for argument in operands]
     if not any(weak):
@@ -307,22 +310,12 @@ class Primitive:
 
 def call_primitive(prim: Prim, args: list, keywords: dict, span: Span) -> Any:
     """A call through a primitive value: bound, checked and run when it happens."""
-    signature = SIGNATURES[prim]
+    primitive = PRIMITIVES[prim]
     try:
-        binding = bind(signature, len(args), list(keywords))
+        binding = bind(primitive.signature, len(args), list(keywords))
     except BindingError as problem:
         raise fail("E0503", f"in call to `{prim.value}`: {problem}", span) from None
-    fixed_defaults = [*(None for _ in signature.positional), *(default for _, default in signature.optional)]
-    values = [
-        args[source] if isinstance(source, int) else keywords[source] if isinstance(source, str) else default
-        for source, default in zip(binding.fixed, fixed_defaults, strict=True)
-    ]
-    if signature.variadic is not None:
-        values.append(tuple(args[i] for i in binding.variadic))
-    values.extend(
-        keywords[name] if name is not None else default
-        for name, (_, default) in zip(binding.keywords, signature.keywords, strict=True)
-    )
+    values = arranged(primitive, binding, args, keywords, lambda default: default)
     try:
         check_tensor_arguments(prim, values)
         return IMPLEMENTATIONS[prim](*values)

@@ -1,7 +1,7 @@
-"""Running a program on the interpreter: compile to closures, then call `main`.
+"""The interpreter as a backend (runtime/backend.py): `BACKEND.prepare(typed, options)`, then `run` or `call`.
 
-`run(program, args)` compiles every module (interp/compile.py), evaluates
-module constants, and calls `main` with the command-line arguments as strings.
+Running compiles every module (interp/compile.py), evaluates module constants,
+and calls `main` with the command-line arguments as strings.
 A failure of the user's program raises `DiagnosticError` carrying the run-time
 diagnostic, with the DL call stack in its notes.
 """
@@ -14,57 +14,129 @@ from typing import Any
 
 import numpy as np
 from dl.interp.compile import Compiler
-from dl.interp.metrics import Metrics, Progress
-from dl.interp.primitives import RandomSource
-from dl.interp.runtime import STACK, DeepRecursion, Function, RunError, complete_arguments, invoke, recursion_error
+from dl.interp.operators import complete_arguments
+from dl.interp.primitives import SUPPORT, RandomSource
 from dl.lang import ast
 from dl.lang.check import Typed
-from dl.lang.diagnostics import UNKNOWN_SPAN, Diagnostic, DiagnosticError, Span, error
+from dl.lang.diagnostics import UNKNOWN_SPAN, Diagnostic, DiagnosticError, Span, closest, error
 from dl.lang.modules import Program
 from dl.lang.nesting import with_room
-from dl.lang.primitives import closest
+from dl.runtime.backend import NOT_COMPILED, CompiledBody, Options
+from dl.runtime.calls import Function, invoke
+from dl.runtime.errors import STACK, DeepRecursion, RunError, UsageError, recursion_error
+from dl.runtime.metrics import Metrics, Progress
 
 
-def compile_program(program: Program, typed: Typed | None = None, native: dict | None = None) -> Compiler:
+def compile_program(
+    program: Program,
+    typed: Typed | None = None,
+    bodies: dict[int, CompiledBody] | None = None,
+    constants: dict | None = None,
+) -> Compiler:
     """Compile every module; `typed` (the checker's result) adds literal dtypes and run-time annotation checks;
-    `native` maps ids of function declarations to bodies compiled to native code, used in place of ours."""
-    compiler = Compiler(program, typed, native)
+    `bodies` and `constants` are the backend options of those names (runtime/backend.py)."""
+    compiler = Compiler(program, typed, bodies, constants)
     compiler.compile_program()
     return compiler
 
 
-def run(program: Program, args: list[str], typed: Typed | None = None, native: dict | None = None) -> Any:
-    """Compile and run `main(args...)`; returns what `main` returns. `native`: see `compile_program`."""
-    RandomSource.reset()
-    Metrics.reset(Metrics.path)
-    Progress.reset()
-    # Module constants run while compiling: give them the same room and guards as `main`.
-    compiler = run_guarded(lambda: compile_program(program, typed, native))
-    state = compiler.states[program.entry]
-    main = state.cells.get("main")
-    if main is None or not isinstance(main.value, Function):
-        raise DiagnosticError(missing_main(program))
-    function = main.value
-    most = len(function.params)
-    fewest = most - sum(default is not None for default in function.defaults)
-    if not fewest <= len(args) <= most:
-        expected = f"{most}" if fewest == most else f"{fewest} to {most}"
-        raise UsageError(f"`main` takes {expected} argument{'s' * (most != 1)}, {len(args)} given on the command line")
-    return run_guarded(
-        lambda: invoke(function, complete_arguments(function, list(args), {}, function.span), function.span)
-    )
+class Interpreted:
+    """A program prepared on the interpreter: each `run` or `call` compiles it to closures (module constants
+    evaluated then, with fresh random streams) and calls into it."""
+
+    def __init__(self, typed: Typed, options: Options) -> None:
+        self.typed, self.options = typed, options
+        self.for_calls: Compiler | None = None  # compiled once for `call`: a host calling a function repeatedly
+        self.directs: dict[str, Any] = {}  # by function name: its compiled body's `direct`, or None
+
+    def compiled(self) -> Compiler:
+        if self.options.fresh_random:
+            RandomSource.reset()
+        # Module constants run while compiling: give them the same room and guards as `main`.
+        return run_guarded(
+            lambda: compile_program(self.typed.program, self.typed, self.options.bodies, self.options.constants)
+        )
+
+    def run(self, args: list[str]) -> Any:
+        """Run `main(args...)`; returns what `main` returns."""
+        program = self.typed.program
+        Metrics.reset()
+        Progress.reset()
+        compiler = self.compiled()
+        main = compiler.states[program.entry].cells.get("main")
+        if main is None or not isinstance(main.value, Function):
+            raise DiagnosticError(missing_main(program))
+        function = main.value
+        most = len(function.params)
+        fewest = most - sum(default is not None for default in function.defaults)
+        if not fewest <= len(args) <= most:
+            expected = f"{most}" if fewest == most else f"{fewest} to {most}"
+            raise UsageError(
+                f"`main` takes {expected} argument{'s' * (most != 1)}, {len(args)} given on the command line"
+            )
+        return run_guarded(
+            lambda: invoke(function, complete_arguments(function, list(args), {}, function.span), function.span)
+        )
+
+    def call(self, name: str, args: list) -> Any:
+        """Call the entry module's function `name` with run-time values (numpy arrays, Python numbers, tuples).
+        The program is compiled (its constants evaluated) at the first call only: a constant is a value, the
+        same at every call, and compiling again would cost the host more than a small function's call. A
+        function compiled by another backend for these arguments runs on the caller's thread (`direct`)."""
+        program = self.typed.program
+        if self.for_calls is None:
+            self.for_calls = self.compiled()
+        elif self.options.fresh_random:
+            RandomSource.reset()
+        cell = self.for_calls.states[program.entry].cells.get(name)
+        if cell is None or not isinstance(cell.value, Function):
+            raise UsageError(f"`{program.entry}` has no function `{name}`")
+        direct = self.direct_call(name)
+        if direct is not None:
+            try:
+                result = direct(list(args))
+            except RunError as failure:
+                raise DiagnosticError(failure.diagnostic) from None
+            if result is not NOT_COMPILED:
+                return result
+        function = cell.value
+        return run_guarded(lambda: invoke(function, list(args), function.span))
+
+    def direct_call(self, name: str):
+        """The compiled body's `direct` of the entry module's function `name`, if it has one and nothing is
+        checked around it at run time (an annotation the checker could not prove is checked by our body)."""
+        if name not in self.directs:
+            self.directs[name] = self.compiled_direct(name)
+        return self.directs[name]
+
+    def compiled_direct(self, name: str):
+        decl = next(
+            (d for d in self.typed.program.modules[self.typed.program.entry].decls if getattr(d, "name", None) == name),
+            None,
+        )
+        compiled = self.options.bodies.get(id(decl)) if isinstance(decl, ast.FnDecl) else None
+        if compiled is None or id(decl) in self.typed.checked_calls:
+            return None
+        return compiled.direct
+
+    def plan(self) -> str:
+        return ""
+
+    def outcome(self) -> str:
+        return ""
 
 
-def call(program: Program, name: str, args: list, typed: Typed | None = None, native: dict | None = None) -> Any:
-    """Compile the program and call its entry module's function `name` with Python values (numpy arrays,
-    Python numbers, tuples) as arguments; returns its result. For tests and embedding."""
-    RandomSource.reset()
-    compiler = run_guarded(lambda: compile_program(program, typed, native))
-    cell = compiler.states[program.entry].cells.get(name)
-    if cell is None or not isinstance(cell.value, Function):
-        raise UsageError(f"`{program.entry}` has no function `{name}`")
-    function = cell.value
-    return run_guarded(lambda: invoke(function, list(args), function.span))
+class Interpreter:
+    """The tree-walking interpreter as a backend: it runs every primitive (its `SUPPORT`)."""
+
+    name = "interp"
+    support = SUPPORT
+
+    def prepare(self, typed: Typed, options: Options | None = None) -> Interpreted:
+        return Interpreted(typed, options or Options())
+
+
+BACKEND = Interpreter()
 
 
 def missing_main(program: Program) -> Diagnostic:
@@ -86,10 +158,6 @@ def missing_main(program: Program) -> Diagnostic:
         Span(where.path, where.line, where.column, where.line, where.column + 1),
         notes=("help: add `fn main() { ... }`; `dlrun` calls it",),
     )
-
-
-class UsageError(Exception):
-    """The command line does not fit the program (exit status 2)."""
 
 
 def run_guarded(action: Callable[[], Any]) -> Any:

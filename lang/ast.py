@@ -8,6 +8,8 @@ instead of mutating old ones.
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from dl.lang.diagnostics import UNKNOWN_SPAN, Span
@@ -106,6 +108,25 @@ class StringLiteral:
 
 
 @node
+class FormatField:
+    """`{value}` or `{value:spec}` in an f-string; `spec` is Python's format spec, "" when none."""
+
+    value: Expr
+    spec: str = ""
+    span: Span = _span()  # from `{` to `}`
+    spec_span: Span = _span()
+
+
+@node
+class FString:
+    """`f"epoch {epoch}: loss {loss:.4f}"`: literal text (escapes and doubled braces already replaced)
+    and fields, in order."""
+
+    parts: tuple[str | FormatField, ...]
+    span: Span = _span()
+
+
+@node
 class Unary:
     op: str  # "-" or "not"
     operand: Expr
@@ -144,9 +165,16 @@ class Slice:
 
 
 @node
+class Ellipsis:
+    """`...` among the indices: as many full slices as the axes the other indices leave."""
+
+    span: Span = _span()
+
+
+@node
 class Index:
     target: Expr
-    indices: tuple[Expr | Slice, ...]
+    indices: tuple[Expr | Slice | Ellipsis, ...]
     span: Span = _span()
 
 
@@ -205,6 +233,7 @@ Expr = (
     | FloatLiteral
     | BoolLiteral
     | StringLiteral
+    | FString
     | Unary
     | Binary
     | Call
@@ -369,3 +398,99 @@ class ReplInput:
     """What one REPL entry holds: declarations and statements in order."""
 
     items: tuple[Decl | Stmt, ...]
+
+
+# ------------------------------------------------------------------ walking a tree
+#
+# The one traversal of the tree that every pass uses: a node's children are the nodes in its fields
+# (tuples opened), spans left out. `walk` goes everywhere; `walk_scope` stays out of the bodies and
+# defaults of nested functions, whose names are their own.
+
+SPAN_FIELDS = frozenset({"span", "name_span"})
+FUNCTIONS = (Lambda, FnDecl)
+
+
+def children(node: object) -> Iterator[object]:
+    """The nodes directly inside `node`, in field order (the items of a tuple for a tuple)."""
+    if isinstance(node, tuple):
+        yield from (item for item in node if hasattr(item, "__dataclass_fields__") or isinstance(item, tuple))
+        return
+    for name in getattr(node, "__dataclass_fields__", ()):
+        if name in SPAN_FIELDS:
+            continue
+        value = getattr(node, name)
+        if isinstance(value, tuple):
+            yield from (item for item in value if hasattr(item, "__dataclass_fields__") or isinstance(item, tuple))
+        elif hasattr(value, "__dataclass_fields__"):
+            yield value
+
+
+def walk(node: object) -> Iterator[object]:
+    """Every node under `node` (itself included), depth first, in source order; iterative, so a tree of any
+    depth is walked."""
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        if not isinstance(current, tuple):
+            yield current
+        stack.extend(reversed(list(children(current))))
+
+
+def walk_scope(node: object) -> Iterator[object]:
+    """`walk`, not entering nested functions (a nested `fn` or lambda is itself yielded, not its insides)."""
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        if not isinstance(current, tuple):
+            yield current
+            if isinstance(current, FUNCTIONS) and current is not node:
+                continue
+        stack.extend(reversed(list(children(current))))
+
+
+def root_name(target: Expr) -> str | None:
+    """The variable an assignment target changes: `x` of `x`, `x[i]`, `x.w[0]`."""
+    while isinstance(target, (Field, Index)):
+        target = target.target
+    return target.id if isinstance(target, Name) else None
+
+
+def target_names(target: Expr) -> list[str]:
+    """The variables an assignment's target changes (`(a, b) = ...` changes both)."""
+    if isinstance(target, TupleLiteral):
+        return [name for item in target.items for name in target_names(item)]
+    name = root_name(target)
+    return [name] if name is not None else []
+
+
+def assigned_names(node: object) -> set[str]:
+    """The variables assigned (`x = ...`, `x[i] += ...`, `(a, b) = ...`) in `node`, outside nested functions
+    (whose variables are their own: a closure captures by value)."""
+    return {name for n in walk_scope(node) if isinstance(n, Assign) for name in target_names(n.target)}
+
+
+def free_names(node: object) -> set[str]:
+    """Every name read anywhere in `node`, nested functions included."""
+    return {n.id for n in walk(node) if isinstance(n, Name)}
+
+
+def replace_nodes(node: object, replacements: dict[int, object], drop: type | tuple = ()) -> object:
+    """A copy of `node` with the nodes whose ids are keys of `replacements` swapped for the values, and
+    the items of `drop`'s types left out of the tuples (statement lists) that hold them."""
+    if id(node) in replacements:
+        return replacements[id(node)]
+    if isinstance(node, tuple):
+        items = tuple(replace_nodes(item, replacements, drop) for item in node if not isinstance(item, drop))
+        same = len(items) == len(node) and all(a is b for a, b in zip(items, node, strict=True))
+        return node if same else items
+    if not hasattr(node, "__dataclass_fields__"):
+        return node
+    changes = {}
+    for field_name in node.__dataclass_fields__:
+        if field_name in SPAN_FIELDS:
+            continue
+        value = getattr(node, field_name)
+        new = replace_nodes(value, replacements, drop)
+        if new is not value:
+            changes[field_name] = new
+    return dataclasses.replace(node, **changes) if changes else node

@@ -16,20 +16,22 @@ checker keeps going after an error by giving the bad expression the type
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from types import MappingProxyType
 
 from dl.lang import ast
-from dl.lang.diagnostics import Diagnostic, DiagnosticError, Label, Span, error, warning
+from dl.lang.calls import Binding, BindingError, bind, bind_function, binding_diagnostic
+from dl.lang.diagnostics import Diagnostic, DiagnosticError, Label, Span, closest, error, warning
 from dl.lang.literals import out_of_range
 from dl.lang.modules import Program
-from dl.lang.primitives import BY_NAME, SIGNATURES, TRANSFORMS, BindingError, Prim, bind, closest
+from dl.lang.primitives import BY_NAME, PRIMITIVES, TRANSFORMS, Primitive
 from dl.lang.printer import print_expr
 from dl.lang.shapes import (
-    RULES,
     Argument,
     ShapeError,
     arithmetic,
+    check_format,
     comparison,
     logical,
     matmul_type,
@@ -66,10 +68,26 @@ from dl.lang.types import (
     strong,
 )
 
+
+def range_spelling(call: ast.Call) -> tuple[str, ...]:
+    """`range(3)` is `0..3` in DL, `range(a, b)` is `a..b`; a step has no DL spelling but a `while`."""
+    bounds = [print_expr(arg) for arg in call.args]
+    if call.keywords or not 1 <= len(bounds) <= 2:
+        return ("help: DL counts with `for i in a..b` (no step: use a `while` loop), and `arange` makes a tensor",)
+    start, stop = bounds if len(bounds) == 2 else ["0", bounds[0]]
+    return (
+        f"help: DL writes `range` as `{start}..{stop}`: `for i in {start}..{stop} {{ ... }}`",
+        f"`arange({', '.join(bounds)})` makes the tensor of those integers",
+    )
+
+
+# Calls Python users write, with DL's spelling of each (in the help of the unknown name).
+PYTHON_SPELLINGS = {"range": range_spelling}
+
 MAX_INSTANCES = 16  # per function: beyond this, unannotated parameters are checked as unknown
 
 
-@dataclass
+@dataclass(frozen=True)
 class Signature:
     """A checked function: parameter names and types, and the result type."""
 
@@ -101,23 +119,77 @@ class CallCheck:
 
 
 @dataclass
-class Typed:
-    """What the checker knows: expression types by node id, function signatures, diagnostics, and the
-    annotations left to check at run time (keyed by the id of the `Let`, or of the `FnDecl` whose
-    parameters and result are checked on every call)."""
+class Tables:
+    """What the checker learns as it goes; `Typed` is these, frozen, when it is done."""
 
-    program: Program
     types: dict[int, Type] = field(default_factory=dict)
-    signatures: dict[str, list[Signature]] = field(default_factory=dict)  # by module path, in order
+    signatures: dict[str, list[Signature]] = field(default_factory=dict)
     diagnostics: list[Diagnostic] = field(default_factory=list)
     runtime_checks: dict[int, RuntimeCheck] = field(default_factory=dict)
-    checked_calls: dict[int, CallCheck] = field(default_factory=dict)  # by id of the FnDecl
-    coercions: dict[int, str] = field(default_factory=dict)  # id of a number literal -> the dtype it takes
-    # id of a FnDecl or Lambda -> (it, the path of its module): what a FunctionRef's `key` names
+    checked_calls: dict[int, CallCheck] = field(default_factory=dict)
+    coercions: dict[int, str] = field(default_factory=dict)
+    bindings: dict[int, Binding] = field(default_factory=dict)
     functions: dict[int, tuple[ast.FnDecl | ast.Lambda, str]] = field(default_factory=dict)
+
+    def frozen(self, program: Program) -> Typed:
+        return Typed(
+            program,
+            MappingProxyType(self.types),
+            MappingProxyType({path: tuple(found) for path, found in self.signatures.items()}),
+            tuple(self.diagnostics),
+            MappingProxyType(self.runtime_checks),
+            MappingProxyType(self.checked_calls),
+            MappingProxyType(self.coercions),
+            MappingProxyType(self.bindings),
+            MappingProxyType(self.functions),
+        )
+
+
+NOTHING: Mapping = MappingProxyType({})  # an empty table
+
+
+@dataclass(frozen=True)
+class Typed:
+    """What the checker knows, immutable: expression types by node (`type_of`), function signatures,
+    diagnostics, how each call binds, and the annotations left to check at run time (keyed by the id of
+    the `Let`, or of the `FnDecl` whose parameters and result are checked on every call). Every later pass
+    reads types through `type_of`; one that builds new nodes keeps their types in a `NodeTypes`."""
+
+    program: Program
+    types: Mapping[int, Type] = field(default_factory=lambda: NOTHING)
+    signatures: Mapping[str, tuple[Signature, ...]] = field(default_factory=lambda: NOTHING)  # by module path, in order
+    diagnostics: tuple[Diagnostic, ...] = ()
+    runtime_checks: Mapping[int, RuntimeCheck] = field(default_factory=lambda: NOTHING)
+    checked_calls: Mapping[int, CallCheck] = field(default_factory=lambda: NOTHING)  # by id of the FnDecl
+    coercions: Mapping[int, str] = field(
+        default_factory=lambda: NOTHING
+    )  # id of a number literal -> the dtype it takes
+    # id of a call of a primitive or of a declared function -> how its arguments bind (lang/calls.py)
+    bindings: Mapping[int, Binding] = field(default_factory=lambda: NOTHING)
+    # id of a FnDecl or Lambda -> (it, the path of its module): what a FunctionRef's `key` names
+    functions: Mapping[int, tuple[ast.FnDecl | ast.Lambda, str]] = field(default_factory=lambda: NOTHING)
+
+    def with_diagnostics(self, diagnostics) -> Typed:
+        return replace(self, diagnostics=tuple(diagnostics))
 
     def type_of(self, node: ast.Expr) -> Type | None:
         return self.types.get(id(node))
+
+    def reached(self, entry: str = "main") -> set[int]:
+        """The functions (keys of `functions`) that running the entry module's `entry` may call: it, the
+        functions and lambdas its body names, theirs, and so on, and those the modules' constants call."""
+        module = self.program.modules[self.program.entry]
+        roots = [d for d in module.decls if isinstance(d, ast.FnDecl) and d.name == entry]
+        roots += [d.value for m in self.program.modules.values() for d in m.decls if isinstance(d, ast.Const)]
+        reached = {id(d) for d in roots if id(d) in self.functions}
+        pending = list(roots)
+        while pending:
+            for node in ast.walk(pending.pop()):
+                ref = self.type_of(node)
+                if isinstance(ref, FunctionRef) and ref.key in self.functions and ref.key not in reached:
+                    reached.add(ref.key)
+                    pending.append(self.functions[ref.key][0])
+        return reached
 
     @property
     def errors(self) -> list[Diagnostic]:
@@ -133,6 +205,9 @@ class ModuleInfo:
     consts: dict[str, Type] = field(default_factory=dict)
     const_decls: dict[str, ast.Const] = field(default_factory=dict)
     imports: dict[str, str] = field(default_factory=dict)
+    # the const a free dimension name of a struct field may be a misspelling of, by name: asked once per name,
+    # as each question compares the name with every const of the module
+    const_suggestions: dict[str, str | None] = field(default_factory=dict)
 
 
 @dataclass
@@ -196,12 +271,17 @@ class Context:
     dim_names: frozenset[str] | None = None  # the dimension names in scope; None: not tracked (nested functions)
 
 
-def check(program: Program, calls: tuple[tuple[str, tuple[Type, ...]], ...] = ()) -> Typed:
+def check(
+    program: Program, calls: tuple[tuple[str, tuple[Type, ...]], ...] = (), known: Mapping[int, Signature] | None = None
+) -> Typed:
     """Check every module of `program`. Never raises for a user mistake: see `Typed.diagnostics`.
 
     `calls` names functions of the entry module that the host will call, with their argument types, so
-    that functions with unannotated parameters are checked for them as if a DL call made them."""
-    return Checker(program).run(calls)
+    that functions with unannotated parameters are checked for them as if a DL call made them. `known`
+    gives, by id of the `FnDecl`, the signatures of functions with annotated parameters whose bodies were
+    checked before and need not be again (lang/incremental.py): their bodies are not checked, and their
+    nodes get no types in the result."""
+    return Checker(program, known or {}).run(calls)
 
 
 def check_or_raise(program: Program) -> Typed:
@@ -211,22 +291,59 @@ def check_or_raise(program: Program) -> Typed:
     return typed
 
 
+class NodeTypes:
+    """The types of the nodes a later pass works with: the checker's, and those of the nodes the pass builds,
+    which it gives them (`give`) or carries over from the nodes they replace (`carry`). The one way a pass
+    that writes new nodes keeps their types; `Typed` itself never changes."""
+
+    def __init__(self, typed: Typed) -> None:
+        self.typed = typed
+        self.given: dict[int, Type] = {}
+
+    def of(self, node: object) -> Type | None:
+        found = self.given.get(id(node))
+        return found if found is not None else self.typed.type_of(node)
+
+    def give(self, node: object, t: Type) -> None:
+        self.given[id(node)] = t
+
+    def carry(self, old: object, new: object) -> None:
+        """Give the nodes of `new`, a copy of `old` with some nodes replaced, the types of `old`'s."""
+        if old is new:
+            return
+        found = self.of(old)
+        if found is not None:
+            self.give(new, found)
+        if isinstance(old, tuple) and isinstance(new, tuple) and len(old) == len(new):
+            for a, b in zip(old, new, strict=True):
+                self.carry(a, b)
+        elif type(old) is type(new) and hasattr(old, "__dataclass_fields__"):
+            for name in old.__dataclass_fields__:
+                self.carry(getattr(old, name), getattr(new, name))
+
+
 class Checker:
-    def __init__(self, program: Program) -> None:
+    def __init__(self, program: Program, known: Mapping[int, Signature]) -> None:
         self.program = program
-        self.typed = Typed(program)
+        self.known = known
+        self.tables = Tables()
         self.modules: dict[str, ModuleInfo] = {}
         self.functions: dict[int, FunctionInfo] = {}
         self.generic_signatures: dict[int, Signature | None] = {}
         self.instances: dict[tuple, Type] = {}
+        self.instances_by_function: dict[int, list[tuple]] = {}  # the keys of `instances`, by function
         self.instance_counts: dict[int, int] = {}
         self.in_progress: set[tuple] = set()
         self.reported: set[tuple[str, Span]] = set()
+        # Checking silently: a body re-checked for types only (an instantiation whose mistakes were reported
+        # where it was first checked) reports nothing.
+        self.silent = False
         # Literal dtypes from context: in which checks (of a function body, a const) each literal was seen and
         # coerced, so one used differently by two instantiations is left alone.
         self.check_pass = 0
         self.call_sites: list[tuple[str, Span, tuple[Type, ...]]] = []  # calls being checked, innermost last
         self.early_consts: set[tuple[str, str]] = set()  # consts reported as used before their definition
+        self.python_call: ast.Call | None = None  # the latest call of a name Python has and DL spells otherwise
         self.pass_count = 0
         self.literal_passes: dict[int, set[int]] = {}
         self.coerced_passes: dict[int, dict[str, set[int]]] = {}
@@ -238,22 +355,27 @@ class Checker:
             self.declare_module(path)
         for path in order:
             self.check_module(path)
+        for path in reversed(order):  # the entry's first: its calls check imported functions for their types
+            self.check_uncalled(path)
+        for path in order:
+            self.collect_signatures(path)
         entry = self.modules.get(self.program.entry)
         for function_name, arg_types in calls:
             decl = entry.functions.get(function_name) if entry is not None else None
             if decl is not None and len(decl.params) == len(arg_types):
                 self.apply_function(FunctionRef(function_name, id(decl)), list(arg_types), decl.name_span)
         self.settle_coercions()
-        self.typed.diagnostics.extend(out_of_range(list(self.program.modules.values()), self.typed.coercions))
-        self.typed.functions = {key: (info.decl, info.module.path) for key, info in self.functions.items()}
-        self.typed.diagnostics.sort(
+        for diagnostic in out_of_range(list(self.program.modules.values()), self.tables.coercions):
+            self.report(diagnostic)
+        self.tables.functions = {key: (info.decl, info.module.path) for key, info in self.functions.items()}
+        self.tables.diagnostics.sort(
             key=lambda d: (d.span.path != self.program.entry, d.span.path, d.span.line, d.span.column)
         )
-        return self.typed
+        return self.tables.frozen(self.program)
 
     def report(self, diagnostic: Diagnostic) -> None:
         key = (diagnostic.code, diagnostic.span)
-        if key in self.reported:
+        if self.silent or key in self.reported:
             return
         self.reported.add(key)
         if self.call_sites and depends_on_types(diagnostic.code):  # in a function checked for one call's types
@@ -261,7 +383,7 @@ class Checker:
             shown = ", ".join(str(a) for a in args)
             note = f"`{name}` is checked with the argument types of the call at {call}: ({shown})"
             diagnostic = replace(diagnostic, notes=(*diagnostic.notes, note))
-        self.typed.diagnostics.append(diagnostic)
+        self.tables.diagnostics.append(diagnostic)
 
     def declare_module(self, path: str) -> None:
         info = ModuleInfo(path)
@@ -312,9 +434,29 @@ class Checker:
         for decl in functions:
             if self.functions[id(decl)].generic:
                 self.generic_signature(self.functions[id(decl)])
-        signatures = self.typed.signatures.setdefault(path, [])
-        for decl in functions:  # after every body is checked, so each call has made its instance
-            function = self.functions[id(decl)]
+
+    def check_uncalled(self, path: str) -> None:
+        """Check each function with unannotated parameters that no call has checked, once with unknown
+        parameters, so that its own mistakes are still found (the entry's `main` takes strings)."""
+        for decl in self.program.modules[path].decls:
+            function = self.functions.get(id(decl)) if isinstance(decl, ast.FnDecl) else None
+            if function is None or function.generic or id(decl) in self.instances_by_function:
+                continue
+            command_line = decl.name == "main" and path == self.program.entry
+            params = tuple(
+                STR if command_line and p.annotation is None else self.annotation_or_any(p, function.module)
+                for p in decl.params
+            )
+            self.instantiate(function, params)
+
+    def collect_signatures(self, path: str) -> None:
+        """The module's signatures, once every function has been checked: a function with annotated
+        parameters has one; one without has one for each set of argument types it was checked with."""
+        signatures = self.tables.signatures.setdefault(path, [])
+        for decl in self.program.modules[path].decls:
+            function = self.functions.get(id(decl)) if isinstance(decl, ast.FnDecl) else None
+            if function is None:
+                continue
             if function.generic:
                 signature = self.generic_signature(function)
                 signatures.extend([signature] if signature is not None else [])
@@ -322,23 +464,11 @@ class Checker:
                 signatures.extend(self.instance_signatures(decl))
 
     def instance_signatures(self, decl: ast.FnDecl) -> list[Signature]:
-        key = id(decl)
-        found = [
-            Signature(decl.name, tuple(zip((p.name for p in decl.params), args, strict=True)), result)
-            for (k, args, _, _), result in self.instances.items()
-            if k == key
+        return [
+            Signature(decl.name, tuple(zip((p.name for p in decl.params), args, strict=True)), self.instances[instance])
+            for instance in self.instances_by_function.get(id(decl), [])
+            for (_, args, _, _) in [instance]
         ]
-        if found:
-            return found
-        # Never called: check it once with unknown parameters so its own mistakes are still found.
-        function = self.functions[key]
-        command_line = decl.name == "main" and function.module.path == self.program.entry
-        params = tuple(
-            STR if command_line and p.annotation is None else self.annotation_or_any(p, function.module)
-            for p in decl.params
-        )
-        result = self.instantiate(function, params)
-        return [Signature(decl.name, tuple(zip((p.name for p in decl.params), params, strict=True)), result)]
 
     def annotation_or_any(self, param: ast.Param, info: ModuleInfo) -> Type:
         return self.resolve_type(param.annotation, info) if param.annotation is not None else ANY
@@ -416,7 +546,9 @@ class Checker:
             )
             return UNKNOWN
         if struct_field:
-            suggestion = closest(dim.name, info.const_decls)
+            if dim.name not in info.const_suggestions:
+                info.const_suggestions[dim.name] = closest(dim.name, info.const_decls)
+            suggestion = info.const_suggestions[dim.name]
             if suggestion is not None:
                 self.report(
                     error(
@@ -434,6 +566,9 @@ class Checker:
         key = id(function.decl)
         if key in self.generic_signatures:
             return self.generic_signatures[key]
+        if key in self.known:
+            self.generic_signatures[key] = self.known[key]
+            return self.known[key]
         self.generic_signatures[key] = None  # a recursive call meanwhile sees no signature yet
         decl = function.decl
         params = tuple((p.name, self.resolve_type(p.annotation, function.module)) for p in decl.params)
@@ -468,12 +603,17 @@ class Checker:
         try:
             result = self.check_body(function, list(args), declared)
             if declared is None and result is not ANY:
-                self.instances[instance] = result
+                self.remember_instance(instance, result)
                 result = self.check_body(function, list(args), declared, report=False)
         finally:
             self.in_progress.discard(instance)
-        self.instances[instance] = declared or result
+        self.remember_instance(instance, declared or result)
         return declared or result
+
+    def remember_instance(self, instance: tuple, result: Type) -> None:
+        if instance not in self.instances:
+            self.instances_by_function.setdefault(instance[0], []).append(instance)
+        self.instances[instance] = result
 
     def check_body(
         self, function: FunctionInfo, params: list[Type], declared: Type | None, report: bool = True
@@ -494,13 +634,12 @@ class Checker:
             function.module,
             function.name,
             declared,
-            frozenset(rebound_names(decl.body)),
+            frozenset(ast.assigned_names(decl.body)),
             decl=decl,
             dim_names=None if function.environment is not None else self.signature_dims(decl, function.module),
         )
-        saved = self.reported
-        if not report:
-            self.reported = _Everything()
+        silent = self.silent
+        self.silent = silent or not report
         try:
             if isinstance(decl.body, ast.Block):
                 self.block(decl.body, scope, context)
@@ -512,7 +651,7 @@ class Checker:
                 return declared
             return strong(value)
         finally:
-            self.reported = saved
+            self.silent = silent
             self.check_pass = outer_pass
 
     def check_unique_params(self, decl: ast.FnDecl | ast.Lambda) -> None:
@@ -637,7 +776,7 @@ class Checker:
                 declared, value, stmt.value.span, what, annotation=stmt.annotation.span, node=stmt.value
             )
             if fitting and not proven(declared, value):
-                self.typed.runtime_checks[id(stmt)] = RuntimeCheck(declared, stmt.annotation.span)
+                self.tables.runtime_checks[id(stmt)] = RuntimeCheck(declared, stmt.annotation.span)
             value = declared  # what the user meant, also after a mismatch (reported once, here)
         self.bind_pattern(stmt.pattern, value, scope, context)
 
@@ -703,7 +842,7 @@ class Checker:
 
     def store_element(self, target: ast.Index, region: Type, value: Type, span: Span) -> None:
         """`x[i] = v`: `v` must broadcast into the indexed region and fit its dtype without losing values."""
-        base = self.typed.types.get(id(target.target))
+        base = self.tables.types.get(id(target.target))
         if isinstance(base, TupleType):
             self.report(
                 error(
@@ -911,9 +1050,9 @@ class Checker:
         if isinstance(value, GradientRef):
             return self.gradient_type(value, args, span)
         if isinstance(value, PrimitiveRef):
-            prim = BY_NAME[value.name]
+            primitive = PRIMITIVES[value.prim]
             try:
-                binding = bind(SIGNATURES[prim], len(args), [])
+                binding = bind(primitive.signature, len(args), [])
             except BindingError as problem:
                 self.report(
                     error("E0301", f"`{value.name}` cannot be called with {len(args)} arguments: {problem}", span)
@@ -925,7 +1064,7 @@ class Checker:
             arguments.extend(Argument(args[i]) for i in binding.variadic)
             arguments.extend(Argument(ANY, None, given=False) for _ in binding.keywords)
             try:
-                return RULES[prim](arguments)
+                return primitive.rule(arguments)
             except ShapeError as problem:
                 self.report(
                     error(problem.code, f"`{value.name}` cannot take {', '.join(map(str, args))}: {problem}", span)
@@ -953,7 +1092,7 @@ class Checker:
         return self.instantiate(function, tuple(args))
 
     def check_calls(self, decl: ast.FnDecl | ast.Lambda, info: ModuleInfo) -> None:
-        if id(decl) in self.typed.checked_calls:
+        if id(decl) in self.tables.checked_calls:
             return
         params = tuple(
             RuntimeCheck(self.resolve_type(p.annotation, info), p.annotation.span) if p.annotation else None
@@ -961,7 +1100,7 @@ class Checker:
         )
         result = getattr(decl, "result", None)
         checked = RuntimeCheck(self.resolve_type(result, info), result.span) if result is not None else None
-        self.typed.checked_calls[id(decl)] = CallCheck(params, checked)
+        self.tables.checked_calls[id(decl)] = CallCheck(params, checked)
 
     def coerce(self, declared: Type, value: Type, node: ast.Expr) -> None:
         """A weak literal (`1.0`, `[1, 2]`) stored where a dtype is declared becomes that dtype."""
@@ -980,7 +1119,7 @@ class Checker:
             if len(by_dtype) == 1:
                 ((dtype, passes),) = by_dtype.items()
                 if passes == self.literal_passes.get(key):
-                    self.typed.coercions[key] = dtype
+                    self.tables.coercions[key] = dtype
 
     def coerce_operands(self, result: Type, operands) -> None:
         """Literals meeting a typed value take its dtype (`x * 0.1` with `x: f64` multiplies by the f64 0.1)."""
@@ -1011,8 +1150,8 @@ class Checker:
     def record_type(self, node, t: Type) -> None:
         """Remember a node's type; a type found while checking another instantiation replaces it, but
         `_` (a recursive call not yet known) never replaces a known type."""
-        if not isinstance(t, AnyType) or id(node) not in self.typed.types:
-            self.typed.types[id(node)] = t
+        if not isinstance(t, AnyType) or id(node) not in self.tables.types:
+            self.tables.types[id(node)] = t
 
     def expression_type(self, expr: ast.Expr, scope: Scope, context: Context) -> Type:
         match expr:
@@ -1025,6 +1164,11 @@ class Checker:
             case ast.BoolLiteral():
                 return BOOL
             case ast.StringLiteral():
+                return STR
+            case ast.FString(parts=parts):
+                for part in parts:
+                    if isinstance(part, ast.FormatField):
+                        self.format_field(part, scope, context)
                 return STR
             case ast.Name():
                 return self.name(expr, scope, context)
@@ -1054,6 +1198,16 @@ class Checker:
                 return FunctionRef(name, id(expr))
         raise AssertionError(expr)
 
+    def format_field(self, field: ast.FormatField, scope: Scope, context: Context) -> None:
+        """An f-string's `{value:spec}`: the value is checked as any expression, and the spec must fit it
+        (E0324, at the spec)."""
+        value = self.expression(field.value, scope, context)
+        try:
+            check_format(value, field.spec)
+        except ShapeError as problem:
+            where = field.spec_span if field.spec else field.value.span
+            self.report(error(problem.code, str(problem), where, problem.label, notes=problem.notes))
+
     def name(self, expr: ast.Name, scope: Scope, context: Context) -> Type:
         local = scope.lookup(expr.id)
         if local is not None:
@@ -1079,7 +1233,7 @@ class Checker:
         if expr.id in info.imports:
             return ModuleType(info.imports[expr.id])
         if expr.id in BY_NAME:
-            return PrimitiveRef(expr.id)
+            return PrimitiveRef(BY_NAME[expr.id])
         if expr.id in TRANSFORMS:
             return TransformRef(expr.id)
         if expr.id in DTYPES:
@@ -1097,6 +1251,8 @@ class Checker:
         candidates = {*scope.visible(), *info.functions, *info.consts, *info.imports, *BY_NAME, *TRANSFORMS}
         suggestion = closest(expr.id, candidates)
         notes = (f"help: did you mean `{suggestion}`?",) if suggestion else ()
+        if self.python_call is not None and self.python_call.func is expr:
+            notes = PYTHON_SPELLINGS[expr.id](self.python_call)
         self.report(error("E0201", f"unknown name `{expr.id}`", expr.span, "not found in this scope", notes=notes))
         return ANY
 
@@ -1127,6 +1283,8 @@ class Checker:
     def unary_type(self, op: str, operand: Type, span: Span) -> Type:
         if isinstance(operand, AnyType):
             return ANY
+        if op == "-" and isinstance(operand, (StructType, TupleType)):  # `-g`: each leaf negated
+            return self.binary_type("*", operand, TensorType("i64", (), True), span)
         if not isinstance(operand, TensorType):
             self.report(error("E0311", f"cannot apply `{op}` to {operand}", span, str(operand)))
             return ANY
@@ -1142,6 +1300,8 @@ class Checker:
 
     # -------------------------------------------------------------- calls
     def call(self, expr: ast.Call, scope: Scope, context: Context) -> Type:
+        if type(expr.func) is ast.Name and expr.func.id in PYTHON_SPELLINGS:
+            self.python_call = expr  # should the name be unknown, its help shows DL's spelling of this call
         callee = self.expression(expr.func, scope, context)
         args = [self.expression(arg, scope, context) for arg in expr.args]
         keywords = {k.name: self.expression(k.value, scope, context) for k in expr.keywords}
@@ -1153,8 +1313,8 @@ class Checker:
         match callee:
             case AnyType():
                 return ANY
-            case PrimitiveRef(name=name):
-                return self.primitive_call(BY_NAME[name], expr, args, keywords)
+            case PrimitiveRef(prim=prim):
+                return self.primitive_call(PRIMITIVES[prim], expr, args, keywords)
             case FunctionRef(key=key):
                 return self.user_call(self.functions[key], expr, args, keywords)
             case TransformRef(name=name):
@@ -1192,9 +1352,7 @@ class Checker:
         try:
             bind(TRANSFORMS[name], len(args), list(keywords))
         except BindingError as problem:
-            notes = (f"help: did you mean `{problem.suggestion}`?",) if problem.suggestion else ()
-            span = next((k.span for k in expr.keywords if k.name == problem.keyword), expr.span)
-            self.report(error("E0206", f"in call to `{name}`: {problem}", span, notes=notes))
+            self.report(binding_diagnostic(problem, expr, name))
             return ANY
         function = args[0] if args else keywords.get("f", ANY)
         if isinstance(function, AnyType):
@@ -1268,15 +1426,14 @@ class Checker:
         gradient = TupleType(tuple(gradients)) if isinstance(ref.wrt, tuple) else gradients[0]
         return TupleType((strong(result), gradient)) if ref.with_value else gradient
 
-    def primitive_call(self, prim: Prim, expr: ast.Call, args: list[Type], keywords: dict[str, Type]) -> Type:
-        signature = SIGNATURES[prim]
+    def primitive_call(self, primitive: Primitive, expr: ast.Call, args: list[Type], keywords: dict[str, Type]) -> Type:
+        signature, name = primitive.signature, primitive.name
         try:
             binding = bind(signature, len(args), list(keywords))
         except BindingError as problem:
-            notes = (f"help: did you mean `{problem.suggestion}`?",) if problem.suggestion else ()
-            span = next((k.span for k in expr.keywords if k.name == problem.keyword), expr.span)
-            self.report(error("E0206", f"in call to `{prim.value}`: {problem}", span, notes=notes))
+            self.report(binding_diagnostic(problem, expr, name))
             return ANY
+        self.tables.bindings[id(expr)] = binding
         nodes = {k.name: k.value for k in expr.keywords}
         arguments: list[Argument] = []
         fixed = [*((name, None) for name in signature.positional), *signature.optional]
@@ -1284,22 +1441,23 @@ class Checker:
             arguments.append(self.argument(source, args, keywords, expr, nodes))
         arguments.extend(self.argument(index, args, keywords, expr, nodes) for index in binding.variadic)
         arguments.extend(self.argument(source, args, keywords, expr, nodes) for source in binding.keywords)
-        if prim == Prim.TREE_MAP and arguments:
-            arguments[0] = replace(arguments[0], apply=self.applier(arguments[0].type, expr.span))
+        for position in primitive.positions(primitive.functions):
+            arguments[position] = replace(arguments[position], apply=self.applier(arguments[position].type, expr.span))
         try:
-            result = RULES[prim](arguments)
+            result = primitive.rule(arguments)
         except ShapeError as problem:
             self.report(
                 error(
                     problem.code,
-                    str(problem) if prim.value in str(problem) else f"`{prim.value}`: {problem}",
+                    str(problem) if name in str(problem) else f"`{name}`: {problem}",
                     problem.at or expr.span,
                     problem.label,
                     notes=problem.notes,
                 )
             )
             return ANY
-        values = [(expr.args[i], args[i]) for i in VALUE_ARGUMENTS.get(prim, ()) if i < len(expr.args)]
+        operands = primitive.positions(primitive.operands or ())
+        values = [(expr.args[i], args[i]) for i in operands if i < len(expr.args)]
         self.coerce_operands(result, values)
         return result
 
@@ -1324,46 +1482,33 @@ class Checker:
         value_type = args[source] if isinstance(source, int) else keywords[source]
         node = expr.args[source] if isinstance(source, int) else nodes[source]
         span = node.span if isinstance(source, int) else next(k.span for k in expr.keywords if k.name == source)
-        return Argument(value_type, static_value(node, value_type), span=span)
+        text = node.value if isinstance(node, ast.StringLiteral) else None
+        return Argument(value_type, static_value(node, value_type), span=span, text=text)
 
     def user_call(self, function: FunctionInfo, expr: ast.Call, args: list[Type], keywords: dict[str, Type]) -> Type:
         decl = function.decl
-        params = decl.params
-        if len(args) > len(params):
-            self.report(
-                error(
-                    "E0204",
-                    f"`{function.name}` takes {len(params)} argument{'s' * (len(params) != 1)}, found {len(args)}",
-                    expr.span,
-                    notes=(f"`{function.name}` is declared at {decl.span}",),
-                )
-            )
+        try:
+            binding = bind_function(function.name, decl.params, len(args), [k.name for k in expr.keywords], decl.span)
+        except BindingError as problem:
+            self.report(binding_diagnostic(problem, expr))
             return ANY
-        bound = list(args)
-        nodes = list(expr.args)
-        names = [p.name for p in params]
-        for keyword in expr.keywords:
-            if keyword.name not in names:
-                suggestion = closest(keyword.name, names)
-                notes = (f"help: did you mean `{suggestion}`?",) if suggestion else ()
-                self.report(
-                    error("E0205", f"`{function.name}` has no parameter `{keyword.name}`", keyword.span, notes=notes)
-                )
-                return ANY
-            if names.index(keyword.name) < len(args):
-                self.report(error("E0205", f"argument `{keyword.name}` is given twice", keyword.span))
-                return ANY
-        for param in params[len(args) :]:
-            if param.name in keywords:
-                bound.append(keywords[param.name])
-                nodes.append(next(k.value for k in expr.keywords if k.name == param.name))
-            elif param.default is not None:
+        if isinstance(decl, ast.FnDecl):
+            self.tables.bindings[id(expr)] = binding
+        given = {k.name: k.value for k in expr.keywords}
+        bound: list[Type] = []
+        nodes: list[ast.Expr] = []
+        for param, source in zip(decl.params, binding.fixed, strict=True):
+            if isinstance(source, int):
+                bound.append(args[source])
+                nodes.append(expr.args[source])
+            elif isinstance(source, str):
+                bound.append(keywords[source])
+                nodes.append(given[source])
+            else:
                 default_context = Context(function.module, function.name, None, frozenset())
                 bound.append(self.expression(param.default, Scope(), default_context))
                 nodes.append(param.default)
-            else:
-                self.report(error("E0204", f"missing argument `{param.name}` in call to `{function.name}`", expr.span))
-                return ANY
+        params = decl.params
         if function.generic:
             return self.generic_call(function, bound, nodes)
         annotated = [
@@ -1433,6 +1578,8 @@ class Checker:
                     if bound is not None:
                         self.index_value(bound, scope, context)
                 parts.append(item)
+            elif isinstance(item, ast.Ellipsis):
+                parts.append(item)
             else:
                 parts.append((item, self.index_value(item, scope, context)))
         if isinstance(target, AnyType):
@@ -1441,6 +1588,9 @@ class Checker:
             return self.tuple_index(target, expr, parts)
         if not isinstance(target, TensorType):
             self.report(error("E0309", f"cannot index {target}", expr.span, str(target)))
+            return ANY
+        parts = self.ellipsis_spread(parts, target, expr)
+        if parts is None:
             return ANY
         if len(parts) > target.rank:
             self.report(
@@ -1475,6 +1625,23 @@ class Checker:
         dims.extend(target.dims[len(parts) :])
         return TensorType(target.dtype, tuple(dims))
 
+    def ellipsis_spread(self, parts: list, target: TensorType, expr: ast.Index) -> list | None:
+        """The parts of an index with its `...` replaced by as many full slices as the axes the other parts
+        leave (none, when they index every axis); None after an error (two `...`, too many indices)."""
+        ellipses = [part for part in parts if isinstance(part, ast.Ellipsis)]
+        if len(ellipses) > 1:
+            self.report(error("E0309", "an index takes at most one `...`", ellipses[1].span, str(target)))
+            return None
+        if not ellipses:
+            return parts
+        at = parts.index(ellipses[0])
+        spread = target.rank - (len(parts) - 1)
+        if spread < 0:
+            shown = f"too many indices: {len(parts) - 1} and `...` for {target} of rank {target.rank}"
+            self.report(error("E0309", shown, expr.span, str(target)))
+            return None
+        return [*parts[:at], *(ast.Slice(None, None, None),) * spread, *parts[at + 1 :]]
+
     def index_value(self, node: ast.Expr, scope: Scope, context: Context) -> Type:
         value = self.expression(node, scope, context)
         if isinstance(value, AnyType):
@@ -1485,7 +1652,7 @@ class Checker:
         return value
 
     def tuple_index(self, target: TupleType, expr: ast.Index, parts: list) -> Type:
-        if len(parts) != 1 or isinstance(parts[0], ast.Slice):
+        if len(parts) != 1 or isinstance(parts[0], (ast.Slice, ast.Ellipsis)):
             self.report(error("E0309", "a tuple takes one integer index", expr.span, str(target)))
             return ANY
         node, index_type = parts[0]
@@ -1652,13 +1819,6 @@ class Checker:
         return None
 
 
-class _Everything(set):
-    """A `reported` set that already holds every diagnostic: used to re-check silently."""
-
-    def __contains__(self, item: object) -> bool:
-        return True
-
-
 # ---------------------------------------------------------------------- helpers
 
 
@@ -1763,7 +1923,6 @@ def depends_on_types(code: str) -> bool:
 
 # The arguments of these primitives that combine into the result's values (not axes or sizes):
 # a literal there takes the result's dtype, as it does with an operator.
-VALUE_ARGUMENTS = {Prim.MAXIMUM: (0, 1), Prim.MINIMUM: (0, 1), Prim.WHERE: (1, 2), Prim.MATMUL: (0, 1)}
 
 INTEGER_FOLDS = {
     "+": lambda a, b: a + b,
@@ -1968,39 +2127,6 @@ def breaks(body: ast.Block) -> bool:
                 if breaks(then) or (orelse is not None and breaks(as_block(orelse))):
                     return True
     return False
-
-
-def rebound_names(body: ast.Block | ast.Expr) -> Iterator[str]:
-    """Names assigned anywhere in a body (their `let` cannot promise a fixed value)."""
-    if not isinstance(body, ast.Block):
-        return
-    for stmt in body.body:
-        yield from _rebound_in(stmt)
-
-
-def _rebound_in(stmt: ast.Stmt) -> Iterator[str]:
-    match stmt:
-        case ast.Assign(target=target):
-            yield from _target_names(target)
-        case ast.If(then=then, orelse=orelse):
-            yield from rebound_names(then)
-            if isinstance(orelse, ast.If):
-                yield from _rebound_in(orelse)
-            elif orelse is not None:
-                yield from rebound_names(orelse)
-        case ast.While(body=body) | ast.For(body=body):
-            yield from rebound_names(body)
-
-
-def _target_names(target: ast.Expr) -> Iterator[str]:
-    match target:
-        case ast.Name(id=name):
-            yield name
-        case ast.TupleLiteral(items=items):
-            for item in items:
-                yield from _target_names(item)
-        case ast.Field(target=inner) | ast.Index(target=inner):
-            yield from _target_names(inner)
 
 
 __all__ = ["Checker", "Signature", "Typed", "Unknown", "check", "check_or_raise"]

@@ -9,6 +9,7 @@ them; `render` produces the brief's text format.
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import NamedTuple
@@ -154,3 +155,21 @@ def render(diagnostic: Diagnostic, sources: SourceMap) -> str:
 
 def render_all(diagnostics: list[Diagnostic], sources: SourceMap) -> str:
     return "\n\n".join(render(d, sources) for d in diagnostics)
+
+
+def closest(name: str, candidates) -> str | None:
+    """The candidate most like `name`, if any is close enough to suggest: a near spelling, the same
+    letters swapped (`rl` for `lr`), or the name other frameworks use for it (`dim` for `axis`)."""
+    candidates = list(candidates)
+    alias = ALIASES.get(name)
+    if alias in candidates:
+        return alias
+    swapped = [c for c in candidates if len(c) == len(name) and sorted(c) == sorted(name) and c != name]
+    if swapped:
+        return swapped[0]
+    matches = difflib.get_close_matches(name, candidates, n=1, cutoff=0.6)
+    return matches[0] if matches else None
+
+
+# What PyTorch and numpy users type, and DL's name for it.
+ALIASES = {"dim": "axis", "keepdim": "keepdims", "axes": "axis", "generator": "seed", "random_state": "seed"}

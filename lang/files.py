@@ -5,14 +5,16 @@ pipe, a device such as /dev/zero, a socket) is refused before anything is read f
 reading can neither hang nor run forever; a `limit` refuses files larger than that many
 bytes (source files: `MAX_SOURCE_BYTES`).
 
-Writing (`write_atomically`): the data goes to a temporary file in the target's directory,
-is flushed to disk, then renamed over the target, so the target holds either its old
-contents or the new ones, never a part. A symbolic link is written through: its target is
-replaced, the link stays. A target that exists but is not a regular file is refused, so
-that a device such as /dev/null is never replaced by a file. The temporary file is named
-`.NAME.dl-PID-RANDOM.tmp` after the target and the writing process; it is removed on every
-failure the process sees (a full disk, no permission, Ctrl-C), and one left by a process
-that was killed is removed by the next write of the same target once its writer is gone.
+Writing (`write_atomically`, or `replacing` for a writer that wants a path): the data goes
+to a temporary file in the target's directory, is flushed to disk, then renamed over the
+target, so the target holds either its old contents or the new ones, never a part. The
+file keeps the permissions the target had, or gets a new file's (0666 less the umask). A
+symbolic link is written through: its target is replaced, the link stays. A target that
+exists but is not a regular file is refused, so that a device such as /dev/null is never
+replaced by a file. The temporary file is named `.NAME.dl-PID-RANDOM.tmp` after the
+target and the writing process; it is removed on every failure the process sees (a full
+disk, no permission, Ctrl-C), and one left by a process that was killed is removed by the
+next write of the same target once its writer is gone.
 `append_text` appends to a regular file (or creates one).
 
 Every failure is an `OSError` whose `strerror` says what is wrong in words ("it is a named
@@ -28,6 +30,8 @@ import re
 import secrets
 import stat
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO
 
@@ -102,9 +106,13 @@ def read_text(path: str | os.PathLike, limit: int | None = None) -> str:
 TEMPORARY = re.compile(r"^\.(?P<name>.+)\.dl-(?P<pid>\d+)-[0-9a-f]+\.tmp$")
 
 
-def write_atomically(path: str | os.PathLike, data: bytes | str) -> None:
-    """Replace the contents of `path` (text is written as UTF-8). Raises `OSError`; then the target is as it
-    was and no temporary file is left."""
+@contextmanager
+def replacing(path: str | os.PathLike) -> Iterator[Path]:
+    """A temporary path beside the target of `path` for the block to write; when the block ends without an
+    exception the file there replaces the target (flushed to disk first, with the old file's permissions,
+    or a new file's: 0666 less the umask), otherwise it is removed. Raises `OSError` (the target is then as
+    it was, and no temporary file is left); the block is for writers that want a path (an archive, an
+    image), `write_atomically` for data at hand."""
     target = Path(os.path.realpath(path))  # through symbolic links: the link stays, its target is replaced
     try:
         existing: os.stat_result | None = os.stat(target)
@@ -114,20 +122,31 @@ def write_atomically(path: str | os.PathLike, data: bytes | str) -> None:
         raise not_regular(existing.st_mode, path)
     remove_stale_temporaries(target)
     temporary = target.parent / f".{target.name}.dl-{os.getpid()}-{secrets.token_hex(4)}.tmp"
-    descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o666)
+    os.close(os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o666))
     try:
-        with os.fdopen(descriptor, "wb") as file:
+        yield temporary
+        descriptor = os.open(temporary, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        try:
             if existing is not None:  # the new contents keep the old file's permissions
                 os.fchmod(descriptor, stat.S_IMODE(existing.st_mode))
-            file.write(data.encode("utf-8") if isinstance(data, str) else data)
-            file.flush()
             os.fsync(descriptor)
+        finally:
+            os.close(descriptor)
         os.replace(temporary, target)
     except BaseException:  # a full disk, Ctrl-C, ...: never leave the temporary file behind
         with contextlib.suppress(OSError):
             os.remove(temporary)
         raise
     sync_directory(target.parent)
+
+
+def write_atomically(path: str | os.PathLike, data: bytes | str) -> None:
+    """Replace the contents of `path` with `data` (text is written as UTF-8), as `replacing` does. Raises
+    `OSError`; then the target is as it was and no temporary file is left."""
+    with replacing(path) as temporary:
+        descriptor = os.open(temporary, os.O_WRONLY | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0))
+        with os.fdopen(descriptor, "wb") as file:
+            file.write(data.encode("utf-8") if isinstance(data, str) else data)
 
 
 def remove_stale_temporaries(target: Path) -> None:

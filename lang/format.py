@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from dl.lang import ast
 from dl.lang.diagnostics import Span
 from dl.lang.lexer import code_characters
-from dl.lang.nesting import children, in_room
+from dl.lang.nesting import in_room
 from dl.lang.parse import parse
 from dl.lang.printer import (
     INDENT,
@@ -76,21 +76,10 @@ def literal_spellings(module: ast.Module, source: str) -> dict[Span, str]:
     """The source text of every number literal that sits on one line, by span."""
     lines = source.splitlines()
     spellings = {}
-    stack: list[object] = [module]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, tuple):
-            stack.extend(node)
-            continue
-        if isinstance(node, (ast.IntLiteral, ast.FloatLiteral)) and node.span.line == node.span.end_line:
-            if 0 < node.span.line <= len(lines):
-                spellings[node.span] = lines[node.span.line - 1][node.span.column - 1 : node.span.end_column - 1]
-            continue
-        for name in getattr(node, "__dataclass_fields__", ()):
-            if name not in ("span", "name_span"):
-                value = getattr(node, name)
-                if isinstance(value, tuple) or hasattr(value, "__dataclass_fields__"):
-                    stack.append(value)
+    for node in ast.walk(module):
+        literal = isinstance(node, (ast.IntLiteral, ast.FloatLiteral))
+        if literal and node.span.line == node.span.end_line and 0 < node.span.line <= len(lines):
+            spellings[node.span] = lines[node.span.line - 1][node.span.column - 1 : node.span.end_column - 1]
     return spellings
 
 
@@ -337,7 +326,7 @@ def subtree_sizes(expr: ast.Expr) -> dict[int, int]:
     while waiting:
         node = waiting.pop()
         order.append(node)
-        waiting.extend(children(node))
+        waiting.extend(ast.children(node))
     for node in reversed(order):  # children before their parents
-        sizes[id(node)] = 1 + sum(sizes[id(child)] for child in children(node))
+        sizes[id(node)] = 1 + sum(sizes[id(child)] for child in ast.children(node))
     return sizes

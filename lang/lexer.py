@@ -20,6 +20,7 @@ from lark.lexer import PatternStr, TerminalDef
 Token = tuple[str, str, int, int]  # (kind, text, line, column)
 
 LAYOUT_ONLY = ("NEWLINE", "SEMICOLON")
+STARTS_LIKE_A_NAME = 3  # the priority grammar/dl.lark gives a terminal that starts with a letter (FSTRING)
 # Scanner-only groups: all fixed strings, any one character that no terminal
 # matches (reported), and the end of the text (so that trailing blanks and
 # comments are skipped).
@@ -35,8 +36,10 @@ class Scanner:
     and operators, in one group), then the remaining terminals in Lark's order of
     priority and width. Names and fixed strings are the most frequent tokens, and
     trying them first changes nothing else: no fixed string starts with a letter,
-    a digit, `_` or `"`, and nothing but a name starts with a letter or `_`
-    (tests/test_parser.py checks the tokens against Lark's own lexer).
+    a digit, `_` or `"`, and nothing but a name starts with a letter or `_`, except
+    an f-string (`f"..."`): the grammar gives it a priority above every other
+    terminal's, and terminals of such a priority are tried before names, as Lark
+    tries them (tests/test_parser.py checks the tokens against Lark's own lexer).
     """
 
     def __init__(self, terminals: list[TerminalDef], ignore: list[str]) -> None:
@@ -52,13 +55,15 @@ class Scanner:
         )
         self.fixed = [t for t in ordered if is_fixed(t)]
         others = [t for t in ordered if not is_fixed(t) and t.name != "NAME"]
+        before_names = [t for t in others if t.priority >= STARTS_LIKE_A_NAME]
         # The kind of each fixed string seen, found from `self.fixed` in order on first sight.
         self.fixed_kinds: dict[str, str] = {}
         skipped = "|".join(t.pattern.to_regexp() for t in terminals if t.name in ignore)
         groups = [
+            *(f"(?P<{t.name}>{t.pattern.to_regexp()})" for t in before_names),
             f"(?P<NAME>{name_pattern.pattern})",
             f"(?P<{FIXED}>{'|'.join(t.pattern.to_regexp() for t in self.fixed)})",
-            *(f"(?P<{t.name}>{t.pattern.to_regexp()})" for t in others),
+            *(f"(?P<{t.name}>{t.pattern.to_regexp()})" for t in others if t not in before_names),
             f"(?P<{UNKNOWN}>.)",
             f"(?P<{END}>\\Z)",
         ]
@@ -89,6 +94,34 @@ class Scanner:
                 raise DiagnosticError(unexpected_character(text, start, line, start - line_start + 1, path))
             append((kind, value, line, start - line_start + 1))
         return tokens
+
+    def spread(self, tokens: list[Token]) -> list[Token]:
+        """`tokens` with each f-string split for highlighting (`fstring_tokens`)."""
+        spread: list[Token] = []
+        for token in tokens:
+            spread += self.fstring_tokens(token) if token[0] == "FSTRING" else [token]
+        return spread
+
+    def fstring_tokens(self, token: Token) -> list[Token]:
+        """An f-string token split for highlighting: its text, braces and specs as STRING tokens, each field's
+        expression as the tokens it is, where they are. A malformed f-string stays one STRING token."""
+        _, text, line, column = token
+        try:
+            fields = [(start, stop) for kind, start, stop in fstring_pieces(text) if kind == "field"]
+        except FStringError:
+            return [("STRING", text, line, column)]
+        split: list[Token] = []
+        position = 0
+        for start, stop in fields:
+            split.append(("STRING", text[position:start], line, column + position))
+            try:
+                inner = self.scan(text[start:stop], "<f-string>")
+            except DiagnosticError:
+                inner = [("STRING", text[start:stop], 1, 1)]
+            split += [(kind, value, line, column + start + at - 1) for kind, value, _, at in inner]
+            position = stop
+        split.append(("STRING", text[position:], line, column + position))
+        return [piece for piece in split if piece[1]]
 
     def fixed_kind(self, value: str) -> str:
         kind = next(t.name for t in self.fixed if re.fullmatch(t.pattern.to_regexp(), value))
@@ -132,3 +165,100 @@ def code_characters(text: str) -> Iterator[tuple[int, str]]:
         else:
             commented = char == "#"
             yield index, char
+
+
+# ---------------------------------------------------------------------- f-strings
+
+
+class FStringError(Exception):
+    """A malformed f-string: E0108 at `start`..`stop`, offsets into the token's text."""
+
+    def __init__(self, message: str, start: int, stop: int, label: str, help_text: str) -> None:
+        super().__init__(message)
+        self.start, self.stop, self.label, self.help = start, stop, label, help_text
+
+
+OPENING_BRACKETS, CLOSING_BRACKETS = "([{", ")]}"
+
+
+def fstring_pieces(text: str) -> list[tuple[str, int, int]]:
+    """The pieces of an f-string token's `text` (`f"..."`), as (kind, start, stop) offsets into it, in
+    order: "text" (literal: escapes and doubled braces still as written), "field" (the expression between
+    `{` and `}` or a top-level `:`) and "spec" (after that `:`). The quotes, the braces and the `:` belong
+    to no piece. Raises `FStringError`."""
+    pieces: list[tuple[str, int, int]] = []
+    end = len(text) - 1  # the closing quote
+    position = literal = 2
+    while position < end:
+        char = text[position]
+        if char == "\\" or (char in "{}" and text[position + 1] == char):
+            position += 2  # an escape, `{{` or `}}`: literal text
+        elif char == "}":
+            raise FStringError(
+                "single `}` in an f-string", position, position + 1, "no field ends here", "write `}}` for a `}`"
+            )
+        elif char == "{":
+            if literal < position:
+                pieces.append(("text", literal, position))
+            position = literal = field_pieces(text, position, end, pieces)
+        else:
+            position += 1
+    if literal < end:
+        pieces.append(("text", literal, end))
+    return pieces
+
+
+def field_pieces(text: str, opening: int, end: int, pieces: list[tuple[str, int, int]]) -> int:
+    """Append the field that starts with the `{` at `opening` (and its spec); returns where the text after
+    its `}` starts."""
+    depth, position = 0, opening + 1
+    while position < end:
+        char = text[position]
+        if char in OPENING_BRACKETS:
+            depth += 1
+        elif char in CLOSING_BRACKETS and depth:
+            depth -= 1
+        elif char == "}" or (char == ":" and depth == 0):
+            break
+        elif char == "!" and depth == 0 and text[position + 1] != "=":
+            raise FStringError(
+                f"`{text[position : position + 2]}` conversions are not part of DL's f-strings",
+                position,
+                position + 2,
+                "a conversion",
+                "format with a spec after `:` (`{x:>8}`), or convert with `str(x)`",
+            )
+        position += 1
+    if position >= end:
+        raise unclosed_field(opening)
+    if not text[opening + 1 : position].strip():
+        raise FStringError(
+            "empty field in an f-string",
+            opening,
+            position + 1,
+            "no expression",
+            "put an expression between the braces, or write `{{}}` for the braces themselves",
+        )
+    pieces.append(("field", opening + 1, position))
+    if text[position] == "}":
+        return position + 1
+    closing = text.find("}", position, end)
+    if closing < 0:
+        raise unclosed_field(opening)
+    nested = text.find("{", position, closing)
+    if nested >= 0:
+        raise FStringError(
+            "a field inside a format spec is not supported",
+            nested,
+            nested + 1,
+            "a field in the spec",
+            "write the spec out in full: `{x:>8.4f}`",
+        )
+    pieces.append(("spec", position + 1, closing))
+    return closing + 1
+
+
+def unclosed_field(opening: int) -> FStringError:
+    return FStringError(
+        "unclosed `{` in an f-string", opening, opening + 1, "this field has no `}`", "write `{{` for a `{`"
+    )

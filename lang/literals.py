@@ -18,7 +18,6 @@ from __future__ import annotations
 import numpy as np
 from dl.lang import ast
 from dl.lang.diagnostics import Diagnostic, Span, error
-from dl.lang.nesting import children
 
 # f64, the widest number type, reaches about 1.8e308: an integer of more digits fits no dtype. (Reading it
 # as a number is not even attempted: Python refuses to read integers of more than 4300 digits.)
@@ -69,5 +68,5 @@ def out_of_range(modules: list[ast.Module], coercions: dict[int, str]) -> list[D
             if not fits(node.value, dtype):
                 found.append(integer_error(str(node.value), dtype, node.span))
         else:
-            waiting.extend(reversed(children(node)))
+            waiting.extend(reversed(list(ast.children(node))))
     return found

@@ -26,6 +26,9 @@ class Program:
     # for each module path: its imports as (alias, resolved module path)
     imports: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
     sources: SourceMap = field(default_factory=SourceMap)
+    # modules parsed before, by path, with the text each was parsed from: an import whose file still has that
+    # text is not parsed again (the language server loads a document's imports again after each edit)
+    parsed: dict[str, tuple[str, ast.Module]] = field(default_factory=dict, repr=False)
 
     def in_dependency_order(self) -> list[str]:
         """Module paths, each after the modules it imports (the entry last). Walks with a list, not
@@ -90,7 +93,10 @@ def load_program(
     program = Program(entry=path, sources=sources if sources is not None else SourceMap())
     text = read_source(Path(path)) if source is None else source
     program.sources.add(path, text)
-    if recovered is None:
+    earlier = program.parsed.get(path)
+    if recovered is None and earlier is not None and earlier[0] == text:
+        module = earlier[1]
+    elif recovered is None:
         module = parse(text, path)
     else:
         recovered.append(recover(text, path))
@@ -181,7 +187,8 @@ def import_one(
         return target, None
     text = read_source(found, decl.span)
     program.sources.add(target, text)
-    module = parse(text, target)
+    earlier = program.parsed.get(target)
+    module = earlier[1] if earlier is not None and earlier[0] == text else parse(text, target)
     program.modules[target] = module
     program.imports[target] = []
     return target, module

@@ -6,22 +6,24 @@ recursively, a few Python frames per level. Rather than each of them being
 rewritten as a loop, two things together keep any input from crashing them:
 
 - `too_deep(nodes)`: the parser refuses a tree that nests more than
-  `NESTING_LIMIT` levels (E0108, at the outermost node past the limit). Every
+  `NESTING_LIMIT` levels (E0109, at the outermost node past the limit). Every
   node counts as a level: expressions, statements, blocks, types, patterns. The
   parser itself never recurses, so it can measure input of any depth.
 - `with_room(action)`: runs a pass on a thread whose stack and recursion limit
-  hold any tree within the limit, many times over. The entry points that run
-  passes (`dl.pipeline`, `dl.lang.check`, `format_source`, the interpreter, the
-  CLI, the REPL and the language server) call it; a call made from inside runs
-  directly.
+  hold any tree within the limit, many times over (and deep DL recursion). The
+  entry points that run passes (`dl.pipeline`, `dl.lang.check`,
+  `format_source`, the interpreter, the CLI, the REPL and the language server)
+  call it; a call made from inside runs directly. The threads are kept and
+  reused (`Room`), so that a host calling a small DL function often pays a
+  hand-over between threads per call, not a thread's start and end.
 """
 
 from __future__ import annotations
 
 import contextvars
 import ctypes
-import dataclasses
 import functools
+import queue
 import sys
 import threading
 from collections.abc import Callable
@@ -29,9 +31,10 @@ from typing import Any, TypeVar
 
 from dl.lang import ast
 from dl.lang.diagnostics import Diagnostic, error
+from dl.runtime.interrupts import interrupt_everything
 
 # Deep enough for code generators (a 1000-term sum inside a function fits), shallow enough that every
-# pass walks it in well under a second. Documented in docs/errors.md (E0108) and docs/language.md.
+# pass walks it in well under a second. Documented in docs/errors.md (E0109) and docs/language.md.
 NESTING_LIMIT = 1500
 
 # A pass spends a few Python frames per level (the interpreter a few per DL call, and DL recursion is
@@ -39,54 +42,28 @@ NESTING_LIMIT = 1500
 # through C (generators, dataclass comparisons).
 RECURSION_LIMIT = 200_000
 THREAD_STACK_BYTES = 1024 * 1024 * 1024
+IDLE_ROOMS_KEPT = 4  # rooms kept for later actions; more are only needed while actions run side by side
 
 T = TypeVar("T")
 
 # ---------------------------------------------------------------------- the limit
 
-SPAN_FIELDS = frozenset({"span", "name_span"})
-NODE_TYPES = frozenset(
-    value for value in vars(ast).values() if isinstance(value, type) and dataclasses.is_dataclass(value)
-)
-_child_fields: dict[type, tuple[str, ...]] = {}
-
-
-def child_fields(kind: type) -> tuple[str, ...]:
-    """The fields of a node class that may hold nodes (all but spans; the rest are skipped by type)."""
-    found = _child_fields.get(kind)
-    if found is None:
-        found = tuple(f.name for f in dataclasses.fields(kind) if f.name not in SPAN_FIELDS)
-        _child_fields[kind] = found
-    return found
-
-
-def children(node: Any) -> list:
-    """The nodes directly under `node`, in source order."""
-    found = []
-    for name in child_fields(type(node)):
-        value = getattr(node, name)
-        if type(value) in NODE_TYPES:
-            found.append(value)
-        elif type(value) is tuple:
-            found.extend(item for item in value if type(item) in NODE_TYPES)
-    return found
-
 
 def too_deep(nodes: tuple) -> Diagnostic | None:
-    """E0108 at the first node (in source order) that lies more than `NESTING_LIMIT` levels deep in
+    """E0109 at the first node (in source order) that lies more than `NESTING_LIMIT` levels deep in
     `nodes` (a module's declarations, a REPL entry's items), or None. Walks with a list, not recursion."""
     waiting: list[tuple[Any, int]] = [(node, 1) for node in reversed(nodes)]
     while waiting:
         node, level = waiting.pop()
         if level > NESTING_LIMIT:
             return nesting_error(node)
-        waiting.extend((child, level + 1) for child in reversed(children(node)))
+        waiting.extend((child, level + 1) for child in reversed(list(ast.children(node))))
     return None
 
 
 def nesting_error(node: Any) -> Diagnostic:
     return error(
-        "E0108",
+        "E0109",
         f"{kind_of(node)} nested too deeply: more than {NESTING_LIMIT} levels",
         node.span,
         f"this is level {NESTING_LIMIT + 1}",
@@ -112,16 +89,8 @@ def kind_of(node: Any) -> str:
 
 # ---------------------------------------------------------------------- the room
 
-_local = threading.local()
-_lock = threading.Lock()
-_rooms = 0  # how many `with_room` threads run now: the recursion limit stays raised while any does
-_previous_limit = sys.getrecursionlimit()
-_interrupt_hooks: list[Callable[[], None]] = []
-
-
-def when_interrupted(hook: Callable[[], None]) -> None:
-    """Call `hook` whenever Ctrl-C stops an action running in a room (compiled code polls a flag of its own)."""
-    _interrupt_hooks.append(hook)
+_local = threading.local()  # `inside`: this thread is a room
+_stack_size = threading.Lock()  # the stack size of new threads is the process's: one room sets it at a time
 
 
 def in_room(function: Callable[..., T]) -> Callable[..., T]:
@@ -135,72 +104,131 @@ def in_room(function: Callable[..., T]) -> Callable[..., T]:
 
 
 def with_room(action: Callable[[], T]) -> T:
-    """`action()`, run where deep trees and deep DL recursion fit: on a thread with a large stack and a high
-    recursion limit. Its result is returned and its exceptions re-raised here. Ctrl-C (which only the main
-    thread receives) stops the action too, then is re-raised. Called from inside a room, runs directly."""
+    """`action()`, run where deep trees and deep DL recursion fit: on a thread with a large stack, while the
+    recursion limit is raised. Its result is returned and its exceptions re-raised here. Ctrl-C (which only
+    the main thread receives) stops the action too, then is re-raised. Called from inside a room, runs
+    directly."""
     if getattr(_local, "inside", False):
         return action()
     outcome: dict[str, Any] = {}
-    context = contextvars.copy_context()  # a new thread starts with an empty one
+    context = contextvars.copy_context()  # a thread runs in a context of its own
 
     def target() -> None:
-        _local.inside = True
         try:
             outcome["value"] = context.run(action)
         except BaseException as failure:  # carried to the caller's thread, re-raised there
             outcome["exception"] = failure
 
-    worker = start(target)
+    room = ROOMS.take()
+    done = threading.Event()
+    room.requests.put((target, done))
     try:
-        while worker.is_alive():
-            worker.join(0.1)
+        while not done.wait(0.1):
+            pass
     except KeyboardInterrupt:
-        interrupt(worker)
+        room.interrupt(done)
         raise
-    finally:
-        leave()
+    ROOMS.give_back(room)
     if "exception" in outcome:
         raise outcome["exception"]
     return outcome["value"]
 
 
-def start(target: Callable[[], None]) -> threading.Thread:
-    """A started thread with room, the recursion limit raised while it runs."""
-    global _rooms, _previous_limit
-    with _lock:
-        if _rooms == 0:
-            _previous_limit = sys.getrecursionlimit()
-            sys.setrecursionlimit(max(RECURSION_LIMIT, _previous_limit))
-        _rooms += 1
-        previous_stack = threading.stack_size()
-        threading.stack_size(THREAD_STACK_BYTES)
+class Room:
+    """A thread with a large C stack that runs the actions it is given, one at a time, until it is given
+    None. An interrupted room is retired (never given back), so an interrupt meant for one action never
+    reaches another."""
+
+    def __init__(self) -> None:
+        self.requests: queue.SimpleQueue = queue.SimpleQueue()
+        self.thread = threading.Thread(target=self.serve, name="dl-room", daemon=True)
+        with _stack_size:
+            previous_stack = threading.stack_size(THREAD_STACK_BYTES)
+            try:
+                self.thread.start()
+            finally:
+                threading.stack_size(previous_stack)
+
+    def serve(self) -> None:
+        _local.inside = True
         try:
-            worker = threading.Thread(target=target, name="dl-room", daemon=True)
-            worker.start()
-        except BaseException:
-            _rooms -= 1
-            raise
-        finally:
-            threading.stack_size(previous_stack)
-    return worker
+            while (request := self.requests.get()) is not None:
+                target, done = request
+                RUNNING.started()
+                try:
+                    target()
+                finally:
+                    RUNNING.ended()
+                    done.set()
+        except KeyboardInterrupt:  # an interrupt that came after its action ended: the room is retired anyway
+            return
+
+    def interrupt(self, done: threading.Event) -> None:
+        """Raise `KeyboardInterrupt` in the room, wait until its action has ended, and retire the room.
+
+        The exception is raised asynchronously (`PyThreadState_SetAsyncExc`): the room sees it at its next
+        Python bytecode, so a loop stops at once and a long numpy call stops when it returns. Without this the
+        action would keep running in the background after Ctrl-C, which matters where the process goes on
+        (the REPL)."""
+        raised = ctypes.py_object(KeyboardInterrupt)
+        ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(self.thread.ident), raised)
+        interrupt_everything()  # compiled loops poll a flag
+        while not done.wait(0.1) and self.thread.is_alive():
+            pass
+        self.requests.put(None)
 
 
-def leave() -> None:
-    global _rooms
-    with _lock:
-        _rooms -= 1
-        if _rooms == 0:
-            sys.setrecursionlimit(_previous_limit)
+class Rooms:
+    """The idle rooms: an action takes one (or starts one when none is idle, as when the language server
+    analyses a document while answering a request) and gives it back when it ends."""
+
+    def __init__(self) -> None:
+        self.idle: list[Room] = []
+        self.lock = threading.Lock()
+
+    def take(self) -> Room:
+        with self.lock:
+            while self.idle:
+                room = self.idle.pop()
+                if room.thread.is_alive():
+                    return room
+        return Room()
+
+    def give_back(self, room: Room) -> None:
+        with self.lock:
+            if len(self.idle) < IDLE_ROOMS_KEPT:
+                self.idle.append(room)
+                return
+        room.requests.put(None)
 
 
-def interrupt(worker: threading.Thread) -> None:
-    """Raise `KeyboardInterrupt` in the thread running the action, and wait until it has stopped.
+class Running:
+    """How many actions run in rooms now (an interrupted one may still be ending); the recursion limit is
+    raised while any does, and put back when the last one ends."""
 
-    The exception is raised asynchronously (`PyThreadState_SetAsyncExc`): the worker sees it at its next
-    Python bytecode, so a loop stops at once and a long numpy call stops when it returns. Without this the
-    action would keep running in the background after Ctrl-C, which matters where the process goes on
-    (the REPL)."""
-    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(worker.ident), ctypes.py_object(KeyboardInterrupt))
-    for hook in _interrupt_hooks:
-        hook()
-    worker.join()
+    def __init__(self) -> None:
+        self.count = 0
+        self.previous_limit = sys.getrecursionlimit()
+        self.lock = threading.Lock()
+
+    def started(self) -> None:
+        with self.lock:
+            if self.count == 0:
+                self.previous_limit = sys.getrecursionlimit()
+                sys.setrecursionlimit(max(RECURSION_LIMIT, self.previous_limit))
+            self.count += 1
+
+    def ended(self) -> None:
+        with self.lock:
+            self.count -= 1
+            if self.count == 0:
+                sys.setrecursionlimit(self.previous_limit)
+
+
+ROOMS = Rooms()
+RUNNING = Running()
+
+
+def running() -> bool:
+    """Whether an action runs in a room now."""
+    return RUNNING.count > 0

@@ -29,9 +29,9 @@ from operator import itemgetter
 from typing import NamedTuple, TypeVar
 
 from dl.lang import ast
-from dl.lang.diagnostics import Diagnostic, DiagnosticError, Label, Span, error
+from dl.lang.diagnostics import UNKNOWN_SPAN, Diagnostic, DiagnosticError, Label, Span, error
 from dl.lang.layout import CLOSERS, OPENERS, layout, never_closed, token_span
-from dl.lang.lexer import LAYOUT_ONLY, Scanner, Token
+from dl.lang.lexer import LAYOUT_ONLY, FStringError, Scanner, Token, fstring_pieces
 from dl.lang.literals import integer_value
 from dl.lang.nesting import too_deep
 from lark import Lark
@@ -229,6 +229,10 @@ class Builder:
         present = [c for c in children if c is not None]
         return ast.Slice(parts[0], parts[1], parts[2], span_between(self.path, present[0], present[-1]))
 
+    def ellipsis(self, children: list) -> ast.Ellipsis:
+        (token,) = children
+        return ast.Ellipsis(span_between(self.path, token, token))
+
     def field(self, children: list) -> ast.Field:
         target, _, name = children
         return ast.Field(target, name[1], span_between(self.path, target, name))
@@ -263,6 +267,12 @@ class Builder:
     def string_literal(self, children: list) -> ast.StringLiteral:
         token = children[0]
         return ast.StringLiteral(unescape(token, self.path), self.span(token))
+
+    def fstring(self, children: list) -> ast.FString:
+        return fstring(children[0], self.path)
+
+    def embedded_expr(self, children: list) -> ast.Expr:
+        return children[0]
 
     def bool_literal(self, children: list) -> ast.BoolLiteral:
         token = children[0]
@@ -398,6 +408,37 @@ def unescape(token: Token, path: str) -> str:
     return "".join(out)
 
 
+def fstring(token: Token, path: str) -> ast.FString:
+    """An f-string token as an `FString`: its literal text unescaped (`{{` and `}}` as braces), and each
+    field's expression parsed where it stands in the line, so that its spans are exact."""
+    _, text, line, column = token
+    try:
+        pieces = fstring_pieces(text)
+    except FStringError as problem:
+        span = Span(path, line, column + problem.start, line, column + problem.stop)
+        raise DiagnosticError(
+            error("E0108", str(problem), span, problem.label, notes=(f"help: {problem.help}",))
+        ) from None
+    parts: list[str | ast.FormatField] = []
+    for index, (kind, start, stop) in enumerate(pieces):
+        if kind == "text":
+            piece = (token[0], '"' + text[start:stop] + '"', line, column + start - 1)
+            parts.append(unescape(piece, path).replace("{{", "{").replace("}}", "}"))
+        elif kind == "field":
+            value = _run(text[start:stop], path, "embedded_expr", line, column + start)
+            spec = pieces[index + 1] if index + 1 < len(pieces) and pieces[index + 1][0] == "spec" else None
+            closing = spec[2] if spec else stop  # the offset of the field's `}`
+            parts.append(
+                ast.FormatField(
+                    value,
+                    text[spec[1] : spec[2]] if spec else "",
+                    Span(path, line, column + start - 1, line, column + closing + 1),
+                    Span(path, line, column + spec[1], line, column + spec[2]) if spec else UNKNOWN_SPAN,
+                )
+            )
+    return ast.FString(tuple(parts), token_span(path, token))
+
+
 def unknown_escape(escape: str, span: Span) -> Diagnostic:
     supported = ", ".join(f"`\\{e}`" for e in STRING_ESCAPES)
     return error(
@@ -477,7 +518,7 @@ class ParseTable:
             parser="lalr",
             lexer=UnusedLexer,
             postlex=LayoutTerminals(),
-            start=["start", "repl_input"],
+            start=["start", "repl_input", "embedded_expr"],
             maybe_placeholders=True,
         )
         return cls(lark, builder)
@@ -673,7 +714,7 @@ def shaped(plan: list[tuple[int, bool] | None], size: int, make: Build | None) -
 # ---------------------------------------------------------------------- entry points
 
 _builder = Builder()
-_lock = threading.Lock()
+_lock = threading.RLock()  # re-entered: an f-string's fields are parsed while the string is built
 _table: ParseTable | None = None
 
 
@@ -696,19 +737,22 @@ def parse_repl(source: str, path: str = "<repl>") -> ast.ReplInput:
     return ast.ReplInput(_run(source, path, "repl_input"))
 
 
-def _run(source: str, path: str, start: str, first_line: int = 1) -> tuple:
+def _run(source: str, path: str, start: str, first_line: int = 1, first_column: int = 1) -> object:
+    """Parse `source` from the rule `start`. `source` may be a piece of a file starting at `first_line` and
+    `first_column` there (a declaration, an f-string field): its tokens and diagnostics get the file's
+    lines and columns."""
     table = parse_table()
-    shift = first_line - 1
+    lines, columns = first_line - 1, first_column - 1
     try:
         scanned = table.scanner.scan(source, path)
     except DiagnosticError as failure:
-        if not shift:
+        if not (lines or columns):
             raise
-        raise DiagnosticError([shifted(d, shift) for d in failure.diagnostics]) from None
+        raise DiagnosticError([shifted(d, lines, columns) for d in failure.diagnostics]) from None
     end = end_token(source)
-    if shift:  # `source` is a piece of a file: give tokens the lines they have in the file
-        scanned = [(kind, text, line + shift, column) for kind, text, line, column in scanned]
-        end = (end[0], end[1], end[2] + shift, end[3])
+    if lines or columns:  # give tokens the lines (and, on the piece's first line, columns) they have in the file
+        scanned = [moved(token, lines, columns) for token in scanned]
+        end = moved(end, lines, columns)
     tokens, unclosed = layout(scanned)
     with _lock:
         _builder.path = path
@@ -718,17 +762,27 @@ def _run(source: str, path: str, start: str, first_line: int = 1) -> tuple:
             if unclosed is not None and problem.token[0] == "$END":
                 raise DiagnosticError(never_closed(unclosed, path)) from None
             raise DiagnosticError(syntax_diagnostic(table, tokens, problem.token, start, path)) from None
-    deep = too_deep(parsed)
+    deep = too_deep(parsed) if start != "embedded_expr" else None  # a field is measured in the tree around it
     if deep is not None:
         raise DiagnosticError(deep)
     return parsed
 
 
-def shifted(diagnostic: Diagnostic, lines: int) -> Diagnostic:
-    """`diagnostic` moved down by `lines` lines (found in a piece of a file, reported in the file)."""
+def moved(token: Token, lines: int, columns: int) -> Token:
+    """A token of a piece of a file, where it is in the file: `lines` down, and `columns` right on the
+    piece's first line."""
+    kind, text, line, column = token
+    return (kind, text, line + lines, column + columns if line == 1 else column)
+
+
+def shifted(diagnostic: Diagnostic, lines: int, columns: int = 0) -> Diagnostic:
+    """`diagnostic` moved down by `lines` lines, and right by `columns` on the first line (found in a
+    piece of a file, reported in the file)."""
 
     def move(span: Span) -> Span:
-        return span._replace(line=span.line + lines, end_line=span.end_line + lines)
+        end_column = span.end_column + columns if span.end_line == 1 else span.end_column
+        start_column = span.column + columns if span.line == 1 else span.column
+        return Span(span.path, span.line + lines, start_column, span.end_line + lines, end_column)
 
     labels = tuple(replace(label, span=move(label.span)) for label in diagnostic.secondary)
     return replace(diagnostic, span=move(diagnostic.span), secondary=labels)
@@ -743,7 +797,9 @@ def end_token(source: str) -> Token:
 
 CLOSING = {**OPENERS, "STRUCT_LBRACE": "RBRACE"}  # each opening bracket's closing one
 # What an operand can start with (an expression also with `fn`: a lambda).
-OPERAND_STARTS = frozenset({"NAME", "INT", "FLOAT", "STRING", "TRUE", "FALSE", "LPAR", "LSQB", "MINUS", "NOT"})
+OPERAND_STARTS = frozenset(
+    {"NAME", "INT", "FLOAT", "STRING", "FSTRING", "TRUE", "FALSE", "LPAR", "LSQB", "MINUS", "NOT"}
+)
 TYPE_STARTS = frozenset({"NAME", "LPAR", "FN"})
 OPERATORS = frozenset({"PLUS", "MINUS", "STAR", "SLASH", "DSLASH", "PERCENT", "AT", "POW", "COMPARE", "AND", "OR"})
 # Tokens that would continue what was just written (`a` + `b`, `a`(...), `a`.b, `a` = ...,
@@ -765,12 +821,14 @@ SHOWN = {
     "ARROW": "`->`",
     "FATARROW": "`=>`",
     "DOTDOT": "`..`",
+    "ELLIPSIS": "`...`",
     "DOT": "`.`",
     "LPAR": "`(`",
     "LSQB": "`[`",
     "INT": "an integer",
     "FLOAT": "a number",
     "STRING": "a string",
+    "FSTRING": "an f-string",
 }
 
 
@@ -806,7 +864,7 @@ def describe_found(token: Token) -> str:
         return "`;`" if text == ";" else "the end of the line"
     if kind == "NAME":
         return f"name `{text}`"
-    if kind in {"INT", "FLOAT", "STRING"}:
+    if kind in {"INT", "FLOAT", "STRING", "FSTRING"}:
         return f"literal `{text}`"
     return f"`{text}`"
 
@@ -823,6 +881,8 @@ def syntax_diagnostic(table: ParseTable, tokens: list[Token], token: Token, star
     stack = table.stack_after(tokens[:position], start)
     expected = {kind for kind in table.terminals if table.accepts(stack, kind)}
     found = describe_found(token)
+    if token[0] == "$END" and start == "embedded_expr":
+        found = "the end of the field"
     previous = next((t[1] for t in reversed(tokens[:position]) if t[0] != "SEP" or t[1] == ";"), None)
     after = f" after `{previous}`" if previous else ""
     keywords = frozenset(table.scanner.keywords.values())
@@ -880,57 +940,48 @@ def recover(source: str, path: str = "<input>") -> Recovered:
     """`parse_recovering`, also naming the declarations that did not parse (see `Recovered`).
 
     A file that parses gives what `parse` gives. Otherwise the file is cut into
-    pieces, each starting at a line that starts a declaration (`fn`, `struct`,
-    `const` or `import` at column 1; the first piece also holds whatever comes
-    before the first such line). The rest of the file is parsed from the start of
-    a piece; at an error, the piece it lies in is the broken one: the pieces
-    before it are parsed (recovering likewise should they fail on their own,
-    in which case the blame goes to them and parsing resumes at the broken piece
-    itself), its diagnostic is kept, and parsing resumes at the next piece
-    starting after the error. Each piece is parsed at its own lines, so every span
-    is a span of `source`."""
+    pieces (see `pieces`), each starting at a line that starts a declaration, and
+    each piece is parsed on its own, at its own lines, so every span is a span of
+    `source`: a piece that does not parse gives its first syntax error and no
+    declarations. The language server parses a document the same way, piece by
+    piece (lang/incremental.py)."""
     try:
         return Recovered(parse(source, path), [], frozenset())
     except DiagnosticError:
         pass
-    lines = source.splitlines(keepends=True)
-    starts = [number for number, text in enumerate(lines) if DECLARATION_START.match(text)]
     decls: list[ast.Decl] = []
     diagnostics: list[Diagnostic] = []
     broken: set[str] = set()
-
-    def piece(first: int, stop: int) -> str:
-        return "".join(lines[first:stop])
-
-    def attempt(first: int, stop: int) -> tuple | Diagnostic:
-        try:
-            return _run(piece(first, stop), path, "start", first + 1)
-        except DiagnosticError as failure:
-            return failure.diagnostics[0]
-        except RecursionError:  # a pathologically deep input; never a Python exception
-            return error("E0102", "this declaration nests too deeply to parse", Span(path, first + 1, 1, first + 1, 2))
-
-    def region(first: int, stop: int) -> None:
-        while first < stop:
-            result = attempt(first, stop)
-            if not isinstance(result, Diagnostic):
-                decls.extend(result)
-                return
-            at = (result.span.line - 1, result.span.column)  # 0-based line, 1-based column
-            # The broken piece: the last one starting strictly before the error.
-            broken_start = max((s for s in starts if first < s < stop and (s, 1) < at), default=first)
-            if broken_start > first:
-                before = attempt(first, broken_start)
-                if isinstance(before, Diagnostic):  # the error is in the pieces before: blame them
-                    region(first, broken_start)
-                    first = broken_start
-                    continue
-                decls.extend(before)
-            diagnostics.append(result)
-            name = DECLARED_NAME.match(lines[broken_start]) if broken_start < len(lines) else None
+    for first, text in pieces(source):
+        found, problem = parse_piece(text, path, first)
+        decls.extend(found)
+        if problem is not None:
+            diagnostics.append(problem)
+            name = DECLARED_NAME.match(text)
             if name:
                 broken.add(name.group(1))
-            first = min((s for s in starts if broken_start < s < stop and (s, 1) >= at), default=stop)
-
-    region(0, len(lines))
     return Recovered(ast.Module(path, tuple(decls)), diagnostics, frozenset(broken))
+
+
+def pieces(source: str) -> list[tuple[int, str]]:
+    """`source` cut where declarations start, as (0-based first line, text): a piece runs from a line that
+    starts with `fn`, `struct`, `const` or `import` at column 1 to the next such line (the first piece also
+    holds whatever comes before). Lines end at `\\n`, as the lexer counts them."""
+    lines = source.split("\n")
+    starts = [0, *(number for number in range(1, len(lines)) if DECLARATION_START.match(lines[number]))]
+    stops = [*starts[1:], len(lines)]
+    return [
+        (first, "\n".join(lines[first:stop]) + ("\n" if stop < len(lines) else ""))
+        for first, stop in zip(starts, stops, strict=True)
+    ]
+
+
+def parse_piece(text: str, path: str, first: int) -> tuple[tuple[ast.Decl, ...], Diagnostic | None]:
+    """The declarations of one piece of the file `path` that starts at its 0-based line `first`, or none
+    and the piece's first syntax error. Never raises for a mistake in `text`."""
+    try:
+        return _run(text, path, "start", first + 1), None
+    except DiagnosticError as failure:
+        return (), failure.diagnostics[0]
+    except RecursionError:  # a pathologically deep input; never a Python exception
+        return (), error("E0102", "this declaration nests too deeply to parse", Span(path, first + 1, 1, first + 1, 2))

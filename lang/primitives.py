@@ -1,16 +1,25 @@
-"""The one table of DL's primitives: names, call signatures and properties.
+"""The one table of DL's primitives: a frozen record per built-in function, read by every pass.
 
-Every built-in function is a member of `Prim`. Its `Signature` (how arguments
-bind) lives in `SIGNATURES`; properties are sets over the enum. Each backend
-hangs its implementation off the same member (interp/primitives.py for the
-numpy interpreter), and tests assert that every member has one, so adding a
-primitive means adding one entry here and one per backend.
+`PRIMITIVES[prim]` is a `Primitive`: its `Signature` (how a call binds), the checker's shape rule
+(a function of lang/shapes.py), its properties (an effect, randomness, the parameters that take a
+tensor, the two operands that promote together as an operator's do) and its derivative: DL
+templates parsed by the real parser (`Templates`), a rule the transform computes in code because no
+template can say it (`Computed`, with why), or none (`NoDerivative`, with why). The sets the passes
+test membership in (`EFFECTS`, `NON_DIFFERENTIABLE`, ...) are computed from the records.
+
+Each backend registers an implementation per `Prim` (never by name) or refuses it with a reason, and
+one coverage test per backend checks that all of `Prim` is accounted for; docs/primitives.md, the
+primitive x backend matrix, is generated from this table and those registries (driver/support.py).
+Adding a primitive means adding one member, one record here, and one entry per backend.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
+
+from dl.lang import shapes
+from dl.lang.shapes import Rule
 
 
 class Prim(Enum):
@@ -24,6 +33,10 @@ class Prim(Enum):
     ABS = "abs"
     SIN = "sin"
     COS = "cos"
+    SOFTPLUS = "softplus"
+    LOG1P = "log1p"
+    EXPM1 = "expm1"
+    ERF = "erf"
     MAXIMUM = "maximum"
     MINIMUM = "minimum"
     WHERE = "where"
@@ -39,6 +52,7 @@ class Prim(Enum):
     LOG_SOFTMAX = "log_softmax"
     # structure
     MATMUL = "matmul"
+    EINSUM = "einsum"
     TRANSPOSE = "transpose"
     RESHAPE = "reshape"
     CONCAT = "concat"
@@ -46,6 +60,8 @@ class Prim(Enum):
     BROADCAST_TO = "broadcast_to"
     GATHER = "gather"
     ONE_HOT = "one_hot"
+    TRIL = "tril"
+    TRIU = "triu"
     # creation
     ZEROS = "zeros"
     ONES = "ones"
@@ -53,15 +69,19 @@ class Prim(Enum):
     ARANGE = "arange"
     RANDN = "randn"
     RAND = "rand"
+    CATEGORICAL = "categorical"
+    DROPOUT = "dropout"
     # inspection and conversion
     SHAPE = "shape"
     LEN = "len"
     FLOAT = "float"
     INT = "int"
+    STR = "str"
     # effects
     ASSERT = "assert"
     PRINT = "print"
-    # what derivative code is written with (lang/autodiff.py); ordinary built-ins users may call too
+    TIME = "time"
+    # what derivative code is written with (lang/autodiff/); ordinary built-ins users may call too
     ZEROS_LIKE = "zeros_like"
     UNBROADCAST = "unbroadcast"
     RESHAPE_LIKE = "reshape_like"
@@ -96,6 +116,10 @@ class Prim(Enum):
     CONV2D_WEIGHT_GRAD = "conv2d_weight_grad"
     MAX_POOL2D_GRAD = "max_pool2d_grad"
     MAX_POOL2D_GATHER = "max_pool2d_gather"
+    # data parallelism over MPI (docs/distributed.md)
+    RANK = "rank"
+    WORLD_SIZE = "world_size"
+    ALLREDUCE_MEAN = "allreduce_mean"
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,207 +142,779 @@ class Signature:
         return tuple(name for name, _ in self.keywords)
 
 
+@dataclass(frozen=True, slots=True)
+class Templates:
+    """A derivative written in DL: for each parameter with a gradient, its adjoint contribution as an
+    expression over `d` (the adjoint of the result), `r` (the result), the call's arguments by parameter
+    name, and the static values the transform binds: `k` (the `axis=` argument, unless a parameter is named
+    `k`), `x_dtype` (the dtype of `x`). A reduction's templates also use three forms the transform expands
+    for the call's static axis: `expand(v)` (a reduced value put back in `x`'s rank), `total(v)` (a sum over
+    the reduced elements, keeping their axes) and `count(x)` (how many elements each result reduces, as a
+    float)."""
+
+    adjoints: tuple[tuple[str, str], ...]
+    fitted: bool = False  # operands broadcast: each contribution is summed down to its operand's shape
+
+
+@dataclass(frozen=True, slots=True)
+class Computed:
+    """A derivative the transform (lang/autodiff/) writes in code, because no template can say it."""
+
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class NoDerivative:
+    """Not differentiable: why (the gradient through it is zero, or its inputs carry none)."""
+
+    reason: str
+
+
+Derivative = Templates | Computed | NoDerivative
+
+
+@dataclass(frozen=True, slots=True)
+class Primitive:
+    """Everything DL knows about one built-in, in one place."""
+
+    prim: Prim
+    group: str  # the section of docs/primitives.md it is listed in
+    summary: str
+    signature: Signature
+    rule: Rule  # the checker's type and shape rule (lang/shapes.py)
+    derivative: Derivative
+    tensors: frozenset[str] = frozenset()  # parameters that take a number or a tensor, checked when called
+    operands: tuple[str, str] | None = None  # promote together as an operator's operands: a literal adapts
+    functions: frozenset[str] = frozenset()  # parameters that take a function, which the rule applies
+    effect: bool = False  # run for what it does (output, files): a call is never dropped as unread
+    random: bool = False  # draws from a random stream
+    # not pure: its value changes from call to call with the same arguments (a clock), so a call is never
+    # dropped, moved, merged with another or computed before the program runs
+    volatile: bool = False
+    floats_only: bool = False  # elementwise math defined on floats only
+
+    @property
+    def name(self) -> str:
+        return self.prim.value
+
+    @property
+    def parameters(self) -> tuple[str, ...]:
+        """The parameter names in the order implementations take them (see `Signature`)."""
+        signature = self.signature
+        variadic = (signature.variadic[0],) if signature.variadic is not None else ()
+        return (
+            *signature.positional,
+            *(name for name, _ in signature.optional),
+            *variadic,
+            *(name for name, _ in signature.keywords),
+        )
+
+    def positions(self, names) -> tuple[int, ...]:
+        """The positions among `parameters` of the parameters in `names`."""
+        return tuple(position for position, name in enumerate(self.parameters) if name in names)
+
+
 F32 = "f32"  # the default dtype keyword value, resolved by each backend
 ONE = Signature(("x",))
 REDUCTION = Signature(("x",), keywords=(("axis", None), ("keepdims", False)))
 CREATION = Signature(variadic=("dims", 0, None), keywords=(("dtype", F32),))
 RANDOM = Signature(variadic=("dims", 0, None), keywords=(("seed", None), ("dtype", F32)))
+X = frozenset({"x"})
 
-SIGNATURES: dict[Prim, Signature] = {
-    **{
-        p: ONE
-        for p in (Prim.EXP, Prim.LOG, Prim.SQRT, Prim.TANH, Prim.SIGMOID, Prim.RELU, Prim.ABS, Prim.SIN, Prim.COS)
-    },
-    Prim.MAXIMUM: Signature(("a", "b")),
-    Prim.MINIMUM: Signature(("a", "b")),
-    Prim.WHERE: Signature(("condition", "a", "b")),
-    **{p: REDUCTION for p in (Prim.SUM, Prim.MEAN, Prim.MAX, Prim.MIN, Prim.LOGSUMEXP)},
-    Prim.ARGMAX: Signature(("x",), keywords=(("axis", None), ("keepdims", False))),
-    Prim.ARGMIN: Signature(("x",), keywords=(("axis", None), ("keepdims", False))),
-    Prim.SOFTMAX: Signature(("x",), keywords=(("axis", -1),)),
-    Prim.LOG_SOFTMAX: Signature(("x",), keywords=(("axis", -1),)),
-    Prim.MATMUL: Signature(("a", "b")),
-    Prim.TRANSPOSE: Signature(("x",), variadic=("axes", 0, None)),
-    Prim.RESHAPE: Signature(("x",), variadic=("dims", 1, None)),
-    Prim.CONCAT: Signature(("tensors",), keywords=(("axis", 0),)),
-    Prim.STACK: Signature(("tensors",), keywords=(("axis", 0),)),
-    Prim.BROADCAST_TO: Signature(("x",), variadic=("dims", 0, None)),
-    Prim.GATHER: Signature(("x", "indices"), keywords=(("axis", 0),)),
-    Prim.ONE_HOT: Signature(("labels", "classes")),
-    Prim.ZEROS: CREATION,
-    Prim.ONES: CREATION,
-    Prim.FULL: Signature(variadic=("dims", 0, None), keywords=(("value", None), ("dtype", F32))),
-    Prim.ARANGE: Signature(variadic=("bounds", 1, 2)),
-    Prim.RANDN: RANDOM,
-    Prim.RAND: RANDOM,
-    Prim.SHAPE: ONE,
-    Prim.LEN: ONE,
-    Prim.FLOAT: Signature(("x",), keywords=(("dtype", F32),)),
-    Prim.INT: Signature(("x",)),
-    Prim.ASSERT: Signature(("condition",), optional=(("message", "assertion failed"),)),
-    Prim.PRINT: Signature(variadic=("values", 0, None)),
-    Prim.ZEROS_LIKE: ONE,
-    Prim.UNBROADCAST: Signature(("x", "like")),
-    Prim.RESHAPE_LIKE: Signature(("x", "like")),
-    Prim.EXPAND_DIMS: Signature(("x", "axis")),
-    Prim.SCATTER_ADD: Signature(("x", "indices", "updates"), keywords=(("axis", 0),)),
-    Prim.SPLIT_LIKE: Signature(("x", "like"), keywords=(("axis", 0),)),
-    Prim.TREE_ADD: Signature(("a", "b")),
-    Prim.TAPE: Signature(optional=(("like", None),)),
-    Prim.PUSH: Signature(("tape", "value")),
-    Prim.POP: Signature(("tape",)),
-    Prim.TREE_MAP: Signature(("f",), variadic=("trees", 1, None)),
-    Prim.TREE_DOT: Signature(("a", "b")),
+# why the non-differentiable primitives have no derivative
+SELECTS = "a position is piecewise constant: its gradient is zero wherever it is defined"
+INPUT = "an input, made from sizes and options: no parameter changes it"
+EFFECT = "an effect, with no value to differentiate"
+DATA = "data, files, shuffles and text are inputs, not functions of parameters"
+INTEGER = "an integer result: it carries no gradient"
+
+
+def elementwise(prim: Prim, summary: str, adjoint: str, floats_only: bool = True) -> Primitive:
+    return Primitive(
+        prim,
+        "elementwise",
+        summary,
+        ONE,
+        shapes.elementwise(prim.value, floats_only),
+        Templates((("x", adjoint),)),
+        X,
+        floats_only=floats_only,
+    )
+
+
+def reduction(prim: Prim, summary: str, rule: Rule, derivative: Derivative) -> Primitive:
+    return Primitive(prim, "reduction", summary, REDUCTION, rule, derivative, X)
+
+
+def pairwise(prim: Prim, summary: str, larger: str) -> Primitive:
+    """`maximum` (`larger` is `>`) or `minimum` (`<`): ties share the gradient evenly."""
+    adjoint = "where({} {} {}, d, where(a == b, 0.5 * d, zeros_like(d)))"
+    return Primitive(
+        prim,
+        "elementwise",
+        summary,
+        Signature(("a", "b")),
+        shapes.pairwise(prim.value),
+        Templates((("a", adjoint.format("a", larger, "b")), ("b", adjoint.format("b", larger, "a"))), fitted=True),
+        frozenset({"a", "b"}),
+        operands=("a", "b"),
+    )
+
+
+def linear(
+    prim: Prim, group: str, summary: str, signature: Signature, rule: Rule, adjoints: dict[str, str], tensors=X
+) -> Primitive:
+    return Primitive(prim, group, summary, signature, rule, Templates(tuple(adjoints.items())), frozenset(tensors))
+
+
+def convolution(
+    prim: Prim, summary: str, signature: Signature, rule: Rule, adjoints: dict[str, str], tensors
+) -> Primitive:
+    """Convolution and pooling: each is linear in each tensor it computes with, so the rules are each other,
+    and `grad(grad(f))` goes through them. `like` gives only a shape; max pooling's choice of position is
+    constant almost everywhere, so `x` gets no gradient from the pooling helpers. A max pooling call without
+    `stride=` strides by its window `size` (the transform binds `stride` so)."""
+    return linear(prim, "convolution", summary, signature, rule, adjoints, tensors)
+
+
+def not_differentiable(
+    prim: Prim, group: str, summary: str, signature: Signature, rule: Rule, reason: str, **properties
+) -> Primitive:
+    return Primitive(prim, group, summary, signature, rule, NoDerivative(reason), **properties)
+
+
+POOLING = Signature(("x", "size"), keywords=(("stride", None), ("padding", 0)))  # stride: `size`
+STRIDED = (("stride", 1), ("padding", 0))
+SOFTMAX = Signature(("x",), keywords=(("axis", -1),))
+SHARED = "ties share the gradient evenly"
+TRIANGLE = Signature(("x",), optional=(("k", 0),))  # k: the diagonal, 0 the main one, above it positive
+PRIMITIVES_LIST = (
+    # elementwise math
+    elementwise(Prim.EXP, "e to the power of each element", "d * r"),
+    elementwise(Prim.LOG, "natural logarithm", "d / x"),
+    elementwise(Prim.SQRT, "square root", "d / (2.0 * r)"),
+    elementwise(Prim.TANH, "hyperbolic tangent", "d * (1.0 - r * r)"),
+    elementwise(Prim.SIGMOID, "logistic sigmoid `1 / (1 + exp(-x))`", "d * r * (1.0 - r)"),
+    elementwise(Prim.RELU, "`max(x, 0)`, in `x`'s dtype", "where(x > 0.0, d, zeros_like(d))", floats_only=False),
+    elementwise(
+        Prim.ABS,
+        "absolute value, in `x`'s dtype",
+        "where(x > 0.0, d, where(x < 0.0, -d, zeros_like(d)))",
+        floats_only=False,
+    ),
+    elementwise(Prim.SIN, "sine", "d * cos(x)"),
+    elementwise(Prim.COS, "cosine", "-(d * sin(x))"),
+    elementwise(Prim.SOFTPLUS, "`log(1 + exp(x))`, computed stably", "d * sigmoid(x)"),
+    elementwise(Prim.LOG1P, "`log(1 + x)`, accurate for small `x`", "d / (1.0 + x)"),
+    elementwise(Prim.EXPM1, "`exp(x) - 1`, accurate for small `x`", "d * (r + 1.0)"),
+    # 2 / sqrt(pi) * exp(-x^2); the literal adapts to x's dtype, so an f64 `x` keeps every digit
+    elementwise(Prim.ERF, "the error function", "d * (1.1283791670955126 * exp(-(x * x)))"),
+    pairwise(Prim.MAXIMUM, "the larger of two tensors, elementwise, broadcasting", ">"),
+    pairwise(Prim.MINIMUM, "the smaller of two tensors, elementwise, broadcasting", "<"),
+    Primitive(
+        Prim.WHERE,
+        "elementwise",
+        "`a` where the bool `condition` holds, else `b`; all three broadcast",
+        Signature(("condition", "a", "b")),
+        shapes.where_rule,
+        Templates(
+            (("a", "where(condition, d, zeros_like(d))"), ("b", "where(condition, zeros_like(d), d)")), fitted=True
+        ),
+        frozenset({"condition", "a", "b"}),
+        operands=("a", "b"),
+    ),
+    # reductions
+    reduction(
+        Prim.SUM,
+        "sum over all elements or along `axis` (one, or a tuple of axes)",
+        shapes.reduction("sum"),
+        Templates((("x", "zeros_like(x) + expand(d)"),)),
+    ),
+    reduction(
+        Prim.MEAN,
+        "mean; of integers, an `f32`",
+        shapes.reduction("mean", averages=True),
+        Templates((("x", "(zeros_like(x) + expand(d)) / count(x)"),)),
+    ),
+    reduction(
+        Prim.MAX,
+        f"largest element; {SHARED}",
+        shapes.reduction("max"),
+        Templates((("x", "where(x == expand(r), expand(d) / total(where(x == expand(r), 1.0, 0.0)), zeros_like(x))"),)),
+    ),
+    reduction(
+        Prim.MIN,
+        f"smallest element; {SHARED}",
+        shapes.reduction("min"),
+        Templates((("x", "where(x == expand(r), expand(d) / total(where(x == expand(r), 1.0, 0.0)), zeros_like(x))"),)),
+    ),
+    reduction(
+        Prim.ARGMAX,
+        "`i64` position of the largest element",
+        shapes.reduction("argmax", result_dtype="i64", several=False),
+        NoDerivative(SELECTS),
+    ),
+    reduction(
+        Prim.ARGMIN,
+        "`i64` position of the smallest element",
+        shapes.reduction("argmin", result_dtype="i64", several=False),
+        NoDerivative(SELECTS),
+    ),
+    reduction(
+        Prim.LOGSUMEXP,
+        "`log(sum(exp(x)))`, computed stably",
+        shapes.reduction("logsumexp", floats_only=True),
+        Templates((("x", "expand(d) * exp(x - expand(r))"),)),
+    ),
+    Primitive(
+        Prim.SOFTMAX,
+        "reduction",
+        "softmax along `axis` (the last by default)",
+        SOFTMAX,
+        shapes.softmax_rule("softmax"),
+        Templates((("x", "r * (d - sum(d * r, axis=axis, keepdims=true))"),)),
+        X,
+    ),
+    Primitive(
+        Prim.LOG_SOFTMAX,
+        "reduction",
+        "log-softmax along `axis` (the last by default)",
+        SOFTMAX,
+        shapes.softmax_rule("log_softmax"),
+        Templates((("x", "d - exp(r) * sum(d, axis=axis, keepdims=true)"),)),
+        X,
+    ),
+    # structure
+    Primitive(
+        Prim.MATMUL,
+        "structure",
+        "matrix product, as `a @ b` (numpy's `matmul`)",
+        Signature(("a", "b")),
+        shapes.matmul_rule,
+        Computed(
+            "the rule depends on the operands' ranks (vectors, matrices, batches), and an operand that is "
+            "`transpose(w)` gives `w` its adjoint as one product in `w`'s layout"
+        ),
+        frozenset({"a", "b"}),
+        operands=("a", "b"),
+    ),
+    Primitive(
+        Prim.EINSUM,
+        "structure",
+        'products summed over the axes a spec names, as numpy\'s `einsum` (`"ij,jk->ik"`)',
+        Signature(("spec",), variadic=("operands", 1, None)),
+        shapes.einsum_rule,
+        Computed("each operand's adjoint is an einsum whose spec is computed from the call's (lang/einsum.py)"),
+    ),
+    Primitive(
+        Prim.TRANSPOSE,
+        "structure",
+        "axes reversed, or permuted by `axes`",
+        Signature(("x",), variadic=("axes", 0, None)),
+        shapes.transpose_rule,
+        Computed("the adjoint is transposed by the inverse permutation, computed from the static `axes`"),
+        X,
+    ),
+    linear(
+        Prim.RESHAPE,
+        "structure",
+        "the same elements in a new shape (one `-1` inferred)",
+        Signature(("x",), variadic=("dims", 1, None)),
+        shapes.reshape_rule,
+        {"x": "reshape_like(d, x)"},
+    ),
+    linear(
+        Prim.CONCAT,
+        "structure",
+        "a tuple of tensors joined along an existing axis",
+        Signature(("tensors",), keywords=(("axis", 0),)),
+        shapes.concat_rule,
+        {"tensors": "split_like(d, tensors, axis=k)"},
+        tensors=(),
+    ),
+    Primitive(
+        Prim.STACK,
+        "structure",
+        "a tuple of tensors stacked along a new axis",
+        Signature(("tensors",), keywords=(("axis", 0),)),
+        shapes.stack_rule,
+        Computed("the adjoint is cut into one slice per item of the tuple, as many as its type has"),
+    ),
+    linear(
+        Prim.BROADCAST_TO,
+        "structure",
+        "`x` broadcast to a shape",
+        Signature(("x",), variadic=("dims", 0, None)),
+        shapes.broadcast_to_rule,
+        {"x": "unbroadcast(d, x)"},
+    ),
+    linear(
+        Prim.GATHER,
+        "structure",
+        "the slices at integer `indices` along `axis` (numpy's `take`)",
+        Signature(("x", "indices"), keywords=(("axis", 0),)),
+        shapes.gather_rule,
+        {"x": "scatter_add(zeros_like(x), indices, d, axis=k)"},
+        tensors=("x", "indices"),
+    ),
+    not_differentiable(
+        Prim.ONE_HOT,
+        "structure",
+        "an `f32` tensor with 1.0 at each label",
+        Signature(("labels", "classes")),
+        shapes.one_hot_rule,
+        INTEGER + ": the labels are integers",
+        tensors=frozenset({"labels"}),
+    ),
+    linear(
+        Prim.TRIL,
+        "structure",
+        "the lower triangle of the last two axes: zeros above diagonal `k`",
+        TRIANGLE,
+        shapes.triangle_rule("tril"),
+        {"x": "tril(d, k)"},
+    ),
+    linear(
+        Prim.TRIU,
+        "structure",
+        "the upper triangle of the last two axes: zeros below diagonal `k`",
+        TRIANGLE,
+        shapes.triangle_rule("triu"),
+        {"x": "triu(d, k)"},
+    ),
+    # creation
+    not_differentiable(Prim.ZEROS, "creation", "a tensor of zeros", CREATION, shapes.make_creation("zeros", 0), INPUT),
+    not_differentiable(Prim.ONES, "creation", "a tensor of ones", CREATION, shapes.make_creation("ones", 0), INPUT),
+    not_differentiable(
+        Prim.FULL,
+        "creation",
+        "a tensor filled with `value`",
+        Signature(variadic=("dims", 0, None), keywords=(("value", None), ("dtype", F32))),
+        shapes.make_creation("full", 1),
+        INPUT,
+    ),
+    not_differentiable(
+        Prim.ARANGE,
+        "creation",
+        "`i64` tensor `0, ..., n - 1` or `a, ..., b - 1`",
+        Signature(variadic=("bounds", 1, 2)),
+        shapes.arange_rule,
+        INPUT,
+    ),
+    not_differentiable(
+        Prim.RANDN,
+        "creation",
+        "standard normal samples",
+        RANDOM,
+        shapes.make_creation("randn", 1, floats_only=True),
+        INPUT,
+        random=True,
+    ),
+    not_differentiable(
+        Prim.RAND,
+        "creation",
+        "uniform samples in `[0, 1)`",
+        RANDOM,
+        shapes.make_creation("rand", 1, floats_only=True),
+        INPUT,
+        random=True,
+    ),
+    not_differentiable(
+        Prim.CATEGORICAL,
+        "creation",
+        "`i64` samples of the categorical distributions whose logits are along the last axis",
+        Signature(("logits",), keywords=(("seed", None),)),
+        shapes.categorical_rule,
+        INTEGER + ": a sample is a position",
+        tensors=frozenset({"logits"}),
+        random=True,
+    ),
+    # The mask is a function of the seed and the size alone, so the adjoint is the same dropout of `d`: the
+    # seed is required, since the run's stream would draw another mask for the backward sweep.
+    linear(
+        Prim.DROPOUT,
+        "creation",
+        "inverted dropout: each element zeroed with probability `p`, the others scaled by `1 / (1 - p)`",
+        Signature(("x", "p"), keywords=(("seed", None), ("training", True))),
+        shapes.dropout_rule,
+        {"x": "dropout(d, p, seed=seed, training=training)"},
+        tensors=("x", "p"),
+    ),
+    # inspection and conversion
+    not_differentiable(
+        Prim.SHAPE, "inspection", "the shape, a tuple of `i64`", ONE, shapes.shape_rule, INTEGER, tensors=X
+    ),
+    not_differentiable(
+        Prim.LEN, "inspection", "the leading dimension, or a tuple's length", ONE, shapes.len_rule, INTEGER
+    ),
+    linear(
+        Prim.FLOAT,
+        "inspection",
+        "converted to `f32` (or `dtype=`); parses a decimal string",
+        Signature(("x",), keywords=(("dtype", F32),)),
+        shapes.float_rule,
+        {"x": "float(d, dtype=x_dtype)"},
+        tensors=(),
+    ),
+    not_differentiable(
+        Prim.INT,
+        "inspection",
+        "converted to `i64`, truncating; parses a decimal string",
+        Signature(("x",)),
+        shapes.int_rule,
+        INTEGER,
+    ),
+    not_differentiable(
+        Prim.STR, "inspection", "the text `print` shows for `x`", ONE, shapes.str_rule, "text: it carries no gradient"
+    ),
+    # effects
+    not_differentiable(
+        Prim.ASSERT,
+        "effect",
+        "stops the program with `E0502` unless `condition` holds",
+        Signature(("condition",), optional=(("message", "assertion failed"),)),
+        shapes.assert_rule,
+        EFFECT,
+        effect=True,
+    ),
+    not_differentiable(
+        Prim.PRINT,
+        "effect",
+        "writes the values separated by spaces, then a newline",
+        Signature(variadic=("values", 0, None)),
+        shapes.print_rule,
+        EFFECT,
+        effect=True,
+    ),
+    not_differentiable(
+        Prim.TIME,
+        "effect",
+        "`f64` seconds on a monotonic clock, from an arbitrary start: differences time a stretch of the program",
+        Signature(),
+        shapes.time_rule,
+        "a reading of the clock, which no parameter changes",
+        volatile=True,
+    ),
+    # what derivative code is written with (lang/autodiff/); ordinary built-ins users may call too
+    not_differentiable(
+        Prim.ZEROS_LIKE,
+        "derivative",
+        "zeros of `x`'s type (a tree of them for a tree)",
+        ONE,
+        shapes.zeros_like_rule,
+        INPUT,
+    ),
+    linear(
+        Prim.UNBROADCAST,
+        "derivative",
+        "`x` summed down to `like`'s shape and cast to its dtype",
+        Signature(("x", "like")),
+        shapes.unbroadcast_rule,
+        {"x": "zeros_like(x) + d"},
+        tensors=("x", "like"),
+    ),
+    linear(
+        Prim.RESHAPE_LIKE,
+        "derivative",
+        "`x` reshaped to `like`'s shape",
+        Signature(("x", "like")),
+        shapes.reshape_like_rule,
+        {"x": "reshape_like(d, x)"},
+        tensors=("x", "like"),
+    ),
+    linear(
+        Prim.EXPAND_DIMS,
+        "derivative",
+        "`x` with a new axis of size 1 at `axis`",
+        Signature(("x", "axis")),
+        shapes.expand_dims_rule,
+        {"x": "reshape_like(d, x)"},
+    ),
+    linear(
+        Prim.SCATTER_ADD,
+        "derivative",
+        "`x` with `updates` added at `indices` along `axis` (the adjoint of `gather`)",
+        Signature(("x", "indices", "updates"), keywords=(("axis", 0),)),
+        shapes.scatter_add_rule,
+        {"x": "d", "updates": "unbroadcast(gather(d, indices, axis=k), updates)"},
+        tensors=("x", "indices", "updates"),
+    ),
+    linear(
+        Prim.SPLIT_LIKE,
+        "derivative",
+        "`x` cut along `axis` into a tuple shaped like `like` (the adjoint of `concat`)",
+        Signature(("x", "like"), keywords=(("axis", 0),)),
+        shapes.split_like_rule,
+        {"x": "concat(d, axis=k)"},
+    ),
+    Primitive(
+        Prim.TREE_ADD,
+        "derivative",
+        "two trees (structs, tuples, tensors) added leaf by leaf",
+        Signature(("a", "b")),
+        shapes.tree_add_rule,
+        Templates((("a", "d"), ("b", "d"))),
+        operands=("a", "b"),
+    ),
+    not_differentiable(
+        Prim.TAPE,
+        "derivative",
+        "an empty tape (a stack of values)",
+        Signature(optional=(("like", None),)),
+        shapes.tape_rule,
+        INPUT,
+    ),
+    linear(
+        Prim.PUSH,
+        "derivative",
+        "the tape with `value` pushed on it",
+        Signature(("tape", "value")),
+        shapes.push_rule,
+        {"tape": "pop(d)[1]", "value": "pop(d)[0]"},
+        tensors=(),
+    ),
+    linear(
+        Prim.POP,
+        "derivative",
+        "`(value, rest)`: the last value pushed, and the tape without it",
+        Signature(("tape",)),
+        shapes.pop_rule,
+        {"tape": "push(d[1], d[0])"},
+        tensors=(),
+    ),
+    # trees: structs and tuples of tensors (parameters, gradients, optimizer state)
+    Primitive(
+        Prim.TREE_MAP,
+        "tree",
+        "`f` applied leaf by leaf to one or more trees of one structure",
+        Signature(("f",), variadic=("trees", 1, None)),
+        shapes.tree_map_rule,
+        Computed("written out leaf by leaf before differentiation: the calls of its function are differentiated"),
+        functions=frozenset({"f"}),
+    ),
+    Primitive(
+        Prim.TREE_DOT,
+        "tree",
+        "the sum over the leaves of `sum(a * b)`",
+        Signature(("a", "b")),
+        shapes.tree_dot_rule,
+        Computed("written out as a sum of `sum(a * b)` over the leaves before differentiation"),
+    ),
     # data
-    Prim.DIGITS: Signature(),
-    Prim.PERMUTATION: Signature(("n",), keywords=(("seed", None),)),
-    Prim.BATCHES: Signature(("data", "size"), keywords=(("shuffle", False), ("seed", None))),
-    Prim.LOAD_CSV: Signature(("path",), keywords=(("skip_header", False),)),
-    Prim.LOAD_NPZ: Signature(("path", "name"), keywords=(("dtype", F32), ("rank", 2))),
-    Prim.TEXT_CORPUS: Signature(("length",)),
-    Prim.CHARS: Signature(("codes",)),
+    not_differentiable(Prim.DIGITS, "data", "the 8x8 digits dataset, shipped", Signature(), shapes.digits_rule, DATA),
+    not_differentiable(
+        Prim.PERMUTATION,
+        "data",
+        "a random permutation of `0..n`",
+        Signature(("n",), keywords=(("seed", None),)),
+        shapes.permutation_rule,
+        DATA,
+        random=True,
+    ),
+    not_differentiable(
+        Prim.BATCHES,
+        "data",
+        "a dataset cut into batches of `size`, optionally shuffled",
+        Signature(("data", "size"), keywords=(("shuffle", False), ("seed", None))),
+        shapes.batches_rule,
+        DATA,
+        random=True,
+    ),
+    not_differentiable(
+        Prim.LOAD_CSV,
+        "data",
+        "a CSV file of numbers as an `f32` matrix",
+        Signature(("path",), keywords=(("skip_header", False),)),
+        shapes.load_csv_rule,
+        DATA,
+    ),
+    not_differentiable(
+        Prim.LOAD_NPZ,
+        "data",
+        "one array of an `.npz` file (never unpickled)",
+        Signature(("path", "name"), keywords=(("dtype", F32), ("rank", 2))),
+        shapes.load_npz_rule,
+        DATA,
+    ),
+    not_differentiable(
+        Prim.TEXT_CORPUS,
+        "data",
+        "bytes of the shipped text corpus",
+        Signature(("length",)),
+        shapes.text_corpus_rule,
+        DATA,
+    ),
+    not_differentiable(
+        Prim.CHARS,
+        "data",
+        "the text of a tensor of byte codes",
+        Signature(("codes",)),
+        shapes.chars_rule,
+        DATA,
+        tensors=frozenset({"codes"}),
+    ),
     # metrics and progress
-    Prim.LOG_METRIC: Signature(("name", "value"), keywords=(("step", -1),)),
-    Prim.PROGRESS: Signature(("done", "total"), optional=(("label", "progress"),)),
+    not_differentiable(
+        Prim.LOG_METRIC,
+        "effect",
+        "a value appended to the metrics file",
+        Signature(("name", "value"), keywords=(("step", -1),)),
+        shapes.log_metric_rule,
+        EFFECT,
+        effect=True,
+    ),
+    not_differentiable(
+        Prim.PROGRESS,
+        "effect",
+        "a progress bar advanced to `done` of `total`",
+        Signature(("done", "total"), optional=(("label", "progress"),)),
+        shapes.progress_rule,
+        EFFECT,
+        effect=True,
+    ),
     # checkpoints
-    Prim.SAVE: Signature(("path", "value")),
-    Prim.LOAD: Signature(("path", "like")),
+    not_differentiable(
+        Prim.SAVE,
+        "checkpoint",
+        "a tensor or tree written to a safetensors file, atomically",
+        Signature(("path", "value")),
+        shapes.save_rule,
+        EFFECT,
+        effect=True,
+    ),
+    not_differentiable(
+        Prim.LOAD,
+        "checkpoint",
+        "a tensor or tree of `like`'s type read from a safetensors file",
+        Signature(("path", "like")),
+        shapes.load_rule,
+        "stored values, which no parameter changes",
+    ),
     # convolution
-    Prim.CONV2D: Signature(("x", "w"), keywords=(("stride", 1), ("padding", 0))),
-    Prim.MAX_POOL2D: Signature(("x", "size"), keywords=(("stride", None), ("padding", 0))),  # stride: `size`
-    Prim.CONV2D_INPUT_GRAD: Signature(("dy", "w", "like"), keywords=(("stride", 1), ("padding", 0))),
-    Prim.CONV2D_WEIGHT_GRAD: Signature(("dy", "x", "like"), keywords=(("stride", 1), ("padding", 0))),
-    Prim.MAX_POOL2D_GRAD: Signature(("dy", "x", "size"), keywords=(("stride", None), ("padding", 0))),
-    Prim.MAX_POOL2D_GATHER: Signature(("v", "x", "size"), keywords=(("stride", None), ("padding", 0))),
-}
+    convolution(
+        Prim.CONV2D,
+        "2-d convolution (cross-correlation) of NCHW images with OIHW weights",
+        Signature(("x", "w"), keywords=STRIDED),
+        shapes.conv2d_rule,
+        {
+            "x": "conv2d_input_grad(d, w, x, stride=stride, padding=padding)",
+            "w": "conv2d_weight_grad(d, x, w, stride=stride, padding=padding)",
+        },
+        ("x", "w"),
+    ),
+    convolution(
+        Prim.MAX_POOL2D,
+        "2-d max pooling of NCHW images (stride: `size` by default)",
+        POOLING,
+        shapes.max_pool2d_rule,
+        {"x": "max_pool2d_grad(d, x, size, stride=stride, padding=padding)"},
+        ("x",),
+    ),
+    convolution(
+        Prim.CONV2D_INPUT_GRAD,
+        "the adjoint of `conv2d` for its input, shaped like `like`",
+        Signature(("dy", "w", "like"), keywords=STRIDED),
+        shapes.conv2d_input_grad_rule,
+        {
+            "dy": "conv2d(d, w, stride=stride, padding=padding)",
+            "w": "conv2d_weight_grad(dy, d, w, stride=stride, padding=padding)",
+        },
+        ("dy", "w", "like"),
+    ),
+    convolution(
+        Prim.CONV2D_WEIGHT_GRAD,
+        "the adjoint of `conv2d` for its weights, shaped like `like`",
+        Signature(("dy", "x", "like"), keywords=STRIDED),
+        shapes.conv2d_weight_grad_rule,
+        {
+            "dy": "conv2d(x, d, stride=stride, padding=padding)",
+            "x": "conv2d_input_grad(dy, d, x, stride=stride, padding=padding)",
+        },
+        ("dy", "x", "like"),
+    ),
+    convolution(
+        Prim.MAX_POOL2D_GRAD,
+        "the adjoint of `max_pool2d`: `dy` scattered to the chosen positions",
+        Signature(("dy", "x", "size"), keywords=(("stride", None), ("padding", 0))),
+        shapes.max_pool2d_grad_rule,
+        {"dy": "max_pool2d_gather(d, x, size, stride=stride, padding=padding)"},
+        ("dy", "x"),
+    ),
+    convolution(
+        Prim.MAX_POOL2D_GATHER,
+        "`v` read at the positions `max_pool2d` chooses (the adjoint of `max_pool2d_grad`)",
+        Signature(("v", "x", "size"), keywords=(("stride", None), ("padding", 0))),
+        shapes.max_pool2d_gather_rule,
+        {"v": "max_pool2d_grad(d, x, size, stride=stride, padding=padding)"},
+        ("v", "x"),
+    ),
+    # data parallelism
+    not_differentiable(
+        Prim.RANK,
+        "distributed",
+        "this process's rank in a data-parallel run (0 alone)",
+        Signature(),
+        shapes.world_rule,
+        INTEGER,
+    ),
+    not_differentiable(
+        Prim.WORLD_SIZE,
+        "distributed",
+        "the number of processes of the run (1 alone)",
+        Signature(),
+        shapes.world_rule,
+        INTEGER,
+    ),
+    # Every rank's result is the mean of every rank's `tree`, so the gradient of the sum of all ranks' losses
+    # reaches each rank's `tree` as the mean of every rank's `d`: in a world of 1 that is `d` itself. A collective:
+    # every rank must make the call, so it is never dropped as unread.
+    Primitive(
+        Prim.ALLREDUCE_MEAN,
+        "distributed",
+        "a float tensor or tree averaged leaf by leaf over every rank",
+        Signature(("tree",)),
+        shapes.allreduce_mean_rule,
+        Templates((("tree", "allreduce_mean(d)"),)),
+        effect=True,
+    ),
+)
 
+PRIMITIVES: dict[Prim, Primitive] = {record.prim: record for record in PRIMITIVES_LIST}
 BY_NAME: dict[str, Prim] = {p.value: p for p in Prim}
 
-ELEMENTWISE_UNARY = frozenset(
-    {Prim.EXP, Prim.LOG, Prim.SQRT, Prim.TANH, Prim.SIGMOID, Prim.RELU, Prim.ABS, Prim.SIN, Prim.COS}
-)
-REDUCTIONS = frozenset({Prim.SUM, Prim.MEAN, Prim.MAX, Prim.MIN, Prim.ARGMAX, Prim.ARGMIN, Prim.LOGSUMEXP})
-RANDOMNESS = frozenset({Prim.RANDN, Prim.RAND, Prim.PERMUTATION, Prim.BATCHES})
-EFFECTS = frozenset({Prim.ASSERT, Prim.PRINT, Prim.SAVE, Prim.LOG_METRIC, Prim.PROGRESS})
-NON_DIFFERENTIABLE = frozenset(
-    {
-        Prim.ARGMAX,
-        Prim.ARGMIN,
-        Prim.ONE_HOT,
-        Prim.ZEROS,
-        Prim.ONES,
-        Prim.FULL,
-        Prim.ARANGE,
-        Prim.RANDN,
-        Prim.RAND,
-        Prim.SHAPE,
-        Prim.LEN,
-        Prim.INT,
-        Prim.ASSERT,
-        Prim.PRINT,
-        Prim.ZEROS_LIKE,
-        Prim.TAPE,
-        # reporting: effects with no value
-        Prim.LOG_METRIC,
-        Prim.PROGRESS,
-        # checkpoints: file I/O; `load` gives stored values, which no parameter changes
-        Prim.SAVE,
-        Prim.LOAD,
-        # data: datasets, files, shuffles and text are inputs, not functions of parameters
-        Prim.DIGITS,
-        Prim.PERMUTATION,
-        Prim.BATCHES,
-        Prim.LOAD_CSV,
-        Prim.LOAD_NPZ,
-        Prim.TEXT_CORPUS,
-        Prim.CHARS,
-    }
-)
+ELEMENTWISE_UNARY = frozenset(p for p, r in PRIMITIVES.items() if r.group == "elementwise" and r.parameters == ("x",))
+FLOAT_MATH = frozenset(p for p in ELEMENTWISE_UNARY if PRIMITIVES[p].floats_only)
+REDUCTIONS = frozenset(p for p, r in PRIMITIVES.items() if r.signature is REDUCTION)
+RANDOMNESS = frozenset(p for p, r in PRIMITIVES.items() if r.random)
+EFFECTS = frozenset(p for p, r in PRIMITIVES.items() if r.effect)
+VOLATILE = frozenset(p for p, r in PRIMITIVES.items() if r.volatile)
+NON_DIFFERENTIABLE = frozenset(p for p, r in PRIMITIVES.items() if isinstance(r.derivative, NoDerivative))
+DIFFERENTIABLE = frozenset(Prim) - NON_DIFFERENTIABLE
 
 
-# Program transformations, not primitives: the checker types them and lang/autodiff.py replaces every
+@dataclass(frozen=True)
+class Support:
+    """What one backend does with the primitives: those it implements, and those it refuses, each with why (a
+    program using one runs elsewhere, or is reported). Each backend module declares one as `SUPPORT`."""
+
+    backend: str
+    implemented: frozenset[Prim]
+    refused: dict[Prim, str]
+
+    def problems(self) -> list[str]:
+        """What keeps this from covering `Prim` exactly once: a primitive neither implemented nor refused, or
+        both, or refused without a reason."""
+        found = [
+            f"{p.value}: neither implemented nor refused" for p in Prim if p not in self.implemented | set(self.refused)
+        ]
+        found += [f"{p.value}: both implemented and refused" for p in self.implemented & set(self.refused)]
+        found += [f"{p.value}: refused without a reason" for p, reason in self.refused.items() if not reason]
+        return found
+
+
+# Program transformations, not primitives: the checker types them and lang/autodiff/ replaces every
 # call of them by generated DL functions before a backend sees the program.
 TRANSFORMS: dict[str, Signature] = {
     "grad": Signature(("f",), keywords=(("wrt", 0),)),
     "value_and_grad": Signature(("f",), keywords=(("wrt", 0),)),
 }
-
-
-@dataclass(frozen=True, slots=True)
-class Binding:
-    """Where each parameter's value comes from: an index into the call's
-    positional arguments, a keyword name, or the default."""
-
-    fixed: tuple[int | str | None, ...]  # per positional/optional parameter
-    variadic: tuple[int, ...]
-    keywords: tuple[str | None, ...]  # per keyword-only parameter: the keyword used, or None for default
-
-
-class BindingError(Exception):
-    def __init__(self, message: str, keyword: str | None = None, suggestion: str | None = None):
-        super().__init__(message)
-        self.keyword = keyword
-        self.suggestion = suggestion
-
-
-def bind(signature: Signature, positional_count: int, keyword_names: list[str]) -> Binding:
-    """Bind a call's arguments to `signature`, or raise `BindingError` saying why not."""
-    fixed_names = [*signature.positional, *(name for name, _ in signature.optional)]
-    used_keywords: set[str] = set()
-    for name in keyword_names:
-        if name in used_keywords:
-            raise BindingError(f"keyword argument `{name}` is given twice", name)
-        used_keywords.add(name)
-        if name not in fixed_names and name not in signature.keyword_names:
-            raise BindingError(
-                f"unexpected keyword argument `{name}`", name, closest(name, [*fixed_names, *signature.keyword_names])
-            )
-    fixed: list[int | str | None] = []
-    position = 0
-    for index, name in enumerate(fixed_names):
-        if name in used_keywords:
-            fixed.append(name)
-        elif position < positional_count and (signature.variadic is None or index < len(signature.positional)):
-            fixed.append(position)
-            position += 1
-        elif index < len(signature.positional):
-            raise BindingError(f"missing argument `{name}`")
-        else:
-            fixed.append(None)
-    variadic: tuple[int, ...] = ()
-    if signature.variadic is not None:
-        _, fewest, most = signature.variadic
-        variadic = tuple(range(position, positional_count))
-        if len(variadic) < fewest or (most is not None and len(variadic) > most):
-            expected = (
-                f"{fewest}" if fewest == most else f"at least {fewest}" if most is None else f"{fewest} to {most}"
-            )
-            raise BindingError(f"expected {expected} `{signature.variadic[0]}` arguments, found {len(variadic)}")
-        position = positional_count
-    if position < positional_count:
-        most = len(fixed_names)
-        raise BindingError(
-            f"expected at most {most} positional argument{'s' if most != 1 else ''}, found {positional_count}"
-        )
-    keywords = tuple(name if name in used_keywords else None for name in signature.keyword_names)
-    return Binding(tuple(fixed), variadic, keywords)
-
-
-def closest(name: str, candidates) -> str | None:
-    """The candidate most like `name`, if any is close enough to suggest: a near spelling, the same
-    letters swapped (`rl` for `lr`), or the name other frameworks use for it (`dim` for `axis`)."""
-    import difflib
-
-    candidates = list(candidates)
-    alias = ALIASES.get(name)
-    if alias in candidates:
-        return alias
-    swapped = [c for c in candidates if len(c) == len(name) and sorted(c) == sorted(name) and c != name]
-    if swapped:
-        return swapped[0]
-    matches = difflib.get_close_matches(name, candidates, n=1, cutoff=0.6)
-    return matches[0] if matches else None
-
-
-# What PyTorch and numpy users type, and DL's name for it.
-ALIASES = {"dim": "axis", "keepdim": "keepdims", "axes": "axis", "generator": "seed", "random_state": "seed"}

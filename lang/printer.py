@@ -155,6 +155,8 @@ def print_expr(expr: ast.Expr) -> str:
             return "true" if value else "false"
         case ast.StringLiteral(value=value):
             return '"' + "".join(ESCAPES.get(c, c) for c in value) + '"'
+        case ast.FString(parts=parts):
+            return 'f"' + "".join(print_fstring_part(part) for part in parts) + '"'
         case ast.Binary():
             return print_binary(expr)
         case ast.Unary(op=op, operand=operand):
@@ -183,6 +185,14 @@ def print_expr(expr: ast.Expr) -> str:
     raise TypeError(f"not an expression: {expr!r}")
 
 
+def print_fstring_part(part: str | ast.FormatField) -> str:
+    """Literal text with its escapes and its braces doubled, or a field `{value:spec}`."""
+    if isinstance(part, str):
+        return "".join(ESCAPES.get(c, c) for c in part).replace("{", "{{").replace("}", "}}")
+    spec = f":{part.spec}" if part.spec else ""
+    return f"{{{print_expr(part.value)}{spec}}}"
+
+
 def print_binary(expr: ast.Binary) -> str:
     left_power = INFIX_POWER[expr.op][0]
     right_assoc = expr.op == "**"
@@ -204,7 +214,9 @@ def wrap(expr: ast.Expr, power: int, strict: bool = False) -> str:
     return text
 
 
-def print_subscript(item: ast.Expr | ast.Slice) -> str:
+def print_subscript(item: ast.Expr | ast.Slice | ast.Ellipsis) -> str:
+    if isinstance(item, ast.Ellipsis):
+        return "..."
     if not isinstance(item, ast.Slice):
         return print_expr(item)
     start = print_expr(item.start) if item.start else ""

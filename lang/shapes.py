@@ -1,9 +1,9 @@
 """Shape algebra and the checker's rule for every primitive.
 
 `broadcast`, `promote`, `matmul_shape` work on symbolic dimensions (lang/types.py).
-`RULES` maps each `Prim` to a function computing the result type of a call from
-the argument types (and the argument expressions, for static values such as
-`axis=1` or `reshape(x, 2, 3)`). A rule raises `ShapeError` with a message in
+Each primitive's record (lang/primitives.py) holds its rule from here: a function computing
+the result type of a call from the argument types (and the argument expressions, for static
+values such as `axis=1` or `reshape(x, 2, 3)`). A rule raises `ShapeError` with a message in
 the user's terms; the checker turns it into a diagnostic at the call.
 """
 
@@ -13,8 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from math import prod
 
+from dl.lang import einsum
 from dl.lang.diagnostics import Span
-from dl.lang.primitives import Prim
 from dl.lang.types import (
     ANY,
     BOOL,
@@ -63,6 +63,7 @@ class Argument:
     span: Span | None = field(default=None, compare=False)
     # for a function argument: the type of its result for these argument types (None: it cannot take them)
     apply: Callable[[list[Type]], Type | None] | None = field(default=None, compare=False)
+    text: str | None = None  # a string literal's text (an einsum spec)
 
 
 # ---------------------------------------------------------------------- dimensions
@@ -159,6 +160,10 @@ def broadcast_notes(a: TensorType, b: TensorType) -> tuple[str, ...]:
 
 
 def arithmetic(a: Type, b: Type, symbol: str) -> Type:
+    if isinstance(a, StrType) or isinstance(b, StrType):
+        return joined_text(a, b, symbol)
+    if is_tree(a) or is_tree(b):
+        return tree_arithmetic(a, b, symbol)
     left, right = tensor(a, f"`{symbol}`"), tensor(b, f"`{symbol}`")
     if left is None or right is None:
         return ANY
@@ -180,9 +185,152 @@ def arithmetic(a: Type, b: Type, symbol: str) -> Type:
     return TensorType(promote_dtypes(left, right), dims, left.weak and right.weak)
 
 
+# ---------------------------------------------------------------------- arithmetic on trees
+# `m - lr * g` for a parameter struct `m` and its gradient `g`: the operator leaf by leaf, as JAX's
+# `tree_map(lambda p, q: p - lr * q, m, g)`. Two trees meet when they have one structure (the same struct,
+# tuples of one length); a number (a scalar) meets every leaf of a tree.
+
+TREE_OPERATORS = frozenset({"+", "-", "*", "/", "**"})
+TREE_MAP_HELP = "help: apply a function leaf by leaf with `tree_map(fn(p, q) => p - 0.1 * q, m, g)`"
+
+
+def is_tree(t: Type) -> bool:
+    return isinstance(t, (StructType, TupleType))
+
+
+def tree_arithmetic(a: Type, b: Type, symbol: str) -> Type:
+    """The type of `a symbol b` where one side is a struct or tuple of tensors: a tree of the same structure."""
+    shown = f"{a} {symbol} {b}"
+    if symbol not in TREE_OPERATORS:
+        raise ShapeError(
+            "E0311",
+            f"`{symbol}` needs a tensor or number, found {shown}",
+            shown,
+            notes=("`+ - * / **` apply to structs and tuples leaf by leaf, not this operator", TREE_MAP_HELP),
+        )
+    return tree_leaves(a, b, symbol, shown, "")
+
+
+def tree_leaves(a: Type, b: Type, symbol: str, shown: str, where: str) -> Type:
+    """`a symbol b` leaf by leaf (`where`: the path to this place, for messages)."""
+    if isinstance(a, AnyType) or isinstance(b, AnyType):
+        return ANY
+    if not is_tree(a) and not is_tree(b):
+        return strong(arithmetic(a, b, symbol))
+    tree, other = (a, b) if is_tree(a) else (b, a)
+    ordered = (lambda x, y: (x, y)) if tree is a else (lambda x, y: (y, x))
+    if not is_tree(other) and not (isinstance(other, TensorType) and other.rank == 0):
+        raise ShapeError(
+            "E0311",
+            f"`{symbol}` of a struct or tuple needs one of the same structure or a number, found {shown}",
+            shown,
+            notes=(f"a struct or tuple meets a scalar leaf by leaf, not {other}", TREE_MAP_HELP),
+        )
+    if is_tree(other) and (type(other) is not type(tree) or (isinstance(tree, StructType) and other != tree)):
+        raise ShapeError("E0311", f"`{symbol}` of two trees needs them of one structure, found {shown}", shown)
+    if isinstance(tree, TupleType):
+        if isinstance(other, TupleType) and len(other.items) != len(tree.items):
+            raise ShapeError("E0311", f"`{symbol}` of two tuples needs them of one length, found {shown}", shown)
+        items = []
+        for i, item in enumerate(tree.items):
+            paired = other.items[i] if isinstance(other, TupleType) else other
+            items.append(tree_leaves(*ordered(item, paired), symbol, shown, f"{where}[{i}]"))
+        return TupleType(tuple(items))
+    for field_name, field_type in tree.fields:
+        place = f"{where}.{field_name}" if where else field_name
+        paired = other.field_type(field_name) if is_tree(other) else other
+        found = tree_leaves(*ordered(field_type, paired), symbol, shown, place)
+        if not item_fits(field_type, found):
+            raise ShapeError(
+                "E0301",
+                f"`{symbol}` would make field `{place}` of {tree} {found}, but the field is {field_type}",
+                shown,
+                notes=(f"help: a struct keeps its type, so the result for `{place}` must be {field_type}",),
+            )
+    return tree
+
+
+def joined_text(a: Type, b: Type, symbol: str) -> Type:
+    """`"epoch " + name`: `+` joins two strings; nothing else applies to one."""
+    if symbol == "+" and all(isinstance(t, (StrType, AnyType)) for t in (a, b)):
+        return STR
+    if symbol == "+":
+        raise ShapeError(
+            "E0311",
+            f"`+` joins two strings, found {a} + {b}",
+            f"{a} + {b}",
+            notes=('help: make the other a string with `str(x)`, or write an f-string: `f"epoch {epoch}"`',),
+        )
+    raise ShapeError(
+        "E0311",
+        f"`{symbol}` needs numbers, found {a} {symbol} {b}",
+        f"{a} {symbol} {b}",
+        notes=("strings join with `+` and compare with `==` and `!=`",),
+    )
+
+
+# ---------------------------------------------------------------------- formatting
+# An f-string field shows any value `print` shows, as `str(x)` does; a format spec (Python's) applies to a
+# number, a bool (shown as `true` or `false`, so as text), a string, or each element of a tensor.
+
+FORMAT_SAMPLES = {"f32": 0.0, "f64": 0.0, "i32": 0, "i64": 0, "bool": "true"}
+FORMAT_HELP = {
+    "f32": "for a float: `.4f`, `.3e`, `.1%`, `>10.4f`, `,.2f`",
+    "i64": "for an integer: `d`, `,`, `x`, `b`, `05d`, `>6`, `.2f`",
+    "bool": "for text, and a bool shown as `true` or `false`: `>8`, `<8`, `^8`, `.3`",
+}
+
+
+def check_format(t: Type, spec: str) -> None:
+    """Raise `ShapeError` (E0324) unless a value of type `t` can be shown with the format spec `spec`: with
+    none, anything `print` shows; with one, a number, a string or a tensor that Python's spec fits."""
+    if isinstance(t, AnyType) or not spec:
+        return
+    if isinstance(t, (TensorType, StrType)):
+        check_spec(t, spec)
+        return
+    raise ShapeError(
+        "E0324",
+        f"a format spec applies to a number, a string or a tensor, found {t}",
+        str(t),
+        notes=("help: format its parts, each in a field of its own, or drop the spec",),
+    )
+
+
+def check_spec(t: TensorType | StrType, spec: str) -> None:
+    dtype = "bool" if isinstance(t, StrType) else t.dtype
+    sample = "" if isinstance(t, StrType) else FORMAT_SAMPLES[t.dtype]
+    try:
+        format(sample, spec)
+    except ValueError as problem:
+        shown = "str" if isinstance(t, StrType) else dtype
+        whose = f" (each element of {t})" if isinstance(t, TensorType) and t.dims else ""
+        kind = "f32" if dtype in FLOATS else "i64" if dtype in INTEGERS else "bool"
+        raise ShapeError(
+            "E0324",
+            f"format spec `{spec}` does not apply to {shown}{whose}",
+            f"{shown}{whose}",
+            notes=(f"Python's format says: {problem}", f"help: {FORMAT_HELP[kind]}"),
+        ) from None
+
+
+def not_on_trees(a: Type, b: Type, symbol: str) -> None:
+    """An operator that does not apply leaf by leaf (a comparison, `@`, `and`) met a struct or tuple."""
+    if is_tree(a) or is_tree(b):
+        shown = f"{a} {symbol} {b}"
+        raise ShapeError(
+            "E0311",
+            f"`{symbol}` needs tensors or numbers, found {shown}",
+            shown,
+            notes=("`+ - * / **` apply to structs and tuples leaf by leaf; other operators do not", TREE_MAP_HELP),
+        )
+
+
 def comparison(a: Type, b: Type, symbol: str) -> Type:
-    if isinstance(a, StrType) and isinstance(b, StrType) and symbol in ("==", "!="):
-        return BOOL  # text is compared whole: `mode == "--resume"`
+    not_on_trees(a, b, symbol)
+    texts = [t for t in (a, b) if isinstance(t, StrType)]
+    if texts and all(isinstance(t, (StrType, AnyType)) for t in (a, b)) and symbol in ("==", "!="):
+        return BOOL  # text is compared whole: `mode == "--resume"` (an unknown side may be text too)
     left, right = tensor(a, f"`{symbol}`"), tensor(b, f"`{symbol}`")
     if left is None or right is None:
         return ANY
@@ -203,6 +351,7 @@ def logical(a: Type, b: Type, symbol: str) -> Type:
 
 
 def matmul_type(a: Type, b: Type) -> Type:
+    not_on_trees(a, b, "@")
     left, right = tensor(a, "`@`"), tensor(b, "`@`")
     if left is None or right is None:
         return ANY
@@ -314,8 +463,39 @@ def static_axis(argument: Argument, rank: int, name: str) -> int | None:
     return axis % rank if rank else 0
 
 
-def reduction(name: str, result_dtype: str | None = None, averages: bool = False, floats_only: bool = False) -> Rule:
-    """`averages`: the result of an integer tensor is f32 (a mean is a fraction)."""
+def static_axes(argument: Argument, rank: int, name: str, several: bool) -> tuple[int, ...] | None:
+    """The axes an `axis=` argument names, normalized and in order: one (`axis=1`) or, where the reduction
+    takes `several`, a tuple of them (`axis=(1, 2)`); None for "all axes"."""
+    items = argument.type.items if isinstance(argument.type, TupleType) else None
+    if items is None:
+        axis = static_axis(argument, rank, name)
+        return None if axis is None else (axis,)
+    if not several:
+        raise ShapeError(
+            "E0306",
+            f"`{name}` takes one axis, found the tuple {argument.type}",
+            notes=("help: a position is along one axis; `reshape` the axes into one first",),
+            at=argument.span,
+        )
+    if not items:
+        raise ShapeError(
+            "E0306", f"`{name}` takes `axis=` as an integer or a non-empty tuple of them", at=argument.span
+        )
+    axes = []
+    for item in items:
+        value = item.value if isinstance(item, TensorType) else None
+        axes.append(static_axis(Argument(item, value, True, argument.span), rank, name))
+    repeated = sorted({axis for axis in axes if axes.count(axis) > 1})
+    if repeated:
+        raise ShapeError("E0306", f"`{name}`: axis {repeated[0]} is named twice in `axis=`", at=argument.span)
+    return tuple(sorted(axes))
+
+
+def reduction(
+    name: str, result_dtype: str | None = None, averages: bool = False, floats_only: bool = False, several=True
+) -> Rule:
+    """`averages`: the result of an integer tensor is f32 (a mean is a fraction); `several`: `axis=` may name a
+    tuple of axes."""
 
     def rule(args: list[Argument]) -> Type:
         x = tensor(args[0].type, f"`{name}`")
@@ -323,21 +503,18 @@ def reduction(name: str, result_dtype: str | None = None, averages: bool = False
             return ANY
         if floats_only:
             needs_float(strong_float(x), name)
-        axis = static_axis(args[1], x.rank, name)
+        axes = static_axes(args[1], x.rank, name, several)
         keepdims = bool(args[2].value)
         dtype = result_dtype or strong_float(x).dtype
         if averages and dtype not in FLOATS:
             dtype = "f32"
         elif name == "sum" and dtype == "bool":  # counting: numpy's sum of bools is an integer
             dtype = "i64"
-        if axis is None or x.rank == 0:
+        if axes is None or x.rank == 0:
             return TensorType(dtype, (1,) * x.rank if keepdims else ())
-        dims = list(x.dims)
         if keepdims:
-            dims[axis] = 1
-        else:
-            del dims[axis]
-        return TensorType(dtype, tuple(dims))
+            return TensorType(dtype, tuple(1 if i in axes else d for i, d in enumerate(x.dims)))
+        return TensorType(dtype, tuple(d for i, d in enumerate(x.dims) if i not in axes))
 
     return rule
 
@@ -522,6 +699,89 @@ def one_hot_rule(args: list[Argument]) -> Type:
     return TensorType("f32", (*labels.dims, classes))
 
 
+def triangle_rule(name: str) -> Rule:
+    """`tril(x, k=0)`, `triu(x, k=0)`: `x` of rank 2 or more (batches of matrices) keeps its type; `k`, the
+    diagonal, is an integer, known statically or not (it decides values, not the shape)."""
+
+    def rule(args: list[Argument]) -> Type:
+        x = tensor(args[0].type, f"`{name}`")
+        if args[1].given and not is_scalar_of(args[1].type, INTEGERS):
+            message = f"`{name}` takes the diagonal `k` as an integer, found {args[1].type}"
+            raise ShapeError("E0301", message, at=args[1].span)
+        if x is None:
+            return ANY
+        if x.rank < 2:
+            raise ShapeError(
+                "E0309",
+                f"`{name}` needs a tensor of rank 2 or more (matrices in its last two axes), found {x}",
+                str(x),
+                at=args[0].span,
+            )
+        return strong(x)
+
+    return rule
+
+
+def einsum_rule(args: list[Argument]) -> Type:
+    """`einsum(spec, operands...)`: the spec, a string literal, names each operand's axes (one letter each, as
+    many as its rank); a letter has one size wherever it appears; the operands are numbers of one dtype. The
+    result has the sizes of the letters after `->`, in order."""
+    spec_argument, operands = args[0], args[1:]
+    if spec_argument.text is None:
+        raise ShapeError(
+            "E0301",
+            f"`einsum` takes its spec as a string literal, found {spec_argument.type}",
+            notes=('help: write the spec in the call, as in `einsum("ij,jk->ik", a, b)`',),
+            at=spec_argument.span,
+        )
+    try:
+        spec = einsum.parse(spec_argument.text)
+    except einsum.SpecError as problem:
+        raise ShapeError("E0325", str(problem), at=spec_argument.span) from None
+    if len(spec.inputs) != len(operands):
+        count = len(spec.inputs)
+        raise ShapeError(
+            "E0325",
+            f'einsum spec "{spec_argument.text}" names {count} operand{"s" * (count != 1)}, found {len(operands)}',
+            at=spec_argument.span,
+        )
+    tensors = [tensor(operand.type, "`einsum`") for operand in operands]
+    if any(t is None for t in tensors):
+        return ANY
+    sizes = einsum_sizes(spec, tensors, operands)
+    kinds = {strong(t).dtype for t in tensors}
+    if "bool" in kinds:
+        raise ShapeError("E0317", "`einsum` needs numbers, found bool operands", at=operands[0].span)
+    dtype = one_dtype("einsum", *(TensorType(strong(t).dtype) for t in tensors))
+    return TensorType(dtype, tuple(sizes[letter] for letter in spec.output))
+
+
+def einsum_sizes(spec: einsum.Spec, tensors: list[TensorType], operands: list[Argument]) -> dict[str, Dim]:
+    """The size of each letter of the spec: each operand has one letter per axis, and a letter's sizes agree."""
+    sizes: dict[str, tuple[Dim, int]] = {}
+    for position, (letters, t) in enumerate(zip(spec.inputs, tensors, strict=True)):
+        at = operands[position].span
+        if len(letters) != t.rank:
+            raise ShapeError(
+                "E0325",
+                f"einsum operand {position + 1} is {t}, of rank {t.rank}, but the spec names {len(letters)} "
+                f'ax{"is" if len(letters) == 1 else "es"} for it ("{letters}")',
+                str(t),
+                at=at,
+            )
+        for letter, size in zip(letters, t.dims, strict=True):
+            known, first = sizes.get(letter, (size, position))
+            if not same_dim(known, size):
+                raise ShapeError(
+                    "E0325",
+                    f"einsum `{letter}` is {known} in operand {first + 1} and {size} in operand {position + 1}",
+                    str(t),
+                    at=at,
+                )
+            sizes[letter] = (join_dim(known, size), first)
+    return {letter: size for letter, (size, _) in sizes.items()}
+
+
 def dtype_argument(argument: Argument, name: str, floats_only: bool = False) -> str:
     t = argument.type
     if not argument.given or isinstance(t, AnyType):
@@ -558,6 +818,46 @@ def make_creation(name: str, extra: int, floats_only: bool = False) -> Rule:
         return TensorType(dtype_argument(args[-1], name, floats_only), dims)
 
     return rule
+
+
+def categorical_rule(args: list[Argument]) -> Type:
+    """`categorical(logits, seed=)`: one `i64` sample per distribution, the distributions' logits along the last
+    axis of a float tensor, so `f32[B, V]` gives `i64[B]`."""
+    seed_argument(args[1])
+    logits = tensor(args[0].type, "`categorical`")
+    if logits is None:
+        return ANY
+    needs_float(strong(logits), "categorical")
+    if logits.rank == 0:
+        raise ShapeError(
+            "E0309",
+            f"`categorical` needs logits along a last axis (rank 1 or more), found {logits}",
+            str(logits),
+            at=args[0].span,
+        )
+    return TensorType("i64", logits.dims[:-1])
+
+
+def dropout_rule(args: list[Argument]) -> Type:
+    """`dropout(x, p, seed=, training=true)`: a float `x` keeps its type; `p` a number; `seed=` an integer,
+    required (the mask of the backward sweep is drawn again from it); `training=` a bool."""
+    x = tensor(args[0].type, "`dropout`")
+    if not is_scalar_of(args[1].type, FLOATS | INTEGERS):
+        raise ShapeError(
+            "E0301", f"`dropout` takes the probability `p` as a number, found {args[1].type}", at=args[1].span
+        )
+    if not args[2].given:
+        raise ShapeError(
+            "E0301",
+            "`dropout` needs `seed=`: its gradient draws the same mask again from the seed",
+            notes=("help: give each step its own seed, as in `dropout(h, 0.1, seed=step)`",),
+        )
+    seed_argument(args[2])
+    flag_argument(args[3], "training")
+    if x is None:
+        return ANY
+    needs_float(strong(x), "dropout")
+    return strong(x)
 
 
 def arange_rule(args: list[Argument]) -> Type:
@@ -616,6 +916,15 @@ def assert_rule(args: list[Argument]) -> Type:
 
 def print_rule(args: list[Argument]) -> Type:
     return UNIT
+
+
+def time_rule(args: list[Argument]) -> Type:
+    """`time()`: seconds, an `f64`."""
+    return TensorType("f64")
+
+
+def str_rule(args: list[Argument]) -> Type:
+    return STR  # anything `print` shows
 
 
 def checkpoint_value(argument: Argument, name: str) -> Type:
@@ -923,7 +1232,9 @@ def permutation_rule(args: list[Argument]) -> Type:
 
 def batches_rule(args: list[Argument]) -> Type:
     """`batches(data, size)`: each tensor of `data` (one, or a tuple of them with one leading size N) cut into
-    N // size batches of `size` rows, the last partial batch dropped."""
+    N // size batches of `size` rows, the last partial batch dropped. Each rank of a data-parallel run keeps
+    `size / world_size()` rows of every batch (docs/distributed.md), so the rows of a batch are `_`: known
+    when the program runs, like the world's size."""
     (size,) = dims_from(args[1:2], "batches")
     if size == 0:
         raise ShapeError("E0307", "`batches` needs a batch size of 1 or more, found 0", at=args[1].span)
@@ -946,7 +1257,7 @@ def batches_rule(args: list[Argument]) -> Type:
     for t in tensors:
         leading = join_dim(leading, t.dims[0])
     count = leading // size if isinstance(leading, int) and isinstance(size, int) else UNKNOWN
-    cut = [TensorType(strong(t).dtype, (count, size, *t.dims[1:])) for t in tensors]
+    cut = [TensorType(strong(t).dtype, (count, UNKNOWN, *t.dims[1:])) for t in tensors]
     return TupleType(tuple(cut)) if isinstance(data, TupleType) else cut[0]
 
 
@@ -1186,79 +1497,44 @@ def progress_rule(args: list[Argument]) -> Type:
     return UNIT
 
 
-RULES: dict[Prim, Rule] = {
-    Prim.EXP: elementwise("exp"),
-    Prim.LOG: elementwise("log"),
-    Prim.SQRT: elementwise("sqrt"),
-    Prim.TANH: elementwise("tanh"),
-    Prim.SIGMOID: elementwise("sigmoid"),
-    Prim.RELU: elementwise("relu", floats_only=False),
-    Prim.ABS: elementwise("abs", floats_only=False),
-    Prim.SIN: elementwise("sin"),
-    Prim.COS: elementwise("cos"),
-    Prim.MAXIMUM: pairwise("maximum"),
-    Prim.MINIMUM: pairwise("minimum"),
-    Prim.WHERE: where_rule,
-    Prim.SUM: reduction("sum"),
-    Prim.MEAN: reduction("mean", averages=True),
-    Prim.MAX: reduction("max"),
-    Prim.MIN: reduction("min"),
-    Prim.ARGMAX: reduction("argmax", result_dtype="i64"),
-    Prim.ARGMIN: reduction("argmin", result_dtype="i64"),
-    Prim.LOGSUMEXP: reduction("logsumexp", floats_only=True),
-    Prim.SOFTMAX: softmax_rule("softmax"),
-    Prim.LOG_SOFTMAX: softmax_rule("log_softmax"),
-    Prim.MATMUL: matmul_rule,
-    Prim.TRANSPOSE: transpose_rule,
-    Prim.RESHAPE: reshape_rule,
-    Prim.CONCAT: concat_rule,
-    Prim.STACK: stack_rule,
-    Prim.BROADCAST_TO: broadcast_to_rule,
-    Prim.GATHER: gather_rule,
-    Prim.ONE_HOT: one_hot_rule,
-    Prim.ZEROS: make_creation("zeros", 0),
-    Prim.ONES: make_creation("ones", 0),
-    Prim.FULL: make_creation("full", 1),
-    Prim.ARANGE: arange_rule,
-    Prim.RANDN: make_creation("randn", 1, floats_only=True),
-    Prim.RAND: make_creation("rand", 1, floats_only=True),
-    Prim.SHAPE: shape_rule,
-    Prim.LEN: len_rule,
-    Prim.FLOAT: float_rule,
-    Prim.INT: int_rule,
-    Prim.ASSERT: assert_rule,
-    Prim.PRINT: print_rule,
-    Prim.ZEROS_LIKE: zeros_like_rule,
-    Prim.UNBROADCAST: unbroadcast_rule,
-    Prim.RESHAPE_LIKE: reshape_like_rule,
-    Prim.EXPAND_DIMS: expand_dims_rule,
-    Prim.SCATTER_ADD: scatter_add_rule,
-    Prim.SPLIT_LIKE: split_like_rule,
-    Prim.TREE_ADD: tree_add_rule,
-    Prim.TAPE: tape_rule,
-    Prim.PUSH: push_rule,
-    Prim.POP: pop_rule,
-    Prim.TREE_MAP: tree_map_rule,
-    Prim.TREE_DOT: tree_dot_rule,
-    # data
-    Prim.DIGITS: digits_rule,
-    Prim.PERMUTATION: permutation_rule,
-    Prim.BATCHES: batches_rule,
-    Prim.LOAD_CSV: load_csv_rule,
-    Prim.LOAD_NPZ: load_npz_rule,
-    Prim.TEXT_CORPUS: text_corpus_rule,
-    Prim.CHARS: chars_rule,
-    # metrics and progress
-    Prim.LOG_METRIC: log_metric_rule,
-    Prim.PROGRESS: progress_rule,
-    # checkpoints
-    Prim.SAVE: save_rule,
-    Prim.LOAD: load_rule,
-    # convolution
-    Prim.CONV2D: conv2d_rule,
-    Prim.MAX_POOL2D: max_pool2d_rule,
-    Prim.CONV2D_INPUT_GRAD: conv2d_input_grad_rule,
-    Prim.CONV2D_WEIGHT_GRAD: conv2d_weight_grad_rule,
-    Prim.MAX_POOL2D_GRAD: max_pool2d_grad_rule,
-    Prim.MAX_POOL2D_GATHER: max_pool2d_gather_rule,
-}
+# ---------------------------------------------------------------------- data parallelism
+
+
+def world_rule(args: list[Argument]) -> Type:
+    """`rank()` and `world_size()`: integers known when the program runs."""
+    return I64
+
+
+def allreduce_mean_rule(args: list[Argument]) -> Type:
+    """`allreduce_mean(tree)`: a float tensor, or a tuple or struct of them (nested), of the same type."""
+    argument = args[0]
+
+    def walk(t: Type) -> Type:
+        if isinstance(t, AnyType):
+            return t
+        if isinstance(t, TensorType):
+            if strong(t).dtype not in FLOATS:
+                whole = "" if t == argument.type else f" in {argument.type}"
+                raise ShapeError(
+                    "E0317",
+                    f"`allreduce_mean` averages floats, found {strong(t)}{whole}",
+                    str(argument.type),
+                    notes=("help: convert with `float(x)`, or leave integers out of the tree",),
+                    at=argument.span,
+                )
+            return strong(t)
+        if isinstance(t, TupleType):
+            return TupleType(tuple(walk(item) for item in t.items))
+        if isinstance(t, StructType):
+            for _, field_type in t.fields:
+                walk(field_type)
+            return t
+        whole = "" if t == argument.type else f" in {argument.type}"
+        raise ShapeError(
+            "E0311",
+            f"`allreduce_mean` takes a float tensor, or a tuple or struct of them, found {t}{whole}",
+            str(argument.type),
+            at=argument.span,
+        )
+
+    return walk(argument.type)

@@ -11,6 +11,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from itertools import count
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from dl.lang.primitives import Prim
 
 DTYPES = ("f32", "f64", "i32", "i64", "bool")
 FLOATS = frozenset({"f32", "f64"})
@@ -123,7 +127,13 @@ class FunctionRef:
 
 @dataclass(frozen=True, slots=True)
 class PrimitiveRef:
-    name: str
+    """A built-in function as a value: its `Prim` (lang/primitives.py)."""
+
+    prim: Prim
+
+    @property
+    def name(self) -> str:
+        return self.prim.value
 
     def __str__(self) -> str:
         return f"fn {self.name}"

@@ -45,6 +45,25 @@ def grammar() -> dict:
             "end": '"|$',
             "patterns": [{"name": "constant.character.escape.dl", "match": r"\\."}],
         },
+        "fstring": {
+            "name": "string.interpolated.dl",
+            "begin": 'f"',
+            "end": '"|$',
+            "patterns": [
+                {"name": "constant.character.escape.dl", "match": r"\\.|\{\{|\}\}"},
+                {
+                    "name": "meta.embedded.field.dl",
+                    "begin": r"\{",
+                    "end": r"(:[^{}\"]*)?\}|(?=\")|$",
+                    "beginCaptures": {"0": {"name": "punctuation.section.embedded.begin.dl"}},
+                    "endCaptures": {
+                        "0": {"name": "punctuation.section.embedded.end.dl"},
+                        "1": {"name": "storage.modifier.format-spec.dl"},
+                    },
+                    "patterns": [{"include": "#expression"}],
+                },
+            ],
+        },
         "number": {
             "patterns": [
                 {
@@ -75,7 +94,9 @@ def grammar() -> dict:
         "call": {"match": r"\b([A-Za-z_]\w*)\s*(?=\()", "captures": {"1": {"name": "entity.name.function.dl"}}},
         "operator": {"name": "keyword.operator.dl", "match": r"->|=>|\.\.|\*\*|//|[-+*/%@<>=!]=?"},
     }
-    order = ["comment", "string", "number", "declaration", "keyword", "dtype", "builtin", "call", "operator"]
+    # an f-string first: its `f` would otherwise start a name. A field's expression is highlighted as code.
+    order = ["comment", "fstring", "string", "number", "declaration", "keyword", "dtype", "builtin", "call", "operator"]
+    repository["expression"] = {"patterns": [{"include": f"#{name}"} for name in order if name != "comment"]}
     return {
         "$schema": "https://raw.githubusercontent.com/martinring/tmlanguage/master/tmlanguage.json",
         "name": "DL",

@@ -103,6 +103,150 @@ fn f(x) {
 )
 
 case(
+    "softplus_log1p_expm1_erf",
+    "elementwise",
+    """
+fn f(x) {
+    let s = softplus(3.0 * x) + log1p(x * x) * expm1(0.5 * x)
+    return sum(s * erf(x) + erf(2.0 * x))
+}
+""",
+    (normal(61, 2, 4),),
+    lambda x: (
+        (F.softplus(3.0 * x) + torch.log1p(x * x) * torch.expm1(0.5 * x)) * torch.erf(x) + torch.erf(2.0 * x)
+    ).sum(),
+)
+
+case(
+    "softplus_erf_scalar",
+    "elementwise",
+    """
+fn f(x) {
+    return softplus(2.0 * x) * erf(x) + expm1(x) * log1p(x * x)
+}
+""",
+    (s(0.7),),
+    lambda x: F.softplus(2.0 * x) * torch.erf(x) + torch.expm1(x) * torch.log1p(x * x),
+    second_order=True,
+)
+
+case(
+    "tril_triu",
+    "structure",
+    """
+fn f(x, w) {
+    let masked = tril(x @ w, -1) + triu(x * x, k=1) * 0.5
+    return sum(masked * masked) + sum(tril(exp(x)))
+}
+""",
+    (normal(62, 2, 4, 4), normal(63, 4, 4)),
+    lambda x, w: ((torch.tril(x @ w, -1) + torch.triu(x * x, 1) * 0.5) ** 2).sum() + torch.tril(torch.exp(x)).sum(),
+    wrt=(0, 1),
+)
+
+case(
+    "einsum_attention_and_sums",
+    "structure",
+    """
+fn f(q, k, w) {
+    let scores = einsum("bqd,bkd->bqk", q, k)
+    let mixed = einsum("bqk,bkd,de->bqe", softmax(scores), k, w)
+    return sum(mixed * mixed) + einsum("bqd->", q * q) + sum(einsum("de,b->bd", w, q[:, 0, 0]))
+}
+""",
+    (normal(65, 2, 3, 4), normal(66, 2, 5, 4), normal(67, 4, 2)),
+    lambda q, k, w: (
+        (torch.einsum("bqk,bkd,de->bqe", torch.softmax(torch.einsum("bqd,bkd->bqk", q, k), -1), k, w) ** 2).sum()
+        + (q * q).sum()
+        + torch.einsum("de,b->bd", w, q[:, 0, 0]).sum()
+    ),
+    wrt=(0, 1, 2),
+)
+
+
+def dropout_mask(seed: int, p: float, shape: tuple[int, ...]) -> torch.Tensor:
+    """DL's dropout mask: `rand(n, seed=seed) >= p` over the flattened tensor."""
+    draws = np.random.default_rng(seed).random(int(np.prod(shape))).astype(np.float32).reshape(shape)
+    return torch.tensor(draws >= np.float32(p))
+
+
+case(
+    "dropout_through_the_mask",
+    "elementwise",
+    """
+fn f(x, w) {
+    let h = dropout(tanh(x @ w), 0.4f64, seed=5)
+    let off = dropout(h, 0.4f64, seed=6, training=false)
+    return sum(dropout(h * off, 0.25f64, seed=9) * x[:, 0:2])
+}
+""",
+    (normal(68, 4, 3), normal(69, 3, 2)),
+    lambda x, w: (
+        torch.where(
+            dropout_mask(9, 0.25, (4, 2)),
+            (torch.where(dropout_mask(5, 0.4, (4, 2)), torch.tanh(x @ w), 0.0) / 0.6) ** 2,
+            0.0,
+        )
+        / 0.75
+        * x[:, 0:2]
+    ).sum(),
+    wrt=(0, 1),
+)
+
+case(
+    "ellipsis_indexing_and_assignment",
+    "indexing",
+    """
+fn f(x) {
+    let y = x[..., 0] * x[..., 2]
+    let z = x
+    z[..., 1] = y * 3.0
+    return sum(y * y) + sum(z * x) + sum(x[1, ...]) + sum(x[0, ..., 1:3])
+}
+""",
+    (normal(70, 2, 2, 3),),
+    lambda x: (
+        ((x[..., 0] * x[..., 2]) ** 2).sum()
+        + (setitem(x, (..., 1), x[..., 0] * x[..., 2] * 3.0) * x).sum()
+        + x[1, ...].sum()
+        + x[0, ..., 1:3].sum()
+    ),
+)
+
+case(
+    "arithmetic_on_a_parameter_struct",
+    "structs",
+    """
+struct M { w: f64[2, 2], b: f64[2] }
+
+fn loss(m: M, x: f64[2]) -> f64 {
+    return sum(tanh(x @ m.w + m.b))
+}
+
+fn f(m: M, g: M, c: f64) -> f64 {
+    let moved = m - c * g
+    moved -= 0.5 * g
+    let n = -moved / 2.0
+    return loss(moved, [1.0, 2.0]) + sum(n.w * n.w) + sum((m * g).b) + sum(((m.b, c) ** 2.0)[0])
+}
+""",
+    (
+        Struct("M", {"w": normal(71, 2, 2), "b": normal(72, 2)}),
+        Struct("M", {"w": normal(73, 2, 2), "b": normal(74, 2)}),
+        s(0.3),
+    ),
+    lambda m, g, c: (
+        torch.tanh(
+            torch.tensor([1.0, 2.0], dtype=torch.float64) @ (m.w - c * g.w - 0.5 * g.w) + (m.b - c * g.b - 0.5 * g.b)
+        ).sum()
+        + ((-(m.w - c * g.w - 0.5 * g.w) / 2.0) ** 2).sum()
+        + (m.b * g.b).sum()
+        + (m.b**2).sum()
+    ),
+    wrt=(0, 1, 2),
+)
+
+case(
     "sqrt_division",
     "elementwise",
     """
@@ -459,6 +603,26 @@ fn f(x) {
         torch.logsumexp(x.reshape(-1), 0)
         + (torch.logsumexp(x, 1) ** 2).sum()
         + (x - torch.logsumexp(x, 0, keepdim=True)).sum()
+    ),
+)
+
+case(
+    "reductions_over_several_axes",
+    "reductions",
+    """
+fn f(x) {
+    let pooled = mean(x, axis=(0, 2))
+    let peaks = max(x, axis=(2, -3), keepdims=true)
+    let spread = logsumexp(x, axis=(1, 2))
+    return sum(pooled * pooled) + sum(peaks * x) + sum(spread) + sum(sum(x * x, axis=(0, 1)) * [1.0, -1.0, 2.0, 0.5])
+}
+""",
+    (normal(64, 2, 3, 4),),
+    lambda x: (
+        (x.mean((0, 2)) ** 2).sum()
+        + (torch.amax(x, (2, 0), keepdim=True) * x).sum()
+        + torch.logsumexp(x, (1, 2)).sum()
+        + ((x * x).sum((0, 1)) * torch.tensor([1.0, -1.0, 2.0, 0.5], dtype=torch.float64)).sum()
     ),
 )
 

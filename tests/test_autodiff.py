@@ -21,7 +21,7 @@ import pytest
 import torch
 from autodiff_cases import CASES, Case, Struct
 from dl import pipeline
-from dl.interp.values import StructValue
+from dl.runtime.values import StructValue
 
 CASES_BY_NAME = {case.name: case for case in CASES}
 VALUE_AND_GRAD_CASES = [case for case in CASES if case.value_and_grad]
@@ -352,11 +352,32 @@ def test_corpus_size() -> None:
 
 
 def test_every_primitive_has_a_derivative_rule_or_is_not_differentiable() -> None:
-    from dl.lang.autodiff import DIFFERENTIABLE
-    from dl.lang.primitives import NON_DIFFERENTIABLE, Prim
+    """Each record's derivative is templates that parse, over names the transform binds; a rule the transform
+    computes (each with a reason, and an implementation there); or none, with a reason."""
+    from dl.lang import ast
+    from dl.lang.autodiff.reverse import COMPUTED
+    from dl.lang.autodiff.rules import EXPANDED, REDUCED, template
+    from dl.lang.primitives import PRIMITIVES, Computed, NoDerivative, Prim, Templates
 
-    assert not DIFFERENTIABLE & NON_DIFFERENTIABLE
-    assert set(Prim) == DIFFERENTIABLE | NON_DIFFERENTIABLE, set(Prim) - DIFFERENTIABLE - NON_DIFFERENTIABLE
+    assert set(PRIMITIVES) == set(Prim)
+    forms = {"expand", "total", "count"}
+    for prim, record in PRIMITIVES.items():
+        match record.derivative:
+            case Templates(adjoints=adjoints):
+                bound = {"d", "r", "k", "x_dtype", *record.parameters}
+                for param, source in adjoints:
+                    assert param in record.parameters, (prim, param)
+                    expr = template(source)
+                    called = {n.func.id for n in ast.walk(expr) if isinstance(n, ast.Call)}
+                    names = ast.free_names(expr) - called
+                    assert names <= bound, (prim, names - bound)
+                    assert called & forms == set() or prim in REDUCED, (prim, called)
+            case Computed(reason=reason):
+                assert reason and (prim in COMPUTED) != (prim in EXPANDED), prim
+            case NoDerivative(reason=reason):
+                assert reason, prim
+    computed = {p for p, r in PRIMITIVES.items() if isinstance(r.derivative, Computed)}
+    assert set(COMPUTED) | EXPANDED == computed
 
 
 # What derivative code is written with has rules too (grad(grad(f)) differentiates it): each body is a

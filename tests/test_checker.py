@@ -5,10 +5,11 @@ from __future__ import annotations
 import dl.lang
 import numpy as np
 import pytest
-from dl.interp.values import format_value
+from conftest import ROOT
 from dl.lang import ast
 from dl.lang.printer import print_module
 from dl.lang.types import DimVar, TensorType
+from dl.runtime.values import format_value
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_parser import declarations
@@ -33,7 +34,7 @@ def codes(typed: dl.lang.Typed) -> list[tuple[str, int, int]]:
 def test_check_api_returns_signatures_and_types() -> None:
     source = "fn f(x: f32[N, 3]) -> f32[3] {\n    return sum(x, axis=0)\n}\nfn main() { print(f(ones(2, 3))) }\n"
     typed = dl.lang.check(source, "api.dl")
-    assert typed.diagnostics == []
+    assert typed.diagnostics == ()
     (f, main) = typed.signatures["api.dl"]
     assert str(f) == "fn f(x: f32[N, 3]) -> f32[3]"
     assert f.params[0][1] == TensorType("f32", (DimVar("N"), 3))
@@ -66,7 +67,7 @@ def test_error_in_a_function_called_from_many_places_is_reported_once() -> None:
 
 def test_main_parameters_are_strings() -> None:
     typed = dl.lang.check("fn main(n) {\n    print(zeros(int(n)))\n}\n", "args.dl")
-    assert typed.diagnostics == []
+    assert typed.diagnostics == ()
     assert str(typed.signatures["args.dl"][0]) == "fn main(n: str) -> ()"
 
 
@@ -141,3 +142,16 @@ def test_calls_with_different_static_sizes_are_checked_separately() -> None:
     )
     typed = dl.lang.check(source, "sizes.dl")
     assert typed.errors == []
+
+
+def test_an_imported_function_has_a_signature_for_each_importers_call() -> None:
+    """Signatures are collected once every module is checked: a function of an imported module with
+    unannotated parameters has one for each set of argument types a call in the importer checked it for."""
+    main = ROOT / "tests" / "modules" / "main.dl"
+    typed = dl.lang.check(main.read_text(), str(main))
+    mathx = str(main.parent / "mathx.dl")
+    assert [str(s) for s in typed.signatures[mathx]] == [
+        "fn square(x: f32) -> f32",  # for `cube(2.0)`'s own call
+        "fn square(x: i64) -> i64",
+        "fn cube(x: f32) -> f32",
+    ]

@@ -50,10 +50,10 @@ import dl.lang
 import numpy as np
 import pytest
 from dl.interp.run import compile_program, run_guarded
-from dl.interp.values import DTYPE_NAMES
 from dl.lang import ast
 from dl.lang.diagnostics import DiagnosticError
 from dl.lang.types import TensorType, TupleType
+from dl.runtime.values import DTYPE_NAMES
 from dlharness import dtype_of
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -105,7 +105,7 @@ def checker_type(typed, path: str) -> str:
     decl = next(d for d in module.decls if isinstance(d, ast.FnDecl) and d.name == "f")
     returned = decl.body.body[-1]
     assert isinstance(returned, ast.Return)
-    found = typed.types[id(returned.value)]
+    found = typed.type_of(returned.value)
     signature = next(s for s in typed.signatures[path] if s.name == "f")
     assert str(signature.result) == str(found), f"signature says {signature.result}, the return node {found}"
     items = found.items if isinstance(found, TupleType) else (found,)
@@ -384,7 +384,7 @@ class Builder:
     def math(self, dtype: str, shape: Shape, depth: int) -> str:
         names = ["relu", "abs"]
         if dtype in FLOATS:
-            names += ["exp", "log", "sqrt", "tanh", "sigmoid", "sin", "cos"]
+            names += ["exp", "log", "sqrt", "tanh", "sigmoid", "sin", "cos", "softplus", "log1p", "expm1", "erf"]
         return f"{self.choice(names)}({self.expr(dtype, shape, depth)})"
 
     def pairwise(self, dtype: str, shape: Shape, depth: int) -> str:
@@ -445,6 +445,88 @@ class Builder:
         if self.flag():
             keywords.reverse()
         return f"{name}({self.expr(source_dtype, source_shape, depth)}, {', '.join(keywords)})"
+
+    def reduction_over_axes(self, dtype: str, shape: Shape, depth: int) -> str:
+        """`sum`, `mean`, `max`, `min` or `logsumexp` over two axes at once (`axis=(i, j)`, any order or sign),
+        new ones, or kept with `keepdims=true` where `shape` has two dims of 1."""
+        names = ["max", "min"]
+        if dtype != "i32" or self.allowed("sum-of-i32"):
+            names.append("sum")
+        if dtype in FLOATS:
+            names += ["mean", "logsumexp"]
+        ones = [k for k, d in enumerate(shape) if d == 1]
+        kept = len(ones) >= 2 and (len(shape) + 2 > MAX_RANK or self.flag())
+        if kept:
+            axes = sorted(self.draw(st.permutations(ones))[:2])
+            source = tuple(self.number(1, 3) if k in axes else d for k, d in enumerate(shape))
+        else:
+            rank = len(shape) + 2
+            axes = sorted(self.draw(st.permutations(range(rank)))[:2])
+            rest = iter(shape)
+            source = tuple(self.number(1, 3) if k in axes else next(rest) for k in range(rank))
+        spelled = [axis if self.flag() else axis - len(source) for axis in axes]
+        if self.flag():
+            spelled.reverse()
+        keepdims = ", keepdims=true" if kept else ""
+        name = self.choice(names)
+        return f"{name}({self.expr(dtype, source, depth)}, axis=({spelled[0]}, {spelled[1]}){keepdims})"
+
+    def triangle(self, dtype: str, shape: Shape, depth: int) -> str:
+        """`tril` or `triu` (the shape and dtype are its argument's), the diagonal given or not, by position or
+        keyword."""
+        diagonal = self.choice(["", ", 1", ", -2", ", k=0", ", k=-1"])
+        return f"{self.choice(['tril', 'triu'])}({self.expr(dtype, shape, depth)}{diagonal})"
+
+    def einsum(self, dtype: str, shape: Shape, depth: int) -> str:
+        """An `einsum` of one or two operands whose spec keeps letters of the sizes of `shape` (in order) and sums
+        over up to two more; each letter is an axis of at least one operand, in any order."""
+        pool = list(self.draw(st.permutations("ijklmn")))
+        output = pool[: len(shape)]
+        summed = pool[len(shape) : len(shape) + self.number(0, 2)]
+        sizes = dict(zip(output, shape, strict=True)) | {letter: self.number(1, 3) for letter in summed}
+        count = self.number(1, 2)
+        owned: list[list[str]] = [[] for _ in range(count)]
+        for letter in [*output, *summed]:
+            owners = [self.number(0, count - 1)] + ([self.number(0, count - 1)] if count > 1 and self.flag() else [])
+            for owner in set(owners):
+                owned[owner].append(letter)
+        if any(len(letters) > MAX_RANK for letters in owned):
+            return self.expr(dtype, shape, depth)
+        operands, spec = [], []
+        for letters in owned:
+            letters = list(self.draw(st.permutations(letters)))
+            operands.append(self.expr(dtype, tuple(sizes[letter] for letter in letters), depth))
+            spec.append("".join(letters))
+        return f'einsum("{",".join(spec)}->{"".join(output)}", {", ".join(operands)})'
+
+    def categorical(self, dtype: str, shape: Shape, depth: int) -> str:
+        """Samples of logits along a last axis (a parameter: finite, as `categorical` needs)."""
+        logits = self.leaf_param(self.choice(FLOATS), (*shape, self.number(1, 4)))
+        seed = f", seed={self.number(0, 9)}" if self.flag() else ""
+        return f"categorical({logits}{seed})"
+
+    def dropout(self, dtype: str, shape: Shape, depth: int) -> str:
+        probability = self.choice(["0.5", "0.0", "1.0", "0.25"])
+        training = self.choice(["", ", training=true", ", training=false"])
+        return f"dropout({self.expr(dtype, shape, depth)}, {probability}, seed={self.number(0, 9)}{training})"
+
+    def clock(self, dtype: str, shape: Shape, depth: int) -> str:
+        return self.choice(["time()", "(time() - time())"])
+
+    def tree_arithmetic(self, dtype: str, shape: Shape, depth: int) -> str:
+        """A leaf of arithmetic on tuples: of two tuples of one structure, of a tuple and a scalar, or `-t`."""
+        left, right = self.expr(dtype, shape, depth), self.expr(dtype, shape, depth)
+        tree = f"({left}, ({left}, {right}))"
+        ops = ["+", "-", "*", "/"] if dtype in FLOATS else ["+", "-", "*"]
+        form = self.choice(["trees", "scalar", "negated"])
+        if form == "trees":
+            combined = f"({tree} {self.choice(ops)} ({right}, ({right}, {left})))"
+        elif form == "scalar":
+            scalar = self.expr(dtype, (), depth)
+            combined = f"({tree} {self.choice(ops)} {scalar})" if self.flag() else f"({scalar} * {tree})"
+        else:
+            combined = f"(-{tree})"
+        return f"{combined}[1][{self.number(0, 1)}]" if self.flag() else f"{combined}[0]"
 
     def softmax(self, dtype: str, shape: Shape, depth: int) -> str:
         name = self.choice(["softmax", "log_softmax"])
@@ -529,7 +611,13 @@ class Builder:
                 size, part = self.slice(next(sizes))
                 parts.append(part)
             source.append(size)
-        while len(parts) > 1 and parts[-1] == ":" and self.flag():
+        if self.flag():  # `...` for a run of full slices (perhaps none)
+            start = self.number(0, len(parts))
+            stop = start
+            while stop < len(parts) and parts[stop] == ":" and self.flag():
+                stop += 1
+            parts[start:stop] = ["..."]
+        while len(parts) > 1 and parts[-1] == ":" and "..." not in parts and self.flag():
             parts.pop()
         target = self.expr(dtype, tuple(source), depth)
         if not target.isidentifier():
@@ -819,15 +907,29 @@ class Builder:
         return f"permutation({self.dim(size)}{seed})"
 
     def batches(self, dtype: str, shape: Shape, depth: int) -> str:
-        """`batches` cutting N rows into `shape[0]` batches of `shape[1]` (the partial last one dropped)."""
+        """`batches` cutting N rows into `shape[0]` batches of `shape[1]` (the partial last one dropped). The
+        rows of a batch are `_` to the checker (each rank of a data-parallel run takes its share of them), so
+        a `reshape` to the shape aimed at makes them static again; it fails if they are not what it says."""
         count, size, *rest = shape
         rows = count * size + self.number(0, size - 1)
         data = self.expr(dtype, (rows, *rest), depth)
         keywords = "".join(option for option in (", shuffle=true", f", seed={self.number(0, 9)}") if self.flag())
+        cut = f"batches({data}, {self.dim(size)}{keywords})"
         if self.flag():
             other = self.expr(self.choice(DTYPES), (rows, *self.shape(0, 1)), depth)
-            return f"batches(({data}, {other}), {self.dim(size)}{keywords})[0]"
-        return f"batches({data}, {self.dim(size)}{keywords})"
+            cut = f"batches(({data}, {other}), {self.dim(size)}{keywords})[0]"
+        return f"reshape({cut}, {', '.join(str(n) for n in shape)})"
+
+    def world(self, dtype: str, shape: Shape, depth: int) -> str:
+        """`rank()` or `world_size()`: 0 and 1 in a world of one process."""
+        return self.choice(["rank()", "world_size()", "rank() + world_size()"])
+
+    def allreduce_mean(self, dtype: str, shape: Shape, depth: int) -> str:
+        """A leaf of `allreduce_mean` of a float tensor, or of a tuple of them (the tree itself in a world of 1)."""
+        leaf = self.expr(dtype, shape, depth)
+        if self.flag():
+            return f"allreduce_mean({leaf})"
+        return f"allreduce_mean(({leaf}, {self.expr(dtype, shape, depth)}))[{self.number(0, 1)}]"
 
     def rows(self, dtype: str, shape: Shape, depth: int) -> str:
         """A tensor literal whose elements are expressions: `[e0, e1]`."""
@@ -866,6 +968,13 @@ PRODUCTIONS = (
     ("pairwise", lambda d, s: d in NUMBERS),
     ("where", lambda d, s: d in NUMBERS),
     ("reduction", lambda d, s: len(s) < MAX_RANK or 1 in s or not s),
+    ("reduction_over_axes", lambda d, s: d in NUMBERS and (len(s) + 2 <= MAX_RANK or s.count(1) >= 2)),
+    ("triangle", lambda d, s: len(s) >= 2),
+    ("einsum", lambda d, s: d in NUMBERS and len(s) <= 3),
+    ("categorical", lambda d, s: d == "i64" and len(s) < MAX_RANK),
+    ("dropout", lambda d, s: d in FLOATS),
+    ("clock", lambda d, s: d == "f64" and not s),
+    ("tree_arithmetic", lambda d, s: d in NUMBERS),
     ("softmax", lambda d, s: d in FLOATS and len(s) >= 1),
     ("matmul", lambda d, s: d in NUMBERS and len(s) < MAX_RANK),
     ("transpose", lambda d, s: True),
@@ -892,6 +1001,8 @@ PRODUCTIONS = (
     ("rows", lambda d, s: len(s) >= 1 and s[0] <= 3),
     ("indices", lambda d, s: d == "i64" and len(s) == 1),
     ("batches", lambda d, s: len(s) >= 2),
+    ("world", lambda d, s: d == "i64" and not s),
+    ("allreduce_mean", lambda d, s: d in FLOATS),
     ("call", lambda d, s: True),
     ("pair", lambda d, s: True),
     ("update", lambda d, s: True),
@@ -934,8 +1045,9 @@ def test_generator_covers_every_primitive() -> None:
     exempt |= {Prim.SAVE, Prim.LOAD}  # file I/O: a generated program must not write or need files
     exempt |= {Prim.LOAD_CSV, Prim.LOAD_NPZ}  # read files: a generated program must not need files
     # `digits()` is one fixed dataset of 1797 rows (far beyond the generator's shapes, and covered in
-    # tests/test_data.py); `chars` makes a `str`, and the generator aims at tensor types
-    exempt |= {Prim.DIGITS, Prim.CHARS}
+    # tests/test_data.py); `chars` and `str` make a `str`, and the generator aims at tensor types (`str` is
+    # tested in tests/test_strings.py)
+    exempt |= {Prim.DIGITS, Prim.CHARS, Prim.STR}
     missing = [p.value for p in Prim if p not in exempt and not re.search(rf"[\"']{p.value}[\"'(]", source)]
     assert not missing, f"primitives the generator never uses: {missing}"
 

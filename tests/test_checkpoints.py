@@ -21,8 +21,8 @@ import numpy as np
 import pytest
 import safetensors.numpy
 from dl import pipeline
-from dl.interp.values import StructValue
 from dl.lang.diagnostics import DiagnosticError
+from dl.runtime.values import StructValue
 
 STATE = """
 struct Layer { w: f32[2, 3], b: f64[3] }

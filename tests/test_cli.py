@@ -32,6 +32,21 @@ def test_a_missing_file_is_a_usage_error(dlrun, argv: tuple[str, ...]) -> None:
     assert err.startswith("usage: dlrun")
 
 
+def test_help_names_every_command_and_every_flag_their_parsers_define(dlrun) -> None:
+    from dl.cli import SUBCOMMANDS, parser, subcommand_parser
+
+    status, out, err = dlrun("--help")
+    assert (status, err) == (0, "")
+    commands = {name: subcommand_parser(name) for name in SUBCOMMANDS}
+    for name, command in commands.items():
+        assert f"\n  dlrun {name}" in out, f"`dlrun --help` does not list `dlrun {name}`"
+        assert command.description in " ".join(out.split())  # wrapped to the help's width
+    for command in [parser(), *commands.values()]:
+        for action in command._actions:
+            for flag in action.option_strings:
+                assert flag in out, f"`dlrun --help` does not name `{command.prog} {flag}`"
+
+
 def test_warnings_are_printed_before_the_program_runs(dlrun, tmp_path: Path, monkeypatch) -> None:
     (tmp_path / "wide.dl").write_text("fn main() {\n    print(ones(2) + zeros(2, dtype=f64))\n}\n")
     monkeypatch.chdir(tmp_path)

@@ -203,7 +203,10 @@ def check_load_csv(tmp_path: Path) -> None:
 def check_load_csv_errors(tmp_path: Path) -> None:
     bad = tmp_path / "bad.csv"
     bad.write_text("x,y\n1,2\n3,oops\n")
-    assert run_time_error("load_csv(a)", str(bad)) == f'load_csv: "{bad}" line 1: cannot read "x" as a number'
+    assert run_time_error("load_csv(a)", str(bad)) == (
+        f'load_csv: "{bad}" line 1: cannot read "x" as a number; '
+        "if line 1 is a header, skip it with `load_csv(path, skip_header=true)`"
+    )
     assert run_time_error("load_csv(a, skip_header=true)", str(bad)).endswith('line 3: cannot read "oops" as a number')
     ragged = tmp_path / "ragged.csv"
     ragged.write_text("1,2,3\n4,5,6\n7,8\n")

@@ -13,14 +13,16 @@ The conventions (also stated at the top of docs/language.md):
   exact stderr (paths read `example.dl`).
 - A `dl` or `dl-error` block whose first line is `# file: NAME.dl` is a module: it is
   written as NAME.dl beside `example.dl` for every later example of the same page
-  (and is not run itself).
+  (and is not run itself). A `python` block whose first line is `# file: NAME.py` is
+  written the same way (and must compile).
 - A `dl` block without `fn main` is a fragment: it must parse, as written or, if it
   is not a list of top-level declarations, wrapped in `fn main() { ... }`.
 - A block tagged `console` is a terminal session run in the directory of the
   latest program above it (as `example.dl`, with the page's modules). Lines
-  starting with `$ ` are commands: `dlrun ARGS...` (run in-process) or `echo $?`
-  (the previous command's exit status); the lines up to the next command are that
-  command's exact output, stdout then stderr.
+  starting with `$ ` are commands: `dlrun ARGS...` (run in-process), `python NAME.py`
+  (a page's Python file, run by this Python in a subprocess) or `echo $?` (the previous
+  command's exit status); the lines up to the next command are that command's exact
+  output, stdout then stderr.
 - An HTML comment `<!-- xfail: REASON -->` on the line right before an opening
   fence marks that example as a known discrepancy: its test is
   `xfail(strict=True)` with REASON, so it starts passing loudly once fixed.
@@ -30,6 +32,8 @@ from __future__ import annotations
 
 import re
 import shlex
+import subprocess
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -41,7 +45,7 @@ ROOT = Path(__file__).resolve().parent.parent
 DOCS = sorted((ROOT / "docs").glob("*.md"))
 OPENING = re.compile(r"^```([A-Za-z0-9_-]*)\s*$")
 XFAIL = re.compile(r"^<!--\s*xfail:\s*(.*?)\s*-->\s*$")
-FILE_MARK = re.compile(r"^#\s*file:\s*([A-Za-z0-9_./-]+\.dl)\s*$")
+FILE_MARK = re.compile(r"^#\s*file:\s*([A-Za-z0-9_./-]+\.(?:dl|py))\s*$")
 MAIN = re.compile(r"^\s*fn\s+main\s*\(", re.MULTILINE)
 
 
@@ -57,7 +61,7 @@ class Block:
 class Example:
     page: str
     line: int
-    kind: str  # "program", "error", "fragment", "module", "console"
+    kind: str  # "program", "error", "fragment", "module", "python", "console"
     source: str
     expected: str | None = None
     modules: dict[str, str] = field(default_factory=dict)
@@ -134,6 +138,10 @@ def examples_of(path: Path) -> list[Example]:
                 found.append(Example(page, block.line, "program", block.text, output, dict(modules), xfail=block.xfail))
             else:
                 found.append(Example(page, block.line, "fragment", block.text, xfail=block.xfail))
+        elif block.lang == "python" and FILE_MARK.match(block.text.split("\n", 1)[0]):
+            name = FILE_MARK.match(block.text.split("\n", 1)[0]).group(1)
+            found.append(Example(page, block.line, "python", block.text, xfail=block.xfail))
+            modules[name] = block.text
         elif block.lang == "console":
             found.append(
                 Example(page, block.line, "console", block.text, None, dict(modules), program, xfail=block.xfail)
@@ -216,8 +224,13 @@ def run_console(session: Session, text: str) -> str:
         if words == ["echo", "$?"]:
             transcript.append(str(status))
             continue
+        if len(words) == 2 and words[0] == "python" and words[1].endswith(".py"):
+            finished = subprocess.run([sys.executable, words[1]], capture_output=True, text=True, timeout=300)
+            status = finished.returncode
+            transcript.extend((finished.stdout + finished.stderr).splitlines())
+            continue
         if not words or words[0] != "dlrun":
-            pytest.fail(f"console blocks can only run `dlrun ...` and `echo $?`, not: {line}")
+            pytest.fail(f"console blocks can only run `dlrun ...`, `python NAME.py` and `echo $?`, not: {line}")
         status, out, err = session.dlrun(*words[1:])
         transcript.extend((out + err).splitlines())
     return "\n".join(transcript) + "\n"
@@ -227,6 +240,9 @@ def run_console(session: Session, text: str) -> str:
 def test_doc_example(
     example: Example, tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    if example.kind == "python":
+        compile(example.source, example.id, "exec")
+        return
     if example.kind in ("fragment", "module"):
         source = example.source
         if example.kind == "module" and MAIN.search(source):

@@ -12,8 +12,9 @@ import pytest
 from conftest import ROOT, check_golden
 
 EXAMPLES = ROOT / "examples"
-# examples whose golden output is of a shortened run
-QUICK = {"train.dl": ["quick"], "cnn.dl": ["quick"], "charrnn.dl": ["quick"], "regression.dl": ["quick"]}
+# A golden's name says which run it holds: NAME.out that of `dlrun examples/NAME.dl`, NAME.quick.out that of
+# `dlrun examples/NAME.dl quick`, the few seconds' run of a training example.
+GOLDENS = sorted(EXAMPLES.glob("*.out"))
 
 
 @pytest.fixture
@@ -23,6 +24,7 @@ def run_in(tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.Mo
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("DL_METRICS", raising=False)
+    monkeypatch.delenv("DL_RUNS", raising=False)
 
     def run(name: str, *args: str) -> tuple[int, str, str]:
         capsys.readouterr()
@@ -33,11 +35,26 @@ def run_in(tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.Mo
     return run
 
 
-@pytest.mark.parametrize("path", sorted(EXAMPLES.glob("*.dl")), ids=lambda p: p.name)
-def test_example_output(path: Path, run_in, update_goldens: bool) -> None:
-    status, out, err = run_in(path.name, *QUICK.get(path.name, []))
+def test_every_example_has_one_golden_named_after_its_run() -> None:
+    programs = {path.stem for path in EXAMPLES.glob("*.dl")}
+    runs = [golden.name.removesuffix(".out").split(".") for golden in GOLDENS]
+    assert sorted(run[0] for run in runs) == sorted(programs)
+    assert all(len(run) == 1 or run[1:] == ["quick"] for run in runs), runs
+
+
+@pytest.mark.parametrize("golden", GOLDENS, ids=lambda p: p.name)
+def test_example_output(golden: Path, run_in, update_goldens: bool) -> None:
+    program, *args = golden.name.removesuffix(".out").split(".")
+    status, out, err = run_in(f"{program}.dl", *args)
     assert (status, err) == (0, "")
-    check_golden(path.with_suffix(".out"), out, update_goldens, rtol=1e-6)
+    check_golden(golden, out, update_goldens, rtol=1e-6)
+
+
+def logged_metrics(directory: Path, run: str | None = None) -> list[dict]:
+    """What the run (the only one, unless named) logged: its record's `metrics.jsonl` under `runs/`."""
+    records = [r for r in (directory / "runs").iterdir() if run is None or r.name == run]
+    assert len(records) == 1, records
+    return [json.loads(line) for line in (records[0] / "metrics.jsonl").read_text().splitlines()]
 
 
 def test_train_learns_saves_and_resumes(run_in, tmp_path: Path) -> None:
@@ -46,10 +63,13 @@ def test_train_learns_saves_and_resumes(run_in, tmp_path: Path) -> None:
     accuracies = [float(line.split()[-1]) for line in out.splitlines() if line.startswith("epoch")]
     assert len(accuracies) == 20 and accuracies[-1] >= 0.97, out
     assert (tmp_path / "digits_mlp.safetensors").is_file()
-    logged = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    logged = logged_metrics(tmp_path)
     assert [r["name"] for r in logged[:2]] == ["loss", "test accuracy"] and len(logged) == 40
     status, resumed, err = run_in("train.dl", "--resume")
     assert (status, err) == (0, "")
+    _, resumed_run = sorted((tmp_path / "runs").iterdir())  # each run its own record
+    assert json.loads((resumed_run / "run.json").read_text())["arguments"] == ["--resume"]
+    assert len(logged_metrics(tmp_path, resumed_run.name)) == 10
     first = resumed.splitlines()[0]
     assert first.startswith("resumed from digits_mlp.safetensors at step 440 test accuracy ")
     assert float(first.split()[-1]) == accuracies[-1]  # the saved model, exactly
@@ -62,13 +82,13 @@ def test_train_is_reproducible(run_in) -> None:
 def test_cnn_learns(run_in, tmp_path: Path) -> None:
     status, out, err = run_in("cnn.dl")
     assert (status, err) == (0, "")
-    epochs = [line.split() for line in out.splitlines()]
+    *epochs, saved = [line.split() for line in out.splitlines()]
     losses = [float(words[3]) for words in epochs]
     accuracies = [float(words[-1]) for words in epochs]
     assert len(accuracies) == 10 and accuracies[-1] >= 0.97, out
+    assert saved == ["saved", "digits_cnn.safetensors"] and (tmp_path / "digits_cnn.safetensors").is_file()
     assert losses[-1] < losses[0] / 10, out
-    logged = (tmp_path / "metrics.jsonl").read_text().splitlines()
-    assert len(logged) == 20
+    assert len(logged_metrics(tmp_path)) == 20
 
 
 def test_charrnn_loss_falls_and_it_samples_text(run_in, tmp_path: Path) -> None:
@@ -82,7 +102,7 @@ def test_charrnn_loss_falls_and_it_samples_text(run_in, tmp_path: Path) -> None:
     assert sample.startswith('The "assert"') and len(sample) >= 300
     words = sample.split()
     assert sum(word.isalpha() for word in words) >= len(words) // 3, sample  # mostly text
-    logged = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    logged = logged_metrics(tmp_path)
     assert len(logged) == 375 and logged[0]["value"] > 5.0  # about log(256) = 5.5 per byte at first
 
 

@@ -58,6 +58,7 @@ REFUSED = {
     "character device": "it is a character device, not a regular file",
 }
 KINDS = list(REFUSED)
+FMT_LEFT_ALONE = "1 file left alone (errors above)\n"  # `dlrun fmt`'s summary of a file it cannot read
 
 
 @pytest.fixture
@@ -103,8 +104,11 @@ def test_a_source_file_that_is_not_a_small_regular_file_is_refused(kind: str, sh
     path = str(make_kind(kind, short_tmp / "prog.dl"))
     reason = REFUSED.get(kind, "it is larger than 16 MiB, the most DL reads")
     expected = f"error[E0404]: cannot read `{path}`: {reason}\n --> {path}:1:1\n"
-    for command in ([path], ["check", path], ["fmt", path], ["grad", path, "--fn", "f"]):
+    for command in ([path], ["check", path], ["grad", path, "--fn", "f"]):
         assert within(30, lambda command=command: dlrun(*command)) == (1, "", expected)
+    # `dlrun fmt` reads a directory as the .dl files under it (none here), and ends with a summary
+    formatted = (0, "", f"no .dl files in {path}\n") if kind == "directory" else (1, FMT_LEFT_ALONE, expected)
+    assert within(30, lambda: dlrun("fmt", path)) == formatted
 
 
 def test_an_imported_module_over_the_size_limit_is_refused_at_its_import(short_tmp: Path, dlrun) -> None:
@@ -151,7 +155,11 @@ def test_plot_refuses_metrics_that_are_not_a_regular_file(kind: str, short_tmp: 
     pytest.importorskip("matplotlib")
     path = make_kind(kind, short_tmp / "metrics.jsonl")
     status, out, err = within(30, lambda: dlrun("plot", str(path), "-o", str(short_tmp / "curve.png")))
-    assert (status, out, err) == (1, "", f"dlrun plot: error: cannot read `{path}`: {REFUSED[kind]}\n")
+    if kind == "directory":  # `dlrun plot` reads a directory as a directory of runs
+        refused = f"no runs in `{path}` (each run that calls log_metric() makes one)"
+    else:
+        refused = f"cannot read `{path}`: {REFUSED[kind]}"
+    assert (status, out, err) == (1, "", f"dlrun plot: error: {refused}\n")
 
 
 def test_reading_a_file_that_grows_past_the_limit_stops_at_the_limit(tmp_path: Path, monkeypatch) -> None:
@@ -239,7 +247,7 @@ def test_fmt_formats_through_a_symbolic_link(tmp_path: Path, dlrun) -> None:
     real.write_text("fn main() {\nprint(1)\n}\n")
     link = tmp_path / "link.dl"
     link.symlink_to(real)
-    assert dlrun("fmt", str(link)) == (0, f"formatted {link}\n", "")
+    assert dlrun("fmt", str(link)) == (0, f"formatted {link}\n1 file formatted\n", "")
     assert link.is_symlink() and real.read_text() == "fn main() {\n    print(1)\n}\n"
 
 

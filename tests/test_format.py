@@ -3,6 +3,7 @@ the program unchanged, idempotent on every `.dl` file of the repository."""
 
 from __future__ import annotations
 
+import stat
 from pathlib import Path
 
 import pytest
@@ -109,23 +110,74 @@ def test_a_hash_in_a_string_is_not_a_comment() -> None:
 def test_dlrun_fmt_in_place_check_and_print(dlrun, tmp_path: Path) -> None:
     file = tmp_path / "messy.dl"
     file.write_text(MESSY)
-    assert dlrun("fmt", "--check", str(file)) == (
-        1,
-        "",
-        f"{file} is not formatted (dlrun fmt {file} would change it)\n",
-    )
+    assert dlrun("fmt", "--check", str(file)) == (1, f"would format {file}\n1 file would be formatted\n", "")
     assert dlrun("fmt", "--print", str(file)) == (0, TIDY, "")
     assert file.read_text() == MESSY
-    assert dlrun("fmt", str(file)) == (0, f"formatted {file}\n", "")
+    assert dlrun("fmt", str(file)) == (0, f"formatted {file}\n1 file formatted\n", "")
     assert file.read_text() == TIDY
-    assert dlrun("fmt", str(file)) == (0, "", "")
-    assert dlrun("fmt", "--check", str(file)) == (0, "", "")
+    assert dlrun("fmt", str(file)) == (0, "1 file already formatted\n", "")
+    assert dlrun("fmt", "--check", str(file)) == (0, "1 file already formatted\n", "")
     assert [p.name for p in tmp_path.iterdir()] == ["messy.dl"]  # no temporary file left
+
+
+def test_dlrun_fmt_formats_directories_recursively_and_skips_hidden_ones(dlrun, tmp_path, monkeypatch) -> None:
+    (tmp_path / "src" / "deep").mkdir(parents=True)
+    (tmp_path / ".venv").mkdir()
+    (tmp_path / "src" / "messy.dl").write_text(MESSY)
+    (tmp_path / "src" / "deep" / "tidy.dl").write_text(TIDY)
+    (tmp_path / "src" / "deep" / "notes.txt").write_text("fn  main() {}\n")
+    (tmp_path / ".venv" / "vendored.dl").write_text(MESSY)
+    monkeypatch.chdir(tmp_path)
+    assert dlrun("fmt", "--check", "src/") == (
+        1,
+        "would format src/messy.dl\n1 file would be formatted, 1 already formatted\n",
+        "",
+    )
+    assert (tmp_path / "src" / "messy.dl").read_text() == MESSY
+    assert dlrun("fmt", ".") == (0, "formatted src/messy.dl\n1 file formatted, 1 already formatted\n", "")
+    assert (tmp_path / "src" / "messy.dl").read_text() == TIDY
+    assert (tmp_path / ".venv" / "vendored.dl").read_text() == MESSY
+    assert (tmp_path / "src" / "deep" / "notes.txt").read_text() == "fn  main() {}\n"
+    assert dlrun("fmt", "--check", ".", "src/messy.dl") == (0, "2 files already formatted\n", "")
+
+
+def test_dlrun_fmt_formats_the_files_that_parse_and_reports_the_others(dlrun, tmp_path, monkeypatch) -> None:
+    (tmp_path / "a_broken.dl").write_text("fn main( {\n")
+    (tmp_path / "b_messy.dl").write_text(MESSY)
+    monkeypatch.chdir(tmp_path)
+    status, out, err = dlrun("fmt", ".")
+    assert (status, out) == (1, "formatted b_messy.dl\n1 file formatted, 1 left alone (errors above)\n")
+    assert err.startswith("error[E0102]") and " --> a_broken.dl:1:10" in err
+    assert (tmp_path / "a_broken.dl").read_text() == "fn main( {\n"
+    assert (tmp_path / "b_messy.dl").read_text() == TIDY
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (("fmt", "nosuch"), "dlrun: error: no file or directory `nosuch`\n"),
+        (("fmt", "--print", "."), "dlrun: error: `dlrun fmt --print` takes one file\n"),
+    ],
+)
+def test_dlrun_fmt_usage_errors_write_nothing(dlrun, tmp_path, monkeypatch, argv, message) -> None:
+    (tmp_path / "messy.dl").write_text(MESSY)
+    monkeypatch.chdir(tmp_path)
+    assert dlrun(*argv, "messy.dl") == (2, "", message)
+    assert (tmp_path / "messy.dl").read_text() == MESSY
+
+
+def test_dlrun_fmt_keeps_a_files_permissions(dlrun, tmp_path: Path) -> None:
+    file = tmp_path / "script.dl"
+    file.write_text(MESSY)
+    file.chmod(0o751)
+    assert dlrun("fmt", str(file))[0] == 0
+    assert (file.read_text(), stat.S_IMODE(file.stat().st_mode)) == (TIDY, 0o751)
 
 
 def test_dlrun_fmt_leaves_a_file_with_a_syntax_error_alone(dlrun, tmp_path: Path) -> None:
     file = tmp_path / "broken.dl"
     file.write_text("fn main( {\n")
     status, out, err = dlrun("fmt", str(file))
-    assert (status, out) == (1, "") and err.startswith("error[E0102]")
+    assert (status, out) == (1, "1 file left alone (errors above)\n") and err.startswith("error[E0102]")
     assert file.read_text() == "fn main( {\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["broken.dl"]

@@ -19,6 +19,7 @@ pytest.importorskip("llvmlite", reason="the LLVM backend needs llvmlite")
 from dl import pipeline
 from dl.cli import main as dlrun
 from dl.codegen import cache, native
+from dl.lang import ast
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -192,8 +193,13 @@ fn main() {
 }
 
 MATH_PROGRAM = """
-fn f(x: f64) -> f64 { return exp(x) * 0.5 + log(x + 2.0) - tanh(x) * sin(x) + cos(x) + sigmoid(x) + sigmoid(-x) }
-fn g(x: f32) -> f32 { return exp(x) + log(abs(x) + 1.0) + tanh(x) + sqrt(abs(x)) + x ** 2.0 }
+fn f(x: f64) -> f64 {
+    let e = softplus(x * 20.0) + log1p(x * 0.4) + expm1(x) * erf(x)
+    return exp(x) * 0.5 + log(x + 2.0) - tanh(x) * sin(x) + cos(x) + sigmoid(x) + sigmoid(-x) + e
+}
+fn g(x: f32) -> f32 {
+    return exp(x) + log(abs(x) + 1.0) + tanh(x) + sqrt(abs(x)) + x ** 2.0 + softplus(x) - erf(x) + expm1(x)
+}
 fn main() { for i in 0..7 { let x = float(i, dtype=f64) * 0.7f64 - 2.0f64; print(f(x), g(float(i) - 3.0)) } }
 """
 
@@ -257,12 +263,13 @@ fn main() { for i in 0..5 { let x = float(i, dtype=f64) * 0.6f64 - 1.0f64; print
     assert {"loss", "loss_grad"} <= compiled_names(source, tmp_path)
 
 
-def test_explain_backend_names_compiled_and_interpreted_functions(tmp_path: Path, capsys) -> None:
-    source = """
+def test_explain_backend_names_the_functions_main_reaches_at_their_names(tmp_path: Path, capsys) -> None:
+    source = """import nn
 struct Pair { a: f32, b: f32 }
 fn square(x: f32) -> f32 { return x * x }
 fn norm(v: f32[3]) -> f32 { return sum(v * v) }
 fn swap(p: Pair) -> Pair { return Pair { a: p.b, b: p.a } }
+fn unused(p: Pair) -> Pair { return swap(swap(p)) }
 fn twice(x: f32) -> f32 { return square(x) + norm(ones(3)) }
 fn main() { print(square(3.0), norm(ones(3)), swap(Pair { a: 1.0, b: 2.0 }).a, twice(1.0)) }
 """
@@ -270,18 +277,37 @@ fn main() { print(square(3.0), norm(ones(3)), swap(Pair { a: 1.0, b: 2.0 }).a, t
     assert status == 0, err
     assert out == "9.0 3.0 2.0 4.0\n"
     path = tmp_path / "program.dl"
+    # neither `unused` nor the functions of the imported `nn` are named: `main` never calls them
     assert err.splitlines() == [
-        f"{path}: `square` compiled",
-        f"{path}: `norm` compiled: one fused elementwise loop reducing with `sum`",
-        f"{path}: `swap` compiled when called, for the shapes of its arguments",
-        f"{path}: `twice` compiled when called, for the shapes of its arguments",
-        f"{path}: `main` compiled when called, for the shapes of its arguments",
+        f"{path}:3:4: `square` compiled",
+        f"{path}:4:4: `norm` compiled: one fused elementwise loop reducing with `sum`",
+        f"{path}:5:4: `swap` compiled when called, for the shapes of its arguments",
+        f"{path}:7:4: `twice` compiled when called, for the shapes of its arguments",
+        f"{path}:8:4: `main` compiled when called, for the shapes of its arguments",
         "native code for 1 function: compiled by LLVM, saved to the compile cache",
         # after the run: each function compiled when called, with the layouts it was called with
-        f"{path}: `swap`(Pair) compiled",
-        f"{path}: `twice`(f32) compiled",
-        f"{path}: `main`() interpreted: it calls `print`, which compiled code does not do yet (at {path}:7:13)",
+        f"{path}:5:4: `swap`(Pair) compiled",
+        f"{path}:7:4: `twice`(f32) compiled",
+        f"{path}:8:4: `main`() interpreted: it calls `print`, which compiled code does not do: printing is host work, "
+        f"and compiled code does not call back into Python (at {path}:8:13)",
     ]
+
+
+def test_reached_functions_follow_calls_lambdas_and_constants(tmp_path: Path) -> None:
+    from dl import pipeline
+
+    source = """const SCALE = scale_of(2.0)
+fn scale_of(x: f32) -> f32 { return x }
+fn apply(f, x: f32) -> f32 { return f(x) }
+fn helper(x: f32) -> f32 { return x * SCALE }
+fn never(x: f32) -> f32 { return helper(x) }
+fn main() { print(apply(fn(y) => helper(y), 1.0)) }
+"""
+    (tmp_path / "program.dl").write_text(source)
+    _, typed = pipeline.prepare(pipeline.load(str(tmp_path / "program.dl")))
+    declarations = [typed.functions[key][0] for key in typed.reached()]
+    names = {decl.name if isinstance(decl, ast.FnDecl) else "lambda" for decl in declarations}
+    assert names == {"scale_of", "apply", "helper", "main", "lambda"}
 
 
 @pytest.mark.parametrize(
@@ -565,7 +591,8 @@ fn main() { print(weak(), unit_value(3)) }
 
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS = sorted((ROOT / "tests" / "programs").glob("*.dl")) + sorted((ROOT / "examples").glob("*.dl"))
-QUICK = {"train.dl": ["quick"], "cnn.dl": ["quick"], "charrnn.dl": ["quick"], "regression.dl": ["quick"]}
+# the examples whose golden is of their quick run (NAME.quick.out, tests/test_examples.py): run them so
+QUICK = {golden.name.split(".")[0] + ".dl": ["quick"] for golden in (ROOT / "examples").glob("*.quick.out")}
 
 
 @pytest.mark.parametrize("path", CORPUS, ids=lambda p: f"{p.parent.name}/{p.name}")
@@ -641,10 +668,40 @@ def test_fused_elementwise_functions_agree_and_are_explained(tmp_path: Path, cap
     status, _, err = run_cli(tmp_path, FUSED, "--backend", "llvm", "--explain-backend", capsys=capsys)
     assert status == 0, err
     path = tmp_path / "program.dl"
-    assert f"{path}: `f` compiled: one fused elementwise loop" in err
-    assert f"{path}: `g` compiled: one fused elementwise loop" in err
-    assert f"{path}: `h` compiled when called, for the shapes of its arguments" in err  # not fused: an axis
-    assert f"{path}: `h`(f32[21]) compiled" in err
+    assert f"{path}:2:4: `f` compiled: one fused elementwise loop" in err
+    assert f"{path}:3:4: `g` compiled: one fused elementwise loop" in err
+    assert f"{path}:7:4: `h` compiled when called, for the shapes of its arguments" in err  # not fused: an axis
+    assert f"{path}:7:4: `h`(f32[21]) compiled" in err
+
+
+def test_libm_only_math_is_compiled_one_element_at_a_time(tmp_path: Path, capsys) -> None:
+    """`softplus`, `log1p`, `expm1` and `erf` have no vector form (libmvec need not have them): a function using
+    one is not fused but specialised, its loops scalar, and agrees with the interpreter."""
+    source = """
+fn act(x: f32[n]) -> f32[n] { return softplus(x) * erf(x) + log1p(x * x) - expm1(-abs(x)) }
+fn main() { print(act(float(arange(40)) * 0.25 - 5.0)) }
+"""
+    interpreted, compiled = both_backends(tmp_path, source, capsys)
+    clean = lambda text: text.replace("[", " ").replace("]", " ")  # noqa: E731
+    assert numbers(clean(compiled)) == pytest.approx(numbers(clean(interpreted)), rel=1e-6, abs=1e-7)
+    status, _, err = run_cli(tmp_path, source, "--backend", "llvm", "--explain-backend", capsys=capsys)
+    assert status == 0, err
+    assert "`act`(f32[40]) compiled" in err and "fused elementwise loop" not in err
+
+
+def test_a_function_reading_the_clock_is_interpreted(tmp_path: Path, capsys) -> None:
+    """`time()` is host work read anew at every call: the function calling it runs on the interpreter (the
+    one it calls is still compiled), and its readings still show the work between them."""
+    source = """
+fn work(n: i64) -> f64 { let total = 0.0f64; for i in 0..n { total += float(i, dtype=f64) } return total }
+fn timed(n: i64) -> f64 { let start = time(); let s = work(n); return (time() - start) + s * 0.0f64 }
+fn main() { print(timed(200000) >= 0.0f64, work(10)) }
+"""
+    status, out, err = run_cli(tmp_path, source, "--backend", "llvm", "--explain-backend", capsys=capsys)
+    assert status == 0, err
+    assert out == "true 45.0\n"
+    assert "`timed`(i64) interpreted: it calls `time`, which compiled code does not do: reading the clock" in err
+    assert "`work` compiled" in err
 
 
 def test_fused_kernel_is_vectorised(tmp_path: Path) -> None:
@@ -653,7 +710,7 @@ def test_fused_kernel_is_vectorised(tmp_path: Path) -> None:
     path = tmp_path / "program.dl"
     path.write_text(FUSED, encoding="utf-8")
     _, typed = pipeline.prepare(pipeline.load(str(path)))
-    kernels = list(native.lower(typed).kernels.values())
+    kernels = list(native.lowered_program(typed).kernels.values())
     assert len(kernels) == 2
     assert re.search(r"<\d+ x (float|double)>", compile_kernels(kernels).ir_after)
 
@@ -669,9 +726,9 @@ fn main() { print(add(pick(3), pick(4))) }
     assert "error[E0520]" in err and "Traceback" not in err  # the annotation check, before the call
     (tmp_path / "program.dl").write_text(source.replace("pick(3), pick(4)", "ones(3), ones(3)"), encoding="utf-8")
     _, typed = pipeline.prepare(pipeline.load(str(tmp_path / "program.dl")))
-    [kernel] = native.lower(typed).kernels.values()
+    [kernel] = native.lowered_program(typed).kernels.values()
     from dl.codegen.fusion import compile_kernels
-    from dl.interp.runtime import RunError
+    from dl.runtime.errors import RunError
 
     body = native.kernel_body(kernel, compile_kernels([kernel]))
     frame = [None, np.ones(3, np.float32), np.ones(3, np.float32)]
@@ -682,12 +739,10 @@ fn main() { print(add(pick(3), pick(4))) }
 
 
 def test_a_loop_llvm_cannot_compile_stays_interpreted(monkeypatch, dlrun, tmp_path) -> None:
-    from dl.codegen import fusion
-
     def failing(kernels):
         raise RuntimeError("LLVM ERROR: simulated failure\ndetails")
 
-    monkeypatch.setattr(fusion, "compile_kernels", failing)
+    monkeypatch.setattr(native, "compile_kernels", failing)
     program = tmp_path / "fused.dl"
     program.write_text(
         "fn f(x: f32[3], y: f32[3]) -> f32[3] {\n    return tanh(x * y) + x\n}\n\n"
@@ -735,6 +790,12 @@ fn main() {
 """
 
 
+def declared_at(path: Path, source: str, name: str) -> str:
+    """Where `--explain-backend` places function `name` of `source`: `path:line:4`, its name after `fn `."""
+    line = next(number for number, text in enumerate(source.splitlines(), 1) if text.startswith(f"fn {name}("))
+    return f"{path}:{line}:4"
+
+
 def test_fused_reductions_agree_with_the_interpreter(tmp_path: Path, capsys) -> None:
     """Sums accumulate per lane (f32 ones in f64) where numpy sums pairwise: f32 results agree to a
     relative 1e-6, f64 ones to 1e-12; `max` and `min` exactly. Arrays of 100003 elements exercise the
@@ -754,7 +815,8 @@ def test_fused_reductions_agree_with_the_interpreter(tmp_path: Path, capsys) -> 
     path = tmp_path / "program.dl"
     for name, reduction in [("total", "sum"), ("average", "mean"), ("peak", "max"), ("low", "min")]:
         for suffix in ("", "64"):
-            assert f"{path}: `{name}{suffix}` compiled: one fused elementwise loop reducing with `{reduction}`" in err
+            where = declared_at(path, REDUCING, name + suffix)
+            assert f"{where}: `{name}{suffix}` compiled: one fused elementwise loop reducing with `{reduction}`" in err
 
 
 def test_fused_reduction_accumulates_in_vectors(tmp_path: Path) -> None:
@@ -763,7 +825,7 @@ def test_fused_reduction_accumulates_in_vectors(tmp_path: Path) -> None:
     path = tmp_path / "program.dl"
     path.write_text(REDUCING, encoding="utf-8")
     _, typed = pipeline.prepare(pipeline.load(str(path)))
-    kernels = list(native.lower(typed).kernels.values())
+    kernels = list(native.lowered_program(typed).kernels.values())
     assert {kernel.reduction for kernel in kernels} == {"sum", "mean", "max", "min"}
     text = compile_kernels(kernels).ir_after
     assert re.search(r"phi <\d+ x double>", text)  # the f32 sum's running value, one f64 per lane
@@ -779,7 +841,7 @@ def test_fused_reduction_of_an_empty_tensor_fails_as_interpreted(reduction: str,
     assert status == 1 and f"error[E0513]: `{reduction}` of an empty tensor f32[0, 3]" in err
     assert "Traceback" not in err
     _, typed = pipeline.prepare(pipeline.load(str(tmp_path / "program.dl")))
-    assert [kernel.reduction for kernel in native.lower(typed).kernels.values()] == [reduction]
+    assert [kernel.reduction for kernel in native.lowered_program(typed).kernels.values()] == [reduction]
 
 
 def test_reductions_along_an_axis_are_compiled_when_called(tmp_path: Path, capsys) -> None:
@@ -791,8 +853,8 @@ fn main() { print(rows(ones(2, 3)), inner(ones(3))) }
     status, out, err = run_cli(tmp_path, source, "--backend", "llvm", "--explain-backend", capsys=capsys)
     assert status == 0 and out == "[4. 4. 4.] [0. 0. 0.]\n", err
     path = tmp_path / "program.dl"
-    assert f"{path}: `rows`(f32[2, 3]) compiled" in err
-    assert f"{path}: `inner`(f32[3]) compiled" in err
+    assert f"{path}:2:4: `rows`(f32[2, 3]) compiled" in err
+    assert f"{path}:3:4: `inner`(f32[3]) compiled" in err
 
 
 def test_the_cache_forgets_its_least_recently_used_entries(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

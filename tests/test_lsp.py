@@ -12,10 +12,12 @@ import queue
 import subprocess
 import sys
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import check_golden
 from dl import lang, lsp
 from dl.lang.diagnostics import Diagnostic, Label, Severity, Span
 from hypothesis import HealthCheck, given, settings
@@ -796,3 +798,284 @@ def test_a_ten_thousand_line_document_is_answered(server) -> None:
         ("textDocument/documentSymbol", 0, 0),
     ]
     edit_and_ask(server, "file:///tmp/large.dl", text, steps, timeout=60.0)
+
+
+# ------------------------------------------------------------------ robustness: every request is answered
+
+OPEN = "file:///tmp/answered.dl"
+ANSWERED = "struct L { w: f32[2] }\nfn main() {\n    let l = L { w: ones(2) }\n    print(l.w)\n}\n"
+POSITION = {"line": 2, "character": 8}
+DOCUMENT = {"textDocument": {"uri": OPEN}}
+# one well-formed request of each method the server answers (but `shutdown`, tested on its own)
+WELL_FORMED = {
+    "initialize": {"processId": None, "rootUri": None, "capabilities": {}},
+    "workspace/executeCommand": {"command": "dl.none", "arguments": []},
+    "textDocument/hover": {**DOCUMENT, "position": POSITION},
+    "textDocument/definition": {**DOCUMENT, "position": POSITION},
+    "textDocument/references": {**DOCUMENT, "position": POSITION, "context": {"includeDeclaration": True}},
+    "textDocument/completion": {**DOCUMENT, "position": POSITION},
+    "textDocument/signatureHelp": {**DOCUMENT, "position": {"line": 2, "character": 30}},
+    "textDocument/documentSymbol": DOCUMENT,
+    "textDocument/semanticTokens/full": DOCUMENT,
+    "textDocument/semanticTokens/range": {**DOCUMENT, "range": {"start": {"line": 0, "character": 0}, "end": POSITION}},
+    "textDocument/formatting": {**DOCUMENT, "options": {"tabSize": 4, "insertSpaces": True}},
+}
+ANY_VALUE = [None, True, -1, 1.5, 2**31, "x", [], {}, {"wrong": 1}]
+NUMBERS = [-1, 2**31 - 1, 2**31, 10**6]  # negative, the largest and one past it, past the end of the document
+TEXTS = ["", "file:///tmp/never-opened.dl", "untitled:Untitled-1", "x:", "file://[x/", "not a uri"]
+
+
+def malformed(value: Any) -> Iterator[Any]:
+    """Every variation of a JSON value with one part changed: each object field left out, and each part
+    (the whole too) replaced by a value of another type, or for numbers and strings by ones out of range
+    (negative, huge, past the end of the document; URIs never opened, or not URIs)."""
+    yield from ANY_VALUE
+    if isinstance(value, bool):
+        return
+    if isinstance(value, int):
+        yield from NUMBERS
+    if isinstance(value, str):
+        yield from TEXTS
+    if isinstance(value, dict):
+        for key in value:
+            yield {name: part for name, part in value.items() if name != key}
+            for changed in malformed(value[key]):
+                yield {**value, key: changed}
+    if isinstance(value, list):
+        for index, part in enumerate(value):
+            for changed in malformed(part):
+                yield [*value[:index], changed, *value[index + 1 :]]
+
+
+def fits(method: str, params: Any) -> bool:
+    """Whether `params` fit the method's types (lsprotocol's, which the server reads requests with)."""
+    from pygls.protocol import default_converter
+
+    message = {"jsonrpc": "2.0", "id": 1, "method": method, "params": params}
+    try:
+        default_converter().structure(message, types.METHOD_TO_TYPES[method][0])
+    except Exception:
+        return False
+    return True
+
+
+def test_every_request_the_server_answers_is_listed() -> None:
+    features = lsp.make_server().protocol.fm
+    served = set(features.features) | set(features.builtin_features)
+    requests = {method for method in served if types.METHOD_TO_TYPES.get(method, (None, None))[1] is not None}
+    assert requests == {*WELL_FORMED, "shutdown"}
+
+
+def test_every_malformed_request_gets_an_answer_and_the_server_lives(tmp_path: Path) -> None:
+    process, client = start_server()
+    try:
+        document = {"uri": OPEN, "languageId": "dl", "version": 1, "text": ANSWERED}
+        client.notify("textDocument/didOpen", {"textDocument": document})
+        client.wait(lambda m: m.get("method") == "textDocument/publishDiagnostics")
+        count = 0
+        for method, params in WELL_FORMED.items():
+            variations = [params, *malformed(params)]
+            if method == "initialize":  # a well-formed one would initialize the server again
+                variations = [each for each in variations if not fits(method, each)]
+            for changed in variations:
+                reply = ask(client, method, changed)
+                count += 1
+                if not fits(method, changed):
+                    assert reply["error"]["code"] == -32602, (method, changed, reply)  # InvalidParams
+                    assert reply["error"]["message"].startswith(f"Invalid Params: {method}: ")
+                elif method != "workspace/executeCommand":  # no command is defined: that is an error
+                    assert "result" in reply, (method, changed, reply)
+                assert process.poll() is None, "the language server stopped"
+        assert count > 500
+        shown = ask(client, "textDocument/hover", WELL_FORMED["textDocument/hover"])["result"]
+        assert "l: L" in shown["contents"]["value"]
+    finally:
+        stop_server(process, client)
+
+
+def test_requests_that_are_not_json_rpc_2_get_invalid_request() -> None:
+    process, client = start_server()
+    try:
+        body = json.dumps({"id": 7, "method": "textDocument/hover", "params": {}}).encode()  # no "jsonrpc"
+        process.stdin.write(b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        process.stdin.flush()
+        assert client.wait(lambda m: m.get("id") == 7)["error"]["code"] == -32600
+        client.send({"jsonrpc": "1.0", "id": 8, "method": "textDocument/hover", "params": {}})
+        assert client.wait(lambda m: m.get("id") == 8)["error"]["code"] == -32600
+        client.send({"id": 9, "method": "textDocument/didClose", "params": DOCUMENT})  # a notification
+        assert client.wait(lambda m: m.get("id") == 9)["error"]["code"] == -32600
+        client.send({"id": {"not": "an id"}, "method": "textDocument/hover", "params": {}})
+        assert client.wait(lambda m: "error" in m and m.get("id") is None)["error"]["code"] == -32602
+        assert client.request("shutdown") is None
+        client.send({"id": 10, "method": "textDocument/hover", "params": WELL_FORMED["textDocument/hover"]})
+        refused = client.wait(lambda m: m.get("id") == 10)["error"]
+        assert (refused["code"], refused["message"]) == (-32600, "the server is shutting down")
+        client.notify("exit")
+        assert process.wait(timeout=10) == 0
+    finally:
+        stop_server(process, client)
+
+
+# ------------------------------------------------------------------ responsive: analyses off the request path
+
+
+def open_document(client: Client, uri: str, text: str) -> None:
+    client.notify(
+        "textDocument/didOpen", {"textDocument": {"uri": uri, "languageId": "dl", "version": 1, "text": text}}
+    )
+
+
+def large_document(functions: int) -> str:
+    return "".join(f"fn f{index}(x: f32[B, 3]) -> f32[B, 3] {{ return x * 2.0 }}\n" for index in range(functions))
+
+
+def test_a_request_waiting_for_the_first_analysis_can_be_cancelled() -> None:
+    process, client = start_server()
+    try:
+        uri = "file:///tmp/cancelled.dl"
+        document = {"uri": uri, "languageId": "dl", "version": 1, "text": large_document(20_000)}
+        client.notify("textDocument/didOpen", {"textDocument": document})
+        client.send({"id": 500, "method": "textDocument/hover", "params": {"textDocument": {"uri": uri}, **WHERE}})
+        client.notify("$/cancelRequest", {"id": 500})
+        reply = client.wait(lambda m: m.get("id") == 500, timeout=60)
+        assert reply["error"]["code"] == -32800  # RequestCancelled, before the analysis could finish
+        client.wait(lambda m: m.get("method") == "textDocument/publishDiagnostics", timeout=120)
+        shown = ask(client, "textDocument/hover", {"textDocument": {"uri": uri}, **WHERE})["result"]
+        assert "x: f32[B, 3]" in shown["contents"]["value"]
+    finally:
+        stop_server(process, client)
+
+
+WHERE = {"position": {"line": 0, "character": large_document(1).index("x * 2.0")}}  # `x` in the first body
+
+
+def test_hover_during_an_analysis_answers_from_the_last_one() -> None:
+    process, client = start_server()
+    try:
+        uri = "file:///tmp/stale.dl"
+        first = SOURCE + large_document(5_000)
+        open_document(client, uri, first)
+        client.wait(lambda m: m.get("method") == "textDocument/publishDiagnostics", timeout=120)
+        # two edits, the second before the first is analysed: two lines above `scale`, and `h` wider
+        second = "# new\n# lines\n" + first
+        third = second.replace("let h = x * 2.0", "let h = concat((x, x), axis=1)")
+        for version, text in ((2, second), (3, third)):
+            change = {"textDocument": {"uri": uri, "version": version}, "contentChanges": [{"text": text}]}
+            client.notify("textDocument/didChange", change)
+        at = {"textDocument": {"uri": uri}, "position": {"line": 7, "character": 11}}  # `return h`, moved down
+        shown = ask(client, "textDocument/hover", at)["result"]
+        assert "h: f32[B, 3]" in shown["contents"]["value"]  # the type the last analysis found ...
+        assert shown["range"]["start"] == {"line": 7, "character": 11}  # ... where `h` is now
+        assert ask(client, "textDocument/hover", {**at, "position": {"line": 5, "character": 9}})["result"] is None
+        last = len(first.split("\n")) - 2  # the line of the last `fn` (the text ends with a newline)
+        far = {**at, "position": {"line": last + 2, "character": 3}}
+        assert (
+            "fn f4999(x: f32[B, 3]) -> f32[B, 3]"
+            in ask(client, "textDocument/hover", far)["result"]["contents"]["value"]
+        )
+        published = client.wait(lambda m: m.get("method") == "textDocument/publishDiagnostics", timeout=120)
+        assert published["params"]["version"] == 3
+        shown = ask(client, "textDocument/hover", at)["result"]
+        assert "h: f32[B, 6]" in shown["contents"]["value"]
+    finally:
+        stop_server(process, client)
+
+
+class InProcess:
+    """`dlrun lsp` running on a thread of this process (so that a test can patch what it calls), spoken to
+    over pipes as over stdio."""
+
+    def __init__(self) -> None:
+        server_in, self.stdin_fd = os.pipe()
+        self.stdout_fd, server_out = os.pipe()
+        self.stdin, self.stdout = os.fdopen(self.stdin_fd, "wb"), os.fdopen(self.stdout_fd, "rb")
+        server = lsp.make_server()
+        streams = os.fdopen(server_in, "rb"), os.fdopen(server_out, "wb")
+        self.thread = threading.Thread(target=server.start_io, args=streams, daemon=True)
+        self.thread.start()
+
+    def poll(self) -> int | None:
+        return None if self.thread.is_alive() else 0
+
+
+def test_an_internal_error_in_an_analysis_is_a_diagnostic_at_its_span(monkeypatch) -> None:
+    from dl.lang.check import Checker
+
+    real = Checker.binary_type
+
+    def broken(self, op, left, right, span):
+        if op == "%":
+            raise RuntimeError("a bug in `%`")
+        return real(self, op, left, right, span)
+
+    monkeypatch.setattr(Checker, "binary_type", broken)
+    server = InProcess()
+    client = Client(server)
+    client.request("initialize", {"processId": None, "rootUri": None, "capabilities": {}})
+    uri = "file:///tmp/internal.dl"
+    text = "fn main() {\n    let x = 7 % 3\n}\n"
+    client.notify(
+        "textDocument/didOpen", {"textDocument": {"uri": uri, "languageId": "dl", "version": 1, "text": text}}
+    )
+    [shown] = client.wait(lambda m: m.get("method") == "textDocument/publishDiagnostics")["params"]["diagnostics"]
+    assert shown["message"] == "internal error, please report: RuntimeError: a bug in `%`"
+    assert shown["range"] == {"start": {"line": 1, "character": 12}, "end": {"line": 1, "character": 17}}  # `7 % 3`
+    at = {"textDocument": {"uri": uri}, "position": {"line": 1, "character": 8}}
+    assert ask(client, "textDocument/hover", at)["result"] is None  # answered, though nothing is known
+    fixed = text.replace("7 % 3", "7 + 3")
+    client.notify(
+        "textDocument/didChange", {"textDocument": {"uri": uri, "version": 2}, "contentChanges": [{"text": fixed}]}
+    )
+    assert client.wait(lambda m: m.get("method") == "textDocument/publishDiagnostics")["params"]["diagnostics"] == []
+    assert "x: i64" in ask(client, "textDocument/hover", at)["result"]["contents"]["value"]
+    assert client.request("shutdown") is None
+    client.notify("exit")
+    server.thread.join(timeout=10)
+    assert not server.thread.is_alive()
+
+
+# ------------------------------------------------------------------ completion of module members (goldens)
+
+COMPLETIONS = Path(__file__).resolve().parent / "completions"
+
+
+def member_completions(program: Path) -> str:
+    """What completion offers after `alias.` for each import of `program`: each member with its detail, and
+    the further signatures a function was checked with (the rest of its documentation is its doc comment)."""
+    source = program.read_text()
+    checked = lang.check(source, str(program))
+    assert checked.errors == []
+    lines = []
+    for alias, _ in checked.program.imports[str(program)]:
+        typing = f"{source}{alias}."
+        line = typing.count("\n") + 1
+        for entry in lsp.completions(checked, str(program), typing, line, len(alias) + 2):
+            lines.append(f"{alias}.{entry.label}: {entry.detail}")
+            documentation = entry.documentation.value if entry.documentation else ""
+            lines.extend(f"    {shown}" for shown in documentation.split("\n") if shown.startswith("fn "))
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.parametrize("program", sorted(COMPLETIONS.glob("*.dl")), ids=lambda path: path.name)
+def test_completion_of_a_module_shows_its_checked_signatures(program: Path, update_goldens: bool) -> None:
+    check_golden(program.with_suffix(".out"), member_completions(program), update_goldens)
+
+
+def test_a_member_checked_for_several_calls_lists_each_signature_and_its_doc_comment() -> None:
+    program = COMPLETIONS / "members.dl"
+    source = program.read_text() + "nn."
+    checked = lang.check(program.read_text(), str(program))
+    found = {entry.label: entry for entry in lsp.completions(checked, str(program), source, source.count("\n") + 1, 4)}
+    linear = found["linear"]
+    assert linear.detail == "fn linear(x: f32[B, 4], w: f32[4, 8], b: f32[8]) -> f32[B, 8]"
+    documentation = linear.documentation.value.split("\n")
+    assert documentation[0] == "fn linear(x: f32[B, 8], w: f32[8, 3], b: f32[3]) -> f32[B, 3]"
+    assert documentation[1] == "" and documentation[2].startswith("linear(")  # then nn.dl's doc comment
+
+
+def test_completion_in_a_file_of_thousands_of_declarations_sends_those_that_fit_the_word() -> None:
+    items = [lsp.item(f"f{number}", types.CompletionItemKind.Function, None) for number in range(5000)]
+    assert lsp.fewest(items[:20], "zz") == items[:20]  # a short list goes whole
+    shown = lsp.fewest(items, "f12")
+    assert [entry.label for entry in shown] == [f"f{number}" for number in range(5000) if str(number).startswith("12")]
+    assert len(lsp.fewest(items, "")) == lsp.COMPLETION_ITEMS

@@ -6,27 +6,25 @@ chains, nested `while` and `for`), programs are generated below the limit, at it
 parser accepts) and just past it. Each goes through `dlrun check`, `dlrun fmt`, `dlrun grad`, a run on
 the interpreter and on `--backend llvm`, the REPL's evaluation and the language server's analysis and
 hover. Below and at the limit each gives the output Python computes for it (or, for a tensor of more
-than 64 axes, the run-time diagnostic); past it, each gives E0108 at the node the test finds on its own
+than 64 axes, the run-time diagnostic); past it, each gives E0109 at the node the test finds on its own
 at level `NESTING_LIMIT + 1`. None ever gives a traceback or exit status 3.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import io
-from collections.abc import Callable
-from contextlib import redirect_stderr
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from dl import lang, lsp
+from dl import lang
 from dl.lang import nesting
 from dl.lang.diagnostics import DiagnosticError, Span
 from dl.lang.nesting import NESTING_LIMIT, with_room
 from dl.lang.parse import parse
 from dl.repl import Outcome, Session
-from lsprotocol import types
+from test_lsp import Client, start_server, stop_server
 
 # ---------------------------------------------------------------------- the programs
 
@@ -198,7 +196,7 @@ LIGHT_PASSES = ("check", "fmt", "interp", "lsp")
 
 
 @pytest.fixture
-def passes(dlrun, tmp_path: Path, capsys: pytest.CaptureFixture):
+def passes(dlrun, tmp_path: Path, capsys: pytest.CaptureFixture, lsp_client: Client):
     """`run(source)`: what each pass gives for the program, as {pass: (status, stdout, stderr)}."""
 
     def run(source: str, chosen: tuple[str, ...] = PASSES) -> dict[str, tuple[int, str, str]]:
@@ -212,7 +210,7 @@ def passes(dlrun, tmp_path: Path, capsys: pytest.CaptureFixture):
             "interp": lambda: dlrun(file),
             "llvm": lambda: dlrun("--backend", "llvm", "--no-cache", file),
             "repl": lambda: repl(source, capsys),
-            "lsp": lambda: language_server(source, file),
+            "lsp": lambda: language_server(source, file, lsp_client),
         }
         results = {name: commands[name]() for name in chosen}
         for name, (status, _, err) in results.items():
@@ -232,33 +230,41 @@ def repl(source: str, capsys: pytest.CaptureFixture) -> tuple[int, str, str]:
     return (0 if outcomes == [Outcome.OK, Outcome.OK] else 1), captured.out, captured.err
 
 
-def language_server(source: str, file: str) -> tuple[int, str, str]:
+@pytest.fixture(scope="module")
+def lsp_client() -> Iterator[Client]:
+    """One `dlrun lsp` for the module's tests, spoken to over stdio."""
+    process, client = start_server()
+    yield client
+    stop_server(process, client)
+
+
+def language_server(source: str, file: str, client: Client) -> tuple[int, str, str]:
     """The language server's analysis (published diagnostics), and a hover in `main`'s body (which walks all
-    of `main`'s tree). Status 1 when it published an error."""
-    server = lsp.make_server()
-    for _ in server.protocol.lsp_initialize(types.InitializeParams(capabilities=types.ClientCapabilities())):
-        pass
-    published: list[types.PublishDiagnosticsParams] = []
-    server.text_document_publish_diagnostics = published.append
-    uri = f"file://{file}"
-    document = types.TextDocumentItem(uri=uri, language_id="dl", version=1, text=source)
-    server.workspace.put_text_document(document)  # what pygls does before it calls our `didOpen`
-    features = server.protocol.fm.features
-    with redirect_stderr(io.StringIO()) as logged:
-        features[types.TEXT_DOCUMENT_DID_OPEN](types.DidOpenTextDocumentParams(text_document=document))
-        main_line = source.splitlines().index("fn main() {") + 1
-        position = types.Position(main_line, 8)
-        hovered = features[types.TEXT_DOCUMENT_HOVER](
-            types.HoverParams(text_document=types.TextDocumentIdentifier(uri=uri), position=position)
-        )
-    (diagnostics,) = [p.diagnostics for p in published]
+    of `main`'s tree). Status 1 when it published an error; an analysis that failed inside the server is
+    published without a code, and a hover that failed is answered with an error: both fail the test."""
+    uri = Path(file).as_uri()
+    document = {"uri": uri, "languageId": "dl", "version": 1, "text": source}
+    client.notify("textDocument/didOpen", {"textDocument": document})
+    published = client.wait(
+        lambda m: m.get("method") == "textDocument/publishDiagnostics" and m["params"]["uri"] == uri, timeout=300
+    )
+    diagnostics = published["params"]["diagnostics"]
+    main_line = source.splitlines().index("fn main() {") + 1
+    client.next_id += 1
+    number = client.next_id
+    where = {"textDocument": {"uri": uri}, "position": {"line": main_line, "character": 8}}
+    client.send({"id": number, "method": "textDocument/hover", "params": where})
+    hovered = client.wait(lambda m: m.get("id") == number and "method" not in m, timeout=300)
+    client.notify("textDocument/didClose", {"textDocument": {"uri": uri}})
+    assert "error" not in hovered, hovered
     shown = "".join(  # the message's first line: the label and notes follow it
-        f"{d.code} {d.range.start.line + 1}:{d.range.start.character + 1} {d.message.splitlines()[0]}\n"
+        f"{d.get('code')} {d['range']['start']['line'] + 1}:{d['range']['start']['character'] + 1} "
+        f"{d['message'].splitlines()[0]}\n"
         for d in diagnostics
     )
     if not diagnostics:
-        assert hovered is not None, "no hover in a program that checks"
-    return (1 if diagnostics else 0), shown, logged.getvalue()
+        assert hovered["result"] is not None, "no hover in a program that checks"
+    return (1 if diagnostics else 0), shown, ""
 
 
 def same_tree(source: str, other: str) -> bool:
@@ -305,7 +311,7 @@ def test_at_the_limit_the_tree_is_as_deep_as_the_limit(construct: Construct, at_
     parse(construct.program(n), "deep.dl")
     with pytest.raises(DiagnosticError) as refused:
         parse(construct.program(n + 1), "deep.dl")
-    assert [d.code for d in refused.value.diagnostics] == ["E0108"]
+    assert [d.code for d in refused.value.diagnostics] == ["E0109"]
 
 
 @pytest.mark.parametrize("construct", CONSTRUCTS, ids=lambda c: c.name)
@@ -323,15 +329,15 @@ def test_past_the_limit_every_pass_reports_the_node_too_deep(
     for name in ("fmt", "grad", "interp", "llvm", "repl"):
         status, _, err = results[name]
         head, where = err.splitlines()[:2]
-        assert status == 1 and head.startswith("error[E0108]") and message in head, (name, err[:300])
+        assert status == 1 and head.startswith("error[E0109]") and message in head, (name, err[:300])
         path = "<repl-1>" if name == "repl" else "deep.dl"
         assert f"{path}:{first.line}:{first.column}" in where, (name, err[:300])
     status, _, err = results["check"]  # every declaration that goes past the limit
-    assert status == 1 and err.count("error[E0108]") == len(spans)
+    assert status == 1 and err.count("error[E0109]") == len(spans)
     status, shown, _ = results["lsp"]
     assert status == 1 and len(shown.splitlines()) == len(spans)
     for line, span in zip(shown.splitlines(), spans, strict=True):
-        assert line.startswith(f"E0108 {span.line}:{span.column} ") and line.endswith(message)
+        assert line.startswith(f"E0109 {span.line}:{span.column} ") and line.endswith(message)
 
 
 @pytest.mark.parametrize("depth", [NESTING_LIMIT + 1, 10 * NESTING_LIMIT])
@@ -339,7 +345,7 @@ def test_far_past_the_limit_the_parser_reports_it_at_once(depth: int) -> None:
     typed = lang.check(f"fn main() {{\n    print({'abs(' * depth}1.0{')' * depth})\n}}\n", "deep.dl")
     (diagnostic,) = typed.diagnostics
     assert (
-        diagnostic.code == "E0108"
+        diagnostic.code == "E0109"
         and diagnostic.message == f"expression nested too deeply: more than {NESTING_LIMIT} levels"
     )
     # levels: `fn` 1, its block 2, the statement 3, `print(...)` 4, the k-th `abs(...)` 4 + k, and its name
@@ -349,11 +355,13 @@ def test_far_past_the_limit_the_parser_reports_it_at_once(depth: int) -> None:
 
 
 def test_the_example_in_the_error_reference_reads_as_shown(tmp_path: Path, dlrun, monkeypatch) -> None:
-    """docs/errors.md shows E0108 for `main` with 750 nested `if ready { ... }` (too long for the page)."""
+    """docs/errors.md shows E0109 for `main` with 750 nested `if ready { ... }` (too long for the page: a
+    script there writes it, and tests/test_docs.py runs the session); this program is the one described."""
     page = (Path(__file__).resolve().parent.parent / "docs" / "errors.md").read_text()
-    section = page[page.index("### E0108") : page.index("## E02xx")]
-    shown = section.split("```text\n", 1)[1].split("```", 1)[0]
+    section = page[page.index("### E0109") : page.index("## E02xx")]
+    session = section.split("```console\n", 1)[1].split("```", 1)[0]
+    shown = session.split("$ dlrun deep.dl\n", 1)[1].split("$ echo $?", 1)[0]
     nested = "    if ready {\n" * 750 + "    print(ready)\n" + "    }\n" * 750
-    (tmp_path / "example.dl").write_text("fn main() {\n    let ready = true\n" + nested + "}\n")
+    (tmp_path / "deep.dl").write_text("fn main() {\n    let ready = true\n" + nested + "}\n")
     monkeypatch.chdir(tmp_path)
-    assert dlrun("example.dl") == (1, "", shown)
+    assert dlrun("deep.dl") == (1, "", shown)

@@ -17,8 +17,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 from dl import pipeline
-from dl.interp.values import StructValue
 from dl.lang.diagnostics import DiagnosticError
+from dl.runtime.values import StructValue
 
 # The DL wrappers the tests call, each loaded as its own program beside `import nn` (a program is
 # differentiated as a whole, and a `grad` inside a function that no call checks has no types).
@@ -83,6 +83,7 @@ fn masked_attention_grad(q, k, v, mask, c) {
 for _name, _call in {
     "relu": "nn.relu(x)",
     "gelu": "nn.gelu(x)",
+    "gelu_tanh": 'nn.gelu(x, approximate="tanh")',
     "tanh": "nn.tanh(x)",
     "sigmoid": "nn.sigmoid(x)",
     "softmax": "nn.softmax(x)",
@@ -128,7 +129,8 @@ def close(actual: Any, expected: torch.Tensor | np.ndarray, dtype: type) -> None
 
 ACTIVATIONS = {
     "relu": F.relu,
-    "gelu": lambda x: F.gelu(x, approximate="tanh"),
+    "gelu": F.gelu,
+    "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
     "tanh": torch.tanh,
     "sigmoid": torch.sigmoid,
     "softmax": lambda x: F.softmax(x, dim=-1),

@@ -70,11 +70,56 @@ literals = st.one_of(
 OPERATORS = ["or", "and", "==", "!=", "<", "<=", ">", ">=", "+", "-", "*", "/", "//", "%", "@", "**"]
 
 
+def joined_text(parts: list) -> tuple:
+    """f-string parts as the parser makes them: adjacent text joined, no empty text."""
+    joined: list = []
+    for part in parts:
+        if isinstance(part, str) and joined and isinstance(joined[-1], str):
+            joined[-1] += part
+        elif part != "":
+            joined.append(part)
+    return tuple(joined)
+
+
+# An f-string's fields hold expressions without strings (a `"` would end the f-string).
+field_values = st.recursive(
+    st.one_of(
+        st.builds(ast.Name, names),
+        st.builds(ast.IntLiteral, st.integers(0, 10**6)),
+        st.builds(ast.FloatLiteral, floats),
+        st.builds(ast.BoolLiteral, st.booleans()),
+    ),
+    lambda inner: st.one_of(
+        st.builds(ast.Binary, st.sampled_from(OPERATORS), inner, inner),
+        st.builds(ast.Call, inner, st.lists(inner, max_size=2).map(tuple)),
+        st.builds(ast.Index, inner, st.lists(inner, min_size=1, max_size=2).map(tuple)),
+    ),
+    max_leaves=4,
+)
+fstrings = st.builds(
+    ast.FString,
+    st.lists(
+        st.one_of(
+            st.text(st.characters(codec="utf-8", exclude_categories=["Cs"]), max_size=6),
+            st.builds(
+                ast.FormatField, field_values, st.sampled_from(["", ".4f", ">8", ",", ".2e", "05d", "^10.3", "+.1%"])
+            ),
+        ),
+        max_size=4,
+    ).map(joined_text),
+)
+literals = st.one_of(literals, fstrings)
+
+
 def expressions() -> st.SearchStrategy:
     leaf = st.one_of(st.builds(ast.Name, names), literals)
 
     def extend(inner: st.SearchStrategy) -> st.SearchStrategy:
-        subscripts = st.one_of(inner, st.builds(ast.Slice, st.none() | inner, st.none() | inner, st.none() | inner))
+        subscripts = st.one_of(
+            inner,
+            st.builds(ast.Slice, st.none() | inner, st.none() | inner, st.none() | inner),
+            st.builds(ast.Ellipsis),
+        )
         return st.one_of(
             st.builds(ast.Binary, st.sampled_from(OPERATORS), inner, inner),
             st.builds(ast.Unary, st.sampled_from(["-", "not"]), inner),
@@ -218,6 +263,7 @@ TOKENS = [
     "->",
     "=>",
     "..",
+    "...",
     ".",
     "+",
     "-",
@@ -261,6 +307,16 @@ def test_token_soup_only_raises_diagnostics(tokens: list[str]) -> None:
             assert failure.diagnostics[0].span.line >= 1
 
 
+def test_ellipsis_is_an_index_of_its_own() -> None:
+    """`...` among the indices is an `ast.Ellipsis` (its span the three dots); `..` stays a range."""
+    module = parse("fn main() {\n    let v = x[..., 0:2, i]\n    for k in 0..3 { }\n}\n", "t.dl")
+    index = module.decls[0].body.body[0].value
+    ellipsis, middle, last = index.indices
+    assert isinstance(ellipsis, ast.Ellipsis) and isinstance(middle, ast.Slice) and isinstance(last, ast.Name)
+    assert (ellipsis.span.line, ellipsis.span.column, ellipsis.span.end_column) == (2, 15, 18)
+    assert isinstance(module.decls[0].body.body[1], ast.For)
+
+
 def test_spans_point_at_the_source() -> None:
     module = parse("fn main() {\n    let h = relu(x @ w + b)\n}\n", "t.dl")
     let = module.decls[0].body.body[0]
@@ -287,6 +343,7 @@ def test_spans_point_at_the_source() -> None:
         ("fn main() {\n    foo(a,\n        b c)\n}", "E0102", "expected `)` or `,` after `b`, found name `c`", 3, 11),
         ("fn main() { x[1 2] }", "E0102", "expected `]` or `,` after `1`, found literal `2`", 1, 17),
         ("fn main() { x[1:2 3] }", "E0102", "expected `]` or `,` after `2`, found literal `3`", 1, 19),
+        ("fn main() { let x = ... }", "E0102", "expected an expression after `=`, found `...`", 1, 21),
         ("fn main() { let t = (a, b c) }", "E0102", "expected `)` or `,` after `b`, found name `c`", 1, 27),
         ("fn main() { let x = [1,\n 2\n 3] }", "E0102", "expected `]` or `,` after `2`, found literal `3`", 3, 2),
         ("fn main() { let x = [1, 2\n}", "E0102", "expected `]` or `,` after `2`, found `}`", 2, 1),

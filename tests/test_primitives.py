@@ -11,15 +11,16 @@ Tests marked `xfail(strict=True, reason="BUG: ...")` document real bugs in the i
 from __future__ import annotations
 
 import itertools
+import time
 
 import dl.lang
 import numpy as np
 import pytest
 import test_data
+from dl.interp.operators import BINARY, UNARY
 from dl.interp.primitives import IMPLEMENTATIONS
-from dl.interp.runtime import BINARY, UNARY
 from dl.lang.diagnostics import DiagnosticError
-from dl.lang.primitives import SIGNATURES, Prim
+from dl.lang.primitives import PRIMITIVES, Prim
 from dlharness import dl_error, dl_eval, dl_main, dl_run, dl_value, dtype_of
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -94,8 +95,23 @@ UNARY_REFERENCES = {
     Prim.ABS: (np.abs, -10, 10),
     Prim.SIN: (np.sin, -10, 10),
     Prim.COS: (np.cos, -10, 10),
+    Prim.SOFTPLUS: (lambda x: np.logaddexp(x.astype(np.float64), 0.0).astype(x.dtype), -60, 60),
+    Prim.LOG1P: (np.log1p, -0.99, 100),
+    Prim.EXPM1: (np.expm1, -10, 10),
 }
-FLOAT_ONLY = [Prim.EXP, Prim.LOG, Prim.SQRT, Prim.TANH, Prim.SIGMOID, Prim.SIN, Prim.COS]
+FLOAT_ONLY = [
+    Prim.EXP,
+    Prim.LOG,
+    Prim.SQRT,
+    Prim.TANH,
+    Prim.SIGMOID,
+    Prim.SIN,
+    Prim.COS,
+    Prim.SOFTPLUS,
+    Prim.LOG1P,
+    Prim.EXPM1,
+    Prim.ERF,
+]
 
 
 @pytest.mark.parametrize("prim", list(UNARY_REFERENCES), ids=lambda p: p.value)
@@ -133,6 +149,26 @@ def test_sigmoid_relu_tanh_match_torch(shape, seed) -> None:
 
 
 @needs_torch
+@needs_torch
+@pytest.mark.parametrize("dtype", [F32, F64], ids=str)
+def test_softplus_log1p_expm1_erf_match_torch(dtype) -> None:
+    """Against torch, including where the naive formulas lose every digit: softplus far below 0 (its value is
+    exp(x)), log1p and expm1 of tiny arguments, erf in both tails."""
+    x = np.concatenate([np.linspace(-30.0, 30.0, 61), [-700.0, -80.0, 80.0, 1e-30, -1e-12, 5e-8]]).astype(dtype)
+    tensor = to_torch(x)
+    references = {
+        "softplus": torch.nn.functional.softplus(tensor, threshold=1000.0),
+        "log1p": torch.log1p(torch.abs(tensor)),
+        "expm1": torch.expm1(torch.clamp(tensor, max=50.0)),
+        "erf": torch.erf(tensor),
+    }
+    inputs = {"softplus": "a", "log1p": "abs(a)", "expm1": "minimum(a, 50.0)", "erf": "a"}
+    rtol = 2e-6 if dtype == F32 else 1e-14
+    for name, expected in references.items():
+        check(dl_eval(f"{name}({inputs[name]})", x), expected.numpy(), dtype, rtol=rtol, atol=0)
+    check(dl_eval("softplus(a)", dtype.type(-100.0)), np.exp(dtype.type(-100.0)), dtype, rtol=1e-6, atol=0)
+
+
 @pytest.mark.parametrize("dtype", [F32, F64], ids=str)
 def test_sigmoid_extreme_inputs(dtype) -> None:
     x = np.array([-1e30, -1e4, -1000, -100, -88.8, -20, 0, 20, 88.8, 100, 1000, 1e4, 1e30], dtype=dtype)
@@ -191,6 +227,24 @@ def test_where_broadcast(shapes, seed) -> None:
     cond = dl_value(rng.random(shapes.input_shapes[0]) < 0.5)
     a, b = (dl_value(randn(rng, s)) for s in shapes.input_shapes[1:])
     check(dl_eval("where(a, b, c)", cond, a, b), np.where(cond, a, b), F32)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32, np.int64])
+@pytest.mark.parametrize(
+    "shapes", [((64, 128), (64, 128), (64, 128)), ((64, 128), (128,), ()), ((4096,), (3, 4096), (1,))]
+)
+def test_where_of_large_tensors_picks_the_very_bits_numpy_does(dtype, shapes) -> None:
+    """Large masks take a branchless bit select (interp/primitives.py, `choose`): NaNs, infinities and
+    signed zeros come through bit for bit, with numpy's dtype and broadcast shape."""
+    rng = np.random.default_rng(len(shapes[1]))
+    condition = rng.random(shapes[0]) < 0.5
+    a = (rng.standard_normal(shapes[1]) * 100).astype(dtype)
+    b = (rng.standard_normal(shapes[2]) * 100).astype(dtype)
+    if a.dtype.kind == "f":
+        a.flat[:4] = [np.nan, -0.0, np.inf, -np.inf]
+    found = dl_eval("where(a, b, c)", condition, a, b)
+    expected = np.where(condition, a, b)
+    assert (found.dtype, found.shape, found.tobytes()) == (expected.dtype, expected.shape, expected.tobytes())
 
 
 def test_where_literals_and_errors() -> None:
@@ -252,6 +306,37 @@ def test_reduction_every_axis(prim: Prim, shape, dtype, seed) -> None:
             expected = reference(x, axis=axis, keepdims=keepdims)
             check(dl_eval(f"{prim.value}(a, axis=b, keepdims=c)", x, axis, keepdims), expected, want)
     check(dl_eval(f"{prim.value}(a, keepdims=true)", x), reference(x, axis=None, keepdims=True), want)
+
+
+@pytest.mark.parametrize("prim", [Prim.SUM, Prim.MEAN, Prim.MAX, Prim.MIN, Prim.LOGSUMEXP], ids=lambda p: p.value)
+@SETTINGS
+@given(
+    shape=hnp.array_shapes(min_dims=2, max_dims=4, min_side=1, max_side=4),
+    dtype=float_dtypes,
+    seed=seeds,
+    data=st.data(),
+)
+def test_reduction_over_several_axes(prim: Prim, shape, dtype, seed, data) -> None:
+    """`axis=(i, j, ...)`, in any order and spelled negative or not, reduces those axes as numpy does."""
+    x = randn(np.random.default_rng(seed), shape, dtype)
+    rank = x.ndim
+    axes = data.draw(st.lists(st.integers(0, rank - 1), min_size=1, max_size=rank, unique=True))
+    spelled = tuple(axis - rank if data.draw(st.booleans()) else axis for axis in axes)
+    reference = REDUCTION_REFERENCES.get(prim, numpy_logsumexp)
+    written = "(" + ", ".join(map(str, spelled)) + ("," if len(spelled) == 1 else "") + ")"
+    for keepdims in ("false", "true"):
+        expected = reference(x, axis=tuple(axes), keepdims=keepdims == "true")
+        check(dl_eval(f"{prim.value}(a, axis={written}, keepdims={keepdims})", x), expected, dtype)
+        check(dl_eval(f"{prim.value}(a, axis=b, keepdims={keepdims})", x, spelled), expected, dtype)
+
+
+def test_several_axes_mistakes_at_run_time() -> None:
+    x = np.ones((2, 3, 4), np.float32)
+    runtime_error("sum(a, axis=b)", x, (1, -2))
+    runtime_error("mean(a, axis=b)", x, ())
+    runtime_error("max(a, axis=b)", x, (0, 3))
+    runtime_error("argmax(a, axis=b)", x, (0, 1))
+    runtime_error("argmin(a, axis=b)", x, (0,))
 
 
 def test_reduction_literal_negative_axis() -> None:
@@ -431,6 +516,49 @@ def test_matmul_shapes_match_numpy_and_torch(shape_a, shape_b, dtype) -> None:
         result = dl_eval(expr, a, b)
         check(result, expected, dtype, rtol=rtol, atol=1e-5)
         check(result, torch.matmul(to_torch(a), to_torch(b)).numpy(), dtype, rtol=rtol, atol=1e-5)
+
+
+EINSUM_CASES = [
+    # spec, operand shapes
+    ("ij,jk->ik", [(3, 4), (4, 5)]),
+    ("bij,bjk->bik", [(2, 3, 4), (2, 4, 5)]),
+    ("bhtd,bhsd->bhts", [(2, 3, 4, 5), (2, 3, 6, 5)]),
+    ("ij->ji", [(3, 4)]),
+    ("ij->", [(3, 4)]),
+    ("ijk->kj", [(2, 3, 4)]),
+    ("i,j->ij", [(3,), (4,)]),
+    ("i,i->", [(5,), (5,)]),
+    ("ij,jk,kl->il", [(2, 3), (3, 4), (4, 2)]),
+    (",ij->ij", [(), (2, 3)]),
+    ("ij,ik->", [(3, 2), (3, 4)]),
+    ("abc, cd -> dba", [(2, 3, 4), (4, 2)]),
+]
+
+
+@needs_torch
+@pytest.mark.parametrize("spec,shapes", EINSUM_CASES, ids=[spec for spec, _ in EINSUM_CASES])
+@pytest.mark.parametrize("dtype", [F32, F64, I64], ids=str)
+def test_einsum_matches_numpy_and_torch(spec, shapes, dtype) -> None:
+    rng = np.random.default_rng(len(spec))
+    operands = [dl_value(randn(rng, shape).astype(dtype)) for shape in shapes]
+    names = ", ".join("abcdefgh"[: len(operands)])
+    result = dl_eval(f'einsum("{spec}", {names})', *operands)
+    expected = torch.einsum(spec.replace(" ", ""), *[to_torch(x) for x in operands]).numpy()
+    check(result, np.einsum(spec.replace(" ", ""), *operands), dtype, rtol=1e-5 if dtype == F32 else 1e-12)
+    check(result, expected, dtype, rtol=1e-5 if dtype == F32 else 1e-12)
+
+
+def test_einsum_mistakes_at_run_time() -> None:
+    a, b = np.ones((2, 3), np.float32), np.ones((4, 5), np.float32)
+    runtime_error('einsum("ij,jk->ik", a, b)', a, b)  # j is 3 and 4
+    runtime_error('einsum("ij,jk->ik", a, b)', a, np.ones((1, 5), np.float32))  # numpy would broadcast the 1
+    runtime_error('einsum("ijk->i", a)', a)
+    runtime_error('einsum("ij,jk->ik", a)', a)
+    runtime_error('einsum("ii->i", a)', np.ones((2, 2), np.float32))
+    runtime_error('einsum("...i->i", a)', a)
+    runtime_error('einsum("ij", a)', a)
+    runtime_error('einsum("ij,ij->ij", a, b)', a, a.astype(np.float64))
+    runtime_error('einsum("ij->k", a)', a)
 
 
 def test_matmul_integer_and_mixed_dtypes() -> None:
@@ -674,6 +802,27 @@ def test_one_hot_errors() -> None:
     runtime_error("one_hot(a, 3)", np.array([0.0], np.float32))
 
 
+@needs_torch
+@SETTINGS
+@given(
+    shape=hnp.array_shapes(min_dims=2, max_dims=4, min_side=1, max_side=5),
+    k=st.integers(-6, 6),
+    dtype=st.sampled_from([F32, F64, I64, BOOL]),
+    seed=seeds,
+)
+def test_tril_triu_match_torch(shape, k, dtype, seed) -> None:
+    x = randn(np.random.default_rng(seed), shape).astype(dtype)
+    check(dl_eval("tril(a, b)", x, k), torch.tril(to_torch(x), k).numpy(), dtype)
+    check(dl_eval("triu(a, k=b)", x, k), torch.triu(to_torch(x), k).numpy(), dtype)
+    check(dl_eval("tril(a)", x), torch.tril(to_torch(x)).numpy(), dtype)
+
+
+def test_tril_triu_errors() -> None:
+    runtime_error("tril(a)", np.arange(3.0))  # numpy would make a matrix of the vector
+    runtime_error("triu(a)", 2.0)
+    runtime_error("tril(a, 1.0)", np.eye(2))
+
+
 # ======================================================================= creation
 
 DIMS = st.lists(st.integers(0, 4), min_size=0, max_size=3)
@@ -757,6 +906,69 @@ def test_random_errors() -> None:
     runtime_error("randn(-2, seed=1)")
 
 
+@needs_torch
+@pytest.mark.parametrize("dtype", [F32, F64], ids=str)
+def test_categorical_draws_each_category_as_often_as_its_probability(dtype) -> None:
+    """20000 draws per row: each category's frequency is within 4.5 standard deviations of its softmax
+    probability (seeded, so the test is fixed); a category of logit -inf is never drawn."""
+    logits = np.array([[0.0, 1.0, 2.0, -np.inf], [3.0, -1.0, 0.5, 0.0], [-np.inf, 5.0, -np.inf, 5.0]], dtype)
+    rows = 20000
+    many = np.broadcast_to(logits, (rows, *logits.shape)).copy()
+    samples = dl_eval("categorical(a, seed=7)", many)
+    assert samples.shape == (rows, 3) and samples.dtype == I64
+    probabilities = torch.softmax(torch.tensor(logits, dtype=torch.float64), -1).numpy()
+    for row in range(3):
+        counts = np.bincount(samples[:, row], minlength=4) / rows
+        spread = np.sqrt(probabilities[row] * (1 - probabilities[row]) / rows)
+        assert np.all(np.abs(counts - probabilities[row]) <= 4.5 * spread + 1e-12), (row, counts)
+        assert np.all(counts[probabilities[row] == 0] == 0)
+
+
+def test_categorical_seeds_streams_and_shapes() -> None:
+    logits = np.random.default_rng(0).standard_normal((4, 3, 6)).astype(np.float32)
+    first = dl_eval("categorical(a, seed=2)", logits)
+    assert first.shape == (4, 3) and first.dtype == I64 and first.min() >= 0 and first.max() < 6
+    np.testing.assert_array_equal(dl_eval("categorical(a, seed=2)", logits), first)
+    assert dl_eval("categorical(a, seed=1)", np.array([0.0, -np.inf, 0.0])) in (0, 2)
+    assert isinstance(dl_eval("categorical(a, seed=1)", np.array([0.0, 1.0])), int)
+    draws = dl_run("let x = categorical(a)\n    let y = categorical(a)\n    return (x, y)", np.zeros((50, 8)))
+    assert not np.array_equal(*draws), "successive unseeded draws continue one stream"
+
+
+def test_categorical_mistakes_at_run_time() -> None:
+    runtime_error("categorical(a)", np.array([1, 2]))
+    runtime_error("categorical(a)", np.float32(1.0))
+    runtime_error("categorical(a)", np.array([[0.0, 1.0], [-np.inf, -np.inf]]))
+    runtime_error("categorical(a)", np.array([np.nan, 1.0]))
+    runtime_error("categorical(a, seed=-1)", np.array([0.0, 1.0]))
+
+
+@pytest.mark.parametrize("dtype", [F32, F64], ids=str)
+def test_dropout_is_torch_s_inverted_dropout_with_rand_s_mask(dtype) -> None:
+    """The mask is `rand(n, seed=s) >= p` over the flattened `x` (so a seed always drops the same elements); the
+    kept elements are scaled by 1 / (1 - p), in `x`'s dtype, as torch.nn.functional.dropout does."""
+    x = randn(np.random.default_rng(5), (30, 40, 5), dtype) + dtype.type(20)
+    p = 0.3
+    out = dl_eval("dropout(a, b, seed=11)", x, p)
+    draws = dl_eval("rand(a, seed=11)", x.size).reshape(x.shape)
+    kept = draws >= np.float32(p)
+    check(out, np.where(kept, x, 0) / (dtype.type(1) - dtype.type(p)), dtype, rtol=1e-6 if dtype == F32 else 1e-15)
+    assert np.mean(kept) == pytest.approx(1 - p, abs=0.01)
+    check(dl_eval("dropout(a, 0.5, seed=1, training=false)", x), x, dtype)
+    check(dl_eval("dropout(a, 1.0, seed=1)", x), np.zeros_like(x), dtype)
+    check(dl_eval("dropout(a, 0, seed=1)", x), x, dtype)
+    check(dl_eval("dropout(a, 0.5, seed=3)", dtype.type(4)), dl_eval("dropout(a, 0.5, seed=3)", dtype.type(4)), dtype)
+
+
+def test_dropout_mistakes_at_run_time() -> None:
+    x = np.ones((2, 3), np.float32)
+    runtime_error("dropout(a, 1.5, seed=0)", x)
+    runtime_error("dropout(a, -0.1, seed=0)", x)
+    runtime_error("dropout(a, 0.5, seed=-2)", x)
+    runtime_error("dropout(a, 0.5, seed=0)", np.ones(3, np.int64))
+    runtime_error("dropout(a, 0.5, seed=0, training=1)", x)
+
+
 @pytest.mark.parametrize("name", ["randn", "rand"])
 def test_random_negative_seed_is_a_diagnostic(name) -> None:
     runtime_error(f"{name}(2, seed=-1)")
@@ -827,6 +1039,40 @@ def test_int_out_of_range_is_a_diagnostic(value) -> None:
 # ======================================================================= effects
 
 
+def test_time_reads_a_monotonic_clock_at_every_call() -> None:
+    """`time()` is f64 seconds, never decreasing, read anew by each call (never computed once for a call site):
+    a call site in a loop gives as many readings as the loop runs, and work between two readings shows."""
+    before = time.perf_counter()
+    readings = dl_run(
+        "let out = zeros(200, dtype=f64)\n"
+        "    for i in 0..200 {\n"
+        "        let w = sum(ones(2000) * float(i))\n"
+        "        out[i] = time()\n"
+        "    }\n"
+        "    return out"
+    )
+    after = time.perf_counter()
+    assert readings.dtype == F64 and np.all(np.diff(readings) >= 0)
+    assert before <= readings[0] and readings[-1] <= after
+    assert len(np.unique(readings)) > 100, "a call site is read anew every time it runs"
+    assert dtype_of(dl_eval("time()")) == F64
+
+
+def test_time_is_kept_in_derivative_code() -> None:
+    """A reading nothing uses is still taken where the program takes it: autodiff's pruning keeps it, like an
+    effect (tests/test_llvm.py checks that compiled code leaves it to the interpreter)."""
+    from dl import pipeline
+    from dl.lang.printer import print_module
+
+    source = "fn f(x) {\n    let start = time()\n    let y = sum(x * x)\n    let unused = time()\n    return y\n}\n"
+    source += "fn g(x) { return grad(f)(x) }\n"
+    program, _ = pipeline.prepare(pipeline.load("clock.dl", source))
+    printed = print_module(program.modules["clock.dl"])
+    body = printed[printed.index("fn f_grad") :]
+    assert body.count("time()") == 2, body
+    np.testing.assert_allclose(pipeline.call(pipeline.load("clock.dl", source), "g", [np.array([1.0, 2.0])]), [2, 4])
+
+
 def test_assert() -> None:
     assert dl_eval("assert(true)") == ()
     assert dl_eval('assert(a > 0, "positive")', 3) == ()
@@ -850,6 +1096,19 @@ def test_print_formats() -> None:
         "1 2.5 0.3 true false text (1, 2.0) -3\n\n[[1. 2.]\n [3. 4.]]\n[0 1 2] 2.0 0.3333333333333333\n"
     )
     assert dl_eval("print(a)", np.float32(1)) == ()
+
+
+def test_str_shows_what_print_shows() -> None:
+    values = ["1", "-3i32", "2.5", "0.1 + 0.2", "1.0f64 / 3.0f64", "true", '"text"', "(1, (2.0, false))"]
+    values += ["[[1.0, 2.0], [3.0, 4.0]]", "arange(3)", "[true, false]", "sqrt", "f64"]
+    printed = dl_main("fn main() {\n" + "".join(f"    print({v})\n" for v in values) + "}\n")
+    converted = dl_main("fn main() {\n" + "".join(f'    print(str({v}) + "")\n' for v in values) + "}\n")
+    assert converted == printed
+    assert dl_eval("str(a)", np.float32(0.1)) == "0.1" and dl_eval("str(a)", np.float64(0.1)) == "0.1"
+    assert dl_eval("str(a)", np.float32(1e20)) == "1e+20" and dl_eval("str(a)", -(2**63)) == str(-(2**63))
+    assert checker_codes("str(x)", "x: f32[2, 3]") == [] and checker_codes("str(x, x)") == ["E0206"]
+    typed = dl.lang.check("fn f(x: f32) -> str {\n    return str(x) + str((x, 1))\n}\n", "<str-check>.dl")
+    assert typed.errors == [] and str(typed.signatures["<str-check>.dl"][0]) == "fn f(x: f32) -> str"
 
 
 # ======================================================================= what derivative code is written with
@@ -1197,7 +1456,7 @@ def test_tree_dot_sums_the_products_of_all_leaves() -> None:
 def test_log_metric_appends_json_lines(tmp_path, monkeypatch) -> None:
     import json
 
-    from dl.interp.metrics import Metrics
+    from dl.runtime.metrics import Metrics
 
     target = tmp_path / "run.jsonl"
     monkeypatch.setattr(Metrics, "path", target)
@@ -1225,7 +1484,7 @@ def test_log_metric_appends_json_lines(tmp_path, monkeypatch) -> None:
 
 
 def test_progress_prints_plain_lines_when_not_a_terminal(monkeypatch) -> None:
-    from dl.interp.metrics import Progress
+    from dl.runtime.metrics import Progress
 
     monkeypatch.setattr(Progress, "terminal", False)
     source = 'fn main() {\n    for i in 0..50 {\n        progress(i + 1, 50, "epoch")\n    }\n}\n'
@@ -1442,6 +1701,31 @@ def test_integer_operator_errors() -> None:
     check(dl_eval("a ** b", 2, 10), np.int64(1024), I64)
     check(dl_eval("a ** 2", np.arange(4)), np.arange(4) ** 2, I64)
     check(dl_eval("a // b", np.float32(1), np.float32(0)), np.float32(np.inf), F32)
+
+
+def test_arithmetic_on_tuples_leaf_by_leaf() -> None:
+    """`+ - * / **` of two tuples of one length, or of a tuple and a number, apply leaf by leaf (nested too) with
+    each leaf's own dtype rules; `-t` negates each leaf. (Structs: tests/programs/arithmetic_on_structs.dl.)"""
+    t = (np.float32(1.5), np.array([1.0, 2.0], np.float64), (np.arange(3.0, dtype=np.float32) + 1, np.float32(2)))
+    for symbol in ("+", "-", "*", "/", "**"):
+        result = dl_eval(f"a {symbol} b", t, t)
+        for leaf, x in zip((result[0], result[1], result[2][1]), (t[0], t[1], t[2][1]), strict=True):
+            expected = {"+": x + x, "-": x - x, "*": x * x, "/": x / x, "**": x**x}[symbol]
+            check(leaf, expected, np.asarray(x).dtype)
+    scaled = dl_eval("0.5 * a", t)
+    check(scaled[0], np.float32(0.75), F32)
+    check(scaled[1], np.array([0.5, 1.0]), F64)
+    counts = (np.arange(3), 4)
+    check(dl_eval("0.5 * a", counts)[0], np.arange(3) * 0.5, F32)  # an integer leaf meets a float literal as `*` does
+    check(dl_eval("a * 2", counts)[0], np.arange(3) * 2, I64)
+    negated = dl_eval("-a", (t, counts))
+    check(negated[0][1], -t[1], F64)
+    check(negated[1][0], -np.arange(3), I64)
+    assert negated[1][1] == -4
+    runtime_error("a + b", t, t[:2])
+    runtime_error("a * b", t, np.ones(2))
+    runtime_error("a // b", t, t)
+    runtime_error("a < b", t, t)
 
 
 def test_unary_operators() -> None:
@@ -1776,6 +2060,154 @@ def test_convolution_run_time_mistakes_are_diagnostics() -> None:
     runtime_error("conv2d_input_grad(reshape(a, 1, 1, -1, 4), ones(1, 2, 3, 3), zeros(1, 2, 4, 4))", images)
 
 
+# ======================================================================= data parallelism (MPI: test_distributed.py)
+
+
+def test_rank_and_world_size_in_a_world_of_one() -> None:
+    assert dl_main("fn main() { print(rank(), world_size(), rank() + world_size()) }\n") == "0 1 1\n"
+    assert dtype_of(dl_eval("rank()")) == I64 and dtype_of(dl_eval("world_size()")) == I64
+    assert checker_codes("rank(1)") == ["E0206"]
+
+
+def test_allreduce_mean_in_a_world_of_one() -> None:
+    """In a world of 1 the mean over the ranks is the tree itself: same values, dtypes, shapes and structure."""
+    source = (
+        "struct L { w: f32[2, 2], b: f64 }\n"
+        "fn main() {\n"
+        "    let l = L { w: [[1.0, 2.0], [3.0, 4.0]], b: 2.5f64 }\n"
+        "    print(allreduce_mean(l), allreduce_mean((l.w[0], 1.5, (0.25f64,))))\n"
+        "}\n"
+    )
+    assert dl_main(source) == "L { w: [[1. 2.]\n [3. 4.]], b: 2.5 } ([1. 2.], 1.5, (0.25,))\n"
+    x = np.arange(6, dtype=np.float64).reshape(2, 3)
+    check(dl_eval("allreduce_mean(a)", x), x, F64)
+    assert checker_codes("allreduce_mean((x, arange(3)))") == ["E0317"]
+    assert checker_codes("allreduce_mean(1)") == ["E0317"]
+    assert checker_codes('allreduce_mean("loss")') == ["E0311"]
+    assert checker_codes("allreduce_mean(x, x)") == ["E0206"]
+
+
+class OtherRank:
+    """A stand-in for an MPI communicator: this process is `rank` of 2, and the other rank passes `leaves`
+    to every all-reduce (its fingerprint to the first one, its values, one dtype at a time, to the next)."""
+
+    def __init__(self, rank: int, leaves: list[np.ndarray]) -> None:
+        self.rank, self.leaves = rank, leaves
+
+    def Get_rank(self) -> int:
+        return self.rank
+
+    def Get_size(self) -> int:
+        return 2
+
+    def Allreduce(self, in_place, buffer: np.ndarray, op: str) -> None:
+        from dl.runtime.world import fingerprint
+
+        if op == "max":
+            theirs = fingerprint(self.leaves)
+            np.maximum(buffer, np.concatenate([theirs, -theirs]), out=buffer)
+        else:
+            buffer += np.concatenate([leaf.ravel() for leaf in self.leaves if leaf.dtype == buffer.dtype])
+
+
+@pytest.fixture
+def world_of_two(monkeypatch):
+    """Connect the interpreter to a world of 2 whose other rank is an `OtherRank`; returns the connector."""
+    from dl.runtime.world import World
+
+    def connect(rank: int, leaves: list[np.ndarray] = ()) -> None:
+        World.connect(OtherRank(rank, list(leaves)), "sum", "max", None)
+
+    yield connect
+    World.disconnect()
+
+
+def test_allreduce_mean_derivative_is_allreduce_mean(world_of_two) -> None:
+    """The gradient of the sum of every rank's loss reaches each rank's tree as the mean of every rank's
+    gradient; in a world of 1 that is the gradient itself (checked against finite differences)."""
+    source = (
+        "fn loss(x: f64[3], c: f64[3]) -> f64 {\n    return sum(allreduce_mean(x) * c) + sum(x * x)\n}\n"
+        "fn g(x: f64[3], c: f64[3]) -> f64[3] {\n    return grad(loss)(x, c)\n}\n"
+    )
+    program = dl.pipeline.load("<allreduce-grad>.dl", source)
+    x, c = np.array([0.5, -1.0, 2.0]), np.array([1.0, 3.0, -2.0])
+
+    def loss(x: np.ndarray) -> float:
+        return float(np.sum(x * c) + np.sum(x * x))
+
+    step = 1e-6
+    numeric = np.array([(loss(x + step * e) - loss(x - step * e)) / (2 * step) for e in np.eye(3)])
+    check(dl.pipeline.call(program, "g", [x, c]), numeric, F64, rtol=1e-6)
+    theirs = np.array([4.0, 0.0, 1.0])  # the other rank's tree, and its gradient in the backward sweep
+    world_of_two(0, [theirs])
+    check(dl.pipeline.call(program, "g", [x, c]), (c + theirs) / 2 + 2 * x, F64)
+
+
+def test_allreduce_mean_packs_each_dtype_into_one_buffer(world_of_two) -> None:
+    mine = (np.arange(6, dtype=np.float32).reshape(2, 3), np.float64(1.0), np.array([2.0, 4.0], np.float32))
+    theirs = [np.ones((2, 3), np.float32), np.array(3.0), np.array([0.0, -4.0], np.float32)]
+    world_of_two(1, theirs)
+    averaged = dl_eval("allreduce_mean(a)", mine)
+    for got, a, b in zip(averaged, mine, theirs, strict=True):
+        check(got, (np.asarray(a) + b) / 2, np.asarray(a).dtype)
+    assert isinstance(averaged[1], np.float64)  # a scalar stays a scalar
+    assert dl_eval("rank() * 10 + world_size()") == 12
+
+
+def test_allreduce_mean_of_different_trees_is_e0522(world_of_two) -> None:
+    world_of_two(0, [np.ones(3, np.float32)])
+    failure = runtime_error("allreduce_mean((a, a))", np.ones(3, np.float32))
+    (diagnostic,) = failure.diagnostics
+    assert diagnostic.code == "E0522"
+    assert diagnostic.message == (
+        "`allreduce_mean`: the ranks passed trees of different dtypes or shapes (1 to 2 tensors, 3 to 6 numbers); "
+        "rank 0 passed f32[3], f32[3]"
+    )
+
+
+def test_batches_take_this_ranks_rows_of_every_batch(world_of_two) -> None:
+    """Each rank takes its slice of every global batch, so the global batches and their order are the same in a
+    world of any size."""
+    x, y = np.arange(20, dtype=np.float32).reshape(10, 2), np.arange(10)
+    whole_x, whole_y = dl_eval("batches((a, b), 4, shuffle=true, seed=3)", x, y)
+    for rank in (0, 1):
+        world_of_two(rank)
+        part_x, part_y = dl_eval("batches((a, b), 4, shuffle=true, seed=3)", x, y)
+        np.testing.assert_array_equal(part_x, whole_x[:, 2 * rank : 2 * rank + 2])
+        np.testing.assert_array_equal(part_y, whole_y[:, 2 * rank : 2 * rank + 2])
+    failure = runtime_error("batches(a, 3)", x)
+    assert [(d.code, d.message) for d in failure.diagnostics] == [
+        (
+            "E0523",
+            "`batches`: a batch of 3 rows does not split evenly among 2 ranks; "
+            "use a batch size that is a multiple of world_size()",
+        )
+    ]
+
+
+def test_effects_happen_on_rank_zero_alone(world_of_two, tmp_path, monkeypatch) -> None:
+    """`print`, `progress`, `log_metric` and `save` act on rank 0 only: one log, one metrics file, one checkpoint."""
+    from dl.runtime.metrics import Metrics
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(Metrics, "path", None)
+    monkeypatch.setenv("DL_METRICS", str(tmp_path / "metrics.jsonl"))
+    source = (
+        "fn main() {\n"
+        '    print("rank", rank())\n'
+        '    progress(1, 1, "steps")\n'
+        '    log_metric("loss", 0.5)\n'
+        '    save("model.safetensors", ones(2))\n'
+        "}\n"
+    )
+    world_of_two(1)
+    assert dl_main(source) == ""
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+    world_of_two(0)
+    assert dl_main(source) == "rank 0\nsteps 1/1\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["metrics.jsonl", "model.safetensors"]
+
+
 # ======================================================================= coverage
 
 PRIM_TESTS: dict[Prim, tuple[str, ...]] = {
@@ -1788,6 +2220,15 @@ PRIM_TESTS: dict[Prim, tuple[str, ...]] = {
     Prim.ABS: ("test_unary_elementwise", "test_relu_and_abs_keep_integer_dtype"),
     Prim.SIN: ("test_unary_elementwise", "test_float_only_unary_rejects_integers"),
     Prim.COS: ("test_unary_elementwise", "test_float_only_unary_rejects_integers"),
+    **{
+        prim: (
+            "test_unary_elementwise",
+            "test_float_only_unary_rejects_integers",
+            "test_softplus_log1p_expm1_erf_match_torch",
+        )
+        for prim in (Prim.SOFTPLUS, Prim.LOG1P, Prim.EXPM1)
+    },
+    Prim.ERF: ("test_float_only_unary_rejects_integers", "test_softplus_log1p_expm1_erf_match_torch"),
     Prim.MAXIMUM: ("test_maximum_minimum_broadcast", "test_maximum_minimum_with_literals_keep_dtype"),
     Prim.MINIMUM: ("test_maximum_minimum_broadcast", "test_maximum_minimum_with_literals_keep_dtype"),
     Prim.WHERE: (
@@ -1797,16 +2238,35 @@ PRIM_TESTS: dict[Prim, tuple[str, ...]] = {
     ),
     Prim.SUM: (
         "test_reduction_every_axis",
+        "test_reduction_over_several_axes",
+        "test_several_axes_mistakes_at_run_time",
         "test_reductions_integer_and_bool_inputs",
         "test_reductions_of_empty_tensors",
     ),
-    Prim.MEAN: ("test_reduction_every_axis", "test_reductions_of_empty_tensors"),
-    Prim.MAX: ("test_reduction_every_axis", "test_reductions_integer_and_bool_inputs"),
-    Prim.MIN: ("test_reduction_every_axis", "test_reductions_integer_and_bool_inputs"),
-    Prim.ARGMAX: ("test_reduction_every_axis", "test_argmax_argmin_ties_pick_first"),
-    Prim.ARGMIN: ("test_reduction_every_axis", "test_argmax_argmin_ties_pick_first"),
+    Prim.MEAN: ("test_reduction_every_axis", "test_reduction_over_several_axes", "test_reductions_of_empty_tensors"),
+    Prim.MAX: (
+        "test_reduction_every_axis",
+        "test_reduction_over_several_axes",
+        "test_reductions_integer_and_bool_inputs",
+    ),
+    Prim.MIN: (
+        "test_reduction_every_axis",
+        "test_reduction_over_several_axes",
+        "test_reductions_integer_and_bool_inputs",
+    ),
+    Prim.ARGMAX: (
+        "test_reduction_every_axis",
+        "test_argmax_argmin_ties_pick_first",
+        "test_several_axes_mistakes_at_run_time",
+    ),
+    Prim.ARGMIN: (
+        "test_reduction_every_axis",
+        "test_argmax_argmin_ties_pick_first",
+        "test_several_axes_mistakes_at_run_time",
+    ),
     Prim.LOGSUMEXP: (
         "test_reduction_every_axis",
+        "test_reduction_over_several_axes",
         "test_logsumexp_matches_torch",
         "test_normalizers_extreme_inputs_finite_and_match_torch",
         "test_logsumexp_infinities_match_torch",
@@ -1817,6 +2277,7 @@ PRIM_TESTS: dict[Prim, tuple[str, ...]] = {
         "test_normalizers_extreme_inputs_finite_and_match_torch",
     ),
     Prim.MATMUL: ("test_matmul_shapes_match_numpy_and_torch", "test_matmul_shape_mismatch_is_a_diagnostic"),
+    Prim.EINSUM: ("test_einsum_matches_numpy_and_torch", "test_einsum_mistakes_at_run_time"),
     Prim.TRANSPOSE: ("test_transpose", "test_transpose_errors"),
     Prim.RESHAPE: ("test_reshape", "test_reshape_edges", "test_reshape_errors"),
     Prim.CONCAT: ("test_concat", "test_concat_integers_and_errors"),
@@ -1829,18 +2290,34 @@ PRIM_TESTS: dict[Prim, tuple[str, ...]] = {
         "test_gather_on_scalar_is_a_diagnostic",
     ),
     Prim.ONE_HOT: ("test_one_hot_matches_torch", "test_one_hot_errors"),
+    Prim.TRIL: ("test_tril_triu_match_torch", "test_tril_triu_errors"),
+    Prim.TRIU: ("test_tril_triu_match_torch", "test_tril_triu_errors"),
     Prim.ZEROS: ("test_zeros_ones_full", "test_creation_dims_from_values_and_errors"),
     Prim.ONES: ("test_zeros_ones_full", "test_creation_dims_from_values_and_errors"),
     Prim.FULL: ("test_zeros_ones_full", "test_creation_dims_from_values_and_errors"),
     Prim.ARANGE: ("test_arange",),
     Prim.RANDN: ("test_random_seeded_reproducible", "test_random_seeds_differ_and_statistics", "test_random_errors"),
     Prim.RAND: ("test_random_seeded_reproducible", "test_random_seeds_differ_and_statistics", "test_random_errors"),
+    Prim.CATEGORICAL: (
+        "test_categorical_draws_each_category_as_often_as_its_probability",
+        "test_categorical_seeds_streams_and_shapes",
+        "test_categorical_mistakes_at_run_time",
+    ),
+    Prim.DROPOUT: ("test_dropout_is_torch_s_inverted_dropout_with_rand_s_mask", "test_dropout_mistakes_at_run_time"),
     Prim.SHAPE: ("test_shape_and_len", "test_shape_len_edges"),
     Prim.LEN: ("test_shape_and_len", "test_shape_len_edges"),
     Prim.FLOAT: ("test_float_conversion",),
     Prim.INT: ("test_int_conversion_truncates",),
     Prim.ASSERT: ("test_assert",),
-    Prim.PRINT: ("test_print_formats",),
+    Prim.PRINT: (
+        "test_effects_happen_on_rank_zero_alone",
+        "test_print_formats",
+    ),
+    Prim.STR: ("test_str_shows_what_print_shows",),
+    Prim.TIME: (
+        "test_time_reads_a_monotonic_clock_at_every_call",
+        "test_time_is_kept_in_derivative_code",
+    ),
     Prim.ZEROS_LIKE: ("test_zeros_like", "test_zeros_like_of_structs_and_tapes_and_errors"),
     Prim.UNBROADCAST: (
         "test_unbroadcast_sums_down_to_the_shape",
@@ -1883,8 +2360,8 @@ PRIM_TESTS: dict[Prim, tuple[str, ...]] = {
     },
     Prim.TREE_MAP: ("test_tree_map_over_structs_and_tuples", "test_tree_map_misuse_is_a_diagnostic"),
     Prim.TREE_DOT: ("test_tree_dot_sums_the_products_of_all_leaves",),
-    Prim.LOG_METRIC: ("test_log_metric_appends_json_lines",),
-    Prim.PROGRESS: ("test_progress_prints_plain_lines_when_not_a_terminal",),
+    Prim.LOG_METRIC: ("test_log_metric_appends_json_lines", "test_effects_happen_on_rank_zero_alone"),
+    Prim.PROGRESS: ("test_progress_prints_plain_lines_when_not_a_terminal", "test_effects_happen_on_rank_zero_alone"),
     Prim.TAPE: (
         "test_tape_push_pop_is_last_in_first_out",
         "test_tapes_are_values",
@@ -1904,37 +2381,59 @@ PRIM_TESTS: dict[Prim, tuple[str, ...]] = {
     # data
     Prim.DIGITS: ("test_digits_dataset",),
     Prim.PERMUTATION: ("test_permutation_is_a_seeded_permutation",),
-    Prim.BATCHES: ("test_batches_shapes_shuffle_and_errors",),
+    Prim.BATCHES: ("test_batches_shapes_shuffle_and_errors", "test_batches_take_this_ranks_rows_of_every_batch"),
     Prim.LOAD_CSV: ("test_load_csv_round_trip_and_errors",),
     Prim.LOAD_NPZ: ("test_load_npz_round_trip_and_errors",),
     Prim.TEXT_CORPUS: ("test_text_corpus_and_chars",),
     Prim.CHARS: ("test_text_corpus_and_chars",),
     # checkpoints
-    Prim.SAVE: ("test_save_load_round_trip", "test_save_load_errors"),
+    Prim.SAVE: ("test_save_load_round_trip", "test_save_load_errors", "test_effects_happen_on_rank_zero_alone"),
     Prim.LOAD: ("test_save_load_round_trip", "test_save_load_errors"),
+    # data parallelism (more, with MPI: tests/test_distributed.py)
+    Prim.RANK: ("test_rank_and_world_size_in_a_world_of_one", "test_batches_take_this_ranks_rows_of_every_batch"),
+    Prim.WORLD_SIZE: ("test_rank_and_world_size_in_a_world_of_one",),
+    Prim.ALLREDUCE_MEAN: (
+        "test_allreduce_mean_in_a_world_of_one",
+        "test_allreduce_mean_derivative_is_allreduce_mean",
+        "test_allreduce_mean_packs_each_dtype_into_one_buffer",
+        "test_allreduce_mean_of_different_trees_is_e0522",
+    ),
 }
 
 OPERATOR_TESTS: dict[str, tuple[str, ...]] = {
     **{
-        op: ("test_binary_operators_broadcast", "test_broadcast_edge_shapes", "test_dtype_rules")
+        op: (
+            "test_binary_operators_broadcast",
+            "test_broadcast_edge_shapes",
+            "test_dtype_rules",
+            "test_arithmetic_on_tuples_leaf_by_leaf",
+        )
         for op in ("+", "-", "*", "/")
     },
     **{
         op: ("test_binary_operators_broadcast", "test_dtype_rules", "test_integer_floor_division_and_modulo")
         for op in ("//", "%")
     },
-    "**": ("test_binary_operators_broadcast", "test_dtype_rules", "test_integer_operator_errors"),
+    "**": (
+        "test_binary_operators_broadcast",
+        "test_dtype_rules",
+        "test_integer_operator_errors",
+        "test_arithmetic_on_tuples_leaf_by_leaf",
+    ),
     "@": ("test_matmul_shapes_match_numpy_and_torch", "test_matmul_integer_and_mixed_dtypes"),
     **{op: ("test_binary_operators_broadcast", "test_dtype_rules") for op in COMPARISON},
     "and": ("test_logical_operators",),
     "or": ("test_logical_operators",),
 }
-UNARY_OPERATOR_TESTS: dict[str, tuple[str, ...]] = {"-": ("test_unary_operators",), "not": ("test_unary_operators",)}
+UNARY_OPERATOR_TESTS: dict[str, tuple[str, ...]] = {
+    "-": ("test_unary_operators", "test_arithmetic_on_tuples_leaf_by_leaf"),
+    "not": ("test_unary_operators",),
+}
 
 
 def test_every_primitive_has_signature_implementation_and_tests() -> None:
     everything = set(Prim)
-    assert set(SIGNATURES) == everything, f"missing signatures: {everything - set(SIGNATURES)}"
+    assert set(PRIMITIVES) == everything, f"missing records: {everything - set(PRIMITIVES)}"
     assert set(IMPLEMENTATIONS) == everything, f"missing implementations: {everything - set(IMPLEMENTATIONS)}"
     assert set(PRIM_TESTS) == everything, (
         f"primitives without tests: {everything - set(PRIM_TESTS)}; stale entries: {set(PRIM_TESTS) - everything}"

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 from dl import repl
 from dl.highlight import DLLexer
+from dl.lang import nesting
 from dl.repl import Outcome, Session
 from prompt_toolkit.completion import CompleteEvent
 from prompt_toolkit.document import Document
@@ -44,13 +45,13 @@ def drive(session: Session, keys: str, interrupt_after_s: float | None = None) -
     """Run the real prompt_toolkit application on `keys` (a pipe input, a dummy output) until it returns.
 
     With `interrupt_after_s`, a watcher raises KeyboardInterrupt in this thread (as Ctrl-C in a terminal
-    does) once a program has been running that long on the interpreter's worker thread."""
+    does) once a program has been running that long in a room (lang/nesting.py)."""
     stop = threading.Event()
 
     def watch() -> None:
         started = None
         while not stop.is_set():
-            running = any(t.name == "dl-room" for t in threading.enumerate())
+            running = nesting.running()
             started = (started or time.monotonic()) if running else None
             if started is not None and time.monotonic() - started > interrupt_after_s:
                 _thread.interrupt_main()
@@ -177,6 +178,24 @@ def test_commands(session: Session, capsys: pytest.CaptureFixture, tmp_path: Pat
     assert session.handle(":quit") is Outcome.QUIT
 
 
+def test_f_strings_and_str_in_the_repl(session: Session, capsys: pytest.CaptureFixture) -> None:
+    out, err = run(
+        session, capsys, "let epoch = 3", 'f"epoch {epoch:>3}: {0.5:.1%}"', 'str(epoch) + "!"', 'f"{nosuch}"'
+    )
+    assert out == "epoch   3: 50.0% : str\n3! : str\n"
+    assert err.startswith("error[E0201]: unknown name `nosuch`") and '1 | f"{nosuch}"' in err
+
+
+def test_grad_of_a_name_the_session_does_not_declare(session: Session, capsys: pytest.CaptureFixture) -> None:
+    out, err = run(session, capsys, ":grad nosuch", "fn square(x: f32) -> f32 { return x * x }", ":grad squar")
+    assert out == ""
+    assert err == (
+        "no function `nosuch` in this session; declare it with `fn`, or `:load` a file\n"
+        "no function `squar` in this session; did you mean `square`?\n"
+    )
+    assert session.handle(":grad nosuch") is Outcome.FAILED
+
+
 # ---------------------------------------------------------------------- the prompt_toolkit application
 
 
@@ -207,7 +226,7 @@ def test_application_ctrl_c_interrupts_a_long_loop(session: Session, capsys: pyt
     captured = capsys.readouterr()
     assert "interrupted" in captured.err
     assert captured.out == "0 : i64\n"  # the interrupted entry changed nothing
-    assert not any(t.name == "dl-room" for t in threading.enumerate())  # the loop stopped, too
+    assert not nesting.running()  # the loop stopped, too
 
 
 def test_completion_lists_names_with_their_types(session: Session, capsys: pytest.CaptureFixture) -> None:

@@ -16,10 +16,11 @@ import numpy as np
 import pytest
 from dl import pipeline
 from dl.codegen import ir, native
-from dl.codegen.specialize import specialise
+from dl.codegen.registry import specialise
 from dl.interp import run as interpreter
-from dl.interp.values import StructValue
 from dl.lang.diagnostics import DiagnosticError
+from dl.runtime.backend import Options
+from dl.runtime.values import StructValue
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -39,11 +40,16 @@ def copied(value):
 def on_both(source: str, name: str, *args, path: str = "case.dl"):
     """(interpreted result, compiled result, the backend's report of its specialisations)."""
     loaded = pipeline.load(path, source)
-    program_, typed = pipeline.prepare(loaded, ((name, tuple(pipeline.value_type(a) for a in args)),))
-    expected = interpreter.call(program_, name, [copied(a) for a in args], typed)
+    _, typed = pipeline.prepare(loaded, ((name, tuple(pipeline.value_type(a) for a in args)),))
+    expected = call_on(typed, name, [copied(a) for a in args])
     backend = native.compile_program(typed, cache=False)
-    actual = interpreter.call(program_, name, [copied(a) for a in args], typed, backend.bodies)
+    actual = call_on(typed, name, [copied(a) for a in args], backend.bodies)
     return expected, actual, backend.specialisations()
+
+
+def call_on(typed, name: str, args: list, bodies=None):
+    """Call `name` on the interpreter, running the compiled `bodies` (if any) in place of its own."""
+    return interpreter.BACKEND.prepare(typed, Options(bodies=bodies or {})).call(name, args)
 
 
 def verdict(report: str, name: str) -> str:
@@ -103,6 +109,19 @@ def f64(*shape, seed=0):
         ("maximum(a, b) - minimum(a, c) + relu(a) * sigmoid(b)", [(3, 1, 4), (2, 4), (1, 2, 1)]),
         ("where(a > b, a * 2.0, c - 1.0) + exp(-(a * a)) + sqrt(abs(c)) + log(abs(b) + 1.0)", [(6,), (6,), (6,)]),
         ("-a ** 2.0 + sin(b) * cos(c)", [(2, 3), (2, 3), (1,)]),
+        ("softplus(a * 30.0) * erf(b) + log1p(abs(c)) - expm1(a * 0.5)", [(3, 17), (17,), (3, 1)]),
+        ("tril(a, 1) * b + triu(c, -1) + tril(transpose(a) @ a)[0]", [(4, 5), (4, 5), (2, 4, 5)]),
+        (
+            "sum(a, axis=(0, 2)) + mean(b, axis=(-1, 0)) * max(c, axis=(1, 2)) - logsumexp(a, axis=(2, 0))",
+            [(3, 4, 5), (4, 2), (4, 3, 2)],
+        ),
+        ('einsum("ijk,kl->lji", a, b) + einsum("lj,lj,i->lji", c, c, a[:, 0, 0])', [(3, 4, 5), (5, 2), (2, 4)]),
+        ('einsum("ij->", a) * b + einsum("i,j->ij", c, c)', [(3, 4), (5,), (5,)]),
+        ("a[..., 0:3] * b[..., 1:4] + c[1, ...][..., 0:1] + a[0, ..., 2]", [(2, 3, 5), (2, 3, 4), (3, 3, 1)]),
+        (
+            "min(a, axis=(0, 1), keepdims=true) + sum(b * c, axis=(1, -1), keepdims=true)",
+            [(3, 4, 5), (3, 4, 5), (3, 4, 5)],
+        ),
         ("sum(a * b, axis=1) + mean(c, axis=0)", [(5, 7), (5, 7), (3, 5)]),
         ("max(a, axis=0, keepdims=true) - min(b, axis=-1, keepdims=true) + c", [(4, 6), (4, 6), (4, 6)]),
         ("softmax(a, axis=1) + log_softmax(b, axis=0) * c", [(3, 8), (3, 8), (3, 8)]),
@@ -214,6 +233,29 @@ fn f(p: Layer, q: Layer, x: f32[5, 3]) -> (Layer, f32[5, 2], (Layer, f32)) {
     np.testing.assert_allclose(actual[0].values[0], expected[0].values[0], rtol=1e-6)
 
 
+def test_arithmetic_on_structs_and_tuples_leaf_by_leaf() -> None:
+    """`m - lr * g`, `-g`, `t * 2.0 + t` on structs and tuples are compiled leaf by leaf, as interpreted."""
+    source = """
+struct Layer { w: f32[3, 2], b: f32[2] }
+fn f(p: Layer, q: Layer, lr: f32, t: (f32[2], f32)) -> (Layer, Layer, (f32[2], f32)) {
+    let moved = p - lr * q
+    moved -= q / 4.0
+    return (moved, -q + p * p, t * 2.0 + t ** 2.0)
+}
+"""
+    loaded = pipeline.load("s.dl", source)
+    _, typed = pipeline.prepare(loaded)
+    layer = interpreter.compile_program(loaded, typed).states["s.dl"].structs["Layer"]
+    p = StructValue(layer, (f32(3, 2), f32(2, seed=1)))
+    q = StructValue(layer, (f32(3, 2, seed=2), f32(2, seed=3)))
+    expected, actual, report = on_both(
+        source, "f", p, q, np.float32(0.1), (f32(2, seed=4), np.float32(3.0)), path="s.dl"
+    )
+    assert verdict(report, "f") == "compiled", report
+    assert_close(actual, expected)
+    np.testing.assert_allclose(expected[0].values[1], p.values[1] - 0.1 * q.values[1] - q.values[1] / 4, rtol=1e-6)
+
+
 def test_element_assignment_and_swaps_read_before_writing() -> None:
     source = """
 fn f(x: f64[3, 4], k: i64, a: f64[4], b: f64[4]) -> (f64[3, 4], f64[3, 4], f64[4], f64[4]) {
@@ -247,12 +289,12 @@ fn f(table: f32[6, 3], ids: i64[4], d: f32[4, 3]) -> (f32[4, 3], f32[6, 3], f32[
 
 def failures(source: str, name: str, *args) -> tuple[DiagnosticError, DiagnosticError, str]:
     loaded = pipeline.load("fail.dl", source)
-    program_, typed = pipeline.prepare(loaded, ((name, tuple(pipeline.value_type(a) for a in args)),))
+    _, typed = pipeline.prepare(loaded, ((name, tuple(pipeline.value_type(a) for a in args)),))
     backend = native.compile_program(typed, cache=False)
     outcomes = []
     for bodies in (None, backend.bodies):
         with pytest.raises(DiagnosticError) as caught:
-            interpreter.call(program_, name, [copied(a) for a in args], typed, bodies)
+            call_on(typed, name, [copied(a) for a in args], bodies)
         outcomes.append(caught.value)
     return outcomes[0], outcomes[1], backend.specialisations()
 
@@ -453,11 +495,11 @@ fn g(x: f64[N], w: f64[N]) -> (f64[N], f64[N]) {
     # the interpreter's gradient (the reference compared to) against central differences
     loaded = pipeline.load("case.dl", source)
     types = (pipeline.value_type(x), pipeline.value_type(w))
-    program_, typed = pipeline.prepare(loaded, (("g", types), ("loss", types)))
-    gradient = interpreter.call(program_, "g", [x, w], typed)[0]
+    _, typed = pipeline.prepare(loaded, (("g", types), ("loss", types)))
+    gradient = call_on(typed, "g", [x, w])[0]
 
     def loss(a: np.ndarray) -> float:
-        return float(interpreter.call(program_, "loss", [a, w], typed))
+        return float(call_on(typed, "loss", [a, w]))
 
     step = 1e-6
     numeric = [(loss(x + step * e) - loss(x - step * e)) / (2 * step) for e in np.eye(4)]
@@ -485,7 +527,9 @@ fn f(x: f64[3], k: i64) -> f64[3] {
     loaded = pipeline.load("case.dl", source)
     _, typed = pipeline.prepare(loaded)
     decl = next(d for d in typed.program.modules["case.dl"].decls if getattr(d, "name", "") == "f")
-    lowered = specialise(typed, decl, "case.dl", (("tensor", "f64", (3,)), ("scalar", "i64")), native.Structs(None))
+    lowered = specialise(
+        typed, decl, "case.dl", (ir.TensorArgument("f64", (3,)), ir.ScalarArgument("i64")), native.Structs(None)
+    )
     made = [i.result.name for b in lowered.function.blocks for i in b.instructions if hasattr(i, "result")]
     assert "c.1" in made and len(made) == len(set(made)), made
 
@@ -496,7 +540,7 @@ def test_recursion_with_a_shape_per_depth_calls_one_specialisation_per_shape() -
     backend = native.compile_program(typed, cache=False)
     body = next(b for b in backend.bodies.values() if isinstance(b, native.SpecialisingBody))
     body.structs = native.Structs(None)
-    lowered = specialise(typed, body.decl, "case.dl", (("tensor", "f64", (8,)),), body.structs)
+    lowered = specialise(typed, body.decl, "case.dl", (ir.TensorArgument("f64", (8,)),), body.structs)
     assert [f.symbol.rpartition("::")[2] for f in (lowered.function, *lowered.callees)] == [
         "halving.specialised",
         "halving.specialised.1",
@@ -580,7 +624,7 @@ def test_ctrl_c_stops_a_long_compiled_recursion() -> None:
 
     loaded = pipeline.load("case.dl", TREE_SUM)
     args = [f64(3), 40]
-    program_, typed = pipeline.prepare(loaded, (("tree_sum", tuple(pipeline.value_type(a) for a in args)),))
+    _, typed = pipeline.prepare(loaded, (("tree_sum", tuple(pipeline.value_type(a) for a in args)),))
     backend = native.compile_program(typed, cache=False)
     done = threading.Event()
 
@@ -592,13 +636,13 @@ def test_ctrl_c_stops_a_long_compiled_recursion() -> None:
     presser.start()
     try:
         with pytest.raises(KeyboardInterrupt):
-            interpreter.call(program_, "tree_sum", args, typed, backend.bodies)
+            call_on(typed, "tree_sum", args, backend.bodies)
     finally:
         done.set()
         presser.join()
     assert verdict(backend.specialisations(), "tree_sum") == "compiled"
-    assert interpreter.call(program_, "tree_sum", [args[0], 3], typed, backend.bodies) == pytest.approx(
-        interpreter.call(program_, "tree_sum", [args[0], 3], typed), rel=1e-12
+    assert call_on(typed, "tree_sum", [args[0], 3], backend.bodies) == pytest.approx(
+        call_on(typed, "tree_sum", [args[0], 3]), rel=1e-12
     )
 
 
@@ -633,10 +677,10 @@ def test_gradients_of_the_autodiff_corpus_agree_when_compiled() -> None:
     compiled = 0
     interpreted = {}
     for case in CASES:
-        program_, typed, name, flat = case_program(case)
-        expected = interpreter.call(program_, name, [copy_leaf(leaf) for leaf in flat], typed)
+        _, typed, name, flat = case_program(case)
+        expected = call_on(typed, name, [copy_leaf(leaf) for leaf in flat])
         backend = native.compile_program(typed, cache=False)
-        actual = interpreter.call(program_, name, [copy_leaf(leaf) for leaf in flat], typed, backend.bodies)
+        actual = call_on(typed, name, [copy_leaf(leaf) for leaf in flat], backend.bodies)
         outcome = verdict(backend.specialisations(), name)
         assert "compiler bug" not in outcome, (case.name, outcome)
         if outcome == "compiled":
@@ -644,9 +688,10 @@ def test_gradients_of_the_autodiff_corpus_agree_when_compiled() -> None:
         else:
             interpreted[case.name] = outcome
         assert_close(actual, expected, rtol=1e-10, atol=1e-12, where=case.name)
-    # recursion included (real calls of specialisations); `print` is host work
-    assert list(interpreted) == ["printing_function_called_in_branch"], interpreted
-    assert compiled == len(CASES) - 1 >= 109
+    # recursion included (real calls of specialisations); `print` is host work, and so are the random draws of
+    # `dropout` (its mask comes from the interpreter's generator)
+    assert sorted(interpreted) == ["dropout_through_the_mask", "printing_function_called_in_branch"], interpreted
+    assert compiled == len(CASES) - 2 >= 109
 
 
 def test_the_mlp_training_step_is_compiled(tmp_path: Path) -> None:
@@ -664,6 +709,8 @@ def test_the_mlp_training_step_is_compiled(tmp_path: Path) -> None:
         os.chdir(before)
     report = "\n".join(reports)
     assert verdict(report, "loss_value_and_grad") == "compiled", report
+    # `adam` averages the gradients over the ranks (`allreduce_mean`): in a world of 1 that is the gradients
+    # themselves, so it is compiled whole, its update inlined (tests/test_distributed.py: 2 ranks)
     assert verdict(report, "adam") == "compiled", report
     assert "compiler bug" not in report
 
@@ -932,13 +979,12 @@ def test_buffers_not_in_use_at_once_share_the_workspace() -> None:
     )
     check(source, "f", f32(64, 64) * 0.1, 3, rtol=1e-5, atol=1e-6)
     from dl.codegen.native import Structs, flatten
-    from dl.codegen.specialize import Specialiser
 
     loaded = pipeline.load("pack.dl", source)
     _, typed = pipeline.prepare(loaded)
     decl = loaded.modules["pack.dl"].decls[0]
     layout = [flatten(value, [], {}) for value in (f32(64, 64), 3)]
-    lowered = Specialiser(typed, decl, "pack.dl", layout, Structs(None)).specialise()
+    lowered = specialise(typed, decl, "pack.dl", tuple(layout), Structs(None))
     total = sum(b.size * 4 for b in lowered.function.buffers if b.slot == 0)
     assert lowered.workspace < total * 0.75, (lowered.workspace, total)
 
@@ -949,7 +995,6 @@ def test_weight_gradients_accumulate_in_their_products() -> None:
     the total (gemm with beta = 1), every field of them, with no loop adding a product."""
     from dl.codegen import ir
     from dl.codegen.native import Structs, flatten
-    from dl.codegen.specialize import Specialiser
 
     source = (
         "struct Cell { w_ih: f32[12, 4], w_hh: f32[12, 3] }\n"
@@ -968,7 +1013,7 @@ def test_weight_gradients_accumulate_in_their_products() -> None:
     decl = next(d for d in program_.modules["cell.dl"].decls if getattr(d, "name", "") == "g")
     structs = Structs(None)
     layout = [flatten(value, [], structs.seen) for value in (p, f32(5, 2, 4), f32(2, 3))]
-    lowered = Specialiser(typed, decl, "cell.dl", layout, structs).specialise()
+    lowered = specialise(typed, decl, "cell.dl", tuple(layout), structs)
     products = [i for b in lowered.function.blocks for i in b.instructions if isinstance(i, ir.MatMul)]
     into_total = [i for i in products if i.accumulate]
     assert {i.out.shape for i in into_total} == {(12, 4), (12, 3)}, products
@@ -993,7 +1038,8 @@ def test_tree_dot_and_gradient_clipping() -> None:
         "import optim\nstruct P { w: f32[3, 4], b: f32[4] }\n"
         "fn f(w: f32[3, 4], b: f32[4], g: f32[3, 4], h: f32[4]) {\n"
         "    let p = P { w: w, b: b }\n    let d = P { w: g, b: h }\n"
-        "    let clipped = optim.clip_by_global_norm(d, 0.5).w\n"
+        # clip_by_global_norm itself averages over the ranks first (interpreted); the clipping is this
+        "    let clipped = optim.scale_to_norm(d, 0.5, optim.global_norm(d)).w\n"
         "    return (optim.global_norm(d), tree_dot(p, d), clipped, tree_dot((w, 2.0), (g, 3.0)))\n}\n"
     )
     check(source, "f", f32(3, 4), f32(4, seed=1), f32(3, 4, seed=2), f32(4, seed=3))
@@ -1198,7 +1244,7 @@ def test_functions_as_arguments_are_compiled_in() -> None:
 
 def test_a_zero_forwarded_into_a_sum_is_dropped_only_at_its_own_dtype() -> None:
     from dl.codegen import ir
-    from dl.codegen.specialize import replace
+    from dl.codegen.optimise import replace
 
     buffer = ir.Buffer("x", "f64", (3,), 0, 0)
     x = ir.Read(buffer, ir.Const(0, "i64"), (1,))

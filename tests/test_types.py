@@ -96,14 +96,15 @@ def unchecked_run_expectation(path: Path) -> tuple[set[int], str | None]:
 @pytest.mark.parametrize("path", BAD, ids=relative)
 def test_bad_program_fails_where_marked_without_checker(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import dl.pipeline
-    from dl.interp.run import run
+    from dl.interp.run import BACKEND
+    from dl.lang.check import Typed
     from dl.lang.diagnostics import DiagnosticError
 
     monkeypatch.chdir(ROOT)
     lines, completes = unchecked_run_expectation(path)
     program = dl.pipeline.load(relative(path))
     try:
-        run(program, [])
+        BACKEND.prepare(Typed(program)).run([])  # unchecked: no types, no run-time checks from the checker
     except DiagnosticError as failure:
         span = failure.diagnostics[0].span
         assert completes is None, f"expected the run to complete ({completes}), but: {failure}"

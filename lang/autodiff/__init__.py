@@ -1,0 +1,130 @@
+"""Reverse-mode automatic differentiation as a source transformation: typed program -> program.
+
+`differentiate(typed)` replaces every `grad(f, wrt=...)` and `value_and_grad(f, ...)` by a DL
+function it generates, and returns the new program; no backend ever sees `grad`. For a
+function `f` it writes
+
+- `f_grad` (`f_value_and_grad`, `f_grad_wrt_1`, ...): runs `f`'s body forward, then its
+  adjoint backward from the seed `1.0`, and returns the gradient of the chosen arguments;
+- `g_fwd(params...)` and `g_bwd(params..., kept, d_result)` once for every function `g` that
+  differentiated code calls (shared by all callers): `g_fwd` runs `g`'s body and returns its
+  result with the values its backward sweep reads (`kept`), `g_bwd` runs that backward sweep
+  and returns the adjoints of `g`'s float parameters, so a call's derivative is a call;
+- `g_back(params..., d_result)` instead for a recursive `g` (whose kept values would contain
+  themselves) or one that returns from inside an `if`: it recomputes `g`'s forward, then runs
+  its backward, so recursion is recursion;
+- `g_quiet(params...)` for a function `g` with a `print` or `assert` (or calling one) that code run
+  again in a backward sweep calls: `g` without them, so effects happen once.
+
+How each construct becomes code (docs/autodiff.md shows the printed result):
+
+- Straight-line code is put in A-normal form (every operation's value gets a name) and
+  renamed so that no name is assigned twice; the backward sweep then reads any value it
+  needs by name, in reverse order, and adds each operation's adjoint contributions using
+  that operation's rule from `RULES` (one DL template per primitive and operator).
+- `for`, `break`, `continue` and `return` inside loops are first lowered to `while` with
+  flags; a `return` inside an `if` moves the statements after the `if` into its branches.
+- An `if` saves the values of the variables it assigns before it runs; its backward
+  restores them, runs the branch taken again (recomputing its intermediates), then that
+  branch's backward.
+- A `while` pushes the values of the variables it assigns onto a tape at the start of every
+  iteration, and at its end the values the iteration's backward reads onto another (`Kept`);
+  its backward pops both one iteration at a time and runs that iteration's backward. Views
+  of unchanged values (`m.w`, `x[t]`) are taken again rather than kept. A loop with a loop
+  inside keeps only its variables and recomputes each iteration's body in its backward.
+
+Everything this emits (`tape`, `push`, `pop`, `unbroadcast`, ...) has a rule too, so generated
+code can be differentiated again: `grad(grad(f))` is two rounds of this transform, the program
+re-checked in between so that the second round has the types of the first round's code.
+"""
+
+from __future__ import annotations
+
+from dl.lang import ast
+from dl.lang.autodiff.round import Round
+from dl.lang.autodiff.sites import Site, grad_sites
+from dl.lang.autodiff.trees import call, name
+from dl.lang.check import Typed, check
+from dl.lang.diagnostics import UNKNOWN_SPAN, Diagnostic, DiagnosticError, Span, error
+from dl.lang.modules import Program
+
+MAX_ROUNDS = 8  # grad(grad(...)) nesting depth
+
+
+def differentiate(typed: Typed, calls: tuple = ()) -> tuple[Program, Typed]:
+    """Replace every `grad`/`value_and_grad` in a checked program by generated DL functions.
+
+    Returns the new program and its check (`calls`: the host's calls the first check was given, see
+    `check`). Raises `DiagnosticError` for what cannot be differentiated (a primitive without a
+    derivative rule, a call of a function value the checker cannot see)."""
+    # (module, function) -> its `_back` function, (module, function, "fwd" or "bwd") -> its `_fwd` and `_bwd`
+    # functions ("" if it is not split): shared by all rounds
+    backs: dict[tuple, str] = {}
+    for _ in range(MAX_ROUNDS):
+        sites = list(grad_sites(typed))
+        if not sites:
+            return typed.program, typed
+        program = Round(typed, backs).run(sites)
+        typed = check(program, calls)
+        if typed.errors:
+            raise DiagnosticError([internal_error(typed.errors[0])])
+    raise DiagnosticError([error("E0333", f"`grad` is nested more than {MAX_ROUNDS} deep", UNKNOWN_SPAN)])
+
+
+def derivative_source(typed: Typed, function: str, wrt: int | tuple[int, ...], with_value: bool) -> str:
+    """The printed DL source of the functions `grad(function, wrt=...)` generates in the entry module of a
+    checked (and already differentiated) program: the gradient function first, then the `_back` functions."""
+    from dl.lang.printer import print_decl
+
+    path = typed.program.entry
+    module = typed.program.modules[path]
+    decl = next((d for d in module.decls if isinstance(d, ast.FnDecl) and d.name == function), None)
+    if decl is None:
+        names = [d.name for d in module.decls if isinstance(d, ast.FnDecl)]
+        from dl.lang.diagnostics import closest
+
+        suggestion = closest(function, names)
+        notes = (f"help: did you mean `{suggestion}`?",) if suggestion else ()
+        start = Span(path, 1, 1, 1, 2)
+        raise DiagnosticError([error("E0201", f"`{path}` has no function `{function}`", start, notes=notes)])
+    if any(typed.type_of(p) is None for p in decl.params):
+        raise DiagnosticError(
+            [
+                error(
+                    "E0333",
+                    f"`{function}` is never called, so the types of its parameters are unknown",
+                    decl.name_span,
+                    notes=("help: annotate its parameters, or call it (or `grad` of it) somewhere",),
+                )
+            ]
+        )
+    site_call = call("grad" if not with_value else "value_and_grad", name(function))
+    site = Site(site_call, path, decl, path, name(function), wrt, with_value)
+    generator = Round(typed)
+    program = generator.run([site])
+    checked = check(program)
+    if checked.errors:
+        raise DiagnosticError([internal_error(checked.errors[0])])
+    parts = []
+    for module_path in (path, *(p for p in program.modules if p != path)):
+        for decl in generator.added[module_path]:
+            where = "" if module_path == path else f"# in {module_path}, beside `{generated_from(decl.name)}`\n"
+            parts.append(where + print_decl(decl))
+    return "\n\n".join(parts) + "\n"
+
+
+def generated_from(function: str) -> str:
+    """The function a `_back`, `_fwd`, `_bwd` or `_quiet` function was generated from (by its name)."""
+    for suffix in ("_back", "_fwd", "_bwd", "_quiet"):
+        if suffix in function:
+            return function.rsplit(suffix, 1)[0]
+    return function
+
+
+def internal_error(diagnostic: Diagnostic) -> Diagnostic:
+    return error(
+        "E0333",
+        f"internal error in generated derivative code, please report: {diagnostic.message}",
+        diagnostic.span,
+        notes=("`dlrun grad FILE --fn NAME` prints the derivative code",),
+    )

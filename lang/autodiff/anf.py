@@ -1,0 +1,660 @@
+"""The forward sweep in A-normal form (`ForwardSweep`, part of `FunctionBody`): each statement is emitted
+with every operation's value given a fresh name, calls inlined or split (`_fwd`), closures and `tree_map`
+written out, and each `if` and `while` recorded (records.py) for the backward sweep (reverse.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from dl.lang import ast
+from dl.lang.autodiff.lowering import contains_return
+from dl.lang.autodiff.records import Compound, Kept, Op, Store, Sweep
+from dl.lang.autodiff.rules import BINARY
+from dl.lang.autodiff.trees import (
+    NotDifferentiable,
+    as_block,
+    assign,
+    assigned_outer,
+    call,
+    declared_names,
+    hint_for,
+    index_of,
+    is_active,
+    let,
+    name,
+    pattern_names,
+    tuple_of,
+)
+from dl.lang.calls import bind_function
+from dl.lang.diagnostics import Span
+from dl.lang.primitives import NON_DIFFERENTIABLE, Prim
+from dl.lang.shapes import TREE_OPERATORS, arithmetic
+from dl.lang.types import (
+    ANY,
+    AnyType,
+    FunctionRef,
+    PrimitiveRef,
+    StructType,
+    TupleType,
+    Type,
+    strong,
+)
+
+
+class ForwardSweep:
+    """The forward sweep of a derivative (mixed into `FunctionBody`): the body in A-normal form, every
+    operation's value named and no name assigned twice, recording what the backward sweep reads."""
+
+    def forward(self, stmt: ast.Stmt, env: dict[str, str], sweep: Sweep, nested: bool, effects: bool) -> None:
+        outer, self.effects = self.effects, effects
+        self.statement(stmt, env, sweep, nested, effects)
+        self.effects = outer
+
+    def statement(self, stmt: ast.Stmt, env: dict[str, str], sweep: Sweep, nested: bool, effects: bool) -> None:
+        self.just_made = ""
+        match stmt:
+            case ast.Let(pattern=ast.NamePattern(name=local), value=ast.Lambda() as value):
+                self.bind_closure(local, value, self.captured(value, env, sweep), env)
+            case ast.Let(pattern=ast.NamePattern(name=local), value=ast.Call() as value) if isinstance(
+                self.type_of(value), FunctionRef
+            ):
+                decl, captured = self.made_closure(value, env, sweep)
+                self.bind_closure(local, decl, captured, env)
+            case ast.Let(pattern=pattern, annotation=annotation, value=value):
+                hint = pattern.name if isinstance(pattern, ast.NamePattern) else "items"
+                atom = self.bound_literal(self.atom(value, env, sweep, hint))
+                self.bind(pattern, atom, env, sweep, annotation, self.type_of(value))
+            case ast.Assign(target=target, op=op, value=value):
+                if op != "=":
+                    value = ast.Binary(op[0], target, value, stmt.span)
+                    self.node_types.give(value, ANY)
+                self.assign(target, value, env, sweep)
+            case ast.ExprStmt(expr=expr):
+                if effects:
+                    sweep.stmts.append(ast.ExprStmt(self.rename(expr, env), stmt.span))
+            case ast.If() | ast.While():
+                self.compound(stmt, env, sweep, effects)
+            case ast.FnDecl(name=local):
+                self.bind_closure(local, stmt, self.captured(stmt, env, sweep), env)
+            case _:
+                raise NotDifferentiable(
+                    f"`grad` cannot differentiate this statement here: {type(stmt).__name__}", stmt.span
+                )
+
+    def bind(self, pattern: ast.Pattern, atom: ast.Expr, env, sweep: Sweep, annotation, value_type: Type) -> None:
+        if isinstance(pattern, ast.NamePattern):
+            env[pattern.name] = self.name_value(pattern.name, atom, sweep, annotation, value_type)
+            env.pop(f"fn {pattern.name}", None)
+            return
+        items = value_type.items if isinstance(value_type, TupleType) else [ANY] * len(pattern.items)
+        for position, (item, item_type) in enumerate(zip(pattern.items, items, strict=True)):
+            part = ast.Index(atom, (ast.IntLiteral(position),))
+            self.node_types.give(part, item_type)
+            hint = item.name if isinstance(item, ast.NamePattern) else "items"
+            self.bind(item, self.atom_of_operation(part, part, sweep, hint), env, sweep, None, item_type)
+
+    def name_value(self, user: str, atom: ast.Expr, sweep: Sweep, annotation, value_type: Type) -> str:
+        """A generated name holding `atom` for the user's variable `user`."""
+        if isinstance(atom, ast.Name) and atom.id == self.just_made and annotation is None:
+            return atom.id  # the operation's result is named for the variable already: no copy
+        var = self.fresh(user)
+        atom = self.settled_literal(atom)
+        sweep.stmts.append(ast.Let(ast.NamePattern(var), annotation, atom))
+        self.types[var] = (
+            value_type if not isinstance(value_type, AnyType) else self.types.get(getattr(atom, "id", ""), ANY)
+        )
+        if isinstance(atom, ast.Name) and atom.id in self.types:
+            sweep.records.append(Op(var, atom, None))
+        return var
+
+    def settled_literal(self, atom: ast.Expr) -> ast.Expr:
+        """A number literal with the dtype the checker gave it from context written out, so that a variable
+        it starts keeps its dtype when the code around it changes."""
+        dtype = self.typed.coercions.get(id(atom))
+        if isinstance(atom, (ast.FloatLiteral, ast.IntLiteral)) and atom.dtype is None and dtype == "f64":
+            return ast.FloatLiteral(float(atom.value), "f64", atom.span)
+        if isinstance(atom, ast.IntLiteral) and atom.dtype is None and dtype == "f32":
+            return ast.FloatLiteral(float(atom.value), None, atom.span)
+        return atom
+
+    def bound_literal(self, atom: ast.Expr) -> ast.Expr:
+        """A float literal a `let` binds, of the dtype the variable has: the one context gave it, else f32
+        (`let c = 0.1` is an f32, which must not adapt to an f64 where `c` is used). Integers stay as
+        written (loop counters; an i64 only differs from an adapting literal beside an i32 tensor)."""
+        settled = self.settled_literal(atom)
+        if isinstance(settled, ast.FloatLiteral) and settled.dtype is None:
+            return ast.FloatLiteral(settled.value, "f32", settled.span)
+        return settled
+
+    def settled_literals(self, expr: ast.Expr) -> ast.Expr:
+        """`expr` with each number literal's dtype from context written out (`settled_literal`)."""
+        literals = (ast.IntLiteral, ast.FloatLiteral)
+        replacements = {id(n): self.settled_literal(n) for n in ast.walk(expr) if isinstance(n, literals)}
+        replacements = {k: v for k, v in replacements.items() if not isinstance(v, literals) or v.dtype}
+        return ast.replace_nodes(expr, replacements) if replacements else expr
+
+    def assign(self, target: ast.Expr, value: ast.Expr, env, sweep: Sweep) -> None:
+        match target:
+            case ast.Name(id=user):
+                atom = self.atom(value, env, sweep, user)
+                env[user] = self.name_value(user, atom, sweep, None, self.types.get(env[user], ANY))
+            case ast.TupleLiteral(items=items):
+                atom = self.atom(value, env, sweep, "items")
+                value_type = self.type_of(value)
+                types = value_type.items if isinstance(value_type, TupleType) else [ANY] * len(items)
+                for position, (item, item_type) in enumerate(zip(items, types, strict=True)):
+                    part = ast.Index(atom, (ast.IntLiteral(position),))
+                    self.node_types.give(part, item_type)
+                    self.assign(item, part, env, sweep)
+            case ast.Index(target=base) | ast.Field(target=base):
+                atom = self.atom(value, env, sweep, "t")
+                old = self.atom(base, env, sweep, (ast.root_name(base) or "value"))
+                if not isinstance(old, ast.Name):
+                    raise NotDifferentiable("`grad` cannot differentiate an update of this value", target.span)
+                new = self.fresh(ast.root_name(base) or "value")
+                self.types[new] = self.types.get(old.id, ANY)
+                if isinstance(target, ast.Index):
+                    place = ast.Index(name(new), tuple(self.rename(i, env) for i in target.indices), target.span)
+                else:
+                    place = ast.Field(name(new), target.name, target.span)
+                sweep.stmts += [let(new, old), assign(place, atom, target.span)]
+                sweep.records.append(Store(new, old.id, place, atom))
+                if isinstance(base, ast.Name):
+                    env[base.id] = new
+                else:
+                    self.assign(base, name(new), env, sweep)
+            case _:
+                raise NotDifferentiable("`grad` cannot differentiate this assignment", target.span)
+
+    def atom(self, expr: ast.Expr, env, sweep: Sweep, hint: str) -> ast.Expr:
+        """Emit what computes `expr` and return a name or literal holding its value."""
+        match expr:
+            case ast.Name(id=user) if user in env:
+                return ast.Name(env[user], expr.span)
+            case ast.Name() | ast.IntLiteral() | ast.FloatLiteral() | ast.BoolLiteral() | ast.StringLiteral():
+                return expr
+            case ast.Field(target=ast.Name(id=module)) if module not in env and module in self.module_aliases():
+                return expr
+            case ast.Lambda():
+                return self.rename(expr, env)
+            case ast.Call(func=ast.Name(id=local)) if f"fn {local}" in env:
+                decl, captured = self.closures[int(env[f"fn {local}"])]
+                return self.inline(decl, captured, expr, env, sweep, hint)
+            case ast.Call(func=ast.Name(id="tree_map")) if isinstance(self.type_of(expr.func), PrimitiveRef):
+                return self.atom(self.expand_tree_map(expr, env, sweep), env, sweep, hint)
+            case ast.Call(func=ast.Name(id="tree_dot")) if isinstance(self.type_of(expr.func), PrimitiveRef):
+                return self.atom(self.expand_tree_dot(expr, env, sweep), env, sweep, hint)
+            case ast.Binary() | ast.Unary(op="-") if self.on_trees(expr):
+                return self.atom(self.expand_tree_arithmetic(expr, env, sweep), env, sweep, hint)
+            case ast.Call() if self.takes_functions(expr):
+                decl, _ = self.typed.functions[self.type_of(expr.func).key]
+                return self.inline(decl, {}, expr, env, sweep, hint)
+        if not is_active(self.type_of(expr)):
+            settled = self.settled_literals(self.quiet(expr))
+            return self.atom_of_operation(self.rename(settled, env), expr, sweep, hint, record=False)
+        rhs = self.operation(expr, env, sweep)
+        split = self.split_call(rhs, expr)
+        if split is not None:
+            return self.split_atom(rhs, expr, split, sweep, hint)
+        return self.atom_of_operation(rhs, expr, sweep, hint)
+
+    def split_call(self, rhs: ast.Expr, original: ast.Expr) -> tuple[ast.Expr, ast.Expr] | None:
+        """For a call of a function with float arguments that is split (`Round.split_names`): how this
+        module names its `_fwd` and `_bwd` functions."""
+        if not isinstance(rhs, ast.Call) or not any(self.active(arg) for arg in rhs.args):
+            return None
+        callee = self.type_of(original.func)
+        if not isinstance(callee, FunctionRef) or callee.key not in self.typed.functions:
+            return None
+        decl, path = self.typed.functions[callee.key]
+        if not self.effects and self.round.has_effects(decl):
+            return None  # run again by a backward sweep: `g_quiet`, and `g_back` for its backward
+        names = self.round.split_names(decl, path)
+        if names is None:
+            return None
+        span = original.span
+        return tuple(self.round.reference(self.path, path, function, span) for function in names)
+
+    def split_atom(self, rhs: ast.Call, original, split, sweep: Sweep, hint: str) -> ast.Name:
+        """`let pair = g_fwd(args); let result = pair[0]`: the call's backward is `g_bwd(args, pair[1], d)`."""
+        pair = self.fresh(f"{hint}_fwd")
+        # a literal argument with the dtype it took from `g`'s annotation written out: `g_bwd`'s parameters
+        # are not annotated
+        rhs = dataclasses.replace(rhs, args=tuple(self.settled_literal(arg) for arg in rhs.args))
+        sweep.stmts.append(let(pair, ast.Call(split[0], rhs.args, (), original.span), original.span))
+        result = self.atom_of_operation(index_of(name(pair), 0), original, sweep, hint, record=False)
+        sweep.records.append(Op(result.id, rhs, original, (split[1], pair)))
+        return result
+
+    def expand_tree_map(self, expr: ast.Call, env, sweep: Sweep) -> ast.Expr:
+        """`tree_map(f, a, b)` written out leaf by leaf (its structure is in the types): `S { w: f(a.w, b.w),
+        ... }`, so that its derivative is that of the calls of `f`."""
+        if expr.keywords or len(expr.args) < 2:
+            raise NotDifferentiable("`grad` needs `tree_map(f, trees...)` with positional arguments", expr.span)
+        function, *trees = expr.args
+        if isinstance(function, ast.Lambda):
+            local = self.fresh_user_name("mapped")
+            self.bind_closure(local, function, env, env)
+            callee: ast.Expr = ast.Name(local, function.span)
+        else:
+            callee = function
+        self.node_types.give(callee, self.type_of(function))
+        atoms = [self.atom(tree, env, sweep, "tree") for tree in trees]
+        types = [
+            self.types.get(a.id, self.type_of(t)) if isinstance(a, ast.Name) else self.type_of(t)
+            for a, t in zip(atoms, trees, strict=True)
+        ]
+        return self.spread(callee, atoms, types, self.type_of(expr), expr.span)
+
+    def on_trees(self, expr: ast.Binary | ast.Unary) -> bool:
+        """Is `expr` an operator applied to a struct or tuple (`m - lr * g`, `-g`)?"""
+        if isinstance(expr, ast.Binary) and expr.op not in TREE_OPERATORS:
+            return False
+        operands = (expr.lhs, expr.rhs) if isinstance(expr, ast.Binary) else (expr.operand,)
+        return any(isinstance(self.type_of(o), (StructType, TupleType)) for o in operands)
+
+    def expand_tree_arithmetic(self, expr: ast.Binary | ast.Unary, env, sweep: Sweep) -> ast.Expr:
+        """`m - c * g` written out leaf by leaf: `M { w: m.w - t.w, b: m.b - t.b }` with `t` the tree `c * g`
+        (itself written out), so that the derivative is that of the leaves' operations and a scalar operand
+        (`c`) gets the sum of its contributions at every leaf."""
+        operands = (expr.lhs, expr.rhs) if isinstance(expr, ast.Binary) else (expr.operand,)
+        atoms = [self.atom(operand, env, sweep, "tree") for operand in operands]
+        types = [
+            self.types.get(a.id, self.type_of(o)) if isinstance(a, ast.Name) else self.type_of(o)
+            for a, o in zip(atoms, operands, strict=True)
+        ]
+        return self.leaf_operations(expr, atoms, types)
+
+    def leaf_operations(self, expr: ast.Binary | ast.Unary, parts: list[ast.Expr], types: list[Type]) -> ast.Expr:
+        span = expr.span
+        tree = next((t for t in types if isinstance(t, (StructType, TupleType))), None)
+        if tree is None:
+            if isinstance(expr, ast.Unary):
+                node = ast.Unary("-", parts[0], span)
+                self.node_types.give(node, types[0])
+            else:
+                node = ast.Binary(expr.op, parts[0], parts[1], span)
+                self.node_types.give(node, strong(arithmetic(types[0], types[1], expr.op)))
+            return node
+        if isinstance(tree, TupleType):
+            places = [(ast.IntLiteral(i), None) for i in range(len(tree.items))]
+        else:
+            places = [(None, field_name) for field_name, _ in tree.fields]
+        built = []
+        for position, field_name in places:
+            picked, picked_types = [], []
+            for part, t in zip(parts, types, strict=True):
+                if not isinstance(t, (StructType, TupleType)):  # a number meets every leaf
+                    picked.append(part)
+                    picked_types.append(t)
+                    continue
+                item = ast.Field(part, field_name, span) if field_name else ast.Index(part, (position,), span)
+                item_type = t.field_type(field_name) if field_name else t.items[position.value]
+                self.node_types.give(item, item_type)
+                picked.append(item)
+                picked_types.append(item_type)
+            built.append((field_name, self.leaf_operations(expr, picked, picked_types)))
+        if isinstance(tree, TupleType):
+            node = ast.TupleLiteral(tuple(value for _, value in built), span)
+            self.node_types.give(node, TupleType(tuple(self.type_of(value) for _, value in built)))
+            return node
+        struct = self.round.reference(self.path, tree.module, tree.name, span)
+        node = ast.StructLiteral(struct, tuple(ast.FieldInit(n, value, span) for n, value in built), span)
+        self.node_types.give(node, tree)
+        return node
+
+    def expand_tree_dot(self, expr: ast.Call, env, sweep: Sweep) -> ast.Expr:
+        """`tree_dot(a, b)` written out: `sum(a.w * b.w) + sum(a.b * b.b) + ...`."""
+        if expr.keywords or len(expr.args) != 2:
+            raise NotDifferentiable("`grad` needs `tree_dot(a, b)` with positional arguments", expr.span)
+        atoms = [self.atom(tree, env, sweep, "tree") for tree in expr.args]
+        types = [
+            self.types.get(a.id, self.type_of(t)) if isinstance(a, ast.Name) else self.type_of(t)
+            for a, t in zip(atoms, expr.args, strict=True)
+        ]
+        terms: list[ast.Expr] = []
+
+        def leaf_products(parts: list[ast.Expr], part_types: list[Type]) -> None:
+            first = part_types[0]
+            if isinstance(first, TupleType):
+                for i in range(len(first.items)):
+                    picked = [ast.Index(p, (ast.IntLiteral(i),), expr.span) for p in parts]
+                    for node, t in zip(picked, part_types, strict=True):
+                        self.node_types.give(node, t.items[i])
+                    leaf_products(picked, [t.items[i] for t in part_types])
+            elif isinstance(first, StructType):
+                for field_name, _ in first.fields:
+                    picked = [ast.Field(p, field_name, expr.span) for p in parts]
+                    for node, t in zip(picked, part_types, strict=True):
+                        self.node_types.give(node, t.field_type(field_name))
+                    leaf_products(picked, [t.field_type(field_name) for t in part_types])
+            else:
+                product = ast.Binary("*", parts[0], parts[1], expr.span)
+                self.node_types.give(product, first if part_types[1] == first else ANY)
+                total = call("sum", product)
+                self.node_types.give(total.func, PrimitiveRef(Prim.SUM))
+                self.node_types.give(total, self.type_of(expr))
+                terms.append(total)
+
+        leaf_products(atoms, types)
+        result = terms[0]
+        for term in terms[1:]:
+            result = ast.Binary("+", result, term, expr.span)
+            self.node_types.give(result, self.type_of(expr))
+        return result
+
+    def spread(self, callee, parts: list[ast.Expr], types: list[Type], result: Type, span: Span) -> ast.Expr:
+        first = types[0]
+        if isinstance(first, TupleType):
+            items = []
+            for i in range(len(first.items)):
+                picked = [ast.Index(p, (ast.IntLiteral(i),), span) for p in parts]
+                for node, t in zip(picked, types, strict=True):
+                    self.node_types.give(node, t.items[i])
+                item_result = result.items[i] if isinstance(result, TupleType) else ANY
+                items.append(self.spread(callee, picked, [t.items[i] for t in types], item_result, span))
+            node = ast.TupleLiteral(tuple(items), span)
+        elif isinstance(first, StructType):
+            fields = []
+            for field_name, field_type in first.fields:
+                picked = [ast.Field(p, field_name, span) for p in parts]
+                for node, t in zip(picked, types, strict=True):
+                    self.node_types.give(node, t.field_type(field_name))
+                value = self.spread(callee, picked, [t.field_type(field_name) for t in types], field_type, span)
+                fields.append(ast.FieldInit(field_name, value, span))
+            struct = self.round.reference(self.path, first.module, first.name, span)
+            node = ast.StructLiteral(struct, tuple(fields), span)
+        else:
+            node = ast.Call(callee, tuple(parts), (), span)
+        self.node_types.give(node, result)
+        return node
+
+    def captured(self, decl: ast.Lambda | ast.FnDecl, env: dict[str, str], sweep: Sweep) -> dict[str, str]:
+        """What a closure made here sees: the variables' values now. One the function assigns later is
+        copied first (the closure keeps the value it captured, not the variable)."""
+        assigned = self.assigned_anywhere()
+        seen = dict(env)
+        for user in ast.free_names(decl.body) & assigned:
+            if user in env and env[user] in self.types:
+                value = ast.Name(env[user], decl.span)
+                self.node_types.give(value, self.types[env[user]])
+                seen[user] = self.atom_of_operation(value, value, sweep, f"{user}_captured").id
+        return seen
+
+    def assigned_anywhere(self) -> set[str]:
+        """The names assigned in this function or in any function (a closure may be made in an inlined one)."""
+        if self.all_assigned is None:
+            bodies = [self.decl.body, *(decl.body for decl, _ in self.typed.functions.values())]
+            self.all_assigned = set().union(*(ast.assigned_names(body) for body in bodies))
+        return self.all_assigned
+
+    def bind_closure(self, local: str, decl, captured: dict[str, str], env: dict[str, str]) -> None:
+        self.closures.append((decl, dict(captured)))
+        env[f"fn {local}"] = str(len(self.closures) - 1)
+
+    def takes_functions(self, expr: ast.Call) -> bool:
+        """A call of a top-level function that is given a function (a closure) as an argument."""
+        callee = self.type_of(expr.func)
+        if not isinstance(callee, FunctionRef) or callee.key not in self.typed.functions:
+            return False
+        return any(isinstance(self.type_of(arg), FunctionRef) for arg in expr.args)
+
+    def inline(self, decl, captured: dict[str, str], expr: ast.Call, env, sweep: Sweep, hint: str) -> ast.Expr:
+        """A call of a closure (a local function, an anonymous function bound by `let`, or a function given
+        a closure as an argument): its body is emitted in place, seeing the values it captured."""
+        if id(decl) in self.inlining:
+            raise NotDifferentiable("`grad` cannot differentiate a recursive function that takes a closure", expr.span)
+        inner = dict(captured)
+        if expr.keywords or len(expr.args) != len(decl.params):
+            raise NotDifferentiable("`grad` needs this call to pass every argument by position", expr.span)
+        for param, arg in zip(decl.params, expr.args, strict=True):
+            if self.bind_function_argument(param.name, arg, env, inner):
+                continue
+            atom = self.atom(arg, env, sweep, param.name)
+            if not isinstance(atom, ast.Name):
+                atom = self.atom_of_operation(self.settled_literal(atom), arg, sweep, param.name, record=False)
+            inner[param.name] = atom.id
+            inner.pop(f"fn {param.name}", None)
+        self.inlining.append(id(decl))
+        try:
+            return self.inline_body(decl, inner, sweep, hint, expr.span)
+        finally:
+            self.inlining.pop()
+
+    def made_closure(self, expr: ast.Call, env, sweep: Sweep) -> tuple[ast.Lambda, dict[str, str]]:
+        """The closure a call of a top-level function returns (`let double = scale_by(w)`), with what it
+        captured: the function's body is emitted in place up to its `return fn(...) => ...`."""
+        callee = self.type_of(expr.func)
+        decl, _ = self.typed.functions[callee.key] if isinstance(callee, FunctionRef) else (None, None)
+        body = decl.body.body if decl is not None and isinstance(decl.body, ast.Block) else ()
+        if not body or not isinstance(body[-1], ast.Return) or not isinstance(body[-1].value, ast.Lambda):
+            raise NotDifferentiable("`grad` can only use a closure made by `return fn(...) => ...`", expr.span)
+        inner: dict[str, str] = {}
+        for param, arg in zip(decl.params, expr.args, strict=True):
+            if not self.bind_function_argument(param.name, arg, env, inner):
+                atom = self.atom(arg, env, sweep, param.name)
+                if not isinstance(atom, ast.Name):
+                    atom = self.atom_of_operation(self.settled_literal(atom), arg, sweep, param.name, record=False)
+                inner[param.name] = atom.id
+        for stmt in body[:-1]:
+            self.forward(stmt, inner, sweep, nested=False, effects=self.effects)
+        return body[-1].value, inner
+
+    def bind_function_argument(self, param: str, arg: ast.Expr, env, inner) -> bool:
+        """Bind a closure given as an argument to the parameter's name; False if `arg` is not one."""
+        if isinstance(arg, ast.Lambda):
+            self.bind_closure(param, arg, env, inner)
+            return True
+        if isinstance(arg, ast.Name) and f"fn {arg.id}" in env:
+            inner[f"fn {param}"] = env[f"fn {arg.id}"]
+            return True
+        return False
+
+    def inline_body(self, decl, inner, sweep: Sweep, hint: str, span: Span) -> ast.Expr:
+        if not isinstance(decl.body, ast.Block):
+            return self.atom(decl.body, inner, sweep, hint)
+        *body, last = decl.body.body
+        if not isinstance(last, ast.Return) or last.value is None or any(contains_return(s) for s in body):
+            raise NotDifferentiable(
+                "`grad` cannot yet differentiate this call: a function given a closure, or a local function, "
+                "must have one `return`, at its end",
+                span,
+                ("help: compute the result in a variable and return it once, after any `if` or loop",),
+            )
+        for stmt in body:
+            self.forward(stmt, inner, sweep, nested=False, effects=self.effects)
+        return self.atom(last.value, inner, sweep, hint)
+
+    def quiet(self, expr: ast.Expr, always: bool = False) -> ast.Expr:
+        """`expr`, calling the quiet copies of functions with effects where the forward is run again (or
+        `always`: a backward sweep's own test of a condition)."""
+        if self.effects and not always:
+            return expr
+        callees = {id(node): self.round.quiet_callee(node, self.path) for node in ast.walk(expr)}
+        replacements = {k: v for k, v in callees.items() if v is not None}
+        return ast.replace_nodes(expr, replacements) if replacements else expr
+
+    def module_aliases(self) -> set[str]:
+        return {alias for alias, _ in self.round.program.imports.get(self.path, [])}
+
+    def atom_of_operation(
+        self, rhs: ast.Expr, original: ast.Expr, sweep: Sweep, hint: str, record: bool = True
+    ) -> ast.Name:
+        var = self.fresh(hint)
+        self.just_made = var
+        sweep.stmts.append(ast.Let(ast.NamePattern(var), None, rhs, original.span))
+        self.types[var] = self.type_of(original)
+        self.values[var] = rhs
+        if record:
+            sweep.records.append(Op(var, rhs, original))
+        return ast.Name(var, original.span)
+
+    def operation(self, expr: ast.Expr, env, sweep: Sweep) -> ast.Expr:
+        """`expr` with its operands made atoms (one operation left)."""
+        operand = lambda e: self.atom(e, env, sweep, hint_for(e))  # noqa: E731
+        match expr:
+            case ast.Unary(op="-", operand=x):
+                return ast.Unary("-", self.settled_literal(operand(x)), expr.span)
+            case ast.Binary(op=op, lhs=a, rhs=b) if op in BINARY or op == "@":
+                lhs, rhs = operand(a), operand(b)
+                literals = (ast.IntLiteral, ast.FloatLiteral)
+                if isinstance(lhs, literals) and isinstance(rhs, literals):  # `0.5 * 3`: nothing else gives a dtype
+                    lhs, rhs = self.settled_literal(lhs), self.settled_literal(rhs)
+                return ast.Binary(op, lhs, rhs, expr.span)
+            case ast.Call():
+                return self.call_operation(expr, env, sweep)
+            case ast.Index(target=target, indices=indices):
+                return ast.Index(operand(target), tuple(self.rename(i, env) for i in indices), expr.span)
+            case ast.Field(target=target, name=field_name):
+                return ast.Field(operand(target), field_name, expr.span)
+            case ast.TupleLiteral(items=items):
+                return ast.TupleLiteral(tuple(operand(i) for i in items), expr.span)
+            case ast.TensorLiteral(items=items):  # (a literal item's dtype may come from an annotation)
+                return ast.TensorLiteral(tuple(self.settled_literal(operand(i)) for i in items), expr.span)
+            case ast.StructLiteral(type=struct, fields=fields):
+                return ast.StructLiteral(
+                    struct, tuple(ast.FieldInit(f.name, operand(f.value), f.span) for f in fields), expr.span
+                )
+        return self.rename(expr, env)  # not differentiable: comparisons, `//`, `not`
+
+    def call_operation(self, expr: ast.Call, env, sweep: Sweep) -> ast.Expr:
+        callee = self.type_of(expr.func)
+        if isinstance(callee, PrimitiveRef):
+            if callee.prim in NON_DIFFERENTIABLE:
+                return self.rename(expr, env)
+            args = tuple(self.atom(a, env, sweep, "t") for a in expr.args)
+            keywords = tuple(ast.Keyword(k.name, self.rename(k.value, env), k.span) for k in expr.keywords)
+            return ast.Call(self.rename(expr.func, env), args, keywords, expr.span)
+        if isinstance(callee, FunctionRef):
+            decl, decl_path = self.typed.functions[callee.key]
+            if not isinstance(decl, ast.FnDecl) or id(decl) in self.local_functions:
+                raise NotDifferentiable(
+                    "`grad` cannot yet differentiate through a call of an anonymous or local function",
+                    expr.span,
+                    ("help: declare the function at the top level of a module",),
+                )
+            args = self.user_arguments(decl, decl_path, expr)
+            func = self.rename(self.quiet(expr.func), env)
+            # (a default sees the callee's module, none of the caller's variables)
+            atoms = tuple(self.atom(a, {} if default else env, sweep, "t") for a, default in args)
+            return ast.Call(func, atoms, (), expr.span)
+        raise NotDifferentiable(
+            f"`grad` cannot differentiate a call of {callee}",
+            expr.span,
+            ("help: call a function declared with `fn` by its name",),
+        )
+
+    def user_arguments(self, decl: ast.FnDecl, path: str, expr: ast.Call) -> list[tuple[ast.Expr, bool]]:
+        """The call's arguments in parameter order, as the checker bound them, defaults (of `decl`, in module
+        `path`) filled in; each with whether it is a default."""
+        binding = self.typed.bindings.get(id(expr)) or bind_function(
+            decl.name, decl.params, len(expr.args), [k.name for k in expr.keywords], decl.span
+        )
+        by_name = {k.name: k.value for k in expr.keywords}
+        args = []
+        for param, source in zip(decl.params, binding.fixed, strict=True):
+            if source is None:
+                args.append((self.default_here(param.default, path), True))
+            else:
+                args.append((expr.args[source] if isinstance(source, int) else by_name[source], False))
+        return args
+
+    def default_here(self, default: ast.Expr, path: str) -> ast.Expr:
+        """A default of a function in module `path` as this module writes it: the names of `path`'s
+        consts and functions it uses qualified by this module's alias of `path` (`helpers.SCALE`)."""
+        if path == self.path:
+            return default
+        kinds = (ast.FnDecl, ast.Const, ast.StructDecl)
+        top = {d.name for d in self.round.program.modules[path].decls if isinstance(d, kinds)}
+        modules = dict(self.round.program.imports.get(path, []))  # the callee module's aliases
+        replacements: dict[int, ast.Expr] = {}
+        for n in ast.walk(default):
+            if isinstance(n, ast.Name) and n.id in top:
+                replacements[id(n)] = self.round.reference(self.path, path, n.id, n.span)
+            elif isinstance(n, ast.Name) and n.id in modules:  # `other.BASE`: this module's alias of `other`
+                here = [a for a, target in self.round.program.imports.get(self.path, []) if target == modules[n.id]]
+                if not here:
+                    raise NotDifferentiable(f"`grad` needs `{modules[n.id]}` imported here (a default uses it)", n.span)
+                replacements[id(n)] = ast.Name(here[0], n.span)
+        if not replacements:
+            return default
+        qualified = ast.replace_nodes(default, replacements)
+        self.node_types.carry(default, qualified)
+        return qualified
+
+    def rename(self, expr, env):
+        """`expr` with the user's local names replaced by their current generated names."""
+        replacements = {}
+        for node in ast.walk(expr):
+            if isinstance(node, ast.Name) and node.id in env and env[node.id] != node.id:
+                replacements[id(node)] = ast.Name(env[node.id], node.span)
+        return ast.replace_nodes(expr, replacements) if replacements else expr
+
+    def compound(self, stmt: ast.If | ast.While, env, sweep: Sweep, effects: bool) -> None:
+        carried = [env[user] for user in assigned_outer(stmt, env)]
+        saved = ""
+        kept = None
+        if isinstance(stmt, ast.If):
+            if carried:
+                saved = self.fresh(f"{carried[0]}_saved" if len(carried) == 1 else "saved")
+                sweep.stmts.append(let(saved, tuple_of([name(c) for c in carried])))
+            then = self.nested_forward(stmt.then, env, effects)
+            orelse = self.nested_forward(as_block(stmt.orelse), env, effects) if stmt.orelse is not None else None
+            sweep.stmts.append(ast.If(self.rename(self.quiet(stmt.cond), env), then, orelse, stmt.span))
+        else:
+            inner, body_sweep, updates = self.nested_sweep(stmt.body, env, effects)
+            stmts = body_sweep.stmts
+            if carried:
+                saved = self.fresh(f"{carried[0]}_tape" if len(carried) == 1 else "loop_tape")
+                state = tuple_of([name(c) for c in carried])
+                sweep.stmts.append(let(saved, call("tape", state)))
+                stmts = [assign(name(saved), call("push", name(saved), state)), *stmts]
+                if not any(isinstance(node, ast.While) for node in ast.walk(tuple(stmts))):
+                    kept = self.keep_values(body_sweep, inner, sweep)
+                    stmts.append(kept.push)
+            body = ast.Block(tuple(stmts + updates), stmt.body.span)
+            sweep.stmts.append(ast.While(self.rename(self.quiet(stmt.cond), env), body, stmt.span))
+        if carried:
+            sweep.records.append(Compound(stmt, dict(env), carried, saved, kept))
+
+    def keep_values(self, body: Sweep, inner: dict[str, str], sweep: Sweep) -> Kept:
+        """A tape for the values a loop's iterations keep for its backward sweep, made before the loop."""
+        tape = self.fresh("kept")
+        sweep.stmts.append(let(tape, call("tape")))
+        lets = [s for s in body.stmts if isinstance(s, ast.Let) and isinstance(s.pattern, ast.NamePattern)]
+        written = {n.name for s in body.stmts if isinstance(s, ast.Let) for n in pattern_names(s.pattern)}
+        assigned = ast.assigned_names(tuple(body.stmts))
+        push = assign(name(tape), name(tape))  # `push(tape, values)` once the backward sweep says which
+        return Kept(body.records, inner, written | assigned, tape, push, lets, assigned)
+
+    def nested_forward(self, block: ast.Block, env, effects: bool) -> ast.Block:
+        """A branch or loop body as the forward sweep runs it: assigned outer variables updated in place."""
+        _, sweep, updates = self.nested_sweep(block, env, effects)
+        return ast.Block(tuple(sweep.stmts + updates), block.span)
+
+    def nested_sweep(self, block: ast.Block, env, effects: bool) -> tuple[dict[str, str], Sweep, list[ast.Stmt]]:
+        """A block's forward sweep, the names it leaves the variables in, and the assignments that copy the
+        outer variables it assigned back into their outer names."""
+        inner = dict(env)
+        sweep = Sweep()
+        self.forward_block(block, inner, sweep, effects)
+        updates = [
+            assign(name(outer), name(inner[user]))
+            for user, outer in env.items()
+            if inner[user] != outer and user in ast.assigned_names(block)
+        ]
+        return inner, sweep, updates
+
+    def forward_block(self, block: ast.Block, env, sweep: Sweep, effects: bool) -> None:
+        """A nested block's statements forward. A `let` in it that shadows an outer variable hides it only
+        to the end of the block: `env` then names the outer variable's value again (as it was at the
+        `let`: the block may have assigned it before)."""
+        shadowed: dict[str, str] = {}
+        for stmt in block.body:
+            for user in declared_names(stmt):
+                for key in (user, f"fn {user}"):
+                    if key in env and key not in shadowed:
+                        shadowed[key] = env[key]
+            self.forward(stmt, env, sweep, nested=True, effects=effects)
+        env.update(shadowed)

@@ -1,0 +1,243 @@
+"""Control flow made ready for the sweeps, before A-normal form: `for` becomes `while`, `break`, `continue`
+and `return` inside loops become flags (`LoopFlags`), and a `return` inside an `if` takes the statements after
+the `if` into its branches (`lift_returns`), so every `return` ends its function's body.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from dl.lang import ast
+from dl.lang.autodiff.trees import (
+    NotDifferentiable,
+    as_stmts,
+    assign,
+    call,
+    let,
+    name,
+    not_any,
+    pattern_names,
+    placeholder,
+)
+from dl.lang.check import zips
+from dl.lang.diagnostics import Span
+from dl.lang.types import (
+    ANY,
+    I64,
+    TensorType,
+    TupleType,
+    Type,
+)
+
+if TYPE_CHECKING:
+    from dl.lang.autodiff.body import FunctionBody
+
+
+class Lowering:
+    """`for` -> `while`; `break`, `continue` and `return` inside loops -> flags and guarded statements."""
+
+    def __init__(self, body: FunctionBody) -> None:
+        self.body = body
+        self.prelude: list[ast.Stmt] = []
+        self.returned: str | None = None
+        self.return_value: str | None = None
+
+    def block(self, stmts: list[ast.Stmt], loop: LoopFlags | None) -> list[ast.Stmt]:
+        return self.guarded(stmts, loop)[0]
+
+    def guarded(self, stmts: list[ast.Stmt], loop: LoopFlags | None) -> tuple[list[ast.Stmt], set[str]]:
+        out: list[ast.Stmt] = []
+        for position, stmt in enumerate(stmts):
+            lowered, exits = self.stmt(stmt, loop)
+            out += lowered
+            if exits:
+                rest, rest_exits = self.guarded(stmts[position + 1 :], loop)
+                if rest:
+                    out.append(ast.If(not_any(sorted(exits)), ast.Block(tuple(rest)), None))
+                return out, exits | rest_exits
+        return out, set()
+
+    def stmt(self, stmt: ast.Stmt, loop: LoopFlags | None) -> tuple[list[ast.Stmt], set[str]]:
+        match stmt:
+            case ast.Break() if loop is not None:
+                return [assign(name(loop.stop()), ast.BoolLiteral(True))], {loop.stop()}
+            case ast.Continue() if loop is not None:
+                return [assign(name(loop.skip()), ast.BoolLiteral(True))], {loop.skip()}
+            case ast.Return(value=value) if loop is not None:
+                flag, holder = self.return_flags(stmt)
+                stores = [assign(name(holder), value, stmt.span)] if value is not None else []
+                return [*stores, assign(name(flag), ast.BoolLiteral(True))], {flag}
+            case ast.If(cond=cond, then=then, orelse=orelse):
+                then_stmts, then_exits = self.guarded(list(then.body), loop)
+                else_stmts, else_exits = self.guarded(list(as_stmts(orelse)), loop)
+                new_else = ast.Block(tuple(else_stmts)) if orelse is not None else None
+                return [
+                    ast.If(cond, ast.Block(tuple(then_stmts), then.span), new_else, stmt.span)
+                ], then_exits | else_exits
+            case ast.While(cond=cond, body=body):
+                return self.loop(cond, list(body.body), [], loop, stmt.span)
+            case ast.For():
+                before, cond, body = self.for_to_while(stmt)
+                return self.loop(cond, body, before, loop, stmt.span)
+        return [stmt], set()
+
+    def loop(self, cond, body, before, outer: LoopFlags | None, span: Span) -> tuple[list[ast.Stmt], set[str]]:
+        flags = LoopFlags(self.body)
+        inner, exits = self.guarded(body, flags)
+        if flags.skip_flag is not None:
+            inner = [let(flags.skip_flag, ast.BoolLiteral(False)), *inner]
+        stmts = list(before)
+        if flags.stop_flag is not None:
+            stmts.append(let(flags.stop_flag, ast.BoolLiteral(False)))
+            cond = ast.Binary("and", ast.Unary("not", name(flags.stop_flag)), cond)
+        escaping = exits & {self.returned}
+        if escaping:
+            cond = ast.Binary("and", ast.Unary("not", name(self.returned)), cond)
+        stmts.append(ast.While(cond, ast.Block(tuple(inner)), span))
+        if escaping and outer is None:
+            stmts.append(ast.If(name(self.returned), ast.Block((ast.Return(name(self.return_value)),)), None))
+            return stmts, set()
+        return stmts, escaping
+
+    def return_flags(self, stmt: ast.Return) -> tuple[str, str]:
+        if self.returned is None:
+            self.returned = self.body.fresh_user_name("returned")
+            self.return_value = self.body.fresh_user_name("return_value")
+            self.prelude += [
+                let(self.returned, ast.BoolLiteral(False)),
+                let(self.return_value, placeholder(self.body.result_type, stmt.span)),
+            ]
+            self.body.node_types.give(self.prelude[-1].value, self.body.result_type)
+        return self.returned, self.return_value
+
+    def for_to_while(self, stmt: ast.For) -> tuple[list[ast.Stmt], ast.Expr, list[ast.Stmt]]:
+        body = self.body
+        index = body.fresh_user_name("index")
+        index_type = I64
+        if isinstance(stmt.iterable, ast.Range):
+            stop = body.fresh_user_name("stop")
+            index_type = body.type_of(stmt.iterable.start)
+            before = [let(index, stmt.iterable.start), let(stop, stmt.iterable.stop)]
+            cond = ast.Binary("<", name(index), name(stop))
+            current = name(index)
+            body.node_types.give(current, index_type)
+            binds = [ast.Let(stmt.pattern, None, current, stmt.span)]
+        else:
+            items = body.fresh_user_name("items")
+            before = [let(index, ast.IntLiteral(0)), let(items, stmt.iterable)]
+            iterable_type = body.type_of(stmt.iterable)
+            zipped = isinstance(iterable_type, TupleType) and zips(iterable_type, stmt.pattern)
+            if isinstance(iterable_type, TupleType) and not zipped:
+                return before, *self.tuple_iterations(stmt, iterable_type, items, index)
+            if zipped and any(isinstance(item, TupleType) for item in iterable_type.items):
+                return before, *self.tuple_iterations(stmt, iterable_type, items, index, zipped=True)
+            binds = self.element_lets(stmt, items, index)
+            leading = ast.Index(name(items), (ast.IntLiteral(0),)) if zipped else name(items)
+            cond = ast.Binary("<", name(index), call("len", leading))
+        step = ast.Binary("+", name(index), ast.IntLiteral(1))
+        body.node_types.give(step, index_type)
+        return before, cond, [*binds, assign(name(index), step), *stmt.body.body]
+
+    def tuple_iterations(self, stmt: ast.For, iterable: TupleType, items: str, index: str, zipped: bool = False):
+        """The condition and body of a loop over a tuple's items, or over tuples zipped (`for (a, b) in
+        (t, u)`), whose values may differ in type (the checker checks the body once for each step):
+        `if position == 0 { let x = items[0]; body } else if ...`."""
+        body = self.body
+
+        def item(of: ast.Expr, of_type: Type, k: int) -> ast.Index:
+            element = ast.Index(of, (ast.IntLiteral(k),))
+            element_type = of_type.items[k] if isinstance(of_type, TupleType) else ANY
+            if isinstance(of_type, TensorType) and of_type.dims:
+                element_type = TensorType(of_type.dtype, of_type.dims[1:])
+            body.node_types.give(element, element_type)
+            return element
+
+        def step_value(k: int) -> ast.Expr:
+            if not zipped:
+                return item(name(items), iterable, k)
+            parts = [item(item(name(items), iterable, p), part, k) for p, part in enumerate(iterable.items)]
+            value = ast.TupleLiteral(tuple(parts))
+            body.node_types.give(value, TupleType(tuple(body.node_types.of(part) for part in parts)))
+            return value
+
+        count = len(iterable.items)
+        if zipped:
+            count = next(len(part.items) for part in iterable.items if isinstance(part, TupleType))
+        position = body.fresh_user_name("position")
+        branches: ast.Stmt | None = None
+        for k in reversed(range(count)):
+            block = ast.Block((ast.Let(stmt.pattern, None, step_value(k), stmt.span), *stmt.body.body), stmt.body.span)
+            test = ast.Binary("==", name(position), ast.IntLiteral(k))
+            branches = ast.If(test, block, branches, stmt.span)
+        cond = ast.Binary("<", name(index), ast.IntLiteral(count))
+        steps = [let(position, name(index)), assign(name(index), ast.Binary("+", name(index), ast.IntLiteral(1)))]
+        return cond, [*steps, *([branches] if branches is not None else [])]
+
+    def element_lets(self, stmt: ast.For, items: str, index: str) -> list[ast.Stmt]:
+        body = self.body
+        pattern = stmt.pattern
+        if isinstance(pattern, ast.NamePattern):
+            element = ast.Index(name(items), (name(index),))
+            body.node_types.give(element, body.typed.type_of(pattern) or ANY)
+            return [ast.Let(pattern, None, element, stmt.span)]
+        iterable_type = body.type_of(stmt.iterable)
+        if isinstance(iterable_type, TupleType) and len(iterable_type.items) == len(pattern.items):
+            lets = []
+            for position, item in enumerate(pattern.items):
+                element = ast.Index(ast.Index(name(items), (ast.IntLiteral(position),)), (name(index),))
+                body.node_types.give(element, body.typed.type_of(item) or ANY)
+                lets.append(ast.Let(item, None, element, stmt.span))
+            return lets
+        raise NotDifferentiable("`grad` cannot yet differentiate this kind of `for` loop", stmt.span)
+
+
+class LoopFlags:
+    """The `break` and `continue` flags of one loop, made when first needed."""
+
+    def __init__(self, body: FunctionBody) -> None:
+        self.body = body
+        self.stop_flag: str | None = None
+        self.skip_flag: str | None = None
+
+    def stop(self) -> str:
+        if self.stop_flag is None:
+            self.stop_flag = self.body.fresh_user_name("stop_loop")
+        return self.stop_flag
+
+    def skip(self) -> str:
+        if self.skip_flag is None:
+            self.skip_flag = self.body.fresh_user_name("skip_rest")
+        return self.skip_flag
+
+
+def contains_return(stmt) -> bool:
+    match stmt:
+        case ast.Return():
+            return True
+        case ast.If(then=then, orelse=orelse):
+            return any(contains_return(s) for s in then.body) or any(contains_return(s) for s in as_stmts(orelse))
+    return False
+
+
+def lift_returns(stmts: list[ast.Stmt]) -> list[ast.Stmt]:
+    """Make every `return` the last statement of the body or of a branch of a final `if`."""
+    for position, stmt in enumerate(stmts):
+        if isinstance(stmt, ast.Return):
+            return stmts[: position + 1]
+        if isinstance(stmt, ast.If) and contains_return(stmt):
+            rest = stmts[position + 1 :]
+            read_after = ast.free_names(tuple(rest))
+            for branch in (stmt.then.body, as_stmts(stmt.orelse)):
+                for shadow in (s for s in branch if isinstance(s, ast.Let)):
+                    for p in pattern_names(shadow.pattern):
+                        if p.name in read_after:
+                            raise NotDifferentiable(
+                                f"`grad` cannot yet differentiate a `let {p.name}` in a branch of an `if` that "
+                                f"returns, when the code after the `if` reads the outer `{p.name}`",
+                                p.span,
+                                (f"help: give the branch's variable another name than `{p.name}`",),
+                            )
+            then = lift_returns([*stmt.then.body, *rest])
+            orelse = lift_returns([*as_stmts(stmt.orelse), *rest])
+            return [*stmts[:position], ast.If(stmt.cond, ast.Block(tuple(then)), ast.Block(tuple(orelse)), stmt.span)]
+    return [*stmts, ast.Return(None)]

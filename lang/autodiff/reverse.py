@@ -1,0 +1,528 @@
+"""The backward (reverse) sweep (`BackwardSweep`, part of `FunctionBody`): the forward sweep's records in
+reverse order, each operation's contributions from its rule (rules.py: a primitive's record, or the rules
+computed here, `COMPUTED`), each `if` and `while` restored and run again backwards.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+from dl.lang import ast
+from dl.lang import einsum as einsum_spec
+from dl.lang.autodiff.records import Compound, Op, Part, Record, Store, Sweep
+from dl.lang.autodiff.rules import BINARY, REDUCED, bound_arguments, instantiate
+from dl.lang.autodiff.trees import (
+    NotDifferentiable,
+    as_block,
+    assign,
+    call,
+    condition_of,
+    index_of,
+    is_active,
+    is_call,
+    is_tensor_index,
+    let,
+    name,
+    tuple_of,
+)
+from dl.lang.diagnostics import UNKNOWN_SPAN, Span
+from dl.lang.primitives import BY_NAME, NON_DIFFERENTIABLE, PRIMITIVES, Computed, Prim, Primitive, Templates
+from dl.lang.types import (
+    FunctionRef,
+    PrimitiveRef,
+    StructType,
+    TapeType,
+    TensorType,
+    TupleType,
+    Type,
+)
+
+
+class BackwardSweep:
+    """The backward sweep of a derivative (mixed into `FunctionBody`): the records of the forward sweep in
+    reverse, each operation's adjoint contributions added to its operands' adjoints."""
+
+    def predeclare(self, stmt, env, have: set[str]) -> list[ast.Stmt]:
+        """Zero adjoints, declared before `stmt`'s backward, for the outer variables it reads or assigns."""
+        out = []
+        for var in sorted(self.outer_variables(stmt, env, set())):
+            if var not in have and is_active(self.types.get(var)):
+                out.append(let(self.adjoint(var), call("zeros_like", name(var))))
+                have.add(var)
+        return out
+
+    def outer_variables(self, node, env: dict[str, str], seen: set[int]) -> set[str]:
+        """The generated names of the variables `node` reads or assigns, also through the closures it calls."""
+        found = set()
+        for user in ast.free_names(node):
+            if user in env:
+                found.add(env[user])
+            closure = env.get(f"fn {user}")
+            if closure is not None and int(closure) not in seen:
+                seen.add(int(closure))
+                decl, captured = self.closures[int(closure)]
+                found |= self.outer_variables(decl.body, captured, seen)
+        return found
+
+    def backward_compound(self, record: Compound, have: set[str]) -> list[ast.Stmt]:
+        if not any(c in have for c in record.carried):
+            return []
+        out = self.predeclare(record.stmt, record.env, have)
+        state = tuple_of([name(c) for c in record.carried])
+        # the variables hold the values they had after the statement (for a loop, after the iteration about to be
+        # undone): kept, the recomputation need not compute them again
+        after = {c: self.fresh(f"{c}_after") for c in record.carried}
+        keep = [let(after[c], name(c)) for c in record.carried]
+        if isinstance(record.stmt, ast.If):
+            out += [*keep, assign(state, name(record.saved))]
+            then = self.recompute(record.stmt.then, record, have, after)
+            orelse = record.stmt.orelse
+            new_else = self.recompute(as_block(orelse), record, have, after) if orelse is not None else None
+            out.append(ast.If(self.rename(self.quiet(record.stmt.cond, always=True), record.env), then, new_else))
+            return out
+        pop = assign(ast.TupleLiteral((state, name(record.saved))), call("pop", name(record.saved)))
+        if record.kept is not None:
+            before, after_pop = self.restore(record, have)
+            out.append(ast.While(condition_of(record.saved), ast.Block((*before, pop, *after_pop))))
+            return out
+        body = self.recompute(record.stmt.body, record, have, after)
+        out.append(ast.While(condition_of(record.saved), ast.Block((*keep, pop, *body.body))))
+        return out
+
+    def restore(self, record: Compound, have: set[str]) -> tuple[list[ast.Stmt], list[ast.Stmt]]:
+        """One iteration of a loop's backward sweep from the values the iteration kept, in two parts: what
+        runs before its variables are popped (taking the values they hold after the iteration), and
+        after (taking the kept values off the tape, then the iteration's backward)."""
+        kept = record.kept
+        inner_have = set(have)
+        out: list[ast.Stmt] = []
+        exits: dict[str, str] = {}
+        for user, outer in record.env.items():
+            exit_var = kept.env.get(user, outer)
+            if exit_var != outer and outer in record.carried:
+                exits[exit_var] = outer
+                if outer in have:
+                    out.append(let(self.adjoint(exit_var), name(self.adjoint(outer))))
+                    out.append(assign(name(self.adjoint(outer)), call("zeros_like", name(outer))))
+                    inner_have.add(exit_var)
+        out.extend(self.backward(kept.records, inner_have))
+        values, afters, views = kept.split(ast.free_names(tuple(out)), exits, self.is_view)
+        before = [let(value, name(exits[value])) for value in afters]
+        taken: list[ast.Stmt] = []
+        if values:
+            pushed = tuple_of(list(map(name, values)))
+            self.filled[id(kept.push)] = assign(name(kept.tape), call("push", name(kept.tape), pushed))
+            entry = self.fresh(f"{kept.tape}_entry")
+            taken = [let(entry, call("pop", name(kept.tape))), assign(name(kept.tape), index_of(name(entry), 1))]
+            top = index_of(name(entry), 0)
+            outer = set(record.env.values())
+            for position, value in enumerate(values):
+                item = top if len(values) == 1 else index_of(top, position)
+                taken.append(assign(name(value), item) if value in outer else let(value, item))
+        return before, taken + views + out
+
+    def recompute(self, block: ast.Block, record: Compound, have: set[str], after: dict[str, str]) -> ast.Block:
+        """A branch or one iteration in the backward sweep: its forward again (from the restored
+        variables), then its backward, leaving the adjoints of the variables it started from. The final
+        values of the variables it assigns are `after`'s, not computed again."""
+        inner_env = dict(record.env)
+        sweep = Sweep()
+        self.forward_block(block, inner_env, sweep, effects=False)
+        inner_have = set(have)
+        # (not a name assigned after its `let`, by a loop or `if` inside: its `let` is not its final value)
+        changed = ast.assigned_names(tuple(sweep.stmts))
+        finals = {
+            inner_env[u]: after[o]
+            for u, o in record.env.items()
+            if o in after and inner_env.get(u, o) != o and inner_env[u] not in changed
+        }
+        out = [
+            dataclasses.replace(stmt, value=name(finals[stmt.pattern.name]))
+            if isinstance(stmt, ast.Let) and isinstance(stmt.pattern, ast.NamePattern) and stmt.pattern.name in finals
+            else stmt
+            for stmt in sweep.stmts
+        ]
+        for user, outer in record.env.items():
+            exit_var = inner_env.get(user, outer)
+            if exit_var != outer and outer in record.carried and outer in have:
+                out.append(let(self.adjoint(exit_var), name(self.adjoint(outer))))
+                out.append(assign(name(self.adjoint(outer)), call("zeros_like", name(outer))))
+                inner_have.add(exit_var)
+        out.extend(self.backward(sweep.records, inner_have))
+        return ast.Block(tuple(out))
+
+    def backward(self, records: list[Record], have: set[str]) -> list[ast.Stmt]:
+        out: list[ast.Stmt] = []
+        # the stretch of this record list each Op is in: an `if` or loop between two Ops may change the
+        # variables they read, so an adjoint added at one is not the other's (see `transposed`)
+        stretches, stretch = {}, 0
+        for record in records:
+            if isinstance(record, Op):
+                stretches[record.result] = stretch
+            stretch += isinstance(record, Compound)
+        for record in reversed(records):
+            match record:
+                case Op(result=result) if result in have:
+                    self.stretch = (stretches, stretches[result])
+                    contributions = self.contributions(record)
+                    out += self.pending
+                    self.pending = []
+                    for operand, contribution in contributions:
+                        self.accumulate(operand, contribution, out, have)
+                case Store(new=new, old=old, target=target, value=value) if new in have:
+                    d_new = name(self.adjoint(new))
+                    region = ast.replace_nodes(target, {id(target.target): d_new})
+                    if self.active(value):
+                        part = region if isinstance(target, ast.Field) else self.fit(region, value, target)
+                        self.accumulate(value.id, part, out, have)
+                    out.append(assign(region, call("zeros_like", region)))
+                    self.accumulate(old, d_new, out, have)
+                case Compound():
+                    out.extend(self.backward_compound(record, have))
+        return out
+
+    def fit(self, contribution: ast.Expr, operand: ast.Expr, like: ast.Expr | None = None) -> ast.Expr:
+        """`contribution` summed down to `operand`'s shape where broadcasting made it larger, and rounded
+        to its float dtype where the operation widened it (`unbroadcast` does both)."""
+        operand_type = self.types.get(operand.id) if isinstance(operand, ast.Name) else None
+        result_type = self.type_of(like) if like is not None else None
+        same = isinstance(operand_type, TensorType) and isinstance(result_type, TensorType)
+        widened = same and operand_type.dtype != result_type.dtype and not operand_type.weak
+        if same and operand_type.dims == result_type.dims and not widened:
+            return contribution
+        return call("unbroadcast", contribution, operand)
+
+    def accumulate(self, var: str, contribution, out: list[ast.Stmt], have: set[str]) -> None:
+        if not is_active(self.types.get(var)):
+            return
+        d_var = self.adjoint(var)
+        if isinstance(contribution, Part):
+            if var not in have:
+                out.append(let(d_var, call("zeros_like", name(var))))
+                have.add(var)
+            out.append(self.add_to_part(var, contribution))
+            return
+        if var not in have:
+            out.append(let(d_var, contribution))
+            have.add(var)
+            return
+        if isinstance(self.types.get(var), TensorType):
+            out.append(assign(name(d_var), ast.Binary("+", name(d_var), contribution)))
+        else:
+            out.append(assign(name(d_var), call("tree_add", name(d_var), contribution)))
+
+    def add_to_part(self, var: str, part: Part) -> ast.Stmt:
+        d_var = name(self.adjoint(var))
+        var_type = self.types.get(var)
+        if part.field is None and isinstance(var_type, TupleType) and len(part.indices) == 1:
+            # a tuple's item cannot be assigned: the tuple is built again, with the one item added to
+            (k,) = part.indices
+            position = k.value % len(var_type.items) if isinstance(k, ast.IntLiteral) else None
+            if position is None:
+                raise NotDifferentiable("`grad` needs a tuple's index to be a literal integer", part.value.span)
+            items = [index_of(d_var, i) for i in range(len(var_type.items))]
+            items[position] = call("tree_add", items[position], part.value)
+            return assign(d_var, ast.TupleLiteral(tuple(items)))
+        if part.field is None:
+            return ast.Assign(ast.Index(d_var, part.indices), "+=", part.value)
+        place = ast.Field(d_var, part.field)
+        struct = self.types.get(var)
+        field_type = struct.field_type(part.field) if isinstance(struct, StructType) else None
+        if isinstance(field_type, TensorType):
+            return ast.Assign(place, "+=", part.value)
+        return assign(place, call("tree_add", place, part.value))
+
+    def contributions(self, record: Op) -> list[tuple[str, ast.Expr]]:
+        """(operand, adjoint contribution) for each active operand of the operation `record`."""
+        rhs, d, r = record.rhs, name(self.adjoint(record.result)), name(record.result)
+        span = record.original.span if record.original is not None else UNKNOWN_SPAN
+        found: list[tuple[ast.Expr, ast.Expr]] = []
+        match rhs:
+            case ast.Name():
+                found.append((rhs, d))
+            case ast.Unary(op="-", operand=x):
+                found.append((x, ast.Unary("-", d)))
+            case ast.Binary(op="@", lhs=a, rhs=b):
+                found += self.matmul(a, b, d, span)
+            case ast.Binary(op=op, lhs=a, rhs=b) if op in BINARY:
+                rule_a, rule_b = BINARY[op]
+                bindings = {"d": d, "r": r, "a": a, "b": b}
+                if self.active(a):
+                    found.append((a, self.fit(instantiate(rule_a, bindings), a, record.original)))
+                if self.active(b):
+                    found.append((b, self.fit(instantiate(rule_b, bindings), b, record.original)))
+            case ast.Call() if isinstance(self.type_of(record.original.func), FunctionRef):
+                found += self.call_contributions(record, rhs, d, span)
+            case ast.Call() if BY_NAME[self.type_of_callee(rhs)] in NON_DIFFERENTIABLE:
+                pass
+            case ast.Call():
+                found += self.primitive_contributions(record, rhs, d, r, span)
+            case ast.Index(target=target, indices=indices) if self.active(target):  # not `module.W[1]`
+                found.append((target, self.index_adjoint(target, indices, d, span)))
+            case ast.Field(target=target, name=field_name) if self.active(target):
+                found.append((target, Part(None, field_name, d)))
+            case ast.TupleLiteral(items=items):
+                for position, item in enumerate(items):
+                    found.append((item, ast.Index(d, (ast.IntLiteral(position),))))
+            case ast.TensorLiteral(items=items):
+                for position, item in enumerate(items):
+                    found.append((item, self.fit(ast.Index(d, (ast.IntLiteral(position),)), item)))
+            case ast.StructLiteral(fields=fields):
+                for f in fields:
+                    found.append((f.value, ast.Field(d, f.name)))
+        return [(atom.id, c) for atom, c in found if self.active(atom)]
+
+    def call_contributions(self, record: Op, rhs: ast.Call, d: ast.Expr, span: Span) -> list:
+        """A call's adjoints come from the callee's `_back` function, called with the same arguments."""
+        decl, path = self.typed.functions[self.type_of(record.original.func).key]
+        active = self.round.active_params(decl)
+        if not active:
+            return []
+        if record.split is not None:
+            back, pair = record.split
+            pulled = ast.Call(back, (*rhs.args, index_of(name(pair), 1), d), (), span)
+        else:
+            back = self.round.reference(self.path, path, self.round.back_name(decl, path), span)
+            pulled = ast.Call(back, (*rhs.args, d), (), span)
+        if len(active) == 1:
+            return [(rhs.args[active[0]], pulled)]
+        holder = self.fresh(f"d_{record.result}_args")
+        self.pending.append(let(holder, pulled, span))
+        return [(rhs.args[i], ast.Index(name(holder), (ast.IntLiteral(n),))) for n, i in enumerate(active)]
+
+    def index_adjoint(self, target: ast.Name, indices, d: ast.Expr, span: Span) -> ast.Expr:
+        target_type = self.types.get(target.id)
+        if isinstance(target_type, TupleType):
+            index = indices[0]
+            negative = isinstance(index, ast.Unary) and isinstance(index.operand, ast.IntLiteral)
+            position = -index.operand.value if negative else index.value
+            position %= len(target_type.items)
+            items = [
+                d if i == position else call("zeros_like", ast.Index(target, (ast.IntLiteral(i),)))
+                for i in range(len(target_type.items))
+            ]
+            return ast.TupleLiteral(tuple(items))
+        if isinstance(target_type, TapeType):
+            raise NotDifferentiable("`grad` cannot differentiate indexing a tape", span)
+        if any(not isinstance(i, ast.Slice) and is_tensor_index(self.index_type(i)) for i in indices):
+            if len(indices) == 1:
+                return call("scatter_add", call("zeros_like", target), indices[0], d)
+            raise NotDifferentiable(
+                "`grad` cannot differentiate indexing with several index tensors",
+                span,
+                ("help: flatten the tensor and `gather` with one index tensor",),
+            )
+        return Part(indices, None, d)
+
+    def index_type(self, index: ast.Expr) -> Type:
+        if isinstance(index, ast.Name) and index.id in self.types:
+            return self.types[index.id]
+        return self.type_of(index)
+
+    def primitive_contributions(self, record: Op, rhs: ast.Call, d, r, span) -> list[tuple[ast.Expr, ast.Expr]]:
+        """The contributions of a primitive's derivative, from its record: its templates instantiated, or the
+        rule this transform computes for it."""
+        primitive = PRIMITIVES[BY_NAME[self.type_of_callee(rhs)]]
+        binding = self.typed.bindings.get(id(record.original)) if record.original is not None else None
+        values, variadic = bound_arguments(primitive, rhs, binding)
+        match primitive.derivative:
+            case Templates(adjoints=adjoints, fitted=fitted):
+                bindings = self.template_bindings(primitive, values, d, r)
+                forms = self.reduction_forms(primitive, values, d, span) if primitive.prim in REDUCED else None
+                found = []
+                for param, source in adjoints:
+                    contribution = instantiate(source, bindings, forms)
+                    if fitted:
+                        contribution = self.fit(contribution, values[param], record.original)
+                    found.append((values[param], contribution))
+                return found
+            case Computed() if primitive.prim in COMPUTED:
+                return COMPUTED[primitive.prim](self, values, variadic, d, r, span)
+        raise NotDifferentiable(f"`{primitive.name}` has no derivative rule", span)
+
+    def template_bindings(self, primitive: Primitive, values: dict[str, ast.Expr], d, r) -> dict[str, ast.Expr]:
+        """What a template's names stand for: `d`, `r`, the arguments, and the static values `k` (the axis) and
+        `x_dtype`. A max pooling call without `stride=` strides by its window `size`."""
+        # (a parameter named `k`, the diagonal of `tril`, is itself)
+        bindings = {"d": d, "r": r, "k": values.get("axis") or ast.IntLiteral(0), **values}
+        x_type = self.types.get(getattr(values.get("x"), "id", ""))
+        bindings["x_dtype"] = name(x_type.dtype if isinstance(x_type, TensorType) else "f32")
+        if "size" in values and bindings.get("stride") is None:
+            bindings["stride"] = values["size"]
+        return bindings
+
+    def type_of_callee(self, rhs: ast.Call) -> str:
+        if isinstance(rhs.func, ast.Name):
+            return rhs.func.id
+        return rhs.func.name  # type: ignore[union-attr]
+
+    def rank(self, atom: ast.Expr) -> int | None:
+        t = self.types.get(getattr(atom, "id", ""))
+        return t.rank if isinstance(t, TensorType) else None
+
+    def reduction_forms(self, primitive: Primitive, values: dict[str, ast.Expr], d, span) -> dict[str, Callable]:
+        """The static forms of a reduction's templates for this call's `axis=` and `keepdims=`: `expand(v)` puts
+        a reduced value back in `x`'s rank, `total(v)` sums over the reduced elements keeping their axes, and
+        `count(x)` is how many elements each result reduces."""
+        x, axis, keepdims = values["x"], values["axis"], values["keepdims"]
+        rank = self.rank(x)
+        kept = isinstance(keepdims, ast.BoolLiteral) and keepdims.value
+        whole = axis is None or (isinstance(axis, ast.Name) and axis.id == "none")
+        if rank is None and not (whole or kept):
+            raise NotDifferentiable(f"`grad` needs the rank of the argument of `{primitive.name}`", span)
+        known = rank is not None
+        rank = rank if rank is not None else 1
+        named = axis.items if isinstance(axis, ast.TupleLiteral) else (axis,)
+        given = [] if whole else [literal_integer(a) for a in named]
+        if None in given:
+            raise NotDifferentiable(
+                f"`grad` needs `{primitive.name}`'s `axis=` as a literal integer or a tuple of them", span
+            )
+        axes = sorted(k % max(rank, 1) if known else k for k in given)
+        if not known and any(k < 0 for k in axes) and len(axes) > 1:
+            raise NotDifferentiable(f"`grad` needs the rank of the argument of `{primitive.name}`", span)
+
+        def expand(value: ast.Expr) -> ast.Expr:
+            if whole or kept or rank == 0:
+                return value
+            for k in axes:  # in increasing order, each a position in the finished rank
+                value = call("expand_dims", value, ast.IntLiteral(k))
+            return value
+
+        def total(value: ast.Expr) -> ast.Expr:
+            if whole:
+                return call("sum", value)
+            return call("sum", value, axis=axes_literal(axes), keepdims=ast.BoolLiteral(True))
+
+        def count(value: ast.Expr) -> ast.Expr:
+            if whole:
+                return call("float", call("len", call("reshape", value, ast.Unary("-", ast.IntLiteral(1)))))
+            sizes = [ast.Index(call("shape", value), (ast.IntLiteral(k),)) for k in axes]
+            product = sizes[0]
+            for size in sizes[1:]:
+                product = ast.Binary("*", product, size)
+            return call("float", product)
+
+        return {"expand": expand, "total": total, "count": count}
+
+    def transpose_adjoint(self, values, variadic, d, r, span) -> list[tuple[ast.Expr, ast.Expr]]:
+        if not variadic:
+            return [(values["x"], call("transpose", d))]
+        perm = [a.value for a in variadic]
+        inverse = [perm.index(i) for i in range(len(perm))]
+        return [(values["x"], call("transpose", d, *[ast.IntLiteral(i) for i in inverse]))]
+
+    def stack_adjoint(self, values, variadic, d, r, span) -> list[tuple[ast.Expr, ast.Expr]]:
+        tensors = values["tensors"]
+        items = self.types.get(getattr(tensors, "id", ""))
+        count = len(items.items) if isinstance(items, TupleType) else 0
+        axis = values["axis"].value if isinstance(values["axis"], ast.IntLiteral) else 0
+        if axis < 0:
+            axis += self.rank(r) if self.rank(r) is not None else 0
+        parts = [ast.Index(d, (*(ast.Slice(None, None, None),) * axis, ast.IntLiteral(i))) for i in range(count)]
+        return [(tensors, ast.TupleLiteral(tuple(parts)))]
+
+    def einsum_adjoint(self, values, variadic, d, r, span) -> list[tuple[ast.Expr, ast.Expr]]:
+        """Each operand's adjoint: the einsum of the result's adjoint and the other operands onto the operand's
+        letters (lang/einsum.py `adjoint_spec`), with ones of its shape where it alone has a letter."""
+        spec_node = values["spec"]
+        if not isinstance(spec_node, ast.StringLiteral):
+            raise NotDifferentiable("`grad` needs `einsum`'s spec as a string literal", span)
+        spec = einsum_spec.parse(spec_node.value)
+        found = []
+        for position, operand in enumerate(variadic):
+            if not self.active(operand):
+                continue
+            adjoint, needs_ones = einsum_spec.adjoint_spec(spec, position)
+            others = [other for k, other in enumerate(variadic) if k != position]
+            ones = [ast.Binary("+", call("zeros_like", operand), ast.FloatLiteral(1.0))] if needs_ones else []
+            found.append((operand, call("einsum", ast.StringLiteral(str(adjoint)), d, *others, *ones)))
+        return found
+
+    def matmul_call(self, values, variadic, d, r, span) -> list[tuple[ast.Expr, ast.Expr]]:
+        return self.matmul(values["a"], values["b"], d, span)
+
+    def matmul(self, a: ast.Expr, b: ast.Expr, d: ast.Expr, span: Span) -> list[tuple[ast.Expr, ast.Expr]]:
+        """The adjoints of `a @ b`'s operands; the narrower operand of an f32 @ f64 gets its own dtype back."""
+        kinds = {self.float_dtype(a), self.float_dtype(b)}
+        pairs = self.matmul_adjoints(a, b, d, span)
+        if kinds != {"f32", "f64"}:
+            return pairs
+        return [
+            (x, c if self.float_dtype(x) != "f32" or is_call(c, "unbroadcast") else call("unbroadcast", c, x))
+            for x, c in pairs
+        ]
+
+    def float_dtype(self, atom: ast.Expr) -> str | None:
+        t = self.types.get(atom.id) if isinstance(atom, ast.Name) else None
+        return t.dtype if isinstance(t, TensorType) and not t.weak and t.dtype in ("f32", "f64") else None
+
+    def matmul_adjoints(self, a: ast.Expr, b: ast.Expr, d: ast.Expr, span: Span) -> list[tuple[ast.Expr, ast.Expr]]:
+        ra, rb = self.rank(a), self.rank(b)
+        if ra is None or rb is None:
+            raise NotDifferentiable("`grad` needs the ranks of `@`'s operands", span)
+
+        def swap(x: ast.Expr, rank: int) -> ast.Expr:
+            if rank == 2:
+                return call("transpose", x)
+            axes = [*range(rank - 2), rank - 1, rank - 2]
+            return call("transpose", x, *[ast.IntLiteral(i) for i in axes])
+
+        at = lambda x, y: ast.Binary("@", x, y)  # noqa: E731
+        if ra == 1 and rb == 1:
+            return [(a, ast.Binary("*", d, b)), (b, ast.Binary("*", d, a))]
+        if ra == 1 and rb == 2:
+            return [(a, at(b, d)), (b, ast.Binary("*", call("expand_dims", a, ast.IntLiteral(1)), d))]
+        if ra == 2 and rb == 1:
+            return [(a, ast.Binary("*", call("expand_dims", d, ast.IntLiteral(1)), b)), (b, at(d, a))]
+        if ra == 2 and rb == 2:
+            # an operand that is `transpose(w)` gives `w` its adjoint as one product in `w`'s layout:
+            # `transpose(transpose(a) @ d)` is `transpose(d) @ a` (a weight's gradient, accumulated in place)
+            wa, wb = self.transposed(a), self.transposed(b)
+            da = (wa, at(b, swap(d, 2))) if wa is not None else (a, at(d, swap(b, 2)))
+            db = (wb, at(swap(d, 2), a)) if wb is not None else (b, at(swap(a, 2), d))
+            return [da, db]
+        if ra >= 2 and rb >= 2:
+            da, db = at(d, swap(b, rb)), at(swap(a, ra), d)
+            if ra != rb or ra > 2:
+                da, db = call("unbroadcast", da, a), call("unbroadcast", db, b)
+            return [(a, da), (b, db)]
+        raise NotDifferentiable(f"`grad` has no rule for `@` of rank {ra} and rank {rb} tensors", span)
+
+    def transposed(self, atom: ast.Expr) -> ast.Name | None:
+        """`w` when `atom` names `transpose(w)` of a matrix `w` with a gradient, made in the stretch of
+        straight-line code the current operation is in (so `w` and its adjoint are the same there)."""
+        if not isinstance(atom, ast.Name):
+            return None
+        stretches, now = self.stretch
+        if stretches.get(atom.id) != now:  # made elsewhere: `w`'s adjoint here need not be the one it had there
+            return None
+        match self.values.get(atom.id):
+            case ast.Call(func=func, args=(ast.Name() as w,), keywords=()) if self.active(w) and self.rank(w) == 2:
+                callee = self.type_of(func)
+                return w if isinstance(callee, PrimitiveRef) and callee.prim == Prim.TRANSPOSE else None
+        return None
+
+
+def literal_integer(node: ast.Expr) -> int | None:
+    """The value of an integer literal, possibly negated; None for anything else."""
+    if isinstance(node, ast.Unary) and node.op == "-" and isinstance(node.operand, ast.IntLiteral):
+        return -node.operand.value
+    return node.value if isinstance(node, ast.IntLiteral) else None
+
+
+def axes_literal(axes: list[int]) -> ast.Expr:
+    """`axis=` for these axes: one integer, or a tuple of them."""
+    literals = tuple(ast.IntLiteral(k) for k in axes)
+    return literals[0] if len(literals) == 1 else ast.TupleLiteral(literals)
+
+
+# The derivatives this transform computes in code (`Computed` in their records); `tree_map` and `tree_dot` are
+# written out before differentiation (`expand_tree_map`, `expand_tree_dot`), so they never reach a rule.
+COMPUTED = {
+    Prim.MATMUL: BackwardSweep.matmul_call,
+    Prim.EINSUM: BackwardSweep.einsum_adjoint,
+    Prim.TRANSPOSE: BackwardSweep.transpose_adjoint,
+    Prim.STACK: BackwardSweep.stack_adjoint,
+}

@@ -1,0 +1,230 @@
+"""One round of the transform: `Round(typed).run(sites)` generates the derivative functions of a set of
+`grad` sites (each site's gradient function, and the `_fwd`/`_bwd`, `_back` and `_quiet` functions of what they
+call, each once) and rewrites the program with them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterator
+
+from dl.lang import ast
+from dl.lang.autodiff.body import FunctionBody
+from dl.lang.autodiff.sites import Site, walk_calls
+from dl.lang.autodiff.trees import (
+    NotDifferentiable,
+    annotation_of,
+    is_active,
+    module_names,
+    strip_defaults,
+    unused_name,
+)
+from dl.lang.check import Typed
+from dl.lang.diagnostics import Diagnostic, DiagnosticError, Span, error
+from dl.lang.modules import Program
+from dl.lang.types import (
+    ANY,
+    FunctionRef,
+)
+
+
+class Round:
+    """Generates the derivative functions for a set of `grad` sites and rewrites the program."""
+
+    def __init__(self, typed: Typed, backs: dict[tuple, str] | None = None) -> None:
+        self.typed = typed
+        self.existing_backs = backs if backs is not None else {}
+        self.effectful_names: frozenset[str] | None = None
+        self.effects_of: dict[int, bool] = {}  # id of a function -> `has_effects`
+        self.program = typed.program
+        self.added: dict[str, list[ast.FnDecl]] = {path: [] for path in self.program.modules}
+        self.taken: dict[str, set[str]] = {path: module_names(m) for path, m in self.program.modules.items()}
+        self.pending: list[Callable[[], list[ast.FnDecl]]] = []  # makers of the functions asked for
+
+    def run(self, sites: list[Site]) -> Program:
+        replacements: dict[str, dict[int, object]] = {path: {} for path in self.program.modules}
+        problems: list[Diagnostic] = []
+        for site in sites:
+            try:
+                replacements[site.module][id(site.call)] = self.site(site)
+                while self.pending:
+                    self.pending.pop()()
+            except NotDifferentiable as problem:
+                problems.append(error("E0333", str(problem), problem.span, notes=problem.notes))
+        if problems:
+            raise DiagnosticError(problems)
+        modules = {}
+        for path, module in self.program.modules.items():
+            decls = ast.replace_nodes(module.decls, replacements[path])
+            modules[path] = ast.Module(module.path, (*decls, *self.added[path]))
+        return Program(self.program.entry, modules, self.program.imports, self.program.sources)
+
+    def fresh_global(self, path: str, base: str) -> str:
+        return unused_name(base, self.taken[path])
+
+    def reference(self, from_path: str, to_path: str, function: str, span: Span) -> ast.Expr:
+        """How code in module `from_path` names function `function` of module `to_path`."""
+        if from_path == to_path:
+            return ast.Name(function, span)
+        alias = next((a for a, target in self.program.imports.get(from_path, []) if target == to_path), None)
+        if alias is None:
+            raise NotDifferentiable(f"`grad` needs `{function}`'s module imported here", span)
+        return ast.Field(ast.Name(alias, span), function, span)
+
+    # -------------------------------------------------------------- entry points
+    def site(self, site: Site) -> ast.Expr:
+        """The expression that replaces one `grad(...)` call."""
+        self.known_statically(site)
+        decl = site.function
+        params = decl.params
+        for position in site.wrt if isinstance(site.wrt, tuple) else (site.wrt,):
+            if position >= len(params):
+                raise NotDifferentiable(f"`wrt={position}` names no parameter of the function", site.call.span)
+        body = FunctionBody(self, site.function_module, decl).gradient(site.wrt, site.with_value)
+        if isinstance(decl, ast.Lambda):
+            return ast.Lambda(decl.params, None, body, site.call.span)
+        suffix = "value_and_grad" if site.with_value else "grad"
+        if site.wrt != 0:
+            positions = site.wrt if isinstance(site.wrt, tuple) else (site.wrt,)
+            suffix += "_wrt_" + "_".join(map(str, positions))
+        generated = self.fresh_global(site.function_module, f"{decl.name}_{suffix}")
+        positions = site.wrt if isinstance(site.wrt, tuple) else (site.wrt,)
+        result = annotation_of([params[i] for i in positions], isinstance(site.wrt, tuple))
+        if site.with_value and result is not None:
+            result = ast.TupleTypeExpr((decl.result, result)) if decl.result is not None else None
+        self.added[site.function_module].append(ast.FnDecl(generated, params, result, body, decl.span, decl.name_span))
+        return self.reference(site.module, site.function_module, generated, site.call.span)
+
+    def known_statically(self, site: Site) -> None:
+        """`grad(f)` is written where `f` is known: a function's name, a lambda, or a name bound once to a
+        lambda whose captured names do not change. A parameter or variable holding some function does not
+        say which (each call could pass another), so its derivative cannot be written once."""
+        reference, local = site.reference, site.local
+        if not isinstance(reference, ast.Name) or local is None or reference.id not in local.bound:
+            return
+        bound = local.lambdas.get(reference.id)
+        unchanged = reference.id not in local.assigned and bound is not None
+        if bound is site.function and unchanged and not ast.free_names(bound.body) & local.assigned:
+            return
+        raise NotDifferentiable(
+            f"`grad` cannot differentiate `{reference.id}`: it holds a function known only when the program runs",
+            reference.span,
+            ("help: write `grad` where the function is named, and pass the derivative: `slope(grad(cube), x)`",),
+        )
+
+    def back_name(self, decl: ast.FnDecl, path: str) -> str:
+        """The name of `decl`'s `_back` function, generating it (later) the first time it is asked for."""
+        key = (path, decl.name)
+        if key not in self.existing_backs:
+            back_name = self.existing_backs[key] = self.fresh_global(path, f"{decl.name}_back")
+            self.pending.append(lambda: self.added[path].append(self.back_function(decl, path, back_name)))
+        return self.existing_backs[key]
+
+    def back_function(self, decl: ast.FnDecl, path: str, back_name: str) -> ast.FnDecl:
+        body = FunctionBody(self, path, decl)
+        block, d_result = body.pullback()
+        params = (*strip_defaults(decl.params), ast.Param(d_result, decl.result))
+        return ast.FnDecl(back_name, params, self.adjoints_annotation(decl), block, decl.span, decl.name_span)
+
+    def adjoints_annotation(self, decl: ast.FnDecl) -> ast.TypeExpr | None:
+        active = [decl.params[i] for i in self.active_params(decl)]
+        return annotation_of(active, len(active) != 1) if decl.result is not None else None
+
+    def split_names(self, decl: ast.FnDecl, path: str) -> tuple[str, str] | None:
+        """The names of `decl`'s `_fwd` and `_bwd` functions, generating them (later) the first time they
+        are asked for; None for a function that is not split (recursive, or returning from an `if`): its
+        callers' backward sweeps call its `_back` function, which runs its forward again."""
+        names = self.existing_backs
+        key = (path, decl.name, "fwd")
+        if key not in names:
+            names[key] = ""  # not split
+            if not self.recursive(decl) and FunctionBody(self, path, decl).ends_in_return():
+                fwd = names[key] = self.fresh_global(path, f"{decl.name}_fwd")
+                bwd = names[(path, decl.name, "bwd")] = self.fresh_global(path, f"{decl.name}_bwd")
+                self.pending.append(lambda: self.added[path].extend(self.split_functions(decl, path, fwd, bwd)))
+        return (names[key], names[(path, decl.name, "bwd")]) if names[key] else None
+
+    def quiet_name(self, decl: ast.FnDecl, path: str) -> str:
+        """The name of `decl`'s `_quiet` copy, without its `print`s and `assert`s (calling the quiet copies
+        of the functions it calls): what a backward sweep calls where it runs a forward again."""
+        key = (path, decl.name, "quiet")
+        if key not in self.existing_backs:
+            quiet = self.existing_backs[key] = self.fresh_global(path, f"{decl.name}_quiet")
+            self.pending.append(lambda: self.added[path].append(self.quiet_function(decl, path, quiet)))
+        return self.existing_backs[key]
+
+    def quiet_function(self, decl: ast.FnDecl, path: str, quiet: str) -> ast.FnDecl:
+        callees = {id(c.func): self.quiet_callee(c.func, path) for c in walk_calls(decl.body)}
+        body = ast.replace_nodes(decl.body, {k: v for k, v in callees.items() if v is not None}, drop=ast.ExprStmt)
+        return dataclasses.replace(decl, name=quiet, body=body)
+
+    def quiet_callee(self, func: ast.Expr, from_path: str) -> ast.Expr | None:
+        """How module `from_path` names the quiet copy of the function `func` calls, if that has effects."""
+        callee = self.typed.type_of(func)
+        if not isinstance(callee, FunctionRef) or callee.key not in self.typed.functions:
+            return None
+        decl, path = self.typed.functions[callee.key]
+        if not isinstance(decl, ast.FnDecl) or not self.has_effects(decl):
+            return None
+        return self.reference(from_path, path, self.quiet_name(decl, path), func.span)
+
+    def split_functions(self, decl: ast.FnDecl, path: str, fwd: str, bwd: str) -> list[ast.FnDecl]:
+        """`g_fwd(params) -> (result, kept)`: `g`'s body, also returning the values its backward sweep
+        reads; `g_bwd(params, kept, d_result)`: that backward sweep, returning the adjoints of the float
+        parameters."""
+        forward, backward, kept, d_result = FunctionBody(self, path, decl).split()
+        params = strip_defaults(decl.params)
+        # `g_bwd` is checked with the types it is called with: the kept values have the caller's shapes,
+        # which the dimension names of `g`'s annotations (`f32[B, H]`) do not bind
+        back_params = (*(dataclasses.replace(p, annotation=None) for p in params), ast.Param(kept), ast.Param(d_result))
+        return [
+            ast.FnDecl(fwd, params, None, forward, decl.span, decl.name_span),
+            ast.FnDecl(bwd, back_params, None, backward, decl.span, decl.name_span),
+        ]
+
+    def recursive(self, decl: ast.FnDecl) -> bool:
+        """Does `decl` call itself, directly or through other functions?"""
+        return any(target is decl for target in self.reached(decl))
+
+    def effectful(self) -> frozenset[str]:
+        """The names of the functions that print or assert (themselves or through what they call), and of
+        their `_fwd` functions: calls of them are never dropped as unread."""
+        if self.effectful_names is None:
+            found = {
+                d.name
+                for module in self.program.modules.values()
+                for d in module.decls
+                if isinstance(d, ast.FnDecl) and self.has_effects(d)
+            }
+            self.effectful_names = frozenset(found)
+        fwd = {
+            function
+            for key, function in self.existing_backs.items()
+            if len(key) == 3 and key[2] == "fwd" and function and key[1] in self.effectful_names
+        }
+        return self.effectful_names | fwd
+
+    def has_effects(self, decl: ast.FnDecl) -> bool:
+        """Does `decl`, or a function it calls, have a statement run for its effect (`print`, `assert`)?
+        (Asked for every call a re-run forward makes: answered once per function.)"""
+        if id(decl) not in self.effects_of:
+            functions = (decl, *self.reached(decl))
+            self.effects_of[id(decl)] = any(isinstance(n, ast.ExprStmt) for d in functions for n in ast.walk(d.body))
+        return self.effects_of[id(decl)]
+
+    def reached(self, decl: ast.FnDecl) -> Iterator[ast.FnDecl]:
+        """The functions `decl` calls, directly or through others, each once."""
+        seen: set[int] = set()
+        todo = [decl]
+        while todo:
+            for node in ast.walk(todo.pop().body):
+                callee = self.typed.type_of(node.func) if isinstance(node, ast.Call) else None
+                if isinstance(callee, FunctionRef) and callee.key in self.typed.functions:
+                    target, _ = self.typed.functions[callee.key]
+                    if id(target) not in seen:
+                        seen.add(id(target))
+                        todo.append(target)
+                        yield target
+
+    def active_params(self, decl: ast.FnDecl | ast.Lambda) -> list[int]:
+        return [i for i, p in enumerate(decl.params) if is_active(self.typed.type_of(p) or ANY)]

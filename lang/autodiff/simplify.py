@@ -1,0 +1,261 @@
+"""Simplifying generated code: `prune` drops `let`s nothing reads and propagates copies; the folds turn
+`zeros_like(x) + d` starts, `*1` and literal arithmetic into what a person would write. Calls of effects
+(`EFFECT_NAMES`) and of functions with effects are never dropped.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from dl.lang import ast
+from dl.lang.autodiff.trees import let
+from dl.lang.primitives import EFFECTS, VOLATILE
+
+# Calls never dropped, even when nothing reads their result: the effects (`save` writes a file), and the
+# calls whose value changes from call to call (`time()`: a reading kept where the program takes it).
+EFFECT_NAMES = frozenset(prim.value for prim in EFFECTS | VOLATILE)
+
+
+def prune(stmts: list[ast.Stmt], effectful: frozenset[str] = frozenset()) -> list[ast.Stmt]:
+    """Drop `let`s of values nothing reads (the forward values the backward sweep does not need), and
+    copies: `let a = b` of names never assigned again makes `a` another name for `b`. Calls of the
+    functions named in `effectful` (which print or assert) stay.
+
+    Dropping a statement can only leave the names it read unread, so a worklist finds every dead
+    statement in one pass over the code, however long the chains of dead values are."""
+    effects = EFFECT_NAMES | effectful
+    stmts = propagate_copies(stmts)
+    readers: dict[str, int] = {}  # each name: how many statements read it
+    droppable: dict[str, list] = {}  # each name: the `let`s and assignments of it that call nothing effectful
+    reads: dict[int, set[str]] = {}  # what each droppable statement reads
+    for stmt in ast.walk(tuple(stmts)):
+        names = names_read_by(stmt)
+        for name in names:
+            readers[name] = readers.get(name, 0) + 1
+        target = dropped_name(stmt)
+        if target is not None and not calls_any(stmt.value, effects):
+            droppable.setdefault(target, []).append(stmt)
+            reads[id(stmt)] = names
+    dropped: set[int] = set()
+    unread = [name for name in droppable if not readers.get(name)]
+    while unread:
+        for stmt in droppable.pop(unread.pop(), ()):
+            dropped.add(id(stmt))
+            for name in reads[id(stmt)]:
+                readers[name] -= 1
+                if not readers[name] and name in droppable:
+                    unread.append(name)
+    if dropped:
+        stmts = filter_blocks(stmts, lambda stmt: id(stmt) not in dropped)
+    return fold_zero_starts(stmts)
+
+
+def dropped_name(stmt) -> str | None:
+    """The name whose value a `let` or an assignment computes, for `prune`; None for other statements."""
+    if isinstance(stmt, ast.Let) and isinstance(stmt.pattern, ast.NamePattern):
+        return stmt.pattern.name
+    if isinstance(stmt, ast.Assign) and not isinstance(stmt.target, ast.TupleLiteral):
+        return ast.root_name(stmt.target)
+    return None
+
+
+def propagate_copies(stmts: list[ast.Stmt]) -> list[ast.Stmt]:
+    assigned = ast.assigned_names(tuple(stmts))
+    declared: dict[str, int] = {}
+    for node in ast.walk(tuple(stmts)):
+        if isinstance(node, ast.NamePattern):
+            declared[node.name] = declared.get(node.name, 0) + 1
+    copies = {
+        id(stmt): (stmt.pattern.name, stmt.value)
+        for stmt in ast.walk(tuple(stmts))
+        if isinstance(stmt, ast.Let)
+        and stmt.annotation is None
+        and isinstance(stmt.pattern, ast.NamePattern)
+        and declared.get(stmt.pattern.name) == 1
+        and stmt.pattern.name not in assigned
+        and (
+            (isinstance(stmt.value, ast.Name) and declared.get(stmt.value.id, 0) <= 1 and stmt.value.id not in assigned)
+            or (isinstance(stmt.value, (ast.FloatLiteral, ast.IntLiteral)) and stmt.value.dtype is None)
+        )
+    }
+    if not copies:
+        return stmts
+    alias = dict(copies.values())
+
+    def resolve(node: ast.Expr) -> ast.Expr:
+        while isinstance(node, ast.Name) and node.id in alias:
+            node = alias[node.id]
+        return node
+
+    stmts = filter_blocks(stmts, lambda stmt: id(stmt) not in copies)
+    renames = {
+        id(node): resolve(node) for node in ast.walk(tuple(stmts)) if isinstance(node, ast.Name) and node.id in alias
+    }
+    return [fold_constants(stmt) for stmt in ast.replace_nodes(tuple(stmts), renames)]
+
+
+def fold_constants(node):
+    """`e * 1.0`, `1.0 * e` and `e / 1.0` become `e` (an unsuffixed 1 takes `e`'s dtype, so nothing changes)."""
+    if isinstance(node, tuple):
+        return tuple(fold_constants(item) for item in node)
+    if not dataclasses.is_dataclass(node) or isinstance(node, type):
+        return node
+    changes = {}
+    for f in dataclasses.fields(node):
+        if f.name in ("span", "name_span"):
+            continue
+        value = getattr(node, f.name)
+        new = fold_constants(value)
+        if new is not value:
+            changes[f.name] = new
+    if changes:
+        node = dataclasses.replace(node, **changes)
+    if isinstance(node, ast.Binary) and node.op in ("*", "/") and is_weak_one(node.rhs):
+        return node.lhs
+    if isinstance(node, ast.Binary) and node.op == "*" and is_weak_one(node.lhs):
+        return node.rhs
+    return node
+
+
+def is_weak_one(node: ast.Expr) -> bool:
+    return isinstance(node, (ast.FloatLiteral, ast.IntLiteral)) and node.dtype is None and node.value == 1
+
+
+def fold_zero_starts(stmts: list[ast.Stmt]) -> list[ast.Stmt]:
+    """`v = zeros_like(...)` (or `let`) followed, as the next statement of the block that mentions `v`, by
+    `v = v + c` becomes `v = c` there: the backward sweep's zeroed adjoints, written the way a person would."""
+    out: list[ast.Stmt] = []
+    for stmt in map(fold_nested, stmts):
+        if out and undoes_copy(out[-1], stmt):
+            continue  # `let w = v` then `v = w`
+        start = last_mention(out, stmt.target.id) if is_self_increment(stmt) else None
+        if start is not None and zero_start(out[start]) == stmt.target.id:
+            zeroed = out.pop(start)
+            folded = dataclasses.replace(zeroed, value=stmt.value.rhs)
+            if start != len(out):  # statements in between: the value is only ready here
+                folded = let(stmt.target.id, stmt.value.rhs) if isinstance(zeroed, ast.Let) else stmt
+                folded = dataclasses.replace(folded, value=stmt.value.rhs)
+            if not (out and undoes_copy(out[-1], folded)):
+                out.append(folded)
+            continue
+        out.append(stmt)
+    return out
+
+
+def is_self_increment(stmt: ast.Stmt) -> bool:
+    return isinstance(stmt, ast.Assign) and isinstance(stmt.target, ast.Name) and is_increment(stmt, stmt.target.id)
+
+
+def last_mention(stmts: list[ast.Stmt], var: str) -> int | None:
+    """The position of the last statement that mentions `var`, if any."""
+    for position in range(len(stmts) - 1, -1, -1):
+        if any(
+            isinstance(n, (ast.Name, ast.NamePattern)) and getattr(n, "id", getattr(n, "name", None)) == var
+            for n in ast.walk(stmts[position])
+        ):
+            return position
+    return None
+
+
+def fold_nested(stmt: ast.Stmt) -> ast.Stmt:
+    match stmt:
+        case ast.If(cond=cond, then=then, orelse=orelse):
+            new_else = orelse
+            if isinstance(orelse, ast.Block):
+                new_else = ast.Block(tuple(fold_zero_starts(list(orelse.body))), orelse.span)
+            return ast.If(cond, ast.Block(tuple(fold_zero_starts(list(then.body))), then.span), new_else, stmt.span)
+        case ast.While(cond=cond, body=body):
+            return ast.While(cond, ast.Block(tuple(fold_zero_starts(list(body.body))), body.span), stmt.span)
+    return stmt
+
+
+def undoes_copy(previous: ast.Stmt, stmt: ast.Stmt) -> bool:
+    return (
+        isinstance(previous, ast.Let)
+        and isinstance(previous.pattern, ast.NamePattern)
+        and isinstance(previous.value, ast.Name)
+        and isinstance(stmt, ast.Assign)
+        and stmt.op == "="
+        and isinstance(stmt.target, ast.Name)
+        and stmt.target.id == previous.value.id
+        and isinstance(stmt.value, ast.Name)
+        and stmt.value.id == previous.pattern.name
+    )
+
+
+def zero_start(stmt: ast.Stmt) -> str | None:
+    """The variable `stmt` sets to zeros (`let v = zeros_like(...)` or `v = zeros_like(...)`), if it does."""
+    value = getattr(stmt, "value", None)
+    if not (isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id == "zeros_like"):
+        return None
+    if isinstance(stmt, ast.Let) and isinstance(stmt.pattern, ast.NamePattern):
+        return stmt.pattern.name
+    if isinstance(stmt, ast.Assign) and stmt.op == "=" and isinstance(stmt.target, ast.Name):
+        return stmt.target.id
+    return None
+
+
+def is_increment(stmt: ast.Stmt, var: str) -> bool:
+    """Is `stmt` `var = var + c`, with `c` not reading `var`?"""
+    if not (isinstance(stmt, ast.Assign) and stmt.op == "=" and isinstance(stmt.target, ast.Name)):
+        return False
+    value = stmt.value
+    return (
+        stmt.target.id == var
+        and isinstance(value, ast.Binary)
+        and value.op == "+"
+        and isinstance(value.lhs, ast.Name)
+        and value.lhs.id == var
+        and all(not (isinstance(n, ast.Name) and n.id == var) for n in ast.walk(value.rhs))
+    )
+
+
+def names_read_by(stmt) -> set[str]:
+    """The names a statement reads other than in an update of themselves (`d_x = d_x + c`, `d_x[i] += c`): a
+    variable only its own updates read is dead, updates included. An `if` or `while` reads its condition
+    (its blocks' statements are statements of their own); nodes that are not statements read nothing."""
+    if isinstance(stmt, (ast.Let, ast.Assign)):
+        itself = ast.root_name(stmt.target) if isinstance(stmt, ast.Assign) else None
+        reads = {n.id for n in ast.walk(stmt.value) if isinstance(n, ast.Name) and n.id != itself}
+        if isinstance(stmt, ast.Assign):
+            reads |= {n.id for n in ast.walk(stmt.target) if isinstance(n, ast.Name) and n.id != itself}
+            if isinstance(stmt.target, ast.TupleLiteral):
+                reads |= ast.assigned_names(stmt)
+        return reads
+    if isinstance(stmt, (ast.If, ast.While)):
+        return {n.id for n in ast.walk(stmt.cond) if isinstance(n, ast.Name)}
+    if isinstance(stmt, (ast.Return, ast.ExprStmt)):
+        return {n.id for n in ast.walk(stmt) if isinstance(n, ast.Name)}
+    return set()
+
+
+def calls_any(expr, functions: set[str] | frozenset[str]) -> bool:
+    """Does `expr` call one of `functions` (by name, or as `module.name`)?"""
+    for n in ast.walk(expr):
+        if isinstance(n, ast.Call):
+            if isinstance(n.func, ast.Name) and n.func.id in functions:
+                return True
+            if isinstance(n.func, ast.Field) and n.func.name in functions:
+                return True
+    return False
+
+
+def filter_blocks(stmts: list[ast.Stmt], keep) -> list[ast.Stmt]:
+    out = []
+    for stmt in stmts:
+        if not keep(stmt):
+            continue
+        match stmt:
+            case ast.If(cond=cond, then=then, orelse=orelse):
+                new_else = orelse
+                if isinstance(orelse, ast.Block):
+                    new_else = ast.Block(tuple(filter_blocks(list(orelse.body), keep)), orelse.span)
+                elif isinstance(orelse, ast.If):
+                    new_else = filter_blocks([orelse], keep)[0]
+                stmt = ast.If(
+                    cond, ast.Block(tuple(filter_blocks(list(then.body), keep)), then.span), new_else, stmt.span
+                )
+            case ast.While(cond=cond, body=body):
+                stmt = ast.While(cond, ast.Block(tuple(filter_blocks(list(body.body), keep)), body.span), stmt.span)
+        out.append(stmt)
+    return out

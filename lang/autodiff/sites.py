@@ -1,0 +1,121 @@
+"""Finding the `grad(f, ...)` calls of a checked program that are ready to differentiate: those whose
+function, and what it calls, contain no `grad` call left (`grad(grad(f))` is done inside out).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from dl.lang import ast
+from dl.lang.check import Typed, wrt_positions
+from dl.lang.primitives import TRANSFORMS
+from dl.lang.types import (
+    FunctionRef,
+    GradientRef,
+)
+
+
+@dataclass(frozen=True)
+class Site:
+    """One `grad(f, ...)` call whose `f` is ready to differentiate (it contains no `grad` itself)."""
+
+    call: ast.Call
+    module: str
+    function: ast.FnDecl | ast.Lambda
+    function_module: str
+    reference: ast.Expr  # how the call site names `f` (a Name, `module.f`, or the lambda itself)
+    wrt: int | tuple[int, ...]
+    with_value: bool
+    local: Scope | None = None  # what the function around the call binds
+
+
+def grad_sites(typed: Typed) -> Iterator[Site]:
+    """The `grad` calls of the program whose function (and what it calls) has no `grad` call left."""
+    containing = functions_with_grad(typed)
+    for path, module in typed.program.modules.items():
+        for call, local in calls_with_scopes(module):
+            ref = typed.type_of(call)
+            if not isinstance(ref, GradientRef) or not isinstance(call.func, ast.Name):
+                continue
+            if call.func.id not in TRANSFORMS:
+                continue
+            if not isinstance(ref.function, FunctionRef):
+                continue  # grad(grad(f)): the inner one first
+            target = typed.functions.get(ref.function.key)
+            if target is None:
+                continue
+            decl, target_path = target
+            if reaches_grad(typed, decl, containing):
+                continue
+            f_node = call.args[0] if call.args else next(k.value for k in call.keywords if k.name == "f")
+            wrt = wrt_positions(next((k.value for k in call.keywords if k.name == "wrt"), None))
+            yield Site(call, path, decl, target_path, f_node, wrt, ref.with_value, local)
+
+
+def calls_with_scopes(module: ast.Module) -> Iterator[tuple[ast.Call, Scope]]:
+    """Every call of the module, with what the function around it binds (for a `grad` of a local name)."""
+    for decl in module.decls:
+        scope = Scope.of(decl) if isinstance(decl, ast.FnDecl) else Scope.empty()
+        for call in walk_calls(decl):
+            yield call, scope
+
+
+@dataclass(frozen=True)
+class Scope:
+    """The names a top-level function binds (parameters, `let`s, loop variables, local functions) and
+    assigns, and the anonymous functions its `let`s bind by name."""
+
+    bound: frozenset[str]
+    assigned: frozenset[str]
+    lambdas: dict  # name -> the ast.Lambda a single `let name = fn(...) => ...` binds
+
+    @staticmethod
+    def empty() -> Scope:
+        return Scope(frozenset(), frozenset(), {})
+
+    @staticmethod
+    def of(decl: ast.FnDecl) -> Scope:
+        bound = {p.name for p in decl.params}
+        lets: dict[str, list] = {}
+        for node in ast.walk(decl.body):
+            if isinstance(node, (ast.NamePattern, ast.FnDecl, ast.Param)):
+                bound.add(node.name)
+            if isinstance(node, ast.Let) and isinstance(node.pattern, ast.NamePattern):
+                lets.setdefault(node.pattern.name, []).append(node.value)
+        lambdas = {n: v[0] for n, v in lets.items() if len(v) == 1 and isinstance(v[0], ast.Lambda)}
+        return Scope(frozenset(bound), frozenset(ast.assigned_names(decl.body)), lambdas)
+
+
+def walk_calls(node) -> Iterator[ast.Call]:
+    for child in ast.walk(node):
+        if isinstance(child, ast.Call):
+            yield child
+
+
+def functions_with_grad(typed: Typed) -> set[int]:
+    found = set()
+    for key, (decl, _) in typed.functions.items():
+        for call in walk_calls(decl.body):
+            if isinstance(call.func, ast.Name) and isinstance(typed.type_of(call), GradientRef):
+                found.add(key)
+                break
+    return found
+
+
+def reaches_grad(typed: Typed, decl, containing: set[int]) -> bool:
+    """Does `decl`, or a function it calls (transitively), still contain a `grad` call?"""
+    seen: set[int] = set()
+    stack = [decl]
+    while stack:
+        current = stack.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        if id(current) in containing:
+            return True
+        for node in ast.walk(current.body):
+            ref = typed.type_of(node) if isinstance(node, (ast.Name, ast.Field, ast.Lambda)) else None
+            if isinstance(ref, FunctionRef) and ref.key in typed.functions:
+                stack.append(typed.functions[ref.key][0])
+    return False

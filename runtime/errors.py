@@ -1,0 +1,76 @@
+"""Run-time failures, shared by every backend: how a failure of the user's program is carried and worded.
+
+`PrimitiveError` is a failure inside a primitive, in the user's terms; `failure_message` words it once,
+naming the primitive. `RunError` carries a run-time diagnostic out of a backend with the DL call stack
+(`STACK`, kept by whichever backend is running calls) in its notes; `fail` makes one at a span.
+"""
+
+from __future__ import annotations
+
+from dl.lang.diagnostics import Diagnostic, Span, error
+from dl.lang.primitives import Prim
+
+
+class PrimitiveError(Exception):
+    """A run-time failure inside a primitive, in the user's terms."""
+
+
+class AssertionFailure(PrimitiveError):
+    pass
+
+
+# The DL call stack: (function name, span of the call) for each active call.
+STACK: list[tuple[str, Span]] = []
+
+
+class RunError(Exception):
+    """A run-time failure of the user's program, as a diagnostic with the DL call stack."""
+
+    def __init__(self, diagnostic: Diagnostic) -> None:
+        super().__init__(diagnostic.message)
+        self.diagnostic = diagnostic
+
+
+class DeepRecursion(Exception):
+    """Python's recursion limit was hit; `args[0]` is a copy of the DL call stack at that moment.
+
+    Raised by `invoke` in place of `RecursionError`, before the stack unwinds, so the
+    diagnostic can point at the innermost call. It carries no Python-level state
+    beyond the copy, because it is created with almost no stack left."""
+
+
+def fail(code: str, message: str, span: Span, label: str = "") -> RunError:
+    """A `RunError` at `span`, noting the DL call stack as it is now."""
+    notes = ()
+    if STACK:
+        # Each active function, and where it is now: the call it made, or `span`.
+        places = [call for _, call in STACK[1:]] + [span]
+        frames = "\n".join(f"  in `{name}` at {place}" for (name, _), place in zip(STACK, places, strict=True))
+        notes = (f"call stack (most recent call last):\n{frames}",)
+    return RunError(error(code, message, span, label, notes=notes))
+
+
+def recursion_error(stack: list[tuple[str, Span]], fallback: Span) -> Diagnostic:
+    """E0506 at the innermost call of a recursion that went too deep."""
+    name, span = stack[-1] if stack else ("main", fallback)
+    return error(
+        "E0506",
+        f"recursion too deep in `{name}`",
+        span,
+        notes=("help: check that the recursion reaches its base case",),
+    )
+
+
+def failure_message(prim: Prim, problem: Exception) -> str:
+    """The message of a failed call of `prim`, naming the primitive once."""
+    text = str(problem) or type(problem).__name__
+    if isinstance(problem, MemoryError):
+        text = "not enough memory for the result"
+    name = prim.value
+    if text.startswith((f"`{name}`", f"{name} ", f"{name}:")):
+        return text
+    return f"{name}: {text}"
+
+
+class UsageError(Exception):
+    """The command line does not fit the program (exit status 2)."""

@@ -1,0 +1,320 @@
+"""Model packages (driver/package.py): `dlrun export` writes one .dlpkg, `dlrun predict` and
+`dl.load_package` run it without the sources, and a package that is not whole is a diagnostic."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+from dl import load_package, pipeline
+from dl.lang.diagnostics import DiagnosticError
+
+MODEL = """
+import nn
+import layers
+
+struct Net { w1: f32[4, H], b1: f32[H], w2: f32[H, 3], b2: f32[3] }
+const H = 8
+
+fn relu(x) { return x * 2.0 }     # shadows the primitive in this module only
+
+fn predict(m: Net, x: f32[B, 4]) -> f32[B, 3] {
+    let h = nn.relu(layers.dense(x, m.w1, m.b1))
+    return layers.dense(h, m.w2, m.b2) + relu(0.5)
+}
+
+fn both(m: Net, x: f32[B, 4], scale: f32) -> (f32[B, 3], i64[B]) {
+    let y = predict(m, x) * scale
+    return (y, argmax(y, axis=1))
+}
+
+fn main() {
+    let m = Net { w1: randn(4, H, seed=1), b1: randn(H, seed=2), w2: randn(H, 3, seed=3), b2: zeros(3) }
+    save("net.safetensors", m)
+    save("trained.safetensors", (m, (m, 7)))
+}
+"""
+
+LAYERS = """
+fn dense(x, w, b) { return x @ w + b }
+"""
+
+
+@pytest.fixture
+def project(tmp_path: Path, dlrun, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A program, its module and its checkpoints in `tmp_path/src`; the working directory is `tmp_path`."""
+    source = tmp_path / "src"
+    source.mkdir()
+    (source / "model.dl").write_text(MODEL)
+    (source / "layers.dl").write_text(LAYERS)
+    monkeypatch.chdir(source)
+    pipeline.run(pipeline.load("model.dl"), [])  # writes the checkpoints
+    monkeypatch.chdir(tmp_path)
+    return source
+
+
+def inputs(batch: int = 5) -> np.ndarray:
+    return np.random.default_rng(0).standard_normal((batch, 4)).astype(np.float32)
+
+
+def reference(project: Path, function: str, *args) -> object:
+    """The function run from its sources, with the weights the checkpoint holds."""
+    from dl.interp.checkpoints import read_checkpoint
+    from dl.runtime.values import StructType, StructValue
+
+    tensors = read_checkpoint(str(project / "net.safetensors"))
+    fields = ("w1", "b1", "w2", "b2")
+    weights = StructValue(StructType("Net", fields), tuple(tensors[f] for f in fields))
+    return pipeline.call(pipeline.load(str(project / "model.dl")), function, [weights, *args])
+
+
+def export(dlrun, project: Path, *extra: str, function: str = "predict", weights: str = "net.safetensors") -> tuple:
+    return dlrun(
+        "export",
+        str(project / "model.dl"),
+        "--fn",
+        function,
+        "--weights",
+        str(project / weights),
+        "-o",
+        "m.dlpkg",
+        *extra,
+    )
+
+
+def diagnostic(call) -> str:
+    with pytest.raises(DiagnosticError) as raised:
+        call()
+    (found,) = raised.value.diagnostics
+    return f"{found.code}: {found.message}"
+
+
+def test_a_package_runs_with_its_sources_deleted(dlrun, project: Path, tmp_path: Path) -> None:
+    x = inputs()
+    expected = reference(project, "predict", x)
+    status, out, err = export(dlrun, project)
+    assert (status, err) == (0, "")
+    assert out == "wrote m.dlpkg: `predict` with weights `m`: Net\n"
+    shutil.rmtree(project)
+    package = load_package(tmp_path / "m.dlpkg")
+    np.testing.assert_array_equal(package(x), expected)
+    np.testing.assert_array_equal(package(x=x[:2]), expected[:2])  # B is bound per call
+
+
+def test_the_package_holds_the_flattened_checked_source_and_a_manifest(dlrun, project: Path) -> None:
+    export(dlrun, project)
+    with zipfile.ZipFile("m.dlpkg") as archive:
+        assert sorted(archive.namelist()) == ["manifest.json", "model.dl", "weights.safetensors"]
+        source = archive.read("model.dl").decode()
+        manifest = json.loads(archive.read("manifest.json"))
+        for name in ("model.dl", "weights.safetensors"):
+            assert manifest["sha256"][name] == hashlib.sha256(archive.read(name)).hexdigest()
+    assert "import" not in source and "fn main" not in source and "fn both" not in source
+    # imported functions are renamed after their module; the entry's `relu` no longer shadows the primitive
+    assert "fn nn__relu(x)" in source and "fn builtin__relu_of(x)" in source and "fn layers__dense(x, w, b)" in source
+    assert "fn model__relu(x)" in source and "return relu(x)" in source
+    assert (manifest["format"], manifest["format_version"], manifest["function"]) == ("dl-package", 1, "predict")
+    assert manifest["signature"] == {"params": [["m", "Net"], ["x", "f32[B, 4]"]], "result": "f32[B, 3]"}
+    assert manifest["weights"] == "m"
+
+
+def test_predict_reads_and_writes_npz_on_either_backend(dlrun, project: Path) -> None:
+    x = inputs()
+    expected = reference(project, "both", x, np.float32(2.0))
+    export(dlrun, project, function="both")
+    np.savez("x.npz", x=x, scale=np.float32(2.0))
+    for backend in ("interp", "llvm"):
+        assert dlrun("predict", "m.dlpkg", "--input", "x.npz", "-o", "y.npz", "--backend", backend) == (
+            0,
+            "wrote y.npz\n",
+            "",
+        )
+        with np.load("y.npz", allow_pickle=False) as written:
+            assert sorted(written.files) == ["output.0", "output.1"]
+            np.testing.assert_allclose(written["output.0"], expected[0], rtol=1e-6)
+            np.testing.assert_array_equal(written["output.1"], expected[1])
+
+
+def test_llvm_runs_a_package_through_the_backend_interface(dlrun, project: Path) -> None:
+    x = inputs()
+    export(dlrun, project)
+    np.testing.assert_allclose(load_package("m.dlpkg", "llvm")(x), reference(project, "predict", x), rtol=1e-6)
+
+
+def test_the_weights_are_the_first_subtree_of_the_checkpoint_that_fits(dlrun, project: Path) -> None:
+    status, out, _ = export(dlrun, project, weights="trained.safetensors")
+    assert (status, out) == (0, "wrote m.dlpkg: `predict` with weights `m`: Net (`0` of the checkpoint)\n")
+    x = inputs()
+    np.testing.assert_array_equal(load_package("m.dlpkg")(x), reference(project, "predict", x))
+
+
+TWO_STRUCTS = """
+struct A { w: f32[2] }
+struct B { v: f32[2] }
+fn f(a: A, b: A, x: f32[2]) -> f32[2] { return a.w * x + b.w }
+fn g(a: A, b: B, x: f32[2]) -> f32[2] { return a.w * x + b.v }
+fn h(x) { return x }
+fn main() { save("a.safetensors", A { w: ones(2) }) }
+"""
+
+
+@pytest.mark.parametrize(
+    ("function", "extra", "expected"),
+    [
+        (
+            "f",
+            (),
+            "error[E0605]: the checkpoint fits several parameters (`a`, `b`): choose one with `--param`\n"
+            " --> a.safetensors:1:1\n",
+        ),
+        (
+            "g",
+            ("--param", "b"),
+            "error[E0605]: checkpoint `a.safetensors` does not fit parameter `b` (B): it has no tensor `v`\n"
+            " --> a.safetensors:1:1\n",
+        ),
+        (
+            "g",
+            ("--param", "c"),
+            "error[E0605]: `--param c`: `g` has no struct parameter `c`\n"
+            " --> a.safetensors:1:1\n"
+            "  = note: the struct parameters: `a`, `b`\n",
+        ),
+        (
+            "h",
+            (),
+            "error[E0606]: `h` cannot be exported: parameter `x` has no type annotation\n"
+            " --> two.dl:6:6\n"
+            "  |\n"
+            "6 | fn h(x) { return x }\n"
+            "  |      ^\n"
+            "  = help: a package's signature is its interface: annotate every parameter\n",
+        ),
+        (
+            "k",
+            (),
+            "error[E0201]: `two.dl` has no function `k`\n --> two.dl:1:1\n  |\n1 | \n  | ^\n",
+        ),
+    ],
+)
+def test_which_parameter_takes_the_weights(dlrun, tmp_path: Path, monkeypatch, function, extra, expected) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "two.dl").write_text(TWO_STRUCTS)
+    assert dlrun("two.dl")[0] == 0
+    status, _, err = dlrun("export", "two.dl", "--fn", function, "--weights", "a.safetensors", "-o", "t.dlpkg", *extra)
+    assert (status, err) == (1, expected)
+    assert not (tmp_path / "t.dlpkg").exists()
+    if function == "g" and extra == ("--param", "b"):
+        assert dlrun("export", "two.dl", "--fn", "g", "--weights", "a.safetensors", "-o", "t.dlpkg")[0] == 0
+
+
+def test_inputs_are_checked_against_the_signature(dlrun, project: Path) -> None:
+    export(dlrun, project, function="both")
+    package = load_package("m.dlpkg")
+    scale = np.float32(1.0)
+    assert diagnostic(lambda: package(inputs().astype(np.float64), scale)) == (
+        "E0604: input `x` does not fit `both(x: f32[B, 4], scale: f32) -> (f32[B, 3], i64[B])`: "
+        "expected f32[B, 4], found f64[5, 4]"
+    )
+    assert diagnostic(lambda: package(inputs()[:, :3], scale)).endswith(
+        "expected f32[B, 4], found f32[5, 3] (axis 1 has 3, not 4)"
+    )
+    assert diagnostic(lambda: package(inputs())) == "E0604: missing input `scale` of `both`"
+    assert diagnostic(lambda: package(inputs(), scale, y=1)) == "E0604: `both` has no input `y`"
+    assert diagnostic(lambda: package(np.array(["a"] * 4, dtype=object), scale)).endswith("found a non-numeric array")
+
+
+def test_npz_inputs_are_never_unpickled(dlrun, project: Path) -> None:
+    export(dlrun, project)
+    np.savez("objects.npz", x=np.array([{"a": 1}], dtype=object))
+    status, _, err = dlrun("predict", "m.dlpkg", "--input", "objects.npz", "-o", "y.npz")
+    assert status == 1 and err.startswith(
+        "error[E0604]: input file `objects.npz`: it holds an array that is not numbers"
+    )
+    np.savez("wrong.npz", y=inputs(), z=inputs())
+    status, _, err = dlrun("predict", "m.dlpkg", "--input", "wrong.npz", "-o", "y.npz")
+    assert err == (
+        "error[E0604]: input file `wrong.npz`: it has no array `x`; `predict` takes `x`\n --> wrong.npz:1:1\n"
+    )
+    assert not Path("y.npz").exists()
+
+
+def rewritten(path: str, target: str, change) -> None:
+    """The package at `path` written again as `target`, `change(members)` applied to its members."""
+    with zipfile.ZipFile(path) as archive:
+        members = {name: archive.read(name) for name in archive.namelist()}
+    change(members)
+    with zipfile.ZipFile(target, "w") as archive:
+        for name, data in members.items():
+            archive.writestr(name, data)
+
+
+def with_manifest(members: dict, **changes) -> None:
+    manifest = json.loads(members["manifest.json"])
+    manifest.update(changes)
+    members["manifest.json"] = json.dumps(manifest).encode()
+
+
+def retyped(members: dict) -> None:
+    """A source that no longer checks, its hash updated so that only the checker can tell."""
+    source = members["model.dl"].replace(b"+ model__relu(0.5)", b"+ model__relu(true)")
+    members["model.dl"] = source
+    hashes = {name: hashlib.sha256(members[name]).hexdigest() for name in ("model.dl", "weights.safetensors")}
+    with_manifest(members, sha256=hashes)
+
+
+def test_a_damaged_package_is_a_diagnostic(dlrun, project: Path) -> None:
+    export(dlrun, project)
+    data = Path("m.dlpkg").read_bytes()
+    Path("truncated.dlpkg").write_bytes(data[: len(data) // 2])
+    assert diagnostic(lambda: load_package("truncated.dlpkg")).startswith(
+        "E0601: package `truncated.dlpkg`: not a DL package, or truncated"
+    )
+    rewritten(
+        "m.dlpkg",
+        "tampered.dlpkg",
+        lambda m: m.update({"weights.safetensors": m["weights.safetensors"][:-4] + b"\0\0\0\0"}),
+    )
+    assert diagnostic(lambda: load_package("tampered.dlpkg")) == (
+        "E0602: package `tampered.dlpkg`: member `weights.safetensors` does not match its sha256 in the manifest: "
+        "the package was changed after it was written"
+    )
+    flipped = bytearray(data)
+    flipped[data.index(b"weights.safetensors") + 200] ^= 1  # inside the stored weights: the zip's CRC finds it
+    Path("flipped.dlpkg").write_bytes(bytes(flipped))
+    assert diagnostic(lambda: load_package("flipped.dlpkg")).startswith(
+        "E0602: package `flipped.dlpkg`: a member is corrupt"
+    )
+    rewritten("m.dlpkg", "newer.dlpkg", lambda m: with_manifest(m, format_version=2, dl_version="9.0"))
+    with pytest.raises(DiagnosticError) as raised:
+        load_package("newer.dlpkg")
+    (found,) = raised.value.diagnostics
+    assert (found.code, found.message, found.notes) == (
+        "E0603",
+        "package `newer.dlpkg`: it has format version 2, newer than this DL reads (1)",
+        ("it was written by DL 9.0; this is DL 0.1.0: upgrade DL",),
+    )
+    rewritten("m.dlpkg", "extra.dlpkg", lambda m: m.update({"run.py": b"print('hi')"}))
+    assert diagnostic(lambda: load_package("extra.dlpkg")).startswith(
+        "E0601: package `extra.dlpkg`: expected the members"
+    )
+    assert diagnostic(lambda: load_package("missing.dlpkg")) == "E0601: package `missing.dlpkg`: no such file"
+
+
+def test_a_package_whose_source_does_not_check_reports_the_checker(dlrun, project: Path) -> None:
+    export(dlrun, project)
+    rewritten("m.dlpkg", "bad.dlpkg", retyped)
+    status, _, err = dlrun("predict", "bad.dlpkg", "--input", "x.npz", "-o", "y.npz")
+    assert status == 1
+    assert err.splitlines()[:5] == [
+        "error[E0311]: `*` needs numbers, found bool * f32",
+        "  --> bad.dlpkg/model.dl:23:12",
+        "   |",
+        "23 |     return x * 2.0",
+        "   |            ^^^^^^^ bool * f32",
+    ]

@@ -1,0 +1,2 @@
+fn sample(logits: f32[B, V], seed: i64) -> i64[B]
+fn main() -> ()
