@@ -14,10 +14,10 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
-import tempfile
 from pathlib import Path
 
 from dl.codegen import ir
+from dl.lang.files import read_bytes, write_atomically
 
 MAGIC = b"DL object 1\n"
 DIGEST_SIZE = 64  # hexadecimal sha256 of the object code
@@ -67,7 +67,7 @@ def load(directory: Path, key: str) -> bytes | None:
     entry as used now (the cache forgets the least recently used entries first)."""
     path = entry_path(directory, key)
     try:
-        data = path.read_bytes()
+        data = read_bytes(path)
     except OSError:
         return None
     with contextlib.suppress(OSError):
@@ -85,17 +85,10 @@ def store(directory: Path, key: str, code: bytes) -> None:
     """Write an entry atomically; a cache that cannot be written is silently not used."""
     path = entry_path(directory, key)
     contents = MAGIC + hashlib.sha256(code).hexdigest().encode() + b"\n" + code
-    temporary = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{key[:16]}.", suffix=".tmp")
-        with os.fdopen(handle, "wb") as file:
-            file.write(contents)
-        os.replace(temporary, path)
+        write_atomically(path, contents)
     except OSError:
-        if temporary is not None:
-            with contextlib.suppress(OSError):
-                os.unlink(temporary)
         return
     trim(path.parent)
 

@@ -13,13 +13,16 @@
     dlrun lsp                   run the language server on stdio (for editors)
     dlrun repl                  the interactive REPL (also `dlrun` alone)
 
-Exit status: 0 ok, 1 the program's error (diagnostic on stderr), 2 usage error.
-A Python traceback is only ever shown for a bug in DL itself, and says so.
+Exit status: 0 ok, 1 the program's error (diagnostic on stderr), 2 usage error, 141 stdout closed
+by its reader (`dlrun prog.dl | head -1`: dlrun stops quietly, as `cat` does). A Python traceback is
+only ever shown for a bug in DL itself (status 3), and says so.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import re
 import sys
 import textwrap
@@ -29,6 +32,7 @@ from pathlib import Path
 from dl import __version__, distributed, fmt, pipeline
 from dl.lang.check import Typed
 from dl.lang.diagnostics import DiagnosticError, SourceMap, render_all
+from dl.lang.nesting import with_room
 from dl.runtime import threads
 from dl.runtime.errors import UsageError
 from dl.runtime.metrics import Metrics
@@ -253,8 +257,32 @@ def subcommand_first(argv: list[str]) -> list[str]:
     return argv
 
 
+# The exit status when stdout is closed early (`dlrun prog.dl | head -1`): what a shell reports for
+# `cat` there, killed by SIGPIPE (128 + 13). docs/cli.md.
+STDOUT_CLOSED = 141
+
+
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
+    """Run one `dlrun` command; returns its exit status."""
+    try:
+        status = command_line(sys.argv[1:] if argv is None else argv)
+        if not sys.stdout.closed:  # (the language server closes it when it exits)
+            sys.stdout.flush()  # here, where a closed pipe is caught, not at exit
+        return status
+    except BrokenPipeError:  # stdout (or stderr) was closed by its reader: stop quietly, as `cat` does
+        return stdout_closed()
+
+
+def stdout_closed() -> int:
+    """Send what is still buffered for stdout nowhere (flushing it at exit would fail again); the status."""
+    with contextlib.suppress(OSError, ValueError, AttributeError):  # stdout may be no real file (tests)
+        descriptor = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(descriptor, sys.stdout.fileno())
+        os.close(descriptor)
+    return STDOUT_CLOSED
+
+
+def command_line(argv: list[str]) -> int:
     if not argv:
         return interactive()
     argv = subcommand_first(argv)
@@ -278,7 +306,7 @@ def main(argv: list[str] | None = None) -> int:
     file, args = getattr(options, "file", None), getattr(options, "args", [])
     sources = SourceMap()
     try:
-        return execute(command, file, args, options, sources)
+        return with_room(lambda: execute(command, file, args, options, sources))
     except DiagnosticError as failure:
         distributed.report(render_all(failure.diagnostics, sources))
         return 1
@@ -288,6 +316,8 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         distributed.report("dlrun: interrupted")
         return 130
+    except BrokenPipeError:
+        raise  # not a bug: `main` ends quietly
     except Exception:
         print("internal error in dlrun, please report it with the traceback below:", file=sys.stderr)
         traceback.print_exc()

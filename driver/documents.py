@@ -21,12 +21,14 @@ import threading
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from dl.lang.check import Typed
 from dl.lang.diagnostics import Span
 from dl.lang.incremental import Analysis, analyse
 from dl.lang.modules import Program
+from dl.lang.nesting import with_room
 from pygls.uris import to_fs_path
 
 log = logging.getLogger("dl.lsp")
@@ -288,11 +290,12 @@ class Documents:
                 self.analyses.pop(uri, None)
                 continue
             version, source = found
-            snapshot = analysed(version, source, document_path(uri), self.analyses.get(uri))
+            # in a room, as every pass runs: they walk trees recursively (lang/nesting.py)
+            snapshot = with_room(partial(analysed, version, source, document_path(uri), self.analyses.get(uri)))
             if snapshot.failure is None:
                 self.analyses[uri] = snapshot.analysis
                 try:
-                    self.prepare(snapshot)
+                    with_room(partial(self.prepare, snapshot))
                 except Exception:  # a request will compute it (and say what fails)
                     log.exception("dl lsp: preparing requests on %s failed", uri)
             # An analysis holds millions of objects in no cycle (tests/test_incremental.py checks it), freed by

@@ -14,8 +14,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from dl import atomic
 from dl.lang.diagnostics import DiagnosticError, SourceMap, render_all
+from dl.lang.files import write_atomically
 from dl.lang.format import format_source
 from dl.lang.modules import read_source
 from dl.runtime.errors import UsageError
@@ -83,8 +83,8 @@ def hidden(relative: Path) -> bool:
 
 
 def format_file(path: Path, check: bool) -> bool | None:
-    """Whether `path` changes (is rewritten unless `check`); None when it cannot be read or parsed (the
-    diagnostics are printed, the file is left alone)."""
+    """Whether `path` changes (is rewritten unless `check`); None when it cannot be read, parsed or written
+    (the diagnostics or the reason are printed, the file is left alone)."""
     sources = SourceMap()
     try:
         original = read_source(path)
@@ -96,7 +96,11 @@ def format_file(path: Path, check: bool) -> bool | None:
     if formatted == original:
         return False
     if not check:
-        atomic.write_text(path, formatted)
+        try:
+            write_atomically(path, formatted)  # through a symbolic link; an interrupted write loses nothing
+        except OSError as problem:
+            print(f"dlrun fmt: error: cannot write `{path}`: {problem.strerror}", file=sys.stderr)
+            return None
     return True
 
 

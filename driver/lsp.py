@@ -13,7 +13,8 @@ mapped to the document's lines now (`View`), and the long ones (tokens, outline,
 formatting) are computed on a thread, so that the event loop keeps answering. A request waits only for a
 document's first analysis, and `$/cancelRequest` ends that wait (or any other) with RequestCancelled.
 Every request is answered: malformed params get InvalidParams (`Protocol`), and an exception an
-InternalError that says what failed (`answered`).
+InternalError that says what failed (`answered`). What walks a document's tree (the analysis, and each
+request's lookups) runs in a room (lang/nesting.py), where any tree the parser accepts fits.
 
 Positions: DL spans are 1-based with an exclusive end column, counted in characters (code points); LSP
 positions are 0-based and counted in UTF-16 code units (or the encoding the client negotiated). The functions
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import functools
 import logging
 import re
 from collections.abc import Awaitable, Callable, Iterator, Mapping
@@ -39,6 +41,7 @@ from dl.lang.check import Typed
 from dl.lang.diagnostics import Diagnostic, DiagnosticError, Severity, Span
 from dl.lang.format import format_source
 from dl.lang.lexer import code_characters
+from dl.lang.nesting import with_room
 from dl.lang.parse import parse_table
 from dl.lang.primitives import BY_NAME, PRIMITIVES
 from dl.lang.types import FunctionRef, ModuleType, PrimitiveRef, StructType, TupleType, Type
@@ -1170,8 +1173,8 @@ def answered(handler: Callable[[Any], Awaitable[T]]) -> Callable[[Any], Awaitabl
 
 def in_background(compute: Callable[..., T], *args: Any) -> Awaitable[T]:
     """Compute a long answer on a thread, so that the event loop goes on answering (a cancelled request
-    stops waiting for it)."""
-    return asyncio.get_running_loop().run_in_executor(None, compute, *args)
+    stops waiting for it), in a room: its walks of the tree recurse (lang/nesting.py)."""
+    return asyncio.get_running_loop().run_in_executor(None, with_room, functools.partial(compute, *args))
 
 
 class View:
@@ -1288,7 +1291,7 @@ def make_server() -> LanguageServer:
         where = found.at(params.position) if found else None
         if where is None:
             return None
-        shown = hover_text(found.typed, found.path, found.snapshot.source, *where)
+        shown = with_room(functools.partial(hover_text, found.typed, found.path, found.snapshot.source, *where))
         if shown is None:
             return None
         text, span = shown
@@ -1321,7 +1324,7 @@ def make_server() -> LanguageServer:
     async def goto_definition(params: types.DefinitionParams) -> types.Location | None:
         found = await view(params.text_document.uri)
         where = found.at(params.position) if found else None
-        target = definition(found.typed, found.path, *where) if where else None
+        target = with_room(functools.partial(definition, found.typed, found.path, *where)) if where else None
         if target is None:
             return None
         path, span = target
@@ -1381,7 +1384,7 @@ def make_server() -> LanguageServer:
         if found is None:
             return None
         line, column = params.position.line + 1, found.column(params.position)
-        return signature_help(found.typed, found.path, found.source, line, column)
+        return with_room(functools.partial(signature_help, found.typed, found.path, found.source, line, column))
 
     return server
 

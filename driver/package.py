@@ -30,11 +30,12 @@ from typing import Any
 import numpy as np
 import safetensors
 import safetensors.numpy
-from dl import __version__, atomic, pipeline
+from dl import __version__, pipeline
 from dl.lang import ast
 from dl.lang.check import Signature, Typed
 from dl.lang.check import check as check_program
 from dl.lang.diagnostics import Diagnostic, DiagnosticError, SourceMap, Span, closest, error
+from dl.lang.files import replacing
 from dl.lang.flatten import flatten
 from dl.lang.modules import Program, load_program
 from dl.lang.printer import print_module
@@ -303,7 +304,7 @@ def signature_record(signature: Signature) -> dict[str, Any]:
 def write_zip(output: Path, members: dict[str, bytes]) -> None:
     """The members into a zip at `output`, atomically (E0608 when it cannot be written)."""
     try:
-        with atomic.replacing(output) as temporary, zipfile.ZipFile(temporary, "w") as archive:
+        with replacing(output) as temporary, zipfile.ZipFile(temporary, "w") as archive:
             for name, data in members.items():
                 compression = zipfile.ZIP_STORED if name == WEIGHTS else zipfile.ZIP_DEFLATED
                 archive.writestr(zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0)), data, compression)
@@ -314,7 +315,7 @@ def write_zip(output: Path, members: dict[str, bytes]) -> None:
 def write_file(output: Path, data: bytes) -> None:
     """`data` into `output`, atomically (E0608 when it cannot be written)."""
     try:
-        with atomic.replacing(output) as temporary:
+        with replacing(output) as temporary:
             temporary.write_bytes(data)
     except OSError as problem:
         raise DiagnosticError(cannot_write(output, problem)) from None
@@ -592,7 +593,7 @@ def output_arrays(result: Any, name: str = "output") -> dict[str, np.ndarray]:
 def write_outputs(path: Path, result: Any) -> None:
     """The result into an .npz file at `path`, atomically (E0608 when it cannot be written)."""
     try:
-        with atomic.replacing(path) as temporary, open(temporary, "wb") as file:
+        with replacing(path) as temporary, open(temporary, "wb") as file:
             np.savez(file, **output_arrays(result))
     except OSError as problem:
         raise DiagnosticError(cannot_write(path, problem)) from None

@@ -1,7 +1,8 @@
 """The pipeline in one place: load (parse + imports) -> check -> run on a backend.
 
 The CLI, the REPL and the language server call these functions; none of them
-re-implements a step.
+re-implements a step. Each step runs with room for any tree the parser accepts
+(`dl.lang.nesting.in_room`: a thread with a large stack and recursion limit).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from dl.lang.check import Typed
 from dl.lang.check import check as check_program
 from dl.lang.diagnostics import DiagnosticError, SourceMap
 from dl.lang.modules import Program, load_program, read_source
+from dl.lang.nesting import in_room
 from dl.lang.types import ANY, TensorType, TupleType, Type, strong
 from dl.runtime.backend import Backend, Options, Prepared
 from dl.runtime.errors import UsageError
@@ -29,6 +31,7 @@ def load(path: str, source: str | None = None, sources: SourceMap | None = None)
     return load_program(path, source, sources)
 
 
+@in_room
 def check(program: Program) -> Typed:
     """Check types and shapes of a loaded program. Raises `DiagnosticError` (with warnings too) on an error;
     otherwise returns the typed program, whose `diagnostics` then hold only warnings."""
@@ -38,6 +41,7 @@ def check(program: Program) -> Typed:
     return typed
 
 
+@in_room
 def prepare(program: Program, calls: tuple = ()) -> tuple[Program, Typed]:
     """Check, then replace every `grad` by generated derivative functions (lang/autodiff/): what a
     backend runs. `calls` are the host's calls of entry-module functions, as (name, argument types).
@@ -76,6 +80,7 @@ def on_backend(name: str, typed: Typed, cache: bool = True) -> Prepared:
     return backend(name).prepare(typed, Options(cache=cache, fallback=fallback))
 
 
+@in_room
 def run(
     program: Program,
     args: list[str],
@@ -101,6 +106,7 @@ def run(
             explain(prepared.outcome())
 
 
+@in_room
 def call(program: Program, name: str, args: list, typed: Typed | None = None, backend: str = "interp") -> Any:
     """Call function `name` of the program's entry module with Python values (numpy arrays, numbers,
     tuples) on `backend`; the program is checked first unless `typed` is given."""
@@ -129,6 +135,7 @@ def value_type(value: Any) -> Type:
     return ANY
 
 
+@in_room
 def derivative_source(
     program: Program,
     function: str,

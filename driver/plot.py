@@ -17,7 +17,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from dl import atomic
+from dl.lang.files import read_text, replacing
 
 RECORD = "run.json"
 METRICS = "metrics.jsonl"
@@ -60,7 +60,7 @@ def find_runs(paths: list[Path]) -> list[Run]:
 def started(record: Path) -> tuple[str, str]:
     """When a run started (from its `run.json`), then its name: the order runs are drawn in."""
     try:
-        return (str(json.loads((record / RECORD).read_text(encoding="utf-8"))["started"]), record.name)
+        return (str(json.loads(read_text(record / RECORD))["started"]), record.name)
     except (OSError, ValueError, KeyError, TypeError):
         return ("", record.name)
 
@@ -72,11 +72,13 @@ def read_run(record: Path) -> Run:
 def read_metrics(path: Path) -> dict[str, tuple[list[float], list[float]]]:
     """The series in a metrics file: name -> (steps, values), in order of first appearance."""
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        lines = read_text(path).splitlines()
     except FileNotFoundError:
         raise PlotError(f"no metrics file `{path}`") from None
     except OSError as problem:
         raise PlotError(f"cannot read `{path}`: {problem.strerror}") from None
+    except UnicodeDecodeError:
+        raise PlotError(f"cannot read `{path}`: it is not UTF-8 text") from None
     series: dict[str, tuple[list[float], list[float]]] = {}
     for number, line in enumerate(lines, start=1):
         if not line.strip():
@@ -152,7 +154,9 @@ def draw_panel(axis, name: str, runs: list[Run]) -> None:
 def save(figure, output: Path) -> None:
     suffix = output.suffix or ".png"
     try:
-        with atomic.replacing(output) as temporary:
+        with replacing(output) as temporary:
             figure.savefig(temporary, format=suffix.lstrip("."), dpi=110)
-    except (OSError, ValueError) as problem:
+    except OSError as problem:  # (its words: "it is a named pipe, not a regular file")
+        raise PlotError(f"cannot write `{output}`: {problem.strerror or problem}") from None
+    except ValueError as problem:  # a format matplotlib does not know
         raise PlotError(f"cannot write `{output}`: {problem}") from None

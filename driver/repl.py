@@ -43,6 +43,7 @@ from dl.lang import ast
 from dl.lang.check import Typed
 from dl.lang.diagnostics import Diagnostic, DiagnosticError, SourceMap, Span, closest, error, render_all
 from dl.lang.modules import Program, load_imports
+from dl.lang.nesting import with_room
 from dl.lang.parse import parse_repl, parse_table
 from dl.lang.primitives import BY_NAME
 from dl.lang.types import FunctionRef, ModuleType, StructType, TupleType, Type
@@ -130,7 +131,7 @@ class Session:
 
     def guarded(self, action: Any) -> Outcome:
         try:
-            action()
+            with_room(action)  # room for any tree the parser accepts (`dl.lang.nesting`)
             sys.stdout.flush()  # what the entry printed comes before a later entry's diagnostics
         except DiagnosticError as failure:
             sys.stdout.flush()

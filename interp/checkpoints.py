@@ -6,9 +6,11 @@ value gets a dotted name: a struct's fields by name, a tuple's items by position
 (`w1`, `layers.0.w`, `opt.1.b`); a bare tensor is stored as `value`. DL's dtypes
 map one to one onto safetensors' (f32 F32, f64 F64, i32 I32, i64 I64, bool BOOL).
 
-`save` writes the whole file to a temporary file beside the target, flushes and
-fsyncs it, then renames it onto the target (`os.replace`), so the target always
-holds either the previous checkpoint or the new one, never a part. `load` checks
+`save` writes the file with `dl.lang.files.write_atomically` (a temporary file beside
+the target, flushed to disk, then renamed onto it), so the target always holds either
+the previous checkpoint or the new one, never a part; it refuses a target that is not a
+regular file (/dev/null is never replaced) and writes through a symbolic link. `load`
+reads only regular files (`dl.lang.files.read_bytes`). `load` checks
 the file against `like` before building anything: it parses, it holds exactly the
 names `like` has, and each tensor has the dtype and shape of `like`'s. Every
 mistake raises `CheckpointError`, which the dispatcher (interp/dispatch.py)
@@ -17,14 +19,12 @@ reports as E0521.
 
 from __future__ import annotations
 
-import contextlib
-import os
-import secrets
 from typing import Any
 
 import numpy as np
 import safetensors
 import safetensors.numpy
+from dl.lang.files import read_bytes, write_atomically
 from dl.runtime.values import DTYPE_NAMES, StructValue, describe
 
 WHOLE = "value"  # the name a bare tensor is stored under
@@ -125,7 +125,10 @@ def save(path: Any, value: Any) -> tuple:
         data = safetensors.numpy.save(tensors)
     except safetensors.SafetensorError as problem:
         raise CheckpointError(f"cannot encode checkpoint `{path}`: {problem}") from None
-    write_atomically(path, data)
+    try:
+        write_atomically(path, data)
+    except OSError as problem:
+        raise CheckpointError(f"cannot write checkpoint `{path}`: {reason(problem)}") from None
     return ()
 
 
@@ -133,43 +136,6 @@ def path_of(path: Any, name: str) -> str:
     if not isinstance(path, str):
         raise CheckpointError(f"`{name}` takes the file's path as a string, found {describe(path)}")
     return path
-
-
-def write_atomically(path: str, data: bytes) -> None:
-    """`data` into `path` by way of a temporary file in the same directory (a rename is atomic only
-    within one file system); the temporary file is removed if anything fails before the rename."""
-    directory = os.path.dirname(os.path.abspath(path))
-    temporary = os.path.join(directory, f".{os.path.basename(path)}.{secrets.token_hex(4)}.tmp")
-    try:
-        descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-    except OSError as problem:
-        raise CheckpointError(f"cannot write checkpoint `{path}`: {reason(problem)}") from None
-    try:
-        with os.fdopen(descriptor, "wb") as file:
-            file.write(data)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(temporary, path)
-    except BaseException as problem:  # an interrupt too: never leave a partial temporary file behind
-        with contextlib.suppress(OSError):
-            os.remove(temporary)
-        if isinstance(problem, OSError):
-            raise CheckpointError(f"cannot write checkpoint `{path}`: {reason(problem)}") from None
-        raise
-    sync_directory(directory)
-
-
-def sync_directory(directory: str) -> None:
-    """Make the rename itself durable where the system allows opening a directory (POSIX)."""
-    try:
-        descriptor = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        with contextlib.suppress(OSError):
-            os.fsync(descriptor)
-    finally:
-        os.close(descriptor)
 
 
 def reason(problem: OSError) -> str:
@@ -202,8 +168,7 @@ def load(path: Any, like: Any) -> Any:
 
 def read_checkpoint(path: str) -> dict[str, np.ndarray]:
     try:
-        with open(path, "rb") as file:
-            data = file.read()
+        data = read_bytes(path)
     except OSError as problem:
         raise CheckpointError(f"cannot read checkpoint `{path}`: {reason(problem)}") from None
     try:

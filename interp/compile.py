@@ -42,6 +42,7 @@ from dl.runtime.errors import DeepRecursion, PrimitiveError, RunError, fail, rec
 from dl.runtime.values import DTYPES, Cell, ModuleValue, StructType, StructValue, describe, format_with_spec
 
 Step = Callable[[list], Any]
+MAX_RANK = 64  # numpy's limit on a tensor's axes
 
 
 # ---------------------------------------------------------------------- scopes
@@ -145,6 +146,7 @@ class Compiler:
         self.typed = typed if typed is not None else Typed(program)
         # What the checker left for run time: literals that take a declared dtype, annotations to check.
         self.coercions: dict[int, str] = typed.coercions if typed is not None else {}
+        self.constant_tensors: set[int] = set()  # ids of the tensor literals built once, while compiling
         self.runtime_checks: dict[int, RuntimeCheck] = typed.runtime_checks if typed is not None else {}
         self.checked_calls: dict[int, CallCheck] = typed.checked_calls if typed is not None else {}
         self.bindings: dict[int, Binding] = typed.bindings if typed is not None else {}
@@ -1008,14 +1010,24 @@ class Compiler:
         def run(frame: list) -> Any:
             return tensor_from([step(frame) for step in steps], span)
 
-        if all(_is_constant(item) for item in expr.items):
+        if all(self.is_constant(item) for item in expr.items):
             try:
                 constant = run([None])
             except RunError:
                 return run  # a bad literal fails when it runs, with the DL call stack
             constant.setflags(write=False)
+            self.constant_tensors.add(id(expr))
             return lambda frame: constant
         return run
+
+    def is_constant(self, expr: ast.Expr) -> bool:
+        """Whether a tensor literal's item is known while compiling: a number, or a literal built already (asked
+        of its items once, when it was compiled, so that nested literals are not walked once per level)."""
+        if isinstance(expr, (ast.IntLiteral, ast.FloatLiteral, ast.BoolLiteral)):
+            return True
+        if isinstance(expr, ast.Unary) and expr.op == "-":
+            return self.is_constant(expr.operand)
+        return isinstance(expr, ast.TensorLiteral) and id(expr) in self.constant_tensors
 
     def struct_literal(self, expr: ast.StructLiteral, scope: Scope) -> Step:
         struct_type = self.struct_type(expr.type)
@@ -1262,16 +1274,6 @@ def fstring_step(pieces: list[Step]) -> Step:
     return lambda frame: "".join([piece(frame) for piece in pieces])
 
 
-def _is_constant(expr: ast.Expr) -> bool:
-    if isinstance(expr, (ast.IntLiteral, ast.FloatLiteral, ast.BoolLiteral)):
-        return True
-    if isinstance(expr, ast.Unary) and expr.op == "-":
-        return _is_constant(expr.operand)
-    if isinstance(expr, ast.TensorLiteral):
-        return all(_is_constant(item) for item in expr.items)
-    return False
-
-
 def _is_integer(value: Any) -> bool:
     return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
 
@@ -1320,6 +1322,8 @@ def tensor_from(values: list, span: Span) -> np.ndarray:
     dtypes = {a.dtype for a in arrays}
     floats = [d for d in dtypes if d.kind == "f"]
     dtype = max(floats, key=lambda d: d.itemsize) if floats else max(dtypes, key=lambda d: (d.kind != "b", d.itemsize))
+    if arrays[0].ndim >= MAX_RANK:
+        raise fail("E0514", f"a tensor has at most {MAX_RANK} axes; this literal would have {arrays[0].ndim + 1}", span)
     return np.stack(arrays).astype(dtype, copy=False)
 
 

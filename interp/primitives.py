@@ -19,15 +19,16 @@ from __future__ import annotations
 
 import csv
 import functools
+import io
 import math
 import time
-import zipfile
 from importlib import resources
 from typing import Any
 
 import numpy as np
-from dl.interp import checkpoints
+from dl.interp import checkpoints, npz
 from dl.lang import einsum as einsum_spec
+from dl.lang.files import open_regular, read_text
 from dl.lang.primitives import PRIMITIVES, Prim, Support
 from dl.runtime.errors import AssertionFailure, PrimitiveError
 from dl.runtime.metrics import log_value, progress_line
@@ -1038,8 +1039,8 @@ def load_csv(path: Any, skip_header: Any) -> np.ndarray:
     path = path_of(path, "load_csv")
     skip = flag_of(skip_header, "skip_header")
     try:
-        with open(path, newline="", encoding="utf-8") as file:
-            rows = csv_rows(csv.reader(file), path, skip)
+        text = read_text(path)
+        rows = csv_rows(csv.reader(io.StringIO(text, newline="")), path, skip)
     except OSError as failure:
         raise unreadable(path, failure) from None
     except UnicodeDecodeError:
@@ -1104,22 +1105,14 @@ def load_npz(path: Any, name: Any, dtype: Any, rank: Any) -> Any:
 
 
 def npz_array(path: str, name: str) -> np.ndarray:
+    """The array `name` of the archive at `path`, read by interp/npz.py (which never unpickles)."""
     try:
-        loaded = np.load(path, allow_pickle=False)
+        with open_regular(path) as file:
+            return npz.read_array(file, name, path)
     except OSError as failure:
         raise unreadable(path, failure) from None
-    except (ValueError, EOFError, zipfile.BadZipFile):  # numpy refuses to unpickle what is not an archive
-        raise PrimitiveError(f'"{path}" is not a numpy .npz archive') from None
-    if not isinstance(loaded, np.lib.npyio.NpzFile):
-        raise PrimitiveError(f'"{path}" is a single .npy array, not a numpy .npz archive')
-    with loaded:
-        if name not in loaded.files:
-            names = ", ".join(f'"{n}"' for n in loaded.files) or "none"
-            raise PrimitiveError(f'"{path}" has no array "{name}" (its arrays: {names})')
-        try:
-            return loaded[name]
-        except (ValueError, zipfile.BadZipFile, OSError):
-            raise PrimitiveError(f'array "{name}" in "{path}" holds Python objects or cannot be read') from None
+    except npz.NpzError as problem:
+        raise PrimitiveError(str(problem)) from None
 
 
 def converted(array: np.ndarray, kind: np.dtype, what: str) -> np.ndarray:

@@ -8,10 +8,7 @@ diagnostic, with the DL call stack in its notes.
 
 from __future__ import annotations
 
-import ctypes
-import queue
-import sys
-import threading
+from collections.abc import Callable
 from difflib import SequenceMatcher
 from typing import Any
 
@@ -23,16 +20,11 @@ from dl.lang import ast
 from dl.lang.check import Typed
 from dl.lang.diagnostics import UNKNOWN_SPAN, Diagnostic, DiagnosticError, Span, closest, error
 from dl.lang.modules import Program
+from dl.lang.nesting import with_room
 from dl.runtime.backend import NOT_COMPILED, CompiledBody, Options
 from dl.runtime.calls import Function, invoke
 from dl.runtime.errors import STACK, DeepRecursion, RunError, UsageError, recursion_error
-from dl.runtime.interrupts import interrupt_everything, resume_everything
 from dl.runtime.metrics import Metrics, Progress
-
-# Deep DL recursion nests a few Python frames per call: give it room, on a
-# thread whose C stack is large enough for that depth.
-RECURSION_LIMIT = 200_000
-THREAD_STACK_BYTES = 1024 * 1024 * 1024
 
 
 def compile_program(
@@ -168,127 +160,21 @@ def missing_main(program: Program) -> Diagnostic:
     )
 
 
-def run_guarded(action) -> Any:
-    """Run `action` with deep recursion allowed; user failures become `DiagnosticError`. It runs on the DL
-    worker thread (`Worker`), started once with a C stack large enough for deep recursion; Ctrl-C on the
-    calling thread stops it there too."""
-    outcome: dict[str, Any] = {}
+def run_guarded(action: Callable[[], Any]) -> Any:
+    """Run `action` with deep recursion allowed (`dl.lang.nesting.with_room`: a thread with a large stack,
+    where Ctrl-C stops it too); user failures become `DiagnosticError`."""
 
-    def target() -> None:
+    def translated() -> Any:
         try:
             with np.errstate(all="ignore"):
-                outcome["value"] = action()
+                return action()
         except RunError as failure:
-            outcome["error"] = DiagnosticError(failure.diagnostic)
+            raise DiagnosticError(failure.diagnostic) from None
         except DeepRecursion as failure:  # the stack as it was at the innermost call
-            outcome["error"] = DiagnosticError(recursion_error(failure.args[0], UNKNOWN_SPAN))
+            raise DiagnosticError(recursion_error(failure.args[0], UNKNOWN_SPAN)) from None
         except RecursionError:  # outside any DL call
-            outcome["error"] = DiagnosticError(recursion_error(STACK.copy(), UNKNOWN_SPAN))
-        except BaseException as failure:  # carried to the caller's thread, re-raised there
-            outcome["exception"] = failure
+            raise DiagnosticError(recursion_error(STACK.copy(), UNKNOWN_SPAN)) from None
         finally:
             STACK.clear()
 
-    previous_limit = sys.getrecursionlimit()
-    sys.setrecursionlimit(RECURSION_LIMIT)
-    try:
-        if WORKER.is_current():  # a guarded action inside another: already on the worker
-            target()
-        else:
-            WORKER.run(target)
-    finally:
-        sys.setrecursionlimit(previous_limit)
-    if "exception" in outcome:
-        raise outcome["exception"]
-    if "error" in outcome:
-        raise outcome["error"]
-    return outcome.get("value")
-
-
-class Worker:
-    """The thread DL code runs on: started at the first guarded action, with a large C stack, and reused by
-    every later one, so that a host calling a small function often (`dl.load_package`) pays a hand-over
-    between threads per call, not a thread's start and end. After Ctrl-C the interrupted worker is left to
-    end and the next action starts a new one, so an interrupt never reaches an action it was not meant for."""
-
-    def __init__(self) -> None:
-        self.requests: queue.SimpleQueue | None = None  # the current worker's
-        self.thread: threading.Thread | None = None
-        self.lock = threading.Lock()
-
-    @staticmethod
-    def is_current() -> bool:
-        return getattr(ON_WORKER, "active", False)
-
-    def run(self, target) -> None:
-        """Run `target` on the worker and wait for it; Ctrl-C meanwhile interrupts it (and is raised here)."""
-        done = threading.Event()
-        thread, requests = self.started()
-        requests.put((target, done))
-        try:
-            while not done.wait(0.1):
-                pass
-        except KeyboardInterrupt:  # Ctrl-C reaches the main thread only: stop the program too
-            self.interrupt(thread, requests, done)
-            raise
-
-    def started(self) -> tuple[threading.Thread, queue.SimpleQueue]:
-        with self.lock:
-            if self.thread is None or not self.thread.is_alive():
-                self.requests = queue.SimpleQueue()
-                previous_stack = threading.stack_size()
-                threading.stack_size(THREAD_STACK_BYTES)
-                try:
-                    self.thread = threading.Thread(target=serve, args=(self.requests,), name="dl-main", daemon=True)
-                    self.thread.start()
-                finally:
-                    threading.stack_size(previous_stack)
-            return self.thread, self.requests
-
-    def interrupt(self, thread: threading.Thread, requests: queue.SimpleQueue, done: threading.Event) -> None:
-        """Raise `KeyboardInterrupt` in the worker, and wait until the interrupted action has ended.
-
-        The exception is raised asynchronously (`PyThreadState_SetAsyncExc`): the worker sees it at its next
-        Python bytecode, so a loop stops at once and a long numpy call stops when it returns. Without this the
-        program would keep running in the background after Ctrl-C, which matters where the process goes on
-        (the REPL). The worker is retired: it ends once idle, and the next action starts another."""
-        with self.lock:
-            if self.thread is thread:
-                self.thread = self.requests = None
-        ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread.ident), ctypes.py_object(KeyboardInterrupt))
-        interrupt_everything()  # compiled loops poll a flag
-        while not done.wait(0.1) and thread.is_alive():
-            pass
-        resume_everything()  # flags no running code saw would stop the next action at once
-        requests.put(None)
-
-
-ON_WORKER = threading.local()
-RUNNING = [0]  # how many actions are running on workers now (an interrupted one may still be ending)
-COUNTING = threading.Lock()
-
-
-def running() -> bool:
-    """Whether DL code is running on a worker now."""
-    return RUNNING[0] > 0
-
-
-def serve(requests: queue.SimpleQueue) -> None:
-    """A worker's loop: run each action it is given until it is given None (or an interrupt ends it)."""
-    ON_WORKER.active = True
-    while True:
-        request = requests.get()
-        if request is None:
-            return
-        target, done = request
-        with COUNTING:
-            RUNNING[0] += 1
-        try:
-            target()
-        finally:
-            with COUNTING:
-                RUNNING[0] -= 1
-            done.set()
-
-
-WORKER = Worker()
+    return with_room(translated)

@@ -3,6 +3,7 @@
 `dl.lang.check(source, path)` is the entry point for tools that need types
 while the user types (the REPL, the language server): it parses, loads
 imports relative to `path` and checks, and never raises for a user mistake.
+It runs with room for any tree the parser accepts (lang/nesting.py).
 """
 
 from __future__ import annotations
@@ -15,12 +16,14 @@ from contextlib import contextmanager
 from dl.lang import check as _check_module
 from dl.lang.diagnostics import Diagnostic, DiagnosticError, SourceMap, Span, error
 from dl.lang.modules import Program, load_program
+from dl.lang.nesting import in_room
 from dl.lang.parse import Recovered
 from dl.lang.types import GradientRef
 
 Typed = _check_module.Typed
 
 
+@in_room
 def check(source: str, path: str = "<input>") -> Typed:
     """Parse, load imports and check `source` (the text of `path`): the typed program and every diagnostic.
 

@@ -23,6 +23,7 @@ from types import MappingProxyType
 from dl.lang import ast
 from dl.lang.calls import Binding, BindingError, bind, bind_function, binding_diagnostic
 from dl.lang.diagnostics import Diagnostic, DiagnosticError, Label, Span, closest, error, warning
+from dl.lang.literals import out_of_range
 from dl.lang.modules import Program
 from dl.lang.primitives import BY_NAME, PRIMITIVES, TRANSFORMS, Primitive
 from dl.lang.printer import print_expr
@@ -364,6 +365,8 @@ class Checker:
             if decl is not None and len(decl.params) == len(arg_types):
                 self.apply_function(FunctionRef(function_name, id(decl)), list(arg_types), decl.name_span)
         self.settle_coercions()
+        for diagnostic in out_of_range(list(self.program.modules.values()), self.tables.coercions):
+            self.report(diagnostic)
         self.tables.functions = {key: (info.decl, info.module.path) for key, info in self.functions.items()}
         self.tables.diagnostics.sort(
             key=lambda d: (d.span.path != self.program.entry, d.span.path, d.span.line, d.span.column)

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from dl.lang import ast
 from dl.lang.diagnostics import Span
 from dl.lang.lexer import code_characters
+from dl.lang.nesting import in_room
 from dl.lang.parse import parse
 from dl.lang.printer import (
     INDENT,
@@ -45,6 +46,7 @@ class Comment:
     alone: bool  # on a line of its own
 
 
+@in_room
 def format_source(source: str, path: str = "<input>") -> str:
     """The canonical layout of `source`, comments kept. Raises `DiagnosticError` for a syntax error."""
     module = parse(source, path)
@@ -282,17 +284,20 @@ def wrapped_statement(stmt, depth: int) -> list[str] | None:
     return wrapped(value, head, depth)
 
 
-def wrapped(expr: ast.Expr, head: str, depth: int) -> list[str] | None:
+def wrapped(expr: ast.Expr, head: str, depth: int, sizes: dict[int, int] | None = None) -> list[str] | None:
     """`head` + `expr` over several lines: the items of its outermost brackets one per line, each wrapped
-    again if still too long."""
-    one_line = INDENT * depth + head + print_expr(expr)
-    if len(one_line) <= MAX_LINE:
-        return [one_line]
+    again if still too long. `sizes` (of `expr`'s subtrees, by id) spares printing what cannot fit."""
+    sizes = subtree_sizes(expr) if sizes is None else sizes
+    # Every node prints at least one character of its own: a subtree of more nodes than a line has
+    # characters never fits, and is not printed only to find that out (deep nesting would make it quadratic).
+    if sizes[id(expr)] <= MAX_LINE:
+        one_line = INDENT * depth + head + print_expr(expr)
+        if len(one_line) <= MAX_LINE:
+            return [one_line]
     match expr:
         case ast.Call(func=func, args=args, keywords=keywords):
             opening, closing = print_expr(func) + "(", ")"
-            items = [(print_expr(a), a) for a in args] + [(f"{k.name}=", k.value) for k in keywords]
-            items = [("", node) if text == print_expr(node) else (text, node) for text, node in items]
+            items = [("", a) for a in args] + [(f"{k.name}=", k.value) for k in keywords]
         case ast.StructLiteral(type=struct, fields=fields):
             opening, closing = print_expr(struct) + " {", "}"
             items = [(f"{f.name}: ", f.value) for f in fields]
@@ -306,8 +311,22 @@ def wrapped(expr: ast.Expr, head: str, depth: int) -> list[str] | None:
             return None
     lines = [INDENT * depth + head + opening]
     for label, node in items:
-        inner = wrapped(node, label, depth + 1) or [INDENT * (depth + 1) + label + print_expr(node)]
+        inner = wrapped(node, label, depth + 1, sizes) or [INDENT * (depth + 1) + label + print_expr(node)]
         inner[-1] += ","
         lines += inner
     lines.append(INDENT * depth + closing)
     return lines
+
+
+def subtree_sizes(expr: ast.Expr) -> dict[int, int]:
+    """The number of nodes under each node of `expr` (itself included), by id; found without recursion."""
+    sizes: dict[int, int] = {}
+    order: list = []
+    waiting = [expr]
+    while waiting:
+        node = waiting.pop()
+        order.append(node)
+        waiting.extend(ast.children(node))
+    for node in reversed(order):  # children before their parents
+        sizes[id(node)] = 1 + sum(sizes[id(child)] for child in ast.children(node))
+    return sizes

@@ -12,7 +12,8 @@ from importlib import resources
 from pathlib import Path
 
 from dl.lang import ast
-from dl.lang.diagnostics import DiagnosticError, SourceMap, Span, error
+from dl.lang.diagnostics import Diagnostic, DiagnosticError, SourceMap, Span, error
+from dl.lang.files import MAX_SOURCE_BYTES, read_text
 from dl.lang.parse import Recovered, parse, recover
 
 
@@ -30,17 +31,21 @@ class Program:
     parsed: dict[str, tuple[str, ast.Module]] = field(default_factory=dict, repr=False)
 
     def in_dependency_order(self) -> list[str]:
-        """Module paths, each after the modules it imports (the entry last)."""
+        """Module paths, each after the modules it imports (the entry last). Walks with a list, not
+        recursion, so a chain of imports of any length is fine."""
         order: list[str] = []
-
-        def visit(path: str) -> None:
-            if path in order:
-                return
-            for _, target in self.imports.get(path, []):
-                visit(target)
-            order.append(path)
-
-        visit(self.entry)
+        placed: set[str] = set()
+        waiting = [(self.entry, False)]  # (module, its imports are placed)
+        while waiting:
+            path, imports_placed = waiting.pop()
+            if path in placed:
+                continue
+            if imports_placed:
+                placed.add(path)
+                order.append(path)
+                continue
+            waiting.append((path, True))
+            waiting.extend((target, False) for _, target in reversed(self.imports.get(path, [])))
         return order
 
 
@@ -57,17 +62,16 @@ def resolve(name: str, importer: str) -> Path | None:
 
 
 def read_source(path: Path, span: Span | None = None) -> str:
-    """Read a source file; a missing or unreadable file is a diagnostic."""
+    """Read a source file; a missing or unreadable file, one that is not a regular file (a directory, a named
+    pipe, a device such as /dev/zero) or one larger than `MAX_SOURCE_BYTES` is a diagnostic (E0404)."""
     try:
-        return path.read_text(encoding="utf-8")
+        return read_text(path, MAX_SOURCE_BYTES)
     except FileNotFoundError:
         problem = "no such file"
-    except IsADirectoryError:
-        problem = "is a directory, not a file"
     except UnicodeDecodeError:
-        problem = "is not UTF-8 text"
+        problem = "it is not UTF-8 text"
     except OSError as failure:
-        problem = failure.strerror or "cannot be read"
+        problem = failure.strerror or "it cannot be read"
     raise DiagnosticError(error("E0404", f"cannot read `{path}`: {problem}", span or Span(str(path), 1, 1, 1, 1)))
 
 
@@ -88,17 +92,6 @@ def load_program(
     parsed as ever."""
     program = Program(entry=path, sources=sources if sources is not None else SourceMap())
     text = read_source(Path(path)) if source is None else source
-    _load(program, path, text, [], recovered)
-    return program
-
-
-def load_imports(program: Program, module: ast.Module, importer: str) -> None:
-    """Load the imports of a module parsed outside `load_program` (the REPL's entries)."""
-    program.imports.setdefault(importer, [])
-    _load_imports(program, module, importer, [importer])
-
-
-def _load(program: Program, path: str, text: str, chain: list[str], recovered: list[Recovered] | None = None) -> None:
     program.sources.add(path, text)
     earlier = program.parsed.get(path)
     if recovered is None and earlier is not None and earlier[0] == text:
@@ -108,27 +101,73 @@ def _load(program: Program, path: str, text: str, chain: list[str], recovered: l
     else:
         recovered.append(recover(text, path))
         module = recovered[-1].module
-    program.modules[path] = module
-    program.imports[path] = []
-    _load_imports(program, module, path, [*chain, path])
+    load_imports(program, module, path)
+    return program
 
 
-def _load_imports(program: Program, module: ast.Module, path: str, chain: list[str]) -> None:
-    problems = []
-    for decl in module.decls:
-        if not isinstance(decl, ast.Import):
+@dataclass
+class Loading:
+    """A module whose imports are being loaded: the next of them, and the problems found so far."""
+
+    path: str
+    imports: list[ast.Import]
+    parent: Loading | None = None
+    alias: str = ""  # what its importer calls it
+    next: int = 0
+    problems: list[Diagnostic] = field(default_factory=list)
+
+
+def load_imports(program: Program, module: ast.Module, importer: str) -> None:
+    """Load the imports of `module` (the module of path `importer`, already parsed), and theirs, depth first.
+
+    A loop over a stack of modules being loaded, not recursion: a chain of imports of any length loads.
+    The stack is the chain of imports that led to a module, so an import of a module on it closes a cycle
+    (E0402). A module's problems are raised once all its imports were tried; its importer then adds them
+    to its own, and does not record the import."""
+    program.modules[importer] = module
+    program.imports.setdefault(importer, [])
+    stack = [Loading(importer, imports_of(module))]
+    on_stack = {importer}
+    while stack:
+        loading = stack[-1]
+        if loading.next == len(loading.imports):
+            stack.pop()
+            on_stack.discard(loading.path)
+            finished(program, loading)
             continue
+        decl = loading.imports[loading.next]
+        loading.next += 1
         try:
-            target = _import_one(program, decl, path, chain)
+            target, module = import_one(program, decl, loading.path, stack, on_stack)
         except DiagnosticError as failure:
-            problems.extend(failure.diagnostics)
+            loading.problems.extend(failure.diagnostics)
             continue
-        program.imports[path].append((decl.alias or decl.module, target))
-    if problems:
-        raise DiagnosticError(problems)
+        if module is None:
+            program.imports[loading.path].append((decl.alias or decl.module, target))
+            continue
+        stack.append(Loading(target, imports_of(module), loading, decl.alias or decl.module))
+        on_stack.add(target)
 
 
-def _import_one(program: Program, decl: ast.Import, importer: str, chain: list[str]) -> str:
+def imports_of(module: ast.Module) -> list[ast.Import]:
+    return [decl for decl in module.decls if isinstance(decl, ast.Import)]
+
+
+def finished(program: Program, loading: Loading) -> None:
+    """A module's imports are all tried: its problems go to its importer (or are raised, for the first)."""
+    if loading.parent is None:
+        if loading.problems:
+            raise DiagnosticError(loading.problems)
+    elif loading.problems:
+        loading.parent.problems.extend(loading.problems)
+    else:
+        program.imports[loading.parent.path].append((loading.alias, loading.path))
+
+
+def import_one(
+    program: Program, decl: ast.Import, importer: str, stack: list[Loading], on_stack: set[str]
+) -> tuple[str, ast.Module | None]:
+    """The path `decl` imports, and its module when it is newly parsed (its imports are still to load)."""
     found = resolve(decl.module, importer)
     if found is None:
         raise DiagnosticError(
@@ -140,9 +179,16 @@ def _import_one(program: Program, decl: ast.Import, importer: str, chain: list[s
             )
         )
     target = str(found)
-    if target in chain:
+    if target in on_stack:
+        chain = [loading.path for loading in stack]
         cycle = " -> ".join(Path(p).stem for p in [*chain[chain.index(target) :], target])
         raise DiagnosticError(error("E0402", f"import cycle: {cycle}", decl.span, "this import closes the cycle"))
-    if target not in program.modules:
-        _load(program, target, read_source(found, decl.span), chain)
-    return target
+    if target in program.modules:
+        return target, None
+    text = read_source(found, decl.span)
+    program.sources.add(target, text)
+    earlier = program.parsed.get(target)
+    module = earlier[1] if earlier is not None and earlier[0] == text else parse(text, target)
+    program.modules[target] = module
+    program.imports[target] = []
+    return target, module

@@ -13,7 +13,9 @@ first parse (`ParseTable.load`); the table is driven by the short loop in
 wrappers cost more than the rest of parsing together (bench/README.md).
 
 Mistakes never escape as Python exceptions: they become `DiagnosticError`s
-whose messages say, in words, what could come next and what was found.
+whose messages say, in words, what could come next and what was found. Nothing
+here recurses, so input of any depth parses; a tree that nests deeper than the
+passes after the parser are guaranteed to walk is refused (lang/nesting.py).
 """
 
 from __future__ import annotations
@@ -24,12 +26,14 @@ from collections.abc import Callable
 from dataclasses import replace
 from importlib import resources
 from operator import itemgetter
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 from dl.lang import ast
 from dl.lang.diagnostics import UNKNOWN_SPAN, Diagnostic, DiagnosticError, Label, Span, error
 from dl.lang.layout import CLOSERS, OPENERS, layout, never_closed, token_span
 from dl.lang.lexer import LAYOUT_ONLY, FStringError, Scanner, Token, fstring_pieces
+from dl.lang.literals import integer_value
+from dl.lang.nesting import too_deep
 from lark import Lark
 from lark.grammar import Rule
 from lark.lark import PostLex
@@ -37,6 +41,7 @@ from lark.lexer import Lexer
 from lark.parsers.lalr_analysis import Shift
 
 ASSIGNABLE = (ast.Name, ast.Field, ast.Index)
+T = TypeVar("T")
 STRING_ESCAPES = {"n": "\n", "t": "\t", "\\": "\\", '"': '"', "0": "\0"}
 
 
@@ -171,7 +176,9 @@ class Builder:
     def dim(self, children: list) -> ast.Dim:
         kind, text, line, column = children[0]
         span = Span(self.path, line, column, line, column + len(text))
-        return ast.DimLiteral(int(text), span) if kind == "INT" else ast.DimName(text, span)
+        if kind == "INT":
+            return ast.DimLiteral(checked(integer_value(text, "i64", span)), span)
+        return ast.DimName(text, span)
 
     def tuple_type(self, children: list) -> ast.TypeExpr:
         items = tuple(nodes(children))
@@ -246,16 +253,16 @@ class Builder:
     def int_literal(self, children: list) -> ast.IntLiteral:
         _, text, line, column = children[0]
         span = Span(self.path, line, column, line, column + len(text))
-        if text.endswith(("i32", "i64")):
-            return ast.IntLiteral(int(text[:-3]), text[-3:], span)
-        return ast.IntLiteral(int(text), None, span)
+        dtype = text[-3:] if text.endswith(("i32", "i64")) else None
+        digits = text[:-3] if dtype else text
+        return ast.IntLiteral(checked(integer_value(digits, dtype, span)), dtype, span)
 
     def float_literal(self, children: list) -> ast.FloatLiteral:
         _, text, line, column = children[0]
         span = Span(self.path, line, column, line, column + len(text))
-        if text.endswith(("f32", "f64")):
-            return ast.FloatLiteral(float(text[:-3]), text[-3:], span)
-        return ast.FloatLiteral(float(text), None, span)
+        dtype = text[-3:] if text.endswith(("f32", "f64")) else None
+        number = text[:-3] if dtype else text
+        return ast.FloatLiteral(float(number), dtype, span)  # beyond its dtype, it is infinity
 
     def string_literal(self, children: list) -> ast.StringLiteral:
         token = children[0]
@@ -279,6 +286,13 @@ class Builder:
 
     def tensor_literal(self, children: list) -> ast.TensorLiteral:
         return ast.TensorLiteral(tuple(nodes(children)), span_between(self.path, children[0], children[-1]))
+
+
+def checked(value: T | Diagnostic) -> T:
+    """A literal's value; raises its diagnostic when it has one instead."""
+    if isinstance(value, Diagnostic):
+        raise DiagnosticError(value)
+    return value
 
 
 def signature(children: list) -> tuple[tuple[ast.Param, ...], ast.TypeExpr | None]:
@@ -743,11 +757,15 @@ def _run(source: str, path: str, start: str, first_line: int = 1, first_column: 
     with _lock:
         _builder.path = path
         try:
-            return table.run([*tokens, end], start)
+            parsed = table.run([*tokens, end], start)
         except UnexpectedToken as problem:
             if unclosed is not None and problem.token[0] == "$END":
                 raise DiagnosticError(never_closed(unclosed, path)) from None
             raise DiagnosticError(syntax_diagnostic(table, tokens, problem.token, start, path)) from None
+    deep = too_deep(parsed) if start != "embedded_expr" else None  # a field is measured in the tree around it
+    if deep is not None:
+        raise DiagnosticError(deep)
+    return parsed
 
 
 def moved(token: Token, lines: int, columns: int) -> Token:

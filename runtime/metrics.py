@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
+from dl.lang.files import append_text, write_atomically
 
 RUNS = Path("runs")
 RECORD = "run.json"
@@ -86,9 +87,7 @@ def new_record(runs: Path) -> Path:
             "started": started.isoformat(timespec="seconds"),
             "dl": dl_version(),
         }
-        temporary = directory / f".{RECORD}.tmp"  # in a directory just made, which no one else writes to
-        temporary.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
-        os.replace(temporary, directory / RECORD)
+        write_atomically(directory / RECORD, json.dumps(record, indent=2) + "\n")
     except OSError as problem:
         raise MetricsError(f"cannot make the run record in `{runs}`: {problem.strerror}") from None
     return directory
@@ -133,8 +132,7 @@ def log_value(name: Any, value: Any, step: Any) -> tuple:
     record = {"name": name, "step": int(step), "value": scalar if math.isfinite(scalar) else str(scalar)}
     path = Metrics.target()
     try:
-        with path.open("a", encoding="utf-8") as sink:
-            sink.write(json.dumps(record) + "\n")
+        append_text(path, json.dumps(record) + "\n")  # a regular file only: a named pipe would wait for a reader
     except OSError as problem:
         raise MetricsError(f"cannot append to the metrics file `{path}`: {problem.strerror}") from None
     return ()

@@ -1,4 +1,4 @@
-"""Atomic writes (driver/atomic.py): the old file stays whole on failure, and the file keeps its
+"""Atomic writes (lang/files.py): the old file stays whole on failure, and the file keeps its
 permissions, or gets a new file's (0666 less the umask), never mkstemp's 0600."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import stat
 from pathlib import Path
 
 import pytest
-from dl import atomic
+from dl.lang import files
 
 
 def mode(path: Path) -> int:
@@ -19,7 +19,7 @@ def mode(path: Path) -> int:
 def test_a_new_file_gets_the_permissions_the_umask_allows(tmp_path: Path, umask: int) -> None:
     previous = os.umask(umask)
     try:
-        atomic.write_text(tmp_path / "new.txt", "text")
+        files.write_atomically(tmp_path / "new.txt", "text")
     finally:
         os.umask(previous)
     assert (tmp_path / "new.txt").read_text() == "text"
@@ -30,14 +30,14 @@ def test_a_replaced_file_keeps_its_permissions(tmp_path: Path) -> None:
     target = tmp_path / "kept.txt"
     target.write_text("old")
     target.chmod(0o640)
-    atomic.write_text(target, "new")
+    files.write_atomically(target, "new")
     assert (target.read_text(), mode(target)) == ("new", 0o640)
 
 
 def test_a_failed_write_leaves_the_old_file_and_no_temporary(tmp_path: Path) -> None:
     target = tmp_path / "kept.txt"
     target.write_text("old")
-    with pytest.raises(RuntimeError), atomic.replacing(target) as temporary:
+    with pytest.raises(RuntimeError), files.replacing(target) as temporary:
         temporary.write_text("half")
         raise RuntimeError("interrupted")
     assert [p.name for p in tmp_path.iterdir()] == ["kept.txt"]

@@ -269,7 +269,7 @@ def test_a_missing_file_or_directory_is_a_diagnostic(tmp_path: Path) -> None:
     )
     assert run_error(STATE, "save_state", str(tmp_path)) == (
         "E0521",
-        f"save: cannot write checkpoint `{tmp_path}`: is a directory",
+        f"save: cannot write checkpoint `{tmp_path}`: it is a directory, not a regular file",
     )
     assert list(tmp_path.iterdir()) == []
 

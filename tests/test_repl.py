@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from dl import repl
 from dl.highlight import DLLexer
-from dl.interp import run as interpreter
+from dl.lang import nesting
 from dl.repl import Outcome, Session
 from prompt_toolkit.completion import CompleteEvent
 from prompt_toolkit.document import Document
@@ -45,13 +45,13 @@ def drive(session: Session, keys: str, interrupt_after_s: float | None = None) -
     """Run the real prompt_toolkit application on `keys` (a pipe input, a dummy output) until it returns.
 
     With `interrupt_after_s`, a watcher raises KeyboardInterrupt in this thread (as Ctrl-C in a terminal
-    does) once a program has been running that long on the interpreter's worker thread."""
+    does) once a program has been running that long in a room (lang/nesting.py)."""
     stop = threading.Event()
 
     def watch() -> None:
         started = None
         while not stop.is_set():
-            running = interpreter.running()
+            running = nesting.running()
             started = (started or time.monotonic()) if running else None
             if started is not None and time.monotonic() - started > interrupt_after_s:
                 _thread.interrupt_main()
@@ -226,7 +226,7 @@ def test_application_ctrl_c_interrupts_a_long_loop(session: Session, capsys: pyt
     captured = capsys.readouterr()
     assert "interrupted" in captured.err
     assert captured.out == "0 : i64\n"  # the interrupted entry changed nothing
-    assert not interpreter.running()  # the loop stopped, too
+    assert not nesting.running()  # the loop stopped, too
 
 
 def test_completion_lists_names_with_their_types(session: Session, capsys: pytest.CaptureFixture) -> None:

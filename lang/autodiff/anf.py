@@ -528,9 +528,7 @@ class ForwardSweep:
             return ast.Call(self.rename(expr.func, env), args, keywords, expr.span)
         if isinstance(callee, FunctionRef):
             decl, decl_path = self.typed.functions[callee.key]
-            if not isinstance(decl, ast.FnDecl) or any(
-                isinstance(d, ast.FnDecl) and d is decl for d in ast.walk(self.decl.body)
-            ):
+            if not isinstance(decl, ast.FnDecl) or id(decl) in self.local_functions:
                 raise NotDifferentiable(
                     "`grad` cannot yet differentiate through a call of an anonymous or local function",
                     expr.span,

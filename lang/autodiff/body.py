@@ -61,6 +61,7 @@ class FunctionBody(ForwardSweep, BackwardSweep):
         # the user's names, which the names lowering adds (flags, loop counters) must not meet
         self.user_names = {n.id for n in ast.walk(decl.body) if isinstance(n, ast.Name)} | set(self.used)
         self.user_names |= {n.name for n in ast.walk(decl.body) if isinstance(n, ast.NamePattern)}
+        self.local_functions = {id(n) for n in ast.walk(decl.body) if isinstance(n, ast.FnDecl)}
         self.adjoints: dict[str, str] = {}
         self.result_type: Type = ANY
         self.pending: list[ast.Stmt] = []  # statements a rule needs before its contributions

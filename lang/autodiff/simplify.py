@@ -19,30 +19,44 @@ EFFECT_NAMES = frozenset(prim.value for prim in EFFECTS | VOLATILE)
 def prune(stmts: list[ast.Stmt], effectful: frozenset[str] = frozenset()) -> list[ast.Stmt]:
     """Drop `let`s of values nothing reads (the forward values the backward sweep does not need), and
     copies: `let a = b` of names never assigned again makes `a` another name for `b`. Calls of the
-    functions named in `effectful` (which print or assert) stay."""
-    pure = lambda expr: not calls_any(expr, EFFECT_NAMES | effectful)  # noqa: E731
+    functions named in `effectful` (which print or assert) stay.
+
+    Dropping a statement can only leave the names it read unread, so a worklist finds every dead
+    statement in one pass over the code, however long the chains of dead values are."""
+    effects = EFFECT_NAMES | effectful
     stmts = propagate_copies(stmts)
-    while True:
-        reads = read_elsewhere(stmts)
-        unread = {
-            id(stmt)
-            for stmt in ast.walk(tuple(stmts))
-            if (
-                isinstance(stmt, ast.Let)
-                and isinstance(stmt.pattern, ast.NamePattern)
-                and stmt.pattern.name not in reads
-                and pure(stmt.value)
-            )
-            or (
-                isinstance(stmt, ast.Assign)
-                and not isinstance(stmt.target, ast.TupleLiteral)
-                and ast.root_name(stmt.target) not in reads
-                and pure(stmt.value)
-            )
-        }
-        if not unread:
-            return fold_zero_starts(stmts)
-        stmts = filter_blocks(stmts, lambda stmt, unread=unread: id(stmt) not in unread)
+    readers: dict[str, int] = {}  # each name: how many statements read it
+    droppable: dict[str, list] = {}  # each name: the `let`s and assignments of it that call nothing effectful
+    reads: dict[int, set[str]] = {}  # what each droppable statement reads
+    for stmt in ast.walk(tuple(stmts)):
+        names = names_read_by(stmt)
+        for name in names:
+            readers[name] = readers.get(name, 0) + 1
+        target = dropped_name(stmt)
+        if target is not None and not calls_any(stmt.value, effects):
+            droppable.setdefault(target, []).append(stmt)
+            reads[id(stmt)] = names
+    dropped: set[int] = set()
+    unread = [name for name in droppable if not readers.get(name)]
+    while unread:
+        for stmt in droppable.pop(unread.pop(), ()):
+            dropped.add(id(stmt))
+            for name in reads[id(stmt)]:
+                readers[name] -= 1
+                if not readers[name] and name in droppable:
+                    unread.append(name)
+    if dropped:
+        stmts = filter_blocks(stmts, lambda stmt: id(stmt) not in dropped)
+    return fold_zero_starts(stmts)
+
+
+def dropped_name(stmt) -> str | None:
+    """The name whose value a `let` or an assignment computes, for `prune`; None for other statements."""
+    if isinstance(stmt, ast.Let) and isinstance(stmt.pattern, ast.NamePattern):
+        return stmt.pattern.name
+    if isinstance(stmt, ast.Assign) and not isinstance(stmt.target, ast.TupleLiteral):
+        return ast.root_name(stmt.target)
+    return None
 
 
 def propagate_copies(stmts: list[ast.Stmt]) -> list[ast.Stmt]:
@@ -196,23 +210,23 @@ def is_increment(stmt: ast.Stmt, var: str) -> bool:
     )
 
 
-def read_elsewhere(stmts: list[ast.Stmt]) -> set[str]:
-    """The names read somewhere other than in an update of themselves (`d_x = d_x + c`, `d_x[i] += c`): a
-    variable only its own updates read is dead, updates included."""
-    reads: set[str] = set()
-    for stmt in ast.walk(tuple(stmts)):
-        if isinstance(stmt, (ast.Let, ast.Assign)):
-            itself = ast.root_name(stmt.target) if isinstance(stmt, ast.Assign) else None
-            reads |= {n.id for n in ast.walk(stmt.value) if isinstance(n, ast.Name) and n.id != itself}
-            if isinstance(stmt, ast.Assign):
-                reads |= {n.id for n in ast.walk(stmt.target) if isinstance(n, ast.Name) and n.id != itself}
-                if isinstance(stmt.target, ast.TupleLiteral):
-                    reads |= ast.assigned_names(stmt)
-        elif isinstance(stmt, (ast.If, ast.While)):
-            reads |= {n.id for n in ast.walk(stmt.cond) if isinstance(n, ast.Name)}
-        elif isinstance(stmt, (ast.Return, ast.ExprStmt)):
-            reads |= {n.id for n in ast.walk(stmt) if isinstance(n, ast.Name)}
-    return reads
+def names_read_by(stmt) -> set[str]:
+    """The names a statement reads other than in an update of themselves (`d_x = d_x + c`, `d_x[i] += c`): a
+    variable only its own updates read is dead, updates included. An `if` or `while` reads its condition
+    (its blocks' statements are statements of their own); nodes that are not statements read nothing."""
+    if isinstance(stmt, (ast.Let, ast.Assign)):
+        itself = ast.root_name(stmt.target) if isinstance(stmt, ast.Assign) else None
+        reads = {n.id for n in ast.walk(stmt.value) if isinstance(n, ast.Name) and n.id != itself}
+        if isinstance(stmt, ast.Assign):
+            reads |= {n.id for n in ast.walk(stmt.target) if isinstance(n, ast.Name) and n.id != itself}
+            if isinstance(stmt.target, ast.TupleLiteral):
+                reads |= ast.assigned_names(stmt)
+        return reads
+    if isinstance(stmt, (ast.If, ast.While)):
+        return {n.id for n in ast.walk(stmt.cond) if isinstance(n, ast.Name)}
+    if isinstance(stmt, (ast.Return, ast.ExprStmt)):
+        return {n.id for n in ast.walk(stmt) if isinstance(n, ast.Name)}
+    return set()
 
 
 def calls_any(expr, functions: set[str] | frozenset[str]) -> bool:
