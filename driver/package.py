@@ -31,11 +31,12 @@ import numpy as np
 import safetensors
 import safetensors.numpy
 from dl import __version__, pipeline
+from dl.interp.npz import NpzError, read_arrays
 from dl.lang import ast
 from dl.lang.check import Signature, Typed
 from dl.lang.check import check as check_program
 from dl.lang.diagnostics import Diagnostic, DiagnosticError, SourceMap, Span, closest, error
-from dl.lang.files import replacing
+from dl.lang.files import open_regular, replacing
 from dl.lang.flatten import flatten
 from dl.lang.modules import Program, load_program
 from dl.lang.printer import print_module
@@ -455,7 +456,7 @@ def read_members(path: str) -> dict[str, bytes]:
     """The three members of the zip at `path`, each within its size limit. Raises E0601, or E0602 for a member
     whose checksum the zip itself finds wrong."""
     try:
-        with zipfile.ZipFile(path) as archive:
+        with open_regular(path) as file, zipfile.ZipFile(file) as archive:
             names = archive.namelist()
             if sorted(names) != sorted(MEMBERS):
                 raise package_error(
@@ -556,16 +557,14 @@ def read_inputs(path: str, package: Package) -> dict[str, np.ndarray]:
     function of one input, the file's one array may have any name. Never unpickles: an object array is
     refused. Raises E0604."""
     try:
-        with np.load(path, allow_pickle=False) as found:
-            if not isinstance(found, np.lib.npyio.NpzFile):
-                raise inputs_error(path, "an .npz file of arrays is expected, found a single .npy array")
-            arrays = {name: found[name] for name in found.files}
+        with open_regular(path) as file:
+            arrays = read_arrays(file, path)
     except FileNotFoundError:
         raise inputs_error(path, "no such file") from None
-    except ValueError as problem:  # numpy refuses an object array without pickle
-        raise inputs_error(path, f"it holds an array that is not numbers ({problem})") from None
-    except (OSError, EOFError, zipfile.BadZipFile) as problem:
-        raise inputs_error(path, f"not an .npz file, or truncated ({problem})") from None
+    except NpzError as problem:  # checked member by member (interp/npz.py): a pickle is never read as one
+        raise inputs_error(path, str(problem)) from None
+    except OSError as problem:  # a directory, a device or a pipe, unreadable
+        raise inputs_error(path, f"cannot be read ({problem})") from None
     names = [name for name, _ in package.inputs]
     if len(names) == 1 and len(arrays) == 1:
         return {names[0]: next(iter(arrays.values()))}

@@ -47,6 +47,20 @@ def read_array(file: BinaryIO, name: str, path: str) -> np.ndarray:
         raise NpzError(f"{what} cannot be read: {problem}") from None
 
 
+def read_arrays(file: BinaryIO, path: str) -> dict[str, np.ndarray]:
+    """Every array of the archive open as `file`, by name (`path` names it in messages)."""
+    archive = open_archive(file, path)
+    arrays = {}
+    for info in archive.infolist():
+        name = info.filename.removesuffix(".npy")
+        what = f'array "{name}" in "{path}"'
+        try:
+            arrays[name] = member_array(archive, info, what)
+        except READ_ERRORS as problem:
+            raise NpzError(f"{what} cannot be read: {problem}") from None
+    return arrays
+
+
 def open_archive(file: BinaryIO, path: str) -> zipfile.ZipFile:
     start = file.read(len(npy.MAGIC_PREFIX))
     file.seek(0)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import zipfile
 from pathlib import Path
@@ -252,8 +253,19 @@ def test_npz_inputs_are_never_unpickled(dlrun, project: Path) -> None:
     np.savez("objects.npz", x=np.array([{"a": 1}], dtype=object))
     status, _, err = dlrun("predict", "m.dlpkg", "--input", "objects.npz", "-o", "y.npz")
     assert status == 1 and err.startswith(
-        "error[E0604]: input file `objects.npz`: it holds an array that is not numbers"
+        'error[E0604]: input file `objects.npz`: array "x" in "objects.npz" holds Python objects, '
+        "which DL never unpickles"
     )
+    with zipfile.ZipFile("pickled.npz", "w") as archive:  # a member that is a raw pickle, not an .npy array
+        archive.writestr("x.npy", b"\x80\x04\x95\x00\x00\x00\x00\x00\x00\x00\x00.")
+    status, _, err = dlrun("predict", "m.dlpkg", "--input", "pickled.npz", "-o", "y.npz")
+    assert status == 1 and err.startswith('error[E0604]: input file `pickled.npz`: array "x" in "pickled.npz"')
+    os.mkfifo("pipe.npz")  # a named pipe would block a reader that does not look first
+    status, _, err = dlrun("predict", "m.dlpkg", "--input", "pipe.npz", "-o", "y.npz")
+    assert status == 1 and "input file `pipe.npz`: cannot be read" in err and "not a regular file" in err
+    os.mkfifo("pipe.dlpkg")
+    status, _, err = dlrun("predict", "pipe.dlpkg", "--input", "objects.npz", "-o", "y.npz")
+    assert status == 1 and err.startswith("error[E0601]") and "not a regular file" in err
     np.savez("wrong.npz", y=inputs(), z=inputs())
     status, _, err = dlrun("predict", "m.dlpkg", "--input", "wrong.npz", "-o", "y.npz")
     assert err == (
