@@ -67,7 +67,7 @@ def pin_threads(argv: list[str] | None = None) -> int:
     threads = parser.parse_known_args(sys.argv[1:] if argv is None else argv)[0].threads
     if threads < 1:
         sys.exit("--threads must be at least 1")
-    loaded = [name for name in ("numpy", "torch", "jax") if name in sys.modules]
+    loaded = [name for name in ("numpy", "torch", "jax") if sys.modules.get(name) is not None]
     if loaded:  # too late: the thread pools exist already
         raise RuntimeError(f"pin_threads() runs before {', '.join(loaded)} is imported")
     if hasattr(os, "sched_setaffinity"):
