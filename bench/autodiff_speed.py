@@ -1,8 +1,8 @@
-"""Cost of a DL gradient against its forward pass, beside PyTorch eager (and numpy, and JAX if installed).
+"""Cost of a DL gradient against its forward pass, beside numpy, PyTorch (eager and torch.compile) and JAX jit.
 
-    python bench/autodiff_speed.py [--repeats 7] [--quick] [--json FILE] [--profile WORKLOAD]
+    python bench/autodiff_speed.py [--repeats 7] [--threads 1] [--quick] [--json FILE] [--profile WORKLOAD]
 
-Four workloads, written once in DL (one module, below) and once each for PyTorch and numpy:
+Four workloads, written once in DL (one module, below) and once each for PyTorch, JAX and numpy:
 
 - mlp: a two-layer perceptron's cross-entropy loss (tanh hidden layer, log_softmax, mean over
   the batch); parameters in a struct `MLP { w1: f32[256, 512], b1, w2: f32[512, 10], b2 }`,
@@ -11,65 +11,67 @@ Four workloads, written once in DL (one module, below) and once each for PyTorch
 - rnn: `h = tanh(x_t @ wx + h @ wh)` over 32 time steps by a DL `for` loop, batch 16, input and
   hidden 64, loss `sum(h * h)` of the last h; gradient wrt (wx, wh);
 - newton: Newton's iteration for sqrt(2) in a scalar `while` loop (f64; six iterations), bound by
-  interpreter overhead, recorded for the record.
+  interpreter overhead, recorded for the record (not written for torch.compile or JAX: its loop
+  depends on the values).
 
 DL is called the way a host embeds it: the module is loaded, checked and differentiated once
 (`pipeline.prepare`, which replaces `grad(...)` by generated DL functions, lang/autodiff/),
-compiled once, and the wrapper functions `NAME_forward` / `NAME_grad` are called through
-`invoke` with numpy arrays. A wrapper only builds the struct from its tensor arguments and calls
-the function, or `grad(function, wrt=...)`, so forward and gradient pay the same call overhead.
+compiled once for the interpreter and once with the LLVM backend's bodies, and the wrapper
+functions `NAME_forward` / `NAME_grad` are called through `invoke` with numpy arrays. A wrapper
+only builds the struct from its tensor arguments and calls the function, or `grad(function,
+wrt=...)`, so forward and gradient pay the same call overhead.
 
-PyTorch (CPU, eager): "forward" is the same computation under `torch.no_grad()`; "fwd+bwd" is
-the forward with the wrt tensors requiring grad, then `torch.autograd.grad(loss, wrt)`. numpy
-runs the forward only. JAX is measured only if `import jax` works (forward, and
-`jax.grad` with the same wrt, both under `jax.jit`, skipped otherwise).
+PyTorch: "forward" is the computation under `torch.no_grad()`; "grad" is the forward with the wrt
+tensors requiring grad, then `torch.autograd.grad(loss, wrt)`; torch.compile (Inductor) compiles
+the function, so AOTAutograd compiles its backward too. JAX: the function and `jax.grad` with the
+same wrt, each under `jax.jit`. numpy runs the forward only.
 
-Before timing, the DL forward value is checked against numpy's and torch's, and every DL gradient
-leaf against torch's (`np.allclose`, rtol 1e-3, atol 1e-4 times the leaf's largest magnitude, as
-the workloads are f32); the script stops with a message if one differs.
+Before timing, every system's forward value is checked against numpy's, and every gradient leaf
+against PyTorch eager's (JAX's where torch is not installed) with `np.allclose`, rtol 1e-3, atol
+1e-4 times the leaf's largest magnitude (the workloads are f32); the script stops if one differs.
 
-Timing: every measurement is the best of `--repeats` timed runs (time.perf_counter, gc off), the
-systems interleaved run by run so drift hits all alike, after one warm-up call each. A timed run
-repeats the call enough times to last about 20 ms (once, for calls that take longer), and the
-time is reported per call, in ms. Ratios: grad/forward of each system (the project's requirement
-for DL: at most about 3-4x for tensor-heavy code), and DL grad / torch fwd+bwd.
+Timing (bench/fair.py): threads pinned equal (`--threads`, default 1). Per workload, the systems'
+forward and gradient calls alternate, round by round, for `--repeats` rounds, each timed run
+after an untimed one of the same call (otherwise the spinning thread pool of the system timed just
+before slowed the next by up to 2x at 2 threads). A timed run repeats the call to last about 20 ms
+(once, for calls that take longer). Min and median ms per call, CPU time per wall time, grad/forward
+per system (the project's requirement for DL: at most about 3-4x for tensor-heavy code), and DL's
+gradient against each peer's. Each compiled system's first calls (tracing, compiling) are reported apart.
 
 `--profile WORKLOAD` prints the functions with the most own time (cProfile) in DL's gradient
-of that workload, and exits.
+of that workload on the interpreter, and exits.
 
 Not a test: nothing here is collected by pytest.
 """
 
 from __future__ import annotations
 
-import argparse
-import cProfile
-import gc
-import io
-import json
-import math
-import os
-import platform
-import pstats
-import sys
-import time
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+import fair  # first: it pins the threads before numpy, torch and jax load
 
-import numpy as np
-import torch
-from dl import pipeline
-from dl.interp.run import compile_program
-from dl.runtime.calls import invoke
-from dl.runtime.values import StructValue
+THREADS = fair.pin_threads()
 
-try:  # JAX is optional: measured only where it is installed
-    import jax
-    import jax.numpy as jnp
-except ImportError:
-    jax = None
-    jnp = None
+import argparse  # noqa: E402
+import cProfile  # noqa: E402
+import io  # noqa: E402
+import math  # noqa: E402
+import os  # noqa: E402
+import pstats  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+from collections.abc import Callable  # noqa: E402
+from dataclasses import dataclass  # noqa: E402
+from typing import Any  # noqa: E402
+
+import numpy as np  # noqa: E402
+from dl import pipeline  # noqa: E402
+from dl.codegen import native  # noqa: E402
+from dl.interp.run import compile_program  # noqa: E402
+from dl.runtime.calls import invoke  # noqa: E402
+from dl.runtime.values import StructValue  # noqa: E402
+
+torch = fair.load_torch(THREADS)
+jax = fair.load_jax()
+jnp = jax.numpy if jax is not None else None
 
 BATCH, IN, HIDDEN, CLASSES = 256, 256, 512, 10  # mlp
 SIDE = 1000  # chain: f32[SIDE, SIDE]
@@ -244,6 +246,7 @@ class Workload:
     numpy: Callable | None
     torch: Callable
     jax: Callable | None  # None: not written for JAX (data-dependent while loop)
+    compiles: bool = True  # written for torch.compile (newton's loop, on tensor values, is not)
 
 
 WORKLOADS = (
@@ -252,15 +255,20 @@ WORKLOADS = (
     ),
     Workload("chain", "f32[1000,1000]", chain_inputs, (0, 1), chain_numpy, chain_torch, chain_jax),
     Workload("rnn", "T=32, batch 16, hidden 64", rnn_inputs, (0, 1), rnn_numpy, rnn_torch, rnn_jax),
-    Workload("newton", "f64 scalar, 6 iterations", newton_inputs, (0,), newton_numpy, newton_torch, None),
+    Workload("newton", "f64 scalar, 6 iterations", newton_inputs, (0,), newton_numpy, newton_torch, None, False),
 )
 
 
 # ------------------------------------------------------------------------------------------ DL
 
+OURS = ["DL interp", "DL llvm"]
 
-def dl_functions(workloads: tuple[Workload, ...], arguments: dict[str, tuple]) -> dict[str, tuple[Any, Any]]:
-    """Load, check, differentiate and compile the module once; NAME -> (NAME_forward, NAME_grad)."""
+
+def dl_functions(
+    workloads: tuple[Workload, ...], arguments: dict[str, tuple], backend: str
+) -> dict[str, tuple[Any, Any]]:
+    """Load, check, differentiate and compile the module once for `backend` (llvm: no compile cache);
+    NAME -> (NAME_forward, NAME_grad)."""
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_autodiff_speed.dl")
     program = pipeline.load(path, SOURCE)
     calls = []
@@ -268,7 +276,8 @@ def dl_functions(workloads: tuple[Workload, ...], arguments: dict[str, tuple]) -
         types = tuple(pipeline.value_type(value) for value in arguments[workload.name])
         calls += [(f"{workload.name}_forward", types), (f"{workload.name}_grad", types)]
     program, typed = pipeline.prepare(program, tuple(calls))
-    cells = compile_program(program, typed).states[program.entry].cells
+    bodies = native.compile_program(typed, cache=False).bodies if backend == "llvm" else None
+    cells = compile_program(program, typed, bodies).states[program.entry].cells
     return {w.name: (cells[f"{w.name}_forward"].value, cells[f"{w.name}_grad"].value) for w in workloads}
 
 
@@ -278,26 +287,30 @@ def dl_caller(function: Any, args: tuple) -> Callable[[], Any]:
     return lambda: invoke(function, arguments, span)
 
 
-def gradient_leaves(value: Any) -> list[np.ndarray]:
-    """A DL gradient (a struct, a tuple or one tensor) as a flat list of arrays, in field order."""
+def leaves(value: Any) -> list[np.ndarray]:
+    """A gradient (a DL struct, a tuple or list, one tensor of any system) as a flat list of arrays, in order."""
     if isinstance(value, StructValue):
-        return [leaf for item in value.values for leaf in gradient_leaves(item)]
-    if isinstance(value, tuple):
-        return [leaf for item in value for leaf in gradient_leaves(item)]
+        return [leaf for item in value.values for leaf in leaves(item)]
+    if isinstance(value, (tuple, list)):
+        return [leaf for item in value for leaf in leaves(item)]
+    if hasattr(value, "detach"):  # a torch tensor
+        return [value.detach().numpy()]
     return [np.asarray(value)]
 
 
 # ------------------------------------------------------------------------------------------ torch, JAX
 
 
-def torch_callers(workload: Workload, args: tuple) -> tuple[Callable, Callable]:
+def torch_callers(workload: Workload, args: tuple, wrap: Callable = lambda f: f) -> tuple[Callable, Callable]:
+    """(forward, forward and backward) of the workload's torch function, `wrap`ped (torch.compile)."""
+
     def tensor(value: Any, requires_grad: bool) -> torch.Tensor:
         return torch.tensor(np.asarray(value)).requires_grad_(requires_grad)
 
     plain = [tensor(value, False) for value in args]
     tracked = [tensor(value, position in workload.wrt) for position, value in enumerate(args)]
     wrt = [tracked[position] for position in workload.wrt]
-    function = workload.torch
+    function = wrap(workload.torch)
 
     def forward():
         with torch.no_grad():
@@ -309,9 +322,7 @@ def torch_callers(workload: Workload, args: tuple) -> tuple[Callable, Callable]:
     return forward, forward_backward
 
 
-def jax_callers(workload: Workload, args: tuple) -> tuple[Callable, Callable] | None:
-    if jax is None or workload.jax is None:
-        return None
+def jax_callers(workload: Workload, args: tuple) -> tuple[Callable, Callable]:
     arrays = [jnp.asarray(value) for value in args]
     forward = jax.jit(workload.jax)
     gradient = jax.jit(jax.grad(workload.jax, argnums=workload.wrt))
@@ -321,98 +332,105 @@ def jax_callers(workload: Workload, args: tuple) -> tuple[Callable, Callable] | 
     )
 
 
-# ------------------------------------------------------------------------------------------ checks, timing
+# ------------------------------------------------------------------------------------------ systems, checks
 
 
-def check(workload: Workload, dl_forward: Callable, dl_grad: Callable, args: tuple, torch_fb: Callable) -> None:
-    """Stop with a message if DL's forward value or gradient differs from numpy's and torch's."""
-    value = float(dl_forward())
-    expected = float(workload.numpy(*args)) if workload.numpy else value
-    torch_value = float(workload.torch(*[torch.tensor(np.asarray(a)) for a in args]))
-    for name, other in (("numpy", expected), ("torch", torch_value)):
-        if not np.isclose(value, other, rtol=1e-4, atol=1e-6):
-            sys.exit(f"{workload.name}: DL forward {value!r} differs from {name}'s {other!r}")
-    got = gradient_leaves(dl_grad())
-    want = [tensor.numpy() for tensor in torch_fb()]
-    if len(got) != len(want):
-        sys.exit(f"{workload.name}: DL gradient has {len(got)} leaves, torch's {len(want)}")
-    for index, (mine, theirs) in enumerate(zip(got, want, strict=True)):
-        scale = float(np.max(np.abs(theirs))) if theirs.size else 0.0
-        if mine.shape != theirs.shape or not np.allclose(mine, theirs, rtol=1e-3, atol=1e-4 * scale):
-            worst = float(np.max(np.abs(mine - theirs))) if mine.shape == theirs.shape else math.nan
-            sys.exit(
-                f"{workload.name}: DL gradient leaf {index} differs from torch's "
-                f"(shapes {mine.shape} / {theirs.shape}, largest difference {worst:.3g}, scale {scale:.3g})"
-            )
+@dataclass(frozen=True)
+class System:
+    """One system's calls for one workload: the forward, and the gradient (None: numpy has none)."""
+
+    forward: Callable[[], Any]
+    gradient: Callable[[], Any] | None
+
+    def __call__(self) -> tuple[Any, Any]:
+        return self.forward(), self.gradient() if self.gradient else None
 
 
-def calls_per_run(function: Callable, target: float) -> int:
-    """How many calls make a timed run of about `target` seconds (at least one), from the fastest of 3 calls."""
-    once = min(timed_run(function, 1) for _ in range(3))
-    return max(1, math.ceil(target / max(once, 1e-9)))
+def builders(workload: Workload, args: tuple, dl: dict[str, dict]) -> dict[str, Callable[[], System]]:
+    """Each installed system that has this workload, as a function that builds its calls."""
+    systems = {
+        name: (lambda functions=functions: System(*(dl_caller(f, args) for f in functions[workload.name])))
+        for name, functions in dl.items()
+    }
+    if workload.numpy is not None:
+        systems["numpy"] = lambda: System(lambda: workload.numpy(*args), None)
+    if torch is not None:
+        systems["torch eager"] = lambda: System(*torch_callers(workload, args))
+        if workload.compiles:
+            systems["torch.compile"] = lambda: System(*torch_callers(workload, args, torch.compile))
+    if jax is not None and workload.jax is not None:
+        systems["JAX jit"] = lambda: System(*jax_callers(workload, args))
+    return systems
 
 
-def timed_run(function: Callable, calls: int) -> float:
-    """Seconds per call over one run of `calls` calls."""
-    start = time.perf_counter()
-    for _ in range(calls):
-        function()
-    return (time.perf_counter() - start) / calls
+def check(workload: Workload, results: dict[str, tuple[Any, Any]]) -> None:
+    """Stop with a message if a system's forward value differs from numpy's (the first system's, without
+    numpy), or its gradient from torch eager's (JAX's, without torch)."""
+    reference_name = "numpy" if "numpy" in results else next(iter(results))
+    expected = float(results[reference_name][0])
+    gradient_name = next((name for name in ("torch eager", "JAX jit") if name in results), None)
+    if gradient_name is None:
+        print(f"{workload.name}: gradients not checked (neither torch nor JAX is installed)", file=sys.stderr)
+    for name, (value, gradient) in results.items():
+        if not np.isclose(float(value), expected, rtol=1e-4, atol=1e-6):
+            sys.exit(f"{workload.name}: {name}'s forward {float(value)!r} differs from {reference_name}'s {expected!r}")
+        if gradient is None or gradient_name is None:
+            continue
+        got, want = leaves(gradient), leaves(results[gradient_name][1])
+        if len(got) != len(want):
+            sys.exit(f"{workload.name}: {name}'s gradient has {len(got)} leaves, {gradient_name}'s {len(want)}")
+        for index, (mine, theirs) in enumerate(zip(got, want, strict=True)):
+            scale = float(np.max(np.abs(theirs))) if theirs.size else 0.0
+            if mine.shape != theirs.shape or not np.allclose(mine, theirs, rtol=1e-3, atol=1e-4 * scale):
+                worst = float(np.max(np.abs(mine - theirs))) if mine.shape == theirs.shape else math.nan
+                sys.exit(
+                    f"{workload.name}: {name}'s gradient leaf {index} differs from {gradient_name}'s "
+                    f"(shapes {mine.shape} / {theirs.shape}, largest difference {worst:.3g}, scale {scale:.3g})"
+                )
 
 
-def measure(workloads: tuple[Workload, ...], repeats: int, target: float) -> list[dict]:
+# ------------------------------------------------------------------------------------------ timing
+
+
+def measure(workloads: tuple[Workload, ...], repeats: int, target: float) -> dict[str, Any]:
     rng = np.random.default_rng(0)
     arguments = {w.name: w.inputs(rng) for w in workloads}
-    dl = dl_functions(workloads, arguments)
-    results = []
-    gc_was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        for workload in workloads:
-            args = arguments[workload.name]
-            dl_forward, dl_grad = (dl_caller(function, args) for function in dl[workload.name])
-            torch_forward, torch_fb = torch_callers(workload, args)
-            check(workload, dl_forward, dl_grad, args, torch_fb)
-            functions = {
-                "dl_forward": dl_forward,
-                "dl_grad": dl_grad,
-                "torch_forward": torch_forward,
-                "torch_fwd_bwd": torch_fb,
-            }
-            if workload.numpy is not None:
-                functions["numpy_forward"] = lambda f=workload.numpy, a=args: f(*a)
-            jaxed = jax_callers(workload, args)
-            if jaxed is not None:
-                functions["jax_forward"], functions["jax_grad"] = jaxed
-            for function in functions.values():  # warm up (and compile, for JAX)
-                function()
-            calls = {key: calls_per_run(function, target) for key, function in functions.items()}
-            times = dict.fromkeys(functions, math.inf)
-            for _ in range(repeats):
-                for key, function in functions.items():
-                    # An untimed run first: the thread pool of the system timed before (numpy's BLAS, torch's
-                    # OpenMP) stops spinning, and this system's threads are awake.
-                    timed_run(function, calls[key])
-                    times[key] = min(times[key], timed_run(function, calls[key]))
-            row: dict[str, Any] = {"workload": workload.name, "shape": workload.shape}
-            row.update({key: seconds * 1e3 for key, seconds in times.items()})  # ms per call
-            row["calls"] = calls
-            results.append(row)
-            if sys.stderr.isatty():
-                print(f"  measured {workload.name}", file=sys.stderr, flush=True)
-    finally:
-        if gc_was_enabled:
-            gc.enable()
-    return results
+    module_times, dl = {}, {}
+    for name, backend in (("DL interp", "interp"), ("DL llvm", "llvm")):
+        start = time.perf_counter()
+        dl[name] = dl_functions(workloads, arguments, backend)
+        module_times[name] = time.perf_counter() - start
+    rows = []
+    for workload in workloads:
+        args = arguments[workload.name]
+        compile_times: dict[str, float] = {}
+        results: dict[str, Any] = {}
+        systems = {}
+        for name, build in builders(workload, args, dl).items():
+            built = fair.first_call(name, build, compile_times, results, may_fail=name == "torch.compile")
+            if built is not None:
+                systems[name] = built
+        check(workload, results)
+        calls = {}
+        for name, system in systems.items():
+            calls[f"{name} fwd"] = system.forward
+            if system.gradient is not None:
+                calls[f"{name} grad"] = system.gradient
+        counts = {key: fair.calls_for(function, target) for key, function in calls.items()}
+        samples = fair.alternate(calls, repeats, counts, warm=True)
+        rows.append({"workload": workload, "systems": list(systems), "samples": samples, "compile": compile_times})
+        if sys.stderr.isatty():
+            print(f"  measured {workload.name}", file=sys.stderr, flush=True)
+    return {"rows": rows, "module_times": module_times}
 
 
 def profile(workload: Workload, top: int = 20) -> None:
     rng = np.random.default_rng(0)
     arguments = {w.name: w.inputs(rng) for w in WORKLOADS}
-    dl = dl_functions(WORKLOADS, arguments)
+    dl = dl_functions(WORKLOADS, arguments, "interp")
     dl_grad = dl_caller(dl[workload.name][1], arguments[workload.name])
     dl_grad()
-    calls = calls_per_run(dl_grad, 0.5)
+    calls = fair.calls_for(dl_grad, 0.5)
     profiler = cProfile.Profile()
     profiler.enable()
     for _ in range(calls):
@@ -427,54 +445,64 @@ def profile(workload: Workload, top: int = 20) -> None:
 # ------------------------------------------------------------------------------------------ report
 
 
-def ms(value: float | None) -> str:
-    if value is None:
-        return "–"
-    return f"{value:.3f}" if value < 1 else f"{value:.2f}" if value < 10 else f"{value:.1f}"
-
-
-def ratio(numerator: float | None, denominator: float | None) -> str:
-    return "–" if numerator is None or denominator is None else f"{numerator / denominator:.2f}"
-
-
-def table(results: list[dict]) -> str:
+def table(row: dict) -> str:
+    """Markdown for one workload: per system, forward and gradient min and median ms, grad/fwd, CPU/wall."""
+    samples = row["samples"]
     lines = [
-        "| workload | DL fwd ms | DL grad ms | DL grad/fwd | torch fwd ms | torch fwd+bwd ms | torch ratio "
-        "| numpy fwd ms | DL grad / torch fwd+bwd |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| system | fwd min ms | fwd median ms | grad min ms | grad median ms | grad/fwd (min) | CPU/wall (grad) |",
+        "|---|---:|---:|---:|---:|---:|---:|",
     ]
-    for row in results:
-        lines.append(
-            f"| {row['workload']} | {ms(row['dl_forward'])} | {ms(row['dl_grad'])} "
-            f"| {ratio(row['dl_grad'], row['dl_forward'])} | {ms(row['torch_forward'])} "
-            f"| {ms(row['torch_fwd_bwd'])} | {ratio(row['torch_fwd_bwd'], row['torch_forward'])} "
-            f"| {ms(row.get('numpy_forward'))} | {ratio(row['dl_grad'], row['torch_fwd_bwd'])} |"
-        )
+    for name in row["systems"]:
+        forward, gradient = samples[f"{name} fwd"], samples.get(f"{name} grad")
+        cells = [fair.number(forward.min * 1e3), fair.number(forward.median * 1e3)]
+        if gradient is None:
+            cells += ["–", "–", "–", f"{forward.cpu_per_wall:.2f} (fwd)"]
+        else:
+            cells += [
+                fair.number(gradient.min * 1e3),
+                fair.number(gradient.median * 1e3),
+                f"{gradient.min / forward.min:.2f}",
+                f"{gradient.cpu_per_wall:.2f}",
+            ]
+        lines.append(f"| {name} | {' | '.join(cells)} |")
     return "\n".join(lines)
 
 
-def jax_table(results: list[dict]) -> str:
-    lines = ["| workload | JAX fwd ms | JAX grad ms | JAX ratio |", "|---|---:|---:|---:|"]
-    for row in results:
-        if "jax_forward" in row:
-            lines.append(
-                f"| {row['workload']} | {ms(row['jax_forward'])} | {ms(row['jax_grad'])} "
-                f"| {ratio(row['jax_grad'], row['jax_forward'])} |"
-            )
-    return "\n".join(lines)
+def gradient_ratios(row: dict) -> list[str]:
+    """DL's gradient against each peer's gradient (fwd+bwd)."""
+    gradients = {name[: -len(" grad")]: s for name, s in row["samples"].items() if name.endswith(" grad")}
+    return fair.ratio_lines(gradients, OURS)
 
 
-def machine() -> str:
-    jax_version = f"jax {jax.__version__}" if jax is not None else "no jax"
-    return (
-        f"{platform.machine()}, nproc={os.cpu_count()}, Python {platform.python_version()}, "
-        f"numpy {np.__version__}, torch {torch.__version__} (threads={torch.get_num_threads()}), {jax_version}"
+def report(result: dict, repeats: int, target: float) -> None:
+    print(fair.header("gradient cost", THREADS, torch, jax))
+    print(
+        f"# {repeats} rounds alternated; ms per call (a timed run repeats a call to last about {target * 1e3:.0f} ms)"
     )
+    for row in result["rows"]:
+        workload = row["workload"]
+        print(f"\n## {workload.name}: {workload.shape}\n")
+        print(table(row))
+        print()
+        print("\n".join(gradient_ratios(row)))
+        forward, gradient = row["samples"].get("DL interp fwd"), row["samples"].get("DL interp grad")
+        grad_ratio = gradient.min / forward.min
+        verdict = "met" if grad_ratio <= 4.0 else "NOT met"
+        print(f"DL interp grad/forward {grad_ratio:.2f} -> goal <= ~3-4x {verdict}")
+        firsts = ", ".join(f"{name} {seconds:.2f} s" for name, seconds in row["compile"].items())
+        print(f"first calls (forward and gradient, compiling included): {firsts}")
+    modules = ", ".join(f"{name} {seconds:.2f} s" for name, seconds in result["module_times"].items())
+    print(f"\nDL module prepared (checked, differentiated, compiled) once for all workloads: {modules}")
+    samples = {f"{row['workload'].name}: {name}": s for row in result["rows"] for name, s in row["samples"].items()}
+    notes = fair.footer(samples, THREADS)
+    if notes:
+        print("\n" + notes)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=7, help="timed runs per measurement; the best is kept")
+    fair.threads_option(parser)
+    parser.add_argument("--repeats", type=int, default=7, help="rounds of the alternation")
     parser.add_argument("--quick", action="store_true", help="fewer repeats and shorter runs (a smoke run)")
     parser.add_argument("--json", metavar="FILE", help="also write the results as JSON")
     parser.add_argument(
@@ -490,26 +518,17 @@ def main() -> None:
     target = 0.02
     if args.quick:
         args.repeats, target = 2, 0.002
-    results = measure(WORKLOADS, args.repeats, target)
-    print(f"# gradient cost — {machine()}")
-    print(f"# best of {args.repeats}; ms per call (a timed run repeats a call to last about {target * 1e3:.0f} ms)\n")
-    for workload in WORKLOADS:
-        print(f"- {workload.name}: {workload.shape}")
-    print()
-    print(table(results))
-    if jax is None:
-        print("\nJAX: skipped (`import jax` fails)")
-    else:
-        print("\nJAX (jit):\n")
-        print(jax_table(results))
-    print()
-    for row in results:
-        grad_ratio = row["dl_grad"] / row["dl_forward"]
-        verdict = "met" if grad_ratio <= 4.0 else "NOT met"
-        print(f"{row['workload']}: DL grad/forward {grad_ratio:.2f} -> goal <= ~3-4x {verdict}")
+    result = measure(WORKLOADS, args.repeats, target)
+    report(result, args.repeats, target)
     if args.json:
-        with open(args.json, "w", encoding="utf-8") as handle:
-            json.dump({"machine": machine(), "repeats": args.repeats, "results": results}, handle, indent=2)
+        rows = {
+            row["workload"].name: {"ms_per_call": fair.summary(row["samples"]), "first_calls_s": row["compile"]}
+            for row in result["rows"]
+        }
+        fair.write_json(
+            args.json,
+            {"threads": THREADS, "repeats": args.repeats, "workloads": rows, "module_s": result["module_times"]},
+        )
 
 
 if __name__ == "__main__":

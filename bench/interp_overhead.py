@@ -1,6 +1,6 @@
 """Interpreter overhead per primitive call on small tensors, beside numpy and PyTorch eager.
 
-    python bench/interp_overhead.py [--repeats 7] [--iters 20000] [--quick] [--json FILE]
+    python bench/interp_overhead.py [--repeats 7] [--iters 20000] [--threads 1] [--quick] [--json FILE]
 
 For every op, one DL function runs the op `n` times in a `while` loop:
 
@@ -22,6 +22,7 @@ of several repeats (time.perf_counter, gc off), divided by `n`:
 - raw: the whole loop per iteration;
 - net: raw minus the empty loop of the same system (the cost of the op and its `acc =`).
 
+Threads are pinned equal (bench/fair.py: `--threads`, default 1, for OpenBLAS and torch).
 Ratios are DL / numpy and DL / torch on the net numbers (and on the raw numbers in the
 second table). The project's goal is DL / torch <= 1.0. The `chain` row is three
 primitive calls (`*`, `+`, `tanh`) and is reported per chain.
@@ -31,19 +32,25 @@ Not a test: nothing here is collected by pytest.
 
 from __future__ import annotations
 
-import argparse
-import gc
-import json
-import os
-import platform
-import sys
-import time
-from dataclasses import dataclass
+import fair  # first: it pins the threads before numpy and torch load
 
-import numpy as np
-import torch
-from dl.interp.compile import Compiler
-from dl.pipeline import load
+THREADS = fair.pin_threads()
+
+import argparse  # noqa: E402
+import gc  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+import platform  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+from dataclasses import dataclass  # noqa: E402
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+from dl.interp.compile import Compiler  # noqa: E402
+from dl.pipeline import load  # noqa: E402
+
+torch.set_num_threads(THREADS)
 
 
 @dataclass(frozen=True)
@@ -203,6 +210,7 @@ def machine() -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    fair.threads_option(parser)
     parser.add_argument("--iters", type=int, default=20000, help="loop iterations per timed run")
     parser.add_argument("--repeats", type=int, default=7, help="timed runs per measurement; the best is kept")
     parser.add_argument("--quick", action="store_true", help="fewer iterations and repeats (a smoke run)")

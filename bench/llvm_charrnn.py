@@ -1,36 +1,47 @@
-"""char-RNN training step, DL compiled (llvm) vs PyTorch eager vs DL interpreted, side by side in one run.
+"""char-RNN training step: DL compiled (llvm) beside PyTorch (eager and torch.compile), JAX jit and the DL
+interpreter, side by side in one run.
+
+    python bench/llvm_charrnn.py [--steps 20] [--repeats 5] [--streams 16] [--hidden 64] [--threads 1] [--quick]
 
 The model and step are examples/charrnn.dl's: bytes through a 256x16 embedding into an LSTM cell (hidden
-64, PyTorch's parameter layout), a 64 -> 256 output layer, cross-entropy over a chunk of 16 steps of 16
-parallel streams, unrolled by a DL `for` loop; one step is the loss's value and gradient
-(`value_and_grad`, reverse mode through the time loop, its states kept on a tape) and an Adam update.
-PyTorch does the same with nn.functional ops and an LSTMCell-style Python loop, autograd and
-torch.optim.Adam, from the same weights. One thread each (torch.set_num_threads(1); DL's OpenBLAS runs on
-one thread by default). Reports ms per step and the ratios; the losses of both after the timed steps.
+64, PyTorch's parameter layout), a 64 -> 256 output layer, cross-entropy over a chunk of 16 steps of
+`--streams` parallel streams, unrolled by a DL `for` loop; one step is the loss's value and gradient
+(`value_and_grad`, reverse mode through the time loop, its states kept on a tape) and an Adam update (lr
+0.01). PyTorch eager does the same with nn.functional ops and an LSTMCell-style Python loop, autograd and
+torch.optim.Adam; torch.compile (Inductor) compiles that chunk's loss (and so its backward) and the
+optimizer's step; JAX jits the step (`lax.scan` over time, `jax.value_and_grad`, Adam by hand with torch's
+formulas). All start from the same weights.
 
-Run: .venv/bin/python bench/llvm_charrnn.py [--steps N] [--repeats R] [--hidden H]
+Timing (bench/fair.py): threads pinned equal (`--threads`, default 1); the systems alternate, one run of
+`--steps` steps each per round, for `--repeats` rounds; min and median ms per step, CPU time per wall time,
+DL's ratio to each. Each system's first run (compilation included) is timed apart, from the initial weights;
+the loss after it is reported for each.
 """
 
 from __future__ import annotations
 
-import os
+import fair  # first: it pins the threads before numpy, torch and jax load
 
-os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # DL's default, before numpy loads OpenBLAS
+THREADS = fair.pin_threads()
 
-import argparse
-from pathlib import Path
+import argparse  # noqa: E402
+from collections.abc import Callable  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Any  # noqa: E402
 
-import numpy as np
-import torch
-import torch.nn.functional as F
-from dl import pipeline
-from dl.codegen import native
-from dl.interp.run import compile_program, run_guarded
-from dl.runtime.calls import invoke
-from dl.runtime.values import StructValue
-from llvm_fusion import best  # bench/: the same timing as the fusion benchmark
+import numpy as np  # noqa: E402
+from dl import pipeline  # noqa: E402
+from dl.codegen import native  # noqa: E402
+from dl.interp.run import compile_program, run_guarded  # noqa: E402
+from dl.runtime.calls import invoke  # noqa: E402
+from dl.runtime.values import StructValue  # noqa: E402
+
+torch = fair.load_torch(THREADS)
+jax = fair.load_jax()
 
 ROOT = Path(__file__).resolve().parent.parent
+LR = 0.01
+OURS = ["DL llvm", "DL interp"]
 
 SOURCE = """
 import nn
@@ -127,12 +138,14 @@ def adam_state(model: StructValue) -> tuple:
     return (zeros_like(model), zeros_like(model), 0)
 
 
-def torch_step_function(w: dict):
+def torch_trainer(w: dict, x: np.ndarray, y: np.ndarray, n: int, compiled: bool) -> Callable[[], float]:
+    """`n` steps per call, training on (no fresh start: torch.compile's compiled step belongs to its optimizer)."""
     params = {name: torch.tensor(value, requires_grad=True) for name, value in w.items()}
-    optimiser = torch.optim.Adam(params.values(), lr=0.01)
+    optimiser = torch.optim.Adam(params.values(), lr=LR)
+    tx, ty = torch.from_numpy(x), torch.from_numpy(y)
 
-    def step(x: torch.Tensor, y: torch.Tensor) -> float:
-        optimiser.zero_grad()
+    def chunk_loss(x, y):
+        F = torch.nn.functional
         h = torch.zeros(x.shape[1], params["w"].shape[0])
         c = torch.zeros_like(h)
         total = 0.0
@@ -143,56 +156,115 @@ def torch_step_function(w: dict):
             c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
             h = torch.sigmoid(o) * torch.tanh(c)
             total = total + F.cross_entropy(h @ params["w"] + params["b"], y[t])
-        loss = total / x.shape[0]
-        loss.backward()
-        optimiser.step()
+        return total / x.shape[0]
+
+    loss_of, step = chunk_loss, optimiser.step
+    if compiled:
+        loss_of, step = torch.compile(chunk_loss), torch.compile(optimiser.step)
+
+    def train() -> float:
+        for _ in range(n):
+            optimiser.zero_grad()
+            loss = loss_of(tx, ty)
+            loss.backward()
+            step()
         return loss.item()
 
-    return step
+    return train
+
+
+def jax_chunk_loss(p, x, y, h, c):
+    jnp, nn = jax.numpy, jax.nn
+
+    def time_step(carry, inputs):
+        h, c = carry
+        x_t, y_t = inputs
+        gates = p["embed"][x_t] @ p["weight_ih"].T + p["bias_ih"] + h @ p["weight_hh"].T + p["bias_hh"]
+        i, f, g, o = jnp.split(gates, 4, axis=1)
+        c = nn.sigmoid(f) * c + nn.sigmoid(i) * jnp.tanh(g)
+        h = nn.sigmoid(o) * jnp.tanh(c)
+        log_probabilities = nn.log_softmax(h @ p["w"] + p["b"])
+        return (h, c), -jnp.mean(jnp.take_along_axis(log_probabilities, y_t[:, None], axis=1))
+
+    _, losses = jax.lax.scan(time_step, (h, c), (x, y))
+    return jnp.mean(losses)
+
+
+def jax_trainer(w: dict, x: np.ndarray, y: np.ndarray, n: int) -> Callable[[], float]:
+    """`n` steps per call from the initial weights, each one jitted step."""
+
+    @jax.jit
+    def step(params, state, x, y):
+        h = jax.numpy.zeros((x.shape[1], params["w"].shape[0]), jax.numpy.float32)
+        value, grads = jax.value_and_grad(jax_chunk_loss)(params, x, y, h, h)
+        params, state = fair.jax_adam(params, grads, state, LR)
+        return params, state, value
+
+    start = {name: jax.numpy.asarray(value) for name, value in w.items()}
+    jx, jy = jax.numpy.asarray(x), jax.numpy.asarray(y)
+
+    def train() -> float:
+        params, state = start, fair.jax_adam_state(start)
+        for _ in range(n):
+            params, state, value = step(params, state, jx, jy)
+        return float(value)
+
+    return train
+
+
+def builders(w: dict, x: np.ndarray, y: np.ndarray, options: argparse.Namespace) -> dict[str, Callable]:
+    """Each installed system by name, as a function that builds its run of `--steps` steps (returning the loss)."""
+    n = options.steps
+
+    def dl(backend: str) -> Callable[[], float]:
+        step = DLStep(options.hidden, backend)
+        model = step.model(w)
+        return lambda: float(step.run(model, adam_state(model), x, y, n)[2])
+
+    systems: dict[str, Callable] = {"DL llvm": lambda: dl("llvm"), "DL interp": lambda: dl("interp")}
+    if torch is not None:
+        systems["torch eager"] = lambda: torch_trainer(w, x, y, n, compiled=False)
+        systems["torch.compile"] = lambda: torch_trainer(w, x, y, n, compiled=True)
+    if jax is not None:
+        systems["JAX jit"] = lambda: jax_trainer(w, x, y, n)
+    return systems
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=20)
-    parser.add_argument("--repeats", type=int, default=5)
+    fair.threads_option(parser)
+    parser.add_argument("--steps", type=int, default=20, help="training steps per timed run")
+    parser.add_argument("--repeats", type=int, default=5, help="rounds of the alternation")
     parser.add_argument("--hidden", type=int, default=64)
     parser.add_argument("--streams", type=int, default=16, help="the batch: parallel streams of text")
+    parser.add_argument("--quick", action="store_true", help="2 rounds of 3 steps (a smoke run)")
     options = parser.parse_args()
-    torch.set_num_threads(1)
+    if options.quick:
+        options.steps, options.repeats = 3, 2
     w = weights(options.hidden)
     x, y = data(options.streams)
-    n = options.steps
 
-    results = {}
-    for backend in ("llvm", "interp"):
-        dl = DLStep(options.hidden, backend)
-        model = dl.model(w)
-        dl.run(model, adam_state(model), x, y, 1)  # compiles (llvm), warms up
-        seconds = best(lambda dl=dl, model=model: dl.run(model, adam_state(model), x, y, n), options.repeats)
-        loss = float(dl.run(model, adam_state(model), x, y, n)[2])
-        results[backend] = (seconds / n, loss)
+    compile_times: dict[str, float] = {}
+    losses: dict[str, Any] = {}
+    systems = {}
+    for name, build in builders(w, x, y, options).items():
+        run = fair.first_call(name, build, compile_times, losses, may_fail=name == "torch.compile")
+        if run is not None:
+            systems[name] = run
+    samples = fair.alternate(systems, options.repeats)
 
-    step = torch_step_function(w)
-    tx, ty = torch.tensor(x), torch.tensor(y)
-    for _ in range(3):
-        step(tx, ty)
-
-    def torch_run() -> None:
-        for _ in range(n):
-            step(tx, ty)
-
-    torch_seconds = best(torch_run, options.repeats) / n
-    torch_step = torch_step_function(w)
-    for _ in range(n):
-        torch_loss = torch_step(tx, ty)
-
-    compiled, interpreted = results["llvm"][0], results["interp"][0]
     shape = f"hidden {options.hidden}, {options.streams} streams x 16 steps, Adam"
-    print(f"char-RNN step ({shape}), ms per step, best of {options.repeats}:")
-    print(f"  DL llvm       {compiled * 1e3:8.3f}   loss after {n} steps {results['llvm'][1]:.6f}")
-    print(f"  PyTorch eager {torch_seconds * 1e3:8.3f}   loss after {n} steps {torch_loss:.6f}")
-    print(f"  DL interp     {interpreted * 1e3:8.3f}   loss after {n} steps {results['interp'][1]:.6f}")
-    print(f"  PyTorch / DL llvm: {torch_seconds / compiled:.2f}x   DL interp / DL llvm: {interpreted / compiled:.2f}x")
+    print(fair.header(f"char-RNN training step ({shape})", THREADS, torch, jax))
+    print(f"\n{options.steps} steps per run, {options.repeats} rounds alternated; ms per step:\n")
+    print(fair.table(samples, scale=1e3 / options.steps))
+    print()
+    print("\n".join(fair.ratio_lines(samples, OURS)))
+    print(f"\nloss after the first {options.steps} steps: " + ", ".join(f"{k} {v:.6f}" for k, v in losses.items()))
+    print("\nFirst run, untimed above (building, compiling, warming up):\n")
+    print(fair.compile_table(compile_times))
+    notes = fair.footer(samples, THREADS)
+    if notes:
+        print("\n" + notes)
 
 
 if __name__ == "__main__":

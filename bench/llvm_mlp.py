@@ -1,34 +1,45 @@
-"""Matmul-dominated MLP training step: DL compiled (llvm) vs numpy doing the same matrix products, side by
-side in one run (and PyTorch eager and the DL interpreter for reference).
+"""Matmul-dominated MLP training step: DL compiled (llvm) beside numpy doing the same matrix products, PyTorch
+(eager and torch.compile), JAX jit and the DL interpreter, side by side in one run.
 
-The model: 784 -> 1024 -> 1024 -> 10 with relu, softmax cross-entropy, plain SGD, a batch of 256 (f32).
-One step is the loss's value and gradient (`value_and_grad`, so the forward pass and the backward pass's
-matrix products) and the update; DL runs `steps` of them in one compiled `train` loop. The reference is
-numpy computing the same step by hand (`numpy step`), and the six matrix products of that step alone
-(`numpy products`): the floor any implementation calling the same BLAS has. One thread everywhere.
+    python bench/llvm_mlp.py [--steps 10] [--repeats 5] [--batch 256] [--hidden 1024] [--threads 1] [--quick]
 
-Run: .venv/bin/python bench/llvm_mlp.py [--steps N] [--repeats R] [--batch B] [--hidden H]
+The model: 784 -> H -> H -> 10 with relu (H = `--hidden`, 1024), softmax cross-entropy, plain SGD (lr 0.01),
+a batch of 256 (f32), the same weights everywhere. One step is the loss's value and gradient and the update.
+DL runs `--steps` of them in one compiled `train` loop; numpy computes the same step by hand (`numpy step`),
+and `numpy products` times the step's eight matrix products alone: the floor for anything calling the same
+BLAS. PyTorch eager computes the loss, `torch.autograd.grad` and the update under `no_grad`; torch.compile
+(Inductor) compiles the whole step written with `torch.func.grad_and_value`; JAX jits the step
+(`jax.value_and_grad` and the update). Each timed run trains `--steps` steps from the initial weights.
+
+Timing (bench/fair.py): threads pinned equal (`--threads`, default 1); the systems alternate, one run each
+per round, for `--repeats` rounds; min and median ms per step, CPU time per wall time, DL's ratio to each.
+Each system's first run (compilation included) is timed apart; its loss after `--steps` steps is reported.
 """
 
 from __future__ import annotations
 
-import os
+import fair  # first: it pins the threads before numpy, torch and jax load
 
-os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # DL's default, before numpy loads OpenBLAS
+THREADS = fair.pin_threads()
 
-import argparse
-from pathlib import Path
+import argparse  # noqa: E402
+from collections.abc import Callable  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Any  # noqa: E402
 
-import numpy as np
-import torch
-from dl import pipeline
-from dl.codegen import native
-from dl.interp.run import compile_program, run_guarded
-from dl.runtime.calls import invoke
-from dl.runtime.values import StructValue
-from llvm_fusion import best  # bench/: the same timing as the fusion benchmark
+import numpy as np  # noqa: E402
+from dl import pipeline  # noqa: E402
+from dl.codegen import native  # noqa: E402
+from dl.interp.run import compile_program, run_guarded  # noqa: E402
+from dl.runtime.calls import invoke  # noqa: E402
+from dl.runtime.values import StructValue  # noqa: E402
+
+torch = fair.load_torch(THREADS)
+jax = fair.load_jax()
 
 ROOT = Path(__file__).resolve().parent.parent
+LR = 0.01
+OURS = ["DL llvm", "DL interp"]
 
 SOURCE = """
 import nn
@@ -86,7 +97,7 @@ def numpy_step(params: list[np.ndarray], x: np.ndarray, y: np.ndarray) -> float:
     d_a1 = (d_a2 @ w2.T) * (a1 > 0)
     d_w1, d_b1 = x.T @ d_a1, d_a1.sum(axis=0)
     for p, d in zip(params, (d_w1, d_b1, d_w2, d_b2, d_w3, d_b3), strict=True):
-        p -= np.float32(0.01) * d
+        p -= np.float32(LR) * d
     return float(value)
 
 
@@ -113,74 +124,148 @@ class DLTrain:
         return run_guarded(lambda: invoke(self.train, [model, x, y, n], self.train.span))
 
 
+def torch_eager(params: list[np.ndarray], x: np.ndarray, y: np.ndarray, n: int) -> Callable[[], float]:
+    tx, ty = torch.from_numpy(x), torch.from_numpy(y)
+
+    def train() -> float:
+        tensors = [torch.tensor(p, requires_grad=True) for p in params]
+        for _ in range(n):
+            value = torch_loss(tensors, tx, ty)
+            grads = torch.autograd.grad(value, tensors)
+            with torch.no_grad():
+                for p, d in zip(tensors, grads, strict=True):
+                    p -= LR * d
+        return float(value)
+
+    return train
+
+
+def torch_loss(params, x, y):
+    w1, b1, w2, b2, w3, b3 = params
+    h = torch.relu(x @ w1 + b1)
+    g = torch.relu(h @ w2 + b2)
+    return torch.nn.functional.cross_entropy(g @ w3 + b3, y)
+
+
+def torch_compiled(params: list[np.ndarray], x: np.ndarray, y: np.ndarray, n: int) -> Callable[[], float]:
+    tx, ty = torch.from_numpy(x), torch.from_numpy(y)
+
+    @torch.compile
+    def step(tensors, x, y):
+        grads, value = torch.func.grad_and_value(torch_loss)(tensors, x, y)
+        return [p - LR * d for p, d in zip(tensors, grads, strict=True)], value
+
+    def train() -> float:
+        tensors = [torch.tensor(p) for p in params]
+        for _ in range(n):
+            tensors, value = step(tensors, tx, ty)
+        return float(value)
+
+    return train
+
+
+def jax_loss(params, x, y):
+    w1, b1, w2, b2, w3, b3 = params
+    relu = jax.nn.relu
+    logits = relu(relu(x @ w1 + b1) @ w2 + b2) @ w3 + b3
+    return -jax.numpy.mean(jax.numpy.take_along_axis(jax.nn.log_softmax(logits), y[:, None], axis=1))
+
+
+def jax_jit(params: list[np.ndarray], x: np.ndarray, y: np.ndarray, n: int) -> Callable[[], float]:
+    @jax.jit
+    def step(params, x, y):
+        value, grads = jax.value_and_grad(jax_loss)(params, x, y)
+        return [p - LR * d for p, d in zip(params, grads, strict=True)], value
+
+    start = [jax.numpy.asarray(p) for p in params]
+    jx, jy = jax.numpy.asarray(x), jax.numpy.asarray(y)
+
+    def train() -> float:
+        tensors = start
+        for _ in range(n):
+            tensors, value = step(tensors, jx, jy)
+        return float(value)
+
+    return train
+
+
+def builders(params: list[np.ndarray], x: np.ndarray, y: np.ndarray, n: int) -> dict[str, Callable[[], Callable]]:
+    """Each installed system by name, as a function that builds its run of `n` steps (returning the loss)."""
+
+    def dl(backend: str) -> Callable[[], float]:
+        train = DLTrain(backend)
+        return lambda: float(train.run(params, x, y, n)[1])
+
+    def numpy_run() -> float:
+        copies = [p.copy() for p in params]
+        for _ in range(n):
+            value = numpy_step(copies, x, y)
+        return value
+
+    hidden, batch = params[2].shape[0], x.shape[0]
+    extra = {
+        name: np.ones((batch, 10 if name == "d3" else hidden), np.float32) for name in ("h", "g", "d3", "d2", "d1")
+    }
+
+    def products_run() -> None:
+        for _ in range(n):
+            numpy_products(params, x, extra)
+
+    systems: dict[str, Callable[[], Callable]] = {
+        "DL llvm": lambda: dl("llvm"),
+        "DL interp": lambda: dl("interp"),
+        "numpy step": lambda: numpy_run,
+        "numpy products": lambda: products_run,
+    }
+    if torch is not None:
+        systems["torch eager"] = lambda: torch_eager(params, x, y, n)
+        systems["torch.compile"] = lambda: torch_compiled(params, x, y, n)
+    if jax is not None:
+        systems["JAX jit"] = lambda: jax_jit(params, x, y, n)
+    return systems
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=10)
-    parser.add_argument("--repeats", type=int, default=5)
+    fair.threads_option(parser)
+    parser.add_argument("--steps", type=int, default=10, help="training steps per timed run")
+    parser.add_argument("--repeats", type=int, default=5, help="rounds of the alternation")
     parser.add_argument("--batch", type=int, default=256)
     parser.add_argument("--hidden", type=int, default=1024)
+    parser.add_argument("--quick", action="store_true", help="2 rounds of 2 steps at hidden 256 (a smoke run)")
     options = parser.parse_args()
-    torch.set_num_threads(1)
+    if options.quick:
+        options.steps, options.repeats, options.hidden = 2, 2, 256
     rng = np.random.default_rng(1)
     x = rng.standard_normal((options.batch, 784)).astype(np.float32)
     y = rng.integers(0, 10, options.batch)
     params = weights(options.hidden)
     n = options.steps
 
-    times, losses = {}, {}
-    for backend in ("llvm", "interp"):
-        dl = DLTrain(backend)
-        dl.run(params, x, y, 1)  # compiles, warms up
-        times[backend] = best(lambda dl=dl: dl.run(params, x, y, n), options.repeats) / n
-        losses[backend] = float(dl.run(params, x, y, n)[1])
+    compile_times: dict[str, float] = {}
+    losses: dict[str, Any] = {}
+    systems = {}
+    for name, build in builders(params, x, y, n).items():
+        run = fair.first_call(name, build, compile_times, losses, may_fail=name == "torch.compile")
+        if run is not None:
+            systems[name] = run
+    samples = fair.alternate(systems, options.repeats)
 
-    def numpy_run() -> None:
-        copies = [p.copy() for p in params]
-        for _ in range(n):
-            numpy_step(copies, x, y)
-
-    times["numpy"] = best(numpy_run, options.repeats) / n
-    copies = [p.copy() for p in params]
-    for _ in range(n):
-        losses["numpy"] = numpy_step(copies, x, y)
-    hidden = options.hidden
-    extra = {
-        "h": np.ones((options.batch, hidden), np.float32),
-        "g": np.ones((options.batch, hidden), np.float32),
-        "d3": np.ones((options.batch, 10), np.float32),
-        "d2": np.ones((options.batch, hidden), np.float32),
-        "d1": np.ones((options.batch, hidden), np.float32),
-    }
-    times["products"] = best(lambda: [numpy_products(params, x, extra) for _ in range(n)], options.repeats) / n
-
-    tensors = [torch.tensor(p, requires_grad=True) for p in params]
-    tx, ty = torch.tensor(x), torch.tensor(y)
-
-    def torch_run() -> None:
-        for _ in range(n):
-            w1, b1, w2, b2, w3, b3 = tensors
-            h = torch.relu(tx @ w1 + b1)
-            g = torch.relu(h @ w2 + b2)
-            value = torch.nn.functional.cross_entropy(g @ w3 + b3, ty)
-            grads = torch.autograd.grad(value, tensors)
-            with torch.no_grad():
-                for p, d in zip(tensors, grads, strict=True):
-                    p -= 0.01 * d
-
-    times["torch"] = best(torch_run, options.repeats) / n
-
-    shape = f"784 -> {hidden} -> {hidden} -> 10, batch {options.batch}, SGD"
-    print(f"MLP training step ({shape}), ms per step, best of {options.repeats}:")
-    print(f"  DL llvm          {times['llvm'] * 1e3:8.3f}   loss after {n} steps {losses['llvm']:.6f}")
-    print(f"  numpy step       {times['numpy'] * 1e3:8.3f}   loss after {n} steps {losses['numpy']:.6f}")
-    print(f"  numpy products   {times['products'] * 1e3:8.3f}   (the step's 8 matrix products alone)")
-    print(f"  PyTorch eager    {times['torch'] * 1e3:8.3f}")
-    print(f"  DL interp        {times['interp'] * 1e3:8.3f}   loss after {n} steps {losses['interp']:.6f}")
+    shape = f"784 -> {options.hidden} -> {options.hidden} -> 10, batch {options.batch}, SGD"
+    print(fair.header(f"MLP training step ({shape})", THREADS, torch, jax))
+    print(f"\n{n} steps per run, {options.repeats} rounds alternated; ms per step:\n")
+    print(fair.table(samples, scale=1e3 / n))
+    print()
+    print("\n".join(fair.ratio_lines(samples, OURS)))
     print(
-        f"  DL llvm / numpy products: {times['llvm'] / times['products']:.3f}   "
-        f"DL llvm / numpy step: {times['llvm'] / times['numpy']:.3f}   "
-        f"DL llvm / PyTorch: {times['llvm'] / times['torch']:.3f}"
+        f"\nloss after {n} steps: "
+        + ", ".join(f"{name} {loss:.6f}" for name, loss in losses.items() if loss is not None)
     )
+    print("\nFirst run, untimed above (building, compiling, warming up):\n")
+    print(fair.compile_table(compile_times))
+    notes = fair.footer(samples, THREADS)
+    if notes:
+        print("\n" + notes)
 
 
 if __name__ == "__main__":

@@ -1,89 +1,84 @@
-"""Time per epoch of training an MLP on the shipped digits: DL on the interpreter beside PyTorch eager (CPU).
+"""Time per epoch of training an MLP on the shipped digits: DL (interpreter and LLVM) beside PyTorch (eager and
+torch.compile) and JAX (a jitted step, and a whole epoch as one jitted `lax.scan`).
 
-    python bench/train_mlp.py [--repeats 3] [--epochs 20] [--threads N] [--quick] [--json FILE] [--profile]
+    python bench/train_mlp.py [--hidden 128] [--batch 64] [--epochs 30] [--threads 1] [--quick]
+                              [--json FILE] [--profile {interp,llvm}]
 
-The model is examples/train.dl's: a 64-128-10 perceptron (`relu` hidden layer), cross-entropy
-loss, Adam with lr 0.003, batches of 64, trained on `digits()` split 80/20 by
-`data.split(digits(), 0.8, 0)` (1,437 training and 360 test images): 22 steps per epoch, the
-last partial batch (29 images) dropped.
+The model is examples/train.dl's: a 64-H-10 perceptron (`relu` hidden layer, H = `--hidden`, 128 in
+train.dl), cross-entropy loss, Adam with lr 0.003, batches of `--batch` (64), trained on `digits()` split
+80/20 by `data.split(digits(), 0.8, 0)` (1,437 training and 360 test images); the last partial batch of
+an epoch is dropped.
 
-Both systems start from the same weights (`nn.kaiming` for the weights, zeros for the biases,
-made by DL and copied into the `torch.nn.Linear` layers, transposed) and see the batches in the
-same order: epoch `e` shuffles the training set with `default_rng(e).permutation(1437)`, which
-is what DL's `batches(..., shuffle=true, seed=e)` draws, and torch indexes its tensors with that
-permutation. So the two train the same model on the same data, and their losses and test
-accuracies agree up to float32 rounding.
+Every system trains the same model on the same data: the same initial weights (`nn.kaiming` for the
+weights, zeros for the biases, made by DL and copied into the others, transposed for `torch.nn.Linear`),
+and the batches in the same order: epoch `e` shuffles the training set with
+`default_rng(e).permutation(1437)`, which is what DL's `batches(..., shuffle=true, seed=e)` draws, and the
+peers index their arrays with that permutation. So their losses and test accuracies agree up to float32
+rounding (the report shows them).
 
-DL is called the way a host embeds it: the module below is loaded, checked and differentiated
-once (`pipeline.prepare`, which replaces `value_and_grad(loss)` by generated DL functions) and
-compiled once; its function `epoch(params, state, x, y, seed)` runs one whole epoch (the `for`
-loop over `batches`, `value_and_grad`, `optim.adam`) in DL and is called through `invoke` once
-per epoch. The parameters and Adam's state cross the boundary as tuples of numpy arrays (the
-host has no struct values); `epoch` builds the `MLP` struct from them and takes it apart again,
-once per epoch.
+- DL is called the way a host embeds it: the module below is loaded, checked and differentiated once
+  (`pipeline.prepare`) and prepared on a backend once (`pipeline.on_backend`: `llvm` compiles what it can);
+  its function `epoch(params, state, x, y, seed)` runs one whole epoch (the `for` loop over `batches`,
+  `value_and_grad`, `optim.adam`) and is called once per epoch. The parameters and Adam's state cross the
+  boundary as tuples of numpy arrays.
+- PyTorch eager is the idiomatic loop: `nn.Sequential` of two `Linear` layers, `torch.optim.Adam`, and per
+  step `zero_grad`, `cross_entropy`, `backward`, `step`, `loss.item()`. torch.compile (Inductor) is the
+  same loop with the loss (the model's forward, and so through AOTAutograd its backward) and the
+  optimizer's step compiled, as PyTorch's tutorials do it.
+- JAX: the same step written with `jax.value_and_grad` and Adam by hand (torch's formulas, as DL's
+  `optim.adam`); "JAX jit" calls one jitted step per batch from Python; "JAX scan" jits a whole epoch, the
+  shuffle and the steps as one `lax.scan`.
 
-PyTorch (CPU, eager) is the idiomatic loop: a `torch.nn.Module` of two `Linear` layers,
-`torch.optim.Adam(lr=0.003)`, and per step `zero_grad`, `cross_entropy`, `backward`, `step`;
-the epoch's mean loss is accumulated with `loss.item()` (DL adds the loss up too).
+Timing (bench/fair.py): threads pinned equal (`--threads`, default 1). Every system first trains one
+untimed epoch (seed 0), which is where it compiles; that first epoch is reported apart, build and
+compilation included. Then `--epochs` epochs, the systems alternating epoch by epoch, each epoch timed
+alone; min and median ms per epoch, the CPU time per wall time, and DL's ratio to each peer.
 
-Timing: one run trains both systems for `--epochs` epochs, interleaved epoch by epoch (DL's epoch
-`e`, then torch's epoch `e`), each epoch timed alone (`time.perf_counter`, gc off), after one
-untimed warm-up epoch each on a throw-away copy of the model. `--repeats` runs start from the same
-weights again; the time per epoch reported is the best over all runs and epochs (and the median
-beside it). The ratio is DL's best over torch's best. The final training loss and test accuracy of
-each system come from the last run.
-
-Threads: by default DL's numpy uses one OpenBLAS thread, as under `dlrun` (the `dl` package
-sets `OPENBLAS_NUM_THREADS=1` before numpy loads, unless the user set it), and torch uses as
-many threads as it chooses (one per core). `--threads N` runs the script again with
-`OPENBLAS_NUM_THREADS=N` and `OMP_NUM_THREADS=N` set (they are read when numpy and torch load)
-and calls `torch.set_num_threads(N)`: on this model's small matrices a second thread buys
-little, and on a machine shared with other jobs, threads that spin-wait make epochs erratic.
-
-`--profile` trains DL alone under cProfile and prints the functions with the most own time.
+`--profile interp|llvm` trains DL alone on that backend under cProfile and prints the functions with the
+most own time.
 
 Not a test: nothing here is collected by pytest.
 """
 
 from __future__ import annotations
 
-import argparse
-import cProfile
-import gc
-import io
-import json
-import os
-import platform
-import pstats
-import statistics
-import sys
-import time
-from typing import Any
+import fair  # first: it pins the threads before numpy, torch and jax load
 
-import numpy as np
-import torch
-from dl import pipeline
-from dl.interp.run import compile_program
-from dl.runtime.calls import invoke
+THREADS = fair.pin_threads()
 
-INPUTS, HIDDEN, CLASSES = 64, 128, 10
-BATCH = 64
+import argparse  # noqa: E402
+import cProfile  # noqa: E402
+import io  # noqa: E402
+import math  # noqa: E402
+import os  # noqa: E402
+import pstats  # noqa: E402
+from abc import ABC, abstractmethod  # noqa: E402
+from functools import partial  # noqa: E402
+from typing import Any  # noqa: E402
+
+import numpy as np  # noqa: E402
+from dl import pipeline  # noqa: E402
+from dl.interp.run import run_guarded  # noqa: E402
+
+torch = fair.load_torch(THREADS)
+jax = fair.load_jax()
+
+INPUTS, CLASSES = 64, 10
 LR = 0.003
-EPOCHS = 20
 
-SOURCE = f"""
+SOURCE = """
 import nn
 import optim
 import data
 
-struct MLP {{ w1: f32[{INPUTS}, {HIDDEN}], b1: f32[{HIDDEN}], w2: f32[{HIDDEN}, {CLASSES}], b2: f32[{CLASSES}] }}
+struct MLP {{ w1: f32[{inputs}, {hidden}], b1: f32[{hidden}], w2: f32[{hidden}, {classes}], b2: f32[{classes}] }}
 
-fn forward(m: MLP, x: f32[B, {INPUTS}]) -> f32[B, {CLASSES}] {{
+fn forward(m: MLP, x: f32[B, {inputs}]) -> f32[B, {classes}] {{
     let h = nn.relu(nn.linear(x, m.w1, m.b1))
     return nn.linear(h, m.w2, m.b2)
 }}
 
-fn loss(m: MLP, x: f32[B, {INPUTS}], y: i64[B]) -> f32 {{
+fn loss(m: MLP, x: f32[B, {inputs}], y: i64[B]) -> f32 {{
     return nn.cross_entropy(forward(m, x), y)
 }}
 
@@ -99,23 +94,23 @@ fn leaves(m: MLP) {{
 # The split, and the initial parameters and Adam state as tuples (what the host can hold).
 fn setup() {{
     let m = MLP {{
-        w1: nn.kaiming({INPUTS}, {HIDDEN}, 1), b1: zeros({HIDDEN}),
-        w2: nn.kaiming({HIDDEN}, {CLASSES}, 2), b2: zeros({CLASSES}),
+        w1: nn.kaiming({inputs}, {hidden}, 1), b1: zeros({hidden}),
+        w2: nn.kaiming({hidden}, {classes}, 2), b2: zeros({classes}),
     }}
     let p = leaves(m)
     return (data.split(digits(), 0.8, 0), p, (zeros_like(p), zeros_like(p), 0))
 }}
 
 # One epoch: every full batch of the shuffled training set, one Adam step each.
-fn epoch(p, s, train_x: f32[N, {INPUTS}], train_y: i64[N], seed: i64) {{
+fn epoch(p, s, train_x: f32[N, {inputs}], train_y: i64[N], seed: i64) {{
     let m = model(p)
     let (m1, v1, steps) = s
     let state = (model(m1), model(v1), steps)
     let total = 0.0
     let count = 0
-    for (x, y) in batches((train_x, train_y), {BATCH}, shuffle=true, seed=seed) {{
+    for (x, y) in batches((train_x, train_y), {batch}, shuffle=true, seed=seed) {{
         let (value, g) = value_and_grad(loss)(m, x, y)
-        (m, state) = optim.adam(m, g, state, lr={LR})
+        (m, state) = optim.adam(m, g, state, lr={lr})
         total += value
         count += 1
     }}
@@ -123,222 +118,301 @@ fn epoch(p, s, train_x: f32[N, {INPUTS}], train_y: i64[N], seed: i64) {{
     return (leaves(m), (leaves(m2), leaves(v2), steps2), total / float(count))
 }}
 
-fn evaluate(p, x: f32[N, {INPUTS}], y: i64[N]) -> f32 {{
+fn evaluate(p, x: f32[N, {inputs}], y: i64[N]) -> f32 {{
     return nn.accuracy(forward(model(p), x), y)
 }}
 """
+
+PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_train_mlp.dl")
+
+
+class Problem:
+    """The data, the initial parameters and Adam state (made by DL's `setup`), the width and the batch."""
+
+    def __init__(self, hidden: int, batch: int) -> None:
+        self.hidden, self.batch = hidden, batch
+        self.source = SOURCE.format(inputs=INPUTS, hidden=hidden, classes=CLASSES, batch=batch, lr=LR)
+        _, typed = pipeline.prepare(pipeline.load(PATH, self.source), (("setup", ()),))
+        (train, test), self.params, self.state = pipeline.on_backend("interp", typed).call("setup", [])
+        self.train = tuple(np.asarray(t) for t in train)
+        self.test = tuple(np.asarray(t) for t in test)
+        self.steps = len(self.train[0]) // batch
+
+    def order(self, seed: int) -> np.ndarray:
+        """Epoch `seed`'s shuffle: what DL's `batches(..., shuffle=true, seed=seed)` draws."""
+        return np.random.default_rng(seed).permutation(len(self.train[0]))
+
+
+class Trainer(ABC):
+    """A system training the model: each call trains the next epoch (seeds 0, 1, 2, ...) and keeps its loss."""
+
+    def __init__(self) -> None:
+        self.seed, self.loss = 0, math.nan
+
+    def __call__(self) -> None:
+        self.loss = self.epoch(self.seed)
+        self.seed += 1
+
+    @abstractmethod
+    def epoch(self, seed: int) -> float:
+        """Train one epoch, shuffled by `seed`; the mean loss over its steps."""
+
+    @abstractmethod
+    def accuracy(self) -> float:
+        """Accuracy on the test set."""
 
 
 # ------------------------------------------------------------------------------------------ DL
 
 
-class DL:
-    """The compiled module: `setup()` once, then `epoch(...)` per epoch and `evaluate(...)`."""
+class DLTrainer(Trainer):
+    """The module's `epoch` and `evaluate` prepared on one backend."""
 
-    def __init__(self) -> None:
-        path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_train_mlp.dl")
-        program = pipeline.load(path, SOURCE)
-        program, typed = pipeline.prepare(program, (("setup", ()),))
-        setup = compile_program(program, typed).states[program.entry].cells["setup"].value
-        (train, test), self.params, self.state = invoke(setup, [], setup.span)
-        self.train = tuple(np.asarray(t) for t in train)
-        self.test = tuple(np.asarray(t) for t in test)
+    def __init__(self, problem: Problem, backend: str) -> None:
+        super().__init__()
+        self.problem, self.params, self.state = problem, problem.params, problem.state
         types = (
-            pipeline.value_type(self.params),
-            pipeline.value_type(self.state),
-            *(pipeline.value_type(t) for t in self.train),
+            pipeline.value_type(problem.params),
+            pipeline.value_type(problem.state),
+            *(pipeline.value_type(t) for t in problem.train),
             pipeline.value_type(0),
         )
-        test_types = (pipeline.value_type(self.params), *(pipeline.value_type(t) for t in self.test))
-        program = pipeline.load(path, SOURCE)
-        program, typed = pipeline.prepare(program, (("epoch", types), ("evaluate", test_types)))
-        cells = compile_program(program, typed).states[program.entry].cells
-        self.epoch_function = cells["epoch"].value
-        self.evaluate_function = cells["evaluate"].value
+        test_types = (pipeline.value_type(problem.params), *(pipeline.value_type(t) for t in problem.test))
+        calls = (("epoch", types), ("evaluate", test_types))
+        _, typed = pipeline.prepare(pipeline.load(PATH, problem.source), calls)
+        self.prepared = pipeline.on_backend(backend, typed, cache=False)
 
-    def epoch(self, params: tuple, state: tuple, seed: int) -> tuple[tuple, tuple, float]:
-        function = self.epoch_function
-        return invoke(function, [params, state, *self.train, seed], function.span)
+    def epoch(self, seed: int) -> float:
+        self.params, self.state, loss = self.prepared.call(
+            "epoch", [self.params, self.state, *self.problem.train, seed]
+        )
+        return float(loss)
 
-    def accuracy(self, params: tuple) -> float:
-        function = self.evaluate_function
-        return float(invoke(function, [params, *self.test], function.span))
-
-
-# ------------------------------------------------------------------------------------------ torch
+    def accuracy(self) -> float:
+        return float(self.prepared.call("evaluate", [self.params, *self.problem.test]))
 
 
-class TorchMLP(torch.nn.Module):
-    def __init__(self, params: tuple) -> None:
+# ------------------------------------------------------------------------------------------ PyTorch
+
+
+class TorchTrainer(Trainer):
+    """The idiomatic eager loop; `compiled`: its loss and optimizer step under torch.compile (Inductor)."""
+
+    def __init__(self, problem: Problem, compiled: bool) -> None:
         super().__init__()
-        self.hidden = torch.nn.Linear(INPUTS, HIDDEN)
-        self.out = torch.nn.Linear(HIDDEN, CLASSES)
-        w1, b1, w2, b2 = (torch.tensor(np.asarray(p)) for p in params)
+        self.problem = problem
+        self.model = torch.nn.Sequential(
+            torch.nn.Linear(INPUTS, problem.hidden), torch.nn.ReLU(), torch.nn.Linear(problem.hidden, CLASSES)
+        )
+        w1, b1, w2, b2 = (torch.from_numpy(np.asarray(p)) for p in problem.params)
         with torch.no_grad():  # DL stores a weight [in, out], torch [out, in]
-            self.hidden.weight.copy_(w1.T)
-            self.hidden.bias.copy_(b1)
-            self.out.weight.copy_(w2.T)
-            self.out.bias.copy_(b2)
+            for layer, weight, bias in ((self.model[0], w1, b1), (self.model[2], w2, b2)):
+                layer.weight.copy_(weight.T)
+                layer.bias.copy_(bias)
+        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=LR)
+        self.loss_of = self.objective
+        self.step = self.optimizer.step
+        if compiled:
+            self.loss_of = torch.compile(self.objective)
+            self.step = torch.compile(self.optimizer.step)
+        self.train = tuple(torch.from_numpy(t) for t in problem.train)
+        self.test = tuple(torch.from_numpy(t) for t in problem.test)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.out(torch.relu(self.hidden(x)))
+    def objective(self, x, y):
+        return torch.nn.functional.cross_entropy(self.model(x), y)
 
-
-class Torch:
-    def __init__(self, dl: DL) -> None:
-        self.train = tuple(torch.from_numpy(t) for t in dl.train)
-        self.test = tuple(torch.from_numpy(t) for t in dl.test)
-
-    def model(self, params: tuple) -> tuple[TorchMLP, torch.optim.Optimizer]:
-        model = TorchMLP(params)
-        return model, torch.optim.Adam(model.parameters(), lr=LR)
-
-    def epoch(self, model: TorchMLP, optimizer: torch.optim.Optimizer, seed: int) -> float:
-        x, y = self.train
-        count = len(x)
-        order = torch.from_numpy(np.random.default_rng(seed).permutation(count))  # DL's `batches` order
-        x, y = x[order], y[order]
-        total = 0.0
-        steps = 0
-        for start in range(0, count - BATCH + 1, BATCH):  # the last partial batch is dropped
-            optimizer.zero_grad()
-            loss = torch.nn.functional.cross_entropy(model(x[start : start + BATCH]), y[start : start + BATCH])
+    def epoch(self, seed: int) -> float:
+        order = torch.from_numpy(self.problem.order(seed))
+        x, y = (t[order] for t in self.train)
+        batch, total = self.problem.batch, 0.0
+        for start in range(0, self.problem.steps * batch, batch):
+            self.optimizer.zero_grad()
+            loss = self.loss_of(x[start : start + batch], y[start : start + batch])
             loss.backward()
-            optimizer.step()
+            self.step()
             total += loss.item()
-            steps += 1
-        return total / steps
+        return total / self.problem.steps
 
-    def accuracy(self, model: TorchMLP) -> float:
+    def accuracy(self) -> float:
         x, y = self.test
         with torch.no_grad():
-            return float((model(x).argmax(dim=1) == y).float().mean())
+            return float((self.model(x).argmax(dim=1) == y).float().mean())
 
 
-# ------------------------------------------------------------------------------------------ timing
+# ------------------------------------------------------------------------------------------ JAX
 
 
-def measure(repeats: int, epochs: int) -> dict[str, Any]:
-    dl = DL()
-    tor = Torch(dl)
-    # Warm-up: one untimed epoch each, on a copy of the model that is then thrown away.
-    dl.epoch(dl.params, dl.state, 0)
-    model, optimizer = tor.model(dl.params)
-    tor.epoch(model, optimizer, 0)
-    times: dict[str, list[float]] = {"dl": [], "torch": []}
-    gc_was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        for _ in range(repeats):
-            params, state = dl.params, dl.state
-            model, optimizer = tor.model(dl.params)
-            for seed in range(epochs):
-                start = time.perf_counter()
-                params, state, dl_loss = dl.epoch(params, state, seed)
-                times["dl"].append(time.perf_counter() - start)
-                start = time.perf_counter()
-                torch_loss = tor.epoch(model, optimizer, seed)
-                times["torch"].append(time.perf_counter() - start)
-            if sys.stderr.isatty():
-                print(f"  run done: DL loss {float(dl_loss):.4f}, torch {torch_loss:.4f}", file=sys.stderr, flush=True)
-    finally:
-        if gc_was_enabled:
-            gc.enable()
-    return {
-        "dl_best_ms": min(times["dl"]) * 1e3,
-        "dl_median_ms": statistics.median(times["dl"]) * 1e3,
-        "torch_best_ms": min(times["torch"]) * 1e3,
-        "torch_median_ms": statistics.median(times["torch"]) * 1e3,
-        "dl_loss": float(dl_loss),
-        "torch_loss": torch_loss,
-        "dl_accuracy": dl.accuracy(params),
-        "torch_accuracy": tor.accuracy(model),
-        "epochs_timed": len(times["dl"]),
-        "steps_per_epoch": len(dl.train[0]) // BATCH,
+def jax_forward(params, x):
+    w1, b1, w2, b2 = params
+    return jax.numpy.maximum(x @ w1 + b1, 0.0) @ w2 + b2
+
+
+def jax_loss(params, x, y):
+    logits = jax_forward(params, x)
+    return -jax.numpy.mean(jax.numpy.take_along_axis(jax.nn.log_softmax(logits), y[:, None], axis=1))
+
+
+def jax_step(params, state, x, y):
+    """One step: the loss's value and gradient, then Adam."""
+    value, grads = jax.value_and_grad(jax_loss)(params, x, y)
+    params, state = fair.jax_adam(params, grads, state, LR)
+    return params, state, value
+
+
+def jax_shuffle(x, y, order, steps: int, batch: int):
+    """The epoch's full batches, in `order`: [steps, batch, ...]."""
+    used = order[: steps * batch]
+    return x[used].reshape(steps, batch, -1), y[used].reshape(steps, batch)
+
+
+class JaxTrainer(Trainer):
+    """`scan`: a whole epoch (shuffle and steps, one `lax.scan`) as one jitted call; otherwise one jitted
+    call per step from Python (the shuffle jitted apart)."""
+
+    def __init__(self, problem: Problem, scan: bool) -> None:
+        super().__init__()
+        self.problem, self.scan = problem, scan
+        jnp = jax.numpy
+        self.params = tuple(jnp.asarray(p) for p in problem.params)
+        self.state = fair.jax_adam_state(self.params)
+        self.train = tuple(jnp.asarray(t) for t in problem.train)
+        self.test = tuple(jnp.asarray(t) for t in problem.test)
+        shuffle = partial(jax_shuffle, steps=problem.steps, batch=problem.batch)
+        self.shuffle = jax.jit(shuffle)
+        self.jit_step = jax.jit(self.accumulating_step)
+        self.jit_epoch = jax.jit(lambda params, state, x, y, order: self.scanned(params, state, *shuffle(x, y, order)))
+
+    @staticmethod
+    def accumulating_step(params, state, total, xs, ys, index):
+        params, state, value = jax_step(params, state, xs[index], ys[index])
+        return params, state, total + value
+
+    @staticmethod
+    def scanned(params, state, xs, ys):
+        def body(carry, batch):
+            params, state, value = jax_step(*carry, *batch)
+            return (params, state), value
+
+        (params, state), values = jax.lax.scan(body, (params, state), (xs, ys))
+        return params, state, jax.numpy.mean(values)
+
+    def epoch(self, seed: int) -> float:
+        order = self.problem.order(seed)
+        if self.scan:
+            self.params, self.state, loss = self.jit_epoch(self.params, self.state, *self.train, order)
+            return float(loss)
+        xs, ys = self.shuffle(*self.train, order)
+        total = jax.numpy.zeros((), jax.numpy.float32)
+        for index in range(self.problem.steps):
+            self.params, self.state, total = self.jit_step(self.params, self.state, total, xs, ys, index)
+        return float(total) / self.problem.steps
+
+    def accuracy(self) -> float:
+        x, y = self.test
+        return float(jax.numpy.mean(jax.numpy.argmax(jax_forward(self.params, x), axis=1) == y))
+
+
+# ------------------------------------------------------------------------------------------ measuring
+
+
+OURS = ["DL interp", "DL llvm"]
+
+
+def builders(problem: Problem) -> dict[str, Any]:
+    """Every installed system by name, as a function that builds its trainer."""
+    systems: dict[str, Any] = {
+        "DL interp": lambda: DLTrainer(problem, "interp"),
+        "DL llvm": lambda: DLTrainer(problem, "llvm"),
     }
+    if torch is not None:
+        systems["torch eager"] = lambda: TorchTrainer(problem, compiled=False)
+        systems["torch.compile"] = lambda: TorchTrainer(problem, compiled=True)
+    if jax is not None:
+        systems["JAX jit"] = lambda: JaxTrainer(problem, scan=False)
+        systems["JAX scan"] = lambda: JaxTrainer(problem, scan=True)
+    return systems
 
 
-def profile(epochs: int, top: int = 25) -> None:
-    dl = DL()
-    dl.epoch(dl.params, dl.state, 0)
-    params, state = dl.params, dl.state
+def measure(problem: Problem, epochs: int) -> dict[str, Any]:
+    compile_times: dict[str, float] = {}
+    trainers = {}
+    for name, build in builders(problem).items():
+        trainer = fair.first_call(name, build, compile_times, may_fail=name == "torch.compile")  # epoch 0: compiles
+        if trainer is not None:
+            trainers[name] = trainer
+    samples = fair.alternate(trainers, epochs)
+    outcomes = {name: (trainer.loss, trainer.accuracy()) for name, trainer in trainers.items()}
+    return {"samples": samples, "compile_times": compile_times, "outcomes": outcomes}
+
+
+def outcome_table(outcomes: dict[str, tuple[float, float]]) -> str:
+    lines = ["| system | final train loss | test accuracy |", "|---|---:|---:|"]
+    lines += [f"| {name} | {loss:.4f} | {accuracy:.4f} |" for name, (loss, accuracy) in outcomes.items()]
+    return "\n".join(lines)
+
+
+def profile(problem: Problem, backend: str, epochs: int, top: int = 25) -> None:
+    trainer = DLTrainer(problem, backend)
+    trainer()  # compiles
+
+    def train() -> None:
+        for _ in range(epochs):
+            trainer()
+
     profiler = cProfile.Profile()
-    profiler.enable()
-    for seed in range(epochs):
-        params, state, _ = dl.epoch(params, state, seed)
-    profiler.disable()
+    # on DL's worker thread, where its calls run (cProfile sees one thread); the calls inside run there directly
+    run_guarded(lambda: profiler.runcall(train))
     out = io.StringIO()
     pstats.Stats(profiler, stream=out).sort_stats("tottime").print_stats(top)
-    print(f"# cProfile of DL training, {epochs} epochs (own time)")
+    print(f"# cProfile of DL training on {backend}, {epochs} epochs (own time)")
     print(out.getvalue())
-
-
-# ------------------------------------------------------------------------------------------ report
-
-
-def machine() -> str:
-    blas = os.environ.get("OPENBLAS_NUM_THREADS", "default")
-    return (
-        f"{platform.machine()}, nproc={os.cpu_count()}, Python {platform.python_version()}, "
-        f"numpy {np.__version__} (OpenBLAS threads: {blas}), torch {torch.__version__} "
-        f"(threads={torch.get_num_threads()})"
-    )
-
-
-def table(result: dict[str, Any]) -> str:
-    ratio = result["dl_best_ms"] / result["torch_best_ms"]
-    median_ratio = result["dl_median_ms"] / result["torch_median_ms"]
-    return "\n".join(
-        [
-            "| system | best ms/epoch | median ms/epoch | final train loss | test accuracy |",
-            "|---|---:|---:|---:|---:|",
-            f"| DL (interpreter) | {result['dl_best_ms']:.1f} | {result['dl_median_ms']:.1f} "
-            f"| {result['dl_loss']:.4f} | {result['dl_accuracy']:.4f} |",
-            f"| PyTorch eager (CPU) | {result['torch_best_ms']:.1f} | {result['torch_median_ms']:.1f} "
-            f"| {result['torch_loss']:.4f} | {result['torch_accuracy']:.4f} |",
-            f"| DL / torch | {ratio:.2f} | {median_ratio:.2f} | | |",
-        ]
-    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=3, help="training runs; the best epoch time is kept")
-    parser.add_argument("--epochs", type=int, default=EPOCHS, help="epochs per training run")
-    parser.add_argument("--threads", type=int, help="numpy's and torch's threads (default: their own choice)")
-    parser.add_argument("--quick", action="store_true", help="one run of 3 epochs (a smoke run)")
+    fair.threads_option(parser)
+    parser.add_argument("--hidden", type=int, default=128, help="the hidden layer's width (train.dl: 128)")
+    parser.add_argument("--batch", type=int, default=64, help="rows per batch (train.dl: 64)")
+    parser.add_argument("--epochs", type=int, default=30, help="timed epochs, after one untimed epoch")
+    parser.add_argument("--quick", action="store_true", help="3 timed epochs (a smoke run)")
     parser.add_argument("--json", metavar="FILE", help="also write the results as JSON")
-    parser.add_argument("--profile", action="store_true", help="cProfile DL's training and exit")
+    parser.add_argument("--profile", choices=["interp", "llvm"], help="cProfile DL's training on a backend and exit")
     args = parser.parse_args()
-    if args.threads is None and os.environ.get("OPENBLAS_NUM_THREADS") != "1":
-        # as `dlrun` runs: dl sets one OpenBLAS thread before numpy loads (torch keeps its own threads)
-        os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, "OPENBLAS_NUM_THREADS": "1"})
-    if args.threads is not None:
-        count = str(args.threads)
-        if os.environ.get("OPENBLAS_NUM_THREADS") != count or os.environ.get("OMP_NUM_THREADS") != count:
-            # numpy and torch read these when they load: run again with them set
-            environment = {**os.environ, "OPENBLAS_NUM_THREADS": count, "OMP_NUM_THREADS": count}
-            os.execve(sys.executable, [sys.executable, *sys.argv], environment)
-        torch.set_num_threads(args.threads)
     if args.quick:
-        args.repeats, args.epochs = 1, 3
+        args.epochs = 3
+    problem = Problem(args.hidden, args.batch)
     if args.profile:
-        profile(args.epochs)
+        profile(problem, args.profile, args.epochs)
         return
-    result = measure(args.repeats, args.epochs)
-    print(f"# MLP training on digits — {machine()}")
+    result = measure(problem, args.epochs)
+    samples = result["samples"]
+    print(fair.header("MLP training on digits", THREADS, torch, jax))
     print(
-        f"# 64-{HIDDEN}-10 relu, Adam lr {LR}, batch {BATCH} ({result['steps_per_epoch']} steps per epoch), "
-        f"{args.epochs} epochs x {args.repeats} runs, interleaved; ms per epoch\n"
+        f"# 64-{args.hidden}-10 relu, Adam lr {LR}, batch {args.batch} ({problem.steps} steps per epoch), "
+        f"{args.epochs} epochs alternated; ms per epoch\n"
     )
-    print(table(result))
-    ratio = result["dl_best_ms"] / result["torch_best_ms"]
-    verdict = "met" if ratio <= 1.0 else "within the 1.5x limit" if ratio <= 1.5 else "NOT met"
-    print(f"\nDL/torch {ratio:.2f} -> goal <= 1.0 (at most 1.5): {verdict}")
+    print(fair.table(samples))
+    print()
+    print("\n".join(fair.ratio_lines(samples, OURS)))
+    print("\nFirst epoch, untimed above (building, compiling, warming up):\n")
+    print(fair.compile_table(result["compile_times"]))
+    print(f"\nAfter {args.epochs + 1} epochs:\n")
+    print(outcome_table(result["outcomes"]))
+    notes = fair.footer(samples, THREADS)
+    if notes:
+        print("\n" + notes)
     if args.json:
-        with open(args.json, "w", encoding="utf-8") as handle:
-            settings = {"machine": machine(), "repeats": args.repeats, "epochs": args.epochs}
-            json.dump({**settings, **result}, handle, indent=2)
+        outcomes = {name: {"loss": loss, "accuracy": accuracy} for name, (loss, accuracy) in result["outcomes"].items()}
+        settings = {"threads": THREADS, "hidden": args.hidden, "batch": args.batch, "epochs": args.epochs}
+        fair.write_json(
+            args.json,
+            {
+                **settings,
+                "ms_per_epoch": fair.summary(samples),
+                "first_epoch_s": result["compile_times"],
+                "outcomes": outcomes,
+            },
+        )
 
 
 if __name__ == "__main__":
