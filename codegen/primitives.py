@@ -603,6 +603,18 @@ def transpose(lowering, bound: dict, span: Span) -> object:
     return Tensor(x.dtype, tuple(x.shape[a] for a in axes), remap(x.tree, axes))
 
 
+def swapaxes(lowering, bound: dict, span: Span) -> object:
+    """Two axes exchanged: a view, as `transpose` is, so a product with it reads the other layout in place."""
+    x = tensor(bound["x"], span)
+    rank = len(x.shape)
+    first, second = (static_int(lowering, bound[name], span, "an axis") for name in ("axis1", "axis2"))
+    if not (-rank <= first < rank and -rank <= second < rank):
+        raise Unsupported(f"`swapaxes` axes {first} and {second} of a rank-{rank} tensor", span)
+    axes = list(range(rank))
+    axes[first], axes[second] = axes[second], axes[first]
+    return Tensor(x.dtype, tuple(x.shape[a] for a in axes), remap(x.tree, tuple(axes)))
+
+
 def reshaped(lowering, x: Tensor, shape: tuple[int, ...], span: Span) -> object:
     if math.prod(shape) != x.size:
         raise Unsupported(f"`reshape` of {list(x.shape)} to {list(shape)}", span)
@@ -1366,6 +1378,7 @@ HANDLERS = {
     Prim.MATMUL: matmul_call,
     Prim.EINSUM: einsum,
     Prim.TRANSPOSE: transpose,
+    Prim.SWAPAXES: swapaxes,
     Prim.RESHAPE: reshape,
     Prim.RESHAPE_LIKE: reshape_like,
     Prim.EXPAND_DIMS: expand_dims,

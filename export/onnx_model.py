@@ -1079,6 +1079,14 @@ def transpose(call: Call) -> Tensor:
     return call.op("Transpose", [x], perm=[a % x.rank if x.rank else a for a in axes])
 
 
+def swapaxes(call: Call) -> Tensor:
+    x = call.tensor(0)
+    perm = list(range(x.rank))
+    first, second = (int(call.static(position)) % x.rank for position in (1, 2))
+    perm[first], perm[second] = perm[second], perm[first]
+    return call.op("Transpose", [x], perm=perm)
+
+
 def reshape(call: Call) -> Tensor:
     return call.op("Reshape", [call.tensor(0), call.graph.vector(list(call.values[1]))])
 
@@ -1256,6 +1264,7 @@ HANDLERS: dict[Prim, Callable[[Call], Any]] = {
     Prim.LOG_SOFTMAX: softmax("LogSoftmax"),
     Prim.MATMUL: matmul,
     Prim.TRANSPOSE: transpose,
+    Prim.SWAPAXES: swapaxes,
     Prim.RESHAPE: reshape,
     Prim.CONCAT: concat,
     Prim.STACK: stack,

@@ -500,6 +500,14 @@ def transpose(x: Any, axes: tuple) -> Any:
     return scalar(np.transpose(x, axes or None))
 
 
+def swapaxes(x: Any, axis1: Any, axis2: Any) -> Any:
+    x = as_array(x)
+    for axis in (axis1, axis2):
+        if not is_integer(axis) or not -x.ndim <= axis < x.ndim:
+            raise PrimitiveError(f"`swapaxes` axis {shown_value(axis)} is out of range for {describe(x)}")
+    return scalar(np.swapaxes(x, int(axis1), int(axis2)))
+
+
 def reshape(x: Any, dims: tuple) -> Any:
     x = as_array(x)
     for dim in dims:
@@ -1458,6 +1466,7 @@ IMPLEMENTATIONS = {
     Prim.MATMUL: make_matmul(),
     Prim.EINSUM: einsum,
     Prim.TRANSPOSE: transpose,
+    Prim.SWAPAXES: swapaxes,
     Prim.RESHAPE: reshape,
     Prim.CONCAT: concat,
     Prim.STACK: stack,

@@ -54,6 +54,7 @@ class Prim(Enum):
     MATMUL = "matmul"
     EINSUM = "einsum"
     TRANSPOSE = "transpose"
+    SWAPAXES = "swapaxes"
     RESHAPE = "reshape"
     CONCAT = "concat"
     STACK = "stack"
@@ -415,6 +416,14 @@ PRIMITIVES_LIST = (
         shapes.transpose_rule,
         Computed("the adjoint is transposed by the inverse permutation, computed from the static `axes`"),
         X,
+    ),
+    linear(
+        Prim.SWAPAXES,
+        "structure",
+        "two axes exchanged, any rank: `swapaxes(k, -2, -1)` transposes a batch of matrices",
+        Signature(("x", "axis1", "axis2")),
+        shapes.swapaxes_rule,
+        {"x": "swapaxes(d, axis1, axis2)"},
     ),
     linear(
         Prim.RESHAPE,

@@ -553,10 +553,37 @@ def transpose_rule(args: list[Argument]) -> Type:
     if any(not isinstance(v, int) for v in values):
         raise ShapeError("E0319", "`transpose` axes must be literal integers or consts")
     if sorted(values) != list(range(x.rank)):
+        # a permutation written for another rank: swapping two axes is what is usually meant
+        swap = "help: `swapaxes(x, -2, -1)` exchanges two axes of a tensor of any rank"
         raise ShapeError(
-            "E0319", f"transpose axes {tuple(values)} are not a permutation of the {x.rank} axes of {x}", str(x)
+            "E0319",
+            f"transpose axes {tuple(values)} are not a permutation of the {x.rank} axes of {x}",
+            str(x),
+            (swap,) if len(values) != x.rank else (),
         )
     return TensorType(x.dtype, tuple(x.dims[v] for v in values))
+
+
+def swapaxes_rule(args: list[Argument]) -> Type:
+    """`swapaxes(x, axis1, axis2)`: `x` with two axes exchanged, as numpy's `swapaxes` and torch's
+    `transpose(dim0, dim1)`. The axes are static integers, negative ones counting from the end, so that
+    `swapaxes(k, -2, -1)` transposes the matrices of a batch whatever its rank."""
+    x = tensor(args[0].type, "`swapaxes`")
+    if x is None:
+        return ANY
+    dims = list(x.dims)
+    first, second = (swapped_axis(argument, x) for argument in args[1:])
+    dims[first], dims[second] = dims[second], dims[first]
+    return TensorType(x.dtype, tuple(dims))
+
+
+def swapped_axis(argument: Argument, x: TensorType) -> int:
+    if not isinstance(argument.value, int):
+        raise ShapeError("E0319", "`swapaxes` axes must be literal integers or consts", at=argument.span)
+    if not -x.rank <= argument.value < x.rank:
+        message = f"axis {argument.value} is out of range for `swapaxes` of a rank-{x.rank} tensor, {x}"
+        raise ShapeError("E0319", message, str(x), at=argument.span)
+    return argument.value % x.rank
 
 
 def dims_from(args: list[Argument], name: str) -> tuple[Dim, ...]:

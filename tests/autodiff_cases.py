@@ -145,6 +145,20 @@ fn f(x, w) {
 )
 
 case(
+    "swapaxes_batched_scores",
+    "structure",
+    """
+fn f(q, k) {
+    let scores = q @ swapaxes(k, -2, -1)
+    return sum(scores * scores) + sum(swapaxes(q, 0, 2) * swapaxes(k, 2, 0))
+}
+""",
+    (normal(64, 2, 3, 4, 4), normal(65, 2, 3, 4, 4)),
+    lambda q, k: ((q @ k.transpose(-2, -1)) ** 2).sum() + (q.transpose(0, 2) * k.transpose(2, 0)).sum(),
+    wrt=(0, 1),
+)
+
+case(
     "einsum_attention_and_sums",
     "structure",
     """

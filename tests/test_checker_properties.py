@@ -19,7 +19,7 @@ picks operands that give exactly that type by the rules of docs/language.md and
 docs/types.md: numpy broadcasting (size-1 dims, rank differences), weak literals,
 promotion between f32/f64/i32/i64, comparisons and and/or/not, unary minus, the math
 primitives, reductions with and without `axis=`/`keepdims=`, matmul (1-D, 2-D, batched
-with broadcasting; `@` and `matmul`), transpose, reshape (with -1), concat/stack,
+with broadcasting; `@` and `matmul`), transpose, swapaxes, reshape (with -1), concat/stack,
 indexing and slicing (static and computed indices, negative, steps), gather/one_hot,
 softmax/log_softmax, where/maximum/minimum, broadcast_to, creation with `dtype=`,
 `len`/`shape`, float/int, tensor literals, tuples and destructuring, `let` with and
@@ -563,6 +563,14 @@ class Builder:
             source[axis] = shape[position]
         return f"transpose({self.expr(dtype, tuple(source), depth)}, {', '.join(map(str, order))})"
 
+    def swapaxes(self, dtype: str, shape: Shape, depth: int) -> str:
+        """Two axes exchanged, each written from the front or from the end."""
+        first, second = (self.number(0, len(shape) - 1) for _ in range(2))
+        source = list(shape)
+        source[first], source[second] = source[second], source[first]
+        written = [axis - len(shape) if self.flag() else axis for axis in (first, second)]
+        return f"swapaxes({self.expr(dtype, tuple(source), depth)}, {written[0]}, {written[1]})"
+
     def reshape(self, dtype: str, shape: Shape, depth: int) -> str:
         factors = [p for n in shape for p in prime_factors(n)]
         rank = self.number(0 if not factors else 1, 3)
@@ -978,6 +986,7 @@ PRODUCTIONS = (
     ("softmax", lambda d, s: d in FLOATS and len(s) >= 1),
     ("matmul", lambda d, s: d in NUMBERS and len(s) < MAX_RANK),
     ("transpose", lambda d, s: True),
+    ("swapaxes", lambda d, s: len(s) >= 1),
     ("reshape", lambda d, s: len(s) >= 1),
     ("concat", lambda d, s: any(n >= 2 for n in s)),
     ("stack", lambda d, s: any(n <= 3 for n in s)),

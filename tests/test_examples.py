@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -104,6 +105,23 @@ def test_charrnn_loss_falls_and_it_samples_text(run_in, tmp_path: Path) -> None:
     assert sum(word.isalpha() for word in words) >= len(words) // 3, sample  # mostly text
     logged = logged_metrics(tmp_path)
     assert len(logged) == 375 and logged[0]["value"] > 5.0  # about log(256) = 5.5 per byte at first
+
+
+def test_gpt_loss_falls_and_it_samples_text(run_in, tmp_path: Path) -> None:
+    status, out, err = run_in("gpt.dl", "quick")
+    assert (status, err) == (0, "")
+    first, *steps = out.split("sample:\n")[0].splitlines()
+    untrained = float(first.split()[2])
+    assert first.startswith("held-out loss ") and abs(untrained - math.log(256)) < 0.1, out  # uniform at first
+    losses = [float(line.split()[3]) for line in steps]
+    held_out = [float(line.split()[-1]) for line in steps]
+    assert [line.split()[1] for line in steps] == ["10", "20", "30", "40"], out
+    assert all(later < earlier for earlier, later in itertools.pairwise([untrained, *held_out])), out
+    assert losses[-1] < 3.3 and held_out[-1] < 3.3, out
+    sample = out.split("sample:\n")[1].removesuffix("\n")
+    assert sample.startswith(" same size as the data to fill i") and len(sample.encode()) == 32 + 60, sample
+    logged = logged_metrics(tmp_path)
+    assert [record["step"] for record in logged] == list(range(1, 41)) and logged[0]["value"] > 5.0
 
 
 def huber_data() -> tuple[np.ndarray, np.ndarray]:

@@ -161,10 +161,16 @@ def test_relu_gradient_at_zero_is_zero_as_in_torch() -> None:
 # ------------------------------------------------------------------------------------------- layers
 
 
+# leading (batch) axes of the inputs: none, one as in [B, I], two as in [B, T, I]
+LEADING = [(), (3,), (2, 3)]
+LEADING_IDS = ["unbatched", "batch", "batch-and-time"]
+
+
+@pytest.mark.parametrize("leading", LEADING, ids=LEADING_IDS)
 @pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
-def test_linear(dtype: type) -> None:
-    x, w, b, c = normal(1, 3, 4, dtype=dtype), normal(2, 4, 5, dtype=dtype), normal(3, 5, dtype=dtype), normal(4, 3, 5)
-    c = c.astype(dtype)
+def test_linear(dtype: type, leading: tuple[int, ...]) -> None:
+    x, w, b = normal(1, *leading, 4, dtype=dtype), normal(2, 4, 5, dtype=dtype), normal(3, 5, dtype=dtype)
+    c = normal(4, *leading, 5, dtype=dtype)
     tx, tw, tb = tensors(x, w, b)
     expected = F.linear(tx, tw.T, tb)  # torch stores the weight [out, in]
     (expected * torch.tensor(c)).sum().backward()
@@ -173,10 +179,11 @@ def test_linear(dtype: type) -> None:
         close(actual, wanted, dtype)
 
 
+@pytest.mark.parametrize("leading", LEADING, ids=LEADING_IDS)
 @pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
-def test_layer_norm(dtype: type) -> None:
-    x = 2.0 * normal(1, 2, 3, 6, dtype=dtype) + 1.0
-    gamma, beta, c = normal(2, 6, dtype=dtype), normal(3, 6, dtype=dtype), normal(4, 2, 3, 6, dtype=dtype)
+def test_layer_norm(dtype: type, leading: tuple[int, ...]) -> None:
+    x = 2.0 * normal(1, *leading, 6, dtype=dtype) + 1.0
+    gamma, beta, c = normal(2, 6, dtype=dtype), normal(3, 6, dtype=dtype), normal(4, *leading, 6, dtype=dtype)
     eps = dtype(1e-5)
     tx, tg, tb = tensors(x, gamma, beta)
     expected = F.layer_norm(tx, (6,), tg, tb, eps=1e-5)
@@ -268,10 +275,16 @@ def test_gru_cell_matches_torch_gru_cell() -> None:
 # ------------------------------------------------------------------------------------------- attention
 
 
+# leading axes of attention's inputs: none, a batch, and a batch of several heads, [N, H, L, D]
+HEADS = [(), (2,), (2, 3)]
+HEADS_IDS = ["unbatched", "batch", "batch-and-heads"]
+
+
+@pytest.mark.parametrize("leading", HEADS, ids=HEADS_IDS)
 @pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
-def test_attention(dtype: type) -> None:
-    q, k, v = normal(1, 2, 3, 4, dtype=dtype), normal(2, 2, 5, 4, dtype=dtype), normal(3, 2, 5, 6, dtype=dtype)
-    c = normal(4, 2, 3, 6, dtype=dtype)
+def test_attention(dtype: type, leading: tuple[int, ...]) -> None:
+    q, k = normal(1, *leading, 3, 4, dtype=dtype), normal(2, *leading, 5, 4, dtype=dtype)
+    v, c = normal(3, *leading, 5, 6, dtype=dtype), normal(4, *leading, 3, 6, dtype=dtype)
     tq, tk, tv = tensors(q, k, v)
     expected = F.scaled_dot_product_attention(tq, tk, tv)
     (expected * torch.tensor(c)).sum().backward()
@@ -280,11 +293,29 @@ def test_attention(dtype: type) -> None:
         close(actual, wanted, dtype)
 
 
-@pytest.mark.parametrize("mask_shape", [(2, 4, 4), (4, 4)], ids=["per-batch", "broadcast"])
 @pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
-def test_masked_attention(dtype: type, mask_shape: tuple[int, ...]) -> None:
-    q, k, v = normal(1, 2, 4, 3, dtype=dtype), normal(2, 2, 4, 3, dtype=dtype), normal(3, 2, 4, 5, dtype=dtype)
-    c = normal(4, 2, 4, 5, dtype=dtype)
+def test_attention_broadcasts_leading_axes(dtype: type) -> None:
+    """Keys and values shared by every head ([N, 1, S, D] against queries [N, H, L, D]), as torch's matmul
+    broadcasts them; their gradients are summed over the heads."""
+    q, k = normal(1, 2, 3, 4, 5, dtype=dtype), normal(2, 2, 1, 6, 5, dtype=dtype)
+    v, c = normal(3, 2, 1, 6, 7, dtype=dtype), normal(4, 2, 3, 4, 7, dtype=dtype)
+    tq, tk, tv = tensors(q, k, v)
+    expected = torch.softmax(tq @ tk.transpose(-2, -1) / math.sqrt(5), dim=-1) @ tv
+    (expected * torch.tensor(c)).sum().backward()
+    close(call("attention", q, k, v), expected, dtype)
+    for actual, wanted in zip(call("attention_grad", q, k, v, c), (tq.grad, tk.grad, tv.grad), strict=True):
+        close(actual, wanted, dtype)
+
+
+@pytest.mark.parametrize(
+    ("leading", "mask_shape"),
+    [((2,), (2, 4, 4)), ((2,), (4, 4)), ((2, 3), (2, 3, 4, 4)), ((2, 3), (2, 1, 4, 4)), ((2, 3), (4, 4))],
+    ids=["per-batch", "broadcast", "per-head", "per-batch-over-heads", "causal-over-batch-and-heads"],
+)
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
+def test_masked_attention(dtype: type, leading: tuple[int, ...], mask_shape: tuple[int, ...]) -> None:
+    q, k = normal(1, *leading, 4, 3, dtype=dtype), normal(2, *leading, 4, 3, dtype=dtype)
+    v, c = normal(3, *leading, 4, 5, dtype=dtype), normal(4, *leading, 4, 5, dtype=dtype)
     mask = np.random.default_rng(5).random(mask_shape) < 0.5
     mask[..., 0] = True  # every query sees at least one key
     tq, tk, tv = tensors(q, k, v)
@@ -307,13 +338,15 @@ def test_causal_mask_hides_later_keys() -> None:
 # ------------------------------------------------------------------------------------------- losses and metrics
 
 
+@pytest.mark.parametrize("leading", [(6,), (2, 3), (2, 2, 3)], ids=["batch", "batch-and-time", "three-axes"])
 @pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
-def test_cross_entropy(dtype: type) -> None:
-    logits = 4.0 * normal(1, 6, 5, dtype=dtype)
-    logits[0, 1] = 80.0  # stable for large logits
-    labels = np.array([1, 0, 4, 4, 2, 3], dtype=np.int64)
+def test_cross_entropy(dtype: type, leading: tuple[int, ...]) -> None:
+    logits = 4.0 * normal(1, *leading, 5, dtype=dtype)
+    logits.reshape(-1, 5)[0, 1] = 80.0  # stable for large logits
+    labels = np.random.default_rng(2).integers(0, 5, leading)
     (tl,) = tensors(logits)
-    expected = F.cross_entropy(tl, torch.tensor(labels))
+    # torch takes the classes on axis 1 of batched logits; flattened to [N, K] they are on the last
+    expected = F.cross_entropy(tl.reshape(-1, 5), torch.tensor(labels).reshape(-1))
     expected.backward()
     close(call("cross_entropy", logits, labels), expected, dtype)
     value, gradient = call("cross_entropy_grad", logits, labels)
@@ -328,6 +361,23 @@ def test_cross_entropy_rejects_a_label_out_of_range(labels: list[int]) -> None:
     assert [diagnostic.code for diagnostic in failure.value.diagnostics] == ["E0502"]
 
 
+def test_cross_entropy_rejects_labels_of_another_size() -> None:
+    with pytest.raises(DiagnosticError) as failure:
+        call("cross_entropy", normal(1, 2, 3, 5), np.zeros((3,), dtype=np.int64))
+    [diagnostic] = failure.value.diagnostics
+    assert diagnostic.code == "E0502" and "labels must have the shape of the logits" in diagnostic.message
+
+
+def test_cross_entropy_labels_of_another_shape_are_a_checker_error() -> None:
+    source = """import nn
+fn loss(logits: f32[B, T, K], labels: i64[T, B]) -> f32 { return nn.cross_entropy(logits, labels) }
+"""
+    with pytest.raises(DiagnosticError) as failure:
+        pipeline.check(pipeline.load("<nn-test-swapped-labels>.dl", source))
+    [diagnostic] = failure.value.diagnostics
+    assert diagnostic.code == "E0303" and "i64[B, T] + i64[T, B]" in diagnostic.message
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
 def test_mse(dtype: type) -> None:
     prediction, target = normal(1, 4, 3, dtype=dtype), normal(2, 4, 3, dtype=dtype)
@@ -339,11 +389,13 @@ def test_mse(dtype: type) -> None:
         close(actual, wanted, dtype)
 
 
+@pytest.mark.parametrize("leading", [(8,), (2, 4)], ids=["batch", "batch-and-time"])
 @pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
-def test_accuracy(dtype: type) -> None:
-    logits = normal(1, 8, 4, dtype=dtype)
-    labels = np.argmax(logits, axis=1)
-    labels[[1, 4, 6]] = (labels[[1, 4, 6]] + 1) % 4  # three of eight wrong
+def test_accuracy(dtype: type, leading: tuple[int, ...]) -> None:
+    logits = normal(1, *leading, 4, dtype=dtype)
+    labels = np.argmax(logits, axis=-1)
+    wrong = labels.reshape(-1)  # a view: three of eight labels made wrong
+    wrong[[1, 4, 6]] = (wrong[[1, 4, 6]] + 1) % 4
     accuracy = call("accuracy", logits, labels)
     assert np.asarray(accuracy).dtype == np.float32
     assert float(accuracy) == 5 / 8

@@ -648,6 +648,24 @@ def test_transpose(shape, seed, data) -> None:
         check(dl_eval(f"transpose(a, {args})", x), np.transpose(x, permutation), F32)
 
 
+@needs_torch
+@SETTINGS
+@given(shape=nonscalar_shapes, seed=seeds, data=st.data())
+def test_swapaxes_matches_torch_transpose(shape, seed, data) -> None:
+    x = randn(np.random.default_rng(seed), shape)
+    axes = st.integers(-x.ndim, x.ndim - 1)
+    first, second = data.draw(axes), data.draw(axes)
+    check(dl_eval(f"swapaxes(a, {first}, {second})", x), torch.transpose(to_torch(x), first, second).numpy(), F32)
+
+
+def test_swapaxes_errors() -> None:
+    x = np.ones((2, 3), np.float32)
+    runtime_error("swapaxes(a, 0, 2)", x)
+    runtime_error("swapaxes(a, -3, 0)", x)
+    runtime_error("swapaxes(a, 0, 1.0)", x)
+    runtime_error("swapaxes(a, 0, 0)", np.float32(1.0))
+
+
 @pytest.mark.parametrize("expr", ["transpose(a)", "broadcast_to(a)"])
 def test_structure_of_scalar_stays_scalar(expr: str) -> None:
     check(dl_eval(expr, np.float32(2.5)), np.float32(2.5), F32)
@@ -2314,6 +2332,7 @@ PRIM_TESTS: dict[Prim, tuple[str, ...]] = {
     Prim.MATMUL: ("test_matmul_shapes_match_numpy_and_torch", "test_matmul_shape_mismatch_is_a_diagnostic"),
     Prim.EINSUM: ("test_einsum_matches_numpy_and_torch", "test_einsum_mistakes_at_run_time"),
     Prim.TRANSPOSE: ("test_transpose", "test_transpose_errors"),
+    Prim.SWAPAXES: ("test_swapaxes_matches_torch_transpose", "test_swapaxes_errors"),
     Prim.RESHAPE: ("test_reshape", "test_reshape_edges", "test_reshape_errors"),
     Prim.CONCAT: ("test_concat", "test_concat_integers_and_errors"),
     Prim.STACK: ("test_stack", "test_stack_errors"),

@@ -111,6 +111,7 @@ def f64(*shape, seed=0):
         ("-a ** 2.0 + sin(b) * cos(c)", [(2, 3), (2, 3), (1,)]),
         ("softplus(a * 30.0) * erf(b) + log1p(abs(c)) - expm1(a * 0.5)", [(3, 17), (17,), (3, 1)]),
         ("tril(a, 1) * b + triu(c, -1) + tril(transpose(a) @ a)[0]", [(4, 5), (4, 5), (2, 4, 5)]),
+        ("a @ swapaxes(b, -2, -1) + swapaxes(c, 0, 2)", [(2, 3, 4, 5), (2, 3, 4, 5), (4, 3, 2, 4)]),
         (
             "sum(a, axis=(0, 2)) + mean(b, axis=(-1, 0)) * max(c, axis=(1, 2)) - logsumexp(a, axis=(2, 0))",
             [(3, 4, 5), (4, 2), (4, 3, 2)],
