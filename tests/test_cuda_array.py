@@ -10,6 +10,7 @@ derivative of tests/autodiff_cases.py must give on it what the interpreter gives
 
 from __future__ import annotations
 
+import ctypes
 import re
 from pathlib import Path
 
@@ -18,10 +19,11 @@ import pytest
 from autodiff_cases import CASES
 from dl import pipeline
 from dl.cli import main as dlrun
-from dl.codegen import cuda
+from dl.codegen import cuda, native, nvptx
 from dl.interp import device
 from dl.lang.primitives import Prim
 from dl.runtime.arrays import NUMPY
+from dl.runtime.errors import RunError
 from dl.runtime.values import StructValue
 from emulated_device import EMULATED, DeviceArray
 from test_autodiff import flatten, leaves, program
@@ -34,9 +36,28 @@ MODULES = {"numpy": NUMPY, "emulated": EMULATED}
 
 @pytest.fixture(params=sorted(MODULES))
 def arrays(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch):
-    """The cuda backend with its tensors in numpy, or in the emulated device."""
+    """The cuda backend with its tensors in numpy, or in the emulated device, and its kernels' CPU twins."""
     monkeypatch.setattr(cuda.BACKEND, "arrays", MODULES[request.param])
+    monkeypatch.setattr(cuda.BACKEND, "kernels", twin_kernels)
     return MODULES[request.param]
+
+
+def twin_kernels(kernels: list, cache: bool):
+    """A launcher running the kernels' CPU twins (codegen/nvptx.py) over the grid asked for, on host memory."""
+    twin = nvptx.host_twin(kernels)
+
+    def launch(symbol: str, blocks: int, threads: int, arguments: list) -> None:
+        nvptx.run_twin(twin, symbol, [c_argument(a) for a in arguments], blocks, threads)
+
+    return launch
+
+
+def c_argument(value):
+    if isinstance(value, (np.ndarray, DeviceArray)):
+        data = value.data if isinstance(value, DeviceArray) else value
+        assert data.flags.c_contiguous
+        return ctypes.c_void_p(data.ctypes.data)
+    return {np.int64: ctypes.c_int64, np.float32: ctypes.c_float, np.float64: ctypes.c_double}[type(value)](value)
 
 
 def run_program(path: Path, backend: str, workdir: Path, monkeypatch, capsys) -> tuple[int, str, str]:
@@ -163,3 +184,61 @@ def test_without_cupy_the_cuda_backend_is_one_diagnostic(dlrun_cli, monkeypatch)
 @pytest.fixture
 def dlrun_cli(dlrun):
     return dlrun
+
+
+# ---------------------------------------------------------------------- fused functions as kernels
+
+FUSED = """
+fn f(x: f32[n], a: f32, b: f32, c: f32) -> f32[n] { return tanh(x * a + b) * c + x }
+fn g(x: f64[2, 3], y: f64[2, 3]) -> f64[2, 3] { return sigmoid(x * y) + maximum(x, y) ** 2.0 - sqrt(abs(y)) }
+fn total(x: f32[n]) -> f32 { return sum(x * x) }
+fn average(x: f32[n]) -> f32 { return mean(exp(x)) }
+fn peak(x: f64[n], y: f64[n]) -> f64 { return max(x - y) }
+fn show(x: f32[n]) {
+    print(f(x, 1.5, 0.25, 0.7))
+    print(total(x), average(x), peak(float(x, dtype=f64), float(x, dtype=f64) * 0.5f64))
+}
+fn main() {
+    show(float(arange(21)) * 0.37 - 3.0)
+    show(float(arange(700)) * 0.0137 - 3.0)  # more elements than one block has threads
+    let u = reshape(float(arange(6), dtype=f64), 2, 3) * 0.7f64 - 2.0f64
+    print(g(u, u * 0.5f64 + 0.1f64))
+}
+"""
+
+
+def test_fused_functions_run_as_one_kernel_each(arrays, tmp_path: Path, capsys) -> None:
+    path = tmp_path / "fused.dl"
+    path.write_text(FUSED)
+    assert dlrun([str(path)]) == 0
+    expected = capsys.readouterr().out
+    assert dlrun(["--backend", "cuda", "--explain-backend", str(path)]) == 0
+    found = capsys.readouterr()
+    assert_same_output(found.out, expected, "fused.dl")
+    plan = found.err.splitlines()
+    assert plan[0] == f"tensors live in {arrays.name}'s arrays"
+    assert f"{path}:2:4: `f` compiled: one fused GPU kernel" in plan
+    assert f"{path}:5:4: `average` compiled: one fused GPU kernel reducing with `mean`" in plan
+    assert f"{path}:6:4: `peak` compiled: one fused GPU kernel reducing with `max`" in plan
+    assert any(line.startswith(f"{path}:11:4: `main` interpreted, its tensors on the device: ") for line in plan)
+
+
+def test_a_fused_kernel_checks_shapes_and_empty_reductions_as_interpreted(arrays) -> None:
+    """A program the checker proves meets neither (E0520 would come first); the bodies check them themselves."""
+    source = "fn f(x: f32[n], y: f32[n]) -> f32[n] { return x * y }\nfn m(x: f32[n]) -> f32 { return max(x) }\n"
+    _, typed = pipeline.prepare(
+        pipeline.load("shapes.dl", source + "fn main() { print(f(ones(3), ones(3)), m(ones(2))) }")
+    )
+    lowered = native.lowered_program(typed)
+    f, m = sorted(lowered.kernels.values(), key=lambda kernel: kernel.name)
+    launch = twin_kernels([nvptx.fused_kernel(f), nvptx.fused_kernel(m)], cache=False)
+    multiply = cuda.fused_body(f, nvptx.fused_kernel(f).symbol, launch, arrays)
+    largest = cuda.fused_body(m, nvptx.fused_kernel(m).symbol, launch, arrays)
+    upload = arrays.upload
+    frame = [None, upload(np.full(3, 2, np.float32)), upload(np.full(3, 4, np.float32))]
+    multiply(frame)
+    assert arrays.download(frame[0]).tolist() == [8.0, 8.0, 8.0]
+    with pytest.raises(RunError, match=r"`f`: tensor `y` has shape \[4\], not the \[3\] of the tensor before it"):
+        multiply([None, upload(np.ones(3, np.float32)), upload(np.ones(4, np.float32))])
+    with pytest.raises(RunError, match=r"`max` of an empty tensor f32\[0\]"):
+        largest([None, upload(np.ones(0, np.float32))])
