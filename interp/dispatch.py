@@ -76,9 +76,9 @@ class Argument:
         return self.step is None
 
 
-def not_tensor(value: Any) -> bool:
-    """Neither a number nor a tensor (of numpy or of a device module): what a `tensors` parameter refuses."""
-    return value.__class__ is not ndarray and value.__class__ not in NUMBERS and value.__class__ not in DEVICE_ARRAYS
+def not_device(value: Any) -> bool:
+    """Not an array of a device module (asked after numpy's arrays and numbers, so the common case costs no call)."""
+    return value.__class__ not in DEVICE_ARRAYS
 
 
 @dataclass(frozen=True)
@@ -171,7 +171,7 @@ def first_dynamic(prim: Prim, implementation, step: Step, checked: bool, constan
 
         def run_one(frame: list) -> Any:
             x = step(frame)
-            if checked and not_tensor(x):
+            if checked and x.__class__ is not ndarray and x.__class__ not in NUMBERS and not_device(x):
                 raise rejected(x)
             try:
                 return implementation(x)
@@ -184,7 +184,7 @@ def first_dynamic(prim: Prim, implementation, step: Step, checked: bool, constan
 
         def run_one_constant(frame: list) -> Any:
             x = step(frame)
-            if checked and not_tensor(x):
+            if checked and x.__class__ is not ndarray and x.__class__ not in NUMBERS and not_device(x):
                 raise rejected(x)
             try:
                 return implementation(x, first)
@@ -196,7 +196,7 @@ def first_dynamic(prim: Prim, implementation, step: Step, checked: bool, constan
 
     def run_two_constants(frame: list) -> Any:
         x = step(frame)
-        if checked and not_tensor(x):
+        if checked and x.__class__ is not ndarray and x.__class__ not in NUMBERS and not_device(x):
             raise rejected(x)
         try:
             return implementation(x, first, second)
@@ -216,7 +216,7 @@ def first_in_slot(prim: Prim, implementation, slot: int, checked: bool, constant
 
         def run_one(frame: list) -> Any:
             x = frame[slot]
-            if checked and not_tensor(x):
+            if checked and x.__class__ is not ndarray and x.__class__ not in NUMBERS and not_device(x):
                 raise rejected(x)
             try:
                 return implementation(x)
@@ -229,7 +229,7 @@ def first_in_slot(prim: Prim, implementation, slot: int, checked: bool, constant
 
         def run_one_constant(frame: list) -> Any:
             x = frame[slot]
-            if checked and not_tensor(x):
+            if checked and x.__class__ is not ndarray and x.__class__ not in NUMBERS and not_device(x):
                 raise rejected(x)
             try:
                 return implementation(x, first)
@@ -241,7 +241,7 @@ def first_in_slot(prim: Prim, implementation, slot: int, checked: bool, constant
 
     def run_two_constants(frame: list) -> Any:
         x = frame[slot]
-        if checked and not_tensor(x):
+        if checked and x.__class__ is not ndarray and x.__class__ not in NUMBERS and not_device(x):
             raise rejected(x)
         try:
             return implementation(x, first, second)
@@ -259,9 +259,9 @@ def two_in_slots(prim: Prim, implementation, slots: list[int], checked: list[boo
     def run_two(frame: list) -> Any:
         a = frame[slot_a]
         b = frame[slot_b]
-        if check_a and not_tensor(a):
+        if check_a and a.__class__ is not ndarray and a.__class__ not in NUMBERS and not_device(a):
             raise failure(prim, tensor_argument_problem(prim, 0, a), span)
-        if check_b and not_tensor(b):
+        if check_b and b.__class__ is not ndarray and b.__class__ not in NUMBERS and not_device(b):
             raise failure(prim, tensor_argument_problem(prim, 1, b), span)
         try:
             return implementation(a, b)
@@ -279,9 +279,9 @@ def two_dynamic(prim: Prim, implementation, steps: list[Step], checked: list[boo
     def run_two(frame: list) -> Any:
         a = step_a(frame)
         b = step_b(frame)
-        if check_a and not_tensor(a):
+        if check_a and a.__class__ is not ndarray and a.__class__ not in NUMBERS and not_device(a):
             raise failure(prim, tensor_argument_problem(prim, 0, a), span)
-        if check_b and not_tensor(b):
+        if check_b and b.__class__ is not ndarray and b.__class__ not in NUMBERS and not_device(b):
             raise failure(prim, tensor_argument_problem(prim, 1, b), span)
         try:
             return implementation(a, b)
@@ -302,7 +302,7 @@ def any_arguments(
         values = [constant if step is None else step(frame) for step, constant in sources]
         for position in checked_positions:
             value = values[position]
-            if not_tensor(value):
+            if value.__class__ is not ndarray and value.__class__ not in NUMBERS and not_device(value):
                 raise failure(prim, tensor_argument_problem(prim, position, value), span)
         try:
             return implementation(*values)

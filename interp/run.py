@@ -86,7 +86,7 @@ class Interpreted:
             raise UsageError(
                 f"`main` takes {expected} argument{'s' * (most != 1)}, {len(args)} given on the command line"
             )
-        return to_host(
+        return self.to_host(
             run_guarded(
                 lambda: invoke(function, complete_arguments(function, list(args), {}, function.span), function.span)
             )
@@ -106,7 +106,8 @@ class Interpreted:
         cell = self.for_calls.states[program.entry].cells.get(name)
         if cell is None or not isinstance(cell.value, Function):
             raise UsageError(f"`{program.entry}` has no function `{name}`")
-        args = [to_device(arg, self.options.arrays) for arg in args]
+        if not self.options.arrays.on_host:
+            args = [to_device(arg, self.options.arrays) for arg in args]
         direct = self.direct_call(name)
         if direct is not None:
             try:
@@ -114,9 +115,13 @@ class Interpreted:
             except RunError as failure:
                 raise DiagnosticError(failure.diagnostic) from None
             if result is not NOT_COMPILED:
-                return to_host(result)
+                return self.to_host(result)
         function = cell.value
-        return to_host(run_guarded(lambda: invoke(function, list(args), function.span)))
+        return self.to_host(run_guarded(lambda: invoke(function, list(args), function.span)))
+
+    def to_host(self, result: Any) -> Any:
+        """A result as the host takes it: on a device array module, its tensors copied to the host."""
+        return result if self.options.arrays.on_host else to_host(result)
 
     def direct_call(self, name: str):
         """The compiled body's `direct` of the entry module's function `name`, if it has one and nothing is
