@@ -53,12 +53,12 @@ step() {  # step NAME LIMIT_SECONDS COMMAND...: run, log to REPORT/NAME.log, not
     echo "|---|---|---|---|"
 } >"$summary"
 
-step install 120 bash -c "'$PYTHON' -m pip install -q --no-index --no-deps --no-compile --target '$SITE' .whl/*.whl \
+step install 60 bash -c "'$PYTHON' -m pip install -q --no-index --no-deps --no-compile --target '$SITE' .whl/*.whl \
     && '$PYTHON' -m pip install -q --no-index --no-deps --no-build-isolation --no-compile --target '$SITE' ."
 export PYTHONPATH=$SITE PYTHONUNBUFFERED=1
 step pytest-cuda 150 "$PYTHON" -m pytest -m cuda -q -rs -p no:cacheprovider tests/test_cuda_gpu.py
-step cuda_elementwise 45 "$PYTHON" bench/cuda_elementwise.py --rounds 10
-step cuda_mlp 60 "$PYTHON" bench/cuda_mlp.py --epochs 5
+step cuda_elementwise 40 "$PYTHON" bench/cuda_elementwise.py --rounds 10
+step cuda_mlp 45 "$PYTHON" bench/cuda_mlp.py --epochs 5
 
 {
     echo
