@@ -54,18 +54,19 @@ def compiler_fingerprint() -> str:
     return digest.hexdigest()
 
 
-def entry_path(directory: Path, key: str) -> Path:
-    return directory / "llvm" / f"{key}.o"
+def entry_path(directory: Path, key: str, folder: str = "llvm") -> Path:
+    return directory / folder / f"{key}.o"
 
 
 MAX_ENTRIES = 2000  # beyond these, the least recently used entries are removed (each layout compiled
 MAX_BYTES = 512 * 1024 * 1024  # by a program is an entry: without a bound the cache would only grow)
 
 
-def load(directory: Path, key: str) -> bytes | None:
-    """The object code stored under `key`, or None when there is none or it is damaged. A hit marks the
-    entry as used now (the cache forgets the least recently used entries first)."""
-    path = entry_path(directory, key)
+def load(directory: Path, key: str, folder: str = "llvm") -> bytes | None:
+    """The object code stored under `key` (in `folder`: `llvm` for CPU objects, `cuda` for PTX), or None when there
+    is none or it is damaged. A hit marks the entry as used now (the cache forgets the least recently used entries
+    first)."""
+    path = entry_path(directory, key, folder)
     try:
         data = read_bytes(path)
     except OSError:
@@ -81,9 +82,9 @@ def load(directory: Path, key: str) -> bytes | None:
     return code
 
 
-def store(directory: Path, key: str, code: bytes) -> None:
+def store(directory: Path, key: str, code: bytes, folder: str = "llvm") -> None:
     """Write an entry atomically; a cache that cannot be written is silently not used."""
-    path = entry_path(directory, key)
+    path = entry_path(directory, key, folder)
     contents = MAGIC + hashlib.sha256(code).hexdigest().encode() + b"\n" + code
     try:
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -91,9 +91,10 @@ def positive_count(text: str) -> int:
 def add_backend(command: argparse.ArgumentParser) -> None:
     command.add_argument(
         "--backend",
-        choices=["interp", "llvm"],
+        choices=["interp", "llvm", "cuda"],
         default="interp",
-        help="where the program runs (default: interp, the numpy interpreter; llvm: compiled with LLVM where it can)",
+        help="where the program runs (default: interp, the numpy interpreter; llvm: compiled with LLVM where it can; "
+        "cuda: tensors on an NVIDIA GPU, through cupy)",
     )
     command.add_argument(
         "--explain-backend",

@@ -64,7 +64,7 @@ def check_file(path: str, sources: SourceMap) -> Typed:
 
 # The backends by name, each a module with a `BACKEND` (runtime/backend.py); imported when first asked for, so
 # that a program run on the interpreter never loads llvmlite.
-BACKENDS = {"interp": "dl.interp.run", "llvm": "dl.codegen.backend"}
+BACKENDS = {"interp": "dl.interp.run", "llvm": "dl.codegen.backend", "cuda": "dl.codegen.cuda"}
 
 
 def backend(name: str) -> Backend:

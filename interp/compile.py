@@ -14,7 +14,8 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-from dl.interp.dispatch import Argument, Primitive, call_primitive, primitive_step
+from dl.interp import device
+from dl.interp.dispatch import NUMPY, Argument, Primitive, call_primitive, primitive_step
 from dl.interp.operators import (
     BINARY,
     COMPARISONS,
@@ -27,7 +28,7 @@ from dl.interp.operators import (
     reusing,
     with_literal,
 )
-from dl.interp.primitives import I64_LIMIT, NUMBERS, as_array, is_number_or_tensor, scalar
+from dl.interp.primitives import I64_LIMIT, NUMBERS, array_module, as_array, is_number_or_tensor, scalar
 from dl.lang import ast
 from dl.lang.calls import Binding, BindingError, arranged, bind, bind_function, binding_diagnostic
 from dl.lang.check import CallCheck, RuntimeCheck, Typed
@@ -35,11 +36,22 @@ from dl.lang.diagnostics import Diagnostic, DiagnosticError, Span, closest, erro
 from dl.lang.modules import Program
 from dl.lang.primitives import BY_NAME, FLOAT_MATH, PRIMITIVES, Prim
 from dl.lang.types import TensorType
+from dl.runtime import arrays as array_modules
+from dl.runtime.arrays import ArrayModule
 from dl.runtime.backend import CompiledBody
 from dl.runtime.calls import BREAK, CONTINUE, RETURN, Function, invoke
 from dl.runtime.conform import conforms
 from dl.runtime.errors import DeepRecursion, PrimitiveError, RunError, fail, recursion_error
-from dl.runtime.values import DTYPES, Cell, ModuleValue, StructType, StructValue, describe, format_with_spec
+from dl.runtime.values import (
+    DEVICE_ARRAYS,
+    DTYPES,
+    Cell,
+    ModuleValue,
+    StructType,
+    StructValue,
+    describe,
+    format_with_spec,
+)
 
 Step = Callable[[list], Any]
 MAX_RANK = 64  # numpy's limit on a tensor's axes
@@ -132,8 +144,12 @@ class Compiler:
         typed: Typed | None = None,
         bodies: dict[int, CompiledBody] | None = None,
         constants: dict[int, tuple[ast.Const, Any]] | None = None,
+        arrays: ArrayModule = array_modules.NUMPY,
     ) -> None:
         self.program = program
+        # Where tensors live (runtime/arrays.py), and the primitives' implementations for them.
+        self.arrays = arrays
+        self.table = NUMPY if arrays.on_host else device.table(arrays)
         # Bodies another backend compiled (runtime/backend.py), by id of their `FnDecl`: they run in place of
         # ours, falling back on ours for what they do not run.
         self.bodies: dict[int, CompiledBody] = bodies or {}
@@ -441,7 +457,7 @@ class Compiler:
                 zipped
                 and value.__class__ is tuple
                 and len(value) == zipped
-                and all(isinstance(v, (np.ndarray, tuple)) for v in value)
+                and all(isinstance(v, (np.ndarray, tuple)) or v.__class__ in DEVICE_ARRAYS for v in value)
             ):
                 lengths = {len(v) for v in value}
                 if len(lengths) > 1:
@@ -564,7 +580,7 @@ class Compiler:
 
         def store(frame: list, value: Any) -> None:
             tensor = read(frame)
-            if not isinstance(tensor, np.ndarray):
+            if not isinstance(tensor, np.ndarray) and tensor.__class__ not in DEVICE_ARRAYS:
                 raise fail("E0501", f"cannot assign into an element of {describe(tensor)}", span)
             updated = tensor.copy()
             try:
@@ -651,7 +667,7 @@ class Compiler:
 
             return read_global
         if expr.id in BY_NAME:
-            primitive = Primitive(BY_NAME[expr.id])
+            primitive = Primitive(BY_NAME[expr.id], self.table)
             return lambda frame: primitive
         if expr.id in DTYPES:
             dtype = DTYPES[expr.id]
@@ -876,7 +892,7 @@ class Compiler:
         if primitive.signature.variadic is not None:
             at = len(binding.fixed)
             arguments[at] = tuple_argument(list(arguments[at]))
-        return primitive_step(prim, arguments, expr.span)
+        return primitive_step(prim, arguments, expr.span, self.table)
 
     def argument(self, expr: ast.Expr, scope: Scope) -> Argument:
         """A primitive's argument: literals and type names are constants, bound when the call is compiled."""
@@ -904,7 +920,7 @@ class Compiler:
             if isinstance(function, Function):
                 return invoke(function, complete_arguments(function, args, named, span), span)
             if isinstance(function, Primitive):
-                return call_primitive(function.prim, args, named, span)
+                return call_primitive(function.prim, args, named, span, function.table)
             raise fail("E0503", f"{describe(function)} is not a function and cannot be called", span)
 
         return run
@@ -951,7 +967,7 @@ class Compiler:
                     return value
                 raise fail("E0501", f"cannot index {describe(value)} with {describe(position)}", span) from None
             cls = result.__class__
-            if spread and cls is np.ndarray and not result.ndim:
+            if ((spread and cls is np.ndarray) or cls in DEVICE_ARRAYS) and not result.ndim:
                 return scalar(result)
             if cls is np.int64:
                 return int(result)
@@ -1007,15 +1023,18 @@ class Compiler:
         steps = [self.expression(item, scope) for item in expr.items]
         span = expr.span
 
+        arrays = self.arrays
+
         def run(frame: list) -> Any:
-            return tensor_from([step(frame) for step in steps], span)
+            return array_modules.to_device(tensor_from([step(frame) for step in steps], span), arrays)
 
         if all(self.is_constant(item) for item in expr.items):
             try:
                 constant = run([None])
             except RunError:
                 return run  # a bad literal fails when it runs, with the DL call stack
-            constant.setflags(write=False)
+            if constant.__class__ is np.ndarray:
+                constant.setflags(write=False)
             self.constant_tensors.add(id(expr))
             return lambda frame: constant
         return run
@@ -1279,13 +1298,15 @@ def _is_integer(value: Any) -> bool:
 
 
 def _leading(value: Any) -> Any:
-    if isinstance(value, np.ndarray):
+    if value.__class__ in DEVICE_ARRAYS and value.ndim == 1:  # its scalars, on the host: copied there at once
+        value = DEVICE_ARRAYS[value.__class__].download(value)
+    if isinstance(value, np.ndarray) or value.__class__ in DEVICE_ARRAYS:
         return (scalar(item) if value.ndim == 1 else item for item in value)
     return value
 
 
 def _leading_checked(value: Any, span: Span) -> Any:
-    if isinstance(value, np.ndarray):
+    if isinstance(value, np.ndarray) or value.__class__ in DEVICE_ARRAYS:
         if value.ndim == 0:
             raise fail("E0509", f"cannot iterate over a scalar {describe(value)}", span)
         return _leading(value)
@@ -1324,7 +1345,8 @@ def tensor_from(values: list, span: Span) -> np.ndarray:
     dtype = max(floats, key=lambda d: d.itemsize) if floats else max(dtypes, key=lambda d: (d.kind != "b", d.itemsize))
     if arrays[0].ndim >= MAX_RANK:
         raise fail("E0514", f"a tensor has at most {MAX_RANK} axes; this literal would have {arrays[0].ndim + 1}", span)
-    return np.stack(arrays).astype(dtype, copy=False)
+    xp = array_module(*arrays)  # rows on a device: stacked there, the host's numbers moved to it
+    return xp.stack([xp.asarray(a) for a in arrays]).astype(dtype, copy=False)
 
 
 def checked_body(body: Step, call_check: CallCheck, names: tuple[str, ...]) -> Step:

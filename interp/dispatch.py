@@ -29,6 +29,7 @@ from dl.interp.primitives import (
     SPECIALISED,
     adapting_offset,
     check_tensor_arguments,
+    is_number_or_tensor,
     tensor_argument_problem,
     tensor_positions,
 )
@@ -37,6 +38,7 @@ from dl.lang.diagnostics import UNKNOWN_SPAN, Span
 from dl.lang.primitives import PRIMITIVES, Prim
 from dl.runtime.errors import AssertionFailure, PrimitiveError, RunError, fail, failure_message
 from dl.runtime.metrics import MetricsError
+from dl.runtime.values import DEVICE_ARRAYS
 from dl.runtime.world import WorldError
 
 Step = Callable[[list], Any]
@@ -74,6 +76,25 @@ class Argument:
         return self.step is None
 
 
+def not_device(value: Any) -> bool:
+    """Not an array of a device module (asked after numpy's arrays and numbers, so the common case costs no call)."""
+    return value.__class__ not in DEVICE_ARRAYS
+
+
+@dataclass(frozen=True)
+class Table:
+    """What a program's primitive calls run: `IMPLEMENTATIONS` by `Prim`, with the variants for literal operands
+    (`LITERAL_ADAPTING`) and for calls with default keywords (`SPECIALISED`). The interpreter's own is `NUMPY`;
+    interp/device.py makes the table of a device array module."""
+
+    implementations: dict[Prim, Callable]
+    literal_adapting: dict[Prim, Callable]
+    specialised: dict[Prim, tuple[tuple, Callable]]
+
+
+NUMPY = Table(IMPLEMENTATIONS, LITERAL_ADAPTING, SPECIALISED)
+
+
 def failure(prim: Prim, problem: Exception, span: Span) -> RunError:
     if isinstance(problem, AssertionFailure):
         return fail("E0502", str(problem), span)
@@ -84,13 +105,13 @@ def failure(prim: Prim, problem: Exception, span: Span) -> RunError:
     return fail("E0513", failure_message(prim, problem), span)
 
 
-def primitive_step(prim: Prim, arguments: list[Argument], span: Span) -> Step:
-    """The step running one call site of `prim` with these arguments."""
-    implementation, arguments = adapted(prim, arguments)
+def primitive_step(prim: Prim, arguments: list[Argument], span: Span, table: Table = NUMPY) -> Step:
+    """The step running one call site of `prim` with these arguments, with the implementations of `table`."""
+    implementation, arguments = adapted(prim, arguments, table)
     positions = tensor_positions(prim)
     for position in positions:
         argument = arguments[position]
-        if argument.constant and argument.value.__class__ is not ndarray and argument.value.__class__ not in NUMBERS:
+        if argument.constant and not is_number_or_tensor(argument.value):
             problem = tensor_argument_problem(prim, position, argument.value)
             return failing_step(prim, problem, span)
     steps = [argument.step for argument in arguments]
@@ -98,7 +119,7 @@ def primitive_step(prim: Prim, arguments: list[Argument], span: Span) -> Step:
     dynamic = [position for position, step in enumerate(steps) if step is not None]
     constants = [argument.value for argument in arguments]
     slots = [argument.slot for argument in arguments]
-    special = SPECIALISED.get(prim)
+    special = table.specialised.get(prim)
     if dynamic == [0] and special is not None and defaults_match(constants[1:], special[0]):
         implementation, constants = special[1], constants[:1]
     if dynamic == [0] and len(constants) <= 3:
@@ -117,16 +138,16 @@ def defaults_match(constants: list, defaults: tuple) -> bool:
     return len(constants) == len(defaults) and all(c is d for c, d in zip(constants, defaults, strict=True))
 
 
-def adapted(prim: Prim, arguments: list[Argument]) -> tuple[Callable, list[Argument]]:
+def adapted(prim: Prim, arguments: list[Argument], table: Table) -> tuple[Callable, list[Argument]]:
     """The implementation for these arguments: the literal-adapting variant where operands are literals."""
-    make = LITERAL_ADAPTING.get(prim)
+    make = table.literal_adapting.get(prim)
     if make is None:
-        return IMPLEMENTATIONS[prim], arguments
+        return table.implementations[prim], arguments
     offset = adapting_offset(prim)
     operands = arguments[offset : offset + 2]
     weak = [argument.literal is not None for argument in operands]
     if not any(weak):
-        return IMPLEMENTATIONS[prim], arguments
+        return table.implementations[prim], arguments
     adapted_operands = [
         Argument(value=argument.literal) if argument.literal is not None else argument for argument in operands
     ]
@@ -150,7 +171,7 @@ def first_dynamic(prim: Prim, implementation, step: Step, checked: bool, constan
 
         def run_one(frame: list) -> Any:
             x = step(frame)
-            if checked and x.__class__ is not ndarray and x.__class__ not in NUMBERS:
+            if checked and x.__class__ is not ndarray and x.__class__ not in NUMBERS and not_device(x):
                 raise rejected(x)
             try:
                 return implementation(x)
@@ -163,7 +184,7 @@ def first_dynamic(prim: Prim, implementation, step: Step, checked: bool, constan
 
         def run_one_constant(frame: list) -> Any:
             x = step(frame)
-            if checked and x.__class__ is not ndarray and x.__class__ not in NUMBERS:
+            if checked and x.__class__ is not ndarray and x.__class__ not in NUMBERS and not_device(x):
                 raise rejected(x)
             try:
                 return implementation(x, first)
@@ -175,7 +196,7 @@ def first_dynamic(prim: Prim, implementation, step: Step, checked: bool, constan
 
     def run_two_constants(frame: list) -> Any:
         x = step(frame)
-        if checked and x.__class__ is not ndarray and x.__class__ not in NUMBERS:
+        if checked and x.__class__ is not ndarray and x.__class__ not in NUMBERS and not_device(x):
             raise rejected(x)
         try:
             return implementation(x, first, second)
@@ -195,7 +216,7 @@ def first_in_slot(prim: Prim, implementation, slot: int, checked: bool, constant
 
         def run_one(frame: list) -> Any:
             x = frame[slot]
-            if checked and x.__class__ is not ndarray and x.__class__ not in NUMBERS:
+            if checked and x.__class__ is not ndarray and x.__class__ not in NUMBERS and not_device(x):
                 raise rejected(x)
             try:
                 return implementation(x)
@@ -208,7 +229,7 @@ def first_in_slot(prim: Prim, implementation, slot: int, checked: bool, constant
 
         def run_one_constant(frame: list) -> Any:
             x = frame[slot]
-            if checked and x.__class__ is not ndarray and x.__class__ not in NUMBERS:
+            if checked and x.__class__ is not ndarray and x.__class__ not in NUMBERS and not_device(x):
                 raise rejected(x)
             try:
                 return implementation(x, first)
@@ -220,7 +241,7 @@ def first_in_slot(prim: Prim, implementation, slot: int, checked: bool, constant
 
     def run_two_constants(frame: list) -> Any:
         x = frame[slot]
-        if checked and x.__class__ is not ndarray and x.__class__ not in NUMBERS:
+        if checked and x.__class__ is not ndarray and x.__class__ not in NUMBERS and not_device(x):
             raise rejected(x)
         try:
             return implementation(x, first, second)
@@ -238,9 +259,9 @@ def two_in_slots(prim: Prim, implementation, slots: list[int], checked: list[boo
     def run_two(frame: list) -> Any:
         a = frame[slot_a]
         b = frame[slot_b]
-        if check_a and a.__class__ is not ndarray and a.__class__ not in NUMBERS:
+        if check_a and a.__class__ is not ndarray and a.__class__ not in NUMBERS and not_device(a):
             raise failure(prim, tensor_argument_problem(prim, 0, a), span)
-        if check_b and b.__class__ is not ndarray and b.__class__ not in NUMBERS:
+        if check_b and b.__class__ is not ndarray and b.__class__ not in NUMBERS and not_device(b):
             raise failure(prim, tensor_argument_problem(prim, 1, b), span)
         try:
             return implementation(a, b)
@@ -258,9 +279,9 @@ def two_dynamic(prim: Prim, implementation, steps: list[Step], checked: list[boo
     def run_two(frame: list) -> Any:
         a = step_a(frame)
         b = step_b(frame)
-        if check_a and a.__class__ is not ndarray and a.__class__ not in NUMBERS:
+        if check_a and a.__class__ is not ndarray and a.__class__ not in NUMBERS and not_device(a):
             raise failure(prim, tensor_argument_problem(prim, 0, a), span)
-        if check_b and b.__class__ is not ndarray and b.__class__ not in NUMBERS:
+        if check_b and b.__class__ is not ndarray and b.__class__ not in NUMBERS and not_device(b):
             raise failure(prim, tensor_argument_problem(prim, 1, b), span)
         try:
             return implementation(a, b)
@@ -281,7 +302,7 @@ def any_arguments(
         values = [constant if step is None else step(frame) for step, constant in sources]
         for position in checked_positions:
             value = values[position]
-            if value.__class__ is not ndarray and value.__class__ not in NUMBERS:
+            if value.__class__ is not ndarray and value.__class__ not in NUMBERS and not_device(value):
                 raise failure(prim, tensor_argument_problem(prim, position, value), span)
         try:
             return implementation(*values)
@@ -297,18 +318,19 @@ def any_arguments(
 class Primitive:
     """A built-in used as a value (passed to or returned from a function)."""
 
-    __slots__ = ("display", "name", "prim")
+    __slots__ = ("display", "name", "prim", "table")
 
-    def __init__(self, prim: Prim) -> None:
+    def __init__(self, prim: Prim, table: Table = NUMPY) -> None:
         self.prim = prim
         self.name = prim.value
         self.display = f"<fn {prim.value}>"
+        self.table = table
 
     def __call__(self, *args: Any) -> Any:
-        return call_primitive(self.prim, list(args), {}, UNKNOWN_SPAN)
+        return call_primitive(self.prim, list(args), {}, UNKNOWN_SPAN, self.table)
 
 
-def call_primitive(prim: Prim, args: list, keywords: dict, span: Span) -> Any:
+def call_primitive(prim: Prim, args: list, keywords: dict, span: Span, table: Table = NUMPY) -> Any:
     """A call through a primitive value: bound, checked and run when it happens."""
     primitive = PRIMITIVES[prim]
     try:
@@ -318,6 +340,6 @@ def call_primitive(prim: Prim, args: list, keywords: dict, span: Span) -> Any:
     values = arranged(primitive, binding, args, keywords, lambda default: default)
     try:
         check_tensor_arguments(prim, values)
-        return IMPLEMENTATIONS[prim](*values)
+        return table.implementations[prim](*values)
     except FAILURES as problem:
         raise failure(prim, problem, span) from None

@@ -174,9 +174,9 @@ def integer_checks(symbol: str, a: Any, b: Any, shown: str) -> None:
         raise PrimitiveError(
             f"`/` divides floats, found {shown}; use `//` for integer division or convert with `float(x)`"
         )
-    if symbol in ("//", "%") and np.any(np.asarray(b) == 0):
+    if symbol in ("//", "%") and np.any(b == 0):
         raise PrimitiveError(f"integer division by zero in `{symbol}`")
-    if symbol == "**" and np.any(np.asarray(b) < 0):
+    if symbol == "**" and np.any(b < 0):
         raise PrimitiveError("an integer raised to a negative integer power; convert with `float(x)` first")
     if symbol == "**" and a.__class__ is int and b.__class__ is int and b > 63 and abs(a) > 1:
         raise PrimitiveError(f"integer overflow: {shown} is out of the i64 range")

@@ -33,7 +33,7 @@ from dl.lang.primitives import PRIMITIVES, Prim, Support
 from dl.runtime.errors import AssertionFailure, PrimitiveError
 from dl.runtime.metrics import log_value, progress_line
 from dl.runtime.threads import Threads, large_product, threaded
-from dl.runtime.values import DTYPE_NAMES, DTYPES, StructValue, Tape, describe, format_value
+from dl.runtime.values import DEVICE_ARRAYS, DTYPE_NAMES, DTYPES, StructValue, Tape, describe, format_value
 from dl.runtime.world import World, average, on_rank_zero, shard
 from numpy.lib.stride_tricks import sliding_window_view
 
@@ -53,7 +53,18 @@ I64_LIMIT = 2.0**63  # floats in [-2**63, 2**63) convert to i64
 
 
 def is_number_or_tensor(value: Any) -> bool:
-    return value.__class__ is ndarray or value.__class__ in NUMBERS
+    return value.__class__ is ndarray or value.__class__ in NUMBERS or value.__class__ in DEVICE_ARRAYS
+
+
+def array_module(*values: Any) -> Any:
+    """The array module computing on `values`: a device's (cupy, runtime/arrays.py) where one of them is its
+    array, else numpy. The implementations call numpy's functions, which hand a device array to its own module
+    (numpy's `__array_function__` protocol); they ask for the module where they make a new array."""
+    for value in values:
+        arrays = DEVICE_ARRAYS.get(value.__class__)
+        if arrays is not None:
+            return arrays.xp
+    return np
 
 
 def is_integer(value: Any) -> bool:
@@ -76,7 +87,7 @@ def kind_of(value: Any) -> str:
 
 def as_array(value: Any) -> np.ndarray:
     """A tensor view of a scalar or tensor; Python floats are f32 in DL."""
-    if value.__class__ is ndarray:
+    if value.__class__ is ndarray or value.__class__ in DEVICE_ARRAYS:
         return value
     if value.__class__ is float:
         return np.asarray(value, dtype=np.float32)
@@ -93,6 +104,8 @@ def scalar(value: Any) -> Any:
         return int(value)
     if value.__class__ is np.bool_:
         return bool(value)
+    if value.__class__ in DEVICE_ARRAYS and not value.ndim:  # a scalar computed on a device crosses to the host
+        return scalar(DEVICE_ARRAYS[value.__class__].download(value))
     return value
 
 
@@ -198,7 +211,7 @@ def promote(a: Any, b: Any, weak_a: bool = False, weak_b: bool = False) -> tuple
 
 
 def cast(value: Any, dtype: np.dtype) -> Any:
-    return value.astype(dtype) if value.__class__ is ndarray else dtype.type(value)
+    return dtype.type(value) if value.__class__ in NUMBERS else value.astype(dtype)
 
 
 def broadcast_problem(name: str, *operands: Any) -> PrimitiveError:
@@ -235,7 +248,7 @@ def sigmoid(x: Any) -> Any:
     e = np.exp(-np.abs(x))
     inverse = 1 / (1 + e)
     result = np.where(x >= 0, inverse, e * inverse)
-    if x.__class__ is ndarray:
+    if x.__class__ is ndarray or x.__class__ in DEVICE_ARRAYS:
         return result.astype(x.dtype, copy=False)
     kind = type(x) if isinstance(x, np.floating) else np.float32
     return kind(result)
@@ -252,6 +265,11 @@ ERF_ELEMENTS = np.frompyfunc(math.erf, 1, 1)
 
 
 def erf(x: Any) -> Any:
+    device = DEVICE_ARRAYS.get(x.__class__)
+    if device is not None and device.erf is not None:
+        return device.erf(x)
+    if device is not None:  # a module without erf: on the host, as for numpy
+        return device.upload(erf(device.download(x)))
     values = np.asarray(ERF_ELEMENTS(x), dtype=np.float64)
     return values.astype(x.dtype) if x.__class__ is ndarray else x.dtype.type(values)
 
@@ -398,23 +416,33 @@ def logsumexp(x: Any, axis: Any, keepdims: Any) -> Any:
     position = axes_of(x, axis, "logsumexp")
     keep = flag_of(keepdims, "keepdims")
     # `initial` makes the peak of a zero-length axis -inf, so the result is -inf as in torch.
-    peak = np.max(x, axis=position, keepdims=True, initial=-np.inf)
+    peak = largest(x, position)
     peak = np.where(np.isfinite(peak), peak, 0).astype(x.dtype)
     total = np.log(np.sum(np.exp(x - peak), axis=position, keepdims=True)) + peak
     return scalar(total if keep else np.squeeze(total, axis=position))
 
 
+def largest(x: Any, axis: int | tuple[int, ...] | None) -> Any:
+    """The largest element along `axis`, kept as an axis of 1; -inf where the axis has no elements (as torch's
+    logsumexp of nothing). numpy's `max(initial=-inf)` says this in one call; cupy's `max` has no `initial`."""
+    if x.size:
+        return np.max(x, axis=axis, keepdims=True)
+    axes = range(x.ndim) if axis is None else (axis,) if axis.__class__ is int else axis
+    kept = tuple(1 if i in axes or i - x.ndim in axes else n for i, n in enumerate(x.shape))
+    return array_module(x).full(kept, -np.inf, dtype=x.dtype)
+
+
 def softmax(x: Any, axis: Any) -> Any:
     x = as_array(floating(x, "softmax"))
     position = axis_of(x, axis)
-    shifted = np.exp(x - np.max(x, axis=position, keepdims=True, initial=-np.inf))
+    shifted = np.exp(x - largest(x, position))
     return scalar(shifted / np.sum(shifted, axis=position, keepdims=True))
 
 
 def log_softmax(x: Any, axis: Any) -> Any:
     x = as_array(floating(x, "log_softmax"))
     position = axis_of(x, axis)
-    shifted = x - np.max(x, axis=position, keepdims=True, initial=-np.inf)
+    shifted = x - largest(x, position)
     return scalar(shifted - np.log(np.sum(np.exp(shifted), axis=position, keepdims=True)))
 
 
@@ -437,7 +465,7 @@ def make_matmul(weak_a: bool = False, weak_b: bool = False):
         if problem is not None:
             raise PrimitiveError(problem)
         a, b = promote(a, b, weak_a, weak_b)
-        return scalar(np.matmul(a, b))
+        return scalar(array_module(a, b).matmul(a, b))
 
     return matmul
 
@@ -472,7 +500,8 @@ def einsum(spec: Any, operands: tuple) -> Any:
         raise PrimitiveError(f'einsum spec "{spec}" names {len(parsed.inputs)} operands, found {len(operands)}')
     if not all(is_number_or_tensor(x) for x in operands):
         raise PrimitiveError(f"`einsum` takes numbers and tensors, found {describe(operands)}")
-    arrays = [as_array(x) for x in operands]
+    xp = array_module(*operands)  # a scalar operand beside device tensors is moved to their device
+    arrays = [xp.asarray(as_array(x)) for x in operands]
     if len({a.dtype for a in arrays}) > 1 or arrays[0].dtype == BOOL:
         raise PrimitiveError(f"`einsum` needs numbers of one dtype, found {describe(operands)}")
     sizes: dict[str, int] = {}
@@ -587,7 +616,7 @@ def gather(x: Any, indices: Any, axis: Any) -> Any:
     if indices.size and (indices.min() < -size or indices.max() >= size):
         bad = int(indices.max()) if indices.max() >= size else int(indices.min())
         raise PrimitiveError(f"gather index {bad} is out of range for axis {position} with size {size}")
-    return scalar(np.take(x, indices, axis=position))
+    return scalar(np.take(x, array_module(x).asarray(indices), axis=position))  # indices where x is
 
 
 def one_hot(labels: Any, classes: Any) -> Any:
@@ -598,7 +627,7 @@ def one_hot(labels: Any, classes: Any) -> Any:
             f"one_hot label {int(labels.max() if labels.max() >= count else labels.min())} "
             f"is out of range for {count} classes"
         )
-    return (labels[..., None] == np.arange(count)).astype(np.float32)
+    return (labels[..., None] == array_module(labels).arange(count)).astype(np.float32)
 
 
 def triangle(keep, name: str):
@@ -710,6 +739,7 @@ def dropout(x: Any, p: Any, seed: Any, training: Any) -> Any:
     if p == 1:
         return scalar(np.zeros_like(as_array(x)))
     draws = np.random.default_rng(int(seed)).random(np.size(x)).astype(np.float32).reshape(np.shape(x))
+    draws = array_module(x).asarray(draws)  # drawn on the host, as interpreted, then moved to x's device
     kept = np.where(draws >= np.float32(p), x, kind(0))
     return scalar(kept / (kind(1) - kind(p)))
 
@@ -746,7 +776,7 @@ def to_float(x: Any, dtype: Any) -> Any:
             return kind.type(float(x))
         except ValueError:
             raise PrimitiveError(f'`float` cannot read "{x}" as a number') from None
-    return scalar(x.astype(kind)) if x.__class__ is ndarray else kind.type(x)
+    return kind.type(x) if x.__class__ in NUMBERS else scalar(x.astype(kind))
 
 
 def to_text(x: Any) -> str:
@@ -764,7 +794,7 @@ def to_int(x: Any) -> Any:
         if not -I64_LIMIT <= value < I64_LIMIT:
             raise PrimitiveError(f'`int` of "{x}": out of the i64 range')
         return value
-    if x.__class__ is ndarray:
+    if x.__class__ is ndarray or x.__class__ in DEVICE_ARRAYS:
         if x.dtype.kind != "f":
             return x.astype(np.int64)
         if not np.all(np.isfinite(x)):
@@ -828,7 +858,7 @@ def print_values(values: tuple) -> tuple:
 
 def zeros_like(x: Any) -> Any:
     """Zeros in the shape of any value a gradient can have: a tensor, tuple, struct or tape of them."""
-    if x.__class__ is ndarray:
+    if x.__class__ is ndarray or x.__class__ in DEVICE_ARRAYS:
         return np.zeros_like(x)
     if x.__class__ is tuple:
         return tuple(zeros_like(item) for item in x)
@@ -842,7 +872,8 @@ def zeros_like(x: Any) -> Any:
 
 
 def is_bool_leaf(x: Any) -> bool:
-    return x.__class__ in (bool, np.bool_) or (x.__class__ is np.ndarray and x.dtype == np.bool_)
+    tensor = x.__class__ is np.ndarray or x.__class__ in DEVICE_ARRAYS
+    return x.__class__ in (bool, np.bool_) or (tensor and x.dtype == np.bool_)
 
 
 def make_tree_add(weak_a: bool = False, weak_b: bool = False):
@@ -858,7 +889,8 @@ def make_tree_add(weak_a: bool = False, weak_b: bool = False):
         if a.__class__ is Tape and b.__class__ is Tape and a.size == b.size:
             return Tape.of([tree_add(x, y) for x, y in zip(a.items(), b.items(), strict=True)])
         if is_bool_leaf(a) and is_bool_leaf(b):  # a flag kept beside values: `or`, as numpy adds bools
-            return np.logical_or(a, b) if a.__class__ is np.ndarray or b.__class__ is np.ndarray else bool(a or b)
+            tensors = {a.__class__, b.__class__} & {np.ndarray, *DEVICE_ARRAYS}
+            return np.logical_or(a, b) if tensors else bool(a or b)
         if is_number_or_tensor(a) and is_number_or_tensor(b):
             return add_leaves(a, b)
         raise PrimitiveError(f"`tree_add` adds values of one structure, found {describe(a)} and {describe(b)}")
@@ -873,7 +905,7 @@ def unbroadcast(x: Any, like: Any) -> Any:
     if extra < 0 or any(n not in (1, m) for n, m in zip(target, x.shape[extra:], strict=True)):
         raise PrimitiveError(f"cannot sum {describe(x)} down to the shape of {describe(like)}")
     axes = tuple(range(extra)) + tuple(extra + i for i, n in enumerate(target) if n == 1 and x.shape[extra + i] != 1)
-    summed = np.add.reduce(x, axis=axes, keepdims=True, dtype=x.dtype) if axes else x
+    summed = np.sum(x, axis=axes, keepdims=True, dtype=x.dtype) if axes else x
     kind = getattr(like, "dtype", None)
     if kind is not None and x.dtype.kind == "f" and kind.kind == "f" and kind != x.dtype:  # the variable's dtype
         summed = summed.astype(kind)
@@ -895,12 +927,15 @@ def expand_dims(x: Any, axis: Any) -> Any:
 
 def scatter_add(x: Any, indices: Any, updates: Any, axis: Any) -> Any:
     """`x` with `updates` added at `indices` along `axis` (repeated indices add up): the reverse of `gather`."""
-    result = np.array(x, dtype=as_array(x).dtype, copy=True)
+    result = as_array(x).copy()
     if result.ndim == 0:
         raise PrimitiveError(f"`scatter_add` needs a tensor of rank 1 or more, found {describe(x)}")
     position = axis_of(result, axis) % result.ndim
     indices = integer_indices(indices, "scatter_add")
-    np.add.at(result, (slice(None),) * position + (indices,), as_array(updates).astype(result.dtype, copy=False))
+    xp, device = array_module(result), DEVICE_ARRAYS.get(result.__class__)
+    place = (slice(None),) * position + (xp.asarray(indices),)
+    add_at = np.add.at if device is None else device.scatter_add
+    add_at(result, place, xp.asarray(updates).astype(result.dtype, copy=False))
     return result
 
 
@@ -916,7 +951,7 @@ def split_like(x: Any, like: Any, axis: Any) -> tuple:
     sizes = [piece.shape[position] for piece in pieces]
     if sum(sizes) != x.shape[position]:
         raise PrimitiveError(f"pieces of {sum(sizes)} along axis {position} do not make {describe(x)}")
-    return tuple(np.split(x, np.cumsum(sizes)[:-1], axis=position))
+    return tuple(np.split(x, np.cumsum(sizes)[:-1].tolist(), axis=position))
 
 
 def tree_map(f: Any, trees: tuple) -> Any:
@@ -957,7 +992,7 @@ def tree_dot(a: Any, b: Any) -> Any:
     walk(a, b)
     products = [np.vdot(p, q) if p.shape == q.shape else np.sum(p * q) for p, q in zip(leaves_a, leaves_b, strict=True)]
     dtype = F64 if any(p.dtype == F64 or q.dtype == F64 for p, q in zip(leaves_a, leaves_b, strict=True)) else F32
-    return dtype.type(sum(products, dtype.type(0)))
+    return dtype.type(scalar(sum(products, dtype.type(0))))
 
 
 def push(tape: Any, value: Any) -> Tape:
@@ -1230,7 +1265,7 @@ def padded(x: np.ndarray, padding: int, fill: float) -> np.ndarray:
     if not padding:
         return x
     n, c, h, w = x.shape
-    result = np.full((n, c, h + 2 * padding, w + 2 * padding), fill, dtype=x.dtype)
+    result = array_module(x).full((n, c, h + 2 * padding, w + 2 * padding), fill, dtype=x.dtype)
     result[:, :, padding : padding + h, padding : padding + w] = x
     return result
 
@@ -1238,7 +1273,9 @@ def padded(x: np.ndarray, padding: int, fill: float) -> np.ndarray:
 def patches(x: np.ndarray, kernel: tuple, stride: int) -> np.ndarray:
     """im2col: the windows of (padded) images [N, C, H, W], `stride` apart, as [N, C * KH * KW, H' * W']."""
     n, channels = x.shape[:2]
-    view = sliding_window_view(x, kernel, axis=(2, 3))[:, :, ::stride, ::stride]  # [N, C, H', W', KH, KW]
+    device = DEVICE_ARRAYS.get(x.__class__)
+    windows = sliding_window_view if device is None else device.windows
+    view = windows(x, kernel, axis=(2, 3))[:, :, ::stride, ::stride]  # [N, C, H', W', KH, KW]
     return view.transpose(0, 1, 4, 5, 2, 3).reshape(n, channels * kernel[0] * kernel[1], -1)
 
 
@@ -1276,7 +1313,7 @@ def conv2d_input_grad(dy: Any, w: Any, like: Any, stride: Any, padding: Any) -> 
     fits_grid(name, dy, (n, outputs, rows, columns))
     shares = np.matmul(w.reshape(outputs, -1).T, dy.reshape(n, outputs, rows * columns))
     shares = shares.reshape(n, channels, kh, kw, rows, columns)
-    result = np.zeros((n, channels, h + 2 * padding, width + 2 * padding), dy.dtype)
+    result = array_module(dy).zeros((n, channels, h + 2 * padding, width + 2 * padding), dy.dtype)
     for down, across in np.ndindex(kh, kw):  # kernel offsets, not pixels
         result[:, :, spaced(down, rows, stride), spaced(across, columns, stride)] += shares[:, :, down, across]
     return result[:, :, padding : padding + h, padding : padding + width]
@@ -1318,8 +1355,9 @@ def max_pool2d(x: Any, size: Any, stride: Any, padding: Any) -> np.ndarray:
     rows, columns = window_grid("max_pool2d", x.shape, (size, size), stride, padding)
     source = padded(x, padding, -np.inf)
     result = source[:, :, spaced(0, rows, stride), spaced(0, columns, stride)].copy()
+    maximum = array_module(x).maximum  # called with `out=`, which a device module's own function takes
     for down, across in np.ndindex(size, size):  # window offsets, not pixels
-        np.maximum(result, source[:, :, spaced(down, rows, stride), spaced(across, columns, stride)], out=result)
+        maximum(result, source[:, :, spaced(down, rows, stride), spaced(across, columns, stride)], out=result)
     return result
 
 
@@ -1329,11 +1367,11 @@ def maxima(name: str, x: np.ndarray, size: int, stride: int, padding: int) -> np
     rows, columns = window_grid(name, x.shape, (size, size), stride, padding)
     source = padded(x, padding, -np.inf)
     best = source[:, :, spaced(0, rows, stride), spaced(0, columns, stride)].copy()
-    offsets = np.zeros(best.shape, np.int64)
+    offsets = array_module(x).zeros(best.shape, np.int64)
     for down, across in np.ndindex(size, size):  # window offsets, not pixels
         candidate = source[:, :, spaced(down, rows, stride), spaced(across, columns, stride)]
         offsets = np.where(candidate > best, down * size + across, offsets)  # strictly: a tie keeps the first
-        np.maximum(best, candidate, out=best)
+        array_module(x).maximum(best, candidate, out=best)
     return offsets
 
 
@@ -1348,8 +1386,8 @@ def max_pool2d_grad(dy: Any, x: Any, size: Any, stride: Any, padding: Any) -> np
     fits_grid(name, dy, offsets.shape)
     n, channels, h, w = x.shape
     rows, columns = offsets.shape[2:]
-    result = np.zeros((n, channels, h + 2 * padding, w + 2 * padding), dy.dtype)
-    zero = np.zeros((), dy.dtype)
+    result = array_module(dy).zeros((n, channels, h + 2 * padding, w + 2 * padding), dy.dtype)
+    zero = dy.dtype.type(0)
     for down, across in np.ndindex(size, size):
         place = (slice(None), slice(None), spaced(down, rows, stride), spaced(across, columns, stride))
         result[place] += np.where(offsets == down * size + across, dy, zero)
@@ -1368,7 +1406,7 @@ def max_pool2d_gather(v: Any, x: Any, size: Any, stride: Any, padding: Any) -> n
     offsets = maxima(name, x, size, stride, padding)
     rows, columns = offsets.shape[2:]
     source = padded(v, padding, 0)
-    result = np.zeros(offsets.shape, v.dtype)
+    result = array_module(v).zeros(offsets.shape, v.dtype)
     for down, across in np.ndindex(size, size):
         chosen = offsets == down * size + across
         result = np.where(chosen, source[:, :, spaced(down, rows, stride), spaced(across, columns, stride)], result)

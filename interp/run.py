@@ -21,6 +21,7 @@ from dl.lang.check import Typed
 from dl.lang.diagnostics import UNKNOWN_SPAN, Diagnostic, DiagnosticError, Span, closest, error
 from dl.lang.modules import Program
 from dl.lang.nesting import with_room
+from dl.runtime.arrays import NUMPY, ArrayModule, to_device, to_host
 from dl.runtime.backend import NOT_COMPILED, CompiledBody, Options
 from dl.runtime.calls import Function, invoke
 from dl.runtime.errors import STACK, DeepRecursion, RunError, UsageError, recursion_error
@@ -32,10 +33,11 @@ def compile_program(
     typed: Typed | None = None,
     bodies: dict[int, CompiledBody] | None = None,
     constants: dict | None = None,
+    arrays: ArrayModule = NUMPY,
 ) -> Compiler:
     """Compile every module; `typed` (the checker's result) adds literal dtypes and run-time annotation checks;
-    `bodies` and `constants` are the backend options of those names (runtime/backend.py)."""
-    compiler = Compiler(program, typed, bodies, constants)
+    `bodies`, `constants` and `arrays` are the backend options of those names (runtime/backend.py)."""
+    compiler = Compiler(program, typed, bodies, constants, arrays)
     compiler.compile_program()
     return compiler
 
@@ -54,7 +56,9 @@ class Interpreted:
             RandomSource.reset()
         # Module constants run while compiling: give them the same room and guards as `main`.
         return run_guarded(
-            lambda: compile_program(self.typed.program, self.typed, self.options.bodies, self.options.constants)
+            lambda: compile_program(
+                self.typed.program, self.typed, self.options.bodies, self.options.constants, self.options.arrays
+            )
         )
 
     def run(self, args: list[str]) -> Any:
@@ -74,15 +78,18 @@ class Interpreted:
             raise UsageError(
                 f"`main` takes {expected} argument{'s' * (most != 1)}, {len(args)} given on the command line"
             )
-        return run_guarded(
-            lambda: invoke(function, complete_arguments(function, list(args), {}, function.span), function.span)
+        return self.to_host(
+            run_guarded(
+                lambda: invoke(function, complete_arguments(function, list(args), {}, function.span), function.span)
+            )
         )
 
     def call(self, name: str, args: list) -> Any:
-        """Call the entry module's function `name` with run-time values (numpy arrays, Python numbers, tuples).
-        The program is compiled (its constants evaluated) at the first call only: a constant is a value, the
-        same at every call, and compiling again would cost the host more than a small function's call. A
-        function compiled by another backend for these arguments runs on the caller's thread (`direct`)."""
+        """Call the entry module's function `name` with run-time values (numpy arrays, Python numbers, tuples; on a
+        device array module copied to the device, and the result back). The program is compiled (its constants
+        evaluated) at the first call only: a constant is a value, the same at every call, and compiling again
+        would cost the host more than a small function's call. A function compiled by another backend for these
+        arguments runs on the caller's thread (`direct`)."""
         program = self.typed.program
         if self.for_calls is None:
             self.for_calls = self.compiled()
@@ -91,6 +98,8 @@ class Interpreted:
         cell = self.for_calls.states[program.entry].cells.get(name)
         if cell is None or not isinstance(cell.value, Function):
             raise UsageError(f"`{program.entry}` has no function `{name}`")
+        if not self.options.arrays.on_host:
+            args = [to_device(arg, self.options.arrays) for arg in args]
         direct = self.direct_call(name)
         if direct is not None:
             try:
@@ -98,9 +107,13 @@ class Interpreted:
             except RunError as failure:
                 raise DiagnosticError(failure.diagnostic) from None
             if result is not NOT_COMPILED:
-                return result
+                return self.to_host(result)
         function = cell.value
-        return run_guarded(lambda: invoke(function, list(args), function.span))
+        return self.to_host(run_guarded(lambda: invoke(function, list(args), function.span)))
+
+    def to_host(self, result: Any) -> Any:
+        """A result as the host takes it: on a device array module, its tensors copied to the host."""
+        return result if self.options.arrays.on_host else to_host(result)
 
     def direct_call(self, name: str):
         """The compiled body's `direct` of the entry module's function `name`, if it has one and nothing is

@@ -19,6 +19,7 @@ from typing import Any, Protocol
 
 from dl.lang.check import Typed
 from dl.lang.primitives import Support
+from dl.runtime.arrays import NUMPY, ArrayModule
 
 # A function body in the calling convention of dl.runtime.calls: `step(frame) -> signal`.
 Step = Callable[[list], object]
@@ -57,6 +58,8 @@ class Options:
     constants: dict[int, tuple[Any, Any]] | None = None
     # each run or call starts the unseeded random stream afresh (the REPL keeps one stream for a session)
     fresh_random: bool = True
+    # where the tensors live (runtime/arrays.py): numpy's host arrays, or a device's (cupy's, for the cuda backend)
+    arrays: ArrayModule = NUMPY
 
 
 class Prepared(Protocol):

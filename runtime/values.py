@@ -3,8 +3,9 @@
 Scalars are numpy scalars (`np.float32`, `np.float64`, `np.int32`, `np.bool_`)
 except i64 and bool, which are Python `int` and `bool` (numpy treats Python
 scalars as weakly typed, which is exactly DL's rule for integer values meeting
-floats). Tensors are numpy arrays, tuples are Python tuples, structs are
-`StructValue`s. Values are never mutated in place where a program could see it.
+floats). Tensors are numpy arrays, or arrays of a device's array module (cupy's on a GPU,
+registered in `DEVICE_ARRAYS` by the backend that runs on it: runtime/arrays.py), tuples are Python
+tuples, structs are `StructValue`s. Values are never mutated in place where a program could see it.
 """
 
 from __future__ import annotations
@@ -22,6 +23,10 @@ DTYPES: dict[str, np.dtype] = {
     "bool": np.dtype(np.bool_),
 }
 DTYPE_NAMES = {dtype: name for name, dtype in DTYPES.items()}
+
+# The array classes of device array modules (cupy's ndarray), whose arrays are tensors too, each with its
+# `ArrayModule` (runtime/arrays.py, whose `register` fills this).
+DEVICE_ARRAYS: dict[type, Any] = {}
 
 
 class StructType:
@@ -88,7 +93,7 @@ def dtype_name(value: Any) -> str:
 
 def describe(value: Any) -> str:
     """A short type-like description for run-time messages: `f32[3, 4]`, `i64`, `(f32, i64)`."""
-    if isinstance(value, np.ndarray):
+    if isinstance(value, np.ndarray) or value.__class__ in DEVICE_ARRAYS:
         return f"{dtype_name(value)}[{', '.join(str(n) for n in value.shape)}]"
     if isinstance(value, tuple):
         return "(" + ", ".join(describe(item) for item in value) + ("," if len(value) == 1 else "") + ")"
@@ -133,7 +138,10 @@ class Tape:
 
 
 def format_value(value: Any) -> str:
-    """How `print` shows a value."""
+    """How `print` shows a value. A device tensor is copied to the host to be shown: a crossing that waits
+    for the device (docs/cuda.md)."""
+    if value.__class__ in DEVICE_ARRAYS:
+        value = DEVICE_ARRAYS[value.__class__].download(value)
     if value is True or value is False or isinstance(value, np.bool_):
         return "true" if value else "false"
     if isinstance(value, str):
@@ -173,6 +181,8 @@ def format_with_spec(value: Any, spec: str) -> str:
     with each element formatted so. Raises `ValueError` for a spec that does not fit the value."""
     if not spec:
         return format_value(value)
+    if value.__class__ in DEVICE_ARRAYS:  # shown on the host, as `print` shows it
+        value = DEVICE_ARRAYS[value.__class__].download(value)
     if isinstance(value, np.ndarray) and value.ndim:
         return np.array2string(value, separator=" ", formatter={"all": lambda item: format_scalar(item, spec)})
     return format_scalar(value, spec)
