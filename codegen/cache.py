@@ -4,9 +4,9 @@ An entry is the optimised module's object code (`TargetMachine.emit_object`), lo
 `ExecutionEngine.add_object_file`: that skips LLVM's optimisation and code generation. The key is a hash of
 the lowered IR (which reflects the source and the types), the compiler (`dl.__version__` and the text of
 the code generator itself), llvmlite's LLVM version and the target (triple, CPU and its features). Entries
-live in `cache_directory()/llvm/KEY.o`, written to a temporary file and renamed, so a reader never sees half
-an entry; each starts with a hash of its contents, so a corrupt or truncated one is ignored (and replaced
-when the code is compiled again), never loaded.
+live in `cache_directory()/llvm/KEY.o`, as lang/cache.py writes and checks entries: written to a temporary
+file and renamed, so a reader never sees half an entry; each starts with a hash of its contents, so a
+corrupt or truncated one is ignored (and replaced when the code is compiled again), never loaded.
 """
 
 from __future__ import annotations
@@ -14,22 +14,12 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
-import tempfile
 from pathlib import Path
 
 from dl.codegen import ir
+from dl.lang.cache import read_entry, write_entry
 
 MAGIC = b"DL object 1\n"
-DIGEST_SIZE = 64  # hexadecimal sha256 of the object code
-
-
-def cache_directory() -> Path:
-    """`$DL_CACHE_DIR`, else `$XDG_CACHE_HOME/dl`, else `~/.cache/dl`."""
-    explicit = os.environ.get("DL_CACHE_DIR")
-    if explicit:
-        return Path(explicit)
-    base = os.environ.get("XDG_CACHE_HOME")
-    return (Path(base) if base else Path.home() / ".cache") / "dl"
 
 
 def cache_key(functions: list[ir.Function], target: str, llvm_version: str) -> str:
@@ -66,38 +56,18 @@ def load(directory: Path, key: str) -> bytes | None:
     """The object code stored under `key`, or None when there is none or it is damaged. A hit marks the
     entry as used now (the cache forgets the least recently used entries first)."""
     path = entry_path(directory, key)
-    try:
-        data = path.read_bytes()
-    except OSError:
-        return None
-    with contextlib.suppress(OSError):
-        os.utime(path)
-    header = len(MAGIC) + DIGEST_SIZE + 1
-    if not data.startswith(MAGIC) or len(data) <= header:
-        return None
-    digest, code = data[len(MAGIC) : header - 1], data[header:]
-    if hashlib.sha256(code).hexdigest().encode() != digest:
-        return None
+    code = read_entry(path, MAGIC)
+    if code is not None:
+        with contextlib.suppress(OSError):
+            os.utime(path)
     return code
 
 
 def store(directory: Path, key: str, code: bytes) -> None:
     """Write an entry atomically; a cache that cannot be written is silently not used."""
     path = entry_path(directory, key)
-    contents = MAGIC + hashlib.sha256(code).hexdigest().encode() + b"\n" + code
-    temporary = None
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{key[:16]}.", suffix=".tmp")
-        with os.fdopen(handle, "wb") as file:
-            file.write(contents)
-        os.replace(temporary, path)
-    except OSError:
-        if temporary is not None:
-            with contextlib.suppress(OSError):
-                os.unlink(temporary)
-        return
-    trim(path.parent)
+    if write_entry(path, MAGIC, code):
+        trim(path.parent)
 
 
 def trim(folder: Path) -> None:

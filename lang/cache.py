@@ -1,0 +1,60 @@
+"""DL's cache directory and its entries: files that are checked when read and written atomically.
+
+Two things are cached: the parse table (lang/tables.py, `parse/`) and the LLVM backend's object code
+(codegen/cache.py, `llvm/`). An entry is a header line naming its kind, the hexadecimal sha256 of its
+contents, a newline, then the contents. It is written to a temporary file beside it and renamed, so a
+reader never sees half an entry, and a damaged one (truncated, changed, or anything else found at its
+path) fails the check and is ignored, never used.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+from pathlib import Path
+
+DIGEST_SIZE = 64  # hexadecimal sha256
+
+
+def cache_directory() -> Path:
+    """`$DL_CACHE_DIR`, else `$XDG_CACHE_HOME/dl`, else `~/.cache/dl`."""
+    explicit = os.environ.get("DL_CACHE_DIR")
+    if explicit:
+        return Path(explicit)
+    base = os.environ.get("XDG_CACHE_HOME")
+    return (Path(base) if base else Path.home() / ".cache") / "dl"
+
+
+def read_entry(path: Path, magic: bytes) -> bytes | None:
+    """The contents of the entry at `path`, or None when there is none, or it is not a whole `magic` entry."""
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return None
+    header = len(magic) + DIGEST_SIZE + 1
+    if not data.startswith(magic) or len(data) <= header:
+        return None
+    digest, contents = data[len(magic) : header - 1], data[header:]
+    if hashlib.sha256(contents).hexdigest().encode() != digest:
+        return None
+    return contents
+
+
+def write_entry(path: Path, magic: bytes, contents: bytes) -> bool:
+    """Write an entry atomically; False (and nothing written) when the cache cannot be written."""
+    import tempfile  # imported here: a run that only reads the cache does without it
+
+    temporary = None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem[:16]}.", suffix=".tmp")
+        with os.fdopen(handle, "wb") as file:
+            file.write(magic + hashlib.sha256(contents).hexdigest().encode() + b"\n" + contents)
+        os.replace(temporary, path)
+    except OSError:
+        if temporary is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(temporary)
+        return False
+    return True
