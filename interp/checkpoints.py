@@ -23,8 +23,6 @@ import secrets
 from typing import Any
 
 import numpy as np
-import safetensors
-import safetensors.numpy
 from dl.runtime.values import DTYPE_NAMES, StructValue, describe
 
 WHOLE = "value"  # the name a bare tensor is stored under
@@ -119,6 +117,8 @@ def listed(names: list[str]) -> str:
 
 def save(path: Any, value: Any) -> tuple:
     """Write `value` to the safetensors file `path`, replacing what was there only once it is complete."""
+    import safetensors.numpy  # imported here, as in `read_checkpoint`: a program that saves nothing does without it
+
     path = path_of(path, "save")
     tensors = named_tensors(value, "a checkpoint")
     try:
@@ -201,6 +201,8 @@ def load(path: Any, like: Any) -> Any:
 
 
 def read_checkpoint(path: str) -> dict[str, np.ndarray]:
+    import safetensors.numpy
+
     try:
         with open(path, "rb") as file:
             data = file.read()

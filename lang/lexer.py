@@ -132,7 +132,8 @@ class Scanner:
         return [piece for piece in split if piece[1]]
 
     def fixed_kind(self, value: str) -> str:
-        kind = next(t.name for t in self.fixed if re.fullmatch(t.regexp, value))
+        # A fixed string is compared, not matched: only the few regular expressions are compiled.
+        kind = next(t.name for t in self.fixed if (t.value == value if t.is_string else re.fullmatch(t.regexp, value)))
         self.fixed_kinds[value] = kind
         return kind
 

@@ -17,6 +17,8 @@ from dl.lang.diagnostics import DiagnosticError
 
 CORPUS = sorted(path for folder in ("tests", "examples", "stdlib") for path in (ROOT / folder).rglob("*.dl"))
 HELLO = 'fn main() {\n    print("hello")\n}\n'
+# What a run of a program on the interpreter must not import (each is imported where it is used).
+NOT_FOR_HELLO = ("lark", "llvmlite", "pygls", "lsprotocol", "prompt_toolkit", "safetensors", "tqdm", "onnx", "mpi4py")
 
 
 @cache
@@ -136,3 +138,12 @@ def test_dlrun_runs_with_a_missing_or_damaged_table_and_stores_a_whole_one(state
     result = run_hello(tmp_path, cache_directory)
     assert (result.returncode, result.stdout, result.stderr) == (0, "hello\n", "")
     assert read_entry(entry(cache_directory), tables.MAGIC) is not None
+
+
+def test_dlrun_hello_imports_no_optional_or_heavy_package(tmp_path: Path) -> None:
+    cache_directory = tmp_path / "cache"
+    tables.load(cache_directory)
+    probe = f"print(sorted(name for name in sys.modules if name.split('.')[0] in {NOT_FOR_HELLO!r}))"
+    result = run_hello(tmp_path, cache_directory, probe)
+    assert (result.returncode, result.stderr) == (0, "")
+    assert result.stdout == "hello\n[]\n"
