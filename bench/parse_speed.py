@@ -30,6 +30,7 @@ import time
 
 import lark
 from dl.lang import lalr, tables
+from dl.lang.cache import cache_directory
 from dl.lang.layout import layout
 from dl.lang.parse import Builder, ParseTable, parse, parse_table
 
@@ -208,9 +209,9 @@ def main() -> None:
     t_parse = best(lambda: parse(source, path), args.repeats)
     t_lex = best(lambda: scanner.scan(source, path), args.repeats)
     t_layout = best(lambda: layout(scanner.scan(source, path)), args.repeats)
-    grammar = tables.load()
+    grammar = tables.load(cache_directory())
     t_lark = best(lambda: lalr.tables(tables.grammar_text()), 5)
-    t_cached = best(tables.load, 5)
+    t_cached = best(lambda: tables.load(cache_directory()), 5)
     t_table = best(lambda: ParseTable(grammar, Builder()), 5)
 
     bare = startup("pass", 7)

@@ -17,13 +17,18 @@ from pathlib import Path
 DIGEST_SIZE = 64  # hexadecimal sha256
 
 
-def cache_directory() -> Path:
-    """`$DL_CACHE_DIR`, else `$XDG_CACHE_HOME/dl`, else `~/.cache/dl`."""
+def cache_directory() -> Path | None:
+    """`$DL_CACHE_DIR`, else `$XDG_CACHE_HOME/dl`, else `~/.cache/dl`; None (no cache) when none is set and the
+    home directory is unknown (a user with no entry in the password database), rather than a directory
+    named `~` in the current one."""
     explicit = os.environ.get("DL_CACHE_DIR")
     if explicit:
         return Path(explicit)
     base = os.environ.get("XDG_CACHE_HOME")
-    return (Path(base) if base else Path.home() / ".cache") / "dl"
+    if base:
+        return Path(base) / "dl"
+    home = Path(os.path.expanduser("~"))
+    return home / ".cache" / "dl" if home.is_absolute() else None
 
 
 def read_entry(path: Path, magic: bytes) -> bytes | None:

@@ -27,6 +27,7 @@ from operator import itemgetter
 from typing import NamedTuple
 
 from dl.lang import ast, tables
+from dl.lang.cache import cache_directory
 from dl.lang.diagnostics import UNKNOWN_SPAN, Diagnostic, DiagnosticError, Label, Span, error
 from dl.lang.layout import CLOSERS, OPENERS, layout, never_closed, token_span
 from dl.lang.lexer import FStringError, Scanner, Token, fstring_pieces
@@ -663,7 +664,7 @@ def parse_table() -> ParseTable:
     global _table
     with _lock:
         if _table is None:
-            _table = ParseTable(tables.load(), _builder)
+            _table = ParseTable(tables.load(cache_directory()), _builder)
         return _table
 
 

@@ -17,7 +17,7 @@ from importlib import resources
 from pathlib import Path
 from typing import NamedTuple
 
-from dl.lang.cache import cache_directory, read_entry, write_entry
+from dl.lang.cache import read_entry, write_entry
 from dl.lang.lexer import Terminal
 
 MAGIC = b"DL parse table 1\n"
@@ -91,20 +91,20 @@ def entry_path(directory: Path, key: str) -> Path:
     return directory / "parse" / f"{key}.json"
 
 
-def load(directory: Path | None = None) -> Tables:
-    """The tables of grammar/dl.lark: from the cache in `directory` (default `cache_directory()`) when a whole
-    entry for this grammar is there, else computed by Lark and stored there."""
-    directory = cache_directory() if directory is None else directory
+def load(directory: Path | None) -> Tables:
+    """The tables of grammar/dl.lark: from the cache in `directory` (`cache_directory()` for DL's) when a whole
+    entry for this grammar is there, else computed by Lark and stored there. None: no cache, always computed."""
     grammar = grammar_text()
     key = cache_key(grammar)
-    path = entry_path(directory, key)
-    stored = read(path, key)
+    path = None if directory is None else entry_path(directory, key)
+    stored = None if path is None else read(path, key)
     if stored is not None:
         return stored
     from dl.lang import lalr  # imported here: Lark is needed only when the cache has no table
 
     computed = lalr.tables(grammar)
-    write_entry(path, MAGIC, key.encode() + b"\n" + computed.to_json().encode())
+    if path is not None:
+        write_entry(path, MAGIC, key.encode() + b"\n" + computed.to_json().encode())
     return computed
 
 

@@ -3,6 +3,7 @@ a damaged, foreign or unwritable cache is never used and never fails a run."""
 
 from __future__ import annotations
 
+import pwd
 import subprocess
 import sys
 from functools import cache
@@ -12,7 +13,7 @@ import pytest
 from conftest import ROOT
 from dl.lang import ast, lalr, tables
 from dl.lang import parse as parsing
-from dl.lang.cache import read_entry, write_entry
+from dl.lang.cache import cache_directory, read_entry, write_entry
 from dl.lang.diagnostics import DiagnosticError
 
 CORPUS = sorted(path for folder in ("tests", "examples", "stdlib") for path in (ROOT / folder).rglob("*.dl"))
@@ -109,7 +110,7 @@ def test_a_damaged_or_foreign_entry_is_ignored_and_replaced(damage: str, tmp_pat
     else:
         path.write_bytes(damaged)
     assert canonical(tables.load(tmp_path)) == canonical(fresh())
-    assert read_entry(path, tables.MAGIC) is not None  # rebuilt
+    assert tables.read(path, tables.cache_key(tables.grammar_text())) is not None  # replaced by a whole table
 
 
 def test_a_cache_that_cannot_be_written_is_not_used(tmp_path: Path) -> None:
@@ -117,6 +118,21 @@ def test_a_cache_that_cannot_be_written_is_not_used(tmp_path: Path) -> None:
     blocker.write_text("a file where the cache directory would be")
     assert canonical(tables.load(blocker)) == canonical(fresh())
     assert blocker.read_text() == "a file where the cache directory would be"
+
+
+def test_without_a_home_directory_nothing_is_cached(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A user with no entry in the password database and no $HOME: no cache, not a directory named `~` here."""
+    for variable in ("DL_CACHE_DIR", "XDG_CACHE_HOME", "HOME"):
+        monkeypatch.delenv(variable, raising=False)
+
+    def no_entry(uid: int) -> None:
+        raise KeyError(uid)
+
+    monkeypatch.setattr(pwd, "getpwuid", no_entry)
+    monkeypatch.chdir(tmp_path)
+    assert cache_directory() is None
+    assert canonical(tables.load(cache_directory())) == canonical(fresh())
+    assert list(tmp_path.iterdir()) == []
 
 
 def run_hello(tmp_path: Path, cache: Path, probe: str = "") -> subprocess.CompletedProcess:
