@@ -4,9 +4,9 @@ An entry is the optimised module's object code (`TargetMachine.emit_object`), lo
 `ExecutionEngine.add_object_file`: that skips LLVM's optimisation and code generation. The key is a hash of
 the lowered IR (which reflects the source and the types), the compiler (`dl.__version__` and the text of
 the code generator itself), llvmlite's LLVM version and the target (triple, CPU and its features). Entries
-live in `cache_directory()/llvm/KEY.o`, written to a temporary file and renamed, so a reader never sees half
-an entry; each starts with a hash of its contents, so a corrupt or truncated one is ignored (and replaced
-when the code is compiled again), never loaded.
+live in `cache_directory()/llvm/KEY.o`, as lang/cache.py writes and checks entries: written to a temporary
+file and renamed, so a reader never sees half an entry; each starts with a hash of its contents, so a
+corrupt or truncated one is ignored (and replaced when the code is compiled again), never loaded.
 """
 
 from __future__ import annotations
@@ -17,19 +17,9 @@ import os
 from pathlib import Path
 
 from dl.codegen import ir
-from dl.lang.files import read_bytes, write_atomically
+from dl.lang.cache import read_entry, write_entry
 
 MAGIC = b"DL object 1\n"
-DIGEST_SIZE = 64  # hexadecimal sha256 of the object code
-
-
-def cache_directory() -> Path:
-    """`$DL_CACHE_DIR`, else `$XDG_CACHE_HOME/dl`, else `~/.cache/dl`."""
-    explicit = os.environ.get("DL_CACHE_DIR")
-    if explicit:
-        return Path(explicit)
-    base = os.environ.get("XDG_CACHE_HOME")
-    return (Path(base) if base else Path.home() / ".cache") / "dl"
 
 
 def cache_key(functions: list[ir.Function], target: str, llvm_version: str) -> str:
@@ -67,31 +57,18 @@ def load(directory: Path, key: str, folder: str = "llvm") -> bytes | None:
     is none or it is damaged. A hit marks the entry as used now (the cache forgets the least recently used entries
     first)."""
     path = entry_path(directory, key, folder)
-    try:
-        data = read_bytes(path)
-    except OSError:
-        return None
-    with contextlib.suppress(OSError):
-        os.utime(path)
-    header = len(MAGIC) + DIGEST_SIZE + 1
-    if not data.startswith(MAGIC) or len(data) <= header:
-        return None
-    digest, code = data[len(MAGIC) : header - 1], data[header:]
-    if hashlib.sha256(code).hexdigest().encode() != digest:
-        return None
+    code = read_entry(path, MAGIC)
+    if code is not None:
+        with contextlib.suppress(OSError):
+            os.utime(path)
     return code
 
 
 def store(directory: Path, key: str, code: bytes, folder: str = "llvm") -> None:
     """Write an entry atomically; a cache that cannot be written is silently not used."""
     path = entry_path(directory, key, folder)
-    contents = MAGIC + hashlib.sha256(code).hexdigest().encode() + b"\n" + code
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        write_atomically(path, contents)
-    except OSError:
-        return
-    trim(path.parent)
+    if write_entry(path, MAGIC, code):
+        trim(path.parent)
 
 
 def trim(folder: Path) -> None:

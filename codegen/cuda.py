@@ -26,10 +26,10 @@ from typing import Any
 
 import numpy as np
 from dl.codegen import nvptx
-from dl.codegen.cache import cache_directory
 from dl.codegen.fusion import Kernel as Fused
 from dl.codegen.native import Replacing, lowered_program
 from dl.lang import ast
+from dl.lang.cache import cache_directory
 from dl.lang.check import Typed
 from dl.lang.diagnostics import DiagnosticError, Span, error
 from dl.lang.primitives import Prim, Support

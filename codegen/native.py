@@ -18,12 +18,12 @@ from typing import Any
 
 import numpy as np
 from dl.codegen import ir
-from dl.codegen.cache import cache_directory
 from dl.codegen.fusion import compile_kernels, fuse, vector_target
 from dl.codegen.llvm import GEMM, INTERRUPTED, Native, compile_functions
 from dl.codegen.lower import Lowered, Unsupported, lower
 from dl.codegen.registry import specialise
 from dl.codegen.values import NUMPY_DTYPES, NeedsStatic
+from dl.lang.cache import cache_directory
 from dl.lang.check import Typed
 from dl.runtime.backend import NOT_COMPILED, CompiledBody, Step, StructTypes
 from dl.runtime.calls import RETURN, Function

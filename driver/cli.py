@@ -29,7 +29,7 @@ import textwrap
 import traceback
 from pathlib import Path
 
-from dl import __version__, distributed, fmt, pipeline
+from dl import __version__, distributed, pipeline
 from dl.lang.check import Typed
 from dl.lang.diagnostics import DiagnosticError, SourceMap, render_all
 from dl.lang.nesting import with_room
@@ -43,9 +43,18 @@ HELP_WIDTH = 100
 NAME = r"[A-Za-z_][A-Za-z0-9_]*"
 
 
+class MainParser(argparse.ArgumentParser):
+    """The default command's parser. Its epilog, the `commands:` part of `dlrun --help`, is made only when
+    the help is shown: making it builds every command's parser, which a run of a program does not need."""
+
+    def format_help(self) -> str:
+        self.epilog = f"{commands_help(self)}\n\n{EXIT_STATUS}"
+        return super().format_help()
+
+
 def parser() -> argparse.ArgumentParser:
     """`dlrun [--backend B] FILE.dl [ARGS...]`, the default command."""
-    command = argparse.ArgumentParser(
+    command = MainParser(
         prog="dlrun",
         description="Run DL programs: tensors with shapes in their types, and grad.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -56,7 +65,6 @@ def parser() -> argparse.ArgumentParser:
         "file", nargs="?", metavar="FILE.dl", help=f"the .dl program (or a command: {', '.join(SUBCOMMANDS)})"
     )
     command.add_argument("args", nargs=argparse.REMAINDER, metavar="ARGS", help="arguments passed to main() as strings")
-    command.epilog = f"{commands_help(command)}\n\n{EXIT_STATUS}"
     return command
 
 
@@ -356,6 +364,8 @@ def execute(command: str, file: str, args: list[str], options: argparse.Namespac
     if command == "plot":
         return draw(options.paths, options.output)
     if command == "fmt":
+        from dl import fmt  # imported here, as the other commands' modules are: a run does without them
+
         return fmt.format_paths(options.paths, options.check, options.show)
     if command == "export":
         return export(file, options, sources)

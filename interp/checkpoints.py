@@ -22,8 +22,6 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-import safetensors
-import safetensors.numpy
 from dl.lang.files import read_bytes, write_atomically
 from dl.runtime.values import DTYPE_NAMES, StructValue, describe
 
@@ -119,6 +117,8 @@ def listed(names: list[str]) -> str:
 
 def save(path: Any, value: Any) -> tuple:
     """Write `value` to the safetensors file `path`, replacing what was there only once it is complete."""
+    import safetensors.numpy  # imported here, as in `read_checkpoint`: a program that saves nothing does without it
+
     path = path_of(path, "save")
     tensors = named_tensors(value, "a checkpoint")
     try:
@@ -167,6 +167,8 @@ def load(path: Any, like: Any) -> Any:
 
 
 def read_checkpoint(path: str) -> dict[str, np.ndarray]:
+    import safetensors.numpy
+
     try:
         data = read_bytes(path)
     except OSError as problem:

@@ -13,11 +13,23 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from typing import NamedTuple
 
 from dl.lang.diagnostics import Diagnostic, DiagnosticError, Span, error
-from lark.lexer import PatternStr, TerminalDef
 
 Token = tuple[str, str, int, int]  # (kind, text, line, column)
+
+
+class Terminal(NamedTuple):
+    """A terminal of the grammar, as Lark reads it from grammar/dl.lark (lang/lalr.py)."""
+
+    name: str
+    value: str  # the string (`fn`) or the regular expression (`\d+`) as written
+    is_string: bool  # a fixed string rather than a regular expression
+    regexp: str  # what matches it, as a regular expression
+    priority: int
+    max_width: int  # the length of its longest match
+
 
 LAYOUT_ONLY = ("NEWLINE", "SEMICOLON")
 STARTS_LIKE_A_NAME = 3  # the priority grammar/dl.lark gives a terminal that starts with a letter (FSTRING)
@@ -42,28 +54,24 @@ class Scanner:
     tries them (tests/test_parser.py checks the tokens against Lark's own lexer).
     """
 
-    def __init__(self, terminals: list[TerminalDef], ignore: list[str]) -> None:
-        name_pattern = re.compile(next(t for t in terminals if t.name == "NAME").pattern.to_regexp())
-        self.keywords = {
-            t.pattern.value: t.name
-            for t in terminals
-            if isinstance(t.pattern, PatternStr) and name_pattern.fullmatch(t.pattern.value)
-        }
+    def __init__(self, terminals: list[Terminal], ignore: list[str]) -> None:
+        name_pattern = re.compile(next(t for t in terminals if t.name == "NAME").regexp)
+        self.keywords = {t.value: t.name for t in terminals if t.is_string and name_pattern.fullmatch(t.value)}
         ordered = sorted(
-            (t for t in terminals if t.name not in ignore and t.pattern.value not in self.keywords),
-            key=lambda t: (-t.priority, -t.pattern.max_width, -len(t.pattern.value), t.name),
+            (t for t in terminals if t.name not in ignore and t.value not in self.keywords),
+            key=lambda t: (-t.priority, -t.max_width, -len(t.value), t.name),
         )
         self.fixed = [t for t in ordered if is_fixed(t)]
         others = [t for t in ordered if not is_fixed(t) and t.name != "NAME"]
         before_names = [t for t in others if t.priority >= STARTS_LIKE_A_NAME]
         # The kind of each fixed string seen, found from `self.fixed` in order on first sight.
         self.fixed_kinds: dict[str, str] = {}
-        skipped = "|".join(t.pattern.to_regexp() for t in terminals if t.name in ignore)
+        skipped = "|".join(t.regexp for t in terminals if t.name in ignore)
         groups = [
-            *(f"(?P<{t.name}>{t.pattern.to_regexp()})" for t in before_names),
+            *(f"(?P<{t.name}>{t.regexp})" for t in before_names),
             f"(?P<NAME>{name_pattern.pattern})",
-            f"(?P<{FIXED}>{'|'.join(t.pattern.to_regexp() for t in self.fixed)})",
-            *(f"(?P<{t.name}>{t.pattern.to_regexp()})" for t in others if t not in before_names),
+            f"(?P<{FIXED}>{'|'.join(t.regexp for t in self.fixed)})",
+            *(f"(?P<{t.name}>{t.regexp})" for t in others if t not in before_names),
             f"(?P<{UNKNOWN}>.)",
             f"(?P<{END}>\\Z)",
         ]
@@ -124,14 +132,15 @@ class Scanner:
         return [piece for piece in split if piece[1]]
 
     def fixed_kind(self, value: str) -> str:
-        kind = next(t.name for t in self.fixed if re.fullmatch(t.pattern.to_regexp(), value))
+        # A fixed string is compared, not matched: only the few regular expressions are compiled.
+        kind = next(t.name for t in self.fixed if (t.value == value if t.is_string else re.fullmatch(t.regexp, value)))
         self.fixed_kinds[value] = kind
         return kind
 
 
-def is_fixed(terminal: TerminalDef) -> bool:
+def is_fixed(terminal: Terminal) -> bool:
     """A terminal that matches a few fixed strings (`(`, `**`, `==` or `!=`, ...), not an open-ended pattern."""
-    return isinstance(terminal.pattern, PatternStr) or terminal.pattern.max_width <= 3
+    return terminal.is_string or terminal.max_width <= 3
 
 
 def unexpected_character(text: str, position: int, line: int, column: int, path: str) -> Diagnostic:

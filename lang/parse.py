@@ -7,8 +7,9 @@ of the same name with that rule's children (shaped as Lark shapes them for a
 `Transformer`: `_rule`s inlined, `?rule`s with one child passed through, `None`
 for an absent `[optional]`). No parse tree is built.
 
-Lark reads the grammar and computes its LALR(1) table once per process, on the
-first parse (`ParseTable.load`); the table is driven by the short loop in
+Lark reads the grammar and computes its LALR(1) table (lang/lalr.py), which is
+kept in DL's cache directory between runs (lang/tables.py) and read once per
+process, on the first parse. The table is driven by the short loop in
 `ParseTable.run` rather than by `Lark.parse`, whose per-token and per-rule
 wrappers cost more than the rest of parsing together (bench/README.md).
 
@@ -24,21 +25,17 @@ import re
 import threading
 from collections.abc import Callable
 from dataclasses import replace
-from importlib import resources
 from operator import itemgetter
 from typing import NamedTuple, TypeVar
 
-from dl.lang import ast
+from dl.lang import ast, tables
+from dl.lang.cache import cache_directory
 from dl.lang.diagnostics import UNKNOWN_SPAN, Diagnostic, DiagnosticError, Label, Span, error
 from dl.lang.layout import CLOSERS, OPENERS, layout, never_closed, token_span
-from dl.lang.lexer import LAYOUT_ONLY, FStringError, Scanner, Token, fstring_pieces
+from dl.lang.lexer import FStringError, Scanner, Token, fstring_pieces
 from dl.lang.literals import integer_value
 from dl.lang.nesting import too_deep
-from lark import Lark
-from lark.grammar import Rule
-from lark.lark import PostLex
-from lark.lexer import Lexer
-from lark.parsers.lalr_analysis import Shift
+from dl.lang.tables import Rule, Tables
 
 ASSIGNABLE = (ast.Name, ast.Field, ast.Index)
 T = TypeVar("T")
@@ -486,7 +483,7 @@ class UnexpectedToken(Exception):
 
 
 class ParseTable:
-    """Lark's LALR(1) table for grammar/dl.lark, in the form `run` reads fastest.
+    """Lark's LALR(1) table for grammar/dl.lark (lang/tables.py), in the form `run` reads fastest.
 
     `states[s]` maps a terminal to an action (a state to shift to, or `~r` to
     reduce by `reductions[r]`) and a nonterminal to the state to go to after
@@ -495,33 +492,14 @@ class ParseTable:
     child whose value is that child.
     """
 
-    def __init__(self, lark: Lark, builder: Builder) -> None:
-        table = lark.parser.parser.parser.parse_table
-        rules = lark.rules
-        index = {rule: number for number, rule in enumerate(rules)}
-        self.states: list[dict[str, int]] = [{} for _ in table.states]
-        for state, actions in table.states.items():
-            for symbol, (action, argument) in actions.items():
-                # Lark's symbol names are `Token`s, which compare slowly as dict keys: use plain strings.
-                self.states[state][str(symbol)] = argument if action is Shift else ~index[argument]
-        self.start_states: dict[str, int] = dict(table.start_states)
-        self.end_states = frozenset(table.end_states.values())
+    def __init__(self, grammar: Tables, builder: Builder) -> None:
+        self.states = grammar.states
+        self.start_states = grammar.start_states
+        self.end_states = frozenset(grammar.end_states)
         self.terminals = sorted({symbol for actions in self.states for symbol in actions if symbol.isupper()})
-        pass_through = pass_through_rules(rules)
-        self.reductions = [reduction(rule, builder, pass_through) for rule in rules]
-        self.scanner = Scanner(list(lark.lexer_conf.terminals), list(lark.lexer_conf.ignore))
-
-    @classmethod
-    def load(cls, builder: Builder) -> ParseTable:
-        lark = Lark(
-            grammar_text(),
-            parser="lalr",
-            lexer=UnusedLexer,
-            postlex=LayoutTerminals(),
-            start=["start", "repl_input", "embedded_expr"],
-            maybe_placeholders=True,
-        )
-        return cls(lark, builder)
+        pass_through = pass_through_rules(grammar.rules)
+        self.reductions = [reduction(rule, builder, pass_through) for rule in grammar.rules]
+        self.scanner = Scanner(list(grammar.terminals), list(grammar.ignore))
 
     def run(self, tokens: list[Token], start: str) -> object:
         """Parse `tokens` (ending with a `$END` token) from the rule `start`; returns its value."""
@@ -590,58 +568,35 @@ class ParseTable:
         return stack
 
 
-def grammar_text() -> str:
-    return resources.files("dl.grammar").joinpath("dl.lark").read_text()
-
-
-class UnusedLexer(Lexer):
-    """Lark insists on a lexer; DL's scanner (lang/lexer.py) runs outside Lark."""
-
-    def __init__(self, lexer_conf: object) -> None:
-        pass
-
-    def lex(self, *args: object) -> None:
-        raise NotImplementedError
-
-
-class LayoutTerminals(PostLex):
-    """Makes Lark keep the terminals that only the layout pass reads (NEWLINE, SEMICOLON)."""
-
-    always_accept = LAYOUT_ONLY
-
-    def process(self, stream: object) -> object:
-        return stream
-
-
 # ---------------------------------------------------------------------- tree shaping
 
 
-def pass_through_rules(rules: list[Rule]) -> frozenset[str]:
+def pass_through_rules(rules: tuple[Rule, ...]) -> frozenset[str]:
     """Inlined `_rule`s whose every alternative is one child: their value is that child, not spliced."""
     by_name: dict[str, list[Rule]] = {}
     for rule in rules:
-        by_name.setdefault(str(rule.origin.name), []).append(rule)
+        by_name.setdefault(rule.origin, []).append(rule)
     return frozenset(
         name
         for name, alternatives in by_name.items()
         if name.startswith("_")
-        and all(len(r.expansion) == 1 and not r.options.empty_indices for r in alternatives)
+        and all(len(r.expansion) == 1 and not r.empty_indices for r in alternatives)
         and not any(not r.expansion[0].is_term and r.expansion[0].name.startswith("_") for r in alternatives)
     )
 
 
 def reduction(rule: Rule, builder: Builder, pass_through: frozenset[str]) -> tuple[int, str, Build | None]:
     """How `ParseTable.run` reduces by `rule`: Lark's tree shaping, then the builder method."""
-    size, origin = len(rule.expansion), str(rule.origin.name)
+    size, origin = len(rule.expansion), rule.origin
     plan = shaping_plan(rule, pass_through)
-    if origin in pass_through or (rule.options.expand1 and not rule.alias and plan == [(0, False)] and size == 1):
+    if origin in pass_through or (rule.expand1 and not rule.alias and plan == [(0, False)] and size == 1):
         return size, origin, None
     if origin.startswith("_"):  # inlined into its parent: the value is the list of shaped children
         return size, origin, shaped(plan, size, None)
     method = getattr(builder, rule.alias or origin, None)
     if method is None:
         raise AssertionError(f"internal error: no builder for grammar rule `{rule.alias or origin}`")
-    if rule.options.expand1 and not rule.alias:
+    if rule.expand1 and not rule.alias:
         method = single_child_or(method)
     return size, origin, shaped(plan, size, method)
 
@@ -659,13 +614,13 @@ def shaping_plan(rule: Rule, pass_through: frozenset[str]) -> list[tuple[int, bo
     """The shaped children of `rule`: (position, splice it) for each kept child, None for an absent optional."""
     plan: list[tuple[int, bool] | None] = []
     positions = iter(range(len(rule.expansion)))
-    for absent in rule.options.empty_indices or [False] * len(rule.expansion):
+    for absent in rule.empty_indices or [False] * len(rule.expansion):
         if absent:
             plan.append(None)
             continue
         position = next(positions)
         symbol = rule.expansion[position]
-        if symbol.is_term and symbol.filter_out and not rule.options.keep_all_tokens:
+        if symbol.filter_out and not rule.keep_all_tokens:
             continue
         inlined = not symbol.is_term and symbol.name.startswith("_") and symbol.name not in pass_through
         plan.append((position, inlined))
@@ -719,11 +674,11 @@ _table: ParseTable | None = None
 
 
 def parse_table() -> ParseTable:
-    """The parse table, built on first use (Lark's grammar analysis takes tens of milliseconds)."""
+    """The parse table, read on first use (from the cache, or computed by Lark: lang/tables.py)."""
     global _table
     with _lock:
         if _table is None:
-            _table = ParseTable.load(_builder)
+            _table = ParseTable(tables.load(cache_directory()), _builder)
         return _table
 
 

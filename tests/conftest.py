@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import os
 import re
-
-os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # as `dl` itself sets it, before numpy is imported
-
+import tempfile
 from pathlib import Path
 
 import pytest
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # as `dl` itself sets it, before numpy is imported
+# Tests, and the processes they start, keep the parse table (lang/tables.py) and compiled code in a cache
+# directory of their own, removed at the end, never in the user's.
+TEST_CACHE = tempfile.TemporaryDirectory(prefix="dl-test-cache-")
+os.environ["DL_CACHE_DIR"] = TEST_CACHE.name
 
 ROOT = Path(__file__).resolve().parent.parent
 

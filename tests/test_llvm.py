@@ -20,6 +20,7 @@ from dl import pipeline
 from dl.cli import main as dlrun
 from dl.codegen import cache, native
 from dl.lang import ast
+from dl.lang.cache import cache_directory as cache_directory_of
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -534,7 +535,9 @@ fn main() { print(fib(20), gcd(1071, 462), newton(2.0f64)) }
 
 
 def cache_entries(directory: Path) -> list[Path]:
-    return sorted(directory.rglob("*")) if directory.exists() else []
+    """The compile cache's files (the cache directory also holds the parse table, lang/tables.py)."""
+    entries = directory / "llvm"
+    return sorted(entries.rglob("*")) if entries.exists() else []
 
 
 def native_origin(err: str) -> str:
@@ -631,21 +634,21 @@ def test_no_cache_neither_reads_nor_writes(tmp_path: Path, cache_directory: Path
         assert status == 0, err
         assert out == "6765 21 1.414213562373095\n"
         assert native_origin(err) == "native code for 3 functions: compiled by LLVM (--no-cache)"
-    assert not cache_directory.exists()
+    assert not (cache_directory / "llvm").exists()
     status, _, err = run_cli(tmp_path, CACHED, "--no-cache", "run", "--backend", "llvm", capsys=capsys)
     assert status == 0, err
-    assert not cache_directory.exists()
+    assert not (cache_directory / "llvm").exists()
 
 
 def test_cache_directory_follows_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DL_CACHE_DIR", str(tmp_path / "explicit"))
-    assert cache.cache_directory() == tmp_path / "explicit"
+    assert cache_directory_of() == tmp_path / "explicit"
     monkeypatch.delenv("DL_CACHE_DIR")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    assert cache.cache_directory() == tmp_path / "xdg" / "dl"
+    assert cache_directory_of() == tmp_path / "xdg" / "dl"
     monkeypatch.delenv("XDG_CACHE_HOME")
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    assert cache.cache_directory() == tmp_path / "home" / ".cache" / "dl"
+    assert cache_directory_of() == tmp_path / "home" / ".cache" / "dl"
 
 
 def test_unit_results_and_literals_are_refused_where_the_backends_could_differ(tmp_path: Path) -> None:

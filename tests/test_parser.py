@@ -10,8 +10,10 @@ import pytest
 from conftest import ROOT
 from dl.lang import ast
 from dl.lang.diagnostics import DiagnosticError
-from dl.lang.parse import LayoutTerminals, grammar_text, parse, parse_repl, parse_table
+from dl.lang.lalr import LayoutTerminals
+from dl.lang.parse import parse, parse_repl, parse_table
 from dl.lang.printer import print_expr, print_module
+from dl.lang.tables import grammar_text
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from lark import Lark

@@ -41,7 +41,6 @@ re-checked in between so that the second round has the types of the first round'
 from __future__ import annotations
 
 from dl.lang import ast
-from dl.lang.autodiff.round import Round
 from dl.lang.autodiff.sites import Site, grad_sites
 from dl.lang.autodiff.trees import call, name
 from dl.lang.check import Typed, check, gradient_problem
@@ -65,6 +64,8 @@ def differentiate(typed: Typed, calls: tuple = ()) -> tuple[Program, Typed]:
         sites = list(grad_sites(typed))
         if not sites:
             return typed.program, typed
+        from dl.lang.autodiff.round import Round  # imported here: a program without `grad` does without it
+
         program = Round(typed, backs).run(sites)
         typed = check(program, calls)
         if typed.errors:
@@ -102,6 +103,8 @@ def derivative_source(typed: Typed, function: str, wrt: int | tuple[int, ...], w
     check_request(typed, decl, wrt, with_value)
     site_call = call("grad" if not with_value else "value_and_grad", name(function))
     site = Site(site_call, path, decl, path, name(function), wrt, with_value)
+    from dl.lang.autodiff.round import Round
+
     generator = Round(typed)
     program = generator.run([site])
     checked = check(program)
