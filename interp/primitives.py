@@ -338,20 +338,21 @@ BIT_PATTERNS = {4: np.uint32, 8: np.uint64}  # an unsigned integer as wide as ea
 BRANCHLESS_SIZE = 4096  # below this many elements, numpy's `where` costs less than a bit select's passes
 
 
+def on_host(value: Any) -> bool:
+    """Whether `value` is a numpy array or a scalar (not an array of a device's array module)."""
+    return value.__class__ is ndarray or isinstance(value, (np.generic, int, float))
+
+
 def choose(condition: Any, a: Any, b: Any) -> Any:
     """`np.where(condition, a, b)`. numpy's `where` branches on every element, so a mask without a pattern
     (relu's derivative, `where(x > 0.0, d, zeros_like(d))`) mispredicts half of them: 0.47 ms at 64x2048
     f32. Between numbers of one dtype, a bit select, `b ^ ((a ^ b) & mask)` on their bits, picks the same
     values (NaNs and signed zeros included) without a branch: 0.06 ms."""
+    if condition.__class__ is not ndarray or condition.size < BRANCHLESS_SIZE or not (on_host(a) and on_host(b)):
+        return np.where(condition, a, b)  # numpy's own, or a device array module's through numpy's protocols
     a_array, b_array = np.asarray(a), np.asarray(b)
     dtype = a_array.dtype
-    if (
-        condition.__class__ is not ndarray
-        or condition.size < BRANCHLESS_SIZE
-        or dtype != b_array.dtype
-        or dtype.kind not in "fiu"
-        or dtype.itemsize not in BIT_PATTERNS
-    ):
+    if dtype != b_array.dtype or dtype.kind not in "fiu" or dtype.itemsize not in BIT_PATTERNS:
         return np.where(condition, a, b)
     bits = BIT_PATTERNS[dtype.itemsize]
     mask = condition.astype(bits)
