@@ -371,16 +371,38 @@ class Checker:
         return self.tables.frozen(self.program)
 
     def report(self, diagnostic: Diagnostic) -> None:
+        if self.silent:
+            return
+        if self.call_sites and depends_on_types(diagnostic.code):  # in a function checked for one call's types
+            diagnostic = self.in_call(diagnostic)
         key = (diagnostic.code, diagnostic.span)
-        if self.silent or key in self.reported:
+        if key in self.reported:
             return
         self.reported.add(key)
-        if self.call_sites and depends_on_types(diagnostic.code):  # in a function checked for one call's types
-            name, call, args = self.call_sites[-1]
-            shown = ", ".join(str(a) for a in args)
-            note = f"`{name}` is checked with the argument types of the call at {call}: ({shown})"
-            diagnostic = replace(diagnostic, notes=(*diagnostic.notes, note))
         self.tables.diagnostics.append(diagnostic)
+
+    def in_call(self, diagnostic: Diagnostic) -> Diagnostic:
+        """A mistake found while checking a function for the argument types of a call. In the module of the
+        call, it is shown where it is, with a note naming the call; in another module (the stdlib, an import),
+        whose code the caller did not write, it is reported at the call that reached it from outside, pointing
+        into the callee (a secondary label there, and a note with its file:line:col)."""
+        outside = next((site for site in reversed(self.call_sites) if site[1].path != diagnostic.span.path), None)
+        if outside is None:
+            name, call, args = self.call_sites[-1]
+            note = f"`{name}` is checked with the argument types of the call at {call}: ({shown_types(args)})"
+            return replace(diagnostic, notes=(*diagnostic.notes, note))
+        name, call, args = outside
+        inside = Label(diagnostic.span, diagnostic.label or diagnostic.message)
+        innermost = self.call_sites[-1][0]
+        where = f"in `{innermost}` at {diagnostic.span}" if innermost != name else f"at {diagnostic.span}"
+        note = f"`{name}` is checked with the argument types of this call, and goes wrong {where}"
+        return replace(
+            diagnostic,
+            span=call,
+            label=f"`{name}` is given ({shown_types(args)})",
+            secondary=(inside, *diagnostic.secondary),
+            notes=(note, *diagnostic.notes),
+        )
 
     def declare_module(self, path: str) -> None:
         info = ModuleInfo(path)
@@ -1829,6 +1851,10 @@ def wrt_positions(node: ast.Expr | None) -> int | tuple[int, ...] | None:
         positions = tuple(i.value for i in node.items)
         return positions if len(set(positions)) == len(positions) else None
     return None
+
+
+def shown_types(types: tuple[Type, ...]) -> str:
+    return ", ".join(str(t) for t in types)
 
 
 def has_float(t: Type) -> bool:

@@ -20,6 +20,7 @@ import pytest
 from conftest import check_golden
 from dl import lang, lsp
 from dl.lang.diagnostics import Diagnostic, Label, Severity, Span
+from dl.lang.modules import stdlib_path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from lsprotocol import types
@@ -89,6 +90,25 @@ def test_a_shape_error_is_an_lsp_diagnostic() -> None:
     assert (shown.code, shown.severity) == ("E0302", types.DiagnosticSeverity.Error)
     assert shown.range == types.Range(types.Position(0, 20), types.Position(0, 43))
     assert shown.message.startswith("matmul inner dimensions differ: 3 vs 2")
+
+
+def test_a_mistake_inside_an_imported_function_is_shown_at_the_call(tmp_path: Path) -> None:
+    """`nn.linear` checked for the caller's arguments goes wrong inside stdlib/nn.dl: the editor shows it at
+    the call, with related information at the `@` in nn.dl, not at 1:1 of the document."""
+    source = "import nn\nfn main() {\n    print(nn.linear(ones(4, 3), ones(5, 2), zeros(2)))\n}\n"
+    path = str(tmp_path / "model.dl")
+    typed = lang.check(source, path)
+    [shown] = lsp.diagnostics_for(typed, path, "file://" + path)
+    assert (shown.code, shown.severity) == ("E0302", types.DiagnosticSeverity.Error)
+    assert shown.range == types.Range(types.Position(2, 10), types.Position(2, 53))
+    assert shown.message.startswith("matmul inner dimensions differ: 3 vs 5\n`linear` is given (f32[4, 3], f32[5, 2]")
+    [related] = shown.related_information
+    nn_path = stdlib_path("nn")
+    assert related.location.uri == nn_path.as_uri()
+    line = nn_path.read_text().splitlines()[related.location.range.start.line]
+    start, end = related.location.range.start.character, related.location.range.end.character
+    assert line[start:end] == "x @ w"
+    assert related.message == "f32[4, 3] @ f32[5, 2]"
 
 
 def test_a_parse_error_is_an_lsp_diagnostic() -> None:
