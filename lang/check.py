@@ -268,6 +268,66 @@ class Context:
     loops: int = 0
     decl: ast.FnDecl | ast.Lambda | None = None
     dim_names: frozenset[str] | None = None  # the dimension names in scope; None: not tracked (nested functions)
+    # the `let`s of unsuffixed literals: the dtype each name takes from its uses (a `Conflict` where they
+    # disagree); None while the uses are being found (`LiteralBindings`), the names then kept weak
+    literal_dtypes: Mapping[str, str | Conflict] | None = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Conflict:
+    """Uses of a literal's binding that ask for different dtypes: (dtype, where) of the first of each."""
+
+    uses: tuple[tuple[str, Span], ...]
+
+
+@dataclass
+class LiteralBindings:
+    """The names a function body binds to unsuffixed literals (`let s = 0.0`), with the literal's own dtype,
+    and the float dtypes their uses ask for, found by checking the body with those names kept weak (as JAX
+    keeps a Python number weak). A binding rebound to floats (`s += x`) takes their dtype (rebound to two, it
+    is a mistake: a variable has one type); a float literal's binding that is not takes the float dtype of
+    what it meets (`lr * g`), if that is one; an integer literal's binding otherwise stays `i64`."""
+
+    kinds: dict[str, str]
+    stored: dict[str, dict[str, Span]] = field(default_factory=dict)
+    met: dict[str, dict[str, Span]] = field(default_factory=dict)
+
+    def ask(self, name: str, dtype: str, span: Span, stored: bool) -> None:
+        kind = self.kinds.get(name)
+        if kind is None or dtype not in FLOATS or (kind in INTEGERS and not stored):
+            return
+        (self.stored if stored else self.met).setdefault(name, {}).setdefault(dtype, span)
+
+    def meets(self, node: ast.Expr, dtype: str) -> None:
+        """A weak value computed by `node` takes `dtype` from what it meets: so do the bindings it reads."""
+        match node:
+            case ast.Name(id=name):
+                self.ask(name, dtype, node.span, stored=False)
+            case ast.Unary(operand=operand):
+                self.meets(operand, dtype)
+            case ast.Binary(lhs=lhs, rhs=rhs):
+                self.meets(lhs, dtype)
+                self.meets(rhs, dtype)
+            case ast.TensorLiteral(items=items):
+                for item in items:
+                    self.meets(item, dtype)
+
+    def decided(self) -> dict[str, str | Conflict]:
+        found: dict[str, str | Conflict] = {name: next(iter(met)) for name, met in self.met.items() if len(met) == 1}
+        for name, stored in self.stored.items():
+            found[name] = next(iter(stored)) if len(stored) == 1 else Conflict(tuple(stored.items()))
+        return found
+
+
+@dataclass(frozen=True, slots=True)
+class Mark:
+    """Where the checker's memo tables stood before a trial check, to forget what it learnt (`rollback`)."""
+
+    instances: int
+    instance_counts: dict[int, int]
+    passes: int
+    literals: int
+    early_consts: set[tuple[str, str]]
 
 
 def check(
@@ -344,8 +404,18 @@ class Checker:
         self.early_consts: set[tuple[str, str]] = set()  # consts reported as used before their definition
         self.python_call: ast.Call | None = None  # the latest call of a name Python has and DL spells otherwise
         self.pass_count = 0
+        self.vague_passes: set[int] = set()  # checks of a function with an unknown argument
         self.literal_passes: dict[int, set[int]] = {}
         self.coerced_passes: dict[int, dict[str, set[int]]] = {}
+        # Literals' bindings (`let s = 0.0`): the body being checked to find their dtypes, if any; the dtypes
+        # found, by function, argument types and captured names; and, while such a trial check runs, the
+        # instances it made and literals it saw, forgotten after it (`rollback`).
+        self.literals: LiteralBindings | None = None
+        self.literal_dtypes: dict[tuple, dict[str, str | Conflict]] = {}
+        self.literal_lets_of: dict[int, dict[str, str]] = {}
+        self.trials = 0
+        self.instance_log: list[tuple] = []
+        self.literal_log: list[int] = []
 
     # -------------------------------------------------------------- driver
     def run(self, calls: tuple[tuple[str, tuple[Type, ...]], ...] = ()) -> Typed:
@@ -594,7 +664,12 @@ class Checker:
         declared = self.resolve_type(decl.result, function.module) if decl.result is not None else None
         if declared is not None:
             self.generic_signatures[key] = Signature(function.name, params, declared)
-        result = self.check_body(function, [t for _, t in params], declared)
+        # checked once for all calls: its mistakes are its own, reported even from inside a silent check
+        silent, call_sites, self.silent, self.call_sites = self.silent, self.call_sites, False, []
+        try:
+            result = self.check_body(function, [t for _, t in params], declared)
+        finally:
+            self.silent, self.call_sites = silent, call_sites
         signature = Signature(function.name, params, declared or result)
         self.generic_signatures[key] = signature
         return signature
@@ -632,15 +707,100 @@ class Checker:
     def remember_instance(self, instance: tuple, result: Type) -> None:
         if instance not in self.instances:
             self.instances_by_function.setdefault(instance[0], []).append(instance)
+            if self.trials:
+                self.instance_log.append(instance)
         self.instances[instance] = result
 
     def check_body(
         self, function: FunctionInfo, params: list[Type], declared: Type | None, report: bool = True
     ) -> Type:
+        """Check a body for these parameter types; first, if it binds names to unsuffixed literals, find the
+        dtypes their uses ask for (checked once per function and argument types)."""
+        kinds = self.literal_lets(function.decl)
+        if not kinds:
+            return self.checked_body(function, params, declared, report, {})
+        captured = tuple(sorted(function.environment.items(), key=lambda item: item[0])) if function.environment else ()
+        key = (id(function.decl), tuple(params), captured)
+        if key not in self.literal_dtypes:
+            self.literal_dtypes[key] = self.literal_uses(function, params, declared, kinds)
+        return self.checked_body(function, params, declared, report, self.literal_dtypes[key])
+
+    def literal_lets(self, decl: ast.FnDecl | ast.Lambda) -> dict[str, str]:
+        """The names `decl`'s body binds with an unannotated `let` to an unsuffixed literal, with its dtype
+        (an integer literal's only where it is rebound: nothing else changes its dtype)."""
+        found = self.literal_lets_of.get(id(decl))
+        if found is None:
+            rebound = ast.assigned_names(decl.body)
+            found = {
+                node.pattern.name: kind
+                for node in ast.walk_scope(decl.body)
+                if isinstance(node, ast.Let) and node.annotation is None and isinstance(node.pattern, ast.NamePattern)
+                for kind in [literal_kind(node.value)]
+                if kind == "f32" or (kind == "i64" and node.pattern.name in rebound)
+            }
+            self.literal_lets_of[id(decl)] = found
+        return found
+
+    def literal_uses(
+        self, function: FunctionInfo, params: list[Type], declared: Type | None, kinds: dict[str, str]
+    ) -> dict[str, str | Conflict]:
+        """A trial check of the body, silent, with the literals' bindings kept weak: what dtypes their uses ask
+        for. What the trial taught the checker (instances of the functions it calls, literals it saw) is
+        forgotten, since the body's types change once the bindings have their dtypes."""
+        found = LiteralBindings(dict(kinds))
+        mark = self.mark()
+        outer = self.literals
+        self.literals = found
+        self.trials += 1
+        try:
+            self.checked_body(function, params, declared, False, None)
+        finally:
+            self.trials -= 1
+            self.literals = outer
+            self.rollback(mark)
+        return found.decided()
+
+    def mark(self) -> Mark:
+        return Mark(
+            len(self.instance_log),
+            dict(self.instance_counts),
+            self.pass_count,
+            len(self.literal_log),
+            set(self.early_consts),
+        )
+
+    def rollback(self, mark: Mark) -> None:
+        for instance in self.instance_log[mark.instances :]:
+            self.instances.pop(instance, None)
+            listed = self.instances_by_function.get(instance[0], [])
+            if instance in listed:
+                listed.remove(instance)
+            if not listed:
+                self.instances_by_function.pop(instance[0], None)
+        del self.instance_log[mark.instances :]
+        self.instance_counts = mark.instance_counts
+        for key in self.literal_log[mark.literals :]:
+            seen = self.literal_passes.get(key, set())
+            seen -= {p for p in seen if p > mark.passes}
+            for passes in self.coerced_passes.get(key, {}).values():
+                passes -= {p for p in passes if p > mark.passes}
+        del self.literal_log[mark.literals :]
+        self.early_consts = mark.early_consts
+
+    def checked_body(
+        self,
+        function: FunctionInfo,
+        params: list[Type],
+        declared: Type | None,
+        report: bool,
+        literal_dtypes: Mapping[str, str | Conflict] | None,
+    ) -> Type:
         decl = function.decl
         outer_pass = self.check_pass
         self.pass_count += 1
         self.check_pass = self.pass_count
+        if any(isinstance(param, AnyType) for param in params):
+            self.vague_passes.add(self.check_pass)
         self.check_unique_params(decl)
         scope = Scope()
         if function.environment:
@@ -656,9 +816,13 @@ class Checker:
             frozenset(ast.assigned_names(decl.body)),
             decl=decl,
             dim_names=None if function.environment is not None else self.signature_dims(decl, function.module),
+            literal_dtypes=literal_dtypes,
         )
         silent = self.silent
         self.silent = silent or not report
+        literals = self.literals
+        if literal_dtypes is not None:  # a body checked for its types: its own literals are not being watched
+            self.literals = None
         try:
             if isinstance(decl.body, ast.Block):
                 self.block(decl.body, scope, context)
@@ -671,6 +835,7 @@ class Checker:
             return strong(value)
         finally:
             self.silent = silent
+            self.literals = literals
             self.check_pass = outer_pass
 
     def check_unique_params(self, decl: ast.FnDecl | ast.Lambda) -> None:
@@ -769,6 +934,15 @@ class Checker:
 
     def let(self, stmt: ast.Let, scope: Scope, context: Context) -> None:
         value = self.expression(stmt.value, scope, context)
+        literal = isinstance(value, TensorType) and value.weak and literal_kind(stmt.value) is not None
+        if literal and stmt.annotation is None and isinstance(stmt.pattern, ast.NamePattern):
+            if context.literal_dtypes is None:  # a trial check: the binding stays weak, to see what it meets
+                name = stmt.pattern.name
+                kept = TensorType(value.dtype, value.dims, True) if name in context.rebound else value
+                scope.names[name] = kept
+                self.record_type(stmt.pattern, strong(kept))
+                return
+            value = self.literal_binding(stmt, value, context.literal_dtypes.get(stmt.pattern.name))
         if stmt.annotation is not None:
             declared = self.resolve_type(stmt.annotation, context.module)
             unbound = sorted(dim_names(declared) - context.dim_names) if context.dim_names is not None else []
@@ -798,6 +972,16 @@ class Checker:
                 self.tables.runtime_checks[id(stmt)] = RuntimeCheck(declared, stmt.annotation.span)
             value = declared  # what the user meant, also after a mismatch (reported once, here)
         self.bind_pattern(stmt.pattern, value, scope, context)
+
+    def literal_binding(self, stmt: ast.Let, value: TensorType, dtype: str | Conflict | None) -> Type:
+        """The type of `let name = 0.0`: the dtype its uses ask for, the literal converted to it."""
+        if dtype is None:
+            return value
+        if isinstance(dtype, Conflict):
+            self.report(literal_conflict(stmt, dtype))
+            return ANY
+        self.coerce(TensorType(dtype), value, stmt.value)
+        return TensorType(dtype, value.dims, False, value.value if dtype == value.dtype else None)
 
     def bind_pattern(self, pattern: ast.Pattern, value: Type, scope: Scope, context: Context) -> None:
         if isinstance(pattern, ast.NamePattern):
@@ -842,6 +1026,8 @@ class Checker:
             self.store_undeclared(target, value, scope, context)
             return
         current = self.expression(target, scope, context)
+        if self.literal_rebound(target, current, value, span):
+            return
         if isinstance(target, ast.Index):
             self.store_element(target, current, value, span)
             return
@@ -858,6 +1044,18 @@ class Checker:
                     notes=(rebinding_help(target, current, value),),
                 )
             )
+
+    def literal_rebound(self, target: ast.Expr, current: Type, value: Type, span: Span) -> bool:
+        """In the trial check of a body (`LiteralBindings`), rebinding a literal's name (still weak) asks for
+        the value's dtype: True then, as the real check of the rebinding comes once the name has its dtype."""
+        literals = self.literals
+        if literals is None or not isinstance(target, ast.Name) or target.id not in literals.kinds:
+            return False
+        if not (isinstance(current, TensorType) and current.weak):
+            return False
+        if isinstance(value, TensorType) and not value.weak:
+            literals.ask(target.id, value.dtype, span, stored=True)
+        return True
 
     def store_element(self, target: ast.Index, region: Type, value: Type, span: Span) -> None:
         """`x[i] = v`: `v` must broadcast into the indexed region and fit its dtype without losing values."""
@@ -1122,22 +1320,28 @@ class Checker:
         self.tables.checked_calls[id(decl)] = CallCheck(params, checked)
 
     def coerce(self, declared: Type, value: Type, node: ast.Expr) -> None:
-        """A weak literal (`1.0`, `[1, 2]`) stored where a dtype is declared becomes that dtype."""
-        if (
-            isinstance(declared, TensorType)
-            and isinstance(value, TensorType)
-            and value.weak
-            and value.dtype != declared.dtype
-        ):
+        """A weak literal (`1.0`, `[1, 2]`) stored where a dtype is declared becomes that dtype; so does a
+        literal's binding, in the trial check that finds its dtype (`LiteralBindings`)."""
+        if not (isinstance(declared, TensorType) and isinstance(value, TensorType) and value.weak):
+            return
+        if self.literals is not None:
+            self.literals.meets(node, declared.dtype)
+        if value.dtype != declared.dtype:
             self.mark_literals(node, declared.dtype)
 
     def settle_coercions(self) -> None:
         """A literal takes a dtype from its context only where every check of it agreed (a function checked
-        once per argument types may meet f32 in one call and f64 in another: it keeps its own dtype then)."""
+        once per argument types may meet f32 in one call and f64 in another: it keeps its own dtype then).
+        A check with an unknown argument (a function no call reached) counts only for a literal no other
+        check saw."""
         for key, by_dtype in self.coerced_passes.items():
-            if len(by_dtype) == 1:
-                ((dtype, passes),) = by_dtype.items()
-                if passes == self.literal_passes.get(key):
+            seen = self.literal_passes.get(key, set())
+            if seen - self.vague_passes:
+                seen = seen - self.vague_passes
+            coerced = {dtype: passes & seen for dtype, passes in by_dtype.items() if passes & seen}
+            if len(coerced) == 1:
+                ((dtype, passes),) = coerced.items()
+                if passes == seen:
                     self.tables.coercions[key] = dtype
 
     def coerce_operands(self, result: Type, operands) -> None:
@@ -1151,6 +1355,7 @@ class Checker:
         match node:
             case ast.IntLiteral(dtype=None) | ast.FloatLiteral(dtype=None):
                 self.coerced_passes.setdefault(id(node), {}).setdefault(dtype, set()).add(self.check_pass)
+                self.log_literal(node)
             case ast.TensorLiteral(items=items):
                 for item in items:
                     self.mark_literals(item, dtype)
@@ -1159,6 +1364,10 @@ class Checker:
             case ast.Binary(lhs=lhs, rhs=rhs):
                 self.mark_literals(lhs, dtype)
                 self.mark_literals(rhs, dtype)
+
+    def log_literal(self, node: ast.Expr) -> None:
+        if self.trials:  # what a trial check sees of a literal is forgotten after it
+            self.literal_log.append(id(node))
 
     # -------------------------------------------------------------- expressions
     def expression(self, expr: ast.Expr, scope: Scope, context: Context) -> Type:
@@ -1176,9 +1385,11 @@ class Checker:
         match expr:
             case ast.IntLiteral(value=value, dtype=dtype):
                 self.literal_passes.setdefault(id(expr), set()).add(self.check_pass)
+                self.log_literal(expr)
                 return TensorType(dtype or "i64", (), dtype is None, value)
             case ast.FloatLiteral(dtype=dtype):
                 self.literal_passes.setdefault(id(expr), set()).add(self.check_pass)
+                self.log_literal(expr)
                 return TensorType(dtype or "f32", (), dtype is None)
             case ast.BoolLiteral():
                 return BOOL
@@ -1851,6 +2062,47 @@ def wrt_positions(node: ast.Expr | None) -> int | tuple[int, ...] | None:
         positions = tuple(i.value for i in node.items)
         return positions if len(set(positions)) == len(positions) else None
     return None
+
+
+def literal_kind(node: ast.Expr) -> str | None:
+    """The dtype of an expression made only of unsuffixed number literals (`0.0`, `-1`, `[1.0, 2.0]`):
+    `f32` if any is a float, else `i64`; None for anything else."""
+    match node:
+        case ast.FloatLiteral(dtype=None):
+            return "f32"
+        case ast.IntLiteral(dtype=None):
+            return "i64"
+        case ast.Unary(op="-", operand=operand):
+            return literal_kind(operand)
+        case ast.TensorLiteral(items=items) if items:
+            kinds = [literal_kind(item) for item in items]
+            if None in kinds:
+                return None
+            return "f32" if "f32" in kinds else "i64"
+    return None
+
+
+def literal_conflict(stmt: ast.Let, conflict: Conflict) -> Diagnostic:
+    """E0326: a name bound to an unsuffixed literal and rebound to values of different dtypes."""
+    name = stmt.pattern.name
+    uses = sorted(conflict.uses, key=lambda use: (use[1].line, use[1].column))
+    shown = " and ".join(dtype for dtype, _ in uses)
+    first = uses[0][0]
+    literal = print_expr(stmt.value)
+    suffixed = (
+        f"`{literal}{first}`" if isinstance(stmt.value, ast.FloatLiteral) else f"`let {name}: {first} = {literal}`"
+    )
+    return error(
+        "E0326",
+        f"`{name}` is rebound to values of different dtypes: {shown}",
+        stmt.value.span,
+        "an unsuffixed literal takes the dtype of the values its name is rebound to",
+        secondary=tuple(Label(span, dtype) for dtype, span in uses),
+        notes=(
+            f"help: say which dtype `{name}` has, e.g. {suffixed}; the values of the other then widen or "
+            "convert with `float(x, dtype=...)`",
+        ),
+    )
 
 
 def shown_types(types: tuple[Type, ...]) -> str:
