@@ -50,6 +50,7 @@ from dl.lang.types import (
     UNKNOWN,
     AnyType,
     Dim,
+    DimSource,
     DimVar,
     DTypeType,
     FunctionRef,
@@ -64,6 +65,8 @@ from dl.lang.types import (
     TupleType,
     Type,
     Unknown,
+    dimension_at,
+    dimension_sources,
     strong,
 )
 
@@ -129,6 +132,7 @@ class Tables:
     coercions: dict[int, str] = field(default_factory=dict)
     bindings: dict[int, Binding] = field(default_factory=dict)
     functions: dict[int, tuple[ast.FnDecl | ast.Lambda, str]] = field(default_factory=dict)
+    dimension_reads: dict[int, dict[str, DimSource]] = field(default_factory=dict)
 
     def frozen(self, program: Program) -> Typed:
         return Typed(
@@ -141,6 +145,7 @@ class Tables:
             MappingProxyType(self.coercions),
             MappingProxyType(self.bindings),
             MappingProxyType(self.functions),
+            MappingProxyType(self.dimension_reads),
         )
 
 
@@ -167,6 +172,9 @@ class Typed:
     bindings: Mapping[int, Binding] = field(default_factory=lambda: NOTHING)
     # id of a FnDecl or Lambda -> (it, the path of its module): what a FunctionRef's `key` names
     functions: Mapping[int, tuple[ast.FnDecl | ast.Lambda, str]] = field(default_factory=lambda: NOTHING)
+    # id of a FnDecl -> the dimension names of its signature its body reads as values, with where each is
+    # found in its parameters (lang/dimensions.py binds them at the start of the body)
+    dimension_reads: Mapping[int, Mapping[str, DimSource]] = field(default_factory=lambda: NOTHING)
 
     def with_diagnostics(self, diagnostics) -> Typed:
         return replace(self, diagnostics=tuple(diagnostics))
@@ -217,6 +225,7 @@ class FunctionInfo:
     module: ModuleInfo
     name: str
     environment: dict[str, Type] | None = None  # captured names, for local functions and lambdas
+    dims: Mapping[str, DimValue] = field(default_factory=dict)  # the enclosing function's, for those
 
     @property
     def generic(self) -> bool:
@@ -256,6 +265,16 @@ class Scope:
         return merged
 
 
+@dataclass(frozen=True, slots=True)
+class DimValue:
+    """A dimension name of a function's signature as a value in its body: an `i64` that the checker knows is
+    that size; at run time it is read from the parameter `source` names (the function `owner`'s)."""
+
+    type: TensorType
+    owner: int
+    source: DimSource
+
+
 @dataclass
 class Context:
     """The function being checked."""
@@ -271,6 +290,7 @@ class Context:
     # the `let`s of unsuffixed literals: the dtype each name takes from its uses (a `Conflict` where they
     # disagree); None while the uses are being found (`LiteralBindings`), the names then kept weak
     literal_dtypes: Mapping[str, str | Conflict] | None = field(default_factory=dict)
+    dims: Mapping[str, DimValue] = field(default_factory=dict)  # the dimension names usable as values
 
 
 @dataclass(frozen=True, slots=True)
@@ -413,6 +433,7 @@ class Checker:
         self.literals: LiteralBindings | None = None
         self.literal_dtypes: dict[tuple, dict[str, str | Conflict]] = {}
         self.literal_lets_of: dict[int, dict[str, str]] = {}
+        self.dimension_sources_of: dict[int, dict[str, DimSource]] = {}
         self.trials = 0
         self.instance_log: list[tuple] = []
         self.literal_log: list[int] = []
@@ -817,6 +838,7 @@ class Checker:
             decl=decl,
             dim_names=None if function.environment is not None else self.signature_dims(decl, function.module),
             literal_dtypes=literal_dtypes,
+            dims=function.dims if function.environment is not None else self.dimension_values(decl, function, params),
         )
         silent = self.silent
         self.silent = silent or not report
@@ -852,6 +874,26 @@ class Checker:
         for annotation in [*annotations, *([result] if result is not None else [])]:
             names |= dim_names(self.resolve_type(annotation, info))
         return frozenset(names)
+
+    def dimension_values(
+        self, decl: ast.FnDecl | ast.Lambda, function: FunctionInfo, params: list[Type]
+    ) -> dict[str, DimValue]:
+        """The dimension names of a declared function's parameter types, as values: each the size this check
+        gives it (the name itself in a generic check, a number in a check for one call's types)."""
+        sources = self.dimension_sources_of.get(id(decl))
+        if sources is None:
+            declared = [
+                self.resolve_type(p.annotation, function.module) if p.annotation is not None else ANY
+                for p in decl.params
+            ]
+            sources = dimension_sources(declared)
+            self.dimension_sources_of[id(decl)] = sources
+        values = {}
+        for name, source in sources.items():
+            size = dimension_at(params[source.param], source)
+            value = TensorType("i64", (), False, None if isinstance(size, Unknown) else size)
+            values[name] = DimValue(value, id(decl), source)
+        return values
 
     def check_falls_off_end(self, decl: ast.FnDecl | ast.Lambda, context: Context, declared: Type | None) -> None:
         """A function that returns a value must return one on every path (the end gives `()`)."""
@@ -926,7 +968,7 @@ class Checker:
                     word = "break" if isinstance(stmt, ast.Break) else "continue"
                     self.report(error("E0321", f"`{word}` outside of a loop", stmt.span))
             case ast.FnDecl(name=name):
-                info = FunctionInfo(stmt, context.module, name)
+                info = FunctionInfo(stmt, context.module, name, dims=context.dims)
                 self.functions[id(stmt)] = info
                 reference = FunctionRef(name, id(stmt))
                 scope.names[name] = reference
@@ -1424,7 +1466,7 @@ class Checker:
                 return self.struct_literal(expr, scope, context)
             case ast.Lambda():
                 name = f"fn({', '.join(p.name for p in expr.params)})"
-                self.functions[id(expr)] = FunctionInfo(expr, context.module, name, scope.visible())
+                self.functions[id(expr)] = FunctionInfo(expr, context.module, name, scope.visible(), context.dims)
                 return FunctionRef(name, id(expr))
         raise AssertionError(expr)
 
@@ -1462,6 +1504,10 @@ class Checker:
             return ANY
         if expr.id in info.imports:
             return ModuleType(info.imports[expr.id])
+        dim = context.dims.get(expr.id)
+        if dim is not None:
+            self.tables.dimension_reads.setdefault(dim.owner, {})[expr.id] = dim.source
+            return dim.type
         if expr.id in BY_NAME:
             return PrimitiveRef(BY_NAME[expr.id])
         if expr.id in TRANSFORMS:
@@ -1483,6 +1529,11 @@ class Checker:
         notes = (f"help: did you mean `{suggestion}`?",) if suggestion else ()
         if self.python_call is not None and self.python_call.func is expr:
             notes = PYTHON_SPELLINGS[expr.id](self.python_call)
+        if context.dim_names is not None and expr.id in context.dim_names:
+            notes = (
+                f"`{expr.id}` is a dimension of `{context.name}`'s signature that no parameter's type has as a size "
+                "of its own, so it has no value here",
+            )
         self.report(error("E0201", f"unknown name `{expr.id}`", expr.span, "not found in this scope", notes=notes))
         return ANY
 

@@ -220,6 +220,48 @@ Type = (
 )
 
 
+@dataclass(frozen=True, slots=True)
+class DimSource:
+    """Where a dimension name of a signature is first found: the parameter (by position), the way into it
+    (a tuple item's index, a struct field's name), and the axis."""
+
+    param: int
+    steps: tuple[int | str, ...]
+    axis: int
+
+
+def dimension_sources(params: list[Type]) -> dict[str, DimSource]:
+    """Each dimension name of these parameter types, at its first plain occurrence (an axis of size `C`)."""
+    found: dict[str, DimSource] = {}
+    for index, param in enumerate(params):
+        for name, steps, axis in named_axes(param, ()):
+            found.setdefault(name, DimSource(index, steps, axis))
+    return found
+
+
+def named_axes(t: Type, steps: tuple[int | str, ...]):
+    """(name, steps, axis) of each axis of `t` whose size is a dimension name."""
+    if isinstance(t, TensorType):
+        for axis, dim in enumerate(t.dims):
+            if isinstance(dim, DimVar):
+                yield dim.name, steps, axis
+    elif isinstance(t, TupleType):
+        for index, item in enumerate(t.items):
+            yield from named_axes(item, (*steps, index))
+
+
+def dimension_at(t: Type, source: DimSource) -> Dim:
+    """The size at `source`'s steps and axis of a value of type `t` (a parameter's): unknown where `t` has none."""
+    for step in source.steps:
+        if isinstance(step, int) and isinstance(t, TupleType) and step < len(t.items):
+            t = t.items[step]
+        else:
+            return UNKNOWN
+    if isinstance(t, TensorType) and source.axis < t.rank:
+        return t.dims[source.axis]
+    return UNKNOWN
+
+
 def scalar(dtype: str, weak: bool = False) -> TensorType:
     return TensorType(dtype, (), weak)
 
