@@ -38,7 +38,17 @@ class DimName:
     span: Span = _span()
 
 
-Dim = DimLiteral | DimName
+@node
+class DimBinary:
+    """A size computed from others: `C * 16`, `N + 1`, `H - 2` (`+`, `-` or `*`)."""
+
+    op: str
+    lhs: Dim
+    rhs: Dim
+    span: Span = _span()
+
+
+Dim = DimLiteral | DimName | DimBinary
 
 
 @node

@@ -50,6 +50,7 @@ from dl.lang.types import (
     UNKNOWN,
     AnyType,
     Dim,
+    DimExpr,
     DimSource,
     DimVar,
     DTypeType,
@@ -65,8 +66,13 @@ from dl.lang.types import (
     TupleType,
     Type,
     Unknown,
+    dim_arithmetic,
+    dim_names_of,
     dimension_at,
     dimension_sources,
+    evaluate_dim,
+    exact_quotient,
+    has_dim_expression,
     strong,
 )
 
@@ -643,6 +649,9 @@ class Checker:
     def resolve_dim(self, dim: ast.Dim, info: ModuleInfo, struct_field: bool) -> Dim:
         if isinstance(dim, ast.DimLiteral):
             return dim.value
+        if isinstance(dim, ast.DimBinary):
+            lhs = self.resolve_dim(dim.lhs, info, struct_field)
+            return dim_arithmetic(dim.op, lhs, self.resolve_dim(dim.rhs, info, struct_field))
         if dim.name == "_":
             return UNKNOWN
         if struct_field and dim.name in info.const_decls:  # fields are resolved before the consts' own turn
@@ -1342,11 +1351,12 @@ class Checker:
             if signature is None:
                 return ANY
             bindings: dict[str, tuple[Dim, Span]] = {}
-            for (_, param), arg in zip(signature.params, args, strict=True):
-                problem = unify(param, arg, bindings, span)
-                if problem is not None:
-                    self.report(error("E0301", f"`{value.name}` cannot take {arg}: {problem}", span))
-                    return None
+            for _ in range(2):  # twice: sizes such as `N + 1` once the names they are made of are bound
+                for (_, param), arg in zip(signature.params, args, strict=True):
+                    problem = unify(param, arg, bindings, span)
+                    if problem is not None:
+                        self.report(error("E0301", f"`{value.name}` cannot take {arg}: {problem}", span))
+                        return None
             return substitute(signature.result, {k: v for k, (v, _) in bindings.items()})
         return self.instantiate(function, tuple(args))
 
@@ -1831,22 +1841,19 @@ class Checker:
                 self.check_calls(function.decl, function.module)
             problem = unify(param, arg, bindings, span)
             if problem is not None:
-                notes = tuple(
-                    f"`{dim}` is {bound} from the argument at {where.line}:{where.column}"
-                    for dim, (bound, where) in bindings.items()
-                    if f"`{dim}`" in problem and where != span
-                )
-                self.report(
-                    error(
-                        "E0301",
-                        f"argument `{name}` of `{function.name}` expects {param}, found {arg}",
-                        span,
-                        problem,
-                        notes=notes,
-                    )
-                )
+                self.report(argument_mismatch(function.name, name, param, arg, span, problem, bindings))
                 return None
             self.coerce(param, arg, node)
+        # sizes such as `N + 1` again, now that every argument has bound the names they are made of
+        for (name, param), arg, node in zip(params, args, nodes, strict=True):
+            if not has_dim_expression(param):
+                continue
+            problem = unify(param, arg, bindings, node.span)
+            if problem is not None:
+                self.report(argument_mismatch(function.name, name, param, arg, node.span, problem, bindings))
+                return None
+            if dim_names(param) - set(bindings):
+                self.check_calls(function.decl, function.module)
         return {k: v for k, (v, _) in bindings.items()}
 
     # -------------------------------------------------------------- indexing and fields
@@ -2260,19 +2267,25 @@ INTEGER_FOLDS = {
 
 
 def with_folded_value(result: Type, op: str, left: Type, right: Type) -> Type:
-    """Integer arithmetic on known values (`IN * 2` of consts) keeps a known value, usable as a dimension."""
+    """Integer arithmetic on known values (`IN * 2` of consts) keeps a known value, usable as a dimension;
+    `+ - *` of sizes known by name (`C * 16` of a dimension `C`) too, symbolically."""
     fold = INTEGER_FOLDS.get(op)
     if fold is None or not isinstance(result, TensorType) or result.dims or result.dtype not in INTEGERS:
         return result
     a, b = getattr(left, "value", None), getattr(right, "value", None)
-    if a.__class__ is not int or b.__class__ is not int:
-        return result
-    return TensorType(result.dtype, (), result.weak, fold(a, b))
+    if a.__class__ is int and b.__class__ is int:
+        return TensorType(result.dtype, (), result.weak, fold(a, b))
+    sizes = (int, DimVar, DimExpr)
+    if op in ("+", "-", "*") and a.__class__ in sizes and b.__class__ in sizes:
+        return TensorType(result.dtype, (), result.weak, dim_arithmetic(op, a, b))
+    if op == "//" and a.__class__ in sizes and b.__class__ is int:
+        return TensorType(result.dtype, (), result.weak, exact_quotient(a, b))
+    return result
 
 
 def dim_names(t: Type) -> set[str]:
     if isinstance(t, TensorType):
-        return {d.name for d in t.dims if isinstance(d, DimVar)}
+        return set().union(*(dim_names_of(d) for d in t.dims))
     if isinstance(t, TupleType):
         return set().union(*(dim_names(item) for item in t.items))
     return set()
@@ -2340,6 +2353,10 @@ def unify(param: Type, arg: Type, bindings: dict[str, tuple[Dim, Span]], span: S
                     bindings[expected.name] = (actual, span)
                 elif not same_dim(bound[0], actual):
                     return f"`{expected.name}` is {bound[0]} from an earlier argument, but {actual} here"
+            elif isinstance(expected, DimExpr):
+                problem = unify_expression(expected, actual, bindings, span)
+                if problem is not None:
+                    return problem
             elif not same_dim(expected, actual):
                 return f"expected {param}, found {arg}"
         return None
@@ -2352,9 +2369,71 @@ def unify(param: Type, arg: Type, bindings: dict[str, tuple[Dim, Span]], span: S
     return None if fits(param, arg) else f"expected {param}, found {arg}"
 
 
+def unify_expression(expected: DimExpr, actual: Dim, bindings: dict[str, tuple[Dim, Span]], span: Span) -> str | None:
+    """An axis of size `N + 1` (an expression of dimension names) meets a size: with its names bound, the sizes
+    must agree; with one name left that it is linear in, the size binds it (`N + 1` of 5 makes `N` 4)."""
+    sizes = {name: bound for name, (bound, _) in bindings.items()}
+    unbound = sorted(expected.names() - set(sizes))
+    if not unbound:
+        value = evaluate_dim(expected, sizes)
+        if same_dim(value, actual):
+            return None
+        names = ", ".join(f"`{name}` = {sizes[name]}" for name in sorted(expected.names()))
+        return f"`{expected}` is {value} with {names} from the arguments, but {actual} here"
+    if len(unbound) > 1 or isinstance(actual, Unknown):
+        return None  # left to the check at run time
+    solved = solve_dim(expected, unbound[0], sizes, actual)
+    if isinstance(solved, int) and solved < 0:
+        return f"`{expected}` cannot be {actual}: `{unbound[0]}` would be {solved}"
+    if solved is not None:
+        bindings[unbound[0]] = (solved, span)
+    return None
+
+
+def solve_dim(expected: DimExpr, name: str, sizes: dict[str, Dim], actual: Dim) -> Dim | None:
+    """The size of `name` that makes `expected` equal `actual`, where `expected` is `a * name + rest` with a
+    number `a` (None where it is not, or the size is not a whole one)."""
+    rest = evaluate_dim(expected, {**sizes, name: 0})
+    coefficient = dim_arithmetic("-", evaluate_dim(expected, {**sizes, name: 1}), rest)
+    remainder = dim_arithmetic("-", actual, rest)
+    if not isinstance(coefficient, int) or coefficient == 0 or name in dim_names_of(rest):
+        return None
+    if evaluate_dim(expected, {**sizes, name: 2}) != dim_arithmetic("+", rest, dim_arithmetic("*", coefficient, 2)):
+        return None  # not linear in `name`
+    if coefficient == 1:
+        return remainder
+    if isinstance(remainder, int) and remainder % coefficient == 0:
+        return remainder // coefficient
+    return None
+
+
+def argument_mismatch(
+    function: str,
+    name: str,
+    param: Type,
+    arg: Type,
+    span: Span,
+    problem: str,
+    bindings: dict[str, tuple[Dim, Span]],
+) -> Diagnostic:
+    notes = tuple(
+        f"`{dim}` is {bound} from the argument at {where.line}:{where.column}"
+        for dim, (bound, where) in bindings.items()
+        if f"`{dim}`" in problem and where != span
+    )
+    return error("E0301", f"argument `{name}` of `{function}` expects {param}, found {arg}", span, problem, notes=notes)
+
+
 def substitute(t: Type, bindings: dict[str, Dim]) -> Type:
     if isinstance(t, TensorType):
-        dims = tuple(bindings.get(d.name, UNKNOWN) if isinstance(d, DimVar) else d for d in t.dims)
+        dims = tuple(
+            bindings.get(d.name, UNKNOWN)
+            if isinstance(d, DimVar)
+            else evaluate_dim(d, bindings)
+            if isinstance(d, DimExpr)
+            else d
+            for d in t.dims
+        )
         return TensorType(t.dtype, dims)
     if isinstance(t, TupleType):
         return TupleType(tuple(substitute(item, bindings) for item in t.items))

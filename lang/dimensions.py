@@ -48,7 +48,8 @@ def with_dimensions(decl: ast.FnDecl, reads: dict[str, DimSource]) -> ast.FnDecl
 
 
 def size_of(decl: ast.FnDecl, source: DimSource, span: Span) -> ast.Expr:
-    """`len(x)` for the first axis of a parameter, else `shape(x.w)[1]`: the size `source` names."""
+    """`len(x)` for the first axis of a parameter, else `shape(x.w)[1]`: the size `source` names; for an axis
+    of size `K * 4 + 1`, `(shape(x)[2] - 1) // 4`."""
     value: ast.Expr = ast.Name(decl.params[source.param].name, span)
     for step in source.steps:
         if isinstance(step, int):
@@ -56,6 +57,12 @@ def size_of(decl: ast.FnDecl, source: DimSource, span: Span) -> ast.Expr:
         else:
             value = ast.Field(value, step, span)
     if source.axis == 0:
-        return ast.Call(ast.Name("len", span), (value,), (), span)
-    shape = ast.Call(ast.Name("shape", span), (value,), (), span)
-    return ast.Index(shape, (ast.IntLiteral(source.axis, None, span),), span)
+        size: ast.Expr = ast.Call(ast.Name("len", span), (value,), (), span)
+    else:
+        shape = ast.Call(ast.Name("shape", span), (value,), (), span)
+        size = ast.Index(shape, (ast.IntLiteral(source.axis, None, span),), span)
+    if source.offset:
+        size = ast.Binary("-", size, ast.IntLiteral(source.offset, None, span), span)
+    if source.scale != 1:
+        size = ast.Binary("//", size, ast.IntLiteral(source.scale, None, span), span)
+    return size

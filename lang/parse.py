@@ -168,10 +168,19 @@ class Builder:
         dims = tuple(nodes(children))
         return ast.TensorTypeExpr(children[0][1], dims, span_between(self.path, children[0], children[-1]))
 
-    def dim(self, children: list) -> ast.Dim:
+    def dim_leaf(self, children: list) -> ast.Dim:
         kind, text, line, column = children[0]
         span = Span(self.path, line, column, line, column + len(text))
-        return ast.DimLiteral(int(text), span) if kind == "INT" else ast.DimName(text, span)
+        if kind == "NAME":
+            return ast.DimName(text, span)
+        return ast.DimLiteral(int(text[:-3] if text.endswith(("i32", "i64")) else text), span)
+
+    def dim_binary(self, children: list) -> ast.DimBinary:
+        lhs, (_, op, _, _), rhs = children
+        return ast.DimBinary(op, lhs, rhs, lhs.span.to(rhs.span))
+
+    def dim_group(self, children: list) -> ast.Dim:
+        return children[1]
 
     def tuple_type(self, children: list) -> ast.TypeExpr:
         items = tuple(nodes(children))

@@ -114,13 +114,29 @@ def print_pattern(pattern: ast.Pattern) -> str:
     return f"({inner},)" if len(pattern.items) == 1 else f"({inner})"
 
 
+DIM_PRECEDENCE = {"+": 1, "-": 1, "*": 2}
+
+
+def print_dim(dim: ast.Dim, context: int = 0) -> str:
+    """A dimension as written: `16`, `N`, `C * 16`, `(N + 1) * 2` (parentheses only where they are needed)."""
+    match dim:
+        case ast.DimLiteral(value=value):
+            return str(value)
+        case ast.DimName(name=name):
+            return name
+        case ast.DimBinary(op=op, lhs=lhs, rhs=rhs):
+            precedence = DIM_PRECEDENCE[op]
+            shown = f"{print_dim(lhs, precedence)} {op} {print_dim(rhs, precedence + 1)}"
+            return f"({shown})" if precedence < context else shown
+    raise AssertionError(dim)
+
+
 def print_type(node: ast.TypeExpr) -> str:
     match node:
         case ast.NamedType(name=name, module=module):
             return f"{module}.{name}" if module else name
         case ast.TensorTypeExpr(dtype=dtype, dims=dims):
-            shown = ", ".join(str(d.value) if isinstance(d, ast.DimLiteral) else d.name for d in dims)
-            return f"{dtype}[{shown}]"
+            return f"{dtype}[{', '.join(print_dim(d) for d in dims)}]"
         case ast.TupleTypeExpr(items=items):
             inner = ", ".join(print_type(item) for item in items)
             return f"({inner},)" if len(items) == 1 else f"({inner})"

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import reduce
 from math import prod
 
 from dl.lang import einsum
@@ -35,6 +36,7 @@ from dl.lang.types import (
     TupleType,
     Type,
     Unknown,
+    dim_arithmetic,
     strong,
 )
 
@@ -644,7 +646,7 @@ def concat_rule(args: list[Argument]) -> Type:
                 )
             dims[position] = join_dim(dims[position], item.dims[position])
     along = [item.dims[axis] for item in items]
-    dims[axis] = sum(along) if all(isinstance(d, int) for d in along) else UNKNOWN
+    dims[axis] = reduce(lambda a, b: dim_arithmetic("+", a, b), along)  # symbolic: `N + 1`
     return TensorType(strong(items[0]).dtype, tuple(dims))
 
 
