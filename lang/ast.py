@@ -392,6 +392,7 @@ class StructDecl:
     fields: tuple[FieldDecl, ...]
     span: Span = _span()
     name_span: Span = _span()
+    sizes: tuple[DimName, ...] = ()  # the sizes it is generic over: `struct Linear[IN, OUT]`
 
 
 Decl = Import | Const | StructDecl | FnDecl

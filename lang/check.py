@@ -73,7 +73,9 @@ from dl.lang.types import (
     evaluate_dim,
     exact_quotient,
     has_dim_expression,
+    same_struct,
     strong,
+    substitute_dims,
 )
 
 
@@ -269,6 +271,17 @@ class Scope:
         for names in reversed(chain):
             merged.update(names)
         return merged
+
+
+@dataclass
+class StructSizes:
+    """The sizes a struct being declared is generic over: those it declares, or (not `declared`) the names its
+    fields use, gathered as they are met."""
+
+    struct: str
+    names: list[str]
+    declared: bool
+    undeclared: set[str] = field(default_factory=set)  # names reported as not declared (once each)
 
 
 @dataclass(frozen=True, slots=True)
@@ -527,14 +540,23 @@ class Checker:
             self.report(error("E0211", f"`{name}` is declared twice in this module", span))
 
     def resolve_struct(self, info: ModuleInfo, decl: ast.StructDecl) -> None:
+        """A struct's fields; it is generic over the sizes it declares (`struct Linear[IN, OUT]`), or else over
+        the names its fields use that are not consts, in the order they first appear (one size each per value)."""
+        sizes = StructSizes(decl.name, [size.name for size in decl.sizes], declared=bool(decl.sizes))
+        for position, size in enumerate(decl.sizes):
+            if size.name in sizes.names[:position]:
+                self.report(error("E0211", f"size `{size.name}` is declared twice", size.span))
         fields = []
         seen = set()
         for field_decl in decl.fields:
             if field_decl.name in seen:
                 self.report(error("E0211", f"field `{field_decl.name}` is declared twice", field_decl.span))
             seen.add(field_decl.name)
-            fields.append((field_decl.name, self.resolve_type(field_decl.type, info, struct_field=True)))
-        info.structs[decl.name] = StructType(decl.name, info.path, tuple(fields))
+            fields.append((field_decl.name, self.resolve_type(field_decl.type, info, struct_field=sizes)))
+        params = tuple(dict.fromkeys(sizes.names))
+        template = tuple(fields)
+        struct = StructType(decl.name, info.path, template, tuple(DimVar(p) for p in params), params, template)
+        info.structs[decl.name] = struct
 
     def check_module(self, path: str) -> None:
         info = self.modules[path]
@@ -613,7 +635,7 @@ class Checker:
                 if name == "str":
                     return STR
                 if name in info.structs:
-                    return info.structs[name]
+                    return any_sizes(info.structs[name])
                 return self.unknown_type(name, node.span, info.structs)
             case ast.NamedType(name=name, module=module):
                 target = info.imports.get(module)
@@ -621,7 +643,11 @@ class Checker:
                     self.report(error("E0318", f"unknown module `{module}` in a type", node.span))
                     return ANY
                 structs = self.modules[target].structs
-                return structs[name] if name in structs else self.unknown_type(f"{module}.{name}", node.span, {})
+                if name in structs:
+                    return any_sizes(structs[name])
+                return self.unknown_type(f"{module}.{name}", node.span, {})
+            case ast.TensorTypeExpr(dtype=dtype, dims=dims) if dtype in info.structs:
+                return self.sized_struct(info.structs[dtype], node, info, struct_field)
             case ast.TensorTypeExpr(dtype=dtype, dims=dims):
                 if dtype not in DTYPES:
                     self.report(
@@ -639,6 +665,23 @@ class Checker:
             case ast.FunctionTypeExpr(params=params, result=result):
                 return FunctionType(tuple(self.resolve_type(p, info) for p in params), self.resolve_type(result, info))
         raise AssertionError(node)
+
+    def sized_struct(self, struct: StructType, node: ast.TensorTypeExpr, info: ModuleInfo, struct_field) -> Type:
+        """`Linear[5, 2]`: a generic struct of these sizes."""
+        sizes = tuple(self.resolve_dim(d, info, struct_field) for d in node.dims)
+        if len(sizes) != len(struct.params):
+            expected = f"{len(struct.params)} size{'s' * (len(struct.params) != 1)}" if struct.params else "no sizes"
+            declared = f"`{struct.name}[{', '.join(struct.params)}]`" if struct.params else f"`{struct.name}`"
+            self.report(
+                error(
+                    "E0318",
+                    f"struct `{struct.name}` takes {expected}, found {len(sizes)}",
+                    node.span,
+                    notes=(f"`{struct.name}` is declared as {declared}",),
+                )
+            )
+            return ANY
+        return struct.with_sizes(sizes)
 
     def unknown_type(self, name: str, span: Span, candidates) -> Type:
         suggestion = closest(name, [*DTYPES, "str", *candidates])
@@ -664,20 +707,45 @@ class Checker:
                 error("E0318", f"const `{dim.name}` is not a known integer, so it cannot be a dimension", dim.span)
             )
             return UNKNOWN
-        if struct_field:
-            if dim.name not in info.const_suggestions:
-                info.const_suggestions[dim.name] = closest(dim.name, info.const_decls)
-            suggestion = info.const_suggestions[dim.name]
-            if suggestion is not None:
-                self.report(
-                    error(
-                        "E0318",
-                        f"unknown dimension `{dim.name}` in a struct field",
-                        dim.span,
-                        notes=(f"help: did you mean the const `{suggestion}`?",),
-                    )
+        if isinstance(struct_field, StructSizes):
+            return self.struct_size(dim, info, struct_field)
+        return DimVar(dim.name)
+
+    def struct_size(self, dim: ast.DimName, info: ModuleInfo, sizes: StructSizes) -> Dim:
+        """A name in a struct field's type: one of the sizes the struct declares, or, where it declares none, a
+        size it is generic over (unless it looks like a misspelt const)."""
+        if dim.name in sizes.names:
+            return DimVar(dim.name)
+        if sizes.declared and dim.name in sizes.undeclared:
+            return UNKNOWN
+        if sizes.declared:
+            sizes.undeclared.add(dim.name)
+            self.report(
+                error(
+                    "E0318",
+                    f"unknown dimension `{dim.name}` in a field of `{sizes.struct}`",
+                    dim.span,
+                    notes=(
+                        f"help: declare it among the sizes `{sizes.struct}` is generic over: "
+                        f"`struct {sizes.struct}[{', '.join([*sizes.names, dim.name])}]`",
+                    ),
                 )
-            return UNKNOWN  # struct fields are not generic: a free name there is a size known only at run time
+            )
+            return UNKNOWN
+        if dim.name not in info.const_suggestions:
+            info.const_suggestions[dim.name] = closest(dim.name, info.const_decls)
+        suggestion = info.const_suggestions[dim.name]
+        if suggestion is not None:
+            self.report(
+                error(
+                    "E0318",
+                    f"unknown dimension `{dim.name}` in a struct field",
+                    dim.span,
+                    notes=(f"help: did you mean the const `{suggestion}`?",),
+                )
+            )
+            return UNKNOWN
+        sizes.names.append(dim.name)
         return DimVar(dim.name)
 
     # -------------------------------------------------------------- functions
@@ -2049,6 +2117,7 @@ class Checker:
     def struct_literal(self, expr: ast.StructLiteral, scope: Scope, context: Context) -> Type:
         struct = self.struct_of(expr.type, context)
         given = {}
+        known: list[tuple[ast.FieldInit, Type]] = []
         for field_init in expr.fields:
             value = self.expression(field_init.value, scope, context)
             if field_init.name in given:
@@ -2056,8 +2125,7 @@ class Checker:
             given[field_init.name] = value
             if struct is None:
                 continue
-            declared = struct.field_type(field_init.name)
-            if declared is None:
+            if struct.field_type(field_init.name) is None:
                 suggestion = closest(field_init.name, [n for n, _ in struct.fields])
                 notes = (f"help: did you mean `{suggestion}`?",) if suggestion else ()
                 self.report(
@@ -2069,6 +2137,12 @@ class Checker:
                     )
                 )
                 continue
+            known.append((field_init, value))
+        if struct is None:
+            return ANY
+        struct, fitting = self.struct_sizes(struct, known)
+        for field_init, value in fitting:
+            declared = struct.field_type(field_init.name)
             self.expect_fits(
                 declared,
                 value,
@@ -2076,8 +2150,6 @@ class Checker:
                 f"field `{field_init.name}` is {declared}",
                 node=field_init.value,
             )
-        if struct is None:
-            return ANY
         missing = [name for name, _ in struct.fields if name not in given]
         misspelt = any(struct.field_type(name) is None for name in given)
         if missing and not misspelt:  # a misspelt field is reported once, as unknown
@@ -2090,6 +2162,45 @@ class Checker:
                 )
             )
         return struct
+
+    def struct_sizes(
+        self, struct: StructType, fields: list[tuple[ast.FieldInit, Type]]
+    ) -> tuple[StructType, list[tuple[ast.FieldInit, Type]]]:
+        """A generic struct's sizes, from the values of its fields (`Linear { w: ones(5, 2), ... }` is
+        `Linear[5, 2]`; a size no field gives is unknown), and the fields whose values agree with them (one
+        that does not is reported here, E0301: a size is one size in one value)."""
+        if not struct.params:
+            return struct, fields
+        bindings: dict[str, tuple[Dim, Span]] = {}
+        fitting = []
+        for field_init, value in fields:
+            declared = struct.field_type(field_init.name)
+            if not fits(any_dims(declared), value):  # the dtype or rank: reported as for any struct, below
+                fitting.append((field_init, value))
+                continue
+            problem = unify(declared, value, bindings, field_init.value.span, "field")
+            if problem is None:
+                fitting.append((field_init, value))
+                continue
+            notes = tuple(
+                f"`{name}` is {size} from the field at {where.line}:{where.column}"
+                for name, (size, where) in bindings.items()
+                if f"`{name}`" in problem
+            )
+            self.report(
+                error(
+                    "E0301",
+                    f"field `{field_init.name}` of `{struct.name}` is {declared}, found {value}",
+                    field_init.value.span,
+                    problem,
+                    notes=(
+                        *notes,
+                        f"help: `{struct.name}` is generic over {shown_names(struct.params)}: "
+                        "each is one size in one value",
+                    ),
+                )
+            )
+        return struct.with_sizes(tuple(bindings.get(p, (UNKNOWN, None))[0] for p in struct.params)), fitting
 
     def struct_of(self, type_expr: ast.Expr, context: Context) -> StructType | None:
         info, name = context.module, None
@@ -2163,6 +2274,12 @@ def literal_conflict(stmt: ast.Let, conflict: Conflict) -> Diagnostic:
     )
 
 
+def shown_names(names: tuple[str, ...]) -> str:
+    """`I`, or `I` and `O`, or `A`, `B` and `C`."""
+    quoted = [f"`{name}`" for name in names]
+    return quoted[0] if len(quoted) == 1 else f"{', '.join(quoted[:-1])} and {quoted[-1]}"
+
+
 def shown_types(types: tuple[Type, ...]) -> str:
     return ", ".join(str(t) for t in types)
 
@@ -2179,6 +2296,20 @@ def has_float(t: Type) -> bool:
         case AnyType():
             return True
     return False
+
+
+def any_dims(t: Type) -> Type:
+    """`t` with every size unknown: its dtype and rank alone."""
+    if isinstance(t, TensorType):
+        return TensorType(t.dtype, tuple(UNKNOWN for _ in t.dims))
+    if isinstance(t, TupleType):
+        return TupleType(tuple(any_dims(item) for item in t.items))
+    return any_sizes(t) if isinstance(t, StructType) else t
+
+
+def any_sizes(struct: StructType) -> StructType:
+    """A struct named without sizes (`Linear`): of any sizes, each unknown."""
+    return struct.with_sizes((UNKNOWN,) * len(struct.params)) if struct.params else struct
 
 
 def strong_keep_value(t: Type) -> Type:
@@ -2245,6 +2376,8 @@ def fits(declared: Type, value: Type) -> bool:
         return True
     if isinstance(declared, TapeType) and isinstance(value, TapeType):
         return fits(declared.item, value.item)
+    if isinstance(declared, StructType) and isinstance(value, StructType):
+        return same_struct(declared, value)
     return declared == value
 
 
@@ -2286,6 +2419,8 @@ def with_folded_value(result: Type, op: str, left: Type, right: Type) -> Type:
 def dim_names(t: Type) -> set[str]:
     if isinstance(t, TensorType):
         return set().union(*(dim_names_of(d) for d in t.dims))
+    if isinstance(t, StructType):
+        return set().union(*(dim_names_of(d) for d in t.sizes))
     if isinstance(t, TupleType):
         return set().union(*(dim_names(item) for item in t.items))
     return set()
@@ -2309,6 +2444,8 @@ def join_types(a: Type, b: Type) -> Type:
         return TensorType(a.dtype, dims)
     if isinstance(a, TupleType) and isinstance(b, TupleType) and len(a.items) == len(b.items):
         return TupleType(tuple(join_types(x, y) for x, y in zip(a.items, b.items, strict=True)))
+    if isinstance(a, StructType) and isinstance(b, StructType) and a.params and same_struct(a, b):
+        return a.with_sizes(tuple(x if x == y else UNKNOWN for x, y in zip(a.sizes, b.sizes, strict=True)))
     return a
 
 
@@ -2339,37 +2476,58 @@ def proven(declared: Type, value: Type) -> bool:
     return True
 
 
-def unify(param: Type, arg: Type, bindings: dict[str, tuple[Dim, Span]], span: Span) -> str | None:
-    """Match an argument against a generic parameter, binding its dimension names; a label on mismatch."""
+def unify(
+    param: Type, arg: Type, bindings: dict[str, tuple[Dim, Span]], span: Span, earlier: str = "argument"
+) -> str | None:
+    """Match an argument against a generic parameter, binding its dimension names; a label on mismatch
+    (`earlier`: what bound a name before, "argument" or "field")."""
     if isinstance(param, AnyType) or isinstance(arg, AnyType):
         return None
     if isinstance(param, TensorType) and isinstance(arg, TensorType):
         if not fits(TensorType(param.dtype, tuple(UNKNOWN for _ in param.dims)), arg):
             return f"expected {param}, found {arg}"
-        for expected, actual in zip(param.dims, arg.dims, strict=True):
-            if isinstance(expected, DimVar):
-                bound = bindings.get(expected.name)
-                if bound is None:
-                    bindings[expected.name] = (actual, span)
-                elif not same_dim(bound[0], actual):
-                    return f"`{expected.name}` is {bound[0]} from an earlier argument, but {actual} here"
-            elif isinstance(expected, DimExpr):
-                problem = unify_expression(expected, actual, bindings, span)
-                if problem is not None:
-                    return problem
-            elif not same_dim(expected, actual):
-                return f"expected {param}, found {arg}"
-        return None
+        return unify_dims(param.dims, arg.dims, bindings, span, earlier, f"expected {param}, found {arg}")
+    if isinstance(param, StructType) and isinstance(arg, StructType) and param.params:
+        if (param.name, param.module) != (arg.name, arg.module):
+            return f"expected {param}, found {arg}"
+        return unify_dims(param.sizes, arg.sizes, bindings, span, earlier, f"expected {param}, found {arg}")
     if isinstance(param, TupleType) and isinstance(arg, TupleType) and len(param.items) == len(arg.items):
         for p, a in zip(param.items, arg.items, strict=True):
-            problem = unify(p, a, bindings, span)
+            problem = unify(p, a, bindings, span, earlier)
             if problem is not None:
                 return problem
         return None
     return None if fits(param, arg) else f"expected {param}, found {arg}"
 
 
-def unify_expression(expected: DimExpr, actual: Dim, bindings: dict[str, tuple[Dim, Span]], span: Span) -> str | None:
+def unify_dims(
+    expected_dims: tuple[Dim, ...],
+    actual_dims: tuple[Dim, ...],
+    bindings: dict[str, tuple[Dim, Span]],
+    span: Span,
+    earlier: str,
+    mismatch: str,
+) -> str | None:
+    """Bind or compare each size; a label on mismatch (`mismatch` where two sizes simply differ)."""
+    for expected, actual in zip(expected_dims, actual_dims, strict=True):
+        if isinstance(expected, DimVar):
+            bound = bindings.get(expected.name)
+            if bound is None:
+                bindings[expected.name] = (actual, span)
+            elif not same_dim(bound[0], actual):
+                return f"`{expected.name}` is {bound[0]} from an earlier {earlier}, but {actual} here"
+        elif isinstance(expected, DimExpr):
+            problem = unify_expression(expected, actual, bindings, span, earlier)
+            if problem is not None:
+                return problem
+        elif not same_dim(expected, actual):
+            return mismatch
+    return None
+
+
+def unify_expression(
+    expected: DimExpr, actual: Dim, bindings: dict[str, tuple[Dim, Span]], span: Span, earlier: str = "argument"
+) -> str | None:
     """An axis of size `N + 1` (an expression of dimension names) meets a size: with its names bound, the sizes
     must agree; with one name left that it is linear in, the size binds it (`N + 1` of 5 makes `N` 4)."""
     sizes = {name: bound for name, (bound, _) in bindings.items()}
@@ -2379,7 +2537,7 @@ def unify_expression(expected: DimExpr, actual: Dim, bindings: dict[str, tuple[D
         if same_dim(value, actual):
             return None
         names = ", ".join(f"`{name}` = {sizes[name]}" for name in sorted(expected.names()))
-        return f"`{expected}` is {value} with {names} from the arguments, but {actual} here"
+        return f"`{expected}` is {value} with {names} from the {earlier}s, but {actual} here"
     if len(unbound) > 1 or isinstance(actual, Unknown):
         return None  # left to the check at run time
     solved = solve_dim(expected, unbound[0], sizes, actual)
@@ -2425,19 +2583,7 @@ def argument_mismatch(
 
 
 def substitute(t: Type, bindings: dict[str, Dim]) -> Type:
-    if isinstance(t, TensorType):
-        dims = tuple(
-            bindings.get(d.name, UNKNOWN)
-            if isinstance(d, DimVar)
-            else evaluate_dim(d, bindings)
-            if isinstance(d, DimExpr)
-            else d
-            for d in t.dims
-        )
-        return TensorType(t.dtype, dims)
-    if isinstance(t, TupleType):
-        return TupleType(tuple(substitute(item, bindings) for item in t.items))
-    return t
+    return substitute_dims(t, bindings)
 
 
 def contains_struct(struct: StructType, structs: dict[str, StructType]) -> bool:

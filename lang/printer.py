@@ -33,11 +33,11 @@ def print_decl(decl: ast.Decl | ast.Stmt, depth: int = 0) -> str:
         case ast.Const(name=name, annotation=annotation, value=value):
             typed = f": {print_type(annotation)}" if annotation else ""
             return f"const {name}{typed} = {print_expr(value)}"
-        case ast.StructDecl(name=name, fields=fields):
+        case ast.StructDecl(fields=fields):
             if not fields:
-                return f"struct {name} {{}}"
+                return f"struct {struct_header(decl)} {{}}"
             lines = [f"{INDENT * (depth + 1)}{f.name}: {print_type(f.type)}" for f in fields]
-            return f"struct {name} {{\n" + "\n".join(lines) + f"\n{INDENT * depth}}}"
+            return f"struct {struct_header(decl)} {{\n" + "\n".join(lines) + f"\n{INDENT * depth}}}"
         case ast.FnDecl():
             return print_function(decl, depth)
     return print_stmt(decl, depth)
@@ -112,6 +112,11 @@ def print_pattern(pattern: ast.Pattern) -> str:
         return pattern.name
     inner = ", ".join(print_pattern(item) for item in pattern.items)
     return f"({inner},)" if len(pattern.items) == 1 else f"({inner})"
+
+
+def struct_header(decl: ast.StructDecl) -> str:
+    """`Linear`, or `Linear[IN, OUT]` for a struct generic over sizes."""
+    return f"{decl.name}[{', '.join(size.name for size in decl.sizes)}]" if decl.sizes else decl.name
 
 
 DIM_PRECEDENCE = {"+": 1, "-": 1, "*": 2}

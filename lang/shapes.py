@@ -37,6 +37,7 @@ from dl.lang.types import (
     Type,
     Unknown,
     dim_arithmetic,
+    same_struct,
     strong,
 )
 
@@ -228,7 +229,9 @@ def tree_leaves(a: Type, b: Type, symbol: str, shown: str, where: str) -> Type:
             shown,
             notes=(f"a struct or tuple meets a scalar leaf by leaf, not {other}", TREE_MAP_HELP),
         )
-    if is_tree(other) and (type(other) is not type(tree) or (isinstance(tree, StructType) and other != tree)):
+    if is_tree(other) and (
+        type(other) is not type(tree) or (isinstance(tree, StructType) and not same_struct(other, tree))
+    ):
         raise ShapeError("E0311", f"`{symbol}` of two trees needs them of one structure, found {shown}", shown)
     if isinstance(tree, TupleType):
         if isinstance(other, TupleType) and len(other.items) != len(tree.items):
@@ -1144,7 +1147,7 @@ def tree_map_rule(args: list[Argument]) -> Type:
                 )
             return TupleType(tuple(walk([t.items[i] for t in types], f"{where}[{i}]") for i in range(len(first.items))))
         if isinstance(first, StructType):
-            if any(t != first for t in types):
+            if any(not isinstance(t, StructType) or not same_struct(t, first) for t in types):
                 raise ShapeError(
                     "E0301", f"`tree_map` needs trees of one structure, found {', '.join(map(str, types))}"
                 )
@@ -1179,7 +1182,7 @@ def tree_dot_rule(args: list[Argument]) -> Type:
         elif isinstance(a, TupleType) and isinstance(b, TupleType) and len(a.items) == len(b.items):
             for x, y in zip(a.items, b.items, strict=True):
                 walk(x, y)
-        elif isinstance(a, StructType) and a == b:
+        elif isinstance(a, StructType) and isinstance(b, StructType) and same_struct(a, b):
             for field_name, field_type in a.fields:
                 walk(field_type, b.field_type(field_name))
         elif isinstance(a, TensorType) and isinstance(b, TensorType):

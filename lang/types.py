@@ -141,6 +141,8 @@ def has_dim_expression(t: Type) -> bool:
         return any(isinstance(d, DimExpr) for d in t.dims)
     if isinstance(t, TupleType):
         return any(has_dim_expression(item) for item in t.items)
+    if isinstance(t, StructType):
+        return any(isinstance(d, DimExpr) for d in t.sizes)
     return False
 
 
@@ -197,17 +199,64 @@ class TapeType:
 
 @dataclass(frozen=True, slots=True)
 class StructType:
-    """Nominal: two structs are the same type when they are the same declaration."""
+    """Nominal: two structs are the same type when they are the same declaration, of the same sizes.
+
+    A struct may be generic over sizes (`struct Linear[IN, OUT] { w: f32[IN, OUT], b: f32[OUT] }`, or with
+    names its fields use freely): `params` names them, `template` is its fields in terms of them, and a
+    value's type has `sizes` for them (`Linear[5, 2]`; `_` where unknown) and `fields` with those sizes."""
 
     name: str
     module: str
     fields: tuple[tuple[str, Type], ...] = field(compare=False)
+    sizes: tuple[Dim, ...] = ()
+    params: tuple[str, ...] = field(default=(), compare=False)
+    template: tuple[tuple[str, Type], ...] = field(default=(), compare=False)
 
     def field_type(self, name: str) -> Type | None:
         return next((t for n, t in self.fields if n == name), None)
 
+    def with_sizes(self, sizes: tuple[Dim, ...]) -> StructType:
+        """This struct of other sizes, its fields' types made of them."""
+        named = dict(zip(self.params, sizes, strict=True))
+        fields = tuple((name, substitute_dims(t, named)) for name, t in self.template)
+        return StructType(self.name, self.module, fields, sizes, self.params, self.template)
+
     def __str__(self) -> str:
-        return self.name
+        if all(isinstance(size, Unknown) for size in self.sizes):
+            return self.name
+        return f"{self.name}[{', '.join(str(size) for size in self.sizes)}]"
+
+
+def same_struct(a: StructType, b: StructType) -> bool:
+    """Could values of these struct types be of one type (one declaration, sizes that may agree)?"""
+    return (a.name, a.module) == (b.name, b.module) and all(
+        isinstance(x, Unknown) or isinstance(y, Unknown) or x == y for x, y in zip(a.sizes, b.sizes, strict=False)
+    )
+
+
+def substitute_dims(t: Type, sizes: Mapping[str, Dim]) -> Type:
+    """`t` with each dimension name in `sizes` replaced by its size (names not in it are unknown)."""
+    if isinstance(t, TensorType):
+        dims = tuple(
+            sizes.get(d.name, UNKNOWN)
+            if isinstance(d, DimVar)
+            else evaluate_dim(d, sizes)
+            if isinstance(d, DimExpr)
+            else d
+            for d in t.dims
+        )
+        return TensorType(t.dtype, dims)
+    if isinstance(t, TupleType):
+        return TupleType(tuple(substitute_dims(item, sizes) for item in t.items))
+    if isinstance(t, StructType) and t.params:
+        return t.with_sizes(tuple(substitute_dims_of(size, sizes) for size in t.sizes))
+    return t
+
+
+def substitute_dims_of(dim: Dim, sizes: Mapping[str, Dim]) -> Dim:
+    if isinstance(dim, DimVar):
+        return sizes.get(dim.name, UNKNOWN)
+    return evaluate_dim(dim, sizes) if isinstance(dim, DimExpr) else dim
 
 
 @dataclass(frozen=True, slots=True)
@@ -373,6 +422,9 @@ def named_axes(t: Type, steps: tuple[int | str, ...]):
     elif isinstance(t, TupleType):
         for index, item in enumerate(t.items):
             yield from named_axes(item, (*steps, index))
+    elif isinstance(t, StructType):
+        for name, field_type in t.fields:
+            yield from named_axes(field_type, (*steps, name))
 
 
 def linear_in(dim: Dim, name: str) -> bool:
@@ -388,6 +440,8 @@ def dimension_at(t: Type, source: DimSource) -> Dim:
     for step in source.steps:
         if isinstance(step, int) and isinstance(t, TupleType) and step < len(t.items):
             t = t.items[step]
+        elif isinstance(step, str) and isinstance(t, StructType) and t.field_type(step) is not None:
+            t = t.field_type(step)
         else:
             return UNKNOWN
     if not isinstance(t, TensorType) or source.axis >= t.rank:

@@ -1093,6 +1093,31 @@ def test_a_member_checked_for_several_calls_lists_each_signature_and_its_doc_com
     assert documentation[1] == "" and documentation[2].startswith("linear(")  # then nn.dl's doc comment
 
 
+GENERIC = """\
+struct Linear[IN, OUT] { w: f32[IN, OUT], b: f32[OUT] }
+
+fn apply(layer: Linear[IN, OUT], x: f32[B, IN]) -> f32[B, OUT] {
+    return x @ layer.w + layer.b
+}
+
+fn main() {
+    let layer = Linear { w: ones(5, 2), b: zeros(2) }
+    print(apply(layer, ones(3, 5)))
+}
+"""
+
+
+def test_hover_and_completion_show_a_generic_struct_with_its_sizes() -> None:
+    checked = lang.check(GENERIC, PATH)
+    assert checked.errors == []
+    assert lsp.hover_text(checked, PATH, GENERIC, 8, 9)[0] == "layer: Linear[5, 2]"
+    assert lsp.hover_text(checked, PATH, GENERIC, 3, 10)[0] == "layer: Linear[IN, OUT]"
+    typing = GENERIC.replace("print(apply(layer, ones(3, 5)))", "layer.")
+    assert labels(lsp.completions(checked, PATH, typing, 9, 11)) == {"w": "f32[5, 2]", "b": "f32[2]"}
+    typing = GENERIC.replace("return x @ layer.w + layer.b", "return layer.")
+    assert labels(lsp.completions(checked, PATH, typing, 4, 18)) == {"w": "f32[IN, OUT]", "b": "f32[OUT]"}
+
+
 def test_completion_in_a_file_of_thousands_of_declarations_sends_those_that_fit_the_word() -> None:
     items = [lsp.item(f"f{number}", types.CompletionItemKind.Function, None) for number in range(5000)]
     assert lsp.fewest(items[:20], "zz") == items[:20]  # a short list goes whole
