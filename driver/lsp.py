@@ -54,6 +54,7 @@ from pygls.uris import from_fs_path
 
 log = logging.getLogger("dl.lsp")
 
+NO_TEXTS: Mapping[str, str] = {}  # no other files
 SEVERITIES = {Severity.ERROR: types.DiagnosticSeverity.Error, Severity.WARNING: types.DiagnosticSeverity.Warning}
 
 # ------------------------------------------------------------------ what requests read again and again
@@ -181,10 +182,14 @@ def contains(span: Span, line: int, column: int) -> bool:
     return not (line == span.end_line and column >= span.end_column)
 
 
-def to_lsp_diagnostic(diagnostic: Diagnostic, path: str, uri: str, columns: Columns | None = None) -> types.Diagnostic:
+def to_lsp_diagnostic(
+    diagnostic: Diagnostic, path: str, uri: str, columns: Columns | None = None, texts: Mapping[str, str] = NO_TEXTS
+) -> types.Diagnostic:
     """One checker diagnostic as LSP shows it. The label and notes follow the message; a diagnostic in
     another file (an import) is shown at the top of this one and names that file. `columns` converts the
-    ranges to the client's units."""
+    ranges to the client's units; a secondary label in another file (the callee a mistake at a call went
+    wrong in) becomes related information at that file's location, its columns converted with its text
+    from `texts`."""
     columns = columns or Columns("")
     lines = [diagnostic.message]
     if diagnostic.label:
@@ -194,11 +199,9 @@ def to_lsp_diagnostic(diagnostic: Diagnostic, path: str, uri: str, columns: Colu
     if not here:
         lines[0] = f"{diagnostic.span.path}:{diagnostic.span.line}:{diagnostic.span.column}: {diagnostic.message}"
     related = [
-        types.DiagnosticRelatedInformation(
-            location=types.Location(uri=uri, range=columns.range(to_range(label.span))), message=label.text
-        )
+        types.DiagnosticRelatedInformation(location=location, message=label.text)
         for label in diagnostic.secondary
-        if label.span.path == path
+        for location in [label_location(label.span, path, uri, columns, texts)]
     ]
     top = types.Range(types.Position(0, 0), types.Position(0, 0))
     return types.Diagnostic(
@@ -211,12 +214,21 @@ def to_lsp_diagnostic(diagnostic: Diagnostic, path: str, uri: str, columns: Colu
     )
 
 
+def label_location(span: Span, path: str, uri: str, columns: Columns, texts: Mapping[str, str]) -> types.Location:
+    """Where a secondary label is: in this document, or in the file it names (its columns in the same units)."""
+    if span.path == path:
+        return types.Location(uri=uri, range=columns.range(to_range(span)))
+    other = Columns(texts.get(span.path, ""), columns.units)
+    return types.Location(uri=from_fs_path(span.path) or span.path, range=other.range(to_range(span)))
+
+
 def diagnostics_for(
     typed: Typed, path: str, uri: str, units: Callable[[str], int] = utf16_units
 ) -> list[types.Diagnostic]:
     """The diagnostics of a checked document, with ranges in the client's `units` of its text."""
-    columns = Columns(typed.program.sources.texts.get(path, ""), units)
-    return [to_lsp_diagnostic(diagnostic, path, uri, columns) for diagnostic in typed.diagnostics]
+    texts = typed.program.sources.texts
+    columns = Columns(texts.get(path, ""), units)
+    return [to_lsp_diagnostic(diagnostic, path, uri, columns, texts) for diagnostic in typed.diagnostics]
 
 
 # ------------------------------------------------------------------ hover

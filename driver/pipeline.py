@@ -1,5 +1,8 @@
 """The pipeline in one place: load (parse + imports) -> check -> run on a backend.
 
+(Between the check and the backend: dimension names read as values get their `let`s, lang/dimensions.py,
+and `grad` is expanded, lang/autodiff/.)
+
 The CLI, the REPL and the language server call these functions; none of them
 re-implements a step. Each step runs with room for any tree the parser accepts
 (`dl.lang.nesting.in_room`: a thread with a large stack and recursion limit).
@@ -19,6 +22,7 @@ from dl.lang.autodiff import differentiate
 from dl.lang.check import Typed
 from dl.lang.check import check as check_program
 from dl.lang.diagnostics import DiagnosticError, SourceMap
+from dl.lang.dimensions import declare_dimensions
 from dl.lang.modules import Program, load_program, read_source
 from dl.lang.nesting import in_room
 from dl.lang.types import ANY, TensorType, TupleType, Type, strong
@@ -49,7 +53,7 @@ def prepare(program: Program, calls: tuple = ()) -> tuple[Program, Typed]:
     typed = check_program(program, calls)
     if typed.errors:
         raise DiagnosticError(typed.diagnostics)
-    derived, derived_typed = differentiate(typed, calls)
+    derived, derived_typed = differentiate(declare_dimensions(typed, calls), calls)
     derived_typed = derived_typed.with_diagnostics(typed.diagnostics)  # warnings are about the user's code
     return derived, derived_typed
 

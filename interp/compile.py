@@ -35,7 +35,7 @@ from dl.lang.check import CallCheck, RuntimeCheck, Typed
 from dl.lang.diagnostics import Diagnostic, DiagnosticError, Span, closest, error
 from dl.lang.modules import Program
 from dl.lang.primitives import BY_NAME, FLOAT_MATH, PRIMITIVES, Prim
-from dl.lang.types import TensorType
+from dl.lang.types import TensorType, has_dim_expression
 from dl.runtime import arrays as array_modules
 from dl.runtime.arrays import ArrayModule
 from dl.runtime.backend import CompiledBody
@@ -1356,11 +1356,13 @@ def checked_body(body: Step, call_check: CallCheck, names: tuple[str, ...]) -> S
         for slot, (check, name) in enumerate(zip(call_check.params, names, strict=True), start=1)
         if check is not None
     ]
+    # sizes such as `N + 1` again, once every parameter has bound the names they are made of
+    again = [(slot, check, name) for slot, check, name in params if has_dim_expression(check.type)]
     result = call_check.result
 
     def run(frame: list) -> Any:
         bindings: dict[str, int] = {}
-        for slot, check, name in params:
+        for slot, check, name in (*params, *again):
             problem = conforms(frame[slot], check.type, bindings)
             if problem is not None:
                 raise fail("E0520", f"argument `{name}` does not match its annotation: {problem}", check.span)

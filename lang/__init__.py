@@ -76,9 +76,10 @@ def collecting_rarely() -> Iterator[None]:
 def differentiation_problems(typed: Typed) -> list[Diagnostic]:
     """What `grad` cannot differentiate in a program that checks (E0333): found by running the transform."""
     from dl.lang.autodiff import differentiate
+    from dl.lang.dimensions import declare_dimensions
 
     try:
-        differentiate(typed)
+        differentiate(declare_dimensions(typed))
     except DiagnosticError as failure:
         return list(failure.diagnostics)
     except Exception as bug:  # a bug in the transform must not take the tools down with it

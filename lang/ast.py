@@ -38,7 +38,17 @@ class DimName:
     span: Span = _span()
 
 
-Dim = DimLiteral | DimName
+@node
+class DimBinary:
+    """A size computed from others: `C * 16`, `N + 1`, `H - 2` (`+`, `-` or `*`)."""
+
+    op: str
+    lhs: Dim
+    rhs: Dim
+    span: Span = _span()
+
+
+Dim = DimLiteral | DimName | DimBinary
 
 
 @node
@@ -382,6 +392,7 @@ class StructDecl:
     fields: tuple[FieldDecl, ...]
     span: Span = _span()
     name_span: Span = _span()
+    sizes: tuple[DimName, ...] = ()  # the sizes it is generic over: `struct Linear[IN, OUT]`
 
 
 Decl = Import | Const | StructDecl | FnDecl

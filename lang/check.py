@@ -51,6 +51,8 @@ from dl.lang.types import (
     UNKNOWN,
     AnyType,
     Dim,
+    DimExpr,
+    DimSource,
     DimVar,
     DTypeType,
     FunctionRef,
@@ -65,7 +67,16 @@ from dl.lang.types import (
     TupleType,
     Type,
     Unknown,
+    dim_arithmetic,
+    dim_names_of,
+    dimension_at,
+    dimension_sources,
+    evaluate_dim,
+    exact_quotient,
+    has_dim_expression,
+    same_struct,
     strong,
+    substitute_dims,
 )
 
 
@@ -130,6 +141,7 @@ class Tables:
     coercions: dict[int, str] = field(default_factory=dict)
     bindings: dict[int, Binding] = field(default_factory=dict)
     functions: dict[int, tuple[ast.FnDecl | ast.Lambda, str]] = field(default_factory=dict)
+    dimension_reads: dict[int, dict[str, DimSource]] = field(default_factory=dict)
 
     def frozen(self, program: Program) -> Typed:
         return Typed(
@@ -142,6 +154,7 @@ class Tables:
             MappingProxyType(self.coercions),
             MappingProxyType(self.bindings),
             MappingProxyType(self.functions),
+            MappingProxyType(self.dimension_reads),
         )
 
 
@@ -168,6 +181,9 @@ class Typed:
     bindings: Mapping[int, Binding] = field(default_factory=lambda: NOTHING)
     # id of a FnDecl or Lambda -> (it, the path of its module): what a FunctionRef's `key` names
     functions: Mapping[int, tuple[ast.FnDecl | ast.Lambda, str]] = field(default_factory=lambda: NOTHING)
+    # id of a FnDecl -> the dimension names of its signature its body reads as values, with where each is
+    # found in its parameters (lang/dimensions.py binds them at the start of the body)
+    dimension_reads: Mapping[int, Mapping[str, DimSource]] = field(default_factory=lambda: NOTHING)
 
     def with_diagnostics(self, diagnostics) -> Typed:
         return replace(self, diagnostics=tuple(diagnostics))
@@ -218,6 +234,7 @@ class FunctionInfo:
     module: ModuleInfo
     name: str
     environment: dict[str, Type] | None = None  # captured names, for local functions and lambdas
+    dims: Mapping[str, DimValue] = field(default_factory=dict)  # the enclosing function's, for those
 
     @property
     def generic(self) -> bool:
@@ -258,6 +275,27 @@ class Scope:
 
 
 @dataclass
+class StructSizes:
+    """The sizes a struct being declared is generic over: those it declares, or (not `declared`) the names its
+    fields use, gathered as they are met."""
+
+    struct: str
+    names: list[str]
+    declared: bool
+    undeclared: set[str] = field(default_factory=set)  # names reported as not declared (once each)
+
+
+@dataclass(frozen=True, slots=True)
+class DimValue:
+    """A dimension name of a function's signature as a value in its body: an `i64` that the checker knows is
+    that size; at run time it is read from the parameter `source` names (the function `owner`'s)."""
+
+    type: TensorType
+    owner: int
+    source: DimSource
+
+
+@dataclass
 class Context:
     """The function being checked."""
 
@@ -269,6 +307,67 @@ class Context:
     loops: int = 0
     decl: ast.FnDecl | ast.Lambda | None = None
     dim_names: frozenset[str] | None = None  # the dimension names in scope; None: not tracked (nested functions)
+    # the `let`s of unsuffixed literals: the dtype each name takes from its uses (a `Conflict` where they
+    # disagree); None while the uses are being found (`LiteralBindings`), the names then kept weak
+    literal_dtypes: Mapping[str, str | Conflict] | None = field(default_factory=dict)
+    dims: Mapping[str, DimValue] = field(default_factory=dict)  # the dimension names usable as values
+
+
+@dataclass(frozen=True, slots=True)
+class Conflict:
+    """Uses of a literal's binding that ask for different dtypes: (dtype, where) of the first of each."""
+
+    uses: tuple[tuple[str, Span], ...]
+
+
+@dataclass
+class LiteralBindings:
+    """The names a function body binds to unsuffixed literals (`let s = 0.0`), with the literal's own dtype,
+    and the float dtypes their uses ask for, found by checking the body with those names kept weak (as JAX
+    keeps a Python number weak). A binding rebound to floats (`s += x`) takes their dtype (rebound to two, it
+    is a mistake: a variable has one type); a float literal's binding that is not takes the float dtype of
+    what it meets (`lr * g`), if that is one; an integer literal's binding otherwise stays `i64`."""
+
+    kinds: dict[str, str]
+    stored: dict[str, dict[str, Span]] = field(default_factory=dict)
+    met: dict[str, dict[str, Span]] = field(default_factory=dict)
+
+    def ask(self, name: str, dtype: str, span: Span, stored: bool) -> None:
+        kind = self.kinds.get(name)
+        if kind is None or dtype not in FLOATS or (kind in INTEGERS and not stored):
+            return
+        (self.stored if stored else self.met).setdefault(name, {}).setdefault(dtype, span)
+
+    def meets(self, node: ast.Expr, dtype: str) -> None:
+        """A weak value computed by `node` takes `dtype` from what it meets: so do the bindings it reads."""
+        match node:
+            case ast.Name(id=name):
+                self.ask(name, dtype, node.span, stored=False)
+            case ast.Unary(operand=operand):
+                self.meets(operand, dtype)
+            case ast.Binary(lhs=lhs, rhs=rhs):
+                self.meets(lhs, dtype)
+                self.meets(rhs, dtype)
+            case ast.TensorLiteral(items=items):
+                for item in items:
+                    self.meets(item, dtype)
+
+    def decided(self) -> dict[str, str | Conflict]:
+        found: dict[str, str | Conflict] = {name: next(iter(met)) for name, met in self.met.items() if len(met) == 1}
+        for name, stored in self.stored.items():
+            found[name] = next(iter(stored)) if len(stored) == 1 else Conflict(tuple(stored.items()))
+        return found
+
+
+@dataclass(frozen=True, slots=True)
+class Mark:
+    """Where the checker's memo tables stood before a trial check, to forget what it learnt (`rollback`)."""
+
+    instances: int
+    instance_counts: dict[int, int]
+    passes: int
+    literals: int
+    early_consts: set[tuple[str, str]]
 
 
 def check(
@@ -345,8 +444,19 @@ class Checker:
         self.early_consts: set[tuple[str, str]] = set()  # consts reported as used before their definition
         self.python_call: ast.Call | None = None  # the latest call of a name Python has and DL spells otherwise
         self.pass_count = 0
+        self.vague_passes: set[int] = set()  # checks of a function with an unknown argument
         self.literal_passes: dict[int, set[int]] = {}
         self.coerced_passes: dict[int, dict[str, set[int]]] = {}
+        # Literals' bindings (`let s = 0.0`): the body being checked to find their dtypes, if any; the dtypes
+        # found, by function, argument types and captured names; and, while such a trial check runs, the
+        # instances it made and literals it saw, forgotten after it (`rollback`).
+        self.literals: LiteralBindings | None = None
+        self.literal_dtypes: dict[tuple, dict[str, str | Conflict]] = {}
+        self.literal_lets_of: dict[int, dict[str, str]] = {}
+        self.dimension_sources_of: dict[int, dict[str, DimSource]] = {}
+        self.trials = 0
+        self.instance_log: list[tuple] = []
+        self.literal_log: list[int] = []
 
     # -------------------------------------------------------------- driver
     def run(self, calls: tuple[tuple[str, tuple[Type, ...]], ...] = ()) -> Typed:
@@ -374,16 +484,38 @@ class Checker:
         return self.tables.frozen(self.program)
 
     def report(self, diagnostic: Diagnostic) -> None:
+        if self.silent:
+            return
+        if self.call_sites and depends_on_types(diagnostic.code):  # in a function checked for one call's types
+            diagnostic = self.in_call(diagnostic)
         key = (diagnostic.code, diagnostic.span)
-        if self.silent or key in self.reported:
+        if key in self.reported:
             return
         self.reported.add(key)
-        if self.call_sites and depends_on_types(diagnostic.code):  # in a function checked for one call's types
-            name, call, args = self.call_sites[-1]
-            shown = ", ".join(str(a) for a in args)
-            note = f"`{name}` is checked with the argument types of the call at {call}: ({shown})"
-            diagnostic = replace(diagnostic, notes=(*diagnostic.notes, note))
         self.tables.diagnostics.append(diagnostic)
+
+    def in_call(self, diagnostic: Diagnostic) -> Diagnostic:
+        """A mistake found while checking a function for the argument types of a call. In the module of the
+        call, it is shown where it is, with a note naming the call; in another module (the stdlib, an import),
+        whose code the caller did not write, it is reported at the call that reached it from outside, pointing
+        into the callee (a secondary label there, and a note with its file:line:col)."""
+        outside = next((site for site in reversed(self.call_sites) if site[1].path != diagnostic.span.path), None)
+        if outside is None:
+            name, call, args = self.call_sites[-1]
+            note = f"`{name}` is checked with the argument types of the call at {call}: ({shown_types(args)})"
+            return replace(diagnostic, notes=(*diagnostic.notes, note))
+        name, call, args = outside
+        inside = Label(diagnostic.span, diagnostic.label or diagnostic.message)
+        innermost = self.call_sites[-1][0]
+        where = f"in `{innermost}` at {diagnostic.span}" if innermost != name else f"at {diagnostic.span}"
+        note = f"`{name}` is checked with the argument types of this call, and goes wrong {where}"
+        return replace(
+            diagnostic,
+            span=call,
+            label=f"`{name}` is given ({shown_types(args)})",
+            secondary=(inside, *diagnostic.secondary),
+            notes=(note, *diagnostic.notes),
+        )
 
     def declare_module(self, path: str) -> None:
         info = ModuleInfo(path)
@@ -411,14 +543,23 @@ class Checker:
             self.report(error("E0211", f"`{name}` is declared twice in this module", span))
 
     def resolve_struct(self, info: ModuleInfo, decl: ast.StructDecl) -> None:
+        """A struct's fields; it is generic over the sizes it declares (`struct Linear[IN, OUT]`), or else over
+        the names its fields use that are not consts, in the order they first appear (one size each per value)."""
+        sizes = StructSizes(decl.name, [size.name for size in decl.sizes], declared=bool(decl.sizes))
+        for position, size in enumerate(decl.sizes):
+            if size.name in sizes.names[:position]:
+                self.report(error("E0211", f"size `{size.name}` is declared twice", size.span))
         fields = []
         seen = set()
         for field_decl in decl.fields:
             if field_decl.name in seen:
                 self.report(error("E0211", f"field `{field_decl.name}` is declared twice", field_decl.span))
             seen.add(field_decl.name)
-            fields.append((field_decl.name, self.resolve_type(field_decl.type, info, struct_field=True)))
-        info.structs[decl.name] = StructType(decl.name, info.path, tuple(fields))
+            fields.append((field_decl.name, self.resolve_type(field_decl.type, info, struct_field=sizes)))
+        params = tuple(dict.fromkeys(sizes.names))
+        template = tuple(fields)
+        struct = StructType(decl.name, info.path, template, tuple(DimVar(p) for p in params), params, template)
+        info.structs[decl.name] = struct
 
     def check_module(self, path: str) -> None:
         info = self.modules[path]
@@ -497,7 +638,7 @@ class Checker:
                 if name == "str":
                     return STR
                 if name in info.structs:
-                    return info.structs[name]
+                    return any_sizes(info.structs[name])
                 return self.unknown_type(name, node.span, info.structs)
             case ast.NamedType(name=name, module=module):
                 target = info.imports.get(module)
@@ -505,7 +646,11 @@ class Checker:
                     self.report(error("E0318", f"unknown module `{module}` in a type", node.span))
                     return ANY
                 structs = self.modules[target].structs
-                return structs[name] if name in structs else self.unknown_type(f"{module}.{name}", node.span, {})
+                if name in structs:
+                    return any_sizes(structs[name])
+                return self.unknown_type(f"{module}.{name}", node.span, {})
+            case ast.TensorTypeExpr(dtype=dtype, dims=dims) if dtype in info.structs:
+                return self.sized_struct(info.structs[dtype], node, info, struct_field)
             case ast.TensorTypeExpr(dtype=dtype, dims=dims):
                 if dtype not in DTYPES:
                     self.report(
@@ -524,6 +669,23 @@ class Checker:
                 return FunctionType(tuple(self.resolve_type(p, info) for p in params), self.resolve_type(result, info))
         raise AssertionError(node)
 
+    def sized_struct(self, struct: StructType, node: ast.TensorTypeExpr, info: ModuleInfo, struct_field) -> Type:
+        """`Linear[5, 2]`: a generic struct of these sizes."""
+        sizes = tuple(self.resolve_dim(d, info, struct_field) for d in node.dims)
+        if len(sizes) != len(struct.params):
+            expected = f"{len(struct.params)} size{'s' * (len(struct.params) != 1)}" if struct.params else "no sizes"
+            declared = f"`{struct.name}[{', '.join(struct.params)}]`" if struct.params else f"`{struct.name}`"
+            self.report(
+                error(
+                    "E0318",
+                    f"struct `{struct.name}` takes {expected}, found {len(sizes)}",
+                    node.span,
+                    notes=(f"`{struct.name}` is declared as {declared}",),
+                )
+            )
+            return ANY
+        return struct.with_sizes(sizes)
+
     def unknown_type(self, name: str, span: Span, candidates) -> Type:
         suggestion = closest(name, [*DTYPES, "str", *candidates])
         notes = (f"help: did you mean `{suggestion}`?",) if suggestion else ()
@@ -533,6 +695,9 @@ class Checker:
     def resolve_dim(self, dim: ast.Dim, info: ModuleInfo, struct_field: bool) -> Dim:
         if isinstance(dim, ast.DimLiteral):
             return dim.value
+        if isinstance(dim, ast.DimBinary):
+            lhs = self.resolve_dim(dim.lhs, info, struct_field)
+            return dim_arithmetic(dim.op, lhs, self.resolve_dim(dim.rhs, info, struct_field))
         if dim.name == "_":
             return UNKNOWN
         if struct_field and dim.name in info.const_decls:  # fields are resolved before the consts' own turn
@@ -545,20 +710,45 @@ class Checker:
                 error("E0318", f"const `{dim.name}` is not a known integer, so it cannot be a dimension", dim.span)
             )
             return UNKNOWN
-        if struct_field:
-            if dim.name not in info.const_suggestions:
-                info.const_suggestions[dim.name] = closest(dim.name, info.const_decls)
-            suggestion = info.const_suggestions[dim.name]
-            if suggestion is not None:
-                self.report(
-                    error(
-                        "E0318",
-                        f"unknown dimension `{dim.name}` in a struct field",
-                        dim.span,
-                        notes=(f"help: did you mean the const `{suggestion}`?",),
-                    )
+        if isinstance(struct_field, StructSizes):
+            return self.struct_size(dim, info, struct_field)
+        return DimVar(dim.name)
+
+    def struct_size(self, dim: ast.DimName, info: ModuleInfo, sizes: StructSizes) -> Dim:
+        """A name in a struct field's type: one of the sizes the struct declares, or, where it declares none, a
+        size it is generic over (unless it looks like a misspelt const)."""
+        if dim.name in sizes.names:
+            return DimVar(dim.name)
+        if sizes.declared and dim.name in sizes.undeclared:
+            return UNKNOWN
+        if sizes.declared:
+            sizes.undeclared.add(dim.name)
+            self.report(
+                error(
+                    "E0318",
+                    f"unknown dimension `{dim.name}` in a field of `{sizes.struct}`",
+                    dim.span,
+                    notes=(
+                        f"help: declare it among the sizes `{sizes.struct}` is generic over: "
+                        f"`struct {sizes.struct}[{', '.join([*sizes.names, dim.name])}]`",
+                    ),
                 )
-            return UNKNOWN  # struct fields are not generic: a free name there is a size known only at run time
+            )
+            return UNKNOWN
+        if dim.name not in info.const_suggestions:
+            info.const_suggestions[dim.name] = closest(dim.name, info.const_decls)
+        suggestion = info.const_suggestions[dim.name]
+        if suggestion is not None:
+            self.report(
+                error(
+                    "E0318",
+                    f"unknown dimension `{dim.name}` in a struct field",
+                    dim.span,
+                    notes=(f"help: did you mean the const `{suggestion}`?",),
+                )
+            )
+            return UNKNOWN
+        sizes.names.append(dim.name)
         return DimVar(dim.name)
 
     # -------------------------------------------------------------- functions
@@ -575,7 +765,12 @@ class Checker:
         declared = self.resolve_type(decl.result, function.module) if decl.result is not None else None
         if declared is not None:
             self.generic_signatures[key] = Signature(function.name, params, declared)
-        result = self.check_body(function, [t for _, t in params], declared)
+        # checked once for all calls: its mistakes are its own, reported even from inside a silent check
+        silent, call_sites, self.silent, self.call_sites = self.silent, self.call_sites, False, []
+        try:
+            result = self.check_body(function, [t for _, t in params], declared)
+        finally:
+            self.silent, self.call_sites = silent, call_sites
         signature = Signature(function.name, params, declared or result)
         self.generic_signatures[key] = signature
         return signature
@@ -613,15 +808,100 @@ class Checker:
     def remember_instance(self, instance: tuple, result: Type) -> None:
         if instance not in self.instances:
             self.instances_by_function.setdefault(instance[0], []).append(instance)
+            if self.trials:
+                self.instance_log.append(instance)
         self.instances[instance] = result
 
     def check_body(
         self, function: FunctionInfo, params: list[Type], declared: Type | None, report: bool = True
     ) -> Type:
+        """Check a body for these parameter types; first, if it binds names to unsuffixed literals, find the
+        dtypes their uses ask for (checked once per function and argument types)."""
+        kinds = self.literal_lets(function.decl)
+        if not kinds:
+            return self.checked_body(function, params, declared, report, {})
+        captured = tuple(sorted(function.environment.items(), key=lambda item: item[0])) if function.environment else ()
+        key = (id(function.decl), tuple(params), captured)
+        if key not in self.literal_dtypes:
+            self.literal_dtypes[key] = self.literal_uses(function, params, declared, kinds)
+        return self.checked_body(function, params, declared, report, self.literal_dtypes[key])
+
+    def literal_lets(self, decl: ast.FnDecl | ast.Lambda) -> dict[str, str]:
+        """The names `decl`'s body binds with an unannotated `let` to an unsuffixed literal, with its dtype
+        (an integer literal's only where it is rebound: nothing else changes its dtype)."""
+        found = self.literal_lets_of.get(id(decl))
+        if found is None:
+            rebound = ast.assigned_names(decl.body)
+            found = {
+                node.pattern.name: kind
+                for node in ast.walk_scope(decl.body)
+                if isinstance(node, ast.Let) and node.annotation is None and isinstance(node.pattern, ast.NamePattern)
+                for kind in [literal_kind(node.value)]
+                if kind == "f32" or (kind == "i64" and node.pattern.name in rebound)
+            }
+            self.literal_lets_of[id(decl)] = found
+        return found
+
+    def literal_uses(
+        self, function: FunctionInfo, params: list[Type], declared: Type | None, kinds: dict[str, str]
+    ) -> dict[str, str | Conflict]:
+        """A trial check of the body, silent, with the literals' bindings kept weak: what dtypes their uses ask
+        for. What the trial taught the checker (instances of the functions it calls, literals it saw) is
+        forgotten, since the body's types change once the bindings have their dtypes."""
+        found = LiteralBindings(dict(kinds))
+        mark = self.mark()
+        outer = self.literals
+        self.literals = found
+        self.trials += 1
+        try:
+            self.checked_body(function, params, declared, False, None)
+        finally:
+            self.trials -= 1
+            self.literals = outer
+            self.rollback(mark)
+        return found.decided()
+
+    def mark(self) -> Mark:
+        return Mark(
+            len(self.instance_log),
+            dict(self.instance_counts),
+            self.pass_count,
+            len(self.literal_log),
+            set(self.early_consts),
+        )
+
+    def rollback(self, mark: Mark) -> None:
+        for instance in self.instance_log[mark.instances :]:
+            self.instances.pop(instance, None)
+            listed = self.instances_by_function.get(instance[0], [])
+            if instance in listed:
+                listed.remove(instance)
+            if not listed:
+                self.instances_by_function.pop(instance[0], None)
+        del self.instance_log[mark.instances :]
+        self.instance_counts = mark.instance_counts
+        for key in self.literal_log[mark.literals :]:
+            seen = self.literal_passes.get(key, set())
+            seen -= {p for p in seen if p > mark.passes}
+            for passes in self.coerced_passes.get(key, {}).values():
+                passes -= {p for p in passes if p > mark.passes}
+        del self.literal_log[mark.literals :]
+        self.early_consts = mark.early_consts
+
+    def checked_body(
+        self,
+        function: FunctionInfo,
+        params: list[Type],
+        declared: Type | None,
+        report: bool,
+        literal_dtypes: Mapping[str, str | Conflict] | None,
+    ) -> Type:
         decl = function.decl
         outer_pass = self.check_pass
         self.pass_count += 1
         self.check_pass = self.pass_count
+        if any(isinstance(param, AnyType) for param in params):
+            self.vague_passes.add(self.check_pass)
         self.check_unique_params(decl)
         scope = Scope()
         if function.environment:
@@ -637,9 +917,14 @@ class Checker:
             frozenset(ast.assigned_names(decl.body)),
             decl=decl,
             dim_names=None if function.environment is not None else self.signature_dims(decl, function.module),
+            literal_dtypes=literal_dtypes,
+            dims=function.dims if function.environment is not None else self.dimension_values(decl, function, params),
         )
         silent = self.silent
         self.silent = silent or not report
+        literals = self.literals
+        if literal_dtypes is not None:  # a body checked for its types: its own literals are not being watched
+            self.literals = None
         try:
             if isinstance(decl.body, ast.Block):
                 self.block(decl.body, scope, context)
@@ -652,6 +937,7 @@ class Checker:
             return strong(value)
         finally:
             self.silent = silent
+            self.literals = literals
             self.check_pass = outer_pass
 
     def check_unique_params(self, decl: ast.FnDecl | ast.Lambda) -> None:
@@ -668,6 +954,26 @@ class Checker:
         for annotation in [*annotations, *([result] if result is not None else [])]:
             names |= dim_names(self.resolve_type(annotation, info))
         return frozenset(names)
+
+    def dimension_values(
+        self, decl: ast.FnDecl | ast.Lambda, function: FunctionInfo, params: list[Type]
+    ) -> dict[str, DimValue]:
+        """The dimension names of a declared function's parameter types, as values: each the size this check
+        gives it (the name itself in a generic check, a number in a check for one call's types)."""
+        sources = self.dimension_sources_of.get(id(decl))
+        if sources is None:
+            declared = [
+                self.resolve_type(p.annotation, function.module) if p.annotation is not None else ANY
+                for p in decl.params
+            ]
+            sources = dimension_sources(declared)
+            self.dimension_sources_of[id(decl)] = sources
+        values = {}
+        for name, source in sources.items():
+            size = dimension_at(params[source.param], source)
+            value = TensorType("i64", (), False, None if isinstance(size, Unknown) else size)
+            values[name] = DimValue(value, id(decl), source)
+        return values
 
     def check_falls_off_end(self, decl: ast.FnDecl | ast.Lambda, context: Context, declared: Type | None) -> None:
         """A function that returns a value must return one on every path (the end gives `()`)."""
@@ -742,7 +1048,7 @@ class Checker:
                     word = "break" if isinstance(stmt, ast.Break) else "continue"
                     self.report(error("E0321", f"`{word}` outside of a loop", stmt.span))
             case ast.FnDecl(name=name):
-                info = FunctionInfo(stmt, context.module, name)
+                info = FunctionInfo(stmt, context.module, name, dims=context.dims)
                 self.functions[id(stmt)] = info
                 reference = FunctionRef(name, id(stmt))
                 scope.names[name] = reference
@@ -750,6 +1056,15 @@ class Checker:
 
     def let(self, stmt: ast.Let, scope: Scope, context: Context) -> None:
         value = self.expression(stmt.value, scope, context)
+        literal = isinstance(value, TensorType) and value.weak and literal_kind(stmt.value) is not None
+        if literal and stmt.annotation is None and isinstance(stmt.pattern, ast.NamePattern):
+            if context.literal_dtypes is None:  # a trial check: the binding stays weak, to see what it meets
+                name = stmt.pattern.name
+                kept = TensorType(value.dtype, value.dims, True) if name in context.rebound else value
+                scope.names[name] = kept
+                self.record_type(stmt.pattern, strong(kept))
+                return
+            value = self.literal_binding(stmt, value, context.literal_dtypes.get(stmt.pattern.name))
         if stmt.annotation is not None:
             declared = self.resolve_type(stmt.annotation, context.module)
             unbound = sorted(dim_names(declared) - context.dim_names) if context.dim_names is not None else []
@@ -779,6 +1094,16 @@ class Checker:
                 self.tables.runtime_checks[id(stmt)] = RuntimeCheck(declared, stmt.annotation.span)
             value = declared  # what the user meant, also after a mismatch (reported once, here)
         self.bind_pattern(stmt.pattern, value, scope, context)
+
+    def literal_binding(self, stmt: ast.Let, value: TensorType, dtype: str | Conflict | None) -> Type:
+        """The type of `let name = 0.0`: the dtype its uses ask for, the literal converted to it."""
+        if dtype is None:
+            return value
+        if isinstance(dtype, Conflict):
+            self.report(literal_conflict(stmt, dtype))
+            return ANY
+        self.coerce(TensorType(dtype), value, stmt.value)
+        return TensorType(dtype, value.dims, False, value.value if dtype == value.dtype else None)
 
     def bind_pattern(self, pattern: ast.Pattern, value: Type, scope: Scope, context: Context) -> None:
         if isinstance(pattern, ast.NamePattern):
@@ -826,6 +1151,8 @@ class Checker:
             self.store_undeclared(target, value, scope, context)
             return
         current = self.expression(target, scope, context)
+        if self.literal_rebound(target, current, value, span):
+            return
         if isinstance(target, ast.Index):
             self.store_element(target, current, value, span)
             return
@@ -844,6 +1171,18 @@ class Checker:
             )
         elif node is not None:
             self.coerce(current, value, node)
+
+    def literal_rebound(self, target: ast.Expr, current: Type, value: Type, span: Span) -> bool:
+        """In the trial check of a body (`LiteralBindings`), rebinding a literal's name (still weak) asks for
+        the value's dtype: True then, as the real check of the rebinding comes once the name has its dtype."""
+        literals = self.literals
+        if literals is None or not isinstance(target, ast.Name) or target.id not in literals.kinds:
+            return False
+        if not (isinstance(current, TensorType) and current.weak):
+            return False
+        if isinstance(value, TensorType) and not value.weak:
+            literals.ask(target.id, value.dtype, span, stored=True)
+        return True
 
     def store_element(self, target: ast.Index, region: Type, value: Type, span: Span) -> None:
         """`x[i] = v`: `v` must broadcast into the indexed region and fit its dtype without losing values."""
@@ -1088,11 +1427,12 @@ class Checker:
             if signature is None:
                 return ANY
             bindings: dict[str, tuple[Dim, Span]] = {}
-            for (_, param), arg in zip(signature.params, args, strict=True):
-                problem = unify(param, arg, bindings, span)
-                if problem is not None:
-                    self.report(error("E0301", f"`{value.name}` cannot take {arg}: {problem}", span))
-                    return None
+            for _ in range(2):  # twice: sizes such as `N + 1` once the names they are made of are bound
+                for (_, param), arg in zip(signature.params, args, strict=True):
+                    problem = unify(param, arg, bindings, span)
+                    if problem is not None:
+                        self.report(error("E0301", f"`{value.name}` cannot take {arg}: {problem}", span))
+                        return None
             return substitute(signature.result, {k: v for k, (v, _) in bindings.items()})
         return self.instantiate(function, tuple(args))
 
@@ -1108,22 +1448,28 @@ class Checker:
         self.tables.checked_calls[id(decl)] = CallCheck(params, checked)
 
     def coerce(self, declared: Type, value: Type, node: ast.Expr) -> None:
-        """A weak literal (`1.0`, `[1, 2]`) stored where a dtype is declared becomes that dtype."""
-        if (
-            isinstance(declared, TensorType)
-            and isinstance(value, TensorType)
-            and value.weak
-            and value.dtype != declared.dtype
-        ):
+        """A weak literal (`1.0`, `[1, 2]`) stored where a dtype is declared becomes that dtype; so does a
+        literal's binding, in the trial check that finds its dtype (`LiteralBindings`)."""
+        if not (isinstance(declared, TensorType) and isinstance(value, TensorType) and value.weak):
+            return
+        if self.literals is not None:
+            self.literals.meets(node, declared.dtype)
+        if value.dtype != declared.dtype:
             self.mark_literals(node, declared.dtype)
 
     def settle_coercions(self) -> None:
         """A literal takes a dtype from its context only where every check of it agreed (a function checked
-        once per argument types may meet f32 in one call and f64 in another: it keeps its own dtype then)."""
+        once per argument types may meet f32 in one call and f64 in another: it keeps its own dtype then).
+        A check with an unknown argument (a function no call reached) counts only for a literal no other
+        check saw."""
         for key, by_dtype in self.coerced_passes.items():
-            if len(by_dtype) == 1:
-                ((dtype, passes),) = by_dtype.items()
-                if passes == self.literal_passes.get(key):
+            seen = self.literal_passes.get(key, set())
+            if seen - self.vague_passes:
+                seen = seen - self.vague_passes
+            coerced = {dtype: passes & seen for dtype, passes in by_dtype.items() if passes & seen}
+            if len(coerced) == 1:
+                ((dtype, passes),) = coerced.items()
+                if passes == seen:
                     self.tables.coercions[key] = dtype
 
     def coerce_operands(self, result: Type, operands) -> None:
@@ -1137,6 +1483,7 @@ class Checker:
         match node:
             case ast.IntLiteral(dtype=None) | ast.FloatLiteral(dtype=None):
                 self.coerced_passes.setdefault(id(node), {}).setdefault(dtype, set()).add(self.check_pass)
+                self.log_literal(node)
             case ast.TensorLiteral(items=items):
                 for item in items:
                     self.mark_literals(item, dtype)
@@ -1145,6 +1492,10 @@ class Checker:
             case ast.Binary(lhs=lhs, rhs=rhs):
                 self.mark_literals(lhs, dtype)
                 self.mark_literals(rhs, dtype)
+
+    def log_literal(self, node: ast.Expr) -> None:
+        if self.trials:  # what a trial check sees of a literal is forgotten after it
+            self.literal_log.append(id(node))
 
     # -------------------------------------------------------------- expressions
     def expression(self, expr: ast.Expr, scope: Scope, context: Context) -> Type:
@@ -1162,9 +1513,11 @@ class Checker:
         match expr:
             case ast.IntLiteral(value=value, dtype=dtype):
                 self.literal_passes.setdefault(id(expr), set()).add(self.check_pass)
+                self.log_literal(expr)
                 return TensorType(dtype or "i64", (), dtype is None, value)
             case ast.FloatLiteral(dtype=dtype):
                 self.literal_passes.setdefault(id(expr), set()).add(self.check_pass)
+                self.log_literal(expr)
                 return TensorType(dtype or "f32", (), dtype is None)
             case ast.BoolLiteral():
                 return BOOL
@@ -1199,7 +1552,7 @@ class Checker:
                 return self.struct_literal(expr, scope, context)
             case ast.Lambda():
                 name = f"fn({', '.join(p.name for p in expr.params)})"
-                self.functions[id(expr)] = FunctionInfo(expr, context.module, name, scope.visible())
+                self.functions[id(expr)] = FunctionInfo(expr, context.module, name, scope.visible(), context.dims)
                 return FunctionRef(name, id(expr))
         raise AssertionError(expr)
 
@@ -1237,6 +1590,10 @@ class Checker:
             return ANY
         if expr.id in info.imports:
             return ModuleType(info.imports[expr.id])
+        dim = context.dims.get(expr.id)
+        if dim is not None:
+            self.tables.dimension_reads.setdefault(dim.owner, {})[expr.id] = dim.source
+            return dim.type
         if expr.id in BY_NAME:
             return PrimitiveRef(BY_NAME[expr.id])
         if expr.id in TRANSFORMS:
@@ -1258,6 +1615,11 @@ class Checker:
         notes = (f"help: did you mean `{suggestion}`?",) if suggestion else ()
         if self.python_call is not None and self.python_call.func is expr:
             notes = PYTHON_SPELLINGS[expr.id](self.python_call)
+        if context.dim_names is not None and expr.id in context.dim_names:
+            notes = (
+                f"`{expr.id}` is a dimension of `{context.name}`'s signature that no parameter's type has as a size "
+                "of its own, so it has no value here",
+            )
         self.report(error("E0201", f"unknown name `{expr.id}`", expr.span, "not found in this scope", notes=notes))
         return ANY
 
@@ -1531,22 +1893,19 @@ class Checker:
                 self.check_calls(function.decl, function.module)
             problem = unify(param, arg, bindings, span)
             if problem is not None:
-                notes = tuple(
-                    f"`{dim}` is {bound} from the argument at {where.line}:{where.column}"
-                    for dim, (bound, where) in bindings.items()
-                    if f"`{dim}`" in problem and where != span
-                )
-                self.report(
-                    error(
-                        "E0301",
-                        f"argument `{name}` of `{function.name}` expects {param}, found {arg}",
-                        span,
-                        problem,
-                        notes=notes,
-                    )
-                )
+                self.report(argument_mismatch(function.name, name, param, arg, span, problem, bindings))
                 return None
             self.coerce(param, arg, node)
+        # sizes such as `N + 1` again, now that every argument has bound the names they are made of
+        for (name, param), arg, node in zip(params, args, nodes, strict=True):
+            if not has_dim_expression(param):
+                continue
+            problem = unify(param, arg, bindings, node.span)
+            if problem is not None:
+                self.report(argument_mismatch(function.name, name, param, arg, node.span, problem, bindings))
+                return None
+            if dim_names(param) - set(bindings):
+                self.check_calls(function.decl, function.module)
         return {k: v for k, (v, _) in bindings.items()}
 
     # -------------------------------------------------------------- indexing and fields
@@ -1744,6 +2103,7 @@ class Checker:
     def struct_literal(self, expr: ast.StructLiteral, scope: Scope, context: Context) -> Type:
         struct = self.struct_of(expr.type, context)
         given = {}
+        known: list[tuple[ast.FieldInit, Type]] = []
         for field_init in expr.fields:
             value = self.expression(field_init.value, scope, context)
             if field_init.name in given:
@@ -1751,8 +2111,7 @@ class Checker:
             given[field_init.name] = value
             if struct is None:
                 continue
-            declared = struct.field_type(field_init.name)
-            if declared is None:
+            if struct.field_type(field_init.name) is None:
                 suggestion = closest(field_init.name, [n for n, _ in struct.fields])
                 notes = (f"help: did you mean `{suggestion}`?",) if suggestion else ()
                 self.report(
@@ -1764,6 +2123,12 @@ class Checker:
                     )
                 )
                 continue
+            known.append((field_init, value))
+        if struct is None:
+            return ANY
+        struct, fitting = self.struct_sizes(struct, known)
+        for field_init, value in fitting:
+            declared = struct.field_type(field_init.name)
             self.expect_fits(
                 declared,
                 value,
@@ -1771,8 +2136,6 @@ class Checker:
                 f"field `{field_init.name}` is {declared}",
                 node=field_init.value,
             )
-        if struct is None:
-            return ANY
         missing = [name for name, _ in struct.fields if name not in given]
         misspelt = any(struct.field_type(name) is None for name in given)
         if missing and not misspelt:  # a misspelt field is reported once, as unknown
@@ -1785,6 +2148,45 @@ class Checker:
                 )
             )
         return struct
+
+    def struct_sizes(
+        self, struct: StructType, fields: list[tuple[ast.FieldInit, Type]]
+    ) -> tuple[StructType, list[tuple[ast.FieldInit, Type]]]:
+        """A generic struct's sizes, from the values of its fields (`Linear { w: ones(5, 2), ... }` is
+        `Linear[5, 2]`; a size no field gives is unknown), and the fields whose values agree with them (one
+        that does not is reported here, E0301: a size is one size in one value)."""
+        if not struct.params:
+            return struct, fields
+        bindings: dict[str, tuple[Dim, Span]] = {}
+        fitting = []
+        for field_init, value in fields:
+            declared = struct.field_type(field_init.name)
+            if not fits(any_dims(declared), value):  # the dtype or rank: reported as for any struct, below
+                fitting.append((field_init, value))
+                continue
+            problem = unify(declared, value, bindings, field_init.value.span, "field")
+            if problem is None:
+                fitting.append((field_init, value))
+                continue
+            notes = tuple(
+                f"`{name}` is {size} from the field at {where.line}:{where.column}"
+                for name, (size, where) in bindings.items()
+                if f"`{name}`" in problem
+            )
+            self.report(
+                error(
+                    "E0301",
+                    f"field `{field_init.name}` of `{struct.name}` is {declared}, found {value}",
+                    field_init.value.span,
+                    problem,
+                    notes=(
+                        *notes,
+                        f"help: `{struct.name}` is generic over {shown_names(struct.params)}: "
+                        "each is one size in one value",
+                    ),
+                )
+            )
+        return struct.with_sizes(tuple(bindings.get(p, (UNKNOWN, None))[0] for p in struct.params)), fitting
 
     def struct_of(self, type_expr: ast.Expr, context: Context) -> StructType | None:
         info, name = context.module, None
@@ -1846,6 +2248,57 @@ def gradient_problem(
     return None
 
 
+def literal_kind(node: ast.Expr) -> str | None:
+    """The dtype of an expression made only of unsuffixed number literals (`0.0`, `-1`, `[1.0, 2.0]`):
+    `f32` if any is a float, else `i64`; None for anything else."""
+    match node:
+        case ast.FloatLiteral(dtype=None):
+            return "f32"
+        case ast.IntLiteral(dtype=None):
+            return "i64"
+        case ast.Unary(op="-", operand=operand):
+            return literal_kind(operand)
+        case ast.TensorLiteral(items=items) if items:
+            kinds = [literal_kind(item) for item in items]
+            if None in kinds:
+                return None
+            return "f32" if "f32" in kinds else "i64"
+    return None
+
+
+def literal_conflict(stmt: ast.Let, conflict: Conflict) -> Diagnostic:
+    """E0326: a name bound to an unsuffixed literal and rebound to values of different dtypes."""
+    name = stmt.pattern.name
+    uses = sorted(conflict.uses, key=lambda use: (use[1].line, use[1].column))
+    shown = " and ".join(dtype for dtype, _ in uses)
+    first = uses[0][0]
+    literal = print_expr(stmt.value)
+    suffixed = (
+        f"`{literal}{first}`" if isinstance(stmt.value, ast.FloatLiteral) else f"`let {name}: {first} = {literal}`"
+    )
+    return error(
+        "E0326",
+        f"`{name}` is rebound to values of different dtypes: {shown}",
+        stmt.value.span,
+        "an unsuffixed literal takes the dtype of the values its name is rebound to",
+        secondary=tuple(Label(span, dtype) for dtype, span in uses),
+        notes=(
+            f"help: say which dtype `{name}` has, e.g. {suffixed}; the values of the other then widen or "
+            "convert with `float(x, dtype=...)`",
+        ),
+    )
+
+
+def shown_names(names: tuple[str, ...]) -> str:
+    """`I`, or `I` and `O`, or `A`, `B` and `C`."""
+    quoted = [f"`{name}`" for name in names]
+    return quoted[0] if len(quoted) == 1 else f"{', '.join(quoted[:-1])} and {quoted[-1]}"
+
+
+def shown_types(types: tuple[Type, ...]) -> str:
+    return ", ".join(str(t) for t in types)
+
+
 def has_float(t: Type) -> bool:
     """Does a value of this type hold floats (what a gradient can be taken of)?"""
     match t:
@@ -1858,6 +2311,20 @@ def has_float(t: Type) -> bool:
         case AnyType():
             return True
     return False
+
+
+def any_dims(t: Type) -> Type:
+    """`t` with every size unknown: its dtype and rank alone."""
+    if isinstance(t, TensorType):
+        return TensorType(t.dtype, tuple(UNKNOWN for _ in t.dims))
+    if isinstance(t, TupleType):
+        return TupleType(tuple(any_dims(item) for item in t.items))
+    return any_sizes(t) if isinstance(t, StructType) else t
+
+
+def any_sizes(struct: StructType) -> StructType:
+    """A struct named without sizes (`Linear`): of any sizes, each unknown."""
+    return struct.with_sizes((UNKNOWN,) * len(struct.params)) if struct.params else struct
 
 
 def strong_keep_value(t: Type) -> Type:
@@ -1924,6 +2391,8 @@ def fits(declared: Type, value: Type) -> bool:
         return True
     if isinstance(declared, TapeType) and isinstance(value, TapeType):
         return fits(declared.item, value.item)
+    if isinstance(declared, StructType) and isinstance(value, StructType):
+        return same_struct(declared, value)
     return declared == value
 
 
@@ -1943,19 +2412,27 @@ INTEGER_FOLDS = {
 
 
 def with_folded_value(result: Type, op: str, left: Type, right: Type) -> Type:
-    """Integer arithmetic on known values (`IN * 2` of consts) keeps a known value, usable as a dimension."""
+    """Integer arithmetic on known values (`IN * 2` of consts) keeps a known value, usable as a dimension;
+    `+ - *` of sizes known by name (`C * 16` of a dimension `C`) too, symbolically."""
     fold = INTEGER_FOLDS.get(op)
     if fold is None or not isinstance(result, TensorType) or result.dims or result.dtype not in INTEGERS:
         return result
     a, b = getattr(left, "value", None), getattr(right, "value", None)
-    if a.__class__ is not int or b.__class__ is not int:
-        return result
-    return TensorType(result.dtype, (), result.weak, fold(a, b))
+    if a.__class__ is int and b.__class__ is int:
+        return TensorType(result.dtype, (), result.weak, fold(a, b))
+    sizes = (int, DimVar, DimExpr)
+    if op in ("+", "-", "*") and a.__class__ in sizes and b.__class__ in sizes:
+        return TensorType(result.dtype, (), result.weak, dim_arithmetic(op, a, b))
+    if op == "//" and a.__class__ in sizes and b.__class__ is int:
+        return TensorType(result.dtype, (), result.weak, exact_quotient(a, b))
+    return result
 
 
 def dim_names(t: Type) -> set[str]:
     if isinstance(t, TensorType):
-        return {d.name for d in t.dims if isinstance(d, DimVar)}
+        return set().union(*(dim_names_of(d) for d in t.dims))
+    if isinstance(t, StructType):
+        return set().union(*(dim_names_of(d) for d in t.sizes))
     if isinstance(t, TupleType):
         return set().union(*(dim_names(item) for item in t.items))
     return set()
@@ -1979,6 +2456,8 @@ def join_types(a: Type, b: Type) -> Type:
         return TensorType(a.dtype, dims)
     if isinstance(a, TupleType) and isinstance(b, TupleType) and len(a.items) == len(b.items):
         return TupleType(tuple(join_types(x, y) for x, y in zip(a.items, b.items, strict=True)))
+    if isinstance(a, StructType) and isinstance(b, StructType) and a.params and same_struct(a, b):
+        return a.with_sizes(tuple(x if x == y else UNKNOWN for x, y in zip(a.sizes, b.sizes, strict=True)))
     return a
 
 
@@ -2009,39 +2488,114 @@ def proven(declared: Type, value: Type) -> bool:
     return True
 
 
-def unify(param: Type, arg: Type, bindings: dict[str, tuple[Dim, Span]], span: Span) -> str | None:
-    """Match an argument against a generic parameter, binding its dimension names; a label on mismatch."""
+def unify(
+    param: Type, arg: Type, bindings: dict[str, tuple[Dim, Span]], span: Span, earlier: str = "argument"
+) -> str | None:
+    """Match an argument against a generic parameter, binding its dimension names; a label on mismatch
+    (`earlier`: what bound a name before, "argument" or "field")."""
     if isinstance(param, AnyType) or isinstance(arg, AnyType):
         return None
     if isinstance(param, TensorType) and isinstance(arg, TensorType):
         if not fits(TensorType(param.dtype, tuple(UNKNOWN for _ in param.dims)), arg):
             return f"expected {param}, found {arg}"
-        for expected, actual in zip(param.dims, arg.dims, strict=True):
-            if isinstance(expected, DimVar):
-                bound = bindings.get(expected.name)
-                if bound is None:
-                    bindings[expected.name] = (actual, span)
-                elif not same_dim(bound[0], actual):
-                    return f"`{expected.name}` is {bound[0]} from an earlier argument, but {actual} here"
-            elif not same_dim(expected, actual):
-                return f"expected {param}, found {arg}"
-        return None
+        return unify_dims(param.dims, arg.dims, bindings, span, earlier, f"expected {param}, found {arg}")
+    if isinstance(param, StructType) and isinstance(arg, StructType) and param.params:
+        if (param.name, param.module) != (arg.name, arg.module):
+            return f"expected {param}, found {arg}"
+        return unify_dims(param.sizes, arg.sizes, bindings, span, earlier, f"expected {param}, found {arg}")
     if isinstance(param, TupleType) and isinstance(arg, TupleType) and len(param.items) == len(arg.items):
         for p, a in zip(param.items, arg.items, strict=True):
-            problem = unify(p, a, bindings, span)
+            problem = unify(p, a, bindings, span, earlier)
             if problem is not None:
                 return problem
         return None
     return None if fits(param, arg) else f"expected {param}, found {arg}"
 
 
+def unify_dims(
+    expected_dims: tuple[Dim, ...],
+    actual_dims: tuple[Dim, ...],
+    bindings: dict[str, tuple[Dim, Span]],
+    span: Span,
+    earlier: str,
+    mismatch: str,
+) -> str | None:
+    """Bind or compare each size; a label on mismatch (`mismatch` where two sizes simply differ)."""
+    for expected, actual in zip(expected_dims, actual_dims, strict=True):
+        if isinstance(expected, DimVar):
+            bound = bindings.get(expected.name)
+            if bound is None:
+                bindings[expected.name] = (actual, span)
+            elif not same_dim(bound[0], actual):
+                return f"`{expected.name}` is {bound[0]} from an earlier {earlier}, but {actual} here"
+        elif isinstance(expected, DimExpr):
+            problem = unify_expression(expected, actual, bindings, span, earlier)
+            if problem is not None:
+                return problem
+        elif not same_dim(expected, actual):
+            return mismatch
+    return None
+
+
+def unify_expression(
+    expected: DimExpr, actual: Dim, bindings: dict[str, tuple[Dim, Span]], span: Span, earlier: str = "argument"
+) -> str | None:
+    """An axis of size `N + 1` (an expression of dimension names) meets a size: with its names bound, the sizes
+    must agree; with one name left that it is linear in, the size binds it (`N + 1` of 5 makes `N` 4)."""
+    sizes = {name: bound for name, (bound, _) in bindings.items()}
+    unbound = sorted(expected.names() - set(sizes))
+    if not unbound:
+        value = evaluate_dim(expected, sizes)
+        if same_dim(value, actual):
+            return None
+        names = ", ".join(f"`{name}` = {sizes[name]}" for name in sorted(expected.names()))
+        return f"`{expected}` is {value} with {names} from the {earlier}s, but {actual} here"
+    if len(unbound) > 1 or isinstance(actual, Unknown):
+        return None  # left to the check at run time
+    solved = solve_dim(expected, unbound[0], sizes, actual)
+    if isinstance(solved, int) and solved < 0:
+        return f"`{expected}` cannot be {actual}: `{unbound[0]}` would be {solved}"
+    if solved is not None:
+        bindings[unbound[0]] = (solved, span)
+    return None
+
+
+def solve_dim(expected: DimExpr, name: str, sizes: dict[str, Dim], actual: Dim) -> Dim | None:
+    """The size of `name` that makes `expected` equal `actual`, where `expected` is `a * name + rest` with a
+    number `a` (None where it is not, or the size is not a whole one)."""
+    rest = evaluate_dim(expected, {**sizes, name: 0})
+    coefficient = dim_arithmetic("-", evaluate_dim(expected, {**sizes, name: 1}), rest)
+    remainder = dim_arithmetic("-", actual, rest)
+    if not isinstance(coefficient, int) or coefficient == 0 or name in dim_names_of(rest):
+        return None
+    if evaluate_dim(expected, {**sizes, name: 2}) != dim_arithmetic("+", rest, dim_arithmetic("*", coefficient, 2)):
+        return None  # not linear in `name`
+    if coefficient == 1:
+        return remainder
+    if isinstance(remainder, int) and remainder % coefficient == 0:
+        return remainder // coefficient
+    return None
+
+
+def argument_mismatch(
+    function: str,
+    name: str,
+    param: Type,
+    arg: Type,
+    span: Span,
+    problem: str,
+    bindings: dict[str, tuple[Dim, Span]],
+) -> Diagnostic:
+    notes = tuple(
+        f"`{dim}` is {bound} from the argument at {where.line}:{where.column}"
+        for dim, (bound, where) in bindings.items()
+        if f"`{dim}`" in problem and where != span
+    )
+    return error("E0301", f"argument `{name}` of `{function}` expects {param}, found {arg}", span, problem, notes=notes)
+
+
 def substitute(t: Type, bindings: dict[str, Dim]) -> Type:
-    if isinstance(t, TensorType):
-        dims = tuple(bindings.get(d.name, UNKNOWN) if isinstance(d, DimVar) else d for d in t.dims)
-        return TensorType(t.dtype, dims)
-    if isinstance(t, TupleType):
-        return TupleType(tuple(substitute(item, bindings) for item in t.items))
-    return t
+    return substitute_dims(t, bindings)
 
 
 def contains_struct(struct: StructType, structs: dict[str, StructType]) -> bool:

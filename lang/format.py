@@ -33,6 +33,7 @@ from dl.lang.printer import (
     print_pattern,
     print_stmt,
     print_type,
+    struct_header,
 )
 
 MAX_LINE = 100  # a struct or one-statement function written on one line stays so if it fits in this
@@ -143,11 +144,12 @@ class Formatter:
         match decl:
             case ast.FnDecl():
                 return self.function(decl, 0)
-            case ast.StructDecl(name=name, fields=fields) if fields:
-                one_line = f"struct {name} {{ {', '.join(f'{f.name}: {print_type(f.type)}' for f in fields)} }}"
+            case ast.StructDecl(fields=fields) if fields:
+                header = struct_header(decl)
+                one_line = f"struct {header} {{ {', '.join(f'{f.name}: {print_type(f.type)}' for f in fields)} }}"
                 if decl.span.line == decl.span.end_line and len(one_line) <= MAX_LINE:
                     return [one_line + self.trailing(decl.span.line)]  # written on one line and fits: kept so
-                lines = [f"struct {name} {{" + self.trailing(decl.span.line)]
+                lines = [f"struct {header} {{" + self.trailing(decl.span.line)]
                 for item in fields:
                     lines += self.before(item.span.line, 1)
                     text = f"{INDENT}{item.name}: {print_type(item.type)}"

@@ -93,7 +93,8 @@ def layout(tokens: list[Token]) -> LaidOut:
                 append(pending)
             pending = None
         if kind in OPENERS:
-            if kind == "LBRACE" and previous == "NAME" and _opens_struct(laid_out, tokens, position + 1, count):
+            named = previous == "NAME" and _opens_struct(laid_out, tokens, position + 1, count)
+            if kind == "LBRACE" and (named or (previous == "RSQB" and _after_struct_sizes(laid_out))):
                 token = ("STRUCT_LBRACE", *token[1:])
             open_brackets.append(token)
         elif kind in CLOSERS:
@@ -128,6 +129,14 @@ def _opens_struct(laid_out: list[Token], tokens: list[Token], start: int, count:
             if len(kinds) == 2:
                 break
     return kinds == ["NAME", "COLON"]
+
+
+def _after_struct_sizes(laid_out: list[Token]) -> bool:
+    """Whether the tokens laid out end in `struct Name[...]`, the sizes a generic struct declares."""
+    position = len(laid_out) - 1
+    while position >= 0 and laid_out[position][0] != "LSQB":
+        position -= 1
+    return position >= 2 and laid_out[position - 1][0] == "NAME" and laid_out[position - 2][0] == "STRUCT"
 
 
 def _close(open_brackets: list[Token], opener_kind: str) -> str | None:

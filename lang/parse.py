@@ -54,6 +54,11 @@ def span_between(path: str, first: Token | object, last: Token | object) -> Span
     return Span(path, line, column, end.end_line, end.end_column)
 
 
+def struct_sizes(children: list) -> tuple[ast.DimName, ...]:
+    """The size names of a struct declaration's `[IN, OUT]` (a list among its children), if any."""
+    return next((tuple(c) for c in children if type(c) is list), ())
+
+
 def nodes(children: list) -> list:
     """The children that are nodes: not tokens, not absent optionals."""
     return [c for c in children if c is not None and type(c) is not tuple]
@@ -86,11 +91,17 @@ class Builder:
     def struct_decl(self, children: list) -> ast.StructDecl:
         name = children[1]
         span = span_between(self.path, children[0], children[-1])
-        return ast.StructDecl(name[1], tuple(nodes(children)), span, self.span(name))
+        fields = tuple(node for node in nodes(children) if isinstance(node, ast.FieldDecl))
+        return ast.StructDecl(name[1], fields, span, self.span(name), struct_sizes(children))
 
     def empty_struct_decl(self, children: list) -> ast.StructDecl:
         name = children[1]
-        return ast.StructDecl(name[1], (), span_between(self.path, children[0], children[-1]), self.span(name))
+        span = span_between(self.path, children[0], children[-1])
+        return ast.StructDecl(name[1], (), span, self.span(name), struct_sizes(children))
+
+    def struct_sizes(self, children: list) -> list[ast.DimName]:
+        names = [token for token in children if type(token) is tuple and token[0] == "NAME"]
+        return [ast.DimName(name[1], self.span(name)) for name in names]
 
     def field_decl(self, children: list) -> ast.FieldDecl:
         name, _, type_expr = children
@@ -170,12 +181,20 @@ class Builder:
         dims = tuple(nodes(children))
         return ast.TensorTypeExpr(children[0][1], dims, span_between(self.path, children[0], children[-1]))
 
-    def dim(self, children: list) -> ast.Dim:
+    def dim_leaf(self, children: list) -> ast.Dim:
         kind, text, line, column = children[0]
         span = Span(self.path, line, column, line, column + len(text))
-        if kind == "INT":
-            return ast.DimLiteral(checked(integer_value(text, "i64", span)), span)
-        return ast.DimName(text, span)
+        if kind == "NAME":
+            return ast.DimName(text, span)
+        digits = text[:-3] if text.endswith(("i32", "i64")) else text
+        return ast.DimLiteral(checked(integer_value(digits, "i64", span)), span)
+
+    def dim_binary(self, children: list) -> ast.DimBinary:
+        lhs, (_, op, _, _), rhs = children
+        return ast.DimBinary(op, lhs, rhs, lhs.span.to(rhs.span))
+
+    def dim_group(self, children: list) -> ast.Dim:
+        return children[1]
 
     def tuple_type(self, children: list) -> ast.TypeExpr:
         items = tuple(nodes(children))

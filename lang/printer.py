@@ -33,11 +33,11 @@ def print_decl(decl: ast.Decl | ast.Stmt, depth: int = 0) -> str:
         case ast.Const(name=name, annotation=annotation, value=value):
             typed = f": {print_type(annotation)}" if annotation else ""
             return f"const {name}{typed} = {print_expr(value)}"
-        case ast.StructDecl(name=name, fields=fields):
+        case ast.StructDecl(fields=fields):
             if not fields:
-                return f"struct {name} {{}}"
+                return f"struct {struct_header(decl)} {{}}"
             lines = [f"{INDENT * (depth + 1)}{f.name}: {print_type(f.type)}" for f in fields]
-            return f"struct {name} {{\n" + "\n".join(lines) + f"\n{INDENT * depth}}}"
+            return f"struct {struct_header(decl)} {{\n" + "\n".join(lines) + f"\n{INDENT * depth}}}"
         case ast.FnDecl():
             return print_function(decl, depth)
     return print_stmt(decl, depth)
@@ -114,13 +114,34 @@ def print_pattern(pattern: ast.Pattern) -> str:
     return f"({inner},)" if len(pattern.items) == 1 else f"({inner})"
 
 
+def struct_header(decl: ast.StructDecl) -> str:
+    """`Linear`, or `Linear[IN, OUT]` for a struct generic over sizes."""
+    return f"{decl.name}[{', '.join(size.name for size in decl.sizes)}]" if decl.sizes else decl.name
+
+
+DIM_PRECEDENCE = {"+": 1, "-": 1, "*": 2}
+
+
+def print_dim(dim: ast.Dim, context: int = 0) -> str:
+    """A dimension as written: `16`, `N`, `C * 16`, `(N + 1) * 2` (parentheses only where they are needed)."""
+    match dim:
+        case ast.DimLiteral(value=value):
+            return str(value)
+        case ast.DimName(name=name):
+            return name
+        case ast.DimBinary(op=op, lhs=lhs, rhs=rhs):
+            precedence = DIM_PRECEDENCE[op]
+            shown = f"{print_dim(lhs, precedence)} {op} {print_dim(rhs, precedence + 1)}"
+            return f"({shown})" if precedence < context else shown
+    raise AssertionError(dim)
+
+
 def print_type(node: ast.TypeExpr) -> str:
     match node:
         case ast.NamedType(name=name, module=module):
             return f"{module}.{name}" if module else name
         case ast.TensorTypeExpr(dtype=dtype, dims=dims):
-            shown = ", ".join(str(d.value) if isinstance(d, ast.DimLiteral) else d.name for d in dims)
-            return f"{dtype}[{shown}]"
+            return f"{dtype}[{', '.join(print_dim(d) for d in dims)}]"
         case ast.TupleTypeExpr(items=items):
             inner = ", ".join(print_type(item) for item in items)
             return f"({inner},)" if len(items) == 1 else f"({inner})"

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import reduce
 from math import prod
 
 from dl.lang import einsum
@@ -35,6 +36,8 @@ from dl.lang.types import (
     TupleType,
     Type,
     Unknown,
+    dim_arithmetic,
+    same_struct,
     strong,
 )
 
@@ -226,7 +229,9 @@ def tree_leaves(a: Type, b: Type, symbol: str, shown: str, where: str) -> Type:
             shown,
             notes=(f"a struct or tuple meets a scalar leaf by leaf, not {other}", TREE_MAP_HELP),
         )
-    if is_tree(other) and (type(other) is not type(tree) or (isinstance(tree, StructType) and other != tree)):
+    if is_tree(other) and (
+        type(other) is not type(tree) or (isinstance(tree, StructType) and not same_struct(other, tree))
+    ):
         raise ShapeError("E0311", f"`{symbol}` of two trees needs them of one structure, found {shown}", shown)
     if isinstance(tree, TupleType):
         if isinstance(other, TupleType) and len(other.items) != len(tree.items):
@@ -671,7 +676,7 @@ def concat_rule(args: list[Argument]) -> Type:
                 )
             dims[position] = join_dim(dims[position], item.dims[position])
     along = [item.dims[axis] for item in items]
-    dims[axis] = sum(along) if all(isinstance(d, int) for d in along) else UNKNOWN
+    dims[axis] = reduce(lambda a, b: dim_arithmetic("+", a, b), along)  # symbolic: `N + 1`
     return TensorType(strong(items[0]).dtype, tuple(dims))
 
 
@@ -1169,7 +1174,7 @@ def tree_map_rule(args: list[Argument]) -> Type:
                 )
             return TupleType(tuple(walk([t.items[i] for t in types], f"{where}[{i}]") for i in range(len(first.items))))
         if isinstance(first, StructType):
-            if any(t != first for t in types):
+            if any(not isinstance(t, StructType) or not same_struct(t, first) for t in types):
                 raise ShapeError(
                     "E0301", f"`tree_map` needs trees of one structure, found {', '.join(map(str, types))}"
                 )
@@ -1204,7 +1209,7 @@ def tree_dot_rule(args: list[Argument]) -> Type:
         elif isinstance(a, TupleType) and isinstance(b, TupleType) and len(a.items) == len(b.items):
             for x, y in zip(a.items, b.items, strict=True):
                 walk(x, y)
-        elif isinstance(a, StructType) and a == b:
+        elif isinstance(a, StructType) and isinstance(b, StructType) and same_struct(a, b):
             for field_name, field_type in a.fields:
                 walk(field_type, b.field_type(field_name))
         elif isinstance(a, TensorType) and isinstance(b, TensorType):

@@ -3,8 +3,9 @@
 `conforms(value, expected, bindings)` compares a run-time value with a static
 type: dtype, rank, every integer dimension, and each dimension variable bound
 consistently (the first value seen binds it, in `bindings`, shared by one call's
-parameters and result). It returns None when the value fits, else a short
-description of the mismatch for the diagnostic.
+parameters and result); a size such as `N + 1` is checked once its names are bound.
+It returns None when the value fits, else a short description of the mismatch for
+the diagnostic.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from dl.lang.types import DimVar, TensorType, TupleType, Type, Unknown
+from dl.lang.types import DimExpr, DimVar, TensorType, TupleType, Type, evaluate_dim
 from dl.runtime.values import StructValue, describe, dtype_name
 
 
@@ -38,15 +39,18 @@ def tensor_conforms(value: Any, expected: TensorType, bindings: dict[str, int]) 
     if dtype_name(value) != expected.dtype or len(shape) != len(expected.dims):
         return f"expected {expected}, found {shown(value, shape)}"
     for axis, (dim, size) in enumerate(zip(expected.dims, shape, strict=True)):
-        if isinstance(dim, Unknown):
-            continue
         if isinstance(dim, DimVar):
             bound = bindings.setdefault(dim.name, size)
             if bound != size:
                 found = shown(value, shape)
                 return f"expected {expected} with `{dim}` = {bound}, found {found} (axis {axis} has {size})"
-        elif dim != size:
+        elif isinstance(dim, int) and dim != size:
             return f"expected {expected}, found {shown(value, shape)} (axis {axis} has {size}, not {dim})"
+    for axis, (dim, size) in enumerate(zip(expected.dims, shape, strict=True)):  # `N + 1`, its names bound
+        wanted = evaluate_dim(dim, bindings) if isinstance(dim, DimExpr) else None
+        if isinstance(wanted, int) and wanted != size:
+            found = shown(value, shape)
+            return f"expected {expected}, found {found} (axis {axis} has {size}, not `{dim}` = {wanted})"
     return None
 
 

@@ -505,15 +505,17 @@ def test_an_f32_parameter_of_a_function_with_an_f64_result_gets_an_f32_gradient(
     assert d_deep.dtype == np.float32 and list(d_deep) == [9.0, 9.0]
 
 
-def test_a_float_literal_bound_by_let_stays_an_f32_in_derivative_code() -> None:
-    """`let c = 0.1` is the f32 nearest 0.1 (the checker types it f32): the derivative code must not
-    write the literal where `c` is used, where it would adapt to the f64 it meets."""
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_a_float_literal_bound_by_let_has_its_uses_dtype_in_derivative_code(dtype) -> None:
+    """`let c = 0.1` takes the dtype of the values it meets (the f64 or the f32 nearest 0.1): the derivative
+    code, checked again, computes with the same `c` as the function."""
     source = "fn f(x) {\n    let c = 0.1\n    return sum(x * x * c)\n}\n\n"
-    source += "fn g(x: f64[2]) {\n    return value_and_grad(f)(x)\n}\n"
-    x = np.array([1.0, 3.0])
+    source += "fn g(x) {\n    return value_and_grad(f)(x)\n}\n"
+    x = np.array([1.0, 3.0], dtype=dtype)
     value, gradient = pipeline.call(pipeline.load("let_literal.dl", source), "g", [x])
-    c = float(np.float32(0.1))
-    assert value == np.sum(x * x * c)
+    c = dtype(0.1)
+    assert value.dtype == dtype and value == np.sum(x * x * c)
+    assert gradient.dtype == dtype
     np.testing.assert_array_equal(gradient, 2 * x * c)
 
 

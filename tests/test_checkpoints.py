@@ -126,6 +126,41 @@ def test_round_trip_of_nested_structs_and_tuples_is_bit_identical(tmp_path: Path
     assert back["step"] == 1234567890123 and back["opt.1.1"][0] == -9223372036854775807
 
 
+GENERIC = """
+struct Linear[IN, OUT] { w: f32[IN, OUT], b: f32[OUT] }
+struct Model { first: Linear[3, H], second: Linear[H, 1] }
+
+fn round_trip(path: str, hidden: i64) -> (Model, Model) {
+    let model = Model { first: Linear { w: randn(3, hidden, seed=1), b: randn(hidden, seed=2) },
+                        second: Linear { w: randn(hidden, 1, seed=3), b: zeros(1) } }
+    save(path, model)
+    let like = Model { first: Linear { w: zeros(3, hidden), b: zeros(hidden) },
+                       second: Linear { w: zeros(hidden, 1), b: zeros(1) } }
+    return (model, load(path, like))
+}
+
+fn wrong_size(path: str) -> Linear[4, 1] {
+    return load(path, Linear { w: zeros(4, 1), b: zeros(1) })
+}
+"""
+
+
+def test_generic_structs_round_trip_and_are_checked_against_their_sizes(tmp_path: Path) -> None:
+    path = tmp_path / "model.safetensors"
+    saved, loaded = call(GENERIC, "round_trip", str(path), 4)
+    original, back = leaves(saved), leaves(loaded)
+    assert list(back) == ["first.w", "first.b", "second.w", "second.b"]
+    for name, value in original.items():
+        assert same_bits(back[name], value), name
+    assert back["first.w"].shape == (3, 4)
+    first = tmp_path / "first.safetensors"
+    safetensors.numpy.save_file({"w": original["first.w"], "b": original["first.b"]}, str(first))
+    code, message = run_error(GENERIC, "wrong_size", str(first))
+    assert (
+        code == "E0521" and "tensor `w`" in message and "expected f32[4, 1] (as in `like`), found f32[3, 4]" in message
+    )
+
+
 def test_the_file_is_plain_safetensors_with_the_documented_names(tmp_path: Path) -> None:
     path = tmp_path / "state.safetensors"
     saved, _ = call(STATE, "round_trip", str(path))

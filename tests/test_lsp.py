@@ -20,6 +20,7 @@ import pytest
 from conftest import check_golden
 from dl import lang, lsp
 from dl.lang.diagnostics import Diagnostic, Label, Severity, Span
+from dl.lang.modules import stdlib_path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from lsprotocol import types
@@ -89,6 +90,25 @@ def test_a_shape_error_is_an_lsp_diagnostic() -> None:
     assert (shown.code, shown.severity) == ("E0302", types.DiagnosticSeverity.Error)
     assert shown.range == types.Range(types.Position(0, 20), types.Position(0, 43))
     assert shown.message.startswith("matmul inner dimensions differ: 3 vs 2")
+
+
+def test_a_mistake_inside_an_imported_function_is_shown_at_the_call(tmp_path: Path) -> None:
+    """`nn.linear` checked for the caller's arguments goes wrong inside stdlib/nn.dl: the editor shows it at
+    the call, with related information at the `@` in nn.dl, not at 1:1 of the document."""
+    source = "import nn\nfn main() {\n    print(nn.linear(ones(4, 3), ones(5, 2), zeros(2)))\n}\n"
+    path = str(tmp_path / "model.dl")
+    typed = lang.check(source, path)
+    [shown] = lsp.diagnostics_for(typed, path, "file://" + path)
+    assert (shown.code, shown.severity) == ("E0302", types.DiagnosticSeverity.Error)
+    assert shown.range == types.Range(types.Position(2, 10), types.Position(2, 53))
+    assert shown.message.startswith("matmul inner dimensions differ: 3 vs 5\n`linear` is given (f32[4, 3], f32[5, 2]")
+    [related] = shown.related_information
+    nn_path = stdlib_path("nn")
+    assert related.location.uri == nn_path.as_uri()
+    line = nn_path.read_text().splitlines()[related.location.range.start.line]
+    start, end = related.location.range.start.character, related.location.range.end.character
+    assert line[start:end] == "x @ w"
+    assert related.message == "f32[4, 3] @ f32[5, 2]"
 
 
 def test_a_parse_error_is_an_lsp_diagnostic() -> None:
@@ -1071,6 +1091,31 @@ def test_a_member_checked_for_several_calls_lists_each_signature_and_its_doc_com
     documentation = linear.documentation.value.split("\n")
     assert documentation[0] == "fn linear(x: f32[B, 8], w: f32[8, 3], b: f32[3]) -> f32[B, 3]"
     assert documentation[1] == "" and documentation[2].startswith("linear(")  # then nn.dl's doc comment
+
+
+GENERIC = """\
+struct Linear[IN, OUT] { w: f32[IN, OUT], b: f32[OUT] }
+
+fn apply(layer: Linear[IN, OUT], x: f32[B, IN]) -> f32[B, OUT] {
+    return x @ layer.w + layer.b
+}
+
+fn main() {
+    let layer = Linear { w: ones(5, 2), b: zeros(2) }
+    print(apply(layer, ones(3, 5)))
+}
+"""
+
+
+def test_hover_and_completion_show_a_generic_struct_with_its_sizes() -> None:
+    checked = lang.check(GENERIC, PATH)
+    assert checked.errors == []
+    assert lsp.hover_text(checked, PATH, GENERIC, 8, 9)[0] == "layer: Linear[5, 2]"
+    assert lsp.hover_text(checked, PATH, GENERIC, 3, 10)[0] == "layer: Linear[IN, OUT]"
+    typing = GENERIC.replace("print(apply(layer, ones(3, 5)))", "layer.")
+    assert labels(lsp.completions(checked, PATH, typing, 9, 11)) == {"w": "f32[5, 2]", "b": "f32[2]"}
+    typing = GENERIC.replace("return x @ layer.w + layer.b", "return layer.")
+    assert labels(lsp.completions(checked, PATH, typing, 4, 18)) == {"w": "f32[IN, OUT]", "b": "f32[OUT]"}
 
 
 def test_completion_in_a_file_of_thousands_of_declarations_sends_those_that_fit_the_word() -> None:

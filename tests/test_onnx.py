@@ -253,3 +253,39 @@ def test_the_lowering_implements_exactly_what_the_onnx_column_says() -> None:
 
     assert frozenset(HANDLERS) == SUPPORT.implemented
     assert SUPPORT.problems() == []
+
+
+GENERIC_MODEL = """
+struct Linear[IN, OUT] { w: f32[IN, OUT], b: f32[OUT] }
+
+fn general(m: Linear[IN, OUT], x: f32[B, IN]) -> f32[B, OUT] {
+    return tanh(x @ m.w + m.b) * float(OUT)
+}
+
+fn main() {
+    save("w.safetensors", Linear { w: randn(4, 3, seed=1), b: randn(3, seed=2) })
+}
+"""
+
+
+def test_a_generic_struct_and_a_dimension_value_export_to_a_package_and_to_onnx(
+    dlrun, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`Linear[IN, OUT]` in the signature, and `OUT` read as a value: the package and the ONNX model compute
+    what the source does."""
+    monkeypatch.chdir(tmp_path)
+    program = tmp_path / "model.dl"
+    program.write_text(GENERIC_MODEL)
+    assert dlrun(str(program))[0] == 0
+    weights = tmp_path / "w.safetensors"
+    export(dlrun, program, "general", weights, tmp_path / "general.dlpkg")
+    export(dlrun, program, "general", weights, tmp_path / "general.onnx", "--onnx")
+    x = np.random.default_rng(0).standard_normal((2, 4)).astype(np.float32)
+    from dl.interp.checkpoints import read_checkpoint
+
+    tensors = read_checkpoint(str(weights))
+    expected = np.tanh(x @ tensors["w"] + tensors["b"]) * 3.0
+    package = load_package(str(tmp_path / "general.dlpkg"))
+    np.testing.assert_allclose(package(x), expected, rtol=1e-6)
+    (onnx_output,) = run_onnx(tmp_path / "general.onnx", x=x)
+    np.testing.assert_allclose(onnx_output, expected, rtol=1e-6)

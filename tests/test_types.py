@@ -127,3 +127,67 @@ def test_good_program_runs(path: Path, dlrun) -> None:
     status, _, err = dlrun(relative(path))
     assert err == "", err
     assert status == 0
+
+
+# Names bound to unsuffixed literals compute in the dtype their uses need, on both backends, as numpy does
+# in that dtype.
+LITERAL_BINDINGS = """
+fn accumulate(x: f64[N]) -> f64 {
+    let s = 0.0
+    for i in 0..len(x) {
+        s += x[i]
+    }
+    return s
+}
+
+fn product(x: f64, n: i64) -> f64 {
+    let out = 1
+    for i in 0..n {
+        out = out * x
+    }
+    return out
+}
+
+fn step(w: f64[N], g: f64[N]) -> f64[N] {
+    let lr = 0.1
+    return w - lr * g
+}
+
+fn ratios(x) {
+    let acc = 0.0
+    for v in x {
+        acc = acc + v / 3.0
+    }
+    return acc
+}
+"""
+
+
+@pytest.mark.parametrize("backend", ["interp", "llvm"])
+def test_literal_bindings_compute_in_the_dtype_of_their_uses(backend: str) -> None:
+    import numpy as np
+    from dl import pipeline
+
+    program = pipeline.load("literal_bindings.dl", LITERAL_BINDINGS)
+    x = np.linspace(0.1, 1.7, 9)
+    total = pipeline.call(program, "accumulate", [x], backend=backend)
+    expected = np.float64(0.0)
+    for v in x:
+        expected += v
+    assert np.asarray(total).dtype == np.float64 and total == expected
+
+    power = pipeline.call(program, "product", [np.float64(1.1), 7], backend=backend)
+    assert np.asarray(power).dtype == np.float64 and power == np.prod(np.full(7, 1.1))
+
+    w, g = np.linspace(-1.0, 1.0, 5), np.linspace(0.3, 0.7, 5)
+    stepped = pipeline.call(program, "step", [w, g], backend=backend)
+    assert stepped.dtype == np.float64
+    np.testing.assert_array_equal(stepped, w - np.float64(0.1) * g)
+
+    for dtype in (np.float32, np.float64):  # one unannotated function, a dtype per call
+        values = np.linspace(0.5, 2.5, 6, dtype=dtype)
+        got = pipeline.call(program, "ratios", [values], backend=backend)
+        wanted = dtype(0.0)
+        for v in values:
+            wanted = wanted + v / dtype(3.0)
+        assert np.asarray(got).dtype == dtype and got == wanted

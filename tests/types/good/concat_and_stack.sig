@@ -1,2 +1,2 @@
-fn with_bias_column(x: f32[B, D]) -> f32[B, _]
+fn with_bias_column(x: f32[B, D]) -> f32[B, D + 1]
 fn main() -> ()
