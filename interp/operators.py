@@ -22,6 +22,7 @@ from dl.interp.primitives import (
     I32,
     I64,
     I64_LIMIT,
+    NUMBERS,
     is_number_or_tensor,
     kind_of,
     make_matmul,
@@ -117,8 +118,8 @@ def general(symbol: str, a: Any, b: Any, weak_a: bool = False, weak_b: bool = Fa
 def wide_integer_scalars(symbol: str, a: Any, b: Any) -> bool:
     """Whether `a symbol b` is arithmetic on integer scalars promoted to i64 (an i32 met an i64): i64 scalars
     report overflow, tensors and i32 wrap (docs/types.md)."""
-    if symbol not in INTEGER_ARITHMETIC or a.__class__ is ndarray or b.__class__ is ndarray:
-        return False
+    if symbol not in INTEGER_ARITHMETIC or a.__class__ not in NUMBERS or b.__class__ not in NUMBERS:
+        return False  # a tensor, on the host or a device
     return (a.__class__ is np.int64 or b.__class__ is np.int64) and kind_of(a) in "iu" and kind_of(b) in "iu"
 
 

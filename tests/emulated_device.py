@@ -46,6 +46,7 @@ CUPY_FUNCTIONS = frozenset(
         "stack",
         "split",
         "transpose",
+        "swapaxes",
         "reshape",
         "broadcast_to",
         "expand_dims",
