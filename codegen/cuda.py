@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 from dl.codegen import nvptx
 from dl.codegen.fusion import Kernel as Fused
+from dl.codegen.fusion import unequal_shapes
 from dl.codegen.native import Replacing, lowered_program
 from dl.lang import ast
 from dl.lang.cache import cache_directory
@@ -145,13 +146,7 @@ def fused_body(kernel: Fused, symbol: str, launch: Launch, arrays: ArrayModule) 
             if shape is None:
                 shape = array.shape
             elif array.shape != shape:
-                shown = "x".join(map(str, array.shape)) or "scalar"
-                raise fail(
-                    "E0513",
-                    f"`{kernel.name}`: tensor `{name}` has shape [{shown}], not the [{'x'.join(map(str, shape))}] "
-                    "of the tensor before it (a fused elementwise function does not broadcast)",
-                    kernel.span,
-                )
+                raise unequal_shapes(kernel, name, array.shape, shape)
             args.append(array)
         size = math.prod(shape)
         frame[0] = elementwise(shape, size, args) if kernel.reduction is None else reduced(shape, size, args)

@@ -34,6 +34,7 @@ from dl.lang.check import Typed
 from dl.lang.diagnostics import Span
 from dl.lang.primitives import PRIMITIVES, Prim
 from dl.lang.types import FunctionRef, PrimitiveRef, TensorType, strong
+from dl.runtime.errors import RunError, fail
 from llvmlite import ir as llvm_ir
 
 OPERATORS = {"+": "add", "-": "sub", "*": "mul", "/": "div", "**": "pow"}
@@ -404,3 +405,15 @@ class KernelEmitter:
         inverse = builder.fdiv(self.constant(1.0, kind), builder.fadd(self.constant(1.0, kind), e))
         positive = builder.fcmp_ordered(">=", x, self.constant(0.0, kind))
         return builder.select(positive, inverse, builder.fmul(e, inverse))
+
+
+def unequal_shapes(kernel: Kernel, name: str, found: tuple, expected: tuple) -> RunError:
+    """E0513 for a fused function's tensor argument `name` whose shape differs from the tensors' before it: a
+    fused elementwise function does not broadcast (its CPU and GPU launchers check alike)."""
+    shown = "x".join(map(str, found)) or "scalar"
+    return fail(
+        "E0513",
+        f"`{kernel.name}`: tensor `{name}` has shape [{shown}], not the [{'x'.join(map(str, expected))}] "
+        "of the tensor before it (a fused elementwise function does not broadcast)",
+        kernel.span,
+    )

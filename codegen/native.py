@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 from dl.codegen import ir
-from dl.codegen.fusion import compile_kernels, fuse, vector_target
+from dl.codegen.fusion import compile_kernels, fuse, unequal_shapes, vector_target
 from dl.codegen.llvm import GEMM, INTERRUPTED, Native, compile_functions
 from dl.codegen.lower import Lowered, Unsupported, lower
 from dl.codegen.registry import specialise
@@ -181,13 +181,7 @@ def kernel_body(kernel, compiled) -> Callable[[list], Any]:
             if shape is None:
                 shape = array.shape
             elif array.shape != shape:
-                shown = "x".join(map(str, array.shape)) or "scalar"
-                raise fail(
-                    "E0513",
-                    f"`{kernel.name}`: tensor `{name}` has shape [{shown}], not the [{'x'.join(map(str, shape))}] "
-                    "of the tensor before it (a fused elementwise function does not broadcast)",
-                    kernel.span,
-                )
+                raise unequal_shapes(kernel, name, array.shape, shape)
             keep.append(array)
             args.append(address_of(array))
         if kernel.reduction is None:
