@@ -249,7 +249,10 @@ def predict_parser() -> argparse.ArgumentParser:
     command.add_argument("--input", required=True, metavar="X.npz", help="the inputs, one array per input name")
     command.add_argument("-o", "--output", required=True, metavar="Y.npz", help="where to write the result")
     command.add_argument(
-        "--backend", choices=["interp", "llvm"], default="interp", help="where the package runs (default: interp)"
+        "--backend",
+        choices=["interp", "llvm", "cuda"],
+        default="interp",
+        help="where the package runs (default: interp)",
     )
     return command
 

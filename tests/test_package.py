@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import os
 import shutil
@@ -139,6 +140,25 @@ def test_predict_reads_and_writes_npz_on_either_backend(dlrun, project: Path) ->
             assert sorted(written.files) == ["output.0", "output.1"]
             np.testing.assert_allclose(written["output.0"], expected[0], rtol=1e-6)
             np.testing.assert_array_equal(written["output.1"], expected[1])
+
+
+def test_predict_on_the_cuda_backend_says_what_is_missing_or_runs(dlrun, project: Path) -> None:
+    """Without cupy (or a GPU) the package is refused with E0406 and the extra to install, and no output is
+    written; with the cuda backend's array path on numpy (as tests/test_cuda_array.py runs it) it predicts."""
+    from dl.codegen import cuda
+    from dl.runtime.arrays import NUMPY
+
+    x = inputs()
+    export(dlrun, project)
+    np.savez("x.npz", x=x)
+    if importlib.util.find_spec("cupy") is None:
+        status, out, err = dlrun("predict", "m.dlpkg", "--input", "x.npz", "-o", "y.npz", "--backend", "cuda")
+        assert (status, out) == (1, "") and err.startswith("error[E0406]: the cuda backend cannot run here")
+        assert not Path("y.npz").exists()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(cuda.BACKEND, "arrays", NUMPY)
+        found = load_package("m.dlpkg", "cuda")(x)
+    np.testing.assert_allclose(found, reference(project, "predict", x), rtol=1e-6)
 
 
 def test_llvm_runs_a_package_through_the_backend_interface(dlrun, project: Path) -> None:
