@@ -7,6 +7,7 @@ and calls the compiled bodies in place of its own.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -27,6 +28,9 @@ class CompiledProgram:
 
     def call(self, name: str, args: list) -> Any:
         return self.fallback.call(name, args)
+
+    def caller(self, name: str) -> Callable[[list], Any]:
+        return self.fallback.caller(name)
 
     def plan(self) -> str:
         return self.compiled.explanation(self.typed.reached())

@@ -188,6 +188,9 @@ class OnDevice:
     def call(self, name: str, args: list) -> Any:
         return self.fallback.call(name, args)
 
+    def caller(self, name: str) -> Callable[[list], Any]:
+        return self.fallback.caller(name)
+
     def plan(self) -> str:
         return self.explanation
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import ctypes
 import weakref
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -331,6 +331,7 @@ class Specialisation:
     address: int  # of the slot array
     error: object  # dl.error of the module, as a ctypes int64
     blas: bool  # whether it multiplies matrices through OpenBLAS (runtime/threads.py)
+    placed: list = field(default_factory=list)  # per argument leaf: the array whose address its slot holds
 
 
 class SpecialisingBody:
@@ -458,14 +459,21 @@ class SpecialisingBody:
 
     def run(self, entry: Specialisation, leaves: list) -> object:
         """Call the native code with the arguments' leaves (in slot order, as `flatten` lists them)."""
-        slots, cells = entry.slots, entry.cells
+        slots, cells, placed = entry.slots, entry.cells, entry.placed
+        if len(placed) != len(leaves):
+            placed[:] = [None] * len(leaves)
         copies = []  # made contiguous: kept alive until the call returns
-        for (slot, tensor), value in zip(entry.places, leaves, strict=True):
+        for index, ((slot, tensor), value) in enumerate(zip(entry.places, leaves, strict=True)):
             if tensor:
+                if value is placed[index]:
+                    continue  # the same array as at the last call (a model's weights): its address is in the slot
                 if not value.flags.c_contiguous:
-                    value = np.ascontiguousarray(value)
-                    copies.append(value)
+                    copies.append(np.ascontiguousarray(value))
+                    slots[slot] = data_address(copies[-1])
+                    placed[index] = None  # the copy is gone after the call
+                    continue
                 slots[slot] = address_of(value)
+                placed[index] = value  # kept, so that its address stays its own
             else:
                 cells[slot][0] = value
         outputs: dict[int, np.ndarray] = {}

@@ -23,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import json
 import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -341,9 +342,12 @@ class Package:
         self.weights_at = [name for name, _ in self.signature.params].index(weights)
         self.accepted: set[tuple] = set()  # the inputs' (shape, dtype)s that fitted the signature, up to ACCEPTED
         self.prepared: Prepared = pipeline.on_backend(backend, typed)
+        self.calling: Callable[[list], Any] | None = None  # the prepared function, made at the first call
 
     def __call__(self, *args: Any, **named: Any) -> Any:
-        return self.prepared.call(self.function, self.arguments(args, named))
+        if self.calling is None:
+            self.calling = self.prepared.caller(self.function)
+        return self.calling(self.arguments(args, named))
 
     def arguments(self, args: tuple, named: dict[str, Any]) -> list[Any]:
         """The call's arguments in the function's order, the weights among them, each input checked (E0604).

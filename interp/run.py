@@ -111,6 +111,24 @@ class Interpreted:
         function = cell.value
         return self.to_host(run_guarded(lambda: invoke(function, list(args), function.span)))
 
+    def caller(self, name: str) -> Callable[[list], Any]:
+        """`lambda args: self.call(name, args)` for a host that calls `name` again and again (a model package):
+        where a compiled body runs `name` on the caller's thread, it is looked up once, not at every call."""
+        direct = self.direct_call(name) if self.options.arrays.on_host else None
+        if direct is None:
+            return lambda args: self.call(name, args)
+
+        def call(args: list) -> Any:
+            if self.for_calls is None:  # the first call compiles the program and checks `name`
+                return self.call(name, args)
+            try:
+                result = direct(args)
+            except RunError as failure:
+                raise DiagnosticError(failure.diagnostic) from None
+            return self.call(name, args) if result is NOT_COMPILED else result
+
+        return call
+
     def to_host(self, result: Any) -> Any:
         """A result as the host takes it: on a device array module, its tensors copied to the host."""
         return result if self.options.arrays.on_host else to_host(result)

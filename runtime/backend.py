@@ -74,6 +74,11 @@ class Prepared(Protocol):
         """Call the entry module's function `name` with run-time values (numpy arrays, numbers, tuples)."""
         ...
 
+    def caller(self, name: str) -> Callable[[list], Any]:
+        """`call(name, args)` as a function of `args` (a list it may keep), for a host that calls `name` often:
+        what can be looked up once is."""
+        ...
+
     def plan(self) -> str:
         """What `--explain-backend` says before running: which functions run where and why ("" if none)."""
         ...
