@@ -368,3 +368,25 @@ def test_a_package_whose_source_does_not_check_reports_the_checker(dlrun, projec
         "23 |     return x * 2.0",
         "   |            ^^^^^^^ bool * f32",
     ]
+
+
+def test_compiled_calls_see_new_arrays_and_arrays_changed_in_place(tmp_path: Path) -> None:
+    """A compiled function's argument slots keep the address of the array of the last call (codegen/native.py,
+    `Specialisation.placed`): an array changed in place since is read anew, another array takes its place, and
+    a non-contiguous view is copied each time."""
+    source = "fn scale(w: f32[N, N], x: f32[N]) -> f32[N] { return w @ x + 1.0 }\nfn main() {}\n"
+    (tmp_path / "scale.dl").write_text(source)
+    _, typed = pipeline.prepare(pipeline.load(str(tmp_path / "scale.dl")))
+    prepared = pipeline.on_backend("llvm", typed)
+    call = prepared.caller("scale")
+    w, x = np.eye(4, dtype=np.float32), np.arange(4, dtype=np.float32)
+    np.testing.assert_array_equal(call([w, x]), w @ x + 1)
+    w *= 2  # the same array, new values
+    np.testing.assert_array_equal(call([w, x]), w @ x + 1)
+    other = np.full((4, 4), 3.0, np.float32)
+    np.testing.assert_array_equal(call([other, x]), other @ x + 1)
+    wide = np.arange(32, dtype=np.float32).reshape(4, 8)
+    np.testing.assert_array_equal(call([wide[:, ::2], x]), wide[:, ::2] @ x + 1)
+    wide[:, ::2] += 10
+    np.testing.assert_array_equal(call([wide[:, ::2], x]), wide[:, ::2] @ x + 1)
+    assert prepared.outcome().endswith("scale.dl:1:4: `scale`(f32[4, 4], f32[4]) compiled")
