@@ -364,6 +364,7 @@ class Mark:
     """Where the checker's memo tables stood before a trial check, to forget what it learnt (`rollback`)."""
 
     instances: int
+    signatures: int
     instance_counts: dict[int, int]
     passes: int
     literals: int
@@ -456,6 +457,7 @@ class Checker:
         self.dimension_sources_of: dict[int, dict[str, DimSource]] = {}
         self.trials = 0
         self.instance_log: list[tuple] = []
+        self.signature_log: list[int] = []
         self.literal_log: list[int] = []
 
     # -------------------------------------------------------------- driver
@@ -760,6 +762,8 @@ class Checker:
             self.generic_signatures[key] = self.known[key]
             return self.known[key]
         self.generic_signatures[key] = None  # a recursive call meanwhile sees no signature yet
+        if self.trials:  # its body's literals are forgotten after a trial check: so is the signature
+            self.signature_log.append(key)
         decl = function.decl
         params = tuple((p.name, self.resolve_type(p.annotation, function.module)) for p in decl.params)
         declared = self.resolve_type(decl.result, function.module) if decl.result is not None else None
@@ -864,6 +868,7 @@ class Checker:
     def mark(self) -> Mark:
         return Mark(
             len(self.instance_log),
+            len(self.signature_log),
             dict(self.instance_counts),
             self.pass_count,
             len(self.literal_log),
@@ -879,6 +884,9 @@ class Checker:
             if not listed:
                 self.instances_by_function.pop(instance[0], None)
         del self.instance_log[mark.instances :]
+        for key in self.signature_log[mark.signatures :]:
+            self.generic_signatures.pop(key, None)
+        del self.signature_log[mark.signatures :]
         self.instance_counts = mark.instance_counts
         for key in self.literal_log[mark.literals :]:
             seen = self.literal_passes.get(key, set())
