@@ -34,6 +34,8 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--epochs", type=int, default=10)
     options = parser.parse_args()
+    import train_mlp  # first: it pins the host's threads (bench/fair.py) before numpy and torch load
+
     try:
         import cupy
         import torch
@@ -43,7 +45,8 @@ def main() -> int:
     except Exception as problem:  # no cupy, no torch, no GPU: this benchmark cannot run here
         print(f"cuda_mlp: skipped, no GPU to run on ({problem})")
         return 0
-    systems, losses = build(cupy, torch)
+    systems = build(train_mlp, cupy, torch)
+    losses = {}
     times = {name: [] for name in systems}
     for epoch in range(options.epochs + 1):  # epoch 0 warms every system up, untimed
         for name, run in systems.items():
@@ -63,36 +66,18 @@ def main() -> int:
     return 0
 
 
-def build(cupy, torch) -> tuple[dict, dict]:
+def build(train_mlp, cupy, torch) -> dict:
     import numpy as np
-    import train_mlp
-    from dl import pipeline
 
-    reference = train_mlp.DL()  # setup on the CPU: the split and the initial weights
-    params, state = reference.params, reference.state
-    train_x, train_y = reference.train
-    program = pipeline.load(str(Path(train_mlp.__file__).with_name("_train_mlp.dl")), train_mlp.SOURCE)
-    types = (
-        pipeline.value_type(params),
-        pipeline.value_type(state),
-        pipeline.value_type(train_x),
-        pipeline.value_type(train_y),
-        pipeline.value_type(0),
-    )
-    _, typed = pipeline.prepare(program, (("epoch", types),))
-    on_gpu = pipeline.on_backend("cuda", typed)
-    dl = {"params": params, "state": state}
-
-    def dl_epoch(epoch: int) -> float:
-        dl["params"], dl["state"], loss = on_gpu.call("epoch", [dl["params"], dl["state"], train_x, train_y, epoch])
-        return float(loss)
-
+    problem = train_mlp.Problem(hidden=128, batch=BATCH)  # on the CPU: the split, the initial weights
+    on_gpu = train_mlp.DLTrainer(problem, "cuda")
+    params, (train_x, train_y) = problem.params, problem.train
     return {
-        "DL cuda": dl_epoch,
+        "DL cuda": on_gpu.epoch,
         "cupy op by op": cupy_trainer(cupy, np, params, train_x, train_y),
         "PyTorch eager": torch_trainer(torch, np, params, train_x, train_y, graphed=False),
         "PyTorch CUDA graph": torch_trainer(torch, np, params, train_x, train_y, graphed=True),
-    }, {}
+    }
 
 
 def batches_of(np, count: int, epoch: int):

@@ -41,6 +41,7 @@ from types import ModuleType
 from typing import Any
 
 THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+PINNED: list[int] = []  # the thread count, once `pin_threads` has run
 
 
 def threads_option(parser: argparse.ArgumentParser) -> None:
@@ -65,6 +66,8 @@ def pin_threads(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(add_help=False)
     parser.add_argument("--threads", type=int, default=1)
     threads = parser.parse_known_args(sys.argv[1:] if argv is None else argv)[0].threads
+    if PINNED:  # a second bench module imported by the first: the same pinning holds
+        return PINNED[0]
     if threads < 1:
         sys.exit("--threads must be at least 1")
     loaded = [name for name in ("numpy", "torch", "jax") if sys.modules.get(name) is not None]
@@ -75,6 +78,7 @@ def pin_threads(argv: list[str] | None = None) -> int:
         if threads > len(allowed):
             sys.exit(f"--threads {threads}: this process may run on {len(allowed)} CPU(s)")
         os.sched_setaffinity(0, allowed[:threads])
+    PINNED.append(threads)
     for name in THREAD_VARIABLES:
         os.environ[name] = str(threads)
     os.environ["XLA_FLAGS"] = " ".join(filter(None, (os.environ.get("XLA_FLAGS", ""), xla_flags(threads))))

@@ -188,6 +188,11 @@ class OnDevice:
     def call(self, name: str, args: list) -> Any:
         return self.fallback.call(name, args)
 
+    def call_on_device(self, name: str, args: list) -> Any:
+        """`call`, its result's tensors left in the GPU's memory (cupy arrays): a host loop that passes them to the
+        next call (a model's weights, an optimizer's state) moves nothing across between calls."""
+        return self.fallback.call(name, args, to_host=False)
+
     def caller(self, name: str) -> Callable[[list], Any]:
         return self.fallback.caller(name)
 

@@ -84,11 +84,12 @@ class Interpreted:
             )
         )
 
-    def call(self, name: str, args: list) -> Any:
+    def call(self, name: str, args: list, to_host: bool = True) -> Any:
         """Call the entry module's function `name` with run-time values (numpy arrays, Python numbers, tuples; on a
-        device array module copied to the device, and the result back). The program is compiled (its constants
-        evaluated) at the first call only: a constant is a value, the same at every call, and compiling again
-        would cost the host more than a small function's call. A function compiled by another backend for these
+        device array module copied to the device, and the result back unless `to_host` is false: then its tensors
+        stay in the device's memory, and passing them to the next call moves nothing). The program is compiled (its
+        constants evaluated) at the first call only: a constant is a value, the same at every call, and compiling
+        again would cost the host more than a small function's call. A function compiled by another backend for these
         arguments runs on the caller's thread (`direct`)."""
         program = self.typed.program
         if self.for_calls is None:
@@ -107,9 +108,10 @@ class Interpreted:
             except RunError as failure:
                 raise DiagnosticError(failure.diagnostic) from None
             if result is not NOT_COMPILED:
-                return self.to_host(result)
+                return self.to_host(result) if to_host else result
         function = cell.value
-        return self.to_host(run_guarded(lambda: invoke(function, list(args), function.span)))
+        result = run_guarded(lambda: invoke(function, list(args), function.span))
+        return self.to_host(result) if to_host else result
 
     def caller(self, name: str) -> Callable[[list], Any]:
         """`lambda args: self.call(name, args)` for a host that calls `name` again and again (a model package):

@@ -56,9 +56,14 @@ step() {  # step NAME LIMIT_SECONDS COMMAND...: run, log to REPORT/NAME.log, not
 step install 60 bash -c "'$PYTHON' -m pip install -q --no-index --no-deps --no-compile --target '$SITE' .whl/*.whl \
     && '$PYTHON' -m pip install -q --no-index --no-deps --no-build-isolation --no-compile --target '$SITE' ."
 export PYTHONPATH=$SITE PYTHONUNBUFFERED=1
-step pytest-cuda 150 "$PYTHON" -m pytest -m cuda -q -rs -p no:cacheprovider tests/test_cuda_gpu.py
+step smoke 40 "$PYTHON" -m dl --backend cuda --explain-backend examples/train.dl quick
 step cuda_elementwise 40 "$PYTHON" bench/cuda_elementwise.py --rounds 10
 step cuda_mlp 45 "$PYTHON" bench/cuda_mlp.py --epochs 5
+step cuda_training 120 "$PYTHON" bench/cuda_training.py
+# the tests last: the benchmarks' GPU to themselves; several workers share the GPU (pytest-xdist, when installed)
+workers=$("$PYTHON" -c "import xdist" 2>/dev/null && echo "-n 6")
+step pytest-cuda 200 "$PYTHON" -m pytest -m cuda -q -rfEs --tb=short --durations=10 -p no:cacheprovider $workers \
+    tests/test_cuda_gpu.py
 
 {
     echo
@@ -66,7 +71,7 @@ step cuda_mlp 45 "$PYTHON" bench/cuda_mlp.py --epochs 5
     echo '```text'
     tail -n 40 "$REPORT/pytest-cuda.log"
     echo '```'
-    for bench in cuda_elementwise cuda_mlp; do
+    for bench in smoke cuda_elementwise cuda_mlp cuda_training; do
         echo
         echo "## $bench"
         echo

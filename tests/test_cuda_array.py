@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ctypes
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -177,6 +178,39 @@ fn main() { }
     np.testing.assert_allclose(y, expected, rtol=1e-6)
     assert isinstance(total, np.float32) and isinstance(best, int) and best == 2
     assert isinstance(p, StructValue) and isinstance(p.values[0], np.ndarray)
+
+
+def test_call_on_device_leaves_results_on_the_device_for_the_next_call(monkeypatch) -> None:
+    """A host training loop: `call_on_device` returns device arrays, which the next call takes without a copy;
+    `call` returns numpy's. Both compute what the interpreter computes."""
+    uploads = []
+
+    def upload(array):
+        uploads.append(array.shape)
+        return DeviceArray(array.copy())
+
+    monkeypatch.setattr(cuda.BACKEND, "arrays", replace(EMULATED, upload=upload))
+    source = """
+fn step(w: f32[3], x: f32[3]) -> (f32[3], f32) {
+    let loss = sum((w - x) * (w - x))
+    return (w - 0.25 * 2.0 * (w - x), loss)
+}
+fn main() { }
+"""
+    loaded = pipeline.load("loop.dl", source)
+    _, typed = pipeline.prepare(loaded)
+    on_device = pipeline.on_backend("cuda", typed)
+    w, x = np.array([1.0, -2.0, 4.0], np.float32), np.array([0.5, 0.5, 0.5], np.float32)
+    held, expected = w, w
+    for _ in range(3):
+        held, loss = on_device.call_on_device("step", [held, x])
+        assert isinstance(held, DeviceArray) and isinstance(loss, np.float32)
+        expected, expected_loss = pipeline.call(loaded, "step", [expected, x])
+        np.testing.assert_allclose(held.data, expected, rtol=1e-6)
+        np.testing.assert_allclose(loss, expected_loss, rtol=1e-6)
+    assert len(uploads) == 4, "the first call copies `w` and `x` to the device, the next ones `x` only"
+    final, _ = on_device.call("step", [held, x])
+    assert isinstance(final, np.ndarray)
 
 
 def test_every_primitive_runs_on_the_device_or_crosses_to_the_host_as_documented() -> None:
