@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import csv
 import functools
+import gzip
 import io
 import math
 import time
@@ -1175,13 +1176,11 @@ def converted(array: np.ndarray, kind: np.dtype, what: str) -> np.ndarray:
 
 
 @functools.cache
+@functools.cache
 def corpus_bytes() -> bytes:
-    """The text behind `text_corpus`: Python's own help topics (pydoc_data), in sorted order, as UTF-8."""
-    try:
-        from pydoc_data.topics import topics
-    except ImportError:
-        raise PrimitiveError("this Python installation has no `pydoc_data`, the text behind `text_corpus`") from None
-    return "".join(topics[key] for key in sorted(topics)).encode("utf-8")
+    """The text behind `text_corpus` (stdlib/data/corpus.txt.gz: Python 3.11's help topics, a frozen copy, so that
+    every machine and every Python reads the same bytes), read once per process."""
+    return gzip.decompress(resources.files("dl.stdlib").joinpath("data/corpus.txt.gz").read_bytes())
 
 
 def text_corpus(length: Any) -> np.ndarray:
