@@ -58,7 +58,7 @@ step install 60 bash -c "'$PYTHON' -m pip install -q --no-index --no-deps --no-c
 export PYTHONPATH=$SITE PYTHONUNBUFFERED=1
 step smoke 40 "$PYTHON" -m dl --backend cuda --explain-backend examples/train.dl quick
 step cuda_elementwise 40 "$PYTHON" bench/cuda_elementwise.py --rounds 10
-step cuda_mlp 45 "$PYTHON" bench/cuda_mlp.py --epochs 5
+step cuda_mlp 60 "$PYTHON" bench/cuda_mlp.py --epochs 10
 step cuda_training 120 "$PYTHON" bench/cuda_training.py
 # the tests last: the benchmarks' GPU to themselves; several workers share the GPU (pytest-xdist, when installed)
 workers=$("$PYTHON" -c "import xdist" 2>/dev/null && echo "-n 6")
