@@ -19,6 +19,7 @@ from dl.lang.autodiff.trees import (
     strip_defaults,
     unused_name,
 )
+from dl.lang.autodiff.trim import trim
 from dl.lang.check import Typed
 from dl.lang.diagnostics import Diagnostic, DiagnosticError, Span, error
 from dl.lang.modules import Program
@@ -53,6 +54,7 @@ class Round:
                 problems.append(error("E0333", str(problem), problem.span, notes=problem.notes))
         if problems:
             raise DiagnosticError(problems)
+        trim(self, replacements)
         modules = {}
         for path, module in self.program.modules.items():
             decls = ast.replace_nodes(module.decls, replacements[path])
