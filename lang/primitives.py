@@ -250,7 +250,7 @@ def reduction(prim: Prim, summary: str, rule: Rule, derivative: Derivative) -> P
 
 def pairwise(prim: Prim, summary: str, larger: str) -> Primitive:
     """`maximum` (`larger` is `>`) or `minimum` (`<`): ties share the gradient evenly."""
-    adjoint = "where({} {} {}, d, where(a == b, 0.5 * d, zeros_like(d)))"
+    adjoint = "where({} {} {}, d, where(a == b, 0.5 * d, 0.0))"
     return Primitive(
         prim,
         "elementwise",
@@ -297,11 +297,11 @@ PRIMITIVES_LIST = (
     elementwise(Prim.SQRT, "square root", "d / (2.0 * r)"),
     elementwise(Prim.TANH, "hyperbolic tangent", "d * (1.0 - r * r)"),
     elementwise(Prim.SIGMOID, "logistic sigmoid `1 / (1 + exp(-x))`", "d * r * (1.0 - r)"),
-    elementwise(Prim.RELU, "`max(x, 0)`, in `x`'s dtype", "where(x > 0.0, d, zeros_like(d))", floats_only=False),
+    elementwise(Prim.RELU, "`max(x, 0)`, in `x`'s dtype", "where(x > 0.0, d, 0.0)", floats_only=False),
     elementwise(
         Prim.ABS,
         "absolute value, in `x`'s dtype",
-        "where(x > 0.0, d, where(x < 0.0, -d, zeros_like(d)))",
+        "where(x > 0.0, d, where(x < 0.0, -d, 0.0))",
         floats_only=False,
     ),
     elementwise(Prim.SIN, "sine", "d * cos(x)"),
@@ -319,9 +319,7 @@ PRIMITIVES_LIST = (
         "`a` where the bool `condition` holds, else `b`; all three broadcast",
         Signature(("condition", "a", "b")),
         shapes.where_rule,
-        Templates(
-            (("a", "where(condition, d, zeros_like(d))"), ("b", "where(condition, zeros_like(d), d)")), fitted=True
-        ),
+        Templates((("a", "where(condition, d, 0.0)"), ("b", "where(condition, 0.0, d)")), fitted=True),
         frozenset({"condition", "a", "b"}),
         operands=("a", "b"),
     ),

@@ -247,6 +247,28 @@ def test_where_of_large_tensors_picks_the_very_bits_numpy_does(dtype, shapes) ->
     assert (found.dtype, found.shape, found.tobytes()) == (expected.dtype, expected.shape, expected.tobytes())
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32])
+@pytest.mark.parametrize("expr", ["where(a, b, 0)", "where(a, 0, b)", "where(a, b, -0.0)", "where(a, b[0], 0)"])
+def test_where_between_a_large_tensor_and_zero_picks_numpys_bits(dtype, expr: str) -> None:
+    """A derivative's `where(x > 0.0, d, 0.0)` takes one `and` of the bits (`choose`'s zero case), with
+    numpy's values bit for bit (a -0.0 is not a zero of no bits: it takes the general select), its dtype
+    and broadcast shape, and the arguments untouched."""
+    if dtype is np.int32 and "0.0" in expr:
+        expr = expr.replace("-0.0", "-0")
+    rng = np.random.default_rng(3)
+    condition = rng.random((64, 128)) < 0.5
+    b = (rng.standard_normal((64, 128)) * 100).astype(dtype)
+    if b.dtype.kind == "f":
+        b.flat[:4] = [np.nan, -0.0, np.inf, -np.inf]
+    kept = b.copy()
+    found = dl_eval(expr, condition, b)
+    zero = dtype(-0.0) if "-0" in expr else dtype(0)
+    picked = b[0] if "b[0]" in expr else b
+    expected = np.where(condition, 0, picked).astype(dtype) if "a, 0," in expr else np.where(condition, picked, zero)
+    assert (found.dtype, found.shape, found.tobytes()) == (expected.dtype, expected.shape, expected.tobytes())
+    assert b.tobytes() == kept.tobytes()
+
+
 @pytest.mark.parametrize(
     ("expr", "expected"),
     [
