@@ -28,8 +28,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
-import subprocess
 import sys
 import threading
 import time
@@ -83,6 +81,8 @@ def supervise(argv: list[str]) -> int:
             f"this run was started by an MPI launcher as {launched_size() or 'several'} processes, and "
             "needs mpi4py: pip install 'dl-lang[mpi]' (or run dlrun without the launcher)"
         )
+    import subprocess  # here: a run without a launcher never starts a process (start-up, bench/startup.py)
+
     environment = dict(os.environ, **{SUPERVISOR: str(os.getpid())})
     command = [sys.executable, "-m", "dl.distributed", *argv]
     # close_fds=False: the launcher's PMI connection is an inherited descriptor the worker must have
@@ -100,8 +100,15 @@ def supervise(argv: list[str]) -> int:
         return status
     if -status not in relayed:
         name = signal.Signals(-status).name
-        say(f"rank {launched_rank()} (pid {worker.pid} on {socket.gethostname()}) was killed by {name}")
+        say(f"rank {launched_rank()} (pid {worker.pid} on {hostname()}) was killed by {name}")
     return 128 - status
+
+
+def hostname() -> str:
+    """This machine's name, as MPI's ranks report it."""
+    import socket  # here: only a run on several ranks asks
+
+    return socket.gethostname()
 
 
 def say(message: str) -> None:
@@ -146,7 +153,7 @@ class Watchdog:
         announced = self.announcement()
         if announced is not None and not announced:
             leave(1)
-        host = socket.gethostname()
+        host = hostname()
         ended = announced or [peer.rank for peer in self.world if peer.host == host and not alive(peer.pid)]
         if ended:
             names = ", ".join(f"rank {rank} (pid {self.world[rank].pid} on {self.world[rank].host})" for rank in ended)
@@ -217,7 +224,7 @@ def join() -> None:
         )
     World.connect(communicator, MPI.SUM, MPI.MAX, MPI.IN_PLACE)
     joined = True
-    world = everyone(communicator, socket.gethostname())
+    world = everyone(communicator, hostname())
     assert watchdog is not None
     with watchdog.lock:
         watchdog.world = world
