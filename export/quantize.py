@@ -1,12 +1,13 @@
 """int8 weights: an ONNX model's weight matrices and kernels stored as per-channel symmetric int8.
 
-`quantize_int8(model)` replaces each float initializer of rank 2 or more by its int8 codes and one f32 scale
-per output channel, and a `DequantizeLinear` at the head of the graph that gives the float tensor back
+`quantize_int8(model)` replaces each float initializer with two or more axes longer than 1 by its int8 codes
+and one f32 scale per output channel, and a `DequantizeLinear` at the head of the graph that gives the float tensor back
 under its old name, so the rest of the graph is unchanged. The output channel is the last axis of a matrix
 (DL stores a linear layer's weight `[in, out]`, used as `x @ w`) and the first of a convolution kernel
 (OIHW). Symmetric: the zero point is 0 and the scale is the channel's largest magnitude over 127, so the
-codes are -127..127 and a weight is off by at most half a scale. Vectors (biases) and scalars stay f32:
-they are few, and rounding a bias shifts every output it feeds.
+codes are -127..127 and a weight is off by at most half a scale. Vectors (biases) and scalars stay f32,
+a vector shaped to broadcast (a convolution's bias `[C, 1, 1]`) too: they are few, a scale per channel
+would take more bytes than it saves, and rounding a bias shifts every output it feeds.
 
 Only the weights are quantized, so the graph holds `DequantizeLinear` and no `QuantizeLinear`: quantizing
 the activations too would need calibration data to choose their scales, and the int8 file is already as
@@ -37,14 +38,14 @@ def quantized(array: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
 
 
 def quantize_int8(model: onnx.ModelProto) -> onnx.ModelProto:
-    """A copy of `model` with its float weight tensors of rank >= 2 stored as int8."""
+    """A copy of `model` with its float weight matrices and kernels stored as int8."""
     result = onnx.ModelProto()
     result.CopyFrom(model)
     graph = result.graph
     kept, dequantize = [], []
     for initializer in graph.initializer:
         array = numpy_helper.to_array(initializer)
-        if array.ndim < 2 or array.dtype not in (np.float32, np.float64):
+        if sum(size > 1 for size in array.shape) < 2 or array.dtype not in (np.float32, np.float64):
             kept.append(initializer)
             continue
         codes, scale, axis = quantized(array)

@@ -100,10 +100,11 @@ def accuracy(path: Path, name: str, images: np.ndarray, labels: np.ndarray) -> f
     return float(np.mean(np.argmax(logits, axis=1) == labels))
 
 
-@pytest.mark.parametrize(("model", "least_ratio"), [("mlp", 3.5), ("cnn", 3.0)])
+@pytest.mark.parametrize(("model", "least_ratio"), [("mlp", 3.5), ("cnn", 3.1)])
 def test_int8_weights_keep_the_accuracy_and_shrink_the_file(exported: Path, model: str, least_ratio: float) -> None:
-    """Measured (docs/export.md): the MLP's file is 3.52x smaller, the CNN's 3.04x; the CNN's weights are only
-    10.9 kB, so the graph's fixed bytes weigh more there (its weights alone shrink 3.75x)."""
+    """Measured (docs/export.md): the MLP's file is 3.52x smaller, the CNN's 3.11x; the CNN's weights are only
+    10.9 kB, so the graph's fixed bytes weigh more there (its weights alone shrink 3.75x). A bias stays f32,
+    also one shaped [C, 1, 1] to broadcast over an image."""
     images, labels = held_out(exported)
     name = MODELS[model][2]
     f32, int8 = exported / f"{model}.onnx", exported / f"{model}.int8.onnx"
@@ -114,6 +115,8 @@ def test_int8_weights_keep_the_accuracy_and_shrink_the_file(exported: Path, mode
     assert {node.op_type for node in quantized.graph.node} >= {"DequantizeLinear"}
     matrix = "w1.q" if model == "mlp" else "kernel.q"
     assert weights[matrix].data_type == onnx.TensorProto.INT8
+    bias = "b1" if model == "mlp" else "bias"
+    assert weights[bias].data_type == onnx.TensorProto.FLOAT and f"{bias}.q" not in weights
     onnx.checker.check_model(quantized, full_check=True)
 
 
