@@ -198,6 +198,7 @@ def constant(operand: ir.Const) -> llvm_ir.Constant:
 # ------------------------------------------------------------------ tensors (specialised functions)
 
 GEMM = {"f32": "scipy_cblas_sgemm64_", "f64": "scipy_cblas_dgemm64_"}  # numpy's OpenBLAS, 64-bit integers
+DRAW = "dl_fill_draws"  # runtime/randomness.py `fill_draws`, made a C function by codegen/native.py
 ROW_MAJOR, NO_TRANSPOSE, TRANSPOSE = 101, 111, 112
 
 
@@ -342,6 +343,8 @@ class TensorEmission:
                 return self.reduce(builder, instruction)
             case ir.MatMul():
                 return self.matmul(builder, instruction)
+            case ir.Draw():
+                return self.draw(builder, instruction)
             case ir.ScatterAdd():
                 return self.scatter_add(builder, instruction)
             case ir.TapePush():
@@ -814,6 +817,26 @@ class TensorEmission:
         beta = kind(1.0 if instruction.accumulate else 0.0)
         arguments = [i32(ROW_MAJOR), trans_a, trans_b, i64(m), i64(n), i64(k), kind(1.0), a, lda, b, ldb, beta]
         builder.call(self.gemm(out.dtype), [*arguments, self.pointers[out.name], i64(max(n, 1))])
+        return builder
+
+    def draw(self, builder: llvm_ir.IRBuilder, instruction: ir.Draw) -> llvm_ir.IRBuilder:
+        """`fill_draws(kind, seeded, seed, target, count, item bytes)` on the host (runtime/randomness.py), through
+        the C function codegen/native.py makes of it."""
+        i64 = TYPES["i64"]
+        target = instruction.target
+        arguments = [i64, i64, i64, BYTE.as_pointer(), i64, i64]
+        function = self.c_function(DRAW, llvm_ir.VoidType(), arguments)
+        seed = instruction.seed
+        address = builder.bitcast(self.pointers[target.name], BYTE.as_pointer())
+        values = [
+            i64(instruction.kind),
+            i64(0 if seed is None else 1),
+            i64(0) if seed is None else self.operand(seed),
+            address,
+            i64(target.size),
+            i64(ir.ITEM_BYTES[target.dtype]),
+        ]
+        builder.call(function, values)
         return builder
 
     def scatter_add(self, builder: llvm_ir.IRBuilder, instruction: ir.ScatterAdd) -> llvm_ir.IRBuilder:

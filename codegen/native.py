@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 from dl.codegen import ir
 from dl.codegen.fusion import compile_kernels, fuse, unequal_shapes, vector_target
-from dl.codegen.llvm import GEMM, INTERRUPTED, Native, compile_functions
+from dl.codegen.llvm import DRAW, GEMM, INTERRUPTED, Native, compile_functions
 from dl.codegen.lower import Lowered, Unsupported, lower
 from dl.codegen.registry import specialise
 from dl.codegen.values import NUMPY_DTYPES, NeedsStatic
@@ -29,6 +29,7 @@ from dl.runtime.backend import NOT_COMPILED, CompiledBody, Step, StructTypes
 from dl.runtime.calls import RETURN, Function
 from dl.runtime.errors import STACK, RunError, fail, recursion_error
 from dl.runtime.interrupts import on_interrupt
+from dl.runtime.randomness import fill_draws
 from dl.runtime.threads import Threads, large_product, openblas
 from dl.runtime.values import StructValue, format_value
 
@@ -290,6 +291,21 @@ def blas_symbols() -> str | None:
 
 BLAS_PROBLEM: str | bool | None = False
 
+# `fill_draws` as a C function, kept alive for the process: compiled code draws through it (codegen/llvm.py)
+DRAWS_FUNCTION = ctypes.CFUNCTYPE(
+    None, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64
+)(fill_draws)
+DRAWS_KNOWN: list[bool] = []
+
+
+def draw_symbol() -> None:
+    """Make `fill_draws` known to the JIT linker under the name compiled code calls it by, once."""
+    if not DRAWS_KNOWN:
+        import llvmlite.binding as binding
+
+        binding.add_symbol(DRAW, ctypes.cast(DRAWS_FUNCTION, ctypes.c_void_p).value)
+        DRAWS_KNOWN.append(True)
+
 
 def tensor_target():
     """The host with all its features, and libmvec's vector width (codegen/fusion.py); a new target machine
@@ -396,6 +412,8 @@ class SpecialisingBody:
             problem = blas_symbols() if uses_blas else None
             if problem is not None:
                 raise Unsupported(problem)
+            if any(isinstance(i, ir.Draw) for f in functions for b in f.blocks for i in b.instructions):
+                draw_symbol()
             target, vectors = tensor_target()
             directory = cache_directory() if self.cache else None
             # O2: O3 takes seconds on the large loop-nest functions inlining makes, for no faster code

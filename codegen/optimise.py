@@ -11,7 +11,7 @@ from dl.codegen import ir
 from dl.codegen.ir import contiguous, count_reads, rebuilt
 from dl.codegen.values import ZERO, adds_nothing
 
-WRITES = (ir.Fill, ir.Reduce, ir.MatMul, ir.ScatterAdd)
+WRITES = (ir.Fill, ir.Reduce, ir.MatMul, ir.ScatterAdd, ir.Draw)
 
 
 def forwarded(blocks: list[ir.Block]) -> list[ir.Block]:
@@ -190,9 +190,12 @@ def without_dead_stores(blocks: list[ir.Block]) -> list[ir.Block]:
 
 
 def checks(instruction: object) -> bool:
-    """Whether an instruction can fail (a gather's or a scatter's index check): it is never dropped."""
+    """Whether an instruction can fail (a gather's or a scatter's index check), or draws from the run's
+    random generator (the next draw depends on it): it is never dropped."""
     if isinstance(instruction, ir.ScatterAdd):
         return True
+    if isinstance(instruction, ir.Draw):
+        return instruction.seed is None
     return isinstance(instruction, (ir.Fill, ir.Reduce)) and ir.can_fail(instruction.tree)
 
 

@@ -1061,6 +1061,87 @@ def full(lowering, bound: dict, span: Span) -> object:
     return Tensor(dtype, dims, ir.Splat(operand)) if dims else Value(operand)
 
 
+def drawn(kind: int, prim: Prim):
+    """`rand` (kind 0) and `randn` (kind 1): the host draws into a buffer, the numbers the interpreter draws
+    (ir.Draw; runtime/randomness.py), from `default_rng(seed)` or the run's generator."""
+
+    def apply(lowering, bound: dict, span: Span) -> object:
+        dtype = dtype_of(bound["dtype"], span)
+        if dtype not in FLOATS:
+            raise Unsupported(f"`{prim.value}` of {dtype}", span)  # the interpreter's error
+        dims = tuple(static_int(lowering, d, span, "a dimension") for d in bound["dims"])
+        if any(n < 0 for n in dims):
+            raise Unsupported(f"`{prim.value}` of a negative size", span)
+        seed = checked_seed(lowering, prim, bound["seed"], span)
+        buffer = lowering.allocate(dtype, dims or (1,), prim.value)
+        lowering.emit(ir.Draw(buffer, kind, seed))
+        if dims:
+            return Tensor(dtype, dims, ir.Read(buffer, ZERO, contiguous(dims)))
+        result = lowering.temp(prim.value, dtype)
+        lowering.emit(ir.Evaluate(result, ir.Read(buffer, ZERO, ())))
+        return Value(result)
+
+    return apply
+
+
+def checked_seed(lowering, prim: Prim, seed: object, span: Span) -> ir.Operand | None:
+    """A `seed=` argument as an i64 operand (None without one), failing where the interpreter does on a negative
+    one: at run time, with its message."""
+    if seed is None:
+        return None
+    value = lowering.scalar_of(seed, span)
+    operand = value.operand
+    if operand.dtype != "i64":
+        raise Unsupported(f"`{prim.value}` with a seed of {operand.dtype}", span)
+    if isinstance(operand, ir.Const):
+        if operand.value < 0:
+            raise Unsupported(f"`{prim.value}` with a negative seed", span)  # the interpreter's error
+        return operand
+    fine = lowering.temp("seed.fine", "bool")
+    lowering.emit(ir.Compare(fine, ">=", operand, ir.Const(0, "i64")))
+    problem = PrimitiveError("`seed=` takes a non-negative integer, found {value}")
+    lowering.emit(ir.Check(fine, lowering.site("E0513", failure_message(prim, problem), span, "i64"), operand))
+    return operand
+
+
+def dropout(lowering, bound: dict, span: Span) -> object:
+    """Inverted dropout as interpreted: the mask is `rand(n, seed=seed)` over the flattened `x` (drawn on the
+    host, f32) at least `p`; the kept elements scaled by `1 / (1 - p)` in `x`'s dtype; `p = 1` gives zeros; with
+    `training` false, `x` itself. `p` and the seed are checked first, at run time, with the interpreter's
+    messages."""
+    x, p, seed, training = bound["x"], bound["p"], bound["seed"], bound["training"]
+    if not isinstance(x, Tensor) or x.dtype not in FLOATS or seed is None:
+        raise Unsupported("`dropout` of this value", span)  # a scalar, an integer tensor, no seed: interpreted
+    dtype = x.dtype
+    rate = lowering.scalar_of(p, span)
+    flag = lowering.scalar_of(training, span)
+    if rate.operand.dtype not in FLOATS or flag.operand.dtype != "bool":
+        raise Unsupported("`dropout` with this probability or flag", span)
+    p_operand = rate.operand
+    for test, limit in ((">=", 0.0), ("<=", 1.0)):
+        inside = lowering.temp("rate.inside", "bool")
+        lowering.emit(ir.Compare(inside, test, p_operand, ir.Const(limit, p_operand.dtype)))
+        problem = PrimitiveError("`dropout` takes a probability `p` in [0, 1], found {value}")
+        site = lowering.site("E0513", failure_message(Prim.DROPOUT, problem), span, p_operand.dtype)
+        lowering.emit(ir.Check(inside, site, p_operand))
+    seed_operand = checked_seed(lowering, Prim.DROPOUT, seed, span)
+    if isinstance(flag.operand, ir.Const) and not flag.operand.value:
+        return x
+    draws = lowering.allocate("f32", x.shape, "dropout")
+    lowering.emit(ir.Draw(draws, 0, seed_operand))
+    rate_tree = ir.Splat(p_operand)
+    kept = ir.Apply("ge", "bool", (ir.Read(draws, ZERO, contiguous(x.shape)), ir.Apply("convert", "f32", (rate_tree,))))
+    zero_tree = ir.Splat(ir.Const(0.0, dtype))
+    chosen = ir.Apply("select", dtype, (kept, x.tree, zero_tree))
+    scale = ir.Apply("sub", dtype, (ir.Splat(ir.Const(1.0, dtype)), ir.Apply("convert", dtype, (rate_tree,))))
+    dropped = ir.Apply("div", dtype, (chosen, scale))
+    every = ir.Apply("eq", "bool", (rate_tree, ir.Splat(ir.Const(1.0, p_operand.dtype))))
+    result = ir.Apply("select", dtype, (every, zero_tree, dropped))
+    if not isinstance(flag.operand, ir.Const):
+        result = ir.Apply("select", dtype, (ir.Splat(flag.operand), result, x.tree))
+    return Tensor(dtype, x.shape, result)
+
+
 def zeros_like(lowering, bound: dict, span: Span) -> object:
     return zeros_of(bound["x"], span)
 
@@ -1130,7 +1211,7 @@ def to_int(lowering, bound: dict, span: Span) -> object:
     x = bound["x"]
     if isinstance(x, Tensor):
         if x.dtype in FLOATS:
-            raise Unsupported("`int` of a float tensor", span)
+            return float_tensor_to_int(lowering, x, span)
         return Tensor("i64", x.shape, ir.Apply("convert", "i64", (x.tree,)) if x.dtype != "i64" else x.tree)
     value = lowering.scalar_of(x, span)
     if value.weak is not None:
@@ -1147,6 +1228,33 @@ def to_int(lowering, bound: dict, span: Span) -> object:
     result = lowering.temp("int", "i64")
     lowering.emit(ir.Convert(result, value.operand, site))
     return Value(result)
+
+
+def float_tensor_to_int(lowering, x: Tensor, span: Span) -> Tensor:
+    """`int` of a float tensor, checked as interpreted, the whole tensor at once: every element finite, then all
+    of them within the i64 range; then each truncated toward zero."""
+    if x.size:
+        x = x if isinstance(x.tree, ir.Read) else lowering.materialise(x)
+        every = tuple(range(len(x.shape)))
+        # x - x is exactly 0 for a finite x, nan for inf and nan
+        zero_difference = ir.Apply("eq", "bool", (ir.Apply("sub", x.dtype, (x.tree, x.tree)), ir.Splat(zero(x.dtype))))
+        finite = Tensor("i64", x.shape, ir.Apply("convert", "i64", (zero_difference,)))
+        all_finite = lowering.temp("int.finite", "i64")
+        lowering.emit(ir.Evaluate(all_finite, reduce(lowering, finite, "min", every, False, span, "i64").tree))
+        fine = lowering.temp("int.fine", "bool")
+        lowering.emit(ir.Compare(fine, "==", all_finite, ir.Const(1, "i64")))
+        problem = PrimitiveError("`int` of a tensor holding inf or nan")
+        lowering.emit(ir.Check(fine, lowering.site("E0513", failure_message(Prim.INT, problem), span)))
+        shown = f"{x.dtype}[{', '.join(map(str, x.shape))}]"
+        problem = PrimitiveError(f"`int` of a tensor with values out of the i64 range ({shown})")
+        site = lowering.site("E0513", failure_message(Prim.INT, problem), span)
+        for op, test, limit in (("min", ">=", -(2.0**63)), ("max", "<", 2.0**63)):  # both exact in f32 and f64
+            extreme = lowering.temp(f"int.{op}", x.dtype)
+            lowering.emit(ir.Evaluate(extreme, reduce(lowering, x, op, every, False, span, x.dtype).tree))
+            inside = lowering.temp("int.inside", "bool")
+            lowering.emit(ir.Compare(inside, test, extreme, ir.Const(limit, x.dtype)))
+            lowering.emit(ir.Check(inside, site))
+    return Tensor("i64", x.shape, ir.Apply("convert", "i64", (x.tree,)))
 
 
 def check(lowering, bound: dict, span: Span) -> object:
@@ -1391,6 +1499,9 @@ HANDLERS = {
     Prim.FULL: full,
     Prim.ZEROS_LIKE: zeros_like,
     Prim.ARANGE: arange,
+    Prim.RAND: drawn(0, Prim.RAND),
+    Prim.RANDN: drawn(1, Prim.RANDN),
+    Prim.DROPOUT: dropout,
     Prim.SHAPE: shape,
     Prim.LEN: length,
     Prim.FLOAT: to_float,
@@ -1425,10 +1536,7 @@ HANDLERS = {
 HOST = "host work, and compiled code does not call back into Python"
 RANDOM = "it draws from the interpreter's random streams, which compiled code does not reproduce yet"
 REFUSED: dict[Prim, str] = {
-    Prim.RANDN: RANDOM,
-    Prim.RAND: RANDOM,
     Prim.CATEGORICAL: RANDOM,
-    Prim.DROPOUT: RANDOM,
     Prim.PERMUTATION: RANDOM,
     Prim.BATCHES: RANDOM,
     Prim.PRINT: f"printing is {HOST}",

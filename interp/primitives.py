@@ -33,6 +33,7 @@ from dl.lang.files import open_regular, read_text
 from dl.lang.primitives import PRIMITIVES, Prim, Support
 from dl.runtime.errors import AssertionFailure, PrimitiveError
 from dl.runtime.metrics import log_value, progress_line
+from dl.runtime.randomness import RandomSource
 from dl.runtime.threads import Threads, large_product, threaded
 from dl.runtime.values import DEVICE_ARRAYS, DTYPE_NAMES, DTYPES, StructValue, Tape, describe, format_value
 from dl.runtime.world import World, average, on_rank_zero, shard
@@ -692,25 +693,6 @@ def arange(bounds: tuple) -> Any:
         if not is_integer(bound):
             raise PrimitiveError(f"`arange` takes integers, found {describe(bound)}")
     return np.arange(*(int(b) for b in bounds), dtype=np.int64)
-
-
-class RandomSource:
-    """Where unseeded `randn`/`rand` draw from: one generator per run, seeded 0, so runs repeat. A reset
-    makes the generator when it is first drawn from (a host calling a function that draws nothing, often,
-    pays nothing for it)."""
-
-    seed = 0
-    made: np.random.Generator | None = None
-
-    @classmethod
-    def reset(cls, seed: int = 0) -> None:
-        cls.seed, cls.made = seed, None
-
-    @classmethod
-    def generator(cls) -> np.random.Generator:
-        if cls.made is None:
-            cls.made = np.random.default_rng(cls.seed)
-        return cls.made
 
 
 def random(draw: str, name: str):

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 from dl.interp.compile import Compiler
 from dl.interp.operators import complete_arguments
-from dl.interp.primitives import SUPPORT, RandomSource
+from dl.interp.primitives import SUPPORT
 from dl.lang import ast
 from dl.lang.check import Typed
 from dl.lang.diagnostics import UNKNOWN_SPAN, Diagnostic, DiagnosticError, Span, closest, error
@@ -26,6 +26,7 @@ from dl.runtime.backend import NOT_COMPILED, CompiledBody, Options
 from dl.runtime.calls import Function, invoke
 from dl.runtime.errors import STACK, DeepRecursion, RunError, UsageError, recursion_error
 from dl.runtime.metrics import Metrics, Progress
+from dl.runtime.randomness import RandomSource
 
 
 def compile_program(

@@ -336,6 +336,13 @@ fn main() { print(apply(fn(y) => helper(y), 1.0)) }
             "magnitude(-9223372036854775807 - 1)",
             "abs: integer overflow: the absolute value of -9223372036854775808 is out of the i64 range",
         ),
+        ("noise(-3)", "randn: `seed=` takes a non-negative integer, found -3"),
+        ("drop(2, 1.5)", "`dropout` takes a probability `p` in [0, 1], found 1.5"),
+        ("drop(2, -0.25)", "`dropout` takes a probability `p` in [0, 1], found -0.25"),
+        ("drop(-1, 0.5)", "dropout: `seed=` takes a non-negative integer, found -1"),
+        ("wholes([1.0, 1.0 / 0.0, 2.0])", "`int` of a tensor holding inf or nan"),
+        ("wholes([1.0, 0.0 / 0.0, 2.0])", "`int` of a tensor holding inf or nan"),
+        ("wholes([1.0, -1e19, 2.0])", "`int` of a tensor with values out of the i64 range (f32[3])"),
     ],
 )
 def test_run_time_failures_are_diagnostics(call: str, message: str, tmp_path: Path, capsys) -> None:
@@ -354,11 +361,16 @@ fn remainder_wide(a: i64, b: i32) -> i64 {{ return a % b }}
 fn widen(a: i32, c: i64) -> i64 {{ return c * a }}
 fn negate(a: i64) -> i64 {{ return -a }}
 fn magnitude(a: i64) -> i64 {{ return abs(a) }}
+fn noise(s: i64) -> f32[3] {{ return randn(3, seed=s) }}
+fn drop(s: i64, p: f32) -> f32[3] {{ return dropout(ones(3), p, seed=s, training=true) }}
+fn wholes(x: f32[3]) -> i64[3] {{ return int(x) }}
 fn main() {{ print({call}) }}
 """
     status, _, err = run_cli(tmp_path, source, "--backend", "llvm", capsys=capsys)
     assert status == 1
-    code = {"recursion": "E0506", "`int`": "E0513", "abs:": "E0513"}.get(message.split(" ")[0], "E0510")
+    codes = {"recursion": "E0506", "`int`": "E0513", "abs:": "E0513", "randn:": "E0513", "dropout:": "E0513"}
+    codes["`dropout`"] = "E0513"
+    code = codes.get(message.split(" ")[0], "E0510")
     assert f"error[{code}]: {message}" in err
     assert "Traceback" not in err
     status, _, interpreted = run_cli(tmp_path, source, "--backend", "interp", capsys=capsys)
@@ -366,6 +378,67 @@ fn main() {{ print({call}) }}
     assert err.splitlines()[:2] == interpreted.splitlines()[:2]  # the same message at the same span
     if "recursion" in message:  # the call too deep, and the same help, without a call stack
         assert err == interpreted
+
+
+DRAWS = """
+fn noise(x: f32[4, 3], s: i64) -> f32[4, 3] { return x + 0.1 * randn(4, 3, seed=s) + rand(4, 3) }
+fn wide(s: i64) -> f64[2, 5] { return randn(2, 5, seed=s, dtype=f64) * rand(2, 5, dtype=f64) }
+fn one(s: i64) -> f32 { return rand(seed=s) + randn() }
+fn empty(s: i64) -> f32[0, 3] { return randn(0, 3, seed=s) + rand(0, 3) }
+fn drop(x: f32[4, 3], s: i64, p: f32, t: bool) -> f32[4, 3] { return dropout(x * 2.0, p, seed=s, training=t) }
+fn drop64(x: f64[6], s: i64) -> f64[6] { return dropout(x, 0.3, seed=s, training=true) }
+fn main() {
+    let x = ones(4, 3)
+    print(noise(x, 3))
+    print(rand(2))
+    print(noise(x, 4))
+    print(wide(7))
+    print(one(2), one(2))
+    print(shape(empty(1)), rand())
+    print(drop(x, 5, 0.5, true))
+    print(drop(x, 5, 0.5, false))
+    print(drop(x, 5, 1.0, true))
+    print(drop(x, 5, 0.0, true))
+    print(drop64(float(arange(6), dtype=f64), 9))
+}
+"""
+
+
+def test_random_draws_and_dropout_are_compiled_and_draw_the_interpreters_numbers(tmp_path: Path, capsys) -> None:
+    """`rand`, `randn` and `dropout` run compiled (the host draws for them: runtime/randomness.py) and give the
+    interpreter's numbers exactly: seeded and from the run's generator, which interpreted code (`main`) and
+    compiled code draw from in turn; f32 and f64; a scalar and an empty draw; dropout training or not, with
+    p = 1 and p = 0."""
+    interpreted, compiled = both_backends(tmp_path, DRAWS, capsys)
+    assert compiled == interpreted
+    status, _, explained = run_cli(tmp_path, DRAWS, "--backend", "llvm", "--explain-backend", capsys=capsys)
+    assert status == 0
+    made = {line.split("`")[1] for line in explained.splitlines() if line.endswith(") compiled")}
+    assert made >= {"noise", "wide", "one", "empty", "drop", "drop64"}, explained
+    values = [float(v) for v in re.findall(r"-?\d+\.\d+(?:e[-+]?\d+)?", compiled)]
+    assert len(values) > 40 and len(set(values)) > 35  # draws, not zeros
+
+
+WHOLES = """
+fn f(x: f32[6]) -> i64[6] { return int(x * 2.0) }
+fn g(x: f64[2, 2]) -> i64[2, 2] { return int(x) }
+fn starts(n: i64, s: i64) -> i64[8] { return int(rand(8, seed=s) * float(n)) }
+fn main() {
+    print(f([1.5, -1.5, 2.7, -0.2, 3e9, 0.0]))
+    print(g(float([[1, -2], [3, 4]], dtype=f64) * 1.75f64))
+    print(starts(1000, 3))
+}
+"""
+
+
+def test_int_of_a_float_tensor_is_compiled_and_truncates_as_numpy(tmp_path: Path, capsys) -> None:
+    """`int(rand(B, seed=s) * float(n))`, examples/gpt.dl's windows: compiled, truncated toward zero."""
+    interpreted, compiled = both_backends(tmp_path, WHOLES, capsys)
+    assert compiled == interpreted
+    assert compiled.split()[:7] == ["[", "3", "-3", "5", "0", "6000000000", "0]"]
+    status, _, explained = run_cli(tmp_path, WHOLES, "--backend", "llvm", "--explain-backend", capsys=capsys)
+    made = {line.split("`")[1] for line in explained.splitlines() if line.endswith(") compiled")}
+    assert status == 0 and made >= {"f", "g", "starts"}, explained
 
 
 OPERATORS = ["+", "-", "*"]
@@ -967,7 +1040,7 @@ def test_the_cache_forgets_its_least_recently_used_entries(tmp_path: Path, monke
 STOPPED = """
 fn count(n: i64) -> i64 { let k = 0; while k < n { k += 1 } return k }
 fn churn(n: i64) -> f64 { let x = 0.5f64; for i in 0..n { x = 3.9f64 * x * (1.0f64 - x) } return x }
-fn spin() -> f32 { let t = 0.0; while true { t = t + sum(randn(2, seed=1)) } return t }
+fn spin() -> i64 { let t = 0; while true { t = t + sum(permutation(2, seed=1)) } return t }
 """
 
 
@@ -984,7 +1057,7 @@ def test_ctrl_c_in_interpreted_code_does_not_stop_the_next_compiled_call(tmp_pat
     timer = threading.Timer(0.3, _thread.interrupt_main)
     timer.start()
     with pytest.raises(KeyboardInterrupt):
-        compiled.call("spin", [])  # `randn`: interpreted
+        compiled.call("spin", [])  # `permutation`: interpreted
     try:
         counted = compiled.call("count", [5])
     except KeyboardInterrupt:
