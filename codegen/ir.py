@@ -318,8 +318,8 @@ class ScatterAdd:
 class Draw:
     """`target` filled with random draws by the host, exactly as the interpreter draws them
     (runtime/randomness.py `fill_draws`): `kind` 0 is `rand` (uniform in [0, 1)), 1 is `randn` (standard
-    normal); from `default_rng(seed)`, or with `seed` None from the run's generator (an effect: never dropped).
-    The seed was checked before (non-negative)."""
+    normal), 2 a `permutation` of the target's size (i64); from `default_rng(seed)`, or with `seed` None from
+    the run's generator (an effect: never dropped). The seed was checked before (non-negative)."""
 
     target: Buffer
     kind: int

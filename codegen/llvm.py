@@ -17,6 +17,7 @@ from pathlib import Path
 import llvmlite.binding as binding
 from dl.codegen import cache as compile_cache
 from dl.codegen import ir
+from dl.runtime.randomness import DTYPE_NUMBERS
 from llvmlite import ir as llvm_ir
 
 MAX_DEPTH = 100_000
@@ -820,7 +821,7 @@ class TensorEmission:
         return builder
 
     def draw(self, builder: llvm_ir.IRBuilder, instruction: ir.Draw) -> llvm_ir.IRBuilder:
-        """`fill_draws(kind, seeded, seed, target, count, item bytes)` on the host (runtime/randomness.py), through
+        """`fill_draws(kind, seeded, seed, target, count, dtype)` on the host (runtime/randomness.py), through
         the C function codegen/native.py makes of it."""
         i64 = TYPES["i64"]
         target = instruction.target
@@ -834,7 +835,7 @@ class TensorEmission:
             i64(0) if seed is None else self.operand(seed),
             address,
             i64(target.size),
-            i64(ir.ITEM_BYTES[target.dtype]),
+            i64(DTYPE_NUMBERS[target.dtype]),
         ]
         builder.call(function, values)
         return builder

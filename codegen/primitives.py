@@ -1084,6 +1084,52 @@ def drawn(kind: int, prim: Prim):
     return apply
 
 
+def permutation(lowering, bound: dict, span: Span) -> object:
+    """`permutation(n)`: the host shuffles 0..n-1 into a buffer as the interpreter does (ir.Draw, kind 2)."""
+    count = static_int(lowering, bound["n"], span, "the length of a permutation")
+    if count < 0:
+        raise Unsupported("`permutation` of a negative length", span)  # the interpreter's error
+    seed = checked_seed(lowering, Prim.PERMUTATION, bound["seed"], span)
+    buffer = lowering.allocate("i64", (count,), "permutation")
+    lowering.emit(ir.Draw(buffer, 2, seed))
+    return Tensor("i64", (count,), ir.Read(buffer, ZERO, (1,)))
+
+
+def batches(lowering, bound: dict, span: Span) -> object:
+    """`batches(data, size, shuffle=, seed=)` as interpreted: each tensor `[N, rest...]` as `[N // size, size,
+    rest...]`, the last `N % size` rows dropped; shuffled first (one permutation drawn by the host, ir.Draw,
+    shared by the tensors) if `shuffle`. A data-parallel run's shard of each batch stays interpreted."""
+    data, shuffle = bound["data"], bound["shuffle"]
+    tensors = list(data) if isinstance(data, tuple) else [data]
+    if not tensors or not all(isinstance(t, Tensor) and t.shape for t in tensors) or World.size > 1:
+        raise Unsupported("`batches` of this value", span)
+    total = tensors[0].shape[0]
+    count = static_int(lowering, bound["size"], span, "a batch size")
+    flag = lowering.scalar_of(shuffle, span) if not isinstance(shuffle, bool) else Value(ir.Const(shuffle, "bool"))
+    if any(t.shape[0] != total for t in tensors) or count < 1 or not isinstance(flag.operand, ir.Const):
+        raise Unsupported("`batches` of these sizes, or shuffled as the program runs decides", span)
+    groups = total // count
+    if flag.operand.value:
+        seed = checked_seed(lowering, Prim.BATCHES, bound["seed"], span)
+        order = lowering.allocate("i64", (total,), "order")
+        lowering.emit(ir.Draw(order, 2, seed))
+        rows = Tensor("i64", (groups, count), ir.Read(order, ZERO, (count, 1)))
+        cut = tuple(gathered(lowering, t, rows, 0, span) for t in tensors)
+    else:
+        cut = tuple(in_groups(lowering, t, groups, count) for t in tensors)
+    return cut if isinstance(data, tuple) else cut[0]
+
+
+def in_groups(lowering, t: Tensor, groups: int, count: int) -> Tensor:
+    """The first `groups * count` rows of `t` as `[groups, count, rest...]`: a view of its buffer."""
+    t = t if is_plain(t) else lowering.plain(t)
+    read = t.tree
+    strides = contiguous(t.shape)
+    return Tensor(
+        t.dtype, (groups, count, *t.shape[1:]), ir.Read(read.buffer, read.offset, (count * strides[0], *strides))
+    )
+
+
 def checked_seed(lowering, prim: Prim, seed: object, span: Span) -> ir.Operand | None:
     """A `seed=` argument as an i64 operand (None without one), failing where the interpreter does on a negative
     one: at run time, with its message."""
@@ -1502,6 +1548,8 @@ HANDLERS = {
     Prim.RAND: drawn(0, Prim.RAND),
     Prim.RANDN: drawn(1, Prim.RANDN),
     Prim.DROPOUT: dropout,
+    Prim.PERMUTATION: permutation,
+    Prim.BATCHES: batches,
     Prim.SHAPE: shape,
     Prim.LEN: length,
     Prim.FLOAT: to_float,
@@ -1537,8 +1585,6 @@ HOST = "host work, and compiled code does not call back into Python"
 RANDOM = "it draws from the interpreter's random streams, which compiled code does not reproduce yet"
 REFUSED: dict[Prim, str] = {
     Prim.CATEGORICAL: RANDOM,
-    Prim.PERMUTATION: RANDOM,
-    Prim.BATCHES: RANDOM,
     Prim.PRINT: f"printing is {HOST}",
     Prim.TIME: f"reading the clock is {HOST} (and each call must read it anew, where the program does)",
     Prim.DIGITS: f"loading the shipped dataset is {HOST}",

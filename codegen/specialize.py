@@ -472,6 +472,10 @@ class Specialiser(FunctionLowering):
                 self.for_range(name, bounds, body)
             case ast.For(pattern=ast.NamePattern(name=name), iterable=iterable, body=body):
                 self.for_each(name, iterable, body, stmt)
+            case ast.For(pattern=ast.TuplePattern(items=items), iterable=iterable, body=body) if all(
+                isinstance(item, ast.NamePattern) for item in items
+            ):
+                self.for_each_in_step([item.name for item in items], iterable, body, stmt)
             case ast.Return(value=value):
                 returned = self.evaluate(value) if value is not None else None
                 self.write_result(returned, stmt.span)
@@ -522,6 +526,32 @@ class Specialiser(FunctionLowering):
             self.let(ast.NamePattern(name), Value(element), stmt.span)
 
         self.counted_loop(name, counter, lambda: ir.Const(sequence.shape[0], "i64"), body, bind)
+
+    def for_each_in_step(self, names: list[str], iterable: ast.Expr, body: ast.Block, stmt: ast.For) -> None:
+        """`for (x, y) in (xs, ys)` over tensors of one leading size (`batches`' result): each name a row of its
+        tensor in turn, the tensors as they are when the loop starts."""
+        sequences = self.evaluate(iterable)
+        fits = isinstance(sequences, tuple) and len(sequences) == len(names)
+        if not fits or not all(isinstance(t, Tensor) and t.shape for t in sequences):
+            raise Unsupported("`for` of a tuple pattern over something other than tensors walked in step", stmt.span)
+        if len({t.shape[0] for t in sequences}) != 1:
+            raise Unsupported("`for` over tensors of different lengths", stmt.span)  # the interpreter's error
+        self.make_homes(stmt)
+        sequences = tuple(self.copy(t) if reads(t.tree, self.homes) else self.materialise(t) for t in sequences)
+        counter = self.new_variable(f"{names[0]}.counter", "i64")
+        self.emit(ir.Store(counter, ZERO))
+
+        def bind(position: ir.Temp) -> None:
+            for name, sequence in zip(names, sequences, strict=True):
+                row = self.view_of(sequence, (ValueIndex(Value(position)),), stmt.span)
+                if row.shape:
+                    self.scopes[-1][name] = row
+                    continue
+                element = self.temp(name, row.dtype)
+                self.emit(ir.Evaluate(element, row.tree))
+                self.let(ast.NamePattern(name), Value(element), stmt.span)
+
+        self.counted_loop(names[0], counter, lambda: ir.Const(sequences[0].shape[0], "i64"), body, bind)
 
     def let(self, pattern: ast.Pattern, value: object, span: Span) -> None:
         match pattern:

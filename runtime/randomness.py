@@ -14,8 +14,9 @@ import ctypes
 
 import numpy as np
 
-DRAWS = ("random", "standard_normal")  # a kind of draw, by its number in `fill_draws`
-ELEMENTS = {4: ctypes.c_float, 8: ctypes.c_double}  # an element of the target, by its size in bytes
+DRAWS = ("random", "standard_normal", "permutation")  # a kind of draw, by its number in `fill_draws`
+ELEMENTS = (ctypes.c_float, ctypes.c_double, ctypes.c_int64)  # the target's element, by its number
+DTYPE_NUMBERS = {"f32": 0, "f64": 1, "i64": 2}  # the number `fill_draws` takes for a target's dtype
 
 
 class RandomSource:
@@ -37,12 +38,13 @@ class RandomSource:
         return cls.made
 
 
-def fill_draws(kind: int, seeded: int, seed: int, address: int, count: int, item_bytes: int) -> None:
-    """Write `count` draws of kind `DRAWS[kind]` at `address`, floats of `item_bytes` bytes: from
-    `default_rng(seed)` if `seeded`, else from the run's generator. Compiled code calls this (through a C
-    function pointer) with a seed it has checked; nothing here raises for a user's mistake."""
+def fill_draws(kind: int, seeded: int, seed: int, address: int, count: int, dtype: int) -> None:
+    """Write `count` draws of kind `DRAWS[kind]` at `address` (uniform or normal floats, or a permutation of
+    0..count-1), elements of `ELEMENTS[dtype]`: from `default_rng(seed)` if `seeded`, else from the run's
+    generator. Compiled code calls this (through a C function pointer) with a seed it has checked; nothing here
+    raises for a user's mistake."""
     generator = np.random.default_rng(seed) if seeded else RandomSource.generator()
     values = getattr(generator, DRAWS[kind])(count)
     if count:
-        target = np.ctypeslib.as_array((ELEMENTS[item_bytes] * count).from_address(address))
+        target = np.ctypeslib.as_array((ELEMENTS[dtype] * count).from_address(address))
         target[...] = values  # rounded to the target's dtype, as `values.astype(dtype)`

@@ -419,6 +419,51 @@ def test_random_draws_and_dropout_are_compiled_and_draw_the_interpreters_numbers
     assert len(values) > 40 and len(set(values)) > 35  # draws, not zeros
 
 
+EPOCHS = """
+fn epoch(x: f32[N, 3], y: i64[N], seed: i64) -> (f32, i64) {
+    let total = 0.0
+    let count = 0
+    for (a, b) in batches((x, y), 4, shuffle=true, seed=seed) {
+        total += sum(a) * float(sum(b))
+        count += 1
+    }
+    return (total, count)
+}
+fn plain(x: f32[N, 3]) -> f32 {
+    let total = 0.0
+    for a in batches(x, 3) { total = total * 0.5 + sum(a[0]) }
+    return total
+}
+fn stream(x: f32[N, 3], y: i64[N]) -> f32 {
+    let total = 0.0
+    for (a, b) in batches((x, y), 5, shuffle=true) { total = total * 0.5 + sum(a) + float(b[0]) }
+    return total
+}
+fn shuffled(s: i64) -> i64[10] { return permutation(10, seed=s) + permutation(10) * 0 }
+fn order() -> i64[7] { return permutation(7) }
+fn main() {
+    let x = reshape(float(arange(42)), 14, 3)
+    let y = arange(14) * 10
+    print(epoch(x, y, 1), epoch(x, y, 2))
+    print(plain(x))
+    print(stream(x, y), permutation(4), stream(x, y))
+    print(shuffled(3), order(), shape(batches(x, 20)))
+}
+"""
+
+
+def test_batches_and_permutation_are_compiled_with_the_interpreters_order(tmp_path: Path, capsys) -> None:
+    """A training epoch's loop, `for (x, y) in batches((xs, ys), size, shuffle=true, seed=s)`, compiles whole:
+    the host draws the permutation (seeded, or from the run's generator interleaved with interpreted draws),
+    the rows are gathered and walked in step; without a shuffle the batches are a view; the same numbers."""
+    interpreted, compiled = both_backends(tmp_path, EPOCHS, capsys)
+    assert compiled == interpreted
+    assert compiled.splitlines()[0] == "(212700.0, 3) (236820.0, 3)"
+    status, _, explained = run_cli(tmp_path, EPOCHS, "--backend", "llvm", "--explain-backend", capsys=capsys)
+    made = {line.split("`")[1] for line in explained.splitlines() if line.endswith(") compiled")}
+    assert status == 0 and made >= {"epoch", "plain", "stream", "shuffled", "order"}, explained
+
+
 WHOLES = """
 fn f(x: f32[6]) -> i64[6] { return int(x * 2.0) }
 fn g(x: f64[2, 2]) -> i64[2, 2] { return int(x) }
