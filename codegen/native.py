@@ -301,10 +301,26 @@ DRAWS_KNOWN: list[bool] = []
 def draw_symbol() -> None:
     """Make `fill_draws` known to the JIT linker under the name compiled code calls it by, once."""
     if not DRAWS_KNOWN:
+        import sys
+
         import llvmlite.binding as binding
 
         binding.add_symbol(DRAW, ctypes.cast(DRAWS_FUNCTION, ctypes.c_void_p).value)
+        sys.unraisablehook = quiet_interrupted_draws(sys.unraisablehook)
         DRAWS_KNOWN.append(True)
+
+
+def quiet_interrupted_draws(hook: Callable) -> Callable:
+    """`hook`, except for a Ctrl-C that landed in `fill_draws` as compiled code called it: ctypes cannot pass an
+    exception out of a callback and reports it as unraisable; the interrupt itself reaches the user where the
+    waiting thread raises it (lang/nesting.py), and the compiled loops stop at their flag."""
+
+    def quiet(unraisable) -> None:
+        if unraisable.exc_type is KeyboardInterrupt and unraisable.object is fill_draws:
+            return
+        hook(unraisable)
+
+    return quiet
 
 
 def tensor_target():

@@ -13,6 +13,7 @@ from __future__ import annotations
 import ctypes
 
 import numpy as np
+from dl.runtime.interrupts import interrupt_everything
 
 DRAWS = ("random", "standard_normal", "permutation")  # a kind of draw, by its number in `fill_draws`
 ELEMENTS = (ctypes.c_float, ctypes.c_double, ctypes.c_int64)  # the target's element, by its number
@@ -43,8 +44,14 @@ def fill_draws(kind: int, seeded: int, seed: int, address: int, count: int, dtyp
     0..count-1), elements of `ELEMENTS[dtype]`: from `default_rng(seed)` if `seeded`, else from the run's
     generator. Compiled code calls this (through a C function pointer) with a seed it has checked; nothing here
     raises for a user's mistake."""
-    generator = np.random.default_rng(seed) if seeded else RandomSource.generator()
-    values = getattr(generator, DRAWS[kind])(count)
-    if count:
-        target = np.ctypeslib.as_array((ELEMENTS[dtype] * count).from_address(address))
-        target[...] = values  # rounded to the target's dtype, as `values.astype(dtype)`
+    try:
+        generator = np.random.default_rng(seed) if seeded else RandomSource.generator()
+        values = getattr(generator, DRAWS[kind])(count)
+        if count:
+            target = np.ctypeslib.as_array((ELEMENTS[dtype] * count).from_address(address))
+            target[...] = values  # rounded to the target's dtype, as `values.astype(dtype)`
+    except KeyboardInterrupt:
+        # Ctrl-C arrived while the host drew for compiled code: an exception cannot leave a C callback (ctypes
+        # would print it and go on), so the compiled code is told to stop at its next loop, as for a Ctrl-C
+        # that finds it running; the waiting thread raises KeyboardInterrupt to the user.
+        interrupt_everything()

@@ -1213,6 +1213,60 @@ def test_ctrl_c_stops_a_compiled_loop(tmp_path: Path) -> None:
     assert "interrupted" in err and "Traceback" not in err
 
 
+def test_ctrl_c_while_the_host_draws_for_compiled_code_stops_quietly(tmp_path: Path) -> None:
+    """A compiled loop that draws at every step (`permutation`: the host fills a buffer through a C callback,
+    which Ctrl-C often lands in): the run stops with "interrupted" and status 130, and ctypes' report of an
+    exception it could not pass out of the callback is not shown."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    program = tmp_path / "draws.dl"
+    program.write_text(
+        "fn spin(n: i64) -> i64 {\n    let t = 0\n    for i in 0..n { t = t + sum(permutation(3, seed=i)) }\n"
+        '    return t\n}\nfn main() {\n    print(spin(1))\n    print("started")\n    print(spin(100000000))\n}\n'
+    )
+    dlrun = Path(sys.executable).parent / "dlrun"
+    environment = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    child = subprocess.Popen(
+        [str(dlrun), "--backend", "llvm", "--no-cache", str(program)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=environment,
+    )
+    try:
+        lines = [child.stdout.readline(), child.stdout.readline()]
+        assert lines == ["3\n", "started\n"], lines
+        time.sleep(0.5)
+        child.send_signal(signal.SIGINT)
+        _, err = child.communicate(timeout=30)
+    finally:
+        child.kill()
+    assert child.returncode == 130, err
+    assert err == "dlrun: interrupted\n", err
+
+
+def test_a_ctrl_c_that_lands_in_a_draw_callback_is_not_reported_as_unraisable() -> None:
+    """In a process that calls compiled code in a room (the REPL, a host program), Ctrl-C is raised in the room
+    thread at its next Python bytecode, which may be inside `fill_draws` while compiled code called it: ctypes
+    cannot pass it out and hands it to `sys.unraisablehook`. That one report is dropped; any other goes on."""
+    from types import SimpleNamespace
+
+    from dl.codegen import native
+    from dl.runtime.randomness import fill_draws
+
+    reported = []
+    quiet = native.quiet_interrupted_draws(reported.append)
+    quiet(SimpleNamespace(exc_type=KeyboardInterrupt, object=fill_draws))
+    other = SimpleNamespace(exc_type=ValueError, object=fill_draws)
+    elsewhere = SimpleNamespace(exc_type=KeyboardInterrupt, object=print)
+    quiet(other)
+    quiet(elsewhere)
+    assert reported == [other, elsewhere]
+
+
 def test_for_over_a_tensor_strings_known_when_compiling_and_int() -> None:
     source = (
         "fn f(xs: f32[5], rows: f32[3, 4], target: f32, mode: str, k: f64) -> (i64, f32[4], f32, str, i64) {\n"
