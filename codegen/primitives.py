@@ -1381,6 +1381,8 @@ def laid_out(lowering, tape: TapeValue, like: object, span: Span) -> None:
             dtype, shape = value.dtype, value.shape
         elif isinstance(value, Value):
             dtype, shape = value.operand.dtype, ()
+        elif isinstance(value, TapeValue):
+            raise Unsupported("a loop's tape holding tapes (a derivative through a loop, differentiated again)", span)
         else:
             raise Unsupported("a tape of this value", span)
         offset = (offset + 15) // 16 * 16

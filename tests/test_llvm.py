@@ -464,6 +464,40 @@ def test_batches_and_permutation_are_compiled_with_the_interpreters_order(tmp_pa
     assert status == 0 and made >= {"epoch", "plain", "stream", "shuffled", "order"}, explained
 
 
+SECOND_THROUGH_A_LOOP = """
+fn f(x: f32, n: i64) -> f32 {
+    let h = x
+    let i = 0
+    while i < n {
+        h = tanh(h * 1.5 + 0.1)
+        i += 1
+    }
+    return h * h
+}
+fn df(x: f32, n: i64) -> f32 { return grad(f)(x, n) }
+fn main() { print(grad(f)(0.3, 4), grad(df)(0.3, 4)) }
+"""
+
+
+def test_what_stays_interpreted_in_a_second_derivative_through_a_loop_is_said_at_the_loop(
+    tmp_path: Path, capsys
+) -> None:
+    """A first derivative through a `while` (its states on a tape) compiles; differentiating it again makes a
+    tape of tapes, which compiled code does not keep: `--explain-backend` says so at the user's loop, not at
+    a generated call with no place in the source. Both backends print the same."""
+    interpreted, compiled = both_backends(tmp_path, SECOND_THROUGH_A_LOOP, capsys)
+    assert numbers(compiled) == pytest.approx(numbers(interpreted), rel=1e-5)  # tanh: a few ulp apart in f32
+    status, _, explained = run_cli(
+        tmp_path, SECOND_THROUGH_A_LOOP, "--backend", "llvm", "--explain-backend", capsys=capsys
+    )
+    path = tmp_path / "program.dl"
+    assert status == 0
+    assert re.search(rf"^{re.escape(str(path))}:2:4: `f_grad\w*`\(f32, i64\) compiled$", explained, re.MULTILINE)
+    reason = "a loop's tape holding tapes (a derivative through a loop, differentiated again)"
+    assert f"{path}:11:4: `df_grad`(f32, i64) interpreted: {reason} (at {path}:5:5)" in explained, explained
+    assert "<unknown>" not in explained
+
+
 WHOLES = """
 fn f(x: f32[6]) -> i64[6] { return int(x * 2.0) }
 fn g(x: f64[2, 2]) -> i64[2, 2] { return int(x) }

@@ -608,7 +608,8 @@ class ForwardSweep:
             if carried:
                 saved = self.fresh(f"{carried[0]}_tape" if len(carried) == 1 else "loop_tape")
                 state = tuple_of([name(c) for c in carried])
-                sweep.stmts.append(let(saved, call("tape", state)))
+                # at the loop's span: what cannot keep this state (compiled code, a tape of tapes) says where
+                sweep.stmts.append(let(saved, dataclasses.replace(call("tape", state), span=stmt.span)))
                 stmts = [assign(name(saved), call("push", name(saved), state)), *stmts]
                 if not any(isinstance(node, ast.While) for node in ast.walk(tuple(stmts))):
                     kept = self.keep_values(body_sweep, inner, sweep)
