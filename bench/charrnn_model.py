@@ -1,7 +1,8 @@
 """The char-RNN of bench/llvm_charrnn.py and bench/cuda_training.py: examples/charrnn.dl's model and training
 step as a DL module, its initial weights, its data, and PyTorch's loss of a chunk (on any device).
 
-Imported after bench/fair.py's `pin_threads` (it imports numpy)."""
+Imported after bench/fair.py's `pin_threads` (it imports numpy): the benches that use it pin every system to the
+same threads (`--threads`, default 1)."""
 
 from __future__ import annotations
 

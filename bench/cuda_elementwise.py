@@ -12,20 +12,28 @@ after a warm-up, min and median over the rounds:
 The goals: DL fused at 70% or more of the device copy's bandwidth, and 3x or more faster than PyTorch eager.
 Needs an NVIDIA GPU with cupy and PyTorch (CUDA); without them it says so and exits 0.
 
-Run: python bench/cuda_elementwise.py [--log2 28] [--rounds 20]
+Run: python bench/cuda_elementwise.py [--log2 28] [--rounds 20] [--threads 1]
+
+The host's threads are pinned equal for every system (bench/fair.py, `--threads`, default 1): the kernels run
+on the GPU, and each system's host side launches them from the same CPUs.
 """
 
 from __future__ import annotations
 
-import argparse
-import statistics
-import sys
+import fair  # first: it pins the host's threads before numpy and torch load
+
+THREADS = fair.pin_threads()
+
+import argparse  # noqa: E402
+import statistics  # noqa: E402
+import sys  # noqa: E402
 
 
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--log2", type=int, default=28, help="elements: 2**LOG2 (default 28: 1 GiB per array)")
     parser.add_argument("--rounds", type=int, default=20)
+    fair.threads_option(parser)
     options = parser.parse_args()
     try:
         import cupy

@@ -14,7 +14,9 @@ synchronised at both ends), min and median over `--epochs`. The goal (issue 17):
 CUDA-graphed step times the steps. Needs an NVIDIA GPU with cupy and PyTorch (CUDA); without them it says so and
 exits 0.
 
-Run: python bench/cuda_mlp.py [--epochs 10]
+The host's threads are pinned equal for every system (bench/fair.py through train_mlp, `--threads`, default 1).
+
+Run: python bench/cuda_mlp.py [--epochs 10] [--threads 1]
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ STEPS, BATCH, LR = 22, 64, 0.003
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--epochs", type=int, default=10)
+    parser.add_argument("--threads", type=int, default=1, help="the host's threads, pinned equal (bench/fair.py)")
     options = parser.parse_args()
     import train_mlp  # first: it pins the host's threads (bench/fair.py) before numpy and torch load
 

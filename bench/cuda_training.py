@@ -6,7 +6,7 @@ a CUDA graph, side by side in one run:
 - `wide`: an MLP 1024-4096-4096-10 (relu) at batch 4096, cross-entropy, Adam, all cuBLAS-bound; the goal: within
   1.1x of PyTorch eager.
 
-    python bench/cuda_training.py [--model charrnn|wide|both] [--steps 20] [--repeats 5] [--hidden 64]
+    python bench/cuda_training.py [--model charrnn|wide|both] [--steps 20] [--repeats 5] [--hidden 64] [--threads 1]
     python bench/cuda_training.py --cpu --quick    # the same systems on the CPU: a check of this script only
 
 Each system trains on one batch (the same weights, the same data) `--steps` steps per timed run. DL runs a DL
