@@ -471,11 +471,11 @@ class Specialiser(FunctionLowering):
                 self.make_homes(stmt)
                 self.for_range(name, bounds, body)
             case ast.For(pattern=ast.NamePattern(name=name), iterable=iterable, body=body):
-                self.for_each(name, iterable, body, stmt)
+                self.for_each([name], iterable, body, stmt)
             case ast.For(pattern=ast.TuplePattern(items=items), iterable=iterable, body=body) if all(
                 isinstance(item, ast.NamePattern) for item in items
             ):
-                self.for_each_in_step([item.name for item in items], iterable, body, stmt)
+                self.for_each([item.name for item in items], iterable, body, stmt)
             case ast.Return(value=value):
                 returned = self.evaluate(value) if value is not None else None
                 self.write_result(returned, stmt.span)
@@ -504,39 +504,26 @@ class Specialiser(FunctionLowering):
         self.make_homes(stmt)
         self.if_branches(condition.operand, stmt)
 
-    def for_each(self, name: str, iterable: ast.Expr, body: ast.Block, stmt: ast.For) -> None:
-        """`for x in xs` over a tensor's first axis: the tensor as it is when the loop starts (a copy if
-        the loop may change it), `x` each row in turn (a scalar for a vector)."""
-        sequence = self.evaluate(iterable)
-        if not isinstance(sequence, Tensor) or not sequence.shape:
-            raise Unsupported("`for` over something other than a tensor", stmt.span)
+    def for_each(self, names: list[str], iterable: ast.Expr, body: ast.Block, stmt: ast.For) -> None:
+        """`for x in xs` over a tensor's first axis, and `for (x, y) in (xs, ys)` over tensors of one leading size
+        walked in step (`batches`' result): the tensors as they are when the loop starts (a copy if the loop may
+        change them), each name a row of its tensor in turn (a scalar for a vector)."""
+        value = self.evaluate(iterable)
+        if isinstance(stmt.pattern, ast.NamePattern):
+            if not isinstance(value, Tensor) or not value.shape:
+                raise Unsupported("`for` over something other than a tensor", stmt.span)
+            sequences = (value,)
+        else:
+            fits = isinstance(value, tuple) and len(value) == len(names)
+            if not fits or not all(isinstance(t, Tensor) and t.shape for t in value):
+                raise Unsupported(
+                    "`for` of a tuple pattern over something other than tensors walked in step", stmt.span
+                )
+            if len({t.shape[0] for t in value}) != 1:
+                raise Unsupported("`for` over tensors of different lengths", stmt.span)  # the interpreter's error
+            sequences = value
         self.make_homes(stmt)
         # written once before the loop; copied if it is storage the loop may overwrite
-        sequence = self.copy(sequence) if reads(sequence.tree, self.homes) else self.materialise(sequence)
-        counter = self.new_variable(f"{name}.counter", "i64")
-        self.emit(ir.Store(counter, ZERO))
-
-        def bind(position: ir.Temp) -> None:
-            row = self.view_of(sequence, (ValueIndex(Value(position)),), stmt.span)
-            if row.shape:
-                self.scopes[-1][name] = row
-                return
-            element = self.temp(name, row.dtype)
-            self.emit(ir.Evaluate(element, row.tree))
-            self.let(ast.NamePattern(name), Value(element), stmt.span)
-
-        self.counted_loop(name, counter, lambda: ir.Const(sequence.shape[0], "i64"), body, bind)
-
-    def for_each_in_step(self, names: list[str], iterable: ast.Expr, body: ast.Block, stmt: ast.For) -> None:
-        """`for (x, y) in (xs, ys)` over tensors of one leading size (`batches`' result): each name a row of its
-        tensor in turn, the tensors as they are when the loop starts."""
-        sequences = self.evaluate(iterable)
-        fits = isinstance(sequences, tuple) and len(sequences) == len(names)
-        if not fits or not all(isinstance(t, Tensor) and t.shape for t in sequences):
-            raise Unsupported("`for` of a tuple pattern over something other than tensors walked in step", stmt.span)
-        if len({t.shape[0] for t in sequences}) != 1:
-            raise Unsupported("`for` over tensors of different lengths", stmt.span)  # the interpreter's error
-        self.make_homes(stmt)
         sequences = tuple(self.copy(t) if reads(t.tree, self.homes) else self.materialise(t) for t in sequences)
         counter = self.new_variable(f"{names[0]}.counter", "i64")
         self.emit(ir.Store(counter, ZERO))
