@@ -1177,14 +1177,39 @@ def test_random_imperative_functions_with_aliases_agree(source: str) -> None:
     assert_close(actual, expected, rtol=1e-9, atol=1e-9, where=source)
 
 
-def test_ctrl_c_stops_a_compiled_loop(tmp_path: Path) -> None:
-    """Ctrl-C reaches compiled loops (they poll a flag at each iteration): the run stops at once, as on
-    the interpreter, instead of the loop running on to its end (or the process crashing at exit)."""
+def interrupted_run(program: Path) -> tuple[list[str], int, str]:
+    """`dlrun --backend llvm PROGRAM` in a process of its own, sent Ctrl-C (SIGINT) half a second after it has
+    printed its second line, "started": its first two lines, its exit status and its stderr."""
     import os
     import signal
     import subprocess
     import time
 
+    dlrun = Path(sys.executable).parent / "dlrun"
+    environment = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    child = subprocess.Popen(
+        [str(dlrun), "--backend", "llvm", "--no-cache", str(program)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=environment,
+    )
+    try:
+        lines = [child.stdout.readline(), child.stdout.readline()]
+        if lines[1] == "started\n":
+            time.sleep(0.5)
+            child.send_signal(signal.SIGINT)
+        else:  # it did not get to its long loop: the test fails on `lines`, at once
+            child.kill()
+        _, err = child.communicate(timeout=30)
+    finally:
+        child.kill()
+    return lines, child.returncode, err
+
+
+def test_ctrl_c_stops_a_compiled_loop(tmp_path: Path) -> None:
+    """Ctrl-C reaches compiled loops (they poll a flag at each iteration): the run stops at once, as on
+    the interpreter, instead of the loop running on to its end (or the process crashing at exit)."""
     program = tmp_path / "long.dl"
     program.write_text(
         "fn spin(x: f32[64, 64], n: i64) -> f32[64, 64] {\n    let h = x\n"
@@ -1192,24 +1217,9 @@ def test_ctrl_c_stops_a_compiled_loop(tmp_path: Path) -> None:
         'fn main() {\n    print(sum(spin(ones(64, 64) * 0.01, 1)))\n    print("started")\n'
         "    print(sum(spin(ones(64, 64) * 0.01, 100000000)))\n}\n"
     )
-    dlrun = Path(sys.executable).parent / "dlrun"
-    environment = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    child = subprocess.Popen(
-        [str(dlrun), "--backend", "llvm", "--no-cache", str(program)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=environment,
-    )
-    try:
-        lines = [child.stdout.readline(), child.stdout.readline()]
-        assert lines[1] == "started\n", lines
-        time.sleep(0.5)
-        child.send_signal(signal.SIGINT)
-        _, err = child.communicate(timeout=30)
-    finally:
-        child.kill()
-    assert child.returncode == 130, err
+    lines, status, err = interrupted_run(program)
+    assert lines[1] == "started\n", lines
+    assert status == 130, err
     assert "interrupted" in err and "Traceback" not in err
 
 
@@ -1217,34 +1227,14 @@ def test_ctrl_c_while_the_host_draws_for_compiled_code_stops_quietly(tmp_path: P
     """A compiled loop that draws at every step (`permutation`: the host fills a buffer through a C callback,
     which Ctrl-C often lands in): the run stops with "interrupted" and status 130, and ctypes' report of an
     exception it could not pass out of the callback is not shown."""
-    import os
-    import signal
-    import subprocess
-    import time
-
     program = tmp_path / "draws.dl"
     program.write_text(
         "fn spin(n: i64) -> i64 {\n    let t = 0\n    for i in 0..n { t = t + sum(permutation(3, seed=i)) }\n"
         '    return t\n}\nfn main() {\n    print(spin(1))\n    print("started")\n    print(spin(100000000))\n}\n'
     )
-    dlrun = Path(sys.executable).parent / "dlrun"
-    environment = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    child = subprocess.Popen(
-        [str(dlrun), "--backend", "llvm", "--no-cache", str(program)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=environment,
-    )
-    try:
-        lines = [child.stdout.readline(), child.stdout.readline()]
-        assert lines == ["3\n", "started\n"], lines
-        time.sleep(0.5)
-        child.send_signal(signal.SIGINT)
-        _, err = child.communicate(timeout=30)
-    finally:
-        child.kill()
-    assert child.returncode == 130, err
+    lines, status, err = interrupted_run(program)
+    assert lines == ["3\n", "started\n"], lines
+    assert status == 130, err
     assert err == "dlrun: interrupted\n", err
 
 
