@@ -35,15 +35,10 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=20)
     fair.threads_option(parser)
     options = parser.parse_args()
-    try:
-        import cupy
-        import torch
-
-        if not torch.cuda.is_available() or cupy.cuda.runtime.getDeviceCount() == 0:
-            raise ImportError("no CUDA device")
-    except Exception as problem:  # no cupy, no torch, no GPU: this benchmark cannot run here
-        print(f"cuda_elementwise: skipped, no GPU to run on ({problem})")
+    gpu = fair.load_gpu("cuda_elementwise")
+    if gpu is None:
         return 0
+    cupy, torch = gpu
     systems = build(options.log2, cupy, torch)
     times = {name: [] for name in systems}
     for _ in range(options.rounds):

@@ -37,17 +37,13 @@ def main() -> int:
     parser.add_argument("--epochs", type=int, default=10)
     parser.add_argument("--threads", type=int, default=1, help="the host's threads, pinned equal (bench/fair.py)")
     options = parser.parse_args()
-    import train_mlp  # first: it pins the host's threads (bench/fair.py) before numpy and torch load
+    import fair
+    import train_mlp  # before cupy and torch: it pins the host's threads (fair.pin_threads) as numpy loads
 
-    try:
-        import cupy
-        import torch
-
-        if not torch.cuda.is_available() or cupy.cuda.runtime.getDeviceCount() == 0:
-            raise ImportError("no CUDA device")
-    except Exception as problem:  # no cupy, no torch, no GPU: this benchmark cannot run here
-        print(f"cuda_mlp: skipped, no GPU to run on ({problem})")
+    gpu = fair.load_gpu("cuda_mlp")
+    if gpu is None:
         return 0
+    cupy, torch = gpu
     systems = build(train_mlp, cupy, torch)
     losses = {}
     times = {name: [] for name in systems}

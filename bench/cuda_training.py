@@ -230,14 +230,10 @@ def main() -> int:
         options.steps, options.repeats = 2, 2
     torch = fair.load_torch(THREADS)
     if not options.cpu:
-        try:
-            import cupy
-
-            if torch is None or not torch.cuda.is_available() or cupy.cuda.runtime.getDeviceCount() == 0:
-                raise ImportError("no CUDA device for PyTorch")
-        except Exception as problem:  # no cupy, no torch, no GPU: this benchmark cannot run here
-            print(f"cuda_training: skipped, no GPU to run on ({problem})")
+        gpu = fair.load_gpu("cuda_training")
+        if gpu is None:
             return 0
+        cupy, torch = gpu
         print(f"{torch.cuda.get_device_name()}, cupy {cupy.__version__}, torch {torch.__version__}")
     models = ("charrnn", "wide") if options.model == "both" else (options.model,)
     for model in models:

@@ -117,6 +117,21 @@ def load_torch(threads: int) -> ModuleType | None:
     return torch
 
 
+def load_gpu(bench: str) -> tuple[ModuleType, ModuleType] | None:
+    """cupy and torch, on an NVIDIA GPU both can use; None, after printing `BENCH: skipped, ...` with why, where
+    there is none (a GPU bench then exits 0)."""
+    try:
+        import cupy
+        import torch
+
+        if not torch.cuda.is_available() or cupy.cuda.runtime.getDeviceCount() == 0:
+            raise ImportError("no CUDA device")
+    except Exception as problem:  # no cupy, no torch, no GPU: the bench cannot run here
+        print(f"{bench}: skipped, no GPU to run on ({problem})")
+        return None
+    return cupy, torch
+
+
 def load_jax() -> ModuleType | None:
     """jax on the CPU, or None (noted in SKIPS) if not installed."""
     try:
