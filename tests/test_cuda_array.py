@@ -11,7 +11,6 @@ derivative of tests/autodiff_cases.py must give on it what the interpreter gives
 from __future__ import annotations
 
 import ctypes
-import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -28,6 +27,7 @@ from dl.runtime.errors import RunError
 from dl.runtime.values import StructValue
 from emulated_device import EMULATED, DeviceArray
 from test_autodiff import flatten, leaves, program
+from test_llvm import assert_lines_close
 
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS = sorted((ROOT / "tests" / "programs").glob("*.dl")) + sorted((ROOT / "examples").glob("*.dl"))
@@ -89,24 +89,12 @@ def test_corpus_prints_what_the_interpreter_prints(path: Path, arrays, tmp_path:
     assert_same_output(out, golden(path).read_text(), path.name)
 
 
-TOKEN = re.compile(r"-?\d+(?:\.\d*)?(?:e[-+]?\d+)?|\S")
-
-
 def assert_same_output(found: str, expected: str, name: str) -> None:
     """The same words and punctuation; numbers within a relative 1e-5 (1e-4 for the training examples): numpy
     computes both here, but a device module may sum in another order, and the tolerance is the one docs/cuda.md
     states for the GPU."""
     rtol = 1e-4 if name in QUICK else 1e-5
-    lines, wanted_lines = found.splitlines(), expected.splitlines()
-    assert len(lines) == len(wanted_lines), found
-    for line, wanted in zip(lines, wanted_lines, strict=True):
-        tokens, want = TOKEN.findall(line), TOKEN.findall(wanted)
-        assert len(tokens) == len(want), (line, wanted)
-        for token, expected_token in zip(tokens, want, strict=True):
-            if re.fullmatch(r"-?\d.*", expected_token) and re.fullmatch(r"-?\d.*", token):
-                assert float(token) == pytest.approx(float(expected_token), rel=rtol, abs=1e-6), (line, wanted)
-            else:
-                assert token == expected_token, (line, wanted)
+    assert_lines_close(found.splitlines(), expected.splitlines(), rtol, found)
 
 
 # ---------------------------------------------------------------------- the derivative corpus
@@ -254,7 +242,9 @@ fn main() {
 """
 
 
-def test_fused_functions_run_as_one_kernel_each(arrays, tmp_path: Path, capsys) -> None:
+def fused_plan(tmp_path: Path, capsys) -> tuple[Path, list[str]]:
+    """`FUSED` run on the interpreter and on the cuda backend with `--explain-backend`: the same output (asserted
+    here); the program's path and the backend's plan."""
     path = tmp_path / "fused.dl"
     path.write_text(FUSED)
     assert dlrun([str(path)]) == 0
@@ -262,7 +252,11 @@ def test_fused_functions_run_as_one_kernel_each(arrays, tmp_path: Path, capsys) 
     assert dlrun(["--backend", "cuda", "--explain-backend", str(path)]) == 0
     found = capsys.readouterr()
     assert_same_output(found.out, expected, "fused.dl")
-    plan = found.err.splitlines()
+    return path, found.err.splitlines()
+
+
+def test_fused_functions_run_as_one_kernel_each(arrays, tmp_path: Path, capsys) -> None:
+    path, plan = fused_plan(tmp_path, capsys)
     assert plan[0] == f"tensors live in {arrays.name}'s arrays"
     assert f"{path}:2:4: `f` compiled: one fused GPU kernel" in plan
     assert f"{path}:5:4: `average` compiled: one fused GPU kernel reducing with `mean`" in plan

@@ -13,17 +13,16 @@ import numpy as np
 import pytest
 from autodiff_cases import CASES
 from dl import pipeline
-from dl.cli import main as dlrun
 from dl.codegen import cuda
 from dl.interp import device
 from test_autodiff import flatten
 from test_cuda_array import (
     CORPUS,
-    FUSED,
     assert_same_output,
     assert_same_values,
     copied,
     derivative_program,
+    fused_plan,
     golden,
     run_program,
 )
@@ -65,14 +64,8 @@ def test_derivatives_agree_with_the_interpreter(case) -> None:
 
 
 def test_fused_functions_run_as_ptx_kernels(tmp_path: Path, capsys) -> None:
-    path = tmp_path / "fused.dl"
-    path.write_text(FUSED)
-    assert dlrun([str(path)]) == 0
-    expected = capsys.readouterr().out
-    assert dlrun(["--backend", "cuda", "--explain-backend", str(path)]) == 0
-    found = capsys.readouterr()
-    assert_same_output(found.out, expected, "fused.dl")
-    assert f"{path}:2:4: `f` compiled: one fused GPU kernel" in found.err.splitlines()
+    path, plan = fused_plan(tmp_path, capsys)
+    assert f"{path}:2:4: `f` compiled: one fused GPU kernel" in plan
     assert list((tmp_path / "cache" / "cuda").glob("*.o")), "the PTX was not cached"
 
 

@@ -858,9 +858,14 @@ def assert_same_output(compiled: str, interpreted: str, name: str) -> None:
     (compiled f32 sums accumulate in f64, and products go through BLAS), loosened to 1e-2 for the
     training examples, whose optimisers amplify those last bits over their steps (their gradients
     agree to f32 rounding: tests/test_specialise.py)."""
-    lines, expected_lines = sampled_cut(compiled, name), sampled_cut(interpreted, name)
-    assert len(lines) == len(expected_lines), compiled
     rtol = 1e-2 if name in QUICK else 1e-5
+    assert_lines_close(sampled_cut(compiled, name), sampled_cut(interpreted, name), rtol, compiled)
+
+
+def assert_lines_close(lines: list[str], expected_lines: list[str], rtol: float, shown: str) -> None:
+    """As many lines, with the same words and punctuation; each number within `rtol` of the expected one (and
+    1e-6 absolute). `shown`: what a failure shows for a different count of lines."""
+    assert len(lines) == len(expected_lines), shown
     for line, expected in zip(lines, expected_lines, strict=True):
         tokens, wanted = TOKEN.findall(line), TOKEN.findall(expected)
         assert len(tokens) == len(wanted), (line, expected)
