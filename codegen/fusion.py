@@ -22,7 +22,6 @@ within a relative 1e-6 of numpy's (f64 sums use the lanes only: within 1e-12 at 
 from __future__ import annotations
 
 import ctypes.util
-from dataclasses import dataclass
 
 import llvmlite.binding as binding
 from dl.codegen.llvm import LIBMVEC as VECTOR_MATH
@@ -33,6 +32,7 @@ from dl.lang import ast
 from dl.lang.check import Typed
 from dl.lang.diagnostics import Span
 from dl.lang.primitives import PRIMITIVES, Prim
+from dl.lang.record import record
 from dl.lang.types import FunctionRef, PrimitiveRef, TensorType, strong
 from dl.runtime.errors import RunError, fail
 from llvmlite import ir as llvm_ir
@@ -42,29 +42,29 @@ TYPES = {"f32": llvm_ir.FloatType(), "f64": llvm_ir.DoubleType()}
 WHOLE_REDUCTIONS = frozenset({Prim.SUM, Prim.MEAN, Prim.MAX, Prim.MIN})  # over the whole tensor, returned
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class Param:
     name: str
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class Constant:
     value: float
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class Negated:
     operand: Tree
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class Arithmetic:
     op: str  # add sub mul div pow
     lhs: Tree
     rhs: Tree
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class Math:
     name: str  # the primitive's: exp, tanh, maximum, ...
     args: tuple[Tree, ...]
@@ -73,7 +73,7 @@ class Math:
 Tree = Param | Constant | Negated | Arithmetic | Math
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Kernel:
     """A fused function: `params` as (name, is_tensor) in order, one `dtype`, the `expression` tree, the
     span a shape mismatch is reported at; for a reduction kernel, its `reduction` ("sum", "mean",
@@ -203,7 +203,7 @@ def vector_target() -> tuple[binding.TargetMachine, str | None]:
     return target, "e" if features.get("avx512f") else "d"
 
 
-@dataclass
+@record
 class CompiledKernels:
     engine: binding.ExecutionEngine
     addresses: dict[str, int]

@@ -9,15 +9,14 @@ integer overflow) name a `Site`: the diagnostic the host raises when the compile
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from dl.lang.diagnostics import Span
+from dl.lang.record import record
 
 SCALAR_DTYPES = ("f64", "f32", "i64", "i32", "bool")
 FLOAT_DTYPES = frozenset({"f32", "f64"})
 INTEGER_DTYPES = frozenset({"i32", "i64"})
 
-node = dataclass(frozen=True, slots=True)
+node = record(frozen=True, slots=True)
 
 
 @node
@@ -502,25 +501,25 @@ def show(function: Function) -> str:
 # their dtype). Its result layout says which slot holds each part of what it returns.
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class TensorArgument:
     dtype: str | None  # None: a dtype compiled code does not take
     shape: tuple[int, ...]
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class ScalarArgument:
     dtype: str | None
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class StaticArgument:
     """An integer compiled in, as jit's static arguments (a shape depends on it)."""
 
     value: int
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class FunctionArgument:
     """A DL function without captured values, compiled in: the key of the function value, its name."""
 
@@ -528,19 +527,19 @@ class FunctionArgument:
     name: str
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class OtherArgument:
     """A value compiled code does not take (its Python class)."""
 
     class_name: str
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class TupleLayout:
     items: tuple
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class StructLayout:
     """A struct: its type (the key of the run-time struct type for an argument, the type itself for a
     result), its fields' layouts in order, and its name."""
@@ -550,12 +549,12 @@ class StructLayout:
     name: str
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class TextLayout:
     text: str
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class TensorResult:
     slot: int
     dtype: str
@@ -563,13 +562,13 @@ class TensorResult:
     buffer: Buffer
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class ScalarResult:
     slot: int
     dtype: str
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class UnitResult:
     pass
 

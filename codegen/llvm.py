@@ -11,12 +11,12 @@ overflowing the stack. Bools cross function boundaries as i8 (the C ABI of `_Boo
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 import llvmlite.binding as binding
 from dl.codegen import cache as compile_cache
 from dl.codegen import ir
+from dl.lang.record import record
 from dl.runtime.randomness import DTYPE_NUMBERS
 from llvmlite import ir as llvm_ir
 
@@ -41,7 +41,7 @@ LIBM = {
 }
 
 
-@dataclass(eq=False)  # compared by identity: the host keeps weak references to them
+@record(eq=False)  # compared by identity: the host keeps weak references to them
 class Native:
     """The JIT-compiled module: function addresses by symbol, the global site table, the status globals.
     `from_cache` says whether the object code was loaded from the compile cache (codegen/cache.py), in which

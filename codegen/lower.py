@@ -14,13 +14,14 @@ differently.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from dl.codegen import ir
 from dl.lang import ast
 from dl.lang.check import Typed
 from dl.lang.diagnostics import Span
 from dl.lang.primitives import FLOAT_MATH, PRIMITIVES, Prim
+from dl.lang.record import record
 from dl.lang.shapes import promote_dtypes
 from dl.lang.types import UNIT, FunctionRef, PrimitiveRef, TensorType
 
@@ -64,7 +65,7 @@ class Unsupported(Exception):
         return self.reason if self.span is None else f"{self.reason} (at {self.span})"
 
 
-@dataclass
+@record
 class Lowered:
     """The lowered functions by id of their `FnDecl`, and the refused ones with the reason."""
 
@@ -118,7 +119,7 @@ def scalar_dtype(t: object, what: str) -> str:
     raise Unsupported(f"{what} has type {t}, not a scalar f64, f32, i64, i32 or bool")
 
 
-@dataclass
+@record
 class Value:
     """A lowered expression: its operand, and for an unsuffixed literal the number it adapts from."""
 

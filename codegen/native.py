@@ -13,7 +13,7 @@ from __future__ import annotations
 import ctypes
 import weakref
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 import numpy as np
@@ -25,6 +25,7 @@ from dl.codegen.registry import specialise
 from dl.codegen.values import NUMPY_DTYPES, NeedsStatic
 from dl.lang.cache import cache_directory
 from dl.lang.check import Typed
+from dl.lang.record import record
 from dl.runtime.backend import NOT_COMPILED, CompiledBody, Step, StructTypes
 from dl.runtime.calls import RETURN, Function
 from dl.runtime.errors import STACK, RunError, fail, recursion_error
@@ -52,7 +53,7 @@ def shown_value(native, dtype: str) -> str:
     return format_value(FROM_C[dtype](kind.from_address(native.value_address).value))
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Replacing:
     """A body compiled whole: it replaces the fallback's."""
 
@@ -66,7 +67,7 @@ class Replacing:
         return frame[0] if self.step(frame) is RETURN else ()
 
 
-@dataclass
+@record
 class Compiled:
     """Native bodies for the fallback backend, and what was compiled or not, and why."""
 
@@ -347,7 +348,7 @@ class Structs:
         return found
 
 
-@dataclass
+@record
 class Specialisation:
     """One compiled layout: the native entry point, its slot array (arguments, results, workspace) and the
     cells scalars pass through."""

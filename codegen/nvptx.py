@@ -29,13 +29,13 @@ import ctypes
 import hashlib
 import os
 import re
-from dataclasses import dataclass
 from pathlib import Path
 
 import llvmlite.binding as binding
 from dl.codegen import cache as compile_cache
 from dl.codegen import fusion, ir
 from dl.codegen.llvm import INTEGER_MINIMUM, TYPES, FunctionEmitter, collect, constant, llvm_version, storage_type
+from dl.lang.record import record
 from llvmlite import ir as llvm_ir
 
 TRIPLE = "nvptx64-nvidia-cuda"
@@ -57,7 +57,7 @@ CALLED = re.compile(r"@(\"?)([\w.]+)\1\(")
 # ---------------------------------------------------------------------- what becomes a kernel
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class LoopKernel:
     """An `ir.Fill` or `ir.Reduce` of a specialised function as a kernel: `buffers` are its pointer parameters
     (the target first), `temps` the scalars its tree reads, in order."""
@@ -68,7 +68,7 @@ class LoopKernel:
     temps: tuple[ir.Temp, ...]
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class FusedKernel:
     """A fused elementwise function (codegen/fusion.py) with fusion's parameters: `n`, then `out` (the result,
     or for a reduction one partial result per thread), then a pointer per tensor and a value per scalar."""
@@ -445,7 +445,7 @@ def ptx_key(text: str, arch: str) -> str:
 # ---------------------------------------------------------------------- the host twin
 
 
-@dataclass
+@record
 class Twin:
     engine: binding.ExecutionEngine
     addresses: dict[str, int]

@@ -9,7 +9,6 @@ recursive call comes before any `return` by a probe, and gives them as one set c
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
 
 from dl.codegen import ir
 from dl.codegen.lower import Unsupported
@@ -18,6 +17,7 @@ from dl.codegen.values import ResultUnknown, Specialised
 from dl.lang import ast
 from dl.lang.check import Typed
 from dl.lang.diagnostics import Span
+from dl.lang.record import record
 
 MAX_SPECIALISATIONS = 32  # of the functions one compiled call needs (itself and what it calls for real)
 
@@ -28,7 +28,7 @@ def specialise(typed: Typed, decl: ast.FnDecl, path: str, layout: tuple, structs
     return registry.finished(registry.lower(decl, path, layout, decl.span))
 
 
-@dataclass
+@record
 class Entry:
     """One specialisation of a `Registry`: its symbol, its lowering, and the result once lowered."""
 

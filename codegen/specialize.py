@@ -28,7 +28,6 @@ raises `Unsupported`, and the function runs on the interpreter, as every other r
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -79,6 +78,7 @@ from dl.lang.calls import Binding, BindingError, bind_function
 from dl.lang.check import Typed
 from dl.lang.diagnostics import Span
 from dl.lang.primitives import BY_NAME
+from dl.lang.record import record
 from dl.lang.shapes import TREE_OPERATORS
 from dl.lang.types import UNIT, DimVar, FunctionRef, PrimitiveRef, TensorType, TupleType
 from dl.runtime.conform import conforms
@@ -94,7 +94,7 @@ INLINE_DEPTH = 48
 # ------------------------------------------------------------------ the lowering
 
 
-@dataclass
+@record
 class Returning:
     """Where the `return`s of an inlined function go: the label after the call, and the homes of the
     returned value (made at the first `return` inside control flow)."""

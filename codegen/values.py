@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass, field
+from dataclasses import field
 
 import numpy as np
 from dl.codegen import ir
@@ -20,6 +20,7 @@ from dl.codegen.lower import Unsupported, Value
 from dl.lang import ast
 from dl.lang.diagnostics import Span
 from dl.lang.primitives import Prim
+from dl.lang.record import record
 
 FLOATS = ("f32", "f64")
 NUMPY_DTYPES = {"f32": np.float32, "f64": np.float64, "i64": np.int64, "i32": np.int32, "bool": np.bool_}
@@ -36,7 +37,7 @@ def physical_memory() -> int:
 MEMORY_BYTES = physical_memory()
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Tensor:
     """A tensor of rank 1 or more: its dtype, constant shape and elementwise tree (codegen/ir.py)."""
 
@@ -57,7 +58,7 @@ class Tensor:
         return math.prod(self.shape)
 
 
-@dataclass
+@record
 class Struct:
     """A struct value: the interpreter's `StructType` when known (`kind`), else its declaration's (path,
     name); field values in declaration order."""
@@ -73,7 +74,7 @@ class Struct:
         return self.values[self.fields.index(name)]
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Closure:
     """A DL function value: a top-level declaration, or a lambda or local `fn` with the values it captured."""
 
@@ -91,7 +92,7 @@ class NeedsStatic(Unsupported):
         self.position = position
 
 
-@dataclass(eq=False)
+@record(eq=False)
 class TapeValue:
     """A tape (`tape`, `push`, `pop`): storage that grows as the loop it records runs. `template` is the
     structure of an entry (its leaves numbered), `leaves` each leaf's (byte offset, dtype, shape; () for a
@@ -104,26 +105,26 @@ class TapeValue:
     live: bool = True
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class ValueIndex:
     """An index already evaluated (so that indexing evaluates it once)."""
 
     value: object
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Primitive:
     """A built-in as a value."""
 
     prim: Prim
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Text:
     value: str
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class DType:
     name: str
 
@@ -313,7 +314,7 @@ def reduction_shape(shape: tuple[int, ...], axes: tuple[int, ...], keepdims: boo
 # ------------------------------------------------------------------ what a lowering for one layout gives
 
 
-@dataclass
+@record
 class Specialised:
     """A function lowered for one layout: the IR, the number of argument slots, the result layout (a tree
     of codegen/ir.py's result records), and the workspace's size in bytes."""

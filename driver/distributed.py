@@ -31,10 +31,10 @@ import signal
 import sys
 import threading
 import time
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from dl.lang.record import record
 from dl.runtime.world import World
 
 SUPERVISOR = "DL_SUPERVISOR"  # in a worker's environment: its supervisor's pid
@@ -116,7 +116,7 @@ def say(message: str) -> None:
     print(f"dlrun: {message}", file=sys.stderr, flush=True)
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class Peer:
     rank: int
     host: str

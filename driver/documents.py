@@ -20,7 +20,7 @@ import logging
 import threading
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import field
 from functools import partial
 from typing import Any
 
@@ -29,6 +29,7 @@ from dl.lang.diagnostics import Span
 from dl.lang.incremental import Analysis, analyse
 from dl.lang.modules import Program
 from dl.lang.nesting import with_room
+from dl.lang.record import record
 from pygls.uris import to_fs_path
 
 log = logging.getLogger("dl.lsp")
@@ -37,7 +38,7 @@ CHUNK = 4096  # characters compared at a time when looking for where two texts d
 HISTORY_KEPT = 64  # texts of a document kept since its last analysis, at most
 
 
-@dataclass(frozen=True, eq=False)
+@record(frozen=True, eq=False)
 class Snapshot:
     """One finished analysis of a document: the version analysed, the analysis, and where the analysis
     failed (an internal error), if it did. `derived` keeps what requests compute from it once."""

@@ -11,17 +11,17 @@ would change; a path that does not exist is a usage error (2), found before anyt
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 from dl.lang.diagnostics import DiagnosticError, SourceMap, render_all
 from dl.lang.files import write_atomically
 from dl.lang.format import format_source
 from dl.lang.modules import read_source
+from dl.lang.record import record
 from dl.runtime.errors import UsageError
 
 
-@dataclass
+@record
 class Tally:
     changed: int = 0
     unchanged: int = 0

@@ -30,7 +30,6 @@ import functools
 import logging
 import re
 from collections.abc import Awaitable, Callable, Iterator, Mapping
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from cattrs.v import format_exception, transform_error
@@ -44,6 +43,7 @@ from dl.lang.lexer import code_characters
 from dl.lang.nesting import with_room
 from dl.lang.parse import parse_table
 from dl.lang.primitives import BY_NAME, PRIMITIVES
+from dl.lang.record import record
 from dl.lang.types import FunctionRef, ModuleType, PrimitiveRef, StructType, TupleType, Type
 from lsprotocol import types
 from pygls.exceptions import JsonRpcException, JsonRpcInternalError, JsonRpcInvalidRequest
@@ -78,7 +78,7 @@ def source_lines(source: str) -> list[str]:
     return lines
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class ModuleIndex:
     """A module's top-level declarations by line and by name, so that a request about one position looks at
     the declaration there, not at every declaration of a large file."""

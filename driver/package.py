@@ -24,7 +24,6 @@ import hashlib
 import json
 import zipfile
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +40,7 @@ from dl.lang.files import open_regular, replacing
 from dl.lang.flatten import flatten
 from dl.lang.modules import Program, load_program
 from dl.lang.printer import print_module
+from dl.lang.record import record
 from dl.lang.types import StructType, TensorType, TupleType, Type
 from dl.runtime.backend import Prepared
 from dl.runtime.conform import conforms
@@ -56,7 +56,7 @@ MEMBERS = (MANIFEST, SOURCE, WEIGHTS)
 MEMBER_LIMITS = {MANIFEST: 1 << 20, SOURCE: 64 << 20, WEIGHTS: 16 << 30}
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Weights:
     """The parameter the weights are bound to, and where its tensors are in the checkpoint."""
 
@@ -69,7 +69,7 @@ class Weights:
 # ---------------------------------------------------------------------- export
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Built:
     """A package before it is written: its checked source, the function's name there, and its weights;
     `module` is that source as the flattening made it, whose nodes keep the spans of the user's files."""

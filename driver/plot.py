@@ -14,10 +14,10 @@ from __future__ import annotations
 import json
 import math
 import os
-from dataclasses import dataclass
 from pathlib import Path
 
 from dl.lang.files import read_text, replacing
+from dl.lang.record import record
 
 RECORD = "run.json"
 METRICS = "metrics.jsonl"
@@ -27,7 +27,7 @@ class PlotError(Exception):
     """A problem with the metrics file or the output (a message for the user)."""
 
 
-@dataclass
+@record
 class Run:
     """One line per metric: a run's name and its series, name -> (steps, values)."""
 

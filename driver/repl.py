@@ -33,7 +33,6 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 from typing import Any, TextIO
@@ -46,6 +45,7 @@ from dl.lang.modules import Program, load_imports
 from dl.lang.nesting import with_room
 from dl.lang.parse import parse_repl, parse_table
 from dl.lang.primitives import BY_NAME
+from dl.lang.record import record
 from dl.lang.types import FunctionRef, ModuleType, StructType, TupleType, Type
 from dl.runtime.backend import Options
 from dl.runtime.metrics import Metrics
@@ -80,7 +80,7 @@ class Outcome(Enum):
     QUIT = "quit"
 
 
-@dataclass
+@record
 class Entry:
     """One entry turned into a program: what it declares, binds and shows."""
 

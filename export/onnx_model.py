@@ -24,7 +24,7 @@ from __future__ import annotations
 import functools
 import itertools
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 import numpy as np
@@ -35,6 +35,7 @@ from dl.lang.calls import BindingError, arranged, bind, bind_function
 from dl.lang.check import Signature
 from dl.lang.diagnostics import DiagnosticError, Span, error
 from dl.lang.primitives import BY_NAME, PRIMITIVES, Prim
+from dl.lang.record import record
 from dl.lang.shapes import Argument, ShapeError, broadcast_dims, promote_dtypes
 from dl.lang.types import ANY, UNKNOWN, DimVar, DTypeType, StrType, StructType, TensorType, TupleType, Type
 from onnx import TensorProto, helper, numpy_helper
@@ -63,7 +64,7 @@ class Refused(Exception):
 # ---------------------------------------------------------------------- values during lowering
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Tensor:
     """A graph value: its name and its type (dims where known: ints, dimension names, or unknown)."""
 
@@ -79,7 +80,7 @@ class Tensor:
         return self.type.rank
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Number:
     """A scalar known at export time; `weak` for an unsuffixed literal (it adapts as the interpreter's do)."""
 
@@ -92,13 +93,13 @@ class Number:
         return TensorType(self.dtype, (), self.weak, self.value if self.dtype == "i64" else None)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Struct:
     type: StructType
     fields: dict[str, Any]
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Closure:
     """A DL function as a value: a declaration or lambda, and the variables it captured."""
 
@@ -106,17 +107,17 @@ class Closure:
     captured: dict[str, Any] = field(default_factory=dict)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Primitive:
     prim: Prim
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Text:
     value: str
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class DType:
     name: str
 
@@ -213,12 +214,12 @@ class Graph:
 # ---------------------------------------------------------------------- outcomes of a block
 
 
-@dataclass
+@record
 class Returned:
     value: Any
 
 
-@dataclass
+@record
 class Ended:
     """A block that ran to its end (or to `break`/`continue`): the variables, and whether its loop goes on."""
 
@@ -226,7 +227,7 @@ class Ended:
     going: Any = True  # a Python bool, a Number or a bool Tensor
 
 
-@dataclass
+@record
 class Context:
     """The function being lowered: its module's declarations, the calls being inlined (for recursion)."""
 
@@ -900,7 +901,7 @@ def argument(value: Any) -> Argument:
 # ---------------------------------------------------------------------- the primitives
 
 
-@dataclass
+@record
 class Call:
     """One primitive call being lowered: its arguments in parameter order (defaults filled in), and the
     result type the checker's rule gives (`given`: the arguments with defaults left out, as the rule takes

@@ -17,7 +17,6 @@ call beyond numpy's.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -36,6 +35,7 @@ from dl.interp.primitives import (
 from dl.lang.calls import BindingError, arranged, bind
 from dl.lang.diagnostics import UNKNOWN_SPAN, Span
 from dl.lang.primitives import PRIMITIVES, Prim
+from dl.lang.record import record
 from dl.runtime.errors import AssertionFailure, PrimitiveError, RunError, fail, failure_message
 from dl.runtime.metrics import MetricsError
 from dl.runtime.values import DEVICE_ARRAYS
@@ -57,7 +57,7 @@ FAILURES = (
 )
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class Argument:
     """One argument of a primitive call site: a step computing it, or a constant.
 
@@ -81,7 +81,7 @@ def not_device(value: Any) -> bool:
     return value.__class__ not in DEVICE_ARRAYS
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Table:
     """What a program's primitive calls run: `IMPLEMENTATIONS` by `Prim`, with the variants for literal operands
     (`LITERAL_ADAPTING`) and for calls with default keywords (`SPECIALISED`). The interpreter's own is `NUMPY`;

@@ -23,13 +23,12 @@ import gzip
 import io
 import math
 import time
-from importlib import resources
 from typing import Any
 
 import numpy as np
 from dl.interp import checkpoints, npz
 from dl.lang import einsum as einsum_spec
-from dl.lang.files import open_regular, read_text
+from dl.lang.files import open_regular, read_text, shipped
 from dl.lang.primitives import PRIMITIVES, Prim, Support
 from dl.runtime.errors import AssertionFailure, PrimitiveError
 from dl.runtime.metrics import log_value, progress_line
@@ -1025,8 +1024,7 @@ DIGITS_SCALE = np.float32(16)  # the digits' pixels count 0..16 "on" pixels; `di
 @functools.cache
 def digits_arrays() -> tuple[np.ndarray, np.ndarray]:
     """The digits dataset shipped in the package (stdlib/data/digits.npz), read once per process."""
-    source = resources.files("dl.stdlib").joinpath("data/digits.npz")
-    with source.open("rb") as file, np.load(file, allow_pickle=False) as archive:
+    with np.load(shipped("dl.stdlib", "data/digits.npz"), allow_pickle=False) as archive:
         images, labels = archive["images"], archive["labels"]
     return (images / DIGITS_SCALE).astype(np.float32), labels.astype(np.int64)
 
@@ -1186,7 +1184,7 @@ def converted(array: np.ndarray, kind: np.dtype, what: str) -> np.ndarray:
 def corpus_bytes() -> bytes:
     """The text behind `text_corpus` (stdlib/data/corpus.txt.gz: Python 3.11's help topics, a frozen copy, so that
     every machine and every Python reads the same bytes), read once per process."""
-    return gzip.decompress(resources.files("dl.stdlib").joinpath("data/corpus.txt.gz").read_bytes())
+    return gzip.decompress(shipped("dl.stdlib", "data/corpus.txt.gz").read_bytes())
 
 
 def text_corpus(length: Any) -> np.ndarray:

@@ -10,16 +10,17 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from dl.lang.diagnostics import UNKNOWN_SPAN, Span
+from dl.lang.record import record
 
 
 def _span() -> Span:
     return field(default=UNKNOWN_SPAN, compare=False, repr=False)
 
 
-node = dataclass(frozen=True, slots=True)
+node = record(frozen=True, slots=True)
 
 # ------------------------------------------------------------------ types
 

@@ -11,17 +11,17 @@ the checker cannot see (a call through a function value, code they generate them
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import TypeVar
 
 from dl.lang import ast
 from dl.lang.diagnostics import Diagnostic, closest, error
 from dl.lang.primitives import Primitive, Signature
+from dl.lang.record import record
 
 V = TypeVar("V")
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class Binding:
     """Where each parameter's value comes from: an index into the call's
     positional arguments, a keyword name, or the default."""

@@ -17,7 +17,7 @@ checker keeps going after an error by giving the bad expression the type
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from types import MappingProxyType
 
 from dl.lang import ast
@@ -27,6 +27,7 @@ from dl.lang.literals import out_of_range
 from dl.lang.modules import Program
 from dl.lang.primitives import BY_NAME, PRIMITIVES, TRANSFORMS, Primitive
 from dl.lang.printer import print_expr
+from dl.lang.record import record
 from dl.lang.shapes import (
     Argument,
     ShapeError,
@@ -98,7 +99,7 @@ PYTHON_SPELLINGS = {"range": range_spelling}
 MAX_INSTANCES = 16  # per function: beyond this, unannotated parameters are checked as unknown
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Signature:
     """A checked function: parameter names and types, and the result type."""
 
@@ -111,7 +112,7 @@ class Signature:
         return f"fn {self.name}({shown}) -> {self.result}"
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class RuntimeCheck:
     """An annotation the checker could not prove (a `_` or data-dependent size met it): the backend checks
     the value against `type` when it runs, and a failure points at the annotation's `span`."""
@@ -120,7 +121,7 @@ class RuntimeCheck:
     span: Span
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class CallCheck:
     """A function some call could not be proven to fit: every call checks its annotated parameters
     (`None` where unannotated) and its result at run time, binding dimension names consistently."""
@@ -129,7 +130,7 @@ class CallCheck:
     result: RuntimeCheck | None
 
 
-@dataclass
+@record
 class Tables:
     """What the checker learns as it goes; `Typed` is these, frozen, when it is done."""
 
@@ -161,7 +162,7 @@ class Tables:
 NOTHING: Mapping = MappingProxyType({})  # an empty table
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Typed:
     """What the checker knows, immutable: expression types by node (`type_of`), function signatures,
     diagnostics, how each call binds, and the annotations left to check at run time (keyed by the id of
@@ -212,7 +213,7 @@ class Typed:
         return [d for d in self.diagnostics if d.is_error]
 
 
-@dataclass
+@record
 class ModuleInfo:
     path: str
     functions: dict[str, ast.FnDecl] = field(default_factory=dict)
@@ -226,7 +227,7 @@ class ModuleInfo:
     const_suggestions: dict[str, str | None] = field(default_factory=dict)
 
 
-@dataclass
+@record
 class FunctionInfo:
     """A declaration or lambda that calls check: where it lives and what it captured."""
 
@@ -274,7 +275,7 @@ class Scope:
         return merged
 
 
-@dataclass
+@record
 class StructSizes:
     """The sizes a struct being declared is generic over: those it declares, or (not `declared`) the names its
     fields use, gathered as they are met."""
@@ -285,7 +286,7 @@ class StructSizes:
     undeclared: set[str] = field(default_factory=set)  # names reported as not declared (once each)
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class DimValue:
     """A dimension name of a function's signature as a value in its body: an `i64` that the checker knows is
     that size; at run time it is read from the parameter `source` names (the function `owner`'s)."""
@@ -295,7 +296,7 @@ class DimValue:
     source: DimSource
 
 
-@dataclass
+@record
 class Context:
     """The function being checked."""
 
@@ -313,14 +314,14 @@ class Context:
     dims: Mapping[str, DimValue] = field(default_factory=dict)  # the dimension names usable as values
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class Conflict:
     """Uses of a literal's binding that ask for different dtypes: (dtype, where) of the first of each."""
 
     uses: tuple[tuple[str, Span], ...]
 
 
-@dataclass
+@record
 class LiteralBindings:
     """The names a function body binds to unsuffixed literals (`let s = 0.0`), with the literal's own dtype,
     and the float dtypes their uses ask for, found by checking the body with those names kept weak (as JAX
@@ -359,7 +360,7 @@ class LiteralBindings:
         return found
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class Mark:
     """Where the checker's memo tables stood before a trial check, to forget what it learnt (`rollback`)."""
 

@@ -10,9 +10,11 @@ them; `render` produces the brief's text format.
 from __future__ import annotations
 
 import difflib
-from dataclasses import dataclass, field
+from dataclasses import field
 from enum import Enum
 from typing import NamedTuple
+
+from dl.lang.record import record
 
 
 class Span(NamedTuple):
@@ -43,13 +45,13 @@ class Severity(Enum):
     WARNING = "warning"
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class Label:
     span: Span
     text: str
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class Diagnostic:
     code: str
     message: str
@@ -90,7 +92,7 @@ class DiagnosticError(Exception):
         super().__init__(self.diagnostics[0].message if self.diagnostics else "diagnostics")
 
 
-@dataclass
+@record
 class SourceMap:
     """Source text by path, so the renderer can show the offending lines."""
 

@@ -12,15 +12,16 @@ through `parse`, so they agree on what a spec means.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from functools import cache
+
+from dl.lang.record import record
 
 
 class SpecError(Exception):
     """Why a spec is not one DL takes (a message in the user's terms)."""
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class Spec:
     inputs: tuple[str, ...]  # each operand's letters, one per axis
     output: str  # the result's letters, in order

@@ -17,17 +17,17 @@ the primitives; `alias.member` names a declaration of an imported module.
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
 from pathlib import Path
 
 from dl.lang import ast
 from dl.lang.modules import Program
 from dl.lang.primitives import BY_NAME, TRANSFORMS
+from dl.lang.record import record
 
 Reference = tuple[str, str]  # (module path, declaration name)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Flattened:
     module: ast.Module
     names: dict[str, str]  # entry-module declaration -> its name in `module` (for those kept)

@@ -17,7 +17,6 @@ syntax error is not formatted: `DiagnosticError` carries the syntax errors.
 from __future__ import annotations
 
 from bisect import bisect_right
-from dataclasses import dataclass
 
 from dl.lang import ast
 from dl.lang.diagnostics import Span
@@ -35,12 +34,13 @@ from dl.lang.printer import (
     print_type,
     struct_header,
 )
+from dl.lang.record import record
 
 MAX_LINE = 100  # a struct or one-statement function written on one line stays so if it fits in this
 TRAILING = "\0"  # marks where a trailing comment starts, until `align_trailing_comments` places it
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class Comment:
     line: int
     text: str  # from `#` to the end of the line, trailing blanks removed

@@ -31,7 +31,7 @@ import bisect
 import dataclasses
 import re
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import field
 from types import MappingProxyType
 from typing import Any
 
@@ -41,6 +41,7 @@ from dl.lang.check import CallCheck, RuntimeCheck, Signature, Typed, check
 from dl.lang.diagnostics import Diagnostic, DiagnosticError, Span
 from dl.lang.modules import Program, load_imports
 from dl.lang.parse import DECLARED_NAME, parse, parse_piece, pieces, shifted
+from dl.lang.record import record
 from dl.lang.types import FunctionRef, GradientRef, TapeType, TupleType, Type
 
 IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -49,7 +50,7 @@ FN = re.compile(r"\bfn\b")
 COMMENT_OR_STRING = re.compile(r'"(?:[^"\\\n]|\\.)*"|#[^\n]*')  # names in comments refer to nothing
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class Piece:
     """A run of lines of the file that starts where a declaration starts, parsed on its own."""
 
@@ -62,7 +63,7 @@ class Piece:
     functions: int  # how many times `fn` occurs in its code: more than once, it holds a lambda or a local `fn`
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class Reusable:
     """A function's check that can stand in for checking its body again: what it depended on (see
     `dependencies`), and the signature it found."""
@@ -71,7 +72,7 @@ class Reusable:
     signature: Signature
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class Analysis:
     """One analysis of a document: the checked result, and what the next analysis may reuse."""
 
@@ -164,7 +165,7 @@ def whole(source: str, path: str, found: list[Piece]) -> list[Piece]:
     return [piece_of(source, 0, decls, None)]
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class Move:
     """A declaration moved to other lines: the one it was, how many lines down, and each old node's new
     node (by id of the old)."""
@@ -478,7 +479,7 @@ class Reuse:
         return found
 
 
-@dataclass(slots=True)
+@record(slots=True)
 class NodeTables:
     """The tables of a `Typed` that are keyed by node id."""
 

@@ -7,17 +7,17 @@ import cycle or a missing module is a diagnostic at the `import` line.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from importlib import resources
+from dataclasses import field
 from pathlib import Path
 
 from dl.lang import ast
 from dl.lang.diagnostics import Diagnostic, DiagnosticError, SourceMap, Span, error
-from dl.lang.files import MAX_SOURCE_BYTES, read_text
+from dl.lang.files import MAX_SOURCE_BYTES, read_text, shipped
 from dl.lang.parse import Recovered, parse, recover
+from dl.lang.record import record
 
 
-@dataclass
+@record
 class Program:
     """The entry module and every module it imports, by resolved path."""
 
@@ -50,8 +50,8 @@ class Program:
 
 
 def stdlib_path(name: str) -> Path | None:
-    candidate = resources.files("dl.stdlib").joinpath(f"{name}.dl")
-    return Path(str(candidate)) if candidate.is_file() else None
+    candidate = shipped("dl.stdlib", f"{name}.dl")
+    return candidate if candidate.is_file() else None
 
 
 def resolve(name: str, importer: str) -> Path | None:
@@ -105,7 +105,7 @@ def load_program(
     return program
 
 
-@dataclass
+@record
 class Loading:
     """A module whose imports are being loaded: the next of them, and the problems found so far."""
 

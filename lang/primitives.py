@@ -15,10 +15,10 @@ Adding a primitive means adding one member, one record here, and one entry per b
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from enum import Enum
 
 from dl.lang import shapes
+from dl.lang.record import record
 from dl.lang.shapes import Rule
 
 
@@ -123,7 +123,7 @@ class Prim(Enum):
     ALLREDUCE_MEAN = "allreduce_mean"
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class Signature:
     """How a call binds: required positionals, optional positionals with defaults,
     an optional variadic tail (name, fewest, most), and keyword-only parameters.
@@ -143,7 +143,7 @@ class Signature:
         return tuple(name for name, _ in self.keywords)
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class Templates:
     """A derivative written in DL: for each parameter with a gradient, its adjoint contribution as an
     expression over `d` (the adjoint of the result), `r` (the result), the call's arguments by parameter
@@ -157,14 +157,14 @@ class Templates:
     fitted: bool = False  # operands broadcast: each contribution is summed down to its operand's shape
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class Computed:
     """A derivative the transform (lang/autodiff/) writes in code, because no template can say it."""
 
     reason: str
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class NoDerivative:
     """Not differentiable: why (the gradient through it is zero, or its inputs carry none)."""
 
@@ -174,7 +174,7 @@ class NoDerivative:
 Derivative = Templates | Computed | NoDerivative
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class Primitive:
     """Everything DL knows about one built-in, in one place."""
 
@@ -901,7 +901,7 @@ NON_DIFFERENTIABLE = frozenset(p for p, r in PRIMITIVES.items() if isinstance(r.
 DIFFERENTIABLE = frozenset(Prim) - NON_DIFFERENTIABLE
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Support:
     """What one backend does with the primitives: those it implements, and those it refuses, each with why (a
     program using one runs elsewhere, or is reported). Each backend module declares one as `SUPPORT`."""

@@ -10,12 +10,13 @@ the user's terms; the checker turns it into a diagnostic at the call.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import field
 from functools import reduce
 from math import prod
 
 from dl.lang import einsum
 from dl.lang.diagnostics import Span
+from dl.lang.record import record
 from dl.lang.types import (
     ANY,
     BOOL,
@@ -56,7 +57,7 @@ class ShapeError(Exception):
         self.at = at
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class Argument:
     """One argument as a rule sees it: its type and, when known statically, its integer value."""
 

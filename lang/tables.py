@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-from importlib import resources
 from pathlib import Path
 from typing import NamedTuple
 
 from dl.lang.cache import read_entry, write_entry
+from dl.lang.files import shipped
 from dl.lang.lexer import Terminal
 
 MAGIC = b"DL parse table 1\n"
@@ -76,7 +76,7 @@ class Tables(NamedTuple):
 
 
 def grammar_text() -> str:
-    return resources.files("dl.grammar").joinpath("dl.lark").read_text()
+    return shipped("dl.grammar", "dl.lark").read_text()
 
 
 def cache_key(grammar: str) -> str:

@@ -11,9 +11,11 @@ takes the dtype of what it meets. Types are immutable values.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from itertools import count
 from typing import TYPE_CHECKING
+
+from dl.lang.record import record
 
 if TYPE_CHECKING:
     from dl.lang.primitives import Prim
@@ -23,7 +25,7 @@ FLOATS = frozenset({"f32", "f64"})
 INTEGERS = frozenset({"i32", "i64"})
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class DimVar:
     """A named dimension: rigid inside its function, instantiated per call."""
 
@@ -34,7 +36,7 @@ class DimVar:
         return self.name
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class DimExpr:
     """A size computed from dimension names: `C * 16`, `N + 1`. A polynomial with integer coefficients in one
     normal form (terms in order, none zero, at least one name in it), so that equal sizes are equal values:
@@ -57,7 +59,7 @@ class DimExpr:
         return shown
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class Unknown:
     """A dimension only known at run time."""
 
@@ -161,7 +163,7 @@ def fresh_instance() -> int:
     return next(_instances)
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class TensorType:
     dtype: str
     dims: tuple[Dim, ...] = ()
@@ -178,7 +180,7 @@ class TensorType:
         return f"{self.dtype}[{', '.join(str(d) for d in self.dims)}]"
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class TupleType:
     items: tuple[Type, ...]
 
@@ -187,7 +189,7 @@ class TupleType:
         return f"({inner},)" if len(self.items) == 1 else f"({inner})"
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class TapeType:
     """A last-in first-out stack of values of one type: what derivative code saves loop state on."""
 
@@ -197,7 +199,7 @@ class TapeType:
         return f"tape({self.item})"
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class StructType:
     """Nominal: two structs are the same type when they are the same declaration, of the same sizes.
 
@@ -259,7 +261,7 @@ def substitute_dims_of(dim: Dim, sizes: Mapping[str, Dim]) -> Dim:
     return evaluate_dim(dim, sizes) if isinstance(dim, DimExpr) else dim
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class FunctionType:
     """A function known only by its signature (from an annotation)."""
 
@@ -270,7 +272,7 @@ class FunctionType:
         return f"fn({', '.join(str(p) for p in self.params)}) -> {self.result}"
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class FunctionRef:
     """A particular function value: a declaration (or lambda) checked at each call with the argument types.
 
@@ -284,7 +286,7 @@ class FunctionRef:
         return self.name if self.name.startswith("fn(") else f"fn {self.name}"
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class PrimitiveRef:
     """A built-in function as a value: its `Prim` (lang/primitives.py)."""
 
@@ -298,7 +300,7 @@ class PrimitiveRef:
         return f"fn {self.name}"
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class TransformRef:
     """`grad` or `value_and_grad` as a value, before it is given a function."""
 
@@ -308,7 +310,7 @@ class TransformRef:
         return f"fn {self.name}"
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class GradientRef:
     """`grad(f, wrt=...)` or `value_and_grad(f, ...)`: a function whose type follows from `f`'s at each call.
     `wrt` is one argument position or a tuple of them (the gradient is then a tuple)."""
@@ -323,13 +325,13 @@ class GradientRef:
         return f"{name}({self.function})"
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class StrType:
     def __str__(self) -> str:
         return "str"
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class DTypeType:
     """The type of a dtype name used as a value, as in `dtype=f64`."""
 
@@ -339,7 +341,7 @@ class DTypeType:
         return "dtype"
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class ModuleType:
     path: str
 
@@ -347,7 +349,7 @@ class ModuleType:
         return "module"
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class AnyType:
     """Stands in after an error (so one mistake is reported once) and for values only known at run time."""
 
@@ -379,7 +381,7 @@ Type = (
 )
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class DimSource:
     """Where a dimension name of a signature is first found: the parameter (by position), the way into it
     (a tuple item's index, a struct field's name), and the axis; with, where that axis's size is not the

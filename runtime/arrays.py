@@ -13,10 +13,10 @@ the host.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from dl.lang.record import record
 from dl.runtime.values import DEVICE_ARRAYS, StructValue
 from numpy.lib.stride_tricks import sliding_window_view
 
@@ -25,7 +25,7 @@ def same(value: Any) -> Any:
     return value
 
 
-@dataclass(frozen=True, eq=False)
+@record(frozen=True, eq=False)
 class ArrayModule:
     """An array library and its crossings. `xp` is the module (`numpy`, `cupy`), `tensor` its array class;
     `upload` copies a numpy array into it and `download` copies one of its arrays back (waiting for the device).

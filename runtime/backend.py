@@ -14,11 +14,12 @@ each its own body to fall back on for what it cannot run.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any, Protocol
 
 from dl.lang.check import Typed
 from dl.lang.primitives import Support
+from dl.lang.record import record
 from dl.runtime.arrays import NUMPY, ArrayModule
 
 # A function body in the calling convention of dl.runtime.calls: `step(frame) -> signal`.
@@ -46,7 +47,7 @@ class CompiledBody(Protocol):
         ...
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Options:
     """What a caller may ask of a backend; each backend reads what applies to it."""
 

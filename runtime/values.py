@@ -10,10 +10,10 @@ tuples, structs are `StructValue`s. Values are never mutated in place where a pr
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from dl.lang.record import record
 
 DTYPES: dict[str, np.dtype] = {
     "f32": np.dtype(np.float32),
@@ -60,7 +60,7 @@ class StructValue:
         return StructValue(self.type, tuple(values))
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class ModuleValue:
     """An imported module: its name and its global cells by name."""
 

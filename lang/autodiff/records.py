@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from dl.lang import ast
+from dl.lang.record import record
 
 
-@dataclass
+@record
 class Part:
     """An adjoint contribution to one region (`indices`) or field of a variable, added in place."""
 
@@ -21,7 +22,7 @@ class Part:
     value: ast.Expr
 
 
-@dataclass
+@record
 class Op:
     """`let result = rhs`, where rhs is one operation on atoms: what the backward sweep differentiates."""
 
@@ -31,7 +32,7 @@ class Op:
     split: tuple[ast.Expr, str] | None = None  # a split call: its `_bwd` function, the name of `_fwd`'s pair
 
 
-@dataclass
+@record
 class Store:
     """`let new = old; new[indices] = value` (or `new.field = value`): a functional update."""
 
@@ -41,7 +42,7 @@ class Store:
     value: ast.Expr
 
 
-@dataclass
+@record
 class Kept:
     """What a `while`'s iterations keep for its backward sweep (instead of computing it again): the
     records of the body's forward sweep, the names the body left its variables in, the names it
@@ -66,7 +67,7 @@ class Kept:
         return values, sorted(afters), views
 
 
-@dataclass
+@record
 class Compound:
     """An `if` or `while` that assigns variables declared outside it."""
 
@@ -80,7 +81,7 @@ class Compound:
 Record = Op | Store | Compound
 
 
-@dataclass
+@record
 class Sweep:
     """What one block's emission produces: its statements and what its backward needs."""
 

@@ -5,18 +5,18 @@ function, and what it calls, contain no `grad` call left (`grad(grad(f))` is don
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 from dl.lang import ast
 from dl.lang.check import Typed, wrt_positions
 from dl.lang.primitives import TRANSFORMS
+from dl.lang.record import record
 from dl.lang.types import (
     FunctionRef,
     GradientRef,
 )
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Site:
     """One `grad(f, ...)` call whose `f` is ready to differentiate (it contains no `grad` itself)."""
 
@@ -61,7 +61,7 @@ def calls_with_scopes(module: ast.Module) -> Iterator[tuple[ast.Call, Scope]]:
             yield call, scope
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Scope:
     """The names a top-level function binds (parameters, `let`s, loop variables, local functions) and
     assigns, and the anonymous functions its `let`s bind by name."""
