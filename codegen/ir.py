@@ -600,14 +600,17 @@ def layout_leaves(layout: Layout):
 # ------------------------------------------------------------------ walking the IR
 
 
-def rebuilt(node: object, moved: dict[str, Buffer]) -> object:
-    """`node` with every buffer replaced by its moved version (nodes are immutable: rebuilt)."""
+def rebuilt(node: object, moved: dict[str, Buffer], renamed: dict[str, Temp] | None = None) -> object:
+    """`node` with every buffer replaced by its moved version, and every temp by its `renamed` one when
+    given (nodes are immutable: rebuilt)."""
     if isinstance(node, Buffer):
         return moved.get(node.name, node)
+    if isinstance(node, Temp) and renamed is not None:
+        return renamed.get(node.name, node)
     if isinstance(node, tuple):
-        return tuple(rebuilt(item, moved) for item in node)
+        return tuple(rebuilt(item, moved, renamed) for item in node)
     if hasattr(node, "__dataclass_fields__") and type(node).__module__ == __name__:
-        values = [rebuilt(getattr(node, name), moved) for name in node.__dataclass_fields__]
+        values = [rebuilt(getattr(node, name), moved, renamed) for name in node.__dataclass_fields__]
         return type(node)(*values)
     return node
 

@@ -168,9 +168,10 @@ def build_module(
         count = llvm_ir.GlobalVariable(module, TYPES["i64"], "dl.trace.count")
         count.initializer = llvm_ir.Constant(TYPES["i64"], 0)
     declared = {f.symbol: llvm_ir.Function(module, signature(f), f.symbol) for f in functions}
+    loop_functions: dict[object, llvm_ir.Function] = {}  # shared by the module's functions
     site_base = 0
     for function in functions:
-        emitter = FunctionEmitter(module, declared, function, error, depth, site_base)
+        emitter = FunctionEmitter(module, declared, function, error, depth, site_base, loop_functions)
         emitter.vectors = vectors
         emitter.emit()
         site_base += len(function.sites) + 1
@@ -261,11 +262,24 @@ def collect(tree: object, buffers: dict, operands: list) -> None:
 class TensorEmission:
     """The tensor instructions of a specialised function, as loop nests (mixed into `FunctionEmitter`)."""
 
-    def buffer_pointer(self, builder: llvm_ir.IRBuilder, buffer: ir.Buffer) -> llvm_ir.Value:
-        base = builder.load(builder.gep(self.slot_array, [TYPES["i64"](buffer.slot)]), name=f"{buffer.name}.base")
-        if buffer.offset:
-            base = builder.gep(base, [TYPES["i64"](buffer.offset)], inbounds=True)
-        return builder.bitcast(base, storage_type(buffer.dtype).as_pointer(), name=buffer.name)
+    def buffer_pointers(self, builder: llvm_ir.IRBuilder, buffers) -> dict[str, llvm_ir.Value]:
+        """Each buffer's typed pointer, made in the prologue: one load per slot, and one pointer per place
+        and type, however many buffers the workspace packs there (a training step has thousands)."""
+        bases: dict[int, llvm_ir.Value] = {}
+        made: dict[tuple[int, int, str], llvm_ir.Value] = {}
+        pointers = {}
+        for buffer in buffers:
+            place = (buffer.slot, buffer.offset, buffer.dtype)
+            if place not in made:
+                if buffer.slot not in bases:
+                    slot = builder.gep(self.slot_array, [TYPES["i64"](buffer.slot)])
+                    bases[buffer.slot] = builder.load(slot, name=f"slot.{buffer.slot}.base")
+                base = bases[buffer.slot]
+                if buffer.offset:
+                    base = builder.gep(base, [TYPES["i64"](buffer.offset)], inbounds=True)
+                made[place] = builder.bitcast(base, storage_type(buffer.dtype).as_pointer(), name=buffer.name)
+            pointers[buffer.name] = made[place]
+        return pointers
 
     def slot_pointer(self, builder: llvm_ir.IRBuilder, slot: int, dtype: str) -> llvm_ir.Value:
         base = builder.load(builder.gep(self.slot_array, [TYPES["i64"](slot)]), name=f"slot.{slot}")
@@ -286,6 +300,17 @@ class TensorEmission:
         for operand in operands:
             if isinstance(operand, ir.Temp):
                 temps[operand.name] = operand
+        arguments = [self.pointers[b] for b in buffers] + [self.values[t] for t in temps]
+        # the same loop over other buffers (a layer's twin, another leaf of the same shape) calls one function
+        key = ir.rebuilt(
+            instruction,
+            {name: ir.Buffer(f"b{i}", b.dtype, b.shape, 0) for i, (name, b) in enumerate(buffers.items())},
+            {name: ir.Temp(f"t{i}", t.dtype) for i, (name, t) in enumerate(temps.items())},
+        )
+        known = self.loop_functions.get(key)
+        if known is not None:
+            builder.call(known, arguments)
+            return builder
         kinds = [storage_type(b.dtype).as_pointer() for b in buffers.values()] + [
             TYPES[t.dtype] for t in temps.values()
         ]
@@ -293,6 +318,9 @@ class TensorEmission:
         name = f"{self.function.symbol}.loop{self.loop_count}"
         function = llvm_ir.Function(self.module, llvm_ir.FunctionType(llvm_ir.VoidType(), kinds), name)
         function.linkage = "internal"
+        # kept out of the caller: inlining thousands of loop nests into a training step made LLVM's work
+        # a fifth longer (examples/gpt.dl), and a call per loop nest costs nothing measurable
+        function.attributes.add("noinline")
         for argument, buffer_name in zip(function.args, buffers, strict=False):
             argument.add_attribute("noalias")
             argument.name = buffer_name
@@ -305,7 +333,8 @@ class TensorEmission:
             inner.ret_void()
         finally:
             self.llvm_function, self.pointers, self.values = saved
-        builder.call(function, [self.pointers[b] for b in buffers] + [self.values[t] for t in temps])
+        self.loop_functions[key] = function
+        builder.call(function, arguments)
         return builder
 
     def loop_instruction(self, builder: llvm_ir.IRBuilder, instruction) -> llvm_ir.IRBuilder:
@@ -862,10 +891,14 @@ COMPARE_OPS = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": "
 
 
 class FunctionEmitter(TensorEmission):
-    """Emits one IR function into the module; sites are numbered from `site_base` in the global table."""
+    """Emits one IR function into the module; sites are numbered from `site_base` in the global table.
+    `loop_functions`, shared by the module's emitters, holds the outlined loop nests made so far."""
 
-    def __init__(self, module, declared, function: ir.Function, error, depth, site_base: int) -> None:
+    def __init__(
+        self, module, declared, function: ir.Function, error, depth, site_base: int, loop_functions=None
+    ) -> None:
         self.module = module
+        self.loop_functions = {} if loop_functions is None else loop_functions  # outlined loops, by their IR
         self.declared = declared
         self.function = function
         self.error = error
@@ -889,7 +922,7 @@ class FunctionEmitter(TensorEmission):
             self.slot_array.name = "slots"
             if function.own_workspace is not None:
                 self.allocate_workspace(builder, function.own_workspace[0])
-            self.pointers = {buffer.name: self.buffer_pointer(builder, buffer) for buffer in function.buffers}
+            self.pointers = self.buffer_pointers(builder, function.buffers)
         for tape in function.tapes:
             for variable in (tape.address, tape.count, tape.capacity):
                 builder.store(TYPES["i64"](0), self.slots[variable.name])

@@ -14,6 +14,14 @@ from dl.codegen.values import ZERO, adds_nothing
 WRITES = (ir.Fill, ir.Reduce, ir.MatMul, ir.ScatterAdd, ir.Draw)
 
 
+def reads_at(instructions: list, position: int, known: dict[int, dict[str, int]]) -> dict[str, int]:
+    """What the instruction at `position` reads, counted once and kept in `known`."""
+    if position not in known:
+        known[position] = {}
+        count_reads(instructions[position], known[position])
+    return known[position]
+
+
 def forwarded(blocks: list[ir.Block]) -> list[ir.Block]:
     """A buffer written once by a `Fill` and read once, whole and as laid out, by a later loop of the same
     block over the same shape is not written at all: its tree is computed inside that loop (the lowering
@@ -27,6 +35,7 @@ def forwarded(blocks: list[ir.Block]) -> list[ir.Block]:
     result = []
     for block in blocks:
         instructions = list(block.instructions)
+        reads: dict[int, dict[str, int]] = {}  # by position, until the instruction there is replaced
         for position, producer in enumerate(instructions):
             if not (isinstance(producer, ir.Fill) and producer.view is None and producer.target.slot == 0):
                 continue
@@ -41,9 +50,7 @@ def forwarded(blocks: list[ir.Block]) -> list[ir.Block]:
                 consumer = instructions[later]
                 if consumer is None:
                     continue
-                found: dict[str, int] = {}
-                count_reads(consumer, found)
-                if target.name in found:
+                if target.name in reads_at(instructions, later, reads):
                     consumer_writes = written_buffer(consumer)
                     if consumer_writes is not None and consumer_writes.name in read_by:
                         break  # it overwrites what the tree reads as it goes
@@ -51,6 +58,7 @@ def forwarded(blocks: list[ir.Block]) -> list[ir.Block]:
                     if replaced is not None:
                         instructions[later] = replaced
                         instructions[position] = None
+                        reads.pop(later, None)
                     break
                 written = written_buffer(consumer)
                 if overwritten(consumer) or (written is not None and written.name in read_by):
@@ -76,11 +84,8 @@ def computed_once(blocks: list[ir.Block]) -> list[ir.Block]:
             popped = overwritten(instruction)
             if written is not None or popped:  # what it writes is no longer what an earlier tree computed
                 names = ({written.name} if written is not None else set()) | popped
-                seen = {
-                    tree: (target, reads_)
-                    for tree, (target, reads_) in seen.items()
-                    if not (reads_ | {target.name}) & names
-                }
+                for tree in [t for t, (target, reads_) in seen.items() if (reads_ | {target.name}) & names]:
+                    del seen[tree]  # (not a new dict: that would hash every tree kept again)
             simple = (
                 isinstance(instruction, ir.Fill)
                 and instruction.view is None

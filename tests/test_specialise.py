@@ -992,6 +992,29 @@ def test_buffers_not_in_use_at_once_share_the_workspace() -> None:
     assert lowered.workspace < total * 0.75, (lowered.workspace, total)
 
 
+def test_the_same_loop_over_other_buffers_is_one_function() -> None:
+    """Two layers of one shape (a model's twin blocks, or Adam's update of leaves of one shape) make the same
+    loop nest over other buffers: the module holds it once, called for each, kept out of its callers."""
+    source = (
+        "fn f(x: f32[32, 48], y: f32[32, 48], w: f32[48, 16]) -> f32[32, 16] {\n"
+        "    let a = tanh(x * 2.0 + 1.0)\n    let b = tanh(y * 2.0 + 1.0)\n    let c = tanh(x * 3.0)\n"
+        "    return a @ w + b @ w + c @ w\n}\n"
+    )
+    check(source, "f", f32(32, 48), f32(32, 48, seed=1), f32(48, 16, seed=2), rtol=1e-5, atol=1e-5)
+    from dl.codegen.llvm import build_module
+    from dl.codegen.native import Structs, flatten, tensor_target
+
+    loaded = pipeline.load("twins.dl", source)
+    _, typed = pipeline.prepare(loaded)
+    layout = [flatten(np.zeros(shape, np.float32), [], {}) for shape in ((32, 48), (32, 48), (48, 16))]
+    lowered = specialise(typed, loaded.modules["twins.dl"].decls[0], "twins.dl", tuple(layout), Structs(None))
+    target, vectors = tensor_target()
+    text = str(build_module([lowered.function, *lowered.callees], target, vectors))
+    loops = re.findall(r'define internal void (@"[^"]*\.loop\d+")\(.*\) noinline', text)
+    calls = {loop: text.count(f"call void {loop}(") for loop in loops}
+    assert sorted(calls.values())[-2:] == [1, 2], calls  # tanh(_ * 2.0 + 1.0) twice, tanh(x * 3.0) once
+
+
 def test_weight_gradients_accumulate_in_their_products() -> None:
     """The gradient of a cell called in a loop: each step's weight gradients (`transpose(d) @ x` of
     the `_bwd` function's zeroed struct, added to the total by `tree_add`) are products that add into
