@@ -1,12 +1,15 @@
 """Start-up time: `dlrun hello.dl` as a process, beside bare Python and Python importing numpy.
 
     python bench/startup.py [--runs 10] [--llvm-runs 3] [--json FILE]
+    python bench/startup.py --runs 0 --llvm-runs 2 --llvm-program examples/gpt.dl --llvm-args ""
 
 Three commands run alternately, `runs` times each, each as a new process: `dlrun hello.dl` (a
 `fn main() { print("hello") }`), `python -c pass` and `python -c "import numpy"` (numpy is the floor
 under any run of the interpreter). Then `dlrun hello.dl` with an empty cache directory (a first run
 ever: the parse table is built and stored), and a `--backend llvm` run of examples/train.dl `quick`
-with the compile cache emptied before each run (cold) and kept (warm), alternated `llvm_runs` times.
+with the compile cache emptied before each run (cold) and kept (warm), alternated `llvm_runs` times;
+`--llvm-program` and `--llvm-args` time another program's cold and warm runs so (`--runs 0` leaves out
+the hello.dl rows).
 
 Each figure is the wall time of the process (`time.perf_counter` around it) and the CPU time it used
 (user + system, from `os.wait4`): on a shared, loaded machine the wall time moves with the load and the
@@ -78,6 +81,8 @@ def main() -> None:
     options = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     options.add_argument("--runs", type=int, default=10)
     options.add_argument("--llvm-runs", type=int, default=3, help="cold and warm llvm runs of train.dl (0: none)")
+    options.add_argument("--llvm-program", default="examples/train.dl", help="the program of the llvm runs")
+    options.add_argument("--llvm-args", default="quick", help="its arguments, separated by spaces")
     options.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
     arguments = options.parse_args()
     dlrun = str(Path(sys.executable).with_name("dlrun"))
@@ -93,33 +98,34 @@ def main() -> None:
         }
         for command, command_env, cwd in commands.values():  # byte code and the parse table written
             timed(command, command_env, cwd)
-        figures = alternate(commands, arguments.runs)
-        first = {"dlrun hello.dl, empty cache": ([dlrun, "hello.dl"], environment(empty), work)}
-        figures |= alternate(first, arguments.runs, before=lambda _: shutil.rmtree(empty, ignore_errors=True))
+        figures = {}
+        if arguments.runs:
+            figures = alternate(commands, arguments.runs)
+            first = {"dlrun hello.dl, empty cache": ([dlrun, "hello.dl"], environment(empty), work)}
+            figures |= alternate(first, arguments.runs, before=lambda _: shutil.rmtree(empty, ignore_errors=True))
         if arguments.llvm_runs:
-            figures |= llvm_train(dlrun, env, cache, work, arguments.llvm_runs)
+            program = (ROOT / arguments.llvm_program).resolve()
+            figures |= llvm_runs(dlrun, env, cache, work, arguments.llvm_runs, program, arguments.llvm_args.split())
     report(figures)
     if arguments.json:
         Path(arguments.json).write_text(json.dumps(figures, indent=2) + "\n")
 
 
-def llvm_train(dlrun: str, env: dict[str, str], cache: Path, work: Path, runs: int) -> dict:
-    """`dlrun --backend llvm examples/train.dl quick`, its compile cache emptied before each cold run."""
-    command = [dlrun, "--backend", "llvm", "--metrics", str(work / "metrics.jsonl"), str(ROOT / "examples/train.dl")]
-    commands = {
-        "llvm train.dl quick, cold": ([*command, "quick"], env, work),
-        "llvm train.dl quick, warm": ([*command, "quick"], env, work),
-    }
-    timed(commands["llvm train.dl quick, warm"][0], env, work)  # fills the compile cache
+def llvm_runs(dlrun: str, env: dict[str, str], cache: Path, work: Path, runs: int, program: Path, args: list) -> dict:
+    """`dlrun --backend llvm PROGRAM ARGS...`, its compile cache emptied before each cold run."""
+    command = [dlrun, "--backend", "llvm", "--metrics", str(work / "metrics.jsonl"), str(program), *args]
+    name = " ".join([f"llvm {program.name}", *args])
+    cold, warm = f"{name}, cold", f"{name}, warm"
+    commands = {cold: (command, env, work), warm: (command, env, work)}
+    timed(command, env, work)  # fills the compile cache
 
     def before(name: str) -> None:
-        if name.endswith("cold"):
+        if name == cold:
             shutil.rmtree(cache / "llvm", ignore_errors=True)
 
     figures = alternate(commands, runs, before)
-    cold, warm = figures["llvm train.dl quick, cold"], figures["llvm train.dl quick, warm"]
     figures["llvm cold - warm"] = {
-        key: cold[key] - warm[key] for key in ("wall_min", "wall_median", "cpu_min", "cpu_median")
+        key: figures[cold][key] - figures[warm][key] for key in ("wall_min", "wall_median", "cpu_min", "cpu_median")
     } | {"runs": runs}
     return figures
 
