@@ -142,6 +142,9 @@ def optimise(module: binding.ModuleRef, target: binding.TargetMachine, speed: in
     options = binding.create_pipeline_tuning_options(speed_level=speed)
     options.loop_vectorization = True
     options.slp_vectorization = True
+    # loops already step a vector at a time (vector_fill); unrolling them more made their code larger and
+    # LLVM's work a quarter longer on examples/gpt.dl, for no faster code measured
+    options.loop_unrolling = False
     builder = binding.create_pass_builder(target, options)
     builder.getModulePassManager().run(module, builder)
 
@@ -200,6 +203,11 @@ def constant(operand: ir.Const) -> llvm_ir.Constant:
 # ------------------------------------------------------------------ tensors (specialised functions)
 
 GEMM = {"f32": "scipy_cblas_sgemm64_", "f64": "scipy_cblas_dgemm64_"}  # numpy's OpenBLAS, 64-bit integers
+# A specialised function of more LLVM instructions than this (a whole training step: thousands of calls of
+# its loop nests and products, little arithmetic of its own) is compiled without optimisation: LLVM's time on
+# it grows faster than its size (register allocation, instruction selection over blocks of thousands of
+# instructions), and optimising the calls between loops gains nothing measurable.
+LARGE_FUNCTION = 4000
 DRAW = "dl_fill_draws"  # runtime/randomness.py `fill_draws`, made a C function by codegen/native.py
 ROW_MAJOR, NO_TRANSPOSE, TRANSPOSE = 101, 111, 112
 
@@ -547,6 +555,8 @@ class TensorEmission:
                 return builder
 
             builder = self.counted(builder, 0, whole, lanes, vector_step, "fill.vector")
+            if whole == n:  # no elements left over: no remainder loop for LLVM to read and delete
+                return builder
             return self.counted(builder, whole, n, 1, scalar_step, "fill.rest")
 
         return self.loops(builder, shape[:-1], row, "fill")
@@ -628,11 +638,20 @@ class TensorEmission:
         return self.position(builder, TYPES["i64"](0), index, ir.contiguous(shape))
 
     def position(self, builder, offset: llvm_ir.Value, index: list, strides: tuple[int, ...]) -> llvm_ir.Value:
+        """`offset + sum(index[d] * strides[d])`, made once per block: the reads of a tree over same-shaped
+        buffers share it (LLVM would merge the copies, but reading them is most of its time on large loops)."""
+        key = (id(builder.block), id(offset), *map(id, index), strides)
+        known = self.positions.get(key)
+        if known is not None:
+            return known[0]
         i64 = TYPES["i64"]
         value = offset
         for i, stride in zip(index, strides, strict=True):
             if stride:
-                value = builder.add(value, builder.mul(i, i64(stride)))
+                term = i if stride == 1 else builder.mul(i, i64(stride))
+                zero = isinstance(value, llvm_ir.Constant) and value.constant == 0
+                value = term if zero else builder.add(value, term)
+        self.positions[key] = (value, builder.block, offset, tuple(index))  # kept alive: their ids stay theirs
         return value
 
     def load_element(self, builder, pointer, position, dtype: str) -> llvm_ir.Value:
@@ -899,6 +918,7 @@ class FunctionEmitter(TensorEmission):
     ) -> None:
         self.module = module
         self.loop_functions = {} if loop_functions is None else loop_functions  # outlined loops, by their IR
+        self.positions: dict[tuple, tuple] = {}  # index arithmetic made, by block (`position`)
         self.declared = declared
         self.function = function
         self.error = error
@@ -950,6 +970,9 @@ class FunctionEmitter(TensorEmission):
             builder.ret_void()
         else:
             builder.ret(llvm_ir.Constant(boundary_type(function.result), 0))
+        if function.specialised and sum(len(b.instructions) for b in self.llvm_function.blocks) > LARGE_FUNCTION:
+            self.llvm_function.attributes.add("noinline")
+            self.llvm_function.attributes.add("optnone")
 
     # -------------------------------------------------------------- calls nesting and failure
     def enter(self, builder: llvm_ir.IRBuilder, first: llvm_ir.Block) -> None:

@@ -123,6 +123,7 @@ class KernelEmission(FunctionEmitter):
         self.vectors = None
         self.values: dict[str, llvm_ir.Value] = {}
         self.pointers: dict[str, llvm_ir.Value] = {}
+        self.positions: dict[tuple, tuple] = {}
 
     def operand(self, operand: ir.Operand) -> llvm_ir.Value:
         return constant(operand) if isinstance(operand, ir.Const) else self.values[operand.name]

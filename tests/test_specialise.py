@@ -1015,6 +1015,47 @@ def test_the_same_loop_over_other_buffers_is_one_function() -> None:
     assert sorted(calls.values())[-2:] == [1, 2], calls  # tanh(_ * 2.0 + 1.0) twice, tanh(x * 3.0) once
 
 
+LARGE_FUNCTION_CASES = {
+    "loop": (
+        "fn f(h: f32[4, 8], w: f32[8, 8], steps: i64) -> (f32[4, 8], i64) {\n    let taken = 0\n"
+        "    for t in 0..steps {\n        h = tanh(h @ w + 0.1)\n"
+        "        if sum(h) > 0.0 { h = h * 0.5 } else { h = -h }\n"
+        "        taken += 1\n        if mean(abs(h)) < 0.01 { break }\n    }\n    return (h, taken)\n}\n",
+        (f32(4, 8), f32(8, 8, seed=1) * 0.5, 7),
+    ),
+    "gather": (
+        "fn f(x: f32[5, 3], i: i64[4]) -> (f32[4, 3], f32[5, 3]) {\n"
+        "    let rows = gather(x, i, axis=0)\n    return (rows * 2.0, scatter_add(zeros_like(x), i, rows))\n}\n",
+        (f32(5, 3), np.array([4, 0, -1, 2])),
+    ),
+    "grad": (
+        "fn loss(w: f32[3, 3], x: f32[2, 3]) -> f32 {\n    return sum(tanh(x @ w) * tanh(x @ w))\n}\n"
+        "fn f(w: f32[3, 3], x: f32[2, 3]) -> f32[3, 3] {\n    return grad(loss)(w, x)\n}\n",
+        (f32(3, 3), f32(2, 3, seed=1)),
+    ),
+}
+
+
+@pytest.mark.parametrize("case", LARGE_FUNCTION_CASES)
+def test_a_function_compiled_without_optimisation_computes_the_same(case: str, monkeypatch) -> None:
+    """A specialised function past `LARGE_FUNCTION` instructions (a whole training step) is compiled `optnone`:
+    forced here on small ones, with loops, branches, early exits, gathers and gradients, it still agrees."""
+    from dl.codegen import llvm
+
+    monkeypatch.setattr(llvm, "LARGE_FUNCTION", 0)
+    source, args = LARGE_FUNCTION_CASES[case]
+    check(source, "f", *args, rtol=1e-5, atol=1e-6)
+    loaded = pipeline.load("large.dl", source)
+    program, typed = pipeline.prepare(loaded, (("f", tuple(pipeline.value_type(a) for a in args)),))
+    decl = next(d for d in program.modules["large.dl"].decls if getattr(d, "name", None) == "f")
+    layout = tuple(native.flatten(a, [], {}) for a in args)
+    lowered = specialise(typed, decl, "large.dl", layout, native.Structs(None))
+    target, vectors = native.tensor_target()
+    text = str(llvm.build_module([lowered.function, *lowered.callees], target, vectors))
+    head = re.search(r'define void @"large.dl::f.specialised"\(i8\*\* %"slots"\)(.*)', text)
+    assert head is not None and {"noinline", "optnone"} <= set(head.group(1).split())
+
+
 def test_weight_gradients_accumulate_in_their_products() -> None:
     """The gradient of a cell called in a loop: each step's weight gradients (`transpose(d) @ x` of
     the `_bwd` function's zeroed struct, added to the total by `tree_add`) are products that add into
