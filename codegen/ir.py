@@ -9,6 +9,8 @@ integer overflow) name a `Site`: the diagnostic the host raises when the compile
 
 from __future__ import annotations
 
+import math
+
 from dl.lang.diagnostics import Span
 from dl.lang.record import record
 
@@ -29,8 +31,21 @@ class Temp:
 
 @node
 class Const:
+    """A constant operand. Equal constants are interchangeable: 0.0 and -0.0 are not equal here (they are in
+    Python), since code computing with one is not code computing with the other (`1.0 / (x * -0.0)`)."""
+
     value: int | float | bool
     dtype: str
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not Const:
+            return NotImplemented
+        if self.dtype != other.dtype or self.value != other.value:
+            return False
+        return not isinstance(self.value, float) or math.copysign(1.0, self.value) == math.copysign(1.0, other.value)
+
+    def __hash__(self) -> int:
+        return hash((self.value, self.dtype))
 
 
 Operand = Temp | Const

@@ -11,6 +11,7 @@ overflowing the stack. Bools cross function boundaries as i8 (the C ABI of `_Boo
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import llvmlite.binding as binding
@@ -181,6 +182,22 @@ def build_module(
     return module
 
 
+def only_calls_loops(function: ir.Function) -> bool:
+    """Whether `function` does its work in outlined loop nests and products: no loop of its own (a jump back)
+    and at most `INLINE_ELEMENTS` elements a call in loops it runs inline (those that can fail)."""
+    order = {block.label: position for position, block in enumerate(function.blocks)}
+    inline = 0
+    for position, block in enumerate(function.blocks):
+        if isinstance(block.terminator, ir.Jump) and order[block.terminator.target] <= position:
+            return False
+        for instruction in block.instructions:
+            if isinstance(instruction, ir.ScatterAdd):
+                inline += math.prod(instruction.shape)
+            elif isinstance(instruction, (ir.Fill, ir.Reduce)) and ir.can_fail(instruction.tree):
+                inline += math.prod(instruction.shape or getattr(instruction.target, "shape", ()))
+    return inline <= INLINE_ELEMENTS
+
+
 def boundary_type(dtype: str) -> llvm_ir.Type:
     """How a value crosses a function boundary: bools as bytes, `unit` results as void."""
     if dtype == "unit":
@@ -206,8 +223,11 @@ GEMM = {"f32": "scipy_cblas_sgemm64_", "f64": "scipy_cblas_dgemm64_"}  # numpy's
 # A specialised function of more LLVM instructions than this (a whole training step: thousands of calls of
 # its loop nests and products, little arithmetic of its own) is compiled without optimisation: LLVM's time on
 # it grows faster than its size (register allocation, instruction selection over blocks of thousands of
-# instructions), and optimising the calls between loops gains nothing measurable.
+# instructions), and optimising the calls between loops gains nothing measurable. Not one that loops itself,
+# or that runs loops inline (gathers and scatters that check their indices) over more than INLINE_ELEMENTS
+# elements a call: unoptimised, those would run several times slower (`only_calls_loops`).
 LARGE_FUNCTION = 4000
+INLINE_ELEMENTS = 1 << 16
 DRAW = "dl_fill_draws"  # runtime/randomness.py `fill_draws`, made a C function by codegen/native.py
 ROW_MAJOR, NO_TRANSPOSE, TRANSPOSE = 101, 111, 112
 
@@ -640,7 +660,8 @@ class TensorEmission:
     def position(self, builder, offset: llvm_ir.Value, index: list, strides: tuple[int, ...]) -> llvm_ir.Value:
         """`offset + sum(index[d] * strides[d])`, made once per block: the reads of a tree over same-shaped
         buffers share it (LLVM would merge the copies, but reading them is most of its time on large loops)."""
-        key = (id(builder.block), id(offset), *map(id, index), strides)
+        made = ("constant", offset.constant) if isinstance(offset, llvm_ir.Constant) else ("value", id(offset))
+        key = (id(builder.block), made, *map(id, index), strides)
         known = self.positions.get(key)
         if known is not None:
             return known[0]
@@ -970,7 +991,8 @@ class FunctionEmitter(TensorEmission):
             builder.ret_void()
         else:
             builder.ret(llvm_ir.Constant(boundary_type(function.result), 0))
-        if function.specialised and sum(len(b.instructions) for b in self.llvm_function.blocks) > LARGE_FUNCTION:
+        size = sum(len(b.instructions) for b in self.llvm_function.blocks)
+        if function.specialised and size > LARGE_FUNCTION and only_calls_loops(function):
             self.llvm_function.attributes.add("noinline")
             self.llvm_function.attributes.add("optnone")
 

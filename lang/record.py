@@ -77,7 +77,7 @@ def build(cls: T, *, frozen: bool, slots: bool, eq: bool) -> T:
     }
     compared = [spec.name for spec in fields.values() if spec.compare]
     if eq:
-        key = attrgetter(*compared) if compared else (lambda _: ())
+        key = tuple_of(compared)
         methods["__eq__"] = equality(key)
         own_hash = cls.__dict__.get("__hash__", MISSING)
         if own_hash is MISSING or (own_hash is None and "__eq__" in cls.__dict__):
@@ -93,6 +93,17 @@ def build(cls: T, *, frozen: bool, slots: bool, eq: bool) -> T:
                 method.__qualname__ = f"{cls.__qualname__}.{name}"
             setattr(cls, name, method)
     return cls
+
+
+def tuple_of(names: list[str]) -> Callable[[Any], tuple]:
+    """The values of `names` as a tuple (as dataclass compares and hashes them: a tuple's comparison takes an
+    object as equal to itself, a nan included)."""
+    if len(names) > 1:
+        return attrgetter(*names)
+    if names:
+        get = attrgetter(names[0])
+        return lambda self: (get(self),)
+    return lambda _: ()
 
 
 def initializer(cls: type, fields: list[dataclasses.Field]) -> Callable[..., None]:
@@ -130,7 +141,8 @@ def initializer(cls: type, fields: list[dataclasses.Field]) -> Callable[..., Non
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
         if kwargs:
             try:  # every field by keyword, as dataclasses.replace calls it
-                args = tuple(map(kwargs.__getitem__, names)) if len(kwargs) == count else bind(args, kwargs)
+                whole = not args and len(kwargs) == count
+                args = tuple(map(kwargs.__getitem__, names)) if whole else bind(args, kwargs)
             except KeyError:
                 args = bind(args, kwargs)
         elif len(args) != count:

@@ -162,3 +162,25 @@ def test_a_subclass_record_has_its_bases_fields_first() -> None:
     assert (node.a, node.b, node.c) == (1, 2, 3) and [f.name for f in dataclasses.fields(node)] == ["a", "b", "c"]
     assert Derived(1, 5, 6) == Derived(a=1, b=5, c=6) != Base(1, 5) and isinstance(node, Base)
     assert dataclasses.replace(node, c=9).c == 9
+
+
+def test_a_single_compared_field_compares_as_a_tuple() -> None:
+    """As dataclass compares `(self.value,)`: a record holding a nan equals itself, and hashes as dataclass's."""
+
+    @record(frozen=True, slots=True)
+    class Constant:
+        value: float
+
+    @dataclass(frozen=True, slots=True)
+    class Standard:
+        value: float
+
+    nan = float("nan")
+    assert Constant(nan) == Constant(nan) and Standard(nan) == Standard(nan)  # the same nan object
+    assert hash(Constant(1.5)) == hash(Standard(1.5)) and Constant(1.5) != Constant(2.5)
+
+
+def test_a_positional_argument_beside_every_field_by_keyword_is_refused() -> None:
+    _, ours = both(**FROZEN)
+    with pytest.raises(TypeError, match="multiple values"):
+        ours("+", op="-", lhs=1, rhs=2, notes=[], span="")

@@ -1022,28 +1022,31 @@ LARGE_FUNCTION_CASES = {
         "        if sum(h) > 0.0 { h = h * 0.5 } else { h = -h }\n"
         "        taken += 1\n        if mean(abs(h)) < 0.01 { break }\n    }\n    return (h, taken)\n}\n",
         (f32(4, 8), f32(8, 8, seed=1) * 0.5, 7),
+        False,  # it loops itself: unoptimised, its loop would run slower
     ),
     "gather": (
         "fn f(x: f32[5, 3], i: i64[4]) -> (f32[4, 3], f32[5, 3]) {\n"
         "    let rows = gather(x, i, axis=0)\n    return (rows * 2.0, scatter_add(zeros_like(x), i, rows))\n}\n",
         (f32(5, 3), np.array([4, 0, -1, 2])),
+        True,
     ),
     "grad": (
         "fn loss(w: f32[3, 3], x: f32[2, 3]) -> f32 {\n    return sum(tanh(x @ w) * tanh(x @ w))\n}\n"
         "fn f(w: f32[3, 3], x: f32[2, 3]) -> f32[3, 3] {\n    return grad(loss)(w, x)\n}\n",
         (f32(3, 3), f32(2, 3, seed=1)),
+        True,
     ),
 }
 
 
 @pytest.mark.parametrize("case", LARGE_FUNCTION_CASES)
 def test_a_function_compiled_without_optimisation_computes_the_same(case: str, monkeypatch) -> None:
-    """A specialised function past `LARGE_FUNCTION` instructions (a whole training step) is compiled `optnone`:
-    forced here on small ones, with loops, branches, early exits, gathers and gradients, it still agrees."""
+    """A specialised function past `LARGE_FUNCTION` instructions (a whole training step) is compiled `optnone`
+    unless it loops itself: forced here on small ones (branches, gathers, scatters, gradients) it still agrees."""
     from dl.codegen import llvm
 
     monkeypatch.setattr(llvm, "LARGE_FUNCTION", 0)
-    source, args = LARGE_FUNCTION_CASES[case]
+    source, args, unoptimised = LARGE_FUNCTION_CASES[case]
     check(source, "f", *args, rtol=1e-5, atol=1e-6)
     loaded = pipeline.load("large.dl", source)
     program, typed = pipeline.prepare(loaded, (("f", tuple(pipeline.value_type(a) for a in args)),))
@@ -1053,7 +1056,22 @@ def test_a_function_compiled_without_optimisation_computes_the_same(case: str, m
     target, vectors = native.tensor_target()
     text = str(llvm.build_module([lowered.function, *lowered.callees], target, vectors))
     head = re.search(r'define void @"large.dl::f.specialised"\(i8\*\* %"slots"\)(.*)', text)
-    assert head is not None and {"noinline", "optnone"} <= set(head.group(1).split())
+    assert head is not None and ({"noinline", "optnone"} <= set(head.group(1).split())) == unoptimised
+
+
+def test_negative_zero_is_not_zero_to_the_compiler() -> None:
+    """`x * 0.0` and `x * -0.0` are different loops (their reciprocals are +inf and -inf): neither the optimiser
+    (`computed_once`) nor the module's one-function-per-loop may take one for the other."""
+    source = (
+        "fn f(x: f32[4, 8]) -> (f32[4, 8], f32[4, 8], f32[4, 8], f32[4, 8]) {\n"
+        "    let p = abs(x) * 0.0\n    let q = abs(x) * -0.0\n"
+        "    return (1.0 / (abs(x) * 0.0), 1.0 / (abs(x) * -0.0), 1.0 / p, 1.0 / q)\n}\n"
+    )
+    expected, actual, report = on_both(source, "f", f32(4, 8))
+    assert verdict(report, "f") == "compiled", report
+    for want, got in zip(expected, actual, strict=True):
+        np.testing.assert_array_equal(got, want)
+    assert np.all(actual[1] == -np.inf) and np.all(actual[3] == -np.inf)
 
 
 def test_weight_gradients_accumulate_in_their_products() -> None:
