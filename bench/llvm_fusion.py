@@ -26,6 +26,9 @@ from typing import Any  # noqa: E402
 import numpy as np  # noqa: E402
 from dl import pipeline  # noqa: E402
 from dl.codegen import native  # noqa: E402
+from dl.runtime import threads  # noqa: E402
+
+threads.use(THREADS)  # as `dlrun --threads N`: a fused loop over 10M elements runs on THREADS threads
 
 torch = fair.load_torch(THREADS)
 jax = fair.load_jax()

@@ -31,7 +31,7 @@ from dl.runtime.calls import RETURN, Function
 from dl.runtime.errors import STACK, RunError, fail, recursion_error
 from dl.runtime.interrupts import on_interrupt
 from dl.runtime.randomness import fill_draws
-from dl.runtime.threads import Threads, large_product, openblas
+from dl.runtime.threads import Threads, in_parallel, large_product, openblas, pieces
 from dl.runtime.values import StructValue, format_value
 
 C_TYPES = {
@@ -173,6 +173,14 @@ def kernel_body(kernel, compiled) -> Callable[[list], Any]:
     call = ctypes.CFUNCTYPE(None, ctypes.c_int64, ctypes.c_void_p, *kinds)(compiled.addresses[kernel.symbol])
     count = len(kinds)
 
+    item = np.dtype(numpy_dtype).itemsize
+    tensors = [tensor for _, tensor in kernel.params]
+
+    def piece(start: int, stop: int, out: int, args: list) -> Callable[[], None]:
+        """The loop over elements start..stop of every tensor, writing at `out`."""
+        moved = [a + start * item if tensor else a for a, tensor in zip(args, tensors, strict=True)]
+        return lambda: call(stop - start, out, *moved)
+
     def body(frame: list) -> object:
         shape, args, keep = None, [], []
         for (name, tensor), value in zip(kernel.params, frame[1 : count + 1], strict=True):
@@ -186,23 +194,42 @@ def kernel_body(kernel, compiled) -> Callable[[list], Any]:
                 raise unequal_shapes(kernel, name, array.shape, shape)
             keep.append(array)
             args.append(address_of(array))
+        size = int(np.prod(shape))
+        ranges = pieces(size)  # one, or one per thread for a large tensor (runtime/threads.py)
         if kernel.reduction is None:
             out = np.empty(shape, dtype=numpy_dtype)
-            call(out.size, data_address(out), *args)
+            base = data_address(out)
+            in_parallel([piece(start, stop, base + start * item, args) for start, stop in ranges])
             frame[0] = out
             return RETURN
-        size = int(np.prod(shape))
         if size == 0 and kernel.reduction != "sum":
             shown = f"{kernel.dtype}[{', '.join(map(str, shape))}]"
             raise fail("E0513", f"`{kernel.reduction}` of an empty tensor {shown}", kernel.reduction_span)
-        out = np.zeros((), dtype=numpy_dtype)
+        partial = np.zeros(len(ranges), dtype=numpy_dtype)
         if size:
-            call(size, data_address(out), *args)
-        frame[0] = out[()]
+            base = data_address(partial)
+            in_parallel([piece(start, stop, base + k * item, args) for k, (start, stop) in enumerate(ranges)])
+        frame[0] = combined(kernel.reduction, partial, [stop - start for start, stop in ranges], numpy_dtype)
         return RETURN
 
     body.native = (call, compiled)  # keep the thunk and the engine alive
     return body
+
+
+def combined(reduction: str, partial: np.ndarray, counts: list[int], dtype) -> object:
+    """One reduction's result from those of its pieces (one piece: its own): sums added and means weighted
+    by their pieces' sizes in f64, then rounded to `dtype`; maxima and minima as numpy takes them (a nan
+    wins)."""
+    if len(partial) == 1:
+        return partial[0]
+    if reduction == "max":
+        return np.max(partial)
+    if reduction == "min":
+        return np.min(partial)
+    wide = partial.astype(np.float64)
+    if reduction == "mean":
+        return dtype(np.dot(wide, counts) / sum(counts))
+    return dtype(np.sum(wide))
 
 
 LIVE: weakref.WeakSet = weakref.WeakSet()  # compiled modules, whose `dl.interrupt` Ctrl-C sets

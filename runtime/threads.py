@@ -7,6 +7,10 @@ decides by its grain size: the interpreter raises OpenBLAS's count around that o
 (`large_product`), and compiled code around a call of a function that multiplies matrices, where
 OpenBLAS's own threshold keeps small products on one thread.
 
+A fused elementwise loop (codegen/fusion.py) over at least `SPLIT` elements runs on `Threads.count` threads
+too: its range cut into that many pieces, each a call of the native loop, which releases the GIL
+(`in_parallel`); smaller ones run whole on the caller's thread.
+
 `dlrun` takes `--threads N`, else `default_count()`: the cores this process may use, but one when the
 machine is already busy (a one-minute load average of at least the core count). OpenBLAS's threads then
 wait for cores: a 256x256 product measured 40x slower on 2 threads than on 1 on a loaded 2-core machine.
@@ -21,6 +25,7 @@ from collections.abc import Callable
 from typing import Any
 
 LARGE = 1 << 24  # multiply-adds: a 256x256x256 product
+SPLIT = 1 << 18  # elements of a fused loop (about 0.3 ms of work on one core) worth splitting across threads
 
 
 class Threads:
@@ -85,3 +90,35 @@ def large_product(function: Callable[..., Any], *args: Any) -> Any:
 def threaded(work: int) -> bool:
     """Whether a product of `work` multiply-adds runs on several threads."""
     return Threads.count > 1 and Threads.setter is not None and work >= LARGE
+
+
+class Workers:
+    """The threads that run the pieces of a split loop beside the caller's, made when first needed."""
+
+    pool = None  # a concurrent.futures.ThreadPoolExecutor
+    size = 0
+
+
+def in_parallel(calls: list[Callable[[], Any]]) -> None:
+    """Run `calls` at once: the first on this thread, the others on worker threads (native code that releases
+    the GIL, as a ctypes call does); returns when all have."""
+    if len(calls) == 1:
+        calls[0]()
+        return
+    if Workers.size < len(calls) - 1:
+        from concurrent.futures import ThreadPoolExecutor
+
+        Workers.pool = ThreadPoolExecutor(max_workers=len(calls) - 1, thread_name_prefix="dl-split")
+        Workers.size = len(calls) - 1
+    pending = [Workers.pool.submit(call) for call in calls[1:]]
+    calls[0]()
+    for piece in pending:
+        piece.result()
+
+
+def pieces(count: int, align: int = 64) -> list[tuple[int, int]]:
+    """`count` elements cut into `Threads.count` ranges (start, stop) of about equal size, each start a
+    multiple of `align` (whole vectors and cache lines); one range when `count` is under `SPLIT`."""
+    parts = Threads.count if count >= SPLIT else 1
+    step = -(-count // parts // align) * align or count
+    return [(start, min(start + step, count)) for start in range(0, count, step)] if count else [(0, 0)]
