@@ -659,7 +659,7 @@ class TensorEmission:
 
     def position(self, builder, offset: llvm_ir.Value, index: list, strides: tuple[int, ...]) -> llvm_ir.Value:
         """`offset + sum(index[d] * strides[d])`, made once per block: the reads of a tree over same-shaped
-        buffers share it (LLVM would merge the copies, but reading them is most of its time on large loops)."""
+        buffers share it (LLVM merges such copies anyway; made once, they are less IR to build and read)."""
         made = ("constant", offset.constant) if isinstance(offset, llvm_ir.Constant) else ("value", id(offset))
         key = (id(builder.block), made, *map(id, index), strides)
         known = self.positions.get(key)
