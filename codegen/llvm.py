@@ -182,13 +182,13 @@ def build_module(
     return module
 
 
-def only_calls_loops(function: ir.Function) -> bool:
-    """Whether `function` does its work in outlined loop nests and products: no loop of its own (a jump back)
-    and at most `INLINE_ELEMENTS` elements a call in loops it runs inline (those that can fail)."""
-    order = {block.label: position for position, block in enumerate(function.blocks)}
+def only_calls_loops(function: ir.Function, block_order: dict[str, int]) -> bool:
+    """Whether `function` does its work in outlined loop nests and products: no loop of its own (a jump back,
+    by the emitter's `block_order`, as `jumps_back` tells) and at most `INLINE_ELEMENTS` elements a call in
+    loops it runs inline (those that can fail)."""
     inline = 0
     for position, block in enumerate(function.blocks):
-        if isinstance(block.terminator, ir.Jump) and order[block.terminator.target] <= position:
+        if isinstance(block.terminator, ir.Jump) and block_order[block.terminator.target] <= position:
             return False
         for instruction in block.instructions:
             if isinstance(instruction, ir.ScatterAdd):
@@ -991,8 +991,8 @@ class FunctionEmitter(TensorEmission):
             builder.ret_void()
         else:
             builder.ret(llvm_ir.Constant(boundary_type(function.result), 0))
-        size = sum(len(b.instructions) for b in self.llvm_function.blocks)
-        if function.specialised and size > LARGE_FUNCTION and only_calls_loops(function):
+        size = sum(len(b.instructions) for b in self.llvm_function.blocks) if function.specialised else 0
+        if size > LARGE_FUNCTION and only_calls_loops(function, self.block_order):
             self.llvm_function.attributes.add("noinline")
             self.llvm_function.attributes.add("optnone")
 

@@ -87,6 +87,23 @@ def check(source: str, name: str, *args, rtol=1e-6, atol=1e-6) -> None:
     assert_close(actual, expected, rtol, atol)
 
 
+def lowered_for(source: str, path: str, name: str, *args):
+    """`name`'s specialisation for the layout of `args`, lowered to the IR (not compiled)."""
+    loaded = pipeline.load(path, source)
+    program, typed = pipeline.prepare(loaded, ((name, tuple(pipeline.value_type(a) for a in args)),))
+    decl = next(d for d in program.modules[path].decls if getattr(d, "name", None) == name)
+    layout = tuple(native.flatten(a, [], {}) for a in args)
+    return specialise(typed, decl, path, layout, native.Structs(None))
+
+
+def llvm_text(lowered) -> str:
+    """The LLVM module a specialisation and its callees make, before LLVM optimises it."""
+    from dl.codegen.llvm import build_module
+
+    target, vectors = native.tensor_target()
+    return str(build_module([lowered.function, *lowered.callees], target, vectors))
+
+
 def rng(seed: int = 0) -> np.random.Generator:
     return np.random.default_rng(seed)
 
@@ -981,13 +998,7 @@ def test_buffers_not_in_use_at_once_share_the_workspace() -> None:
         "        h = h + c @ x * 0.01\n    }\n    return h\n}\n"
     )
     check(source, "f", f32(64, 64) * 0.1, 3, rtol=1e-5, atol=1e-6)
-    from dl.codegen.native import Structs, flatten
-
-    loaded = pipeline.load("pack.dl", source)
-    _, typed = pipeline.prepare(loaded)
-    decl = loaded.modules["pack.dl"].decls[0]
-    layout = [flatten(value, [], {}) for value in (f32(64, 64), 3)]
-    lowered = specialise(typed, decl, "pack.dl", tuple(layout), Structs(None))
+    lowered = lowered_for(source, "pack.dl", "f", f32(64, 64), 3)
     total = sum(b.size * 4 for b in lowered.function.buffers if b.slot == 0)
     assert lowered.workspace < total * 0.75, (lowered.workspace, total)
 
@@ -1001,15 +1012,7 @@ def test_the_same_loop_over_other_buffers_is_one_function() -> None:
         "    return a @ w + b @ w + c @ w\n}\n"
     )
     check(source, "f", f32(32, 48), f32(32, 48, seed=1), f32(48, 16, seed=2), rtol=1e-5, atol=1e-5)
-    from dl.codegen.llvm import build_module
-    from dl.codegen.native import Structs, flatten, tensor_target
-
-    loaded = pipeline.load("twins.dl", source)
-    _, typed = pipeline.prepare(loaded)
-    layout = [flatten(np.zeros(shape, np.float32), [], {}) for shape in ((32, 48), (32, 48), (48, 16))]
-    lowered = specialise(typed, loaded.modules["twins.dl"].decls[0], "twins.dl", tuple(layout), Structs(None))
-    target, vectors = tensor_target()
-    text = str(build_module([lowered.function, *lowered.callees], target, vectors))
+    text = llvm_text(lowered_for(source, "twins.dl", "f", f32(32, 48), f32(32, 48, seed=1), f32(48, 16, seed=2)))
     loops = re.findall(r'define internal void (@"[^"]*\.loop\d+")\(.*\) noinline', text)
     calls = {loop: text.count(f"call void {loop}(") for loop in loops}
     assert sorted(calls.values())[-2:] == [1, 2], calls  # tanh(_ * 2.0 + 1.0) twice, tanh(x * 3.0) once
@@ -1048,13 +1051,7 @@ def test_a_function_compiled_without_optimisation_computes_the_same(case: str, m
     monkeypatch.setattr(llvm, "LARGE_FUNCTION", 0)
     source, args, unoptimised = LARGE_FUNCTION_CASES[case]
     check(source, "f", *args, rtol=1e-5, atol=1e-6)
-    loaded = pipeline.load("large.dl", source)
-    program, typed = pipeline.prepare(loaded, (("f", tuple(pipeline.value_type(a) for a in args)),))
-    decl = next(d for d in program.modules["large.dl"].decls if getattr(d, "name", None) == "f")
-    layout = tuple(native.flatten(a, [], {}) for a in args)
-    lowered = specialise(typed, decl, "large.dl", layout, native.Structs(None))
-    target, vectors = native.tensor_target()
-    text = str(llvm.build_module([lowered.function, *lowered.callees], target, vectors))
+    text = llvm_text(lowered_for(source, "large.dl", "f", *args))
     head = re.search(r'define void @"large.dl::f.specialised"\(i8\*\* %"slots"\)(.*)', text)
     assert head is not None and ({"noinline", "optnone"} <= set(head.group(1).split())) == unoptimised
 
