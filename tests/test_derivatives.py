@@ -179,3 +179,32 @@ def test_bind_refuses_a_function_that_binds_the_name_again(dlrun, tmp_path: Path
         "error[E0333]: `shadow` binds `f` again, so `--bind f=...` cannot replace it",
         f" --> {program}:3:16",
     ]
+
+
+# ---------------------------------------------------------------------- simplifying generated code
+
+
+def folded_body(body: str) -> str:
+    """`body`, the statements of a function, after `fold_zero_starts` (the fold `prune` ends with), printed."""
+    from dl.lang.autodiff.simplify import fold_zero_starts
+    from dl.lang.parse import parse
+    from dl.lang.printer import print_stmt
+
+    (decl,) = parse(f"fn f(m, a, b) {{\n{body}\n}}\n", "fold.dl").decls
+    return "\n".join(print_stmt(stmt) for stmt in fold_zero_starts(list(decl.body.body)))
+
+
+def test_a_struct_adjoint_field_starts_as_its_first_contribution() -> None:
+    body = "let d_m = zeros_like(m)\nd_m.w += a\nlet t = a * b\nd_m.b += t\nd_m.w += b\nreturn d_m"
+    assert folded_body(body) == "let d_m = zeros_like(m)\nd_m.w = a\nlet t = a * b\nd_m.b = t\nd_m.w += b\nreturn d_m"
+
+
+def test_field_starts_stop_where_the_adjoint_is_read() -> None:
+    """Once a statement reads `d_m` (here `t`), a field's zeros may be seen: its `+=` stays."""
+    body = "let d_m = zeros_like(m)\nd_m.w += a\nlet t = sum(d_m.b)\nd_m.b += t\nreturn d_m"
+    assert folded_body(body) == "let d_m = zeros_like(m)\nd_m.w = a\nlet t = sum(d_m.b)\nd_m.b += t\nreturn d_m"
+
+
+def test_a_field_contribution_that_reads_the_adjoint_keeps_its_addition() -> None:
+    body = "let d_m = zeros_like(m)\nd_m.w += d_m.b * a\nd_m.b += a\nreturn d_m"
+    assert folded_body(body) == "let d_m = zeros_like(m)\nd_m.w += d_m.b * a\nd_m.b += a\nreturn d_m"

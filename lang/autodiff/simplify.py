@@ -1,5 +1,6 @@
 """Simplifying generated code: `prune` drops `let`s nothing reads and propagates copies; the folds turn
-`zeros_like(x) + d` starts, `*1` and literal arithmetic into what a person would write. Calls of effects
+`zeros_like(x) + d` starts (of a variable, or of a struct's field), `*1` and literal arithmetic into what a
+person would write. Calls of effects
 (`EFFECT_NAMES`) and of functions with effects are never dropped.
 """
 
@@ -139,7 +140,47 @@ def fold_zero_starts(stmts: list[ast.Stmt]) -> list[ast.Stmt]:
                 out.append(folded)
             continue
         out.append(stmt)
+    return fold_field_starts(out)
+
+
+def fold_field_starts(stmts: list[ast.Stmt]) -> list[ast.Stmt]:
+    """After `v = zeros_like(...)` (or `let`), each field's first `v.f += c` becomes `v.f = c`, as long as the
+    statements in between only set other fields of `v`: a struct's adjoint then holds each field's gradient
+    itself, not a zero array that it was added to (for a 64x2048 weight, an addition that cost more than
+    the Adam step's arithmetic on it)."""
+    out = list(stmts)
+    for start, stmt in enumerate(stmts):
+        var = zero_start(stmt)
+        if var is None:
+            continue
+        written: set[str] = set()
+        for position in range(start + 1, len(out)):
+            field = field_increment(out[position], var)
+            if field is None:
+                if mentions(out[position], var):
+                    break
+                continue
+            if field not in written:
+                written.add(field)
+                out[position] = dataclasses.replace(out[position], op="=")
     return out
+
+
+def field_increment(stmt: ast.Stmt, var: str) -> str | None:
+    """The field `f` when `stmt` is `var.f += c` with `c` not reading `var`; None otherwise."""
+    if not (isinstance(stmt, ast.Assign) and stmt.op == "+=" and isinstance(stmt.target, ast.Field)):
+        return None
+    target = stmt.target.target
+    if not (isinstance(target, ast.Name) and target.id == var) or mentions(stmt.value, var):
+        return None
+    return stmt.target.name
+
+
+def mentions(node, var: str) -> bool:
+    return any(
+        isinstance(n, (ast.Name, ast.NamePattern)) and getattr(n, "id", getattr(n, "name", None)) == var
+        for n in ast.walk(node)
+    )
 
 
 def is_self_increment(stmt: ast.Stmt) -> bool:
@@ -149,10 +190,7 @@ def is_self_increment(stmt: ast.Stmt) -> bool:
 def last_mention(stmts: list[ast.Stmt], var: str) -> int | None:
     """The position of the last statement that mentions `var`, if any."""
     for position in range(len(stmts) - 1, -1, -1):
-        if any(
-            isinstance(n, (ast.Name, ast.NamePattern)) and getattr(n, "id", getattr(n, "name", None)) == var
-            for n in ast.walk(stmts[position])
-        ):
+        if mentions(stmts[position], var):
             return position
     return None
 
