@@ -26,6 +26,7 @@ from dl.lang.dimensions import declare_dimensions
 from dl.lang.modules import Program, load_program, read_source
 from dl.lang.nesting import in_room
 from dl.lang.types import ANY, TensorType, TupleType, Type, strong
+from dl.runtime import memory
 from dl.runtime.backend import Backend, Options, Prepared
 from dl.runtime.errors import UsageError
 
@@ -79,7 +80,9 @@ def backend(name: str) -> Backend:
 
 
 def on_backend(name: str, typed: Typed, cache: bool = True) -> Prepared:
-    """The checked program prepared on backend `name`; a compiling backend falls back on the interpreter."""
+    """The checked program prepared on backend `name`; a compiling backend falls back on the interpreter.
+    The process's heap is set to keep freed arrays' memory from here on (runtime/memory.py)."""
+    memory.keep_freed_memory()
     fallback = backend("interp") if name != "interp" else None
     return backend(name).prepare(typed, Options(cache=cache, fallback=fallback))
 
