@@ -970,7 +970,12 @@ def unbroadcast(x: Any, like: Any) -> Any:
     if extra < 0 or any(n not in (1, m) for n, m in zip(target, x.shape[extra:], strict=True)):
         raise PrimitiveError(f"cannot sum {describe(x)} down to the shape of {describe(like)}")
     axes = tuple(range(extra)) + tuple(extra + i for i, n in enumerate(target) if n == 1 and x.shape[extra + i] != 1)
-    summed = np.sum(x, axis=axes, keepdims=True, dtype=x.dtype) if axes else x
+    if not axes:
+        summed = x
+    elif x.__class__ is ndarray:  # the ufunc directly, as `total` does
+        summed = np.add.reduce(x, axis=axes, keepdims=True, dtype=x.dtype)
+    else:
+        summed = np.sum(x, axis=axes, keepdims=True, dtype=x.dtype)
     kind = getattr(like, "dtype", None)
     if kind is not None and x.dtype.kind == "f" and kind.kind == "f" and kind != x.dtype:  # the variable's dtype
         summed = summed.astype(kind)
