@@ -141,6 +141,9 @@ def site_table(functions: list[ir.Function]) -> list[ir.Site]:
 
 def optimise(module: binding.ModuleRef, target: binding.TargetMachine, speed: int = 3) -> None:
     options = binding.create_pipeline_tuning_options(speed_level=speed)
+    # tensor loops step a vector at a time already (vector_fill, flat_fill); LLVM's loop vectorizer only
+    # vectorised them again, with checks and an epilogue, for half the time LLVM took on a training step
+    # (train.dl's Adam: 51 ms with it, 27 without); a reduction in order is not vectorisable anyway
     options.loop_vectorization = True
     options.slp_vectorization = True
     # loops already step a vector at a time (vector_fill); unrolling them more made their code larger and
@@ -270,6 +273,34 @@ def vectorisable(tree: object, last: int, floats: set[str]) -> bool:
     return False
 
 
+def flat(instruction) -> ir.Fill | None:
+    """A fill of a whole buffer whose every read is of the element it writes (no broadcast, transpose,
+    index or gather: the buffers are read in the target's own row-major order) as the same fill over the
+    elements in order, a buffer of one dimension; None for any other instruction."""
+    if not isinstance(instruction, ir.Fill) or instruction.view is not None or not instruction.target.shape:
+        return None
+    strides = ir.contiguous(instruction.target.shape)
+
+    def flattened(tree: object) -> object | None:
+        match tree:
+            case ir.Read(buffer=buffer, offset=ir.Const(value=0), strides=read) if read == strides:
+                return ir.Read(buffer, tree.offset, (1,))
+            case ir.Splat():
+                return tree
+            case ir.Apply(args=args):
+                flat_args = [flattened(arg) for arg in args]
+                if any(arg is None for arg in flat_args):
+                    return None
+                return ir.Apply(tree.op, tree.dtype, tuple(flat_args))
+        return None
+
+    tree = flattened(instruction.tree)
+    if tree is None:
+        return None
+    target = instruction.target
+    return ir.Fill(ir.Buffer(target.name, target.dtype, (target.size,), target.slot, target.offset), tree)
+
+
 def collect(tree: object, buffers: dict, operands: list) -> None:
     """The buffers a tree reads and the operands it uses."""
     match tree:
@@ -320,7 +351,14 @@ class TensorEmission:
 
     def outlined(self, builder: llvm_ir.IRBuilder, instruction) -> llvm_ir.IRBuilder:
         """A loop nest as a function of its own whose buffers are `noalias` parameters: LLVM then knows
-        the buffer written is not one read (they all lie in one workspace), and vectorises."""
+        the buffer written is not one read (they all lie in one workspace), and vectorises. A fill whose
+        every read is of the element it writes (`flat`) becomes one loop over the elements, of a length
+        the function takes as an argument: Adam's update of every parameter, whatever its shape, is then
+        one function for LLVM to optimise, not one per shape."""
+        flattened = flat(instruction)
+        length = None
+        if flattened is not None:
+            instruction, length = flattened, flattened.target.shape[0]
         buffers: dict[str, ir.Buffer] = {instruction.target.name: instruction.target}
         temps: dict[str, ir.Temp] = {}
         operands = [instruction.view.offset] if isinstance(instruction, ir.Fill) and instruction.view else []
@@ -329,10 +367,16 @@ class TensorEmission:
             if isinstance(operand, ir.Temp):
                 temps[operand.name] = operand
         arguments = [self.pointers[b] for b in buffers] + [self.values[t] for t in temps]
-        # the same loop over other buffers (a layer's twin, another leaf of the same shape) calls one function
+        if length is not None:
+            arguments.append(TYPES["i64"](length))
+        # the same loop over other buffers (a layer's twin, another leaf of the same shape, or for a flat
+        # fill of any length) calls one function
         key = ir.rebuilt(
             instruction,
-            {name: ir.Buffer(f"b{i}", b.dtype, b.shape, 0) for i, (name, b) in enumerate(buffers.items())},
+            {
+                name: ir.Buffer(f"b{i}", b.dtype, () if length is not None else b.shape, 0)
+                for i, (name, b) in enumerate(buffers.items())
+            },
             {name: ir.Temp(f"t{i}", t.dtype) for i, (name, t) in enumerate(temps.items())},
         )
         known = self.loop_functions.get(key)
@@ -342,6 +386,8 @@ class TensorEmission:
         kinds = [storage_type(b.dtype).as_pointer() for b in buffers.values()] + [
             TYPES[t.dtype] for t in temps.values()
         ]
+        if length is not None:
+            kinds.append(TYPES["i64"])
         self.loop_count = getattr(self, "loop_count", 0) + 1
         name = f"{self.function.symbol}.loop{self.loop_count}"
         function = llvm_ir.Function(self.module, llvm_ir.FunctionType(llvm_ir.VoidType(), kinds), name)
@@ -355,15 +401,52 @@ class TensorEmission:
         saved = (self.llvm_function, self.pointers, self.values)
         self.llvm_function = function
         self.pointers = dict(zip(buffers, function.args, strict=False))
-        self.values = {name: arg for name, arg in zip(temps, function.args[len(buffers) :], strict=True)}
+        self.values = {name: arg for name, arg in zip(temps, function.args[len(buffers) :], strict=False)}
         try:
-            inner = self.loop_instruction(llvm_ir.IRBuilder(function.append_basic_block("entry")), instruction)
+            entry = llvm_ir.IRBuilder(function.append_basic_block("entry"))
+            if length is None:
+                inner = self.loop_instruction(entry, instruction)
+            else:
+                function.args[-1].name = "length"
+                inner = self.flat_fill(entry, instruction, function.args[-1])
             inner.ret_void()
         finally:
             self.llvm_function, self.pointers, self.values = saved
         self.loop_functions[key] = function
         builder.call(function, arguments)
         return builder
+
+    def flat_fill(self, builder: llvm_ir.IRBuilder, fill: ir.Fill, length: llvm_ir.Value) -> llvm_ir.IRBuilder:
+        """A `flat` fill over `length` elements (a run-time value): vector steps while whole vectors fit, then
+        the elements left over one at a time."""
+        pointer, dtype = self.pointers[fill.target.name], fill.target.dtype
+        start = TYPES["i64"](0)
+        lanes = self.tree_lanes(fill)
+        if lanes is not None:
+
+            def vector_step(builder, i):
+                builder, value = self.vector_tree(builder, fill.tree, [i], lanes)
+                if dtype == "bool":
+                    value = builder.zext(value, llvm_ir.VectorType(BYTE, lanes))
+                at = builder.bitcast(builder.gep(pointer, [i]), value.type.as_pointer())
+                builder.store(value, at, align=ir.ITEM_BYTES[dtype])
+                return builder
+
+            start = builder.and_(length, TYPES["i64"](-lanes), name="whole")
+            builder = self.counted(builder, 0, start, lanes, vector_step, "flat.vector")
+            # the elements left over, counted from 0 to `length & (lanes - 1)`: LLVM then knows there are
+            # fewer than `lanes` of them and leaves the loop as it is, rather than vectorising it again
+            rest = builder.and_(length, TYPES["i64"](lanes - 1), name="rest")
+        else:
+            rest = length
+
+        def scalar_step(builder, j):
+            i = builder.add(start, j) if lanes is not None else j
+            builder, value = self.tree(builder, fill.tree, [i])
+            self.store_element(builder, pointer, i, dtype, value)
+            return builder
+
+        return self.counted(builder, 0, rest, 1, scalar_step, "flat.rest")
 
     def loop_instruction(self, builder: llvm_ir.IRBuilder, instruction) -> llvm_ir.IRBuilder:
         match instruction:
@@ -510,9 +593,11 @@ class TensorEmission:
 
         return self.counted(builder, 0, shape[depth], 1, inner, f"{name}.{depth}")
 
-    def counted(self, builder: llvm_ir.IRBuilder, start: int, stop: int, step: int, body, name: str):
-        """`for i in start..stop by step { body(builder, i) }` (constant bounds)."""
+    def counted(self, builder: llvm_ir.IRBuilder, start, stop, step: int, body, name: str):
+        """`for i in start..stop by step { body(builder, i) }` (bounds constant, or values computed before)."""
         i64 = TYPES["i64"]
+        start = start if isinstance(start, llvm_ir.Value) else i64(start)
+        stop = stop if isinstance(stop, llvm_ir.Value) else i64(stop)
         before = builder.block
         head = self.llvm_function.append_basic_block(f"{name}.head")
         inner = self.llvm_function.append_basic_block(f"{name}.body")
@@ -520,8 +605,8 @@ class TensorEmission:
         builder.branch(head)
         builder = llvm_ir.IRBuilder(head)
         counter = builder.phi(i64, name=f"{name}.i")
-        counter.add_incoming(i64(start), before)
-        builder.cbranch(builder.icmp_signed("<", counter, i64(stop)), inner, end)
+        counter.add_incoming(start, before)
+        builder.cbranch(builder.icmp_signed("<", counter, stop), inner, end)
         builder = body(llvm_ir.IRBuilder(inner), counter)
         following = builder.add(counter, i64(step), name=f"{name}.next")
         counter.add_incoming(following, builder.block)
@@ -533,17 +618,22 @@ class TensorEmission:
         """How many elements one step of the innermost loop computes (libmvec's vector width for the tree's
         widest float), or None to keep the loop scalar (no AVX2 and libmvec, a gathering tree, a strided
         innermost read, too short an innermost dimension)."""
+        shape = fill.shape if fill.view is not None else fill.target.shape
+        if not shape or (fill.view is not None and fill.view.strides[-1] != 1):
+            return None
+        lanes = self.tree_lanes(fill)
+        return lanes if lanes is not None and shape[-1] >= lanes else None
+
+    def tree_lanes(self, fill: ir.Fill) -> int | None:
+        """`vector_lanes` whatever the length of the innermost dimension."""
         flavour = getattr(self, "vectors", None)
         shape = fill.shape if fill.view is not None else fill.target.shape
         if flavour is None or not shape or ir.can_fail(fill.tree):
             return None
-        if fill.view is not None and fill.view.strides[-1] != 1:
-            return None
         floats: set[str] = {fill.target.dtype} & {"f32", "f64"}
         if not vectorisable(fill.tree, len(shape) - 1, floats):
             return None
-        lanes = min((VECTOR_LANES[flavour][d] for d in floats), default=VECTOR_LANES[flavour]["f64"])
-        return lanes if shape[-1] >= lanes else None
+        return min((VECTOR_LANES[flavour][d] for d in floats), default=VECTOR_LANES[flavour]["f64"])
 
     def vector_fill(self, builder: llvm_ir.IRBuilder, fill: ir.Fill, lanes: int) -> llvm_ir.IRBuilder:
         """The innermost dimension in steps of `lanes` (vector loads, libmvec math, one vector store), the

@@ -1018,6 +1018,24 @@ def test_the_same_loop_over_other_buffers_is_one_function() -> None:
     assert sorted(calls.values())[-2:] == [1, 2], calls  # tanh(_ * 2.0 + 1.0) twice, tanh(x * 3.0) once
 
 
+def test_a_flat_loop_is_one_function_for_every_length() -> None:
+    """An elementwise fill that reads each buffer at the element it writes is a loop over the elements, of a
+    length the function takes: the update of a [37, 5] weight, a [37] bias and a [3] bias is one function,
+    called with 185, 37 and 3, and each length's leftover elements (not a multiple of a vector) are right."""
+    source = (
+        "fn f(w: f32[37, 5], b: f32[37], c: f32[3],\n"
+        "     g: f32[37, 5], h: f32[37], k: f32[3]) -> (f32[37, 5], f32[37], f32[3]) {\n"
+        "    return (w - 0.5 * sqrt(g * g + 1.0), b - 0.5 * sqrt(h * h + 1.0), c - 0.5 * sqrt(k * k + 1.0))\n}\n"
+    )
+    args = (f32(37, 5), f32(37, seed=1), f32(3, seed=2), f32(37, 5, seed=3), f32(37, seed=4), f32(3, seed=5))
+    check(source, "f", *args, rtol=1e-6, atol=1e-6)
+    text = llvm_text(lowered_for(source, "flat.dl", "f", *args))
+    flat = re.findall(r'define internal void (@"[^"]*\.loop\d+")\(.*i64 %"length"\) noinline', text)
+    assert len(flat) == 1, text
+    lengths = sorted(int(n) for n in re.findall(rf"call void {re.escape(flat[0])}\(.*, i64 (\d+)\)", text))
+    assert lengths == [3, 37, 185]
+
+
 LARGE_FUNCTION_CASES = {
     "loop": (
         "fn f(h: f32[4, 8], w: f32[8, 8], steps: i64) -> (f32[4, 8], i64) {\n    let taken = 0\n"
