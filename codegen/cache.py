@@ -1,7 +1,8 @@
 """The on-disk compile cache of the LLVM backend: object code by a key of everything it depends on.
 
-An entry is the optimised module's object code (`TargetMachine.emit_object`), loaded back with
-`ExecutionEngine.add_object_file`: that skips LLVM's optimisation and code generation. The key is a hash of
+An entry is the module's object code (`TargetMachine.emit_object`; codegen/llvm.py packs the two objects
+of a module with `optnone` functions into one entry), loaded back with `ExecutionEngine.add_object_file`:
+that skips LLVM's optimisation and code generation. The key is a hash of
 the lowered IR (which reflects the source and the types), the compiler (`dl.__version__` and the text of
 the code generator itself), llvmlite's LLVM version and the target (triple, CPU and its features). Entries
 live in `cache_directory()/llvm/KEY.o`, as lang/cache.py writes and checks entries: written to a temporary

@@ -45,8 +45,7 @@ LIBM = {
 @record(eq=False)  # compared by identity: the host keeps weak references to them
 class Native:
     """The JIT-compiled module: function addresses by symbol, the global site table, the status globals.
-    `from_cache` says whether the object code was loaded from the compile cache (codegen/cache.py), in which
-    case `ir_before` and `ir_after` (the LLVM IR before and after optimisation) are empty."""
+    `from_cache` says whether the object code was loaded from the compile cache (codegen/cache.py)."""
 
     engine: binding.ExecutionEngine
     addresses: dict[str, int]
@@ -55,8 +54,6 @@ class Native:
     depth_address: int
     value_address: int
     interrupt_address: int
-    ir_before: str
-    ir_after: str
     from_cache: bool = False
     trace_address: int = 0  # `dl.trace`: the call sites a failure unwound through (modules with real calls)
     trace_count_address: int = 0
@@ -84,35 +81,90 @@ def compile_functions(
     key = None
     if cache is not None:
         key = compile_cache.cache_key(functions, f"{target_description(target)} {vectors} O{speed}", llvm_version())
-        code = compile_cache.load(cache, key)
-        if code is not None:
-            native = load_object(code, functions, sites, target, "", "", from_cache=True)
+        stored = compile_cache.load(cache, key)
+        objects = unpacked(stored) if stored is not None else None
+        if objects is not None:
+            native = load_objects(objects, functions, sites, target, from_cache=True)
             if native is not None:
                 return native
-    module = build_module(functions, target, vectors)
-    before = str(module)
-    parsed = binding.parse_assembly(before)
-    parsed.verify()
-    optimise(parsed, target, speed)
-    code = target.emit_object(parsed)
+    objects = []
+    for text, machine, optimised in module_parts(build_module(functions, target, vectors), target):
+        parsed = binding.parse_assembly(text)
+        parsed.verify()
+        if optimised:
+            optimise(parsed, machine, speed)
+        objects.append(machine.emit_object(parsed))
     if key is not None:
-        compile_cache.store(cache, key, code)
-    native = load_object(code, functions, sites, target, before, str(parsed), from_cache=False)
+        compile_cache.store(cache, key, packed(objects))
+    native = load_objects(objects, functions, sites, target, from_cache=False)
     if native is None:
         raise RuntimeError("LLVM produced object code without the compiled functions")
     return native
 
 
-def load_object(code: bytes, functions, sites, target, before: str, after: str, from_cache: bool) -> Native | None:
+def module_parts(module: llvm_ir.Module, target: binding.TargetMachine) -> list[tuple[str, object, bool]]:
+    """The module's text, the machine to compile it for, and whether to optimise it first. A module with
+    `optnone` functions (a large training step that only calls its loops) is two: those functions, for a
+    target machine that does not optimise either (FastISel and the fast register allocator, which generate a
+    6,900-line step in a quarter of the time), and the rest as usual. The two objects call each other's
+    functions and share the status globals, which the first declares."""
+    unoptimised = [f for f in module.functions if f.blocks and "optnone" in f.attributes]
+    if not unoptimised:
+        return [(str(module), target, True)]
+    bodies = {f: f.blocks for f in module.functions}
+    linkages = {f: f.linkage for f in module.functions}
+    variables = [g for g in module.global_values if isinstance(g, llvm_ir.GlobalVariable)]
+    initializers = {g: g.initializer for g in variables}
+    try:
+        for function in module.functions:
+            function.linkage = ""  # internal loop functions are called from the other object
+        for function in unoptimised:
+            function.blocks = []
+        rest = str(module)
+        for function in module.functions:
+            function.blocks = bodies[function] if function in unoptimised else []
+        for variable in variables:
+            variable.initializer = None  # `external global`: defined in the other object
+        first = str(module)
+    finally:
+        for function in module.functions:
+            function.blocks, function.linkage = bodies[function], linkages[function]
+        for variable in variables:
+            variable.initializer = initializers[variable]
+    plain = binding.Target.from_triple(target.triple).create_target_machine(
+        cpu=binding.get_host_cpu_name(), features=binding.get_host_cpu_features().flatten(), opt=0, jit=True
+    )
+    return [(rest, target, True), (first, plain, False)]
+
+
+def packed(objects: list[bytes]) -> bytes:
+    """Object files as one cache entry: each one's length (8 bytes, little-endian), then its bytes."""
+    return b"".join(len(code).to_bytes(8, "little") + code for code in objects)
+
+
+def unpacked(data: bytes) -> list[bytes] | None:
+    """The object files of a `packed` entry, or None when it is not one."""
+    objects, at = [], 0
+    while at < len(data):
+        size = int.from_bytes(data[at : at + 8], "little")
+        if at + 8 + size > len(data):
+            return None
+        objects.append(data[at + 8 : at + 8 + size])
+        at += 8 + size
+    return objects or None
+
+
+def load_objects(objects: list[bytes], functions, sites, target, from_cache: bool) -> Native | None:
     """Link object code into a new execution engine; None when it lacks a function or a status global."""
     engine = binding.create_mcjit_compiler(binding.parse_assembly(""), target)
-    engine.add_object_file(binding.ObjectFileRef.from_data(code))
+    for code in objects:
+        engine.add_object_file(binding.ObjectFileRef.from_data(code))
     engine.finalize_object()
     addresses = {f.symbol: engine.get_function_address(f.symbol) for f in functions}
     status = [engine.get_global_value_address(name) for name in ("dl.error", "dl.depth", "dl.value", "dl.interrupt")]
     if not all(addresses.values()) or not all(status):
         return None
-    native = Native(engine, addresses, sites, *status, before, after, from_cache)
+    native = Native(engine, addresses, sites, *status, from_cache)
     if any(f.own_workspace is not None for f in functions):
         native.trace_address = engine.get_global_value_address("dl.trace")
         native.trace_count_address = engine.get_global_value_address("dl.trace.count")

@@ -1074,6 +1074,36 @@ def test_a_function_compiled_without_optimisation_computes_the_same(case: str, m
     assert head is not None and ({"noinline", "optnone"} <= set(head.group(1).split())) == unoptimised
 
 
+def test_an_unoptimised_function_is_a_second_object_and_both_come_back_from_the_cache(tmp_path, monkeypatch) -> None:
+    """The `optnone` functions are compiled apart, by a target machine that does not optimise (FastISel), into an
+    object of their own beside the rest; the cache keeps both in one entry and gives both back."""
+    from dl.codegen import cache as compile_cache
+    from dl.codegen import llvm
+
+    monkeypatch.setattr(llvm, "LARGE_FUNCTION", 0)
+    source, args, _ = LARGE_FUNCTION_CASES["gather"]
+    lowered = lowered_for(source, "large.dl", "f", *args)
+    functions = [lowered.function, *lowered.callees]
+    target, vectors = native.tensor_target()
+    first = llvm.compile_functions(functions, target, tmp_path, vectors, speed=2)
+    (entry,) = (tmp_path / "llvm").glob("*.o")
+    objects = llvm.unpacked(compile_cache.read_entry(entry, compile_cache.MAGIC))
+    assert objects is not None and len(objects) == 2
+    target, vectors = native.tensor_target()
+    again = llvm.compile_functions(functions, target, tmp_path, vectors, speed=2)
+    assert (first.from_cache, again.from_cache) == (False, True)
+    assert set(again.addresses) == set(first.addresses) and all(again.addresses.values())
+
+
+def test_a_cut_short_object_list_is_not_one() -> None:
+    from dl.codegen import llvm
+
+    objects = [b"first object", b"second"]
+    assert llvm.unpacked(llvm.packed(objects)) == objects
+    assert llvm.unpacked(llvm.packed(objects)[:-1]) is None  # the last object cut short
+    assert llvm.unpacked(b"") is None
+
+
 def test_negative_zero_is_not_zero_to_the_compiler() -> None:
     """`x * 0.0` and `x * -0.0` are different loops (their reciprocals are +inf and -inf): neither the optimiser
     (`computed_once`) nor the module's one-function-per-loop may take one for the other."""
