@@ -278,9 +278,10 @@ def erf(x: Any) -> Any:
 ZEROS = {dtype: np.zeros((), dtype) for dtype in (F32, F64, I32, I64)}
 # numpy's `maximum` runs its vector loop only where both operands advance: against a 0-d zero it compares
 # one element at a time (0.05 ms for 64x2048 f32), against a row of zeros broadcast along the other axes
-# in vector steps (0.025 ms). The rows, one per dtype and length, are kept.
+# in vector steps (0.025 ms). The rows, one per dtype and length, are kept (up to `KEPT_ROWS` of them).
 ZERO_ROWS: dict[tuple[np.dtype, int], np.ndarray] = {}
 ROW_SIZES = range(16, 1 << 16)  # last axes long enough to gain, and rows short enough to keep
+KEPT_ROWS = 64
 
 
 def relu(x: Any) -> Any:
@@ -291,6 +292,8 @@ def relu(x: Any) -> Any:
                 key = (x.dtype, x.shape[-1])
                 zero = ZERO_ROWS.get(key)
                 if zero is None:
+                    if len(ZERO_ROWS) >= KEPT_ROWS:  # a program of many widths: start the rows again
+                        ZERO_ROWS.clear()
                     zero = ZERO_ROWS[key] = np.zeros(x.shape[-1], x.dtype)
             return np.maximum(x, zero)
     no_bools("relu", x)

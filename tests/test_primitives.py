@@ -139,6 +139,21 @@ def test_relu_and_abs_keep_integer_dtype() -> None:
 
 
 @needs_torch
+@pytest.mark.parametrize("dtype", [F32, F64], ids=str)
+def test_relu_of_wide_rows_matches_torch_at_every_width(dtype) -> None:
+    """relu compares a tensor with 16 or more columns against a row of zeros (numpy's vector loop), kept per
+    width: widths past the rows kept, nan, infinities and signed zeros give torch's values."""
+    from dl.interp.primitives import KEPT_ROWS, ZERO_ROWS
+
+    special = np.array([np.nan, -np.inf, np.inf, -0.0, 0.0, -1e-30, 3.5], dtype)
+    for width in range(16, 16 + KEPT_ROWS + 8):
+        values = np.concatenate([special, randn(np.random.default_rng(width), (width,)).astype(dtype)])
+        x = np.resize(values, (3, width))
+        check(dl_eval("relu(a)", x), torch.relu(to_torch(x)).numpy(), dtype)
+        assert len(ZERO_ROWS) <= KEPT_ROWS
+
+
+@needs_torch
 @SETTINGS
 @given(shape=shapes, seed=seeds)
 def test_sigmoid_relu_tanh_match_torch(shape, seed) -> None:
