@@ -1150,59 +1150,6 @@ def checked_seed(lowering, prim: Prim, seed: object, span: Span) -> ir.Operand |
     return operand
 
 
-MOST_CATEGORIES = 1024  # categorical's cumulative sum is quadratic in the categories (see `categorical`)
-
-
-def categorical(lowering, bound: dict, span: Span) -> object:
-    """One sample per distribution along the last axis, as interpreted: in f64, the weights `exp(x - peak)`
-    normalised, their running sums, and one uniform draw per distribution (the host's, ir.Draw kind 0, from
-    the run's stream or `default_rng(seed)`); the sample is how many running sums are at most the draw, but
-    never past the last category of nonzero weight. A row whose peak is not finite (a nan, or no finite
-    logit) fails with the interpreter's message. The running sums are sums over `j <= k` in order (numpy's
-    `cumsum`), which costs categories squared a row: more than `MOST_CATEGORIES` stay interpreted."""
-    logits, seed = bound["logits"], bound["seed"]
-    seed_operand = checked_seed(lowering, Prim.CATEGORICAL, seed, span)
-    if not isinstance(logits, Tensor) or logits.dtype not in FLOATS or not logits.shape:
-        raise Unsupported("`categorical` of this value", span)  # a scalar or integers: the interpreter's error
-    count = logits.shape[-1]
-    if count == 0 or count > MOST_CATEGORIES:
-        raise Unsupported(f"`categorical` over {count} categories", span)
-    rank, rows = len(logits.shape), logits.shape[:-1]
-    last = rank - 1
-    x = Tensor("f64", logits.shape, ir.Apply("convert", "f64", (logits.tree,)))
-    x = lowering.materialise(x)
-    peak = reduce(lowering, x, "max", (last,), True, span, "f64")  # a row with a nan has a nan peak
-    finite = ir.Apply("lt", "bool", (ir.Apply("abs", "f64", (peak.tree,)), ir.Splat(ir.Const(float("inf"), "f64"))))
-    marks = Tensor("i64", peak.shape, ir.Apply("convert", "i64", (finite,)))
-    fewest = lowering.temp("finite.rows", "i64")
-    lowering.emit(ir.Evaluate(fewest, reduce(lowering, marks, "min", tuple(range(rank)), False, span, "i64").tree))
-    fine = lowering.temp("peaks.finite", "bool")
-    lowering.emit(ir.Compare(fine, ">=", fewest, ir.Const(1, "i64")))  # no rows at all: nothing to fail
-    problem = PrimitiveError("`categorical` needs logits with a finite largest value in every row (no nan)")
-    lowering.emit(ir.Check(fine, lowering.site("E0513", failure_message(Prim.CATEGORICAL, problem), span)))
-    shifted = ir.Apply("sub", "f64", (x.tree, broadcast(peak, x.shape, span).tree))
-    weights = lowering.materialise(Tensor("f64", x.shape, ir.Apply("exp", "f64", (shifted,))))
-    total = broadcast(reduce(lowering, weights, "add", (last,), True, span, "f64"), x.shape, span)
-    shares = lowering.materialise(Tensor("f64", x.shape, ir.Apply("div", "f64", (weights.tree, total.tree))))
-    # running[..., k] = the sum of shares[..., j] for j <= k, added in order of j: dimension `rank` walks j
-    pairs = (*x.shape, count)
-    upto = ir.Apply("le", "bool", (ir.Index(rank), ir.Index(last)))
-    share_j = remap(shares.tree, (*range(last), None, last))
-    masked = Tensor("f64", pairs, ir.Apply("select", "f64", (upto, share_j, ir.Splat(ir.Const(0.0, "f64")))))
-    running = reduce(lowering, masked, "add", (rank,), False, span, "f64")
-    draws = lowering.allocate("f64", rows or (1,), "categorical")
-    lowering.emit(ir.Draw(draws, 0, seed_operand))
-    draw = remap(ir.Read(draws, ZERO, contiguous(rows)), (*range(last), None))
-    below = ir.Apply("convert", "i64", (ir.Apply("le", "bool", (running.tree, draw)),))
-    chosen = reduce(lowering, Tensor("i64", x.shape, below), "add", (last,), False, span, "i64")
-    positive = ir.Apply("gt", "bool", (weights.tree, ir.Splat(ir.Const(0.0, "f64"))))
-    place = ir.Apply("select", "i64", (positive, ir.Index(last), ir.Splat(ir.Const(-1, "i64"))))
-    possible = reduce(lowering, Tensor("i64", x.shape, place), "max", (last,), False, span, "i64")
-    smaller = ir.Apply("lt", "bool", (chosen.tree, possible.tree))
-    sample = Tensor("i64", rows, ir.Apply("select", "i64", (smaller, chosen.tree, possible.tree)))
-    return finish(lowering, sample, "i64")
-
-
 def dropout(lowering, bound: dict, span: Span) -> object:
     """Inverted dropout as interpreted: the mask is `rand(n, seed=seed)` over the flattened `x` (drawn on the
     host, f32) at least `p`; the kept elements scaled by `1 / (1 - p)` in `x`'s dtype; `p = 1` gives zeros; with
@@ -1603,7 +1550,6 @@ HANDLERS = {
     Prim.RAND: drawn(0, Prim.RAND),
     Prim.RANDN: drawn(1, Prim.RANDN),
     Prim.DROPOUT: dropout,
-    Prim.CATEGORICAL: categorical,
     Prim.PERMUTATION: permutation,
     Prim.BATCHES: batches,
     Prim.SHAPE: shape,
@@ -1638,7 +1584,9 @@ HANDLERS = {
 }
 
 HOST = "host work, and compiled code does not call back into Python"
+RANDOM = "it draws from the interpreter's random streams, which compiled code does not reproduce yet"
 REFUSED: dict[Prim, str] = {
+    Prim.CATEGORICAL: RANDOM,
     Prim.PRINT: f"printing is {HOST}",
     Prim.TIME: f"reading the clock is {HOST} (and each call must read it anew, where the program does)",
     Prim.DIGITS: f"loading the shipped dataset is {HOST}",
