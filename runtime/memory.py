@@ -26,16 +26,20 @@ SETTINGS = ((M_MMAP_THRESHOLD, 32 * MB), (M_TRIM_THRESHOLD, 64 * MB), (M_TOP_PAD
 
 
 class Heap:
-    """Whether `keep_freed_memory` has run in this process (it sets process-wide state once)."""
+    """What `keep_freed_memory` found, once per process (None before it runs): whether every setting took."""
 
-    tuned = False
+    tuned: bool | None = None
 
 
 def keep_freed_memory() -> bool:
-    """Set glibc's heap to keep freed tensor-sized blocks for reuse (see the module's docstring); whether it
-    could (False on other systems and C libraries)."""
-    if Heap.tuned:
-        return True
+    """Set glibc's heap to keep freed tensor-sized blocks for reuse (see the module's docstring), once; whether
+    every setting took (False on other systems and C libraries)."""
+    if Heap.tuned is None:
+        Heap.tuned = apply_settings()
+    return Heap.tuned
+
+
+def apply_settings() -> bool:
     if not sys.platform.startswith("linux"):
         return False
     try:
@@ -44,5 +48,5 @@ def keep_freed_memory() -> bool:
         return False
     mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
     mallopt.restype = ctypes.c_int
-    Heap.tuned = all(mallopt(parameter, value) == 1 for parameter, value in SETTINGS)
-    return Heap.tuned
+    results = [mallopt(parameter, value) for parameter, value in SETTINGS]  # each tried, whatever the others do
+    return all(result == 1 for result in results)
