@@ -341,6 +341,21 @@ class Draw:
 
 
 @node
+class Sample:
+    """`target` (i64, one element per row) filled with `categorical` samples by the host, exactly as the
+    interpreter samples them (runtime/randomness.py `fill_samples`), from the f64 `logits` (a whole buffer,
+    `rows` x `categories` as laid out); from `default_rng(seed)`, or with `seed` None from the run's
+    generator. Fails at `site` for a row without a finite largest value (nothing drawn then). Never dropped."""
+
+    target: Buffer
+    logits: Read
+    rows: int
+    categories: int
+    seed: Operand | None
+    site: int
+
+
+@node
 class Evaluate:
     """A scalar from a tree of no dimensions."""
 

@@ -284,6 +284,7 @@ GEMM = {"f32": "scipy_cblas_sgemm64_", "f64": "scipy_cblas_dgemm64_"}  # numpy's
 LARGE_FUNCTION = 4000
 INLINE_ELEMENTS = 1 << 16
 DRAW = "dl_fill_draws"  # runtime/randomness.py `fill_draws`, made a C function by codegen/native.py
+SAMPLE = "dl_fill_samples"  # runtime/randomness.py `fill_samples`, likewise
 ROW_MAJOR, NO_TRANSPOSE, TRANSPOSE = 101, 111, 112
 
 
@@ -538,6 +539,8 @@ class TensorEmission:
                 return self.matmul(builder, instruction)
             case ir.Draw():
                 return self.draw(builder, instruction)
+            case ir.Sample():
+                return self.sample(builder, instruction)
             case ir.ScatterAdd():
                 return self.scatter_add(builder, instruction)
             case ir.TapePush():
@@ -1050,6 +1053,25 @@ class TensorEmission:
         ]
         builder.call(function, values)
         return builder
+
+    def sample(self, builder: llvm_ir.IRBuilder, instruction: ir.Sample) -> llvm_ir.IRBuilder:
+        """`fill_samples(seeded, seed, logits, rows, categories, target)` on the host (runtime/randomness.py),
+        failing at the instruction's site where it answers 1."""
+        i64, byte_pointer = TYPES["i64"], BYTE.as_pointer()
+        arguments = [i64, i64, byte_pointer, i64, i64, byte_pointer]
+        function = self.c_function(SAMPLE, i64, arguments)
+        seed = instruction.seed
+        values = [
+            i64(0 if seed is None else 1),
+            i64(0) if seed is None else self.operand(seed),
+            builder.bitcast(self.pointers[instruction.logits.buffer.name], byte_pointer),
+            i64(instruction.rows),
+            i64(instruction.categories),
+            builder.bitcast(self.pointers[instruction.target.name], byte_pointer),
+        ]
+        status = builder.call(function, values)
+        failed = builder.icmp_signed("!=", status, i64(0), name="sample.failed")
+        return self.fail_unless(builder, failed, instruction.site, "categorical")
 
     def scatter_add(self, builder: llvm_ir.IRBuilder, instruction: ir.ScatterAdd) -> llvm_ir.IRBuilder:
         target = instruction.target

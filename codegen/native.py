@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 from dl.codegen import ir
 from dl.codegen.fusion import compile_kernels, fuse, unequal_shapes, vector_target
-from dl.codegen.llvm import DRAW, GEMM, INTERRUPTED, Native, compile_functions
+from dl.codegen.llvm import DRAW, GEMM, INTERRUPTED, SAMPLE, Native, compile_functions
 from dl.codegen.lower import Lowered, Unsupported, lower
 from dl.codegen.registry import specialise
 from dl.codegen.values import NUMPY_DTYPES, NeedsStatic
@@ -30,7 +30,7 @@ from dl.runtime.backend import NOT_COMPILED, CompiledBody, Step, StructTypes
 from dl.runtime.calls import RETURN, Function
 from dl.runtime.errors import STACK, RunError, fail, recursion_error
 from dl.runtime.interrupts import on_interrupt
-from dl.runtime.randomness import fill_draws
+from dl.runtime.randomness import fill_draws, fill_samples
 from dl.runtime.threads import Threads, in_parallel, large_product, openblas, pieces
 from dl.runtime.values import StructValue, format_value
 
@@ -323,17 +323,22 @@ BLAS_PROBLEM: str | bool | None = False
 DRAWS_FUNCTION = ctypes.CFUNCTYPE(
     None, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64
 )(fill_draws)
+SAMPLES_FUNCTION = ctypes.CFUNCTYPE(
+    ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p
+)(fill_samples)
 DRAWS_KNOWN: list[bool] = []
 
 
 def draw_symbol() -> None:
-    """Make `fill_draws` known to the JIT linker under the name compiled code calls it by, once."""
+    """Make `fill_draws` and `fill_samples` known to the JIT linker under the names compiled code calls them
+    by, once."""
     if not DRAWS_KNOWN:
         import sys
 
         import llvmlite.binding as binding
 
         binding.add_symbol(DRAW, ctypes.cast(DRAWS_FUNCTION, ctypes.c_void_p).value)
+        binding.add_symbol(SAMPLE, ctypes.cast(SAMPLES_FUNCTION, ctypes.c_void_p).value)
         sys.unraisablehook = quiet_interrupted_draws(sys.unraisablehook)
         DRAWS_KNOWN.append(True)
 
@@ -456,7 +461,7 @@ class SpecialisingBody:
             problem = blas_symbols() if uses_blas else None
             if problem is not None:
                 raise Unsupported(problem)
-            if any(isinstance(i, ir.Draw) for f in functions for b in f.blocks for i in b.instructions):
+            if any(isinstance(i, (ir.Draw, ir.Sample)) for f in functions for b in f.blocks for i in b.instructions):
                 draw_symbol()
             target, vectors = tensor_target()
             directory = cache_directory() if self.cache else None

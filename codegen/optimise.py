@@ -11,7 +11,7 @@ from dl.codegen import ir
 from dl.codegen.ir import contiguous, count_reads, rebuilt
 from dl.codegen.values import ZERO, adds_nothing
 
-WRITES = (ir.Fill, ir.Reduce, ir.MatMul, ir.ScatterAdd, ir.Draw)
+WRITES = (ir.Fill, ir.Reduce, ir.MatMul, ir.ScatterAdd, ir.Draw, ir.Sample)
 
 
 def reads_at(instructions: list, position: int, known: dict[int, dict[str, int]]) -> dict[str, int]:
@@ -197,7 +197,7 @@ def without_dead_stores(blocks: list[ir.Block]) -> list[ir.Block]:
 def checks(instruction: object) -> bool:
     """Whether an instruction can fail (a gather's or a scatter's index check), or draws from the run's
     random generator (the next draw depends on it): it is never dropped."""
-    if isinstance(instruction, ir.ScatterAdd):
+    if isinstance(instruction, (ir.ScatterAdd, ir.Sample)):
         return True
     if isinstance(instruction, ir.Draw):
         return instruction.seed is None

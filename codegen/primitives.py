@@ -41,6 +41,7 @@ from dl.lang.calls import Binding, BindingError, arranged, bind
 from dl.lang.diagnostics import Span
 from dl.lang.primitives import FLOAT_MATH, PRIMITIVES, Prim, Support
 from dl.runtime.errors import PrimitiveError, failure_message
+from dl.runtime.randomness import CATEGORICAL_PEAK
 from dl.runtime.world import World
 
 
@@ -1150,6 +1151,28 @@ def checked_seed(lowering, prim: Prim, seed: object, span: Span) -> ir.Operand |
     return operand
 
 
+def categorical(lowering, bound: dict, span: Span) -> object:
+    """One sample per distribution along the last axis, by the host (ir.Sample; runtime/randomness.py
+    `fill_samples`): the interpreter's own sampler on the logits as f64, from `default_rng(seed)` or the run's
+    generator, so the samples are the interpreter's. A row without a finite largest value fails at run time
+    with the interpreter's message."""
+    logits, seed = bound["logits"], bound["seed"]
+    seed_operand = checked_seed(lowering, Prim.CATEGORICAL, seed, span)
+    if not isinstance(logits, Tensor) or logits.dtype not in FLOATS or not logits.shape or not logits.shape[-1]:
+        raise Unsupported("`categorical` of this value", span)  # a scalar, integers, no category: its error
+    rows = logits.shape[:-1]
+    wide = lowering.materialise(Tensor("f64", logits.shape, ir.Apply("convert", "f64", (logits.tree,))))
+    target = lowering.allocate("i64", rows or (1,), "categorical")
+    site = lowering.site("E0513", failure_message(Prim.CATEGORICAL, PrimitiveError(CATEGORICAL_PEAK)), span)
+    count = math.prod(rows)
+    lowering.emit(ir.Sample(target, wide.tree, count, logits.shape[-1], seed_operand, site))
+    if rows:
+        return Tensor("i64", rows, ir.Read(target, ZERO, contiguous(rows)))
+    result = lowering.temp("categorical", "i64")
+    lowering.emit(ir.Evaluate(result, ir.Read(target, ZERO, ())))
+    return Value(result)
+
+
 def dropout(lowering, bound: dict, span: Span) -> object:
     """Inverted dropout as interpreted: the mask is `rand(n, seed=seed)` over the flattened `x` (drawn on the
     host, f32) at least `p`; the kept elements scaled by `1 / (1 - p)` in `x`'s dtype; `p = 1` gives zeros; with
@@ -1550,6 +1573,7 @@ HANDLERS = {
     Prim.RAND: drawn(0, Prim.RAND),
     Prim.RANDN: drawn(1, Prim.RANDN),
     Prim.DROPOUT: dropout,
+    Prim.CATEGORICAL: categorical,
     Prim.PERMUTATION: permutation,
     Prim.BATCHES: batches,
     Prim.SHAPE: shape,
@@ -1584,9 +1608,7 @@ HANDLERS = {
 }
 
 HOST = "host work, and compiled code does not call back into Python"
-RANDOM = "it draws from the interpreter's random streams, which compiled code does not reproduce yet"
 REFUSED: dict[Prim, str] = {
-    Prim.CATEGORICAL: RANDOM,
     Prim.PRINT: f"printing is {HOST}",
     Prim.TIME: f"reading the clock is {HOST} (and each call must read it anew, where the program does)",
     Prim.DIGITS: f"loading the shipped dataset is {HOST}",

@@ -86,6 +86,8 @@ def defines(instruction: object, name: str) -> bool:
         return instruction.target.name == name and whole and name not in reads_it
     if isinstance(instruction, ir.Draw):
         return instruction.target.name == name
+    if isinstance(instruction, ir.Sample):
+        return instruction.target.name == name and instruction.logits.buffer.name != name
     if isinstance(instruction, ir.MatMul):
         operands = {instruction.a.buffer.name, instruction.b.buffer.name}
         return instruction.out.name == name and not instruction.accumulate and name not in operands

@@ -32,7 +32,7 @@ from dl.lang.files import open_regular, read_text, shipped
 from dl.lang.primitives import PRIMITIVES, Prim, Support
 from dl.runtime.errors import AssertionFailure, PrimitiveError
 from dl.runtime.metrics import log_value, progress_line
-from dl.runtime.randomness import RandomSource
+from dl.runtime.randomness import CATEGORICAL_PEAK, RandomSource, categorical_samples
 from dl.runtime.threads import Threads, large_product, threaded
 from dl.runtime.values import DEVICE_ARRAYS, DTYPE_NAMES, DTYPES, StructValue, Tape, describe, format_value
 from dl.runtime.world import World, average, on_rank_zero, shard
@@ -778,16 +778,11 @@ def categorical(logits: Any, seed: Any) -> Any:
     logits = as_array(floating(logits, "categorical")).astype(np.float64)
     if logits.ndim == 0 or logits.shape[-1] == 0:
         raise PrimitiveError(f"`categorical` needs logits of at least one category, found {describe(logits)}")
-    peak = np.max(logits, axis=-1, keepdims=True)
-    if np.isnan(logits).any() or not np.all(np.isfinite(peak)):
-        raise PrimitiveError("`categorical` needs logits with a finite largest value in every row (no nan)")
-    weights = np.exp(logits - peak)
-    cumulative = np.cumsum(weights / np.sum(weights, axis=-1, keepdims=True), axis=-1)
     generator = RandomSource.generator() if seed is None else np.random.default_rng(int(seed))
-    draws = generator.random(logits.shape[:-1])
-    chosen = np.sum(cumulative <= draws[..., None], axis=-1)
-    last_possible = logits.shape[-1] - 1 - np.argmax(weights[..., ::-1] > 0, axis=-1)  # rounding: 1 - cum < u
-    return scalar(np.minimum(chosen, last_possible).astype(np.int64))
+    samples = categorical_samples(logits, generator)  # runtime/randomness.py: compiled code samples there too
+    if samples is None:
+        raise PrimitiveError(CATEGORICAL_PEAK)
+    return scalar(samples)
 
 
 def dropout(x: Any, p: Any, seed: Any, training: Any) -> Any:

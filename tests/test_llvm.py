@@ -419,6 +419,62 @@ def test_random_draws_and_dropout_are_compiled_and_draw_the_interpreters_numbers
     assert len(values) > 40 and len(set(values)) > 35  # draws, not zeros
 
 
+SAMPLES = """
+fn pick(logits: f32[5, 7], s: i64) -> i64[5] { return categorical(logits, seed=s) }
+fn stream(logits: f64[3, 4]) -> i64[3] { return categorical(logits * 2.0) }
+fn one(logits: f32[6], t: f32) -> i64 { return categorical(logits / t, seed=11) }
+fn many(logits: f32[2, 3, 300], s: i64) -> i64[2, 3] { return categorical(logits, seed=s) }
+fn none(logits: f32[0, 4]) -> i64[0] { return categorical(logits) }
+fn masked(s: i64) -> i64[64] {
+    let logits = where(arange(64 * 5) % 5 == 2, 0.0, -1.0 / 0.0)
+    return categorical(reshape(logits, 64, 5), seed=s)
+}
+fn edge(x: f64[1, 3]) -> i64[1] { return categorical(x, seed=83) }
+fn wide(x: f32[64, 1024], s: i64) -> i64[64] { return categorical(x, seed=s) }
+fn main() {
+    let x = reshape(float(arange(35)) * 0.1 - 1.5, 5, 7)
+    print(pick(x, 1), pick(x, 2), pick(x * 30.0, 3))
+    let boundary: f64[1, 3] = [[-1.4669297460589656, -1.542529631181335, -0.04056875054436116]]
+    print(edge(boundary))
+    print(wide(randn(64, 1024, seed=8) * 3.0, 9))
+    print(stream(reshape(float(arange(12), dtype=f64) * 0.25, 3, 4)), categorical(zeros(2, 3)))
+    print(stream(reshape(float(arange(12), dtype=f64) * 0.25, 3, 4)))
+    print(one(float(arange(6)), 0.8), one(float(arange(6)), 0.1), shape(none(zeros(0, 4))))
+    print(many(randn(2, 3, 300, seed=4), 5))
+    print(sum(masked(6)) == 64 * 2)
+}
+"""
+
+
+def test_categorical_is_compiled_and_draws_the_interpreters_samples(tmp_path: Path, capsys) -> None:
+    """`categorical` runs compiled (the host samples with the interpreter's own sampler, ir.Sample): seeded and
+    from the run's generator interleaved with interpreted draws, f32 and f64, one distribution and several, 300
+    and 1,024 categories, no rows at all, categories of logit -inf never drawn, and a draw a rounding away from
+    a boundary between two categories (where computing the probabilities any other way picks the neighbour)."""
+    interpreted, compiled = both_backends(tmp_path, SAMPLES, capsys)
+    assert compiled == interpreted
+    assert compiled.splitlines()[-1] == "true"
+    status, _, explained = run_cli(tmp_path, SAMPLES, "--backend", "llvm", "--explain-backend", capsys=capsys)
+    made = {line.split("`")[1] for line in explained.splitlines() if line.endswith(") compiled")}
+    assert status == 0 and made >= {"pick", "stream", "one", "many", "none", "masked", "edge", "wide"}, explained
+    assert compiled.splitlines()[1] == "[1]"  # the interpreter's sample at the boundary
+
+
+@pytest.mark.parametrize(
+    "logits",
+    ["[[0.0, 1.0], [0.0 / 0.0, 1.0]]", "[[0.0, 1.0], [-1.0 / 0.0, -1.0 / 0.0]]", "[[1.0 / 0.0, 0.0]]"],
+    ids=["nan", "all -inf", "inf"],
+)
+def test_categorical_of_a_row_without_a_finite_peak_fails_as_interpreted(logits: str, tmp_path: Path, capsys) -> None:
+    source = (
+        f"fn pick(x: f32[N, 2]) -> i64[N] {{ return categorical(x, seed=1) }}\nfn main() {{ print(pick({logits})) }}\n"
+    )
+    status, _, err = run_cli(tmp_path, source, "--backend", "llvm", capsys=capsys)
+    status_i, _, interpreted = run_cli(tmp_path, source, "--backend", "interp", capsys=capsys)
+    assert (status, status_i) == (1, 1)
+    assert "finite largest value" in err and err.splitlines()[:2] == interpreted.splitlines()[:2]
+
+
 EPOCHS = """
 fn epoch(x: f32[N, 3], y: i64[N], seed: i64) -> (f32, i64) {
     let total = 0.0
