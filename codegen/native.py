@@ -344,12 +344,13 @@ def draw_symbol() -> None:
 
 
 def quiet_interrupted_draws(hook: Callable) -> Callable:
-    """`hook`, except for a Ctrl-C that landed in `fill_draws` as compiled code called it: ctypes cannot pass an
-    exception out of a callback and reports it as unraisable; the interrupt itself reaches the user where the
-    waiting thread raises it (lang/nesting.py), and the compiled loops stop at their flag."""
+    """`hook`, except for a Ctrl-C that landed in `fill_draws` or `fill_samples` as compiled code called it:
+    ctypes cannot pass an exception out of a callback and reports it as unraisable; the interrupt itself
+    reaches the user where the waiting thread raises it (lang/nesting.py), and the compiled loops stop at their
+    flag."""
 
     def quiet(unraisable) -> None:
-        if unraisable.exc_type is KeyboardInterrupt and unraisable.object is fill_draws:
+        if unraisable.exc_type is KeyboardInterrupt and unraisable.object in (fill_draws, fill_samples):
             return
         hook(unraisable)
 

@@ -1372,11 +1372,12 @@ def test_a_ctrl_c_that_lands_in_a_draw_callback_is_not_reported_as_unraisable() 
     from types import SimpleNamespace
 
     from dl.codegen import native
-    from dl.runtime.randomness import fill_draws
+    from dl.runtime.randomness import fill_draws, fill_samples
 
     reported = []
     quiet = native.quiet_interrupted_draws(reported.append)
     quiet(SimpleNamespace(exc_type=KeyboardInterrupt, object=fill_draws))
+    quiet(SimpleNamespace(exc_type=KeyboardInterrupt, object=fill_samples))  # categorical's callback
     other = SimpleNamespace(exc_type=ValueError, object=fill_draws)
     elsewhere = SimpleNamespace(exc_type=KeyboardInterrupt, object=print)
     quiet(other)
