@@ -479,10 +479,7 @@ class TensorEmission:
 
             def vector_step(builder, i):
                 builder, value = self.vector_tree(builder, fill.tree, [i], lanes)
-                if dtype == "bool":
-                    value = builder.zext(value, llvm_ir.VectorType(BYTE, lanes))
-                at = builder.bitcast(builder.gep(pointer, [i]), value.type.as_pointer())
-                builder.store(value, at, align=ir.ITEM_BYTES[dtype])
+                self.store_vector(builder, pointer, i, dtype, value)
                 return builder
 
             start = builder.and_(length, TYPES["i64"](-lanes), name="whole")
@@ -707,11 +704,7 @@ class TensorEmission:
         def row(builder, outer):
             def vector_step(builder, i):
                 builder, value = self.vector_tree(builder, fill.tree, [*outer, i], lanes)
-                at = builder.gep(pointer, [position(builder, [*outer, i])])
-                if target.dtype == "bool":
-                    value = builder.zext(value, llvm_ir.VectorType(BYTE, lanes))
-                vector_pointer = builder.bitcast(at, value.type.as_pointer())
-                builder.store(value, vector_pointer, align=ir.ITEM_BYTES[target.dtype])
+                self.store_vector(builder, pointer, position(builder, [*outer, i]), target.dtype, value)
                 return builder
 
             def scalar_step(builder, i):
@@ -828,6 +821,13 @@ class TensorEmission:
         if dtype == "bool":
             value = builder.zext(value, BYTE)
         builder.store(value, builder.gep(pointer, [position]))
+
+    def store_vector(self, builder, pointer, position, dtype: str, value) -> None:
+        """`value`, a vector, stored from element `position` on (bools as bytes)."""
+        if dtype == "bool":
+            value = builder.zext(value, llvm_ir.VectorType(BYTE, value.type.count))
+        at = builder.bitcast(builder.gep(pointer, [position]), value.type.as_pointer())
+        builder.store(value, at, align=ir.ITEM_BYTES[dtype])
 
     def taken(self, builder, index_value, size: int, site: int, name: str):
         """An index of a `gather` or `scatter_add`: negative ones count from the end; out of range fails."""
@@ -1041,12 +1041,10 @@ class TensorEmission:
         target = instruction.target
         arguments = [i64, i64, i64, BYTE.as_pointer(), i64, i64]
         function = self.c_function(DRAW, llvm_ir.VoidType(), arguments)
-        seed = instruction.seed
         address = builder.bitcast(self.pointers[target.name], BYTE.as_pointer())
         values = [
             i64(instruction.kind),
-            i64(0 if seed is None else 1),
-            i64(0) if seed is None else self.operand(seed),
+            *self.seed_arguments(instruction.seed),
             address,
             i64(target.size),
             i64(DTYPE_NUMBERS[target.dtype]),
@@ -1054,16 +1052,19 @@ class TensorEmission:
         builder.call(function, values)
         return builder
 
+    def seed_arguments(self, seed: ir.Operand | None) -> list[llvm_ir.Value]:
+        """A host draw's `seeded, seed`: 0, 0 for the run's generator, else 1 and the seed."""
+        i64 = TYPES["i64"]
+        return [i64(0), i64(0)] if seed is None else [i64(1), self.operand(seed)]
+
     def sample(self, builder: llvm_ir.IRBuilder, instruction: ir.Sample) -> llvm_ir.IRBuilder:
         """`fill_samples(seeded, seed, logits, rows, categories, target)` on the host (runtime/randomness.py),
         failing at the instruction's site where it answers 1."""
         i64, byte_pointer = TYPES["i64"], BYTE.as_pointer()
         arguments = [i64, i64, byte_pointer, i64, i64, byte_pointer]
         function = self.c_function(SAMPLE, i64, arguments)
-        seed = instruction.seed
         values = [
-            i64(0 if seed is None else 1),
-            i64(0) if seed is None else self.operand(seed),
+            *self.seed_arguments(instruction.seed),
             builder.bitcast(self.pointers[instruction.logits.buffer.name], byte_pointer),
             i64(instruction.rows),
             i64(instruction.categories),

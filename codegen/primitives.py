@@ -1076,13 +1076,19 @@ def drawn(kind: int, prim: Prim):
         seed = checked_seed(lowering, prim, bound["seed"], span)
         buffer = lowering.allocate(dtype, dims or (1,), prim.value)
         lowering.emit(ir.Draw(buffer, kind, seed))
-        if dims:
-            return Tensor(dtype, dims, ir.Read(buffer, ZERO, contiguous(dims)))
-        result = lowering.temp(prim.value, dtype)
-        lowering.emit(ir.Evaluate(result, ir.Read(buffer, ZERO, ())))
-        return Value(result)
+        return host_filled(lowering, buffer, dims, prim.value)
 
     return apply
+
+
+def host_filled(lowering, buffer: ir.Buffer, dims: tuple[int, ...], hint: str) -> object:
+    """What the host wrote into `buffer` (ir.Draw, ir.Sample): a tensor of `dims`, or with no dims (the
+    buffer holds one element) a scalar named after `hint`."""
+    if dims:
+        return Tensor(buffer.dtype, dims, ir.Read(buffer, ZERO, contiguous(dims)))
+    result = lowering.temp(hint, buffer.dtype)
+    lowering.emit(ir.Evaluate(result, ir.Read(buffer, ZERO, ())))
+    return Value(result)
 
 
 def permutation(lowering, bound: dict, span: Span) -> object:
@@ -1166,11 +1172,7 @@ def categorical(lowering, bound: dict, span: Span) -> object:
     site = lowering.site("E0513", failure_message(Prim.CATEGORICAL, PrimitiveError(CATEGORICAL_PEAK)), span)
     count = math.prod(rows)
     lowering.emit(ir.Sample(target, wide.tree, count, logits.shape[-1], seed_operand, site))
-    if rows:
-        return Tensor("i64", rows, ir.Read(target, ZERO, contiguous(rows)))
-    result = lowering.temp("categorical", "i64")
-    lowering.emit(ir.Evaluate(result, ir.Read(target, ZERO, ())))
-    return Value(result)
+    return host_filled(lowering, target, rows, "categorical")
 
 
 def dropout(lowering, bound: dict, span: Span) -> object:

@@ -447,10 +447,15 @@ def summed_dtype(x: np.ndarray) -> np.dtype | None:
 # arrays (cupy) take numpy's functions, which dispatch to the device's own.
 
 
-def total(x: Any, axis: int | tuple[int, ...] | None, keepdims: bool) -> Any:
+def added(x: Any, axis: int | tuple[int, ...] | None, keepdims: bool, dtype: np.dtype | None = None) -> Any:
+    """The sum along `axis`, in `dtype` (None: numpy's choice for `x`'s)."""
     if x.__class__ is ndarray:
-        return np.add.reduce(x, axis=axis, dtype=summed_dtype(x), keepdims=keepdims)
-    return np.sum(x, axis=axis, keepdims=keepdims, dtype=summed_dtype(x))
+        return np.add.reduce(x, axis=axis, dtype=dtype, keepdims=keepdims)
+    return np.sum(x, axis=axis, keepdims=keepdims, dtype=dtype)
+
+
+def total(x: Any, axis: int | tuple[int, ...] | None, keepdims: bool) -> Any:
+    return added(x, axis, keepdims, summed_dtype(x))
 
 
 def largest_of(x: Any, axis: int | tuple[int, ...] | None, keepdims: bool) -> Any:
@@ -494,10 +499,8 @@ def logsumexp(x: Any, axis: Any, keepdims: Any) -> Any:
 def largest(x: Any, axis: int | tuple[int, ...] | None) -> Any:
     """The largest element along `axis`, kept as an axis of 1; -inf where the axis has no elements (as torch's
     logsumexp of nothing). numpy's `max(initial=-inf)` says this in one call; cupy's `max` has no `initial`."""
-    if x.size and x.__class__ is ndarray:
-        return np.maximum.reduce(x, axis=axis, keepdims=True)
     if x.size:
-        return np.max(x, axis=axis, keepdims=True)
+        return largest_of(x, axis, True)
     axes = range(x.ndim) if axis is None else (axis,) if axis.__class__ is int else axis
     kept = tuple(1 if i in axes or i - x.ndim in axes else n for i, n in enumerate(x.shape))
     return array_module(x).full(kept, -np.inf, dtype=x.dtype)
@@ -507,21 +510,14 @@ def softmax(x: Any, axis: Any) -> Any:
     x = as_array(floating(x, "softmax"))
     position = axis_of(x, axis)
     shifted = np.exp(x - largest(x, position))
-    return scalar(shifted / kept_sum(shifted, position))
+    return scalar(shifted / added(shifted, position, True))
 
 
 def log_softmax(x: Any, axis: Any) -> Any:
     x = as_array(floating(x, "log_softmax"))
     position = axis_of(x, axis)
     shifted = x - largest(x, position)
-    return scalar(shifted - np.log(kept_sum(np.exp(shifted), position)))
-
-
-def kept_sum(x: Any, axis: int | None) -> Any:
-    """The sum along `axis`, kept as an axis of 1: a numpy array's by its ufunc directly (see `total`)."""
-    if x.__class__ is ndarray:
-        return np.add.reduce(x, axis=axis, keepdims=True)
-    return np.sum(x, axis=axis, keepdims=True)
+    return scalar(shifted - np.log(added(np.exp(shifted), position, True)))
 
 
 # ---------------------------------------------------------------------- structure
@@ -968,12 +964,7 @@ def unbroadcast(x: Any, like: Any) -> Any:
     if extra < 0 or any(n not in (1, m) for n, m in zip(target, x.shape[extra:], strict=True)):
         raise PrimitiveError(f"cannot sum {describe(x)} down to the shape of {describe(like)}")
     axes = tuple(range(extra)) + tuple(extra + i for i, n in enumerate(target) if n == 1 and x.shape[extra + i] != 1)
-    if not axes:
-        summed = x
-    elif x.__class__ is ndarray:  # the ufunc directly, as `total` does
-        summed = np.add.reduce(x, axis=axes, keepdims=True, dtype=x.dtype)
-    else:
-        summed = np.sum(x, axis=axes, keepdims=True, dtype=x.dtype)
+    summed = added(x, axes, True, x.dtype) if axes else x
     kind = getattr(like, "dtype", None)
     if kind is not None and x.dtype.kind == "f" and kind.kind == "f" and kind != x.dtype:  # the variable's dtype
         summed = summed.astype(kind)
