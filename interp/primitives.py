@@ -924,7 +924,7 @@ def zeros_like(x: Any) -> Any:
     if x.__class__ is StructValue:
         return StructValue(x.type, tuple(zeros_like(item) for item in x.values))
     if x.__class__ is Tape:
-        return Tape.of([zeros_like(item) for item in x.items()])
+        return Tape.zeros(x)
     if x.__class__ in NUMBERS:
         return scalar(np.zeros_like(as_array(x)))
     raise PrimitiveError(f"`zeros_like` needs a tensor, tuple, struct or tape, found {describe(x)}")
@@ -946,7 +946,7 @@ def make_tree_add(weak_a: bool = False, weak_b: bool = False):
         if a.__class__ is StructValue and b.__class__ is StructValue and a.type is b.type:
             return StructValue(a.type, tuple(tree_add(x, y) for x, y in zip(a.values, b.values, strict=True)))
         if a.__class__ is Tape and b.__class__ is Tape and a.size == b.size:
-            return Tape.of([tree_add(x, y) for x, y in zip(a.items(), b.items(), strict=True)])
+            return added_tapes(a, b, tree_add)
         if is_bool_leaf(a) and is_bool_leaf(b):  # a flag kept beside values: `or`, as numpy adds bools
             tensors = {a.__class__, b.__class__} & {np.ndarray, *DEVICE_ARRAYS}
             return np.logical_or(a, b) if tensors else bool(a or b)
@@ -1065,7 +1065,26 @@ def pop(tape: Any) -> tuple:
         raise PrimitiveError(f"`pop` needs a tape, found {describe(tape)}")
     if not tape.size:
         raise PrimitiveError("`pop` from an empty tape")
+    if tape.zeros_of is not None:  # a tape of zeros: its top made now, from the top of the tape it is like
+        top, rest = pop(tape.zeros_of)
+        return (zeros_like(top), Tape.zeros(rest))
     return (tape.top, tape.rest)
+
+
+def added_tapes(a: Tape, b: Tape, tree_add) -> Tape:
+    """`tree_add` of two tapes of one size: entry by entry, where a tape of zeros adds nothing (in O(1))."""
+    if a.zeros_of is not None:
+        return b
+    if b.zeros_of is not None:
+        return a
+    tops = []
+    while a.size and a.zeros_of is None and b.zeros_of is None:
+        tops.append(tree_add(a.top, b.top))
+        a, b = a.rest, b.rest
+    tape = b if a.zeros_of is not None else a  # the rest of one is zeros (or both are empty)
+    for top in reversed(tops):
+        tape = Tape(top, tape, tape.size + 1)
+    return tape
 
 
 # ---------------------------------------------------------------------- data

@@ -112,28 +112,29 @@ def describe(value: Any) -> str:
 
 class Tape:
     """A persistent last-in first-out stack (what derivative code saves loop state on): `push` and `pop`
-    build new tapes sharing the old cells, so a tape is a value like any other and costs O(1) per step."""
+    build new tapes sharing the old cells, so a tape is a value like any other and costs O(1) per step.
 
-    __slots__ = ("rest", "size", "top")
+    A tape of zeros (the adjoint a tape starts from, `zeros_like(tape)`) is one cell that names the tape it
+    is the zeros of (`zeros_of`), its `top` and `rest` None: its entries are made as they are popped
+    (interp/primitives.py `pop`), and adding it to a tape gives that tape. A second derivative through a
+    loop makes one at every iteration of its backward sweep; building them whole made that sweep quadratic
+    in the loop's length."""
+
+    __slots__ = ("rest", "size", "top", "zeros_of")
 
     def __init__(self, top: Any = None, rest: Tape | None = None, size: int = 0) -> None:
         self.top = top
         self.rest = rest
         self.size = size
-
-    def items(self) -> list:
-        """The values from the top down."""
-        found, cell = [], self
-        while cell.size:
-            found.append(cell.top)
-            cell = cell.rest
-        return found
+        self.zeros_of: Tape | None = None
 
     @staticmethod
-    def of(items_from_top: list) -> Tape:
-        tape = Tape()
-        for item in reversed(items_from_top):
-            tape = Tape(item, tape, tape.size + 1)
+    def zeros(like: Tape) -> Tape:
+        """The tape of `like`'s size whose entries are zeros in the structure of `like`'s."""
+        if not like.size or like.zeros_of is not None:
+            return like
+        tape = Tape(None, None, like.size)
+        tape.zeros_of = like
         return tape
 
 

@@ -1243,6 +1243,28 @@ def test_zeros_like_of_structs_and_tapes_and_errors() -> None:
     assert checker_codes('zeros_like("s")') == ["E0311"]
 
 
+def test_a_tape_of_zeros_is_made_as_it_is_popped_and_adds_nothing() -> None:
+    """`zeros_like(tape)` is one cell naming its tape (runtime/values.py `Tape.zeros`): popping it gives zeros
+    in the structure of the entries below, pushing on it and adding it to a tape of its size behave as they
+    would for the whole tape of zeros."""
+    source = (
+        "fn main() {\n"
+        "    let t = push(push(tape((1.0, [1.0, 2.0])), (1.0, [1.0, 2.0])), (2.0, [3.0, 4.0]))\n"
+        "    t = push(t, (5.0, [6.0, 7.0]))\n"
+        "    let z = zeros_like(t)\n"
+        "    let (top, rest) = pop(z)\n"
+        "    print(len(z), len(rest), top[0], top[1], pop(pop(rest)[1])[0][1])\n"
+        "    let p = push(rest, (10.0, [20.0, 30.0]))\n"
+        "    let sum = tree_add(t, p)\n"
+        "    let (a, below) = pop(sum)\n"
+        "    print(len(sum), a[0], a[1], pop(below)[0][1], pop(pop(below)[1])[0][0])\n"
+        "    let same = tree_add(zeros_like(t), t)\n"
+        "    print(pop(same)[0][1], pop(tree_add(t, zeros_like(z)))[0][0], len(zeros_like(tape(1.0))))\n"
+        "}\n"
+    )
+    assert dl_main(source) == ("3 2 0.0 [0. 0.] [0. 0.]\n3 15.0 [26. 37.] [3. 4.] 1.0\n[6. 7.] 5.0 0\n")
+
+
 def numpy_unbroadcast(x: np.ndarray, shape: tuple) -> np.ndarray:
     """Sum `x` over its leading axes and over the axes where `shape` has a 1, to `shape`."""
     total = np.sum(x, axis=tuple(range(x.ndim - len(shape))), dtype=x.dtype)
