@@ -41,7 +41,7 @@ re-checked in between so that the second round has the types of the first round'
 from __future__ import annotations
 
 from dl.lang import ast
-from dl.lang.autodiff.sites import Site, grad_sites
+from dl.lang.autodiff.sites import Site, functions_with_grad, grad_sites, reached, reaches_grad
 from dl.lang.autodiff.trees import call, name
 from dl.lang.check import Typed, check, gradient_problem
 from dl.lang.diagnostics import UNKNOWN_SPAN, Diagnostic, DiagnosticError, Span, error
@@ -51,17 +51,20 @@ from dl.lang.types import AnyType
 MAX_ROUNDS = 8  # grad(grad(...)) nesting depth
 
 
-def differentiate(typed: Typed, calls: tuple = ()) -> tuple[Program, Typed]:
+def differentiate(
+    typed: Typed, calls: tuple = (), within: frozenset[tuple[str, str]] | None = None
+) -> tuple[Program, Typed]:
     """Replace every `grad`/`value_and_grad` in a checked program by generated DL functions.
 
     Returns the new program and its check (`calls`: the host's calls the first check was given, see
-    `check`). Raises `DiagnosticError` for what cannot be differentiated (a primitive without a
-    derivative rule, a call of a function value the checker cannot see)."""
+    `check`); `within`: only the `grad`s in the functions it names ((module, name)). Raises
+    `DiagnosticError` for what cannot be differentiated (a primitive without a derivative rule, a call of
+    a function value the checker cannot see)."""
     # (module, function) -> its `_back` function, (module, function, "fwd" or "bwd") -> its `_fwd` and `_bwd`
     # functions ("" if it is not split): shared by all rounds
     backs: dict[tuple, str] = {}
     for _ in range(MAX_ROUNDS):
-        sites = list(grad_sites(typed))
+        sites = list(grad_sites(typed, within))
         if not sites:
             return typed.program, typed
         from dl.lang.autodiff.round import Round  # imported here: a program without `grad` does without it
@@ -75,12 +78,29 @@ def differentiate(typed: Typed, calls: tuple = ()) -> tuple[Program, Typed]:
 
 def derivative_source(typed: Typed, function: str, wrt: int | tuple[int, ...], with_value: bool) -> str:
     """The printed DL source of the functions `grad(function, wrt=...)` generates in the entry module of a
-    checked (and already differentiated) program: the gradient function first, then the `_back` functions."""
+    checked program: the gradient function first, then the `_back` functions, then those that the `grad`s
+    already in the program generate (`function` may itself call `grad`: `grad(df)` of a derivative) and
+    the printed code calls."""
     from dl.lang.printer import print_decl
 
+    before = {
+        (path, d.name)
+        for path, module in typed.program.modules.items()
+        for d in module.decls
+        if isinstance(d, ast.FnDecl)
+    }
     path = typed.program.entry
     module = typed.program.modules[path]
     decl = next((d for d in module.decls if isinstance(d, ast.FnDecl) and d.name == function), None)
+    if decl is not None and reaches_grad(typed, decl, functions_with_grad(typed)):
+        # the `grad`s inside first, as a run does (only those: the names printed are those a program that
+        # calls `grad(function)` alone gets)
+        within = {(path, decl.name)} | {
+            (where, typed.functions[key][0].name) for key, where in reached(typed, decl).items() if where
+        }
+        typed = differentiate(typed, within=frozenset(within))[1]
+        module = typed.program.modules[path]
+        decl = next(d for d in module.decls if isinstance(d, ast.FnDecl) and d.name == function)
     if decl is None:
         names = [d.name for d in module.decls if isinstance(d, ast.FnDecl)]
         from dl.lang.diagnostics import closest
@@ -110,12 +130,49 @@ def derivative_source(typed: Typed, function: str, wrt: int | tuple[int, ...], w
     checked = check(program)
     if checked.errors:
         raise DiagnosticError([internal_error(checked.errors[0])])
+    shown = [
+        (module_path, decl)
+        for module_path in (path, *(p for p in program.modules if p != path))
+        for decl in generator.added[module_path]
+    ]
+    shown += earlier_derivatives(program, shown, before)
     parts = []
-    for module_path in (path, *(p for p in program.modules if p != path)):
-        for decl in generator.added[module_path]:
-            where = "" if module_path == path else f"# in {module_path}, beside `{generated_from(decl.name)}`\n"
-            parts.append(where + print_decl(decl))
+    for module_path, decl in shown:
+        where = "" if module_path == path else f"# in {module_path}, beside `{generated_from(decl.name)}`\n"
+        parts.append(where + print_decl(decl))
     return "\n\n".join(parts) + "\n"
+
+
+def earlier_derivatives(program: Program, shown: list, before: set) -> list[tuple[str, ast.FnDecl]]:
+    """The functions an earlier round generated (not in the program as written, `before`) that the code
+    in `shown` calls, directly or through each other: the derivatives of the `grad`s inside a function
+    that is differentiated again."""
+    generated = {
+        (module_path, decl.name): decl
+        for module_path, module in program.modules.items()
+        for decl in module.decls
+        if isinstance(decl, ast.FnDecl) and (module_path, decl.name) not in before
+    }
+    seen = {(module_path, decl.name) for module_path, decl in shown}
+    found: list[tuple[str, ast.FnDecl]] = []
+    pending = list(shown)
+    while pending:
+        module_path, decl = pending.pop(0)
+        for node in ast.walk(decl.body):
+            if not isinstance(node, ast.Call):
+                continue
+            if isinstance(node.func, ast.Name):
+                candidates = [(module_path, node.func.id)]
+            elif isinstance(node.func, ast.Field):
+                candidates = [key for key in generated if key[1] == node.func.name and key[0] != module_path]
+            else:
+                continue
+            for key in candidates[:1] if len(candidates) == 1 else ():
+                if key in generated and key not in seen:
+                    seen.add(key)
+                    found.append((key[0], generated[key]))
+                    pending.append(found[-1])
+    return found
 
 
 def check_request(typed: Typed, decl: ast.FnDecl, wrt: int | tuple[int, ...], with_value: bool) -> None:

@@ -30,11 +30,12 @@ class Site:
     local: Scope | None = None  # what the function around the call binds
 
 
-def grad_sites(typed: Typed) -> Iterator[Site]:
-    """The `grad` calls of the program whose function (and what it calls) has no `grad` call left."""
+def grad_sites(typed: Typed, within: frozenset[tuple[str, str]] | None = None) -> Iterator[Site]:
+    """The `grad` calls of the program whose function (and what it calls) has no `grad` call left; with
+    `within`, only those in the functions it names ((module, name))."""
     containing = functions_with_grad(typed)
     for path, module in typed.program.modules.items():
-        for call, local in calls_with_scopes(module):
+        for call, local in calls_with_scopes(module, path, within):
             ref = typed.type_of(call)
             if not isinstance(ref, GradientRef) or not isinstance(call.func, ast.Name):
                 continue
@@ -53,9 +54,12 @@ def grad_sites(typed: Typed) -> Iterator[Site]:
             yield Site(call, path, decl, target_path, f_node, wrt, ref.with_value, local)
 
 
-def calls_with_scopes(module: ast.Module) -> Iterator[tuple[ast.Call, Scope]]:
-    """Every call of the module, with what the function around it binds (for a `grad` of a local name)."""
+def calls_with_scopes(module: ast.Module, path: str, within: frozenset | None) -> Iterator[tuple[ast.Call, Scope]]:
+    """Every call of the module (in the functions `within` names, if given), with what the function around it
+    binds (for a `grad` of a local name)."""
     for decl in module.decls:
+        if within is not None and (path, getattr(decl, "name", None)) not in within:
+            continue
         scope = Scope.of(decl) if isinstance(decl, ast.FnDecl) else Scope.empty()
         for call in walk_calls(decl):
             yield call, scope
@@ -105,17 +109,21 @@ def functions_with_grad(typed: Typed) -> set[int]:
 
 def reaches_grad(typed: Typed, decl, containing: set[int]) -> bool:
     """Does `decl`, or a function it calls (transitively), still contain a `grad` call?"""
-    seen: set[int] = set()
-    stack = [decl]
+    return any(key in containing for key in reached(typed, decl))
+
+
+def reached(typed: Typed, decl) -> dict[int, str]:
+    """The functions `decl` and those it calls (transitively) name or call, each as the key of
+    `typed.functions` and its module (`decl` itself by its id, with module "")."""
+    found: dict[int, str] = {}
+    stack = [(decl, "")]
     while stack:
-        current = stack.pop()
-        if id(current) in seen:
+        current, path = stack.pop()
+        if id(current) in found:
             continue
-        seen.add(id(current))
-        if id(current) in containing:
-            return True
+        found[id(current)] = path
         for node in ast.walk(current.body):
             ref = typed.type_of(node) if isinstance(node, (ast.Name, ast.Field, ast.Lambda)) else None
             if isinstance(ref, FunctionRef) and ref.key in typed.functions:
-                stack.append(typed.functions[ref.key][0])
-    return False
+                stack.append(typed.functions[ref.key])
+    return found
