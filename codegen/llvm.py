@@ -11,6 +11,7 @@ overflowing the stack. Bools cross function boundaries as i8 (the C ABI of `_Boo
 
 from __future__ import annotations
 
+import hashlib
 import math
 from pathlib import Path
 
@@ -78,28 +79,98 @@ def compile_functions(
     code compiled now is stored there."""
     target = target or host_target()
     sites = site_table(functions)
+    salt = f"{vectors} O{speed}"
     key = None
     if cache is not None:
-        key = compile_cache.cache_key(functions, f"{target_description(target)} {vectors} O{speed}", llvm_version())
+        key = compile_cache.cache_key(functions, f"{target_description(target)} {salt}", llvm_version())
         stored = compile_cache.load(cache, key)
-        objects = unpacked(stored) if stored is not None else None
-        if objects is not None:
-            native = load_objects(objects, functions, sites, target, from_cache=True)
+        entry = entry_parts(stored) if stored is not None else None
+        if entry is not None and all(symbol in LOADED_LOOPS for symbol in entry.imported):
+            native = load_objects(entry.objects, functions, sites, target, from_cache=True)
             if native is not None:
-                return native
+                return share_loops(native, entry.defined)
+    loops = ModuleLoops(salt, LOADED_LOOPS)
     objects = []
-    for text, machine, optimised in module_parts(build_module(functions, target, vectors), target):
+    for text, machine, optimised in module_parts(build_module(functions, target, vectors, loops), target):
         parsed = binding.parse_assembly(text)
         parsed.verify()
         if optimised:
             optimise(parsed, machine, speed)
         objects.append(machine.emit_object(parsed))
     if key is not None:
-        compile_cache.store(cache, key, packed(objects))
+        compile_cache.store(cache, key, packed([manifest(loops), *objects]))
     native = load_objects(objects, functions, sites, target, from_cache=False)
     if native is None:
         raise RuntimeError("LLVM produced object code without the compiled functions")
+    return share_loops(native, loops.defined)
+
+
+# The outlined loop nests loaded in this process, by symbol (`loop_symbol`), and the engines that hold them:
+# a module compiled later calls a loop already loaded instead of compiling it again (examples/gpt.dl's
+# training step calls 178 loops of the forward pass that its `evaluate`, compiled first, holds). The engines
+# are kept for the life of the process: later code calls into them, and
+# LLVM's symbol table (the process's, `binding.add_symbol`) holds their addresses.
+LOADED_LOOPS: dict[str, int] = {}
+LOOP_ENGINES: list[binding.ExecutionEngine] = []
+
+
+class ModuleLoops:
+    """The outlined loop nests of one module being built, shared by its functions' emitters: the LLVM
+    function of each (by its IR with the buffers renamed by position), the symbols the module defines and
+    those it calls in modules loaded before (`loaded`, symbol -> address; empty: it defines them all)."""
+
+    def __init__(self, salt: str = "", loaded: dict[str, int] | None = None) -> None:
+        self.functions: dict[object, llvm_ir.Function] = {}
+        self.defined: list[str] = []
+        self.imported: list[str] = []
+        self.salt = salt  # what else shapes a loop's code (libmvec's letter, the optimisation level)
+        self.loaded = {} if loaded is None else loaded
+
+
+def loop_symbol(key: object, salt: str) -> str:
+    """The symbol of an outlined loop nest: a digest of its IR (buffers renamed) and of `salt`, so that one
+    symbol is one machine code in the process and in the compile cache."""
+    return "dl.loop." + hashlib.sha256(f"{key!r}\0{salt}".encode()).hexdigest()[:24]
+
+
+def share_loops(native: Native, defined: list[str]) -> Native:
+    """Make the loop nests `native` defines callable from modules compiled after it (`LOADED_LOOPS`)."""
+    added = False
+    for symbol in defined:
+        if symbol not in LOADED_LOOPS:
+            address = native.engine.get_function_address(symbol)
+            if address:
+                binding.add_symbol(symbol, address)
+                LOADED_LOOPS[symbol] = address
+                added = True
+    if added:
+        LOOP_ENGINES.append(native.engine)
     return native
+
+
+@record(frozen=True)
+class Entry:
+    """A compile cache entry: the loop nests its code defines and those it calls in other modules, which
+    must be loaded before it is, and its object files."""
+
+    defined: tuple[str, ...]
+    imported: tuple[str, ...]
+    objects: list[bytes]
+
+
+def manifest(loops: ModuleLoops) -> bytes:
+    return f"dl loops\n{' '.join(loops.defined)}\n{' '.join(loops.imported)}\n".encode()
+
+
+def entry_parts(data: bytes) -> Entry | None:
+    """The parts of a cache entry (`packed([manifest, *objects])`), or None when it is not one."""
+    parts = unpacked(data)
+    if parts is None or len(parts) < 2:
+        return None
+    lines = parts[0].decode("ascii", errors="replace").split("\n")
+    if len(lines) != 4 or lines[0] != "dl loops":
+        return None
+    return Entry(tuple(lines[1].split()), tuple(lines[2].split()), parts[1:])
 
 
 def module_parts(module: llvm_ir.Module, target: binding.TargetMachine) -> list[tuple[str, object, bool]]:
@@ -206,10 +277,14 @@ def optimise(module: binding.ModuleRef, target: binding.TargetMachine, speed: in
 
 
 def build_module(
-    functions: list[ir.Function], target: binding.TargetMachine, vectors: str | None = None
+    functions: list[ir.Function],
+    target: binding.TargetMachine,
+    vectors: str | None = None,
+    loops: ModuleLoops | None = None,
 ) -> llvm_ir.Module:
     """The functions as one LLVM module; `vectors` is libmvec's instruction set letter (`e`, `d`) when
-    tensor loops may call its vector functions (codegen/fusion.py `vector_target`)."""
+    tensor loops may call its vector functions (codegen/fusion.py `vector_target`). `loops` collects its
+    outlined loop nests (none loaded before: it defines them all)."""
     module = llvm_ir.Module(name="dl")
     module.triple = target.triple
     module.data_layout = str(target.target_data)
@@ -227,10 +302,10 @@ def build_module(
         count = llvm_ir.GlobalVariable(module, TYPES["i64"], "dl.trace.count")
         count.initializer = llvm_ir.Constant(TYPES["i64"], 0)
     declared = {f.symbol: llvm_ir.Function(module, signature(f), f.symbol) for f in functions}
-    loop_functions: dict[object, llvm_ir.Function] = {}  # shared by the module's functions
+    loops = ModuleLoops() if loops is None else loops  # shared by the module's functions
     site_base = 0
     for function in functions:
-        emitter = FunctionEmitter(module, declared, function, error, depth, site_base, loop_functions)
+        emitter = FunctionEmitter(module, declared, function, error, depth, site_base, loops)
         emitter.vectors = vectors
         emitter.emit()
         site_base += len(function.sites) + 1
@@ -432,7 +507,8 @@ class TensorEmission:
             },
             {name: ir.Temp(f"t{i}", t.dtype) for i, (name, t) in enumerate(temps.items())},
         )
-        known = self.loop_functions.get(key)
+        loops = self.outlines
+        known = loops.functions.get(key)
         if known is not None:
             builder.call(known, arguments)
             return builder
@@ -441,10 +517,14 @@ class TensorEmission:
         ]
         if length is not None:
             kinds.append(TYPES["i64"])
-        self.loop_count = getattr(self, "loop_count", 0) + 1
-        name = f"{self.function.symbol}.loop{self.loop_count}"
+        name = loop_symbol(key, loops.salt)
         function = llvm_ir.Function(self.module, llvm_ir.FunctionType(llvm_ir.VoidType(), kinds), name)
-        function.linkage = "internal"
+        loops.functions[key] = function
+        if name in loops.loaded:  # compiled by a module loaded before: called there
+            loops.imported.append(name)
+            builder.call(function, arguments)
+            return builder
+        loops.defined.append(name)
         # kept out of the caller: inlining thousands of loop nests into a training step made LLVM's work
         # a fifth longer (examples/gpt.dl), and a call per loop nest costs nothing measurable
         function.attributes.add("noinline")
@@ -465,7 +545,6 @@ class TensorEmission:
             inner.ret_void()
         finally:
             self.llvm_function, self.pointers, self.values = saved
-        self.loop_functions[key] = function
         builder.call(function, arguments)
         return builder
 
@@ -1097,13 +1176,13 @@ COMPARE_OPS = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": "
 
 class FunctionEmitter(TensorEmission):
     """Emits one IR function into the module; sites are numbered from `site_base` in the global table.
-    `loop_functions`, shared by the module's emitters, holds the outlined loop nests made so far."""
+    `loops`, shared by the module's emitters, holds the outlined loop nests made so far."""
 
     def __init__(
-        self, module, declared, function: ir.Function, error, depth, site_base: int, loop_functions=None
+        self, module, declared, function: ir.Function, error, depth, site_base: int, loops: ModuleLoops | None = None
     ) -> None:
         self.module = module
-        self.loop_functions = {} if loop_functions is None else loop_functions  # outlined loops, by their IR
+        self.outlines = ModuleLoops() if loops is None else loops
         self.positions: dict[tuple, tuple] = {}  # index arithmetic made, by block (`position`)
         self.declared = declared
         self.function = function

@@ -1286,3 +1286,53 @@ def test_a_large_fused_loop_is_split_across_threads(monkeypatch) -> None:
     assert np.isnan(program.call("peak", [x, y])) and np.isnan(program.call("least", [x, y]))
     monkeypatch.setattr(threads.Threads, "count", 1)
     assert program.call("f", [x, y, np.float32(1.5)]).shape == (n,) and split[-1] == 1  # one thread: one piece
+
+
+SHARED_LOOP = """
+fn first(x: f32[40, 24], w: f32[24, 8]) -> f32[40, 8] { return tanh(x * 2.0 + 1.0) @ w }
+fn second(x: f32[40, 24], w: f32[24, 8]) -> f32[40, 8] { return tanh(x * 2.0 + 1.0) @ (w * 0.5) }
+fn main() {
+    let x = float(reshape(arange(960), 40, 24)) * 0.01 - 4.0
+    let w = float(reshape(arange(192), 24, 8)) * 0.02 - 1.5
+    print(sum(first(x, w)), sum(second(x, w)))
+}
+"""
+
+
+def manifests(directory: Path) -> dict[Path, object]:
+    from dl.codegen import llvm
+
+    return {entry: llvm.entry_parts(cache.read_entry(entry, cache.MAGIC)) for entry in directory.glob("llvm/*.o")}
+
+
+def test_a_loop_compiled_by_one_module_is_called_by_the_next(tmp_path: Path, capsys, monkeypatch) -> None:
+    """`first` and `second` are compiled apart (each when `main` calls it) and run the same loop nest: the
+    second module calls the first one's instead of compiling it again, and its cache entry says so. A warm run
+    loads both entries; an entry whose loops are not loaded (a program that calls only `second`) is compiled
+    again, whole, rather than loaded."""
+    from dl.codegen import llvm
+
+    monkeypatch.setenv("DL_CACHE_DIR", str(tmp_path / "cache"))
+    # (the engines stay in `LOOP_ENGINES`: LLVM's symbol table, which is the process's, points into them)
+    monkeypatch.setattr(llvm, "LOADED_LOOPS", {})
+    interpreted, compiled = both_backends(tmp_path, SHARED_LOOP, capsys)
+    assert numbers(compiled) == pytest.approx(numbers(interpreted), rel=1e-5)
+    entries = manifests(tmp_path / "cache")
+    importing = [e for e in entries.values() if e.imported]
+    assert len(entries) == 2 and len(importing) == 1, entries
+    (defining,) = [e for e in entries.values() if not e.imported]
+    assert set(importing[0].imported) <= set(defining.defined)
+    assert not set(importing[0].defined) & set(defining.defined)
+
+    written = {entry: entry.stat().st_ino for entry in entries}  # an entry written again is a new file
+    monkeypatch.setattr(llvm, "LOADED_LOOPS", {})  # a new process: nothing loaded yet
+    status, warm, err = run_cli(tmp_path, SHARED_LOOP, "--backend", "llvm", capsys=capsys)
+    assert (status, warm) == (0, compiled), err
+    assert {entry: entry.stat().st_ino for entry in entries} == written  # both loaded, none compiled
+
+    monkeypatch.setattr(llvm, "LOADED_LOOPS", {})
+    alone = SHARED_LOOP.replace("print(sum(first(x, w)), sum(second(x, w)))", "print(sum(second(x, w)))")
+    status, out, err = run_cli(tmp_path, alone, "--backend", "llvm", capsys=capsys)
+    assert (status, numbers(out)) == (0, numbers(compiled)[1:]), err
+    again = manifests(tmp_path / "cache")
+    assert len(again) == 2 and not any(e.imported for e in again.values())  # `second` compiled whole

@@ -1013,7 +1013,7 @@ def test_the_same_loop_over_other_buffers_is_one_function() -> None:
     )
     check(source, "f", f32(32, 48), f32(32, 48, seed=1), f32(48, 16, seed=2), rtol=1e-5, atol=1e-5)
     text = llvm_text(lowered_for(source, "twins.dl", "f", f32(32, 48), f32(32, 48, seed=1), f32(48, 16, seed=2)))
-    loops = re.findall(r'define internal void (@"[^"]*\.loop\d+")\(.*\) noinline', text)
+    loops = re.findall(r'define void (@"dl\.loop\.[0-9a-f]+")\(.*\) noinline', text)
     calls = {loop: text.count(f"call void {loop}(") for loop in loops}
     assert sorted(calls.values())[-2:] == [1, 2], calls  # tanh(_ * 2.0 + 1.0) twice, tanh(x * 3.0) once
 
@@ -1030,7 +1030,7 @@ def test_a_flat_loop_is_one_function_for_every_length() -> None:
     args = (f32(37, 5), f32(37, seed=1), f32(3, seed=2), f32(37, 5, seed=3), f32(37, seed=4), f32(3, seed=5))
     check(source, "f", *args, rtol=1e-6, atol=1e-6)
     text = llvm_text(lowered_for(source, "flat.dl", "f", *args))
-    flat = re.findall(r'define internal void (@"[^"]*\.loop\d+")\(.*i64 %"length"\) noinline', text)
+    flat = re.findall(r'define void (@"dl\.loop\.[0-9a-f]+")\(.*i64 %"length"\) noinline', text)
     assert len(flat) == 1, text
     lengths = sorted(int(n) for n in re.findall(rf"call void {re.escape(flat[0])}\(.*, i64 (\d+)\)", text))
     assert lengths == [3, 37, 185]
@@ -1087,8 +1087,8 @@ def test_an_unoptimised_function_is_a_second_object_and_both_come_back_from_the_
     target, vectors = native.tensor_target()
     first = llvm.compile_functions(functions, target, tmp_path, vectors, speed=2)
     (entry,) = (tmp_path / "llvm").glob("*.o")
-    objects = llvm.unpacked(compile_cache.read_entry(entry, compile_cache.MAGIC))
-    assert objects is not None and len(objects) == 2
+    stored = llvm.entry_parts(compile_cache.read_entry(entry, compile_cache.MAGIC))
+    assert stored is not None and len(stored.objects) == 2
     target, vectors = native.tensor_target()
     again = llvm.compile_functions(functions, target, tmp_path, vectors, speed=2)
     assert (first.from_cache, again.from_cache) == (False, True)
