@@ -79,10 +79,10 @@ def compile_functions(
     code compiled now is stored there."""
     target = target or host_target()
     sites = site_table(functions)
-    salt = f"{vectors} O{speed}"
+    salt = f"{target_description(target)} {vectors} O{speed}"
     key = None
     if cache is not None:
-        key = compile_cache.cache_key(functions, f"{target_description(target)} {salt}", llvm_version())
+        key = compile_cache.cache_key(functions, salt, llvm_version())
         stored = compile_cache.load(cache, key)
         entry = entry_parts(stored) if stored is not None else None
         if entry is not None and all(symbol in LOADED_LOOPS for symbol in entry.imported):
@@ -116,14 +116,14 @@ LOOP_ENGINES: list[binding.ExecutionEngine] = []
 
 class ModuleLoops:
     """The outlined loop nests of one module being built, shared by its functions' emitters: the LLVM
-    function of each (by its IR with the buffers renamed by position), the symbols the module defines and
+    function of each (by its symbol, `loop_symbol`), the symbols the module defines and
     those it calls in modules loaded before (`loaded`, symbol -> address; empty: it defines them all)."""
 
     def __init__(self, salt: str = "", loaded: dict[str, int] | None = None) -> None:
-        self.functions: dict[object, llvm_ir.Function] = {}
+        self.functions: dict[str, llvm_ir.Function] = {}  # by symbol
         self.defined: list[str] = []
         self.imported: list[str] = []
-        self.salt = salt  # what else shapes a loop's code (libmvec's letter, the optimisation level)
+        self.salt = salt  # what else shapes a loop's code (the target, libmvec's letter, the optimisation level)
         self.loaded = {} if loaded is None else loaded
 
 
@@ -508,7 +508,9 @@ class TensorEmission:
             {name: ir.Temp(f"t{i}", t.dtype) for i, (name, t) in enumerate(temps.items())},
         )
         loops = self.outlines
-        known = loops.functions.get(key)
+        # found by its symbol, not by the key: keys holding a NaN constant are never equal, their text is
+        name = loop_symbol(("flat" if length is not None else "nest", key), loops.salt)
+        known = loops.functions.get(name)
         if known is not None:
             builder.call(known, arguments)
             return builder
@@ -517,9 +519,8 @@ class TensorEmission:
         ]
         if length is not None:
             kinds.append(TYPES["i64"])
-        name = loop_symbol(key, loops.salt)
         function = llvm_ir.Function(self.module, llvm_ir.FunctionType(llvm_ir.VoidType(), kinds), name)
-        loops.functions[key] = function
+        loops.functions[name] = function
         if name in loops.loaded:  # compiled by a module loaded before: called there
             loops.imported.append(name)
             builder.call(function, arguments)

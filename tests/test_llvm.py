@@ -1336,3 +1336,24 @@ def test_a_loop_compiled_by_one_module_is_called_by_the_next(tmp_path: Path, cap
     assert (status, numbers(out)) == (0, numbers(compiled)[1:]), err
     again = manifests(tmp_path / "cache")
     assert len(again) == 2 and not any(e.imported for e in again.values())  # `second` compiled whole
+
+
+def test_one_loop_with_a_nan_constant_twice_in_a_module_is_one_function(tmp_path: Path, capsys) -> None:
+    """A loop is found by its symbol (a digest of its text): two copies of a loop holding a NaN constant, whose
+    keys are never equal (NaN is not equal to itself), are one function, not a clash of names."""
+    source = """
+fn h(x: f32[8, 16], y: f32[8, 16], w: f32[16, 4]) -> f32[8, 4] {
+    return tanh(x * (1e400 - 1e400) + 1.0) @ w + tanh(y * (1e400 - 1e400) + 1.0) @ w
+}
+fn main() {
+    let x = float(reshape(arange(128), 8, 16)) * 0.01
+    let w = float(reshape(arange(64), 16, 4)) * 0.02
+    print(sum(h(x, x * 2.0, w)))
+}
+"""
+    interpreted, compiled = both_backends(tmp_path, source, capsys)
+    assert compiled == interpreted == "nan\n"
+    status, _, explained = run_cli(tmp_path, source, "--backend", "llvm", "--explain-backend", capsys=capsys)
+    assert status == 0 and re.search(r"`h`\(f32\[8, 16\], f32\[8, 16\], f32\[16, 4\]\) compiled$", explained, re.M), (
+        explained
+    )
