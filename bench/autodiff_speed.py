@@ -2,7 +2,7 @@
 
     python bench/autodiff_speed.py [--repeats 7] [--threads 1] [--quick] [--json FILE] [--profile WORKLOAD]
 
-Four workloads, written once in DL (one module, below) and once each for PyTorch, JAX and numpy:
+Five workloads, written once in DL (one module, below) and once each for PyTorch, JAX and numpy:
 
 - mlp: a two-layer perceptron's cross-entropy loss (tanh hidden layer, log_softmax, mean over
   the batch); parameters in a struct `MLP { w1: f32[256, 512], b1, w2: f32[512, 10], b2 }`,
@@ -13,6 +13,11 @@ Four workloads, written once in DL (one module, below) and once each for PyTorch
 - newton: Newton's iteration for sqrt(2) in a scalar `while` loop (f64; six iterations), bound by
   interpreter overhead, recorded for the record (not written for torch.compile or JAX: its loop
   depends on the values).
+- hvp: a second derivative through a loop: the "forward" is `sum(grad(loop)(x) * v)`, a directional
+  first derivative of `h = sin(h) * 0.9 + x * 0.1` iterated 300 times on f32[64] (loss `sum(h * h)`),
+  and the gradient of that is a Hessian-vector product; PyTorch's double backward
+  (`create_graph=True`) and JAX's `grad` of a `grad` through `lax.fori_loop` (not written for
+  torch.compile, which breaks its graph at `torch.autograd.grad`; no numpy).
 
 DL is called the way a host embeds it: the module is loaded, checked and differentiated once
 (`pipeline.prepare`, which replaces `grad(...)` by generated DL functions, lang/autodiff/),
@@ -77,6 +82,7 @@ BATCH, IN, HIDDEN, CLASSES = 256, 256, 512, 10  # mlp
 SIDE = 1000  # chain: f32[SIDE, SIDE]
 STEPS, RNN_BATCH, RNN_IN, RNN_HIDDEN = 32, 16, 64, 64  # rnn
 NEWTON_A = 2.0  # newton: sqrt(NEWTON_A)
+HVP_SIDE, HVP_STEPS = 64, 300  # hvp
 
 SOURCE = f"""
 struct MLP {{ w1: f32[{IN}, {HIDDEN}], b1: f32[{HIDDEN}], w2: f32[{HIDDEN}, {CLASSES}], b2: f32[{CLASSES}] }}
@@ -131,6 +137,28 @@ fn rnn_forward(wx, wh, xs) {{
 
 fn rnn_grad(wx, wh, xs) {{
     return grad(rnn, wrt=(0, 1))(wx, wh, xs)
+}}
+
+fn hvp_loop(x: f32[{HVP_SIDE}]) -> f32 {{
+    let h = x
+    let i = 0
+    while i < {HVP_STEPS} {{
+        h = sin(h) * 0.9 + x * 0.1
+        i += 1
+    }}
+    return sum(h * h)
+}}
+
+fn hvp_directional(x: f32[{HVP_SIDE}], v: f32[{HVP_SIDE}]) -> f32 {{
+    return sum(grad(hvp_loop)(x) * v)
+}}
+
+fn hvp_forward(x, v) {{
+    return hvp_directional(x, v)
+}}
+
+fn hvp_grad(x, v) {{
+    return grad(hvp_directional)(x, v)
 }}
 
 fn newton_forward(a) {{
@@ -237,6 +265,29 @@ def newton_numpy(a):
 newton_torch = newton_numpy  # the same Python loop on 0-d f64 tensors (`abs(...) > ...` reads the value)
 
 
+def hvp_inputs(rng: np.random.Generator) -> tuple:
+    return tuple(rng.uniform(-1.0, 1.0, HVP_SIDE).astype(np.float32) for _ in range(2))
+
+
+def hvp_torch(x, v):
+    """`sum(grad(loop)(x) * v)`; its graph is kept (`create_graph`) when `x` is differentiated again."""
+    with torch.enable_grad():
+        start = x if x.requires_grad else x.detach().requires_grad_()
+        h = start
+        for _ in range(HVP_STEPS):
+            h = torch.sin(h) * 0.9 + start * 0.1
+        (first,) = torch.autograd.grad((h * h).sum(), start, create_graph=x.requires_grad)
+    return (first * v).sum()
+
+
+def hvp_jax(x, v):
+    def loop(x):
+        h = jax.lax.fori_loop(0, HVP_STEPS, lambda _, h: jnp.sin(h) * 0.9 + x * 0.1, x)
+        return jnp.sum(h * h)
+
+    return jnp.sum(jax.grad(loop)(x) * v)
+
+
 @dataclass(frozen=True)
 class Workload:
     name: str
@@ -256,6 +307,7 @@ WORKLOADS = (
     Workload("chain", "f32[1000,1000]", chain_inputs, (0, 1), chain_numpy, chain_torch, chain_jax),
     Workload("rnn", "T=32, batch 16, hidden 64", rnn_inputs, (0, 1), rnn_numpy, rnn_torch, rnn_jax),
     Workload("newton", "f64 scalar, 6 iterations", newton_inputs, (0,), newton_numpy, newton_torch, None, False),
+    Workload("hvp", f"f32[{HVP_SIDE}], {HVP_STEPS} steps", hvp_inputs, (0,), None, hvp_torch, hvp_jax, False),
 )
 
 
