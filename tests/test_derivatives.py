@@ -208,3 +208,17 @@ def test_field_starts_stop_where_the_adjoint_is_read() -> None:
 def test_a_field_contribution_that_reads_the_adjoint_keeps_its_addition() -> None:
     body = "let d_m = zeros_like(m)\nd_m.w += d_m.b * a\nd_m.b += a\nreturn d_m"
     assert folded_body(body) == "let d_m = zeros_like(m)\nd_m.w += d_m.b * a\nd_m.b += a\nreturn d_m"
+
+
+def test_a_tree_add_start_is_its_first_contribution() -> None:
+    """`tree_add` is how a tuple's, struct's or tape's adjoint is added to: zeros then a `tree_add` is the
+    addend, as zeros then `+` is, when nothing in between reads the variable."""
+    body = "let d_t = zeros_like(m)\nlet c = a * b\nd_t = tree_add(d_t, push(a, c))\nreturn d_t"
+    assert folded_body(body) == "let c = a * b\nlet d_t = push(a, c)\nreturn d_t"
+
+
+def test_a_tree_add_that_reads_the_variable_keeps_its_zeros() -> None:
+    body = "let d_t = zeros_like(m)\nd_t = tree_add(d_t, pop(d_t)[1])\nreturn d_t"
+    assert folded_body(body) == body
+    read = "let d_t = zeros_like(m)\nlet s = len(d_t)\nd_t = tree_add(d_t, a)\nreturn d_t"
+    assert folded_body(read) == read

@@ -1,6 +1,6 @@
 """Simplifying generated code: `prune` drops `let`s nothing reads and propagates copies; the folds turn
-`zeros_like(x) + d` starts (of a variable, or of a struct's field), `*1` and literal arithmetic into what a
-person would write. Calls of effects
+`zeros_like(x) + d` and `tree_add(zeros_like(x), d)` starts (of a variable, or of a struct's field), `*1` and literal
+arithmetic into what a person would write. Calls of effects
 (`EFFECT_NAMES`) and of functions with effects are never dropped.
 """
 
@@ -129,13 +129,14 @@ def fold_zero_starts(stmts: list[ast.Stmt]) -> list[ast.Stmt]:
     for stmt in map(fold_nested, stmts):
         if out and undoes_copy(out[-1], stmt):
             continue  # `let w = v` then `v = w`
-        start = last_mention(out, stmt.target.id) if is_self_increment(stmt) else None
+        added = self_increment(stmt)
+        start = last_mention(out, stmt.target.id) if added is not None else None
         if start is not None and zero_start(out[start]) == stmt.target.id:
             zeroed = out.pop(start)
-            folded = dataclasses.replace(zeroed, value=stmt.value.rhs)
+            folded = dataclasses.replace(zeroed, value=added)
             if start != len(out):  # statements in between: the value is only ready here
-                folded = let(stmt.target.id, stmt.value.rhs) if isinstance(zeroed, ast.Let) else stmt
-                folded = dataclasses.replace(folded, value=stmt.value.rhs)
+                folded = let(stmt.target.id, added) if isinstance(zeroed, ast.Let) else stmt
+                folded = dataclasses.replace(folded, value=added)
             if not (out and undoes_copy(out[-1], folded)):
                 out.append(folded)
             continue
@@ -183,8 +184,11 @@ def mentions(node, var: str) -> bool:
     )
 
 
-def is_self_increment(stmt: ast.Stmt) -> bool:
-    return isinstance(stmt, ast.Assign) and isinstance(stmt.target, ast.Name) and is_increment(stmt, stmt.target.id)
+def self_increment(stmt: ast.Stmt) -> ast.Expr | None:
+    """`c` when `stmt` increments a variable by `c` (`increment`)."""
+    if isinstance(stmt, ast.Assign) and isinstance(stmt.target, ast.Name):
+        return increment(stmt, stmt.target.id)
+    return None
 
 
 def last_mention(stmts: list[ast.Stmt], var: str) -> int | None:
@@ -233,19 +237,29 @@ def zero_start(stmt: ast.Stmt) -> str | None:
     return None
 
 
-def is_increment(stmt: ast.Stmt, var: str) -> bool:
-    """Is `stmt` `var = var + c`, with `c` not reading `var`?"""
+def increment(stmt: ast.Stmt, var: str) -> ast.Expr | None:
+    """`c` when `stmt` is `var = var + c`, or `var = tree_add(var, c)` (how an adjoint that is a tuple, struct
+    or tape is added to), with `c` not reading `var`; None otherwise."""
     if not (isinstance(stmt, ast.Assign) and stmt.op == "=" and isinstance(stmt.target, ast.Name)):
-        return False
+        return None
     value = stmt.value
-    return (
-        stmt.target.id == var
-        and isinstance(value, ast.Binary)
-        and value.op == "+"
-        and isinstance(value.lhs, ast.Name)
-        and value.lhs.id == var
-        and all(not (isinstance(n, ast.Name) and n.id == var) for n in ast.walk(value.rhs))
-    )
+    if stmt.target.id != var:
+        return None
+    if isinstance(value, ast.Binary) and value.op == "+":
+        base, added = value.lhs, value.rhs
+    elif (
+        isinstance(value, ast.Call)
+        and isinstance(value.func, ast.Name)
+        and value.func.id == "tree_add"
+        and len(value.args) == 2
+        and not value.keywords
+    ):
+        base, added = value.args
+    else:
+        return None
+    if not (isinstance(base, ast.Name) and base.id == var) or mentions(added, var):
+        return None
+    return added
 
 
 def names_read_by(stmt) -> set[str]:
