@@ -222,3 +222,27 @@ def test_a_tree_add_that_reads_the_variable_keeps_its_zeros() -> None:
     assert folded_body(body) == body
     read = "let d_t = zeros_like(m)\nlet s = len(d_t)\nd_t = tree_add(d_t, a)\nreturn d_t"
     assert folded_body(read) == read
+
+
+def test_the_derivative_of_a_derivative_whose_function_holds_a_lambda(dlrun, tmp_path: Path) -> None:
+    """`dlrun grad --fn df` differentiates the `grad` inside `df` first; an anonymous function in what `df`
+    reaches is part of its function, not a function whose `grad`s are looked for (it was an internal error)."""
+    program = tmp_path / "lambda.dl"
+    program.write_text(
+        "fn f(x: f64[3]) -> f64 { let k = fn(z) => z * 2.0; return sum(sin(k(x)) * x) }\n"
+        "fn df(x: f64[3]) -> f64 { return sum(grad(f)(x) * x) }\n"
+        "fn main() { print(grad(df)([0.1f64, 0.2, 0.3])) }\n"
+    )
+    status, printed, err = dlrun("grad", str(program), "--fn", "df")
+    assert (status, err) == (0, "")
+    assert [line for line in printed.splitlines() if line.startswith("fn ")] == [
+        "fn df_grad(x: f64[3]) -> f64[3] {",
+        "fn f_grad_fwd(x: f64[3]) {",
+        "fn f_grad_bwd(x, kept, d_result) {",
+    ]
+    status, expected, err = dlrun(str(program))
+    assert status == 0, err
+    pasted = tmp_path / "pasted.dl"
+    pasted.write_text(program.read_text().replace("grad(df)(", "df_grad(") + "\n" + printed)
+    status, out, err = dlrun(str(pasted))
+    assert (status, err, out) == (0, "", expected)

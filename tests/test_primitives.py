@@ -1263,6 +1263,10 @@ def test_a_tape_of_zeros_is_made_as_it_is_popped_and_adds_nothing() -> None:
         "}\n"
     )
     assert dl_main(source) == ("3 2 0.0 [0. 0.] [0. 0.]\n3 15.0 [26. 37.] [3. 4.] 1.0\n[6. 7.] 5.0 0\n")
+    # an entry without zeros fails where it is made, at the `pop` (docs/language.md)
+    assert dl_eval('len(zeros_like(push(tape(), "a")))') == 1
+    failure = runtime_error('pop(zeros_like(push(tape(), "a")))')
+    assert "`zeros_like` needs a tensor, tuple, struct or tape, found str" in str(failure)
 
 
 def numpy_unbroadcast(x: np.ndarray, shape: tuple) -> np.ndarray:

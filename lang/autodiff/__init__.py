@@ -95,8 +95,11 @@ def derivative_source(typed: Typed, function: str, wrt: int | tuple[int, ...], w
     if decl is not None and reaches_grad(typed, decl, functions_with_grad(typed)):
         # the `grad`s inside first, as a run does (only those: the names printed are those a program that
         # calls `grad(function)` alone gets)
+        top_level = {id(d) for m in typed.program.modules.values() for d in m.decls if isinstance(d, ast.FnDecl)}
         within = {(path, decl.name)} | {
-            (where, typed.functions[key][0].name) for key, where in reached(typed, decl).items() if where
+            (where, typed.functions[key][0].name)
+            for key, where in reached(typed, decl).items()
+            if where and key in top_level  # not a lambda, nor a local `fn` (its `grad`s are its function's)
         }
         typed = differentiate(typed, within=frozenset(within))[1]
         module = typed.program.modules[path]
