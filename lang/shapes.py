@@ -1107,6 +1107,8 @@ def tree_add_rule(args: list[Argument]) -> Type:
         return TupleType(
             tuple(tree_add_rule([Argument(x), Argument(y)]) for x, y in zip(a.items, b.items, strict=True))
         )
+    if isinstance(a, TapeType) and isinstance(b, TapeType):  # `tape()` is a tape of `_` until pushed onto
+        return TapeType(tree_add_rule([Argument(a.item), Argument(b.item)]))
     raise ShapeError("E0301", f"`tree_add` adds values of one type, found {a} and {b}", f"{a}, {b}")
 
 

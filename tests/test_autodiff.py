@@ -587,3 +587,44 @@ def test_a_second_derivative_through_a_long_loop_takes_linear_work(monkeypatch) 
     (second,) = torch.autograd.grad((first * torch.tensor([1.0, 2.0, 3.0], dtype=torch.float64)).sum(), tx)
     np.testing.assert_allclose(hvp, second.numpy(), rtol=1e-10, atol=1e-12)
     assert 0 < made[0] <= 20 * n, made[0]
+
+
+THIRD_THROUGH_A_LOOP = """
+fn f(x: f64[3], n: i64) -> f64 {
+    let h = x
+    let i = 0
+    while i < n {
+        h = sin(h * x)
+        i += 1
+    }
+    return sum(h * h)
+}
+
+fn df(x: f64[3], n: i64) -> f64 { return sum(grad(f)(x, n) * [1.0f64, 2.0, 3.0]) }
+
+fn d2(x: f64[3], n: i64) -> f64 { return sum(grad(df)(x, n) * [1.0f64, -1.0, 0.5]) }
+
+fn d3(x: f64[3], n: i64) -> f64[3] { return grad(d2)(x, n) }
+"""
+
+
+def test_a_third_derivative_through_a_loop_agrees_with_pytorch() -> None:
+    """Three rounds of `grad` through a `while`: the second round's kept tapes start as `tape()` (a tape of `_`
+    until pushed onto) and the third adds their adjoints to typed ones; the checker took the two for
+    different types (an internal error, found by review)."""
+    x, n = np.array([0.3, -0.7, 1.1]), 4
+    third = pipeline.call(pipeline.load("third.dl", THIRD_THROUGH_A_LOOP), "d3", [x, n])
+    tx = torch.tensor(x, requires_grad=True)
+
+    def f(x):
+        h = x
+        for _ in range(n):
+            h = torch.sin(h * x)
+        return (h * h).sum()
+
+    (first,) = torch.autograd.grad(f(tx), tx, create_graph=True)
+    df = (first * torch.tensor([1.0, 2.0, 3.0], dtype=torch.float64)).sum()
+    (second,) = torch.autograd.grad(df, tx, create_graph=True)
+    d2 = (second * torch.tensor([1.0, -1.0, 0.5], dtype=torch.float64)).sum()
+    (expected,) = torch.autograd.grad(d2, tx)
+    np.testing.assert_allclose(third, expected.numpy(), rtol=1e-9, atol=1e-12)
