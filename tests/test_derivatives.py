@@ -246,3 +246,19 @@ def test_the_derivative_of_a_derivative_whose_function_holds_a_lambda(dlrun, tmp
     pasted.write_text(program.read_text().replace("grad(df)(", "df_grad(") + "\n" + printed)
     status, out, err = dlrun(str(pasted))
     assert (status, err, out) == (0, "", expected)
+
+
+def test_a_tuple_adjoint_added_to_is_one_tuple() -> None:
+    """A tuple's adjoint built as a literal and then added to by a literal is one literal, item by item, where
+    zeros add nothing: the backward sweep of a `pop` no longer makes zeros for the entry and the rest."""
+    body = "let d_p = (zeros_like(m), a)\nlet c = a * b\nd_p = tree_add(d_p, (c, zeros_like(b)))\nreturn d_p"
+    assert folded_body(body) == "let c = a * b\nlet d_p = (c, a)\nreturn d_p"
+    both = "let d_p = (a, b)\nd_p = tree_add(d_p, (b, a))\nreturn d_p"
+    assert folded_body(both) == "let d_p = (tree_add(a, b), tree_add(b, a))\nreturn d_p"
+
+
+def test_a_tuple_start_whose_items_change_before_the_addition_stays() -> None:
+    body = "let d_p = (zeros_like(m), a)\na = a * b\nd_p = tree_add(d_p, (b, zeros_like(b)))\nreturn d_p"
+    assert folded_body(body) == body
+    shorter = "let d_p = (a, b)\nd_p = tree_add(d_p, (a, b, m))\nreturn d_p"
+    assert folded_body(shorter) == shorter

@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 
 from dl.lang import ast
-from dl.lang.autodiff.trees import let
+from dl.lang.autodiff.trees import call, let
 from dl.lang.primitives import EFFECTS, VOLATILE
 
 # Calls never dropped, even when nothing reads their result: the effects (`save` writes a file), and the
@@ -140,8 +140,52 @@ def fold_zero_starts(stmts: list[ast.Stmt]) -> list[ast.Stmt]:
             if not (out and undoes_copy(out[-1], folded)):
                 out.append(folded)
             continue
+        if start is not None and tuple_start(out, start, stmt.target.id, added):
+            started = out.pop(start)
+            items = zip(started.value.items, added.items, strict=True)
+            value = ast.TupleLiteral(tuple(added_items(a, b) for a, b in items), started.value.span)
+            folded = dataclasses.replace(started, value=value)
+            if start != len(out):  # after the statements in between (they neither read `v` nor assign its items)
+                folded = (
+                    let(stmt.target.id, value)
+                    if isinstance(started, ast.Let)
+                    else dataclasses.replace(stmt, value=value)
+                )
+            out.append(folded)
+            continue
         out.append(stmt)
     return fold_field_starts(out)
+
+
+def tuple_start(out: list[ast.Stmt], start: int, var: str, added: ast.Expr) -> bool:
+    """Whether `out[start]` sets `var` to a tuple literal that the increment by the tuple literal `added` can be
+    added into, item by item, where the increment is: no statement in between assigns a name it reads."""
+    started = out[start]
+    if not (isinstance(added, ast.TupleLiteral) and isinstance(getattr(started, "value", None), ast.TupleLiteral)):
+        return False
+    if isinstance(started, ast.Let):
+        named = isinstance(started.pattern, ast.NamePattern) and started.pattern.name == var
+        if not named or started.annotation is not None:
+            return False
+    elif not (isinstance(started, ast.Assign) and started.op == "=" and isinstance(started.target, ast.Name)):
+        return False
+    if len(started.value.items) != len(added.items):
+        return False
+    read = {n.id for n in ast.walk(started.value) if isinstance(n, ast.Name)}
+    return not (ast.assigned_names(tuple(out[start + 1 :])) & read)
+
+
+def added_items(a: ast.Expr, b: ast.Expr) -> ast.Expr:
+    """`tree_add(a, b)` of two items of adjoint tuples, where zeros (`zeros_like(...)`) add nothing."""
+    if is_zeros(a):
+        return b
+    if is_zeros(b):
+        return a
+    return call("tree_add", a, b)
+
+
+def is_zeros(node: ast.Expr) -> bool:
+    return isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "zeros_like"
 
 
 def fold_field_starts(stmts: list[ast.Stmt]) -> list[ast.Stmt]:
