@@ -47,6 +47,13 @@ class Const:
     def __hash__(self) -> int:
         return hash((self.value, self.dtype))
 
+    def __repr__(self) -> str:
+        """As a record shows it, but a NaN with its sign: the text names the code (`ir.show` keys the compile
+        cache, and a loop's symbol is a digest of its text), and `-nan` is not `nan` to `copysign`."""
+        value = self.value
+        negative_nan = isinstance(value, float) and math.isnan(value) and math.copysign(1.0, value) < 0
+        return f"Const(value={'-nan' if negative_nan else repr(value)}, dtype={self.dtype!r})"
+
 
 Operand = Temp | Const
 

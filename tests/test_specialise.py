@@ -8,6 +8,7 @@ report, that the function really was compiled and not quietly interpreted.
 
 from __future__ import annotations
 
+import math
 import re
 import sys
 from pathlib import Path
@@ -1577,3 +1578,14 @@ def test_integer_literal_arguments_and_fused_lets_take_their_default_dtype() -> 
     check(source, "f", np.array([2000000000, 3], np.int32), np.array([1.0, 2.0, 3.0]), rtol=1e-15, atol=0.0)
     fused = "fn a(d: f64[3]) -> f64 {\n    let c = 0.1\n    return sum(d * c)\n}\n"
     check(fused, "a", np.array([1.0, 2.0, 3.0]), rtol=1e-15, atol=0.0)
+
+
+def test_a_nan_constant_keeps_its_sign_in_the_text_that_names_code() -> None:
+    """`ir.show` keys the compile cache and a loop's symbol is a digest of its text: a NaN's sign, which
+    `copysign` reads, is part of it (`repr(-nan)` is `nan` in Python)."""
+    from dl.codegen import llvm
+
+    negative, positive = ir.Const(-math.nan, "f64"), ir.Const(math.nan, "f64")
+    assert repr(negative) == "Const(value=-nan, dtype='f64')" and repr(positive) == "Const(value=nan, dtype='f64')"
+    assert llvm.loop_symbol(ir.Splat(negative), "") != llvm.loop_symbol(ir.Splat(positive), "")
+    assert repr(ir.Const(-0.0, "f32")) == "Const(value=-0.0, dtype='f32')"
