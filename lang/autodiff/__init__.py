@@ -83,19 +83,15 @@ def derivative_source(typed: Typed, function: str, wrt: int | tuple[int, ...], w
     the printed code calls."""
     from dl.lang.printer import print_decl
 
-    before = {
-        (path, d.name)
-        for path, module in typed.program.modules.items()
-        for d in module.decls
-        if isinstance(d, ast.FnDecl)
-    }
+    declared = [(p, d) for p, m in typed.program.modules.items() for d in m.decls if isinstance(d, ast.FnDecl)]
+    before = {(p, d.name) for p, d in declared}  # the functions as written
     path = typed.program.entry
     module = typed.program.modules[path]
     decl = next((d for d in module.decls if isinstance(d, ast.FnDecl) and d.name == function), None)
     if decl is not None and reaches_grad(typed, decl, functions_with_grad(typed)):
         # the `grad`s inside first, as a run does (only those: the names printed are those a program that
         # calls `grad(function)` alone gets)
-        top_level = {id(d) for m in typed.program.modules.values() for d in m.decls if isinstance(d, ast.FnDecl)}
+        top_level = {id(d) for _, d in declared}
         within = {(path, decl.name)} | {
             (where, typed.functions[key][0].name)
             for key, where in reached(typed, decl).items()
@@ -166,15 +162,14 @@ def earlier_derivatives(program: Program, shown: list, before: set) -> list[tupl
                 continue
             if isinstance(node.func, ast.Name):
                 candidates = [(module_path, node.func.id)]
-            elif isinstance(node.func, ast.Field):
+            elif isinstance(node.func, ast.Field):  # `module.f_grad_fwd`: the one generated function of that name
                 candidates = [key for key in generated if key[1] == node.func.name and key[0] != module_path]
             else:
                 continue
-            for key in candidates[:1] if len(candidates) == 1 else ():
-                if key in generated and key not in seen:
-                    seen.add(key)
-                    found.append((key[0], generated[key]))
-                    pending.append(found[-1])
+            if len(candidates) == 1 and candidates[0] in generated and candidates[0] not in seen:
+                seen.add(candidates[0])
+                found.append((candidates[0][0], generated[candidates[0]]))
+                pending.append(found[-1])
     return found
 
 
