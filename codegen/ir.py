@@ -402,6 +402,16 @@ class TapePush:
 
 
 @node
+class TapeZeros:
+    """Make `tape` hold `count` entries of zeros (its storage grown with `realloc` as needed, failing at
+    `site` if memory runs out): `zeros_like` of a tape that a loop then pushes onto."""
+
+    tape: Tape
+    count: Operand
+    site: int
+
+
+@node
 class TapePop:
     """Remove the last entry (failing at `site` if there is none), copying each of `leaves` ((byte offset,
     `Buffer` or `Temp`)) out of it."""
@@ -463,6 +473,7 @@ Instruction = (
     | StoreSlot
     | TapePush
     | TapePop
+    | TapeZeros
 )
 
 

@@ -624,6 +624,8 @@ class TensorEmission:
                 return self.tape_push(builder, instruction)
             case ir.TapePop():
                 return self.tape_pop(builder, instruction)
+            case ir.TapeZeros():
+                return self.tape_zeros(builder, instruction)
         raise AssertionError(instruction)
 
     # -------------------------------------------------------------- tapes
@@ -692,6 +694,23 @@ class TensorEmission:
 
             builder = self.loops(builder, shape, store, "push")
         builder.store(builder.add(count, i64(1)), self.slots[tape.count.name])
+        return builder
+
+    def tape_zeros(self, builder: llvm_ir.IRBuilder, instruction: ir.TapeZeros) -> llvm_ir.IRBuilder:
+        i64, tape = TYPES["i64"], instruction.tape
+        byte_pointer = BYTE.as_pointer()
+        count = self.operand(instruction.count)
+        capacity = builder.select(builder.icmp_signed("<", count, i64(16)), i64(16), count, name="tape.capacity")
+        realloc = self.c_function("realloc", byte_pointer, [byte_pointer, i64])
+        old = builder.inttoptr(builder.load(self.slots[tape.address.name]), byte_pointer)
+        moved = builder.call(realloc, [old, builder.mul(capacity, i64(tape.size))], name="tape.zeros")
+        failed = builder.icmp_unsigned("==", moved, byte_pointer(None))
+        builder = self.fail_unless(builder, failed, instruction.site, "tape")
+        memset = self.module.declare_intrinsic("llvm.memset", [byte_pointer, i64])
+        builder.call(memset, [moved, BYTE(0), builder.mul(count, i64(tape.size)), TYPES["bool"](0)])
+        builder.store(builder.ptrtoint(moved, i64), self.slots[tape.address.name])
+        builder.store(count, self.slots[tape.count.name])
+        builder.store(capacity, self.slots[tape.capacity.name])
         return builder
 
     def tape_pop(self, builder: llvm_ir.IRBuilder, instruction: ir.TapePop) -> llvm_ir.IRBuilder:

@@ -23,10 +23,12 @@ from dl.codegen.values import (
     Closure,
     DType,
     Primitive,
+    SnapshotTape,
     Struct,
     TapeValue,
     Tensor,
     Text,
+    ZeroTape,
     as_index,
     axis_index,
     broadcast,
@@ -1213,10 +1215,6 @@ def dropout(lowering, bound: dict, span: Span) -> object:
     return Tensor(dtype, x.shape, result)
 
 
-def zeros_like(lowering, bound: dict, span: Span) -> object:
-    return zeros_of(bound["x"], span)
-
-
 def zeros_of(value: object, span: Span) -> object:
     if isinstance(value, Tensor):
         return Tensor(value.dtype, value.shape, ir.Splat(zero(value.dtype)))
@@ -1227,6 +1225,19 @@ def zeros_of(value: object, span: Span) -> object:
     if isinstance(value, Struct):
         return Struct(value.kind, value.name, value.fields, [zeros_of(v, span) for v in value.values])
     raise Unsupported("`zeros_like` of this value", span)
+
+
+def zeros_like(lowering, bound: dict, span: Span) -> object:
+    value = bound["x"]
+    if isinstance(value, TapeValue):  # its layout and its count now (a variable: read before it changes)
+        tape = used_tape(lowering, value, span)
+        count = lowering.read_variable(tape.tape.count).operand
+        return ZeroTape(tape.template, tape.leaves, count, tape.tape.size, span)
+    if isinstance(value, SnapshotTape):
+        return ZeroTape(None, (), None, 0, span)
+    if isinstance(value, ZeroTape):
+        return value
+    return zeros_of(value, span)
 
 
 def zero(dtype: str) -> ir.Const:
@@ -1250,7 +1261,7 @@ def shape(lowering, bound: dict, span: Span) -> object:
 def length(lowering, bound: dict, span: Span) -> object:
     x = bound["x"]
     if isinstance(x, TapeValue):
-        return lowering.read_variable(x.tape.count)
+        return lowering.read_variable(used_tape(lowering, x, span).tape.count)
     if isinstance(x, tuple):
         return Value(ir.Const(len(x), "i64"), len(x))
     if isinstance(x, Tensor):
@@ -1406,8 +1417,8 @@ def laid_out(lowering, tape: TapeValue, like: object, span: Span) -> None:
             dtype, shape = value.dtype, value.shape
         elif isinstance(value, Value):
             dtype, shape = value.operand.dtype, ()
-        elif isinstance(value, TapeValue):
-            raise Unsupported("a loop's tape holding tapes (a derivative through a loop, differentiated again)", span)
+        elif isinstance(value, (TapeValue, SnapshotTape, ZeroTape)):
+            return SNAPSHOT  # nothing kept (`SnapshotTape`)
         else:
             raise Unsupported("a tape of this value", span)
         offset = (offset + 15) // 16 * 16
@@ -1421,16 +1432,32 @@ def laid_out(lowering, tape: TapeValue, like: object, span: Span) -> None:
     lowering.tapes.append(tape.tape)
 
 
-def live_tape(value: object, span: Span) -> TapeValue:
-    if not isinstance(value, TapeValue):
-        raise Unsupported("`push` or `pop` of something that is not a tape", span)
-    if not value.live:
+# A tape saved in another tape's entry: what a pop gives back in its place (compiled code keeps nothing of it)
+SNAPSHOT = SnapshotTape()
+TAPE_OF_TAPES = "a loop's tape holding tapes (a derivative through a loop, differentiated again)"
+
+
+def used_tape(lowering, value: TapeValue, span: Span) -> TapeValue:
+    """`value`, as its storage holds it: refused if a `push` or `pop` has changed the storage since, or if
+    its variable holds a tape compiled code did not keep. Its storage counts as read (`touched_tapes`)."""
+    if value.dead:
+        raise Unsupported(f"{TAPE_OF_TAPES}, read after it is restored", span)
+    if value.state["changed"]:
         raise Unsupported("a tape used again after a `push` or `pop`", span)
+    lowering.touched_tapes.add(value.tape.address.name)
     return value
 
 
+def live_tape(lowering, value: object, span: Span) -> TapeValue:
+    if isinstance(value, (SnapshotTape, ZeroTape)):
+        raise Unsupported(f"{TAPE_OF_TAPES}: `push` or `pop` of a tape it saved", span)
+    if not isinstance(value, TapeValue):
+        raise Unsupported("`push` or `pop` of something that is not a tape", span)
+    return used_tape(lowering, value, span)
+
+
 def push(lowering, bound: dict, span: Span) -> object:
-    tape = live_tape(bound["tape"], span)
+    tape = live_tape(lowering, bound["tape"], span)
     if tape.template is None:
         laid_out(lowering, tape, bound["value"], span)
     written: list = []
@@ -1438,6 +1465,10 @@ def push(lowering, bound: dict, span: Span) -> object:
     def walk(template: object, value: object) -> None:
         if isinstance(value, ir.Variable):
             value = lowering.read_variable(value)
+        if template is SNAPSHOT:
+            if not isinstance(value, (TapeValue, SnapshotTape, ZeroTape)):
+                raise Unsupported("a `push` of a value unlike the tape's entries", span)
+            return
         if isinstance(template, tuple) and template and template[0] == "leaf" and len(template) == 2:
             offset, dtype, shape = tape.leaves[template[1]]
             if shape:
@@ -1462,12 +1493,15 @@ def push(lowering, bound: dict, span: Span) -> object:
     walk(tape.template, bound["value"])
     site = lowering.site("E0513", "out of memory for a tape", span)
     lowering.emit(ir.TapePush(tape.tape, tuple(written), site))
-    tape.live = False
+    tape.state["changed"] = True
     return TapeValue(tape.tape, tape.template, tape.leaves)
 
 
 def pop(lowering, bound: dict, span: Span) -> object:
-    tape = live_tape(bound["tape"], span)
+    given = bound["tape"]
+    if isinstance(given, TapeValue) and given.state["popped"] is not None and not given.dead:
+        return given.state["popped"]  # the same value popped again: the entry and rest the first pop gave
+    tape = live_tape(lowering, given, span)
     if tape.template is None:
         raise Unsupported("a `pop` from a tape nothing was pushed on", span)
     targets: list = []
@@ -1486,14 +1520,17 @@ def pop(lowering, bound: dict, span: Span) -> object:
     lowering.emit(ir.TapePop(tape.tape, tuple(targets), site))
 
     def rebuilt(template: object) -> object:
+        if template is SNAPSHOT:
+            return SnapshotTape()
         if isinstance(template, tuple) and template and template[0] == "leaf" and len(template) == 2:
             return values[template[1]]
         if isinstance(template, tuple):
             return tuple(rebuilt(t) for t in template)
         return Struct(template.kind, template.name, template.fields, [rebuilt(t) for t in template.values])
 
-    tape.live = False
-    return (rebuilt(tape.template), TapeValue(tape.tape, tape.template, tape.leaves))
+    tape.state["changed"] = True
+    tape.state["popped"] = (rebuilt(tape.template), TapeValue(tape.tape, tape.template, tape.leaves))
+    return tape.state["popped"]
 
 
 def tree_dot(lowering, bound: dict, span: Span) -> object:
@@ -1522,7 +1559,18 @@ def tree_dot(lowering, bound: dict, span: Span) -> object:
 
 
 def tree_add(lowering, bound: dict, span: Span) -> object:
-    return map_leaves(lambda a, b: lowering.binary_values("+", a, b, span), (bound["a"], bound["b"]), span)
+    return map_leaves(lambda a, b: added(lowering, a, b, span), (bound["a"], bound["b"]), span)
+
+
+def added(lowering, a: object, b: object, span: Span) -> object:
+    """Two leaves added; a tape of zeros (`ZeroTape`) adds nothing to a tape, as it does interpreted."""
+    if isinstance(b, ZeroTape) and isinstance(a, (TapeValue, ZeroTape)):
+        return a
+    if isinstance(a, ZeroTape) and isinstance(b, TapeValue):
+        return b
+    if isinstance(a, (TapeValue, SnapshotTape, ZeroTape)) or isinstance(b, (TapeValue, SnapshotTape, ZeroTape)):
+        raise Unsupported("`tree_add` of two tapes", span)
+    return lowering.binary_values("+", a, b, span)
 
 
 def alone(prim: Prim):

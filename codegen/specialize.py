@@ -43,7 +43,7 @@ from dl.codegen.lower import (
     promoted_dtype,
 )
 from dl.codegen.optimise import accumulate_in_place, computed_once, forwarded, with_every_target, without_dead_stores
-from dl.codegen.primitives import call_primitive, gathered, joined, map_leaves, matmul, reduce
+from dl.codegen.primitives import TAPE_OF_TAPES, call_primitive, gathered, joined, map_leaves, matmul, reduce
 from dl.codegen.values import (
     NUMPY_DTYPES,
     ZERO,
@@ -52,12 +52,14 @@ from dl.codegen.values import (
     NeedsStatic,
     Primitive,
     ResultUnknown,
+    SnapshotTape,
     Specialised,
     Struct,
     TapeValue,
     Tensor,
     Text,
     ValueIndex,
+    ZeroTape,
     adds_nothing,
     as_index,
     broadcast,
@@ -126,6 +128,7 @@ class Specialiser(FunctionLowering):
         self.assigned: set[str] = set()
         self.constants: dict[tuple[str, str], object] = {}
         self.tapes: list[ir.Tape] = []
+        self.touched_tapes: set[str] = set()  # tapes read since their variable's home was made (`store_home`)
         self.frames: list[list[dict]] = []  # the scopes of the callers of the function being inlined
         self.owners: dict[str, tuple[dict, str]] = {}  # home buffer -> (the scope, the variable's name)
         # the i64 parameters' values and what is computed from them: temp name -> the parameters' positions
@@ -310,7 +313,11 @@ class Specialiser(FunctionLowering):
             variable = self.new_variable(name, value.operand.dtype)
             self.emit(ir.Store(variable, value.operand))
             return variable
-        if isinstance(value, (ir.Variable, Text, Closure, Primitive, DType, TapeValue)):
+        if isinstance(value, TapeValue):
+            return value
+        if isinstance(value, ZeroTape):  # a tape of zeros that the loop or `if` pushes onto: real storage now
+            return self.zero_tape(value, name)
+        if isinstance(value, (ir.Variable, Text, Closure, Primitive, DType)):
             return value
         if isinstance(value, tuple):
             return tuple(self.home(item, name) for item in value)
@@ -322,6 +329,16 @@ class Specialiser(FunctionLowering):
                 [self.home(v, f"{name}.{f}") for v, f in zip(value.values, value.fields, strict=True)],
             )
         raise Unsupported(f"`{name}` holds a value compiled code cannot assign in a loop or `if`")
+
+    def zero_tape(self, zeros: ZeroTape, name: str) -> TapeValue:
+        if zeros.count is None:
+            raise Unsupported(f"`{name}` holds zeros of a tape that compiled code did not keep (a tape of tapes)")
+        variables = [self.new_variable(f"{name}.tape.{part}", "i64") for part in ("address", "count", "capacity")]
+        tape = ir.Tape(*variables, zeros.size)
+        site = self.site("E0513", "out of memory for a tape", zeros.span)
+        self.emit(ir.TapeZeros(tape, zeros.count, site))
+        self.tapes.append(tape)
+        return TapeValue(tape, zeros.template, zeros.leaves)
 
     def new_variable(self, name: str, dtype: str) -> ir.Variable:
         taken = {v.name for v in self.variables}
@@ -372,6 +389,8 @@ class Specialiser(FunctionLowering):
                             self.owners[buffer] = (scope, name)
                     else:  # already a home: what reads it now must not see the writes to come
                         self.protect(home_buffers(value), (scope, name))
+                    if isinstance(scope[name], TapeValue):  # a snapshot stored later needs it unread from here
+                        self.touched_tapes.discard(scope[name].tape.address.name)
                     break
 
     def protect(self, buffers: set[str], owner: tuple | None) -> None:
@@ -422,7 +441,14 @@ class Specialiser(FunctionLowering):
             for h, v in zip(home.values, value.values, strict=True):
                 self.store_home(h, v, span, owner)
         elif isinstance(home, TapeValue) and isinstance(value, TapeValue) and value.tape == home.tape:
-            value.live, home.live = False, True  # the variable holds the tape as it now is
+            home.state, home.dead = value.state, False  # the variable holds the tape as it now is
+        elif isinstance(home, TapeValue) and isinstance(value, SnapshotTape):
+            # a loop's state restored (derivative code differentiated again): compiled code kept nothing of
+            # the tape it held, so the variable can hold it only if nothing reads it in the loop before here
+            # (a later iteration would read the snapshot), and nothing reads it after
+            if home.tape.address.name in self.touched_tapes:
+                raise Unsupported(f"{TAPE_OF_TAPES}, read in the loop that restores it", span)
+            home.dead = True
         elif home != value:
             raise Unsupported("an assignment changes the structure of a variable", span)
 
@@ -551,6 +577,8 @@ class Specialiser(FunctionLowering):
                         self.parameter_variables[variable.name] = positions
                     self.scopes[-1][name] = variable  # this name's own variable
                     return
+                if isinstance(value, TapeValue):  # another name for it: a later assignment to either is its own
+                    value = value.alias()
                 self.scopes[-1][name] = self.bind(settled(value), self.uses.get(name, 0))
             case ast.TuplePattern(items=items):
                 if not isinstance(value, tuple) or len(value) != len(items):

@@ -97,12 +97,40 @@ class TapeValue:
     """A tape (`tape`, `push`, `pop`): storage that grows as the loop it records runs. `template` is the
     structure of an entry (its leaves numbered), `leaves` each leaf's (byte offset, dtype, shape; () for a
     scalar). Derivative code uses a tape linearly: `push` and `pop` change the storage in place and give a
-    new value; using the one before (`live` false) is refused, as it would see the change."""
+    new value. `state` is shared by the names that hold this value (`let d2 = d` binds a copy sharing
+    it): once a `push` or `pop` has changed the storage, another `push`, `len` or `zeros_like` of the value
+    is refused, as it would see the change, and another `pop` gives what the first one gave."""
 
     tape: ir.Tape
     template: object
     leaves: tuple
-    live: bool = True
+    state: dict = field(default_factory=lambda: {"changed": False, "popped": None})
+    dead: bool = False  # its variable holds a `SnapshotTape` now: compiled code has nothing of it
+
+    def alias(self) -> TapeValue:
+        """The same value under another name."""
+        return TapeValue(self.tape, self.template, self.leaves, self.state, self.dead)
+
+
+@record(eq=False)
+class SnapshotTape:
+    """A tape as it was when derivative code, differentiated again, saved it in another tape's entry (a loop's
+    state that holds a tape). Compiled code keeps nothing of it: the backward sweep restores it but reads
+    it only through `zeros_like` (a `ZeroTape` without a count); anything else refuses it, and the function
+    runs on the interpreter."""
+
+
+@record(eq=False)
+class ZeroTape:
+    """`zeros_like` of a tape: zeros in the layout of `template`/`leaves` (None: unknown, a snapshot's), as
+    many entries as `count` (an operand, or None). Added to a tape (`tree_add`) it is that tape; a variable
+    that holds one across a loop makes it real storage (`ir.TapeZeros`), which needs both."""
+
+    template: object
+    leaves: tuple
+    count: object
+    size: int = 0  # bytes an entry takes (`ir.Tape.size`)
+    span: object = None  # where `zeros_like` was called
 
 
 @record(frozen=True)
