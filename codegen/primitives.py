@@ -1444,7 +1444,13 @@ def used_tape(lowering, value: TapeValue, span: Span) -> TapeValue:
         raise Unsupported(f"{TAPE_OF_TAPES}, read after it is restored", span)
     if value.state["changed"]:
         raise Unsupported("a tape used again after a `push` or `pop`", span)
-    lowering.touched_tapes.add(value.tape.address.name)
+    return read_tape(lowering, value)
+
+
+def read_tape(lowering, value: TapeValue) -> TapeValue:
+    """`value`, its storage counted as read in the loops being lowered (`touched_tapes`)."""
+    if lowering.touched_tapes:
+        lowering.touched_tapes[-1].add(value.tape.address.name)
     return value
 
 
@@ -1499,8 +1505,9 @@ def push(lowering, bound: dict, span: Span) -> object:
 
 def pop(lowering, bound: dict, span: Span) -> object:
     given = bound["tape"]
-    if isinstance(given, TapeValue) and given.state["popped"] is not None and not given.dead:
-        return given.state["popped"]  # the same value popped again: the entry and rest the first pop gave
+    popped = given.state["popped"] if isinstance(given, TapeValue) and not given.dead else None
+    if popped is not None and popped[0] == lowering.label:
+        return popped[1]  # the same value popped again in the same block: what the first pop gave
     tape = live_tape(lowering, given, span)
     if tape.template is None:
         raise Unsupported("a `pop` from a tape nothing was pushed on", span)
@@ -1529,8 +1536,21 @@ def pop(lowering, bound: dict, span: Span) -> object:
         return Struct(template.kind, template.name, template.fields, [rebuilt(t) for t in template.values])
 
     tape.state["changed"] = True
-    tape.state["popped"] = (rebuilt(tape.template), TapeValue(tape.tape, tape.template, tape.leaves))
-    return tape.state["popped"]
+    result = (rebuilt(tape.template), TapeValue(tape.tape, tape.template, tape.leaves))
+    tape.state["popped"] = (lowering.label, result)  # a later block may not have run this pop
+    return result
+
+
+def same_length(lowering, tape: TapeValue | ZeroTape, zeros: ZeroTape, span: Span) -> TapeValue | ZeroTape:
+    """`tape`, failing at run time as the interpreter does unless `zeros` has as many entries (when both
+    counts are known: a snapshot's zeros have none, and derivative code only adds them to their like)."""
+    count = used_tape(lowering, tape, span).tape.count if isinstance(tape, TapeValue) else None
+    if count is not None and zeros.count is not None:
+        equal = lowering.temp("tape.lengths", "bool")
+        lowering.emit(ir.Compare(equal, "==", lowering.read_variable(count).operand, zeros.count))
+        problem = PrimitiveError("`tree_add` adds values of one structure, found tapes of different lengths")
+        lowering.emit(ir.Check(equal, lowering.site("E0513", failure_message(Prim.TREE_ADD, problem), span)))
+    return tape
 
 
 def tree_dot(lowering, bound: dict, span: Span) -> object:
@@ -1563,11 +1583,11 @@ def tree_add(lowering, bound: dict, span: Span) -> object:
 
 
 def added(lowering, a: object, b: object, span: Span) -> object:
-    """Two leaves added; a tape of zeros (`ZeroTape`) adds nothing to a tape, as it does interpreted."""
+    """Two leaves added; a tape of zeros (`ZeroTape`) adds nothing to a tape of its length, as interpreted."""
     if isinstance(b, ZeroTape) and isinstance(a, (TapeValue, ZeroTape)):
-        return a
+        return same_length(lowering, a, b, span)
     if isinstance(a, ZeroTape) and isinstance(b, TapeValue):
-        return b
+        return same_length(lowering, b, a, span)
     if isinstance(a, (TapeValue, SnapshotTape, ZeroTape)) or isinstance(b, (TapeValue, SnapshotTape, ZeroTape)):
         raise Unsupported("`tree_add` of two tapes", span)
     return lowering.binary_values("+", a, b, span)

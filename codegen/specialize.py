@@ -43,7 +43,7 @@ from dl.codegen.lower import (
     promoted_dtype,
 )
 from dl.codegen.optimise import accumulate_in_place, computed_once, forwarded, with_every_target, without_dead_stores
-from dl.codegen.primitives import TAPE_OF_TAPES, call_primitive, gathered, joined, map_leaves, matmul, reduce
+from dl.codegen.primitives import TAPE_OF_TAPES, call_primitive, gathered, joined, map_leaves, matmul, read_tape, reduce
 from dl.codegen.values import (
     NUMPY_DTYPES,
     ZERO,
@@ -128,7 +128,7 @@ class Specialiser(FunctionLowering):
         self.assigned: set[str] = set()
         self.constants: dict[tuple[str, str], object] = {}
         self.tapes: list[ir.Tape] = []
-        self.touched_tapes: set[str] = set()  # tapes read since their variable's home was made (`store_home`)
+        self.touched_tapes: list[set[str]] = []  # the tapes read in each loop being lowered (`store_home`)
         self.frames: list[list[dict]] = []  # the scopes of the callers of the function being inlined
         self.owners: dict[str, tuple[dict, str]] = {}  # home buffer -> (the scope, the variable's name)
         # the i64 parameters' values and what is computed from them: temp name -> the parameters' positions
@@ -333,6 +333,8 @@ class Specialiser(FunctionLowering):
     def zero_tape(self, zeros: ZeroTape, name: str) -> TapeValue:
         if zeros.count is None:
             raise Unsupported(f"`{name}` holds zeros of a tape that compiled code did not keep (a tape of tapes)")
+        if zeros.template is None:  # `zeros_like(tape())` before anything was pushed: no layout yet
+            raise Unsupported(f"`{name}` holds zeros of a tape whose entries are not known yet", zeros.span)
         variables = [self.new_variable(f"{name}.tape.{part}", "i64") for part in ("address", "count", "capacity")]
         tape = ir.Tape(*variables, zeros.size)
         site = self.site("E0513", "out of memory for a tape", zeros.span)
@@ -389,8 +391,6 @@ class Specialiser(FunctionLowering):
                             self.owners[buffer] = (scope, name)
                     else:  # already a home: what reads it now must not see the writes to come
                         self.protect(home_buffers(value), (scope, name))
-                    if isinstance(scope[name], TapeValue):  # a snapshot stored later needs it unread from here
-                        self.touched_tapes.discard(scope[name].tape.address.name)
                     break
 
     def protect(self, buffers: set[str], owner: tuple | None) -> None:
@@ -441,12 +441,13 @@ class Specialiser(FunctionLowering):
             for h, v in zip(home.values, value.values, strict=True):
                 self.store_home(h, v, span, owner)
         elif isinstance(home, TapeValue) and isinstance(value, TapeValue) and value.tape == home.tape:
+            read_tape(self, value)
             home.state, home.dead = value.state, False  # the variable holds the tape as it now is
         elif isinstance(home, TapeValue) and isinstance(value, SnapshotTape):
             # a loop's state restored (derivative code differentiated again): compiled code kept nothing of
-            # the tape it held, so the variable can hold it only if nothing reads it in the loop before here
-            # (a later iteration would read the snapshot), and nothing reads it after
-            if home.tape.address.name in self.touched_tapes:
+            # the tape it held, so the variable can hold it only if nothing reads it in the loops around (a
+            # later iteration would read the snapshot), and nothing reads it after
+            if any(home.tape.address.name in reads for reads in self.touched_tapes):
                 raise Unsupported(f"{TAPE_OF_TAPES}, read in the loop that restores it", span)
             home.dead = True
         elif home != value:
@@ -479,6 +480,17 @@ class Specialiser(FunctionLowering):
     def lowered_statement(self, stmt: ast.Stmt) -> None:
         if self.label is None:
             return  # unreachable code after a return, break or continue
+        if not isinstance(stmt, (ast.While, ast.For)):
+            return self.lowered_simply(stmt)
+        self.touched_tapes.append(set())  # the tapes read in this loop (`store_home`)
+        try:
+            return self.lowered_simply(stmt)
+        finally:
+            inner = self.touched_tapes.pop()
+            if self.touched_tapes:  # read in the loop around it too
+                self.touched_tapes[-1] |= inner
+
+    def lowered_simply(self, stmt: ast.Stmt) -> None:
         match stmt:
             case ast.Let(pattern=pattern, value=value):
                 if id(stmt) in self.typed.runtime_checks:
@@ -578,7 +590,7 @@ class Specialiser(FunctionLowering):
                     self.scopes[-1][name] = variable  # this name's own variable
                     return
                 if isinstance(value, TapeValue):  # another name for it: a later assignment to either is its own
-                    value = value.alias()
+                    value = read_tape(self, value).alias()
                 self.scopes[-1][name] = self.bind(settled(value), self.uses.get(name, 0))
             case ast.TuplePattern(items=items):
                 if not isinstance(value, tuple) or len(value) != len(items):
