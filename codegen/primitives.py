@@ -1393,7 +1393,7 @@ def new_tape(lowering, bound: dict, span: Span) -> object:
     name = f"tape.{len(lowering.tapes)}"
     variables = [lowering.new_variable(f"{name}.{part}", "i64") for part in ("address", "count", "capacity")]
     lowering.emit(ir.Store(variables[1], ir.Const(0, "i64")))  # empty (its storage is reused in a loop)
-    tape = TapeValue(ir.Tape(*variables, 0), None, ())
+    tape = TapeValue(ir.Tape(*variables, 0), None, (), depth=len(lowering.loop_tapes))
     if bound["like"] is not None:
         laid_out(lowering, tape, bound["like"], span)
     return tape
@@ -1444,7 +1444,22 @@ def used_tape(lowering, value: TapeValue, span: Span) -> TapeValue:
         raise Unsupported(f"{TAPE_OF_TAPES}, read after it is restored", span)
     if value.state["changed"]:
         raise Unsupported("a tape used again after a `push` or `pop`", span)
+    in_loops(lowering, value, span, changes=False)
     return read_tape(lowering, value)
+
+
+def in_loops(lowering, value: TapeValue, span: Span, changes: bool) -> None:
+    """Refuse what a loop body, lowered once, would get wrong on its later iterations: a tape made before a
+    loop and pushed or popped in it without the loop assigning it (each iteration would change it again),
+    or read there through another name than the variable the loop assigns (which sees the changes)."""
+    for carried in lowering.loop_tapes[value.depth :]:
+        home = carried.get(value.tape.address.name)
+        if home is None and changes:
+            raise Unsupported(
+                "a tape made before a loop is pushed or popped in it, but the loop does not assign it", span
+            )
+        if home is not None and home is not value:
+            raise Unsupported("a tape is read in a loop through another name than the variable the loop assigns", span)
 
 
 def read_tape(lowering, value: TapeValue) -> TapeValue:
@@ -1459,6 +1474,8 @@ def live_tape(lowering, value: object, span: Span) -> TapeValue:
         raise Unsupported(f"{TAPE_OF_TAPES}: `push` or `pop` of a tape it saved", span)
     if not isinstance(value, TapeValue):
         raise Unsupported("`push` or `pop` of something that is not a tape", span)
+    if not value.state["changed"]:
+        in_loops(lowering, value, span, changes=True)
     return used_tape(lowering, value, span)
 
 
@@ -1500,7 +1517,7 @@ def push(lowering, bound: dict, span: Span) -> object:
     site = lowering.site("E0513", "out of memory for a tape", span)
     lowering.emit(ir.TapePush(tape.tape, tuple(written), site))
     tape.state["changed"] = True
-    return TapeValue(tape.tape, tape.template, tape.leaves)
+    return TapeValue(tape.tape, tape.template, tape.leaves, depth=len(lowering.loop_tapes))
 
 
 def pop(lowering, bound: dict, span: Span) -> object:
@@ -1536,7 +1553,7 @@ def pop(lowering, bound: dict, span: Span) -> object:
         return Struct(template.kind, template.name, template.fields, [rebuilt(t) for t in template.values])
 
     tape.state["changed"] = True
-    result = (rebuilt(tape.template), TapeValue(tape.tape, tape.template, tape.leaves))
+    result = (rebuilt(tape.template), TapeValue(tape.tape, tape.template, tape.leaves, depth=len(lowering.loop_tapes)))
     tape.state["popped"] = (lowering.label, result)  # a later block may not have run this pop
     return result
 

@@ -129,6 +129,7 @@ class Specialiser(FunctionLowering):
         self.constants: dict[tuple[str, str], object] = {}
         self.tapes: list[ir.Tape] = []
         self.touched_tapes: list[set[str]] = []  # the tapes read in each loop being lowered (`store_home`)
+        self.loop_tapes: list[dict[str, TapeValue]] = []  # each loop's tape variables' homes (primitives `in_loops`)
         self.frames: list[list[dict]] = []  # the scopes of the callers of the function being inlined
         self.owners: dict[str, tuple[dict, str]] = {}  # home buffer -> (the scope, the variable's name)
         # the i64 parameters' values and what is computed from them: temp name -> the parameters' positions
@@ -330,6 +331,13 @@ class Specialiser(FunctionLowering):
             )
         raise Unsupported(f"`{name}` holds a value compiled code cannot assign in a loop or `if`")
 
+    def held(self, value: object) -> object:
+        """`value` as a new name or a tuple holds it: a tape is another name for the same value, so that a
+        later assignment to the variable it came from does not change it (and it does not see that)."""
+        if isinstance(value, TapeValue):
+            return read_tape(self, value).alias(len(self.loop_tapes))
+        return value
+
     def zero_tape(self, zeros: ZeroTape, name: str) -> TapeValue:
         if zeros.count is None:
             raise Unsupported(f"`{name}` holds zeros of a tape that compiled code did not keep (a tape of tapes)")
@@ -391,6 +399,10 @@ class Specialiser(FunctionLowering):
                             self.owners[buffer] = (scope, name)
                     else:  # already a home: what reads it now must not see the writes to come
                         self.protect(home_buffers(value), (scope, name))
+                    if isinstance(scope[name], TapeValue) and isinstance(stmt, (ast.While, ast.For)):
+                        if scope[name] is not value:  # storage made for it here (zeros), bound before the loop
+                            scope[name].depth = len(self.loop_tapes) - 1
+                        self.loop_tapes[-1][scope[name].tape.address.name] = scope[name]
                     break
 
     def protect(self, buffers: set[str], owner: tuple | None) -> None:
@@ -483,9 +495,11 @@ class Specialiser(FunctionLowering):
         if not isinstance(stmt, (ast.While, ast.For)):
             return self.lowered_simply(stmt)
         self.touched_tapes.append(set())  # the tapes read in this loop (`store_home`)
+        self.loop_tapes.append({})  # the tapes its variables hold, by storage: their homes (`make_homes`)
         try:
             return self.lowered_simply(stmt)
         finally:
+            self.loop_tapes.pop()
             inner = self.touched_tapes.pop()
             if self.touched_tapes:  # read in the loop around it too
                 self.touched_tapes[-1] |= inner
@@ -589,9 +603,7 @@ class Specialiser(FunctionLowering):
                         self.parameter_variables[variable.name] = positions
                     self.scopes[-1][name] = variable  # this name's own variable
                     return
-                if isinstance(value, TapeValue):  # another name for it: a later assignment to either is its own
-                    value = read_tape(self, value).alias()
-                self.scopes[-1][name] = self.bind(settled(value), self.uses.get(name, 0))
+                self.scopes[-1][name] = self.bind(settled(self.held(value)), self.uses.get(name, 0))
             case ast.TuplePattern(items=items):
                 if not isinstance(value, tuple) or len(value) != len(items):
                     raise Unsupported(f"a tuple pattern of {len(items)} does not match the value", span)
@@ -785,7 +797,7 @@ class Specialiser(FunctionLowering):
             case ast.Index(target=target, indices=indices):
                 return self.index(self.evaluate(target), indices, expr.span)
             case ast.TupleLiteral(items=items):
-                return tuple(self.evaluate(item) for item in items)
+                return tuple(self.held(self.evaluate(item)) for item in items)
             case ast.StructLiteral():
                 return self.struct_literal(expr)
             case ast.Lambda():

@@ -106,10 +106,11 @@ class TapeValue:
     leaves: tuple
     state: dict = field(default_factory=lambda: {"changed": False, "popped": None})
     dead: bool = False  # its variable holds a `SnapshotTape` now: compiled code has nothing of it
+    depth: int = 0  # how many loops were being lowered when this value was made or bound (`in_loops`)
 
-    def alias(self) -> TapeValue:
-        """The same value under another name."""
-        return TapeValue(self.tape, self.template, self.leaves, self.state, self.dead)
+    def alias(self, depth: int) -> TapeValue:
+        """The same value under another name, bound `depth` loops deep."""
+        return TapeValue(self.tape, self.template, self.leaves, self.state, self.dead, depth)
 
 
 @record(eq=False)

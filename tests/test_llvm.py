@@ -757,7 +757,49 @@ fn restored_assigned(x: f32[4], n: i64) -> f32 {
     }
     return float(len(u))
 }
+fn popped_in_loop(n: i64) -> f64 {
+    let t = push(push(tape(0.0f64), 1.0f64), 2.0f64)
+    let s = 0.0f64
+    let i = 0
+    while i < n {
+        let p = pop(t)
+        s = s + p[0]
+        i += 1
+    }
+    return s
+}
+fn pushed_in_loop(n: i64) -> i64 {
+    let t = push(tape(0.0f64), 1.0f64)
+    let s = 0
+    let i = 0
+    while i < n {
+        let u = push(t, 2.0f64)
+        s = s + len(u)
+        i += 1
+    }
+    return s
+}
+fn named_before_loop(n: i64) -> i64 {
+    let t = push(tape(0.0f64), 1.0f64)
+    let u = t
+    let s = 0
+    let i = 0
+    while i < n {
+        s = s + len(u)
+        t = push(t, 2.0f64)
+        i += 1
+    }
+    return s
+}
+fn held_in_tuple(n: i64) -> i64 {
+    let t = push(tape(0.0f64), 1.0f64)
+    let p = (t, 5)
+    let i = 0
+    while i < n { t = push(t, 2.0f64); i += 1 }
+    return len(p[0]) * 100 + len(t)
+}
 fn main() {
+    print(popped_in_loop(2), pushed_in_loop(3), named_before_loop(3), held_in_tuple(3))
     print(popped_twice(0), popped_twice(1))
     print(zeros_of_empty(3), zeros_pushed(3), zeros_then_push(2), zeros_in_if(true), zeros_in_if(false), zeros_added(1))
     print(restored_in_if(ones(4), 5, 4), restored_alias(ones(4), 4), restored_assigned(ones(4), 4))
@@ -766,12 +808,14 @@ fn main() {
 
 
 def test_hand_written_tapes_compile_or_fall_back_but_never_differ(tmp_path: Path, capsys) -> None:
-    """Cases a review found (each gave other numbers compiled, or a heap error): a value popped in a loop
-    and again after it (the first pop may not have run), zeros of a `tape()` nothing was pushed onto,
+    """Cases a review found (each gave other numbers compiled, or a heap error): a tape made before a loop and
+    popped or pushed in it without the loop assigning it, read there by a name taken before the loop, or held
+    by a tuple; a value popped in a loop and again after it (the first pop may not have run), zeros of a
+    `tape()` nothing was pushed onto,
     zeros pushed onto in loops and `if`s, and a restored tape read in an `if` inside the loop, or through
     another name. Each compiles or runs on the interpreter, and prints what the interpreter prints."""
     interpreted, compiled = both_backends(tmp_path, TAPE_EDGES, capsys)
-    assert compiled == interpreted == "[3. 4.] [6. 8.]\n30.0 54.0 304.0 3 2 2.0\n5432.0 4321.0 1.0\n"
+    assert compiled == interpreted == "4.0 6 3 104\n[3. 4.] [6. 8.]\n30.0 54.0 304.0 3 2 2.0\n5432.0 4321.0 1.0\n"
     status, _, explained = run_cli(tmp_path, TAPE_EDGES, "--backend", "llvm", "--explain-backend", capsys=capsys)
     made = {line.split("`")[1] for line in explained.splitlines() if line.endswith(") compiled")}
     assert status == 0 and made >= {"zeros_pushed", "zeros_then_push", "zeros_in_if", "zeros_added"}, explained
