@@ -1215,21 +1215,21 @@ def dropout(lowering, bound: dict, span: Span) -> object:
     return Tensor(dtype, x.shape, result)
 
 
-def zeros_of(value: object, span: Span) -> object:
+def zeros_of(lowering, value: object, span: Span) -> object:
+    """`zeros_like(value)`: zeros of its leaves; of a tape, a tape of zeros (`ZeroTape`) in its layout, as
+    many entries as it has now (read before it changes), or of none known for a tape compiled code did not
+    keep (`SnapshotTape`)."""
+    if isinstance(value, ir.Variable):  # a scalar in a variable's home
+        value = lowering.read_variable(value)
     if isinstance(value, Tensor):
         return Tensor(value.dtype, value.shape, ir.Splat(zero(value.dtype)))
     if isinstance(value, Value):
         return Value(zero(value.operand.dtype))
     if isinstance(value, tuple):
-        return tuple(zeros_of(v, span) for v in value)
+        return tuple(zeros_of(lowering, v, span) for v in value)
     if isinstance(value, Struct):
-        return Struct(value.kind, value.name, value.fields, [zeros_of(v, span) for v in value.values])
-    raise Unsupported("`zeros_like` of this value", span)
-
-
-def zeros_like(lowering, bound: dict, span: Span) -> object:
-    value = bound["x"]
-    if isinstance(value, TapeValue):  # its layout and its count now (a variable: read before it changes)
+        return Struct(value.kind, value.name, value.fields, [zeros_of(lowering, v, span) for v in value.values])
+    if isinstance(value, TapeValue):
         tape = used_tape(lowering, value, span)
         count = lowering.read_variable(tape.tape.count).operand
         return ZeroTape(tape.template, tape.leaves, count, tape.tape.size, span)
@@ -1237,7 +1237,11 @@ def zeros_like(lowering, bound: dict, span: Span) -> object:
         return ZeroTape(None, (), None, 0, span)
     if isinstance(value, ZeroTape):
         return value
-    return zeros_of(value, span)
+    raise Unsupported("`zeros_like` of this value", span)
+
+
+def zeros_like(lowering, bound: dict, span: Span) -> object:
+    return zeros_of(lowering, bound["x"], span)
 
 
 def zero(dtype: str) -> ir.Const:

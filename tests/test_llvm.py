@@ -1637,3 +1637,32 @@ fn main() {
     assert status == 0 and re.search(r"`h`\(f32\[8, 16\], f32\[8, 16\], f32\[16, 4\]\) compiled$", explained, re.M), (
         explained
     )
+
+
+TUPLE_STATE_SECOND = """
+struct Cell { h: f64, g: f64 }
+fn f(x: f64, n: i64) -> f64 {
+    let s = (x, 0.5f64)
+    let c = Cell { h: x, g: 1.0f64 }
+    let i = 0
+    while i < n {
+        s = (sin(s[0]) * s[1] + x, s[1] * 0.9)
+        c = Cell { h: tanh(c.h * c.g) + x * 0.5, g: c.g * 0.8 }
+        i += 1
+    }
+    return s[0] * s[0] + c.h
+}
+fn df(x: f64, n: i64) -> f64 { return grad(f)(x, n) }
+fn main() { print(grad(df)(0.3f64, 5), grad(df)(-1.1f64, 0), grad(df)(0.7f64, 1)) }
+"""
+
+
+def test_a_second_derivative_through_a_loop_with_tuple_and_struct_state_is_compiled(tmp_path: Path, capsys) -> None:
+    """`zeros_like` of the saved state reaches the tapes inside tuples (and scalars in their variables'
+    homes): the function compiles and agrees with the interpreter, with 5, 0 and 1 steps."""
+    interpreted, compiled = both_backends(tmp_path, TUPLE_STATE_SECOND, capsys)
+    assert numbers(compiled) == pytest.approx(numbers(interpreted), rel=1e-12)
+    status, _, explained = run_cli(
+        tmp_path, TUPLE_STATE_SECOND, "--backend", "llvm", "--explain-backend", capsys=capsys
+    )
+    assert status == 0 and "`df_grad`(f64, i64) compiled" in explained, explained
