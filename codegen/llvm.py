@@ -1199,10 +1199,10 @@ class FunctionEmitter(TensorEmission):
     `loops`, shared by the module's emitters, holds the outlined loop nests made so far."""
 
     def __init__(
-        self, module, declared, function: ir.Function, error, depth, site_base: int, loops: ModuleLoops | None = None
+        self, module, declared, function: ir.Function, error, depth, site_base: int, loops: ModuleLoops
     ) -> None:
         self.module = module
-        self.outlines = ModuleLoops() if loops is None else loops
+        self.outlines = loops
         self.positions: dict[tuple, tuple] = {}  # index arithmetic made, by block (`position`)
         self.declared = declared
         self.function = function

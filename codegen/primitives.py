@@ -1397,7 +1397,7 @@ def new_tape(lowering, bound: dict, span: Span) -> object:
     name = f"tape.{len(lowering.tapes)}"
     variables = [lowering.new_variable(f"{name}.{part}", "i64") for part in ("address", "count", "capacity")]
     lowering.emit(ir.Store(variables[1], ir.Const(0, "i64")))  # empty (its storage is reused in a loop)
-    tape = TapeValue(ir.Tape(*variables, 0), None, (), depth=len(lowering.loop_tapes))
+    tape = TapeValue(ir.Tape(*variables, 0), None, (), depth=len(lowering.tape_loops))
     if bound["like"] is not None:
         laid_out(lowering, tape, bound["like"], span)
     return tape
@@ -1443,7 +1443,7 @@ TAPE_OF_TAPES = "a loop's tape holding tapes (a derivative through a loop, diffe
 
 def used_tape(lowering, value: TapeValue, span: Span) -> TapeValue:
     """`value`, as its storage holds it: refused if a `push` or `pop` has changed the storage since, or if
-    its variable holds a tape compiled code did not keep. Its storage counts as read (`touched_tapes`)."""
+    its variable holds a tape compiled code did not keep. Its storage counts as read (`read_tape`)."""
     if value.dead:
         raise Unsupported(f"{TAPE_OF_TAPES}, read after it is restored", span)
     if value.state["changed"]:
@@ -1456,8 +1456,8 @@ def in_loops(lowering, value: TapeValue, span: Span, changes: bool) -> None:
     """Refuse what a loop body, lowered once, would get wrong on its later iterations: a tape made before a
     loop and pushed or popped in it without the loop assigning it (each iteration would change it again),
     or read there through another name than the variable the loop assigns (which sees the changes)."""
-    for carried in lowering.loop_tapes[value.depth :]:
-        home = carried.get(value.tape.address.name)
+    for loop in lowering.tape_loops[value.depth :]:
+        home = loop.homes.get(value.tape.address.name)
         if home is None and changes:
             raise Unsupported(
                 "a tape made before a loop is pushed or popped in it, but the loop does not assign it", span
@@ -1467,9 +1467,9 @@ def in_loops(lowering, value: TapeValue, span: Span, changes: bool) -> None:
 
 
 def read_tape(lowering, value: TapeValue) -> TapeValue:
-    """`value`, its storage counted as read in the loops being lowered (`touched_tapes`)."""
-    if lowering.touched_tapes:
-        lowering.touched_tapes[-1].add(value.tape.address.name)
+    """`value`, its storage counted as read in the loop being lowered (`TapeLoop.reads`)."""
+    if lowering.tape_loops:
+        lowering.tape_loops[-1].reads.add(value.tape.address.name)
     return value
 
 
@@ -1521,7 +1521,7 @@ def push(lowering, bound: dict, span: Span) -> object:
     site = lowering.site("E0513", "out of memory for a tape", span)
     lowering.emit(ir.TapePush(tape.tape, tuple(written), site))
     tape.state["changed"] = True
-    return TapeValue(tape.tape, tape.template, tape.leaves, depth=len(lowering.loop_tapes))
+    return TapeValue(tape.tape, tape.template, tape.leaves, depth=len(lowering.tape_loops))
 
 
 def pop(lowering, bound: dict, span: Span) -> object:
@@ -1557,7 +1557,7 @@ def pop(lowering, bound: dict, span: Span) -> object:
         return Struct(template.kind, template.name, template.fields, [rebuilt(t) for t in template.values])
 
     tape.state["changed"] = True
-    result = (rebuilt(tape.template), TapeValue(tape.tape, tape.template, tape.leaves, depth=len(lowering.loop_tapes)))
+    result = (rebuilt(tape.template), TapeValue(tape.tape, tape.template, tape.leaves, depth=len(lowering.tape_loops)))
     tape.state["popped"] = (lowering.label, result)  # a later block may not have run this pop
     return result
 

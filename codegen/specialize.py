@@ -55,6 +55,7 @@ from dl.codegen.values import (
     SnapshotTape,
     Specialised,
     Struct,
+    TapeLoop,
     TapeValue,
     Tensor,
     Text,
@@ -128,8 +129,7 @@ class Specialiser(FunctionLowering):
         self.assigned: set[str] = set()
         self.constants: dict[tuple[str, str], object] = {}
         self.tapes: list[ir.Tape] = []
-        self.touched_tapes: list[set[str]] = []  # the tapes read in each loop being lowered (`store_home`)
-        self.loop_tapes: list[dict[str, TapeValue]] = []  # each loop's tape variables' homes (primitives `in_loops`)
+        self.tape_loops: list[TapeLoop] = []  # the loops being lowered, innermost last
         self.frames: list[list[dict]] = []  # the scopes of the callers of the function being inlined
         self.owners: dict[str, tuple[dict, str]] = {}  # home buffer -> (the scope, the variable's name)
         # the i64 parameters' values and what is computed from them: temp name -> the parameters' positions
@@ -335,7 +335,7 @@ class Specialiser(FunctionLowering):
         """`value` as a new name or a tuple holds it: a tape is another name for the same value, so that a
         later assignment to the variable it came from does not change it (and it does not see that)."""
         if isinstance(value, TapeValue):
-            return read_tape(self, value).alias(len(self.loop_tapes))
+            return read_tape(self, value).alias(len(self.tape_loops))
         return value
 
     def zero_tape(self, zeros: ZeroTape, name: str) -> TapeValue:
@@ -401,8 +401,8 @@ class Specialiser(FunctionLowering):
                         self.protect(home_buffers(value), (scope, name))
                     if isinstance(scope[name], TapeValue) and isinstance(stmt, (ast.While, ast.For)):
                         if scope[name] is not value:  # storage made for it here (zeros), bound before the loop
-                            scope[name].depth = len(self.loop_tapes) - 1
-                        self.loop_tapes[-1][scope[name].tape.address.name] = scope[name]
+                            scope[name].depth = len(self.tape_loops) - 1
+                        self.tape_loops[-1].homes[scope[name].tape.address.name] = scope[name]
                     break
 
     def protect(self, buffers: set[str], owner: tuple | None) -> None:
@@ -459,7 +459,7 @@ class Specialiser(FunctionLowering):
             # a loop's state restored (derivative code differentiated again): compiled code kept nothing of
             # the tape it held, so the variable can hold it only if nothing reads it in the loops around (a
             # later iteration would read the snapshot), and nothing reads it after
-            if any(home.tape.address.name in reads for reads in self.touched_tapes):
+            if any(home.tape.address.name in loop.reads for loop in self.tape_loops):
                 raise Unsupported(f"{TAPE_OF_TAPES}, read in the loop that restores it", span)
             home.dead = True
         elif home != value:
@@ -494,15 +494,13 @@ class Specialiser(FunctionLowering):
             return  # unreachable code after a return, break or continue
         if not isinstance(stmt, (ast.While, ast.For)):
             return self.lowered_simply(stmt)
-        self.touched_tapes.append(set())  # the tapes read in this loop (`store_home`)
-        self.loop_tapes.append({})  # the tapes its variables hold, by storage: their homes (`make_homes`)
+        self.tape_loops.append(TapeLoop())
         try:
             return self.lowered_simply(stmt)
         finally:
-            self.loop_tapes.pop()
-            inner = self.touched_tapes.pop()
-            if self.touched_tapes:  # read in the loop around it too
-                self.touched_tapes[-1] |= inner
+            inner = self.tape_loops.pop()
+            if self.tape_loops:  # read in the loop around it too
+                self.tape_loops[-1].reads |= inner.reads
 
     def lowered_simply(self, stmt: ast.Stmt) -> None:
         match stmt:

@@ -114,6 +114,16 @@ class TapeValue:
 
 
 @record(eq=False)
+class TapeLoop:
+    """What the lowering of one loop knows of tapes, by storage (`ir.Tape`'s address variable): those its
+    body read (a tape restored from another's entry may not be one, `store_home`), and the homes of the
+    tape variables it assigns (codegen/primitives.py `in_loops`)."""
+
+    reads: set = field(default_factory=set)
+    homes: dict = field(default_factory=dict)
+
+
+@record(eq=False)
 class SnapshotTape:
     """A tape as it was when derivative code, differentiated again, saved it in another tape's entry (a loop's
     state that holds a tape). Compiled code keeps nothing of it: the backward sweep restores it but reads

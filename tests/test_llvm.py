@@ -551,99 +551,21 @@ def test_a_second_derivative_through_a_loop_is_compiled(tmp_path: Path, capsys) 
     assert f"{path}:11:4: `df_grad`(f32, i64) compiled" in explained, explained
 
 
-HESSIAN_VECTOR = """
-fn f(x: f64[5], n: i64) -> f64 {
-    let h = x
-    let i = 0
-    while i < n {
-        h = sin(h) * 0.9 + x * 0.1
-        i += 1
-    }
-    return sum(h * h)
-}
-fn df(x: f64[5], n: i64) -> f64 { return sum(grad(f)(x, n) * [1.0f64, 2.0, 3.0, -1.0, 0.5]) }
-fn hvp(x: f64[5], n: i64) -> f64[5] { return grad(df)(x, n) }
-fn main() {
-    let x = [0.3f64, -0.7, 1.1, 0.05, -2.0]
-    print(hvp(x, 0), hvp(x, 1), hvp(x, 37))
-}
-"""
-
-
 def test_a_compiled_hessian_vector_product_through_a_loop_agrees_with_pytorch(tmp_path: Path, capsys) -> None:
     """The Hessian-vector product of bench/autodiff_speed.py's `hvp`, compiled (0, 1 and 37 steps: no entry
     on the tapes, one, many), against the interpreter and PyTorch's double backward."""
-    import torch
+    from test_autodiff import SECOND_THROUGH_A_LONG_LOOP, torch_loop_hvp
 
-    status, _, explained = run_cli(tmp_path, HESSIAN_VECTOR, "--backend", "llvm", "--explain-backend", capsys=capsys)
-    assert status == 0 and re.search(r"`hvp`\(f64\[5\], i64\) compiled$", explained, re.MULTILINE), explained
-    x0, v = [0.3, -0.7, 1.1, 0.05, -2.0], torch.tensor([1.0, 2.0, 3.0, -1.0, 0.5], dtype=torch.float64)
+    source = SECOND_THROUGH_A_LONG_LOOP + "\nfn main() { print(hvp([0.3f64, -0.7, 1.1], 37)) }\n"
+    status, _, explained = run_cli(tmp_path, source, "--backend", "llvm", "--explain-backend", capsys=capsys)
+    assert status == 0 and re.search(r"`hvp`\(f64\[3\], i64\) compiled$", explained, re.MULTILINE), explained
+    x = np.array([0.3, -0.7, 1.1])
+    program = pipeline.load(str(tmp_path / "program.dl"))
     for n in (0, 1, 37):
-        program = pipeline.load(str(tmp_path / "program.dl"))
-        compiled = pipeline.call(program, "hvp", [np.array(x0), n], backend="llvm")
-        interpreted = pipeline.call(program, "hvp", [np.array(x0), n])
-        x = torch.tensor(x0, dtype=torch.float64, requires_grad=True)
-        h = x
-        for _ in range(n):
-            h = torch.sin(h) * 0.9 + x * 0.1
-        (first,) = torch.autograd.grad((h * h).sum(), x, create_graph=True)
-        (second,) = torch.autograd.grad((first * v).sum(), x)
+        compiled = pipeline.call(program, "hvp", [x, n], backend="llvm")
+        interpreted = pipeline.call(program, "hvp", [x, n])
         np.testing.assert_allclose(compiled, interpreted, rtol=1e-12, atol=1e-14)
-        np.testing.assert_allclose(compiled, second.numpy(), rtol=1e-10, atol=1e-12)
-
-
-SNAPSHOT_READ = """
-fn g(x: f32[4], n: i64) -> f32 {
-    let t = tape(x)
-    let s = tape((x, t))
-    let i = 0
-    while i < n {
-        s = push(s, (x, t))
-        t = push(t, x * float(i))
-        i += 1
-    }
-    let total = 0.0
-    while len(s) > 0 {
-        let p = pop(s)
-        t = p[0][1]
-        s = p[1]
-        total = total + float(len(t))
-    }
-    return total
-}
-fn h(x: f32[4], n: i64) -> f32 {
-    let t = tape(x)
-    let s = tape((x, t))
-    let i = 0
-    while i < n {
-        s = push(s, (x, t))
-        t = push(t, x * float(i))
-        i += 1
-    }
-    let total = 0.0
-    while len(s) > 0 {
-        total = total + float(len(t))
-        let p = pop(s)
-        t = p[0][1]
-        s = p[1]
-    }
-    return total
-}
-fn main() { print(g(ones(4), 5), h(ones(4), 5)) }
-"""
-
-
-def test_a_tape_restored_from_another_tape_and_read_is_interpreted(tmp_path: Path, capsys) -> None:
-    """Compiled code keeps nothing of a tape saved in another tape's entry: a function that reads one after
-    restoring it (`g`), or reads the variable in the loop before restoring it there (`h`, whose next iteration
-    would read the restored one), runs on the interpreter, which says why, and prints what it should."""
-    interpreted, compiled = both_backends(tmp_path, SNAPSHOT_READ, capsys)
-    assert compiled == interpreted == "10.0 15.0\n"
-    status, _, explained = run_cli(tmp_path, SNAPSHOT_READ, "--backend", "llvm", "--explain-backend", capsys=capsys)
-    reason = "a loop's tape holding tapes (a derivative through a loop, differentiated again)"
-    assert status == 0
-    assert f"`g`(f32[4], i64) interpreted: {reason}, read after it is restored" in explained, explained
-    assert f"`h`(f32[4], i64) interpreted: {reason}, read in the loop that restores it" in explained, explained
+        np.testing.assert_allclose(compiled, torch_loop_hvp(x, n), rtol=1e-10, atol=1e-12)
 
 
 TAPE_EDGES = """
@@ -798,7 +720,44 @@ fn held_in_tuple(n: i64) -> i64 {
     while i < n { t = push(t, 2.0f64); i += 1 }
     return len(p[0]) * 100 + len(t)
 }
+fn restored_then_read(x: f32[4], n: i64) -> f32 {
+    let t = tape(x)
+    let s = tape((x, t))
+    let i = 0
+    while i < n {
+        s = push(s, (x, t))
+        t = push(t, x * float(i))
+        i += 1
+    }
+    let total = 0.0
+    while len(s) > 0 {
+        let p = pop(s)
+        t = p[0][1]
+        s = p[1]
+        total = total + float(len(t))
+    }
+    return total
+}
+fn read_then_restored(x: f32[4], n: i64) -> f32 {
+    let t = tape(x)
+    let s = tape((x, t))
+    let i = 0
+    while i < n {
+        s = push(s, (x, t))
+        t = push(t, x * float(i))
+        i += 1
+    }
+    let total = 0.0
+    while len(s) > 0 {
+        total = total + float(len(t))
+        let p = pop(s)
+        t = p[0][1]
+        s = p[1]
+    }
+    return total
+}
 fn main() {
+    print(restored_then_read(ones(4), 5), read_then_restored(ones(4), 5))
     print(popped_in_loop(2), pushed_in_loop(3), named_before_loop(3), held_in_tuple(3))
     print(popped_twice(0), popped_twice(1))
     print(zeros_of_empty(3), zeros_pushed(3), zeros_then_push(2), zeros_in_if(true), zeros_in_if(false), zeros_added(1))
@@ -808,18 +767,28 @@ fn main() {
 
 
 def test_hand_written_tapes_compile_or_fall_back_but_never_differ(tmp_path: Path, capsys) -> None:
-    """Cases a review found (each gave other numbers compiled, or a heap error): a tape made before a loop and
+    """A tape restored from another tape's entry and read after (`restored_then_read`), or read in the loop
+    before it is restored there (`read_then_restored`, whose next iteration would read the restored one):
+    compiled code keeps nothing of it, so each runs on the interpreter, which says why. Then cases a review
+    found (each gave other numbers compiled, or a heap error): a tape made before a loop and
     popped or pushed in it without the loop assigning it, read there by a name taken before the loop, or held
     by a tuple; a value popped in a loop and again after it (the first pop may not have run), zeros of a
     `tape()` nothing was pushed onto,
     zeros pushed onto in loops and `if`s, and a restored tape read in an `if` inside the loop, or through
     another name. Each compiles or runs on the interpreter, and prints what the interpreter prints."""
     interpreted, compiled = both_backends(tmp_path, TAPE_EDGES, capsys)
-    assert compiled == interpreted == "4.0 6 3 104\n[3. 4.] [6. 8.]\n30.0 54.0 304.0 3 2 2.0\n5432.0 4321.0 1.0\n"
+    assert (
+        compiled
+        == interpreted
+        == ("10.0 15.0\n4.0 6 3 104\n[3. 4.] [6. 8.]\n30.0 54.0 304.0 3 2 2.0\n5432.0 4321.0 1.0\n")
+    )
     status, _, explained = run_cli(tmp_path, TAPE_EDGES, "--backend", "llvm", "--explain-backend", capsys=capsys)
     made = {line.split("`")[1] for line in explained.splitlines() if line.endswith(") compiled")}
     assert status == 0 and made >= {"zeros_pushed", "zeros_then_push", "zeros_in_if", "zeros_added"}, explained
     assert "read in the loop that restores it" in explained and "entries are not known yet" in explained
+    reason = "a loop's tape holding tapes (a derivative through a loop, differentiated again)"
+    assert f"`restored_then_read`(f32[4], i64) interpreted: {reason}, read after it is restored" in explained
+    assert f"`read_then_restored`(f32[4], i64) interpreted: {reason}, read in the loop that restores it" in explained
 
 
 def test_a_tape_and_zeros_of_another_length_fail_as_interpreted(tmp_path: Path, capsys) -> None:

@@ -184,7 +184,8 @@ def added_items(a: ast.Expr, b: ast.Expr) -> ast.Expr:
     return call("tree_add", a, b)
 
 
-def is_zeros(node: ast.Expr) -> bool:
+def is_zeros(node: ast.Expr | None) -> bool:
+    """Is `node` a `zeros_like(...)` call?"""
     return isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "zeros_like"
 
 
@@ -271,8 +272,7 @@ def undoes_copy(previous: ast.Stmt, stmt: ast.Stmt) -> bool:
 
 def zero_start(stmt: ast.Stmt) -> str | None:
     """The variable `stmt` sets to zeros (`let v = zeros_like(...)` or `v = zeros_like(...)`), if it does."""
-    value = getattr(stmt, "value", None)
-    if not (isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id == "zeros_like"):
+    if not is_zeros(getattr(stmt, "value", None)):
         return None
     if isinstance(stmt, ast.Let) and isinstance(stmt.pattern, ast.NamePattern):
         return stmt.pattern.name
