@@ -18,8 +18,10 @@ from pathlib import Path
 import llvmlite.binding as binding
 from dl.codegen import cache as compile_cache
 from dl.codegen import ir
+from dl.codegen.forked import can_fork, in_children
 from dl.lang.record import record
 from dl.runtime.randomness import DTYPE_NUMBERS
+from dl.runtime.threads import Threads
 from llvmlite import ir as llvm_ir
 
 MAX_DEPTH = 100_000
@@ -90,13 +92,8 @@ def compile_functions(
             if native is not None:
                 return share_loops(native, entry.defined)
     loops = ModuleLoops(salt, LOADED_LOOPS)
-    objects = []
-    for text, machine, optimised in module_parts(build_module(functions, target, vectors, loops), target):
-        parsed = binding.parse_assembly(text)
-        parsed.verify()
-        if optimised:
-            optimise(parsed, machine, speed)
-        objects.append(machine.emit_object(parsed))
+    module = build_module(functions, target, vectors, loops)
+    objects = compile_parts(module_parts(module, target, Threads.count if can_fork() else 1), speed)
     if key is not None:
         compile_cache.store(cache, key, packed([manifest(loops), *objects]))
     native = load_objects(objects, functions, sites, target, from_cache=False)
@@ -111,6 +108,7 @@ def compile_functions(
 # are kept for the life of the process: later code calls into them, and
 # LLVM's symbol table (the process's, `binding.add_symbol`) holds their addresses.
 LOADED_LOOPS: dict[str, int] = {}
+LOOP_PREFIX = "dl.loop."
 LOOP_ENGINES: list[binding.ExecutionEngine] = []
 
 
@@ -130,7 +128,7 @@ class ModuleLoops:
 def loop_symbol(key: object, salt: str) -> str:
     """The symbol of an outlined loop nest: a digest of its IR (buffers renamed) and of `salt`, so that one
     symbol is one machine code in the process and in the compile cache."""
-    return "dl.loop." + hashlib.sha256(f"{key!r}\0{salt}".encode()).hexdigest()[:24]
+    return LOOP_PREFIX + hashlib.sha256(f"{key!r}\0{salt}".encode()).hexdigest()[:24]
 
 
 def share_loops(native: Native, defined: list[str]) -> Native:
@@ -173,39 +171,119 @@ def entry_parts(data: bytes) -> Entry | None:
     return Entry(tuple(lines[1].split()), tuple(lines[2].split()), parts[1:])
 
 
-def module_parts(module: llvm_ir.Module, target: binding.TargetMachine) -> list[tuple[str, object, bool]]:
-    """The module's text, the machine to compile it for, and whether to optimise it first. A module with
-    `optnone` functions (a large training step that only calls its loops) is two: those functions, for a
-    target machine that does not optimise either (FastISel and the fast register allocator, which generate a
-    6,900-line step in a quarter of the time), and the rest as usual. The two objects call each other's
-    functions and share the status globals, which the first declares."""
+@record(frozen=True, eq=False)
+class Part:
+    """A part of a module compiled on its own (`module_parts`): the functions it defines (the others of the
+    module it declares), whether it defines the status globals (else it declares them), the machine to compile
+    it for and whether to optimise it first. Its text is printed where it is compiled (`text`), so that a
+    forked child prints its own part."""
+
+    module: llvm_ir.Module
+    defined: list[llvm_ir.Function] | None  # None: the whole module as it is
+    globals_defined: bool
+    machine: binding.TargetMachine
+    optimised: bool
+
+    def text(self) -> str:
+        return str(self.module) if self.defined is None else printed(self.module, self.defined, self.globals_defined)
+
+
+def module_parts(module: llvm_ir.Module, target: binding.TargetMachine, pieces: int = 1) -> list[Part]:
+    """The parts of `module` to compile on their own. A module with `optnone` functions (a large training
+    step that only calls its loops) puts those in a part for a target machine that does not optimise either
+    (FastISel and the fast register allocator, which generate a 6,900-line step in a quarter of the time). The
+    other functions make up to `pieces` parts of about equal work (`balanced`), which `compile_parts`
+    compiles at the same time. The parts call each other's functions and share the status globals, which
+    the first part defines."""
     unoptimised = [f for f in module.functions if f.blocks and "optnone" in f.attributes]
-    if not unoptimised:
-        return [(str(module), target, True)]
+    groups = balanced([f for f in module.functions if f.blocks and "optnone" not in f.attributes], pieces)
+    if not unoptimised and len(groups) == 1:
+        return [Part(module, None, True, target, True)]
+    parts = [Part(module, group, index == 0, target, True) for index, group in enumerate(groups)]
+    if unoptimised:
+        plain = binding.Target.from_triple(target.triple).create_target_machine(
+            cpu=binding.get_host_cpu_name(), features=binding.get_host_cpu_features().flatten(), opt=0, jit=True
+        )
+        parts.append(Part(module, unoptimised, False, plain, False))
+    return parts
+
+
+# LLVM's work on a function at O3, in instructions' worth (about 0.045 ms each on the machine of bench/README.md,
+# code generation included): an outlined loop nest costs its instructions plus `LOOP_WORK` (the loop vectorizer
+# and the vector code it makes), any other function its instructions plus `FUNCTION_WORK`
+LOOP_WORK = 100
+FUNCTION_WORK = 40
+PIECE_WORK = 200  # the least work worth a part of its own: more than a fork and a cold child's slower start
+CHILD_START = 50  # what a part in a forked child costs more: the fork, and LLVM's first pages written there
+
+
+def balanced(functions: list[llvm_ir.Function], pieces: int) -> list[list[llvm_ir.Function]]:
+    """`functions` in at most `pieces` groups of about equal work (the largest first, each to the lightest
+    group), each of about `PIECE_WORK` or more, each in the module's order; one group when they make no more."""
+    work = {
+        f: (LOOP_WORK if f.name.startswith(LOOP_PREFIX) else FUNCTION_WORK)
+        + sum(len(block.instructions) for block in f.blocks)
+        for f in functions
+    }
+    pieces = max(1, min(pieces, sum(work.values()) // PIECE_WORK))
+    if pieces == 1:
+        return [functions]
+    groups: list[list[llvm_ir.Function]] = [[] for _ in range(pieces)]
+    loads = [0] + [CHILD_START] * (pieces - 1)  # the first part is compiled in this process
+    for function in sorted(functions, key=lambda f: -work[f]):
+        lightest = loads.index(min(loads))
+        groups[lightest].append(function)
+        loads[lightest] += work[function]
+    order = {f: position for position, f in enumerate(functions)}
+    return [sorted(group, key=order.__getitem__) for group in groups if group]
+
+
+def printed(module: llvm_ir.Module, defined: list[llvm_ir.Function], globals_defined: bool) -> str:
+    """The module's text with bodies for the `defined` functions only (the others declared), and its global
+    variables defined (with their initial values) or declared `external`."""
     bodies = {f: f.blocks for f in module.functions}
-    linkages = {f: f.linkage for f in module.functions}
     variables = [g for g in module.global_values if isinstance(g, llvm_ir.GlobalVariable)]
     initializers = {g: g.initializer for g in variables}
+    kept = set(defined)
     try:
         for function in module.functions:
-            function.linkage = ""  # internal loop functions are called from the other object
-        for function in unoptimised:
-            function.blocks = []
-        rest = str(module)
-        for function in module.functions:
-            function.blocks = bodies[function] if function in unoptimised else []
-        for variable in variables:
-            variable.initializer = None  # `external global`: defined in the other object
-        first = str(module)
+            if function not in kept:
+                function.blocks = []
+        if not globals_defined:
+            for variable in variables:
+                variable.initializer = None  # `external global`: defined in another part
+        forget_text(variables)
+        return str(module)
     finally:
         for function in module.functions:
-            function.blocks, function.linkage = bodies[function], linkages[function]
+            function.blocks = bodies[function]
         for variable in variables:
             variable.initializer = initializers[variable]
-    plain = binding.Target.from_triple(target.triple).create_target_machine(
-        cpu=binding.get_host_cpu_name(), features=binding.get_host_cpu_features().flatten(), opt=0, jit=True
-    )
-    return [(rest, target, True), (first, plain, False)]
+        forget_text(variables)
+
+
+def forget_text(variables: list[llvm_ir.GlobalVariable]) -> None:
+    """Drop the text llvmlite keeps of each variable once printed (`_StrCaching`), so that the next print
+    shows its definition or declaration as it is now: kept, every part defined the status globals."""
+    for variable in variables:
+        variable.__dict__.pop("_StrCaching__cached_str", None)
+
+
+def compile_parts(parts: list[Part], speed: int) -> list[bytes]:
+    """The object code of each part (`module_parts`): the parts at the same time in forked processes, on as
+    many cores as the process runs large products on (`--threads`; codegen/forked.py), else one by one."""
+
+    def job(part: Part):
+        def compiled() -> bytes:
+            parsed = binding.parse_assembly(part.text())
+            parsed.verify()
+            if part.optimised:
+                optimise(parsed, part.machine, speed)
+            return part.machine.emit_object(parsed)
+
+        return compiled
+
+    return in_children([job(part) for part in parts], Threads.count)
 
 
 def packed(objects: list[bytes]) -> bytes:

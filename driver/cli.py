@@ -135,8 +135,8 @@ def add_backend(command: argparse.ArgumentParser) -> None:
         type=positive_count,
         metavar="N",
         help=(
-            "threads for large matrix products and fused loops (default: the cores this process may use, or "
-            "1 when the machine is busy); small ones always run on one"
+            "threads for large matrix products and fused loops, and processes for compiling a large module "
+            "(default: the cores this process may use, or 1 when the machine is busy); small ones always run on one"
         ),
     )
     command.add_argument(

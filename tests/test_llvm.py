@@ -1014,6 +1014,59 @@ def test_second_run_loads_the_native_code_from_the_cache(tmp_path: Path, cache_d
     assert [path for path in cache_entries(cache_directory) if path.is_file()] == [entry]
 
 
+IN_PARTS = """
+import nn
+struct MLP { w1: f32[8, 16], b1: f32[16], w2: f32[16, 3], b2: f32[3] }
+fn loss(m: MLP, x: f32[B, 8], y: i64[B]) -> f32 {
+    let h = nn.relu(x @ m.w1 + m.b1)
+    return nn.cross_entropy(h @ m.w2 + m.b2, y)
+}
+fn main() {
+    let m = MLP {
+        w1: sin(float(reshape(arange(128), 8, 16)) * 0.37),
+        b1: cos(float(arange(16))) * 0.1,
+        w2: sin(float(reshape(arange(48), 16, 3)) * 0.91),
+        b2: zeros(3),
+    }
+    let x = cos(float(reshape(arange(80), 10, 8)) * 0.53)
+    let y = arange(10) % 3
+    let (value, g) = value_and_grad(loss)(m, x, y)
+    print(f"{value:.9f} {sum(g.w1):.9f} {sum(g.b1 * g.b1):.9f} {max(g.w2):.9f} {g.b2[1]:.9f}")
+}
+"""
+
+
+def test_a_large_module_compiles_in_parts_at_once_and_runs_as_one(
+    tmp_path: Path, cache_directory: Path, capsys, monkeypatch
+) -> None:
+    """On two threads the gradient's module is compiled as two parts, one in a forked child
+    (codegen/forked.py); the code runs as the module compiled whole does, and comes back from the cache."""
+    from dl.codegen import llvm
+
+    parts, calls = [], []
+    making, running = llvm.module_parts, llvm.in_children
+    monkeypatch.setattr(llvm, "module_parts", lambda *args: parts.append(making(*args)) or parts[-1])
+    monkeypatch.setattr(llvm, "in_children", lambda jobs, workers: calls.append(workers) or running(jobs, workers))
+    status, split, err = run_cli(tmp_path, IN_PARTS, "--backend", "llvm", "--threads", "2", capsys=capsys)
+    assert status == 0, err
+    [two] = [made for made in parts if len(made) > 1]
+    assert len(two) == 2 and 2 in calls
+    texts = [part.text() for part in two]
+    assert '@"dl.error" = global i64 0' in texts[0] and '@"dl.error" = external global i64' in texts[1]
+    defined = [set(re.findall(r'^define [^@]*@"?([^"(]+)', text, re.M)) for text in texts]
+    assert defined[0] and defined[1] and not defined[0] & defined[1]
+    assert any(name.startswith("dl.loop.") for name in defined[1])
+    status, whole, err = run_cli(tmp_path, IN_PARTS, "--backend", "llvm", "--threads", "1", "--no-cache", capsys=capsys)
+    assert status == 0, err
+    assert split == whole
+    parts.clear()
+    status, again, err = run_cli(tmp_path, IN_PARTS, "--backend", "llvm", capsys=capsys)
+    assert status == 0, err
+    assert again == split and parts == []  # nothing compiled: the parts' objects came from the cache
+    _, interpreted, _ = run_cli(tmp_path, IN_PARTS, "--backend", "interp", capsys=capsys)
+    np.testing.assert_allclose(numbers(split), numbers(interpreted), rtol=1e-5)
+
+
 RECURSIVE = """
 fn tree_sum(x: f64[N], depth: i64) -> f64 {
     if depth == 0 {
