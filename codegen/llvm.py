@@ -1,8 +1,9 @@
 """From the IR (codegen/ir.py) to native code with llvmlite: `compile_functions(functions, target) -> Native`.
 
 Every LLVM value and block is named after what it holds. The module is optimised with LLVM's O3 pipeline
-(loop vectorization on), compiled to object code for `target` (the host's machine by default; the target
-machine is a parameter so that NVPTX can come later) and linked into an execution engine; the object code
+(loop vectorization on; O2 for specialised functions, and a short one, `tidy`, where no loop is left to
+vectorise), compiled to object code for `target` (the host's machine by default; the target machine is a
+parameter so that NVPTX can come later) and linked into an execution engine; the object code
 is what the compile cache (codegen/cache.py) stores. Compiled code never raises: a failing operation stores the
 number of its `Site` (plus one) in the global `dl.error` and returns at once, and so does every caller
 that sees it set; `dl.depth` counts nested calls, so runaway recursion fails the same way instead of
@@ -93,7 +94,8 @@ def compile_functions(
                 return share_loops(native, entry.defined)
     loops = ModuleLoops(salt, LOADED_LOOPS)
     module = build_module(functions, target, vectors, loops)
-    objects = compile_parts(module_parts(module, target, Threads.count if can_fork() else 1), speed)
+    pieces = Threads.count if can_fork() else 1
+    objects = compile_parts(module_parts(module, target, pieces, frozenset(loops.tidy)), speed)
     if key is not None:
         compile_cache.store(cache, key, packed([manifest(loops), *objects]))
     native = load_objects(objects, functions, sites, target, from_cache=False)
@@ -122,6 +124,7 @@ class ModuleLoops:
         self.defined: list[str] = []
         self.imported: list[str] = []
         self.salt = salt  # what else shapes a loop's code (the target, libmvec's letter, the optimisation level)
+        self.tidy: set[str] = set()  # the module's functions that need only `tidy`'s short pipeline
         self.loaded = {} if loaded is None else loaded
 
 
@@ -171,65 +174,92 @@ def entry_parts(data: bytes) -> Entry | None:
     return Entry(tuple(lines[1].split()), tuple(lines[2].split()), parts[1:])
 
 
+# How LLVM treats a function: `FULL`, its O2 or O3 pipeline (`optimise`); `TIDY`, a short one (`tidy`) for code with
+# no loop for LLVM to vectorise: a function that only calls loop nests, a loop nest the emitter vectorised
+# itself; `UNOPTIMISED`, none, for a target machine at `opt=0` (functions marked `optnone`)
+FULL, TIDY, UNOPTIMISED = "full", "tidy", "unoptimised"
+
+
 @record(frozen=True, eq=False)
 class Part:
     """A part of a module compiled on its own (`module_parts`): the functions it defines (the others of the
     module it declares), whether it defines the status globals (else it declares them), the machine to compile
-    it for and whether to optimise it first. Its text is printed where it is compiled (`text`), so that a
-    forked child prints its own part."""
+    it for and how to optimise it. Its text is printed where it is compiled (`text`), so that a forked child
+    prints its own part."""
 
     module: llvm_ir.Module
     defined: list[llvm_ir.Function] | None  # None: the whole module as it is
     globals_defined: bool
     machine: binding.TargetMachine
-    optimised: bool
+    pipeline: str
 
     def text(self) -> str:
         return str(self.module) if self.defined is None else printed(self.module, self.defined, self.globals_defined)
 
 
-def module_parts(module: llvm_ir.Module, target: binding.TargetMachine, pieces: int = 1) -> list[Part]:
-    """The parts of `module` to compile on their own. A module with `optnone` functions (a large training
-    step that only calls its loops) puts those in a part for a target machine that does not optimise either
-    (FastISel and the fast register allocator, which generate a 6,900-line step in a quarter of the time). The
-    other functions make up to `pieces` parts of about equal work (`balanced`), which `compile_parts`
-    compiles at the same time. The parts call each other's functions and share the status globals, which
-    the first part defines."""
-    unoptimised = [f for f in module.functions if f.blocks and "optnone" in f.attributes]
-    groups = balanced([f for f in module.functions if f.blocks and "optnone" not in f.attributes], pieces)
-    if not unoptimised and len(groups) == 1:
-        return [Part(module, None, True, target, True)]
-    parts = [Part(module, group, index == 0, target, True) for index, group in enumerate(groups)]
-    if unoptimised:
-        plain = binding.Target.from_triple(target.triple).create_target_machine(
-            cpu=binding.get_host_cpu_name(), features=binding.get_host_cpu_features().flatten(), opt=0, jit=True
-        )
-        parts.append(Part(module, unoptimised, False, plain, False))
-    return parts
+def module_parts(
+    module: llvm_ir.Module, target: binding.TargetMachine, pieces: int = 1, tidy: frozenset[str] = frozenset()
+) -> list[list[Part]]:
+    """The parts of `module` to compile on their own, in up to `pieces` groups of about equal work
+    (`balanced`) that `compile_parts` compiles at the same time, each group one part per pipeline its
+    functions need. The functions named in `tidy` need only `tidy`'s short pipeline; those marked `optnone`
+    (a large training step that only calls its loops) are compiled for a target machine that does not
+    optimise either (FastISel and the fast register allocator generate a 6,900-line step in a quarter of
+    the time); the others get LLVM's O2 or O3 pipeline (`optimise`). The parts call each other's functions and share the
+    status globals, which the first part defines."""
+    functions = [f for f in module.functions if f.blocks]
+    pipelines = {f: UNOPTIMISED if "optnone" in f.attributes else TIDY if f.name in tidy else FULL for f in functions}
+    groups = balanced(functions, pipelines, pieces)
+    if len(groups) == 1 and all(pipeline == FULL for pipeline in pipelines.values()):
+        return [[Part(module, None, True, target, FULL)]]
+    plain = None
+    made: list[list[Part]] = []
+    for group in groups:
+        parts = []
+        for pipeline in (FULL, TIDY, UNOPTIMISED):
+            defined = [f for f in group if pipelines[f] == pipeline]
+            if not defined:
+                continue
+            machine = target
+            if pipeline == UNOPTIMISED:
+                plain = plain or binding.Target.from_triple(target.triple).create_target_machine(
+                    cpu=binding.get_host_cpu_name(), features=binding.get_host_cpu_features().flatten(), opt=0, jit=True
+                )
+                machine = plain
+            parts.append(Part(module, defined, not made and not parts, machine, pipeline))
+        made.append(parts)
+    return made
 
 
-# LLVM's work on a function at O3, in instructions' worth (about 0.045 ms each on the machine of bench/README.md,
-# code generation included): an outlined loop nest costs its instructions plus `LOOP_WORK` (the loop vectorizer
-# and the vector code it makes), any other function its instructions plus `FUNCTION_WORK`
-LOOP_WORK = 100
-FUNCTION_WORK = 40
-PIECE_WORK = 200  # the least work worth a part of its own: more than a fork and a cold child's slower start
-CHILD_START = 50  # what a part in a forked child costs more: the fork, and LLVM's first pages written there
+# LLVM's work on a function (passes and code generation), in units of about 0.045 ms on the machine of
+# bench/README.md: a fixed part and a part per instruction, by pipeline and by whether it is an outlined loop
+# nest, fitted to train.dl's functions (the loop vectorizer makes a loop's cost grow with its size; after
+# `tidy`, code generation is most of the work, about 2 ms a function)
+WORK = {
+    (FULL, True): (8, 4.0),
+    (FULL, False): (40, 1.0),
+    (TIDY, True): (22, 0.7),
+    (TIDY, False): (13, 0.6),
+    (UNOPTIMISED, False): (20, 0.4),
+}
+PIECE_WORK = 350  # the least work worth a group of its own (about 15 ms): a smaller module gained little or nothing
+CHILD_START = 50  # what a group costs more in a forked child: the fork, and the pages it and this process then copy
 
 
-def balanced(functions: list[llvm_ir.Function], pieces: int) -> list[list[llvm_ir.Function]]:
+def balanced(
+    functions: list[llvm_ir.Function], pipelines: dict[llvm_ir.Function, str], pieces: int
+) -> list[list[llvm_ir.Function]]:
     """`functions` in at most `pieces` groups of about equal work (the largest first, each to the lightest
     group), each of about `PIECE_WORK` or more, each in the module's order; one group when they make no more."""
-    work = {
-        f: (LOOP_WORK if f.name.startswith(LOOP_PREFIX) else FUNCTION_WORK)
-        + sum(len(block.instructions) for block in f.blocks)
-        for f in functions
-    }
-    pieces = max(1, min(pieces, sum(work.values()) // PIECE_WORK))
+    work = {}
+    for f in functions:
+        fixed, each = WORK[pipelines[f], pipelines[f] != UNOPTIMISED and f.name.startswith(LOOP_PREFIX)]
+        work[f] = fixed + each * sum(len(block.instructions) for block in f.blocks)
+    pieces = max(1, min(pieces, int(sum(work.values()) // PIECE_WORK)))
     if pieces == 1:
         return [functions]
     groups: list[list[llvm_ir.Function]] = [[] for _ in range(pieces)]
-    loads = [0] + [CHILD_START] * (pieces - 1)  # the first part is compiled in this process
+    loads = [0.0] + [float(CHILD_START)] * (pieces - 1)  # the first group is compiled in this process
     for function in sorted(functions, key=lambda f: -work[f]):
         lightest = loads.index(min(loads))
         groups[lightest].append(function)
@@ -269,21 +299,26 @@ def forget_text(variables: list[llvm_ir.GlobalVariable]) -> None:
         variable.__dict__.pop("_StrCaching__cached_str", None)
 
 
-def compile_parts(parts: list[Part], speed: int) -> list[bytes]:
-    """The object code of each part (`module_parts`): the parts at the same time in forked processes, on as
+def compile_parts(groups: list[list[Part]], speed: int) -> list[bytes]:
+    """The object code of each part (`module_parts`), the groups at the same time in forked processes, on as
     many cores as the process runs large products on (`--threads`; codegen/forked.py), else one by one."""
 
-    def job(part: Part):
+    def job(parts: list[Part]):
         def compiled() -> bytes:
-            parsed = binding.parse_assembly(part.text())
-            parsed.verify()
-            if part.optimised:
-                optimise(parsed, part.machine, speed)
-            return part.machine.emit_object(parsed)
+            objects = []
+            for part in parts:
+                parsed = binding.parse_assembly(part.text())
+                parsed.verify()
+                if part.pipeline == FULL:
+                    optimise(parsed, part.machine, speed)
+                elif part.pipeline == TIDY:
+                    tidy(parsed, part.machine)
+                objects.append(part.machine.emit_object(parsed))
+            return packed(objects)
 
         return compiled
 
-    return in_children([job(part) for part in parts], Threads.count)
+    return [code for data in in_children([job(parts) for parts in groups], Threads.count) for code in unpacked(data)]
 
 
 def packed(objects: list[bytes]) -> bytes:
@@ -354,6 +389,18 @@ def optimise(module: binding.ModuleRef, target: binding.TargetMachine, speed: in
     builder.getModulePassManager().run(module, builder)
 
 
+def tidy(module: binding.ModuleRef, target: binding.TargetMachine) -> None:
+    """The short pipeline for functions with no loop left for LLVM to vectorise (`module_parts`): variables to
+    registers, instructions combined, the control flow simplified. On train.dl's functions it took a tenth of
+    O2's time, for code of the same length (the vector loops the emitter wrote come out alike)."""
+    manager = binding.create_new_module_pass_manager()
+    manager.add_sroa_pass()
+    manager.add_instruction_combine_pass()
+    manager.add_simplify_cfg_pass()
+    manager.add_post_order_function_attributes_pass()
+    manager.run(module, binding.create_pass_builder(target, binding.create_pipeline_tuning_options(speed_level=2)))
+
+
 def build_module(
     functions: list[ir.Function],
     target: binding.TargetMachine,
@@ -391,19 +438,35 @@ def build_module(
 
 
 def only_calls_loops(function: ir.Function, block_order: dict[str, int]) -> bool:
-    """Whether `function` does its work in outlined loop nests and products: no loop of its own (a jump back,
-    by the emitter's `block_order`, as `jumps_back` tells) and at most `INLINE_ELEMENTS` elements a call in
+    """Whether `function` does its work in outlined loop nests and products: no loop of its own (`has_loop`)
+    and at most `INLINE_ELEMENTS` elements a call in
     loops it runs inline (those that can fail)."""
+    if has_loop(function, block_order):
+        return False
     inline = 0
-    for position, block in enumerate(function.blocks):
-        if isinstance(block.terminator, ir.Jump) and block_order[block.terminator.target] <= position:
-            return False
+    for block in function.blocks:
         for instruction in block.instructions:
             if isinstance(instruction, ir.ScatterAdd):
                 inline += math.prod(instruction.shape)
             elif isinstance(instruction, (ir.Fill, ir.Reduce)) and ir.can_fail(instruction.tree):
                 inline += math.prod(instruction.shape or getattr(instruction.target, "shape", ()))
     return inline <= INLINE_ELEMENTS
+
+
+def has_loop(function: ir.Function, block_order: dict[str, int]) -> bool:
+    """Whether `function` jumps back to a block not after the jump's, by the emitter's `block_order`."""
+    return any(
+        isinstance(block.terminator, ir.Jump) and block_order[block.terminator.target] <= position
+        for position, block in enumerate(function.blocks)
+    )
+
+
+def straight(function: ir.Function, block_order: dict[str, int], emitted: llvm_ir.Function) -> bool:
+    """Whether `function`, as `emitted`, has no loop: no jump back, no loop run inline (whose counter is a
+    phi), so that LLVM's loop passes would find nothing in it."""
+    if has_loop(function, block_order):
+        return False
+    return not any(isinstance(i, llvm_ir.PhiInstr) for block in emitted.blocks for i in block.instructions)
 
 
 def boundary_type(dtype: str) -> llvm_ir.Type:
@@ -618,10 +681,14 @@ class TensorEmission:
             entry = llvm_ir.IRBuilder(function.append_basic_block("entry"))
             if length is None:
                 inner = self.loop_instruction(entry, instruction)
+                vectorised = isinstance(instruction, ir.Fill) and self.vector_lanes(instruction) is not None
             else:
                 function.args[-1].name = "length"
                 inner = self.flat_fill(entry, instruction, function.args[-1])
+                vectorised = self.tree_lanes(instruction) is not None
             inner.ret_void()
+            if vectorised:  # nothing left for LLVM's loop vectorizer
+                loops.tidy.add(name)
         finally:
             self.llvm_function, self.pointers, self.values = saved
         builder.call(function, arguments)
@@ -1337,6 +1404,8 @@ class FunctionEmitter(TensorEmission):
         if size > LARGE_FUNCTION and only_calls_loops(function, self.block_order):
             self.llvm_function.attributes.add("noinline")
             self.llvm_function.attributes.add("optnone")
+        elif straight(function, self.block_order, self.llvm_function):
+            self.outlines.tidy.add(function.symbol)
 
     # -------------------------------------------------------------- calls nesting and failure
     def enter(self, builder: llvm_ir.IRBuilder, first: llvm_ir.Block) -> None:

@@ -1077,19 +1077,26 @@ def test_a_function_compiled_without_optimisation_computes_the_same(case: str, m
 
 def test_an_unoptimised_function_is_a_second_object_and_both_come_back_from_the_cache(tmp_path, monkeypatch) -> None:
     """The `optnone` functions are compiled apart, by a target machine that does not optimise (FastISel), into an
-    object of their own beside the rest; the cache keeps both in one entry and gives both back."""
+    object of their own beside the rest; the cache keeps every object in one entry and gives them all back."""
     from dl.codegen import cache as compile_cache
     from dl.codegen import llvm
 
     monkeypatch.setattr(llvm, "LARGE_FUNCTION", 0)
+    made = []
+    making = llvm.module_parts
+    monkeypatch.setattr(llvm, "module_parts", lambda *args: made.append(making(*args)) or made[-1])
     source, args, _ = LARGE_FUNCTION_CASES["gather"]
     lowered = lowered_for(source, "large.dl", "f", *args)
     functions = [lowered.function, *lowered.callees]
     target, vectors = native.tensor_target()
     first = llvm.compile_functions(functions, target, tmp_path, vectors, speed=2)
+    [parts] = [[part for group in groups for part in group] for groups in made]
+    [unoptimised] = [part for part in parts if part.pipeline == llvm.UNOPTIMISED]
+    assert unoptimised.machine is not target  # the rest (its loops, unless an earlier test loaded them): apart
+    assert [f.name for f in unoptimised.defined] == [lowered.function.symbol]
     (entry,) = (tmp_path / "llvm").glob("*.o")
     stored = llvm.entry_parts(compile_cache.read_entry(entry, compile_cache.MAGIC))
-    assert stored is not None and len(stored.objects) == 2
+    assert stored is not None and len(stored.objects) == len(parts)
     target, vectors = native.tensor_target()
     again = llvm.compile_functions(functions, target, tmp_path, vectors, speed=2)
     assert (first.from_cache, again.from_cache) == (False, True)
