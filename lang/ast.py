@@ -486,6 +486,30 @@ def free_names(node: object) -> set[str]:
     return {n.id for n in walk(node) if isinstance(n, Name)}
 
 
+def with_spans(node: object, around: Span) -> object:
+    """A copy of `node` in which every node a pass made without a span (autodiff's) takes the span of the
+    nearest node around it that has one, `around` for `node` itself; `node` when all have one."""
+    if isinstance(node, tuple):
+        items = tuple(with_spans(item, around) for item in node)
+        return node if all(a is b for a, b in zip(items, node, strict=True)) else items
+    fields = getattr(node, "__dataclass_fields__", None)
+    if fields is None or isinstance(node, Span):
+        return node
+    changes = {}
+    if "span" in fields:
+        if node.span == UNKNOWN_SPAN:
+            changes["span"] = around
+        else:
+            around = node.span
+    for field_name in fields:
+        if field_name not in SPAN_FIELDS:
+            value = getattr(node, field_name)
+            new = with_spans(value, around)
+            if new is not value:
+                changes[field_name] = new
+    return dataclasses.replace(node, **changes) if changes else node
+
+
 def replace_nodes(node: object, replacements: dict[int, object], drop: type | tuple = ()) -> object:
     """A copy of `node` with the nodes whose ids are keys of `replacements` swapped for the values, and
     the items of `drop`'s types left out of the tuples (statement lists) that hold them."""

@@ -633,3 +633,46 @@ def test_a_third_derivative_through_a_loop_agrees_with_pytorch() -> None:
     d2 = (second * torch.tensor([1.0, -1.0, 0.5], dtype=torch.float64)).sum()
     (expected,) = torch.autograd.grad(d2, tx)
     np.testing.assert_allclose(third, expected.numpy(), rtol=1e-9, atol=1e-12)
+
+
+SPANNED = """
+fn f(x: f64[3], n: i64) -> f64 {
+    let h = x
+    let i = 0
+    while i < n {
+        if sum(h) > 0.0 {
+            h = sin(h) * 0.5 + x
+        } else {
+            h = h * h
+        }
+        i += 1
+    }
+    return sum(h * h)
+}
+fn g(x: f64[3], v: f64[3]) -> f64 {
+    return sum(grad(f)(x, 3) * v)
+}
+fn main() {
+    let x = ones(3, dtype=f64)
+    print(grad(g)(x, x), grad(fn(y: f64[3]) => sum(y * y))(x))
+}
+"""
+
+
+def test_every_node_grad_generates_has_the_span_of_what_it_was_made_for() -> None:
+    """The code `grad` generates (derivatives of derivatives, through a loop and an `if`, of a lambda) has no
+    node without a span: each takes the span of the loop, `if` or function it was made for, so that a
+    diagnostic or `--explain-backend` about it points at the user's code."""
+    from dl.lang import ast
+    from dl.lang.diagnostics import UNKNOWN_SPAN
+
+    program = pipeline.load("spanned.dl", SPANNED)
+    derived, _ = pipeline.prepare(program)
+    decls = derived.modules[derived.entry].decls
+    generated = [decl for decl in decls if isinstance(decl, ast.FnDecl) and decl.name not in {"f", "g", "main"}]
+    assert len(generated) >= 4  # f's and g's derivatives, and what they call
+    nodes = [node for decl in decls for node in ast.walk(decl) if hasattr(node, "span")]
+    assert [node for node in nodes if node.span == UNKNOWN_SPAN] == []
+    loop = next(node for node in ast.walk(decls[0]) if isinstance(node, ast.While))
+    swept = [node for decl in generated for node in ast.walk(decl) if isinstance(node, ast.While)]
+    assert swept and all(node.span == loop.span for node in swept)  # the forward and backward sweeps' loops

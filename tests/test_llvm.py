@@ -551,6 +551,39 @@ def test_a_second_derivative_through_a_loop_is_compiled(tmp_path: Path, capsys) 
     assert f"{path}:11:4: `df_grad`(f32, i64) compiled" in explained, explained
 
 
+NESTED_SECOND = """
+fn inner(x: f64[4]) -> f64 {
+    let h = x
+    for i in 0..3 {
+        for j in 0..2 {
+            h = sin(h) * 0.9 + x * 0.1
+        }
+    }
+    return sum(h * h)
+}
+fn outer(x: f64[4], v: f64[4]) -> f64 {
+    return sum(grad(inner)(x) * v)
+}
+fn main() {
+    print(grad(outer)(float(arange(4), dtype=f64) * 0.3, ones(4, dtype=f64)))
+}
+"""
+
+
+def test_what_stays_interpreted_of_a_derivative_is_explained_at_the_users_code(tmp_path: Path, capsys) -> None:
+    """A second derivative through nested loops stays interpreted; `--explain-backend` says why at the loop
+    the refused code was generated for (the code `grad` makes takes the span of what it was made for), never
+    at an unknown place. Both backends agree."""
+    interpreted, compiled = both_backends(tmp_path, NESTED_SECOND, capsys)
+    assert compiled == interpreted
+    status, _, explained = run_cli(tmp_path, NESTED_SECOND, "--backend", "llvm", "--explain-backend", capsys=capsys)
+    path = tmp_path / "program.dl"
+    assert status == 0 and "interpreted" in explained
+    places = re.findall(r"\(at ([^)]*)\)", explained)
+    assert places and all(place.startswith(f"{path}:") for place in places), explained
+    assert f"read after it is restored (at {path}:4:5)" in explained, explained  # the outer `for`
+
+
 def test_a_compiled_hessian_vector_product_through_a_loop_agrees_with_pytorch(tmp_path: Path, capsys) -> None:
     """The Hessian-vector product of bench/autodiff_speed.py's `hvp`, compiled (0, 1 and 37 steps: no entry
     on the tapes, one, many), against the interpreter and PyTorch's double backward."""

@@ -66,8 +66,11 @@ class BackwardSweep:
         return found
 
     def backward_compound(self, record: Compound, have: set[str]) -> list[ast.Stmt]:
+        """The backward sweep of an `if` or a loop, at its span (what it generates without one takes it, see
+        `Round.run`)."""
         if not any(c in have for c in record.carried):
             return []
+        span = record.stmt.span
         out = self.predeclare(record.stmt, record.env, have)
         state = tuple_of([name(c) for c in record.carried])
         # the variables hold the values they had after the statement (for a loop, after the iteration about to be
@@ -79,15 +82,15 @@ class BackwardSweep:
             then = self.recompute(record.stmt.then, record, have, after)
             orelse = record.stmt.orelse
             new_else = self.recompute(as_block(orelse), record, have, after) if orelse is not None else None
-            out.append(ast.If(self.rename(self.quiet(record.stmt.cond, always=True), record.env), then, new_else))
+            out.append(ast.If(self.rename(self.quiet(record.stmt.cond, always=True), record.env), then, new_else, span))
             return out
         pop = assign(ast.TupleLiteral((state, name(record.saved))), call("pop", name(record.saved)))
         if record.kept is not None:
             before, after_pop = self.restore(record, have)
-            out.append(ast.While(condition_of(record.saved), ast.Block((*before, pop, *after_pop))))
+            out.append(ast.While(condition_of(record.saved), ast.Block((*before, pop, *after_pop)), span))
             return out
         body = self.recompute(record.stmt.body, record, have, after)
-        out.append(ast.While(condition_of(record.saved), ast.Block((*keep, pop, *body.body))))
+        out.append(ast.While(condition_of(record.saved), ast.Block((*keep, pop, *body.body)), span))
         return out
 
     def restore(self, record: Compound, have: set[str]) -> tuple[list[ast.Stmt], list[ast.Stmt]]:

@@ -47,7 +47,7 @@ class Round:
         problems: list[Diagnostic] = []
         for site in sites:
             try:
-                replacements[site.module][id(site.call)] = self.site(site)
+                replacements[site.module][id(site.call)] = ast.with_spans(self.site(site), site.call.span)
                 while self.pending:
                     self.pending.pop()()
             except NotDifferentiable as problem:
@@ -58,7 +58,10 @@ class Round:
         modules = {}
         for path, module in self.program.modules.items():
             decls = ast.replace_nodes(module.decls, replacements[path])
-            modules[path] = ast.Module(module.path, (*decls, *self.added[path]))
+            # what the transform made without a span is reported at the span of what it was made for: the
+            # loop, `if` or function around it (`--explain-backend`, run-time errors in generated code)
+            added = [ast.with_spans(decl, decl.span) for decl in self.added[path]]
+            modules[path] = ast.Module(module.path, (*decls, *added))
         return Program(self.program.entry, modules, self.program.imports, self.program.sources)
 
     def fresh_global(self, path: str, base: str) -> str:
