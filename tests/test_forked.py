@@ -41,6 +41,10 @@ def test_each_job_gives_its_bytes_in_order_and_the_others_run_in_children() -> N
 def test_one_worker_or_a_process_that_must_not_fork_runs_every_job_here(monkeypatch) -> None:
     jobs = [where(b"a"), where(b"b")]
     assert {ran_in(result) for result in forked.in_children(jobs, workers=1)} == {PARENT}
+    monkeypatch.setattr(forked, "FORK_LIMIT", 10 << 20)  # a process this large: no fork pays
+    assert forked.resident_bytes() > 10 << 20 and not forked.can_fork()
+    assert {ran_in(result) for result in forked.in_children(jobs, workers=2)} == {PARENT}
+    monkeypatch.undo()
     monkeypatch.setitem(sys.modules, "mpi4py", sys)
     assert not forked.can_fork()
     assert {ran_in(result) for result in forked.in_children(jobs, workers=2)} == {PARENT}
