@@ -23,6 +23,7 @@ import gzip
 import io
 import math
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -1503,35 +1504,38 @@ def allreduce_mean(tree: Any) -> Any:
     """`tree` (a float tensor, or a tuple or struct of them) averaged leaf by leaf over every rank of the world;
     in a world of 1, `tree` itself."""
     leaves: list[np.ndarray] = []
-
-    def flatten(x: Any) -> None:
-        if x.__class__ is tuple:
-            for item in x:
-                flatten(item)
-        elif x.__class__ is StructValue:
-            for item in x.values:
-                flatten(item)
-        elif is_number_or_tensor(x) and as_array(x).dtype in (F32, F64):
-            leaves.append(as_array(x))
-        else:
-            raise PrimitiveError(
-                f"`allreduce_mean` takes a float tensor, or a tuple or struct of them, found {describe(x)}"
-                + ("" if x is tree else f" in {describe(tree)}")
-            )
-
-    flatten(tree)
+    float_leaves(tree, tree, leaves)
     if World.size == 1:
         return tree
-    averaged = iter(average(leaves))
+    return with_leaves(tree, iter(average(leaves)))
 
-    def rebuild(x: Any) -> Any:
-        if x.__class__ is tuple:
-            return tuple(rebuild(item) for item in x)
-        if x.__class__ is StructValue:
-            return StructValue(x.type, tuple(rebuild(item) for item in x.values))
-        return scalar(next(averaged)) if x.__class__ is not ndarray else next(averaged)
 
-    return rebuild(tree)
+# (module functions, not closures of `allreduce_mean`: a closure that calls itself is a reference cycle, which
+# kept every step's gradient arrays alive until the garbage collector ran)
+def float_leaves(x: Any, tree: Any, leaves: list) -> None:
+    """Append the float tensors of `x` (a part of `tree`) to `leaves`, in order."""
+    if x.__class__ is tuple:
+        for item in x:
+            float_leaves(item, tree, leaves)
+    elif x.__class__ is StructValue:
+        for item in x.values:
+            float_leaves(item, tree, leaves)
+    elif is_number_or_tensor(x) and as_array(x).dtype in (F32, F64):
+        leaves.append(as_array(x))
+    else:
+        raise PrimitiveError(
+            f"`allreduce_mean` takes a float tensor, or a tuple or struct of them, found {describe(x)}"
+            + ("" if x is tree else f" in {describe(tree)}")
+        )
+
+
+def with_leaves(x: Any, leaves: Iterator) -> Any:
+    """`x` with its leaves taken from `leaves`, in order."""
+    if x.__class__ is tuple:
+        return tuple(with_leaves(item, leaves) for item in x)
+    if x.__class__ is StructValue:
+        return StructValue(x.type, tuple(with_leaves(item, leaves) for item in x.values))
+    return scalar(next(leaves)) if x.__class__ is not ndarray else next(leaves)
 
 
 # ---------------------------------------------------------------------- the table
