@@ -133,7 +133,7 @@ def tree_arithmetic(symbol: str, a: Any, b: Any, weak_a: bool, weak_b: bool) -> 
     other = b if tree is a else a
     if other.__class__ in TREES:
         same = (tree.__class__ is tuple and other.__class__ is tuple and len(tree) == len(other)) or (
-            tree.__class__ is StructValue and other.__class__ is StructValue and tree.type is other.type
+            tree.__class__ is StructValue and other.__class__ is StructValue and tree.type.alike(other.type)
         )
         if not same:
             raise PrimitiveError(f"`{symbol}` of two trees needs them of one structure, found {shown(symbol, a, b)}")

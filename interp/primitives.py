@@ -944,7 +944,7 @@ def make_tree_add(weak_a: bool = False, weak_b: bool = False):
     def tree_add(a: Any, b: Any) -> Any:
         if a.__class__ is tuple and b.__class__ is tuple and len(a) == len(b):
             return tuple(tree_add(x, y) for x, y in zip(a, b, strict=True))
-        if a.__class__ is StructValue and b.__class__ is StructValue and a.type is b.type:
+        if a.__class__ is StructValue and b.__class__ is StructValue and a.type.alike(b.type):
             return StructValue(a.type, tuple(tree_add(x, y) for x, y in zip(a.values, b.values, strict=True)))
         if a.__class__ is Tape and b.__class__ is Tape and a.size == b.size:
             return added_tapes(a, b, tree_add)
@@ -1022,7 +1022,7 @@ def tree_map(f: Any, trees: tuple) -> Any:
             raise PrimitiveError(f"`tree_map` needs trees of one structure, found {', '.join(map(describe, trees))}")
         return tuple(tree_map(f, items) for items in zip(*trees, strict=True))
     if first.__class__ is StructValue:
-        if any(t.__class__ is not StructValue or t.type is not first.type for t in trees):
+        if any(t.__class__ is not StructValue or not first.type.alike(t.type) for t in trees):
             raise PrimitiveError(f"`tree_map` needs trees of one structure, found {', '.join(map(describe, trees))}")
         return StructValue(
             first.type, tuple(tree_map(f, items) for items in zip(*(t.values for t in trees), strict=True))
@@ -1034,25 +1034,27 @@ def tree_map(f: Any, trees: tuple) -> Any:
 
 def tree_dot(a: Any, b: Any) -> Any:
     """The sum over all leaves of `sum(a * b)`: `sqrt(tree_dot(g, g))` is a gradient's global norm."""
-    leaves_a, leaves_b = [], []
-
-    def walk(x: Any, y: Any) -> None:
-        if x.__class__ is tuple and y.__class__ is tuple and len(x) == len(y):
-            for p, q in zip(x, y, strict=True):
-                walk(p, q)
-        elif x.__class__ is StructValue and y.__class__ is StructValue and x.type is y.type:
-            for p, q in zip(x.values, y.values, strict=True):
-                walk(p, q)
-        elif is_number_or_tensor(x) and is_number_or_tensor(y):
-            leaves_a.append(as_array(x))
-            leaves_b.append(as_array(y))
-        else:
-            raise PrimitiveError(f"`tree_dot` needs two trees of one structure, found {describe(a)} and {describe(b)}")
-
-    walk(a, b)
-    products = [np.vdot(p, q) if p.shape == q.shape else np.sum(p * q) for p, q in zip(leaves_a, leaves_b, strict=True)]
-    dtype = F64 if any(p.dtype == F64 or q.dtype == F64 for p, q in zip(leaves_a, leaves_b, strict=True)) else F32
+    pairs: list[tuple[np.ndarray, np.ndarray]] = []
+    paired_leaves(a, b, (a, b), pairs)
+    products = [np.vdot(p, q) if p.shape == q.shape else np.sum(p * q) for p, q in pairs]
+    dtype = F64 if any(p.dtype == F64 or q.dtype == F64 for p, q in pairs) else F32
     return dtype.type(scalar(sum(products, dtype.type(0))))
+
+
+def paired_leaves(x: Any, y: Any, trees: tuple, pairs: list) -> None:
+    """Append the leaves at each place of `x` and `y` (parts of `tree_dot`'s `trees`) to `pairs` (a module
+    function: a closure that calls itself would be a reference cycle, freed only by the cycle collector)."""
+    if x.__class__ is tuple and y.__class__ is tuple and len(x) == len(y):
+        for p, q in zip(x, y, strict=True):
+            paired_leaves(p, q, trees, pairs)
+    elif x.__class__ is StructValue and y.__class__ is StructValue and x.type.alike(y.type):
+        for p, q in zip(x.values, y.values, strict=True):
+            paired_leaves(p, q, trees, pairs)
+    elif is_number_or_tensor(x) and is_number_or_tensor(y):
+        pairs.append((as_array(x), as_array(y)))
+    else:
+        a, b = trees
+        raise PrimitiveError(f"`tree_dot` needs two trees of one structure, found {describe(a)} and {describe(b)}")
 
 
 def push(tape: Any, value: Any) -> Tape:

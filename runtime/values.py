@@ -39,6 +39,12 @@ class StructType:
         self.fields = fields
         self.index = {field: position for position, field in enumerate(fields)}
 
+    def alike(self, other: StructType) -> bool:
+        """Whether values of `other` are of this struct: the same declaration, or one of the same name and
+        fields (a struct made by another compile of the program, as a host's argument or a generated literal
+        may be)."""
+        return self is other or (self.name == other.name and self.fields == other.fields)
+
 
 class StructValue:
     """An immutable struct instance; `replace` builds a changed copy."""

@@ -210,6 +210,33 @@ def test_a_field_contribution_that_reads_the_adjoint_keeps_its_addition() -> Non
     assert folded_body(body) == "let d_m = zeros_like(m)\nd_m.w += d_m.b * a\nd_m.b += a\nreturn d_m"
 
 
+def struct_folded_body(body: str) -> str:
+    """`body` after `fold_struct_starts`, with `m` a struct `S { w, b }`."""
+    from dl.lang import ast
+    from dl.lang.autodiff.simplify import fold_struct_starts
+    from dl.lang.parse import parse
+    from dl.lang.printer import print_stmt
+
+    (decl,) = parse(f"fn f(m, a, b) {{\n{body}\n}}\n", "fold.dl").decls
+    structs = {"m": ((lambda span: ast.Name("S", span)), ("w", "b"))}
+    return "\n".join(print_stmt(stmt) for stmt in fold_struct_starts(list(decl.body.body), structs.get))
+
+
+def test_a_struct_adjoint_whose_every_field_is_assigned_is_one_literal() -> None:
+    """No struct of zeros is made only to be overwritten: it becomes a literal where its last field is set,
+    also in a loop's body; not when something reads it first, a field is missing, or a value changes."""
+    body = "let d_m = zeros_like(m)\nd_m.b = a\nlet t = a * b\nd_m.w = t\nreturn d_m"
+    assert struct_folded_body(body) == "let t = a * b\nlet d_m = S { w: t, b: a }\nreturn d_m"
+    looped = "while a > 0.0 {\n" + body.replace("return d_m", "a = sum(d_m.w)") + "\n}\nreturn a"
+    assert "S { w: t, b: a }" in struct_folded_body(looped)
+    read = "let d_m = zeros_like(m)\nd_m.b = a\nlet t = sum(d_m.b)\nd_m.w = t\nreturn d_m"
+    missing = "let d_m = zeros_like(m)\nd_m.b = a\nreturn d_m"
+    changed = "let d_m = zeros_like(m)\nd_m.b = a\na = a * b\nd_m.w = b\nreturn d_m"
+    other = "let d_m = zeros_like(a)\nd_m.b = a\nd_m.w = b\nreturn d_m"
+    for kept in (read, missing, changed, other):
+        assert struct_folded_body(kept) == kept
+
+
 def test_a_tree_add_start_is_its_first_contribution() -> None:
     """`tree_add` is how a tuple's, struct's or tape's adjoint is added to: zeros then a `tree_add` is the
     addend, as zeros then `+` is, when nothing in between reads the variable."""

@@ -1522,6 +1522,26 @@ def test_tree_add_structs_tapes_and_errors() -> None:
     assert checker_codes('tree_add(x, "s")') == ["E0311"]
 
 
+def test_trees_of_one_struct_declared_by_two_compiles_add_and_others_do_not() -> None:
+    """A struct value a host hands in (made by another compile of the program) and one the program builds
+    are of one struct when name and fields agree: `tree_add`, `tree_map` and `tree_dot` take them."""
+    from dl.runtime.errors import PrimitiveError
+    from dl.runtime.values import StructType, StructValue
+
+    add, tree_dot = IMPLEMENTATIONS[Prim.TREE_ADD], IMPLEMENTATIONS[Prim.TREE_DOT]
+    mine, theirs = StructType("L", ("w", "b")), StructType("L", ("w", "b"))
+    a = StructValue(mine, (np.ones(2, np.float32), np.float32(1.0)))
+    b = StructValue(theirs, (np.full(2, 2.0, np.float32), np.float32(3.0)))
+    total = add(a, b)
+    assert total.type is mine and total.values[0].tolist() == [3.0, 3.0] and total.values[1] == 4.0
+    assert tree_dot(a, b) == np.float32(7.0)
+    other = StructValue(StructType("L", ("b", "w")), (np.float32(3.0), np.full(2, 2.0, np.float32)))
+    with pytest.raises(PrimitiveError, match="of one structure"):
+        add(a, other)
+    with pytest.raises(PrimitiveError, match="of one structure"):
+        tree_dot(a, other)
+
+
 def test_tree_add_promotes_like_plus() -> None:
     x, i = np.ones(2, np.float32), np.arange(2)
     check(dl_eval("tree_add(a, b)", x, i), dl_eval("a + b", x, i), F32)

@@ -35,6 +35,7 @@ from dl.lang.types import (
     I64,
     AnyType,
     PrimitiveRef,
+    StructType,
     TensorType,
     Type,
 )
@@ -144,7 +145,7 @@ class FunctionBody(ForwardSweep, BackwardSweep):
         if value is not None:
             result = ast.TupleLiteral((name(value), result))
         out.append(ast.Return(result))
-        return ast.Block(tuple(prune(self.with_kept_values(out), self.round.effectful())))
+        return ast.Block(tuple(prune(self.with_kept_values(out), self.round.effectful(), self.struct_of)))
 
     def seed(self, result: ast.Name) -> ast.Expr:
         """The adjoint the backward sweep starts from: 1, in the result's dtype."""
@@ -164,12 +165,19 @@ class FunctionBody(ForwardSweep, BackwardSweep):
         positions = self.round.active_params(self.decl)
         gradients = [self.final_adjoint(self.decl.params[i].name, have) for i in positions]
         out.append(ast.Return(tuple_of(gradients) if gradients else ast.TupleLiteral(())))
-        return ast.Block(tuple(prune(self.with_kept_values(out), self.round.effectful()))), d_result
+        return ast.Block(tuple(prune(self.with_kept_values(out), self.round.effectful(), self.struct_of))), d_result
 
     def with_kept_values(self, stmts: list[ast.Stmt]) -> list[ast.Stmt]:
         """The loops' pushes of the values their backward sweeps read (`restore`); a loop whose backward
         reads none, or never runs, keeps nothing (`kept = kept`, which `prune` drops with the tape)."""
         return list(ast.replace_nodes(tuple(stmts), self.filled)) if self.filled else stmts
+
+    def struct_of(self, var: str):
+        """How generated code names the struct `var` holds, and its fields (`simplify.fold_struct_starts`)."""
+        t = self.types.get(var)
+        if not isinstance(t, StructType):
+            return None
+        return (lambda span: self.round.reference(self.path, t.module, t.name, span)), tuple(n for n, _ in t.fields)
 
     def ends_in_return(self) -> bool:
         """Does the body, lowered, end in one `return` (not in an `if` whose branches return)?"""
@@ -193,7 +201,7 @@ class FunctionBody(ForwardSweep, BackwardSweep):
         back += self.backward(sweep.records, have)
         gradients = [self.final_adjoint(self.decl.params[i].name, have) for i in self.round.active_params(self.decl)]
         back.append(ast.Return(tuple_of(gradients) if gradients else ast.TupleLiteral(())))
-        back = prune(self.with_kept_values(back), self.round.effectful())
+        back = prune(self.with_kept_values(back), self.round.effectful(), self.struct_of)
         params = {p.name for p in self.decl.params}
         forward = self.with_kept_values(sweep.stmts)
         lets = [s for s in forward if isinstance(s, ast.Let) and isinstance(s.pattern, ast.NamePattern)]
