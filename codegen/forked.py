@@ -21,6 +21,7 @@ import os
 import select
 import signal
 import sys
+import threading
 import time
 import warnings
 from collections.abc import Callable
@@ -49,19 +50,29 @@ def resident_bytes() -> int:
 
 
 def in_children(
-    jobs: list[Callable[[], bytes]], workers: int, grace: float = 10.0, patience: float = 20.0
+    jobs: list[Callable[[], bytes]],
+    workers: int,
+    grace: float = 10.0,
+    patience: float = 20.0,
+    holding: contextlib.AbstractContextManager | None = None,
 ) -> list[bytes]:
     """Each job's bytes, in order. The first job runs in this process; with `workers` > 1 and `can_fork()`,
     up to `workers - 1` of the others run at the same time in child processes, the rest here after it. A
     child's share of work is about this process's, so a child not done within `grace` seconds plus
-    `patience` times what this process took is taken to hang: it is ended and its job run here."""
+    `patience` times what this process took is taken to hang: it is ended and its job run here.
+
+    `holding` is a re-entrant lock the jobs take (llvmlite's, around every call into LLVM): each fork
+    happens while this thread holds it, so that no child starts with it held by a thread it does not have."""
     if workers <= 1 or len(jobs) <= 1 or not can_fork():
         return [job() for job in jobs]
     reap()
-    children = [(index, fork(job)) for index, job in enumerate(jobs[1:workers], 1)]
+    children: list[tuple[int, Child | None]] = []
     results: dict[int, bytes] = {}
-    started = time.perf_counter()
     try:
+        for index, job in enumerate(jobs[1:workers], 1):
+            with holding if holding is not None else contextlib.nullcontext():
+                children.append((index, fork(job)))
+        started = time.perf_counter()
         results[0] = jobs[0]()
         for index in range(workers, len(jobs)):
             results[index] = jobs[index]()
@@ -96,10 +107,12 @@ def fork(job: Callable[[], bytes]) -> Child | None:
         with warnings.catch_warnings():  # Python 3.12 warns of `fork` in a process with threads
             warnings.simplefilter("ignore", DeprecationWarning)
             pid = os.fork()
-    except OSError:
+    except BaseException as failure:  # no child; an interrupt goes on once the pipe is closed
         os.close(read_end)
         os.close(write_end)
-        return None
+        if isinstance(failure, OSError):
+            return None
+        raise
     if pid == 0:  # the child: never returns
         status = 1
         try:
@@ -134,30 +147,37 @@ def collect(child: Child | None, deadline: float) -> bytes | None:
     if len(data) < 8 or int.from_bytes(data[:8], "little") != len(data) - 8:
         return None  # it failed, or died while writing
     child.ended = True
-    EXITING.append(child.pid)
+    with REAPING:
+        EXITING.add(child.pid)
     return data[8:]
 
 
-EXITING: list[int] = []  # children that wrote their result and are exiting: reaped without waiting by `reap`
+# Children that wrote their result and are exiting, reaped without waiting by `reap` (at the next call; at most
+# `workers - 1` are left, as zombies, after the last one)
+EXITING: set[int] = set()
+REAPING = threading.Lock()  # compiles may run on several threads (the language server's rooms)
 
 
 def reap() -> None:
-    for pid in list(EXITING):
-        try:
-            done, _ = os.waitpid(pid, os.WNOHANG)
-        except ChildProcessError:
-            done = pid
-        if done:
-            EXITING.remove(pid)
+    with REAPING:
+        for pid in list(EXITING):
+            try:
+                done, _ = os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:  # reaped already (SIGCHLD ignored)
+                done = pid
+            if done:
+                EXITING.discard(pid)
 
 
 def end(child: Child | None) -> None:
     """Close `child`'s pipe and reap it, killing it first if it is still running."""
     if child is None:
         return
-    os.close(child.pipe)
+    with contextlib.suppress(OSError):
+        os.close(child.pipe)
     if not child.ended:
+        child.ended = True
         with contextlib.suppress(ProcessLookupError):
             os.kill(child.pid, signal.SIGKILL)
-        os.waitpid(child.pid, 0)
-        child.ended = True
+        with contextlib.suppress(ChildProcessError):  # reaped already (SIGCHLD ignored)
+            os.waitpid(child.pid, 0)

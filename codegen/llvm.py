@@ -318,7 +318,10 @@ def compile_parts(groups: list[list[Part]], speed: int) -> list[bytes]:
 
         return compiled
 
-    return [code for data in in_children([job(parts) for parts in groups], Threads.count) for code in unpacked(data)]
+    # llvmlite's lock around every call into LLVM: held while forking, so that no child inherits it held
+    lock = getattr(getattr(binding.ffi, "lib", None), "_lock", None)
+    jobs = [job(parts) for parts in groups]
+    return [code for data in in_children(jobs, Threads.count, holding=lock) for code in unpacked(data)]
 
 
 def packed(objects: list[bytes]) -> bytes:

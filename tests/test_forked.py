@@ -99,3 +99,84 @@ def test_a_job_that_fails_here_fails_the_call_and_ends_the_children() -> None:
     with pytest.raises(RuntimeError, match="a child's failure"):
         forked.in_children([failing, only_in_a_child(hanging)], workers=2)
     assert children() <= before
+
+
+def open_descriptors() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_a_fork_waits_for_the_lock_its_jobs_take_so_no_child_inherits_it_held() -> None:
+    """llvmlite takes one lock around every call into LLVM: a child forked while another thread held it
+    would wait on it forever. `holding` makes the fork wait for it instead; the child then runs its job."""
+    import threading
+
+    lock = threading.RLock()
+    taken, release = threading.Event(), threading.Event()
+
+    def busy() -> None:
+        with lock:
+            taken.set()
+            release.wait(10)
+
+    def locked_job() -> bytes:
+        with lock:
+            return str(os.getpid()).encode()
+
+    holder = threading.Thread(target=busy)
+    holder.start()
+    taken.wait(10)
+    threading.Timer(0.3, release.set).start()
+    started = time.perf_counter()
+    results = forked.in_children([lambda: b"here", locked_job], workers=2, grace=30.0, holding=lock)
+    holder.join()
+    assert int(results[1]) != PARENT and time.perf_counter() - started < 10  # a child ran it, at once
+
+
+def test_children_are_made_ended_and_reaped_safely_from_several_threads() -> None:
+    """Compiles may run on several threads at once (the language server's rooms)."""
+    import threading
+
+    failures: list[BaseException] = []
+
+    def compile_often() -> None:
+        try:
+            for _ in range(30):
+                assert forked.in_children([lambda: b"a", lambda: b"b" * 1000, lambda: b"c"], workers=3) == [
+                    b"a",
+                    b"b" * 1000,
+                    b"c",
+                ]
+        except BaseException as failure:  # reported by the test's thread
+            failures.append(failure)
+
+    threads = [threading.Thread(target=compile_often) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert failures == []
+
+
+def test_an_ignored_sigchld_or_an_interrupted_fork_leaves_nothing_behind(monkeypatch) -> None:
+    """With SIGCHLD ignored the system reaps children itself; an interrupt between two forks ends the
+    child already made and closes every pipe."""
+    before, descriptors = children(), open_descriptors()
+    previous = signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+    try:
+        results = forked.in_children([where(b"a"), only_in_a_child(failing)], workers=2, grace=1.0, patience=0.0)
+        assert results[1] == b"done here"
+    finally:
+        signal.signal(signal.SIGCHLD, previous)
+    forking, made = os.fork, []
+
+    def interrupted_fork() -> int:
+        if made:
+            raise KeyboardInterrupt
+        made.append(True)
+        return forking()
+
+    monkeypatch.setattr(os, "fork", interrupted_fork)
+    with pytest.raises(KeyboardInterrupt):
+        forked.in_children([where(b"a"), where(b"b", size=1 << 20), where(b"c")], workers=3)
+    monkeypatch.undo()
+    assert children() <= before and open_descriptors() == descriptors

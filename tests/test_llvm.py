@@ -1081,7 +1081,9 @@ def test_a_large_module_compiles_in_parts_at_once_and_runs_as_one(
     made, calls = [], []
     making, running = llvm.module_parts, llvm.in_children
     monkeypatch.setattr(llvm, "module_parts", lambda *args: made.append(making(*args)) or made[-1])
-    monkeypatch.setattr(llvm, "in_children", lambda jobs, workers: calls.append(workers) or running(jobs, workers))
+    monkeypatch.setattr(
+        llvm, "in_children", lambda jobs, workers, **how: calls.append(workers) or running(jobs, workers, **how)
+    )
     status, split, err = run_cli(tmp_path, IN_PARTS, "--backend", "llvm", "--threads", "2", capsys=capsys)
     assert status == 0, err
     [groups] = [groups for groups in made if len(groups) > 1]
