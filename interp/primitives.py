@@ -384,18 +384,17 @@ def choose(condition: Any, a: Any, b: Any) -> Any:
     if dtype != b_array.dtype or dtype.kind not in "fiu" or dtype.itemsize not in BIT_PATTERNS:
         return np.where(condition, a, b)
     bits = BIT_PATTERNS[dtype.itemsize]
-    mask = condition.astype(bits)
     # a derivative's `where(x > 0.0, d, 0.0)`: between an array and a +0 (no bit set), one `and` selects
     zero_b = b_array.ndim == 0 and not b_array.view(bits)
     if zero_b or (a_array.ndim == 0 and not a_array.view(bits)):
-        if zero_b:
-            np.negative(mask, out=mask)  # true: every bit set (unsigned negation wraps); false: none
+        if zero_b:  # true: every bit set (the unsigned negation of 1 wraps); false: none; in one pass
+            mask = np.negative(condition, dtype=bits, casting="unsafe")
         else:
-            np.subtract(mask, bits(1), out=mask)  # true: no bit set; false: every bit
+            mask = np.subtract(condition, bits(1), dtype=bits, casting="unsafe")  # true: no bit set; false: all
         kept = (a_array if zero_b else b_array).view(bits)
         into = mask if mask.shape == np.broadcast_shapes(mask.shape, kept.shape) else None
         return np.bitwise_and(kept, mask, out=into).view(dtype)
-    np.negative(mask, out=mask)
+    mask = np.negative(condition, dtype=bits, casting="unsafe")
     b_bits = b_array.view(bits)
     chosen = np.bitwise_and(np.bitwise_xor(a_array.view(bits), b_bits), mask)
     np.bitwise_xor(chosen, b_bits, out=chosen)
