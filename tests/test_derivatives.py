@@ -184,14 +184,15 @@ def test_bind_refuses_a_function_that_binds_the_name_again(dlrun, tmp_path: Path
 # ---------------------------------------------------------------------- simplifying generated code
 
 
-def folded_body(body: str) -> str:
-    """`body`, the statements of a function, after `fold_zero_starts` (the fold `prune` ends with), printed."""
+def folded_body(body: str, fold=None) -> str:
+    """`body`, the statements of a function, after `fold` (by default `fold_zero_starts`, which `prune` ends
+    with), printed."""
     from dl.lang.autodiff.simplify import fold_zero_starts
     from dl.lang.parse import parse
     from dl.lang.printer import print_stmt
 
     (decl,) = parse(f"fn f(m, a, b) {{\n{body}\n}}\n", "fold.dl").decls
-    return "\n".join(print_stmt(stmt) for stmt in fold_zero_starts(list(decl.body.body)))
+    return "\n".join(print_stmt(stmt) for stmt in (fold or fold_zero_starts)(list(decl.body.body)))
 
 
 def test_a_struct_adjoint_field_starts_as_its_first_contribution() -> None:
@@ -214,12 +215,9 @@ def struct_folded_body(body: str) -> str:
     """`body` after `fold_struct_starts`, with `m` a struct `S { w, b }`."""
     from dl.lang import ast
     from dl.lang.autodiff.simplify import fold_struct_starts
-    from dl.lang.parse import parse
-    from dl.lang.printer import print_stmt
 
-    (decl,) = parse(f"fn f(m, a, b) {{\n{body}\n}}\n", "fold.dl").decls
     structs = {"m": ((lambda span: ast.Name("S", span)), ("w", "b"))}
-    return "\n".join(print_stmt(stmt) for stmt in fold_struct_starts(list(decl.body.body), structs.get))
+    return folded_body(body, lambda stmts: fold_struct_starts(stmts, structs.get))
 
 
 def test_a_struct_adjoint_whose_every_field_is_assigned_is_one_literal() -> None:

@@ -64,10 +64,12 @@ def children() -> set[int]:
 
 
 def only_in_a_child(action):
+    """A job that does `action` first in a child; its bytes say which process finished it."""
+
     def job() -> bytes:
         if os.getpid() != PARENT:
             action()
-        return b"done here"
+        return str(os.getpid()).encode()
 
     return job
 
@@ -87,10 +89,8 @@ def hanging() -> None:
 @pytest.mark.parametrize("action", [failing, dying, hanging], ids=["raises", "killed", "hangs"])
 def test_a_child_that_fails_dies_or_hangs_has_its_job_run_here(action) -> None:
     before = children()
-    started = time.perf_counter()
     results = forked.in_children([where(b"a"), only_in_a_child(action)], workers=2, grace=1.0, patience=0.0)
-    assert results[1] == b"done here" and ran_in(results[0]) == PARENT
-    assert time.perf_counter() - started < 10  # a hanging child is ended after the grace
+    assert int(results[1]) == PARENT and ran_in(results[0]) == PARENT  # a hanging child is ended after the grace
     assert children() <= before  # none of its own left running or unreaped
 
 
@@ -126,10 +126,9 @@ def test_a_fork_waits_for_the_lock_its_jobs_take_so_no_child_inherits_it_held() 
     holder.start()
     taken.wait(10)
     threading.Timer(0.3, release.set).start()
-    started = time.perf_counter()
     results = forked.in_children([lambda: b"here", locked_job], workers=2, grace=30.0, holding=lock)
     holder.join()
-    assert int(results[1]) != PARENT and time.perf_counter() - started < 10  # a child ran it, at once
+    assert int(results[1]) != PARENT  # a child ran it (a child stuck on the lock would leave it to this process)
 
 
 def test_children_are_made_ended_and_reaped_safely_from_several_threads() -> None:
@@ -164,7 +163,7 @@ def test_an_ignored_sigchld_or_an_interrupted_fork_leaves_nothing_behind(monkeyp
     previous = signal.signal(signal.SIGCHLD, signal.SIG_IGN)
     try:
         results = forked.in_children([where(b"a"), only_in_a_child(failing)], workers=2, grace=1.0, patience=0.0)
-        assert results[1] == b"done here"
+        assert int(results[1]) == PARENT
     finally:
         signal.signal(signal.SIGCHLD, previous)
     forking, made = os.fork, []
