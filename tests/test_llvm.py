@@ -1546,7 +1546,7 @@ def test_ctrl_c_in_interpreted_code_does_not_stop_the_next_compiled_call(tmp_pat
     timer = threading.Timer(0.3, _thread.interrupt_main)
     timer.start()
     with pytest.raises(KeyboardInterrupt):
-        compiled.call("spin", [])  # `permutation`: interpreted
+        compiled.call("spin", [])  # compiled too now: `permutation` draws through the host (fill_draws)
     try:
         counted = compiled.call("count", [5])
     except KeyboardInterrupt:
