@@ -1114,6 +1114,22 @@ def test_a_large_module_compiles_in_parts_at_once_and_runs_as_one(
     np.testing.assert_allclose(numbers(split), numbers(interpreted), rtol=1e-5)
 
 
+def test_recursion_and_scalar_code_keep_llvms_full_pipeline(tmp_path: Path, monkeypatch, capsys) -> None:
+    """Only tensor code with nothing left for O2 to do gets `tidy`'s short pipeline: a recursive function
+    gains from O2's inlining and tail calls (`fib(30)` ran 30% slower after `tidy`)."""
+    from dl.codegen import llvm
+
+    made = []
+    making = llvm.module_parts
+    monkeypatch.setattr(llvm, "module_parts", lambda *args: made.append(making(*args)) or made[-1])
+    source = "fn fib(n: i64) -> i64 { if n < 2 { return n } return fib(n - 1) + fib(n - 2) }\n"
+    source += "fn main() { print(fib(20)) }\n"
+    status, out, err = run_cli(tmp_path, source, "--backend", "llvm", "--no-cache", capsys=capsys)
+    assert (status, out) == (0, "6765\n"), err
+    parts = [part for groups in made for group in groups for part in group]
+    assert parts and all(part.pipeline == llvm.FULL for part in parts)
+
+
 RECURSIVE = """
 fn tree_sum(x: f64[N], depth: i64) -> f64 {
     if depth == 0 {
