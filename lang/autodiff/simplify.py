@@ -136,7 +136,7 @@ def fold_zero_starts(stmts: list[ast.Stmt]) -> list[ast.Stmt]:
     """`v = zeros_like(...)` (or `let`) followed, as the next statement of the block that mentions `v`, by
     `v = v + c` becomes `v = c` there: the backward sweep's zeroed adjoints, written the way a person would."""
     out: list[ast.Stmt] = []
-    for stmt in map(fold_nested, stmts):
+    for stmt in (in_blocks(stmt, fold_zero_starts) for stmt in stmts):
         if out and undoes_copy(out[-1], stmt):
             continue  # `let w = v` then `v = w`
         added = self_increment(stmt)
@@ -227,7 +227,7 @@ def fold_struct_starts(stmts: list[ast.Stmt], structs: StructOf) -> list[ast.Stm
     `fold_field_starts` leaves a struct's adjoint) before anything else reads or writes `v`, becomes one
     `let v = S { f: c, ... }` where the last field is assigned: no struct of zeros made only to be
     overwritten (at width 2048, 600 KB of zeros a training step). In nested blocks too."""
-    out = [nested_struct_starts(stmt, structs) for stmt in stmts]
+    out = [in_blocks(stmt, lambda block: fold_struct_starts(block, structs)) for stmt in stmts]
     position = 0
     while position < len(out):
         folded = struct_start(out, position, structs)
@@ -236,19 +236,6 @@ def fold_struct_starts(stmts: list[ast.Stmt], structs: StructOf) -> list[ast.Stm
         else:
             position += 1
     return out
-
-
-def nested_struct_starts(stmt: ast.Stmt, structs: StructOf) -> ast.Stmt:
-    match stmt:
-        case ast.If(cond=cond, then=then, orelse=orelse):
-            new_else = orelse
-            if isinstance(orelse, ast.Block):
-                new_else = ast.Block(tuple(fold_struct_starts(list(orelse.body), structs)), orelse.span)
-            then = ast.Block(tuple(fold_struct_starts(list(then.body), structs)), then.span)
-            return ast.If(cond, then, new_else, stmt.span)
-        case ast.While(cond=cond, body=body):
-            return ast.While(cond, ast.Block(tuple(fold_struct_starts(list(body.body), structs)), body.span), stmt.span)
-    return stmt
 
 
 def struct_start(out: list[ast.Stmt], start: int, structs: StructOf) -> list[ast.Stmt] | None:
@@ -329,15 +316,16 @@ def last_mention(stmts: list[ast.Stmt], var: str) -> int | None:
     return None
 
 
-def fold_nested(stmt: ast.Stmt) -> ast.Stmt:
+def in_blocks(stmt: ast.Stmt, fold: Callable[[list[ast.Stmt]], list[ast.Stmt]]) -> ast.Stmt:
+    """`stmt` with `fold` applied to the statements of the blocks of an `if` or `while`; any other as it is."""
     match stmt:
         case ast.If(cond=cond, then=then, orelse=orelse):
             new_else = orelse
             if isinstance(orelse, ast.Block):
-                new_else = ast.Block(tuple(fold_zero_starts(list(orelse.body))), orelse.span)
-            return ast.If(cond, ast.Block(tuple(fold_zero_starts(list(then.body))), then.span), new_else, stmt.span)
+                new_else = ast.Block(tuple(fold(list(orelse.body))), orelse.span)
+            return ast.If(cond, ast.Block(tuple(fold(list(then.body))), then.span), new_else, stmt.span)
         case ast.While(cond=cond, body=body):
-            return ast.While(cond, ast.Block(tuple(fold_zero_starts(list(body.body))), body.span), stmt.span)
+            return ast.While(cond, ast.Block(tuple(fold(list(body.body))), body.span), stmt.span)
     return stmt
 
 
