@@ -265,7 +265,7 @@ def test_where_of_large_tensors_picks_the_very_bits_numpy_does(dtype, shapes) ->
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32])
 @pytest.mark.parametrize("expr", ["where(a, b, 0)", "where(a, 0, b)", "where(a, b, -0.0)", "where(a, b[0], 0)"])
 def test_where_between_a_large_tensor_and_zero_picks_numpys_bits(dtype, expr: str) -> None:
-    """A derivative's `where(x > 0.0, d, 0.0)` takes one `and` of the bits (`choose`'s zero case), with
+    """A derivative's `where(x > 0.0, d, 0.0)` multiplies the bits by the condition (`choose`'s zero case), with
     numpy's values bit for bit (a -0.0 is not a zero of no bits: it takes the general select), its dtype
     and broadcast shape, and the arguments untouched."""
     if dtype is np.int32 and "0.0" in expr:
