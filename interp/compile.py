@@ -68,6 +68,7 @@ class FunctionScope:
         self.enclosing = enclosing
         self.captures: list[tuple[int, int]] = []  # (outer slot, inner slot)
         self.captured_names: dict[str, int] = {}
+        self.reads: set[int] | None = None  # the slots the statement being compiled names, while collected
 
     def allocate(self) -> int:
         self.size += 1
@@ -91,6 +92,13 @@ class Scope:
         return slot
 
     def lookup(self, name: str) -> int | None:
+        slot = self.resolve(name)
+        reads = self.function.reads
+        if slot is not None and reads is not None:
+            reads.add(slot)
+        return slot
+
+    def resolve(self, name: str) -> int | None:
         scope: Scope | None = self
         while scope is not None:
             if name in scope.names:
@@ -101,7 +109,7 @@ class Scope:
             return function.captured_names[name]
         if function.enclosing is None:
             return None
-        outer = function.enclosing.lookup(name)
+        outer = function.enclosing.lookup(name)  # a closure reads the outer slot when it is made
         if outer is None:
             return None
         inner = function.allocate()
@@ -256,7 +264,7 @@ class Compiler:
             self.expression(p.default, Scope(FunctionScope(None))) if p.default else None for p in decl.params
         )
         if isinstance(decl.body, ast.Block):
-            body = self.block(decl.body, scope)
+            body = self.function_block(decl.body, scope)
         else:
             value = self.expression(decl.body, scope)
 
@@ -280,6 +288,26 @@ class Compiler:
     # -------------------------------------------------------------- statements
     def block(self, block: ast.Block, scope: Scope) -> Step:
         steps = [self.statement(stmt, scope) for stmt in block.body]
+        return sequence(steps)
+
+    def function_block(self, block: ast.Block, scope: Scope) -> Step:
+        """A function's body, which lets go of each local after the last statement that names it: the
+        intermediate tensors of a long body (a derivative's forward values) are freed as soon as nothing
+        reads them, as in PyTorch, rather than when the call returns. The memory in use stays lower, and
+        numpy's allocations find recently freed (cache-warm) blocks."""
+        function = scope.function
+        steps, named = [], []
+        for stmt in block.body:
+            function.reads = set()
+            steps.append(self.statement(stmt, scope))
+            named.append(function.reads)
+        function.reads = None
+        later: set[int] = {0}  # slot 0 holds the return value
+        for index in range(len(steps) - 1, -1, -1):
+            done = named[index] - later
+            if done and index < len(steps) - 1:
+                steps[index] = releasing(steps[index], tuple(sorted(done)))
+            later |= named[index]
         return sequence(steps)
 
     def statement(self, stmt: ast.Stmt, scope: Scope) -> Step:
@@ -1121,6 +1149,27 @@ def sequence(steps: list[Step]) -> Step:
         return None
 
     return run
+
+
+def releasing(step: Step, slots: tuple[int, ...]) -> Step:
+    """`step`, then the locals in `slots` let go (no later statement names them)."""
+    if len(slots) == 1:
+        (slot,) = slots
+
+        def run_releasing_one(frame: list) -> Any:
+            signal = step(frame)
+            frame[slot] = None
+            return signal
+
+        return run_releasing_one
+
+    def run_releasing(frame: list) -> Any:
+        signal = step(frame)
+        for slot in slots:
+            frame[slot] = None
+        return signal
+
+    return run_releasing
 
 
 def _default_value(default: Any) -> Any:
