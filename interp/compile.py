@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 from dl.interp import device
 from dl.interp.dispatch import NUMPY, Argument, Primitive, call_primitive, primitive_step
+from dl.interp.lifetimes import last_reads
 from dl.interp.operators import (
     BINARY,
     COMPARISONS,
@@ -39,7 +40,7 @@ from dl.lang.types import TensorType, has_dim_expression
 from dl.runtime import arrays as array_modules
 from dl.runtime.arrays import ArrayModule
 from dl.runtime.backend import CompiledBody
-from dl.runtime.calls import BREAK, CONTINUE, RETURN, Function, invoke
+from dl.runtime.calls import BREAK, CONTINUE, RETURN, Function, enter, invoke
 from dl.runtime.conform import conforms
 from dl.runtime.errors import DeepRecursion, PrimitiveError, RunError, fail, recursion_error
 from dl.runtime.values import (
@@ -69,6 +70,7 @@ class FunctionScope:
         self.captures: list[tuple[int, int]] = []  # (outer slot, inner slot)
         self.captured_names: dict[str, int] = {}
         self.reads: set[int] | None = None  # the slots the statement being compiled names, while collected
+        self.taken: frozenset[int] = frozenset()  # ids of the `Name` nodes that read a variable the last time
 
     def allocate(self) -> int:
         self.size += 1
@@ -296,6 +298,7 @@ class Compiler:
         reads them, as in PyTorch, rather than when the call returns. The memory in use stays lower, and
         numpy's allocations find recently freed (cache-warm) blocks."""
         function = scope.function
+        function.taken = last_reads(tuple(scope.names), block.body)
         steps, named = [], []
         for stmt in block.body:
             function.reads = set()
@@ -681,6 +684,8 @@ class Compiler:
     def name(self, expr: ast.Name, scope: Scope) -> Step:
         slot = scope.lookup(expr.id)
         if slot is not None:
+            if id(expr) in scope.function.taken:
+                return taking(slot)
             return lambda frame: frame[slot]
         cell = self.state.cells.get(expr.id)
         if cell is not None:
@@ -884,11 +889,11 @@ class Compiler:
         span = expr.span
         if len(steps) == 1:
             (first,) = steps
-            return lambda frame: invoke(cell.value, [first(frame)], span)
+            return lambda frame: enter(cell.value, [None, first(frame)], span)
         if len(steps) == 2:
             first, second = steps
-            return lambda frame: invoke(cell.value, [first(frame), second(frame)], span)
-        return lambda frame: invoke(cell.value, [step(frame) for step in steps], span)
+            return lambda frame: enter(cell.value, [None, first(frame), second(frame)], span)
+        return lambda frame: enter(cell.value, [None, *[step(frame) for step in steps]], span)
 
     def user_arguments(
         self, decl: ast.FnDecl, expr: ast.Call, binding: Binding, scope: Scope, state: ModuleState
@@ -1149,6 +1154,18 @@ def sequence(steps: list[Step]) -> Step:
         return None
 
     return run
+
+
+def taking(slot: int) -> Step:
+    """The last read of a local: its value leaves the frame, so that a call or primitive given it holds the
+    only reference (the caller's frame does not keep it alive while the callee runs)."""
+
+    def take(frame: list) -> Any:
+        value = frame[slot]
+        frame[slot] = None
+        return value
+
+    return take
 
 
 def releasing(step: Step, slots: tuple[int, ...]) -> Step:

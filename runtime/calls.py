@@ -51,7 +51,12 @@ class Function:
 
 def invoke(function: Function, args: list, call_span: Span) -> Any:
     """Run `function` with exactly its positional arguments; slot 0 holds the result."""
-    frame = [None, *args]
+    return enter(function, [None, *args], call_span)
+
+
+def enter(function: Function, frame: list, call_span: Span) -> Any:
+    """`invoke`, given the frame's start: None (for the result) and the arguments. The list becomes the frame,
+    so that an argument the body lets go of is not still held by the caller's list of them."""
     frame.extend([None] * (function.size - len(frame)))
     for slot, value in function.captured:
         frame[slot] = value
