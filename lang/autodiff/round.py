@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterator
 
 from dl.lang import ast
 from dl.lang.autodiff.body import FunctionBody
+from dl.lang.autodiff.rules import RULES_PATH
 from dl.lang.autodiff.sites import Site, walk_calls
 from dl.lang.autodiff.trees import (
     NotDifferentiable,
@@ -21,12 +22,15 @@ from dl.lang.autodiff.trees import (
 )
 from dl.lang.autodiff.trim import trim
 from dl.lang.check import Typed
-from dl.lang.diagnostics import Diagnostic, DiagnosticError, Span, error
+from dl.lang.diagnostics import UNKNOWN_SPAN, Diagnostic, DiagnosticError, Span, error
 from dl.lang.modules import Program
+from dl.lang.primitives import BY_NAME
 from dl.lang.types import (
     ANY,
     FunctionRef,
 )
+
+DECLARATIONS = (ast.FnDecl, ast.StructDecl, ast.Const)  # what shadows a built-in across a module
 
 
 class Round:
@@ -47,9 +51,14 @@ class Round:
         problems: list[Diagnostic] = []
         for site in sites:
             try:
-                replacements[site.module][id(site.call)] = ast.with_spans(self.site(site), site.call.span)
+                made = {path: len(added) for path, added in self.added.items()}
+                replacement = self.site(site)
                 while self.pending:
                     self.pending.pop()()
+                written = [(site.module, replacement)]
+                written += [(path, decl) for path, added in self.added.items() for decl in added[made[path] :]]
+                self.check_built_ins(written, site)
+                replacements[site.module][id(site.call)] = ast.with_spans(replacement, site.call.span)
             except NotDifferentiable as problem:
                 problems.append(error("E0333", str(problem), problem.span, notes=problem.notes))
         if problems:
@@ -63,6 +72,27 @@ class Round:
             added = [ast.with_spans(decl, decl.span) for decl in self.added[path]]
             modules[path] = ast.Module(module.path, (*decls, *added))
         return Program(self.program.entry, modules, self.program.imports, self.program.sources)
+
+    def check_built_ins(self, written: list[tuple[str, object]], site: Site) -> None:
+        """The calls of built-ins that the transform writes (a derivative rule's `where`, `zeros_like`, ...) name
+        them as the module they are written in sees them: a module that declares a function, struct or constant
+        of that name would have them call its own (the locals of generated code are renamed, declarations
+        cannot be). Such a derivative is refused rather than computed wrong."""
+        for path, node in written:
+            declared = {d.name: d for d in self.program.modules[path].decls if isinstance(d, DECLARATIONS)}
+            for call in walk_calls(node):
+                func = call.func
+                if not isinstance(func, ast.Name) or func.id not in declared or func.id not in BY_NAME:
+                    continue
+                if func.span != UNKNOWN_SPAN and func.span.path != RULES_PATH:
+                    continue  # the program's own call, copied: it means what it meant there
+                decl = declared[func.id]
+                raise NotDifferentiable(
+                    f"the derivative needs the built-in `{func.id}`, which {decl.span.path} declares again "
+                    f"(line {decl.span.line})",
+                    site.call.span,
+                    (f"help: rename that `{func.id}`: the derivative `grad` writes there calls the built-in by name",),
+                )
 
     def fresh_global(self, path: str, base: str) -> str:
         return unused_name(base, self.taken[path])

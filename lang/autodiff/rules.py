@@ -18,12 +18,14 @@ from dl.lang.autodiff.trees import literal
 from dl.lang.calls import Binding, arranged, bind
 from dl.lang.primitives import Prim, Primitive
 
+RULES_PATH = "<rule>"  # the path of the templates' spans: what the rules write is told from the program's by it
+
 
 @cache
 def template(source: str) -> ast.Expr:
     from dl.lang.parse import parse
 
-    module = parse(f"fn rule() {{ return {source} }}", "<rule>")
+    module = parse(f"fn rule() {{ return {source} }}", RULES_PATH)
     return module.decls[0].body.body[0].value
 
 
