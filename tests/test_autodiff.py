@@ -530,6 +530,26 @@ def test_an_element_of_another_module_s_const_in_differentiated_code(tmp_path) -
     np.testing.assert_allclose(gradient, 1.5 * np.cos(0.45) + 0.5, rtol=1e-12)
 
 
+def test_a_function_given_a_closure_is_inlined_with_its_module_s_names(tmp_path) -> None:
+    """A function of another module that takes a closure is written out in the caller's derivative: its
+    module's consts, functions and imports are named there through the caller's imports (`lib.SCALE`,
+    `lib.count`, `lib`'s `shapes` as the caller's `S`). It failed as an internal error, `SCALE` unknown."""
+    (tmp_path / "shapes.dl").write_text("fn twice(x) {\n    return x * 2.0\n}\n")
+    (tmp_path / "lib.dl").write_text(
+        "import shapes\n\nconst SCALE = 3.0\n\nfn count(x) {\n    return 2\n}\n\n"
+        "fn apply(f, x) {\n    let y = shapes.twice(x) * SCALE\n    return f(y) * float(count(x))\n}\n"
+    )
+    main = tmp_path / "main.dl"
+    main.write_text(
+        "import lib\nimport shapes as S\n\nfn loss(x) {\n    return lib.apply(fn(z) => z * z, x)\n}\n\n"
+        "fn g(x: f64) -> f64 {\n    return grad(loss)(x)\n}\n"
+    )
+    x = np.float64(0.7)
+    tx = torch.tensor(0.7, dtype=torch.float64, requires_grad=True)
+    (expected,) = torch.autograd.grad((tx * 2.0 * 3.0) ** 2 * 2.0, (tx,))
+    np.testing.assert_allclose(pipeline.call(pipeline.load(str(main)), "g", [x]), expected.item(), rtol=1e-12)
+
+
 @pytest.mark.parametrize("shapes", [((2, 3), (3, 2)), ((3,), (3, 2)), ((2, 3), (3,)), ((3,), (3,))], ids=str)
 def test_a_product_of_f32_and_f64_gives_each_operand_its_own_dtype(shapes) -> None:
     (sa, sb) = shapes

@@ -41,6 +41,8 @@ from dl.lang.types import (
     strong,
 )
 
+SOURCE = " module"  # the key of `env` naming the module whose code is read, where not this one (no identifier)
+
 
 class ForwardSweep:
     """The forward sweep of a derivative (mixed into `FunctionBody`): the body in A-normal form, every
@@ -172,10 +174,12 @@ class ForwardSweep:
         match expr:
             case ast.Name(id=user) if user in env:
                 return ast.Name(env[user], expr.span)
-            case ast.Name() | ast.IntLiteral() | ast.FloatLiteral() | ast.BoolLiteral() | ast.StringLiteral():
+            case ast.Name():
+                return self.rename(expr, env)  # a module-level name of an inlined function's module, qualified
+            case ast.IntLiteral() | ast.FloatLiteral() | ast.BoolLiteral() | ast.StringLiteral():
                 return expr
-            case ast.Field(target=ast.Name(id=module)) if module not in env and module in self.module_aliases():
-                return expr
+            case ast.Field(target=ast.Name(id=module)) if module not in env and module in self.module_aliases(env):
+                return self.rename(expr, env)
             case ast.Lambda():
                 return self.rename(expr, env)
             case ast.Call(func=ast.Name(id=local)) if f"fn {local}" in env:
@@ -406,6 +410,8 @@ class ForwardSweep:
         if id(decl) in self.inlining:
             raise NotDifferentiable("`grad` cannot differentiate a recursive function that takes a closure", expr.span)
         inner = dict(captured)
+        if isinstance(decl, ast.FnDecl) and id(decl) not in self.local_functions:
+            inner[SOURCE] = self.round.module_of(decl)  # its names are its module's, wherever it is inlined
         if expr.keywords or len(expr.args) != len(decl.params):
             raise NotDifferentiable("`grad` needs this call to pass every argument by position", expr.span)
         for param, arg in zip(decl.params, expr.args, strict=True):
@@ -475,8 +481,10 @@ class ForwardSweep:
         replacements = {k: v for k, v in callees.items() if v is not None}
         return ast.replace_nodes(expr, replacements) if replacements else expr
 
-    def module_aliases(self) -> set[str]:
-        return {alias for alias, _ in self.round.program.imports.get(self.path, [])}
+    def module_aliases(self, env: dict[str, str] | None = None) -> set[str]:
+        """The import aliases of the module whose code is being read (`env`'s, for an inlined function)."""
+        source = env.get(SOURCE, self.path) if env is not None else self.path
+        return {alias for alias, _ in self.round.program.imports.get(source, [])}
 
     def atom_of_operation(
         self, rhs: ast.Expr, original: ast.Expr, sweep: Sweep, hint: str, record: bool = True
@@ -561,35 +569,40 @@ class ForwardSweep:
         return args
 
     def default_here(self, default: ast.Expr, path: str) -> ast.Expr:
-        """A default of a function in module `path` as this module writes it: the names of `path`'s
-        consts and functions it uses qualified by this module's alias of `path` (`helpers.SCALE`)."""
-        if path == self.path:
-            return default
-        kinds = (ast.FnDecl, ast.Const, ast.StructDecl)
-        top = {d.name for d in self.round.program.modules[path].decls if isinstance(d, kinds)}
-        modules = dict(self.round.program.imports.get(path, []))  # the callee module's aliases
-        replacements: dict[int, ast.Expr] = {}
-        for n in ast.walk(default):
-            if isinstance(n, ast.Name) and n.id in top:
-                replacements[id(n)] = self.round.reference(self.path, path, n.id, n.span)
-            elif isinstance(n, ast.Name) and n.id in modules:  # `other.BASE`: this module's alias of `other`
-                here = [a for a, target in self.round.program.imports.get(self.path, []) if target == modules[n.id]]
-                if not here:
-                    raise NotDifferentiable(f"`grad` needs `{modules[n.id]}` imported here (a default uses it)", n.span)
-                replacements[id(n)] = ast.Name(here[0], n.span)
-        if not replacements:
-            return default
-        qualified = ast.replace_nodes(default, replacements)
-        self.node_types.carry(default, qualified)
-        return qualified
+        """A default of a function in module `path` as this module writes it (see `qualified`)."""
+        return self.rename(default, {SOURCE: path})
 
     def rename(self, expr, env):
-        """`expr` with the user's local names replaced by their current generated names."""
-        replacements = {}
+        """`expr` with the user's local names replaced by their current generated names; read in another
+        module (an inlined function's, `env[SOURCE]`), that module's consts and functions qualified by this
+        module's alias of it (`helpers.SCALE`), and its aliases by this module's (`other.BASE`)."""
+        source = env.get(SOURCE, self.path)
+        if source != self.path:
+            kinds = (ast.FnDecl, ast.Const, ast.StructDecl)
+            top = {d.name for d in self.round.program.modules[source].decls if isinstance(d, kinds)}
+            modules = dict(self.round.program.imports.get(source, []))  # the source module's aliases
+        else:
+            top, modules = set(), {}
+        replacements: dict[int, ast.Expr] = {}
         for node in ast.walk(expr):
-            if isinstance(node, ast.Name) and node.id in env and env[node.id] != node.id:
-                replacements[id(node)] = ast.Name(env[node.id], node.span)
-        return ast.replace_nodes(expr, replacements) if replacements else expr
+            if not isinstance(node, ast.Name):
+                continue
+            if node.id in env:
+                if env[node.id] != node.id:
+                    replacements[id(node)] = ast.Name(env[node.id], node.span)
+            elif node.id in top:
+                replacements[id(node)] = self.round.reference(self.path, source, node.id, node.span)
+            elif node.id in modules:
+                here = [a for a, target in self.round.program.imports.get(self.path, []) if target == modules[node.id]]
+                if not here:
+                    raise NotDifferentiable(f"`grad` needs `{modules[node.id]}` imported here", node.span)
+                replacements[id(node)] = ast.Name(here[0], node.span)
+        if not replacements:
+            return expr
+        renamed = ast.replace_nodes(expr, replacements)
+        if source != self.path:
+            self.node_types.carry(expr, renamed)
+        return renamed
 
     def compound(self, stmt: ast.If | ast.While, env, sweep: Sweep, effects: bool) -> None:
         carried = [env[user] for user in assigned_outer(stmt, env)]

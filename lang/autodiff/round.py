@@ -45,6 +45,7 @@ class Round:
         self.added: dict[str, list[ast.FnDecl]] = {path: [] for path in self.program.modules}
         self.taken: dict[str, set[str]] = {path: module_names(m) for path, m in self.program.modules.items()}
         self.pending: list[Callable[[], list[ast.FnDecl]]] = []  # makers of the functions asked for
+        self.modules_of: dict[int, str] | None = None  # id of a top-level function -> its module's path
 
     def run(self, sites: list[Site]) -> Program:
         replacements: dict[str, dict[int, object]] = {path: {} for path in self.program.modules}
@@ -93,6 +94,12 @@ class Round:
                     site.call.span,
                     (f"help: rename that `{func.id}`: the derivative `grad` writes there calls the built-in by name",),
                 )
+
+    def module_of(self, decl: ast.FnDecl) -> str:
+        """The path of the module that declares the top-level function `decl`."""
+        if self.modules_of is None:
+            self.modules_of = {id(d): path for d, path in self.typed.functions.values()}
+        return self.modules_of[id(decl)]
 
     def fresh_global(self, path: str, base: str) -> str:
         return unused_name(base, self.taken[path])
