@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from conftest import ROOT, check_golden
 
 CASES = sorted((ROOT / "tests" / "derivatives").glob("*.dl"))
@@ -287,3 +288,52 @@ def test_a_tuple_start_whose_items_change_before_the_addition_stays() -> None:
     assert folded_body(body) == body
     shorter = "let d_p = (a, b)\nd_p = tree_add(d_p, (a, b, m))\nreturn d_p"
     assert folded_body(shorter) == shorter
+
+
+NN_MODEL = """import nn
+
+struct MLP { w1: f32[4, 8], b1: f32[8], w2: f32[8, 3], b2: f32[3] }
+
+fn forward(m: MLP, x: f32[B, 4]) -> f32[B, 3] {
+    let h = nn.relu(nn.linear(x, m.w1, m.b1))
+    return nn.linear(h, m.w2, m.b2)
+}
+
+fn loss(m: MLP, x: f32[B, 4], y: i64[B]) -> f32 {
+    return nn.cross_entropy(forward(m, x), y)
+}
+"""
+
+
+def test_short_functions_are_written_in_place_where_their_module_s_names_reach(dlrun, tmp_path) -> None:
+    """`forward`, `nn.linear` and `nn.cross_entropy` are short straight-line functions: their bodies are in
+    `loss_grad`, `nn`'s own `log_softmax` named `nn.log_softmax` there. `nn.relu` and `nn.log_softmax` call
+    `builtin`, which this module does not import: they are split into `_fwd` and `_bwd` functions."""
+    path = tmp_path / "model.dl"
+    path.write_text(NN_MODEL)
+    status, out, err = dlrun("grad", str(path), "--fn", "loss")
+    assert (status, err) == (0, "")
+    grad = out[: out.index("\n}\n")]
+    assert "let t = x @ w\n    let t_2 = t + b\n" in grad  # nn.linear's body
+    assert 'assert(min(y) >= 0 and max(y) < classes, "cross_entropy: a label is outside 0..classes")' in grad
+    assert "nn.log_softmax_fwd(logits, t_4)" in grad and "nn.relu_fwd(t_2)" in grad
+    assert all(name not in out for name in ("linear_fwd", "forward_fwd", "cross_entropy_fwd"))
+
+
+def test_a_short_function_whose_built_ins_the_caller_shadows_is_split(dlrun, tmp_path) -> None:
+    """`nn.cross_entropy` calls `mean`; written in a module with its own `mean`, it would call that one: it is
+    called as `nn.cross_entropy_fwd` instead, and the gradient is torch's."""
+    path = tmp_path / "model.dl"
+    path.write_text(
+        "import nn\n\nfn mean(x) {\n    return sum(x) * 0.0\n}\n\n"
+        "fn loss(z: f32[2, 3], y: i64[2]) -> f32 {\n    return nn.cross_entropy(z, y)\n}\n\n"
+        "fn main() {\n    print(grad(loss)([[1.0, 2.0, 0.5], [0.3, -1.0, 2.0]], [1, 2]))\n}\n"
+    )
+    status, out, err = dlrun("grad", str(path), "--fn", "loss")
+    assert (status, err) == (0, "") and "nn.cross_entropy_fwd(z, y)" in out
+    z = torch.tensor([[1.0, 2.0, 0.5], [0.3, -1.0, 2.0]], requires_grad=True)
+    torch.nn.functional.cross_entropy(z, torch.tensor([1, 2])).backward()
+    status, out, err = dlrun(str(path))
+    assert status == 0
+    found = np.array([[float(v) for v in row.strip(" []").split()] for row in out.strip().splitlines()])
+    np.testing.assert_allclose(found, z.grad.numpy(), rtol=1e-5)

@@ -41,6 +41,8 @@ from dl.lang.types import (
     strong,
 )
 
+EXPRESSIONS = (ast.Name, ast.Unary, ast.Binary, ast.Call, ast.Index, ast.Field)
+SMALL = 16  # `small_call`: the most statements before the `return` of a function inlined into a derivative
 SOURCE = " module"  # the key of `env` naming the module whose code is read, where not this one (no identifier)
 
 
@@ -191,7 +193,7 @@ class ForwardSweep:
                 return self.atom(self.expand_tree_dot(expr, env, sweep), env, sweep, hint)
             case ast.Binary() | ast.Unary(op="-") if self.on_trees(expr):
                 return self.atom(self.expand_tree_arithmetic(expr, env, sweep), env, sweep, hint)
-            case ast.Call() if self.takes_functions(expr):
+            case ast.Call() if self.takes_functions(expr) or self.small_call(expr):
                 decl, _ = self.typed.functions[self.type_of(expr.func).key]
                 return self.inline(decl, {}, expr, env, sweep, hint)
         if not is_active(self.type_of(expr)):
@@ -404,6 +406,64 @@ class ForwardSweep:
             return False
         return any(isinstance(self.type_of(arg), FunctionRef) for arg in expr.args)
 
+    def small_call(self, expr: ast.Call) -> bool:
+        """A call of a short straight-line function (lets, asserts, one `return` at the end) whose body this
+        module can write: inlined, its derivative is a few statements in place, not a `_fwd` call that packs
+        the values its `_bwd` call unpacks (the interpreter spends much of a small model's step on those)."""
+        import os
+
+        if os.environ.get("DL_NOINLINE"):
+            return False
+        callee = self.type_of(expr.func)
+        if expr.keywords or not isinstance(callee, FunctionRef) or callee.key not in self.typed.functions:
+            return False
+        decl, path = self.typed.functions[callee.key]
+        if not isinstance(decl, ast.FnDecl) or id(decl) in self.local_functions or id(decl) in self.inlining:
+            return False
+        *body, last = decl.body.body or (None,)
+        if len(expr.args) != len(decl.params) or len(body) >= SMALL or not isinstance(last, ast.Return):
+            return False
+        if last.value is None or not all(isinstance(s, (ast.Let, ast.ExprStmt)) for s in body):
+            return False
+        if any(isinstance(n, (*ast.FUNCTIONS, ast.Return)) for s in body for n in ast.walk(s)):
+            return False
+        if (not self.effects and self.round.has_effects(decl)) or self.round.recursive(decl):
+            return False
+        if not all(self.settled_type(node) for node in ast.walk(decl.body) if isinstance(node, EXPRESSIONS)):
+            return False  # checked for calls of other types too: its split functions are checked at each call
+        return path == self.path or self.writable_here(decl, path)
+
+    def settled_type(self, node: ast.Expr) -> bool:
+        """Whether the checker gave `node` one type (not `Any`, as for a join of the calls of its function); a
+        name may have none (a module's alias), an operation must."""
+        found = self.type_of(node)
+        if found is None:
+            return isinstance(node, ast.Name)
+        return not isinstance(found, AnyType)
+
+    def writable_here(self, decl: ast.FnDecl, path: str) -> bool:
+        """Whether the body of `decl`, of module `path`, can be written in this module: the names it takes from
+        `path` and its imports are reachable through this module's imports, and no built-in it calls is
+        shadowed here; no struct literal or annotation (which would name `path`'s types)."""
+        kinds = (ast.FnDecl, ast.Const, ast.StructDecl)
+        top = {d.name for d in self.round.program.modules[path].decls if isinstance(d, kinds)}
+        here = {d.name for d in self.round.program.modules[self.path].decls if isinstance(d, kinds)}
+        aliases = dict(self.round.program.imports.get(path, []))
+        imported = {target for _, target in self.round.program.imports.get(self.path, [])}
+        local = {p.name for p in decl.params} | {n.name for n in ast.walk(decl.body) if isinstance(n, ast.NamePattern)}
+        for node in ast.walk(decl.body):
+            if isinstance(node, ast.StructLiteral) or (isinstance(node, ast.Let) and node.annotation is not None):
+                return False
+            if not isinstance(node, ast.Name) or node.id in local:
+                continue
+            if node.id in top and path not in imported:
+                return False
+            if node.id in aliases and aliases[node.id] not in imported:
+                return False
+            if node.id not in top and node.id not in aliases and node.id in here:
+                return False  # a built-in (or the checker's name) that this module's own declaration shadows
+        return True
+
     def inline(self, decl, captured: dict[str, str], expr: ast.Call, env, sweep: Sweep, hint: str) -> ast.Expr:
         """A call of a closure (a local function, an anonymous function bound by `let`, or a function given
         a closure as an argument): its body is emitted in place, seeing the values it captured."""
@@ -420,6 +480,8 @@ class ForwardSweep:
             atom = self.atom(arg, env, sweep, param.name)
             if not isinstance(atom, ast.Name):
                 atom = self.atom_of_operation(self.settled_literal(atom), arg, sweep, param.name, record=False)
+            if atom.id not in self.types and self.type_of(arg) is not None:
+                self.types[atom.id] = self.type_of(arg)  # a captured variable: its type at this call
             inner[param.name] = atom.id
             inner.pop(f"fn {param.name}", None)
         self.inlining.append(id(decl))
