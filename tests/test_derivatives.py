@@ -156,7 +156,7 @@ def test_bind_takes_a_function_of_an_imported_module(dlrun, tmp_path: Path) -> N
     assert printed.splitlines()[:3] == [
         "# the derivative of `twice` with f = nn.tanh, as `twice_with_nn_tanh`",
         "fn twice_with_nn_tanh_grad(x: f32) -> f32 {",
-        "    let t_fwd = nn.tanh_fwd(x)",
+        "    let t = tanh(x)",  # nn.tanh passes its argument on to the built-in: its rule is written in place
     ]
     status, out, err = dlrun(str(program))  # the program's own call, with the function it passes
     assert (status, err) == (0, "")
@@ -307,17 +307,20 @@ fn loss(m: MLP, x: f32[B, 4], y: i64[B]) -> f32 {
 
 def test_short_functions_are_written_in_place_where_their_module_s_names_reach(dlrun, tmp_path) -> None:
     """`forward`, `nn.linear` and `nn.cross_entropy` are short straight-line functions: their bodies are in
-    `loss_grad`, `nn`'s own `log_softmax` named `nn.log_softmax` there. `nn.relu` and `nn.log_softmax` call
-    `builtin`, which this module does not import: they are split into `_fwd` and `_bwd` functions."""
+    `loss_grad`. `nn.relu` and `nn.log_softmax` pass their arguments on (through `builtin`) to the built-ins
+    `relu` and `log_softmax`, whose rules are written in place: the derivative is one function. In a module
+    with its own `where`, which relu's rule calls, `nn.relu` is split into `_fwd` and `_bwd` functions."""
     path = tmp_path / "model.dl"
     path.write_text(NN_MODEL)
     status, out, err = dlrun("grad", str(path), "--fn", "loss")
     assert (status, err) == (0, "")
-    grad = out[: out.index("\n}\n")]
-    assert "let t = x @ w\n    let t_2 = t + b\n" in grad  # nn.linear's body
-    assert 'assert(min(y) >= 0 and max(y) < classes, "cross_entropy: a label is outside 0..classes")' in grad
-    assert "nn.log_softmax_fwd(logits, t_4)" in grad and "nn.relu_fwd(t_2)" in grad
-    assert all(name not in out for name in ("linear_fwd", "forward_fwd", "cross_entropy_fwd"))
+    assert "let t = x @ w\n    let t_2 = t + b\n    let h = relu(t_2)\n" in out  # nn.linear's body, relu
+    assert 'assert(min(y) >= 0 and max(y) < classes, "cross_entropy: a label is outside 0..classes")' in out
+    assert "log_softmax(logits, axis=-1)" in out and "where(t_2 > 0.0, d_h, 0.0)" in out
+    assert "_fwd" not in out and out.count("fn ") == 1
+    path.write_text(NN_MODEL + "\nfn where(c, a, b) {\n    return a\n}\n")
+    status, out, err = dlrun("grad", str(path), "--fn", "loss")
+    assert (status, err) == (0, "") and "nn.relu_fwd(t_2)" in out and "nn.relu_bwd(" in out
 
 
 def test_a_short_function_whose_built_ins_the_caller_shadows_is_split(dlrun, tmp_path) -> None:

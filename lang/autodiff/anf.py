@@ -10,7 +10,7 @@ import dataclasses
 from dl.lang import ast
 from dl.lang.autodiff.lowering import contains_return
 from dl.lang.autodiff.records import Compound, Kept, Op, Store, Sweep
-from dl.lang.autodiff.rules import BINARY
+from dl.lang.autodiff.rules import BINARY, REDUCED, template
 from dl.lang.autodiff.trees import (
     NotDifferentiable,
     as_block,
@@ -28,7 +28,7 @@ from dl.lang.autodiff.trees import (
 )
 from dl.lang.calls import bind_function
 from dl.lang.diagnostics import Span
-from dl.lang.primitives import NON_DIFFERENTIABLE, Prim
+from dl.lang.primitives import NON_DIFFERENTIABLE, PRIMITIVES, Prim, Templates
 from dl.lang.shapes import TREE_OPERATORS, arithmetic
 from dl.lang.types import (
     ANY,
@@ -42,6 +42,7 @@ from dl.lang.types import (
 )
 
 EXPRESSIONS = (ast.Name, ast.Unary, ast.Binary, ast.Call, ast.Index, ast.Field)
+FORWARDS = 4  # `forwarded`: the most functions that pass a call on before it reaches a built-in
 SMALL = 16  # `small_call`: the most statements before the `return` of a function inlined into a derivative
 SOURCE = " module"  # the key of `env` naming the module whose code is read, where not this one (no identifier)
 
@@ -193,6 +194,8 @@ class ForwardSweep:
                 return self.atom(self.expand_tree_dot(expr, env, sweep), env, sweep, hint)
             case ast.Binary() | ast.Unary(op="-") if self.on_trees(expr):
                 return self.atom(self.expand_tree_arithmetic(expr, env, sweep), env, sweep, hint)
+            case ast.Call() if (primitive := self.forwarded(expr)) is not None:
+                return self.atom(primitive, env, sweep, hint)
             case ast.Call() if self.takes_functions(expr) or self.small_call(expr):
                 decl, _ = self.typed.functions[self.type_of(expr.func).key]
                 return self.inline(decl, {}, expr, env, sweep, hint)
@@ -406,6 +409,60 @@ class ForwardSweep:
             return False
         return any(isinstance(self.type_of(arg), FunctionRef) for arg in expr.args)
 
+    def forwarded(self, expr: ast.Call) -> ast.Call | None:
+        """A call of a function that only passes its parameters on to a built-in (`nn.relu(x)`, which returns
+        `builtin.relu_of(x)`, which returns `relu(x)`), as the call of that built-in, when this module sees it
+        by its name and the names its derivative rule writes: differentiated by the rule in place, with no
+        `_fwd` and `_bwd` calls. None for any other call."""
+        call, bound = expr, None
+        for _ in range(FORWARDS):
+            callee = self.type_of(call.func)
+            if isinstance(callee, PrimitiveRef):
+                break
+            if not isinstance(callee, FunctionRef) or callee.key not in self.typed.functions:
+                return None
+            decl, path = self.typed.functions[callee.key]
+            body = decl.body.body if isinstance(decl, ast.FnDecl) else ()
+            if len(body) != 1 or not isinstance(body[0], ast.Return) or not isinstance(body[0].value, ast.Call):
+                return None
+            inner = body[0].value
+            passed = [*inner.args, *(k.value for k in inner.keywords)]
+            names = {p.name for p in decl.params}
+            if not all(isinstance(a, ast.Name) and a.id in names for a in passed) or len(passed) != len(names):
+                return None
+            given = [a for a, _ in self.user_arguments(decl, path, call)]
+            values = dict(zip((p.name for p in decl.params), given, strict=True))
+            if bound is not None:  # an argument of an outer forwarder's call: what the caller passed
+                values = {k: bound.get(v.id, v) if isinstance(v, ast.Name) else v for k, v in values.items()}
+            call, bound = inner, values
+        else:
+            return None
+        if bound is None or not self.rule_written_here(callee):
+            return None
+        args = tuple(bound[a.id] for a in call.args)
+        keywords = tuple(ast.Keyword(k.name, bound[k.value.id], k.span) for k in call.keywords)
+        primitive = ast.Call(ast.Name(callee.name, expr.func.span), args, keywords, expr.span)
+        self.node_types.give(primitive.func, callee)
+        self.node_types.give(primitive, self.type_of(expr))
+        return primitive
+
+    def rule_written_here(self, callee: PrimitiveRef) -> bool:
+        """Whether this module sees the built-in `callee` and those its derivative templates call by their
+        names (no declaration of its own takes them)."""
+        rule = PRIMITIVES[callee.prim].derivative
+        if not isinstance(rule, Templates) or callee.prim in REDUCED:
+            return False
+        kinds = (ast.FnDecl, ast.Const, ast.StructDecl)
+        here = {d.name for d in self.round.program.modules[self.path].decls if isinstance(d, kinds)}
+        called = {callee.name}
+        for _, source in rule.adjoints:
+            called |= {
+                c.func.id
+                for c in ast.walk(template(source))
+                if isinstance(c, ast.Call) and isinstance(c.func, ast.Name)
+            }
+        return not called & here
+
     def small_call(self, expr: ast.Call) -> bool:
         """A call of a short straight-line function (lets, asserts, one `return` at the end) whose body this
         module can write: inlined, its derivative is a few statements in place, not a `_fwd` call that packs
@@ -595,7 +652,7 @@ class ForwardSweep:
                 return self.rename(expr, env)
             args = tuple(self.atom(a, env, sweep, "t") for a in expr.args)
             keywords = tuple(ast.Keyword(k.name, self.rename(k.value, env), k.span) for k in expr.keywords)
-            return ast.Call(self.rename(expr.func, env), args, keywords, expr.span)
+            return ast.Call(expr.func, args, keywords, expr.span)  # a built-in's name: no module qualifies it
         if isinstance(callee, FunctionRef):
             decl, decl_path = self.typed.functions[callee.key]
             if not isinstance(decl, ast.FnDecl) or id(decl) in self.local_functions:
