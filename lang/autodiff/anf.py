@@ -452,8 +452,7 @@ class ForwardSweep:
         rule = PRIMITIVES[callee.prim].derivative
         if not isinstance(rule, Templates) or callee.prim in REDUCED:
             return False
-        kinds = (ast.FnDecl, ast.Const, ast.StructDecl)
-        here = {d.name for d in self.round.program.modules[self.path].decls if isinstance(d, kinds)}
+        here = self.round.declared(self.path)
         called = {callee.name}
         for _, source in rule.adjoints:
             called |= {
@@ -461,16 +460,12 @@ class ForwardSweep:
                 for c in ast.walk(template(source))
                 if isinstance(c, ast.Call) and isinstance(c.func, ast.Name)
             }
-        return not called & here
+        return not called & here.keys()
 
     def small_call(self, expr: ast.Call) -> bool:
         """A call of a short straight-line function (lets, asserts, one `return` at the end) whose body this
         module can write: inlined, its derivative is a few statements in place, not a `_fwd` call that packs
         the values its `_bwd` call unpacks (the interpreter spends much of a small model's step on those)."""
-        import os
-
-        if os.environ.get("DL_NOINLINE"):
-            return False
         callee = self.type_of(expr.func)
         if expr.keywords or not isinstance(callee, FunctionRef) or callee.key not in self.typed.functions:
             return False
@@ -502,9 +497,7 @@ class ForwardSweep:
         """Whether the body of `decl`, of module `path`, can be written in this module: the names it takes from
         `path` and its imports are reachable through this module's imports, and no built-in it calls is
         shadowed here; no struct literal or annotation (which would name `path`'s types)."""
-        kinds = (ast.FnDecl, ast.Const, ast.StructDecl)
-        top = {d.name for d in self.round.program.modules[path].decls if isinstance(d, kinds)}
-        here = {d.name for d in self.round.program.modules[self.path].decls if isinstance(d, kinds)}
+        top, here = self.round.declared(path), self.round.declared(self.path)
         aliases = dict(self.round.program.imports.get(path, []))
         imported = {target for _, target in self.round.program.imports.get(self.path, [])}
         local = {p.name for p in decl.params} | {n.name for n in ast.walk(decl.body) if isinstance(n, ast.NamePattern)}
@@ -688,7 +681,7 @@ class ForwardSweep:
         return args
 
     def default_here(self, default: ast.Expr, path: str) -> ast.Expr:
-        """A default of a function in module `path` as this module writes it (see `qualified`)."""
+        """A default of a function in module `path` as this module writes it (see `rename`)."""
         return self.rename(default, {SOURCE: path})
 
     def rename(self, expr, env):
@@ -697,8 +690,7 @@ class ForwardSweep:
         module's alias of it (`helpers.SCALE`), and its aliases by this module's (`other.BASE`)."""
         source = env.get(SOURCE, self.path)
         if source != self.path:
-            kinds = (ast.FnDecl, ast.Const, ast.StructDecl)
-            top = {d.name for d in self.round.program.modules[source].decls if isinstance(d, kinds)}
+            top = self.round.declared(source)
             modules = dict(self.round.program.imports.get(source, []))  # the source module's aliases
         else:
             top, modules = set(), {}

@@ -30,8 +30,6 @@ from dl.lang.types import (
     FunctionRef,
 )
 
-DECLARATIONS = (ast.FnDecl, ast.StructDecl, ast.Const)  # what shadows a built-in across a module
-
 
 class Round:
     """Generates the derivative functions for a set of `grad` sites and rewrites the program."""
@@ -46,6 +44,7 @@ class Round:
         self.taken: dict[str, set[str]] = {path: module_names(m) for path, m in self.program.modules.items()}
         self.pending: list[Callable[[], list[ast.FnDecl]]] = []  # makers of the functions asked for
         self.modules_of: dict[int, str] | None = None  # id of a top-level function -> its module's path
+        self.declarations: dict[str, dict[str, ast.Decl]] = {}  # `declared`, by module path
 
     def run(self, sites: list[Site]) -> Program:
         replacements: dict[str, dict[int, object]] = {path: {} for path in self.program.modules}
@@ -80,7 +79,7 @@ class Round:
         of that name would have them call its own (the locals of generated code are renamed, declarations
         cannot be). Such a derivative is refused rather than computed wrong."""
         for path, node in written:
-            declared = {d.name: d for d in self.program.modules[path].decls if isinstance(d, DECLARATIONS)}
+            declared = self.declared(path)
             for call in walk_calls(node):
                 func = call.func
                 if not isinstance(func, ast.Name) or func.id not in declared or func.id not in BY_NAME:
@@ -94,6 +93,14 @@ class Round:
                     site.call.span,
                     (f"help: rename that `{func.id}`: the derivative `grad` writes there calls the built-in by name",),
                 )
+
+    def declared(self, path: str) -> dict[str, ast.Decl]:
+        """The functions, structs and constants module `path` declares, by name: what shadows a built-in of
+        that name throughout the module."""
+        if path not in self.declarations:
+            kinds = (ast.FnDecl, ast.StructDecl, ast.Const)
+            self.declarations[path] = {d.name: d for d in self.program.modules[path].decls if isinstance(d, kinds)}
+        return self.declarations[path]
 
     def module_of(self, decl: ast.FnDecl) -> str:
         """The path of the module that declares the top-level function `decl`."""
