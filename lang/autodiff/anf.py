@@ -6,6 +6,7 @@ written out, and each `if` and `while` recorded (records.py) for the backward sw
 from __future__ import annotations
 
 import dataclasses
+import itertools
 
 from dl.lang import ast
 from dl.lang.autodiff.lowering import contains_return
@@ -28,7 +29,7 @@ from dl.lang.autodiff.trees import (
 )
 from dl.lang.calls import bind_function
 from dl.lang.diagnostics import Span
-from dl.lang.primitives import NON_DIFFERENTIABLE, PRIMITIVES, Prim, Templates
+from dl.lang.primitives import BY_NAME, NON_DIFFERENTIABLE, PRIMITIVES, Prim, Templates
 from dl.lang.shapes import TREE_OPERATORS, arithmetic
 from dl.lang.types import (
     ANY,
@@ -45,6 +46,14 @@ EXPRESSIONS = (ast.Name, ast.Unary, ast.Binary, ast.Call, ast.Index, ast.Field)
 FORWARDS = 4  # `forwarded`: the most functions that pass a call on before it reaches a built-in
 SMALL = 16  # `small_call`: the most statements before the `return` of a function inlined into a derivative
 SOURCE = " module"  # the key of `env` naming the module whose code is read, where not this one (no identifier)
+
+
+def in_order(decl: ast.FnDecl, call: ast.Call) -> bool:
+    """Whether `call`'s arguments come in `decl`'s parameter order (keywords after the positional ones, in
+    order): written in parameter order, they are evaluated as the call evaluates them."""
+    positions = {p.name: i for i, p in enumerate(decl.params)}
+    order = [*range(len(call.args)), *(positions.get(k.name, -1) for k in call.keywords)]
+    return all(a < b for a, b in itertools.pairwise(order)) and -1 not in order
 
 
 class ForwardSweep:
@@ -427,8 +436,9 @@ class ForwardSweep:
                 return None
             inner = body[0].value
             passed = [*inner.args, *(k.value for k in inner.keywords)]
-            names = {p.name for p in decl.params}
-            if not all(isinstance(a, ast.Name) and a.id in names for a in passed) or len(passed) != len(names):
+            if [getattr(a, "id", None) for a in passed] != [p.name for p in decl.params]:
+                return None  # each parameter once, in order: the arguments are evaluated as the call would
+            if not in_order(decl, call):
                 return None
             given = [a for a, _ in self.user_arguments(decl, path, call)]
             values = dict(zip((p.name for p in decl.params), given, strict=True))
@@ -483,7 +493,7 @@ class ForwardSweep:
             return False
         if not all(self.settled_type(node) for node in ast.walk(decl.body) if isinstance(node, EXPRESSIONS)):
             return False  # checked for calls of other types too: its split functions are checked at each call
-        return path == self.path or self.writable_here(decl, path)
+        return self.writable_here(decl, path)
 
     def settled_type(self, node: ast.Expr) -> bool:
         """Whether the checker gave `node` one type (not `Any`, as for a join of the calls of its function); a
@@ -494,25 +504,44 @@ class ForwardSweep:
         return not isinstance(found, AnyType)
 
     def writable_here(self, decl: ast.FnDecl, path: str) -> bool:
-        """Whether the body of `decl`, of module `path`, can be written in this module: the names it takes from
-        `path` and its imports are reachable through this module's imports, and no built-in it calls is
-        shadowed here; no struct literal or annotation (which would name `path`'s types)."""
+        """Whether the body of `decl`, of module `path`, can be written in this function of this module and mean
+        what it means there: the names it takes from `path` and its imports are reachable through this
+        module's imports, under names this function's parameters do not take; no local of it is also one of
+        those names; no dimension of its annotations is read as a value (`float(N)`: the caller's `N` is
+        another); no struct literal or annotation (which would name `path`'s types). In another module, the
+        caller's module declares no built-in's name: the rules of the body's operations call built-ins."""
         top, here = self.round.declared(path), self.round.declared(self.path)
         aliases = dict(self.round.program.imports.get(path, []))
-        imported = {target for _, target in self.round.program.imports.get(self.path, [])}
+        imports = self.round.program.imports.get(self.path, [])
+        params = {p.name for p in self.decl.params}  # kept by name in generated code, unlike other locals
         local = {p.name for p in decl.params} | {n.name for n in ast.walk(decl.body) if isinstance(n, ast.NamePattern)}
+        annotations = tuple(p.annotation for p in decl.params if p.annotation is not None)
+        dims = {n.name for n in ast.walk(annotations) if isinstance(n, ast.DimName)}
+        if local & (set(top) | set(aliases)) or (path != self.path and any(name in BY_NAME for name in here)):
+            return False
         for node in ast.walk(decl.body):
             if isinstance(node, ast.StructLiteral) or (isinstance(node, ast.Let) and node.annotation is not None):
                 return False
             if not isinstance(node, ast.Name) or node.id in local:
                 continue
-            if node.id in top and path not in imported:
+            if node.id in dims:
                 return False
-            if node.id in aliases and aliases[node.id] not in imported:
+            if path == self.path:
+                if node.id in top and node.id in params:
+                    return False
+                continue
+            if node.id in top and not self.reachable(path, imports, params):
+                return False
+            if node.id in aliases and not self.reachable(aliases[node.id], imports, params):
                 return False
             if node.id not in top and node.id not in aliases and node.id in here:
                 return False  # a built-in (or the checker's name) that this module's own declaration shadows
         return True
+
+    @staticmethod
+    def reachable(target: str, imports: list[tuple[str, str]], params: set[str]) -> bool:
+        """Whether this module imports module `target` under an alias the function's parameters leave free."""
+        return any(path == target and alias not in params for alias, path in imports)
 
     def inline(self, decl, captured: dict[str, str], expr: ast.Call, env, sweep: Sweep, hint: str) -> ast.Expr:
         """A call of a closure (a local function, an anonymous function bound by `let`, or a function given
@@ -702,18 +731,26 @@ class ForwardSweep:
                 if env[node.id] != node.id:
                     replacements[id(node)] = ast.Name(env[node.id], node.span)
             elif node.id in top:
-                replacements[id(node)] = self.round.reference(self.path, source, node.id, node.span)
+                replacements[id(node)] = self.shadowless(self.round.reference(self.path, source, node.id, node.span))
             elif node.id in modules:
                 here = [a for a, target in self.round.program.imports.get(self.path, []) if target == modules[node.id]]
                 if not here:
                     raise NotDifferentiable(f"`grad` needs `{modules[node.id]}` imported here", node.span)
-                replacements[id(node)] = ast.Name(here[0], node.span)
+                replacements[id(node)] = self.shadowless(ast.Name(here[0], node.span))
         if not replacements:
             return expr
         renamed = ast.replace_nodes(expr, replacements)
         if source != self.path:
             self.node_types.carry(expr, renamed)
         return renamed
+
+    def shadowless(self, reference: ast.Expr) -> ast.Expr:
+        """`reference` (`alias.name` or `alias`), unless a parameter of this function takes the alias's name."""
+        alias = reference.target if isinstance(reference, ast.Field) else reference
+        if isinstance(alias, ast.Name) and alias.id in {p.name for p in self.decl.params}:
+            message = f"`grad` needs the module `{alias.id}` here, where a parameter takes its name"
+            raise NotDifferentiable(message, alias.span)
+        return reference
 
     def compound(self, stmt: ast.If | ast.While, env, sweep: Sweep, effects: bool) -> None:
         carried = [env[user] for user in assigned_outer(stmt, env)]
