@@ -37,6 +37,7 @@ from dl.lang.types import (
     FunctionRef,
     PrimitiveRef,
     StructType,
+    TensorType,
     TupleType,
     Type,
     strong,
@@ -44,6 +45,7 @@ from dl.lang.types import (
 
 EXPRESSIONS = (ast.Name, ast.Unary, ast.Binary, ast.Call, ast.Index, ast.Field)
 FORWARDS = 4  # `forwarded`: the most functions that pass a call on before it reaches a built-in
+RANKED = frozenset({Prim.MATMUL, Prim.EINSUM, Prim.TRANSPOSE, Prim.SWAPAXES})  # `rank_sensitive`
 SMALL = 16  # `small_call`: the most statements before the `return` of a function inlined into a derivative
 SOURCE = " module"  # the key of `env` naming the module whose code is read, where not this one (no identifier)
 
@@ -231,8 +233,40 @@ class ForwardSweep:
         names = self.round.split_names(decl, path)
         if names is None:
             return None
+        self.check_one_body(decl, path, original)
         span = original.span
         return tuple(self.round.reference(self.path, path, function, span) for function in names)
+
+    def check_one_body(self, decl: ast.FnDecl, path: str, call: ast.Call) -> None:
+        """A split function's `_fwd` and `_bwd` are written once, from the types the checker recorded for its
+        body: those of one of its calls. Where a call gives a parameter another rank and the body has an
+        operation whose derivative depends on ranks (`@`, `transpose`, ...), that derivative would be another
+        one, and is refused rather than computed wrong."""
+        if not any(self.rank_sensitive(d) for d in (decl, *self.round.reached(decl))):
+            return
+        for param, (arg, default) in zip(decl.params, self.user_arguments(decl, path, call), strict=True):
+            here = None if default else self.type_of(arg)
+            reads = (n for n in ast.walk(decl.body) if isinstance(n, ast.Name) and n.id == param.name)
+            seen = next((self.type_of(n) for n in reads), None)
+            if isinstance(here, TensorType) and isinstance(seen, TensorType) and here.rank != seen.rank:
+                raise NotDifferentiable(
+                    f"`grad` cannot yet differentiate this call of `{decl.name}`: it gives `{param.name}` {here}, "
+                    f"where another call gives it {seen}, and the derivative of `{decl.name}`, written once, "
+                    "depends on that rank",
+                    call.span,
+                    (f"help: call a copy of `{decl.name}` for each rank",),
+                )
+
+    def rank_sensitive(self, decl: ast.FnDecl | ast.Lambda) -> bool:
+        """Whether `decl`'s body has an operation whose derivative is written for its operands' ranks."""
+        for node in ast.walk(decl.body):
+            if isinstance(node, ast.Binary) and node.op == "@":
+                return True
+            if isinstance(node, ast.Call):
+                callee = self.type_of(node.func)
+                if isinstance(callee, PrimitiveRef) and callee.prim in RANKED:
+                    return True
+        return False
 
     def split_atom(self, rhs: ast.Call, original, split, sweep: Sweep, hint: str) -> ast.Name:
         """`let pair = g_fwd(args); let result = pair[0]`: the call's backward is `g_bwd(args, pair[1], d)`."""
