@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 NOISY = """
@@ -104,3 +105,23 @@ def test_a_function_reading_its_annotation_s_dimension_is_not_written_in_place(d
     pasted = tmp_path / "pasted.dl"
     pasted.write_text(source + printed + main.replace("grad(f)", "f_grad"))
     assert dlrun(str(pasted)) == (0, expected, "")
+
+
+def test_a_call_leaving_arguments_to_defaults_is_written_in_place(dlrun, tmp_path: Path) -> None:
+    """`lib.norm(x)` leaves `eps` to its default, `lib`'s const `EPS`: the body is written in place with the
+    default named through `import lib` (`lib.EPS`), and the gradient is the one of the formula."""
+    (tmp_path / "lib.dl").write_text(
+        "const EPS = 0.5f64\n\nfn norm(x, eps = EPS) {\n    let s = sum(x * x) + eps\n    return x / sqrt(s)\n}\n"
+    )
+    (tmp_path / "main.dl").write_text(
+        "import lib\n\nfn f(x: f64[3]) -> f64 {\n    return sum(lib.norm(x) * x)\n}\n\n"
+        "fn main() {\n    print(grad(f)([0.3f64, -0.4f64, 1.2f64]))\n}\n"
+    )
+    status, printed, err = dlrun("grad", str(tmp_path / "main.dl"), "--fn", "f")
+    assert (status, err) == (0, "") and "lib.EPS" in printed and "_fwd" not in printed
+    status, out, err = dlrun(str(tmp_path / "main.dl"))
+    assert (status, err) == (0, "")
+    x = np.array([0.3, -0.4, 1.2])
+    s = (x * x).sum() + 0.5  # f = (x . x) / sqrt(s): its gradient is 2x / sqrt(s) - (x . x) x / s^1.5
+    expected = 2 * x / np.sqrt(s) - (x @ x) * x / s**1.5
+    np.testing.assert_allclose([float(v) for v in out.strip(" []\n").split()], expected, rtol=1e-7)

@@ -517,7 +517,8 @@ class ForwardSweep:
         if not isinstance(decl, ast.FnDecl) or id(decl) in self.local_functions or id(decl) in self.inlining:
             return False
         *body, last = decl.body.body or (None,)
-        if len(expr.args) != len(decl.params) or len(body) >= SMALL or not isinstance(last, ast.Return):
+        missing = decl.params[len(expr.args) :]
+        if any(p.default is None for p in missing) or len(body) >= SMALL or not isinstance(last, ast.Return):
             return False
         if last.value is None or not all(isinstance(s, (ast.Let, ast.ExprStmt)) for s in body):
             return False
@@ -527,7 +528,7 @@ class ForwardSweep:
             return False
         if not all(self.settled_type(node) for node in ast.walk(decl.body) if isinstance(node, EXPRESSIONS)):
             return False  # checked for calls of other types too: its split functions are checked at each call
-        return self.writable_here(decl, path)
+        return self.writable_here(decl, path, tuple(p.default for p in missing))
 
     def settled_type(self, node: ast.Expr) -> bool:
         """Whether the checker gave `node` one type (not `Any`, as for a join of the calls of its function); a
@@ -537,7 +538,7 @@ class ForwardSweep:
             return isinstance(node, ast.Name)
         return not isinstance(found, AnyType)
 
-    def writable_here(self, decl: ast.FnDecl, path: str) -> bool:
+    def writable_here(self, decl: ast.FnDecl, path: str, defaults: tuple[ast.Expr, ...] = ()) -> bool:
         """Whether the body of `decl`, of module `path`, can be written in this function of this module and mean
         what it means there: the names it takes from `path` and its imports are reachable through this
         module's imports, under names this function's parameters do not take; no local of it is also one of
@@ -553,7 +554,7 @@ class ForwardSweep:
         dims = {n.name for n in ast.walk(annotations) if isinstance(n, ast.DimName)}
         if local & (set(top) | set(aliases)) or (path != self.path and any(name in BY_NAME for name in here)):
             return False
-        for node in ast.walk(decl.body):
+        for node in ast.walk((decl.body, defaults)):  # the defaults the call leaves to `decl` too
             if isinstance(node, ast.StructLiteral) or (isinstance(node, ast.Let) and node.annotation is not None):
                 return False
             if not isinstance(node, ast.Name) or node.id in local:
@@ -585,9 +586,19 @@ class ForwardSweep:
         inner = dict(captured)
         if isinstance(decl, ast.FnDecl) and id(decl) not in self.local_functions:
             inner[SOURCE] = self.round.module_of(decl)  # its names are its module's, wherever it is inlined
-        if expr.keywords or len(expr.args) != len(decl.params):
+        missing = decl.params[len(expr.args) :]
+        defaulted = SOURCE in inner and all(p.default is not None for p in missing)  # a top-level function's
+        if expr.keywords or len(expr.args) > len(decl.params) or (missing and not defaulted):
             raise NotDifferentiable("`grad` needs this call to pass every argument by position", expr.span)
-        for param, arg in zip(decl.params, expr.args, strict=True):
+        for position, param in enumerate(decl.params):
+            if position >= len(expr.args):  # a default sees its own module, none of the caller's variables
+                arg = self.default_here(param.default, inner[SOURCE])
+                atom = self.atom(arg, {}, sweep, param.name)
+                if not isinstance(atom, ast.Name):
+                    atom = self.atom_of_operation(self.settled_literal(atom), arg, sweep, param.name, record=False)
+                inner[param.name] = atom.id
+                continue
+            arg = expr.args[position]
             if self.bind_function_argument(param.name, arg, env, inner):
                 continue
             atom = self.atom(arg, env, sweep, param.name)
