@@ -22,7 +22,7 @@ def last_reads(params: tuple[str, ...], body: tuple[ast.Stmt, ...]) -> frozenset
     for stmt in body:
         for node in ast.walk_scope(stmt):
             if isinstance(node, (ast.Let, ast.For)):
-                declared.update(pattern_names(node.pattern))
+                declared.update(n.name for n in ast.pattern_names(node.pattern))
             elif isinstance(node, ast.FnDecl):  # a local function
                 declared[node.name] += 1
     single = {name for name, count in declared.items() if count == 1}
@@ -69,9 +69,3 @@ def occurrences(stmt: ast.Stmt) -> list[tuple[ast.Name, bool]]:
             continue
         stack.extend((child, inside) for child in ast.children(node))
     return found
-
-
-def pattern_names(pattern: ast.Pattern) -> list[str]:
-    if isinstance(pattern, ast.NamePattern):
-        return [pattern.name]
-    return [name for item in pattern.items for name in pattern_names(item)]

@@ -460,6 +460,15 @@ def walk_scope(node: object) -> Iterator[object]:
         stack.extend(reversed(list(children(current))))
 
 
+def pattern_names(pattern: Pattern) -> Iterator[NamePattern]:
+    """The names a `let` or `for` pattern binds, in order."""
+    if isinstance(pattern, NamePattern):
+        yield pattern
+    else:
+        for item in pattern.items:
+            yield from pattern_names(item)
+
+
 def root_name(target: Expr) -> str | None:
     """The variable an assignment target changes: `x` of `x`, `x[i]`, `x.w[0]`."""
     while isinstance(target, (Field, Index)):

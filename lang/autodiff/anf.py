@@ -24,7 +24,6 @@ from dl.lang.autodiff.trees import (
     is_active,
     let,
     name,
-    pattern_names,
     tuple_of,
 )
 from dl.lang.calls import bind_function
@@ -45,7 +44,6 @@ from dl.lang.types import (
 
 EXPRESSIONS = (ast.Name, ast.Unary, ast.Binary, ast.Call, ast.Index, ast.Field)
 FORWARDS = 4  # `forwarded`: the most functions that pass a call on before it reaches a built-in
-RANKED = frozenset({Prim.MATMUL, Prim.EINSUM, Prim.TRANSPOSE, Prim.SWAPAXES})  # `rank_sensitive`
 SMALL = 16  # `small_call`: the most statements before the `return` of a function inlined into a derivative
 SOURCE = " module"  # the key of `env` naming the module whose code is read, where not this one (no identifier)
 
@@ -242,7 +240,7 @@ class ForwardSweep:
         body: those of one of its calls. Where a call gives a parameter another rank and the body has an
         operation whose derivative depends on ranks (`@`, `transpose`, ...), that derivative would be another
         one, and is refused rather than computed wrong."""
-        if not any(self.rank_sensitive(d) for d in (decl, *self.round.reached(decl))):
+        if not self.round.rank_sensitive(decl):
             return
         for param, (arg, default) in zip(decl.params, self.user_arguments(decl, path, call), strict=True):
             here = None if default else self.type_of(arg)
@@ -256,17 +254,6 @@ class ForwardSweep:
                     call.span,
                     (f"help: call a copy of `{decl.name}` for each rank",),
                 )
-
-    def rank_sensitive(self, decl: ast.FnDecl | ast.Lambda) -> bool:
-        """Whether `decl`'s body has an operation whose derivative is written for its operands' ranks."""
-        for node in ast.walk(decl.body):
-            if isinstance(node, ast.Binary) and node.op == "@":
-                return True
-            if isinstance(node, ast.Call):
-                callee = self.type_of(node.func)
-                if isinstance(callee, PrimitiveRef) and callee.prim in RANKED:
-                    return True
-        return False
 
     def split_atom(self, rhs: ast.Call, original, split, sweep: Sweep, hint: str) -> ast.Name:
         """`let pair = g_fwd(args); let result = pair[0]`: the call's backward is `g_bwd(args, pair[1], d)`."""
@@ -830,7 +817,7 @@ class ForwardSweep:
         tape = self.fresh("kept")
         sweep.stmts.append(let(tape, call("tape")))
         lets = [s for s in body.stmts if isinstance(s, ast.Let) and isinstance(s.pattern, ast.NamePattern)]
-        written = {n.name for s in body.stmts if isinstance(s, ast.Let) for n in pattern_names(s.pattern)}
+        written = {n.name for s in body.stmts if isinstance(s, ast.Let) for n in ast.pattern_names(s.pattern)}
         assigned = ast.assigned_names(tuple(body.stmts))
         push = assign(name(tape), name(tape))  # `push(tape, values)` once the backward sweep says which
         return Kept(body.records, inner, written | assigned, tape, push, lets, assigned)

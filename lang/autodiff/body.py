@@ -23,7 +23,6 @@ from dl.lang.autodiff.trees import (
     is_active,
     let,
     name,
-    pattern_names,
     tuple_of,
     unused_name,
 )
@@ -206,7 +205,7 @@ class FunctionBody(ForwardSweep, BackwardSweep):
         forward = self.with_kept_values(sweep.stmts)
         lets = [s for s in forward if isinstance(s, ast.Let) and isinstance(s.pattern, ast.NamePattern)]
         assigned = ast.assigned_names(tuple(forward))
-        written = {n.name for s in forward if isinstance(s, ast.Let) for n in pattern_names(s.pattern)}
+        written = {n.name for s in forward if isinstance(s, ast.Let) for n in ast.pattern_names(s.pattern)}
         written |= assigned & params
         values, views = kept_or_made(lets, ast.free_names(tuple(back)) & written, written, assigned, self.is_view)
         kept_values = tuple_of(list(map(name, values))) if values else ast.TupleLiteral(())

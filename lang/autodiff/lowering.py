@@ -16,7 +16,6 @@ from dl.lang.autodiff.trees import (
     let,
     name,
     not_any,
-    pattern_names,
     placeholder,
 )
 from dl.lang.check import zips
@@ -229,7 +228,7 @@ def lift_returns(stmts: list[ast.Stmt]) -> list[ast.Stmt]:
             read_after = ast.free_names(tuple(rest))
             for branch in (stmt.then.body, as_stmts(stmt.orelse)):
                 for shadow in (s for s in branch if isinstance(s, ast.Let)):
-                    for p in pattern_names(shadow.pattern):
+                    for p in ast.pattern_names(shadow.pattern):
                         if p.name in read_after:
                             raise NotDifferentiable(
                                 f"`grad` cannot yet differentiate a `let {p.name}` in a branch of an `if` that "

@@ -24,11 +24,14 @@ from dl.lang.autodiff.trim import trim
 from dl.lang.check import Typed
 from dl.lang.diagnostics import UNKNOWN_SPAN, Diagnostic, DiagnosticError, Span, error
 from dl.lang.modules import Program
-from dl.lang.primitives import BY_NAME
+from dl.lang.primitives import BY_NAME, Prim
 from dl.lang.types import (
     ANY,
     FunctionRef,
+    PrimitiveRef,
 )
+
+RANKED = frozenset({Prim.MATMUL, Prim.EINSUM, Prim.TRANSPOSE, Prim.SWAPAXES})  # `rank_sensitive`
 
 
 class Round:
@@ -39,6 +42,7 @@ class Round:
         self.existing_backs = backs if backs is not None else {}
         self.effectful_names: frozenset[str] | None = None
         self.effects_of: dict[int, bool] = {}  # id of a function -> `has_effects`
+        self.ranked_of: dict[int, bool] = {}  # id of a function -> `rank_sensitive`
         self.program = typed.program
         self.added: dict[str, list[ast.FnDecl]] = {path: [] for path in self.program.modules}
         self.taken: dict[str, set[str]] = {path: module_names(m) for path, m in self.program.modules.items()}
@@ -260,6 +264,20 @@ class Round:
             functions = (decl, *self.reached(decl))
             self.effects_of[id(decl)] = any(isinstance(n, ast.ExprStmt) for d in functions for n in ast.walk(d.body))
         return self.effects_of[id(decl)]
+
+    def rank_sensitive(self, decl: ast.FnDecl) -> bool:
+        """Does `decl`, or a function it calls, have an operation whose derivative is written for its operands'
+        ranks (`@`, `transpose`, `einsum`, `swapaxes`)? (Asked at every split call: answered once per function.)"""
+        if id(decl) not in self.ranked_of:
+            nodes = (n for d in (decl, *self.reached(decl)) for n in ast.walk(d.body))
+            self.ranked_of[id(decl)] = any(self.ranked(n) for n in nodes)
+        return self.ranked_of[id(decl)]
+
+    def ranked(self, node: object) -> bool:
+        if isinstance(node, ast.Binary):
+            return node.op == "@"
+        callee = self.typed.type_of(node.func) if isinstance(node, ast.Call) else None
+        return isinstance(callee, PrimitiveRef) and callee.prim in RANKED
 
     def reached(self, decl: ast.FnDecl) -> Iterator[ast.FnDecl]:
         """The functions `decl` calls, directly or through others, each once."""

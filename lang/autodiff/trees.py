@@ -4,8 +4,6 @@ and `NotDifferentiable`, how the transform says what it cannot differentiate.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 from dl.lang import ast
 from dl.lang.check import has_float
 from dl.lang.diagnostics import UNKNOWN_SPAN, Span
@@ -129,18 +127,10 @@ def placeholder(t: Type, span: Span) -> ast.Expr:
     )
 
 
-def pattern_names(pattern: ast.Pattern) -> Iterator[ast.NamePattern]:
-    if isinstance(pattern, ast.NamePattern):
-        yield pattern
-    else:
-        for item in pattern.items:
-            yield from pattern_names(item)
-
-
 def declared_names(stmt: ast.Stmt) -> list[str]:
     """The names a statement declares in its block: a `let`'s, a local function's."""
     if isinstance(stmt, ast.Let):
-        return [p.name for p in pattern_names(stmt.pattern)]
+        return [p.name for p in ast.pattern_names(stmt.pattern)]
     if isinstance(stmt, ast.FnDecl):
         return [stmt.name]
     return []
