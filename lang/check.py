@@ -143,6 +143,7 @@ class Tables:
     bindings: dict[int, Binding] = field(default_factory=dict)
     functions: dict[int, tuple[ast.FnDecl | ast.Lambda, str]] = field(default_factory=dict)
     dimension_reads: dict[int, dict[str, DimSource]] = field(default_factory=dict)
+    varied: dict[int, Type] = field(default_factory=dict)
 
     def frozen(self, program: Program) -> Typed:
         return Typed(
@@ -156,6 +157,7 @@ class Tables:
             MappingProxyType(self.bindings),
             MappingProxyType(self.functions),
             MappingProxyType(self.dimension_reads),
+            MappingProxyType(self.varied),
         )
 
 
@@ -185,6 +187,10 @@ class Typed:
     # id of a FnDecl -> the dimension names of its signature its body reads as values, with where each is
     # found in its parameters (lang/dimensions.py binds them at the start of the body)
     dimension_reads: Mapping[int, Mapping[str, DimSource]] = field(default_factory=lambda: NOTHING)
+    # id of a node of a function checked for calls of several types, typed otherwise by each -> a type that
+    # holds for all of them (dimensions they disagree on unknown; `Any` where ranks or dtypes differ). `types`
+    # has the last call's type: a pass that writes one piece of code for every call reads this one.
+    varied: Mapping[int, Type] = field(default_factory=lambda: NOTHING)
 
     def with_diagnostics(self, diagnostics) -> Typed:
         return replace(self, diagnostics=tuple(diagnostics))
@@ -402,7 +408,9 @@ class NodeTypes:
         self.given: dict[int, Type] = {}
 
     def of(self, node: object) -> Type | None:
-        found = self.given.get(id(node))
+        """Its type; for a node of a function checked for calls of several types that typed it differently,
+        one that holds for each (`Typed.varied`): what is written from it must be right for every call."""
+        found = self.given.get(id(node)) or self.typed.varied.get(id(node))
         return found if found is not None else self.typed.type_of(node)
 
     def give(self, node: object, t: Type) -> None:
@@ -457,6 +465,13 @@ class Checker:
         self.literal_lets_of: dict[int, dict[str, str]] = {}
         self.dimension_sources_of: dict[int, dict[str, DimSource]] = {}
         self.trials = 0
+        # The body being checked, for the argument types of one call (`checked_body`), numbered in the order
+        # first seen; the first such check that gave each node a definite type, with that type; and for a node
+        # that checks of other bodies typed too, each one's type (`varied_types`)
+        self.body_now: tuple | None = None
+        self.body_numbers: dict[tuple | None, int] = {}
+        self.first_typed: dict[int, tuple[int, Type]] = {}
+        self.typed_by_body: dict[int, dict[int, Type]] = {}
         self.instance_log: list[tuple] = []
         self.signature_log: list[int] = []
         self.literal_log: list[int] = []
@@ -484,6 +499,7 @@ class Checker:
         self.tables.diagnostics.sort(
             key=lambda d: (d.span.path != self.program.entry, d.span.path, d.span.line, d.span.column)
         )
+        self.tables.varied = self.varied_types()
         return self.tables.frozen(self.program)
 
     def report(self, diagnostic: Diagnostic) -> None:
@@ -909,6 +925,9 @@ class Checker:
         outer_pass = self.check_pass
         self.pass_count += 1
         self.check_pass = self.pass_count
+        outer_body = self.body_now
+        captured = tuple(sorted(function.environment.items(), key=lambda item: item[0])) if function.environment else ()
+        self.body_now = (id(decl), tuple(params), captured)
         if any(isinstance(param, AnyType) for param in params):
             self.vague_passes.add(self.check_pass)
         self.check_unique_params(decl)
@@ -948,6 +967,7 @@ class Checker:
             self.silent = silent
             self.literals = literals
             self.check_pass = outer_pass
+            self.body_now = outer_body
 
     def check_unique_params(self, decl: ast.FnDecl | ast.Lambda) -> None:
         seen: set[str] = set()
@@ -1514,9 +1534,27 @@ class Checker:
 
     def record_type(self, node, t: Type) -> None:
         """Remember a node's type; a type found while checking another instantiation replaces it, but
-        `_` (a recursive call not yet known) never replaces a known type."""
+        `_` (a recursive call not yet known) never replaces a known type. A node two instantiations type
+        differently is marked `varied` (a trial check's types are replaced by the real one's, and do not count)."""
         if not isinstance(t, AnyType) or id(node) not in self.tables.types:
             self.tables.types[id(node)] = t
+        if not self.trials and self.check_pass not in self.vague_passes and definite(t):
+            body = self.body_numbers.setdefault(self.body_now, len(self.body_numbers))
+            first = self.first_typed.setdefault(id(node), (body, t))
+            if first[0] != body:
+                self.typed_by_body.setdefault(id(node), {first[0]: first[1]})[body] = t
+
+    def varied_types(self) -> dict[int, Type]:
+        """For each node that checks of its function for calls of other types typed differently, a type that
+        holds for each call: `Any` where their ranks or dtypes differ, else their dimensions, with one that
+        differs between calls named for its size in each (two nodes with the same sizes in every call get the
+        same name, and so one shape: `x + b` where both are [B, 128] in one call and [B, 10] in another)."""
+        varied = {}
+        for node, by_body in self.typed_by_body.items():
+            types = list(by_body.items())
+            if any(t != types[0][1] for _, t in types):
+                varied[node] = common_type(types)
+        return varied
 
     def expression_type(self, expr: ast.Expr, scope: Scope, context: Context) -> Type:
         match expr:
@@ -2320,6 +2358,54 @@ def has_float(t: Type) -> bool:
         case AnyType():
             return True
     return False
+
+
+def definite(t: Type) -> bool:
+    """A tensor type, or a tuple or struct of them: no `Any` in it."""
+    match t:
+        case TensorType():
+            return True
+        case TupleType(items=items):
+            return all(definite(item) for item in items)
+        case StructType(fields=fields):
+            return all(definite(field_type) for _, field_type in fields)
+    return False
+
+
+def common_type(types: list[tuple[int, Type]]) -> Type:
+    """One type for a node's types in several checks (numbered): see `Checker.varied_types`."""
+    first = types[0][1]
+    match first:
+        case TensorType(dtype=dtype, dims=dims):
+            if any(not isinstance(t, TensorType) or t.dtype != dtype or t.rank != len(dims) for _, t in types):
+                return ANY
+            return TensorType(dtype, common_dims([(number, t.dims) for number, t in types]))
+        case TupleType(items=items):
+            if any(not isinstance(t, TupleType) or len(t.items) != len(items) for _, t in types):
+                return ANY
+            return TupleType(
+                tuple(common_type([(n, t.items[i]) for n, t in types]) for i in range(len(items)))  # type: ignore[union-attr]
+            )
+        case StructType(name=name, module=module):
+            if any(not isinstance(t, StructType) or (t.name, t.module) != (name, module) for _, t in types):
+                return ANY
+            return first.with_sizes(common_dims([(n, t.sizes) for n, t in types]))  # type: ignore[union-attr]
+    return ANY
+
+
+def common_dims(dims: list[tuple[int, tuple[Dim, ...]]]) -> tuple[Dim, ...]:
+    """Each axis's dimension where every check agrees on it, else one named for its size in each check."""
+    common: list[Dim] = []
+    for axis, dim in enumerate(dims[0][1]):
+        sizes = [(number, found[axis]) for number, found in dims]
+        if all(size == dim for _, size in sizes):
+            common.append(dim)
+        else:
+            common.append(DimVar("|".join(f"{number}:{size}" for number, size in sizes), VARIED_DIM))
+    return tuple(common)
+
+
+VARIED_DIM = -1  # the `instance` of a dimension `common_dims` names
 
 
 def any_dims(t: Type) -> Type:

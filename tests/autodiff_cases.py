@@ -1634,6 +1634,78 @@ fn f(x, w1, b1, w2) {
 )
 
 case(
+    "helper_of_several_shapes",
+    "calls",
+    """
+fn mix(a, b) {
+    let c = a * b
+    return c + b
+}
+
+fn gate(a, b, flag: bool) {
+    let c = a * b
+    if flag {
+        c = c * 2.0f64
+    }
+    return c + b
+}
+
+fn f(x, s, m) {
+    let u = mix(x, s)
+    let v = mix(x, x)
+    let w = mix(s, s)
+    let p = gate(m, x, true)
+    let q = gate(s, m, false)
+    return sum(u * v) + w + sum(p * m) + sum(q * q)
+}
+""",
+    (normal(118, 3), np.float64(0.7), normal(119, 3, 3)),
+    lambda x, s, m: helper_of_several_shapes(x, s, m),
+    wrt=(0, 1, 2),
+    notes="one helper called with a vector and a scalar, two vectors, two scalars: its derivative, written in "
+    "place or split into `_fwd` and `_bwd`, sums each broadcast back to its operand's shape in every call",
+)
+
+
+case(
+    "recursive_helper_of_several_shapes",
+    "calls",
+    """
+fn power(a, b, n: i64) {
+    if n == 0 {
+        return a * 0.0f64 + b
+    }
+    return power(a, b, n - 1) * a + b
+}
+
+fn f(x, s) {
+    return sum(power(x, s, 2)) + power(s, s, 2) + sum(power(x, x, 1))
+}
+""",
+    (normal(120, 3), np.float64(0.7)),
+    lambda x, s: recursive_power(x, s, 2).sum() + recursive_power(s, s, 2) + recursive_power(x, x, 1).sum(),
+    wrt=(0, 1),
+    notes="a recursive helper (differentiated by `power_back`) called with a vector and a scalar, and others",
+)
+
+
+def recursive_power(a, b, n):
+    return a * 0.0 + b if n == 0 else recursive_power(a, b, n - 1) * a + b
+
+
+def helper_of_several_shapes(x, s, m):
+    def mix(a, b):
+        return a * b + b
+
+    def gate(a, b, flag):
+        c = a * b
+        return (c * 2.0 if flag else c) + b
+
+    p, q = gate(m, x, True), gate(s, m, False)
+    return (mix(x, s) * mix(x, x)).sum() + mix(s, s) + (p * m).sum() + (q * q).sum()
+
+
+case(
     "recursive_power",
     "recursion",
     """

@@ -245,7 +245,7 @@ class ForwardSweep:
         for param, (arg, default) in zip(decl.params, self.user_arguments(decl, path, call), strict=True):
             here = None if default else self.type_of(arg)
             reads = (n for n in ast.walk(decl.body) if isinstance(n, ast.Name) and n.id == param.name)
-            seen = next((self.type_of(n) for n in reads), None)
+            seen = next((self.typed.type_of(n) for n in reads), None)  # the type of the call checked last
             if isinstance(here, TensorType) and isinstance(seen, TensorType) and here.rank != seen.rank:
                 raise NotDifferentiable(
                     f"`grad` cannot yet differentiate this call of `{decl.name}`: it gives `{param.name}` {here}, "

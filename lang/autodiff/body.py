@@ -220,7 +220,7 @@ class FunctionBody(ForwardSweep, BackwardSweep):
     def parameters(self) -> dict[str, str]:
         env = {}
         for param in self.decl.params:
-            self.types[param.name] = self.typed.type_of(param) or ANY
+            self.types[param.name] = self.node_types.of(param) or ANY
             env[param.name] = param.name
         return env
 
@@ -243,7 +243,7 @@ class FunctionBody(ForwardSweep, BackwardSweep):
     def return_type(self, stmts: list[ast.Stmt]) -> Type:
         for node in ast.walk(tuple(stmts)):
             if isinstance(node, ast.Return) and node.value is not None:
-                found = self.typed.type_of(node.value)
+                found = self.node_types.of(node.value)
                 if found is not None and not isinstance(found, AnyType):
                     return found
         return ANY

@@ -177,14 +177,14 @@ class Lowering:
         pattern = stmt.pattern
         if isinstance(pattern, ast.NamePattern):
             element = ast.Index(name(items), (name(index),))
-            body.node_types.give(element, body.typed.type_of(pattern) or ANY)
+            body.node_types.give(element, body.node_types.of(pattern) or ANY)
             return [ast.Let(pattern, None, element, stmt.span)]
         iterable_type = body.type_of(stmt.iterable)
         if isinstance(iterable_type, TupleType) and len(iterable_type.items) == len(pattern.items):
             lets = []
             for position, item in enumerate(pattern.items):
                 element = ast.Index(ast.Index(name(items), (ast.IntLiteral(position),)), (name(index),))
-                body.node_types.give(element, body.typed.type_of(item) or ANY)
+                body.node_types.give(element, body.node_types.of(item) or ANY)
                 lets.append(ast.Let(item, None, element, stmt.span))
             return lets
         raise NotDifferentiable("`grad` cannot yet differentiate this kind of `for` loop", stmt.span)

@@ -36,6 +36,7 @@ from dl.lang.types import (
     TensorType,
     TupleType,
     Type,
+    Unknown,
 )
 
 
@@ -192,7 +193,8 @@ class BackwardSweep:
         result_type = self.type_of(like) if like is not None else None
         same = isinstance(operand_type, TensorType) and isinstance(result_type, TensorType)
         widened = same and operand_type.dtype != result_type.dtype and not operand_type.weak
-        if same and operand_type.dims == result_type.dims and not widened:
+        known = same and not any(isinstance(d, Unknown) for d in operand_type.dims)  # `_` may be any size
+        if known and operand_type.dims == result_type.dims and not widened:
             return contribution
         return call("unbroadcast", contribution, operand)
 
@@ -385,7 +387,7 @@ class BackwardSweep:
         kept = isinstance(keepdims, ast.BoolLiteral) and keepdims.value
         whole = axis is None or (isinstance(axis, ast.Name) and axis.id == "none")
         if rank is None and not (whole or kept):
-            raise NotDifferentiable(f"`grad` needs the rank of the argument of `{primitive.name}`", span)
+            raise self.rank_unknown(f"`grad` needs the rank of the argument of `{primitive.name}`", span)
         known = rank is not None
         rank = rank if rank is not None else 1
         named = axis.items if isinstance(axis, ast.TupleLiteral) else (axis,)
@@ -396,7 +398,7 @@ class BackwardSweep:
             )
         axes = sorted(k % max(rank, 1) if known else k for k in given)
         if not known and any(k < 0 for k in axes) and len(axes) > 1:
-            raise NotDifferentiable(f"`grad` needs the rank of the argument of `{primitive.name}`", span)
+            raise self.rank_unknown(f"`grad` needs the rank of the argument of `{primitive.name}`", span)
 
         def expand(value: ast.Expr) -> ast.Expr:
             if whole or kept or rank == 0:
@@ -469,6 +471,18 @@ class BackwardSweep:
             for x, c in pairs
         ]
 
+    def rank_unknown(self, message: str, span: Span) -> NotDifferentiable:
+        """A rank the derivative needs is not known; where that is because the function is called with
+        arguments of other ranks (its derivative is written once, for all its calls), say so."""
+        if not any(id(node) in self.typed.varied for node in ast.walk(self.decl.body)):
+            return NotDifferentiable(message, span)
+        return NotDifferentiable(
+            f"{message}: `{self.decl.name}` is called with arguments of different ranks, and its derivative is "
+            "written once for all its calls",
+            span,
+            (f"help: call a copy of `{self.decl.name}` for each rank",),
+        )
+
     def float_dtype(self, atom: ast.Expr) -> str | None:
         t = self.types.get(atom.id) if isinstance(atom, ast.Name) else None
         return t.dtype if isinstance(t, TensorType) and not t.weak and t.dtype in ("f32", "f64") else None
@@ -476,7 +490,7 @@ class BackwardSweep:
     def matmul_adjoints(self, a: ast.Expr, b: ast.Expr, d: ast.Expr, span: Span) -> list[tuple[ast.Expr, ast.Expr]]:
         ra, rb = self.rank(a), self.rank(b)
         if ra is None or rb is None:
-            raise NotDifferentiable("`grad` needs the ranks of `@`'s operands", span)
+            raise self.rank_unknown("`grad` needs the ranks of `@`'s operands", span)
 
         def swap(x: ast.Expr, rank: int) -> ast.Expr:
             if rank == 2:
