@@ -297,6 +297,12 @@ def function_hover(typed: Typed, path: str, source: str, decl: ast.FnDecl) -> st
     return f"{shown}\n\n{doc}" if doc else shown
 
 
+def shown_type(types) -> str:
+    """A name's type, or the types the calls of its generic function give it: `f64[3] or f64 (by call)`."""
+    distinct = list(dict.fromkeys(str(t) for t in types))
+    return distinct[0] if len(distinct) == 1 else f"{' or '.join(distinct)} (by call)"
+
+
 def hover_text(typed: Typed, path: str, source: str, line: int, column: int) -> tuple[str, Span] | None:
     """What hovering the 1-based `line`:`column` of `path` shows, and the span it is about: `name: type`
     for a name, the type of any other expression, and the signature (and doc comment) of a function."""
@@ -325,21 +331,21 @@ def node_hover(typed: Typed, path: str, source: str, chain: list[Any], functions
         case ast.Name() | ast.Field() if isinstance(known, FunctionRef | PrimitiveRef):
             return str(known)
         case ast.Name(id=name) | ast.Field(name=name) if known is not None:
-            return f"{name}: {known}"
+            return f"{name}: {shown_type(typed.call_types.get(id(node), (known,)))}"
         case ast.NamePattern(name=name):
             for ancestor in reversed(chain):
                 if isinstance(ancestor, ast.Let):
-                    for bound, bound_type in pattern_types(ancestor.pattern, typed.type_of(ancestor.value)):
-                        if bound is node:
-                            return f"{name}: {bound_type}"
-                    break
+                    found = []
+                    for value_type in typed.call_types.get(id(ancestor.value), (typed.type_of(ancestor.value),)):
+                        found += [t for bound, t in pattern_types(ancestor.pattern, value_type) if bound is node]
+                    return f"{name}: {shown_type(found)}" if found else None
             return None
         case ast.Param(name=name) if isinstance(parent, ast.FnDecl):
-            signature = next((s for s in typed.signatures.get(path, []) if s.name == parent.name), None)
-            found = dict(signature.params) if signature else {}
-            return f"{name}: {found[name]}" if name in found else None
+            signatures = [dict(s.params) for s in typed.signatures.get(path, []) if s.name == parent.name]
+            found = [params[name] for params in signatures if name in params]
+            return f"{name}: {shown_type(found)}" if found else None
         case _ if known is not None:
-            return str(known)
+            return shown_type(typed.call_types.get(id(node), (known,)))
     return None
 
 

@@ -144,6 +144,7 @@ class Tables:
     functions: dict[int, tuple[ast.FnDecl | ast.Lambda, str]] = field(default_factory=dict)
     dimension_reads: dict[int, dict[str, DimSource]] = field(default_factory=dict)
     varied: dict[int, Type] = field(default_factory=dict)
+    call_types: dict[int, tuple[Type, ...]] = field(default_factory=dict)
 
     def frozen(self, program: Program) -> Typed:
         return Typed(
@@ -158,6 +159,7 @@ class Tables:
             MappingProxyType(self.functions),
             MappingProxyType(self.dimension_reads),
             MappingProxyType(self.varied),
+            MappingProxyType(self.call_types),
         )
 
 
@@ -191,6 +193,8 @@ class Typed:
     # holds for all of them (dimensions they disagree on unknown; `Any` where ranks or dtypes differ). `types`
     # has the last call's type: a pass that writes one piece of code for every call reads this one.
     varied: Mapping[int, Type] = field(default_factory=lambda: NOTHING)
+    # the same nodes -> their types, each once, in the order of the calls that gave them (what a hover shows)
+    call_types: Mapping[int, tuple[Type, ...]] = field(default_factory=lambda: NOTHING)
 
     def with_diagnostics(self, diagnostics) -> Typed:
         return replace(self, diagnostics=tuple(diagnostics))
@@ -499,7 +503,7 @@ class Checker:
         self.tables.diagnostics.sort(
             key=lambda d: (d.span.path != self.program.entry, d.span.path, d.span.line, d.span.column)
         )
-        self.tables.varied = self.varied_types()
+        self.varied_types()
         return self.tables.frozen(self.program)
 
     def report(self, diagnostic: Diagnostic) -> None:
@@ -1544,17 +1548,17 @@ class Checker:
             if first[0] != body:
                 self.typed_by_body.setdefault(id(node), {first[0]: first[1]})[body] = t
 
-    def varied_types(self) -> dict[int, Type]:
-        """For each node that checks of its function for calls of other types typed differently, a type that
-        holds for each call: `Any` where their ranks or dtypes differ, else their dimensions, with one that
-        differs between calls named for its size in each (two nodes with the same sizes in every call get the
-        same name, and so one shape: `x + b` where both are [B, 128] in one call and [B, 10] in another)."""
-        varied = {}
+    def varied_types(self) -> None:
+        """For each node that checks of its function for calls of other types typed differently, its types
+        (`call_types`) and a type that holds for each call (`varied`): `Any` where their ranks or dtypes
+        differ, else their dimensions, with one that differs between calls named for its size in each (two
+        nodes with the same sizes in every call get the same name, and so one shape: `x + b` where both are
+        [B, 128] in one call and [B, 10] in another)."""
         for node, by_body in self.typed_by_body.items():
             types = list(by_body.items())
             if any(t != types[0][1] for _, t in types):
-                varied[node] = common_type(types)
-        return varied
+                self.tables.varied[node] = common_type(types)
+                self.tables.call_types[node] = tuple(dict.fromkeys(t for _, t in types))
 
     def expression_type(self, expr: ast.Expr, scope: Scope, context: Context) -> Type:
         match expr:

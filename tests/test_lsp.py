@@ -141,6 +141,38 @@ def test_hover_on_an_expression_shows_its_type(typed) -> None:
     assert hover(typed, 8, 1) is None  # a blank line
 
 
+CALLED_TWICE = """\
+fn mix(a, b) {
+    let (c, k) = (a * b, 2.0)
+    return c + b * k
+}
+
+fn main() {
+    let u = mix([1.0, 2.0], 3.0)
+    let v = mix(4.0, 5.0)
+}
+"""
+
+
+def test_hover_in_a_generic_function_shows_each_calls_type() -> None:
+    """A function without annotations is checked for each call's types: its names show all of them, not the
+    last call's alone."""
+    checked = lang.check(CALLED_TWICE, PATH)
+    assert [d for d in checked.diagnostics if d.is_error] == []
+    shown = {
+        (line, column): lsp.hover_text(checked, PATH, CALLED_TWICE, line, column)[0]
+        for line, column in ((1, 8), (2, 10), (2, 20), (3, 12), (3, 16), (7, 9))
+    }
+    assert shown == {
+        (1, 8): "a: f32[2] or f32 (by call)",  # the parameter
+        (2, 10): "c: f32[2] or f32 (by call)",  # bound by a tuple pattern
+        (2, 20): "f32[2] or f32 (by call)",  # an expression: `a * b`
+        (3, 12): "c: f32[2] or f32 (by call)",
+        (3, 16): "b: f32",  # the same in both calls
+        (7, 9): "u: f32[2]",
+    }
+
+
 def test_hover_on_a_file_that_does_not_parse_is_empty() -> None:
     assert lsp.hover_text(lang.check("fn main( {\n", PATH), PATH, "fn main( {\n", 1, 4) is None
 
