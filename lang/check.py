@@ -202,6 +202,12 @@ class Typed:
     def type_of(self, node: ast.Expr) -> Type | None:
         return self.types.get(id(node))
 
+    def type_in_every_call(self, node: object) -> Type | None:
+        """Its type, or for a node of a function checked for calls of several types that typed it
+        differently, one that holds for each (`varied`): what code written once for all the calls reads."""
+        found = self.varied.get(id(node))
+        return found if found is not None else self.types.get(id(node))
+
     def reached(self, entry: str = "main") -> set[int]:
         """The functions (keys of `functions`) that running the entry module's `entry` may call: it, the
         functions and lambdas its body names, theirs, and so on, and those the modules' constants call."""
@@ -414,8 +420,8 @@ class NodeTypes:
     def of(self, node: object) -> Type | None:
         """Its type; for a node of a function checked for calls of several types that typed it differently,
         one that holds for each (`Typed.varied`): what is written from it must be right for every call."""
-        found = self.given.get(id(node)) or self.typed.varied.get(id(node))
-        return found if found is not None else self.typed.type_of(node)
+        found = self.given.get(id(node))
+        return found if found is not None else self.typed.type_in_every_call(node)
 
     def give(self, node: object, t: Type) -> None:
         self.given[id(node)] = t

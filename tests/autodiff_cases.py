@@ -1689,6 +1689,119 @@ fn f(x, s) {
 )
 
 
+case(
+    "helper_given_integers_in_another_call",
+    "calls",
+    """
+fn mix(a, b) {
+    let c = a * b
+    return c + b
+}
+
+fn f(x, s) {
+    let u = sum(mix(x, s)) + sum(mix(s, x))
+    let n = mix(3, 2)
+    return u * float(n, dtype=f64)
+}
+""",
+    (normal(121, 3), np.float64(0.7)),
+    lambda x, s: 8.0 * ((x * s + s).sum() + (s * x + x).sum()),
+    wrt=(0, 1),
+    notes="which parameters of `mix` carry gradients is what every call gives them, not the last call checked",
+)
+
+case(
+    "helper_reductions_of_several_ranks",
+    "calls",
+    """
+fn r0(a) {
+    return sum(a * a, axis=0)
+}
+
+fn r1(a) {
+    return mean(a * a, axis=-1)
+}
+
+fn tr(a) {
+    return transpose(a) * 2.0
+}
+
+fn sw(a) {
+    return swapaxes(a, -2, -1) * 2.0
+}
+
+fn f(x, m, t) {
+    let a = r0(x) + sum(r0(m) * x) + sum(r1(m)) + r1(x)
+    return a + sum(tr(m) * tr(m)) + sum(tr(x) * x) + sum(sw(m) * sw(m)) + sum(sw(t) * sw(t))
+}
+""",
+    (normal(122, 3), normal(123, 2, 3), normal(124, 2, 2, 3)),
+    lambda x, m, t: (
+        (x * x).sum(0)
+        + ((m * m).sum(0) * x).sum()
+        + (m * m).mean(-1).sum()
+        + (x * x).mean(-1)
+        + (4.0 * m * m).sum()
+        + (2.0 * x * x).sum()
+        + (4.0 * m * m).sum()
+        + (4.0 * t * t).sum()
+    ),
+    wrt=(0, 1, 2),
+    notes="reductions over `axis=0` or one axis from the back, `transpose` and `swapaxes` in helpers called "
+    "with tensors of several ranks: their derivatives are the same in every rank",
+)
+
+case(
+    "stack_along_the_last_axis",
+    "shapes",
+    """
+fn f(u) {
+    let t = stack((u, u * 2.0), axis=-1)
+    return sum(t * t * t)
+}
+""",
+    (normal(125, 2, 3),),
+    lambda u: (torch.stack((u, u * 2.0), -1) ** 3).sum(),
+)
+
+case(
+    "functions_given_as_arguments",
+    "closures",
+    """
+fn sq(z) {
+    return z * z
+}
+
+fn ap(h, x) {
+    return h(x) * x
+}
+
+fn ap2(h, x, flag: bool) {
+    let y = h(x)
+    if flag {
+        y = y * 2.0
+    }
+    return y * x
+}
+
+fn f(m) {
+    let a = sum(ap(exp, m)) + sum(ap(sq, m)) + sum(ap(relu, m))
+    return a + sum(ap2(tanh, m, true)) + sum(ap2(sq, m, false))
+}
+""",
+    (normal(126, 2, 3),),
+    lambda m: (
+        (torch.exp(m) * m).sum()
+        + (m * m * m).sum()
+        + (torch.relu(m) * m).sum()
+        + (torch.tanh(m) * 2.0 * m).sum()
+        + (m * m * m).sum()
+    ),
+    notes="one function given a built-in in one call and a declared function in another: each call's "
+    "derivative is that of the function it is given",
+)
+
+
 def recursive_power(a, b, n):
     return a * 0.0 + b if n == 0 else recursive_power(a, b, n - 1) * a + b
 

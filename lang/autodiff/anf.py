@@ -100,6 +100,7 @@ class ForwardSweep:
         if isinstance(pattern, ast.NamePattern):
             env[pattern.name] = self.name_value(pattern.name, atom, sweep, annotation, value_type)
             env.pop(f"fn {pattern.name}", None)
+            env.pop(f"ref {pattern.name}", None)
             return
         items = value_type.items if isinstance(value_type, TupleType) else [ANY] * len(pattern.items)
         for position, (item, item_type) in enumerate(zip(pattern.items, items, strict=True)):
@@ -197,6 +198,10 @@ class ForwardSweep:
             case ast.Call(func=ast.Name(id=local)) if f"fn {local}" in env:
                 decl, captured = self.closures[int(env[f"fn {local}"])]
                 return self.inline(decl, captured, expr, env, sweep, hint)
+            case ast.Call(func=ast.Name(id=local)) if f"ref {local}" in env and (
+                (call := self.retargeted(expr, env)) is not None
+            ):
+                return self.atom(call, env, sweep, hint)
             case ast.Call(func=ast.Name(id="tree_map")) if isinstance(self.type_of(expr.func), PrimitiveRef):
                 return self.atom(self.expand_tree_map(expr, env, sweep), env, sweep, hint)
             case ast.Call(func=ast.Name(id="tree_dot")) if isinstance(self.type_of(expr.func), PrimitiveRef):
@@ -433,11 +438,12 @@ class ForwardSweep:
         env[f"fn {local}"] = str(len(self.closures) - 1)
 
     def takes_functions(self, expr: ast.Call) -> bool:
-        """A call of a top-level function that is given a function (a closure) as an argument."""
+        """A call of a top-level function that is given a function (a closure, a declared function or a
+        built-in) as an argument: written in place, where the function its parameter calls is this call's."""
         callee = self.type_of(expr.func)
         if not isinstance(callee, FunctionRef) or callee.key not in self.typed.functions:
             return False
-        return any(isinstance(self.type_of(arg), FunctionRef) for arg in expr.args)
+        return any(isinstance(self.type_of(arg), (FunctionRef, PrimitiveRef)) for arg in expr.args)
 
     def forwarded(self, expr: ast.Call) -> ast.Call | None:
         """A call of a function that only passes its parameters on to a built-in (`nn.relu(x)`, which returns
@@ -595,6 +601,7 @@ class ForwardSweep:
                 self.types[atom.id] = self.type_of(arg)  # a captured variable: its type at this call
             inner[param.name] = atom.id
             inner.pop(f"fn {param.name}", None)
+            self.bind_function_ref(param.name, arg, inner)
         self.inlining.append(id(decl))
         try:
             return self.inline_body(decl, inner, sweep, hint, expr.span)
@@ -619,6 +626,28 @@ class ForwardSweep:
         for stmt in body[:-1]:
             self.forward(stmt, inner, sweep, nested=False, effects=self.effects)
         return body[-1].value, inner
+
+    def bind_function_ref(self, param: str, arg: ast.Expr, inner) -> None:
+        """A parameter given a declared function or a built-in (`ap(exp, m)`): the function this call gives
+        it. The checker typed the body's `h(x)` for one call of `ap` (`ap(sq, m)` too, say); this one's
+        calls `exp` (`retargeted`)."""
+        function = self.type_of(arg)
+        if isinstance(function, (FunctionRef, PrimitiveRef)):
+            self.function_args.append(function)
+            inner[f"ref {param}"] = str(len(self.function_args) - 1)
+
+    def retargeted(self, expr: ast.Call, env) -> ast.Call | None:
+        """`h(x)` where `h` is a parameter given a function: a copy whose callee has the type of the
+        function this call of the enclosing function gives (None where it is the one the checker saw)."""
+        given = env.get(f"ref {expr.func.id}")  # type: ignore[union-attr]
+        function = self.function_args[int(given)] if given is not None else None
+        if function is None or function == self.type_of(expr.func):
+            return None
+        func = ast.Name(expr.func.id, expr.func.span)  # type: ignore[union-attr]
+        call = dataclasses.replace(expr, func=func)
+        self.node_types.carry(expr, call)
+        self.node_types.give(func, function)
+        return call
 
     def bind_function_argument(self, param: str, arg: ast.Expr, env, inner) -> bool:
         """Bind a closure given as an argument to the parameter's name; False if `arg` is not one."""
@@ -706,7 +735,10 @@ class ForwardSweep:
                 return self.rename(expr, env)
             args = tuple(self.atom(a, env, sweep, "t") for a in expr.args)
             keywords = tuple(ast.Keyword(k.name, self.rename(k.value, env), k.span) for k in expr.keywords)
-            return ast.Call(expr.func, args, keywords, expr.span)  # a built-in's name: no module qualifies it
+            func = expr.func
+            if isinstance(func, ast.Name) and func.id in env:  # `h(x)` in a function given `exp` for `h`
+                func = ast.Name(callee.name, func.span)
+            return ast.Call(func, args, keywords, expr.span)  # a built-in's name: no module qualifies it
         if isinstance(callee, FunctionRef):
             decl, decl_path = self.typed.functions[callee.key]
             if not isinstance(decl, ast.FnDecl) or id(decl) in self.local_functions:

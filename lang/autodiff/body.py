@@ -33,6 +33,7 @@ from dl.lang.types import (
     BOOL,
     I64,
     AnyType,
+    FunctionRef,
     PrimitiveRef,
     StructType,
     TensorType,
@@ -69,6 +70,7 @@ class FunctionBody(ForwardSweep, BackwardSweep):
         # local functions and anonymous functions bound by `let`: (declaration, the names it captured)
         # they are bound in `env` under "fn NAME" (not an identifier) to an index into this table
         self.closures: list[tuple[ast.FnDecl | ast.Lambda, dict[str, str]]] = []
+        self.function_args: list[FunctionRef | PrimitiveRef] = []  # what `ref NAME` entries of an env name
         self.inlining: list[int] = []  # the top-level functions being inlined, innermost last
         self.filled: dict[int, ast.Stmt] = {}  # the pushes of kept values (`Kept.push`), once known
         self.values: dict[str, ast.Expr] = {}  # generated name -> the operation whose value it holds

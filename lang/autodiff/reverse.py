@@ -259,7 +259,7 @@ class BackwardSweep:
                     found.append((b, self.fit(instantiate(rule_b, bindings), b, record.original)))
             case ast.Call() if isinstance(self.type_of(record.original.func), FunctionRef):
                 found += self.call_contributions(record, rhs, d, span)
-            case ast.Call() if BY_NAME[self.type_of_callee(rhs)] in NON_DIFFERENTIABLE:
+            case ast.Call() if self.callee_primitive(record, rhs) in NON_DIFFERENTIABLE:
                 pass
             case ast.Call():
                 found += self.primitive_contributions(record, rhs, d, r, span)
@@ -340,7 +340,7 @@ class BackwardSweep:
     def primitive_contributions(self, record: Op, rhs: ast.Call, d, r, span) -> list[tuple[ast.Expr, ast.Expr]]:
         """The contributions of a primitive's derivative, from its record: its templates instantiated, or the
         rule this transform computes for it."""
-        primitive = PRIMITIVES[BY_NAME[self.type_of_callee(rhs)]]
+        primitive = PRIMITIVES[self.callee_primitive(record, rhs)]
         binding = self.typed.bindings.get(id(record.original)) if record.original is not None else None
         values, variadic = bound_arguments(primitive, rhs, binding)
         match primitive.derivative:
@@ -369,10 +369,13 @@ class BackwardSweep:
             bindings["stride"] = values["size"]
         return bindings
 
-    def type_of_callee(self, rhs: ast.Call) -> str:
-        if isinstance(rhs.func, ast.Name):
-            return rhs.func.id
-        return rhs.func.name  # type: ignore[union-attr]
+    def callee_primitive(self, record: Op, rhs: ast.Call) -> Prim:
+        """The built-in a call calls: the one the checker found (`h(x)` where a parameter `h` is given `exp`),
+        else the one its name names (a call the derivative code wrote)."""
+        found = self.type_of(record.original.func) if isinstance(record.original, ast.Call) else None
+        if isinstance(found, PrimitiveRef):
+            return found.prim
+        return BY_NAME[rhs.func.id if isinstance(rhs.func, ast.Name) else rhs.func.name]  # type: ignore[union-attr]
 
     def rank(self, atom: ast.Expr) -> int | None:
         t = self.types.get(getattr(atom, "id", ""))
@@ -386,8 +389,6 @@ class BackwardSweep:
         rank = self.rank(x)
         kept = isinstance(keepdims, ast.BoolLiteral) and keepdims.value
         whole = axis is None or (isinstance(axis, ast.Name) and axis.id == "none")
-        if rank is None and not (whole or kept):
-            raise self.rank_unknown(f"`grad` needs the rank of the argument of `{primitive.name}`", span)
         known = rank is not None
         rank = rank if rank is not None else 1
         named = axis.items if isinstance(axis, ast.TupleLiteral) else (axis,)
@@ -397,7 +398,9 @@ class BackwardSweep:
                 f"`grad` needs `{primitive.name}`'s `axis=` as a literal integer or a tuple of them", span
             )
         axes = sorted(k % max(rank, 1) if known else k for k in given)
-        if not known and any(k < 0 for k in axes) and len(axes) > 1:
+        # without the rank (a function called with arguments of several), axes counted from the front, or
+        # one axis from the back, put back the same in any rank; several counted from the back do not
+        if not known and not kept and any(k < 0 for k in axes) and len(axes) > 1:
             raise self.rank_unknown(f"`grad` needs the rank of the argument of `{primitive.name}`", span)
 
         def expand(value: ast.Expr) -> ast.Expr:
@@ -434,9 +437,14 @@ class BackwardSweep:
         tensors = values["tensors"]
         items = self.types.get(getattr(tensors, "id", ""))
         count = len(items.items) if isinstance(items, TupleType) else 0
-        axis = values["axis"].value if isinstance(values["axis"], ast.IntLiteral) else 0
+        axis = literal_integer(values["axis"])  # `-1` is a negation of a literal
+        if axis is None:
+            raise NotDifferentiable("`grad` needs `stack`'s `axis=` as a literal integer", span)
         if axis < 0:
-            axis += self.rank(r) if self.rank(r) is not None else 0
+            rank = self.rank(r)
+            if rank is None:
+                raise self.rank_unknown("`grad` needs the rank of `stack`'s result for a negative `axis=`", span)
+            axis += rank
         parts = [ast.Index(d, (*(ast.Slice(None, None, None),) * axis, ast.IntLiteral(i))) for i in range(count)]
         return [(tensors, ast.TupleLiteral(tuple(parts)))]
 

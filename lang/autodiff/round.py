@@ -31,7 +31,7 @@ from dl.lang.types import (
     PrimitiveRef,
 )
 
-RANKED = frozenset({Prim.MATMUL, Prim.EINSUM, Prim.TRANSPOSE, Prim.SWAPAXES})  # `rank_sensitive`
+RANKED = frozenset({Prim.MATMUL, Prim.EINSUM})  # `rank_sensitive` (`transpose`'s and `swapaxes`'s are not)
 
 
 class Round:
@@ -294,4 +294,5 @@ class Round:
                         yield target
 
     def active_params(self, decl: ast.FnDecl | ast.Lambda) -> list[int]:
-        return [i for i, p in enumerate(decl.params) if is_active(self.typed.type_of(p) or ANY)]
+        # a parameter some call gives floats is active, though the call checked last gives it integers
+        return [i for i, p in enumerate(decl.params) if is_active(self.typed.type_in_every_call(p) or ANY)]
