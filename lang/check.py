@@ -190,7 +190,8 @@ class Typed:
     # found in its parameters (lang/dimensions.py binds them at the start of the body)
     dimension_reads: Mapping[int, Mapping[str, DimSource]] = field(default_factory=lambda: NOTHING)
     # id of a node of a function checked for calls of several types, typed otherwise by each -> a type that
-    # holds for all of them (dimensions they disagree on unknown; `Any` where ranks or dtypes differ). `types`
+    # holds for all of them (a dimension they disagree on named for its size in each; `Any` where ranks or
+    # dtypes differ). `types`
     # has the last call's type: a pass that writes one piece of code for every call reads this one.
     varied: Mapping[int, Type] = field(default_factory=lambda: NOTHING)
     # the same nodes -> their types, each once, in the order of the calls that gave them (what a hover shows)
@@ -1545,7 +1546,8 @@ class Checker:
     def record_type(self, node, t: Type) -> None:
         """Remember a node's type; a type found while checking another instantiation replaces it, but
         `_` (a recursive call not yet known) never replaces a known type. A node two instantiations type
-        differently is marked `varied` (a trial check's types are replaced by the real one's, and do not count)."""
+        differently is kept by check (`varied_types`; a trial check's types are replaced by the real one's, and
+        do not count)."""
         if not isinstance(t, AnyType) or id(node) not in self.tables.types:
             self.tables.types[id(node)] = t
         if not self.trials and self.check_pass not in self.vague_passes and definite(t):
