@@ -814,7 +814,7 @@ class Checker:
         if count >= MAX_INSTANCES:
             args = tuple(ANY for _ in args)
         # a lambda is checked again when the names it captured have other types (another call of its maker)
-        captured = tuple(sorted(function.environment.items(), key=lambda item: item[0])) if function.environment else ()
+        captured = captured_key(function)
         # static integer values (`kaiming(64, 128)`) decide result shapes, though types compare without them
         values = tuple(a.value if isinstance(a, TensorType) else None for a in args)
         instance = (key, args, captured, values)
@@ -852,7 +852,7 @@ class Checker:
         kinds = self.literal_lets(function.decl)
         if not kinds:
             return self.checked_body(function, params, declared, report, {})
-        captured = tuple(sorted(function.environment.items(), key=lambda item: item[0])) if function.environment else ()
+        captured = captured_key(function)
         key = (id(function.decl), tuple(params), captured)
         if key not in self.literal_dtypes:
             self.literal_dtypes[key] = self.literal_uses(function, params, declared, kinds)
@@ -937,7 +937,7 @@ class Checker:
         self.pass_count += 1
         self.check_pass = self.pass_count
         outer_body = self.body_now
-        captured = tuple(sorted(function.environment.items(), key=lambda item: item[0])) if function.environment else ()
+        captured = captured_key(function)
         self.body_now = (id(decl), tuple(params), captured)
         if any(isinstance(param, AnyType) for param in params):
             self.vague_passes.add(self.check_pass)
@@ -2370,6 +2370,12 @@ def has_float(t: Type) -> bool:
         case AnyType():
             return True
     return False
+
+
+def captured_key(function: FunctionInfo) -> tuple:
+    """The names a lambda or local function captured, with their types, in one order: part of what tells
+    one check of its body from another (a lambda is checked again when its maker's call gives them others)."""
+    return tuple(sorted(function.environment.items(), key=lambda item: item[0])) if function.environment else ()
 
 
 def definite(t: Type) -> bool:
