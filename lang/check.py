@@ -145,6 +145,9 @@ class Tables:
     dimension_reads: dict[int, dict[str, DimSource]] = field(default_factory=dict)
     varied: dict[int, Type] = field(default_factory=dict)
     call_types: dict[int, tuple[Type, ...]] = field(default_factory=dict)
+    body_types: dict[int, dict[int, Type]] = field(default_factory=dict)
+    instances_called: dict[tuple[int, int], int] = field(default_factory=dict)
+    bodies: dict[int, tuple[int, ...]] = field(default_factory=dict)
 
     def frozen(self, program: Program) -> Typed:
         return Typed(
@@ -160,6 +163,9 @@ class Tables:
             MappingProxyType(self.dimension_reads),
             MappingProxyType(self.varied),
             MappingProxyType(self.call_types),
+            MappingProxyType(self.body_types),
+            MappingProxyType(self.instances_called),
+            MappingProxyType(self.bodies),
         )
 
 
@@ -196,6 +202,14 @@ class Typed:
     varied: Mapping[int, Type] = field(default_factory=lambda: NOTHING)
     # the same nodes -> their types, each once, in the order of the calls that gave them (what a hover shows)
     call_types: Mapping[int, tuple[Type, ...]] = field(default_factory=lambda: NOTHING)
+    # the same nodes -> their type in each check of their function's body (numbered, as `bodies` numbers them):
+    # what code written for one call reads (`type_in_body`)
+    body_types: Mapping[int, Mapping[int, Type]] = field(default_factory=lambda: NOTHING)
+    # (the number of a check of a body, id of a call in it of a function with unannotated parameters) -> the
+    # number of the check of the callee's body that the call made (`instance_called`)
+    instances_called: Mapping[tuple[int, int], int] = field(default_factory=lambda: NOTHING)
+    # id of a FnDecl or Lambda -> the numbers of the checks of its body, one per distinct argument types
+    bodies: Mapping[int, tuple[int, ...]] = field(default_factory=lambda: NOTHING)
 
     def with_diagnostics(self, diagnostics) -> Typed:
         return replace(self, diagnostics=tuple(diagnostics))
@@ -208,6 +222,20 @@ class Typed:
         differently, one that holds for each (`varied`): what code written once for all the calls reads."""
         found = self.varied.get(id(node))
         return found if found is not None else self.types.get(id(node))
+
+    def type_in_body(self, node: object, body: int | None) -> Type | None:
+        """Its type in check number `body` of its function's body (one call's types), where that check gave it
+        one; else `type_in_every_call`."""
+        found = self.body_types.get(id(node), NOTHING).get(body) if body is not None else None
+        return found if found is not None else self.type_in_every_call(node)
+
+    def instance_called(self, function: int, body: int | None, call: ast.Call) -> int | None:
+        """The check of a callee's body that `call` made, where `call` is in the body of `function` (an id of
+        a FnDecl or Lambda) as check `body` saw it, or as every check of it saw it (`body` None) where they all
+        made the same one. None where they made several, or the callee's body was checked with unknown types."""
+        callers = (body,) if body is not None else self.bodies.get(function, ())
+        found = {self.instances_called.get((caller, id(call))) for caller in callers}
+        return found.pop() if len(found) == 1 else None
 
     def reached(self, entry: str = "main") -> set[int]:
         """The functions (keys of `functions`) that running the entry module's `entry` may call: it, the
@@ -417,12 +445,14 @@ class NodeTypes:
     def __init__(self, typed: Typed) -> None:
         self.typed = typed
         self.given: dict[int, Type] = {}
+        self.body: int | None = None  # the check of a body whose types the pass reads (None: every check's)
 
     def of(self, node: object) -> Type | None:
         """Its type; for a node of a function checked for calls of several types that typed it differently,
-        one that holds for each (`Typed.varied`): what is written from it must be right for every call."""
+        its type in the check `body` (code written for one call: an inlined one), else one that holds for each
+        (`Typed.varied`): what is written from it must be right for every call."""
         found = self.given.get(id(node))
-        return found if found is not None else self.typed.type_in_every_call(node)
+        return found if found is not None else self.typed.type_in_body(node, self.body)
 
     def give(self, node: object, t: Type) -> None:
         self.given[id(node)] = t
@@ -483,6 +513,8 @@ class Checker:
         self.body_numbers: dict[tuple | None, int] = {}
         self.first_typed: dict[int, tuple[int, Type]] = {}
         self.typed_by_body: dict[int, dict[int, Type]] = {}
+        # (the body being checked, id of a call in it) -> the body of the callee that the call checks
+        self.calls_made: dict[tuple, tuple] = {}
         self.instance_log: list[tuple] = []
         self.signature_log: list[int] = []
         self.literal_log: list[int] = []
@@ -938,7 +970,7 @@ class Checker:
         self.check_pass = self.pass_count
         outer_body = self.body_now
         captured = captured_key(function)
-        self.body_now = (id(decl), tuple(params), captured)
+        self.body_now = body_key(decl, params, captured)
         if any(isinstance(param, AnyType) for param in params):
             self.vague_passes.add(self.check_pass)
         self.check_unique_params(decl)
@@ -1567,6 +1599,16 @@ class Checker:
             if any(t != types[0][1] for _, t in types):
                 self.tables.varied[node] = common_type(types)
                 self.tables.call_types[node] = tuple(dict.fromkeys(t for _, t in types))
+                self.tables.body_types[node] = by_body
+        numbers = self.body_numbers
+        for (caller, call), callee in self.calls_made.items():
+            if caller in numbers and callee in numbers:
+                self.tables.instances_called[(numbers[caller], call)] = numbers[callee]
+        bodies: dict[int, list[int]] = {}
+        for key, number in numbers.items():
+            if key is not None:
+                bodies.setdefault(key[0], []).append(number)
+        self.tables.bodies = {decl: tuple(found) for decl, found in bodies.items()}
 
     def expression_type(self, expr: ast.Expr, scope: Scope, context: Context) -> Type:
         match expr:
@@ -1926,6 +1968,8 @@ class Checker:
         params_types = [strong_keep_value(arg) for arg in bound]
         for index, (_, declared) in annotated:
             params_types[index] = substitute(declared, bindings) if isinstance(declared, TensorType) else declared
+        if not self.trials:
+            self.calls_made[(self.body_now, id(expr))] = body_key(decl, params_types, captured_key(function))
         self.call_sites.append((function.name, expr.span, tuple(params_types)))
         try:
             return self.instantiate(function, tuple(params_types))
@@ -2370,6 +2414,14 @@ def has_float(t: Type) -> bool:
         case AnyType():
             return True
     return False
+
+
+def body_key(decl: ast.FnDecl | ast.Lambda, params: list[Type], captured: tuple) -> tuple:
+    """What tells one check of a body from another (`Checker.body_now`): its parameters' types, with the
+    static integer values they carry (`kaiming(64, 128)` and `kaiming(32, 16)` make other shapes, though
+    their types compare equal), and what it captured."""
+    values = tuple(p.value if isinstance(p, TensorType) else None for p in params)
+    return (id(decl), tuple(params), values, captured)
 
 
 def captured_key(function: FunctionInfo) -> tuple:

@@ -1802,6 +1802,86 @@ fn f(m) {
 )
 
 
+case(
+    "helper_at_two_ranks_written_in_place",
+    "calls",
+    """
+fn dot(a, b) {
+    return a @ b
+}
+
+fn lin(x, w, b) {
+    return x @ w + b
+}
+
+fn mlp(x, w, b, v, c) {
+    return lin(tanh(lin(x, w, b)), v, c)
+}
+
+fn f(e, m, w, b, v, c) {
+    let u = dot(e, m)
+    let p = dot(m, m)
+    let h = lin(m, w, b)
+    let k = lin(e, w, b)
+    let one = mlp(e, w, b, v, c)
+    let all = mlp(m, w, b, v, c)
+    return sum(u * u) + sum(p * m) + sum(h * h) + sum(k) + sum(one * one) + sum(all * all)
+}
+""",
+    (normal(127, 3), normal(128, 3, 3), normal(129, 3, 4), normal(130, 4), normal(131, 4, 2), normal(132, 2)),
+    lambda e, m, w, b, v, c: (
+        ((e @ m) ** 2).sum()
+        + ((m @ m) * m).sum()
+        + ((m @ w + b) ** 2).sum()
+        + (e @ w + b).sum()
+        + ((torch.tanh(e @ w + b) @ v + c) ** 2).sum()
+        + ((torch.tanh(m @ w + b) @ v + c) ** 2).sum()
+    ),
+    wrt=(0, 1, 2, 3, 4, 5),
+    notes="helpers (`nn.linear`'s `x @ w + b`) called with one example and with a batch, directly and through "
+    "another helper: each call is written in place with the types it gives, so `@`'s derivative is right for both",
+)
+
+
+case(
+    "helper_with_a_loop_at_two_ranks",
+    "closures",
+    """
+fn repeat(h, x, w, n: i64) {
+    let y = x * 0.5
+    let i = 0
+    while i < n {
+        let z = y @ w
+        if i == 0 {
+            z = z * 0.5
+        }
+        y = h(z)
+        i += 1
+    }
+    return y
+}
+
+fn f(e, m, w) {
+    return sum(repeat(tanh, e, w, 2)) + sum(repeat(sin, m, w, 3) * m)
+}
+""",
+    (normal(133, 3), normal(134, 2, 3), normal(135, 3, 3) * 0.5),
+    lambda e, m, w: repeated(torch.tanh, e, w, 2).sum() + (repeated(torch.sin, m, w, 3) * m).sum(),
+    wrt=(0, 1, 2),
+    notes="a function given a built-in, with a loop and an `if`, written in place for a vector and for a matrix: "
+    "each copy reads the types of its own call (`y`'s rank, for `@`), and its backward runs the branch again "
+    "with them",
+)
+
+
+def repeated(h, x, w, n):
+    x = x * 0.5
+    for i in range(n):
+        z = x @ w
+        x = h(z * 0.5 if i == 0 else z)
+    return x
+
+
 def recursive_power(a, b, n):
     return a * 0.0 + b if n == 0 else recursive_power(a, b, n - 1) * a + b
 

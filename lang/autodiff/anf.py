@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from dl.lang import ast
 from dl.lang.autodiff.lowering import contains_return
@@ -59,6 +61,24 @@ def in_order(decl: ast.FnDecl, call: ast.Call) -> bool:
 class ForwardSweep:
     """The forward sweep of a derivative (mixed into `FunctionBody`): the body in A-normal form, every
     operation's value named and no name assigned twice, recording what the backward sweep reads."""
+
+    @contextmanager
+    def reading(self, place: tuple[int, int | None]) -> Iterator[None]:
+        """Read the body of a function (`place`: the id of its FnDecl or Lambda) with the types of one check of
+        it (`place`'s number; None: those that hold for every check): a call written in place is written for
+        the argument types that call gives, as the checker checked it (`instance_of`)."""
+        outer = self.place
+        self.place = place
+        self.node_types.body = place[1]
+        try:
+            yield
+        finally:
+            self.place = outer
+            self.node_types.body = outer[1]
+
+    def instance_of(self, call: ast.Call) -> int | None:
+        """The check of the callee's body that `call`, in the body being read, made (`Typed.instance_called`)."""
+        return self.typed.instance_called(self.place[0], self.place[1], call)
 
     def forward(self, stmt: ast.Stmt, env: dict[str, str], sweep: Sweep, nested: bool, effects: bool) -> None:
         outer, self.effects = self.effects, effects
@@ -519,8 +539,9 @@ class ForwardSweep:
             return False
         if (not self.effects and self.round.has_effects(decl)) or self.round.recursive(decl):
             return False
-        if not all(self.settled_type(node) for node in ast.walk(decl.body) if isinstance(node, EXPRESSIONS)):
-            return False  # checked for calls of other types too: its split functions are checked at each call
+        with self.reading((id(decl), self.instance_of(expr))):
+            if not all(self.settled_type(node) for node in ast.walk(decl.body) if isinstance(node, EXPRESSIONS)):
+                return False  # types that differ between the calls it stands for: split, checked at each call
         return self.writable_here(decl, path, tuple(p.default for p in missing))
 
     def settled_type(self, node: ast.Expr) -> bool:
@@ -576,6 +597,7 @@ class ForwardSweep:
         a closure as an argument): its body is emitted in place, seeing the values it captured."""
         if id(decl) in self.inlining:
             raise NotDifferentiable("`grad` cannot differentiate a recursive function that takes a closure", expr.span)
+        place = (id(decl), self.instance_of(expr))  # its body is read with this call's types
         inner = dict(captured)
         if isinstance(decl, ast.FnDecl) and id(decl) not in self.local_functions:
             inner[SOURCE] = self.round.module_of(decl)  # its names are its module's, wherever it is inlined
@@ -604,7 +626,8 @@ class ForwardSweep:
             self.bind_function_ref(param.name, arg, inner)
         self.inlining.append(id(decl))
         try:
-            return self.inline_body(decl, inner, sweep, hint, expr.span)
+            with self.reading(place):
+                return self.inline_body(decl, inner, sweep, hint, expr.span)
         finally:
             self.inlining.pop()
 
@@ -623,8 +646,9 @@ class ForwardSweep:
                 if not isinstance(atom, ast.Name):
                     atom = self.atom_of_operation(self.settled_literal(atom), arg, sweep, param.name, record=False)
                 inner[param.name] = atom.id
-        for stmt in body[:-1]:
-            self.forward(stmt, inner, sweep, nested=False, effects=self.effects)
+        with self.reading((id(decl), self.instance_of(expr))):
+            for stmt in body[:-1]:
+                self.forward(stmt, inner, sweep, nested=False, effects=self.effects)
         return body[-1].value, inner
 
     def bind_function_ref(self, param: str, arg: ast.Expr, inner) -> None:
@@ -842,7 +866,7 @@ class ForwardSweep:
             body = ast.Block(tuple(stmts + updates), stmt.body.span)
             sweep.stmts.append(ast.While(self.rename(self.quiet(stmt.cond), env), body, stmt.span))
         if carried:
-            sweep.records.append(Compound(stmt, dict(env), carried, saved, kept))
+            sweep.records.append(Compound(stmt, dict(env), carried, saved, kept, self.place))
 
     def keep_values(self, body: Sweep, inner: dict[str, str], sweep: Sweep) -> Kept:
         """A tape for the values a loop's iterations keep for its backward sweep, made before the loop."""

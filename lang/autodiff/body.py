@@ -57,6 +57,9 @@ class FunctionBody(ForwardSweep, BackwardSweep):
         self.decl = decl
         self.types: dict[str, Type] = {}  # generated name -> type
         self.node_types = NodeTypes(self.typed)  # the checker's types, and those of the nodes made here
+        # the function whose body is being read (an inlined one's, inside this one's), and which check of it
+        # gave the types read (None: those that hold for every check; see `reading`)
+        self.place: tuple[int, int | None] = (id(decl), None)
         # module-level names are reserved (the code refers to them by name); locals are renamed anyway
         self.used: set[str] = set(round_.taken[path]) | {p.name for p in decl.params}
         # the user's names, which the names lowering adds (flags, loop counters) must not meet

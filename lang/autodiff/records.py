@@ -76,6 +76,7 @@ class Compound:
     carried: list[str]  # the generated names it assigns (in place)
     saved: str  # the name holding their values before (an `if`) or the tape of them (a `while`)
     kept: Kept | None = None  # a `while` whose iterations keep what their backward reads
+    place: tuple[int, int | None] = (0, None)  # the body it is in, read with which check's types (`reading`)
 
 
 Record = Op | Store | Compound

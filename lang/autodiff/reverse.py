@@ -71,6 +71,10 @@ class BackwardSweep:
         `Round.run`)."""
         if not any(c in have for c in record.carried):
             return []
+        with self.reading(record.place):  # its branches' forward is run again: with the types it was written with
+            return self.backward_compound_here(record, have)
+
+    def backward_compound_here(self, record: Compound, have: set[str]) -> list[ast.Stmt]:
         span = record.stmt.span
         out = self.predeclare(record.stmt, record.env, have)
         state = tuple_of([name(c) for c in record.carried])
@@ -178,7 +182,9 @@ class BackwardSweep:
                     d_new = name(self.adjoint(new))
                     region = ast.replace_nodes(target, {id(target.target): d_new})
                     if self.active(value):
-                        part = region if isinstance(target, ast.Field) else self.fit(region, value, target)
+                        part = (
+                            region if isinstance(target, ast.Field) else self.fit(region, value, self.type_of(target))
+                        )
                         self.accumulate(value.id, part, out, have)
                     out.append(assign(region, call("zeros_like", region)))
                     self.accumulate(old, d_new, out, have)
@@ -186,11 +192,11 @@ class BackwardSweep:
                     out.extend(self.backward_compound(record, have))
         return out
 
-    def fit(self, contribution: ast.Expr, operand: ast.Expr, like: ast.Expr | None = None) -> ast.Expr:
-        """`contribution` summed down to `operand`'s shape where broadcasting made it larger, and rounded
-        to its float dtype where the operation widened it (`unbroadcast` does both)."""
+    def fit(self, contribution: ast.Expr, operand: ast.Expr, result_type: Type | None = None) -> ast.Expr:
+        """`contribution` summed down to `operand`'s shape where broadcasting made it larger (than `result_type`,
+        the operation's), and rounded to its float dtype where the operation widened it (`unbroadcast` does
+        both)."""
         operand_type = self.types.get(operand.id) if isinstance(operand, ast.Name) else None
-        result_type = self.type_of(like) if like is not None else None
         same = isinstance(operand_type, TensorType) and isinstance(result_type, TensorType)
         widened = same and operand_type.dtype != result_type.dtype and not operand_type.weak
         known = same and not any(isinstance(d, Unknown) for d in operand_type.dims)  # `_` may be any size
@@ -254,9 +260,9 @@ class BackwardSweep:
                 rule_a, rule_b = BINARY[op]
                 bindings = {"d": d, "r": r, "a": a, "b": b}
                 if self.active(a):
-                    found.append((a, self.fit(instantiate(rule_a, bindings), a, record.original)))
+                    found.append((a, self.fit(instantiate(rule_a, bindings), a, self.types.get(record.result))))
                 if self.active(b):
-                    found.append((b, self.fit(instantiate(rule_b, bindings), b, record.original)))
+                    found.append((b, self.fit(instantiate(rule_b, bindings), b, self.types.get(record.result))))
             case ast.Call() if isinstance(self.type_of(record.original.func), FunctionRef):
                 found += self.call_contributions(record, rhs, d, span)
             case ast.Call() if self.callee_primitive(record, rhs) in NON_DIFFERENTIABLE:
@@ -351,7 +357,7 @@ class BackwardSweep:
                 for param, source in adjoints:
                     contribution = instantiate(source, bindings, forms)
                     if fitted:
-                        contribution = self.fit(contribution, values[param], record.original)
+                        contribution = self.fit(contribution, values[param], self.types.get(record.result))
                     found.append((values[param], contribution))
                 return found
             case Computed() if primitive.prim in COMPUTED:
