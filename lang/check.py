@@ -146,8 +146,7 @@ class Tables:
     varied: dict[int, Type] = field(default_factory=dict)
     call_types: dict[int, tuple[Type, ...]] = field(default_factory=dict)
     body_types: dict[int, dict[int, Type]] = field(default_factory=dict)
-    instances_called: dict[tuple[int, int], int] = field(default_factory=dict)
-    bodies: dict[int, tuple[int, ...]] = field(default_factory=dict)
+    instances_called: dict[int, dict[int, int]] = field(default_factory=dict)
 
     def frozen(self, program: Program) -> Typed:
         return Typed(
@@ -165,7 +164,6 @@ class Tables:
             MappingProxyType(self.call_types),
             MappingProxyType(self.body_types),
             MappingProxyType(self.instances_called),
-            MappingProxyType(self.bodies),
         )
 
 
@@ -202,14 +200,12 @@ class Typed:
     varied: Mapping[int, Type] = field(default_factory=lambda: NOTHING)
     # the same nodes -> their types, each once, in the order of the calls that gave them (what a hover shows)
     call_types: Mapping[int, tuple[Type, ...]] = field(default_factory=lambda: NOTHING)
-    # the same nodes -> their type in each check of their function's body (numbered, as `bodies` numbers them):
-    # what code written for one call reads (`type_in_body`)
+    # the same nodes -> their type in each check of their function's body (checks are numbered, one per
+    # distinct argument types): what code written for one call reads (`type_in_body`)
     body_types: Mapping[int, Mapping[int, Type]] = field(default_factory=lambda: NOTHING)
-    # (the number of a check of a body, id of a call in it of a function with unannotated parameters) -> the
-    # number of the check of the callee's body that the call made (`instance_called`)
-    instances_called: Mapping[tuple[int, int], int] = field(default_factory=lambda: NOTHING)
-    # id of a FnDecl or Lambda -> the numbers of the checks of its body, one per distinct argument types
-    bodies: Mapping[int, tuple[int, ...]] = field(default_factory=lambda: NOTHING)
+    # id of a call of a function with unannotated parameters (or of a `grad` of one, for all the calls of the
+    # gradient) -> for each check of the body the call is in, the check of the callee's body it made
+    instances_called: Mapping[int, Mapping[int, int]] = field(default_factory=lambda: NOTHING)
 
     def with_diagnostics(self, diagnostics) -> Typed:
         return replace(self, diagnostics=tuple(diagnostics))
@@ -229,12 +225,14 @@ class Typed:
         found = self.body_types.get(id(node), NOTHING).get(body) if body is not None else None
         return found if found is not None else self.type_in_every_call(node)
 
-    def instance_called(self, function: int, body: int | None, call: ast.Call) -> int | None:
-        """The check of a callee's body that `call` made, where `call` is in the body of `function` (an id of
-        a FnDecl or Lambda) as check `body` saw it, or as every check of it saw it (`body` None) where they all
-        made the same one. None where they made several, or the callee's body was checked with unknown types."""
-        callers = (body,) if body is not None else self.bodies.get(function, ())
-        found = {self.instances_called.get((caller, id(call))) for caller in callers}
+    def instance_called(self, body: int | None, call: ast.Call) -> int | None:
+        """The check of a callee's body that `call` (or the calls of the gradient a `grad(f)` call makes) made
+        in check `body` of the body it is in, or in every check of it (`body` None) where they all made the
+        same one. None where they made several, or checked the callee with unknown types."""
+        made = self.instances_called.get(id(call), NOTHING)
+        if body is not None:
+            return made.get(body)
+        found = set(made.values())
         return found.pop() if len(found) == 1 else None
 
     def reached(self, entry: str = "main") -> set[int]:
@@ -515,6 +513,10 @@ class Checker:
         self.typed_by_body: dict[int, dict[int, Type]] = {}
         # (the body being checked, id of a call in it) -> the body of the callee that the call checks
         self.calls_made: dict[tuple, tuple] = {}
+        # (the body being checked, id of a `grad(f)` call, id of a call of its gradient in it) -> the body of
+        # `f` it checks; and the body the latest `instantiate` checked, or found checked
+        self.gradient_calls: dict[tuple, tuple] = {}
+        self.last_instance: tuple | None = None
         self.instance_log: list[tuple] = []
         self.signature_log: list[int] = []
         self.literal_log: list[int] = []
@@ -850,9 +852,12 @@ class Checker:
         # static integer values (`kaiming(64, 128)`) decide result shapes, though types compare without them
         values = tuple(a.value if isinstance(a, TensorType) else None for a in args)
         instance = (key, args, captured, values)
+        checked = body_key(function.decl, list(args), captured)
         if instance in self.instances:
+            self.last_instance = checked
             return self.instances[instance]
         if instance in self.in_progress:
+            self.last_instance = checked
             return ANY  # recursion: the result is what the non-recursive returns give
         self.in_progress.add(instance)
         self.instance_counts[key] = count + 1
@@ -867,6 +872,7 @@ class Checker:
         finally:
             self.in_progress.discard(instance)
         self.remember_instance(instance, declared or result)
+        self.last_instance = checked
         return declared or result
 
     def remember_instance(self, instance: tuple, result: Type) -> None:
@@ -1601,14 +1607,16 @@ class Checker:
                 self.tables.call_types[node] = tuple(dict.fromkeys(t for _, t in types))
                 self.tables.body_types[node] = by_body
         numbers = self.body_numbers
+        made = self.tables.instances_called
         for (caller, call), callee in self.calls_made.items():
             if caller in numbers and callee in numbers:
-                self.tables.instances_called[(numbers[caller], call)] = numbers[callee]
-        bodies: dict[int, list[int]] = {}
-        for key, number in numbers.items():
-            if key is not None:
-                bodies.setdefault(key[0], []).append(number)
-        self.tables.bodies = {decl: tuple(found) for decl, found in bodies.items()}
+                made.setdefault(call, {})[numbers[caller]] = numbers[callee]
+        gradients: dict[tuple, set[int | None]] = {}  # a gradient is written once for all its calls
+        for (caller, site, _), callee in self.gradient_calls.items():
+            gradients.setdefault((caller, site), set()).add(numbers.get(callee))
+        for (caller, site), callees in gradients.items():
+            if caller in numbers and len(callees) == 1 and None not in callees:
+                made.setdefault(site, {})[numbers[caller]] = callees.pop()
 
     def expression_type(self, expr: ast.Expr, scope: Scope, context: Context) -> Type:
         match expr:
@@ -1787,10 +1795,14 @@ class Checker:
                 return self.user_call(self.functions[key], expr, args, keywords)
             case TransformRef(name=name):
                 return self.transform_call(name, expr, args, keywords)
-            case GradientRef():
+            case GradientRef(function=function, site=site):
                 if keywords:
                     self.report(error("E0206", f"`{callee}` takes no keyword arguments", expr.keywords[0].span))
-                return self.gradient_type(callee, args, expr.span) or ANY
+                self.last_instance = None
+                result = self.gradient_type(callee, args, expr.span) or ANY
+                if isinstance(function, FunctionRef) and not self.trials:
+                    self.gradient_calls[(self.body_now, site, id(expr))] = self.last_instance
+                return result
             case FunctionType(params=params, result=result):
                 if keywords or len(args) != len(params):
                     self.report(
@@ -1848,7 +1860,7 @@ class Checker:
                 )
             )
             return ANY
-        return GradientRef(function, wrt, name == "value_and_grad", expr.span)
+        return GradientRef(function, wrt, name == "value_and_grad", expr.span, id(expr))
 
     def gradient_type(self, ref: GradientRef, args: list[Type], span: Span) -> Type | None:
         """The type of `grad(f)(args...)`: `f` must return a float scalar; the gradient of each chosen
@@ -1968,13 +1980,14 @@ class Checker:
         params_types = [strong_keep_value(arg) for arg in bound]
         for index, (_, declared) in annotated:
             params_types[index] = substitute(declared, bindings) if isinstance(declared, TensorType) else declared
-        if not self.trials:
-            self.calls_made[(self.body_now, id(expr))] = body_key(decl, params_types, captured_key(function))
         self.call_sites.append((function.name, expr.span, tuple(params_types)))
         try:
-            return self.instantiate(function, tuple(params_types))
+            result = self.instantiate(function, tuple(params_types))
         finally:
             self.call_sites.pop()
+        if not self.trials:
+            self.calls_made[(self.body_now, id(expr))] = self.last_instance
+        return result
 
     def generic_call(self, function: FunctionInfo, args: list[Type], nodes: list[ast.Expr]) -> Type:
         signature = self.generic_signature(function)

@@ -319,6 +319,7 @@ class GradientRef:
     wrt: int | tuple[int, ...]
     with_value: bool
     span: object = field(default=None, compare=False)  # the `grad(...)` call, for diagnostics
+    site: int = field(default=0, compare=False)  # the id of that call (`Typed.instances_called`)
 
     def __str__(self) -> str:
         name = "value_and_grad" if self.with_value else "grad"

@@ -1874,6 +1874,47 @@ fn f(e, m, w) {
 )
 
 
+case(
+    "split_helpers_at_two_ranks",
+    "calls",
+    """
+fn layer(x, w, b, train: bool) {
+    let h = tanh(x @ w + b)
+    if train {
+        h = h * 0.5
+    }
+    return h
+}
+
+fn deep(x, w, n: i64) {
+    if n == 0 {
+        return x
+    }
+    return deep(tanh(x @ w), w, n - 1)
+}
+
+fn f(e, m, w, b) {
+    let a = sum(layer(e, w, b, true)) + sum(layer(m, w, b, false) * layer(m, w, b, true))
+    return a + sum(deep(e, w, 2)) + sum(deep(m, w, 3) * m)
+}
+""",
+    (normal(136, 3), normal(137, 2, 3), normal(138, 3, 3) * 0.5, normal(139, 3)),
+    lambda e, m, w, b: (
+        (torch.tanh(e @ w + b) * 0.5).sum()
+        + (torch.tanh(m @ w + b) * torch.tanh(m @ w + b) * 0.5).sum()
+        + deepened(e, w, 2).sum()
+        + (deepened(m, w, 3) * m).sum()
+    ),
+    wrt=(0, 1, 2, 3),
+    notes="a function with an `if` (split into `_fwd` and `_bwd`) and a recursive one (`_back`), each called with "
+    "a vector and a matrix: each call's split or `_back` functions are written for its own argument types",
+)
+
+
+def deepened(x, w, n):
+    return x if n == 0 else deepened(torch.tanh(x @ w), w, n - 1)
+
+
 def repeated(h, x, w, n):
     x = x * 0.5
     for i in range(n):

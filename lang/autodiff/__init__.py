@@ -60,8 +60,9 @@ def differentiate(
     `check`); `within`: only the `grad`s in the functions it names ((module, name)). Raises
     `DiagnosticError` for what cannot be differentiated (a primitive without a derivative rule, a call of
     a function value the checker cannot see)."""
-    # (module, function) -> its `_back` function, (module, function, "fwd" or "bwd") -> its `_fwd` and `_bwd`
-    # functions ("" if it is not split): shared by all rounds
+    # (module, function, "back", variant) -> its `_back` function, (module, function, "fwd" or "bwd", variant)
+    # -> its `_fwd` and `_bwd` functions ("" if it is not split), (module, function, "quiet", ()) -> its quiet
+    # copy: shared by all rounds (`Round.variant_key`)
     backs: dict[tuple, str] = {}
     for _ in range(MAX_ROUNDS):
         sites = list(grad_sites(typed, within))

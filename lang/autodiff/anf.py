@@ -38,7 +38,6 @@ from dl.lang.types import (
     FunctionRef,
     PrimitiveRef,
     StructType,
-    TensorType,
     TupleType,
     Type,
     strong,
@@ -63,22 +62,20 @@ class ForwardSweep:
     operation's value named and no name assigned twice, recording what the backward sweep reads."""
 
     @contextmanager
-    def reading(self, place: tuple[int, int | None]) -> Iterator[None]:
-        """Read the body of a function (`place`: the id of its FnDecl or Lambda) with the types of one check of
-        it (`place`'s number; None: those that hold for every check): a call written in place is written for
-        the argument types that call gives, as the checker checked it (`instance_of`)."""
-        outer = self.place
-        self.place = place
-        self.node_types.body = place[1]
+    def reading(self, body: int | None) -> Iterator[None]:
+        """Read a function's body with the types of one check of it (`body`, its number; None: those that hold
+        for every check): a call written in place is written for the argument types that call gives, as the
+        checker checked it (`instance_of`)."""
+        outer = self.node_types.body
+        self.node_types.body = body
         try:
             yield
         finally:
-            self.place = outer
-            self.node_types.body = outer[1]
+            self.node_types.body = outer
 
     def instance_of(self, call: ast.Call) -> int | None:
         """The check of the callee's body that `call`, in the body being read, made (`Typed.instance_called`)."""
-        return self.typed.instance_called(self.place[0], self.place[1], call)
+        return self.typed.instance_called(self.node_types.body, call)
 
     def forward(self, stmt: ast.Stmt, env: dict[str, str], sweep: Sweep, nested: bool, effects: bool) -> None:
         outer, self.effects = self.effects, effects
@@ -237,14 +234,15 @@ class ForwardSweep:
             settled = self.settled_literals(self.quiet(expr))
             return self.atom_of_operation(self.rename(settled, env), expr, sweep, hint, record=False)
         rhs = self.operation(expr, env, sweep)
-        split = self.split_call(rhs, expr)
+        variant = self.variant(rhs, expr)
+        split = self.split_call(rhs, expr, variant)
         if split is not None:
             return self.split_atom(rhs, expr, split, sweep, hint)
-        return self.atom_of_operation(rhs, expr, sweep, hint)
+        return self.atom_of_operation(rhs, expr, sweep, hint, variant=variant)
 
-    def split_call(self, rhs: ast.Expr, original: ast.Expr) -> tuple[ast.Expr, ast.Expr] | None:
+    def split_call(self, rhs: ast.Expr, original: ast.Expr, variant: int | None) -> tuple[ast.Expr, ast.Expr] | None:
         """For a call of a function with float arguments that is split (`Round.split_names`): how this
-        module names its `_fwd` and `_bwd` functions."""
+        module names its `_fwd` and `_bwd` functions (those written for the check `variant` of its body)."""
         if not isinstance(rhs, ast.Call) or not any(self.active(arg) for arg in rhs.args):
             return None
         callee = self.type_of(original.func)
@@ -253,32 +251,37 @@ class ForwardSweep:
         decl, path = self.typed.functions[callee.key]
         if not self.effects and self.round.has_effects(decl):
             return None  # run again by a backward sweep: `g_quiet`, and `g_back` for its backward
-        names = self.round.split_names(decl, path)
+        names = self.round.split_names(decl, path, variant)
         if names is None:
             return None
-        self.check_one_body(decl, path, original)
         span = original.span
         return tuple(self.round.reference(self.path, path, function, span) for function in names)
 
-    def check_one_body(self, decl: ast.FnDecl, path: str, call: ast.Call) -> None:
-        """A split function's `_fwd` and `_bwd` are written once, from the types the checker recorded for its
-        body: those of one of its calls. Where a call gives a parameter another rank and the body has an
-        operation whose derivative depends on ranks (`@`, `transpose`, ...), that derivative would be another
-        one, and is refused rather than computed wrong."""
-        if not self.round.rank_sensitive(decl):
-            return
-        for param, (arg, default) in zip(decl.params, self.user_arguments(decl, path, call), strict=True):
-            here = None if default else self.type_of(arg)
-            reads = (n for n in ast.walk(decl.body) if isinstance(n, ast.Name) and n.id == param.name)
-            seen = next((self.typed.type_of(n) for n in reads), None)  # the type of the call checked last
-            if isinstance(here, TensorType) and isinstance(seen, TensorType) and here.rank != seen.rank:
-                raise NotDifferentiable(
-                    f"`grad` cannot yet differentiate this call of `{decl.name}`: it gives `{param.name}` {here}, "
-                    f"where another call gives it {seen}, and the derivative of `{decl.name}`, written once, "
-                    "depends on that rank",
-                    call.span,
-                    (f"help: call a copy of `{decl.name}` for each rank",),
-                )
+    def variant(self, rhs: ast.Expr, original: ast.Expr) -> int | None:
+        """For a call of a declared function that is not written in place, which check of its body its
+        derivative (`_fwd` and `_bwd`, or `_back`) is written for: where its calls give a parameter types of
+        other ranks (or dtypes), this call's own (`instance_of`); else None, one for every call. Where this
+        call made several (the function being written is itself written for calls of several types), one
+        for every call, unless the body has an operation whose derivative depends on ranks (`@`, `einsum`):
+        that is refused rather than computed wrong."""
+        callee = self.type_of(original.func) if isinstance(rhs, ast.Call) and isinstance(original, ast.Call) else None
+        if not isinstance(callee, FunctionRef) or callee.key not in self.typed.functions:
+            return None
+        decl, _ = self.typed.functions[callee.key]
+        varied = any(isinstance(self.typed.varied.get(id(p)), AnyType) for p in decl.params)
+        if not isinstance(decl, ast.FnDecl) or not varied:
+            return None
+        instance = self.instance_of(original)
+        if instance is None and self.round.rank_sensitive(decl):
+            outer = getattr(self.decl, "name", "the function")
+            raise NotDifferentiable(
+                f"`grad` cannot yet differentiate this call of `{decl.name}`: the derivative of `{outer}` is written "
+                f"once for calls that give `{decl.name}` arguments of several ranks, and `{decl.name}`'s derivative "
+                "depends on them",
+                original.span,
+                (f"help: write `grad({outer})` once for each rank it is called with: each is written for its own",),
+            )
+        return instance
 
     def split_atom(self, rhs: ast.Call, original, split, sweep: Sweep, hint: str) -> ast.Name:
         """`let pair = g_fwd(args); let result = pair[0]`: the call's backward is `g_bwd(args, pair[1], d)`."""
@@ -539,7 +542,7 @@ class ForwardSweep:
             return False
         if (not self.effects and self.round.has_effects(decl)) or self.round.recursive(decl):
             return False
-        with self.reading((id(decl), self.instance_of(expr))):
+        with self.reading(self.instance_of(expr)):
             if not all(self.settled_type(node) for node in ast.walk(decl.body) if isinstance(node, EXPRESSIONS)):
                 return False  # types that differ between the calls it stands for: split, checked at each call
         return self.writable_here(decl, path, tuple(p.default for p in missing))
@@ -597,7 +600,7 @@ class ForwardSweep:
         a closure as an argument): its body is emitted in place, seeing the values it captured."""
         if id(decl) in self.inlining:
             raise NotDifferentiable("`grad` cannot differentiate a recursive function that takes a closure", expr.span)
-        place = (id(decl), self.instance_of(expr))  # its body is read with this call's types
+        instance = self.instance_of(expr)  # its body is read with this call's types
         inner = dict(captured)
         if isinstance(decl, ast.FnDecl) and id(decl) not in self.local_functions:
             inner[SOURCE] = self.round.module_of(decl)  # its names are its module's, wherever it is inlined
@@ -626,7 +629,7 @@ class ForwardSweep:
             self.bind_function_ref(param.name, arg, inner)
         self.inlining.append(id(decl))
         try:
-            with self.reading(place):
+            with self.reading(instance):
                 return self.inline_body(decl, inner, sweep, hint, expr.span)
         finally:
             self.inlining.pop()
@@ -646,7 +649,7 @@ class ForwardSweep:
                 if not isinstance(atom, ast.Name):
                     atom = self.atom_of_operation(self.settled_literal(atom), arg, sweep, param.name, record=False)
                 inner[param.name] = atom.id
-        with self.reading((id(decl), self.instance_of(expr))):
+        with self.reading(self.instance_of(expr)):
             for stmt in body[:-1]:
                 self.forward(stmt, inner, sweep, nested=False, effects=self.effects)
         return body[-1].value, inner
@@ -713,7 +716,7 @@ class ForwardSweep:
         return {alias for alias, _ in self.round.program.imports.get(source, [])}
 
     def atom_of_operation(
-        self, rhs: ast.Expr, original: ast.Expr, sweep: Sweep, hint: str, record: bool = True
+        self, rhs: ast.Expr, original: ast.Expr, sweep: Sweep, hint: str, record: bool = True, variant=None
     ) -> ast.Name:
         var = self.fresh(hint)
         self.just_made = var
@@ -721,7 +724,7 @@ class ForwardSweep:
         self.types[var] = self.type_of(original)
         self.values[var] = rhs
         if record:
-            sweep.records.append(Op(var, rhs, original))
+            sweep.records.append(Op(var, rhs, original, variant=variant))
         return ast.Name(var, original.span)
 
     def operation(self, expr: ast.Expr, env, sweep: Sweep) -> ast.Expr:
@@ -866,7 +869,7 @@ class ForwardSweep:
             body = ast.Block(tuple(stmts + updates), stmt.body.span)
             sweep.stmts.append(ast.While(self.rename(self.quiet(stmt.cond), env), body, stmt.span))
         if carried:
-            sweep.records.append(Compound(stmt, dict(env), carried, saved, kept, self.place))
+            sweep.records.append(Compound(stmt, dict(env), carried, saved, kept, self.node_types.body))
 
     def keep_values(self, body: Sweep, inner: dict[str, str], sweep: Sweep) -> Kept:
         """A tape for the values a loop's iterations keep for its backward sweep, made before the loop."""

@@ -50,16 +50,15 @@ VIEWS = frozenset({Prim.TRANSPOSE, Prim.SHAPE, Prim.LEN})
 class FunctionBody(ForwardSweep, BackwardSweep):
     """Builds the body of a derivative of one function: the forward sweep, then the backward sweep."""
 
-    def __init__(self, round_: Round, path: str, decl: ast.FnDecl | ast.Lambda) -> None:
+    def __init__(self, round_: Round, path: str, decl: ast.FnDecl | ast.Lambda, variant: int | None = None) -> None:
         self.round = round_
         self.typed = round_.typed
         self.path = path
         self.decl = decl
         self.types: dict[str, Type] = {}  # generated name -> type
         self.node_types = NodeTypes(self.typed)  # the checker's types, and those of the nodes made here
-        # the function whose body is being read (an inlined one's, inside this one's), and which check of it
-        # gave the types read (None: those that hold for every check; see `reading`)
-        self.place: tuple[int, int | None] = (id(decl), None)
+        # a derivative written for one check of the body (`Round.variant_key`): its types are read (`reading`)
+        self.node_types.body = variant
         # module-level names are reserved (the code refers to them by name); locals are renamed anyway
         self.used: set[str] = set(round_.taken[path]) | {p.name for p in decl.params}
         # the user's names, which the names lowering adds (flags, loop counters) must not meet

@@ -30,6 +30,7 @@ class Op:
     rhs: ast.Expr
     original: ast.Expr | None  # the user's expression it came from (for types and spans)
     split: tuple[ast.Expr, str] | None = None  # a split call: its `_bwd` function, the name of `_fwd`'s pair
+    variant: int | None = None  # a call: the check of the callee's body its `_back` is written for (`variant`)
 
 
 @record
@@ -76,7 +77,7 @@ class Compound:
     carried: list[str]  # the generated names it assigns (in place)
     saved: str  # the name holding their values before (an `if`) or the tape of them (a `while`)
     kept: Kept | None = None  # a `while` whose iterations keep what their backward reads
-    place: tuple[int, int | None] = (0, None)  # the body it is in, read with which check's types (`reading`)
+    body: int | None = None  # which check's types the body it is in was read with (`ForwardSweep.reading`)
 
 
 Record = Op | Store | Compound

@@ -71,7 +71,7 @@ class BackwardSweep:
         `Round.run`)."""
         if not any(c in have for c in record.carried):
             return []
-        with self.reading(record.place):  # its branches' forward is run again: with the types it was written with
+        with self.reading(record.body):  # its branches' forward is run again: with the types it was written with
             return self.backward_compound_here(record, have)
 
     def backward_compound_here(self, record: Compound, have: set[str]) -> list[ast.Stmt]:
@@ -294,7 +294,7 @@ class BackwardSweep:
             back, pair = record.split
             pulled = ast.Call(back, (*rhs.args, index_of(name(pair), 1), d), (), span)
         else:
-            back = self.round.reference(self.path, path, self.round.back_name(decl, path), span)
+            back = self.round.reference(self.path, path, self.round.back_name(decl, path, record.variant), span)
             pulled = ast.Call(back, (*rhs.args, d), (), span)
         if len(active) == 1:
             return [(rhs.args[active[0]], pulled)]

@@ -133,7 +133,9 @@ class Round:
         for position in site.wrt if isinstance(site.wrt, tuple) else (site.wrt,):
             if position >= len(params):
                 raise NotDifferentiable(f"`wrt={position}` names no parameter of the function", site.call.span)
-        body = FunctionBody(self, site.function_module, decl).gradient(site.wrt, site.with_value)
+        # written for the argument types its calls give `f`, where they all give the same
+        variant = self.typed.instance_called(None, site.call)
+        body = FunctionBody(self, site.function_module, decl, variant).gradient(site.wrt, site.with_value)
         if isinstance(decl, ast.Lambda):
             return ast.Lambda(decl.params, None, body, site.call.span)
         suffix = "value_and_grad" if site.with_value else "grad"
@@ -165,16 +167,23 @@ class Round:
             ("help: write `grad` where the function is named, and pass the derivative: `slope(grad(cube), x)`",),
         )
 
-    def back_name(self, decl: ast.FnDecl, path: str) -> str:
-        """The name of `decl`'s `_back` function, generating it (later) the first time it is asked for."""
-        key = (path, decl.name)
+    def variant_key(self, decl: ast.FnDecl, variant: int | None) -> tuple:
+        """What names the derivative of `decl` written for the check `variant` of its body (its parameters'
+        types in it), or for every call (`()`, variant None): the same in every round, where checks are
+        numbered anew."""
+        return () if variant is None else tuple(self.typed.type_in_body(p, variant) for p in decl.params)
+
+    def back_name(self, decl: ast.FnDecl, path: str, variant: int | None = None) -> str:
+        """The name of `decl`'s `_back` function (for the check `variant` of its body, see `FunctionBody`),
+        generating it (later) the first time it is asked for."""
+        key = (path, decl.name, "back", self.variant_key(decl, variant))
         if key not in self.existing_backs:
             back_name = self.existing_backs[key] = self.fresh_global(path, f"{decl.name}_back")
-            self.pending.append(lambda: self.added[path].append(self.back_function(decl, path, back_name)))
+            self.pending.append(lambda: self.added[path].append(self.back_function(decl, path, back_name, variant)))
         return self.existing_backs[key]
 
-    def back_function(self, decl: ast.FnDecl, path: str, back_name: str) -> ast.FnDecl:
-        body = FunctionBody(self, path, decl)
+    def back_function(self, decl: ast.FnDecl, path: str, back_name: str, variant: int | None) -> ast.FnDecl:
+        body = FunctionBody(self, path, decl, variant)
         block, d_result = body.pullback()
         params = (*strip_defaults(decl.params), ast.Param(d_result, decl.result))
         return ast.FnDecl(back_name, params, self.adjoints_annotation(decl), block, decl.span, decl.name_span)
@@ -183,24 +192,27 @@ class Round:
         active = [decl.params[i] for i in self.active_params(decl)]
         return annotation_of(active, len(active) != 1) if decl.result is not None else None
 
-    def split_names(self, decl: ast.FnDecl, path: str) -> tuple[str, str] | None:
-        """The names of `decl`'s `_fwd` and `_bwd` functions, generating them (later) the first time they
-        are asked for; None for a function that is not split (recursive, or returning from an `if`): its
-        callers' backward sweeps call its `_back` function, which runs its forward again."""
+    def split_names(self, decl: ast.FnDecl, path: str, variant: int | None = None) -> tuple[str, str] | None:
+        """The names of `decl`'s `_fwd` and `_bwd` functions (for the check `variant` of its body), generating
+        them (later) the first time they are asked for; None for a function that is not split (recursive, or
+        returning from an `if`): its callers' backward sweeps call its `_back` function, which runs its
+        forward again."""
         names = self.existing_backs
-        key = (path, decl.name, "fwd")
+        written_for = self.variant_key(decl, variant)
+        key, back_key = (path, decl.name, "fwd", written_for), (path, decl.name, "bwd", written_for)
         if key not in names:
             names[key] = ""  # not split
             if not self.recursive(decl) and FunctionBody(self, path, decl).ends_in_return():
                 fwd = names[key] = self.fresh_global(path, f"{decl.name}_fwd")
-                bwd = names[(path, decl.name, "bwd")] = self.fresh_global(path, f"{decl.name}_bwd")
-                self.pending.append(lambda: self.added[path].extend(self.split_functions(decl, path, fwd, bwd)))
-        return (names[key], names[(path, decl.name, "bwd")]) if names[key] else None
+                bwd = names[back_key] = self.fresh_global(path, f"{decl.name}_bwd")
+                made = lambda: self.added[path].extend(self.split_functions(decl, path, fwd, bwd, variant))  # noqa: E731
+                self.pending.append(made)
+        return (names[key], names[back_key]) if names[key] else None
 
     def quiet_name(self, decl: ast.FnDecl, path: str) -> str:
         """The name of `decl`'s `_quiet` copy, without its `print`s and `assert`s (calling the quiet copies
         of the functions it calls): what a backward sweep calls where it runs a forward again."""
-        key = (path, decl.name, "quiet")
+        key = (path, decl.name, "quiet", ())
         if key not in self.existing_backs:
             quiet = self.existing_backs[key] = self.fresh_global(path, f"{decl.name}_quiet")
             self.pending.append(lambda: self.added[path].append(self.quiet_function(decl, path, quiet)))
@@ -221,11 +233,11 @@ class Round:
             return None
         return self.reference(from_path, path, self.quiet_name(decl, path), func.span)
 
-    def split_functions(self, decl: ast.FnDecl, path: str, fwd: str, bwd: str) -> list[ast.FnDecl]:
+    def split_functions(self, decl: ast.FnDecl, path: str, fwd: str, bwd: str, variant: int | None) -> list[ast.FnDecl]:
         """`g_fwd(params) -> (result, kept)`: `g`'s body, also returning the values its backward sweep
         reads; `g_bwd(params, kept, d_result)`: that backward sweep, returning the adjoints of the float
         parameters."""
-        forward, backward, kept, d_result = FunctionBody(self, path, decl).split()
+        forward, backward, kept, d_result = FunctionBody(self, path, decl, variant).split()
         params = strip_defaults(decl.params)
         # `g_bwd` is checked with the types it is called with: the kept values have the caller's shapes,
         # which the dimension names of `g`'s annotations (`f32[B, H]`) do not bind
@@ -253,7 +265,7 @@ class Round:
         fwd = {
             function
             for key, function in self.existing_backs.items()
-            if len(key) == 3 and key[2] == "fwd" and function and key[1] in self.effectful_names
+            if key[2] == "fwd" and function and key[1] in self.effectful_names
         }
         return self.effectful_names | fwd
 

@@ -41,7 +41,7 @@ class Trimming:
         self.adjoints: set[Key] = {
             (key[0], function)
             for key, function in round_.existing_backs.items()
-            if function and (len(key) == 2 or key[2] == "bwd") and (key[0], function) in self.functions
+            if function and key[2] in ("back", "bwd") and (key[0], function) in self.functions
         }
         self.copies: dict[tuple[Key, tuple[int, ...]], str] = {}  # (adjoint function, items read) -> its copy
 
@@ -131,8 +131,8 @@ class Trimming:
         backs = self.round.existing_backs
         for key in [key for key, function in backs.items() if function and (key[0], function) in dropped]:
             backs.pop(key)
-            if len(key) == 3:
-                backs.pop((key[0], key[1], "fwd"), None)
+            if key[2] == "bwd":
+                backs.pop((key[0], key[1], "fwd", key[3]), None)
 
 
 def items_read(body: ast.Block | ast.Expr) -> dict[str, set[int] | None]:
