@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import field, replace
 from types import MappingProxyType
 
-from dl.lang import ast
+from dl.lang import ast, habits
 from dl.lang.calls import Binding, BindingError, bind, bind_function, binding_diagnostic
 from dl.lang.diagnostics import Diagnostic, DiagnosticError, Label, Span, closest, error, warning
 from dl.lang.literals import out_of_range
@@ -80,22 +80,7 @@ from dl.lang.types import (
     substitute_dims,
 )
 
-
-def range_spelling(call: ast.Call) -> tuple[str, ...]:
-    """`range(3)` is `0..3` in DL, `range(a, b)` is `a..b`; a step has no DL spelling but a `while`."""
-    bounds = [print_expr(arg) for arg in call.args]
-    if call.keywords or not 1 <= len(bounds) <= 2:
-        return ("help: DL counts with `for i in a..b` (no step: use a `while` loop), and `arange` makes a tensor",)
-    start, stop = bounds if len(bounds) == 2 else ["0", bounds[0]]
-    return (
-        f"help: DL writes `range` as `{start}..{stop}`: `for i in {start}..{stop} {{ ... }}`",
-        f"`arange({', '.join(bounds)})` makes the tensor of those integers",
-    )
-
-
-# Calls Python users write, with DL's spelling of each (in the help of the unknown name).
-PYTHON_SPELLINGS = {"range": range_spelling}
-
+BUILT_INS = frozenset(BY_NAME)  # what a NumPy or PyTorch call of the same name is in DL (lang/habits.py)
 MAX_INSTANCES = 16  # per function: beyond this, unannotated parameters are checked as unknown
 
 
@@ -491,7 +476,9 @@ class Checker:
         self.check_pass = 0
         self.call_sites: list[tuple[str, Span, tuple[Type, ...]]] = []  # calls being checked, innermost last
         self.early_consts: set[tuple[str, str]] = set()  # consts reported as used before their definition
-        self.python_call: ast.Call | None = None  # the latest call of a name Python has and DL spells otherwise
+        # the latest call of a name or field: should its callee be unknown, or a tensor's method, the help shows
+        # DL's spelling of it (lang/habits.py)
+        self.calling: ast.Call | None = None
         self.pass_count = 0
         self.vague_passes: set[int] = set()  # checks of a function with an unknown argument
         self.literal_passes: dict[int, set[int]] = {}
@@ -1722,8 +1709,13 @@ class Checker:
         candidates = {*scope.visible(), *info.functions, *info.consts, *info.imports, *BY_NAME, *TRANSFORMS}
         suggestion = closest(expr.id, candidates)
         notes = (f"help: did you mean `{suggestion}`?",) if suggestion else ()
-        if self.python_call is not None and self.python_call.func is expr:
-            notes = PYTHON_SPELLINGS[expr.id](self.python_call)
+        if expr.id in habits.NAMES:
+            notes = (habits.NAMES[expr.id],)
+        call = self.calling
+        if call is not None and call.func is expr:
+            notes = habits.call_help(call, BUILT_INS) or notes
+        elif call is not None and isinstance(call.func, ast.Field) and call.func.target is expr:
+            notes = habits.module_help(expr.id, call, BUILT_INS) or notes
         if context.dim_names is not None and expr.id in context.dim_names:
             notes = (
                 f"`{expr.id}` is a dimension of `{context.name}`'s signature that no parameter's type has as a size "
@@ -1776,8 +1768,8 @@ class Checker:
 
     # -------------------------------------------------------------- calls
     def call(self, expr: ast.Call, scope: Scope, context: Context) -> Type:
-        if type(expr.func) is ast.Name and expr.func.id in PYTHON_SPELLINGS:
-            self.python_call = expr  # should the name be unknown, its help shows DL's spelling of this call
+        if isinstance(expr.func, (ast.Name, ast.Field)):
+            self.calling = expr
         callee = self.expression(expr.func, scope, context)
         args = [self.expression(arg, scope, context) for arg in expr.args]
         keywords = {k.name: self.expression(k.value, scope, context) for k in expr.keywords}
@@ -2131,6 +2123,7 @@ class Checker:
         return target.items[position]
 
     def field(self, expr: ast.Field, scope: Scope, context: Context) -> Type:
+        calling = self.calling  # (checking the target may check other calls)
         target = self.expression(expr.target, scope, context)
         match target:
             case AnyType():
@@ -2153,7 +2146,7 @@ class Checker:
                 f"{target} has no fields; `.{expr.name}` needs a struct",
                 expr.span,
                 str(target),
-                notes=field_help(expr),
+                notes=habits.method_help(expr, calling, BUILT_INS),
             )
         )
         return ANY
@@ -2809,16 +2802,6 @@ def element_fits(dtype: str, value: TensorType) -> bool:
 
 def article(word: str) -> str:
     return "an" if word[0] in "aeiou" else "a"
-
-
-def field_help(expr: ast.Field) -> tuple[str, ...]:
-    """Methods users bring from numpy and PyTorch (`x.T`, `x.sum()`) are functions in DL."""
-    shown = print_expr(expr.target)
-    if expr.name == "T":
-        return (f"help: transpose with `transpose({shown})`",)
-    if expr.name in BY_NAME:
-        return (f"help: DL has no methods; call `{expr.name}({shown})`",)
-    return ()
 
 
 def rebinding_help(target: ast.Expr, current: Type, value: Type) -> str:

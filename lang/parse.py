@@ -863,12 +863,15 @@ def syntax_diagnostic(table: ParseTable, tokens: list[Token], token: Token, star
     message = f"expected {describe_expected(expected, keywords)}{after}, found {found}"
     _, text, line, column = token
     span = Span(path, line, column, line, column + max(1, len(text)))
+    from dl.lang.habits import syntax_help  # (only a mistake needs it)
+
     return error(
         "E0102",
         message,
         span,
         f"unexpected {found.removeprefix('the ')}",
         secondary=unclosed_label(tokens[:position], token, expected, path),
+        notes=syntax_help(tokens[position - 1 : position], token, "LBRACE" in expected),
     )
 
 

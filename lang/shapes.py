@@ -600,7 +600,10 @@ def dims_from(args: list[Argument], name: str) -> tuple[Dim, ...]:
             dims.append(UNKNOWN)
             continue
         if not isinstance(t, TensorType) or t.rank or t.dtype not in INTEGERS:
-            raise ShapeError("E0301", f"`{name}` takes dimensions as integers, found {t}", str(t))
+            several = isinstance(t, TupleType) or (isinstance(t, TensorType) and t.rank == 1)
+            example = "reshape(x, 3, 4)" if name == "reshape" else f"{name}(3, 4)"
+            notes = (f"help: pass each dimension as its own argument: `{example}`",) if several else ()
+            raise ShapeError("E0301", f"`{name}` takes dimensions as integers, found {t}", str(t), notes)
         value = argument.value
         if isinstance(value, int) and value < 0 and name != "arange" and not (name == "reshape" and value == -1):
             raise ShapeError("E0307", f"`{name}` dimension {value} is negative")

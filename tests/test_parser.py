@@ -400,6 +400,52 @@ def test_string_escapes() -> None:
     assert stmt.expr.args[0].value == 'a\tb\nc\\d"e\0'
 
 
+@pytest.mark.parametrize(
+    ("source", "line", "column", "help"),
+    [
+        ("def area(w, h):\n    return w * h\n", 1, 1, "help: DL declares a function with `fn name(params) { ... }`"),
+        (
+            "fn f(x: f32) -> f32 {\n    if x > 0.0 {\n        return 1.0\n"
+            "    } elif x < 0.0 {\n        return 2.0\n    }\n    return 0.0\n}\n",
+            4,
+            12,
+            "help: DL writes `elif` as `else if`",
+        ),
+        (
+            "fn f(x: f32) -> f32 {\n    if x > 0.0:\n        return x\n    return 0.0\n}\n",
+            2,
+            15,
+            "help: DL puts a block in braces, not after `:`: `if x > 0 { ... }`",
+        ),
+        (
+            "fn main() {\n    let double = lambda x: x * 2.0\n}\n",
+            2,
+            25,
+            "help: DL writes an anonymous function `fn(x) => x * 2.0`",
+        ),
+        (
+            "class Linear:\n    pass\n",
+            1,
+            1,
+            "help: DL declares data with `struct Name { field: type }`, and functions apart with `fn`",
+        ),
+        (
+            "from nn import linear\n",
+            1,
+            1,
+            "help: DL imports a module with `import name`, and names what it declares `name.item`",
+        ),
+    ],
+)
+def test_python_s_grammar_gets_dl_s_spelling_in_the_help(source: str, line: int, column: int, help: str) -> None:
+    with pytest.raises(DiagnosticError) as failure:
+        parse(source, "t.dl")
+    diagnostic = failure.value.diagnostics[0]
+    assert diagnostic.code == "E0102"
+    assert (diagnostic.span.line, diagnostic.span.column) == (line, column)
+    assert diagnostic.notes == (help,)
+
+
 @pytest.mark.parametrize(("source", "escape", "column"), [(r'print("a\q")', "q", 9), (r'print("\n\x41")', "x", 10)])
 def test_unknown_escapes_are_reported_at_the_escape(source: str, escape: str, column: int) -> None:
     with pytest.raises(DiagnosticError) as failure:

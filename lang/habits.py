@@ -1,0 +1,157 @@
+"""What users bring from Python, NumPy and PyTorch, and DL's spelling of it: the help of the diagnostic for a
+name DL does not have (`True`, `None`, `np.zeros(3)`, `unsqueeze(x, 0)`, `x.view(3, 1)`) or a word its grammar
+does not (`def`, `elif`). One table; the checker and the parser read it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from dl.lang import ast
+from dl.lang.printer import print_expr
+
+# Names of the modules such code calls through (`np.zeros(3)`, `F.relu(x)`): DL's built-ins need none.
+FOREIGN_MODULES = frozenset({"np", "numpy", "torch", "jnp", "jax", "F", "math", "tf", "scipy"})
+# DL's standard library, which a program imports before use (docs/stdlib.md).
+STDLIB = frozenset({"nn", "optim", "data"})
+
+# Values Python spells otherwise.
+NAMES = {
+    "True": "help: DL writes the booleans `true` and `false`",
+    "False": "help: DL writes the booleans `true` and `false`",
+    "None": "help: DL has no `None`; an axis of size 1 is added with `expand_dims(x, axis)`",
+    "self": "help: DL has no methods: a function takes the struct it works on as a parameter",
+}
+
+# Words of Python's grammar, at the place DL's grammar rejects them.
+WORDS = {
+    "def": "help: DL declares a function with `fn name(params) { ... }`",
+    "elif": "help: DL writes `elif` as `else if`",
+    "class": "help: DL declares data with `struct Name { field: type }`, and functions apart with `fn`",
+    "lambda": "help: DL writes an anonymous function `fn(x) => x * 2.0`",
+    "pass": "help: an empty block is `{}`",
+    "from": "help: DL imports a module with `import name`, and names what it declares `name.item`",
+}
+NAMES["pass"] = WORDS["pass"]  # (a statement of its own: DL reads it as a name)
+
+
+def syntax_help(before: list, found: tuple, brace_expected: bool) -> tuple[str, ...]:
+    """The help for a token DL's grammar rejects (`found`, after the tokens `before`, the last of them at
+    least): a Python word there or just before (`def`, `elif x`), or a block opened with `:`."""
+    words = tuple(WORDS[t[1]] for t in (*before[-1:], found) if t[0] == "NAME" and t[1] in WORDS)
+    if not words and found[1] == ":" and brace_expected:
+        return ("help: DL puts a block in braces, not after `:`: `if x > 0 { ... }`",)
+    return words
+
+
+# The built-ins that take dimensions, each as its own argument.
+CREATION = frozenset({"zeros", "ones", "full", "randn", "rand"})
+# PyTorch's keywords that DL spells otherwise.
+KEYWORDS = {"dim": "axis", "keepdim": "keepdims"}
+
+
+def shown(node: ast.Expr) -> str:
+    """An argument as DL writes it: a list of tensors (`[x, y]` in `torch.cat`) is a tuple; `True` is `true`."""
+    if isinstance(node, ast.Name) and node.id in ("True", "False"):
+        return node.id.lower()
+    numbers = (ast.IntLiteral, ast.FloatLiteral)
+    if isinstance(node, ast.TensorLiteral) and not all(isinstance(i, numbers) for i in node.items):
+        return "(" + ", ".join(print_expr(i) for i in node.items) + ("," if len(node.items) == 1 else "") + ")"
+    return print_expr(node)
+
+
+def axis_keyword(rest: list[str]) -> str:
+    return f", axis={rest[0]}" if rest else ""
+
+
+# name -> DL's spelling of a call of it, from its arguments as DL writes them (None: no one spelling for these)
+Spelling = Callable[[list[str]], str | None]
+SPELLINGS: dict[str, Spelling] = {
+    "unsqueeze": lambda a: f"expand_dims({a[0]}, {a[1]})" if len(a) == 2 else None,
+    "view": lambda a: f"reshape({', '.join(a)})" if len(a) > 1 else None,
+    "permute": lambda a: f"transpose({', '.join(a)})",
+    "t": lambda a: f"transpose({a[0]})" if len(a) == 1 else None,
+    "flatten": lambda a: f"reshape({a[0]}, -1)" if len(a) == 1 else None,
+    "cat": lambda a: f"concat({a[0]}{axis_keyword(a[1:])})" if a else None,
+    "concatenate": lambda a: f"concat({a[0]}{axis_keyword(a[1:])})" if a else None,
+    "clamp": lambda a: f"maximum(minimum({a[0]}, {a[2]}), {a[1]})" if len(a) == 3 else None,
+    "clip": lambda a: f"maximum(minimum({a[0]}, {a[2]}), {a[1]})" if len(a) == 3 else None,
+    "pow": lambda a: f"{a[0]} ** {a[1]}" if len(a) == 2 else None,
+    "power": lambda a: f"{a[0]} ** {a[1]}" if len(a) == 2 else None,
+    "mm": lambda a: f"{a[0]} @ {a[1]}" if len(a) == 2 else None,
+    "dot": lambda a: f"{a[0]} @ {a[1]}" if len(a) == 2 else None,
+    "bmm": lambda a: f"{a[0]} @ {a[1]}" if len(a) == 2 else None,
+    "ones_like": lambda a: f"zeros_like({a[0]}) + 1.0" if len(a) == 1 else None,
+    "size": lambda a: f"shape({a[0]})" if len(a) == 1 else None,
+    "numel": lambda a: f"len(reshape({a[0]}, -1))" if len(a) == 1 else None,
+    "linear": lambda a: f"nn.linear({', '.join(a)})",
+    "cross_entropy": lambda a: f"nn.cross_entropy({', '.join(a)})",
+    "mse_loss": lambda a: f"nn.mse({', '.join(a)})",
+    "gelu": lambda a: f"nn.gelu({', '.join(a)})",
+    "layer_norm": lambda a: f"nn.layer_norm({', '.join(a)})",
+}
+
+
+def range_spelling(call: ast.Call) -> tuple[str, ...]:
+    """`range(3)` is `0..3` in DL, `range(a, b)` is `a..b`; a step has no DL spelling but a `while`."""
+    bounds = [print_expr(arg) for arg in call.args]
+    if call.keywords or not 1 <= len(bounds) <= 2:
+        return ("help: DL counts with `for i in a..b` (no step: use a `while` loop), and `arange` makes a tensor",)
+    start, stop = bounds if len(bounds) == 2 else ["0", bounds[0]]
+    return (
+        f"help: DL writes `range` as `{start}..{stop}`: `for i in {start}..{stop} {{ ... }}`",
+        f"`arange({', '.join(bounds)})` makes the tensor of those integers",
+    )
+
+
+def spelled(name: str, call: ast.Call, receiver: ast.Expr | None, built_ins: frozenset[str]) -> str | None:
+    """DL's spelling of `call`, of `name` (a function or method of NumPy or PyTorch; a method's `receiver`
+    first): a built-in of that name takes the arguments as they are (`dim=` is `axis=`); None where DL has no
+    spelling of it here."""
+    given = call.args
+    if name in CREATION and len(given) == 1 and isinstance(given[0], (ast.TupleLiteral, ast.TensorLiteral)):
+        given = given[0].items  # `np.zeros((3, 4))`: DL takes each dimension as its own argument
+    args = [shown(a) for a in (*((receiver,) if receiver is not None else ()), *given)]
+    if name in built_ins:
+        args += [f"{KEYWORDS.get(k.name, k.name)}={shown(k.value)}" for k in call.keywords]
+        return f"{name}({', '.join(args)})"
+    spelling = SPELLINGS.get(name)
+    return spelling(args) if spelling is not None and not call.keywords else None
+
+
+def call_help(call: ast.Call, built_ins: frozenset[str]) -> tuple[str, ...]:
+    """The help for a call of a function DL does not have by that name (`unsqueeze(x, 0)`, `range(3)`)."""
+    func = call.func
+    if not isinstance(func, ast.Name):
+        return ()
+    if func.id == "range":
+        return range_spelling(call)
+    found = spelled(func.id, call, None, built_ins)
+    return (f"help: DL writes this `{found}`",) if found else ()
+
+
+def module_help(module: str, call: ast.Call | None, built_ins: frozenset[str]) -> tuple[str, ...]:
+    """The help for an unknown name used as a module (`np.zeros(3)`, `nn.relu(x)` without `import nn`)."""
+    if module in STDLIB:
+        return (f"help: `{module}` is in DL's standard library: `import {module}` at the top of the file",)
+    if module not in FOREIGN_MODULES:
+        return ()
+    if call is not None and isinstance(call.func, ast.Field):
+        found = spelled(call.func.name, call, None, built_ins)
+        if found is not None:
+            return (f"help: DL's built-ins need no module: `{found}`",)
+    return ("help: DL's built-ins need no module: call them by name (`zeros(3)`, `exp(x)`)",)
+
+
+def method_help(field: ast.Field, call: ast.Call | None, built_ins: frozenset[str]) -> tuple[str, ...]:
+    """The help for a method of a tensor (`x.sum()`, `x.view(3, 1)`, `x.T`): DL's functions take it first."""
+    receiver = print_expr(field.target)
+    if field.name == "T":
+        return (f"help: transpose with `transpose({receiver})`",)
+    if call is not None and call.func is field:
+        found = spelled(field.name, call, field.target, built_ins)
+        if found is not None:
+            return (f"help: DL has no methods; call `{found}`",)
+    if field.name in built_ins:
+        return (f"help: DL has no methods; call `{field.name}({receiver})`",)
+    return ()
