@@ -253,7 +253,8 @@ class Specialiser(FunctionLowering):
             case ir.StaticArgument(value=value):  # an integer compiled in (see NeedsStatic)
                 return Value(ir.Const(value, "i64"))
             case ir.FunctionArgument(key=key):  # a DL function passed as an argument: inlined where called
-                found = function_declaration(self.typed, self.structs.kind(key).span)
+                function = self.structs.kind(key)
+                found = function_declaration(self.typed, function.span, function.name)
                 if found is None:
                     raise Unsupported(f"`{name}` is a function compiled code does not know")
                 return Closure(*found)
@@ -1536,11 +1537,14 @@ def stand_in(value: object) -> object:
     return "a struct or function"
 
 
-def function_declaration(typed: Typed, span: Span) -> tuple | None:
-    """The function declaration or lambda (and its module) written at `span`."""
+def function_declaration(typed: Typed, span: Span, name: str) -> tuple | None:
+    """The function declaration of that name, or the lambda, (and its module) written at `span`. (The functions
+    `grad` writes have the span of the function they are the derivative of: `f_grad` is not `f`.)"""
 
     def written_at(node: object) -> object | None:
-        if isinstance(node, (ast.FnDecl, ast.Lambda)) and node.span == span:
+        if isinstance(node, ast.Lambda) and node.span == span:
+            return node
+        if isinstance(node, ast.FnDecl) and node.span == span and node.name == name:
             return node
         for child in ast.children(node):
             found = written_at(child)

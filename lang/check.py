@@ -80,6 +80,8 @@ from dl.lang.types import (
     substitute_dims,
 )
 
+SEVERAL: tuple = ("several",)  # `Checker.calls_made` of a call checked for several bodies in one check
+SEVERAL_CHECKS = -1  # the same, in `Typed.instances_called`
 BUILT_INS = frozenset(BY_NAME)  # what a NumPy or PyTorch call of the same name is in DL (lang/habits.py)
 MAX_INSTANCES = 16  # per function: beyond this, unannotated parameters are checked as unknown
 
@@ -215,10 +217,14 @@ class Typed:
         in check `body` of the body it is in, or in every check of it (`body` None) where they all made the
         same one. None where they made several, or checked the callee with unknown types."""
         made = self.instances_called.get(id(call), NOTHING)
-        if body is not None:
-            return made.get(body)
-        found = set(made.values())
-        return found.pop() if len(found) == 1 else None
+        found = set(made.values()) if body is None else {made.get(body)}
+        one = found.pop() if len(found) == 1 else None
+        return one if one != SEVERAL_CHECKS else None
+
+    def called_several(self, call: ast.Call) -> bool:
+        """Whether one check of the body `call` is in checked it for arguments of several types (it is in a
+        loop over a tuple)."""
+        return SEVERAL_CHECKS in self.instances_called.get(id(call), NOTHING).values()
 
     def reached(self, entry: str = "main") -> set[int]:
         """The functions (keys of `functions`) that running the entry module's `entry` may call: it, the
@@ -1596,8 +1602,8 @@ class Checker:
         numbers = self.body_numbers
         made = self.tables.instances_called
         for (caller, call), callee in self.calls_made.items():
-            if caller in numbers and callee in numbers:
-                made.setdefault(call, {})[numbers[caller]] = numbers[callee]
+            if caller in numbers and (callee in numbers or callee is SEVERAL):
+                made.setdefault(call, {})[numbers[caller]] = numbers.get(callee, SEVERAL_CHECKS)
         gradients: dict[tuple, set[int | None]] = {}  # a gradient is written once for all its calls
         for (caller, site, _), callee in self.gradient_calls.items():
             gradients.setdefault((caller, site), set()).add(numbers.get(callee))
@@ -1977,8 +1983,10 @@ class Checker:
             result = self.instantiate(function, tuple(params_types))
         finally:
             self.call_sites.pop()
-        if not self.trials:
-            self.calls_made[(self.body_now, id(expr))] = self.last_instance
+        if not self.trials:  # one call checked for several instances (in a loop over a tuple): none of them
+            made = (self.body_now, id(expr))
+            earlier = self.calls_made.get(made, self.last_instance)
+            self.calls_made[made] = self.last_instance if earlier == self.last_instance else SEVERAL
         return result
 
     def generic_call(self, function: FunctionInfo, args: list[Type], nodes: list[ast.Expr]) -> Type:

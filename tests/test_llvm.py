@@ -264,6 +264,23 @@ fn main() { for i in 0..5 { let x = float(i, dtype=f64) * 0.6f64 - 1.0f64; print
     assert {"loss", "loss_grad"} <= compiled_names(source, tmp_path)
 
 
+def test_a_gradient_passed_as_a_function_is_compiled_as_the_gradient_not_the_function(tmp_path: Path, capsys) -> None:
+    # `f_grad_wrt_1` has `f`'s span (it is written from it): compiled code found `f` by the span alone
+    source = """
+fn f(a: f64[3], w: f64[3, 3]) -> f64 { let c = a @ w; return sum(tanh(c) * c) }
+fn apply(d, x, w) { return d(x, w) }
+fn main() {
+    let w = reshape(sin(float(arange(9), dtype=f64) * 0.7 + 0.3), 3, 3)
+    let v = sin(float(arange(3), dtype=f64) * 0.7 + 0.5)
+    print(apply(grad(f, wrt=1), v, w), apply(grad(f), v, w), apply(f, v, w))
+}
+"""
+    interpreted, compiled = both_backends(tmp_path, source, capsys)
+    found = [numbers(re.sub(r"[\[\]]", " ", text)) for text in (interpreted, compiled)]
+    assert len(found[0]) == 9 + 3 + 1
+    assert found[1] == pytest.approx(found[0], rel=1e-12)
+
+
 def test_explain_backend_names_the_functions_main_reaches_at_their_names(tmp_path: Path, capsys) -> None:
     source = """import nn
 struct Pair { a: f32, b: f32 }

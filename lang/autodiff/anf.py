@@ -272,6 +272,14 @@ class ForwardSweep:
         if not isinstance(decl, ast.FnDecl) or not varied:
             return None
         instance = self.instance_of(original)
+        if instance is None and self.round.rank_sensitive(decl) and self.typed.called_several(original):
+            raise NotDifferentiable(
+                f"`grad` cannot yet differentiate this call of `{decl.name}`: it gives `{decl.name}` arguments of "
+                f"several ranks (in a loop over a tuple), and the derivative of `{decl.name}`, written once for "
+                "them, depends on the rank",
+                original.span,
+                (f"help: call `{decl.name}` for one rank here: a loop over a tuple of one rank, or a call each",),
+            )
         if instance is None and self.round.rank_sensitive(decl):
             outer = getattr(self.decl, "name", "the function")
             raise NotDifferentiable(

@@ -27,6 +27,7 @@ from dl.lang.autodiff.trees import (
     unused_name,
 )
 from dl.lang.check import NodeTypes
+from dl.lang.diagnostics import Span
 from dl.lang.primitives import Prim
 from dl.lang.types import (
     ANY,
@@ -59,6 +60,7 @@ class FunctionBody(ForwardSweep, BackwardSweep):
         self.node_types = NodeTypes(self.typed)  # the checker's types, and those of the nodes made here
         # a derivative written for one check of the body (`Round.variant_key`): its types are read (`reading`)
         self.node_types.body = variant
+        self.site: Span | None = None  # for a gradient function: the `grad(f)` call it is written for
         # module-level names are reserved (the code refers to them by name); locals are renamed anyway
         self.used: set[str] = set(round_.taken[path]) | {p.name for p in decl.params}
         # the user's names, which the names lowering adds (flags, loop counters) must not meet

@@ -490,11 +490,25 @@ class BackwardSweep:
         arguments of other ranks (its derivative is written once, for all its calls), say so."""
         if not any(id(node) in self.typed.varied for node in ast.walk(self.decl.body)):
             return NotDifferentiable(message, span)
+        name = getattr(self.decl, "name", None)
+        if self.site is not None:  # the gradient itself, called with arguments of several ranks
+            shown = f"`grad({name})`" if name else "this gradient"
+            return NotDifferentiable(
+                f"{message}: {shown} is called with arguments of different ranks or dtypes, and is written once "
+                "for all its calls",
+                span,
+                (
+                    f"help: write {shown} once for each rank and dtype it is called with: each is written for "
+                    "its own calls",
+                    f"the gradient is made at {self.site.path}:{self.site.line}:{self.site.column}",
+                ),
+            )
+        shown = f"`{name}`" if name else "the anonymous function"
         return NotDifferentiable(
-            f"{message}: `{self.decl.name}` is called with arguments of different ranks, and its derivative is "
+            f"{message}: {shown} is called with arguments of different ranks or dtypes, and its derivative is "
             "written once for all its calls",
             span,
-            (f"help: call a copy of `{self.decl.name}` for each rank",),
+            (f"help: call a copy of {shown} for each rank",),
         )
 
     def float_dtype(self, atom: ast.Expr) -> str | None:

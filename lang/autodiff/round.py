@@ -135,7 +135,9 @@ class Round:
                 raise NotDifferentiable(f"`wrt={position}` names no parameter of the function", site.call.span)
         # written for the argument types its calls give `f`, where they all give the same
         variant = self.typed.instance_called(None, site.call)
-        body = FunctionBody(self, site.function_module, decl, variant).gradient(site.wrt, site.with_value)
+        writer = FunctionBody(self, site.function_module, decl, variant)
+        writer.site = site.call.span
+        body = writer.gradient(site.wrt, site.with_value)
         if isinstance(decl, ast.Lambda):
             return ast.Lambda(decl.params, None, body, site.call.span)
         suffix = "value_and_grad" if site.with_value else "grad"
