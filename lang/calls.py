@@ -94,11 +94,13 @@ def bind(signature: Signature, positional_count: int, keyword_names: list[str]) 
     return Binding(tuple(fixed), variadic, keywords)
 
 
-def binding_diagnostic(problem: BindingError, expr: ast.Call, primitive: str | None = None) -> Diagnostic:
+def binding_diagnostic(
+    problem: BindingError, expr: ast.Call, primitive: str | None = None, notes: tuple[str, ...] = ()
+) -> Diagnostic:
     """The error of a call that does not bind, at the keyword at fault or else at the call; a call of the
-    primitive or transform named `primitive` says so ("in call to `sum`: ...")."""
+    primitive or transform named `primitive` says so ("in call to `sum`: ..."). `notes`: help of its own."""
     span = next((k.span for k in expr.keywords if k.name == problem.keyword), expr.span)
-    notes = (f"help: did you mean `{problem.suggestion}`?",) if problem.suggestion else problem.notes
+    notes = notes or ((f"help: did you mean `{problem.suggestion}`?",) if problem.suggestion else problem.notes)
     message = f"in call to `{primitive}`: {problem}" if primitive is not None else str(problem)
     return error(problem.code, message, span, notes=notes)
 

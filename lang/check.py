@@ -1884,7 +1884,7 @@ class Checker:
         try:
             binding = bind(signature, len(args), list(keywords))
         except BindingError as problem:
-            self.report(binding_diagnostic(problem, expr, name))
+            self.report(binding_diagnostic(problem, expr, name, habits.binding_help(name, expr)))
             return ANY
         self.tables.bindings[id(expr)] = binding
         nodes = {k.name: k.value for k in expr.keywords}
@@ -2103,7 +2103,9 @@ class Checker:
         if isinstance(value, AnyType):
             return value
         if not isinstance(value, TensorType) or value.dtype not in INTEGERS:
-            self.report(error("E0320", f"an index must be an integer, found {value}", node.span, str(value)))
+            mask = isinstance(value, TensorType) and value.dtype == "bool" and bool(value.dims)
+            message = f"an index must be an integer, found {value}"
+            self.report(error("E0320", message, node.span, str(value), notes=(habits.MASK_INDEX,) if mask else ()))
             return ANY
         return value
 

@@ -34,6 +34,23 @@ WORDS = {
 }
 NAMES["pass"] = WORDS["pass"]  # (a statement of its own: DL reads it as a name)
 
+# `x[x > 0]`: a shape says how many elements a value has before it runs; a mask's count is known only then.
+MASK_INDEX = (
+    "help: a mask selects a number of elements known only when the program runs, which no shape can say: keep "
+    "the shape with `where(mask, x, 0.0)` (and `sum(where(mask, x, 0.0))` to total the selected ones)"
+)
+# Reductions Python calls with two values: DL's take one tensor; the element-wise ones have other names.
+PAIRWISE = {"max": ("maximum", "larger"), "min": ("minimum", "smaller")}
+
+
+def binding_help(name: str, call: ast.Call) -> tuple[str, ...]:
+    """The help for a call of the built-in `name` that does not bind: Python's `max(a, b)` is `maximum(a, b)`."""
+    if name in PAIRWISE and len(call.args) == 2 and not call.keywords:
+        function, which = PAIRWISE[name]
+        pair = ", ".join(shown(a) for a in call.args)
+        return (f"help: `{name}` reduces one tensor; the {which} of two, element by element, is `{function}({pair})`",)
+    return ()
+
 
 def syntax_help(before: list, found: tuple, brace_expected: bool) -> tuple[str, ...]:
     """The help for a token DL's grammar rejects (`found`, after the tokens `before`, the last of them at
