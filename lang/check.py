@@ -523,6 +523,7 @@ class Checker:
             self.check_module(path)
         for path in reversed(order):  # the entry's first: its calls check imported functions for their types
             self.check_uncalled(path)
+        self.check_command_line()
         for path in order:
             self.collect_signatures(path)
         entry = self.modules.get(self.program.entry)
@@ -646,6 +647,25 @@ class Checker:
                 for p in decl.params
             )
             self.instantiate(function, params)
+
+    def check_command_line(self) -> None:
+        """The entry's `main` is given the command-line arguments, as strings: a parameter annotated with
+        another type, or with a default of another type, would hold a string where the program expects that
+        (`fn main(epochs: i64)`, `fn main(lr = 0.1)`); each is reported where it is written."""
+        entry = self.modules.get(self.program.entry)
+        decl = entry.functions.get("main") if entry is not None else None
+        if decl is None:
+            return
+        for param in decl.params:
+            declared = self.annotation_or_any(param, entry)
+            if param.annotation is not None and not isinstance(declared, AnyType) and declared != STR:
+                self.report(command_line_error(param, f"annotated {declared}", param.annotation.span, declared))
+            if param.default is None:
+                continue
+            context = Context(entry, decl.name, None, frozenset())
+            given = self.expression(param.default, Scope(), context)
+            if not isinstance(given, AnyType) and given != STR:
+                self.report(command_line_error(param, f"given a default of type {given}", param.default.span, given))
 
     def collect_signatures(self, path: str) -> None:
         """The module's signatures, once every function has been checked: a function with annotated
@@ -2430,6 +2450,23 @@ def has_float(t: Type) -> bool:
         case AnyType():
             return True
     return False
+
+
+def command_line_error(param: ast.Param, what: str, span: Span, wanted: Type) -> Diagnostic:
+    """E0301 for a parameter of `main` that is not a string: the command line gives it one."""
+    conversion = {"i64": "int", "i32": "int", "f32": "float", "f64": "float"}
+    dtype = wanted.dtype if isinstance(wanted, TensorType) and not wanted.dims else None
+    convert = f"`{conversion[dtype]}({param.name})`" if dtype in conversion else "a conversion"
+    return error(
+        "E0301",
+        f"`main`'s parameter `{param.name}` is {what}, but the command line gives `main` strings",
+        span,
+        str(wanted),
+        notes=(
+            f"help: take `{param.name}` as a `str` (a default in quotes), and convert it with {convert} where it "
+            "is used",
+        ),
+    )
 
 
 def body_key(decl: ast.FnDecl | ast.Lambda, params: list[Type], captured: tuple) -> tuple:
