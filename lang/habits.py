@@ -32,7 +32,16 @@ WORDS = {
     "pass": "help: an empty block is `{}`",
     "from": "help: DL imports a module with `import name`, and names what it declares `name.item`",
 }
+WORDS["is"] = "help: DL compares with `==` and `!=`"
 NAMES["pass"] = WORDS["pass"]  # (a statement of its own: DL reads it as a name)
+
+# Characters of C's and Python's operators that no DL token has.
+CHARACTERS = {
+    "&": "help: DL writes `&&` as `and`",
+    "|": "help: DL writes `||` as `or`",
+    "!": "help: DL writes `!x` as `not x` (and `!=` compares)",
+    "^": "help: DL raises to a power with `**`",
+}
 
 # `x[x > 0]`: a shape says how many elements a value has before it runs; a mask's count is known only then.
 MASK_INDEX = (
@@ -53,11 +62,14 @@ def binding_help(name: str, call: ast.Call) -> tuple[str, ...]:
 
 
 def syntax_help(before: list, found: tuple, brace_expected: bool) -> tuple[str, ...]:
-    """The help for a token DL's grammar rejects (`found`, after the tokens `before`, the last of them at
-    least): a Python word there or just before (`def`, `elif x`), or a block opened with `:`."""
+    """The help for a token DL's grammar rejects (`found`, after the tokens `before`, the last two of them
+    at most): a Python word there or just before (`def`, `elif x`), a block opened with `:`, or C's `i++`."""
     words = tuple(WORDS[t[1]] for t in (*before[-1:], found) if t[0] == "NAME" and t[1] in WORDS)
     if not words and found[1] == ":" and brace_expected:
         return ("help: DL puts a block in braces, not after `:`: `if x > 0 { ... }`",)
+    if not words and found[1] in ("+", "-") and before and before[-1][1] == found[1]:
+        counter = before[-2][1] if len(before) > 1 and before[-2][0] == "NAME" else "i"
+        return (f"help: DL has no `{found[1] * 2}`: write `{counter} {found[1]}= 1`",)
     return words
 
 
@@ -160,6 +172,22 @@ def module_help(module: str, call: ast.Call | None, built_ins: frozenset[str]) -
     return ("help: DL's built-ins need no module: call them by name (`zeros(3)`, `exp(x)`)",)
 
 
+# PyTorch's methods and attributes that DL has no function for, with what DL does instead (`{x}`: the value).
+METHODS = {
+    "backward": "help: DL has no `.backward()`: `grad(loss_fn)(params, ...)` returns the gradient (docs/autodiff.md)",
+    "grad": "help: DL keeps no `.grad`: `grad(loss_fn)(params, ...)` returns the gradient (docs/autodiff.md)",
+    "item": "help: `{x}` is a value already: use it as it is (`float({x})` converts)",
+    "detach": "help: DL differentiates only what `grad` is asked for: use `{x}` as it is",
+    "numpy": "help: DL's tensors are values already: use `{x}` as it is",
+    "append": "help: a tensor's length is fixed: join with `concat(({x}, [value]))`, or make it whole with `zeros(n)` "
+    "and set `{x}[i] = value`",
+    "format": 'help: DL formats with f-strings: `f"loss {{loss:.3f}}"`',
+    "to": "help: `dlrun --backend cuda` runs the whole program on the GPU: no tensor is moved by hand",
+    "cuda": "help: `dlrun --backend cuda` runs the whole program on the GPU: no tensor is moved by hand",
+}
+IN_PLACE = {"add_": "+=", "sub_": "-=", "mul_": "*=", "div_": "/="}  # `x.add_(1.0)` is `x += 1.0`
+
+
 def method_help(field: ast.Field, call: ast.Call | None, built_ins: frozenset[str]) -> tuple[str, ...]:
     """The help for a method of a tensor (`x.sum()`, `x.view(3, 1)`, `x.T`): DL's functions take it first."""
     receiver = print_expr(field.target)
@@ -171,4 +199,8 @@ def method_help(field: ast.Field, call: ast.Call | None, built_ins: frozenset[st
             return (f"help: DL has no methods; call `{found}`",)
     if field.name in built_ins:
         return (f"help: DL has no methods; call `{field.name}({receiver})`",)
+    if field.name in IN_PLACE and call is not None and call.func is field and len(call.args) == 1:
+        return (f"help: DL has no methods; write `{receiver} {IN_PLACE[field.name]} {shown(call.args[0])}`",)
+    if field.name in METHODS:
+        return (METHODS[field.name].format(x=receiver),)
     return ()

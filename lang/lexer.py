@@ -151,7 +151,12 @@ def unexpected_character(text: str, position: int, line: int, column: int, path:
         end_of_line = len(text) if end_of_line < 0 else end_of_line
         span = Span(path, line, column, line, column + end_of_line - position)
         return error("E0106", "unterminated string literal", span, 'this string has no closing `"` on its line')
-    return error("E0101", f"unexpected character `{char}`", span, "not part of any DL token")
+    from dl.lang.habits import CHARACTERS  # (only a mistake needs it)
+
+    notes = (CHARACTERS[char],) if char in CHARACTERS else ()
+    if not char.isprintable() or char.isspace():
+        char = f"U+{ord(char):04X}"  # (an invisible one, named)
+    return error("E0101", f"unexpected character `{char}`", span, "not part of any DL token", notes=notes)
 
 
 def code_characters(text: str) -> Iterator[tuple[int, str]]:

@@ -63,13 +63,16 @@ def resolve(name: str, importer: str) -> Path | None:
 
 def read_source(path: Path, span: Span | None = None) -> str:
     """Read a source file; a missing or unreadable file, one that is not a regular file (a directory, a named
-    pipe, a device such as /dev/zero) or one larger than `MAX_SOURCE_BYTES` is a diagnostic (E0404)."""
+    pipe, a device such as /dev/zero) or one larger than `MAX_SOURCE_BYTES` is a diagnostic (E0404). A byte
+    order mark that some editors write at the start of UTF-8 text is not part of the source."""
     try:
-        return read_text(path, MAX_SOURCE_BYTES)
+        return read_text(path, MAX_SOURCE_BYTES).removeprefix("\ufeff")
     except FileNotFoundError:
         problem = "no such file"
-    except UnicodeDecodeError:
-        problem = "it is not UTF-8 text"
+    except UnicodeDecodeError as failure:
+        data, start = failure.object, failure.start
+        line, column = data.count(b"\n", 0, start) + 1, start - (data.rfind(b"\n", 0, start) + 1) + 1
+        problem = f"it is not UTF-8 text (byte 0x{data[start]:02x} at line {line}, column {column})"
     except OSError as failure:
         problem = failure.strerror or "it cannot be read"
     raise DiagnosticError(error("E0404", f"cannot read `{path}`: {problem}", span or Span(str(path), 1, 1, 1, 1)))

@@ -397,6 +397,13 @@ def needs_float(t: TensorType, name: str) -> None:
         )
 
 
+def float_help(x: TensorType, value: Dim | None) -> str:
+    """How to give a built-in of floats the integers it was given: `4.0` for a literal `4`."""
+    if x.weak:
+        return f"help: write a float literal: `{value}.0`" if isinstance(value, int) else "help: write a float literal"
+    return "help: convert with `float(x)`"
+
+
 def elementwise(name: str, floats_only: bool = True) -> Rule:
     def rule(args: list[Argument]) -> Type:
         x = tensor(args[0].type, f"`{name}`")
@@ -407,7 +414,7 @@ def elementwise(name: str, floats_only: bool = True) -> Rule:
                 "E0317",
                 f"`{name}` needs a float tensor, found {x}",
                 str(x),
-                notes=("help: write a float literal such as `2.0`" if x.weak else "help: convert with `float(x)`",),
+                notes=(float_help(x, args[0].value),),
             )
         if x.dtype == "bool":
             raise ShapeError("E0317", f"`{name}` needs numbers, found {x}", str(x))

@@ -111,6 +111,19 @@ def test_a_source_file_that_is_not_a_small_regular_file_is_refused(kind: str, sh
     assert within(30, lambda: dlrun("fmt", path)) == formatted
 
 
+def test_a_byte_order_mark_is_not_part_of_the_source(tmp_path: Path, dlrun) -> None:
+    path = tmp_path / "bom.dl"
+    path.write_bytes(b"\xef\xbb\xbffn main() {\n    print(1 + 2)\n}\n")
+    assert dlrun(str(path)) == (0, "3\n", "")
+
+
+def test_a_source_that_is_not_utf_8_is_refused_with_where_it_stops_being(tmp_path: Path, dlrun) -> None:
+    path = tmp_path / "latin1.dl"
+    path.write_bytes('fn main() {\n    print("café")\n}\n'.encode("latin-1"))
+    reason = "it is not UTF-8 text (byte 0xe9 at line 2, column 15)"
+    assert dlrun(str(path)) == (1, "", f"error[E0404]: cannot read `{path}`: {reason}\n --> {path}:1:1\n")
+
+
 def test_an_imported_module_over_the_size_limit_is_refused_at_its_import(short_tmp: Path, dlrun) -> None:
     make_kind("too large", short_tmp / "huge.dl")
     main = short_tmp / "main.dl"

@@ -435,6 +435,8 @@ def test_string_escapes() -> None:
             1,
             "help: DL imports a module with `import name`, and names what it declares `name.item`",
         ),
+        ('fn main() {\n    let s = "a"\n    print(s is "a")\n}\n', 3, 13, "help: DL compares with `==` and `!=`"),
+        ("fn main() {\n    let n = 0\n    n++\n}\n", 3, 7, "help: DL has no `++`: write `n += 1`"),
     ],
 )
 def test_python_s_grammar_gets_dl_s_spelling_in_the_help(source: str, line: int, column: int, help: str) -> None:
@@ -444,6 +446,30 @@ def test_python_s_grammar_gets_dl_s_spelling_in_the_help(source: str, line: int,
     assert diagnostic.code == "E0102"
     assert (diagnostic.span.line, diagnostic.span.column) == (line, column)
     assert diagnostic.notes == (help,)
+
+
+@pytest.mark.parametrize(
+    ("operator", "column", "help"),
+    [
+        ("true && false", 18, "help: DL writes `&&` as `and`"),
+        ("true || false", 18, "help: DL writes `||` as `or`"),
+        ("!true", 13, "help: DL writes `!x` as `not x` (and `!=` compares)"),
+        ("2 ^ 3", 15, "help: DL raises to a power with `**`"),
+    ],
+)
+def test_c_s_operators_get_dl_s_spelling_in_the_help(operator: str, column: int, help: str) -> None:
+    with pytest.raises(DiagnosticError) as failure:
+        parse(f"fn main() {{\n    let a = {operator}\n}}\n", "t.dl")
+    diagnostic = failure.value.diagnostics[0]
+    assert diagnostic.code == "E0101"
+    assert (diagnostic.span.line, diagnostic.span.column) == (2, column)
+    assert diagnostic.notes == (help,)
+
+
+def test_an_invisible_character_is_named() -> None:
+    with pytest.raises(DiagnosticError) as failure:
+        parse("fn main() {\n    let a = 1 \u200b+ 2\n}\n", "t.dl")
+    assert failure.value.diagnostics[0].message == "unexpected character `U+200B`"
 
 
 @pytest.mark.parametrize(("source", "escape", "column"), [(r'print("a\q")', "q", 9), (r'print("\n\x41")', "x", 10)])
