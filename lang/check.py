@@ -1122,7 +1122,9 @@ class Checker:
             case ast.Assign():
                 self.assign(stmt, scope, context)
             case ast.ExprStmt(expr=expr):
-                self.expression(expr, scope, context)
+                value = self.expression(expr, scope, context)
+                if isinstance(expr, ast.Call) and isinstance(self.tables.types.get(id(expr.func)), FunctionRef):
+                    self.check_used(expr, value, scope)
             case ast.If():
                 self.if_statement(stmt, scope, context)
             case ast.While(cond=cond, body=body):
@@ -1773,6 +1775,42 @@ class Checker:
                 )
             )
         return with_folded_value(result, op, left, right)
+
+    def check_used(self, call: ast.Call, value: Type, scope: Scope) -> None:
+        """W0302 for a call of a function whose value a statement drops (`optim.adam(m, g, state)`): DL's
+        values do not change in place, so what the call made is lost (PyTorch's optimizers update in place)."""
+        if isinstance(value, AnyType) or value == UNIT or not definite(value):
+            return
+        callee = print_expr(call.func)
+        # the variables passed whose new values it returns: `(m, state) = optim.adam(m, g, state)`
+        passed = [(a.id, scope.lookup(a.id)) for a in call.args if isinstance(a, ast.Name)]
+        items = value.items if isinstance(value, TupleType) else (value,)
+        updated: list[str] = []
+        for item in items:
+            found = next((name for name, t in passed if t == item and name not in updated), None)
+            if found is None:
+                break
+            updated.append(found)
+        if len(updated) == len(items):
+            target = updated[0] if len(items) == 1 and not isinstance(value, TupleType) else f"({', '.join(updated)})"
+            fix = f"assign it back: `{target} = {callee}(...)`"
+        elif isinstance(value, TupleType):
+            names = ", ".join(f"part{k + 1}" for k in range(len(value.items)))
+            fix = f"bind its parts: `let ({names}) = {callee}(...)`"
+        else:
+            fix = f"bind it: `let result = {callee}(...)`"
+        self.report(
+            warning(
+                "W0302",
+                f"the value of `{callee}(...)`, {value}, is not used",
+                call.span,
+                notes=(
+                    f"help: {fix}",
+                    "DL's values do not change in place: a function returns what it makes, and a call leaves its "
+                    "arguments as they were",
+                ),
+            )
+        )
 
     def unary_type(self, op: str, operand: Type, span: Span) -> Type:
         if isinstance(operand, AnyType):
