@@ -16,6 +16,7 @@ checker keeps going after an error by giving the bad expression the type
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import field, replace
 from types import MappingProxyType
@@ -24,7 +25,7 @@ from dl.lang import ast, habits
 from dl.lang.calls import Binding, BindingError, bind, bind_function, binding_diagnostic
 from dl.lang.diagnostics import Diagnostic, DiagnosticError, Label, Span, closest, error, warning
 from dl.lang.literals import out_of_range
-from dl.lang.modules import Program
+from dl.lang.modules import Program, stdlib_path
 from dl.lang.primitives import BY_NAME, PRIMITIVES, TRANSFORMS, Primitive
 from dl.lang.printer import print_expr
 from dl.lang.record import record
@@ -2230,6 +2231,9 @@ class Checker:
         module_name = expr.target.id if isinstance(expr.target, ast.Name) else "module"
         suggestion = closest(expr.name, [*info.functions, *info.consts])
         notes = (f"help: did you mean `{module_name}.{suggestion}`?",) if suggestion else ()
+        stem = os.path.splitext(os.path.basename(info.path))[0]
+        if (stem, expr.name) in habits.MEMBERS and str(stdlib_path(stem)) == info.path:  # the standard library's
+            notes = (habits.MEMBERS[(stem, expr.name)],)
         self.report(error("E0207", f"module `{module_name}` has no member `{expr.name}`", expr.span, notes=notes))
         return ANY
 
@@ -2902,6 +2906,13 @@ def rebinding_help(target: ast.Expr, current: Type, value: Type) -> str:
             f"help: a variable keeps the type it was declared with; if its size changes, declare the "
             f"changing dimension as `_`: `let {target.id}: {current.dtype}[{dims}] = ...`"
         )
+    if isinstance(target, ast.Name) and isinstance(value, TupleType) and value.items and value.items[0] == current:
+        # `m = optim.adam(m, g, state)`: the update returns the new value with others
+        names = ", ".join([target.id, *(f"part{k + 2}" for k in range(len(value.items) - 1))])
+        return f"help: the value is a tuple whose first item is a new `{target.id}`: assign each, `({names}) = ...`"
+    numbers = isinstance(current, TensorType) and isinstance(value, TensorType)
+    if numbers and isinstance(target, ast.Name) and current.dtype in INTEGERS and strong(value).dtype in FLOATS:
+        return f"help: a variable keeps its dtype: start `{target.id}` as a float (`0.0`, not `0`)"
     if isinstance(target, ast.Name):
         return "help: a variable keeps the type it was declared with; bind the new value to a new name with `let`"
     return "help: a field or element keeps the type it was declared with"

@@ -172,6 +172,22 @@ def module_help(module: str, call: ast.Call | None, built_ins: frozenset[str]) -
     return ("help: DL's built-ins need no module: call them by name (`zeros(3)`, `exp(x)`)",)
 
 
+# PyTorch's classes that DL's standard library spells as functions, by (module, name).
+LAYER = "DL's layers are functions of weights a struct of yours holds"
+MEMBERS = {
+    ("nn", "Linear"): f"help: {LAYER}: `nn.linear(x, w, b)`, with `w = nn.kaiming(fan_in, fan_out, seed)`",
+    ("nn", "LayerNorm"): f"help: {LAYER}: `nn.layer_norm(x, gamma, beta)`",
+    ("nn", "Embedding"): f"help: {LAYER}: `nn.embedding(table, ids)`",
+    ("nn", "CrossEntropyLoss"): "help: DL's losses are functions: `nn.cross_entropy(logits, labels)`",
+    ("nn", "MSELoss"): "help: DL's losses are functions: `nn.mse(prediction, target)`",
+    ("nn", "ReLU"): "help: DL's activations are functions: `relu(x)`",
+    ("optim", "Adam"): "help: DL's optimizers are functions: `let state = optim.adam_init(params)`, then "
+    "`(params, state) = optim.adam(params, grads, state)` each step",
+    ("optim", "AdamW"): "help: DL's optimizers are functions: `let state = optim.adamw_init(params)`, then "
+    "`(params, state) = optim.adamw(params, grads, state)` each step",
+    ("optim", "SGD"): "help: DL's optimizers are functions: `params = optim.sgd(params, grads, lr)` each step",
+}
+
 # PyTorch's methods and attributes that DL has no function for, with what DL does instead (`{x}`: the value).
 METHODS = {
     "backward": "help: DL has no `.backward()`: `grad(loss_fn)(params, ...)` returns the gradient (docs/autodiff.md)",
