@@ -107,6 +107,9 @@ def shown(tensor: np.ndarray) -> str:
     return f"{dtype}[{', '.join(str(n) for n in tensor.shape)}]"
 
 
+SHOWN_NAMES = 8  # of a checkpoint's tensors that `like` does not have, the most a message lists
+
+
 def listed(names: list[str]) -> str:
     """The names for a message, after "tensor" or "tensors"."""
     return ("tensor " if len(names) == 1 else "tensors ") + ", ".join(f"`{name}`" for name in names)
@@ -152,9 +155,13 @@ def load(path: Any, like: Any) -> Any:
     expected = named_tensors(like, "`like`")
     tensors = read_checkpoint(path)
     missing = [name for name in expected if name not in tensors]
-    if missing:
-        raise CheckpointError(f"checkpoint `{path}` is missing {listed(missing)}, which `like` has")
     unexpected = sorted(name for name in tensors if name not in expected)
+    if missing:
+        # what the file holds instead (a PyTorch state dict's `fc1.weight`): what the names must map from
+        held = ", ".join(f"`{name}` {shown(tensors[name])}" for name in unexpected[:SHOWN_NAMES])
+        more = f", and {len(unexpected) - SHOWN_NAMES} more" if len(unexpected) > SHOWN_NAMES else ""
+        instead = f"; it holds {held}{more} instead" if unexpected else ""
+        raise CheckpointError(f"checkpoint `{path}` is missing {listed(missing)}, which `like` has{instead}")
     if unexpected:
         raise CheckpointError(f"checkpoint `{path}` has {listed(unexpected)}, which `like` does not have")
     for name, want in expected.items():

@@ -76,8 +76,12 @@ class Interpreted:
         fewest = most - sum(default is not None for default in function.defaults)
         if not fewest <= len(args) <= most:
             expected = f"{most}" if fewest == most else f"{fewest} to {most}"
+            # `dlrun train.dl --backend llvm`: what follows the file is `main`'s
+            first = next((k for k, arg in enumerate(args) if arg.startswith("--")), None)
+            options = " ".join(args[first:]) if first is not None else ""
+            hint = f" (dlrun's options go before the file: `dlrun {options} FILE.dl`)" if options else ""
             raise UsageError(
-                f"`main` takes {expected} argument{'s' * (most != 1)}, {len(args)} given on the command line"
+                f"`main` takes {expected} argument{'s' * (most != 1)}, {len(args)} given on the command line{hint}"
             )
         return self.to_host(
             run_guarded(

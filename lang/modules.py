@@ -69,6 +69,8 @@ def read_source(path: Path, span: Span | None = None) -> str:
         return read_text(path, MAX_SOURCE_BYTES).removeprefix("\ufeff")
     except FileNotFoundError:
         problem = "no such file"
+        if not str(path).endswith(".dl") and Path(f"{path}.dl").is_file():
+            problem += f" (did you mean `{path}.dl`?)"
     except UnicodeDecodeError as failure:
         data, start = failure.object, failure.start
         line, column = data.count(b"\n", 0, start) + 1, start - (data.rfind(b"\n", 0, start) + 1) + 1

@@ -335,6 +335,15 @@ MISFITS = [
     (without("layers.0"), "{} is missing tensors `layers.0.w`, `layers.0.b`, which `like` has"),
     (changed(layers_2_w=np.zeros(1, np.float32)), "{} has tensor `layers.2.w`, which `like` does not have"),
     (changed(z=np.zeros(1), extra=np.zeros(1)), "{} has tensors `extra`, `z`, which `like` does not have"),
+    (
+        {**without("counts"), "fc1.weight": np.zeros((3, 2), "f4")},
+        "{} is missing tensor `counts`, which `like` has; it holds `fc1.weight` f32[3, 2] instead",
+    ),
+    (
+        {**without("counts"), **{f"t{k}": np.zeros(1, "f4") for k in range(10)}},
+        "{} is missing tensor `counts`, which `like` has; it holds `t0` f32[1], `t1` f32[1], `t2` f32[1], "
+        "`t3` f32[1], `t4` f32[1], `t5` f32[1], `t6` f32[1], `t7` f32[1], and 2 more instead",
+    ),
 ]  # fmt: skip
 
 

@@ -32,6 +32,23 @@ def test_a_missing_file_is_a_usage_error(dlrun, argv: tuple[str, ...]) -> None:
     assert err.startswith("usage: dlrun")
 
 
+def test_options_after_the_file_are_main_s_and_the_error_says_where_they_go(dlrun) -> None:
+    status, out, err = dlrun("examples/hello.dl", "--backend", "llvm")
+    assert (status, out) == (2, "")
+    assert err == (
+        "dlrun: error: `main` takes 0 arguments, 2 given on the command line "
+        "(dlrun's options go before the file: `dlrun --backend llvm FILE.dl`)\n"
+    )
+
+
+def test_a_file_named_without_its_extension_is_suggested_with_it(dlrun) -> None:
+    status, out, err = dlrun("examples/hello")
+    assert (status, out) == (1, "")
+    assert err.startswith(
+        "error[E0404]: cannot read `examples/hello`: no such file (did you mean `examples/hello.dl`?)"
+    )
+
+
 def test_help_names_every_command_and_every_flag_their_parsers_define(dlrun) -> None:
     from dl.cli import SUBCOMMANDS, parser, subcommand_parser
 
