@@ -486,6 +486,7 @@ class Checker:
         # the latest call of a name or field: should its callee be unknown, or a tensor's method, the help shows
         # DL's spelling of it (lang/habits.py)
         self.calling: ast.Call | None = None
+        self.field_of: ast.Field | None = None  # the latest field checked: its target, if unknown, may be a module
         self.pass_count = 0
         self.vague_passes: set[int] = set()  # checks of a function with an unknown argument
         self.literal_passes: dict[int, set[int]] = {}
@@ -1743,8 +1744,9 @@ class Checker:
         call = self.calling
         if call is not None and call.func is expr:
             notes = habits.call_help(call, BUILT_INS) or notes
-        elif call is not None and isinstance(call.func, ast.Field) and call.func.target is expr:
-            notes = habits.module_help(expr.id, call, BUILT_INS) or notes
+        elif (field := self.field_of) is not None and field.target is expr:
+            called = call if call is not None and call.func is field else None
+            notes = habits.module_help(expr.id, field, called, BUILT_INS) or notes
         if context.dim_names is not None and expr.id in context.dim_names:
             notes = (
                 f"`{expr.id}` is a dimension of `{context.name}`'s signature that no parameter's type has as a size "
@@ -2193,6 +2195,7 @@ class Checker:
 
     def field(self, expr: ast.Field, scope: Scope, context: Context) -> Type:
         calling = self.calling  # (checking the target may check other calls)
+        self.field_of = expr
         target = self.expression(expr.target, scope, context)
         match target:
             case AnyType():
@@ -2232,8 +2235,15 @@ class Checker:
         suggestion = closest(expr.name, [*info.functions, *info.consts])
         notes = (f"help: did you mean `{module_name}.{suggestion}`?",) if suggestion else ()
         stem = os.path.splitext(os.path.basename(info.path))[0]
-        if (stem, expr.name) in habits.MEMBERS and str(stdlib_path(stem)) == info.path:  # the standard library's
+        standard = stdlib_path(stem)
+        if (stem, expr.name) in habits.MEMBERS and str(standard) == info.path:  # the standard library's
             notes = (habits.MEMBERS[(stem, expr.name)],)
+        elif standard is not None and str(standard) != info.path and stem != "builtin":
+            notes = (
+                *notes,
+                f"`{module_name}` is `{info.path}`, a file beside this one, which takes the place of the standard "
+                f"library's `{stem}`: rename it to import the standard library's",
+            )
         self.report(error("E0207", f"module `{module_name}` has no member `{expr.name}`", expr.span, notes=notes))
         return ANY
 

@@ -22,6 +22,9 @@ NAMES = {
     "None": "help: DL has no `None`; an axis of size 1 is added with `expand_dims(x, axis)`",
     "self": "help: DL has no methods: a function takes the struct it works on as a parameter",
 }
+DTYPE_NAMES = {"float32": "f32", "float64": "f64", "double": "f64", "int64": "i64", "long": "i64", "int32": "i32"}
+DTYPES_HELP = "help: DL's dtypes are `f32`, `f64`, `i32`, `i64` and `bool`"
+NAMES |= {name: f"{DTYPES_HELP}: `{dtype}`" for name, dtype in DTYPE_NAMES.items()}
 
 # Words of Python's grammar, at the place DL's grammar rejects them.
 WORDS = {
@@ -159,14 +162,17 @@ def call_help(call: ast.Call, built_ins: frozenset[str]) -> tuple[str, ...]:
     return (f"help: DL writes this `{found}`",) if found else ()
 
 
-def module_help(module: str, call: ast.Call | None, built_ins: frozenset[str]) -> tuple[str, ...]:
-    """The help for an unknown name used as a module (`np.zeros(3)`, `nn.relu(x)` without `import nn`)."""
+def module_help(module: str, field: ast.Field, call: ast.Call | None, built_ins: frozenset[str]) -> tuple[str, ...]:
+    """The help for an unknown name used as a module (`np.zeros(3)`, `torch.float32`, `nn.relu(x)` without
+    `import nn`); `call`: the call of `field`, if it is called."""
     if module in STDLIB:
         return (f"help: `{module}` is in DL's standard library: `import {module}` at the top of the file",)
     if module not in FOREIGN_MODULES:
         return ()
-    if call is not None and isinstance(call.func, ast.Field):
-        found = spelled(call.func.name, call, None, built_ins)
+    if field.name in DTYPE_NAMES:
+        return (NAMES[field.name],)
+    if call is not None:
+        found = spelled(field.name, call, None, built_ins)
         if found is not None:
             return (f"help: DL's built-ins need no module: `{found}`",)
     return ("help: DL's built-ins need no module: call them by name (`zeros(3)`, `exp(x)`)",)

@@ -49,6 +49,18 @@ def test_a_file_named_without_its_extension_is_suggested_with_it(dlrun) -> None:
     )
 
 
+def test_a_module_beside_the_program_that_takes_a_standard_module_s_name_is_named(
+    dlrun, tmp_path: Path, monkeypatch
+) -> None:
+    (tmp_path / "data.dl").write_text("fn load_mine() -> i64 {\n    return 1\n}\n")
+    (tmp_path / "main.dl").write_text("import data\n\nfn main() {\n    print(data.split(digits(), 0.8, 0))\n}\n")
+    monkeypatch.chdir(tmp_path)
+    status, out, err = dlrun("main.dl")
+    assert (status, out) == (1, "")
+    assert err.startswith("error[E0207]: module `data` has no member `split`\n --> main.dl:4:11")
+    assert "`data` is `data.dl`, a file beside this one, which takes the place of the standard library's `data`" in err
+
+
 def test_help_names_every_command_and_every_flag_their_parsers_define(dlrun) -> None:
     from dl.cli import SUBCOMMANDS, parser, subcommand_parser
 
