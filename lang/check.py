@@ -1810,7 +1810,7 @@ class Checker:
                 notes=(
                     f"help: {fix}",
                     "DL's values do not change in place: a function returns what it makes, and a call leaves its "
-                    "arguments as they were",
+                    "arguments as they were (`let _ = ...` drops a value on purpose)",
                 ),
             )
         )
