@@ -768,6 +768,7 @@ class Checker:
     def unknown_type(self, name: str, span: Span, candidates) -> Type:
         suggestion = closest(name, [*DTYPES, "str", *candidates])
         notes = (f"help: did you mean `{suggestion}`?",) if suggestion else ()
+        notes = (habits.TYPES[name],) if name in habits.TYPES else notes
         self.report(error("E0318", f"unknown type `{name}`", span, notes=notes))
         return ANY
 
@@ -1070,7 +1071,8 @@ class Checker:
 
     def check_falls_off_end(self, decl: ast.FnDecl | ast.Lambda, context: Context, declared: Type | None) -> None:
         """A function that returns a value must return one on every path (the end gives `()`)."""
-        gives_value = declared is not None and declared != UNIT
+        # (an annotation whose type is unknown, reported where it is, says nothing about the end)
+        gives_value = declared is not None and declared != UNIT and not isinstance(declared, AnyType)
         if not gives_value:
             gives_value = any(t != UNIT for t, _ in context.returns)
         if not gives_value or always_returns(decl.body):

@@ -26,6 +26,16 @@ DTYPE_NAMES = {"float32": "f32", "float64": "f64", "double": "f64", "int64": "i6
 DTYPES_HELP = "help: DL's dtypes are `f32`, `f64`, `i32`, `i64` and `bool`"
 NAMES |= {name: f"{DTYPES_HELP}: `{dtype}`" for name, dtype in DTYPE_NAMES.items()}
 
+# Types other languages name that DL spells otherwise (an annotation's unknown type).
+TYPES = {
+    **{name: f"{DTYPES_HELP}: `{dtype}`" for name, dtype in DTYPE_NAMES.items()},
+    "float": f"{DTYPES_HELP}: a float scalar is `f32` (or `f64`)",
+    "int": f"{DTYPES_HELP}: an integer scalar is `i64`",
+    "Tensor": "help: a tensor's type is its dtype and shape: `f32[B, 784]`",
+    "void": "help: a function that returns nothing has no `->` (its result is `()`)",
+    "None": "help: a function that returns nothing has no `->` (its result is `()`)",
+}
+
 # Words of Python's grammar, at the place DL's grammar rejects them.
 WORDS = {
     "def": "help: DL declares a function with `fn name(params) { ... }`",
