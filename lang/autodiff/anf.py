@@ -282,12 +282,17 @@ class ForwardSweep:
             )
         if instance is None and self.round.rank_sensitive(decl):
             outer = getattr(self.decl, "name", "the function")
+            fix = (  # the gradient itself (`Round.site`), or a split function written once
+                f"write `grad({outer})` once for each rank it is called with: each is written for its own"
+                if self.site is not None
+                else f"call a copy of `{outer}` for each rank"
+            )
             raise NotDifferentiable(
                 f"`grad` cannot yet differentiate this call of `{decl.name}`: the derivative of `{outer}` is written "
                 f"once for calls that give `{decl.name}` arguments of several ranks, and `{decl.name}`'s derivative "
                 "depends on them",
                 original.span,
-                (f"help: write `grad({outer})` once for each rank it is called with: each is written for its own",),
+                (f"help: {fix}",),
             )
         return instance
 
