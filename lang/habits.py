@@ -80,6 +80,8 @@ def syntax_help(before: list, found: tuple, brace_expected: bool) -> tuple[str, 
     words = tuple(WORDS[t[1]] for t in (*before[-1:], found) if t[0] == "NAME" and t[1] in WORDS)
     if not words and found[1] == ":" and brace_expected:
         return ("help: DL puts a block in braces, not after `:`: `if x > 0 { ... }`",)
+    if not words and found[1] == "," and len(before) > 1 and before[-2][1] == "for":
+        return ("help: DL takes a loop's values apart in parentheses: `for (i, x) in ...`",)
     if not words and found[1] in ("+", "-") and before and before[-1][1] == found[1]:
         counter = before[-2][1] if len(before) > 1 and before[-2][0] == "NAME" else "i"
         return (f"help: DL has no `{found[1] * 2}`: write `{counter} {found[1]}= 1`",)
@@ -168,6 +170,13 @@ def call_help(call: ast.Call, built_ins: frozenset[str]) -> tuple[str, ...]:
         return ()
     if func.id == "range":
         return range_spelling(call)
+    if func.id == "zip" and len(call.args) >= 2 and not call.keywords:
+        names = ", ".join(f"x{k + 1}" for k in range(len(call.args)))
+        iterables = ", ".join(shown(a) for a in call.args)
+        return (f"help: DL zips a tuple of iterables: `for ({names}) in ({iterables}) {{ ... }}`",)
+    if func.id == "enumerate" and len(call.args) == 1 and not call.keywords:
+        items = shown(call.args[0])
+        return (f"help: DL counts with a range: `for i in 0..len({items}) {{ let item = {items}[i] ... }}`",)
     found = spelled(func.id, call, None, built_ins)
     return (f"help: DL writes this `{found}`",) if found else ()
 

@@ -437,6 +437,12 @@ def test_string_escapes() -> None:
         ),
         ('fn main() {\n    let s = "a"\n    print(s is "a")\n}\n', 3, 13, "help: DL compares with `==` and `!=`"),
         ("fn main() {\n    let n = 0\n    n++\n}\n", 3, 7, "help: DL has no `++`: write `n += 1`"),
+        (
+            "fn main() {\n    for i, x in enumerate(xs) {\n        print(i)\n    }\n}\n",
+            2,
+            10,
+            "help: DL takes a loop's values apart in parentheses: `for (i, x) in ...`",
+        ),
     ],
 )
 def test_python_s_grammar_gets_dl_s_spelling_in_the_help(source: str, line: int, column: int, help: str) -> None:
