@@ -81,9 +81,9 @@ from dl.lang.types import (
     substitute_dims,
 )
 
-SEVERAL: tuple = ("several",)  # `Checker.calls_made` of a call checked for several bodies in one check
-SEVERAL_CHECKS = -1  # the same, in `Typed.instances_called`
-BUILT_INS = frozenset(BY_NAME)  # what a NumPy or PyTorch call of the same name is in DL (lang/habits.py)
+# A call checked for several bodies in one check of the body it is in (a loop over a tuple), in place of the
+# one it checked: in `Checker.calls_made` and `Typed.instances_called`
+SEVERAL = -1
 MAX_INSTANCES = 16  # per function: beyond this, unannotated parameters are checked as unknown
 
 
@@ -220,12 +220,12 @@ class Typed:
         made = self.instances_called.get(id(call), NOTHING)
         found = set(made.values()) if body is None else {made.get(body)}
         one = found.pop() if len(found) == 1 else None
-        return one if one != SEVERAL_CHECKS else None
+        return one if one != SEVERAL else None
 
     def called_several(self, call: ast.Call) -> bool:
         """Whether one check of the body `call` is in checked it for arguments of several types (it is in a
         loop over a tuple)."""
-        return SEVERAL_CHECKS in self.instances_called.get(id(call), NOTHING).values()
+        return SEVERAL in self.instances_called.get(id(call), NOTHING).values()
 
     def reached(self, entry: str = "main") -> set[int]:
         """The functions (keys of `functions`) that running the entry module's `entry` may call: it, the
@@ -507,7 +507,7 @@ class Checker:
         self.first_typed: dict[int, tuple[int, Type]] = {}
         self.typed_by_body: dict[int, dict[int, Type]] = {}
         # (the body being checked, id of a call in it) -> the body of the callee that the call checks
-        self.calls_made: dict[tuple, tuple] = {}
+        self.calls_made: dict[tuple, tuple | int] = {}
         # (the body being checked, id of a `grad(f)` call, id of a call of its gradient in it) -> the body of
         # `f` it checks; and the body the latest `instantiate` checked, or found checked
         self.gradient_calls: dict[tuple, tuple] = {}
@@ -1628,8 +1628,8 @@ class Checker:
         numbers = self.body_numbers
         made = self.tables.instances_called
         for (caller, call), callee in self.calls_made.items():
-            if caller in numbers and (callee in numbers or callee is SEVERAL):
-                made.setdefault(call, {})[numbers[caller]] = numbers.get(callee, SEVERAL_CHECKS)
+            if caller in numbers and (callee in numbers or callee == SEVERAL):
+                made.setdefault(call, {})[numbers[caller]] = numbers.get(callee, SEVERAL)
         gradients: dict[tuple, set[int | None]] = {}  # a gradient is written once for all its calls
         for (caller, site, _), callee in self.gradient_calls.items():
             gradients.setdefault((caller, site), set()).add(numbers.get(callee))
@@ -1745,10 +1745,10 @@ class Checker:
             notes = (habits.NAMES[expr.id],)
         call = self.calling
         if call is not None and call.func is expr:
-            notes = habits.call_help(call, BUILT_INS) or notes
+            notes = habits.call_help(call) or notes
         elif (field := self.field_of) is not None and field.target is expr:
             called = call if call is not None and call.func is field else None
-            notes = habits.module_help(expr.id, field, called, BUILT_INS) or notes
+            notes = habits.module_help(expr.id, field, called) or notes
         if context.dim_names is not None and expr.id in context.dim_names:
             notes = (
                 f"`{expr.id}` is a dimension of `{context.name}`'s signature that no parameter's type has as a size "
@@ -2220,7 +2220,7 @@ class Checker:
                 f"{target} has no fields; `.{expr.name}` needs a struct",
                 expr.span,
                 str(target),
-                notes=habits.method_help(expr, calling, BUILT_INS),
+                notes=habits.method_help(expr, calling),
             )
         )
         return ANY

@@ -8,8 +8,10 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from dl.lang import ast
+from dl.lang.primitives import BY_NAME
 from dl.lang.printer import print_expr
 
+BUILT_INS = frozenset(BY_NAME)  # what a NumPy or PyTorch call of the same name is in DL
 # Names of the modules such code calls through (`np.zeros(3)`, `F.relu(x)`): DL's built-ins need none.
 FOREIGN_MODULES = frozenset({"np", "numpy", "torch", "jnp", "jax", "F", "math", "tf", "scipy"})
 # DL's standard library, which a program imports before use (docs/stdlib.md).
@@ -44,8 +46,8 @@ WORDS = {
     "lambda": "help: DL writes an anonymous function `fn(x) => x * 2.0`",
     "pass": "help: an empty block is `{}`",
     "from": "help: DL imports a module with `import name`, and names what it declares `name.item`",
+    "is": "help: DL compares with `==` and `!=`",
 }
-WORDS["is"] = "help: DL compares with `==` and `!=`"
 NAMES["pass"] = WORDS["pass"]  # (a statement of its own: DL reads it as a name)
 
 # Characters of C's and Python's operators that no DL token has.
@@ -148,7 +150,7 @@ def range_spelling(call: ast.Call) -> tuple[str, ...]:
     )
 
 
-def spelled(name: str, call: ast.Call, receiver: ast.Expr | None, built_ins: frozenset[str]) -> str | None:
+def spelled(name: str, call: ast.Call, receiver: ast.Expr | None) -> str | None:
     """DL's spelling of `call`, of `name` (a function or method of NumPy or PyTorch; a method's `receiver`
     first): a built-in of that name takes the arguments as they are (`dim=` is `axis=`); None where DL has no
     spelling of it here."""
@@ -156,14 +158,14 @@ def spelled(name: str, call: ast.Call, receiver: ast.Expr | None, built_ins: fro
     if name in CREATION and len(given) == 1 and isinstance(given[0], (ast.TupleLiteral, ast.TensorLiteral)):
         given = given[0].items  # `np.zeros((3, 4))`: DL takes each dimension as its own argument
     args = [shown(a) for a in (*((receiver,) if receiver is not None else ()), *given)]
-    if name in built_ins:
+    if name in BUILT_INS:
         args += [f"{KEYWORDS.get(k.name, k.name)}={shown(k.value)}" for k in call.keywords]
         return f"{name}({', '.join(args)})"
     spelling = SPELLINGS.get(name)
     return spelling(args) if spelling is not None and not call.keywords else None
 
 
-def call_help(call: ast.Call, built_ins: frozenset[str]) -> tuple[str, ...]:
+def call_help(call: ast.Call) -> tuple[str, ...]:
     """The help for a call of a function DL does not have by that name (`unsqueeze(x, 0)`, `range(3)`)."""
     func = call.func
     if not isinstance(func, ast.Name):
@@ -177,11 +179,11 @@ def call_help(call: ast.Call, built_ins: frozenset[str]) -> tuple[str, ...]:
     if func.id == "enumerate" and len(call.args) == 1 and not call.keywords:
         items = shown(call.args[0])
         return (f"help: DL counts with a range: `for i in 0..len({items}) {{ let item = {items}[i] ... }}`",)
-    found = spelled(func.id, call, None, built_ins)
+    found = spelled(func.id, call, None)
     return (f"help: DL writes this `{found}`",) if found else ()
 
 
-def module_help(module: str, field: ast.Field, call: ast.Call | None, built_ins: frozenset[str]) -> tuple[str, ...]:
+def module_help(module: str, field: ast.Field, call: ast.Call | None) -> tuple[str, ...]:
     """The help for an unknown name used as a module (`np.zeros(3)`, `torch.float32`, `nn.relu(x)` without
     `import nn`); `call`: the call of `field`, if it is called."""
     if module in STDLIB:
@@ -191,7 +193,7 @@ def module_help(module: str, field: ast.Field, call: ast.Call | None, built_ins:
     if field.name in DTYPE_NAMES:
         return (NAMES[field.name],)
     if call is not None:
-        found = spelled(field.name, call, None, built_ins)
+        found = spelled(field.name, call, None)
         if found is not None:
             return (f"help: DL's built-ins need no module: `{found}`",)
     return ("help: DL's built-ins need no module: call them by name (`zeros(3)`, `exp(x)`)",)
@@ -229,16 +231,16 @@ METHODS = {
 IN_PLACE = {"add_": "+=", "sub_": "-=", "mul_": "*=", "div_": "/="}  # `x.add_(1.0)` is `x += 1.0`
 
 
-def method_help(field: ast.Field, call: ast.Call | None, built_ins: frozenset[str]) -> tuple[str, ...]:
+def method_help(field: ast.Field, call: ast.Call | None) -> tuple[str, ...]:
     """The help for a method of a tensor (`x.sum()`, `x.view(3, 1)`, `x.T`): DL's functions take it first."""
     receiver = print_expr(field.target)
     if field.name == "T":
         return (f"help: transpose with `transpose({receiver})`",)
     if call is not None and call.func is field:
-        found = spelled(field.name, call, field.target, built_ins)
+        found = spelled(field.name, call, field.target)
         if found is not None:
             return (f"help: DL has no methods; call `{found}`",)
-    if field.name in built_ins:
+    if field.name in BUILT_INS:
         return (f"help: DL has no methods; call `{field.name}({receiver})`",)
     if field.name in IN_PLACE and call is not None and call.func is field and len(call.args) == 1:
         return (f"help: DL has no methods; write `{receiver} {IN_PLACE[field.name]} {shown(call.args[0])}`",)
