@@ -20,7 +20,7 @@ from pathlib import Path
 from dl.codegen import ir
 from dl.lang.cache import read_entry, write_entry
 
-MAGIC = b"DL object 1\n"
+MAGIC = b"DL object 2\n"
 
 
 def cache_key(functions: list[ir.Function], target: str, llvm_version: str) -> str:

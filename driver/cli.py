@@ -25,8 +25,6 @@ import contextlib
 import os
 import re
 import sys
-import textwrap
-import traceback
 from pathlib import Path
 
 from dl import __version__, distributed, pipeline
@@ -89,6 +87,8 @@ def parser() -> argparse.ArgumentParser:
 def commands_help(main_command: argparse.ArgumentParser) -> str:
     """The `commands:` part of `dlrun --help`, made from each command's own parser, so that it names every
     command and every flag (the options `main_command` lists already are not repeated)."""
+    import textwrap  # imported here: only `--help` wraps text
+
     shown = {flag for action in main_command._actions for flag in action.option_strings}
     lines = ["commands:", "  dlrun FILE.dl [ARGS...]", "      the same as `dlrun run FILE.dl [ARGS...]`"]
     for name in SUBCOMMANDS:
@@ -349,6 +349,8 @@ def command_line(argv: list[str]) -> int:
     except BrokenPipeError:
         raise  # not a bug: `main` ends quietly
     except Exception:
+        import traceback  # imported here: only a bug in dlrun prints one
+
         print("internal error in dlrun, please report it with the traceback below:", file=sys.stderr)
         traceback.print_exc()
         return 3

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import sys
 import threading
 import time
@@ -81,7 +80,8 @@ def supervise(argv: list[str]) -> int:
             f"this run was started by an MPI launcher as {launched_size() or 'several'} processes, and "
             "needs mpi4py: pip install 'dl-lang[mpi]' (or run dlrun without the launcher)"
         )
-    import subprocess  # here: a run without a launcher never starts a process (start-up, bench/startup.py)
+    import signal  # here: a run without a launcher never starts a process (start-up, bench/startup.py)
+    import subprocess
 
     environment = dict(os.environ, **{SUPERVISOR: str(os.getpid())})
     command = [sys.executable, "-m", "dl.distributed", *argv]

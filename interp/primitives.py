@@ -17,9 +17,7 @@ only then falls back to the general, checking path.
 
 from __future__ import annotations
 
-import csv
 import functools
-import gzip
 import io
 import math
 import time
@@ -27,7 +25,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
-from dl.interp import checkpoints, npz
+from dl.interp import checkpoints
 from dl.lang import einsum as einsum_spec
 from dl.lang.files import open_regular, read_text, shipped
 from dl.lang.primitives import PRIMITIVES, Prim, Support
@@ -1167,6 +1165,8 @@ def unreadable(path: str, failure: OSError) -> PrimitiveError:
 
 def load_csv(path: Any, skip_header: Any) -> np.ndarray:
     """A numeric CSV file as an f32 matrix: one row per line (blank lines skipped), one column per value."""
+    import csv  # imported here, as npz and gzip are: a run that reads no such file does without them
+
     path = path_of(path, "load_csv")
     skip = flag_of(skip_header, "skip_header")
     try:
@@ -1237,6 +1237,8 @@ def load_npz(path: Any, name: Any, dtype: Any, rank: Any) -> Any:
 
 def npz_array(path: str, name: str) -> np.ndarray:
     """The array `name` of the archive at `path`, read by interp/npz.py (which never unpickles)."""
+    from dl.interp import npz  # imported here, with zipfile: a run that reads no archive does without them
+
     try:
         with open_regular(path) as file:
             return npz.read_array(file, name, path)
@@ -1266,6 +1268,8 @@ def converted(array: np.ndarray, kind: np.dtype, what: str) -> np.ndarray:
 def corpus_bytes() -> bytes:
     """The text behind `text_corpus` (stdlib/data/corpus.txt.gz: Python 3.11's help topics, a frozen copy, so that
     every machine and every Python reads the same bytes), read once per process."""
+    import gzip
+
     return gzip.decompress(shipped("dl.stdlib", "data/corpus.txt.gz").read_bytes())
 
 

@@ -9,7 +9,6 @@ diagnostic, with the DL call stack in its notes.
 from __future__ import annotations
 
 from collections.abc import Callable
-from difflib import SequenceMatcher
 from typing import Any
 
 import numpy as np
@@ -182,6 +181,8 @@ def missing_main(program: Program) -> Diagnostic:
     decls = program.modules[program.entry].decls
     functions = {decl.name: decl for decl in decls if isinstance(decl, ast.FnDecl)}
     meant = closest("main", functions)
+    from difflib import SequenceMatcher  # imported here, as diagnostics.closest imports difflib
+
     if meant is not None and SequenceMatcher(None, "main", meant).ratio() >= 0.75:  # `mian`, `mainn`; not `train`
         return error(
             "E0405",

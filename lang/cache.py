@@ -1,21 +1,29 @@
 """DL's cache directory and its entries: files that are checked when read and written atomically.
 
 Two things are cached: the parse table (lang/tables.py, `parse/`) and the LLVM backend's object code
-(codegen/cache.py, `llvm/`). An entry is a header line naming its kind, the hexadecimal sha256 of its
-contents, a newline, then the contents. It is written to a temporary file beside it and renamed, so a
+(codegen/cache.py, `llvm/`). An entry is a header line naming its kind, the CRC-32 of its contents
+(zlib's, in hexadecimal), a newline, then the contents. It is written to a temporary file beside it and renamed, so a
 reader never sees half an entry, and a damaged one (truncated, changed, or anything else found at its
 path) fails the check and is ignored, never used.
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
+import zlib
 from pathlib import Path
 
 from dl.lang.files import read_bytes, write_atomically
 
-DIGEST_SIZE = 64  # hexadecimal sha256
+DIGEST_SIZE = 8  # a hexadecimal CRC-32
+
+# A CRC-32 rather than a cryptographic hash: it catches a truncated or changed entry as surely, and zlib is
+# imported in a fraction of the time hashlib takes (OpenSSL's library is loaded), which every run would pay
+# for its parse table (bench/startup.py). An entry is not a secret to keep from whoever can write the cache.
+
+
+def checksum(contents: bytes) -> bytes:
+    return b"%08x" % zlib.crc32(contents)
 
 
 def cache_directory() -> Path | None:
@@ -42,7 +50,7 @@ def read_entry(path: Path, magic: bytes) -> bytes | None:
     if not data.startswith(magic) or len(data) <= header:
         return None
     digest, contents = data[len(magic) : header - 1], data[header:]
-    if hashlib.sha256(contents).hexdigest().encode() != digest:
+    if checksum(contents) != digest:
         return None
     return contents
 
@@ -51,7 +59,7 @@ def write_entry(path: Path, magic: bytes, contents: bytes) -> bool:
     """Write an entry atomically (lang/files.py); False (and nothing written) when the cache cannot be written."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        write_atomically(path, magic + hashlib.sha256(contents).hexdigest().encode() + b"\n" + contents)
+        write_atomically(path, magic + checksum(contents) + b"\n" + contents)
     except OSError:
         return False
     return True

@@ -9,7 +9,6 @@ them; `render` produces the brief's text format.
 
 from __future__ import annotations
 
-import difflib
 from dataclasses import field
 from enum import Enum
 from typing import NamedTuple
@@ -169,6 +168,8 @@ def closest(name: str, candidates) -> str | None:
     swapped = [c for c in candidates if len(c) == len(name) and sorted(c) == sorted(name) and c != name]
     if swapped:
         return swapped[0]
+    import difflib  # imported here: only a misspelled name needs it
+
     matches = difflib.get_close_matches(name, candidates, n=1, cutoff=0.6)
     return matches[0] if matches else None
 

@@ -3,7 +3,7 @@
 Lark reads the grammar and computes its LALR(1) table in tens of milliseconds, more than the
 rest of starting `dlrun` on a small program (bench/README.md, "Start-up"). So the table Lark
 computes (lang/lalr.py) is stored, as JSON, under `cache_directory()/parse/KEY.json`, where KEY
-is a hash of the grammar's text and of the code that makes and reads the entry (a changed grammar, or a
+is a checksum of the grammar's text and of the code that makes and reads the entry (a changed grammar, or a
 changed way of reading Lark's table, never reuses an old entry). Later runs read it back and import no part of
 Lark. A missing, damaged or foreign entry is rebuilt with Lark and replaced; a cache that cannot
 be written is not used.
@@ -11,8 +11,8 @@ be written is not used.
 
 from __future__ import annotations
 
-import hashlib
 import json
+import zlib
 from pathlib import Path
 from typing import NamedTuple
 
@@ -20,7 +20,7 @@ from dl.lang.cache import read_entry, write_entry
 from dl.lang.files import shipped
 from dl.lang.lexer import Terminal
 
-MAGIC = b"DL parse table 1\n"
+MAGIC = b"DL parse table 2\n"
 START_RULES = ("start", "repl_input", "embedded_expr")
 
 
@@ -81,10 +81,8 @@ def grammar_text() -> str:
 
 def cache_key(grammar: str) -> str:
     """The key of the tables of `grammar`: its text, and the code that makes and reads them."""
-    digest = hashlib.sha256(grammar.encode())
-    for name in ("lalr.py", "tables.py"):
-        digest.update((Path(__file__).parent / name).read_bytes())
-    return digest.hexdigest()
+    text = grammar.encode() + b"".join((Path(__file__).parent / name).read_bytes() for name in ("lalr.py", "tables.py"))
+    return f"{zlib.crc32(text):08x}{zlib.adler32(text):08x}"  # 64 bits: two checksums (lang/cache.py says why)
 
 
 def entry_path(directory: Path, key: str) -> Path:

@@ -19,7 +19,6 @@ wait for cores: a 256x256 product measured 40x slower on 2 threads than on 1 on 
 from __future__ import annotations
 
 import ctypes
-import glob
 import os
 from collections.abc import Callable
 from typing import Any
@@ -40,9 +39,10 @@ def openblas() -> ctypes.CDLL | None:
     import numpy as np
 
     directory = os.path.join(os.path.dirname(os.path.dirname(np.__file__)), "numpy.libs")
-    for path in sorted(glob.glob(os.path.join(directory, "libscipy_openblas*"))):
+    names = sorted(os.listdir(directory)) if os.path.isdir(directory) else []
+    for name in (name for name in names if name.startswith("libscipy_openblas")):
         try:
-            return ctypes.CDLL(path)
+            return ctypes.CDLL(os.path.join(directory, name))
         except OSError:
             continue
     return None

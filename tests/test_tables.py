@@ -13,13 +13,15 @@ import pytest
 from conftest import ROOT
 from dl.lang import ast, lalr, tables
 from dl.lang import parse as parsing
-from dl.lang.cache import cache_directory, read_entry, write_entry
+from dl.lang.cache import DIGEST_SIZE, cache_directory, read_entry, write_entry
 from dl.lang.diagnostics import DiagnosticError
 
 CORPUS = sorted(path for folder in ("tests", "examples", "stdlib") for path in (ROOT / folder).rglob("*.dl"))
 HELLO = 'fn main() {\n    print("hello")\n}\n'
 # What a run of a program on the interpreter must not import (each is imported where it is used).
 NOT_FOR_HELLO = ("lark", "llvmlite", "pygls", "lsprotocol", "prompt_toolkit", "safetensors", "tqdm", "onnx", "mpi4py")
+# Standard modules a run of hello.dl does without, each costing a millisecond or more of start-up (bench/startup.py).
+NOT_FOR_HELLO += ("hashlib", "zipfile", "gzip", "csv", "difflib", "traceback", "signal", "glob")
 
 
 @cache
@@ -94,7 +96,8 @@ def test_a_damaged_or_foreign_entry_is_ignored_and_replaced(damage: str, tmp_pat
     tables.load(tmp_path)
     path = entry(tmp_path)
     whole = path.read_bytes()
-    body = whole[len(tables.MAGIC) + 65 :]
+    body = whole[len(tables.MAGIC) + DIGEST_SIZE + 1 :]  # the key, a newline, the table
+    key_size = len(tables.cache_key(tables.grammar_text()))
     damaged = {
         "truncated": whole[: len(whole) // 2],
         "flipped": whole[:-100] + bytes([whole[-100] ^ 0x01]) + whole[-99:],
@@ -104,9 +107,9 @@ def test_a_damaged_or_foreign_entry_is_ignored_and_replaced(damage: str, tmp_pat
         "wrong json": None,  # a whole entry of this grammar's key whose JSON is not a table
     }[damage]
     if damage == "foreign":
-        write_entry(path, tables.MAGIC, b"0" * 64 + body[64:])
+        write_entry(path, tables.MAGIC, b"0" * key_size + body[key_size:])
     elif damage == "wrong json":
-        write_entry(path, tables.MAGIC, body[:65] + b'{"states": 1}')
+        write_entry(path, tables.MAGIC, body[: key_size + 1] + b'{"states": 1}')
     else:
         path.write_bytes(damaged)
     assert canonical(tables.load(tmp_path)) == canonical(fresh())
@@ -150,7 +153,7 @@ def test_dlrun_runs_with_a_missing_or_damaged_table_and_stores_a_whole_one(state
     cache_directory = tmp_path / "cache"
     if state == "damaged":
         entry(cache_directory).parent.mkdir(parents=True)
-        entry(cache_directory).write_bytes(tables.MAGIC + b"0" * 64 + b"\n{")
+        entry(cache_directory).write_bytes(tables.MAGIC + b"0" * DIGEST_SIZE + b"\n{")
     result = run_hello(tmp_path, cache_directory)
     assert (result.returncode, result.stdout, result.stderr) == (0, "hello\n", "")
     assert read_entry(entry(cache_directory), tables.MAGIC) is not None
