@@ -966,9 +966,37 @@ class Specialiser(FunctionLowering):
             return Text(left.value + right.value)
         if isinstance(left, Value) and isinstance(right, Value):
             return self.binary(op, left, right, span)
+        if op in ("==", "!=") and isinstance(left, tuple) and isinstance(right, tuple):
+            equal = self.tuples_equal(left, right, span)
+            return equal if op == "==" else self.logical_not(equal, span)
         if isinstance(left, (Struct, tuple)) or isinstance(right, (Struct, tuple)):
             return self.tree_binary(op, left, right, span)
         return self.elementwise(op, [left, right], span)
+
+    def tuples_equal(self, left: tuple, right: tuple, span: Span) -> Value:
+        """`shape(x) == shape(y)`: two tuples of scalars compared whole (the checker's `tuples_compared`). Sizes
+        known when compiled fold to a constant; the rest are compared when run, and the answers joined."""
+        if len(left) != len(right):
+            return Value(ir.Const(False, "bool"))
+        answers = []
+        for a, b in zip(left, right, strict=True):
+            if isinstance(a, tuple) and isinstance(b, tuple):
+                answer = self.tuples_equal(a, b, span)
+            else:
+                answer = self.scalar_of(self.binary_values("==", a, b, span), span)
+            if isinstance(answer.operand, ir.Const):
+                if not answer.operand.value:
+                    return Value(ir.Const(False, "bool"))
+                continue
+            answers.append(answer.operand)
+        if not answers:
+            return Value(ir.Const(True, "bool"))
+        tree = ir.Splat(answers[0])
+        for answer in answers[1:]:
+            tree = ir.Apply("and", "bool", (tree, ir.Splat(answer)))
+        result = self.temp("equal", "bool")
+        self.emit(ir.Evaluate(result, tree))
+        return Value(result)
 
     def negated(self, value: object, span: Span) -> object:
         """`-value` of a scalar or tensor, or of each leaf of a struct or tuple."""

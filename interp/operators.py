@@ -310,9 +310,30 @@ def comparison(symbol: str):
                         raise broadcast_error(symbol, a, b) from None
             elif cls is np.float32 or cls is np.float64 or (cls is str and symbol in ("==", "!=")):
                 return bool(function(a, b))
+            elif cls is tuple and symbol in EQUALITY:  # `shape(x) == shape(y)`
+                return tuples_equal(a, b, shown(symbol, a, b)) == (symbol == "==")
         return general(symbol, a, b)
 
     return apply
+
+
+def tuples_equal(a: tuple, b: tuple, whole: str) -> bool:
+    """Two tuples of scalars (numbers, bools, strings, or tuples of them) compared whole, as Python compares
+    them (the checker's `tuples_compared`)."""
+    if len(a) != len(b):
+        return False
+    for x, y in zip(a, b, strict=True):
+        if x.__class__ is tuple and y.__class__ is tuple:
+            equal = tuples_equal(x, y, whole)
+        elif x.__class__ is str and y.__class__ is str:
+            equal = x == y
+        else:
+            equal = general("==", x, y) if is_number_or_tensor(x) and is_number_or_tensor(y) else None
+            if equal is None or np.ndim(equal) != 0:
+                raise PrimitiveError(f"`==` compares tuples of scalars or strings whole, found {whole}")
+        if not equal:
+            return False
+    return True
 
 
 def logical(function, symbol: str):

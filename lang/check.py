@@ -1205,8 +1205,8 @@ class Checker:
     def bind_pattern(self, pattern: ast.Pattern, value: Type, scope: Scope, context: Context) -> None:
         if isinstance(pattern, ast.NamePattern):
             kept = strong_keep_value(value)
-            if pattern.name in context.rebound and isinstance(kept, TensorType):
-                kept = TensorType(kept.dtype, kept.dims)
+            if pattern.name in context.rebound:
+                kept = without_values(kept)
             scope.names[pattern.name] = kept
             self.record_type(pattern, kept)
             return
@@ -2683,6 +2683,21 @@ INTEGER_FOLDS = {
 }
 
 
+def without_values(t: Type) -> Type:
+    """`t` without the values the checker knows of its scalars: the type of a name assigned again, whose
+    value when read may be another."""
+    if isinstance(t, TensorType) and t.value is not None:
+        return TensorType(t.dtype, t.dims, t.weak)
+    if isinstance(t, TupleType):
+        return TupleType(tuple(without_values(item) for item in t.items))
+    return t
+
+
+# The values an integer scalar of each dtype holds: a folded value outside them is not known (an i32 wraps,
+# an i64 stops the run with E0510).
+INTEGER_RANGES = {"i32": range(-(2**31), 2**31), "i64": range(-(2**63), 2**63)}
+
+
 def with_folded_value(result: Type, op: str, left: Type, right: Type) -> Type:
     """Integer arithmetic on known values (`IN * 2` of consts) keeps a known value, usable as a dimension;
     `+ - *` of sizes known by name (`C * 16` of a dimension `C`) too, symbolically."""
@@ -2691,7 +2706,9 @@ def with_folded_value(result: Type, op: str, left: Type, right: Type) -> Type:
         return result
     a, b = getattr(left, "value", None), getattr(right, "value", None)
     if a.__class__ is int and b.__class__ is int:
-        return TensorType(result.dtype, (), result.weak, fold(a, b))
+        folded = fold(a, b)
+        known = folded in INTEGER_RANGES.get(result.dtype, (folded,))
+        return TensorType(result.dtype, (), result.weak, folded if known else None)
     sizes = (int, DimVar, DimExpr)
     if op in ("+", "-", "*") and a.__class__ in sizes and b.__class__ in sizes:
         return TensorType(result.dtype, (), result.weak, dim_arithmetic(op, a, b))

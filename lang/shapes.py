@@ -333,6 +333,10 @@ def not_on_trees(a: Type, b: Type, symbol: str) -> None:
 
 
 def comparison(a: Type, b: Type, symbol: str) -> Type:
+    if symbol in ("==", "!=") and isinstance(a, TupleType) and isinstance(b, TupleType):
+        return tuples_compared(a, b, symbol)
+    if symbol in ("==", "!=") and any(isinstance(t, AnyType) for t in (a, b)) and any(is_tree(t) for t in (a, b)):
+        return BOOL  # a tuple and a value of a type not known here (a parameter of a function no call checks)
     not_on_trees(a, b, symbol)
     texts = [t for t in (a, b) if isinstance(t, StrType)]
     if texts and all(isinstance(t, (StrType, AnyType)) for t in (a, b)) and symbol in ("==", "!="):
@@ -343,6 +347,55 @@ def comparison(a: Type, b: Type, symbol: str) -> Type:
     if (left.dtype == "bool") != (right.dtype == "bool") and symbol not in ("==", "!="):
         raise ShapeError("E0311", f"cannot compare {left} {symbol} {right}", f"{left} {symbol} {right}")
     return TensorType("bool", broadcast(left, right, symbol))
+
+
+def tuples_compared(a: TupleType, b: TupleType, symbol: str) -> TensorType:
+    """`shape(x) == shape(y)`: two tuples of scalars (numbers, bools, strings, or tuples of them) compared whole,
+    as Python compares them: one bool, true when they have one length and each item equals its partner. Where
+    the checker knows the outcome (two sizes it knows differ, or two lengths) the bool's `value` holds it, so
+    that an `assert` of it fails before the program runs (`assert_rule`, E0335)."""
+    shown = f"{a} {symbol} {b}"
+    for item in (*a.items, *b.items):
+        scalars_only(item, symbol, shown)
+    verdicts: list[bool | None] = [False] if len(a.items) != len(b.items) else []
+    for x, y in zip(a.items, b.items, strict=False):
+        if isinstance(x, TupleType) and isinstance(y, TupleType):
+            verdicts.append(tuples_compared(x, y, "==").value)
+            continue
+        comparison(x, y, "==")  # a pair that cannot be compared (a number and a string) is an error
+        verdicts.append(known_equal(x, y))
+    verdict = False if False in verdicts else True if all(v is True for v in verdicts) else None
+    if verdict is not None and symbol == "!=":
+        verdict = not verdict
+    return TensorType("bool", (), False, verdict)
+
+
+def scalars_only(item: Type, symbol: str, shown: str) -> None:
+    """Raise E0311 unless `item`, an item of a compared tuple, is a scalar, a string or a tuple of them."""
+    if isinstance(item, TupleType):
+        for inner in item.items:
+            scalars_only(inner, symbol, shown)
+    elif is_tree(item) or (isinstance(item, TensorType) and item.rank > 0):
+        raise ShapeError(
+            "E0311",
+            f"`{symbol}` compares tuples of scalars or strings whole, found {shown}",
+            shown,
+            notes=("help: compare tensors element by element with `==`, or compare `shape(x) == shape(y)`",),
+        )
+
+
+def known_equal(a: Type, b: Type) -> bool | None:
+    """Whether two scalars are equal, where the checker knows both (sizes: `shape(x)[0]`); else None. Two
+    names may stand for one size, and two sizes known only when run may be equal, so only two known numbers
+    ever differ."""
+    if not isinstance(a, TensorType) or not isinstance(b, TensorType):
+        return None
+    if a.value is None or b.value is None or isinstance(a.value, Unknown) or isinstance(b.value, Unknown):
+        return None
+    if a.value == b.value:
+        return True
+    both_numbers = all(isinstance(v, int) and not isinstance(v, bool) for v in (a.value, b.value))
+    return False if both_numbers else None
 
 
 def logical(a: Type, b: Type, symbol: str) -> Type:
@@ -954,6 +1007,18 @@ def assert_rule(args: list[Argument]) -> Type:
     condition = args[0].type
     if not isinstance(condition, AnyType) and condition != BOOL:
         raise ShapeError("E0304", f"`assert` needs a bool scalar condition, found {condition}", str(condition))
+    if isinstance(condition, TensorType) and condition.value is False:  # tuples the checker knows differ
+        message = "assertion failed" if not args[1].given else args[1].text  # None: made when run
+        raise ShapeError(
+            "E0335",
+            "this assertion fails" + (f": {message}" if message is not None else ""),
+            "compares tuples that differ",
+            notes=(
+                "the checker knows both sides of the comparison (sizes it knows, or tuples of two lengths), "
+                "so the run would stop here with E0502",
+            ),
+            at=args[0].span,
+        )
     return UNIT
 
 

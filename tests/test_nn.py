@@ -389,6 +389,37 @@ def test_mse(dtype: type) -> None:
         close(actual, wanted, dtype)
 
 
+@pytest.mark.parametrize("target_shape", [(3,), (1, 3), ()], ids=["row", "row-of-one", "scalar"])
+def test_mse_of_a_target_that_broadcasts_to_the_prediction(target_shape: tuple[int, ...]) -> None:
+    """A target that broadcasts to the prediction's shape is taken as torch takes it expanded; the target's
+    gradient is summed over the axes it was broadcast along."""
+    prediction, target = normal(1, 4, 3, dtype=np.float64), normal(2, *target_shape, dtype=np.float64)
+    tp, tt = tensors(prediction, target)
+    expected = F.mse_loss(tp, tt.expand_as(tp))
+    expected.backward()
+    close(call("mse", prediction, target), expected, np.float64)
+    for actual, wanted in zip(call("mse_grad", prediction, target), (tp.grad, tt.grad), strict=True):
+        close(actual, wanted, np.float64)
+
+
+def test_mse_refuses_a_target_that_would_broadcast_the_prediction() -> None:
+    """An [N, 1] prediction and an [N] target, which torch warns of and broadcasts to [N, N]: refused before
+    running where the checker knows N (E0335, at the call), and when run where it does not (E0502)."""
+    message = "mse: the target does not have the prediction's shape, and would broadcast it to a larger one"
+    known = "import nn\nfn loss(p: f32[3, 1], t: f32[3]) -> f32 { return nn.mse(p, t) }\n"
+    with pytest.raises(DiagnosticError) as failure:
+        pipeline.check(pipeline.load("<nn-test-mse-known>.dl", known))
+    [diagnostic] = failure.value.diagnostics
+    assert (diagnostic.code, diagnostic.message) == ("E0335", f"this assertion fails: {message}")
+    assert (diagnostic.span.path, diagnostic.span.line, diagnostic.span.column) == ("<nn-test-mse-known>.dl", 2, 50)
+    named = "import nn\nfn loss(p: f32[B, 1], t: f32[B]) -> f32 { return nn.mse(p, t) }\n"
+    with pytest.raises(DiagnosticError) as failure:
+        pipeline.call(pipeline.load("<nn-test-mse-named>.dl", named), "loss", [normal(1, 4, 1), normal(2, 4)])
+    [diagnostic] = failure.value.diagnostics
+    assert (diagnostic.code, diagnostic.message) == ("E0502", f"assertion failed: {message}")
+    assert "in `loss` at <nn-test-mse-named>.dl:2:50" in diagnostic.notes[0]
+
+
 @pytest.mark.parametrize("leading", [(8,), (2, 4)], ids=["batch", "batch-and-time"])
 @pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
 def test_accuracy(dtype: type, leading: tuple[int, ...]) -> None:
