@@ -16,6 +16,7 @@ checker keeps going after an error by giving the bad expression the type
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import field, replace
@@ -33,6 +34,7 @@ from dl.lang.shapes import (
     Argument,
     ShapeError,
     arithmetic,
+    broadcast_dims,
     check_format,
     comparison,
     logical,
@@ -2121,6 +2123,9 @@ class Checker:
                 )
             )
             return ANY
+        picks = [axis for axis, part in enumerate(parts) if not isinstance(part, ast.Slice)]
+        if any(isinstance(parts[axis][1], TensorType) and parts[axis][1].dims for axis in picks):
+            return self.picked(target, parts, picks, expr)
         dims: list[Dim] = []
         for axis, part in enumerate(parts):
             size = target.dims[axis]
@@ -2128,9 +2133,6 @@ class Checker:
                 dims.append(slice_size(part, size))
                 continue
             node, index_type = part
-            if isinstance(index_type, TensorType) and index_type.dims:
-                dims.extend(index_type.dims)
-                continue
             literal = static_value(node, index_type)
             if isinstance(literal, int) and isinstance(size, int) and not -size <= literal < size:
                 self.report(
@@ -2143,6 +2145,36 @@ class Checker:
                 )
         dims.extend(target.dims[len(parts) :])
         return TensorType(target.dtype, tuple(dims))
+
+    def picked(self, target: TensorType, parts: list, picks: list[int], expr: ast.Index) -> Type:
+        """The type of indexing by integer tensors, as numpy indexes: the index tensors and any integers among
+        them broadcast together to one shape, which takes their axes' place when they are next to each other
+        (`z[:, y]`, `z[arange(B), y]`) and comes first when slices part them (`x[0, :, y]`: numpy's rule)."""
+        shapes = [parts[axis][1] for axis in picks]
+        if any(isinstance(t, AnyType) for t in shapes):
+            return ANY
+        picked: tuple[Dim, ...] | None = ()
+        for index_type in shapes:
+            picked = broadcast_dims(picked, index_type.dims) if picked is not None else None
+        if picked is None:
+            shown = " and ".join(str(t) for t in shapes)
+            self.report(
+                error(
+                    "E0303",
+                    f"index tensors do not broadcast together: {shown}",
+                    expr.span,
+                    shown,
+                    notes=("numpy pairs index tensors element by element, broadcast to one shape",),
+                )
+            )
+            return ANY
+        sliced = {axis: slice_size(part, target.dims[axis]) for axis, part in enumerate(parts) if axis not in picks}
+        rest = target.dims[len(parts) :]
+        if picks == list(range(picks[0], picks[-1] + 1)):  # side by side: in their place
+            before = [sliced[axis] for axis in range(picks[0])]
+            after = [sliced[axis] for axis in range(picks[-1] + 1, len(parts))]
+            return TensorType(target.dtype, (*before, *picked, *after, *rest))
+        return TensorType(target.dtype, (*picked, *sliced.values(), *rest))
 
     def ellipsis_spread(self, parts: list, target: TensorType, expr: ast.Index) -> list | None:
         """The parts of an index with its `...` replaced by as many full slices as the axes the other parts
@@ -2695,7 +2727,7 @@ def without_values(t: Type) -> Type:
 
 # The values an integer scalar of each dtype holds: a folded value outside them is not known (an i32 wraps,
 # an i64 stops the run with E0510).
-INTEGER_RANGES = {"i32": range(-(2**31), 2**31), "i64": range(-(2**63), 2**63)}
+INTEGER_RANGES = {"i32": (-(2**31), 2**31), "i64": (-(2**63), 2**63)}
 
 
 def with_folded_value(result: Type, op: str, left: Type, right: Type) -> Type:
@@ -2706,8 +2738,9 @@ def with_folded_value(result: Type, op: str, left: Type, right: Type) -> Type:
         return result
     a, b = getattr(left, "value", None), getattr(right, "value", None)
     if a.__class__ is int and b.__class__ is int:
-        folded = fold(a, b)
-        known = folded in INTEGER_RANGES.get(result.dtype, (folded,))
+        folded = fold(a, b)  # None: a division by zero, which the run reports
+        low, high = INTEGER_RANGES.get(result.dtype, (-math.inf, math.inf))
+        known = folded is not None and low <= folded < high
         return TensorType(result.dtype, (), result.weak, folded if known else None)
     sizes = (int, DimVar, DimExpr)
     if op in ("+", "-", "*") and a.__class__ in sizes and b.__class__ in sizes:
