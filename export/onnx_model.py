@@ -687,18 +687,21 @@ class Lowering:
                 raise Refused("a tuple indexed by a value computed from data", expr.span)
             return target[position.value]
         value = graph.tensor(target)
+        positions = {k: self.expression(i, scope, graph) for k, i in enumerate(indices) if not isinstance(i, ast.Slice)}
+        tensors = [k for k, position in positions.items() if isinstance(position, Tensor) and position.rank]
+        if len(tensors) > 1:
+            raise Refused("indexing by more than one tensor of indices", expr.span)
+        picks = list(positions)
+        if tensors and picks != list(range(picks[0], picks[-1] + 1)):
+            # numpy puts the picked axes first there (`x[0, :, j]`), which a Gather per axis does not
+            raise Refused("indexing by integers and a tensor of indices parted by a slice", expr.span)
         axis = 0
-        gathered = 0
-        for index in indices:
+        for k, index in enumerate(indices):
             if isinstance(index, ast.Slice):
                 value = self.slice(value, axis, index, scope, graph)
                 axis += 1
                 continue
-            position = self.expression(index, scope, graph)
-            if isinstance(position, Tensor) and position.rank:
-                gathered += 1
-                if gathered > 1:
-                    raise Refused("indexing by more than one tensor of indices", expr.span)
+            position = positions[k]
             value = self.gather(value, position, axis, graph)
             axis += position.rank if isinstance(position, Tensor) else 0
         return value

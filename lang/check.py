@@ -2110,6 +2110,10 @@ class Checker:
         if not isinstance(target, TensorType):
             self.report(error("E0309", f"cannot index {target}", expr.span, str(target)))
             return ANY
+        picked_at = [k for k, part in enumerate(parts) if isinstance(part, tuple)]
+        # numpy counts a `...` between picked axes as parting them, even where it stands for no axis
+        between = parts[picked_at[0] : picked_at[-1]] if picked_at else []
+        parted = any(isinstance(part, ast.Ellipsis) for part in between)
         parts = self.ellipsis_spread(parts, target, expr)
         if parts is None:
             return ANY
@@ -2125,34 +2129,39 @@ class Checker:
             return ANY
         picks = [axis for axis, part in enumerate(parts) if not isinstance(part, ast.Slice)]
         if any(isinstance(parts[axis][1], TensorType) and parts[axis][1].dims for axis in picks):
-            return self.picked(target, parts, picks, expr)
+            return self.picked(target, parts, picks, parted, expr)
         dims: list[Dim] = []
         for axis, part in enumerate(parts):
             size = target.dims[axis]
             if isinstance(part, ast.Slice):
                 dims.append(slice_size(part, size))
                 continue
-            node, index_type = part
-            literal = static_value(node, index_type)
-            if isinstance(literal, int) and isinstance(size, int) and not -size <= literal < size:
-                self.report(
-                    error(
-                        "E0308",
-                        f"index {literal} is out of range for axis {axis} with size {size}",
-                        node.span,
-                        f"{target} has {size} entries along axis {axis}",
-                    )
-                )
+            self.index_in_range(target, axis, *part)
         dims.extend(target.dims[len(parts) :])
         return TensorType(target.dtype, tuple(dims))
 
-    def picked(self, target: TensorType, parts: list, picks: list[int], expr: ast.Index) -> Type:
+    def index_in_range(self, target: TensorType, axis: int, node: ast.Expr, index_type: Type) -> None:
+        """E0308 for an integer index the checker knows, out of range for an axis whose size it knows."""
+        literal, size = static_value(node, index_type), target.dims[axis]
+        if isinstance(literal, int) and isinstance(size, int) and not -size <= literal < size:
+            self.report(
+                error(
+                    "E0308",
+                    f"index {literal} is out of range for axis {axis} with size {size}",
+                    node.span,
+                    f"{target} has {size} entries along axis {axis}",
+                )
+            )
+
+    def picked(self, target: TensorType, parts: list, picks: list[int], parted: bool, expr: ast.Index) -> Type:
         """The type of indexing by integer tensors, as numpy indexes: the index tensors and any integers among
         them broadcast together to one shape, which takes their axes' place when they are next to each other
         (`z[:, y]`, `z[arange(B), y]`) and comes first when slices part them (`x[0, :, y]`: numpy's rule)."""
         shapes = [parts[axis][1] for axis in picks]
         if any(isinstance(t, AnyType) for t in shapes):
             return ANY
+        for axis in picks:
+            self.index_in_range(target, axis, *parts[axis])
         picked: tuple[Dim, ...] | None = ()
         for index_type in shapes:
             picked = broadcast_dims(picked, index_type.dims) if picked is not None else None
@@ -2170,7 +2179,7 @@ class Checker:
             return ANY
         sliced = {axis: slice_size(part, target.dims[axis]) for axis, part in enumerate(parts) if axis not in picks}
         rest = target.dims[len(parts) :]
-        if picks == list(range(picks[0], picks[-1] + 1)):  # side by side: in their place
+        if picks == list(range(picks[0], picks[-1] + 1)) and not parted:  # side by side: in their place
             before = [sliced[axis] for axis in range(picks[0])]
             after = [sliced[axis] for axis in range(picks[-1] + 1, len(parts))]
             return TensorType(target.dtype, (*before, *picked, *after, *rest))

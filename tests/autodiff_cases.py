@@ -898,6 +898,77 @@ fn f(x) {
     lambda x: torch.exp(x[:, T([[0, 3], [3, 1]])]).sum(),
 )
 
+# Indexing by integer tensors, as numpy and torch index: the adjoint adds into zeros at the elements read
+
+case(
+    "pick_each_rows_label",
+    "shapes",
+    """
+fn f(z, y) {
+    return -mean(log_softmax(z)[arange(len(y)), y])
+}
+""",
+    (normal(78, 4, 3), labels(0, 2, 1, -1)),
+    lambda z, y: -F.log_softmax(z, dim=-1)[torch.arange(4), y].mean(),
+    value_and_grad=True,
+    notes="the negative log-likelihood as PyTorch users write it; -1 is the last class",
+)
+
+case(
+    "pick_columns_among_full_slices",
+    "shapes",
+    """
+fn f(x, idx) {
+    let picked = x[:, idx]
+    return sum(picked * picked * [1.0, -2.0, 3.0, 0.5])
+}
+""",
+    (normal(79, 3, 5), labels(4, 0, 4, -2)),
+    lambda x, idx: (x[:, idx] ** 2 * T([1.0, -2.0, 3.0, 0.5], dtype=torch.float64)).sum(),
+    notes="column 4 is read twice (once as -1 would): its gradient accumulates",
+)
+
+case(
+    "pick_leading_axes_of_rank_3",
+    "shapes",
+    """
+fn f(x, i, j) {
+    let picked = x[i, j]
+    return sum(tanh(picked) * [0.5, -1.5])
+}
+""",
+    (normal(80, 3, 4, 2), labels(0, 2, 2, -1, 1), labels(3, 0, 0, 1, -4)),
+    lambda x, i, j: (torch.tanh(x[i, j]) * T([0.5, -1.5], dtype=torch.float64)).sum(),
+)
+
+case(
+    "pick_with_broadcast_indices",
+    "shapes",
+    """
+fn f(x, rows) {
+    let picked = x[rows, [[1, 0, 1]], :]
+    return sum(exp(picked[..., 0]) + picked[..., 1])
+}
+""",
+    (normal(81, 3, 2, 2), np.array([[2], [0]])),
+    lambda x, rows: (
+        torch.exp(x[rows, T([[1, 0, 1]]).long(), :][..., 0]) + x[rows, T([[1, 0, 1]]).long(), :][..., 1]
+    ).sum(),
+    notes="indices of shapes [2, 1] and [1, 3] broadcast to [2, 3], then the last axis follows",
+)
+
+case(
+    "pick_an_integer_and_a_tensor",
+    "shapes",
+    """
+fn f(x, j) {
+    return sum(x[1, j] ** 2.0)
+}
+""",
+    (normal(82, 3, 4), labels(3, 1, 3)),
+    lambda x, j: (x[1, j] ** 2).sum(),
+)
+
 # ---------------------------------------------------------------------------------------------------------
 # Indexing, slicing and indexed rebinding
 

@@ -155,3 +155,44 @@ def test_an_imported_function_has_a_signature_for_each_importers_call() -> None:
         "fn square(x: i64) -> i64",
         "fn cube(x: f32) -> f32",
     ]
+
+
+# Index tensors pair their elements as numpy's do: the index as DL writes it, and the same for numpy.
+PICKS = [
+    ("x[[0, 1], [1, 1]]", lambda x: x[[0, 1], [1, 1]]),
+    ("x[:, [2, 0, 1]]", lambda x: x[:, [2, 0, 1]]),
+    ("x[[[0], [1]], [0, 2, 1]]", lambda x: x[[[0], [1]], [0, 2, 1]]),
+    ("x[1, [0, 2]]", lambda x: x[1, [0, 2]]),
+    ("x[[1, 0], 2]", lambda x: x[[1, 0], 2]),
+    ("x[0, :, [1, 2, 3]]", lambda x: x[0, :, [1, 2, 3]]),
+    ("x[[0, 1], :, [[1], [2]]]", lambda x: x[[0, 1], :, [[1], [2]]]),
+    ("x[:, [0, 2], [1, 3]]", lambda x: x[:, [0, 2], [1, 3]]),
+    ("x[..., [1, 0]]", lambda x: x[..., [1, 0]]),
+    ("x[[1], 1:3, 2]", lambda x: x[[1], 1:3, 2]),
+    ("x[:, [1, 0], ..., [1, 2]]", lambda x: x[:, [1, 0], ..., [1, 2]]),  # a `...` of no axis still parts them
+    ("x[[0, 1], ..., 0]", lambda x: x[[0, 1], ..., 0]),
+]
+
+
+@pytest.mark.parametrize(("index", "numpy_index"), PICKS, ids=[index for index, _ in PICKS])
+def test_index_tensors_give_numpys_shape(index: str, numpy_index) -> None:
+    """The checker's type of indexing by integer tensors is the shape numpy gives, which the run has."""
+    source = f"fn f(x: f32[2, 3, 4]) {{\n    return {index}\n}}\nfn main() {{ print(shape(f(ones(2, 3, 4)))) }}\n"
+    typed = dl.lang.check(source, "picks.dl")
+    assert typed.diagnostics == ()
+    expected = numpy_index(np.zeros((2, 3, 4))).shape
+    assert str(typed.signatures["picks.dl"][0]) == f"fn f(x: f32[2, 3, 4]) -> f32[{', '.join(map(str, expected))}]"
+
+
+def test_index_tensors_that_do_not_broadcast_are_E0303() -> None:
+    typed = dl.lang.check("fn f(x: f32[4, 4]) {\n    return x[[0, 1], [0, 1, 2]]\n}\n", "picks.dl")
+    assert [(d.code, d.message) for d in typed.diagnostics] == [
+        ("E0303", "index tensors do not broadcast together: i64[2] and i64[3]")
+    ]
+    assert codes(typed) == [("E0303", 2, 12)]
+
+
+def test_an_integer_out_of_range_beside_an_index_tensor_is_E0308() -> None:
+    typed = dl.lang.check("fn f(x: f32[3, 4], j: i64[2]) {\n    return x[5, j]\n}\n", "picks.dl")
+    assert [d.message for d in typed.diagnostics] == ["index 5 is out of range for axis 0 with size 3"]
+    assert codes(typed) == [("E0308", 2, 14)]

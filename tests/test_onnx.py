@@ -230,11 +230,16 @@ fn stores(m: W, x: f32[2]) -> f32[2] {
     return x
 }
 
+fn parted(m: W, x: f32[2]) -> f32[2] {
+    let grid = reshape(arange(8), 2, 2, 2)
+    return x * float(grid[0, :, [1, 0]][0])
+}
+
 fn main() { save("w.safetensors", W { w: ones(2) }) }
 """
 
 
-@pytest.mark.parametrize("function", ["shows", "noisy", "recursive", "checked", "leaves", "stores"])
+@pytest.mark.parametrize("function", ["shows", "noisy", "recursive", "checked", "leaves", "stores", "parted"])
 def test_what_onnx_cannot_express_is_a_diagnostic_at_its_span(
     dlrun, tmp_path: Path, monkeypatch, function: str, update_goldens: bool
 ) -> None:

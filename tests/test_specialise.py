@@ -708,9 +708,12 @@ def test_gradients_of_the_autodiff_corpus_agree_when_compiled() -> None:
             interpreted[case.name] = outcome
         assert_close(actual, expected, rtol=1e-10, atol=1e-12, where=case.name)
     # recursion included (real calls of specialisations); `print` is host work, and so are the random draws of
-    # `dropout` (its mask comes from the interpreter's generator)
-    assert sorted(interpreted) == ["dropout_through_the_mask", "printing_function_called_in_branch"], interpreted
-    assert compiled == len(CASES) - 2 >= 109
+    # `dropout` (its mask comes from the interpreter's generator); indexing by integer tensors, but for `x[j]`,
+    # is interpreted (the `pick_` cases)
+    picks = [case.name for case in CASES if case.name.startswith("pick_")]
+    host = ["dropout_through_the_mask", "printing_function_called_in_branch", *picks]
+    assert sorted(interpreted) == sorted(host), interpreted
+    assert compiled == len(CASES) - len(host) >= 109
 
 
 def test_the_mlp_training_step_is_compiled(tmp_path: Path) -> None:

@@ -24,6 +24,7 @@ from dl.lang.autodiff.trees import (
     hint_for,
     index_of,
     is_active,
+    is_tensor_index,
     let,
     name,
     tuple_of,
@@ -755,7 +756,7 @@ class ForwardSweep:
             case ast.Call():
                 return self.call_operation(expr, env, sweep)
             case ast.Index(target=target, indices=indices):
-                return ast.Index(operand(target), tuple(self.rename(i, env) for i in indices), expr.span)
+                return ast.Index(operand(target), tuple(self.index_operand(i, env, sweep) for i in indices), expr.span)
             case ast.Field(target=target, name=field_name):
                 return ast.Field(operand(target), field_name, expr.span)
             case ast.TupleLiteral(items=items):
@@ -767,6 +768,13 @@ class ForwardSweep:
                     struct, tuple(ast.FieldInit(f.name, operand(f.value), f.span) for f in fields), expr.span
                 )
         return self.rename(expr, env)  # not differentiable: comparisons, `//`, `not`
+
+    def index_operand(self, index: ast.Expr | ast.Slice | ast.Ellipsis, env, sweep: Sweep):
+        """An index as derivative code reads it: an index tensor computed once, into a name (the adjoint reads it
+        again: `x[permutation(3)]` must add where it read), anything else as written."""
+        if isinstance(index, (ast.Slice, ast.Ellipsis, ast.Name)) or not is_tensor_index(self.type_of(index)):
+            return self.rename(index, env)
+        return self.atom(index, env, sweep, "index")
 
     def call_operation(self, expr: ast.Call, env, sweep: Sweep) -> ast.Expr:
         callee = self.type_of(expr.func)

@@ -308,15 +308,37 @@ class BackwardSweep:
             return self.tuple_item_adjoint(target, len(target_type.items), indices[0], d)
         if isinstance(target_type, TapeType):
             raise NotDifferentiable("`grad` cannot differentiate indexing a tape", span)
-        if any(not isinstance(i, ast.Slice) and is_tensor_index(self.index_type(i)) for i in indices):
-            if len(indices) == 1:
-                return call("scatter_add", call("zeros_like", target), indices[0], d)
-            raise NotDifferentiable(
-                "`grad` cannot differentiate indexing with several index tensors",
-                span,
-                ("help: flatten the tensor and `gather` with one index tensor",),
-            )
+        tensors = [k for k, i in enumerate(indices) if is_index(i) and is_tensor_index(self.index_type(i))]
+        if tensors:
+            return self.picked_adjoint(target, target_type, indices, tensors, d, span)
         return Part(indices, None, d)
+
+    @staticmethod
+    def picked_adjoint(target: ast.Name, target_type: Type, indices, tensors: list[int], d: ast.Expr, span: Span):
+        """The adjoint of indexing by integer tensors, as numpy indexes: `d` added into zeros of the target's
+        shape at the elements read, an element read several times getting the sum (`scatter_add`).
+
+        - One index tensor among full slices (`z[:, y]`) reads as `gather(z, y, axis=1)`.
+        - Index tensors (or integers) on the leading axes, full slices after them (`z[arange(B), y]`: each
+          row's label), read the rows of the target with those axes flattened into one, at the flat position
+          `(i % S0) * S1 + (j % S1)` of each element (`%` puts a negative index in range, as numpy does)."""
+        count = next((k for k, i in enumerate(indices) if not is_index(i)), len(indices))
+        if len(tensors) == 1 and all(is_whole(i) for k, i in enumerate(indices) if k != tensors[0]):
+            axis = ast.IntLiteral(tensors[0])
+            return call("scatter_add", call("zeros_like", target), indices[tensors[0]], d, axis=axis)
+        if isinstance(target_type, TensorType) and count >= 2 and all(is_whole(i) for i in indices[count:]):
+            sizes = [ast.Index(call("shape", target), (ast.IntLiteral(k),)) for k in range(target_type.rank)]
+            flat: ast.Expr = ast.Binary("%", indices[0], sizes[0])
+            for k in range(1, count):
+                flat = ast.Binary("+", ast.Binary("*", flat, sizes[k]), ast.Binary("%", indices[k], sizes[k]))
+            rows = call("reshape", call("zeros_like", target), ast.Unary("-", ast.IntLiteral(1)), *sizes[count:])
+            return call("reshape_like", call("scatter_add", rows, flat, d), target)
+        raise NotDifferentiable(
+            "`grad` differentiates indexing by integer tensors on the leading axes (`z[arange(B), y]`) or by one "
+            "index tensor among full slices (`z[:, y]`), not this mix",
+            span,
+            ("help: move the indexed axes to the front with `transpose`, or `gather` along one axis at a time",),
+        )
 
     @staticmethod
     def tuple_item_adjoint(target: ast.Name, size: int, index: ast.Expr, d: ast.Expr) -> ast.Expr:
@@ -583,3 +605,13 @@ COMPUTED = {
     Prim.TRANSPOSE: BackwardSweep.transpose_adjoint,
     Prim.STACK: BackwardSweep.stack_adjoint,
 }
+
+
+def is_index(index: ast.Expr | ast.Slice | ast.Ellipsis) -> bool:
+    """An index that picks (an integer or an integer tensor), not a slice or `...`."""
+    return not isinstance(index, (ast.Slice, ast.Ellipsis))
+
+
+def is_whole(index: ast.Expr | ast.Slice | ast.Ellipsis) -> bool:
+    """`:`, the whole axis."""
+    return isinstance(index, ast.Slice) and index.start is None and index.stop is None and index.step is None
