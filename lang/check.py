@@ -1886,7 +1886,9 @@ class Checker:
                         node=expr.args[position],
                     )
                 return result
-        self.report(error("E0314", f"{callee} is not a function and cannot be called", expr.func.span, str(callee)))
+        notes = habits.dtype_call_help(callee.dtype, expr) if isinstance(callee, DTypeType) else ()
+        message = f"{callee} is not a function and cannot be called"
+        self.report(error("E0314", message, expr.func.span, str(callee), notes=notes))
         return ANY
 
     # -------------------------------------------------------------- grad and value_and_grad

@@ -87,7 +87,32 @@ def syntax_help(before: list, found: tuple, brace_expected: bool) -> tuple[str, 
     if not words and found[1] in ("+", "-") and before and before[-1][1] == found[1]:
         counter = before[-2][1] if len(before) > 1 and before[-2][0] == "NAME" else "i"
         return (f"help: DL has no `{found[1] * 2}`: write `{counter} {found[1]}= 1`",)
+    after_a_value = before and before[-1][1] not in ("{", "}", ";") and before[-1][0] != "NEWLINE"
+    if not words and found[1] == "for" and after_a_value:
+        return (COMPREHENSION,)
+    if not words and found[1] == "{" and not brace_expected and before and before[-1][1] in ("=", "(", ",", "return"):
+        return (DICTIONARY,)
     return words
+
+
+# `[x * 2.0 for x in xs]` and `{"lr": 0.1}`: Python's comprehensions and dictionaries
+COMPREHENSION = (
+    "help: DL has no comprehensions: operators and built-ins apply to whole tensors (`xs * 2.0`, `exp(xs)`); "
+    "for anything else write a `for` loop"
+)
+DICTIONARY = (
+    "help: DL has no dictionaries: a struct holds named values (`struct Config { lr: f32, epochs: i64 }`, "
+    "made with `Config { lr: 0.1, epochs: 3 }`)"
+)
+
+
+def dtype_call_help(dtype: str, call: ast.Call) -> tuple[str, ...]:
+    """`f32(3, 4)` or `f32(x)`: a dtype names no constructor in DL (nor does `torch.float32` in PyTorch)."""
+    dims = ", ".join(print_expr(a) for a in call.args) or "3, 4"
+    make = f"a tensor of it is `zeros({dims}, dtype={dtype})` (or `ones`, `randn`, `full`)"
+    converted = {"f32": "float(x)", "f64": "float(x, dtype=f64)", "i64": "int(x)"}.get(dtype)
+    convert = f", and `{converted}` converts a value to it" if converted else ""
+    return (f"help: `{dtype}` names a dtype: {make}{convert}",)
 
 
 # The built-ins that take dimensions, each as its own argument.

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from conftest import ROOT
-from dl.lang import ast
+from dl.lang import ast, habits
 from dl.lang.diagnostics import DiagnosticError
 from dl.lang.lalr import LayoutTerminals
 from dl.lang.parse import parse, parse_repl, parse_table
@@ -443,6 +443,9 @@ def test_string_escapes() -> None:
             10,
             "help: DL takes a loop's values apart in parentheses: `for (i, x) in ...`",
         ),
+        ("fn main() {\n    let ys = [x * 2.0 for x in xs]\n}\n", 2, 23, habits.COMPREHENSION),
+        ("fn main() {\n    let n = sum(x for x in xs)\n}\n", 2, 19, habits.COMPREHENSION),
+        ('fn main() {\n    let config = {"lr": 0.1, "epochs": 3}\n}\n', 2, 18, habits.DICTIONARY),
     ],
 )
 def test_python_s_grammar_gets_dl_s_spelling_in_the_help(source: str, line: int, column: int, help: str) -> None:
