@@ -116,6 +116,21 @@ def display_column(line: str, column: int) -> int:
 
 
 TAB_WIDTH = 4
+# A source line longer than this (generated code, a minified table, a pasted tensor) is shown as a window of
+# this many characters, `CONTEXT` of them before the label, cut off with `...`.
+LONG_LINE = 160
+CONTEXT = 60
+
+
+def window(expanded: str, start: int) -> tuple[str, int]:
+    """The part of a tab-expanded source line to show around display column `start`, and how far the columns
+    shown are moved left (a column `c` of the line is shown at `c - moved`)."""
+    if len(expanded) <= LONG_LINE:
+        return expanded, 0
+    cut = max(0, min(start - 1 - CONTEXT, len(expanded) - LONG_LINE))
+    head = "..." if cut else ""
+    tail = "..." if cut + LONG_LINE < len(expanded) else ""
+    return head + expanded[cut : cut + LONG_LINE] + tail, cut - len(head)
 
 
 def render(diagnostic: Diagnostic, sources: SourceMap) -> str:
@@ -127,6 +142,7 @@ def render(diagnostic: Diagnostic, sources: SourceMap) -> str:
     pad = " " * width
     lines.append(f"{pad}--> {span}")
     previous: Span | None = None
+    moved, shown_width = 0, 0
     for index, label in enumerate(shown):
         source_line = sources.line(label.span.path, label.span.line)
         if source_line is None:
@@ -137,12 +153,15 @@ def render(diagnostic: Diagnostic, sources: SourceMap) -> str:
             lines.append(f"{pad}::: {label.span}")
         marker = "^" if index == 0 else "-"
         same_line = previous is not None and (previous.path, previous.line) == (label.span.path, label.span.line)
-        if not same_line:  # a second label on a shown line only adds its marker line
-            lines.append(f"{pad} |")
-            lines.append(f"{str(label.span.line).rjust(width)} | {source_line.expandtabs(TAB_WIDTH)}")
         start = display_column(source_line, label.span.column)
+        if not same_line:  # a second label on a shown line only adds its marker line
+            text, moved = window(source_line.expandtabs(TAB_WIDTH), start)
+            shown_width = len(text)
+            lines.append(f"{pad} |")
+            lines.append(f"{str(label.span.line).rjust(width)} | {text}")
         end_column = label.span.end_column if label.span.end_line == label.span.line else len(source_line) + 1
         end = display_column(source_line, end_column)
+        start, end = max(1, start - moved), min(max(1, end - moved), shown_width + 1)
         caret = " " * (start - 1) + marker * max(1, end - start)
         lines.append(f"{pad} | {caret}{' ' + label.text if label.text else ''}".rstrip())
         previous = label.span
