@@ -1201,10 +1201,16 @@ def csv_rows(reader, path: str, skip_header: bool) -> list[list[float]]:
         try:
             rows.append([float(cell) for cell in row])
         except ValueError:
-            bad = next(cell for cell in row if not is_number_text(cell))
-            message = f'"{path}" line {line}: cannot read "{bad.strip()}" as a number'
-            if not rows and not header_skipped:  # the first row, and text: most likely the column names
+            texts = [cell for cell in row if not is_number_text(cell)]
+            message = f'"{path}" line {line}: cannot read "{texts[0].strip()}" as a number'
+            if not rows and not header_skipped and len(texts) == len(row):  # all text: most likely column names
                 message += f"; if line {line} is a header, skip it with `load_csv(path, skip_header=true)`"
+            elif len(texts) < len(row):  # numbers beside text: a column of names or categories
+                column = row.index(texts[0]) + 1
+                message += (
+                    f"; `load_csv` reads numbers only: write column {column}'s text as numbers "
+                    "(a category as its index: 0, 1, 2, ...) before loading"
+                )
             raise PrimitiveError(message) from None
         first_line = first_line or line
     return rows

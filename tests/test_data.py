@@ -208,7 +208,21 @@ def check_load_csv_errors(tmp_path: Path) -> None:
         f'load_csv: "{bad}" line 1: cannot read "x" as a number; '
         "if line 1 is a header, skip it with `load_csv(path, skip_header=true)`"
     )
-    assert run_time_error("load_csv(a, skip_header=true)", str(bad)).endswith('line 3: cannot read "oops" as a number')
+    assert run_time_error("load_csv(a, skip_header=true)", str(bad)) == (
+        f'load_csv: "{bad}" line 3: cannot read "oops" as a number; `load_csv` reads numbers only: write column 2\'s '
+        "text as numbers (a category as its index: 0, 1, 2, ...) before loading"
+    )
+    categories = tmp_path / "iris.csv"
+    categories.write_text("5.1,3.5,setosa\n4.9,3.0,setosa\n")  # no header: data whose last column is text
+    assert run_time_error("load_csv(a)", str(categories)).endswith(
+        'line 1: cannot read "setosa" as a number; `load_csv` reads numbers only: write column 3\'s text as numbers '
+        "(a category as its index: 0, 1, 2, ...) before loading"
+    )
+    spaced_header = tmp_path / "names.csv"
+    spaced_header.write_text("height, weight\n1.5, 60\n")
+    assert run_time_error("load_csv(a)", str(spaced_header)).endswith(
+        "if line 1 is a header, skip it with `load_csv(path, skip_header=true)`"
+    )
     ragged = tmp_path / "ragged.csv"
     ragged.write_text("1,2,3\n4,5,6\n7,8\n")
     assert run_time_error("load_csv(a)", str(ragged)).endswith("line 3 has 2 values, but line 1 has 3")
