@@ -969,6 +969,19 @@ fn f(x, j) {
     lambda x, j: (x[1, j] ** 2).sum(),
 )
 
+case(
+    "pick_after_an_ellipsis",
+    "shapes",
+    """
+fn f(x, j) {
+    return sum(x[..., j] * x[j, ...][0, 0])
+}
+""",
+    (normal(83, 3, 2, 3), labels(2, 0, -1)),
+    lambda x, j: (x[..., j] * x[j, ...][0, 0]).sum(),
+    notes="`...` stands for full slices: x[:, :, j] and x[j, :, :]",
+)
+
 # ---------------------------------------------------------------------------------------------------------
 # Indexing, slicing and indexed rebinding
 

@@ -310,7 +310,9 @@ class BackwardSweep:
             raise NotDifferentiable("`grad` cannot differentiate indexing a tape", span)
         tensors = [k for k, i in enumerate(indices) if is_index(i) and is_tensor_index(self.index_type(i))]
         if tensors:
-            return self.picked_adjoint(target, target_type, indices, tensors, d, span)
+            spread = spread_ellipsis(indices, target_type)
+            tensors = [k for k, i in enumerate(spread) if is_index(i) and is_tensor_index(self.index_type(i))]
+            return self.picked_adjoint(target, target_type, spread, tensors, d, span)
         return Part(indices, None, d)
 
     @staticmethod
@@ -605,6 +607,17 @@ COMPUTED = {
     Prim.TRANSPOSE: BackwardSweep.transpose_adjoint,
     Prim.STACK: BackwardSweep.stack_adjoint,
 }
+
+
+def spread_ellipsis(indices: tuple, target_type: Type) -> tuple:
+    """`indices` with their `...` written as the full slices it stands for (`x[..., j]` of a rank-3 `x` is
+    `x[:, :, j]`), where the target's rank is known. (Where numpy counts a `...` as parting picked axes, the
+    picks the adjoint takes are leading ones, whose place is first either way.)"""
+    at = next((k for k, i in enumerate(indices) if isinstance(i, ast.Ellipsis)), None)
+    if at is None or not isinstance(target_type, TensorType):
+        return indices
+    whole = (ast.Slice(None, None, None),) * (target_type.rank - (len(indices) - 1))
+    return (*indices[:at], *whole, *indices[at + 1 :])
 
 
 def is_index(index: ast.Expr | ast.Slice | ast.Ellipsis) -> bool:
