@@ -308,10 +308,9 @@ class BackwardSweep:
             return self.tuple_item_adjoint(target, len(target_type.items), indices[0], d)
         if isinstance(target_type, TapeType):
             raise NotDifferentiable("`grad` cannot differentiate indexing a tape", span)
-        tensors = [k for k, i in enumerate(indices) if is_index(i) and is_tensor_index(self.index_type(i))]
+        spread = spread_ellipsis(indices, target_type)  # (positions counted as in the target's axes)
+        tensors = [k for k, i in enumerate(spread) if is_index(i) and is_tensor_index(self.index_type(i))]
         if tensors:
-            spread = spread_ellipsis(indices, target_type)
-            tensors = [k for k, i in enumerate(spread) if is_index(i) and is_tensor_index(self.index_type(i))]
             return self.picked_adjoint(target, target_type, spread, tensors, d, span)
         return Part(indices, None, d)
 
