@@ -252,6 +252,8 @@ class FunctionLowering:
                 lowered = self.expression(value)
                 self.emit(ir.Store(self.declare(name, lowered.operand.dtype), lowered.operand))
             case ast.Assign(target=ast.Name(id=name), op=op, value=value):
+                if id(stmt) in self.typed.runtime_checks:
+                    raise Unsupported(f"`{name} = ...` is checked at run time")
                 self.assign(self.lookup(name, stmt.span), op, value, stmt.span)
             case ast.ExprStmt(expr=ast.Call() as call):
                 self.call(call, discarded=True)

@@ -506,11 +506,11 @@ class Specialiser(FunctionLowering):
     def lowered_simply(self, stmt: ast.Stmt) -> None:
         match stmt:
             case ast.Let(pattern=pattern, value=value):
-                if id(stmt) in self.typed.runtime_checks:
-                    raise Unsupported("a `let` is checked at run time", stmt.span)
-                self.let(pattern, self.evaluate(value), stmt.span)
+                evaluated = self.evaluate(value)
+                self.kept_type(stmt, evaluated)
+                self.let(pattern, evaluated, stmt.span)
             case ast.Assign(target=target, op=op, value=value):
-                self.assignment(target, op, value, stmt.span)
+                self.assignment(target, op, value, stmt)
             case ast.ExprStmt(expr=expr):
                 self.evaluate(expr, discarded=True)
             case ast.If():
@@ -609,11 +609,19 @@ class Specialiser(FunctionLowering):
                 for item, part in zip(items, value, strict=True):
                     self.let(item, part, span)
 
-    def assignment(self, target: ast.Expr, op: str, value_expr: ast.Expr, span: Span) -> None:
+    def assignment(self, target: ast.Expr, op: str, value_expr: ast.Expr, stmt: ast.Assign) -> None:
         value = self.evaluate(value_expr)
         if op != "=":
-            value = self.binary_values(op[:-1], self.evaluate(target), value, span)
-        self.assign_to(target, value, span)
+            value = self.binary_values(op[:-1], self.evaluate(target), value, stmt.span)
+        self.kept_type(stmt, value)
+        self.assign_to(target, value, stmt.span)
+
+    def kept_type(self, stmt: ast.Let | ast.Assign, value: object) -> None:
+        """A `let`'s annotation or a rebinding's type that the checker left to the run, checked on the shapes
+        known now."""
+        check = self.typed.runtime_checks.get(id(stmt))
+        if check is not None:
+            annotation_fits(value, check.type, {}, stmt.span)
 
     def assign_to(self, target: ast.Expr, value: object, span: Span) -> None:
         match target:
@@ -1545,12 +1553,12 @@ def usage(body: ast.Block) -> tuple[dict[str, int], set[str]]:
 
 def annotation_fits(value: object, expected: object, bindings: dict[str, int], span: Span) -> None:
     """Check an annotation the checker left to run time, on the shapes known now (the interpreter's own
-    check, given values of the right dtypes and shapes); a mismatch leaves the call to the interpreter,
+    check, given values of the right dtypes and shapes); a mismatch leaves the function to the interpreter,
     which reports it."""
 
     problem = conforms(stand_in(value), expected, bindings)
     if problem is not None:
-        raise Unsupported(f"a call does not match its annotation: {problem}", span)
+        raise Unsupported(f"a value does not match its declared type: {problem}", span)
 
 
 def stand_in(value: object) -> object:

@@ -32,11 +32,12 @@ from dl.interp.operators import (
 from dl.interp.primitives import I64_LIMIT, NUMBERS, array_module, as_array, is_number_or_tensor, scalar
 from dl.lang import ast
 from dl.lang.calls import Binding, BindingError, arranged, bind, bind_function, binding_diagnostic
-from dl.lang.check import CallCheck, RuntimeCheck, Typed
+from dl.lang.check import CallCheck, RuntimeCheck, Typed, rebinding_help
 from dl.lang.diagnostics import Diagnostic, DiagnosticError, Span, closest, error
 from dl.lang.modules import Program
 from dl.lang.primitives import BY_NAME, FLOAT_MATH, PRIMITIVES, Prim
-from dl.lang.types import TensorType, has_dim_expression
+from dl.lang.printer import print_expr
+from dl.lang.types import ANY, TensorType, TupleType, Type, has_dim_expression
 from dl.runtime import arrays as array_modules
 from dl.runtime.arrays import ArrayModule
 from dl.runtime.backend import CompiledBody
@@ -51,6 +52,7 @@ from dl.runtime.values import (
     StructType,
     StructValue,
     describe,
+    dtype_name,
     format_with_spec,
 )
 
@@ -531,6 +533,9 @@ class Compiler:
             if slot is not None and literal is not None:
                 return local_update(slot, stmt.op[:-1], literal, stmt.span)
             value = self.augmented(stmt, literal, scope)
+        check = self.runtime_checks.get(id(stmt))
+        if check is not None:
+            value = kept_type(value, check, target)
         if slot is not None:
             return local_store(slot, value)
         store = self.target_store(target, scope)
@@ -1223,6 +1228,30 @@ def for_name(slot: int, items: Step, body: Step) -> Step:
         return None
 
     return run
+
+
+def kept_type(value: Step, check: RuntimeCheck, target: ast.Expr) -> Step:
+    """The value of a rebinding `target = value`, checked against the type `target` keeps (`RuntimeCheck`)."""
+
+    def checked(frame: list) -> Any:
+        result = value(frame)
+        if conforms(result, check.type, {}) is not None:
+            raise unkept(target, check.type, result, check.span)
+        return result
+
+    return checked
+
+
+def unkept(target: ast.Expr, kept: Type, value: Any, span: Span) -> RunError:
+    """E0520 for the first name of `target` (a name, a field, a tuple of them) whose new value lacks its type."""
+    if isinstance(target, ast.TupleLiteral) and isinstance(kept, TupleType) and value.__class__ is tuple:
+        for item, item_type, part in zip(target.items, kept.items, value, strict=True):
+            if conforms(part, item_type, {}) is not None:
+                return unkept(item, item_type, part, span)
+    problem = conforms(value, kept, {})
+    found = TensorType(dtype_name(value), np.shape(value)) if is_number_or_tensor(value) else ANY
+    message = f"`{print_expr(target)}` cannot be rebound to a value of another type: {problem}"
+    return fail("E0520", message, span, "", (rebinding_help(target, kept, found),))
 
 
 def local_store(slot: int, value: Step) -> Step:

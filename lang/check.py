@@ -508,6 +508,8 @@ class Checker:
         self.body_numbers: dict[tuple | None, int] = {}
         self.first_typed: dict[int, tuple[int, Type]] = {}
         self.typed_by_body: dict[int, dict[int, Type]] = {}
+        # the type each rebinding keeps in each body, and whether its value was proven to fit (`keep_type`)
+        self.kept_types: dict[int, dict[int, tuple[Type, bool, Span]]] = {}
         # (the body being checked, id of a call in it) -> the body of the callee that the call checks
         self.calls_made: dict[tuple, tuple | int] = {}
         # (the body being checked, id of a `grad(f)` call, id of a call of its gradient in it) -> the body of
@@ -543,6 +545,7 @@ class Checker:
             key=lambda d: (d.span.path != self.program.entry, d.span.path, d.span.line, d.span.column)
         )
         self.varied_types()
+        self.rebinding_checks()
         return self.tables.frozen(self.program)
 
     def report(self, diagnostic: Diagnostic) -> None:
@@ -1230,31 +1233,59 @@ class Checker:
         return value.items
 
     def assign(self, stmt: ast.Assign, scope: Scope, context: Context) -> None:
+        """A rebinding keeps the target's type: a value whose sizes the checker cannot tell (`_`, data) is
+        checked against that type when it runs (a `RuntimeCheck` at the value), as an annotation is."""
         if isinstance(stmt.target, ast.TupleLiteral):
             value = self.expression(stmt.value, scope, context)
             items = self.destructure(value, len(stmt.target.items), stmt.target.span)
-            for target, item in zip(stmt.target.items, items, strict=True):
+            kept = [
                 self.store(target, item, stmt.value.span, scope, context)
+                for target, item in zip(stmt.target.items, items, strict=True)
+            ]
+            if any(kept):
+                self.keep_type(stmt, TupleType(tuple(ANY if each is None else each for each in kept)), value)
             return
         value = self.expression(stmt.value, scope, context)
         if stmt.op != "=" and not (isinstance(stmt.target, ast.Name) and scope.lookup(stmt.target.id) is None):
             current = self.expression(stmt.target, scope, context)
             value = self.binary_type(stmt.op[0], current, value, stmt.span)
-        self.store(stmt.target, value, stmt.value.span, scope, context, stmt.value if stmt.op == "=" else None)
+        kept = self.store(stmt.target, value, stmt.value.span, scope, context, stmt.value if stmt.op == "=" else None)
+        if kept is not None:
+            self.keep_type(stmt, kept, value)
+
+    def keep_type(self, stmt: ast.Assign, kept: Type, value: Type) -> None:
+        """Note the type a rebinding keeps in this check of its body, and whether the value is proven to fit
+        it (`rebinding_checks` decides, once every body is checked, whether the run checks it)."""
+        if self.trials or self.check_pass in self.vague_passes:
+            return
+        body = self.body_numbers.setdefault(self.body_now, len(self.body_numbers))
+        self.kept_types.setdefault(id(stmt), {})[body] = (kept, proven(kept, value), stmt.value.span)
+
+    def rebinding_checks(self) -> None:
+        """A `RuntimeCheck` for each rebinding that some check of its body could not prove, where every check
+        of that body found the same type kept: code written once for all calls checks one type (a function
+        called with f32 and with f64 keeps another dtype in each, and is left unchecked)."""
+        for stmt, by_body in self.kept_types.items():
+            found = list(by_body.values())
+            if any(kept != found[0][0] for kept, _, _ in found) or all(fits for _, fits, _ in found):
+                continue
+            kept, _, span = found[0]
+            self.tables.runtime_checks[stmt] = RuntimeCheck(kept, span)
 
     def store(
         self, target: ast.Expr, value: Type, span: Span, scope: Scope, context: Context, node: ast.Expr | None = None
-    ) -> None:
-        """Check rebinding `target` to `value`; a weak literal `node` (`acc = 3`) takes the target's dtype."""
+    ) -> Type | None:
+        """Check rebinding `target` to `value`; a weak literal `node` (`acc = 3`) takes the target's dtype.
+        The target's type where only the run can tell whether the value fits it, else None."""
         if isinstance(target, ast.Name) and scope.lookup(target.id) is None:
             self.store_undeclared(target, value, scope, context)
-            return
+            return None
         current = self.expression(target, scope, context)
         if self.literal_rebound(target, current, value, span):
-            return
+            return None
         if isinstance(target, ast.Index):
             self.store_element(target, current, value, span)
-            return
+            return None
         unknown_tape = isinstance(current, TapeType) and isinstance(current.item, AnyType)
         if isinstance(target, ast.Name) and unknown_tape and isinstance(value, TapeType):
             scope.refine(target.id, value)  # `tape()` holds what its first push gave it
@@ -1268,8 +1299,10 @@ class Checker:
                     notes=(rebinding_help(target, current, value),),
                 )
             )
-        elif node is not None:
+            return None
+        if node is not None:
             self.coerce(current, value, node)
+        return None if proven(current, value) else current
 
     def literal_rebound(self, target: ast.Expr, current: Type, value: Type, span: Span) -> bool:
         """In the trial check of a body (`LiteralBindings`), rebinding a literal's name (still weak) asks for

@@ -39,14 +39,14 @@ class DeepRecursion(Exception):
     beyond the copy, because it is created with almost no stack left."""
 
 
-def fail(code: str, message: str, span: Span, label: str = "") -> RunError:
-    """A `RunError` at `span`, noting the DL call stack as it is now."""
-    notes = ()
+def fail(code: str, message: str, span: Span, label: str = "", helps: tuple[str, ...] = ()) -> RunError:
+    """A `RunError` at `span` with these `helps`, noting the DL call stack as it is now."""
+    notes = helps
     if STACK:
         # Each active function, and where it is now: the call it made, or `span`.
         places = [call for _, call in STACK[1:]] + [span]
         frames = "\n".join(f"  in `{name}` at {place}" for (name, _), place in zip(STACK, places, strict=True))
-        notes = (f"call stack (most recent call last):\n{frames}",)
+        notes = (*helps, f"call stack (most recent call last):\n{frames}")
     return RunError(error(code, message, span, label, notes=notes))
 
 

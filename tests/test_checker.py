@@ -100,6 +100,54 @@ def test_unproven_annotation_is_checked_at_run_time_at_the_annotation(run_dl) ->
     assert "--> prog.dl:3:17" in err
 
 
+@pytest.mark.parametrize(
+    ("rebinding", "target", "column"),
+    [
+        ("x = ones(rows)", "x", 9),
+        ("(x, y) = (zeros(2), ones(rows))", "y", 14),
+        ("(y, x) = (zeros(2), ones(rows))", "x", 14),
+    ],
+)
+def test_a_rebinding_the_checker_cannot_prove_is_checked_at_run_time(
+    run_dl, rebinding: str, target: str, column: int
+) -> None:
+    """A variable keeps its type: a value of a size known only when it runs (`ones(rows)`) is checked as it
+    is bound, and the mistake is reported there, not where a later operation trips on the size."""
+    source = (
+        "fn main(n) {\n    let rows = int(n)\n    let x = zeros(2)\n    let y = zeros(2)\n"
+        f"    {rebinding}\n    print(x + y)\n}}\n"
+    )
+    assert run_dl(source, ["2"]) == (0, "[1. 1.]\n", "")
+    status, out, err = run_dl(source, ["5"])
+    assert status == 1 and out == ""
+    assert err.splitlines()[0] == (
+        f"error[E0520]: `{target}` cannot be rebound to a value of another type: "
+        "expected f32[2], found f32[5] (axis 0 has 5, not 2)"
+    ), err
+    assert f"--> prog.dl:5:{column}" in err
+    assert (
+        "help: a variable keeps the type it was declared with; if its size changes, declare the changing "
+        f"dimension as `_`: `let {target}: f32[_] = ...`"
+    ) in err
+
+
+def test_an_update_that_broadcasts_its_variable_is_checked_at_run_time(run_dl) -> None:
+    source = "fn main(n) {\n    let total = zeros(1)\n    total += ones(int(n))\n    print(total)\n}\n"
+    assert run_dl(source, ["1"]) == (0, "[1.]\n", "")
+    status, _, err = run_dl(source, ["3"])
+    assert status == 1
+    assert err.startswith(
+        "error[E0520]: `total` cannot be rebound to a value of another type: expected f32[1], found f32[3]"
+    ), err
+    assert "--> prog.dl:3:14" in err
+
+
+def test_a_rebinding_of_a_known_size_is_not_checked_again(run_dl) -> None:
+    source = "fn main() {\n    let x = zeros(2)\n    x = x + ones(2)\n    x = ones(1)[0] * x\n    print(x)\n}\n"
+    assert not dl.lang.check(source, "prog.dl").runtime_checks
+    assert run_dl(source) == (0, "[1. 1.]\n", "")
+
+
 def test_dimension_variables_are_bound_consistently_at_run_time(run_dl) -> None:
     source = (
         "fn pair(a: f32[N], b: f32[N]) -> f32[N] {\n    return a + b\n}\n"

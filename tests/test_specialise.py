@@ -347,6 +347,37 @@ def test_run_time_failures_are_the_interpreters_diagnostics(body: str, args: tup
     assert compiled.diagnostics[0].notes == interpreted.diagnostics[0].notes  # the call stack too
 
 
+KEPT_TYPES = """
+fn f(x: f32[4], n: i64) -> f32[3] {
+    let head: f32[3] = x[0:n]
+    let total = zeros(3)
+    total = total + head * 2.0
+    total = x[1:n + 1]
+    (head, total) = (total, x[0:n])
+    return head + total
+}
+"""
+
+
+def test_annotations_and_rebindings_left_to_the_run_are_checked_when_compiling() -> None:
+    """`x[0:n]` has a size the checker cannot know; the shapes a specialisation sees settle its checks."""
+    expected, actual, report = on_both(KEPT_TYPES, "f", f32(4), 3)
+    assert verdict(report, "f") == "compiled", report
+    assert_close(actual, expected)
+    interpreted, compiled, report = failures(KEPT_TYPES, "f", f32(4), 2)
+    assert verdict(report, "f").startswith("interpreted: a value does not match its declared type"), report
+    assert (
+        shown(compiled)
+        == shown(interpreted)
+        == (
+            "E0520",
+            "`head` does not match its annotation: expected f32[3], found f32[2] (axis 0 has 2, not 3)",
+            3,
+            15,
+        )
+    )
+
+
 def test_what_cannot_be_compiled_runs_interpreted_and_says_why() -> None:
     source = "fn f(x: f32[3]) -> f32[3] {\n    print(x)\n    return x + randn(3, seed=1)\n}"
     expected, actual, report = on_both(source, "f", f32(3))
