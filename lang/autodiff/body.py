@@ -61,8 +61,12 @@ class FunctionBody(ForwardSweep, BackwardSweep):
         # a derivative written for one check of the body (`Round.variant_key`): its types are read (`reading`)
         self.node_types.body = variant
         self.site: Span | None = None  # for a gradient function: the `grad(f)` call it is written for
-        # module-level names are reserved (the code refers to them by name); locals are renamed anyway
+        # module-level names are reserved (the code refers to them by name); locals are renamed anyway. So are
+        # the names an anonymous or local function reads: the variables it captured are read by name, and a
+        # generated `let a = 10.0` (an inlined call's argument) must not hide the captured `a`
         self.used: set[str] = set(round_.taken[path]) | {p.name for p in decl.params}
+        if isinstance(decl, ast.Lambda) or all(d is not decl for d in round_.program.modules[path].decls):
+            self.used |= ast.free_names(decl.body)
         # the user's names, which the names lowering adds (flags, loop counters) must not meet
         self.user_names = {n.id for n in ast.walk(decl.body) if isinstance(n, ast.Name)} | set(self.used)
         self.user_names |= {n.name for n in ast.walk(decl.body) if isinstance(n, ast.NamePattern)}
