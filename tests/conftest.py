@@ -43,6 +43,18 @@ def dlrun(capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch):
     return run
 
 
+@pytest.fixture
+def run_dl(dlrun, tmp_path, monkeypatch):
+    """Write `source` as prog.dl in a fresh directory and run it with `dlrun`: (status, stdout, stderr)."""
+
+    def run(source: str, args: list[str] | None = None) -> tuple[int, str, str]:
+        (tmp_path / "prog.dl").write_text(source)
+        monkeypatch.chdir(tmp_path)
+        return dlrun("prog.dl", *(args or []))
+
+    return run
+
+
 def check_golden(path: Path, actual: str, update: bool, rtol: float = 0.0) -> None:
     """`actual` is the golden file's text; with `rtol`, its numbers may differ by that much relatively
     (a training run's printed f32 losses end in digits that depend on the CPU's BLAS kernels)."""

@@ -15,18 +15,6 @@ from hypothesis import strategies as st
 from test_parser import declarations
 
 
-@pytest.fixture
-def run_dl(dlrun, tmp_path, monkeypatch):
-    """Write `source` as prog.dl in a fresh directory and run it with `dlrun`: (status, stdout, stderr)."""
-
-    def run(source: str, args: list[str] | None = None) -> tuple[int, str, str]:
-        (tmp_path / "prog.dl").write_text(source)
-        monkeypatch.chdir(tmp_path)
-        return dlrun("prog.dl", *(args or []))
-
-    return run
-
-
 def codes(typed: dl.lang.Typed) -> list[tuple[str, int, int]]:
     return [(d.code, d.span.line, d.span.column) for d in typed.diagnostics]
 

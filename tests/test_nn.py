@@ -365,7 +365,33 @@ def test_cross_entropy_rejects_labels_of_another_size() -> None:
     with pytest.raises(DiagnosticError) as failure:
         call("cross_entropy", normal(1, 2, 3, 5), np.zeros((3,), dtype=np.int64))
     [diagnostic] = failure.value.diagnostics
-    assert diagnostic.code == "E0502" and "labels must have the shape of the logits" in diagnostic.message
+    assert diagnostic.code == "E0335" and "labels must have the shape of the logits" in diagnostic.message
+
+
+def test_cross_entropy_rejects_labels_of_a_size_the_data_decides_when_it_runs(run_dl) -> None:
+    source = (
+        "import nn\nfn main(n) {\n    let labels = zeros(int(n), dtype=i64)\n"
+        "    print(nn.cross_entropy(zeros(3, 4), labels))\n}\n"
+    )
+    assert run_dl(source, ["3"]) == (0, "1.3862944\n", "")
+    status, _, err = run_dl(source, ["2"])
+    assert status == 1
+    assert err.startswith(
+        "error[E0502]: assertion failed: cross_entropy: "
+        "labels must have the shape of the logits without their last axis"
+    ), err
+
+
+@pytest.mark.parametrize("loss", ["cross_entropy", "accuracy"])
+@pytest.mark.parametrize("shape", [(4, 1), (1, 4)], ids=["column", "row"])
+def test_labels_of_the_right_count_but_another_shape_are_refused(loss: str, shape: tuple[int, int]) -> None:
+    """[B, 1] labels (a column, as a data loader may give them) hold B labels, but broadcast the rows' [B] to
+    [B, B]: torch refuses them, and so does the checker, where it knows the shapes."""
+    with pytest.raises(DiagnosticError) as failure:
+        call(loss, normal(1, 4, 3), np.zeros(shape, dtype=np.int64))
+    [diagnostic] = failure.value.diagnostics
+    assert diagnostic.code == "E0335"
+    assert f"{loss}: labels must have the shape of the logits without their last axis" in diagnostic.message
 
 
 def test_cross_entropy_labels_of_another_shape_are_a_checker_error() -> None:
