@@ -250,6 +250,8 @@ def substitute_dims(t: Type, sizes: Mapping[str, Dim]) -> Type:
         return TensorType(t.dtype, dims)
     if isinstance(t, TupleType):
         return TupleType(tuple(substitute_dims(item, sizes) for item in t.items))
+    if isinstance(t, TapeType):  # a generic function's loop tape, returned by its `_fwd` (lang/autodiff)
+        return TapeType(substitute_dims(t.item, sizes))
     if isinstance(t, StructType) and t.params:
         return t.with_sizes(tuple(substitute_dims_of(size, sizes) for size in t.sizes))
     return t

@@ -1337,6 +1337,34 @@ fn f(a) {
 )
 
 
+case(
+    "loop_in_a_callee_typed_by_size_names",
+    "while",
+    """
+fn scaled(x: f64[N], w: f64[N]) -> f64[N] {
+    let acc = x
+    for i in 0..3 {
+        acc = tanh(acc * w)
+    }
+    return acc
+}
+fn f(x: f64[4], w: f64[4]) -> f64 {
+    return sum(scaled(x, w) * x)
+}
+""",
+    (normal(201, 4), normal(202, 4)),
+    lambda x, w: (_scaled_thrice(x, w) * x).sum(),
+    wrt=(0, 1),
+)
+
+
+def _scaled_thrice(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    acc = x
+    for _ in range(3):
+        acc = torch.tanh(acc * w)
+    return acc
+
+
 def _newton_sqrt(a: torch.Tensor) -> torch.Tensor:
     y = a
     while torch.abs(y * y - a).item() > 1e-10:
@@ -2323,6 +2351,24 @@ fn f(w, x, y) {
     via="lambda",
     value_and_grad=True,
     notes="grad(fn(p0) => f(p0, x, y))(w): the anonymous function captures the data",
+)
+
+case(
+    "grad_of_lambda_capturing_a_name_a_callee_binds",
+    "closures",
+    """
+fn h(a1, w) {
+    return sum(a1 * w)
+}
+
+fn f(w, x, y) {
+    return h(x, w) * h(y * 2.0, w)
+}
+""",
+    (normal(161, 3), normal(162, 3), normal(163, 3)),
+    lambda w, x, y: (x * w).sum() * (y * 2.0 * w).sum(),
+    via="lambda",
+    notes="the wrapper's captured `a1` is also the name of h's parameter, bound to `y * 2.0` by the second call",
 )
 
 case(
