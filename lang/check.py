@@ -599,9 +599,27 @@ class Checker:
                     self.declare_unique(info, name, decl.name_span)
                     info.struct_decls[name] = decl
                     info.structs[name] = StructType(name, path, ())
-        for decl in module.decls:
-            if isinstance(decl, ast.StructDecl):
-                self.resolve_struct(info, decl)
+        self.resolve_structs(info, [decl for decl in module.decls if isinstance(decl, ast.StructDecl)])
+
+    def resolve_structs(self, info: ModuleInfo, decls: list[ast.StructDecl]) -> None:
+        """Each struct's fields, the structs of this module they name resolved first: declarations come in
+        any order. A struct that contains itself keeps the placeholder where it names itself (E0212)."""
+        by_name = {decl.name: decl for decl in decls}
+        started: set[int] = set()
+
+        def resolve(decl: ast.StructDecl) -> None:
+            if id(decl) in started:
+                return
+            started.add(id(decl))
+            for node in ast.walk(tuple(field.type for field in decl.fields)):
+                if isinstance(node, ast.NamedType) and node.module is None and node.name in by_name:
+                    resolve(by_name[node.name])
+                elif isinstance(node, ast.TensorTypeExpr) and node.dtype in by_name:
+                    resolve(by_name[node.dtype])
+            self.resolve_struct(info, decl)
+
+        for decl in decls:
+            resolve(decl)
 
     def declare_unique(self, info: ModuleInfo, name: str, span: Span) -> None:
         if name in info.functions or name in info.struct_decls:
