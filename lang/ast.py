@@ -495,6 +495,11 @@ def free_names(node: object) -> set[str]:
     return {n.id for n in walk(node) if isinstance(n, Name)}
 
 
+def names_used(node: object) -> set[str]:
+    """Every name read or bound by a pattern anywhere in `node`, nested functions included."""
+    return {n.id if isinstance(n, Name) else n.name for n in walk(node) if isinstance(n, (Name, NamePattern))}
+
+
 def with_spans(node: object, around: Span) -> object:
     """A copy of `node` in which every node a pass made without a span (autodiff's) takes the span of the
     nearest node around it that has one, `around` for `node` itself; `node` when all have one."""

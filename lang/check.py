@@ -611,7 +611,7 @@ class Checker:
             if id(decl) in started:
                 return
             started.add(id(decl))
-            for node in ast.walk(tuple(field.type for field in decl.fields)):
+            for node in ast.walk(tuple(each.type for each in decl.fields)):
                 if isinstance(node, ast.NamedType) and node.module is None and node.name in by_name:
                     resolve(by_name[node.name])
                 elif isinstance(node, ast.TensorTypeExpr) and node.dtype in by_name:

@@ -2372,6 +2372,44 @@ fn f(w, x, y) {
 )
 
 case(
+    "for_break_continue_in_a_function_given_a_closure",
+    "closures",
+    """
+fn apply_until(g, x, limit) {
+    let y = x
+    for i in 0..6 {
+        y = g(y)
+        if sum(y * y) > limit { break }
+        if i == 1 { continue }
+        y = y + 0.1
+    }
+    return y
+}
+
+fn f(x, w) {
+    return sum(apply_until(fn(u) => tanh(u * w) * 2.0, x, 4.5) * w)
+}
+""",
+    (normal(164, 3) * 0.3, normal(165, 3)),
+    lambda x, w: (_apply_until(lambda u: torch.tanh(u * w) * 2.0, x, 4.5) * w).sum(),
+    wrt=(0, 1),
+    notes="apply_until is written in place (it is given a closure): its `for`, `break` and `continue` too",
+)
+
+
+def _apply_until(g: Callable, x: torch.Tensor, limit: float) -> torch.Tensor:
+    y = x
+    for i in range(6):
+        y = g(y)
+        if (y * y).sum().item() > limit:
+            break
+        if i == 1:
+            continue
+        y = y + 0.1
+    return y
+
+
+case(
     "grad_of_lambda_struct",
     "closures",
     MLP_SOURCE,

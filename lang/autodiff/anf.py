@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from dl.lang import ast
-from dl.lang.autodiff.lowering import contains_return
+from dl.lang.autodiff.lowering import Lowering
 from dl.lang.autodiff.records import Compound, Kept, Op, Store, Sweep
 from dl.lang.autodiff.rules import BINARY, REDUCED, template
 from dl.lang.autodiff.trees import (
@@ -704,14 +704,20 @@ class ForwardSweep:
         if not isinstance(decl.body, ast.Block):
             return self.atom(decl.body, inner, sweep, hint)
         *body, last = decl.body.body
-        if not isinstance(last, ast.Return) or last.value is None or any(contains_return(s) for s in body):
+        returns = (node for node in ast.walk_scope(tuple(body)) if isinstance(node, ast.Return))
+        if not isinstance(last, ast.Return) or last.value is None or next(returns, None) is not None:
             raise NotDifferentiable(
                 "`grad` cannot yet differentiate this call: a function given a closure, or a local function, "
                 "must have one `return`, at its end",
                 span,
                 ("help: compute the result in a variable and return it once, after any `if` or loop",),
             )
-        for stmt in body:
+        # its `for` loops made `while`, `break` and `continue` flags, as in the function differentiated, with
+        # names none of its own
+        self.user_names |= ast.free_names(decl.body) | {
+            p.name for p in ast.walk(decl.body) if isinstance(p, ast.NamePattern)
+        }
+        for stmt in Lowering(self).block(body, None):
             self.forward(stmt, inner, sweep, nested=False, effects=self.effects)
         return self.atom(last.value, inner, sweep, hint)
 

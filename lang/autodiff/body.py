@@ -68,8 +68,7 @@ class FunctionBody(ForwardSweep, BackwardSweep):
         if isinstance(decl, ast.Lambda) or all(d is not decl for d in round_.program.modules[path].decls):
             self.used |= ast.free_names(decl.body)
         # the user's names, which the names lowering adds (flags, loop counters) must not meet
-        self.user_names = {n.id for n in ast.walk(decl.body) if isinstance(n, ast.Name)} | set(self.used)
-        self.user_names |= {n.name for n in ast.walk(decl.body) if isinstance(n, ast.NamePattern)}
+        self.user_names = ast.names_used(decl.body) | set(self.used)
         self.local_functions = {id(n) for n in ast.walk(decl.body) if isinstance(n, ast.FnDecl)}
         self.adjoints: dict[str, str] = {}
         self.result_type: Type = ANY
