@@ -2171,6 +2171,8 @@ class Checker:
         if parts is None:
             return ANY
         if len(parts) > target.rank:
+            if any(isinstance(index, ast.Name) and index.id == "None" for index in expr.indices):
+                return ANY  # `x[:, None]`: the unknown `None` is reported, with NumPy's new axis in its help
             self.report(
                 error(
                     "E0309",

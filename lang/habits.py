@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from dl.lang import ast
-from dl.lang.primitives import BY_NAME
+from dl.lang.primitives import BY_NAME, PRIMITIVES
 from dl.lang.printer import print_expr
 
 BUILT_INS = frozenset(BY_NAME)  # what a NumPy or PyTorch call of the same name is in DL
@@ -68,11 +68,26 @@ PAIRWISE = {"max": ("maximum", "larger"), "min": ("minimum", "smaller")}
 
 
 def binding_help(name: str, call: ast.Call) -> tuple[str, ...]:
-    """The help for a call of the built-in `name` that does not bind: Python's `max(a, b)` is `maximum(a, b)`."""
+    """The help for a call of the built-in `name` that does not bind: Python's `max(a, b)` is `maximum(a, b)`,
+    NumPy's `sum(x, 1)` is `sum(x, axis=1)`, `torch.cat(a, b)`'s tensors are one tuple, `concat((a, b))`."""
     if name in PAIRWISE and len(call.args) == 2 and not call.keywords:
         function, which = PAIRWISE[name]
         pair = ", ".join(shown(a) for a in call.args)
         return (f"help: `{name}` reduces one tensor; the {which} of two, element by element, is `{function}({pair})`",)
+    signature = PRIMITIVES[BY_NAME[name]].signature if name in BY_NAME else None
+    if signature is None or signature.variadic is not None:
+        return ()
+    given = [shown(a) for a in call.args]
+    named = [f"{k.name}={shown(k.value)}" for k in call.keywords]
+    if signature.positional == ("tensors",) and len(given) > 1:
+        items = ", ".join([f"({', '.join(given)})", *named])
+        return (f"help: `{name}` takes one tuple of tensors: `{name}({items})`",)
+    allowed = len(signature.positional) + len(signature.optional)
+    extra = given[allowed:]
+    free = [k for k in signature.keyword_names if k not in {k.name for k in call.keywords}]
+    if extra and len(extra) <= len(free) and free[0] == "axis":
+        spelled = [*given[:allowed], *(f"{k}={v}" for k, v in zip(free, extra, strict=False)), *named]
+        return (f"help: `{name}`'s `{free[0]}` is given by name: `{name}({', '.join(spelled)})`",)
     return ()
 
 
@@ -80,6 +95,13 @@ def syntax_help(before: list, found: tuple, brace_expected: bool) -> tuple[str, 
     """The help for a token DL's grammar rejects (`found`, after the tokens `before`, the last two of them
     at most): a Python word there or just before (`def`, `elif x`), a block opened with `:`, or C's `i++`."""
     words = tuple(WORDS[t[1]] for t in (*before[-1:], found) if t[0] == "NAME" and t[1] in WORDS)
+    previous = before[-1] if before else ("", "")
+    if not words and previous[0] == "NAME" and found[0] in NAME_LIKE:
+        thing = found[1] if found[0] == "NAME" else "x"
+        if previous[1] == "var" or (previous[1] == "mut" and len(before) > 1 and before[-2][1] == "let"):
+            return (f"help: DL declares a variable with `let {thing} = ...`, and any variable can be assigned again",)
+        if previous[1] == "print":
+            return (f"help: `print` is a function: `print({found[1]})`",)
     if not words and found[1] == ":" and brace_expected:
         return ("help: DL puts a block in braces, not after `:`: `if x > 0 { ... }`",)
     if not words and found[1] == "," and len(before) > 1 and before[-2][1] == "for":
@@ -94,6 +116,9 @@ def syntax_help(before: list, found: tuple, brace_expected: bool) -> tuple[str, 
         return (DICTIONARY,)
     return words
 
+
+# The tokens that start a value: `var x`, `print x` (a word DL does not have, or a function, before one)
+NAME_LIKE = frozenset({"NAME", "INT", "FLOAT", "STRING", "FSTRING"})
 
 # `[x * 2.0 for x in xs]` and `{"lr": 0.1}`: Python's comprehensions and dictionaries
 COMPREHENSION = (

@@ -72,6 +72,9 @@ def token_span(path: str, token: Token) -> Span:
 class LaidOut(NamedTuple):
     tokens: list[Token]
     unclosed: Token | None  # the innermost bracket still open at the end, if any
+    # the first `{` whose `}` starts a line left of the line the `{` is on: (the `{`, the `}`); where a `{`
+    # is left open at the end, this block is likely the one that lacks its own `}`
+    misplaced: tuple[Token, Token] | None = None
 
 
 def layout(tokens: list[Token]) -> LaidOut:
@@ -81,6 +84,11 @@ def layout(tokens: list[Token]) -> LaidOut:
     previous = "SEP"
     pending: Token | None = None  # a SEP waiting to see the next token
     count = len(tokens)
+    indents: dict[int, int] = {}  # each line's first column with a token
+    for kind, _, line, column in tokens:
+        if kind not in SEPARATORS:
+            indents.setdefault(line, column)
+    misplaced: tuple[Token, Token] | None = None
     for position, token in enumerate(tokens):
         kind = token[0]
         if kind in SEPARATORS:
@@ -98,17 +106,40 @@ def layout(tokens: list[Token]) -> LaidOut:
                 token = ("STRUCT_LBRACE", *token[1:])
             open_brackets.append(token)
         elif kind in CLOSERS:
-            closed = _close(open_brackets, CLOSERS[kind])
+            opener = _close(open_brackets, CLOSERS[kind])
+            closed = opener[0] if opener is not None else None
             if closed == "LBRACE" and position + 1 < count and tokens[position + 1][0] in STATEMENT_STARTS:
                 pending = ("SEP", "", *tokens[position + 1][2:])  # no text: not in the source
+            if misplaced is None and closed in ("LBRACE", "STRUCT_LBRACE") and _left_of(token, opener, indents):
+                misplaced = (opener, token)
         previous = kind
         append(token)
-    return LaidOut(laid_out, open_brackets[-1] if open_brackets else None)
+    return LaidOut(laid_out, open_brackets[-1] if open_brackets else None, misplaced)
 
 
-def never_closed(opener: Token, path: str) -> Diagnostic:
-    """The diagnostic for a bracket still open at the end of the file."""
+def _left_of(closer: Token, opener: Token, indents: dict[int, int]) -> bool:
+    """Whether `closer` starts its line, left of the first token of the line `opener` is on."""
+    line, column = closer[2], closer[3]
+    return line != opener[2] and indents.get(line) == column and column < indents[opener[2]]
+
+
+def never_closed(opener: Token, path: str, misplaced: tuple[Token, Token] | None = None) -> Diagnostic:
+    """The diagnostic for a bracket still open at the end of the file. For a block's `{`, where an inner
+    block's `}` starts its line left of that block (`misplaced`), that inner block is the one reported: its
+    `}` is missing, and the one that closed it was written for the block left open."""
     closer = {"LPAR": ")", "LSQB": "]"}.get(opener[0], "}")
+    if closer == "}" and misplaced is not None:
+        inner, taken = misplaced
+        return error(
+            "E0103",
+            "this `{` is never closed",
+            token_span(path, inner),
+            "expected a matching `}`",
+            notes=(
+                f"note: the `}}` on line {taken[2]} closes this block, though it is indented less than the "
+                f"block's first line; so the `{{` on line {opener[2]} is left open at the end of the file",
+            ),
+        )
     return error(
         "E0103",
         f"this `{opener[1]}` is never closed",
@@ -139,11 +170,11 @@ def _after_struct_sizes(laid_out: list[Token]) -> bool:
     return position >= 2 and laid_out[position - 1][0] == "NAME" and laid_out[position - 2][0] == "STRUCT"
 
 
-def _close(open_brackets: list[Token], opener_kind: str) -> str | None:
-    """Pop to the matching opener; returns its kind."""
+def _close(open_brackets: list[Token], opener_kind: str) -> Token | None:
+    """Pop to the matching opener; returns it."""
     for depth in range(len(open_brackets) - 1, -1, -1):
-        kind = open_brackets[depth][0]
-        if kind == opener_kind or (opener_kind == "LBRACE" and kind == "STRUCT_LBRACE"):
+        opener = open_brackets[depth]
+        if opener[0] == opener_kind or (opener_kind == "LBRACE" and opener[0] == "STRUCT_LBRACE"):
             del open_brackets[depth:]
-            return kind
+            return opener
     return None

@@ -727,14 +727,14 @@ def _run(source: str, path: str, start: str, first_line: int = 1, first_column: 
     if lines or columns:  # give tokens the lines (and, on the piece's first line, columns) they have in the file
         scanned = [moved(token, lines, columns) for token in scanned]
         end = moved(end, lines, columns)
-    tokens, unclosed = layout(scanned)
+    tokens, unclosed, misplaced = layout(scanned)
     with _lock:
         _builder.path = path
         try:
             parsed = table.run([*tokens, end], start)
         except UnexpectedToken as problem:
             if unclosed is not None and problem.token[0] == "$END":
-                raise DiagnosticError(never_closed(unclosed, path)) from None
+                raise DiagnosticError(never_closed(unclosed, path, misplaced)) from None
             raise DiagnosticError(syntax_diagnostic(table, tokens, problem.token, start, path)) from None
     deep = too_deep(parsed) if start != "embedded_expr" else None  # a field is measured in the tree around it
     if deep is not None:

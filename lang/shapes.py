@@ -617,7 +617,12 @@ def transpose_rule(args: list[Argument]) -> Type:
         return TensorType(x.dtype, tuple(reversed(x.dims)))
     values = [a.value for a in axes]
     if any(not isinstance(v, int) for v in values):
-        raise ShapeError("E0319", "`transpose` axes must be literal integers or consts")
+        notes = ()
+        items = axes[0].type.items if len(axes) == 1 and isinstance(axes[0].type, TupleType) else None
+        if items and all(isinstance(item, TensorType) and isinstance(item.value, int) for item in items):
+            permutation = ", ".join(str(item.value) for item in items)  # `x.permute((1, 0, 2))`, as PyTorch takes
+            notes = (f"help: write the axes as arguments, not a tuple: `transpose(x, {permutation})`",)
+        raise ShapeError("E0319", "`transpose` axes must be literal integers or consts", notes=notes)
     if sorted(values) != list(range(x.rank)):
         # a permutation written for another rank: swapping two axes is what is usually meant
         swap = "help: `swapaxes(x, -2, -1)` exchanges two axes of a tensor of any rank"

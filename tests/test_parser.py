@@ -446,6 +446,19 @@ def test_string_escapes() -> None:
         ("fn main() {\n    let ys = [x * 2.0 for x in xs]\n}\n", 2, 23, habits.COMPREHENSION),
         ("fn main() {\n    let n = sum(x for x in xs)\n}\n", 2, 19, habits.COMPREHENSION),
         ('fn main() {\n    let config = {"lr": 0.1, "epochs": 3}\n}\n', 2, 18, habits.DICTIONARY),
+        (
+            "fn main() {\n    var total = 0.0\n}\n",
+            2,
+            9,
+            "help: DL declares a variable with `let total = ...`, and any variable can be assigned again",
+        ),
+        (
+            "fn main() {\n    let mut total = 0.0\n}\n",
+            2,
+            13,
+            "help: DL declares a variable with `let total = ...`, and any variable can be assigned again",
+        ),
+        ('fn main() {\n    print "loss"\n}\n', 2, 11, 'help: `print` is a function: `print("loss")`'),
     ],
 )
 def test_python_s_grammar_gets_dl_s_spelling_in_the_help(source: str, line: int, column: int, help: str) -> None:

@@ -69,7 +69,8 @@ fn c() {
 """
     module, diagnostics = parse_recovering(source, "t.dl")
     assert names(module) == ["a", "c"]
-    assert where(diagnostics) == [("E0103", 4, 21)]
+    # the `if`'s `}` is missing: the `}` on line 7 closes the `if`, left of it, so `b`'s `{` is left open
+    assert where(diagnostics) == [("E0103", 5, 16)]
 
 
 def test_garbage_at_the_top() -> None:
