@@ -495,6 +495,11 @@ def free_names(node: object) -> set[str]:
     return {n.id for n in walk(node) if isinstance(n, Name)}
 
 
+def bound_names(node: object) -> set[str]:
+    """Every name a `let`, a loop, a parameter or a local `fn` binds anywhere in `node`."""
+    return {n.name for n in walk(node) if isinstance(n, (NamePattern, Param, FnDecl))}
+
+
 def names_used(node: object) -> set[str]:
     """Every name read or bound by a pattern anywhere in `node`, nested functions included."""
     return {n.id if isinstance(n, Name) else n.name for n in walk(node) if isinstance(n, (Name, NamePattern))}

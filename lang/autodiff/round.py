@@ -138,7 +138,8 @@ class Round:
         writer = FunctionBody(self, site.function_module, decl, variant)
         writer.site = site.call.span
         body = writer.gradient(site.wrt, site.with_value)
-        if isinstance(decl, ast.Lambda):
+        if isinstance(decl, ast.Lambda) or all(d is not decl for d in self.program.modules[site.function_module].decls):
+            # an anonymous or local function's derivative reads what it captured: written where `grad` is
             return ast.Lambda(decl.params, None, body, site.call.span)
         suffix = "value_and_grad" if site.with_value else "grad"
         if site.wrt != 0:
@@ -154,15 +155,28 @@ class Round:
 
     def known_statically(self, site: Site) -> None:
         """`grad(f)` is written where `f` is known: a function's name, a lambda, or a name bound once to a
-        lambda whose captured names do not change. A parameter or variable holding some function does not
-        say which (each call could pass another), so its derivative cannot be written once."""
+        lambda or a local `fn` whose captured names do not change. A parameter or variable holding some
+        function does not say which (each call could pass another), so its derivative cannot be written once."""
         reference, local = site.reference, site.local
         if not isinstance(reference, ast.Name) or local is None or reference.id not in local.bound:
             return
         bound = local.lambdas.get(reference.id)
         unchanged = reference.id not in local.assigned and bound is not None
-        if bound is site.function and unchanged and not ast.free_names(bound.body) & local.assigned:
-            return
+        if bound is site.function and unchanged:
+            # what it captured: the names it reads that it does not bind itself
+            own = {p.name for p in bound.params} | ast.bound_names(bound.body)
+            changed = sorted((ast.free_names(bound.body) - own) & local.assigned)
+            if not changed:
+                return
+            raise NotDifferentiable(
+                f"`grad` cannot differentiate `{reference.id}`: it captures `{changed[0]}`, which is assigned "
+                "again, so its derivative would read another value than the function saw",
+                reference.span,
+                (
+                    f"help: pass `{changed[0]}` to the function as a parameter, or capture a `let` that keeps the "
+                    "value it needs",
+                ),
+            )
         raise NotDifferentiable(
             f"`grad` cannot differentiate `{reference.id}`: it holds a function known only when the program runs",
             reference.span,

@@ -72,7 +72,8 @@ class Scope:
 
     bound: frozenset[str]
     assigned: frozenset[str]
-    lambdas: dict  # name -> the ast.Lambda a single `let name = fn(...) => ...` binds
+    # name -> the ast.Lambda a single `let name = fn(...) => ...` binds, or the local `fn name` declared once
+    lambdas: dict
 
     @staticmethod
     def empty() -> Scope:
@@ -87,7 +88,9 @@ class Scope:
                 bound.add(node.name)
             if isinstance(node, ast.Let) and isinstance(node.pattern, ast.NamePattern):
                 lets.setdefault(node.pattern.name, []).append(node.value)
-        lambdas = {n: v[0] for n, v in lets.items() if len(v) == 1 and isinstance(v[0], ast.Lambda)}
+            if isinstance(node, ast.FnDecl):
+                lets.setdefault(node.name, []).append(node)
+        lambdas = {n: v[0] for n, v in lets.items() if len(v) == 1 and isinstance(v[0], (ast.Lambda, ast.FnDecl))}
         return Scope(frozenset(bound), frozenset(ast.assigned_names(decl.body)), lambdas)
 
 
