@@ -1518,7 +1518,14 @@ class Checker:
                 self.coerce(declared, value, node)
             return self.function_fits(declared, value, span)
         secondary = (Label(annotation, "declared here"),) if annotation is not None else ()
-        self.report(error("E0301", f"{what}, but the value is {value}", span, f"this is {value}", secondary=secondary))
+        label, notes = f"this is {value}", ()
+        if isinstance(declared, TupleType) and isinstance(value, TupleType) and len(declared.items) == len(value.items):
+            # a long tuple: which item differs
+            k = next(k for k, (a, b) in enumerate(zip(declared.items, value.items, strict=True)) if not fits(a, b))
+            if isinstance(node, ast.TupleLiteral) and len(node.items) == len(value.items):
+                span, label = node.items[k].span, f"this is {value.items[k]}"
+            notes = (f"note: item {k} (counting from 0) is {value.items[k]}, where {declared.items[k]} is declared",)
+        self.report(error("E0301", f"{what}, but the value is {value}", span, label, secondary=secondary, notes=notes))
         return False
 
     def function_fits(self, declared: Type, value: Type, span: Span) -> bool:
