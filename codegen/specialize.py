@@ -70,6 +70,7 @@ from dl.codegen.values import (
     is_plain,
     reads,
     reads_only_in_place,
+    remap,
     same_view_only,
     settled,
     value_reads,
@@ -1124,21 +1125,102 @@ class Specialiser(FunctionLowering):
         if not isinstance(value, Tensor):
             raise Unsupported(f"indexing a {type(value).__name__.lower()}", span)
         indices = spread_ellipsis(indices, len(value.shape), span)
-        if len(indices) == 1 and not isinstance(indices[0], ast.Slice):
-            chosen = self.evaluate(indices[0])
-            chosen = as_index(self, chosen)
-            if isinstance(chosen, Tensor):  # x[[2, 0, 2]]: rows picked by a tensor of indices
-                if chosen.dtype != "i64":
-                    raise Unsupported(f"indexing by a {chosen.dtype} tensor", span)
-
-                return gathered(self, value, chosen, 0, span, index_error=True)
-            indices = (ValueIndex(chosen),)
+        # each index evaluated once, in order; slices stay as written (their bounds are static)
+        evaluated = tuple(
+            index if isinstance(index, ast.Slice) else as_index(self, self.evaluate(index)) for index in indices
+        )
+        if any(isinstance(index, Tensor) for index in evaluated):
+            if len(evaluated) == 1:  # x[[2, 0, 2]]: rows picked by a tensor of indices
+                if evaluated[0].dtype != "i64":
+                    raise Unsupported(f"indexing by a {evaluated[0].dtype} tensor", span)
+                return gathered(self, value, evaluated[0], 0, span, index_error=True)
+            return self.picked(value, evaluated, span)
+        indices = tuple(index if isinstance(index, ast.Slice) else ValueIndex(index) for index in evaluated)
         result = self.view_of(value, indices, span)
         if not result.shape:
             scalar = self.temp("element", result.dtype)
             self.emit(ir.Evaluate(scalar, result.tree))
             return Value(scalar)
         return result
+
+    def picked(self, value: Tensor, indices: tuple, span: Span) -> Tensor:
+        """numpy's indexing by integer tensors among integers and slices (`z[arange(B), y]`, `x[:, ids, 0]`).
+        numpy checks the integers, then each index tensor in axis order, every element: so does this, each
+        tensor by a `Take` of its own (the first index out of range fails with the interpreter's E0501). The
+        index tensors broadcast together; their dimensions stand where the picked axes are if those are side
+        by side, else first. The result is one `Take` tree whose index is the sum of each wrapped index
+        times its axis's stride."""
+        tensor = value if isinstance(value.tree, ir.Read) else self.materialise(value)
+        read = tensor.tree
+        if len(indices) > len(tensor.shape):
+            raise Unsupported("too many indices", span)
+        if not tensor.size:
+            raise Unsupported("indexing an empty tensor by a tensor", span)
+        offset: ir.Operand = read.offset
+        for axis, index in enumerate(indices):  # the integers first, as numpy checks them
+            if isinstance(index, Value):
+                position = self.scalar_of(index, span)
+                if position.operand.dtype != "i64":
+                    raise Unsupported("an index that is not an i64", span)
+                checked = self.checked_index(position.operand, tensor.shape[axis], axis, span)
+                offset = self.add_offset(offset, self.scaled(checked, read.strides[axis]))
+        tensors = [(axis, index) for axis, index in enumerate(indices) if isinstance(index, Tensor)]
+        for axis, index in tensors:
+            if index.dtype != "i64":
+                raise Unsupported(f"indexing by a {index.dtype} tensor", span)
+            if index.size:  # every element checked, used or not: a `Take` of one element, stride 0
+                size = tensor.shape[axis]
+                site = self.site(
+                    "E0501", f"index {{value}} is out of bounds for axis {axis} with size {size}", span, "i64"
+                )
+                check = ir.Take(read.buffer, read.offset, (0,) * len(index.shape), index.tree, 0, size, site)
+                self.materialise(Tensor(tensor.dtype, index.shape, check), "index.checked")
+        picked_shape: tuple[int, ...] = ()
+        for _, index in tensors:
+            picked_shape = broadcast_shape(picked_shape, index.shape, span)
+        picked_at = [axis for axis, index in enumerate(indices) if not isinstance(index, ast.Slice)]
+        together = picked_at == list(range(picked_at[0], picked_at[-1] + 1))
+        sliced = [(axis, index) for axis, index in enumerate(indices) if isinstance(index, ast.Slice)]
+        sliced += [(axis, ast.Slice(None, None, None)) for axis in range(len(indices), len(tensor.shape))]
+        before = [(axis, index) for axis, index in sliced if together and axis < picked_at[0]]
+        after = [(axis, index) for axis, index in sliced if not (together and axis < picked_at[0])]
+        shape: list[int] = []
+        strides: list[int] = []
+        for axis, index in before:
+            offset = self.sliced_axis(tensor, axis, index, offset, shape, strides, span)
+        first_picked = len(shape)
+        shape.extend(picked_shape)
+        strides.extend([0] * len(picked_shape))
+        for axis, index in after:
+            offset = self.sliced_axis(tensor, axis, index, offset, shape, strides, span)
+        mapping = tuple(
+            d - first_picked if first_picked <= d < first_picked + len(picked_shape) else None
+            for d in range(len(shape))
+        )
+        total = None
+        for axis, index in tensors:
+            spread = remap(broadcast(index, picked_shape, span).tree, mapping)
+            size = ir.Splat(ir.Const(tensor.shape[axis], "i64"))
+            negative = ir.Apply("lt", "bool", (spread, ir.Splat(ZERO)))
+            wrapped = ir.Apply("select", "i64", (negative, ir.Apply("add", "i64", (spread, size)), spread))
+            term = ir.Apply("mul", "i64", (wrapped, ir.Splat(ir.Const(read.strides[axis], "i64"))))
+            total = term if total is None else ir.Apply("add", "i64", (total, term))
+        tree = ir.Take(read.buffer, offset, tuple(strides), total, 1, tensor.size, None)
+        return Tensor(tensor.dtype, tuple(shape), tree)
+
+    def sliced_axis(self, tensor: Tensor, axis: int, index: ast.Slice, offset, shape: list, strides: list, span):
+        """The offset with a slice's start on `axis` added; its length and stride appended."""
+        n, stride = tensor.shape[axis], tensor.tree.strides[axis]
+        bounds = [
+            None if part is None else self.static_int(self.evaluate(part), span)
+            for part in (index.start, index.stop, index.step)
+        ]
+        if bounds[2] == 0:
+            raise Unsupported("a slice step of 0", span)
+        chosen = range(n)[slice(*bounds)]
+        shape.append(len(chosen))
+        strides.append(stride * chosen.step)
+        return self.add_offset(offset, ir.Const((chosen.start if chosen else 0) * stride, "i64"))
 
     def view_of(self, value: Tensor, indices: tuple, span: Span) -> Tensor:
         """The elements `value[indices]` select (integers and slices without steps), as a view."""
@@ -1152,16 +1234,7 @@ class Specialiser(FunctionLowering):
         for axis, index in enumerate(indices):
             n, stride = tensor.shape[axis], read.strides[axis]
             if isinstance(index, ast.Slice):
-                bounds = [
-                    None if part is None else self.static_int(self.evaluate(part), span)
-                    for part in (index.start, index.stop, index.step)
-                ]
-                if bounds[2] == 0:
-                    raise Unsupported("a slice step of 0", span)
-                picked = range(n)[slice(*bounds)]
-                offset = self.add_offset(offset, ir.Const((picked.start if picked else 0) * stride, "i64"))
-                shape.append(len(picked))
-                strides.append(stride * picked.step)
+                offset = self.sliced_axis(tensor, axis, index, offset, shape, strides, span)
                 continue
             position = self.scalar_of(index.value if isinstance(index, ValueIndex) else self.evaluate(index), span)
             position = as_index(self, position)

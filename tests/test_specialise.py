@@ -303,6 +303,42 @@ fn f(table: f32[6, 3], ids: i64[4], d: f32[4, 3]) -> (f32[4, 3], f32[6, 3], f32[
     check(source, "f", f32(6, 3), np.array([5, 0, -1, 2]), f32(4, 3, seed=1))
 
 
+# indexing by integer tensors as numpy does: picks side by side keep their place, parted ones go first
+PICKS = [
+    ("x[arange(3), i]", "f32[3, 5]"),
+    ("x[i, :, j]", "f32[3, 4]"),
+    ("x[:, j, 1]", "f32[3, 3]"),
+    ("x[1, i, j]", "f32[3]"),
+    ("x[..., j]", "f32[3, 4, 3]"),
+    ("x[1:, i]", "f32[2, 3, 5]"),
+    ("x[:, ::-1][i, :, 1:4]", "f32[3, 4, 3]"),
+    ("x[m, i]", "f32[2, 3, 5]"),
+    ("x[reshape(i, 3, 1), j]", "f32[3, 3, 5]"),
+    ("x[i, 2, j]", "f32[3]"),
+    ("(x * 2.0)[i, 0] + 1.0", "f32[3, 5]"),
+]
+
+
+@pytest.mark.parametrize(("pick", "result"), PICKS)
+def test_indexing_by_integer_tensors_is_compiled_as_numpy_indexes(pick: str, result: str) -> None:
+    source = f"fn f(x: f32[3, 4, 5], i: i64[3], j: i64[3], m: i64[2, 1]) -> {result} {{\n    return {pick}\n}}"
+    x = f32(3, 4, 5)
+    i, j, m = np.array([2, 0, -1]), np.array([1, -4, 3]), np.array([[0], [-2]])
+    check(source, "f", x, i, j, m)
+
+
+def test_the_negative_log_likelihood_as_pytorch_users_write_it_is_compiled_with_its_gradient() -> None:
+    source = """
+fn nll(z: f32[4, 3], y: i64[4]) -> f32 {
+    return -mean(log_softmax(z)[arange(4), y])
+}
+fn f(z: f32[4, 3], y: i64[4]) -> (f32, f32[4, 3]) {
+    return value_and_grad(nll)(z, y)
+}
+"""
+    check(source, "f", f32(4, 3), np.array([0, 2, 1, -1]), rtol=1e-5)
+
+
 # ------------------------------------------------------------------ run-time failures are the interpreter's
 
 
@@ -336,6 +372,12 @@ def shown(failure: DiagnosticError) -> tuple:
         ("return gather(x, [5 - i, -9 + i, 1])", (f32(4), 0)),
         ("return gather(x, [1 - i, -9 + i, 1])", (f32(4), 0)),
         ("return gather(reshape(x, 2, 2), [1, 2 + i], axis=-1)[0]", (f32(4), 0)),
+        ("return reshape(x, 2, 2)[[0, 1], [1, 2 + i]]", (f32(4), 0)),
+        ("return reshape(x, 2, 2)[[i, 1], [1, 5 - i]]", (f32(4), 4)),
+        ("return reshape(x, 2, 2)[[0, 1], [1, 5 - i]]", (f32(4), 2)),
+        ("return reshape(x, 1, 2, 2)[[0], 0, [1, 2 + i]]", (f32(4), 0)),
+        ("return reshape(x, 1, 2, 2)[[i], :, [1, i]][0]", (f32(4), 3)),
+        ("return reshape(x, 2, 2)[:, [0, i]][0]", (f32(4), -3)),
     ],
 )
 def test_run_time_failures_are_the_interpreters_diagnostics(body: str, args: tuple) -> None:
@@ -738,11 +780,9 @@ def test_gradients_of_the_autodiff_corpus_agree_when_compiled() -> None:
         else:
             interpreted[case.name] = outcome
         assert_close(actual, expected, rtol=1e-10, atol=1e-12, where=case.name)
-    # recursion included (real calls of specialisations); `print` is host work, and so are the random draws of
-    # `dropout` (its mask comes from the interpreter's generator); indexing by integer tensors, but for `x[j]`,
-    # is interpreted (the `pick_` cases)
-    picks = [case.name for case in CASES if case.name.startswith("pick_")]
-    host = ["dropout_through_the_mask", "printing_function_called_in_branch", *picks]
+    # recursion and indexing by integer tensors (the `pick_` cases) included; `print` is host work, and so
+    # are the random draws of `dropout` (its mask comes from the interpreter's generator)
+    host = ["dropout_through_the_mask", "printing_function_called_in_branch"]
     assert sorted(interpreted) == sorted(host), interpreted
     assert compiled == len(CASES) - len(host) >= 109
 
