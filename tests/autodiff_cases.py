@@ -982,6 +982,45 @@ fn f(x, j) {
     notes="`...` stands for full slices: x[:, :, j] and x[j, :, :]",
 )
 
+case(
+    "pick_beside_a_partial_slice",
+    "shapes",
+    """
+fn f(x, j) {
+    return sum(tanh(x[j, 1:]) * x[j, :3])
+}
+""",
+    (normal(84, 3, 4), labels(2, 0, 2, -1)),
+    lambda x, j: (torch.tanh(x[j, 1:]) * x[j, :3]).sum(),
+    notes="the slice's view first, its adjoint placed in its region; the picks of it as on leading axes",
+)
+
+case(
+    "pick_parted_by_a_slice",
+    "shapes",
+    """
+fn f(x, i, j) {
+    return sum(x[i, :, j] ** 2.0) + sum(exp(x[:, i, 1::2]))
+}
+""",
+    (normal(85, 3, 4, 5), labels(2, 0, -1), labels(1, -4, 3)),
+    lambda x, i, j: (x[i, :, j] ** 2).sum() + torch.exp(x[:, i, 1::2]).sum(),
+    notes="parted picks put their dimension first; picks after a slice keep it in place: both moved to the front",
+)
+
+case(
+    "pick_two_axes_after_a_slice",
+    "shapes",
+    """
+fn f(x, i, j) {
+    return sum(sin(x[:, i, j]) * x[:, i, j])
+}
+""",
+    (normal(86, 2, 3, 4), labels(2, 0, -1, 1), labels(1, -4, 3, 3)),
+    lambda x, i, j: (torch.sin(x[:, i, j]) * x[:, i, j]).sum(),
+    notes="[2, B]: the adjoint's picked dimension is moved to the front, then the target's axes moved back",
+)
+
 # ---------------------------------------------------------------------------------------------------------
 # Indexing, slicing and indexed rebinding
 

@@ -311,35 +311,58 @@ class BackwardSweep:
         spread = spread_ellipsis(indices, target_type)  # (positions counted as in the target's axes)
         tensors = [k for k, i in enumerate(spread) if is_index(i) and is_tensor_index(self.index_type(i))]
         if tensors:
-            return self.picked_adjoint(target, target_type, spread, tensors, d, span)
+            # numpy counts a `...` between picked axes as parting them, even where it stands for no axis
+            picked_at = [k for k, i in enumerate(indices) if is_index(i)]
+            parted = any(isinstance(i, ast.Ellipsis) for i in indices[picked_at[0] : picked_at[-1]])
+            return self.picked_adjoint(target, target_type, spread, tensors, parted, d, span)
         return Part(indices, None, d)
 
-    @staticmethod
-    def picked_adjoint(target: ast.Name, target_type: Type, indices, tensors: list[int], d: ast.Expr, span: Span):
+    def picked_adjoint(self, target: ast.Expr, target_type: Type, indices, tensors, parted: bool, d, span: Span):
         """The adjoint of indexing by integer tensors, as numpy indexes: `d` added into zeros of the target's
         shape at the elements read, an element read several times getting the sum (`scatter_add`).
 
         - One index tensor among full slices (`z[:, y]`) reads as `gather(z, y, axis=1)`.
         - Index tensors (or integers) on the leading axes, full slices after them (`z[arange(B), y]`: each
           row's label), read the rows of the target with those axes flattened into one, at the flat position
-          `(i % S0) * S1 + (j % S1)` of each element (`%` puts a negative index in range, as numpy does)."""
+          `(i % S0) * S1 + (j % S1)` of each element (`%` puts a negative index in range, as numpy does).
+        - Any other mix is brought to the second: slices that are not whole are taken first, as a view whose
+          adjoint is placed in its region (`Part`); then the picked axes are moved to the front with
+          `transpose` (and so are the picked dimensions of `d`, where numpy keeps them in place), and the
+          adjoint is moved back."""
         count = next((k for k, i in enumerate(indices) if not is_index(i)), len(indices))
         if len(tensors) == 1 and all(is_whole(i) for k, i in enumerate(indices) if k != tensors[0]):
             axis = ast.IntLiteral(tensors[0])
             return call("scatter_add", call("zeros_like", target), indices[tensors[0]], d, axis=axis)
-        if isinstance(target_type, TensorType) and count >= 2 and all(is_whole(i) for i in indices[count:]):
+        if not isinstance(target_type, TensorType):
+            raise NotDifferentiable("`grad` cannot differentiate this indexing by integer tensors", span)
+        if count >= 2 and all(is_whole(i) for i in indices[count:]):
             sizes = [ast.Index(call("shape", target), (ast.IntLiteral(k),)) for k in range(target_type.rank)]
             flat: ast.Expr = ast.Binary("%", indices[0], sizes[0])
             for k in range(1, count):
                 flat = ast.Binary("+", ast.Binary("*", flat, sizes[k]), ast.Binary("%", indices[k], sizes[k]))
             rows = call("reshape", call("zeros_like", target), ast.Unary("-", ast.IntLiteral(1)), *sizes[count:])
             return call("reshape_like", call("scatter_add", rows, flat, d), target)
-        raise NotDifferentiable(
-            "`grad` differentiates indexing by integer tensors on the leading axes (`z[arange(B), y]`) or by one "
-            "index tensor among full slices (`z[:, y]`), not this mix",
-            span,
-            ("help: move the indexed axes to the front with `transpose`, or `gather` along one axis at a time",),
-        )
+        rank = target_type.rank
+        full = (*indices, *(WHOLE,) * (rank - len(indices)))
+        if not all(is_index(i) or is_whole(i) for i in full):  # `x[j, 1:]`: the slice's view, then its picks
+            region = tuple(WHOLE if is_index(i) else i for i in full)
+            picks = tuple(i if is_index(i) else WHOLE for i in full)
+            inner = self.picked_adjoint(ast.Index(target, region), target_type, picks, tensors, parted, d, span)
+            return Part(region, None, inner)
+        picked = [k for k, i in enumerate(full) if is_index(i)]
+        others = [k for k in range(rank) if k not in picked]
+        order = picked + others
+        moved = call("transpose", target, *(ast.IntLiteral(k) for k in order))
+        moved_type = TensorType(target_type.dtype, tuple(target_type.dims[k] for k in order))
+        width = max(self.index_type(full[k]).rank for k in tensors)  # the picked dimensions of the result
+        if not parted and picked == list(range(picked[0], picked[-1] + 1)) and picked[0] > 0:
+            start = picked[0]  # numpy kept the picked dimensions in place: `x[:, i, j]` is [S0, B]
+            dims = [*range(start, start + width), *range(start), *range(start + width, width + len(others))]
+            d = call("transpose", d, *(ast.IntLiteral(k) for k in dims))
+        leading = (*(full[k] for k in picked), *(WHOLE,) * len(others))
+        at = [position for position, k in enumerate(picked) if k in tensors]
+        adjoint = self.picked_adjoint(moved, moved_type, leading, at, False, d, span)
+        return call("transpose", adjoint, *(ast.IntLiteral(order.index(k)) for k in range(rank)))
 
     @staticmethod
     def tuple_item_adjoint(target: ast.Name, size: int, index: ast.Expr, d: ast.Expr) -> ast.Expr:
@@ -622,6 +645,9 @@ def spread_ellipsis(indices: tuple, target_type: Type) -> tuple:
 def is_index(index: ast.Expr | ast.Slice | ast.Ellipsis) -> bool:
     """An index that picks (an integer or an integer tensor), not a slice or `...`."""
     return not isinstance(index, (ast.Slice, ast.Ellipsis))
+
+
+WHOLE = ast.Slice(None, None, None)
 
 
 def is_whole(index: ast.Expr | ast.Slice | ast.Ellipsis) -> bool:
