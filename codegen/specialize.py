@@ -83,7 +83,7 @@ from dl.lang.check import Typed
 from dl.lang.diagnostics import Span
 from dl.lang.primitives import BY_NAME
 from dl.lang.record import record
-from dl.lang.shapes import TREE_OPERATORS
+from dl.lang.shapes import TREE_OPERATORS, picks_in_place
 from dl.lang.types import UNIT, DimVar, FunctionRef, PrimitiveRef, TensorType, TupleType
 from dl.runtime.conform import conforms
 
@@ -1124,6 +1124,8 @@ class Specialiser(FunctionLowering):
             return self.read_variable(item) if isinstance(item, ir.Variable) else item
         if not isinstance(value, Tensor):
             raise Unsupported(f"indexing a {type(value).__name__.lower()}", span)
+        picking = [not isinstance(index, (ast.Slice, ast.Ellipsis)) for index in indices]
+        in_place = picks_in_place(picking) if any(picking) else True
         indices = spread_ellipsis(indices, len(value.shape), span)
         # each index evaluated once, in order; slices stay as written (their bounds are static)
         evaluated = tuple(
@@ -1134,7 +1136,7 @@ class Specialiser(FunctionLowering):
                 if evaluated[0].dtype != "i64":
                     raise Unsupported(f"indexing by a {evaluated[0].dtype} tensor", span)
                 return gathered(self, value, evaluated[0], 0, span, index_error=True)
-            return self.picked(value, evaluated, span)
+            return self.picked(value, evaluated, in_place, span)
         indices = tuple(index if isinstance(index, ast.Slice) else ValueIndex(index) for index in evaluated)
         result = self.view_of(value, indices, span)
         if not result.shape:
@@ -1143,7 +1145,7 @@ class Specialiser(FunctionLowering):
             return Value(scalar)
         return result
 
-    def picked(self, value: Tensor, indices: tuple, span: Span) -> Tensor:
+    def picked(self, value: Tensor, indices: tuple, in_place: bool, span: Span) -> Tensor:
         """numpy's indexing by integer tensors among integers and slices (`z[arange(B), y]`, `x[:, ids, 0]`).
         numpy checks the integers, then each index tensor in axis order, every element: so does this, each
         tensor by a `Take` of its own (the first index out of range fails with the interpreter's E0501). The
@@ -1179,7 +1181,7 @@ class Specialiser(FunctionLowering):
         for _, index in tensors:
             picked_shape = broadcast_shape(picked_shape, index.shape, span)
         picked_at = [axis for axis, index in enumerate(indices) if not isinstance(index, ast.Slice)]
-        together = picked_at == list(range(picked_at[0], picked_at[-1] + 1))
+        together = in_place  # (`picks_in_place`, of the indices as written)
         sliced = [(axis, index) for axis, index in enumerate(indices) if isinstance(index, ast.Slice)]
         sliced += [(axis, ast.Slice(None, None, None)) for axis in range(len(indices), len(tensor.shape))]
         before = [(axis, index) for axis, index in sliced if together and axis < picked_at[0]]

@@ -39,6 +39,7 @@ from dl.lang.shapes import (
     comparison,
     logical,
     matmul_type,
+    picks_in_place,
     promote_dtypes,
     same_dim,
     widens_f32,
@@ -2170,10 +2171,8 @@ class Checker:
         if not isinstance(target, TensorType):
             self.report(error("E0309", f"cannot index {target}", expr.span, str(target)))
             return ANY
-        picked_at = [k for k, part in enumerate(parts) if isinstance(part, tuple)]
-        # numpy counts a `...` between picked axes as parting them, even where it stands for no axis
-        between = parts[picked_at[0] : picked_at[-1]] if picked_at else []
-        parted = any(isinstance(part, ast.Ellipsis) for part in between)
+        picking = [isinstance(part, tuple) for part in parts]
+        in_place = picks_in_place(picking) if any(picking) else True
         parts = self.ellipsis_spread(parts, target, expr)
         if parts is None:
             return ANY
@@ -2191,7 +2190,7 @@ class Checker:
             return ANY
         picks = [axis for axis, part in enumerate(parts) if not isinstance(part, ast.Slice)]
         if any(isinstance(parts[axis][1], TensorType) and parts[axis][1].dims for axis in picks):
-            return self.picked(target, parts, picks, parted, expr)
+            return self.picked(target, parts, picks, in_place, expr)
         dims: list[Dim] = []
         for axis, part in enumerate(parts):
             size = target.dims[axis]
@@ -2215,7 +2214,7 @@ class Checker:
                 )
             )
 
-    def picked(self, target: TensorType, parts: list, picks: list[int], parted: bool, expr: ast.Index) -> Type:
+    def picked(self, target: TensorType, parts: list, picks: list[int], in_place: bool, expr: ast.Index) -> Type:
         """The type of indexing by integer tensors, as numpy indexes: the index tensors and any integers among
         them broadcast together to one shape, which takes their axes' place when they are next to each other
         (`z[:, y]`, `z[arange(B), y]`) and comes first when slices part them (`x[0, :, y]`: numpy's rule)."""
@@ -2241,7 +2240,7 @@ class Checker:
             return ANY
         sliced = {axis: slice_size(part, target.dims[axis]) for axis, part in enumerate(parts) if axis not in picks}
         rest = target.dims[len(parts) :]
-        if picks == list(range(picks[0], picks[-1] + 1)) and not parted:  # side by side: in their place
+        if in_place:  # side by side: in their place (`picks_in_place`)
             before = [sliced[axis] for axis in range(picks[0])]
             after = [sliced[axis] for axis in range(picks[-1] + 1, len(parts))]
             return TensorType(target.dtype, (*before, *picked, *after, *rest))

@@ -316,6 +316,7 @@ PICKS = [
     ("x[reshape(i, 3, 1), j]", "f32[3, 3, 5]"),
     ("x[i, 2, j]", "f32[3]"),
     ("(x * 2.0)[i, 0] + 1.0", "f32[3, 5]"),
+    ("x[:, i, ..., j]", "f32[3, 3]"),  # a `...` of no axis still parts the picks: their dimension first
 ]
 
 

@@ -28,6 +28,7 @@ from dl.lang.autodiff.trees import (
 )
 from dl.lang.diagnostics import UNKNOWN_SPAN, Span
 from dl.lang.primitives import BY_NAME, NON_DIFFERENTIABLE, PRIMITIVES, Computed, Prim, Primitive, Templates
+from dl.lang.shapes import picks_in_place
 from dl.lang.types import (
     FunctionRef,
     PrimitiveRef,
@@ -311,13 +312,11 @@ class BackwardSweep:
         spread = spread_ellipsis(indices, target_type)  # (positions counted as in the target's axes)
         tensors = [k for k, i in enumerate(spread) if is_index(i) and is_tensor_index(self.index_type(i))]
         if tensors:
-            # numpy counts a `...` between picked axes as parting them, even where it stands for no axis
-            picked_at = [k for k, i in enumerate(indices) if is_index(i)]
-            parted = any(isinstance(i, ast.Ellipsis) for i in indices[picked_at[0] : picked_at[-1]])
-            return self.picked_adjoint(target, target_type, spread, tensors, parted, d, span)
+            in_place = picks_in_place([is_index(i) for i in indices])
+            return self.picked_adjoint(target, target_type, spread, tensors, in_place, d, span)
         return Part(indices, None, d)
 
-    def picked_adjoint(self, target: ast.Expr, target_type: Type, indices, tensors, parted: bool, d, span: Span):
+    def picked_adjoint(self, target: ast.Expr, target_type: Type, indices, tensors, in_place: bool, d, span: Span):
         """The adjoint of indexing by integer tensors, as numpy indexes: `d` added into zeros of the target's
         shape at the elements read, an element read several times getting the sum (`scatter_add`).
 
@@ -347,7 +346,7 @@ class BackwardSweep:
         if not all(is_index(i) or is_whole(i) for i in full):  # `x[j, 1:]`: the slice's view, then its picks
             region = tuple(WHOLE if is_index(i) else i for i in full)
             picks = tuple(i if is_index(i) else WHOLE for i in full)
-            inner = self.picked_adjoint(ast.Index(target, region), target_type, picks, tensors, parted, d, span)
+            inner = self.picked_adjoint(ast.Index(target, region), target_type, picks, tensors, in_place, d, span)
             return Part(region, None, inner)
         picked = [k for k, i in enumerate(full) if is_index(i)]
         others = [k for k in range(rank) if k not in picked]
@@ -355,13 +354,13 @@ class BackwardSweep:
         moved = call("transpose", target, *(ast.IntLiteral(k) for k in order))
         moved_type = TensorType(target_type.dtype, tuple(target_type.dims[k] for k in order))
         width = max(self.index_type(full[k]).rank for k in tensors)  # the picked dimensions of the result
-        if not parted and picked == list(range(picked[0], picked[-1] + 1)) and picked[0] > 0:
+        if in_place and picked[0] > 0:
             start = picked[0]  # numpy kept the picked dimensions in place: `x[:, i, j]` is [S0, B]
             dims = [*range(start, start + width), *range(start), *range(start + width, width + len(others))]
             d = call("transpose", d, *(ast.IntLiteral(k) for k in dims))
         leading = (*(full[k] for k in picked), *(WHOLE,) * len(others))
         at = [position for position, k in enumerate(picked) if k in tensors]
-        adjoint = self.picked_adjoint(moved, moved_type, leading, at, False, d, span)
+        adjoint = self.picked_adjoint(moved, moved_type, leading, at, True, d, span)
         return call("transpose", adjoint, *(ast.IntLiteral(order.index(k)) for k in range(rank)))
 
     @staticmethod
