@@ -51,12 +51,20 @@ def prepare(program: Program, calls: tuple = ()) -> tuple[Program, Typed]:
     """Check, then replace every `grad` by generated derivative functions (lang/autodiff/): what a
     backend runs. `calls` are the host's calls of entry-module functions, as (name, argument types).
     Raises `DiagnosticError`."""
+    return checked_and_prepared(program, calls)[1:]
+
+
+@in_room
+def checked_and_prepared(program: Program, calls: tuple = ()) -> tuple[Typed, Program, Typed]:
+    """`prepare`, and first the check of the program as written: its types say `grad(f)` where the
+    prepared program's name the functions generated for it (which a later program, the REPL's next
+    entry, does not have)."""
     typed = check_program(program, calls)
     if typed.errors:
         raise DiagnosticError(typed.diagnostics)
     derived, derived_typed = differentiate(declare_dimensions(typed, calls), calls)
     derived_typed = derived_typed.with_diagnostics(typed.diagnostics)  # warnings are about the user's code
-    return derived, derived_typed
+    return typed, derived, derived_typed
 
 
 def check_file(path: str, sources: SourceMap) -> Typed:

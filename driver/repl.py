@@ -30,6 +30,7 @@ is not a terminal, entries are read from it and results printed plainly.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 from collections.abc import Iterable, Iterator
@@ -41,6 +42,7 @@ from dl import __version__, pipeline
 from dl.lang import ast
 from dl.lang.check import Typed
 from dl.lang.diagnostics import Diagnostic, DiagnosticError, SourceMap, Span, closest, error, render_all
+from dl.lang.incremental import relocated
 from dl.lang.modules import Program, load_imports
 from dl.lang.nesting import with_room
 from dl.lang.parse import parse_repl, parse_table
@@ -52,6 +54,7 @@ from dl.runtime.metrics import Metrics
 from dl.runtime.values import format_value
 
 ENTRY_FUNCTION = "<repl>"
+RETIRED = "(earlier"  # in the name a function declared again keeps for the variables holding it
 VALUE_NAME = "<value {}>"
 DECLARATIONS = (ast.FnDecl, ast.StructDecl, ast.Const, ast.Import)
 HELP = """\
@@ -86,6 +89,7 @@ class Entry:
 
     program: Program
     declarations: list[ast.Decl]
+    variables: dict[str, Type]  # the session's variables as `<repl>` takes them (`Session.retiring`)
     bound: list[str]  # the variables `<repl>` returns, in order
     shown: list[ast.Expr]  # the expression statements whose values it returns after them
 
@@ -147,19 +151,20 @@ class Session:
 
     def run_entry(self, items: Iterable[ast.Decl | ast.Stmt], path: str) -> None:
         entry = self.entry_program(list(items), path)
-        derived, typed = self.prepare(entry)
+        checked, typed = self.prepare(entry)
         session = Options(constants=self.constants, fresh_random=self.fresh)
         self.fresh = False
         arguments = [self.values[name] for name in self.variables]
         results = pipeline.backend("interp").prepare(typed, session).call(ENTRY_FUNCTION, arguments)
-        returned = entry_types(derived, typed, self.entry)
+        # the types as written: `let d = grad(f)` keeps `grad(f)`, not the function generated for this entry
+        returned = entry_types(entry.program, checked, self.entry)
         count = len(entry.bound)
         self.declarations = entry.declarations
         self.variables = dict(zip(entry.bound, returned[:count], strict=True))
         self.values = dict(zip(entry.bound, results[:count], strict=True))
         self.library = entry.program
-        self.typed = typed
-        self.closures = held_lambdas(typed, self.variables.values())
+        self.typed = checked
+        self.closures = held_lambdas(checked, self.variables.values())
         for value, static in zip(results[count:], returned[count:], strict=True):
             if static != TupleType(()):
                 print(shown(value, static))
@@ -170,7 +175,8 @@ class Session:
         returns = [item for item in items if isinstance(item, ast.Return)]
         if returns:
             raise DiagnosticError(error("E0102", "`return` outside a function", returns[0].span, "not in a function"))
-        declarations = merged(self.declarations, [item for item in items if isinstance(item, DECLARATIONS)])
+        declared = [item for item in items if isinstance(item, DECLARATIONS)]
+        declarations, variables = self.retiring(merged(self.declarations, declared), declared)
         # A lambda held by a variable is known to the checker by its node: evaluate it again (unused) so
         # that the checker meets it before the variable is called.
         body: list[ast.Stmt] = [
@@ -195,7 +201,29 @@ class Session:
         params = tuple(ast.Param(name, None, None, where) for name in self.variables)
         block = ast.Block((*body, ast.Return(result, where)), where)
         function = ast.FnDecl(ENTRY_FUNCTION, params, None, block, where, where)
-        return Entry(self.program([*declarations, function]), declarations, bound, shown)
+        return Entry(self.program([*declarations, function]), declarations, variables, bound, shown)
+
+    def retiring(self, declarations: list[ast.Decl], declared: list[ast.Decl]) -> tuple[list, dict[str, Type]]:
+        """The declarations and the variables' types for an entry that declares `declared`. A variable that
+        holds a function (`let g = f`) keeps it when `f` is declared again, as a Python name keeps the
+        function object it was given: the earlier declaration stays, under a name no source can write
+        (`f (earlier 3)`), and the variable's type refers to it. One that no variable holds any more goes."""
+        replaced = {declaration_key(decl) for decl in declared}
+        keys: dict[int, int] = {}
+        names: dict[int, str] = {}
+        kept: list[ast.Decl] = []
+        for decl in self.declarations:
+            if isinstance(decl, ast.FnDecl) and decl.name in replaced and held(self.variables.values(), decl):
+                copy = dataclasses.replace(decl, name=f"{decl.name} {RETIRED} {self.count})")
+                keys[id(decl)], names[id(decl)] = id(copy), copy.name
+                kept.append(copy)
+        variables = {name: relocated(static, keys, 0, names) for name, static in self.variables.items()}
+        still = [
+            decl
+            for decl in declarations
+            if not (isinstance(decl, ast.FnDecl) and RETIRED in decl.name) or held(variables.values(), decl)
+        ]
+        return [*still, *kept], variables
 
     def program(self, decls: list[ast.Decl]) -> Program:
         """A program whose entry module holds `decls`, reusing the modules the session has loaded."""
@@ -209,13 +237,14 @@ class Session:
         load_imports(program, module, self.entry)
         return program
 
-    def prepare(self, entry: Entry) -> tuple[Program, Typed]:
-        """Check the entry's program (the host calling `<repl>` with the variables' types), then replace `grad`."""
-        calls = ((ENTRY_FUNCTION, tuple(self.variables.values())),)
-        derived, typed = pipeline.prepare(entry.program, calls)
+    def prepare(self, entry: Entry) -> tuple[Typed, Typed]:
+        """Check the entry's program (the host calling `<repl>` with the variables' types), then replace `grad`:
+        the check of the program as written, and that of the program to run."""
+        calls = ((ENTRY_FUNCTION, tuple(entry.variables.values())),)
+        checked, _, typed = pipeline.checked_and_prepared(entry.program, calls)
         if typed.diagnostics:  # warnings only: errors were raised
             print(render_all(typed.diagnostics, self.sources), file=sys.stderr)
-        return derived, typed
+        return checked, typed
 
     # -------------------------------------------------------------- commands
     def command(self, text: str) -> Outcome:
@@ -245,8 +274,9 @@ class Session:
         if len(items) != 1 or not isinstance(items[0], ast.ExprStmt):
             where = items[0].span if items else Span(path, 1, 1, 1, 2)
             raise DiagnosticError(error("E0102", "`:type` takes one expression", where, "not an expression"))
-        derived, typed = self.prepare(self.entry_program(list(items), path))
-        print(f"{text} : {entry_types(derived, typed, self.entry)[-1]}")
+        entry = self.entry_program(list(items), path)
+        checked, _ = self.prepare(entry)
+        print(f"{text} : {entry_types(entry.program, checked, self.entry)[-1]}")
 
     def show_derivative(self, argument: str) -> None:
         name, _, wrt_text = argument.partition(" ")
@@ -338,6 +368,11 @@ class Session:
 
 
 # ---------------------------------------------------------------------- small pieces
+
+
+def held(types: Iterable[Type], decl: ast.FnDecl) -> bool:
+    """Whether a value of one of `types` holds the function `decl` (in a tuple, or as a gradient's)."""
+    return any(relocated(static, {id(decl): 0}, 0) is not static for static in types)
 
 
 def merged(old: list[ast.Decl], new: list[ast.Decl]) -> list[ast.Decl]:

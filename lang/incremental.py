@@ -543,23 +543,23 @@ def generic(decl: ast.FnDecl) -> bool:
 REFERRING = (FunctionRef, GradientRef, TupleType, TapeType)
 
 
-def relocated(t: Type, keys: dict[int, int], lines: int) -> Type:
-    """`t` with the functions it refers to renamed by `keys` (ids) and a `grad` call's span `lines` down; `t`
-    itself when that changes nothing."""
+def relocated(t: Type, keys: dict[int, int], lines: int, names: dict[int, str] | None = None) -> Type:
+    """`t` with the functions it refers to renamed by `keys` (ids; and `names`, by the same ids) and a `grad`
+    call's span `lines` down; `t` itself when that changes nothing."""
     match t:
         case FunctionRef(key=key) if key in keys:
-            return dataclasses.replace(t, key=keys[key])
+            return dataclasses.replace(t, key=keys[key], name=(names or {}).get(key, t.name))
         case GradientRef(function=function, span=span):
             span = moved_span(span, lines) if isinstance(span, Span) and lines else span
-            function = relocated(function, keys, lines)
+            function = relocated(function, keys, lines, names)
             return (
                 t if function is t.function and span is t.span else dataclasses.replace(t, function=function, span=span)
             )
         case TupleType(items=items):
-            found = tuple(relocated(item, keys, lines) for item in items)
+            found = tuple(relocated(item, keys, lines, names) for item in items)
             return t if all(a is b for a, b in zip(found, items, strict=True)) else TupleType(found)
         case TapeType(item=item):
-            found = relocated(item, keys, lines)
+            found = relocated(item, keys, lines, names)
             return t if found is item else TapeType(found)
     return t
 

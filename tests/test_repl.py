@@ -117,6 +117,40 @@ def test_structs_lambdas_imports_and_constants(session: Session, capsys: pytest.
     assert lines[2].endswith(": f32[2]")
 
 
+def test_a_gradient_bound_to_a_name_is_called_in_later_entries(session: Session, capsys: pytest.CaptureFixture) -> None:
+    out, err = run(session, capsys, "fn f(x: f32) -> f32 { return x * x }", "let d = grad(f)", "d(5.0)", ":type d")
+    assert err == ""
+    assert out == "10.0 : f32\nd : grad(fn f)\n"
+
+
+def test_a_name_keeps_the_function_it_was_given_when_the_function_is_declared_again(
+    session: Session, capsys: pytest.CaptureFixture
+) -> None:
+    """As a Python name keeps the function object: `g`, `t[0]` and `d` go on with the first `f`; `f` is the
+    new one; a function no name holds any more is gone from the session."""
+    out, err = run(
+        session,
+        capsys,
+        "fn f(x: f32) -> f32 { return x * 2.0 }",
+        "let g = f",
+        "let t = (f, 1)",
+        "let d = grad(f)",
+        "fn f(x: f32) -> f32 { return x * x * 3.0 }",
+        "g(1.0)",
+        "t[0](2.0)",
+        "d(5.0)",
+        "f(1.0)",
+        ":type g",
+        "let g = f",
+        "let t = (f, 2)",
+        "let d = grad(f)",
+        "g(1.0)",
+    )
+    assert err == ""
+    assert out.splitlines() == ["2.0 : f32", "4.0 : f32", "2.0 : f32", "3.0 : f32", "g : fn f (earlier 5)", "3.0 : f32"]
+    assert not [d for d in session.declarations if "earlier" in getattr(d, "name", "")]
+
+
 def test_an_error_shows_a_caret_under_the_entry_and_the_session_goes_on(
     session: Session, capsys: pytest.CaptureFixture
 ) -> None:
