@@ -154,6 +154,7 @@ def annotated(decl: ast.FnDecl) -> None:
 def exportable(decl: ast.FnDecl, signature: Signature) -> None:
     """Each parameter of a package's function is a struct (the weights) or a tensor (an input), and it returns
     a tensor or a tuple of tensors. Raises E0606."""
+    weights = None
     for param, (name, param_type) in zip(decl.params, signature.params, strict=True):
         if not isinstance(param_type, (StructType, TensorType)):
             raise DiagnosticError(
@@ -164,6 +165,20 @@ def exportable(decl: ast.FnDecl, signature: Signature) -> None:
                     param.span,
                 )
             )
+        if isinstance(param_type, StructType) and weights is not None:  # its inputs come as arrays, by name
+            raise DiagnosticError(
+                error(
+                    "E0606",
+                    f"`{decl.name}` cannot be exported: parameter `{name}` is a second struct ({param_type}), "
+                    f"after `{weights}`, and a package takes tensors and one struct of weights",
+                    param.span,
+                    notes=(
+                        "help: put what both hold in one struct (a field of the weights), or pass this one's "
+                        "fields as tensor parameters",
+                    ),
+                )
+            )
+        weights = name if isinstance(param_type, StructType) else weights
     if not tensors_only(signature.result):
         raise DiagnosticError(
             error(
