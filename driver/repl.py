@@ -313,6 +313,21 @@ class Session:
             return not any(at_end(d) for d in failure.diagnostics)
         return True
 
+    def awaits_else(self, text: str) -> bool:
+        """Whether a whole entry ends with the `}` of an `if` that has no `else` yet: the next line may begin
+        with `else` (as a file may write it). The REPL waits for that line, and an empty one runs the entry,
+        as Python's ends a block."""
+        if not text.rstrip().endswith("}"):
+            return False
+        try:
+            items = parse_repl(text).items
+        except DiagnosticError:
+            return False
+        last = items[-1] if items else None
+        while isinstance(last, ast.If) and last.orelse is not None:
+            last = last.orelse
+        return isinstance(last, ast.If)
+
     def completions(self, before: str) -> list[tuple[str, str]]:
         """(name, what it is) for each name that fits the word before the cursor: after `x.`, the fields
         of the struct `x` or the members of the module `x`; else variables, declarations, imports,
@@ -498,9 +513,20 @@ def piped(session: Session, stream: TextIO) -> int:
     """Entries read from a stream that is not a terminal: each runs once it is complete. Status 1 if one failed."""
     pending = ""
     failed = False
+    held = False  # `pending` is whole but ends with an `if` whose `else` may begin the next line
     for line in stream:
+        if held and not line.lstrip().startswith("else"):
+            failed |= session.handle(pending) is Outcome.FAILED
+            pending = ""
+            if not line.strip():  # the empty line that ended the `if`
+                held = False
+                continue
+        held = False
         pending += line
         if not session.is_complete(pending):
+            continue
+        held = session.awaits_else(pending)
+        if held:
             continue
         outcome = session.handle(pending)
         pending = ""
@@ -535,7 +561,9 @@ def make_prompt(session: Session, input: Any = None, output: Any = None, history
         state = buffer.complete_state
         if state is not None and state.current_completion is not None:
             buffer.apply_completion(state.current_completion)
-        elif session.is_complete(buffer.text):
+        elif session.is_complete(buffer.text) and not (
+            buffer.document.current_line.strip() and session.awaits_else(buffer.text)
+        ):
             buffer.validate_and_handle()
         else:
             buffer.insert_text("\n" + indentation(buffer.document.current_line_before_cursor))

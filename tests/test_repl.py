@@ -240,6 +240,15 @@ def test_application_multi_line_entry_and_state(session: Session, capsys: pytest
     assert captured.err == ""
 
 
+def test_application_an_if_waits_for_an_else_line_and_an_empty_line_runs_it(
+    session: Session, capsys: pytest.CaptureFixture
+) -> None:
+    """As Python's REPL ends a block: after an `if`'s `}`, a line may begin with `else`; an empty one runs it."""
+    drive(session, "let n = 0\rif n > 0 {\rn = 1\r}\relse {\rn = 2\r}\r\rn\rif true { n = 3 }\r\rn\r:quit\r")
+    captured = capsys.readouterr()
+    assert (captured.out, captured.err) == ("2 : i64\n3 : i64\n", "")
+
+
 def test_application_error_then_recovery_and_ctrl_d(session: Session, capsys: pytest.CaptureFixture) -> None:
     drive(session, "let a = 2\ra @ a\ra * 21\r\x04")
     captured = capsys.readouterr()
@@ -311,6 +320,14 @@ def test_piped_stdin(tmp_path: Path) -> None:
     assert done.stdout == "[2. 2.] : f32[2]\n[1. 1.] : f32[2]\n"
     assert "error[E0302]" in done.stderr
     assert done.returncode == 1
+
+
+def test_piped_stdin_takes_an_else_on_the_line_after_the_if(tmp_path: Path) -> None:
+    lines = (
+        "let n = 0\nif true {\n    n = 1\n}\nelse {\n    n = 2\n}\nn\nif n > 5 { n = 9 }\n\nn\nif n == 1 { n = 4 }\nn\n"
+    )
+    done = dlrun_repl(lines, tmp_path)
+    assert (done.stdout, done.stderr, done.returncode) == ("1 : i64\n1 : i64\n4 : i64\n", "", 0)
 
 
 def test_docs_transcript_matches(tmp_path: Path) -> None:
