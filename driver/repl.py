@@ -111,6 +111,7 @@ class Session:
         self.constants: dict[int, tuple[ast.Const, Any]] = {}
         self.closures: list[ast.Lambda] = []  # the lambdas whose values variables hold
         self.library = Program(entry=self.entry, sources=self.sources)  # the imported modules, loaded once
+        self.search: tuple[str, ...] = ()  # the directories of the files `:load` read, where their imports are
         self.typed: Typed | None = None  # the last entry's checked program, for completion
         self.count = 0
         self.fresh = True  # the next entry starts the random stream afresh; later entries go on with it
@@ -228,7 +229,7 @@ class Session:
     def program(self, decls: list[ast.Decl]) -> Program:
         """A program whose entry module holds `decls`, reusing the modules the session has loaded."""
         module = ast.Module(self.entry, tuple(decls))
-        program = Program(entry=self.entry, sources=self.sources)
+        program = Program(entry=self.entry, sources=self.sources, search=self.search)
         for path, loaded in self.library.modules.items():
             if path != self.entry:
                 program.modules[path] = loaded
@@ -297,7 +298,15 @@ class Session:
         """Run the declarations of a file into the session, as if they had been typed."""
         loaded = pipeline.load(file, sources=self.sources)
         decls = loaded.modules[loaded.entry].decls
-        self.run_entry(decls, loaded.entry)
+        directory = str(Path(loaded.entry).resolve().parent)
+        searched = self.search
+        if directory not in self.search:  # its imports are beside it
+            self.search = (*self.search, directory)
+        try:
+            self.run_entry(decls, loaded.entry)
+        except BaseException:
+            self.search = searched  # an entry that fails changes nothing
+            raise
         names = ", ".join(declaration_name(decl) for decl in decls)
         print(f"loaded {file}: {names}" if names else f"loaded {file}: nothing declared")
 

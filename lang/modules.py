@@ -29,6 +29,9 @@ class Program:
     # modules parsed before, by path, with the text each was parsed from: an import whose file still has that
     # text is not parsed again (the language server loads a document's imports again after each edit)
     parsed: dict[str, tuple[str, ast.Module]] = field(default_factory=dict, repr=False)
+    # where an import of the entry module is also looked for, after beside it: the directories of the files
+    # the REPL's `:load` brought declarations from, whose imports it took along
+    search: tuple[str, ...] = ()
 
     def in_dependency_order(self) -> list[str]:
         """Module paths, each after the modules it imports (the entry last). Walks with a list, not
@@ -54,10 +57,11 @@ def stdlib_path(name: str) -> Path | None:
     return candidate if candidate.is_file() else None
 
 
-def resolve(name: str, importer: str) -> Path | None:
-    beside = Path(importer).parent / f"{name}.dl"
-    if beside.is_file():
-        return beside
+def resolve(name: str, importer: str, search: tuple[str, ...] = ()) -> Path | None:
+    for directory in (str(Path(importer).parent), *search):
+        beside = Path(directory) / f"{name}.dl"
+        if beside.is_file():
+            return beside
     return stdlib_path(name)
 
 
@@ -173,14 +177,16 @@ def import_one(
     program: Program, decl: ast.Import, importer: str, stack: list[Loading], on_stack: set[str]
 ) -> tuple[str, ast.Module | None]:
     """The path `decl` imports, and its module when it is newly parsed (its imports are still to load)."""
-    found = resolve(decl.module, importer)
+    search = program.search if importer == program.entry else ()
+    found = resolve(decl.module, importer, search)
     if found is None:
+        loaded = ", beside the files loaded" if search else ""
         raise DiagnosticError(
             error(
                 "E0401",
                 f"no module named `{decl.module}`",
                 decl.span,
-                f"looked for `{decl.module}.dl` beside this file and in the standard library",
+                f"looked for `{decl.module}.dl` beside this file{loaded} and in the standard library",
             )
         )
     target = str(found)

@@ -212,6 +212,17 @@ def test_commands(session: Session, capsys: pytest.CaptureFixture, tmp_path: Pat
     assert session.handle(":quit") is Outcome.QUIT
 
 
+def test_load_finds_the_imports_beside_the_file(
+    session: Session, capsys: pytest.CaptureFixture, tmp_path: Path
+) -> None:
+    (tmp_path / "project").mkdir()
+    (tmp_path / "project" / "helper.dl").write_text("fn answer() -> i64 { return 42 }\n")
+    (tmp_path / "project" / "model.dl").write_text("import helper\nfn run() -> i64 { return helper.answer() }\n")
+    out, err = run(session, capsys, ":load project/model.dl", "run()", "helper.answer() + 1")
+    assert err == ""
+    assert out.splitlines() == ["loaded project/model.dl: import helper, fn run", "42 : i64", "43 : i64"]
+
+
 def test_f_strings_and_str_in_the_repl(session: Session, capsys: pytest.CaptureFixture) -> None:
     out, err = run(
         session, capsys, "let epoch = 3", 'f"epoch {epoch:>3}: {0.5:.1%}"', 'str(epoch) + "!"', 'f"{nosuch}"'
