@@ -1369,13 +1369,10 @@ def weights_value(t: Type, prefix: str) -> Any:
 
 
 def model_outputs(value: Any, signature: Signature, graph: Graph) -> tuple[list[Tensor], list[onnx.ValueInfoProto]]:
-    """The graph's outputs: `output`, or `output.0`, `output.1` ... for a tuple, as `dlrun predict` names them."""
-    types = flatten_types(signature.result)
-    names = (
-        ["output"]
-        if len(types) == 1 and not isinstance(signature.result, TupleType)
-        else [f"output.{p}" for p in range(len(types))]
-    )
+    """The graph's outputs: `output`, or `output.0`, `output.1.0` ... for (nested) tuples, as `dlrun predict`
+    names them."""
+    named = output_names(signature.result)
+    names, types = [name for name, _ in named], [t for _, t in named]
     outputs, infos = [], []
     for name, leaf, t in zip(names, flatten_leaves(value), types, strict=True):
         tensor = graph.tensor(leaf, t.dtype)
@@ -1385,10 +1382,11 @@ def model_outputs(value: Any, signature: Signature, graph: Graph) -> tuple[list[
     return outputs, infos
 
 
-def flatten_types(t: Type) -> list[TensorType]:
+def output_names(t: Type, name: str = "output") -> list[tuple[str, TensorType]]:
+    """The result's tensors with the names `dlrun predict` gives them (package.output_arrays)."""
     if isinstance(t, TupleType):
-        return [leaf for item in t.items for leaf in flatten_types(item)]
-    return [t]
+        return [leaf for p, item in enumerate(t.items) for leaf in output_names(item, f"{name}.{p}")]
+    return [(name, t)]
 
 
 def refused(refusal: Refused) -> Any:

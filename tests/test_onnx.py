@@ -297,3 +297,27 @@ def test_a_generic_struct_and_a_dimension_value_export_to_a_package_and_to_onnx(
     np.testing.assert_allclose(package(x), expected, rtol=1e-6)
     (onnx_output,) = run_onnx(tmp_path / "general.onnx", x=x)
     np.testing.assert_allclose(onnx_output, expected, rtol=1e-6)
+
+
+NESTED_RESULT = """
+struct Layer { w: f32[4, 4] }
+fn both(l: Layer, x: f32[B, 4]) -> (f32[B, 4], (f32[B, 4], f32)) { return (x, (x @ l.w, 1.0)) }
+fn main() { save("layer.safetensors", Layer { w: reshape(float(arange(16)) * 0.1, 4, 4) }) }
+"""
+
+
+def test_the_outputs_of_a_nested_tuple_are_named_as_predict_names_them(dlrun, tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "nested.dl").write_text(NESTED_RESULT)
+    assert dlrun("nested.dl")[0] == 0
+    export(dlrun, tmp_path / "nested.dl", "both", tmp_path / "layer.safetensors", tmp_path / "n.dlpkg")
+    export(dlrun, tmp_path / "nested.dl", "both", tmp_path / "layer.safetensors", tmp_path / "n.onnx", "--onnx")
+    x = np.random.default_rng(0).standard_normal((3, 4)).astype(np.float32)
+    np.savez("x.npz", x=x)
+    assert dlrun("predict", "n.dlpkg", "--input", "x.npz", "-o", "y.npz")[0] == 0
+    with np.load("y.npz") as predicted:
+        expected = {name: predicted[name] for name in predicted.files}
+    names = [output.name for output in session(tmp_path / "n.onnx").get_outputs()]
+    assert names == sorted(expected) == ["output.0", "output.1.0", "output.1.1"]
+    for name, array in zip(names, run_onnx(tmp_path / "n.onnx", x=x), strict=True):
+        np.testing.assert_allclose(array, expected[name], rtol=1e-6)
