@@ -29,7 +29,7 @@ from pathlib import Path
 
 from dl import __version__, distributed, pipeline
 from dl.lang.check import Typed
-from dl.lang.diagnostics import DiagnosticError, SourceMap, render_all
+from dl.lang.diagnostics import DiagnosticError, SourceMap, error, render_all
 from dl.lang.nesting import with_room
 from dl.runtime import threads
 from dl.runtime.errors import UsageError
@@ -458,6 +458,14 @@ def export(file: str, options: argparse.Namespace, sources: SourceMap) -> int:
         except ImportError as missing:
             raise UsageError(f"`--onnx` needs the onnx package ({missing}): pip install 'dl-lang[onnx]'") from None
         weights = built.weights
+        if options.quantize:
+            from dl.export.quantize import not_finite
+
+            name = not_finite(weights.tensors)
+            if name is not None:  # int8 would hide it: a diverged model would ship looking healthy
+                message = f"weight `{name}` holds nan or inf, which int8 codes cannot hold"
+                helps = ("help: a float export keeps them (its outputs show the nan); was the training run diverging?",)
+                raise DiagnosticError(error("E0605", message, package.start_of(options.weights), notes=helps))
         signature = package.signature_of(built.typed, built.function)
         model = onnx_model.export_onnx(built.module, signature, weights.parameter, weights.tensors, options.quantize)
         package.write_file(output, model)

@@ -21,6 +21,17 @@ import onnx
 from onnx import helper, numpy_helper
 
 
+def quantizable(array: np.ndarray) -> bool:
+    """Whether `quantize_int8` stores this weight as int8: a float tensor with two or more axes longer than 1."""
+    return sum(size > 1 for size in array.shape) >= 2 and array.dtype in (np.float32, np.float64)
+
+
+def not_finite(tensors: dict[str, np.ndarray]) -> str | None:
+    """The name of the first weight `quantize_int8` would store as int8 that holds a nan or an infinity (no
+    code stands for it, and the largest magnitude, the scale, would be one), else None."""
+    return next((name for name, array in tensors.items() if quantizable(array) and not np.isfinite(array).all()), None)
+
+
 def channel_axis(array: np.ndarray) -> int:
     return array.ndim - 1 if array.ndim == 2 else 0
 
@@ -45,7 +56,7 @@ def quantize_int8(model: onnx.ModelProto) -> onnx.ModelProto:
     kept, dequantize = [], []
     for initializer in graph.initializer:
         array = numpy_helper.to_array(initializer)
-        if sum(size > 1 for size in array.shape) < 2 or array.dtype not in (np.float32, np.float64):
+        if not quantizable(array):
             kept.append(initializer)
             continue
         codes, scale, axis = quantized(array)

@@ -321,3 +321,16 @@ def test_the_outputs_of_a_nested_tuple_are_named_as_predict_names_them(dlrun, tm
     assert names == sorted(expected) == ["output.0", "output.1.0", "output.1.1"]
     for name, array in zip(names, run_onnx(tmp_path / "n.onnx", x=x), strict=True):
         np.testing.assert_allclose(array, expected[name], rtol=1e-6)
+
+
+def test_int8_refuses_weights_holding_nan_rather_than_hide_them(dlrun, tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    source = NESTED_RESULT.replace("* 0.1, 4, 4)", "* 0.1 / float(arange(16) > 0), 4, 4)")  # 0 / 0 at [0, 0]
+    (tmp_path / "nested.dl").write_text(source)
+    assert dlrun("nested.dl")[0] == 0
+    args = ["export", "nested.dl", "--fn", "both", "--weights", "layer.safetensors", "-o", "n.onnx", "--onnx"]
+    status, out, err = dlrun(*args, "--quantize", "int8")
+    assert (status, out) == (1, "")
+    assert err.startswith("error[E0605]: weight `w` holds nan or inf, which int8 codes cannot hold\n")
+    assert "RuntimeWarning" not in err and not (tmp_path / "n.onnx").exists()
+    assert dlrun(*args)[0] == 0  # the float model keeps the nan, which its outputs show
