@@ -41,6 +41,17 @@ def test_options_after_the_file_are_main_s_and_the_error_says_where_they_go(dlru
     )
 
 
+@pytest.mark.parametrize(
+    ("args", "shown"),
+    [(("--", "--lr", "3"), "[--lr] [3]"), (("--",), "[] [b]"), (("x", "--"), "[x] [--]"), (("--", "--"), "[--] [b]")],
+)
+def test_a_separator_right_after_the_file_is_dropped_and_any_other_word_is_main_s(
+    run_dl, args: tuple[str, ...], shown: str
+) -> None:
+    source = 'fn main(a = "", b = "b") {\n    print(f"[{a}] [{b}]")\n}\n'
+    assert run_dl(source, list(args)) == (0, shown + "\n", "")
+
+
 def test_a_file_named_without_its_extension_is_suggested_with_it(dlrun) -> None:
     status, out, err = dlrun("examples/hello")
     assert (status, out) == (1, "")
