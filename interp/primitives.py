@@ -1170,8 +1170,8 @@ def load_csv(path: Any, skip_header: Any) -> np.ndarray:
     path = path_of(path, "load_csv")
     skip = flag_of(skip_header, "skip_header")
     try:
-        text = read_text(path)
-        rows = csv_rows(csv.reader(io.StringIO(text, newline="")), path, skip)
+        text = read_text(path).removeprefix("\ufeff")  # the byte order mark spreadsheets write first
+        rows, lines = csv_rows(csv.reader(io.StringIO(text, newline="")), path, skip)
     except OSError as failure:
         raise unreadable(path, failure) from None
     except UnicodeDecodeError:
@@ -1180,11 +1180,23 @@ def load_csv(path: Any, skip_header: Any) -> np.ndarray:
         raise PrimitiveError(f'"{path}" is not valid CSV: {failure}') from None
     if not rows:
         raise PrimitiveError(f'"{path}" holds no rows of numbers')
-    return np.array(rows, dtype=np.float32)
+    values = np.array(rows)
+    with np.errstate(over="ignore"):
+        single = values.astype(np.float32)
+    beyond = np.argwhere(np.isfinite(values) & ~np.isfinite(single))
+    if beyond.size:  # f32 holds up to 3.4e38: a larger value would be read as inf
+        row, column = beyond[0]
+        raise PrimitiveError(
+            f'"{path}" line {lines[row]}, column {column + 1}: {values[row, column]:g} is beyond the range of f32; '
+            "scale the column down before loading"
+        )
+    return single
 
 
-def csv_rows(reader, path: str, skip_header: bool) -> list[list[float]]:
+def csv_rows(reader, path: str, skip_header: bool) -> tuple[list[list[float]], list[int]]:
+    """The rows of numbers and the line each is on."""
     rows: list[list[float]] = []
+    lines: list[int] = []
     first_line = 0
     header_skipped = skip_header
     for row in reader:
@@ -1200,6 +1212,7 @@ def csv_rows(reader, path: str, skip_header: bool) -> list[list[float]]:
             )
         try:
             rows.append([float(cell) for cell in row])
+            lines.append(line)
         except ValueError:
             texts = [cell for cell in row if not is_number_text(cell)]
             message = f'"{path}" line {line}: cannot read "{texts[0].strip()}" as a number'
@@ -1212,8 +1225,11 @@ def csv_rows(reader, path: str, skip_header: bool) -> list[list[float]]:
                     "(a category as its index: 0, 1, 2, ...) before loading"
                 )
             raise PrimitiveError(message) from None
+        huge = next((cell for cell, value in zip(row, rows[-1], strict=True) if math.isinf(value)), None)
+        if huge is not None and "inf" not in huge.lower():  # `1e400`: beyond any float, where `inf` is meant
+            raise PrimitiveError(f'"{path}" line {line}: "{huge.strip()}" is beyond the range of numbers')
         first_line = first_line or line
-    return rows
+    return rows, lines
 
 
 def is_number_text(text: str) -> bool:
@@ -1260,6 +1276,11 @@ def converted(array: np.ndarray, kind: np.dtype, what: str) -> np.ndarray:
     found, wanted = DTYPE_NAMES.get(array.dtype, array.dtype.name), DTYPE_NAMES[kind]
     if array.dtype.kind not in "biuf" or (kind.kind == "b" and array.dtype.kind != "b"):
         raise PrimitiveError(f"{what} holds {found} values, which cannot be read as {wanted}")
+    if kind.kind == "f" and array.dtype.kind == "f" and array.size:  # f64 into f32: past 3.4e38 it is inf
+        with np.errstate(over="ignore"):
+            beyond = np.isfinite(array) & ~np.isfinite(array.astype(kind))
+        if beyond.any():
+            raise PrimitiveError(f"{what} holds {array[beyond][0]:g}, beyond the range of {wanted}; load it with `dtype=f64`")
     if kind.kind == "i" and array.size:
         if array.dtype.kind == "f" and not np.all(np.isfinite(array) & (array == np.trunc(array))):
             raise PrimitiveError(f"{what} holds {found} values that are not whole numbers; load it with `dtype=f32`")

@@ -233,6 +233,18 @@ def check_load_csv_errors(tmp_path: Path) -> None:
     assert run_time_error("load_csv(a)", str(missing)) == f'load_csv: cannot read "{missing}": no such file'
     assert "directory" in run_time_error("load_csv(a)", str(tmp_path))
     assert "string" in run_time_error("load_csv(a)", 3)
+    beyond_f32 = tmp_path / "beyond.csv"
+    beyond_f32.write_text("1,2\n\n3.5e38,1e-50\n")  # f32 holds 3.4e38: numpy would read inf; 1e-50 rounds to 0
+    assert run_time_error("load_csv(a)", str(beyond_f32)).endswith(
+        "line 3, column 1: 3.5e+38 is beyond the range of f32; scale the column down before loading"
+    )
+    beyond_f64 = tmp_path / "huge.csv"
+    beyond_f64.write_text("1,1e400\n")
+    assert run_time_error("load_csv(a)", str(beyond_f64)).endswith('line 1: "1e400" is beyond the range of numbers')
+    special = tmp_path / "special.csv"
+    special.write_text("\ufeffnan,inf\n-inf,1e-50\n")  # a spreadsheet's byte order mark; nan and inf as written
+    loaded = dl_eval("load_csv(a)", str(special))
+    np.testing.assert_array_equal(loaded, np.array([[np.nan, np.inf], [-np.inf, 0.0]], dtype=np.float32))
 
 
 def check_load_npz(tmp_path: Path) -> None:
@@ -266,6 +278,11 @@ def check_load_npz_errors(tmp_path: Path) -> None:
     assert "out of the range of i32" in run_time_error('load_npz(a, "big", dtype=i32, rank=1)', str(path))
     assert "cannot be read as f32" in run_time_error('load_npz(a, "words", rank=1)', str(path))
     assert "cannot be read as bool" in run_time_error('load_npz(a, "half", dtype=bool, rank=1)', str(path))
+    huge = tmp_path / "huge.npz"
+    np.savez(huge, values=np.array([1.0, 1e300, -np.inf]))
+    assert run_time_error('load_npz(a, "values", rank=1)', str(huge)) == (
+        f'load_npz: array "values" in "{huge}" holds 1e+300, beyond the range of f32; load it with `dtype=f64`'
+    )
     missing = tmp_path / "missing.npz"
     assert run_time_error('load_npz(a, "x")', str(missing)) == f'load_npz: cannot read "{missing}": no such file'
     pickled = tmp_path / "objects.npz"
