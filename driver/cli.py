@@ -275,6 +275,20 @@ def predict_parser() -> argparse.ArgumentParser:
     return command
 
 
+def options_of_running(argv: list[str], chosen: argparse.ArgumentParser) -> str | None:
+    """An option of `dlrun FILE.dl` (`--backend`) given to a command that does not take it (`dlrun check`),
+    before the command's file: said as such, where argparse would take its value for the file and report
+    the file as unrecognized."""
+    running = parser()._option_string_actions
+    for word in argv:
+        if not word.startswith("-") or word == "--":
+            return None  # the file: what follows is the program's, or the command's own
+        option = word.split("=", 1)[0]
+        if option in running and option not in chosen._option_string_actions:
+            return f"`{option}`"
+    return None
+
+
 def subcommand_first(argv: list[str]) -> list[str]:
     """`dlrun --backend interp run FILE` means `dlrun run --backend interp FILE`."""
     position = 0
@@ -318,6 +332,15 @@ def command_line(argv: list[str]) -> int:
     argv = subcommand_first(argv)
     command = argv[0] if argv[0] in SUBCOMMANDS else "run"
     chosen = subcommand_parser(command) if argv[0] in SUBCOMMANDS else parser()
+    if argv[0] in SUBCOMMANDS:
+        misplaced = options_of_running(argv[1:], chosen)
+        if misplaced is not None:
+            print(chosen.format_usage(), end="", file=sys.stderr)
+            print(
+                f"{chosen.prog}: error: {misplaced} applies to running a program, not to `{chosen.prog}`",
+                file=sys.stderr,
+            )
+            return 2
     try:
         options = chosen.parse_args(argv[1:] if argv[0] in SUBCOMMANDS else argv)
         if command not in ("lsp", "repl", "fmt", "plot") and options.file is None:

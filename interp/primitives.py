@@ -1280,7 +1280,8 @@ def converted(array: np.ndarray, kind: np.dtype, what: str) -> np.ndarray:
         with np.errstate(over="ignore"):
             beyond = np.isfinite(array) & ~np.isfinite(array.astype(kind))
         if beyond.any():
-            raise PrimitiveError(f"{what} holds {array[beyond][0]:g}, beyond the range of {wanted}; load it with `dtype=f64`")
+            found = array[beyond][0]
+            raise PrimitiveError(f"{what} holds {found:g}, beyond the range of {wanted}; load it with `dtype=f64`")
     if kind.kind == "i" and array.size:
         if array.dtype.kind == "f" and not np.all(np.isfinite(array) & (array == np.trunc(array))):
             raise PrimitiveError(f"{what} holds {found} values that are not whole numbers; load it with `dtype=f32`")

@@ -92,7 +92,7 @@ def binding_help(name: str, call: ast.Call) -> tuple[str, ...]:
 
 
 def syntax_help(before: list, found: tuple, brace_expected: bool) -> tuple[str, ...]:
-    """The help for a token DL's grammar rejects (`found`, after the tokens `before`, the last two of them
+    """The help for a token DL's grammar rejects (`found`, after the tokens `before`, the last three of them
     at most): a Python word there or just before (`def`, `elif x`), a block opened with `:`, or C's `i++`."""
     words = tuple(WORDS[t[1]] for t in (*before[-1:], found) if t[0] == "NAME" and t[1] in WORDS)
     previous = before[-1] if before else ("", "")
@@ -112,8 +112,9 @@ def syntax_help(before: list, found: tuple, brace_expected: bool) -> tuple[str, 
     after_a_value = before and before[-1][1] not in ("{", "}", ";") and before[-1][0] != "NEWLINE"
     if not words and found[1] == "for" and after_a_value:
         return (COMPREHENSION,)
+    declaring = len(before) > 2 and before[-3][1] == "fn"  # `fn f( {`: a parameter list left open
     if not words and found[1] == "{" and not brace_expected and before and before[-1][1] in ("=", "(", ",", "return"):
-        return (DICTIONARY,)
+        return () if declaring else (DICTIONARY,)
     return words
 
 

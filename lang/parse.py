@@ -871,7 +871,7 @@ def syntax_diagnostic(table: ParseTable, tokens: list[Token], token: Token, star
         span,
         f"unexpected {found.removeprefix('the ')}",
         secondary=unclosed_label(tokens[:position], token, expected, path),
-        notes=syntax_help(tokens[max(0, position - 2) : position], token, "LBRACE" in expected),
+        notes=syntax_help(tokens[max(0, position - 3) : position], token, "LBRACE" in expected),
     )
 
 

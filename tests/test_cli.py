@@ -52,6 +52,17 @@ def test_a_separator_right_after_the_file_is_dropped_and_any_other_word_is_main_
     assert run_dl(source, list(args)) == (0, shown + "\n", "")
 
 
+@pytest.mark.parametrize(
+    "argv", [("--backend", "llvm", "check"), ("check", "--backend", "llvm"), ("fmt", "--no-cache")]
+)
+def test_an_option_of_running_given_to_another_command_says_so(dlrun, argv: tuple[str, ...]) -> None:
+    status, out, err = dlrun(*argv, "examples/hello.dl")
+    command = next(word for word in argv if not word.startswith("-") and word != "llvm")
+    option = next(word for word in argv if word.startswith("--"))
+    assert (status, out) == (2, "")
+    assert err.endswith(f"dlrun {command}: error: `{option}` applies to running a program, not to `dlrun {command}`\n")
+
+
 def test_a_file_named_without_its_extension_is_suggested_with_it(dlrun) -> None:
     status, out, err = dlrun("examples/hello")
     assert (status, out) == (1, "")
