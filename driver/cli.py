@@ -472,6 +472,8 @@ def export(file: str, options: argparse.Namespace, sources: SourceMap) -> int:
     output = Path(options.output)
     if options.quantize and not options.onnx:
         raise UsageError("`--quantize` applies to ONNX models: add `--onnx`")
+    if output.suffix.lower() == ".onnx" and not options.onnx:  # a package there would be a zip named .onnx
+        raise UsageError(f"`-o {options.output}` names an ONNX model: add `--onnx` (a package is a `.dlpkg`)")
     from dl import package
 
     built = package.build_package(program, options.function, options.weights, options.param)

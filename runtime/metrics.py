@@ -125,6 +125,8 @@ def log_value(name: Any, value: Any, step: Any) -> tuple:
     number = np.asarray(value)
     if number.size != 1 or number.dtype.kind not in "biuf":
         raise MetricsError(f"`log_metric` takes a number, found a tensor of shape {list(number.shape)}")
+    if step is not None and int(step) < -1:  # -1, the default, asks for the next step
+        raise MetricsError(f"`log_metric`'s step is 0 or more, found {int(step)}")
     if step is None or int(step) < 0:
         step = Metrics.steps.get(name, 0)
     Metrics.steps[name] = int(step) + 1

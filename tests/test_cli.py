@@ -63,6 +63,16 @@ def test_an_option_of_running_given_to_another_command_says_so(dlrun, argv: tupl
     assert err.endswith(f"dlrun {command}: error: `{option}` applies to running a program, not to `dlrun {command}`\n")
 
 
+def test_an_onnx_output_without_onnx_is_a_usage_error(dlrun, tmp_path: Path) -> None:
+    args = ("export", "examples/hello.dl", "--fn", "main", "--weights", "w.safetensors", "-o", str(tmp_path / "m.onnx"))
+    status, out, err = dlrun(*args)
+    assert (status, out) == (2, "")
+    assert (
+        err == f"dlrun: error: `-o {tmp_path / 'm.onnx'}` names an ONNX model: add `--onnx` (a package is a `.dlpkg`)\n"
+    )
+    assert not (tmp_path / "m.onnx").exists()
+
+
 def test_a_file_named_without_its_extension_is_suggested_with_it(dlrun) -> None:
     status, out, err = dlrun("examples/hello")
     assert (status, out) == (1, "")

@@ -1600,6 +1600,7 @@ def test_log_metric_appends_json_lines(tmp_path, monkeypatch) -> None:
         "fn main() {\n"
         '    for step in 0..3 {\n        log_metric("loss", 1.0 / float(step + 1))\n    }\n'
         '    log_metric("accuracy", 0.5f64, step=10)\n'
+        '    log_metric("accuracy", 0.75)\n'
         '    log_metric("count", 7)\n'
         "}\n"
     )
@@ -1610,11 +1611,14 @@ def test_log_metric_appends_json_lines(tmp_path, monkeypatch) -> None:
         {"name": "loss", "step": 1, "value": 0.5},
         {"name": "loss", "step": 2, "value": 0.33333334},
         {"name": "accuracy", "step": 10, "value": 0.5},
+        {"name": "accuracy", "step": 11, "value": 0.75},  # the step after the last one logged
         {"name": "count", "step": 0, "value": 7},
     ]
     assert checker_codes("log_metric(3, 1.0)") == ["E0301"]
     assert checker_codes('log_metric("loss", x)') == ["E0301"]
     assert checker_codes('log_metric("loss", 1.0, step=0.5)') == ["E0301"]
+    failure = runtime_error('log_metric("loss", a, step=-5)', np.float32(1.0))
+    assert "step is 0 or more, found -5" in failure.diagnostics[0].message
     monkeypatch.setattr(Metrics, "path", tmp_path / "missing" / "run.jsonl")
     runtime_error('log_metric("loss", a)', np.float32(1.0))
 
