@@ -170,14 +170,17 @@ class Formatter:
         return self.with_block(header, decl.body, decl.span.line, depth, decl.span.end_line)
 
     # -------------------------------------------------------------- statements
-    def with_block(self, header: str, block: ast.Block, header_line: int, depth: int, end_line: int) -> list[str]:
-        """`header {`, the block's statements one level deeper, then `}` (or `header {}` when empty)."""
+    def with_block(
+        self, header: str, block: ast.Block, header_line: int, depth: int, end_line: int, continued: bool = False
+    ) -> list[str]:
+        """`header {`, the block's statements one level deeper, then `}` (or `header {}` when empty), with the
+        comment after the `}`, unless the block is `continued` (an `else` follows: the comment goes into it)."""
         if not block.body and not self.comment_before(end_line):
-            return [INDENT * depth + header + " {}" + self.trailing(end_line)]
+            return [INDENT * depth + header + " {}" + ("" if continued else self.trailing(end_line))]
         lines = [INDENT * depth + header + " {" + self.trailing(header_line)]
         lines += self.statements(block.body, depth + 1)
         lines += self.before(end_line, depth + 1)
-        lines.append(INDENT * depth + "}")
+        lines.append(INDENT * depth + "}" + ("" if continued else self.trailing(end_line)))
         return lines
 
     def comment_before(self, line: int) -> bool:
@@ -229,7 +232,12 @@ class Formatter:
 
     def if_statement(self, stmt: ast.If, depth: int, prefix: str = "") -> list[str]:
         lines = self.with_block(
-            f"{prefix}if {print_expr(stmt.cond)}", stmt.then, stmt.span.line, depth, stmt.then.span.end_line
+            f"{prefix}if {print_expr(stmt.cond)}",
+            stmt.then,
+            stmt.span.line,
+            depth,
+            stmt.then.span.end_line,
+            continued=stmt.orelse is not None,
         )
         if stmt.orelse is None:
             return lines

@@ -101,6 +101,15 @@ def test_short_one_line_declarations_and_comment_columns_are_kept() -> None:
     assert format_source(source) == expected
 
 
+def test_a_comment_after_a_closing_brace_stays_there() -> None:
+    source = (
+        "fn f(x: f32) -> f32 {\n    if x > 0.0 {\n        return x\n    }  # positive\n"
+        "    while false {\n        print(x)\n    }  # never\n    return -x\n}  # end of f\n\nfn main() {}\n"
+    )
+    assert format_source(source) == source
+    assert format_source(format_source(source)) == source
+
+
 def test_a_hash_in_a_string_is_not_a_comment() -> None:
     source = 'fn main() {\n    print("# not a comment")  # a comment\n}\n'
     assert [c.text for c in find_comments(source)] == ["# a comment"]
