@@ -523,7 +523,8 @@ def piped(session: Session, stream: TextIO) -> int:
     pending = ""
     failed = False
     held = False  # `pending` is whole but ends with an `if` whose `else` may begin the next line
-    for line in stream:
+    for number, line in enumerate(stream):
+        line = line.removeprefix("\ufeff") if number == 0 else line  # a byte order mark, as a file may start
         if held and not line.lstrip().startswith("else"):
             failed |= session.handle(pending) is Outcome.FAILED
             pending = ""

@@ -333,6 +333,11 @@ def test_piped_stdin(tmp_path: Path) -> None:
     assert done.returncode == 1
 
 
+def test_piped_stdin_may_start_with_a_byte_order_mark(tmp_path: Path) -> None:
+    done = dlrun_repl("\ufeff1 + 2\n", tmp_path)
+    assert (done.stdout, done.stderr, done.returncode) == ("3 : i64\n", "", 0)
+
+
 def test_piped_stdin_takes_an_else_on_the_line_after_the_if(tmp_path: Path) -> None:
     lines = (
         "let n = 0\nif true {\n    n = 1\n}\nelse {\n    n = 2\n}\nn\nif n > 5 { n = 9 }\n\nn\nif n == 1 { n = 4 }\nn\n"
