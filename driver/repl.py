@@ -207,23 +207,30 @@ class Session:
     def retiring(self, declarations: list[ast.Decl], declared: list[ast.Decl]) -> tuple[list, dict[str, Type]]:
         """The declarations and the variables' types for an entry that declares `declared`. A variable that
         holds a function (`let g = f`) keeps it when `f` is declared again, as a Python name keeps the
-        function object it was given: the earlier declaration stays, under a name no source can write
-        (`f (earlier 3)`), and the variable's type refers to it. One that no variable holds any more goes."""
+        function object it was given, and a struct value keeps its struct: the earlier declaration stays,
+        under a name no source can write (`f (earlier 3)`), and the variable's type refers to it. One that
+        no variable holds any more goes."""
         replaced = {declaration_key(decl) for decl in declared}
         keys: dict[int, int] = {}
         names: dict[int, str] = {}
+        structs: dict[str, str] = {}
         kept: list[ast.Decl] = []
+        held_now = list(self.variables.values())
         for decl in self.declarations:
-            if isinstance(decl, ast.FnDecl) and decl.name in replaced and held(self.variables.values(), decl):
-                copy = dataclasses.replace(decl, name=f"{decl.name} {RETIRED} {self.count})")
+            if not isinstance(decl, (ast.FnDecl, ast.StructDecl)) or decl.name not in replaced:
+                continue
+            copy = dataclasses.replace(decl, name=f"{decl.name} {RETIRED} {self.count})")
+            if isinstance(decl, ast.FnDecl) and held(held_now, decl):
                 keys[id(decl)], names[id(decl)] = id(copy), copy.name
                 kept.append(copy)
-        variables = {name: relocated(static, keys, 0, names) for name, static in self.variables.items()}
-        still = [
-            decl
-            for decl in declarations
-            if not (isinstance(decl, ast.FnDecl) and RETIRED in decl.name) or held(variables.values(), decl)
-        ]
+            elif isinstance(decl, ast.StructDecl) and any(struct_named(t, decl.name, self.entry) for t in held_now):
+                structs[decl.name] = copy.name
+                kept.append(copy)
+        variables = {
+            name: renamed_structs(relocated(static, keys, 0, names), structs, self.entry)
+            for name, static in self.variables.items()
+        }
+        still = [decl for decl in declarations if RETIRED not in getattr(decl, "name", "") or in_use(decl, variables)]
         return [*still, *kept], variables
 
     def program(self, decls: list[ast.Decl]) -> Program:
@@ -397,6 +404,39 @@ class Session:
 def held(types: Iterable[Type], decl: ast.FnDecl) -> bool:
     """Whether a value of one of `types` holds the function `decl` (in a tuple, or as a gradient's)."""
     return any(relocated(static, {id(decl): 0}, 0) is not static for static in types)
+
+
+def in_use(decl: ast.Decl, variables: dict[str, Type]) -> bool:
+    """Whether a retired declaration is one that a variable's value still needs."""
+    if isinstance(decl, ast.FnDecl):
+        return held(variables.values(), decl)
+    return any(struct_named(t, getattr(decl, "name", ""), None) for t in variables.values())
+
+
+def struct_named(t: Type, name: str, module: str | None) -> bool:
+    """Whether `t` is or holds (in a tuple or a field) a value of the struct `name` of `module` (any, if None)."""
+    match t:
+        case StructType():
+            here = t.name == name and module in (None, t.module)
+            return here or any(struct_named(item, name, module) for _, item in t.fields)
+        case TupleType(items=items):
+            return any(struct_named(item, name, module) for item in items)
+    return False
+
+
+def renamed_structs(t: Type, names: dict[str, str], module: str) -> Type:
+    """`t` with the structs of `module` that `names` names renamed (in tuples and fields too)."""
+    if not names:
+        return t
+    match t:
+        case StructType(name=name):
+            fields = tuple((field, renamed_structs(item, names, module)) for field, item in t.fields)
+            template = tuple((field, renamed_structs(item, names, module)) for field, item in t.template)
+            renamed = names.get(name, name) if t.module == module else name
+            return dataclasses.replace(t, name=renamed, fields=fields, template=template)
+        case TupleType(items=items):
+            return TupleType(tuple(renamed_structs(item, names, module) for item in items))
+    return t
 
 
 def merged(old: list[ast.Decl], new: list[ast.Decl]) -> list[ast.Decl]:

@@ -151,6 +151,30 @@ def test_a_name_keeps_the_function_it_was_given_when_the_function_is_declared_ag
     assert not [d for d in session.declarations if "earlier" in getattr(d, "name", "")]
 
 
+def test_a_value_keeps_its_struct_when_the_struct_is_declared_again(
+    session: Session, capsys: pytest.CaptureFixture
+) -> None:
+    """`p` was made before `P` had `y`: passing it where the new `P` is expected is a type error before
+    running, not a missing field when it runs."""
+    out, err = run(
+        session,
+        capsys,
+        "struct P { x: f32 }",
+        "let p = P { x: 1.0 }",
+        "let pair = (p, 2)",
+        "struct P { x: f32, y: f32 }",
+        "fn g(a: P) -> f32 { return a.y }",
+        "g(p)",
+        "p.x + pair[0].x",
+        "let p = P { x: 1.0, y: 2.0 }",
+        "let pair = 0",
+        "g(p)",
+    )
+    assert "error[E0301]: argument `a` of `g` expects P, found P (earlier 4)" in err
+    assert out.splitlines() == ["2.0 : f32", "2.0 : f32"]
+    assert not [d for d in session.declarations if "earlier" in getattr(d, "name", "")]
+
+
 def test_an_error_shows_a_caret_under_the_entry_and_the_session_goes_on(
     session: Session, capsys: pytest.CaptureFixture
 ) -> None:
