@@ -37,7 +37,7 @@ from dl import __version__
 from dl.documents import Documents, Edits, Snapshot, document_path
 from dl.lang import ast
 from dl.lang.check import Typed
-from dl.lang.diagnostics import Diagnostic, DiagnosticError, Severity, Span
+from dl.lang.diagnostics import Diagnostic, DiagnosticError, Severity, Span, labelled
 from dl.lang.format import format_source
 from dl.lang.lexer import code_characters
 from dl.lang.nesting import with_room
@@ -194,7 +194,7 @@ def to_lsp_diagnostic(
     lines = [diagnostic.message]
     if diagnostic.label:
         lines.append(diagnostic.label)
-    lines.extend(f"note: {note}" for note in diagnostic.notes)
+    lines.extend(labelled(note) for note in diagnostic.notes)
     here = diagnostic.span.path == path
     if not here:
         lines[0] = f"{diagnostic.span.path}:{diagnostic.span.line}:{diagnostic.span.column}: {diagnostic.message}"
@@ -329,6 +329,10 @@ def node_hover(typed: Typed, path: str, source: str, chain: list[Any], functions
         case ast.Name(id=name) if name in functions and (known is None or isinstance(known, FunctionRef)):
             return function_hover(typed, path, source, functions[name])
         case ast.Name() | ast.Field() if isinstance(known, FunctionRef | PrimitiveRef):
+            declared = typed.functions.get(known.key) if isinstance(known, FunctionRef) else None
+            if declared is not None and isinstance(declared[0], ast.FnDecl):  # `nn.linear`: as in its module
+                decl, where = declared
+                return function_hover(typed, where, typed.program.sources.texts.get(where, ""), decl)
             return str(known)
         case ast.Name(id=name) | ast.Field(name=name) if known is not None:
             return f"{name}: {shown_type(typed.call_types.get(id(node), (known,)))}"

@@ -166,11 +166,15 @@ def render(diagnostic: Diagnostic, sources: SourceMap) -> str:
         lines.append(f"{pad} | {caret}{' ' + label.text if label.text else ''}".rstrip())
         previous = label.span
     for note in diagnostic.notes:
-        note_lines = note.splitlines() or [""]
-        prefix = "" if note_lines[0].startswith(("help:", "note:")) else "note: "
-        lines.append(f"{pad} = {prefix}{note_lines[0]}")
+        note_lines = labelled(note).splitlines() or [""]
+        lines.append(f"{pad} = {note_lines[0]}")
         lines.extend(f"{pad}   {rest}" for rest in note_lines[1:])
     return "\n".join(lines)
+
+
+def labelled(note: str) -> str:
+    """A note as shown: `help: ...` and `note: ...` as written, any other text as a `note:`."""
+    return note if note.startswith(("help:", "note:")) else f"note: {note}"
 
 
 def render_all(diagnostics: list[Diagnostic], sources: SourceMap) -> str:

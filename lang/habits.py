@@ -106,6 +106,11 @@ def syntax_help(before: list, found: tuple, brace_expected: bool) -> tuple[str, 
         return ("help: DL puts a block in braces, not after `:`: `if x > 0 { ... }`",)
     if not words and found[1] == "," and len(before) > 1 and before[-2][1] == "for":
         return ("help: DL takes a loop's values apart in parentheses: `for (i, x) in ...`",)
+    if not words and found[1] == "=" and previous[1] in ("%", "//", "**", "@") and len(before) > 1:
+        operator, target = previous[1], before[-2][1] if before[-2][0] == "NAME" else "x"
+        return (f"help: DL has no `{operator}=`: write `{target} = {target} {operator} ...`",)
+    if not words and found[1] == ".." and "for" not in [t[1] for t in before]:
+        return ("help: `a..b` is a range of a `for` loop only (`for i in a..b`); `arange(a, b)` is a tensor of them",)
     if not words and found[1] in ("+", "-") and before and before[-1][1] == found[1]:
         counter = before[-2][1] if len(before) > 1 and before[-2][0] == "NAME" else "i"
         return (f"help: DL has no `{found[1] * 2}`: write `{counter} {found[1]}= 1`",)

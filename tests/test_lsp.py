@@ -136,6 +136,14 @@ def test_hover_on_a_function_shows_its_signature_and_doc_comment(typed) -> None:
     assert hover(typed, 13, 22).startswith("fn scale(x: f32[B, 3]) -> f32[B, 3]")  # at a call
 
 
+def test_hover_on_a_module_s_function_shows_its_signature_and_doc_comment() -> None:
+    source = "import nn\nfn main() {\n    print(nn.linear(ones(2, 3), ones(3, 4), zeros(4)))\n}\n"
+    checked = lang.check(source, PATH)
+    shown, _ = lsp.hover_text(checked, PATH, source, 3, 15)
+    assert shown.startswith("fn linear(x: f32[2, 3], w: f32[3, 4], b: f32[4]) -> f32[2, 4]\n\nlinear(x: F[..., I]")
+    assert "torch.nn.Linear" in shown  # nn.dl's doc comment of `linear`
+
+
 def test_hover_on_an_expression_shows_its_type(typed) -> None:
     assert hover(typed, 13, 36) == "f32[2, 3]"  # inside `ones(2, 3)`, on the closing parenthesis
     assert hover(typed, 8, 1) is None  # a blank line

@@ -459,6 +459,13 @@ def test_string_escapes() -> None:
             "help: DL declares a variable with `let total = ...`, and any variable can be assigned again",
         ),
         ('fn main() {\n    print "loss"\n}\n', 2, 11, 'help: `print` is a function: `print("loss")`'),
+        ("fn main() {\n    let n = 7\n    n %= 2\n}\n", 3, 8, "help: DL has no `%=`: write `n = n % ...`"),
+        (
+            "fn main() {\n    let r = 0..3\n}\n",
+            2,
+            14,
+            "help: `a..b` is a range of a `for` loop only (`for i in a..b`); `arange(a, b)` is a tensor of them",
+        ),
     ],
 )
 def test_python_s_grammar_gets_dl_s_spelling_in_the_help(source: str, line: int, column: int, help: str) -> None:
