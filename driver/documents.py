@@ -82,10 +82,13 @@ def document_path(uri: str) -> str:
         return uri
 
 
-def analysed(version: int, source: str, path: str, previous: Analysis | None) -> Snapshot:
-    """A snapshot of `source`: its analysis, or (an internal error) an empty one that says where it failed."""
+def analysed(
+    version: int, source: str, path: str, previous: Analysis | None, unsaved: dict[str, str] | None = None
+) -> Snapshot:
+    """A snapshot of `source`: its analysis (its imports of open documents read their texts, `unsaved`), or
+    (an internal error) an empty one that says where it failed."""
     try:
-        return Snapshot(version, analyse(source, path, previous))
+        return Snapshot(version, analyse(source, path, previous, unsaved))
     except Exception as bug:  # a bug in the toolchain: the document still gets a diagnostic, the server lives
         log.exception("dl lsp: the analysis of %s failed", path)
         message = f"internal error, please report: {type(bug).__name__}: {bug}"
@@ -291,8 +294,10 @@ class Documents:
                 self.analyses.pop(uri, None)
                 continue
             version, source = found
+            unsaved = {document_path(other): text for other, (_, text) in dict(self.texts).items() if other != uri}
             # in a room, as every pass runs: they walk trees recursively (lang/nesting.py)
-            snapshot = with_room(partial(analysed, version, source, document_path(uri), self.analyses.get(uri)))
+            previous = self.analyses.get(uri)
+            snapshot = with_room(partial(analysed, version, source, document_path(uri), previous, unsaved))
             if snapshot.failure is None:
                 self.analyses[uri] = snapshot.analysis
                 try:
@@ -305,6 +310,14 @@ class Documents:
             gc.freeze()
             self.loop.call_soon_threadsafe(self.finished, uri, snapshot)
 
+    def dependents_again(self, uri: str) -> None:
+        """Analyse again the open documents that import `uri`'s file (through others too): their check read
+        its text before this edit. Each one's own analysis then asks the same of those that import it."""
+        path = document_path(uri)
+        for other, snapshot in list(self.latest.items()):
+            if other != uri and path in snapshot.typed.program.modules:
+                self.analyse_soon(other)
+
     def finished(self, uri: str, snapshot: Snapshot) -> None:
         """A snapshot from the worker, on the event loop."""
         if uri not in self.texts:
@@ -316,6 +329,7 @@ class Documents:
             self.history[uri] = history[start:]  # the texts before the one analysed are not needed again
         if snapshot.failure is None and snapshot.parses:
             self.parsed[uri] = snapshot
+        self.dependents_again(uri)
         waiting = self.first.get(uri)
         if waiting is not None and not waiting.done():
             waiting.set_result(None)

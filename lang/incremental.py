@@ -86,10 +86,12 @@ class Analysis:
     parsed: dict[str, tuple[str, ast.Module]] = field(default_factory=dict)  # the imported modules
 
 
-def analyse(source: str, path: str, previous: Analysis | None = None) -> Analysis:
+def analyse(
+    source: str, path: str, previous: Analysis | None = None, unsaved: dict[str, str] | None = None
+) -> Analysis:
     """Check `source` (the text of `path`) as `dl.lang.check` does, reusing what `previous` (an analysis of
-    an earlier text of the same file) found for the declarations that did not change. Never raises for a
-    mistake in `source`."""
+    an earlier text of the same file) found for the declarations that did not change; an import of a file
+    in `unsaved` (by path) reads that text. Never raises for a mistake in `source`."""
     if previous is not None and previous.path != path:
         previous = None
     with collecting_rarely():
@@ -98,7 +100,7 @@ def analyse(source: str, path: str, previous: Analysis | None = None) -> Analysi
             parsed, moves = whole(source, path, parsed), {}
         module = ast.Module(path, tuple(decl for piece in parsed for decl in piece.decls))
         syntax = [piece.syntax for piece in parsed if piece.syntax is not None]
-        program = Program(entry=path, parsed=dict(previous.parsed) if previous else {})
+        program = Program(entry=path, parsed=dict(previous.parsed) if previous else {}, unsaved=unsaved or {})
         program.sources.add(path, source)
         program.modules[path] = module
         try:

@@ -32,6 +32,9 @@ class Program:
     # where an import of the entry module is also looked for, after beside it: the directories of the files
     # the REPL's `:load` brought declarations from, whose imports it took along
     search: tuple[str, ...] = ()
+    # the texts of files an editor holds, by path, read instead of what is on disk (the language server's
+    # open documents: a module imports another's unsaved text)
+    unsaved: dict[str, str] = field(default_factory=dict, repr=False)
 
     def in_dependency_order(self) -> list[str]:
         """Module paths, each after the modules it imports (the entry last). Walks with a list, not
@@ -196,7 +199,8 @@ def import_one(
         raise DiagnosticError(error("E0402", f"import cycle: {cycle}", decl.span, "this import closes the cycle"))
     if target in program.modules:
         return target, None
-    text = read_source(found, decl.span)
+    text = program.unsaved.get(target)
+    text = read_source(found, decl.span) if text is None else text
     program.sources.add(target, text)
     earlier = program.parsed.get(target)
     module = earlier[1] if earlier is not None and earlier[0] == text else parse(text, target)

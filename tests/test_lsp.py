@@ -712,6 +712,37 @@ def stop_server(process: subprocess.Popen, client: Client) -> None:
             process.wait(timeout=10)
 
 
+def test_an_edit_of_an_imported_document_checks_its_importers_again(tmp_path: Path) -> None:
+    """main.dl imports lib.dl, both open: the edited, unsaved text of lib.dl is what main.dl is checked
+    against, when main.dl is opened and again after each edit of lib.dl."""
+    lib, main = tmp_path / "lib.dl", tmp_path / "main.dl"
+    lib.write_text("fn scale(x: f32[N], k: f32) -> f32[N] {\n    return x * k\n}\n")
+    main.write_text("import lib\nfn main() {\n    print(lib.scale(ones(3), 2.0))\n}\n")
+    process, client = start_server()
+
+    def published(uri: str) -> list[dict]:
+        found = client.wait(
+            lambda m: m.get("method") == "textDocument/publishDiagnostics" and m["params"]["uri"] == uri
+        )
+        return found["params"]["diagnostics"]
+
+    try:
+        for path, version in ((lib, 1), (main, 1)):
+            item = {"uri": path.as_uri(), "languageId": "dl", "version": version, "text": path.read_text()}
+            client.notify("textDocument/didOpen", {"textDocument": item})
+            assert published(path.as_uri()) == []
+        wider = lib.read_text().replace("k: f32)", "k: f32, j: f32)").replace("x * k", "x * k * j")
+        change = {"textDocument": {"uri": lib.as_uri(), "version": 2}, "contentChanges": [{"text": wider}]}
+        client.notify("textDocument/didChange", change)
+        [missing] = published(main.as_uri())  # unsaved: the disk still has the old `scale`
+        assert missing["code"] == "E0204" and "`j`" in missing["message"]
+        change = {"textDocument": {"uri": lib.as_uri(), "version": 3}, "contentChanges": [{"text": lib.read_text()}]}
+        client.notify("textDocument/didChange", change)
+        assert published(main.as_uri()) == []
+    finally:
+        stop_server(process, client)
+
+
 def test_positions_over_stdio_are_utf16_units(tmp_path: Path) -> None:
     uri = (tmp_path / "wide.dl").as_uri()
     process, client = start_server()
