@@ -1248,7 +1248,7 @@ class View:
 def make_server() -> LanguageServer:
     """A server with its features registered; `start_io()` runs it."""
     server = LanguageServer(
-        "dl", __version__, text_document_sync_kind=types.TextDocumentSyncKind.Full, protocol_cls=Protocol
+        "dl", __version__, text_document_sync_kind=types.TextDocumentSyncKind.Incremental, protocol_cls=Protocol
     )
 
     def units() -> Callable[[str], int]:

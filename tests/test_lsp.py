@@ -743,6 +743,43 @@ def test_an_edit_of_an_imported_document_checks_its_importers_again(tmp_path: Pa
         stop_server(process, client)
 
 
+def test_changes_are_applied_as_edits_of_a_range(tmp_path: Path) -> None:
+    """The server asks for incremental sync: an edit of a range (UTF-16 columns, after an `é`) is applied to
+    the text it has, and a whole text still replaces it."""
+    uri = (tmp_path / "edited.dl").as_uri()
+    text = 'fn main() {\n    print("é")\n    let x = ones(2, 3) @ ones(2, 3)\n}\n'
+    process, client = start_server()
+
+    def diagnostics() -> list[dict]:
+        return client.wait(lambda m: m.get("method") == "textDocument/publishDiagnostics")["params"]["diagnostics"]
+
+    try:
+        client.notify(
+            "textDocument/didOpen", {"textDocument": {"uri": uri, "languageId": "dl", "version": 1, "text": text}}
+        )
+        [wrong] = diagnostics()
+        assert wrong["code"] == "E0302"
+        three = {"start": {"line": 2, "character": 30}, "end": {"line": 2, "character": 31}}  # the second `2`
+        edit = {"range": three, "text": "3"}
+        client.notify("textDocument/didChange", {"textDocument": {"uri": uri, "version": 2}, "contentChanges": [edit]})
+        assert diagnostics() == []
+        comment = {
+            "range": {"start": {"line": 1, "character": 15}, "end": {"line": 1, "character": 15}},
+            "text": " # ü",
+        }
+        client.notify(
+            "textDocument/didChange", {"textDocument": {"uri": uri, "version": 3}, "contentChanges": [comment]}
+        )
+        assert diagnostics() == []
+        symbols = client.request("textDocument/documentSymbol", {"textDocument": {"uri": uri}})
+        assert [symbol["name"] for symbol in symbols] == ["main"]
+        change = {"textDocument": {"uri": uri, "version": 4}, "contentChanges": [{"text": text}]}
+        client.notify("textDocument/didChange", change)
+        assert [found["code"] for found in diagnostics()] == ["E0302"]
+    finally:
+        stop_server(process, client)
+
+
 def test_positions_over_stdio_are_utf16_units(tmp_path: Path) -> None:
     uri = (tmp_path / "wide.dl").as_uri()
     process, client = start_server()
