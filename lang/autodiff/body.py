@@ -61,12 +61,17 @@ class FunctionBody(ForwardSweep, BackwardSweep):
         # a derivative written for one check of the body (`Round.variant_key`): its types are read (`reading`)
         self.node_types.body = variant
         self.site: Span | None = None  # for a gradient function: the `grad(f)` call it is written for
-        # module-level names are reserved (the code refers to them by name); locals are renamed anyway. So are
-        # the names an anonymous or local function reads: the variables it captured are read by name, and a
-        # generated `let a = 10.0` (an inlined call's argument) must not hide the captured `a`
+        # module-level names are reserved (the code refers to them by name); locals are renamed anyway. The
+        # derivative of an anonymous or local function is written in place, inside the function around it,
+        # and reads by name what it (or a local function it calls) captured: every name of that function is
+        # reserved too, so that no generated `let a = 10.0` (an inlined call's argument) hides a captured
+        # `a`, and its own parameters take fresh names (`param_names`), so that they hide none either
         self.used: set[str] = set(round_.taken[path]) | {p.name for p in decl.params}
-        if isinstance(decl, ast.Lambda) or all(d is not decl for d in round_.program.modules[path].decls):
-            self.used |= ast.free_names(decl.body)
+        around = next((d for d in round_.program.modules[path].decls if any(n is decl for n in ast.walk(d))), decl)
+        self.in_place = around is not decl
+        if self.in_place:
+            self.used |= ast.names_used(around)
+        self.param_names = {p.name: self.fresh(p.name) if self.in_place else p.name for p in decl.params}
         # the user's names, which the names lowering adds (flags, loop counters) must not meet
         self.user_names = ast.names_used(decl.body) | set(self.used)
         self.local_functions = {id(n) for n in ast.walk(decl.body) if isinstance(n, ast.FnDecl)}
@@ -148,7 +153,7 @@ class FunctionBody(ForwardSweep, BackwardSweep):
         have: set[str] = set()
         out += self.sweep_to_return(body, env, have, self.seed, value, effects=True)
         positions = wrt if isinstance(wrt, tuple) else (wrt,)
-        gradients = [self.final_adjoint(self.decl.params[i].name, have) for i in positions]
+        gradients = [self.final_adjoint(self.param_names[self.decl.params[i].name], have) for i in positions]
         result = ast.TupleLiteral(tuple(gradients)) if isinstance(wrt, tuple) else gradients[0]
         if value is not None:
             result = ast.TupleLiteral((name(value), result))
@@ -171,7 +176,7 @@ class FunctionBody(ForwardSweep, BackwardSweep):
         have: set[str] = set()
         out = self.sweep_to_return(body, env, have, lambda result: name(d_result), None, effects=False)
         positions = self.round.active_params(self.decl)
-        gradients = [self.final_adjoint(self.decl.params[i].name, have) for i in positions]
+        gradients = [self.final_adjoint(self.param_names[self.decl.params[i].name], have) for i in positions]
         out.append(ast.Return(tuple_of(gradients) if gradients else ast.TupleLiteral(())))
         return ast.Block(tuple(prune(self.with_kept_values(out), self.round.effectful(), self.struct_of))), d_result
 
@@ -229,8 +234,9 @@ class FunctionBody(ForwardSweep, BackwardSweep):
     def parameters(self) -> dict[str, str]:
         env = {}
         for param in self.decl.params:
-            self.types[param.name] = self.node_types.of(param) or ANY
-            env[param.name] = param.name
+            named = self.param_names[param.name]
+            self.types[named] = self.node_types.of(param) or ANY
+            env[param.name] = named
         return env
 
     def final_adjoint(self, var: str, have: set[str]) -> ast.Expr:

@@ -138,9 +138,9 @@ class Round:
         writer = FunctionBody(self, site.function_module, decl, variant)
         writer.site = site.call.span
         body = writer.gradient(site.wrt, site.with_value)
-        if isinstance(decl, ast.Lambda) or all(d is not decl for d in self.program.modules[site.function_module].decls):
-            # an anonymous or local function's derivative reads what it captured: written where `grad` is
-            return ast.Lambda(decl.params, None, body, site.call.span)
+        if writer.in_place:  # an anonymous or local function's derivative reads what it captured: written here
+            params = tuple(dataclasses.replace(p, name=writer.param_names[p.name]) for p in decl.params)
+            return ast.Lambda(params, None, body, site.call.span)
         suffix = "value_and_grad" if site.with_value else "grad"
         if site.wrt != 0:
             positions = site.wrt if isinstance(site.wrt, tuple) else (site.wrt,)
@@ -169,8 +169,8 @@ class Round:
             if not changed:
                 return
             raise NotDifferentiable(
-                f"`grad` cannot differentiate `{reference.id}`: it captures `{changed[0]}`, which is assigned "
-                "again, so its derivative would read another value than the function saw",
+                f"`grad` cannot differentiate `{reference.id}`: it captures `{changed[0]}`, which is assigned or "
+                "bound again, so its derivative would read another value than the function saw",
                 reference.span,
                 (
                     f"help: pass `{changed[0]}` to the function as a parameter, or capture a `let` that keeps the "

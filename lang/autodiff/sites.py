@@ -71,7 +71,7 @@ class Scope:
     assigns, and the anonymous functions its `let`s bind by name."""
 
     bound: frozenset[str]
-    assigned: frozenset[str]
+    assigned: frozenset[str]  # assigned (`x = ...`), or bound by more than one `let` (a later one hides it)
     # name -> the ast.Lambda a single `let name = fn(...) => ...` binds, or the local `fn name` declared once
     lambdas: dict
 
@@ -82,16 +82,19 @@ class Scope:
     @staticmethod
     def of(decl: ast.FnDecl) -> Scope:
         bound = {p.name for p in decl.params}
+        again = set()
         lets: dict[str, list] = {}
         for node in ast.walk(decl.body):
             if isinstance(node, (ast.NamePattern, ast.FnDecl, ast.Param)):
+                if node.name in bound:
+                    again.add(node.name)
                 bound.add(node.name)
             if isinstance(node, ast.Let) and isinstance(node.pattern, ast.NamePattern):
                 lets.setdefault(node.pattern.name, []).append(node.value)
             if isinstance(node, ast.FnDecl):
                 lets.setdefault(node.name, []).append(node)
         lambdas = {n: v[0] for n, v in lets.items() if len(v) == 1 and isinstance(v[0], (ast.Lambda, ast.FnDecl))}
-        return Scope(frozenset(bound), frozenset(ast.assigned_names(decl.body)), lambdas)
+        return Scope(frozenset(bound), frozenset(ast.assigned_names(decl.body)) | again, lambdas)
 
 
 def walk_calls(node) -> Iterator[ast.Call]:
