@@ -430,6 +430,8 @@ class BackwardSweep:
 
     def rank(self, atom: ast.Expr) -> int | None:
         t = self.types.get(getattr(atom, "id", ""))
+        if t is None:  # a name the function captured (`x` of `fn(w) => x @ w`): the checker's type of it
+            t = self.type_of(atom)
         return t.rank if isinstance(t, TensorType) else None
 
     def reduction_forms(self, primitive: Primitive, values: dict[str, ast.Expr], d, span) -> dict[str, Callable]:
