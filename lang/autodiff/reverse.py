@@ -339,7 +339,10 @@ class BackwardSweep:
             flat: ast.Expr = ast.Binary("%", indices[0], sizes[0])
             for k in range(1, count):
                 flat = ast.Binary("+", ast.Binary("*", flat, sizes[k]), ast.Binary("%", indices[k], sizes[k]))
-            rows = call("reshape", call("zeros_like", target), ast.Unary("-", ast.IntLiteral(1)), *sizes[count:])
+            leading: ast.Expr = sizes[0]  # written out, not -1: which reshape cannot tell when an axis is empty
+            for size in sizes[1:count]:
+                leading = ast.Binary("*", leading, size)
+            rows = call("reshape", call("zeros_like", target), leading, *sizes[count:])
             return call("reshape_like", call("scatter_add", rows, flat, d), target)
         rank = target_type.rank
         full = (*indices, *(WHOLE,) * (rank - len(indices)))
