@@ -79,7 +79,7 @@ from dl.codegen.values import (
 from dl.codegen.workspace import packed
 from dl.lang import ast
 from dl.lang.calls import Binding, BindingError, bind_function
-from dl.lang.check import Typed
+from dl.lang.check import Typed, dim_names
 from dl.lang.diagnostics import Span
 from dl.lang.primitives import BY_NAME
 from dl.lang.record import record
@@ -621,6 +621,8 @@ class Specialiser(FunctionLowering):
         """A `let`'s annotation or a rebinding's type that the checker left to the run, checked on the shapes
         known now."""
         check = self.typed.runtime_checks.get(id(stmt))
+        if check is not None and dim_names(check.type):  # `f32[N]`: the interpreter binds `N` from the call
+            raise Unsupported("a value checked against sizes its function's parameters name", stmt.span)
         if check is not None:
             annotation_fits(value, check.type, {}, stmt.span)
 

@@ -32,7 +32,7 @@ from dl.interp.operators import (
 from dl.interp.primitives import I64_LIMIT, NUMBERS, array_module, as_array, is_number_or_tensor, scalar
 from dl.lang import ast
 from dl.lang.calls import Binding, BindingError, arranged, bind, bind_function, binding_diagnostic
-from dl.lang.check import CallCheck, RuntimeCheck, Typed, rebinding_help
+from dl.lang.check import CallCheck, RuntimeCheck, Typed, dim_names, rebinding_help
 from dl.lang.diagnostics import Diagnostic, DiagnosticError, Span, closest, error
 from dl.lang.modules import Program
 from dl.lang.primitives import BY_NAME, FLOAT_MATH, PRIMITIVES, Prim
@@ -73,6 +73,8 @@ class FunctionScope:
         self.captured_names: dict[str, int] = {}
         self.reads: set[int] | None = None  # the slots the statement being compiled names, while collected
         self.taken: frozenset[int] = frozenset()  # ids of the `Name` nodes that read a variable the last time
+        # the parameters whose types name sizes (`x: f32[N]`), by slot: a check in the body binds `N` from them
+        self.sized: tuple[tuple[int, Type], ...] = ()
 
     def allocate(self) -> int:
         self.size += 1
@@ -263,6 +265,11 @@ class Compiler:
         scope = Scope(function_scope)
         for param in decl.params:
             scope.declare(param.name)
+        function_scope.sized = tuple(
+            (scope.names[param.name], declared)
+            for param in decl.params
+            if (declared := self.typed.type_of(param)) is not None and dim_names(declared)
+        )
         self_slot = scope.declare(self_slot_name) if self_slot_name else None
         defaults = tuple(
             self.expression(p.default, Scope(FunctionScope(None))) if p.default else None for p in decl.params
@@ -354,9 +361,11 @@ class Compiler:
             return lambda frame: store(frame, value(frame))
         what = f"`{stmt.pattern.name}`" if isinstance(stmt.pattern, ast.NamePattern) else "the value"
 
+        sized = scope.function.sized if dim_names(check.type) else ()
+
         def checked_let(frame: list) -> None:
             result = value(frame)
-            problem = conforms(result, check.type, {})
+            problem = conforms(result, check.type, sizes_of(frame, sized))
             if problem is not None:
                 raise fail("E0520", f"{what} does not match its annotation: {problem}", check.span)
             store(frame, result)
@@ -535,7 +544,7 @@ class Compiler:
             value = self.augmented(stmt, literal, scope)
         check = self.runtime_checks.get(id(stmt))
         if check is not None:
-            value = kept_type(value, check, target)
+            value = kept_type(value, check, target, scope.function.sized if dim_names(check.type) else ())
         if slot is not None:
             return local_store(slot, value)
         store = self.target_store(target, scope)
@@ -1230,25 +1239,35 @@ def for_name(slot: int, items: Step, body: Step) -> Step:
     return run
 
 
-def kept_type(value: Step, check: RuntimeCheck, target: ast.Expr) -> Step:
-    """The value of a rebinding `target = value`, checked against the type `target` keeps (`RuntimeCheck`)."""
+def sizes_of(frame: list, sized: tuple[tuple[int, Type], ...]) -> dict[str, int]:
+    """The sizes the parameters in `sized` (slot, type) bind (`N` of `x: f32[N]`), from their values now."""
+    bindings: dict[str, int] = {}
+    for slot, declared in sized:
+        conforms(frame[slot], declared, bindings)
+    return bindings
+
+
+def kept_type(value: Step, check: RuntimeCheck, target: ast.Expr, sized: tuple[tuple[int, Type], ...] = ()) -> Step:
+    """The value of a rebinding `target = value`, checked against the type `target` keeps (`RuntimeCheck`), its
+    size names (`f32[N]`) those the function's parameters bind (`sized`)."""
 
     def checked(frame: list) -> Any:
         result = value(frame)
-        if conforms(result, check.type, {}) is not None:
-            raise unkept(target, check.type, result, check.span)
+        sizes = sizes_of(frame, sized)
+        if conforms(result, check.type, dict(sizes)) is not None:
+            raise unkept(target, check.type, result, check.span, sizes)
         return result
 
     return checked
 
 
-def unkept(target: ast.Expr, kept: Type, value: Any, span: Span) -> RunError:
+def unkept(target: ast.Expr, kept: Type, value: Any, span: Span, sizes: dict[str, int]) -> RunError:
     """E0520 for the first name of `target` (a name, a field, a tuple of them) whose new value lacks its type."""
     if isinstance(target, ast.TupleLiteral) and isinstance(kept, TupleType) and value.__class__ is tuple:
         for item, item_type, part in zip(target.items, kept.items, value, strict=True):
-            if conforms(part, item_type, {}) is not None:
-                return unkept(item, item_type, part, span)
-    problem = conforms(value, kept, {})
+            if conforms(part, item_type, dict(sizes)) is not None:
+                return unkept(item, item_type, part, span, sizes)
+    problem = conforms(value, kept, dict(sizes))
     found = TensorType(dtype_name(value), np.shape(value)) if is_number_or_tensor(value) else ANY
     message = f"`{print_expr(target)}` cannot be rebound to a value of another type: {problem}"
     return fail("E0520", message, span, "", (rebinding_help(target, kept, found),))

@@ -47,10 +47,10 @@ def dlrun(capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch):
 def run_dl(dlrun, tmp_path, monkeypatch):
     """Write `source` as prog.dl in a fresh directory and run it with `dlrun`: (status, stdout, stderr)."""
 
-    def run(source: str, args: list[str] | None = None) -> tuple[int, str, str]:
+    def run(source: str, args: list[str] | None = None, options: tuple[str, ...] = ()) -> tuple[int, str, str]:
         (tmp_path / "prog.dl").write_text(source)
         monkeypatch.chdir(tmp_path)
-        return dlrun("prog.dl", *(args or []))
+        return dlrun(*options, "prog.dl", *(args or []))
 
     return run
 

@@ -130,6 +130,23 @@ def test_an_update_that_broadcasts_its_variable_is_checked_at_run_time(run_dl) -
     assert "--> prog.dl:3:14" in err
 
 
+@pytest.mark.parametrize("backend", [(), ("--backend", "llvm")], ids=["interp", "llvm"])
+def test_size_names_in_a_check_are_those_the_call_binds(run_dl, backend: tuple[str, ...]) -> None:
+    """`N` is 3 in this call: a value of 1 element does not fit `f32[N]`, by a rebinding or an annotation."""
+    source = (
+        "fn keep(x: f32[_], n: i64) -> f32[_] {\n    return x[0:n]\n}\n"
+        "fn g(x: f32[N], n: i64) -> f32 {\n    let y = x\n    y = keep(x, n)\n    let z: f32[N] = keep(x, n)\n"
+        "    return sum(y + z)\n}\n"
+        "fn main(n) {\n    print(g([1.0, 2.0, 3.0], int(n)))\n}\n"
+    )
+    assert run_dl(source, ["3"], backend) == (0, "12.0\n", "")
+    status, out, err = run_dl(source, ["1"], backend)
+    assert status == 1 and out == ""
+    assert err.startswith(
+        "error[E0520]: `y` cannot be rebound to a value of another type: expected f32[N] with `N` = 3, found f32[1]"
+    ), err
+
+
 def test_a_rebinding_of_a_known_size_is_not_checked_again(run_dl) -> None:
     source = "fn main() {\n    let x = zeros(2)\n    x = x + ones(2)\n    x = ones(1)[0] * x\n    print(x)\n}\n"
     assert not dl.lang.check(source, "prog.dl").runtime_checks
