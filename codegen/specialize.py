@@ -112,6 +112,9 @@ class Specialiser(FunctionLowering):
         super().__init__(typed, decl, path)
         self.registry = registry  # codegen/registry.py: the specialisations this one's real calls call
         self.active = [id(decl)]  # the functions being lowered here (it, and those inlined into it)
+        # each of those functions' declaration and its parameters' values on entry, innermost last: what a
+        # run-time check in its body binds size names (`N` of `x: f32[N]`) from
+        self.entries: list[tuple[ast.FnDecl | ast.Lambda, dict]] = []
         self.root_path = path
         self.inline_chain: list[tuple[str, Span]] = []  # the inlined calls being lowered: (function, call)
         self.probing: Entry | None = None  # the registry's entry whose result this lowering finds out
@@ -149,6 +152,7 @@ class Specialiser(FunctionLowering):
         if self.expected_result is not None:
             self.result_layout = self.taken(self.expected_result)
         self.scopes = [params]
+        self.entries = [(decl, dict(params))]
         self.uses, self.assigned = usage(decl.body)
         self.returning = None
         self.block(decl.body)
@@ -621,10 +625,16 @@ class Specialiser(FunctionLowering):
         """A `let`'s annotation or a rebinding's type that the checker left to the run, checked on the shapes
         known now."""
         check = self.typed.runtime_checks.get(id(stmt))
-        if check is not None and dim_names(check.type):  # `f32[N]`: the interpreter binds `N` from the call
-            raise Unsupported("a value checked against sizes its function's parameters name", stmt.span)
-        if check is not None:
-            annotation_fits(value, check.type, {}, stmt.span)
+        if check is None:
+            return
+        bindings: dict[str, int] = {}
+        if dim_names(check.type) and self.entries:  # `f32[N]`: `N` as the function's parameters bind it
+            decl, values = self.entries[-1]
+            for param in decl.params:
+                declared = self.typed.type_of(param)
+                if declared is not None and dim_names(declared) and param.name in values:
+                    conforms(stand_in(values[param.name]), declared, bindings)
+        annotation_fits(value, check.type, bindings, stmt.span)
 
     def assign_to(self, target: ast.Expr, value: object, span: Span) -> None:
         match target:
@@ -1365,6 +1375,7 @@ class Specialiser(FunctionLowering):
         self.depth += 1
         self.frames.append(saved[0])
         self.active.append(id(decl))
+        self.entries.append((decl, bound))
         shown = decl.name if isinstance(decl, ast.FnDecl) else f"fn({', '.join(names)})"
         self.inline_chain.append((shown, called_at or span))
         check = self.typed.checked_calls.get(id(decl))
@@ -1383,6 +1394,7 @@ class Specialiser(FunctionLowering):
             self.depth -= 1
             self.frames.pop()
             self.active.pop()
+            self.entries.pop()
             self.inline_chain.pop()
             self.scopes, self.loops, self.returning, self.path, self.uses, self.assigned = saved
 

@@ -364,8 +364,9 @@ class Compiler:
         sized = scope.function.sized if dim_names(check.type) else ()
 
         def checked_let(frame: list) -> None:
+            sizes = sizes_of(frame, sized)  # first, as for a rebinding (`kept_type`)
             result = value(frame)
-            problem = conforms(result, check.type, sizes_of(frame, sized))
+            problem = conforms(result, check.type, sizes)
             if problem is not None:
                 raise fail("E0520", f"{what} does not match its annotation: {problem}", check.span)
             store(frame, result)
@@ -1252,8 +1253,8 @@ def kept_type(value: Step, check: RuntimeCheck, target: ast.Expr, sized: tuple[t
     size names (`f32[N]`) those the function's parameters bind (`sized`)."""
 
     def checked(frame: list) -> Any:
+        sizes = sizes_of(frame, sized)  # first: the value may be the last read of a parameter, which lets it go
         result = value(frame)
-        sizes = sizes_of(frame, sized)
         if conforms(result, check.type, dict(sizes)) is not None:
             raise unkept(target, check.type, result, check.span, sizes)
         return result

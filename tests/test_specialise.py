@@ -421,6 +421,20 @@ def test_annotations_and_rebindings_left_to_the_run_are_checked_when_compiling()
     )
 
 
+def test_a_check_against_size_names_binds_them_from_the_call_when_compiling() -> None:
+    source = "fn g(x: f32[N], n: i64) -> f32 {\n    let y = x\n    y = x[0:n] * 2.0\n    return sum(y)\n}\n"
+    expected, actual, report = on_both(source, "g", f32(3), 3)
+    assert verdict(report, "g") == "compiled", report
+    assert_close(actual, expected)
+    interpreted, compiled, report = failures(source, "g", f32(3), 2)
+    assert verdict(report, "g").startswith("interpreted: a value does not match its declared type"), report
+    assert shown(compiled) == shown(interpreted)
+    assert shown(interpreted)[:2] == (
+        "E0520",
+        "`y` cannot be rebound to a value of another type: expected f32[N] with `N` = 3, found f32[2] (axis 0 has 2)",
+    )
+
+
 def test_what_cannot_be_compiled_runs_interpreted_and_says_why() -> None:
     source = "fn f(x: f32[3]) -> f32[3] {\n    print(x)\n    return x + randn(3, seed=1)\n}"
     expected, actual, report = on_both(source, "f", f32(3))
