@@ -121,6 +121,9 @@ def test_a_gradient_bound_to_a_name_is_called_in_later_entries(session: Session,
     out, err = run(session, capsys, "fn f(x: f32) -> f32 { return x * x }", "let d = grad(f)", "d(5.0)", ":type d")
     assert err == ""
     assert out == "10.0 : f32\nd : grad(fn f)\n"
+    out, err = run(session, capsys, "grad(d)(1.0)", "grad(grad(f))(1.0)")
+    assert err.startswith("error[E0333]: `grad` cannot differentiate a gradient that a variable holds from outside")
+    assert out == "2.0 : f32\n"
 
 
 def test_a_name_keeps_the_function_it_was_given_when_the_function_is_declared_again(

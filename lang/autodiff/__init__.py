@@ -41,7 +41,7 @@ re-checked in between so that the second round has the types of the first round'
 from __future__ import annotations
 
 from dl.lang import ast
-from dl.lang.autodiff.sites import Site, functions_with_grad, grad_sites, reached, reaches_grad
+from dl.lang.autodiff.sites import Site, functions_with_grad, grad_sites, reached, reaches_grad, unwritten
 from dl.lang.autodiff.trees import call, name
 from dl.lang.check import Typed, check, gradient_problem
 from dl.lang.diagnostics import UNKNOWN_SPAN, Diagnostic, DiagnosticError, Span, error
@@ -67,6 +67,11 @@ def differentiate(
     for _ in range(MAX_ROUNDS):
         sites = list(grad_sites(typed, within))
         if not sites:
+            left = next(unwritten(typed, within), None)
+            if left is not None:  # `grad(d)` of a gradient held by a parameter: no round can write it
+                message = "`grad` cannot differentiate a gradient that a variable holds from outside this function"
+                notes = ("help: write `grad` of the function itself, `grad(grad(f))`",)
+                raise DiagnosticError([error("E0333", message, left.span, notes=notes)])
             return typed.program, typed
         from dl.lang.autodiff.round import Round  # imported here: a program without `grad` does without it
 

@@ -54,6 +54,16 @@ def grad_sites(typed: Typed, within: frozenset[tuple[str, str]] | None = None) -
             yield Site(call, path, decl, target_path, f_node, wrt, ref.with_value, local)
 
 
+def unwritten(typed: Typed, within: frozenset[tuple[str, str]] | None = None) -> Iterator[ast.Call]:
+    """The `grad` calls that no round will write: of a gradient that is no `grad` call of the program (a
+    parameter holding one, as the REPL's variables are)."""
+    for _, module in typed.program.modules.items():
+        for call, _ in calls_with_scopes(module, module.path, within):
+            ref = typed.type_of(call)
+            if isinstance(ref, GradientRef) and isinstance(call.func, ast.Name) and call.func.id in TRANSFORMS:
+                yield call
+
+
 def calls_with_scopes(module: ast.Module, path: str, within: frozenset | None) -> Iterator[tuple[ast.Call, Scope]]:
     """Every call of the module (in the functions `within` names, if given), with what the function around it
     binds (for a `grad` of a local name)."""
