@@ -1659,7 +1659,16 @@ def stand_in(value: object) -> object:
         return {"i64": 0, "bool": False}.get(dtype) if dtype in ("i64", "bool") else NUMPY_DTYPES[dtype](0)
     if isinstance(value, tuple):
         return tuple(stand_in(v) for v in value)
-    return "a struct or function"
+    if isinstance(value, Struct):  # its fields, as conform reads a struct value's
+        return StandIn(tuple(stand_in(v) for v in value.values))
+    return "a function"
+
+
+@record(frozen=True)
+class StandIn:
+    """A struct's stand-in for `conforms`: the stand-ins of its fields' values."""
+
+    values: tuple
 
 
 def function_declaration(typed: Typed, span: Span, name: str) -> tuple | None:

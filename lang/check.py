@@ -2877,6 +2877,11 @@ def proven(declared: Type, value: Type) -> bool:
         )
     if isinstance(declared, TupleType) and isinstance(value, TupleType):
         return all(proven(a, b) for a, b in zip(declared.items, value.items, strict=False))
+    if isinstance(declared, StructType) and isinstance(value, StructType):  # `Linear[3, 2]` given `Linear[_, 2]`
+        return all(
+            isinstance(expected, Unknown) or not isinstance(actual, Unknown)
+            for expected, actual in zip(declared.sizes, value.sizes, strict=False)
+        )
     return True
 
 

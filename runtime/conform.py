@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from dl.lang.types import DimExpr, DimVar, TensorType, TupleType, Type, evaluate_dim
+from dl.lang.types import DimExpr, DimVar, StructType, TensorType, TupleType, Type, evaluate_dim
 from dl.runtime.values import StructValue, describe, dtype_name
 
 
@@ -29,7 +29,16 @@ def conforms(value: Any, expected: Type, bindings: dict[str, int]) -> str | None
                 if problem is not None:
                     return problem
             return None
-    return None  # structs, functions and strings are proven statically
+        case StructType(fields=fields, sizes=sizes) if sizes:  # a struct of sizes: its fields have them
+            values = getattr(value, "values", None)
+            if not isinstance(values, tuple) or len(values) != len(fields):
+                return f"expected {expected}, found {describe(value)}"
+            for (name, field_type), item in zip(fields, values, strict=True):
+                problem = conforms(item, field_type, bindings)
+                if problem is not None:
+                    return f"field `{name}`: {problem}"
+            return None
+    return None  # structs of no sizes, functions and strings are proven statically
 
 
 def tensor_conforms(value: Any, expected: TensorType, bindings: dict[str, int]) -> str | None:

@@ -147,6 +147,25 @@ def test_size_names_in_a_check_are_those_the_call_binds(run_dl, backend: tuple[s
     ), err
 
 
+def test_a_struct_of_sizes_the_data_decides_is_checked_field_by_field(run_dl) -> None:
+    """`Lin[3, 2]` given a `Lin[_, 2]`: its fields are checked when it runs, by a rebinding and by a call."""
+    source = (
+        "struct Lin { w: f32[I, O], b: f32[O] }\n"
+        "fn needs3(l: Lin[3, 2]) -> f32 {\n    return sum(l.w) + sum(l.b)\n}\n"
+        "fn main(n) {\n    let rows = int(n)\n    print(needs3(Lin { w: ones(rows, 2), b: ones(2) }))\n"
+        "    let m = Lin { w: ones(3, 2), b: zeros(2) }\n    m = Lin { w: ones(rows, 2), b: zeros(2) }\n"
+        "    print(sum(m.w))\n}\n"
+    )
+    assert run_dl(source, ["3"]) == (0, "8.0\n6.0\n", "")
+    status, _, err = run_dl(source, ["2"])
+    assert status == 1
+    assert err.startswith(
+        "error[E0520]: argument `l` does not match its annotation: field `w`: expected f32[3, 2], found f32[2, 2]"
+    ), err
+    status, _, err = run_dl(source.replace("    print(needs3(Lin { w: ones(rows, 2), b: ones(2) }))\n", ""), ["2"])
+    assert err.startswith("error[E0520]: `m` cannot be rebound to a value of another type: field `w`:"), err
+
+
 def test_a_rebinding_of_a_known_size_is_not_checked_again(run_dl) -> None:
     source = "fn main() {\n    let x = zeros(2)\n    x = x + ones(2)\n    x = ones(1)[0] * x\n    print(x)\n}\n"
     assert not dl.lang.check(source, "prog.dl").runtime_checks
