@@ -184,6 +184,13 @@ class Session:
             ast.Let(ast.NamePattern(f"<closure {k}>", where), None, node, where)
             for k, node in enumerate(self.closures, start=1)
         ]
+        # A variable holding a declared function is given it again by name: the value an earlier entry made
+        # would call the functions its body names as they were then, where Python looks them up at the call.
+        functions = {id(decl): decl.name for decl in declarations if isinstance(decl, ast.FnDecl)}
+        for name, static in variables.items():
+            again = named_again(ast.Name(name, where), static, functions, where)
+            if again is not None:  # (in a tuple too: `t = (f, t[1])`)
+                body.append(ast.Assign(ast.Name(name, where), "=", again, where))
         shown: list[ast.Expr] = []
         bound = list(self.variables)
         for item in items:
@@ -404,6 +411,20 @@ class Session:
 def held(types: Iterable[Type], decl: ast.FnDecl) -> bool:
     """Whether a value of one of `types` holds the function `decl` (in a tuple, or as a gradient's)."""
     return any(relocated(static, {id(decl): 0}, 0) is not static for static in types)
+
+
+def named_again(value: ast.Expr, static: Type, functions: dict[int, str], where: Span) -> ast.Expr | None:
+    """`value` (of type `static`) built again with each declared function it holds named (`functions`, by
+    key); None where it holds none."""
+    if isinstance(static, FunctionRef):
+        return ast.Name(functions[static.key], where) if static.key in functions else None
+    if isinstance(static, TupleType):
+        parts = [ast.Index(value, (ast.IntLiteral(k, span=where),), where) for k in range(len(static.items))]
+        again = [named_again(part, item, functions, where) for part, item in zip(parts, static.items, strict=True)]
+        if any(item is not None for item in again):
+            items = tuple(new if new is not None else old for new, old in zip(again, parts, strict=True))
+            return ast.TupleLiteral(items, where)
+    return None
 
 
 def in_use(decl: ast.Decl, variables: dict[str, Type]) -> bool:

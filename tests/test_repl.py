@@ -154,6 +154,26 @@ def test_a_name_keeps_the_function_it_was_given_when_the_function_is_declared_ag
     assert not [d for d in session.declarations if "earlier" in getattr(d, "name", "")]
 
 
+def test_a_function_a_name_holds_calls_the_functions_declared_now(
+    session: Session, capsys: pytest.CaptureFixture
+) -> None:
+    """As Python looks a global up when the function runs: `g` and `t[0]` hold `f`, whose `h` is declared again."""
+    out, err = run(
+        session,
+        capsys,
+        "fn h(x: f32) -> f32 { return x + 1.0 }",
+        "fn f(x: f32) -> f32 { return h(x) * 2.0 }",
+        "let g = f",
+        "let t = (f, 1)",
+        "g(1.0)",
+        "fn h(x: f32) -> f32 { return x + 100.0 }",
+        "g(1.0)",
+        "t[0](1.0)",
+    )
+    assert err == ""
+    assert out.splitlines() == ["4.0 : f32", "202.0 : f32", "202.0 : f32"]
+
+
 def test_a_value_keeps_its_struct_when_the_struct_is_declared_again(
     session: Session, capsys: pytest.CaptureFixture
 ) -> None:
