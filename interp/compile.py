@@ -1437,7 +1437,12 @@ def index_message(problem: IndexError, value: Any) -> str:
     if "out of bounds" in text or "out of range" in text:
         detail = text.split("index ", 1)[-1]
         return f"index {detail}" if detail.lstrip("-")[:1].isdigit() else f"index out of range for {describe(value)}"
-    return f"invalid index for {describe(value)}: use integers, slices or integer or bool tensors"
+    if "could not be broadcast" in text:  # index tensors whose sizes the data decided
+        shapes = " and ".join(
+            f"[{part.strip('(,)').replace(',', ', ')}]" for part in text.split("shapes ", 1)[-1].split()
+        )
+        return f"index tensors do not broadcast together: shapes {shapes} (numpy pairs their elements)"
+    return f"invalid index for {describe(value)}: use integers, slices or integer tensors"
 
 
 def tensor_from(values: list, span: Span) -> np.ndarray:

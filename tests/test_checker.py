@@ -166,6 +166,15 @@ def test_a_struct_of_sizes_the_data_decides_is_checked_field_by_field(run_dl) ->
     assert err.startswith("error[E0520]: `m` cannot be rebound to a value of another type: field `w`:"), err
 
 
+def test_index_tensors_that_do_not_broadcast_at_run_time_say_so(run_dl) -> None:
+    source = "fn main(n) {\n    print(zeros(5, 5)[arange(int(n)), arange(4)])\n}\n"
+    status, _, err = run_dl(source, ["3"])
+    assert status == 1
+    assert err.startswith(
+        "error[E0501]: index tensors do not broadcast together: shapes [3] and [4] (numpy pairs their elements)"
+    ), err
+
+
 def test_a_rebinding_of_a_known_size_is_not_checked_again(run_dl) -> None:
     source = "fn main() {\n    let x = zeros(2)\n    x = x + ones(2)\n    x = ones(1)[0] * x\n    print(x)\n}\n"
     assert not dl.lang.check(source, "prog.dl").runtime_checks
