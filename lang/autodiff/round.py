@@ -165,7 +165,8 @@ class Round:
         if bound is site.function and unchanged:
             # what it captured: the names it reads that it does not bind itself
             own = {p.name for p in bound.params} | ast.bound_names(bound.body)
-            changed = sorted((ast.free_names(bound.body) - own) & local.assigned)
+            captured = ast.free_names(bound.body) - own
+            changed = sorted(n for n in captured if n in local.assigned or local.bound_after(n, bound.span))
             if not changed:
                 return
             raise NotDifferentiable(

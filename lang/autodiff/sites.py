@@ -5,9 +5,11 @@ function, and what it calls, contain no `grad` call left (`grad(grad(f))` is don
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import field
 
 from dl.lang import ast
 from dl.lang.check import Typed, wrt_positions
+from dl.lang.diagnostics import Span
 from dl.lang.primitives import TRANSFORMS
 from dl.lang.record import record
 from dl.lang.types import (
@@ -77,13 +79,14 @@ def calls_with_scopes(module: ast.Module, path: str, within: frozenset | None) -
 
 @record(frozen=True)
 class Scope:
-    """The names a top-level function binds (parameters, `let`s, loop variables, local functions) and
-    assigns, and the anonymous functions its `let`s bind by name."""
+    """The names a top-level function binds (parameters, `let`s, loop variables, local functions), where
+    each binding is, and those it assigns, and the anonymous functions its `let`s bind by name."""
 
     bound: frozenset[str]
-    assigned: frozenset[str]  # assigned (`x = ...`), or bound by more than one `let` (a later one hides it)
+    assigned: frozenset[str]
     # name -> the ast.Lambda a single `let name = fn(...) => ...` binds, or the local `fn name` declared once
     lambdas: dict
+    bound_at: dict = field(default_factory=dict)  # name -> the (line, column) of each binding of it
 
     @staticmethod
     def empty() -> Scope:
@@ -92,19 +95,23 @@ class Scope:
     @staticmethod
     def of(decl: ast.FnDecl) -> Scope:
         bound = {p.name for p in decl.params}
-        again = set()
+        bound_at: dict[str, list[tuple[int, int]]] = {}
         lets: dict[str, list] = {}
         for node in ast.walk(decl.body):
             if isinstance(node, (ast.NamePattern, ast.FnDecl, ast.Param)):
-                if node.name in bound:
-                    again.add(node.name)
                 bound.add(node.name)
+                bound_at.setdefault(node.name, []).append((node.span.line, node.span.column))
             if isinstance(node, ast.Let) and isinstance(node.pattern, ast.NamePattern):
                 lets.setdefault(node.pattern.name, []).append(node.value)
             if isinstance(node, ast.FnDecl):
                 lets.setdefault(node.name, []).append(node)
         lambdas = {n: v[0] for n, v in lets.items() if len(v) == 1 and isinstance(v[0], (ast.Lambda, ast.FnDecl))}
-        return Scope(frozenset(bound), frozenset(ast.assigned_names(decl.body)) | again, lambdas)
+        return Scope(frozenset(bound), frozenset(ast.assigned_names(decl.body)), lambdas, bound_at)
+
+    def bound_after(self, name: str, span: Span) -> bool:
+        """Whether a `let` (a loop, a local `fn`) binds `name` again after `span`: a function made at `span`
+        captured the earlier binding, which that one hides."""
+        return any(at > (span.line, span.column) for at in self.bound_at.get(name, ()))
 
 
 def walk_calls(node) -> Iterator[ast.Call]:
