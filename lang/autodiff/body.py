@@ -67,7 +67,9 @@ class FunctionBody(ForwardSweep, BackwardSweep):
         # reserved too, so that no generated `let a = 10.0` (an inlined call's argument) hides a captured
         # `a`, and its own parameters take fresh names (`param_names`), so that they hide none either
         self.used: set[str] = set(round_.taken[path]) | {p.name for p in decl.params}
-        around = next((d for d in round_.program.modules[path].decls if any(n is decl for n in ast.walk(d))), decl)
+        decls = round_.program.modules[path].decls
+        top_level = any(d is decl for d in decls)  # (the common case, found without walking any tree)
+        around = decl if top_level else next((d for d in decls if any(n is decl for n in ast.walk(d))), decl)
         self.in_place = around is not decl
         if self.in_place:
             self.used |= ast.names_used(around)
