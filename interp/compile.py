@@ -545,7 +545,7 @@ class Compiler:
             value = self.augmented(stmt, literal, scope)
         check = self.runtime_checks.get(id(stmt))
         if check is not None:
-            value = kept_type(value, check, target, scope.function.sized if dim_names(check.type) else ())
+            value = kept_type(value, check, target, stmt.value, scope.function.sized if dim_names(check.type) else ())
         if slot is not None:
             return local_store(slot, value)
         store = self.target_store(target, scope)
@@ -1248,26 +1248,31 @@ def sizes_of(frame: list, sized: tuple[tuple[int, Type], ...]) -> dict[str, int]
     return bindings
 
 
-def kept_type(value: Step, check: RuntimeCheck, target: ast.Expr, sized: tuple[tuple[int, Type], ...] = ()) -> Step:
-    """The value of a rebinding `target = value`, checked against the type `target` keeps (`RuntimeCheck`), its
+def kept_type(
+    value: Step, check: RuntimeCheck, target: ast.Expr, node: ast.Expr, sized: tuple[tuple[int, Type], ...] = ()
+) -> Step:
+    """The value of a rebinding `target = node`, checked against the type `target` keeps (`RuntimeCheck`), its
     size names (`f32[N]`) those the function's parameters bind (`sized`)."""
 
     def checked(frame: list) -> Any:
         sizes = sizes_of(frame, sized)  # first: the value may be the last read of a parameter, which lets it go
         result = value(frame)
         if conforms(result, check.type, dict(sizes)) is not None:
-            raise unkept(target, check.type, result, check.span, sizes)
+            raise unkept(target, check.type, result, node, check.span, sizes)
         return result
 
     return checked
 
 
-def unkept(target: ast.Expr, kept: Type, value: Any, span: Span, sizes: dict[str, int]) -> RunError:
-    """E0520 for the first name of `target` (a name, a field, a tuple of them) whose new value lacks its type."""
+def unkept(target: ast.Expr, kept: Type, value: Any, node: ast.Expr, span: Span, sizes: dict[str, int]) -> RunError:
+    """E0520 for the first name of `target` (a name, a field, a tuple of them) whose new value lacks its type:
+    at the item of a tuple written out that gave it, else at the whole value."""
     if isinstance(target, ast.TupleLiteral) and isinstance(kept, TupleType) and value.__class__ is tuple:
-        for item, item_type, part in zip(target.items, kept.items, value, strict=True):
+        nodes = node.items if isinstance(node, ast.TupleLiteral) and len(node.items) == len(value) else None
+        for position, (item, item_type, part) in enumerate(zip(target.items, kept.items, value, strict=True)):
             if conforms(part, item_type, dict(sizes)) is not None:
-                return unkept(item, item_type, part, span, sizes)
+                inner = nodes[position] if nodes is not None else node
+                return unkept(item, item_type, part, inner, inner.span if nodes is not None else span, sizes)
     problem = conforms(value, kept, dict(sizes))
     found = TensorType(dtype_name(value), np.shape(value)) if is_number_or_tensor(value) else ANY
     message = f"`{print_expr(target)}` cannot be rebound to a value of another type: {problem}"
