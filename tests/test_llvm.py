@@ -1772,3 +1772,39 @@ def test_a_second_derivative_through_a_loop_with_tuple_and_struct_state_is_compi
         tmp_path, TUPLE_STATE_SECOND, "--backend", "llvm", "--explain-backend", capsys=capsys
     )
     assert status == 0 and "`df_grad`(f64, i64) compiled" in explained, explained
+
+
+LAMBDA_STEP = """
+struct Model { w: f32[3, 2], b: f32[2] }
+fn loss(m: Model, x: f32[N, 3], y: f32[N, 2]) -> f32 {
+    let d = tanh(x @ m.w + m.b) - y
+    return mean(d * d)
+}
+fn main() {
+    let x = reshape(float(arange(12)) * 0.1, 4, 3)
+    let y = ones(4, 2) * 0.5
+    let m = Model { w: ones(3, 2) * 0.1, b: zeros(2) }
+    let rate = 0.5
+    fn step(p: Model) -> f32 { return loss(p, x, y) }
+    for epoch in 0..3 {
+        let g = grad(fn(p: Model) => loss(p, x, y) * rate)(m)
+        let (value, h) = value_and_grad(step)(m)
+        m = m - 0.1 * g - 0.1 * h
+        print(epoch, value)
+    }
+}
+"""
+
+
+def test_the_gradient_of_a_lambda_or_a_local_fn_is_compiled_where_its_function_is_interpreted(
+    tmp_path: Path, capsys
+) -> None:
+    """`main` prints, so it runs interpreted; the derivatives of the lambda and of the local `fn` that close
+    over the data are top-level functions of what they captured, and those are compiled."""
+    interpreted, compiled = both_backends(tmp_path, LAMBDA_STEP, capsys)
+    assert [line.split()[0] for line in compiled.splitlines()] == ["0", "1", "2"]
+    for left, right in zip(interpreted.split(), compiled.split(), strict=True):
+        assert float(left) == pytest.approx(float(right), rel=1e-5)
+    status, _, explained = run_cli(tmp_path, LAMBDA_STEP, "--backend", "llvm", "--explain-backend", capsys=capsys)
+    made = {line.split("`")[1] for line in explained.splitlines() if line.endswith(") compiled")}
+    assert status == 0 and made >= {"main_lambda_grad", "step_value_and_grad"}, explained

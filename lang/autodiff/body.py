@@ -70,6 +70,7 @@ class FunctionBody(ForwardSweep, BackwardSweep):
         decls = round_.program.modules[path].decls
         top_level = any(d is decl for d in decls)  # (the common case, found without walking any tree)
         around = decl if top_level else next((d for d in decls if any(n is decl for n in ast.walk(d))), decl)
+        self.around = around  # the top-level function it is written in (`Round.lifted`)
         self.in_place = around is not decl
         if self.in_place:
             self.used |= ast.names_used(around)

@@ -138,13 +138,12 @@ class Round:
         writer = FunctionBody(self, site.function_module, decl, variant)
         writer.site = site.call.span
         body = writer.gradient(site.wrt, site.with_value)
-        if writer.in_place:  # an anonymous or local function's derivative reads what it captured: written here
-            params = tuple(dataclasses.replace(p, name=writer.param_names[p.name]) for p in decl.params)
-            return ast.Lambda(params, None, body, site.call.span)
         suffix = "value_and_grad" if site.with_value else "grad"
         if site.wrt != 0:
             positions = site.wrt if isinstance(site.wrt, tuple) else (site.wrt,)
             suffix += "_wrt_" + "_".join(map(str, positions))
+        if writer.in_place:
+            return self.lifted(site, decl, body, writer, suffix)
         generated = self.fresh_global(site.function_module, f"{decl.name}_{suffix}")
         positions = site.wrt if isinstance(site.wrt, tuple) else (site.wrt,)
         result = annotation_of([params[i] for i in positions], isinstance(site.wrt, tuple))
@@ -152,6 +151,23 @@ class Round:
             result = ast.TupleTypeExpr((decl.result, result)) if decl.result is not None else None
         self.added[site.function_module].append(ast.FnDecl(generated, params, result, body, decl.span, decl.name_span))
         return self.reference(site.module, site.function_module, generated, site.call.span)
+
+    def lifted(self, site: Site, decl: ast.FnDecl | ast.Lambda, body: ast.Block, writer, suffix: str) -> ast.Expr:
+        """The derivative of an anonymous or local function, which reads by name what it captured: written as a
+        top-level function that takes those variables too, and called where `grad` is, `fn(w) =>
+        main_lambda_grad(w, x)`. A backend compiles a top-level function; a lambda runs where it is made, so
+        in an interpreted `main` (one that prints) its whole forward and backward would run interpreted."""
+        span = site.call.span
+        params = tuple(dataclasses.replace(p, name=writer.param_names[p.name]) for p in decl.params)
+        own = {p.name for p in params} | ast.bound_names(body)
+        captured = sorted((ast.free_names(body) - own) & ast.bound_names(writer.around))
+        named = decl.name if isinstance(decl, ast.FnDecl) else f"{writer.around.name}_lambda"
+        generated = self.fresh_global(site.module, f"{named}_{suffix}")
+        taken = (*params, *(ast.Param(name, None, None, span) for name in captured))
+        self.added[site.module].append(ast.FnDecl(generated, taken, None, body, span, span))
+        callee = self.reference(site.module, site.module, generated, span)
+        arguments = tuple(ast.Name(p.name, span) for p in taken)
+        return ast.Lambda(params, None, ast.Call(callee, arguments, (), span), span)
 
     def known_statically(self, site: Site) -> None:
         """`grad(f)` is written where `f` is known: a function's name, a lambda, or a name bound once to a
