@@ -904,6 +904,12 @@ class Checker:
         declared = (
             self.resolve_type(function.decl.result, function.module) if function.decl.result is not None else None
         )
+        if declared is not None and dim_names(declared):  # `-> f32[B, 3]` with `x: f32[B, 3]` given f32[4, 3]
+            bindings: dict[str, tuple[Dim, Span]] = {}
+            for param, arg in zip(function.decl.params, args, strict=False):
+                if param.annotation is not None:
+                    unify(self.resolve_type(param.annotation, function.module), arg, bindings, param.span)
+            declared = substitute(declared, {name: dim for name, (dim, _) in bindings.items()})
         try:
             result = self.check_body(function, list(args), declared)
             if declared is None and result is not ANY:

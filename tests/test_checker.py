@@ -175,6 +175,16 @@ def test_index_tensors_that_do_not_broadcast_at_run_time_say_so(run_dl) -> None:
     ), err
 
 
+def test_a_result_named_by_sizes_is_checked_with_the_sizes_a_call_gives(run_dl) -> None:
+    """`f` has an unannotated parameter, so it is checked for each call: its declared result `f32[B, 3]` is
+    the call's `f32[4, 3]`, with `B` bound by `x`."""
+    source = (
+        "fn f(x: f32[B, 3], act) -> f32[B, 3] {\n    return act(x)\n}\n"
+        "fn main() {\n    print(shape(f(ones(4, 3), relu)), shape(f(ones(2, 3), tanh)))\n}\n"
+    )
+    assert run_dl(source) == (0, "(4, 3) (2, 3)\n", "")
+
+
 def test_a_rebinding_of_a_known_size_is_not_checked_again(run_dl) -> None:
     source = "fn main() {\n    let x = zeros(2)\n    x = x + ones(2)\n    x = ones(1)[0] * x\n    print(x)\n}\n"
     assert not dl.lang.check(source, "prog.dl").runtime_checks
