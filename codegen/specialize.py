@@ -1063,7 +1063,9 @@ class Specialiser(FunctionLowering):
         common = self.common_dtype_of(op, operands, dtype, span)
         converted = sorted({v.dtype for v in operands if isinstance(v, Tensor) and v.dtype != common})
         if any((source, common) not in TENSOR_PROMOTIONS for source in converted):
-            raise Unsupported(f"`{op}` of {' and '.join([*converted, common])} tensors", span)
+            integers = common in ("f32", "f64") and any(source in ("i32", "i64") for source in converted)
+            fix = f" (write `float(...)` of the integer tensor: compiled code converts it to {common} then)"
+            raise Unsupported(f"`{op}` of {' and '.join([*converted, common])} tensors{fix if integers else ''}", span)
         shape: tuple[int, ...] = ()
         for t in tensors:
             shape = broadcast_shape(shape, t.shape, span)
