@@ -1392,6 +1392,10 @@ class Specialiser(FunctionLowering):
                     annotation_fits(result, check.result.type, bindings, span)
                 return result
             return self.inlined_body(decl)
+        except Unsupported as problem:  # said of the function it is in, where that is not the one explained
+            if not problem.reason.startswith("in `"):
+                problem.reason = f"in `{shown}`, which it calls: {problem.reason}"
+            raise
         finally:
             self.depth -= 1
             self.frames.pop()
