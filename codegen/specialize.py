@@ -1138,8 +1138,7 @@ class Specialiser(FunctionLowering):
             return self.read_variable(item) if isinstance(item, ir.Variable) else item
         if not isinstance(value, Tensor):
             raise Unsupported(f"indexing a {type(value).__name__.lower()}", span)
-        picking = [not isinstance(index, (ast.Slice, ast.Ellipsis)) for index in indices]
-        in_place = picks_in_place(picking) if any(picking) else True
+        in_place = picks_in_place([not isinstance(index, (ast.Slice, ast.Ellipsis)) for index in indices])
         indices = spread_ellipsis(indices, len(value.shape), span)
         # each index evaluated once, in order; slices stay as written (their bounds are static)
         evaluated = tuple(
@@ -1195,11 +1194,10 @@ class Specialiser(FunctionLowering):
         for _, index in tensors:
             picked_shape = broadcast_shape(picked_shape, index.shape, span)
         picked_at = [axis for axis, index in enumerate(indices) if not isinstance(index, ast.Slice)]
-        together = in_place  # (`picks_in_place`, of the indices as written)
         sliced = [(axis, index) for axis, index in enumerate(indices) if isinstance(index, ast.Slice)]
         sliced += [(axis, ast.Slice(None, None, None)) for axis in range(len(indices), len(tensor.shape))]
-        before = [(axis, index) for axis, index in sliced if together and axis < picked_at[0]]
-        after = [(axis, index) for axis, index in sliced if not (together and axis < picked_at[0])]
+        before = [(axis, index) for axis, index in sliced if in_place and axis < picked_at[0]]
+        after = [(axis, index) for axis, index in sliced if not (in_place and axis < picked_at[0])]
         shape: list[int] = []
         strides: list[int] = []
         for axis, index in before:

@@ -495,6 +495,11 @@ def free_names(node: object) -> set[str]:
     return {n.id for n in walk(node) if isinstance(n, Name)}
 
 
+def captured_names(params: tuple, body: object) -> set[str]:
+    """The names a function (its `params` and `body`) reads that it does not bind itself: what it captured."""
+    return free_names(body) - {p.name for p in params} - bound_names(body)
+
+
 def bound_names(node: object) -> set[str]:
     """Every name a `let`, a loop, a parameter or a local `fn` binds anywhere in `node`."""
     return {n.name for n in walk(node) if isinstance(n, (NamePattern, Param, FnDecl))}

@@ -2177,8 +2177,7 @@ class Checker:
         if not isinstance(target, TensorType):
             self.report(error("E0309", f"cannot index {target}", expr.span, str(target)))
             return ANY
-        picking = [isinstance(part, tuple) for part in parts]
-        in_place = picks_in_place(picking) if any(picking) else True
+        in_place = picks_in_place([isinstance(part, tuple) for part in parts])
         parts = self.ellipsis_spread(parts, target, expr)
         if parts is None:
             return ANY
@@ -2875,20 +2874,17 @@ def proven(declared: Type, value: Type) -> bool:
     if isinstance(value, AnyType):
         return False
     if isinstance(declared, TensorType) and isinstance(value, TensorType):
-        if value.weak and not value.dims:
-            return True
-        return all(
-            isinstance(expected, Unknown) or not isinstance(actual, Unknown)
-            for expected, actual in zip(declared.dims, value.dims, strict=False)
-        )
+        return (value.weak and not value.dims) or sizes_proven(declared.dims, value.dims)
     if isinstance(declared, TupleType) and isinstance(value, TupleType):
         return all(proven(a, b) for a, b in zip(declared.items, value.items, strict=False))
     if isinstance(declared, StructType) and isinstance(value, StructType):  # `Linear[3, 2]` given `Linear[_, 2]`
-        return all(
-            isinstance(expected, Unknown) or not isinstance(actual, Unknown)
-            for expected, actual in zip(declared.sizes, value.sizes, strict=False)
-        )
+        return sizes_proven(declared.sizes, value.sizes)
     return True
+
+
+def sizes_proven(asked: tuple[Dim, ...], known: tuple[Dim, ...]) -> bool:
+    """Each size asked for is `_`, or one the value's type knows."""
+    return all(isinstance(a, Unknown) or not isinstance(k, Unknown) for a, k in zip(asked, known, strict=False))
 
 
 def unify(

@@ -87,9 +87,10 @@ def join_dim(a: Dim, b: Dim) -> Dim:
 def picks_in_place(picks: list[bool]) -> bool:
     """numpy's rule for indexing by integer tensors: `picks` says of each index as written whether it picks
     (an integer or an index tensor) or not (a slice, a `...`). The picked dimensions stand in place of the
-    picked axes when nothing parts these, not even a `...` that stands for no axis; else they come first."""
+    picked axes when nothing parts these, not even a `...` that stands for no axis; else they come first.
+    (True where nothing picks.)"""
     at = [k for k, pick in enumerate(picks) if pick]
-    return all(picks[at[0] : at[-1] + 1])
+    return not at or all(picks[at[0] : at[-1] + 1])
 
 
 def broadcast_dims(a: tuple[Dim, ...], b: tuple[Dim, ...]) -> tuple[Dim, ...] | None:

@@ -159,8 +159,7 @@ class Round:
         in an interpreted `main` (one that prints) its whole forward and backward would run interpreted."""
         span = site.call.span
         params = tuple(dataclasses.replace(p, name=writer.param_names[p.name]) for p in decl.params)
-        own = {p.name for p in params} | ast.bound_names(body)
-        captured = sorted((ast.free_names(body) - own) & ast.bound_names(writer.around))
+        captured = sorted(ast.captured_names(params, body) & ast.bound_names(writer.around))
         named = decl.name if isinstance(decl, ast.FnDecl) else f"{writer.around.name}_lambda"
         generated = self.fresh_global(site.module, f"{named}_{suffix}")
         taken = (*params, *(ast.Param(name, None, None, span) for name in captured))
@@ -179,9 +178,7 @@ class Round:
         bound = local.lambdas.get(reference.id)
         unchanged = reference.id not in local.assigned and bound is not None
         if bound is site.function and unchanged:
-            # what it captured: the names it reads that it does not bind itself
-            own = {p.name for p in bound.params} | ast.bound_names(bound.body)
-            captured = ast.free_names(bound.body) - own
+            captured = ast.captured_names(bound.params, bound.body)
             changed = sorted(n for n in captured if n in local.assigned or local.bound_after(n, bound.span))
             if not changed:
                 return
