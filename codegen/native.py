@@ -410,6 +410,7 @@ class SpecialisingBody:
         self.reasons: dict[tuple, str] = {}
         self.structs: Structs | None = None
         self.static: set[int] = set()  # positions of integer parameters compiled in (shapes depend on them)
+        self.beyond = 0  # calls with a layout not compiled because MAX_LAYOUTS were
 
     def around(self, fallback: Step, structs: StructTypes) -> Step:
         self.structs = Structs(structs)
@@ -420,11 +421,12 @@ class SpecialisingBody:
             layout = self.layout(frame[1 : count + 1], leaves)
             entry = self.compiled.get(layout, False)
             if entry is False:
-                entry = self.specialise(layout) if len(self.compiled) < MAX_LAYOUTS else None
+                if len(self.compiled) >= MAX_LAYOUTS:  # not kept: layouts beyond the limit are counted
+                    self.beyond += 1
+                    return fallback(frame)
+                entry = self.specialise(layout)
                 if entry is RETRY:  # an integer parameter is now part of the layout: compile for its value
                     return body(frame)
-                if len(self.compiled) >= MAX_LAYOUTS and layout not in self.reasons:
-                    self.reasons[layout] = f"more than {MAX_LAYOUTS} argument layouts"
                 self.compiled[layout] = entry
             if entry is None:
                 return fallback(frame)
@@ -582,6 +584,15 @@ class SpecialisingBody:
             shown = ", ".join(describe_layout(item) for item in layout)
             verdict = "compiled" if reason == "compiled" else f"interpreted: {reason}"
             lines.append(f"{self.decl.name_span}: `{self.decl.name}`({shown}) {verdict}")
+        if self.beyond:
+            calls = "a call" if self.beyond == 1 else f"{self.beyond} calls"
+            why = f"more than {MAX_LAYOUTS} layouts"
+            compiled_in = [f"`{self.decl.params[k].name}`" for k in sorted(self.static)]
+            if compiled_in:
+                why += f" ({', '.join(compiled_in)} compiled in as a constant, each value a layout of its own)"
+            lines.append(
+                f"{self.decl.name_span}: `{self.decl.name}` interpreted in {calls} with other argument layouts: {why}"
+            )
         return lines
 
 

@@ -312,6 +312,28 @@ fn main() { print(square(3.0), norm(ones(3)), swap(Pair { a: 1.0, b: 2.0 }).a, t
     ]
 
 
+def test_explain_backend_sums_up_the_layouts_beyond_the_limit_in_one_line(tmp_path: Path, capsys) -> None:
+    # a slice bound compiles `k` in: each value is a layout; past the limit, one line counts the calls
+    source = """fn head(x: f32[N], k: i64) -> f32 { return sum(x[0:k]) }
+fn main() {
+    let x = arange(100) * 1.0
+    let t = 0.0
+    for k in 1..20 { t = t + head(x, k) }
+    print(t)
+}
+"""
+    status, out, err = run_cli(tmp_path, source, "--backend", "llvm", "--explain-backend", capsys=capsys)
+    assert status == 0, err
+    assert out == f"{float(sum(sum(range(k)) for k in range(1, 20)))}\n"
+    path = tmp_path / "program.dl"
+    lines = [line for line in err.splitlines() if "`head`(" in line or "`head` interpreted" in line]
+    assert lines == [
+        *(f"{path}:1:4: `head`(f32[100], i64 = {k}) compiled" for k in range(1, 9)),
+        f"{path}:1:4: `head` interpreted in 11 calls with other argument layouts: more than 8 layouts "
+        "(`k` compiled in as a constant, each value a layout of its own)",
+    ]
+
+
 def test_reached_functions_follow_calls_lambdas_and_constants(tmp_path: Path) -> None:
     from dl import pipeline
 
