@@ -525,6 +525,43 @@ UNARY_MATH = frozenset({"exp", "log", "sin", "cos", "tanh", "sqrt", "abs", "sigm
 SCALAR_ONLY_MATH = frozenset({"softplus", "log1p", "expm1", "erf"})
 
 
+def integer_power(builder: llvm_ir.IRBuilder, base, exponent, name: str) -> tuple:
+    """`base ** exponent` of integers for exponent >= 0, by squaring, as a loop in the function being
+    built: (the builder after it, the result wrapped around, whether it overflowed). The base is squared
+    only while bits of the exponent are left, so every product is a factor of the result: one overflows
+    exactly when the exact result is out of range (|base| >= 2; 0, 1 and -1 never overflow)."""
+    kind, flag = base.type, TYPES["bool"]
+    function, entry = builder.block.parent, builder.block
+    loop = function.append_basic_block(f"{name}.loop")
+    square = function.append_basic_block(f"{name}.square")
+    done = function.append_basic_block(f"{name}.done")
+    builder.branch(loop)
+    builder = llvm_ir.IRBuilder(loop)
+    result, power = builder.phi(kind, f"{name}.result"), builder.phi(kind, f"{name}.power")
+    bits, overflowed = builder.phi(kind, f"{name}.bits"), builder.phi(flag, f"{name}.overflowed")
+    odd = builder.trunc(builder.and_(bits, kind(1)), flag, name=f"{name}.odd")
+    product = builder.smul_with_overflow(result, power, name=f"{name}.product")
+    result_after = builder.select(odd, builder.extract_value(product, 0), result, name=f"{name}.result.after")
+    lost = builder.and_(odd, builder.extract_value(product, 1), name=f"{name}.product.overflows")
+    overflowed_after = builder.or_(overflowed, lost, name=f"{name}.overflowed.after")
+    bits_left = builder.lshr(bits, kind(1), name=f"{name}.bits.left")
+    builder.cbranch(builder.icmp_signed("==", bits_left, kind(0)), done, square)
+    builder = llvm_ir.IRBuilder(square)
+    squared = builder.smul_with_overflow(power, power, name=f"{name}.squared")
+    power_next = builder.extract_value(squared, 0, name=f"{name}.power.next")
+    overflowed_next = builder.or_(overflowed_after, builder.extract_value(squared, 1), name=f"{name}.overflowed.next")
+    builder.branch(loop)
+    for phi, first, again in (
+        (result, kind(1), result_after),
+        (power, base, power_next),
+        (bits, exponent, bits_left),
+        (overflowed, flag(0), overflowed_next),
+    ):
+        phi.add_incoming(first, entry)
+        phi.add_incoming(again, square)
+    return llvm_ir.IRBuilder(done), result_after, overflowed_after
+
+
 def vectorisable(tree: object, last: int, floats: set[str]) -> bool:
     """Whether a tree can be computed a vector at a time along dimension `last` (collecting the float
     dtypes it computes in `floats`): reads contiguous or constant along it, no gathers."""
@@ -541,6 +578,8 @@ def vectorisable(tree: object, last: int, floats: set[str]) -> bool:
             return True
         case ir.Apply(op=op, dtype=dtype, args=args):
             if op in ("floordiv", "mod") or op in SCALAR_ONLY_MATH:  # one element at a time
+                return False
+            if op == "pow" and dtype in ir.INTEGER_DTYPES:  # a loop per element (`integer_power`)
                 return False
             if dtype in ("f32", "f64"):
                 floats.add(dtype)
@@ -1114,6 +1153,9 @@ class TensorEmission:
                 for arg in args:
                     builder, value = self.tree(builder, arg, index)
                     values.append(value)
+                if op == "pow" and dtype in ir.INTEGER_DTYPES:  # wraps around, as numpy's integer power does
+                    builder, value, _ = integer_power(builder, *values, "power")
+                    return builder, value
                 return builder, self.apply(builder, op, dtype, [ir.tree_dtype(a) for a in args], values)
         raise AssertionError(tree)
 
@@ -1523,6 +1565,11 @@ class FunctionEmitter(TensorEmission):
             return builder
         if op in ("floordiv", "mod"):
             return self.floor_division(builder, instruction, lhs, rhs)
+        if op == "pow":  # the exponent is known not to be negative (`lower.integer_power`)
+            builder, self.values[result.name], overflow = integer_power(builder, lhs, rhs, result.name)
+            if site is None:
+                return builder
+            return self.fail_unless(builder, overflow, site, f"{result.name}.overflow")
         if site is None:  # wraps (i32), or cannot overflow (a loop counter below its bound, an index times a stride)
             method = {"add": builder.add, "sub": builder.sub, "mul": builder.mul}[op]
             self.values[result.name] = method(lhs, rhs, name=result.name)

@@ -24,6 +24,7 @@ from dl.lang.primitives import FLOAT_MATH, PRIMITIVES, Prim
 from dl.lang.record import record
 from dl.lang.shapes import promote_dtypes
 from dl.lang.types import UNIT, FunctionRef, PrimitiveRef, TensorType
+from dl.runtime.errors import NEGATIVE_POWER
 
 # The math built-ins scalar code computes (an `ir.MathCall` named after the primitive); those in `FLOAT_MATH`
 # take floats only.
@@ -504,8 +505,10 @@ class FunctionLowering:
         if name is None or dtype == "bool":
             raise Unsupported(f"`{op}` on {dtype}", span)
         integer = dtype in ir.INTEGER_DTYPES
-        if integer and name in ("div", "pow"):
+        if integer and name == "div":
             raise Unsupported(f"`{op}` on integers", span)
+        if integer and name == "pow":
+            return self.integer_power(lhs, rhs, dtype, wraps, span)
         if not integer and name in ("floordiv", "mod"):
             raise Unsupported(f"`{op}` on floats", span)
         site = None
@@ -517,6 +520,16 @@ class FunctionLowering:
             site = self.overflow_site(op, span)
         result = self.temp(name, dtype)
         self.emit(ir.BinaryOp(result, name, lhs, rhs, site, wraps and integer))
+        return Value(result)
+
+    def integer_power(self, base: ir.Operand, exponent: ir.Operand, dtype: str, wraps: bool, span: Span) -> Value:
+        """`a ** e` of integers as the interpreter computes them: a negative `e` fails (E0510), then i64
+        scalars fail when the result is out of range, and i32 ones wrap around."""
+        not_negative = self.temp("exponent.not.negative", "bool")
+        self.emit(ir.Compare(not_negative, ">=", exponent, ir.Const(0, dtype)))
+        self.emit(ir.Check(not_negative, self.site("E0510", NEGATIVE_POWER, span)))
+        result = self.temp("pow", dtype)
+        self.emit(ir.BinaryOp(result, "pow", base, exponent, None if wraps else self.overflow_site("**", span), wraps))
         return Value(result)
 
     def convert(self, value: Value, dtype: str, what: str) -> ir.Operand:

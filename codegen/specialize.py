@@ -86,6 +86,7 @@ from dl.lang.record import record
 from dl.lang.shapes import TREE_OPERATORS, picks_in_place
 from dl.lang.types import UNIT, DimVar, FunctionRef, PrimitiveRef, TensorType, TupleType
 from dl.runtime.conform import conforms
+from dl.runtime.errors import NEGATIVE_POWER
 
 if TYPE_CHECKING:
     from dl.codegen.registry import Entry
@@ -1084,8 +1085,10 @@ class Specialiser(FunctionLowering):
         if op in COMPARE_NAMES:
             return Tensor("bool", shape, ir.Apply(COMPARE_NAMES[op], "bool", tuple(trees)))
         name = ARITHMETIC.get(op, op)
-        if name in ("div", "pow") and common not in FLOATS:
+        if name == "div" and common not in FLOATS:
             raise Unsupported(f"`{op}` on {common} tensors", span)
+        if name == "pow" and common in ir.INTEGER_DTYPES:
+            self.all_at_least_zero(trees[1], shape, span)
         if name in ("floordiv", "mod") and common in ir.INTEGER_DTYPES:
             self.nonzero_divisor(trees[1], shape, op, span)
         if name in ("add", "sub", "mul", "div", "pow", "neg") and common == "bool":
@@ -1100,16 +1103,30 @@ class Specialiser(FunctionLowering):
 
     def nonzero_divisor(self, divisor: object, shape: tuple[int, ...], op: str, span: Span) -> None:
         """Integer `//` and `%` fail on a zero divisor anywhere (E0510, as interpreted), before computing."""
+        self.check_every(
+            ir.Apply("ne", "bool", (divisor, ir.Splat(ZERO))), shape, f"integer division by zero in `{op}`", span
+        )
 
+    def all_at_least_zero(self, exponent: object, shape: tuple[int, ...], span: Span) -> None:
+        """Integer `**` fails on a negative exponent anywhere (E0510, as interpreted), before computing."""
+        self.check_every(
+            ir.Apply("ge", "bool", (exponent, ir.Splat(ir.Const(0, ir.tree_dtype(exponent))))),
+            shape,
+            NEGATIVE_POWER,
+            span,
+        )
+
+    def check_every(self, condition: object, shape: tuple[int, ...], message: str, span: Span) -> None:
+        """Fail at an E0510 site with `message` unless the bool tree `condition` holds at every element."""
         if not math.prod(shape):
             return
-        nonzero = ir.Apply("convert", "i64", (ir.Apply("ne", "bool", (divisor, ir.Splat(ZERO))),))
-        every = reduce(self, Tensor("i64", shape, nonzero), "min", tuple(range(len(shape))), False, span, "i64")
-        smallest = self.temp("divisor.nonzero", "i64")
+        holds = ir.Apply("convert", "i64", (condition,))
+        every = reduce(self, Tensor("i64", shape, holds), "min", tuple(range(len(shape))), False, span, "i64")
+        smallest = self.temp("every.holds", "i64")
         self.emit(ir.Evaluate(smallest, every.tree))
-        fine = self.temp("divisor.fine", "bool")
+        fine = self.temp("every.fine", "bool")
         self.emit(ir.Compare(fine, "==", smallest, ir.Const(1, "i64")))
-        self.emit(ir.Check(fine, self.site("E0510", f"integer division by zero in `{op}`", span)))
+        self.emit(ir.Check(fine, self.site("E0510", message, span)))
 
     def common_dtype_of(self, op: str, operands: list, dtype: str | None, span: Span) -> str:
         """The dtype the operands of an elementwise operation meet in (`lower.promoted_dtype`, folded)."""

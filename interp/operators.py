@@ -32,7 +32,7 @@ from dl.interp.primitives import (
 from dl.lang.diagnostics import Span
 from dl.lang.shapes import TREE_OPERATORS
 from dl.runtime.calls import Function
-from dl.runtime.errors import PrimitiveError, fail
+from dl.runtime.errors import NEGATIVE_POWER, PrimitiveError, fail
 from dl.runtime.values import StructValue, describe, dtype_name
 
 
@@ -178,7 +178,7 @@ def integer_checks(symbol: str, a: Any, b: Any, shown: str) -> None:
     if symbol in ("//", "%") and np.any(b == 0):
         raise PrimitiveError(f"integer division by zero in `{symbol}`")
     if symbol == "**" and np.any(b < 0):
-        raise PrimitiveError("an integer raised to a negative integer power; convert with `float(x)` first")
+        raise PrimitiveError(NEGATIVE_POWER)
     if symbol == "**" and a.__class__ is int and b.__class__ is int and b > 63 and abs(a) > 1:
         raise PrimitiveError(f"integer overflow: {shown} is out of the i64 range")
 

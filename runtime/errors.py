@@ -19,6 +19,8 @@ class AssertionFailure(PrimitiveError):
     pass
 
 
+NEGATIVE_POWER = "an integer raised to a negative integer power; convert with `float(x)` first"  # E0510
+
 # The DL call stack: (function name, span of the call) for each active call.
 STACK: list[tuple[str, Span]] = []
 

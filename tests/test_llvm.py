@@ -351,6 +351,9 @@ fn main() { print(apply(fn(y) => helper(y), 1.0)) }
     assert names == {"scale_of", "apply", "helper", "main", "lambda"}
 
 
+NEGATIVE_POWER = "an integer raised to a negative integer power; convert with `float(x)` first"
+
+
 @pytest.mark.parametrize(
     ("call", "message"),
     [
@@ -383,6 +386,10 @@ fn main() { print(apply(fn(y) => helper(y), 1.0)) }
         ("wholes([1.0, 1.0 / 0.0, 2.0])", "`int` of a tensor holding inf or nan"),
         ("wholes([1.0, 0.0 / 0.0, 2.0])", "`int` of a tensor holding inf or nan"),
         ("wholes([1.0, -1e19, 2.0])", "`int` of a tensor with values out of the i64 range (f32[3])"),
+        ("power(2, -1)", NEGATIVE_POWER),
+        ("power(10, 19)", "integer overflow: i64 ** i64 is out of the i64 range"),
+        ("power(-2, 64)", "integer overflow: i64 ** i64 is out of the i64 range"),
+        ("powers([2, 3, 4], [1, -1, 2])", NEGATIVE_POWER),
     ],
 )
 def test_run_time_failures_are_diagnostics(call: str, message: str, tmp_path: Path, capsys) -> None:
@@ -404,6 +411,8 @@ fn magnitude(a: i64) -> i64 {{ return abs(a) }}
 fn noise(s: i64) -> f32[3] {{ return randn(3, seed=s) }}
 fn drop(s: i64, p: f32) -> f32[3] {{ return dropout(ones(3), p, seed=s, training=true) }}
 fn wholes(x: f32[3]) -> i64[3] {{ return int(x) }}
+fn power(a: i64, e: i64) -> i64 {{ return a ** e }}
+fn powers(a: i64[3], e: i64[3]) -> i64[3] {{ return a ** e + 1 }}
 fn main() {{ print({call}) }}
 """
     status, _, err = run_cli(tmp_path, source, "--backend", "llvm", capsys=capsys)
@@ -418,6 +427,40 @@ fn main() {{ print({call}) }}
     assert err.splitlines()[:2] == interpreted.splitlines()[:2]  # the same message at the same span
     if "recursion" in message:  # the call too deep, and the same help, without a call stack
         assert err == interpreted
+
+
+def test_integer_powers_compile_to_the_interpreters_values(tmp_path: Path, capsys) -> None:
+    # i64 scalars exact (up to the edges of the range), tensors and i32 wrapping around as numpy's do
+    bases = [-7, -3, -2, -1, 0, 1, 2, 3, 10]
+    exponents = [0, 1, 2, 5, 13, 39, 62, 63, 64, 200]
+    exact = [(a, e) for a in bases for e in exponents if -(2**63) <= a**e < 2**63]
+    source = f"""
+fn power(a: i64, e: i64) -> i64 {{ return a ** e }}
+fn power32(a: i32, e: i32) -> i32 {{ return a ** e }}
+fn powers(a: i64[N], e: i64[N]) -> i64[N] {{ return a ** e }}
+fn squares(a: i64[N]) -> i64[N] {{ return a ** 2 + 3 ** (a + 5) }}
+fn main() {{
+    {"; ".join(f"print(power({a}, {e}))" for a, e in exact)}
+    print(power32(3i32, 25i32), power32(-7i32, 40i32))
+    print(powers({[a for a in bases for _ in exponents]}, {exponents * len(bases)}))
+    print(squares(arange(45) - 5))
+}}
+"""
+    status, out, err = run_cli(tmp_path, source, "--backend", "llvm", "--explain-backend", capsys=capsys)
+    assert status == 0, err
+    assert "interpreted: `**`" not in err and "`powers`(i64[90], i64[90]) compiled" in err
+    lines = out.splitlines()
+    assert [int(line) for line in lines[: len(exact)]] == [a**e for a, e in exact]
+    wrapped32 = np.array([3, -7], np.int32) ** np.array([25, 40], np.int32)
+    assert lines[len(exact)].split() == [str(v) for v in wrapped32]
+    rest = " ".join(lines[len(exact) + 1 :]).replace("[", " [ ").replace("]", " ] ").split("]")
+    numbers = [[int(v) for v in part.replace("[", "").split()] for part in rest if part.strip()]
+    base = np.repeat(np.array(bases, np.int64), len(exponents))
+    assert numbers[0] == list(base ** np.tile(np.array(exponents, np.int64), len(bases)))
+    a = np.arange(45, dtype=np.int64) - 5
+    assert numbers[1] == list(a**2 + np.int64(3) ** (a + 5))
+    status, interpreted, _ = run_cli(tmp_path, source, "--backend", "interp", capsys=capsys)
+    assert interpreted == out
 
 
 DRAWS = """
