@@ -1157,8 +1157,11 @@ class Checker:
                 self.assign(stmt, scope, context)
             case ast.ExprStmt(expr=expr):
                 value = self.expression(expr, scope, context)
-                if isinstance(expr, ast.Call) and isinstance(self.tables.types.get(id(expr.func)), FunctionRef):
+                callee = self.tables.types.get(id(expr.func)) if isinstance(expr, ast.Call) else None
+                if isinstance(callee, FunctionRef):
                     self.check_used(expr, value, scope)
+                elif (callee is None or isinstance(callee, PrimitiveRef)) and definite(value) and value != UNIT:
+                    self.dropped(stmt, value, context)
             case ast.If():
                 self.if_statement(stmt, scope, context)
             case ast.While(cond=cond, body=body):
@@ -1728,6 +1731,9 @@ class Checker:
             case ast.Binary(op=op, lhs=lhs, rhs=rhs):
                 left = self.expression(lhs, scope, context)
                 right = self.expression(rhs, scope, context)
+                if op in ARITHMETIC_OPERATORS and UNIT in (left, right):
+                    self.no_value_in(expr, lhs if left == UNIT else rhs, f"{left} {op} {right}")
+                    return ANY
                 result = self.binary_type(op, left, right, expr.span)
                 self.coerce_operands(result, ((lhs, left), (rhs, right)))
                 return result
@@ -1824,6 +1830,21 @@ class Checker:
         self.report(error("E0201", f"unknown name `{expr.id}`", expr.span, "not found in this scope", notes=notes))
         return ANY
 
+    def no_value_in(self, expr: ast.Binary | ast.Unary, empty: ast.Expr, shown: str) -> None:
+        """E0311 for `()` in arithmetic, which would give `()` again: most often the call of a function whose
+        last line is an expression with no `return` before it (as in Rust, not as in Python)."""
+        notes = [NO_VALUE]
+        callee = self.tables.types.get(id(empty.func)) if isinstance(empty, ast.Call) else None
+        if isinstance(callee, FunctionRef) and callee.key in self.functions:
+            decl = self.functions[callee.key].decl
+            last = decl.body.body[-1] if isinstance(decl.body, ast.Block) and decl.body.body else None
+            if isinstance(last, ast.ExprStmt) and self.tables.types.get(id(last.expr), UNIT) != UNIT:
+                notes.append(f"help: `{callee.name}` has no `return`: write `return {print_expr(last.expr)}`")
+            else:
+                notes.append(f"help: `{callee.name}` returns nothing; give it a `return` of a value")
+        message = f"`{expr.op}` needs a value, found {shown}"
+        self.report(error("E0311", message, empty.span, "()", notes=tuple(notes)))
+
     def binary_type(self, op: str, left: Type, right: Type, span: Span) -> Type:
         try:
             if op in ("and", "or"):
@@ -1847,6 +1868,26 @@ class Checker:
                 )
             )
         return with_folded_value(result, op, left, right)
+
+    def dropped(self, stmt: ast.ExprStmt, value: Type, context: Context) -> None:
+        """W0303 for a statement that computes a value and drops it (`x * 2.0` as a function's last line, where
+        Rust or Julia would return it; `w - lr * g` where `w = w - lr * g` was meant)."""
+        shown = print_expr(stmt.expr)
+        body = context.decl.body if context.decl is not None else None
+        if isinstance(body, ast.Block) and body.body and body.body[-1] is stmt:
+            fix = f"return it: `return {shown}` (a function's last line is not its value)"
+        elif isinstance(stmt.expr, ast.Unary) and stmt.expr.op == "-":
+            fix = (
+                "a line that starts with `-` is a statement of its own: to go on with the line above, end that "
+                "line with the `-`"
+            )
+        elif isinstance(stmt.expr, ast.Binary) and isinstance(stmt.expr.lhs, ast.Name):
+            fix = f"assign it: `{stmt.expr.lhs.id} = {shown}`"
+        else:
+            fix = f"bind it: `let y = {shown}`"
+        self.report(
+            warning("W0303", f"the value of `{shown}`, {value}, is not used", stmt.span, notes=(f"help: {fix}",))
+        )
 
     def check_used(self, call: ast.Call, value: Type, scope: Scope) -> None:
         """W0302 for a call of a function whose value a statement drops (`optim.adam(m, g, state)`): DL's
@@ -1886,6 +1927,9 @@ class Checker:
 
     def unary_type(self, op: str, operand: Type, span: Span) -> Type:
         if isinstance(operand, AnyType):
+            return ANY
+        if operand == UNIT:
+            self.report(error("E0311", f"cannot apply `{op}` to ()", span, "()", notes=(NO_VALUE,)))
             return ANY
         if op == "-" and isinstance(operand, (StructType, TupleType)):  # `-g`: each leaf negated
             return self.binary_type("*", operand, TensorType("i64", (), True), span)
@@ -2526,12 +2570,15 @@ def gradient_problem(
     `args` with respect to `positions`: E0330 unless it returns a float scalar, E0331 for a position without
     floats. None when it can."""
     if not (isinstance(result, TensorType) and result.rank == 0 and strong(result).dtype in FLOATS):
+        fix = "reduce the result to a scalar first, for example with `sum(...)` or `mean(...)`"
+        if result == UNIT:
+            fix = "end the function with `return` of its loss: a last line with no `return` gives nothing"
         return error(
             "E0330",
             f"`{name}` needs a function that returns a float scalar, but it returns {result}",
             span,
             f"returns {result}",
-            notes=("help: reduce the result to a scalar first, for example with `sum(...)` or `mean(...)`",),
+            notes=(f"help: {fix}",),
         )
     for position in positions:
         arg = strong(args[position]) if isinstance(args[position], TensorType) else args[position]
@@ -2773,6 +2820,10 @@ def fits(declared: Type, value: Type) -> bool:
     if isinstance(declared, StructType) and isinstance(value, StructType):
         return same_struct(declared, value)
     return declared == value
+
+
+ARITHMETIC_OPERATORS = frozenset({"+", "-", "*", "/", "//", "%", "**", "@"})
+NO_VALUE = "`()` is no value: it is what a function that returns nothing gives"
 
 
 def depends_on_types(code: str) -> bool:
