@@ -65,6 +65,7 @@ from dl.lang.types import (
     GradientRef,
     ModuleType,
     PrimitiveRef,
+    StrType,
     StructType,
     TapeType,
     TensorType,
@@ -1734,6 +1735,9 @@ class Checker:
                 if op in ARITHMETIC_OPERATORS and UNIT in (left, right):
                     self.no_value_in(expr, lhs if left == UNIT else rhs, f"{left} {op} {right}")
                     return ANY
+                if op == "+" and joins_text_and_value(left, right):
+                    self.text_and_value(expr, left, right)
+                    return ANY
                 result = self.binary_type(op, left, right, expr.span)
                 self.coerce_operands(result, ((lhs, left), (rhs, right)))
                 return result
@@ -1829,6 +1833,25 @@ class Checker:
             )
         self.report(error("E0201", f"unknown name `{expr.id}`", expr.span, "not found in this scope", notes=notes))
         return ANY
+
+    def text_and_value(self, expr: ast.Binary, left: Type, right: Type) -> None:
+        """E0311 for `"loss: " + loss`, whose help writes the fixes with the program's own names."""
+        text_first = isinstance(left, StrType)
+        text, value = (expr.lhs, expr.rhs) if text_first else (expr.rhs, expr.lhs)
+        shown = print_expr(value)
+        joined = f"{print_expr(text)} + str({shown})" if text_first else f"str({shown}) + {print_expr(text)}"
+        fixes = [f"`{joined}`"]
+        if isinstance(text, ast.StringLiteral) and not any(c in text.value for c in '{}"\\'):
+            fixes.append(f'`f"{text.value}{{{shown}}}"`' if text_first else f'`f"{{{shown}}}{text.value}"`')
+        self.report(
+            error(
+                "E0311",
+                f"`+` joins two strings, found {left} + {right}",
+                expr.span,
+                f"{left} + {right}",
+                notes=(f"help: make `{shown}` a string: {' or '.join(fixes)}",),
+            )
+        )
 
     def no_value_in(self, expr: ast.Binary | ast.Unary, empty: ast.Expr, shown: str) -> None:
         """E0311 for `()` in arithmetic, which would give `()` again: most often the call of a function whose
@@ -2820,6 +2843,12 @@ def fits(declared: Type, value: Type) -> bool:
     if isinstance(declared, StructType) and isinstance(value, StructType):
         return same_struct(declared, value)
     return declared == value
+
+
+def joins_text_and_value(left: Type, right: Type) -> bool:
+    """`"loss: " + loss`: a string and a value that is not one (a tree or a number)."""
+    kinds = [isinstance(t, StrType) for t in (left, right)]
+    return kinds[0] != kinds[1] and not any(isinstance(t, AnyType) for t in (left, right))
 
 
 ARITHMETIC_OPERATORS = frozenset({"+", "-", "*", "/", "//", "%", "**", "@"})

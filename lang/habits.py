@@ -21,7 +21,8 @@ STDLIB = frozenset({"nn", "optim", "data"})
 NAMES = {
     "True": "help: DL writes the booleans `true` and `false`",
     "False": "help: DL writes the booleans `true` and `false`",
-    "None": "help: DL has no `None`; an axis of size 1 is added with `expand_dims(x, axis)`",
+    "None": "help: DL has no `None`: an axis of size 1 is added with `expand_dims(x, axis)`, and a variable holds "
+    "a value from its `let` on (`let best = 1e9`)",
     "self": "help: DL has no methods: a function takes the struct it works on as a parameter",
 }
 DTYPE_NAMES = {"float32": "f32", "float64": "f64", "double": "f64", "int64": "i64", "long": "i64", "int32": "i32"}
@@ -91,9 +92,11 @@ def binding_help(name: str, call: ast.Call) -> tuple[str, ...]:
     return ()
 
 
-def syntax_help(before: list, found: tuple, brace_expected: bool) -> tuple[str, ...]:
+def syntax_help(before: list, found: tuple, expected: set[str], following: list = ()) -> tuple[str, ...]:
     """The help for a token DL's grammar rejects (`found`, after the tokens `before`, the last three of them
-    at most): a Python word there or just before (`def`, `elif x`), a block opened with `:`, or C's `i++`."""
+    at most, where the grammar takes the terminals `expected`): a Python word there or just before (`def`,
+    `elif x`), a block opened with `:`, a result type after `:`, a range `0:3`, or C's `i++`."""
+    brace_expected = "LBRACE" in expected
     words = tuple(WORDS[t[1]] for t in (*before[-1:], found) if t[0] == "NAME" and t[1] in WORDS)
     previous = before[-1] if before else ("", "")
     if not words and previous[0] == "NAME" and found[0] in NAME_LIKE:
@@ -102,6 +105,13 @@ def syntax_help(before: list, found: tuple, brace_expected: bool) -> tuple[str, 
             return (f"help: DL declares a variable with `let {thing} = ...`, and any variable can be assigned again",)
         if previous[1] == "print":
             return (f"help: `print` is a function: `print({found[1]})`",)
+    fields = len(following) == 2 and following[0][0] == "NAME" and following[1][1] == "="
+    if not words and found[1] == "{" and previous[0] == "NAME" and fields:  # `P { x = 1.0 }`
+        return (f"help: DL writes a struct's fields with `:`: `{previous[1]} {{ {following[0][1]}: ... }}`",)
+    if not words and found[1] == ":" and "ARROW" in expected:
+        return ("help: DL writes a function's result type after `->`: `fn f(x: f32) -> f32 { ... }`",)
+    if not words and found[1] == ":" and len(before) > 1 and before[-2][1] == "in" and previous[0] in NAME_LIKE:
+        return (f"help: DL writes a range `{previous[1]}..b`: `for i in 0..3` counts 0, 1 and 2",)
     if not words and found[1] == ":" and brace_expected:
         return ("help: DL puts a block in braces, not after `:`: `if x > 0 { ... }`",)
     if not words and found[1] == "," and len(before) > 1 and before[-2][1] == "for":
@@ -214,7 +224,13 @@ def spelled(name: str, call: ast.Call, receiver: ast.Expr | None) -> str | None:
     if name in CREATION and len(given) == 1 and isinstance(given[0], (ast.TupleLiteral, ast.TensorLiteral)):
         given = given[0].items  # `np.zeros((3, 4))`: DL takes each dimension as its own argument
     args = [shown(a) for a in (*((receiver,) if receiver is not None else ()), *given)]
+    if name == "transpose" and receiver is not None and len(args) == 3:  # PyTorch's x.transpose(a, b)
+        return f"swapaxes({', '.join(args)})"
     if name in BUILT_INS:
+        signature = PRIMITIVES[BY_NAME[name]].signature
+        taken = len(signature.positional) + len(signature.optional)
+        if signature.variadic is None and len(args) == taken + 1 and "axis" in signature.keyword_names:
+            args[-1] = f"axis={args[-1]}"  # `x.sum(1)`: PyTorch's `dim` is DL's keyword `axis`
         args += [f"{KEYWORDS.get(k.name, k.name)}={shown(k.value)}" for k in call.keywords]
         return f"{name}({', '.join(args)})"
     spelling = SPELLINGS.get(name)
@@ -281,7 +297,18 @@ METHODS = {
     "append": "help: a tensor's length is fixed: join with `concat(({x}, [value]))`, or make it whole with `zeros(n)` "
     "and set `{x}[i] = value`",
     "format": 'help: DL formats with f-strings: `f"loss {{loss:.3f}}"`',
-    "to": "help: `dlrun --backend cuda` runs the whole program on the GPU: no tensor is moved by hand",
+    "to": "help: `dlrun --backend cuda` runs the whole program on the GPU: no tensor is moved by hand; a dtype is "
+    "converted with `int({x})` or `float({x}, dtype=f64)`",
+    "long": "help: DL has no methods; convert with `int({x})`",
+    "int": "help: DL has no methods; convert with `int({x})`",
+    "float": "help: DL has no methods; convert with `float({x})`",
+    "double": "help: DL has no methods; convert with `float({x}, dtype=f64)`",
+    "ndim": "help: a tensor's rank is `len(shape({x}))`",
+    "dim": "help: a tensor's rank is `len(shape({x}))`",
+    "dtype": "help: a tensor's dtype is part of its type: `dlrun check --types` shows the types, and an editor's hover",
+    "clone": "help: DL's values do not change in place: use `{x}` as it is",
+    "copy": "help: DL's values do not change in place: use `{x}` as it is",
+    "contiguous": "help: DL's tensors need no layout by hand: use `{x}` as it is",
     "cuda": "help: `dlrun --backend cuda` runs the whole program on the GPU: no tensor is moved by hand",
 }
 IN_PLACE = {"add_": "+=", "sub_": "-=", "mul_": "*=", "div_": "/="}  # `x.add_(1.0)` is `x += 1.0`
@@ -300,6 +327,23 @@ def method_help(field: ast.Field, call: ast.Call | None) -> tuple[str, ...]:
         return (f"help: DL has no methods; call `{field.name}({receiver})`",)
     if field.name in IN_PLACE and call is not None and call.func is field and len(call.args) == 1:
         return (f"help: DL has no methods; write `{receiver} {IN_PLACE[field.name]} {shown(call.args[0])}`",)
+    if field.name in CONVERSIONS and call is not None and call.func is field and len(call.args) == 1:
+        target = print_expr(call.args[0]).split(".")[-1]  # `x.to(torch.float64)`, `x.type(torch.long)`
+        dtype = DTYPE_NAMES.get(target, target)
+        if dtype in ("i64", "i32"):
+            return (f"help: DL has no methods; convert with `int({receiver})`",)
+        if dtype in ("f32", "f64"):
+            return (f"help: DL has no methods; convert with `float({receiver}, dtype={dtype})`",)
+    if field.name in ("size", "shape") and call is not None and call.func is field and len(call.args) == 1:
+        return (f"help: DL has no methods; the size of an axis is `shape({receiver})[{shown(call.args[0])}]`",)
+    if field.name == "squeeze" and call is not None and call.func is field and len(call.args) == 1:
+        axis = call.args[0]
+        if isinstance(axis, ast.IntLiteral):
+            picked = ", ".join([":"] * axis.value + ["0"])
+            return (f"help: DL has no `squeeze`; index the axis of size 1 away: `{receiver}[{picked}]`",)
     if field.name in METHODS:
         return (METHODS[field.name].format(x=receiver),)
     return ()
+
+
+CONVERSIONS = frozenset({"to", "type", "astype"})

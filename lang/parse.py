@@ -727,6 +727,9 @@ def _run(source: str, path: str, start: str, first_line: int = 1, first_column: 
     if lines or columns:  # give tokens the lines (and, on the piece's first line, columns) they have in the file
         scanned = [moved(token, lines, columns) for token in scanned]
         end = moved(end, lines, columns)
+    problem = python_float(scanned, path)
+    if problem is not None:
+        raise DiagnosticError(problem)
     tokens, unclosed, misplaced = layout(scanned)
     with _lock:
         _builder.path = path
@@ -740,6 +743,36 @@ def _run(source: str, path: str, start: str, first_line: int = 1, first_column: 
     if deep is not None:
         raise DiagnosticError(deep)
     return parsed
+
+
+def python_float(tokens: list[Token], path: str) -> Diagnostic | None:
+    """Python's `1.` and `.5`, which DL reads as an integer and a field (`1.print(x)` across a line break):
+    E0102 with DL's spelling."""
+    for k, token in enumerate(tokens):
+        if token[0] != "DOT":
+            continue
+        before = tokens[k - 1] if k else None
+        after = tokens[k + 1] if k + 1 < len(tokens) else None
+        touches_before = before is not None and before[2] == token[2] and before[3] + len(before[1]) == token[3]
+        touches_after = after is not None and after[2] == token[2] and after[3] == token[3] + 1
+        if touches_before and before[0] == "INT" and not (touches_after and after[0] == "NAME"):
+            written, fixed, where = f"{before[1]}.", f"{before[1]}.0", before
+        elif touches_after and after[0] == "INT" and (before is None or before[0] not in VALUE_ENDS):
+            written, fixed, where = f".{after[1]}", f"0.{after[1]}", token
+        else:
+            continue
+        span = Span(path, where[2], where[3], where[2], where[3] + len(written))
+        return error(
+            "E0102",
+            f"`{written}` is not a number in DL",
+            span,
+            f"write `{fixed}`",
+            notes=(f"help: a float has digits on both sides of its point: `{fixed}`",),
+        )
+    return None
+
+
+VALUE_ENDS = frozenset({"NAME", "INT", "FLOAT", "RPAR", "RSQB", "STRING", "FSTRING"})  # `x.5` is not `0.5`
 
 
 def moved(token: Token, lines: int, columns: int) -> Token:
@@ -871,13 +904,17 @@ def syntax_diagnostic(table: ParseTable, tokens: list[Token], token: Token, star
         span,
         f"unexpected {found.removeprefix('the ')}",
         secondary=unclosed_label(tokens[:position], token, expected, path),
-        notes=syntax_help(tokens[max(0, position - 3) : position], token, "LBRACE" in expected),
+        notes=syntax_help(
+            tokens[max(0, position - 3) : position], token, expected, tokens[position + 1 : position + 3]
+        ),
     )
 
 
 def unclosed_label(before: list[Token], found: Token, expected: set[str], path: str) -> tuple[Label, ...]:
-    """Point at the bracket left open when a wrong bracket comes where its closer could."""
-    if found[0] not in {"RPAR", "RSQB", "RBRACE", "LBRACE", "STRUCT_LBRACE"}:
+    """Point at the bracket left open when a wrong bracket comes where its closer could, or a token on a
+    later line does (`print(f(x)` then `print(y)`: the statement went on past its line)."""
+    next_line = bool(before) and found[2] > before[-1][2]
+    if found[0] not in {"RPAR", "RSQB", "RBRACE", "LBRACE", "STRUCT_LBRACE"} and not next_line:
         return ()
     open_brackets: list[Token] = []
     for token in before:
@@ -889,6 +926,8 @@ def unclosed_label(before: list[Token], found: Token, expected: set[str], path: 
     if not open_brackets or CLOSING[open_brackets[-1][0]] not in expected:
         return ()
     opener = open_brackets[-1]
+    if opener[0] == "LBRACE" and found[0] in ("LBRACE", "STRUCT_LBRACE"):  # a block's `{`: a `{` is wrong itself
+        return ()
     return (Label(token_span(path, opener), f"this `{opener[1]}` is not closed"),)
 
 

@@ -675,14 +675,27 @@ def dims_from(args: list[Argument], name: str) -> tuple[Dim, ...]:
             continue
         if not isinstance(t, TensorType) or t.rank or t.dtype not in INTEGERS:
             several = isinstance(t, TupleType) or (isinstance(t, TensorType) and t.rank == 1)
-            example = "reshape(x, 3, 4)" if name == "reshape" else f"{name}(3, 4)"
-            notes = (f"help: pass each dimension as its own argument: `{example}`",) if several else ()
+            notes = dimensions_help(name, t) if several else ()
             raise ShapeError("E0301", f"`{name}` takes dimensions as integers, found {t}", str(t), notes)
         value = argument.value
         if isinstance(value, int) and value < 0 and name != "arange" and not (name == "reshape" and value == -1):
             raise ShapeError("E0307", f"`{name}` dimension {value} is negative")
         dims.append(value if value is not None else UNKNOWN)
     return tuple(dims)
+
+
+def dimensions_help(name: str, given: Type) -> tuple[str, ...]:
+    """How to pass the dimensions of a tuple (`ones((2, 5))`, `zeros(shape(x))`) one by one."""
+    items = given.items if isinstance(given, TupleType) else ()
+    values = [item.value if isinstance(item, TensorType) else None for item in items]
+    shown = ", ".join(str(v) for v in values) if values and None not in values else "3, 4"
+    example = f"{name}(x, {shown})" if name in ("reshape", "broadcast_to") else f"{name}({shown})"
+    notes = [f"help: pass each dimension as its own argument: `{example}`"]
+    if name in ("zeros", "ones"):
+        notes.append(f"`zeros_like(x){' + 1.0' if name == 'ones' else ''}` has the shape of `x`")
+    elif name == "reshape":
+        notes.append("`reshape_like(y, x)` gives `y` the shape of `x`")
+    return tuple(notes)
 
 
 def reshape_rule(args: list[Argument]) -> Type:
