@@ -8,6 +8,7 @@ round-trip property `parse(print_module(m)) == m` is tested with hypothesis.
 
 from __future__ import annotations
 
+import math
 from contextvars import ContextVar
 
 from dl.lang import ast
@@ -171,6 +172,8 @@ def print_expr(expr: ast.Expr) -> str:
         case ast.IntLiteral(value=value, dtype=dtype):
             return spelled(expr) or f"{value}{dtype or ''}"
         case ast.FloatLiteral(value=value, dtype=dtype):
+            if value != value:  # nan, folded from `0.0 / 0.0` (no literal spells it)
+                return f"(0.0{dtype or ''} / 0.0{dtype or ''})"
             return spelled(expr) or f"{float_text(value)}{dtype or ''}"
         case ast.BoolLiteral(value=value):
             return "true" if value else "false"
@@ -254,6 +257,9 @@ def spelled(literal: ast.IntLiteral | ast.FloatLiteral) -> str | None:
 
 
 def float_text(value: float) -> str:
+    """`value` as a float literal reads it back: `1e400` and what folds to infinity are `1.0e999`."""
+    if value in (math.inf, -math.inf):
+        return "1.0e999" if value > 0 else "-1.0e999"
     text = repr(float(value))
     if "e" in text and "." not in text.split("e")[0]:
         mantissa, exponent = text.split("e")

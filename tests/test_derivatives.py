@@ -92,6 +92,20 @@ def test_the_shipped_newton_example_is_refused_with_e0330(dlrun) -> None:
     assert lines[4] == "   |    ^^^^^^^^^^^ returns (f64, i64)"
 
 
+def test_printed_derivatives_spell_infinities_as_literals_that_read_back(dlrun, tmp_path: Path) -> None:
+    """`1e400` folds to inf: the derivative printed `inff32` and `-inf`, names that do not exist."""
+    program = tmp_path / "bounded.dl"
+    program.write_text(
+        "fn loss(w: f32[3]) -> f32 {\n    let big = 1e400\n"
+        "    return sum(minimum(w * w, big) + maximum(w, -1e400))\n}\n"
+    )
+    status, out, err = dlrun("grad", str(program), "--fn", "loss")
+    assert (status, err) == (0, "")
+    assert "let big = 1.0e999f32" in out and "-1.0e999" in out
+    program.write_text(program.read_text() + out + "fn main() { print(loss_grad([1.0, -2.0, 3.0])) }\n")
+    assert dlrun(str(program)) == (0, "[ 3. -3.  7.]\n", "")  # 2w + 1
+
+
 # ---------------------------------------------------------------------- functions that take functions
 
 BOUND = "tests/derivatives/newton_bound_functions.dl"

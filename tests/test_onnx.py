@@ -299,6 +299,39 @@ def test_a_generic_struct_and_a_dimension_value_export_to_a_package_and_to_onnx(
     np.testing.assert_allclose(onnx_output, expected, rtol=1e-6)
 
 
+CAUSAL_MODEL = """
+import nn
+struct Head { q: f32[4, 4], k: f32[4, 4], v: f32[4, 4] }
+fn attend(h: Head, x: f32[T, 4]) -> f32[T, 4] {
+    let causal = tril(ones(T, T)) == 1.0
+    return nn.masked_attention(x @ h.q, x @ h.k, x @ h.v, causal)
+}
+fn main() { save("head.safetensors", Head { q: randn(4, 4, seed=1), k: randn(4, 4, seed=2), v: randn(4, 4, seed=3) }) }
+"""
+
+
+def test_a_masked_attention_exports_its_minus_infinity(dlrun, tmp_path: Path, monkeypatch) -> None:
+    """`masked_attention` masks with the literal -1e400, folded to -inf: the package's source spells it so that it
+    reads back (it printed `-inf`, an unknown name, and export failed with a traceback)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "causal.dl").write_text(CAUSAL_MODEL)
+    assert dlrun("causal.dl")[0] == 0
+    weights = tmp_path / "head.safetensors"
+    export(dlrun, tmp_path / "causal.dl", "attend", weights, tmp_path / "c.dlpkg")
+    export(dlrun, tmp_path / "causal.dl", "attend", weights, tmp_path / "c.onnx", "--onnx")
+    x = np.random.default_rng(0).standard_normal((5, 4)).astype(np.float32)
+    from dl.interp.checkpoints import read_checkpoint
+
+    h = read_checkpoint(str(weights))
+    q, k, v = x @ h["q"], x @ h["k"], x @ h["v"]
+    scores = np.where(np.tril(np.ones((5, 5))) == 1.0, q @ k.T / np.sqrt(4.0), -np.inf)
+    weights_of = np.exp(scores - scores.max(axis=1, keepdims=True))
+    expected = weights_of / weights_of.sum(axis=1, keepdims=True) @ v
+    np.testing.assert_allclose(load_package(str(tmp_path / "c.dlpkg"))(x), expected, rtol=1e-5, atol=1e-6)
+    (onnx_output,) = run_onnx(tmp_path / "c.onnx", x=x)
+    np.testing.assert_allclose(onnx_output, expected, rtol=1e-5, atol=1e-6)
+
+
 NESTED_RESULT = """
 struct Layer { w: f32[4, 4] }
 fn both(l: Layer, x: f32[B, 4]) -> (f32[B, 4], (f32[B, 4], f32)) { return (x, (x @ l.w, 1.0)) }
