@@ -9,6 +9,8 @@ Writing (`write_atomically`, or `replacing` for a writer that wants a path): the
 to a temporary file in the target's directory, is flushed to disk, then renamed over the
 target, so the target holds either its old contents or the new ones, never a part. The
 file keeps the permissions the target had, or gets a new file's (0666 less the umask). A
+target the writer may not write (its permissions, or no write bit at all, which stops root
+too) is refused, as opening it to write would be: the rename would replace it regardless. A
 symbolic link is written through: its target is replaced, the link stays. A target that
 exists but is not a regular file is refused, so that a device such as /dev/null is never
 replaced by a file. The temporary file is named `.NAME.dl-PID-RANDOM.tmp` after the
@@ -37,6 +39,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 MAX_SOURCE_BYTES = 16 * 1024 * 1024  # a .dl file or module; far beyond any real one (docs/cli.md)
+WRITE_BITS = stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH  # a file with none is read-only, even to root
 STALE_AFTER_SECONDS = 60  # a temporary file of a gone writer is stale once untouched this long
 KINDS = (
     (stat.S_ISDIR, "a directory"),
@@ -129,6 +132,8 @@ def replacing(path: str | os.PathLike) -> Iterator[Path]:
         existing = None
     if existing is not None and not stat.S_ISREG(existing.st_mode):
         raise not_regular(existing.st_mode, path)
+    if existing is not None and (not existing.st_mode & WRITE_BITS or not os.access(target, os.W_OK)):
+        raise PermissionError(errno.EACCES, "it is read-only (`chmod u+w` it to let it be replaced)", str(path))
     remove_stale_temporaries(target)
     temporary = target.parent / f".{target.name}.dl-{os.getpid()}-{os.urandom(4).hex()}.tmp"
     os.close(os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o666))

@@ -255,6 +255,49 @@ def test_a_replaced_file_keeps_its_permissions(tmp_path: Path) -> None:
     assert target.read_text() == "new" and stat.S_IMODE(target.stat().st_mode) == 0o600
 
 
+def test_a_read_only_file_is_not_replaced_by_save_fmt_or_export(tmp_path: Path, dlrun) -> None:
+    """The rename would replace a file its permissions protect (even one without a write bit for root, who may
+    write anything): save, fmt and export refuse it as opening it to write would, and leave it."""
+    checkpoint = tmp_path / "kept.safetensors"
+    checkpoint.write_bytes(b"old weights")
+    source = tmp_path / "messy.dl"
+    source.write_text("fn main() {\nprint(1)\n}\n")
+    package = tmp_path / "model.dlpkg"
+    package.write_bytes(b"old package")
+    for target in (checkpoint, source, package):
+        target.chmod(0o444)
+    message = "it is read-only (`chmod u+w` it to let it be replaced)"
+    status, _, err = dlrun(save_program(tmp_path, checkpoint))
+    assert status == 1 and err.startswith(f"error[E0521]: save: cannot write checkpoint `{checkpoint}`: {message}\n")
+    assert dlrun("fmt", str(source)) == (
+        1,
+        "1 file left alone (errors above)\n",
+        f"dlrun fmt: error: cannot write `{source}`: {message}\n",
+    )
+    model = tmp_path / "model.dl"
+    weights = tmp_path / "m.safetensors"
+    model.write_text(
+        "struct M { w: f32[2] }\nfn f(m: M, x: f32[2]) -> f32[2] { return m.w * x }\n"
+        f'fn main() {{ save("{weights}", M {{ w: ones(2) }}) }}\n'
+    )
+    assert dlrun(str(model))[0] == 0
+    status, _, err = dlrun("export", str(model), "--fn", "f", "--weights", str(weights), "-o", str(package))
+    assert status == 1 and err.startswith(f"error[E0608]: cannot write `{package}`: {message}\n"), err
+    assert (checkpoint.read_bytes(), source.read_text(), package.read_bytes()) == (
+        b"old weights",
+        "fn main() {\nprint(1)\n}\n",
+        b"old package",
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "kept.safetensors",
+        "m.safetensors",
+        "main.dl",
+        "messy.dl",
+        "model.dl",
+        "model.dlpkg",
+    ]
+
+
 def test_fmt_formats_through_a_symbolic_link(tmp_path: Path, dlrun) -> None:
     real = tmp_path / "real.dl"
     real.write_text("fn main() {\nprint(1)\n}\n")
