@@ -1190,6 +1190,15 @@ def load_csv(path: Any, skip_header: Any) -> np.ndarray:
             f'"{path}" line {lines[row]}, column {column + 1}: {values[row, column]:g} is beyond the range of f32; '
             "scale the column down before loading"
         )
+    whole = (values == np.trunc(values)) & (np.abs(values) > 2**24) & np.isfinite(values)
+    changed = np.argwhere(whole & (single.astype(np.float64) != values))
+    if changed.size:  # an id or a count past 2**24: f32 would read a neighbour
+        row, column = changed[0]
+        raise PrimitiveError(
+            f'"{path}" line {lines[row]}, column {column + 1}: {values[row, column]:.0f} is an integer f32 cannot '
+            f"hold exactly (it would be {single[row, column]:.0f}); `load_csv` reads f32: write such a column to an "
+            ".npz archive and read it with `load_npz(path, name, dtype=i64)`"
+        )
     return single
 
 
@@ -1270,6 +1279,25 @@ def npz_array(path: str, name: str) -> np.ndarray:
         raise PrimitiveError(str(problem)) from None
 
 
+def inexact_integers(array: np.ndarray, kind: np.dtype) -> np.ndarray:
+    """The integers of `array` that the float dtype `kind` does not hold exactly (beyond 2**24 for f32, 2**53
+    for f64, only some are), in order."""
+    exact = 2 ** (np.finfo(kind).nmant + 1)
+    wide = array.reshape(-1)
+    large = wide[(wide > exact) | (wide < -exact)] if array.dtype.kind == "i" else wide[wide > exact]
+    if not large.size:
+        return large
+    back = large.astype(kind)
+    inside = np.abs(back) < 2.0**63
+    same = np.zeros(large.shape, bool)
+    if large.dtype.kind == "u":
+        fits = inside & (large <= np.iinfo(np.int64).max)
+        same[fits] = back[fits].astype(np.int64) == large[fits].astype(np.int64)
+    else:
+        same[inside] = back[inside].astype(np.int64) == large[inside]
+    return large[~same]
+
+
 def converted(array: np.ndarray, kind: np.dtype, what: str) -> np.ndarray:
     """`array` as `kind`, refusing what would change values: fractions or out-of-range values into integers,
     numbers into bools, and anything that is not a number."""
@@ -1282,6 +1310,16 @@ def converted(array: np.ndarray, kind: np.dtype, what: str) -> np.ndarray:
         if beyond.any():
             found = array[beyond][0]
             raise PrimitiveError(f"{what} holds {found:g}, beyond the range of {wanted}; load it with `dtype=f64`")
+    if kind.kind == "f" and array.dtype.kind in "iu" and array.size:  # past 2**24 (f32) not every integer is one
+        changed = inexact_integers(array, kind)
+        if changed.size:
+            value = changed[0]
+            number = int(value)
+            better = "f64" if wanted == "f32" and abs(number) <= 2**53 else "i64" if number < 2**63 else None
+            fix = f"load it with `dtype={better}`" if better else "no dtype of DL holds it"
+            raise PrimitiveError(
+                f"{what} holds {value}, which {wanted} cannot hold exactly (it would be {int(kind.type(value))}); {fix}"
+            )
     if kind.kind == "i" and array.size:
         if array.dtype.kind == "f" and not np.all(np.isfinite(array) & (array == np.trunc(array))):
             raise PrimitiveError(f"{what} holds {found} values that are not whole numbers; load it with `dtype=f32`")

@@ -241,6 +241,12 @@ def check_load_csv_errors(tmp_path: Path) -> None:
     beyond_f64 = tmp_path / "huge.csv"
     beyond_f64.write_text("1,1e400\n")
     assert run_time_error("load_csv(a)", str(beyond_f64)).endswith('line 1: "1e400" is beyond the range of numbers')
+    ids = tmp_path / "ids.csv"
+    ids.write_text("16777216,0.1\n16777217,1\n")  # f32 holds every integer to 2**24, not 2**24 + 1
+    assert run_time_error("load_csv(a)", str(ids)).endswith(
+        "line 2, column 1: 16777217 is an integer f32 cannot hold exactly (it would be 16777216); `load_csv` reads "
+        "f32: write such a column to an .npz archive and read it with `load_npz(path, name, dtype=i64)`"
+    )
     special = tmp_path / "special.csv"
     special.write_text("\ufeffnan,inf\n-inf,1e-50\n")  # a spreadsheet's byte order mark; nan and inf as written
     loaded = dl_eval("load_csv(a)", str(special))
@@ -282,6 +288,20 @@ def check_load_npz_errors(tmp_path: Path) -> None:
     np.savez(huge, values=np.array([1.0, 1e300, -np.inf]))
     assert run_time_error('load_npz(a, "values", rank=1)', str(huge)) == (
         f'load_npz: array "values" in "{huge}" holds 1e+300, beyond the range of f32; load it with `dtype=f64`'
+    )
+    integers = tmp_path / "integers.npz"
+    np.savez(
+        integers, small=np.array([-(2**24), 2**24, 7]), id=np.array([[16777217]], np.int32), big=np.array([2**60 + 1])
+    )
+    assert dl_eval('load_npz(a, "small", rank=1)', str(integers)).tolist() == [-(2**24), 2**24, 7]
+    assert run_time_error('load_npz(a, "id", rank=2)', str(integers)) == (
+        f'load_npz: array "id" in "{integers}" holds 16777217, which f32 cannot hold exactly (it would be '
+        "16777216); load it with `dtype=f64`"
+    )
+    assert dl_eval('load_npz(a, "id", rank=2, dtype=f64)', str(integers)).tolist() == [[16777217.0]]
+    assert run_time_error('load_npz(a, "big", rank=1, dtype=f64)', str(integers)).endswith(
+        "holds 1152921504606846977, which f64 cannot hold exactly (it would be 1152921504606846976); "
+        "load it with `dtype=i64`"
     )
     missing = tmp_path / "missing.npz"
     assert run_time_error('load_npz(a, "x")', str(missing)) == f'load_npz: cannot read "{missing}": no such file'
