@@ -226,6 +226,17 @@ class Typed:
         one = found.pop() if len(found) == 1 else None
         return one if one != SEVERAL else None
 
+    def instance_alike(self, call: ast.Call, args: list[Type], params: tuple[ast.Param, ...]) -> int | None:
+        """A check of the callee's body that some check of `call` made for parameters of the ranks and dtypes of
+        `args` (sizes aside): a derivative written for ranks serves every call of those ranks. None if none."""
+        made = self.instances_called.get(id(call), NOTHING)
+        wanted = [rank_structure(strong(t) if isinstance(t, TensorType) else t) for t in args]
+        for check in sorted(set(made.values()) - {SEVERAL}):
+            typed = [self.body_types.get(id(param), NOTHING).get(check) for param in params]
+            if all(t is None or rank_structure(t) == w for t, w in zip(typed, wanted, strict=False)):
+                return check
+        return None
+
     def called_several(self, call: ast.Call) -> bool:
         """Whether one check of the body `call` is in checked it for arguments of several types (it is in a
         loop over a tuple)."""
@@ -2843,6 +2854,17 @@ def fits(declared: Type, value: Type) -> bool:
     if isinstance(declared, StructType) and isinstance(value, StructType):
         return same_struct(declared, value)
     return declared == value
+
+
+def rank_structure(t: Type | None) -> object:
+    """What a derivative written for ranks depends on in a type: each tensor's dtype and rank (not its sizes)."""
+    if isinstance(t, TensorType):
+        return (t.dtype, t.rank)
+    if isinstance(t, TupleType):
+        return tuple(rank_structure(item) for item in t.items)
+    if isinstance(t, StructType):
+        return (t.name, tuple(rank_structure(field_type) for _, field_type in t.fields))
+    return t
 
 
 def joins_text_and_value(left: Type, right: Type) -> bool:

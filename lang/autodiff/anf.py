@@ -273,6 +273,10 @@ class ForwardSweep:
         if not isinstance(decl, ast.FnDecl) or not varied:
             return None
         instance = self.instance_of(original)
+        if instance is None and self.round.rank_sensitive(decl):  # checks of one rank, with different sizes
+            args = [self.type_of(arg) for arg in original.args]
+            if len(args) == len(decl.params) and not original.keywords:
+                instance = self.typed.instance_alike(original, args, decl.params)
         if instance is None and self.round.rank_sensitive(decl) and self.typed.called_several(original):
             raise NotDifferentiable(
                 f"`grad` cannot yet differentiate this call of `{decl.name}`: it gives `{decl.name}` arguments of "
