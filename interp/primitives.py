@@ -420,11 +420,19 @@ def reduction(function, name: str, nonempty: bool = False, several: bool = True)
             raise PrimitiveError(f"`{name}` takes one axis, found the tuple {describe(axis)}")
         position = axes_of(x, axis, name)
         keep = flag_of(keepdims, "keepdims")
-        if nonempty and x.size == 0:
+        if nonempty and x.size == 0 and reduces_nothing(x.shape, position):
             raise PrimitiveError(f"`{name}` of an empty tensor {describe(x)}")
         return scalar(function(x, axis=position, keepdims=keep))
 
     return apply
+
+
+def reduces_nothing(shape: tuple[int, ...], axes: int | tuple[int, ...] | None) -> bool:
+    """Whether a reduction over `axes` (None: all) meets an axis of length 0, where `max` or `mean` has no
+    value; over other axes of a tensor with no elements, the result is as empty as numpy's."""
+    if axes is None:
+        return not math.prod(shape)
+    return any(shape[axis] == 0 for axis in (axes if axes.__class__ is tuple else (axes,)))
 
 
 def whole_reduction(whole, general, integers: bool):
