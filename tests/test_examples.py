@@ -76,6 +76,16 @@ def test_train_learns_saves_and_resumes(run_in, tmp_path: Path) -> None:
     assert float(first.split()[-1]) == accuracies[-1]  # the saved model, exactly
 
 
+def test_train_refuses_a_mode_it_does_not_know_before_training(run_in, tmp_path: Path) -> None:
+    status, out, err = run_in("train.dl", "--quick")  # `quick` meant: it trained 20 epochs and saved over
+    assert (status, out) == (1, "")
+    assert err.startswith(
+        'error[E0502]: assertion failed: unknown mode "--quick": give none (train 20 epochs), `quick` (2 epochs) '
+        "or `--resume`\n"
+    )
+    assert not (tmp_path / "digits_mlp.safetensors").exists()
+
+
 def test_train_is_reproducible(run_in) -> None:
     assert run_in("train.dl", "quick") == run_in("train.dl", "quick")
 
