@@ -433,6 +433,9 @@ def execute(command: str, file: str, args: list[str], options: argparse.Namespac
     elif distributed.launched_size() == 1:  # ranks sharing a host would share its cores: one thread each
         threads.use(threads.default_count())
     explain = (lambda report: print(report, file=sys.stderr)) if options.explain_backend else None
+    if explain is not None and options.backend == "interp":
+        explain("--explain-backend: the interpreter runs every function; it explains what `--backend llvm` compiles")
+        explain = None
     if distributed.launched_rank() != 0:
         explain = None  # one copy of the report: every rank compiles the same functions
     pipeline.run(program, args, options.backend, typed, explain, cache=not options.no_cache)

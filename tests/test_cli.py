@@ -25,6 +25,14 @@ def test_options_may_come_before_or_after_the_command(dlrun, argv: tuple[str, ..
     assert dlrun(*argv) == (0, HELLO, "")
 
 
+def test_explain_backend_on_the_interpreter_says_what_it_explains(dlrun) -> None:
+    assert dlrun("--explain-backend", "examples/hello.dl") == (
+        0,
+        HELLO,
+        "--explain-backend: the interpreter runs every function; it explains what `--backend llvm` compiles\n",
+    )
+
+
 @pytest.mark.parametrize("argv", [("run",), ("--backend", "interp"), ("check",)])  # `dlrun` alone: the REPL
 def test_a_missing_file_is_a_usage_error(dlrun, argv: tuple[str, ...]) -> None:
     status, out, err = dlrun(*argv)
