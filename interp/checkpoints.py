@@ -138,6 +138,8 @@ def save(path: Any, value: Any) -> tuple:
 def path_of(path: Any, name: str) -> str:
     if not isinstance(path, str):
         raise CheckpointError(f"`{name}` takes the file's path as a string, found {describe(path)}")
+    if not path:
+        raise CheckpointError(f'`{name}` takes the file\'s path, found the empty string ""')
     return path
 
 
@@ -173,6 +175,22 @@ def load(path: Any, like: Any) -> Any:
     return rebuilt(like, tensors)
 
 
+TORCH_ADVICE = "convert it in Python with `safetensors.torch.save_file(state_dict, path)`"
+
+
+def foreign_format(data: bytes) -> str | None:
+    """What a file that is not safetensors is, by its first bytes, and what to do: PyTorch's `torch.save` (a zip
+    archive since 1.6, a pickle before), a pickle, numpy's `.npy` or `.npz`. DL never unpickles."""
+    if data.startswith(b"PK\x03\x04"):
+        return f"a zip archive (`torch.save`'s: {TORCH_ADVICE}; an .npz archive is read with `load_npz`)"
+    if data.startswith(b"\x80") and len(data) > 1 and data[1] <= 5:
+        pickled = "a Python pickle (`torch.save`'s before PyTorch 1.6, or `pickle.dump`'s)"
+        return f"{pickled}: DL never unpickles; {TORCH_ADVICE}"
+    if data.startswith(b"\x93NUMPY"):
+        return "a numpy .npy array: save it in an .npz archive (`np.savez`) and read it with `load_npz`"
+    return None
+
+
 def read_checkpoint(path: str) -> dict[str, np.ndarray]:
     import safetensors.numpy
 
@@ -184,6 +202,9 @@ def read_checkpoint(path: str) -> dict[str, np.ndarray]:
         return safetensors.numpy.load(data)
     except safetensors.SafetensorError as problem:
         detail = str(problem).removeprefix("Error while deserializing: ")
+        foreign = foreign_format(data)
+        if foreign is not None:
+            raise CheckpointError(f"cannot read checkpoint `{path}`: it is not safetensors but {foreign}") from None
         raise CheckpointError(
             f"cannot read checkpoint `{path}`: not a safetensors file, or truncated or corrupt ({detail})"
         ) from None

@@ -1163,6 +1163,8 @@ def batches(data: Any, size: Any, shuffle: Any, seed: Any) -> Any:
 def path_of(path: Any, name: str) -> str:
     if path.__class__ is not str:
         raise PrimitiveError(f"`{name}` takes the path as a string, found {describe(path)}")
+    if not path:
+        raise PrimitiveError(f'`{name}` takes a file\'s path, found the empty string ""')
     return path
 
 

@@ -293,6 +293,40 @@ def test_a_truncated_or_corrupt_file_is_a_diagnostic(tmp_path: Path) -> None:
         assert message.startswith(f"load: cannot read checkpoint `{path}`: not a safetensors file, or truncated or")
 
 
+def test_a_file_of_pytorch_pickle_or_numpy_says_what_it_is_and_how_to_convert_it(tmp_path: Path) -> None:
+    """The first bytes tell them apart; nothing is unpickled."""
+    path = tmp_path / "model.pt"
+    advice = "convert it in Python with `safetensors.torch.save_file(state_dict, path)`"
+    for data, what in (
+        (
+            b"PK\x03\x04" + bytes(60),
+            f"a zip archive (`torch.save`'s: {advice}; an .npz archive is read with `load_npz`)",
+        ),
+        (
+            b"\x80\x02}q\x00." + bytes(60),
+            f"a Python pickle (`torch.save`'s before PyTorch 1.6, or `pickle.dump`'s): DL never unpickles; {advice}",
+        ),
+        (
+            b"\x93NUMPY\x01\x00" + bytes(60),
+            "a numpy .npy array: save it in an .npz archive (`np.savez`) and read it with `load_npz`",
+        ),
+    ):
+        path.write_bytes(data)
+        assert run_error(STATE, "load_state", str(path)) == (
+            "E0521",
+            f"load: cannot read checkpoint `{path}`: it is not safetensors but {what}",
+        )
+
+
+def test_an_empty_path_is_refused_as_empty(tmp_path: Path) -> None:
+    for function in ("save_state", "load_state"):
+        verb = function.split("_")[0]
+        assert run_error(STATE, function, "") == (
+            "E0521",
+            f'`{verb}` takes the file\'s path, found the empty string ""',
+        )
+
+
 def test_a_missing_file_or_directory_is_a_diagnostic(tmp_path: Path) -> None:
     assert run_error(STATE, "load_state", str(tmp_path / "nowhere.safetensors")) == (
         "E0521",
