@@ -34,6 +34,7 @@ from dl.lang import ast
 from dl.lang.calls import BindingError, arranged, bind, bind_function
 from dl.lang.check import Signature
 from dl.lang.diagnostics import DiagnosticError, Span, error
+from dl.lang.files import shipped
 from dl.lang.primitives import BY_NAME, PRIMITIVES, Prim
 from dl.lang.record import record
 from dl.lang.shapes import Argument, ShapeError, broadcast_dims, promote_dtypes
@@ -78,6 +79,9 @@ class Tensor:
     @property
     def rank(self) -> int:
         return self.type.rank
+
+
+STDLIB = str(shipped("dl.stdlib", "nn.dl").parent)  # where the standard library's spans point
 
 
 @record(frozen=True)
@@ -300,6 +304,12 @@ class Lowering:
                 outcome = self.block(list(decl.body.body), scope, graph, in_loop=False)
                 return outcome.value if isinstance(outcome, Returned) else ()
             return self.expression(decl.body, scope, graph)
+        except Refused as refusal:  # inside the standard library: shown at the call the user wrote
+            if refusal.span.path.startswith(STDLIB) and not span.path.startswith(STDLIB):
+                where = f"the standard library's {refusal.span.path[len(STDLIB) + 1 :]}:{refusal.span.line}"
+                inside = f"reached through `{name.replace('__', '.')}` ({where})"
+                raise Refused(refusal.what, span, f"{refusal.why}; {inside}" if refusal.why else inside) from None
+            raise
         finally:
             self.inlining.pop()
 
@@ -674,6 +684,9 @@ class Lowering:
         return self.primitive(function.prim, values, span, graph, given)
 
     def primitive(self, prim: Prim, values: list[Any], span: Span, graph: Graph, given: list[Any] | None = None) -> Any:
+        training = values[-1] if prim is Prim.DROPOUT else None
+        if isinstance(training, Number) and not training.value:  # the inference path: dropout is `x` itself
+            return values[0]
         if prim not in HANDLERS:
             raise Refused(f"`{prim.value}`", span, SUPPORT.refused[prim])
         return HANDLERS[prim](Call(self, graph, values, given if given is not None else values, prim, span))

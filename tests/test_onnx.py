@@ -187,7 +187,13 @@ def test_the_control_flow_is_in_the_graph(corpus: Path, dlrun) -> None:
 
 
 REFUSED = """
+import nn
+
 struct W { w: f32[2] }
+
+fn dropped(m: W, x: f32[2]) -> f32[2] {
+    return nn.dropout(x * m.w, 0.5, 1, true)
+}
 
 fn shows(m: W, x: f32[2]) -> f32[2] {
     print(x)
@@ -239,7 +245,9 @@ fn main() { save("w.safetensors", W { w: ones(2) }) }
 """
 
 
-@pytest.mark.parametrize("function", ["shows", "noisy", "recursive", "checked", "leaves", "stores", "parted"])
+@pytest.mark.parametrize(
+    "function", ["shows", "noisy", "recursive", "checked", "leaves", "stores", "parted", "dropped"]
+)
 def test_what_onnx_cannot_express_is_a_diagnostic_at_its_span(
     dlrun, tmp_path: Path, monkeypatch, function: str, update_goldens: bool
 ) -> None:
@@ -253,6 +261,28 @@ def test_what_onnx_cannot_express_is_a_diagnostic_at_its_span(
     assert status == 1
     check_golden(ROOT / "tests" / "onnx" / f"refused.{function}.err", err, update_goldens)
     assert not (tmp_path / "m.onnx").exists()
+
+
+DROPOUT_MODEL = """
+import nn
+struct M { w: f32[4, 4] }
+fn forward(m: M, x: f32[B, 4], training: bool) -> f32[B, 4] { return nn.dropout(tanh(x @ m.w), 0.5, 7, training) }
+fn predict(m: M, x: f32[B, 4]) -> f32[B, 4] { return forward(m, x, false) * 2.0 }
+fn main() { save("m.safetensors", M { w: reshape(float(arange(16)) * 0.1, 4, 4) }) }
+"""
+
+
+def test_dropout_on_the_inference_path_exports_as_its_input(dlrun, tmp_path: Path, monkeypatch) -> None:
+    """`training` known false when exported (here through a call): dropout is `x`, as it is when run."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "dropped.dl").write_text(DROPOUT_MODEL)
+    assert dlrun("dropped.dl")[0] == 0
+    export(dlrun, tmp_path / "dropped.dl", "predict", tmp_path / "m.safetensors", tmp_path / "p.onnx", "--onnx")
+    x = np.random.default_rng(0).standard_normal((3, 4)).astype(np.float32)
+    w = (np.arange(16, dtype=np.float32) * np.float32(0.1)).reshape(4, 4)
+    (output,) = run_onnx(tmp_path / "p.onnx", x=x)
+    np.testing.assert_allclose(output, np.tanh(x @ w) * 2.0, rtol=1e-6)
+    assert not any(node.op_type == "Dropout" for node in onnx.load(str(tmp_path / "p.onnx")).graph.node)
 
 
 def test_the_lowering_implements_exactly_what_the_onnx_column_says() -> None:
