@@ -2030,6 +2030,11 @@ class Checker:
                     )
                 return result
         notes = habits.dtype_call_help(callee.dtype, expr) if isinstance(callee, DTypeType) else ()
+        if isinstance(expr.func, ast.Name) and (expr.func.id in BY_NAME or expr.func.id in TRANSFORMS):
+            notes = (  # `let sum = 0.0` then `sum(x)`
+                f"help: the variable `{expr.func.id}` hides the built-in `{expr.func.id}`: give the variable another "
+                "name (`total`)",
+            )
         message = f"{callee} is not a function and cannot be called"
         self.report(error("E0314", message, expr.func.span, str(callee), notes=notes))
         return ANY

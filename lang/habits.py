@@ -105,6 +105,13 @@ def syntax_help(before: list, found: tuple, expected: set[str], following: list 
             return (f"help: DL declares a variable with `let {thing} = ...`, and any variable can be assigned again",)
         if previous[1] == "print":
             return (f"help: `print` is a function: `print({found[1]})`",)
+    top_level = "FN" in expected and "STRUCT" in expected and "LBRACE" not in expected
+    assigned = found[0] == "NAME" and bool(following) and following[0][1] == "="
+    if not words and top_level and (found[1] in ("let", "var") or assigned):
+        thing = following[0][1] if found[1] in ("let", "var") and following else found[1]
+        return (f"help: a value outside functions is a constant: `const {thing} = ...`",)
+    if not words and top_level and found[0] == "NAME":
+        return ("help: statements go inside a function: `fn main() { ... }` is what `dlrun` runs",)
     fields = len(following) == 2 and following[0][0] == "NAME" and following[1][1] == "="
     if not words and found[1] == "{" and previous[0] == "NAME" and fields:  # `P { x = 1.0 }`
         return (f"help: DL writes a struct's fields with `:`: `{previous[1]} {{ {following[0][1]}: ... }}`",)

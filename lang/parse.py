@@ -935,7 +935,8 @@ def unclosed_label(before: list[Token], found: Token, expected: set[str], path: 
 
 # A top-level declaration starts a line: one of these keywords at column 1.
 DECLARATION_START = re.compile(r"(?:fn|struct|const|import)(?![A-Za-z0-9_])")
-DECLARED_NAME = re.compile(r"(?:fn|struct|const)\s+([A-Za-z_][A-Za-z0-9_]*)")
+# the name a broken declaration meant (`let lr = 0.01` at the top level is meant as a `const`)
+DECLARED_NAME = re.compile(r"(?:fn|struct|const|let|var)\s+([A-Za-z_][A-Za-z0-9_]*)")
 
 
 class Recovered(NamedTuple):
