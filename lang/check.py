@@ -1425,11 +1425,14 @@ class Checker:
         value = self.expression(expr, scope, context)
         if isinstance(value, AnyType) or value == BOOL:
             return
-        hint = (
-            ("help: reduce it first, e.g. `sum(c) > 0` or `all`-style with `min`",)
-            if (isinstance(value, TensorType) and value.dtype == "bool")
-            else ()
-        )
+        hint: tuple[str, ...] = ()
+        if isinstance(value, TensorType) and value.dtype == "bool":
+            hint = ("help: reduce it first, e.g. `sum(c) > 0` or `all`-style with `min`",)
+        elif isinstance(value, TensorType) and not value.dims:  # `while n`: Python's truthiness
+            zero = "0.0" if value.dtype in FLOATS else "0"
+            hint = (f"help: DL has no truthiness: compare, `{what} {print_expr(expr)} != {zero}`",)
+        elif isinstance(value, StrType):
+            hint = ('help: DL has no truthiness: compare, `!= ""`',)
         self.report(
             error(
                 "E0304",
@@ -1448,8 +1451,15 @@ class Checker:
                 if not isinstance(bound_type, AnyType) and not (
                     isinstance(bound_type, TensorType) and not bound_type.dims and bound_type.dtype in INTEGERS
                 ):
+                    text = ("help: a command-line argument is a string: convert it with `int(...)`",)
                     self.report(
-                        error("E0301", f"a range needs integer bounds, found {bound_type}", bound.span, str(bound_type))
+                        error(
+                            "E0301",
+                            f"a range needs integer bounds, found {bound_type}",
+                            bound.span,
+                            str(bound_type),
+                            notes=text if isinstance(bound_type, StrType) else (),
+                        )
                     )
             elements: list[Type] = [I64]
         else:

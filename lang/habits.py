@@ -57,6 +57,7 @@ CHARACTERS = {
     "|": "help: DL writes `||` as `or`",
     "!": "help: DL writes `!x` as `not x` (and `!=` compares)",
     "^": "help: DL raises to a power with `**`",
+    "'": 'help: DL writes strings in double quotes: `"hello"`',
 }
 
 # `x[x > 0]`: a shape says how many elements a value has before it runs; a mask's count is known only then.
@@ -92,7 +93,9 @@ def binding_help(name: str, call: ast.Call) -> tuple[str, ...]:
     return ()
 
 
-def syntax_help(before: list, found: tuple, expected: set[str], following: list = ()) -> tuple[str, ...]:
+def syntax_help(
+    before: list, found: tuple, expected: set[str], following: list = (), opening: str = ""
+) -> tuple[str, ...]:
     """The help for a token DL's grammar rejects (`found`, after the tokens `before`, the last three of them
     at most, where the grammar takes the terminals `expected`): a Python word there or just before (`def`,
     `elif x`), a block opened with `:`, a result type after `:`, a range `0:3`, or C's `i++`."""
@@ -112,6 +115,19 @@ def syntax_help(before: list, found: tuple, expected: set[str], following: list 
         return (f"help: a value outside functions is a constant: `const {thing} = ...`",)
     if not words and top_level and found[0] == "NAME":
         return ("help: statements go inside a function: `fn main() { ... }` is what `dlrun` runs",)
+    if not words and found[1] == "=" and previous[1] == "..":
+        return ("help: a range leaves out its end: `a..b + 1` counts to `b`",)
+    declaring_two = opening in ("let", "var") and len(before) > 1 and before[-2][1] in ("let", "var")
+    if not words and found[1] == "," and declaring_two and previous[0] == "NAME":
+        return (f"help: DL takes a tuple apart in parentheses: `let ({previous[1]}, ...) = ...`",)
+    if not words and found[1] == "," and opening == "return":
+        return ("help: DL returns several values as one tuple: `return (a, b)`",)
+    if not words and previous[1] == "assert" and found[0] in NAME_LIKE | {"LPAR", "MINUS", "NOT"}:
+        return ('help: `assert` is a function: `assert(x > 0.0, "message")`',)
+    if not words and found[1] in ("//", "/") and opening in ("", "//", "/") and previous[1] in ("", "{", "}"):
+        return ("help: DL's comments start with `#`",)
+    if not words and found[1] == "=" and opening in ("if", "while") and "LBRACE" in expected:
+        return ("help: compare with `==`; `=` assigns",)
     fields = len(following) == 2 and following[0][0] == "NAME" and following[1][1] == "="
     if not words and found[1] == "{" and previous[0] == "NAME" and fields:  # `P { x = 1.0 }`
         return (f"help: DL writes a struct's fields with `:`: `{previous[1]} {{ {following[0][1]}: ... }}`",)

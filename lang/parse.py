@@ -905,9 +905,22 @@ def syntax_diagnostic(table: ParseTable, tokens: list[Token], token: Token, star
         f"unexpected {found.removeprefix('the ')}",
         secondary=unclosed_label(tokens[:position], token, expected, path),
         notes=syntax_help(
-            tokens[max(0, position - 3) : position], token, expected, tokens[position + 1 : position + 3]
+            tokens[max(0, position - 3) : position],
+            token,
+            expected,
+            tokens[position + 1 : position + 3],
+            statement_opening(tokens, position),
         ),
     )
+
+
+def statement_opening(tokens: list[Token], position: int) -> str:
+    """The first token of the statement the token at `position` is in (after the last separator or brace
+    before it); "" when it opens one."""
+    start = position
+    while start > 0 and tokens[start - 1][0] not in ("SEP", "NEWLINE", "LBRACE", "RBRACE"):
+        start -= 1
+    return tokens[start][1] if start < position else ""
 
 
 def unclosed_label(before: list[Token], found: Token, expected: set[str], path: str) -> tuple[Label, ...]:
@@ -928,6 +941,8 @@ def unclosed_label(before: list[Token], found: Token, expected: set[str], path: 
     opener = open_brackets[-1]
     if opener[0] == "LBRACE" and found[0] in ("LBRACE", "STRUCT_LBRACE"):  # a block's `{`: a `{` is wrong itself
         return ()
+    if opener[0] not in ("LPAR", "LSQB") and found[0] not in {"RPAR", "RSQB", "RBRACE", "LBRACE", "STRUCT_LBRACE"}:
+        return ()  # a statement's first token on a new line: only a `(` or `[` left open carries it on
     return (Label(token_span(path, opener), f"this `{opener[1]}` is not closed"),)
 
 
