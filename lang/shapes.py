@@ -145,9 +145,10 @@ def tensor(t: Type, what: str) -> TensorType | None:
 def broadcast(a: TensorType, b: TensorType, symbol: str) -> tuple[Dim, ...]:
     dims = broadcast_dims(a.dims, b.dims)
     if dims is None:
-        raise ShapeError(
-            "E0303", f"shapes do not broadcast: {a} {symbol} {b}", f"{a} {symbol} {b}", notes=broadcast_notes(a, b)
-        )
+        notes = broadcast_notes(a, b)
+        if symbol == "*" and a.rank >= 2 and b.rank >= 2 and same_dim(a.dims[-1], b.dims[-2]):
+            notes = (*notes, "help: `*` multiplies element by element; `@` multiplies matrices")
+        raise ShapeError("E0303", f"shapes do not broadcast: {a} {symbol} {b}", f"{a} {symbol} {b}", notes=notes)
     return dims
 
 
@@ -242,7 +243,13 @@ def tree_leaves(a: Type, b: Type, symbol: str, shown: str, where: str) -> Type:
     if is_tree(other) and (
         type(other) is not type(tree) or (isinstance(tree, StructType) and not same_struct(other, tree))
     ):
-        raise ShapeError("E0311", f"`{symbol}` of two trees needs them of one structure, found {shown}", shown)
+        pair = next((t for t in (tree, other) if isinstance(t, TupleType) and len(t.items) == 2), None)
+        notes = ()
+        if pair is not None and isinstance(pair.items[0], TensorType) and not pair.items[0].rank:
+            notes = ("help: `value_and_grad` gives (value, gradient): `let (loss, g) = value_and_grad(f)(...)`",)
+        raise ShapeError(
+            "E0311", f"`{symbol}` of two trees needs them of one structure, found {shown}", shown, notes=notes
+        )
     if isinstance(tree, TupleType):
         if isinstance(other, TupleType) and len(other.items) != len(tree.items):
             raise ShapeError("E0311", f"`{symbol}` of two tuples needs them of one length, found {shown}", shown)
