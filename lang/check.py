@@ -565,7 +565,12 @@ class Checker:
         if self.silent:
             return
         if self.call_sites and depends_on_types(diagnostic.code):  # in a function checked for one call's types
-            diagnostic = self.in_call(diagnostic)
+            moved = self.in_call(diagnostic)
+            if moved.span != diagnostic.span:  # shown at the call: one mistake per call, not its follow-ons
+                if ("call", moved.span) in self.reported:
+                    return
+                self.reported.add(("call", moved.span))
+            diagnostic = moved
         key = (diagnostic.code, diagnostic.span)
         if key in self.reported:
             return
@@ -577,7 +582,14 @@ class Checker:
         call, it is shown where it is, with a note naming the call; in another module (the stdlib, an import),
         whose code the caller did not write, it is reported at the call that reached it from outside, pointing
         into the callee (a secondary label there, and a note with its file:line:col)."""
-        outside = next((site for site in reversed(self.call_sites) if site[1].path != diagnostic.span.path), None)
+        outside = next(
+            (
+                site
+                for site in reversed(self.call_sites)
+                if site[1].path != diagnostic.span.path and not site[1].path.startswith(STDLIB)
+            ),
+            None,
+        )
         if outside is None:
             name, call, args = self.call_sites[-1]
             note = f"`{name}` is checked with the argument types of the call at {call}: ({shown_types(args)})"
@@ -2887,6 +2899,8 @@ def joins_text_and_value(left: Type, right: Type) -> bool:
     kinds = [isinstance(t, StrType) for t in (left, right)]
     return kinds[0] != kinds[1] and not any(isinstance(t, AnyType) for t in (left, right))
 
+
+STDLIB = str(stdlib_path("nn").parent)  # a call inside the standard library is not where a user's mistake is shown
 
 ARITHMETIC_OPERATORS = frozenset({"+", "-", "*", "/", "//", "%", "**", "@"})
 NO_VALUE = "`()` is no value: it is what a function that returns nothing gives"

@@ -394,6 +394,26 @@ def test_labels_of_the_right_count_but_another_shape_are_refused(loss: str, shap
     assert f"{loss}: labels must have the shape of the logits without their last axis" in diagnostic.message
 
 
+@pytest.mark.parametrize(
+    "arguments",
+    ["zeros(4, 10), one_hot([1, 2, 3, 4], 10)", "[1, 2, 3, 4], zeros(4, 10)"],
+    ids=["one-hot labels", "arguments swapped"],
+)
+def test_a_wrong_call_of_a_loss_is_one_error_at_the_call(arguments: str) -> None:
+    """One mistake in a call of the standard library is one diagnostic at the call written: not its follow-ons
+    inside (a gather of float indices, a log_softmax of integers), nor any shown at the library's own lines."""
+    import dl.lang
+
+    source = f"import nn\nfn main() {{\n    print(nn.cross_entropy({arguments}))\n}}\n"
+    typed = dl.lang.check(source, "loss.dl")
+    [diagnostic] = typed.errors
+    assert (diagnostic.code, diagnostic.span.path, diagnostic.span.line) == ("E0335", "loss.dl", 3)
+    assert diagnostic.message == (
+        "this assertion fails: cross_entropy: labels must have the shape of the logits without their last axis "
+        "(class indices, not one-hot)"
+    )
+
+
 def test_cross_entropy_labels_of_another_shape_are_a_checker_error() -> None:
     source = """import nn
 fn loss(logits: f32[B, T, K], labels: i64[T, B]) -> f32 { return nn.cross_entropy(logits, labels) }
