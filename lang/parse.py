@@ -898,19 +898,24 @@ def syntax_diagnostic(table: ParseTable, tokens: list[Token], token: Token, star
     span = Span(path, line, column, line, column + max(1, len(text)))
     from dl.lang.habits import syntax_help  # (only a mistake needs it)
 
+    notes = syntax_help(
+        tokens[max(0, position - 3) : position],
+        token,
+        expected,
+        tokens[position + 1 : position + 3],
+        statement_opening(tokens, position),
+    )
+    if start == "embedded_expr" and token[1] == "=" and position + 1 == len(tokens):
+        shown = " ".join(t[1] for t in tokens[:position])  # Python's `f"{loss=}"`
+        notes = (f'help: DL\'s f-strings have no `=` field: write `f"{shown}={{{shown}}}"`',)
+
     return error(
         "E0102",
         message,
         span,
         f"unexpected {found.removeprefix('the ')}",
         secondary=unclosed_label(tokens[:position], token, expected, path),
-        notes=syntax_help(
-            tokens[max(0, position - 3) : position],
-            token,
-            expected,
-            tokens[position + 1 : position + 3],
-            statement_opening(tokens, position),
-        ),
+        notes=notes,
     )
 
 
