@@ -37,6 +37,12 @@ fn layer_norm_grad(x, gamma, beta, eps, c) { return grad(layer_norm_loss, wrt=(0
 fn cross_entropy_grad(logits, labels) { return value_and_grad(nn.cross_entropy)(logits, labels) }""",
     "mse": "fn mse(prediction, target) { return nn.mse(prediction, target) }",
     "mse_grad": "fn mse_grad(prediction, target) { return grad(nn.mse, wrt=(0, 1))(prediction, target) }",
+    "nll_loss_grad": "fn nll_loss_grad(lp, labels) { return value_and_grad(nn.nll_loss)(lp, labels) }",
+    "bce_with_logits_grad": """
+fn bce_with_logits_grad(x, t) { return value_and_grad(nn.bce_with_logits, wrt=(0, 1))(x, t) }""",
+    "huber_grad": "fn huber_grad(p, t) { return value_and_grad(nn.huber, wrt=(0, 1))(p, t) }",
+    "huber_delta_grad": """
+fn huber_delta_grad(p, t, d) { return value_and_grad(fn(p, t) => nn.huber(p, t, delta=d), wrt=(0, 1))(p, t) }""",
     "accuracy": "fn accuracy(logits, labels) { return nn.accuracy(logits, labels) }",
     "embedding": "fn embedding(table, ids) { return nn.embedding(table, ids) }",
     "embedding_grad": "fn embedding_grad(table, ids, c) { return grad(fn(t) => sum(nn.embedding(t, ids) * c))(table) }",
@@ -433,6 +439,36 @@ def test_mse(dtype: type) -> None:
     close(call("mse", prediction, target), expected, dtype)
     for actual, wanted in zip(call("mse_grad", prediction, target), (tp.grad, tt.grad), strict=True):
         close(actual, wanted, dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
+def test_nll_loss_bce_with_logits_and_huber_match_torch(dtype: type) -> None:
+    """Values and gradients; the logits reach 40, where sigmoid rounds to 1 and a loss from it would be inf."""
+    logits = normal(1, 4, 5, dtype=dtype) * dtype(10.0)
+    targets = (np.random.default_rng(2).random((4, 5)) > 0.5).astype(dtype)
+    labels = np.array([4, 0, 2, 2], dtype=np.int64)
+    log_probs = torch.log_softmax(torch.tensor(logits.astype(np.float64)), -1).numpy().astype(dtype)
+    (tl,) = tensors(log_probs)
+    expected = F.nll_loss(tl, torch.tensor(labels))
+    expected.backward()
+    value, gradient = call("nll_loss_grad", log_probs, labels)
+    close(value, expected, dtype)
+    close(gradient, tl.grad, dtype)
+    tx, tt = tensors(logits, targets)
+    expected = F.binary_cross_entropy_with_logits(tx, tt)
+    expected.backward()
+    value, gradients = call("bce_with_logits_grad", logits, targets)
+    close(value, expected, dtype)
+    for actual, wanted in zip(gradients, (tx.grad, tt.grad), strict=True):
+        close(actual, wanted, dtype)
+    for name, delta, extra in (("huber_grad", 1.0, ()), ("huber_delta_grad", 7.5, (dtype(7.5),))):
+        tp, tt = tensors(logits, targets * dtype(3.0))
+        expected = F.huber_loss(tp, tt, delta=delta)
+        expected.backward()
+        value, gradients = call(name, logits, targets * dtype(3.0), *extra)
+        close(value, expected, dtype)
+        for actual, wanted in zip(gradients, (tp.grad, tt.grad), strict=True):
+            close(actual, wanted, dtype)
 
 
 @pytest.mark.parametrize("target_shape", [(3,), (1, 3), ()], ids=["row", "row-of-one", "scalar"])
