@@ -170,11 +170,16 @@ class Round:
 
     def known_statically(self, site: Site) -> None:
         """`grad(f)` is written where `f` is known: a function's name, a lambda, or a name bound once to a
-        lambda or a local `fn` whose captured names do not change. A parameter or variable holding some
-        function does not say which (each call could pass another), so its derivative cannot be written once."""
+        declared function, a lambda or a local `fn` whose captured names do not change. A parameter or variable
+        holding some function does not say which (each call could pass another), so its derivative cannot be
+        written once."""
         reference, local = site.reference, site.local
         if not isinstance(reference, ast.Name) or local is None or reference.id not in local.bound:
             return
+        top_level = self.typed.program.modules[site.function_module].decls
+        declared = any(decl is site.function for decl in top_level)
+        if reference.id in local.aliases and reference.id not in local.assigned and declared:
+            return  # `let g = f` of a declared function: `g` always holds `f` (another would be another type)
         bound = local.lambdas.get(reference.id)
         unchanged = reference.id not in local.assigned and bound is not None
         if bound is site.function and unchanged:

@@ -87,6 +87,7 @@ class Scope:
     # name -> the ast.Lambda a single `let name = fn(...) => ...` binds, or the local `fn name` declared once
     lambdas: dict
     bound_at: dict = field(default_factory=dict)  # name -> the (line, column) of each binding of it
+    aliases: frozenset[str] = frozenset()  # names a single `let` binds to a declared function by name (`let g = f`)
 
     @staticmethod
     def empty() -> Scope:
@@ -106,7 +107,12 @@ class Scope:
             if isinstance(node, ast.FnDecl):
                 lets.setdefault(node.name, []).append(node)
         lambdas = {n: v[0] for n, v in lets.items() if len(v) == 1 and isinstance(v[0], (ast.Lambda, ast.FnDecl))}
-        return Scope(frozenset(bound), frozenset(ast.assigned_names(decl.body)), lambdas, bound_at)
+        aliases = {
+            n
+            for n, v in lets.items()
+            if len(v) == 1 and ((isinstance(v[0], ast.Name) and v[0].id not in bound) or isinstance(v[0], ast.Field))
+        }
+        return Scope(frozenset(bound), frozenset(ast.assigned_names(decl.body)), lambdas, bound_at, frozenset(aliases))
 
     def bound_after(self, name: str, span: Span) -> bool:
         """Whether a `let` (a loop, a local `fn`) binds `name` again after `span`: a function made at `span`
