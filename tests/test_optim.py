@@ -52,6 +52,25 @@ fn train_momentum(w1, b1, w2, b2, x, y, lr, beta) {
     return unpack(m)
 }
 
+fn train_sgd_decayed(w1, b1, w2, b2, x, y, lr, weight_decay) {
+    let m = model(w1, b1, w2, b2)
+    for step in 0..STEPS {
+        let (value, g) = value_and_grad(loss)(m, x, y)
+        m = optim.sgd(m, g, lr, weight_decay=weight_decay)
+    }
+    return unpack(m)
+}
+
+fn train_nesterov(w1, b1, w2, b2, x, y, lr, beta, weight_decay) {
+    let m = model(w1, b1, w2, b2)
+    let state = optim.momentum_init(m)
+    for step in 0..STEPS {
+        let (value, g) = value_and_grad(loss)(m, x, y)
+        (m, state) = optim.momentum(m, g, state, lr, beta=beta, weight_decay=weight_decay, nesterov=true)
+    }
+    return unpack(m)
+}
+
 fn train_adam(w1, b1, w2, b2, x, y, lr, beta1, beta2, eps) {
     let m = model(w1, b1, w2, b2)
     let state = optim.adam_init(m)
@@ -129,6 +148,11 @@ def dl_train(dtype: type, name: str, hyper: list[float]) -> list[np.ndarray]:
 CASES = {
     "sgd": ([0.3], lambda ps: torch.optim.SGD(ps, lr=0.3)),
     "momentum": ([0.1, 0.8], lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.8)),
+    "sgd_decayed": ([0.3, 0.05], lambda ps: torch.optim.SGD(ps, lr=0.3, weight_decay=0.05)),
+    "nesterov": (
+        [0.1, 0.8, 0.01],
+        lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.8, nesterov=True, weight_decay=0.01),
+    ),
     "adam": ([0.05, 0.85, 0.99, 1e-6], lambda ps: torch.optim.Adam(ps, lr=0.05, betas=(0.85, 0.99), eps=1e-6)),
     "adamw": (
         [0.05, 0.9, 0.995, 1e-7, 0.1],
