@@ -1569,6 +1569,7 @@ class Checker:
             if isinstance(node, ast.TupleLiteral) and len(node.items) == len(value.items):
                 span, label = node.items[k].span, f"this is {value.items[k]}"
             notes = (f"note: item {k} (counting from 0) is {value.items[k]}, where {declared.items[k]} is declared",)
+        notes = string_help(declared, value, print_expr(node) if node is not None else "...") or notes
         self.report(error("E0301", f"{what}, but the value is {value}", span, label, secondary=secondary, notes=notes))
         return False
 
@@ -3121,7 +3122,17 @@ def argument_mismatch(
         for dim, (bound, where) in bindings.items()
         if f"`{dim}`" in problem and where != span
     )
+    notes = string_help(param, arg, "...") or notes
     return error("E0301", f"argument `{name}` of `{function}` expects {param}, found {arg}", span, problem, notes=notes)
+
+
+def string_help(declared: Type, value: Type, shown: str) -> tuple[str, ...]:
+    """A string where a number is expected: most often `main`'s argument (`fn main(lr = "0.1")`), which the
+    command line gives as text."""
+    if not (isinstance(value, StrType) and isinstance(declared, TensorType) and not declared.dims):
+        return ()
+    convert = "int" if declared.dtype in INTEGERS else "float"
+    return (f"help: convert the string with `{convert}({shown})` (a command-line argument is a string)",)
 
 
 def substitute(t: Type, bindings: dict[str, Dim]) -> Type:
