@@ -1772,6 +1772,13 @@ class Checker:
                 if op == "+" and joins_text_and_value(left, right):
                     self.text_and_value(expr, left, right)
                     return ANY
+                if op == "@" and (hint := self.transposed_batch(lhs, rhs)):
+                    try:
+                        matmul_type(left, right)
+                    except ShapeError as problem:
+                        notes = (*problem.notes, hint)
+                        self.report(error(problem.code, str(problem), expr.span, problem.label, notes=notes))
+                        return ANY
                 result = self.binary_type(op, left, right, expr.span)
                 self.coerce_operands(result, ((lhs, left), (rhs, right)))
                 return result
@@ -1867,6 +1874,20 @@ class Checker:
             )
         self.report(error("E0201", f"unknown name `{expr.id}`", expr.span, "not found in this scope", notes=notes))
         return ANY
+
+    def transposed_batch(self, *operands: ast.Expr) -> str | None:
+        """PyTorch's `k.transpose(-2, -1)` written `transpose(k)` for a batch of matrices: DL's `transpose`
+        reverses every axis, as numpy's does. The help for a product of one, if it fails."""
+        for operand in operands:
+            if isinstance(operand, ast.Call) and isinstance(operand.func, ast.Name) and operand.func.id == "transpose":
+                inner = self.tables.types.get(id(operand.args[0])) if len(operand.args) == 1 else None
+                if isinstance(inner, TensorType) and inner.rank >= 3:
+                    shown = print_expr(operand.args[0])
+                    return (
+                        f"help: `transpose` reverses every axis of the rank-{inner.rank} `{shown}`; to swap its last "
+                        f"two, as PyTorch's `.transpose(-2, -1)`, write `swapaxes({shown}, -2, -1)`"
+                    )
+        return None
 
     def text_and_value(self, expr: ast.Binary, left: Type, right: Type) -> None:
         """E0311 for `"loss: " + loss`, whose help writes the fixes with the program's own names."""
