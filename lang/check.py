@@ -232,8 +232,8 @@ class Typed:
         made = self.instances_called.get(id(call), NOTHING)
         wanted = [rank_structure(strong(t) if isinstance(t, TensorType) else t) for t in args]
         for check in sorted(set(made.values()) - {SEVERAL}):
-            typed = [self.body_types.get(id(param), NOTHING).get(check) for param in params]
-            if all(t is None or rank_structure(t) == w for t, w in zip(typed, wanted, strict=False)):
+            typed = [self.type_in_body(param, check) for param in params]
+            if all(rank_structure(t) == w for t, w in zip(typed, wanted, strict=False)):
                 return check
         return None
 
