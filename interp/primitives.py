@@ -1173,15 +1173,19 @@ def unreadable(path: str, failure: OSError) -> PrimitiveError:
     return PrimitiveError(f'cannot read "{path}": {reason or failure.strerror or "it cannot be opened"}')
 
 
-def load_csv(path: Any, skip_header: Any) -> np.ndarray:
-    """A numeric CSV file as an f32 matrix: one row per line (blank lines skipped), one column per value."""
+def load_csv(path: Any, skip_header: Any, delimiter: Any) -> np.ndarray:
+    """A numeric CSV file as an f32 matrix: one row per line (blank lines skipped), one column per value,
+    the values between `delimiter`s (`","`; `"\\t"` for a TSV file)."""
     import csv  # imported here, as npz and gzip are: a run that reads no such file does without them
 
     path = path_of(path, "load_csv")
     skip = flag_of(skip_header, "skip_header")
+    if delimiter.__class__ is not str or len(delimiter) != 1 or delimiter in '"\r\n':
+        shown = f'"{delimiter}"' if delimiter.__class__ is str else describe(delimiter)
+        raise PrimitiveError(f'`load_csv` takes `delimiter=` as one character (`","`, `"\\t"`), found {shown}')
     try:
         text = read_text(path).removeprefix("\ufeff")  # the byte order mark spreadsheets write first
-        rows, lines = csv_rows(csv.reader(io.StringIO(text, newline="")), path, skip)
+        rows, lines = csv_rows(csv.reader(io.StringIO(text, newline=""), delimiter=delimiter), path, skip)
     except OSError as failure:
         raise unreadable(path, failure) from None
     except UnicodeDecodeError:
@@ -1235,6 +1239,11 @@ def csv_rows(reader, path: str, skip_header: bool) -> tuple[list[list[float]], l
         except ValueError:
             texts = [cell for cell in row if not is_number_text(cell)]
             message = f'"{path}" line {line}: cannot read "{texts[0].strip()}" as a number'
+            separator = next((c for c in "\t;| " if c in texts[0].strip()), None)
+            if len(row) == 1 and separator is not None:  # a TSV file, or a European spreadsheet's `;`
+                shown = "\\t" if separator == "\t" else separator
+                message += f'; its values look separated by `{shown}`: `load_csv(path, delimiter="{shown}")`'
+                raise PrimitiveError(message) from None
             if not rows and not header_skipped and len(texts) == len(row):  # all text: most likely column names
                 message += f"; if line {line} is a header, skip it with `load_csv(path, skip_header=true)`"
             elif len(texts) < len(row):  # numbers beside text: a column of names or categories

@@ -733,7 +733,7 @@ PRIMITIVES_LIST = (
         Prim.LOAD_CSV,
         "data",
         "a CSV file of numbers as an `f32` matrix",
-        Signature(("path",), keywords=(("skip_header", False),)),
+        Signature(("path",), keywords=(("skip_header", False), ("delimiter", ","))),
         shapes.load_csv_rule,
         DATA,
     ),

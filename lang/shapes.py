@@ -1408,6 +1408,8 @@ def batches_rule(args: list[Argument]) -> Type:
 def load_csv_rule(args: list[Argument]) -> Type:
     text_argument(args[0], "load_csv", "path")
     flag_argument(args[1], "skip_header")
+    if args[2].given:
+        text_argument(args[2], "load_csv", "delimiter")
     return TensorType("f32", (UNKNOWN, UNKNOWN))
 
 

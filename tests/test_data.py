@@ -241,6 +241,16 @@ def check_load_csv_errors(tmp_path: Path) -> None:
     beyond_f64 = tmp_path / "huge.csv"
     beyond_f64.write_text("1,1e400\n")
     assert run_time_error("load_csv(a)", str(beyond_f64)).endswith('line 1: "1e400" is beyond the range of numbers')
+    tabs = tmp_path / "table.tsv"
+    tabs.write_text("1\t2.5\n3\t4\n")
+    np.testing.assert_array_equal(dl_eval('load_csv(a, delimiter="\\t")', str(tabs)), [[1.0, 2.5], [3.0, 4.0]])
+    assert run_time_error("load_csv(a)", str(tabs)).endswith(
+        'line 1: cannot read "1\t2.5" as a number; its values look separated by `\\t`: '
+        '`load_csv(path, delimiter="\\t")`'
+    )
+    assert run_time_error('load_csv(a, delimiter=";;")', str(tabs)) == (
+        '`load_csv` takes `delimiter=` as one character (`","`, `"\\t"`), found ";;"'
+    )
     ids = tmp_path / "ids.csv"
     ids.write_text("16777216,0.1\n16777217,1\n")  # f32 holds every integer to 2**24, not 2**24 + 1
     assert run_time_error("load_csv(a)", str(ids)).endswith(
