@@ -20,6 +20,7 @@ from __future__ import annotations
 import functools
 import io
 import math
+import re
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -1185,7 +1186,7 @@ def load_csv(path: Any, skip_header: Any, delimiter: Any) -> np.ndarray:
         raise PrimitiveError(f'`load_csv` takes `delimiter=` as one character (`","`, `"\\t"`), found {shown}')
     try:
         text = read_text(path).removeprefix("\ufeff")  # the byte order mark spreadsheets write first
-        rows, lines = csv_rows(csv.reader(io.StringIO(text, newline=""), delimiter=delimiter), path, skip)
+        rows, lines, texts = csv_rows(csv.reader(io.StringIO(text, newline=""), delimiter=delimiter), path, skip)
     except OSError as failure:
         raise unreadable(path, failure) from None
     except UnicodeDecodeError:
@@ -1205,21 +1206,25 @@ def load_csv(path: Any, skip_header: Any, delimiter: Any) -> np.ndarray:
             "scale the column down before loading"
         )
     whole = (values == np.trunc(values)) & (np.abs(values) > 2**24) & np.isfinite(values)
-    changed = np.argwhere(whole & (single.astype(np.float64) != values))
-    if changed.size:  # an id or a count past 2**24: f32 would read a neighbour
-        row, column = changed[0]
-        raise PrimitiveError(
-            f'"{path}" line {lines[row]}, column {column + 1}: {values[row, column]:.0f} is an integer f32 cannot '
-            f"hold exactly (it would be {single[row, column]:.0f}); `load_csv` reads f32: write such a column to an "
-            ".npz archive and read it with `load_npz(path, name, dtype=i64)`"
-        )
+    for row, column in np.argwhere(whole & (single.astype(np.float64) != values)):
+        written = texts[row][column].strip()
+        if INTEGER_TEXT.fullmatch(written):  # an id or a count past 2**24: f32 would read a neighbour
+            raise PrimitiveError(
+                f'"{path}" line {lines[row]}, column {column + 1}: {int(written)} is an integer f32 cannot hold '
+                f"exactly (it would be {single[row, column]:.0f}); `load_csv` reads f32: write such a column to an "
+                ".npz archive and read it with `load_npz(path, name, dtype=i64)`"
+            )
     return single
 
 
-def csv_rows(reader, path: str, skip_header: bool) -> tuple[list[list[float]], list[int]]:
-    """The rows of numbers and the line each is on."""
+INTEGER_TEXT = re.compile(r"[+-]?\d+")  # a field written as an integer (`1.5e30` is a float, rounded as such)
+
+
+def csv_rows(reader, path: str, skip_header: bool) -> tuple[list[list[float]], list[int], list[list[str]]]:
+    """The rows of numbers, the line each is on, and each row's fields as written."""
     rows: list[list[float]] = []
     lines: list[int] = []
+    texts: list[list[str]] = []
     first_line = 0
     header_skipped = skip_header
     for row in reader:
@@ -1236,6 +1241,7 @@ def csv_rows(reader, path: str, skip_header: bool) -> tuple[list[list[float]], l
         try:
             rows.append([float(cell) for cell in row])
             lines.append(line)
+            texts.append(row)
         except ValueError:
             texts = [cell for cell in row if not is_number_text(cell)]
             message = f'"{path}" line {line}: cannot read "{texts[0].strip()}" as a number'
@@ -1257,7 +1263,7 @@ def csv_rows(reader, path: str, skip_header: bool) -> tuple[list[list[float]], l
         if huge is not None and "inf" not in huge.lower():  # `1e400`: beyond any float, where `inf` is meant
             raise PrimitiveError(f'"{path}" line {line}: "{huge.strip()}" is beyond the range of numbers')
         first_line = first_line or line
-    return rows, lines
+    return rows, lines, texts
 
 
 def is_number_text(text: str) -> bool:

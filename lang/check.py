@@ -227,13 +227,13 @@ class Typed:
         return one if one != SEVERAL else None
 
     def instance_alike(self, call: ast.Call, args: list[Type], params: tuple[ast.Param, ...]) -> int | None:
-        """A check of the callee's body that some check of `call` made for parameters of the ranks and dtypes of
-        `args` (sizes aside): a derivative written for ranks serves every call of those ranks. None if none."""
+        """A check of the callee's body that some check of `call` made for parameters of the types of `args`, up to
+        the names of sizes' checks (`size_structure`): its derivative serves this call. None if none."""
         made = self.instances_called.get(id(call), NOTHING)
-        wanted = [rank_structure(strong(t) if isinstance(t, TensorType) else t) for t in args]
+        wanted = [size_structure(strong(t) if isinstance(t, TensorType) else t) for t in args]
         for check in sorted(set(made.values()) - {SEVERAL}):
             typed = [self.type_in_body(param, check) for param in params]
-            if all(rank_structure(t) == w for t, w in zip(typed, wanted, strict=False)):
+            if all(size_structure(t) == w for t, w in zip(typed, wanted, strict=False)):
                 return check
         return None
 
@@ -2905,14 +2905,19 @@ def fits(declared: Type, value: Type) -> bool:
     return declared == value
 
 
-def rank_structure(t: Type | None) -> object:
-    """What a derivative written for ranks depends on in a type: each tensor's dtype and rank (not its sizes)."""
+def size_structure(t: Type | None) -> object:
+    """What a derivative depends on in a type: each tensor's dtype, rank and sizes (a size of 1 where another is
+    not means a broadcast, whose derivative sums), a size name standing for itself whatever check gave it. A
+    size not known stands for nothing: no other type matches it."""
     if isinstance(t, TensorType):
-        return (t.dtype, t.rank)
+        dims = tuple(
+            d if isinstance(d, int) else ("size", d.name) if isinstance(d, DimVar) else object() for d in t.dims
+        )
+        return (t.dtype, dims)
     if isinstance(t, TupleType):
-        return tuple(rank_structure(item) for item in t.items)
+        return tuple(size_structure(item) for item in t.items)
     if isinstance(t, StructType):
-        return (t.name, tuple(rank_structure(field_type) for _, field_type in t.fields))
+        return (t.name, tuple(size_structure(field_type) for _, field_type in t.fields))
     return t
 
 

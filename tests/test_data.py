@@ -241,6 +241,11 @@ def check_load_csv_errors(tmp_path: Path) -> None:
     beyond_f64 = tmp_path / "huge.csv"
     beyond_f64.write_text("1,1e400\n")
     assert run_time_error("load_csv(a)", str(beyond_f64)).endswith('line 1: "1e400" is beyond the range of numbers')
+    floats = tmp_path / "floats.csv"
+    floats.write_text("1.5e30,3e10\n6.02214076e23,16777217.0\n")  # floats written as floats round, as f32 does
+    np.testing.assert_array_equal(
+        dl_eval("load_csv(a)", str(floats)), np.array([[1.5e30, 3e10], [6.02214076e23, 16777217.0]], np.float32)
+    )
     tabs = tmp_path / "table.tsv"
     tabs.write_text("1\t2.5\n3\t4\n")
     np.testing.assert_array_equal(dl_eval('load_csv(a, delimiter="\\t")', str(tabs)), [[1.0, 2.5], [3.0, 4.0]])
