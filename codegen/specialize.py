@@ -1087,8 +1087,8 @@ class Specialiser(FunctionLowering):
         name = ARITHMETIC.get(op, op)
         if name == "div" and common not in FLOATS:
             raise Unsupported(f"`{op}` on {common} tensors", span)
-        if name == "pow" and common in ir.INTEGER_DTYPES:
-            self.all_at_least_zero(trees[1], shape, span)
+        if name == "pow" and common in ir.INTEGER_DTYPES:  # every exponent given, as numpy checks `b` itself
+            self.all_at_least_zero(values[1], span)
         if name in ("floordiv", "mod") and common in ir.INTEGER_DTYPES:
             self.nonzero_divisor(trees[1], shape, op, span)
         if name in ("add", "sub", "mul", "div", "pow", "neg") and common == "bool":
@@ -1107,14 +1107,16 @@ class Specialiser(FunctionLowering):
             ir.Apply("ne", "bool", (divisor, ir.Splat(ZERO))), shape, f"integer division by zero in `{op}`", span
         )
 
-    def all_at_least_zero(self, exponent: object, shape: tuple[int, ...], span: Span) -> None:
-        """Integer `**` fails on a negative exponent anywhere (E0510, as interpreted), before computing."""
-        self.check_every(
-            ir.Apply("ge", "bool", (exponent, ir.Splat(ir.Const(0, ir.tree_dtype(exponent))))),
-            shape,
-            NEGATIVE_POWER,
-            span,
-        )
+    def all_at_least_zero(self, exponent: object, span: Span) -> None:
+        """Integer `**` fails on a negative exponent anywhere (E0510, as interpreted), before computing: each
+        element of the exponent as given, even where the result has none (a scalar exponent of an empty base)."""
+        if isinstance(exponent, Value):
+            fine = self.temp("exponent.not.negative", "bool")
+            self.emit(ir.Compare(fine, ">=", exponent.operand, ir.Const(0, exponent.operand.dtype)))
+            self.emit(ir.Check(fine, self.site("E0510", NEGATIVE_POWER, span)))
+            return
+        zero = ir.Splat(ir.Const(0, exponent.dtype))
+        self.check_every(ir.Apply("ge", "bool", (exponent.tree, zero)), exponent.shape, NEGATIVE_POWER, span)
 
     def check_every(self, condition: object, shape: tuple[int, ...], message: str, span: Span) -> None:
         """Fail at an E0510 site with `message` unless the bool tree `condition` holds at every element."""

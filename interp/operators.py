@@ -105,6 +105,8 @@ def general(symbol: str, a: Any, b: Any, weak_a: bool = False, weak_b: bool = Fa
         a, b = promote(a, b, weak_a, weak_b)
         if wide_integer_scalars(symbol, a, b):
             a, b = int(a), int(b)  # exact: the range check below reports what numpy's int64 would wrap
+            if symbol == "**" and b > 63 and abs(a) > 1:  # out of range, and too large to compute first
+                raise PrimitiveError(f"integer overflow: {shown(symbol, a, b)} is out of the i64 range")
         result = scalar(FUNCTIONS[symbol](a, b))
     except OverflowError:
         raise out_of_range(symbol, a, b) from None

@@ -566,7 +566,7 @@ class Checker:
             return
         if self.call_sites and depends_on_types(diagnostic.code):  # in a function checked for one call's types
             moved = self.in_call(diagnostic)
-            if moved.span != diagnostic.span:  # shown at the call: one mistake per call, not its follow-ons
+            if moved.span != diagnostic.span and diagnostic.span.path.startswith(STDLIB):  # one per stdlib call
                 if ("call", moved.span) in self.reported:
                     return
                 self.reported.add(("call", moved.span))
@@ -1300,6 +1300,11 @@ class Checker:
         value = self.expression(stmt.value, scope, context)
         if stmt.op != "=" and not (isinstance(stmt.target, ast.Name) and scope.lookup(stmt.target.id) is None):
             current = self.expression(stmt.target, scope, context)
+            if UNIT in (current, value):  # `total += double(x)` of a function with no `return`
+                self.no_value_in(
+                    stmt.op[:-1], stmt.value if value == UNIT else stmt.target, f"{current} {stmt.op} {value}"
+                )
+                return
             value = self.binary_type(stmt.op[0], current, value, stmt.span)
         kept = self.store(stmt.target, value, stmt.value.span, scope, context, stmt.value if stmt.op == "=" else None)
         if kept is not None:
@@ -1767,7 +1772,7 @@ class Checker:
                 left = self.expression(lhs, scope, context)
                 right = self.expression(rhs, scope, context)
                 if op in ARITHMETIC_OPERATORS and UNIT in (left, right):
-                    self.no_value_in(expr, lhs if left == UNIT else rhs, f"{left} {op} {right}")
+                    self.no_value_in(op, lhs if left == UNIT else rhs, f"{left} {op} {right}")
                     return ANY
                 if op == "+" and joins_text_and_value(left, right):
                     self.text_and_value(expr, left, right)
@@ -1896,7 +1901,7 @@ class Checker:
         shown = print_expr(value)
         joined = f"{print_expr(text)} + str({shown})" if text_first else f"str({shown}) + {print_expr(text)}"
         fixes = [f"`{joined}`"]
-        if isinstance(text, ast.StringLiteral) and not any(c in text.value for c in '{}"\\'):
+        if isinstance(text, ast.StringLiteral) and not any(c in text.value + shown for c in '{}"\\'):
             fixes.append(f'`f"{text.value}{{{shown}}}"`' if text_first else f'`f"{{{shown}}}{text.value}"`')
         self.report(
             error(
@@ -1908,7 +1913,7 @@ class Checker:
             )
         )
 
-    def no_value_in(self, expr: ast.Binary | ast.Unary, empty: ast.Expr, shown: str) -> None:
+    def no_value_in(self, op: str, empty: ast.Expr, shown: str) -> None:
         """E0311 for `()` in arithmetic, which would give `()` again: most often the call of a function whose
         last line is an expression with no `return` before it (as in Rust, not as in Python)."""
         notes = [NO_VALUE]
@@ -1920,7 +1925,7 @@ class Checker:
                 notes.append(f"help: `{callee.name}` has no `return`: write `return {print_expr(last.expr)}`")
             else:
                 notes.append(f"help: `{callee.name}` returns nothing; give it a `return` of a value")
-        message = f"`{expr.op}` needs a value, found {shown}"
+        message = f"`{op}` needs a value, found {shown}"
         self.report(error("E0311", message, empty.span, "()", notes=tuple(notes)))
 
     def binary_type(self, op: str, left: Type, right: Type, span: Span) -> Type:
@@ -1952,14 +1957,21 @@ class Checker:
         Rust or Julia would return it; `w - lr * g` where `w = w - lr * g` was meant)."""
         shown = print_expr(stmt.expr)
         body = context.decl.body if context.decl is not None else None
-        if isinstance(body, ast.Block) and body.body and body.body[-1] is stmt:
+        last = isinstance(body, ast.Block) and bool(body.body) and body.body[-1] is stmt and context.name != "main"
+        if isinstance(stmt.expr, ast.Binary) and stmt.expr.op == "==" and isinstance(stmt.expr.lhs, ast.Name):
+            fix = f"`==` compares; to assign, write `{stmt.expr.lhs.id} = {print_expr(stmt.expr.rhs)}`"
+        elif last:
             fix = f"return it: `return {shown}` (a function's last line is not its value)"
         elif isinstance(stmt.expr, ast.Unary) and stmt.expr.op == "-":
             fix = (
                 "a line that starts with `-` is a statement of its own: to go on with the line above, end that "
                 "line with the `-`"
             )
-        elif isinstance(stmt.expr, ast.Binary) and isinstance(stmt.expr.lhs, ast.Name):
+        elif (
+            isinstance(stmt.expr, ast.Binary)
+            and stmt.expr.op in ARITHMETIC_OPERATORS
+            and isinstance(stmt.expr.lhs, ast.Name)
+        ):
             fix = f"assign it: `{stmt.expr.lhs.id} = {shown}`"
         else:
             fix = f"bind it: `let y = {shown}`"

@@ -111,7 +111,8 @@ def syntax_help(
     top_level = "FN" in expected and "STRUCT" in expected and "LBRACE" not in expected
     assigned = found[0] == "NAME" and bool(following) and following[0][1] == "="
     if not words and top_level and (found[1] in ("let", "var") or assigned):
-        thing = following[0][1] if found[1] in ("let", "var") and following else found[1]
+        named = found[1] not in ("let", "var") or (bool(following) and following[0][0] == "NAME")
+        thing = (following[0][1] if found[1] in ("let", "var") else found[1]) if named else "name"
         return (f"help: a value outside functions is a constant: `const {thing} = ...`",)
     if not words and top_level and found[0] == "NAME":
         return ("help: statements go inside a function: `fn main() { ... }` is what `dlrun` runs",)
@@ -129,11 +130,14 @@ def syntax_help(
     if not words and found[1] == "=" and opening in ("if", "while") and "LBRACE" in expected:
         return ("help: compare with `==`; `=` assigns",)
     fields = len(following) == 2 and following[0][0] == "NAME" and following[1][1] == "="
-    if not words and found[1] == "{" and previous[0] == "NAME" and fields:  # `P { x = 1.0 }`
+    in_expression = opening not in ("", "fn", previous[1])  # `let p = P {`, not `fn main {` or `loop {`
+    if not words and found[1] == "{" and previous[0] == "NAME" and fields and in_expression:  # `P { x = 1.0 }`
         return (f"help: DL writes a struct's fields with `:`: `{previous[1]} {{ {following[0][1]}: ... }}`",)
+    if not words and found[1] == ":" and "ARROW" in expected and opening != "fn":  # `fn(x): x * 2.0`
+        return ("help: DL writes an anonymous function `fn(x) => x * 2.0`, or with a block `fn(x) { ... }`",)
     if not words and found[1] == ":" and "ARROW" in expected:
         return ("help: DL writes a function's result type after `->`: `fn f(x: f32) -> f32 { ... }`",)
-    if not words and found[1] == ":" and len(before) > 1 and before[-2][1] == "in" and previous[0] in NAME_LIKE:
+    if not words and found[1] == ":" and len(before) > 1 and before[-2][1] == "in" and previous[0] == "INT":
         return (f"help: DL writes a range `{previous[1]}..b`: `for i in 0..3` counts 0, 1 and 2",)
     if not words and found[1] == ":" and brace_expected:
         return ("help: DL puts a block in braces, not after `:`: `if x > 0 { ... }`",)

@@ -906,8 +906,11 @@ def syntax_diagnostic(table: ParseTable, tokens: list[Token], token: Token, star
         statement_opening(tokens, position),
     )
     if start == "embedded_expr" and token[1] == "=" and position + 1 == len(tokens):
-        shown = " ".join(t[1] for t in tokens[:position])  # Python's `f"{loss=}"`
-        notes = (f'help: DL\'s f-strings have no `=` field: write `f"{shown}={{{shown}}}"`',)
+        shown = source_text(tokens[:position])  # Python's `f"{loss=}"`
+        notes = (
+            f"help: DL's f-strings have no `=` field: write the name before the field, `{shown}={{{shown}}}` (a "
+            f"format spec stays inside the braces: `{{{shown}:.3f}}`)",
+        )
 
     return error(
         "E0102",
@@ -917,6 +920,15 @@ def syntax_diagnostic(table: ParseTable, tokens: list[Token], token: Token, star
         secondary=unclosed_label(tokens[:position], token, expected, path),
         notes=notes,
     )
+
+
+def source_text(tokens: list[Token]) -> str:
+    """The text of tokens on one line, spaced as written (`m.w`, `x[0] + 1`)."""
+    text, column = "", tokens[0][3] if tokens else 0
+    for _, value, _, start in tokens:
+        text += " " * max(0, start - column) + value
+        column = start + len(value)
+    return text
 
 
 def statement_opening(tokens: list[Token], position: int) -> str:

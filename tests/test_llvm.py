@@ -390,6 +390,8 @@ NEGATIVE_POWER = "an integer raised to a negative integer power; convert with `f
         ("power(10, 19)", "integer overflow: i64 ** i64 is out of the i64 range"),
         ("power(-2, 64)", "integer overflow: i64 ** i64 is out of the i64 range"),
         ("powers([2, 3, 4], [1, -1, 2])", NEGATIVE_POWER),
+        ("nothing_raised(-1)", NEGATIVE_POWER),  # the exponent is checked, though the result has no elements
+        ("mixed(2i32, 1000000000000)", "integer overflow: i64 ** i64 is out of the i64 range"),  # not computed
     ],
 )
 def test_run_time_failures_are_diagnostics(call: str, message: str, tmp_path: Path, capsys) -> None:
@@ -413,6 +415,8 @@ fn drop(s: i64, p: f32) -> f32[3] {{ return dropout(ones(3), p, seed=s, training
 fn wholes(x: f32[3]) -> i64[3] {{ return int(x) }}
 fn power(a: i64, e: i64) -> i64 {{ return a ** e }}
 fn powers(a: i64[3], e: i64[3]) -> i64[3] {{ return a ** e + 1 }}
+fn nothing_raised(e: i64) -> i64[0] {{ return arange(4)[2:2] ** e }}
+fn mixed(a: i32, e: i64) -> i64 {{ return a ** e }}
 fn main() {{ print({call}) }}
 """
     status, _, err = run_cli(tmp_path, source, "--backend", "llvm", capsys=capsys)
