@@ -46,7 +46,7 @@ from dl.lang.incremental import relocated
 from dl.lang.modules import Program, load_imports
 from dl.lang.nesting import with_room
 from dl.lang.parse import parse_repl, parse_table
-from dl.lang.primitives import BY_NAME
+from dl.lang.primitives import BY_NAME, TRANSFORMS
 from dl.lang.record import record
 from dl.lang.types import FunctionRef, ModuleType, StructType, TupleType, Type
 from dl.runtime.backend import Options
@@ -191,6 +191,12 @@ class Session:
             again = named_again(ast.Name(name, where), static, functions, where)
             if again is not None:  # (in a tuple too: `t = (f, t[1])`)
                 body.append(ast.Assign(ast.Name(name, where), "=", again, where))
+        closures = {  # the lambdas that capture nothing: made again, they are the ones the variables hold
+            id(node): f"<closure {k}>"
+            for k, node in enumerate(self.closures, start=1)
+            if not ast.captured_names(node.params, node.body)
+        }
+        items = [known_functions(item, variables, functions, closures) for item in items]
         shown: list[ast.Expr] = []
         bound = list(self.variables)
         for item in items:
@@ -411,6 +417,26 @@ class Session:
 def held(types: Iterable[Type], decl: ast.FnDecl) -> bool:
     """Whether a value of one of `types` holds the function `decl` (in a tuple, or as a gradient's)."""
     return any(relocated(static, {id(decl): 0}, 0) is not static for static in types)
+
+
+def known_functions(item: object, variables: dict[str, Type], functions: dict[int, str], closures: dict) -> object:
+    """`item` with each `grad(g)` (or `value_and_grad(g)`) of a session variable that holds a declared function,
+    or a lambda that captures nothing, naming it where it is known (the function's name, or the lambda made again
+    by the entry): grad differentiates what a name says statically, and a session variable is a parameter of the
+    entry, which by itself could hold any function."""
+    replacements = {}
+    for node in ast.walk(item):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in TRANSFORMS):
+            continue
+        if not node.args or not isinstance(node.args[0], ast.Name) or node.args[0].id not in variables:
+            continue
+        held = variables[node.args[0].id]
+        if not isinstance(held, FunctionRef):
+            continue
+        name = functions.get(held.key) or closures.get(held.key)
+        if name is not None:
+            replacements[id(node.args[0])] = ast.Name(name, node.args[0].span)
+    return ast.replace_nodes(item, replacements) if replacements else item
 
 
 def named_again(value: ast.Expr, static: Type, functions: dict[int, str], where: Span) -> ast.Expr | None:

@@ -126,6 +126,29 @@ def test_a_gradient_bound_to_a_name_is_called_in_later_entries(session: Session,
     assert out == "2.0 : f32\n"
 
 
+def test_grad_of_a_variable_holding_a_function_or_a_lambda_that_captures_nothing(
+    session: Session, capsys: pytest.CaptureFixture
+) -> None:
+    """As `jax.grad(f)` of a name in a notebook. A variable keeps the function it was given after `f` is declared
+    again; a lambda that captures a variable is refused, as its derivative would read the variable's value now
+    where the lambda kept the one it saw."""
+    out, err = run(
+        session,
+        capsys,
+        "fn f(x: f32) -> f32 { return x * x }",
+        "let g = f",
+        "grad(g)(3.0)",
+        "let h = fn(x) => x * x * x",
+        "value_and_grad(h)(2.0)",
+        "fn f(x: f32) -> f32 { return 10.0 * x }",
+        "grad(g)(3.0)",
+    )
+    assert (out, err) == ("6.0 : f32\n(8.0, 12.0) : (f32, f32)\n6.0 : f32\n", "")
+    out, err = run(session, capsys, "let c = 2.0", "let k = fn(x) => c * x", "c = 5.0", "k(1.0)", "grad(k)(1.0)")
+    assert out == "2.0 : f32\n"
+    assert err.startswith("error[E0333]: `grad` cannot differentiate `k`: it holds a function known only when")
+
+
 def test_a_name_keeps_the_function_it_was_given_when_the_function_is_declared_again(
     session: Session, capsys: pytest.CaptureFixture
 ) -> None:
