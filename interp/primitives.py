@@ -1217,6 +1217,7 @@ def load_csv(path: Any, skip_header: Any, delimiter: Any) -> np.ndarray:
     return single
 
 
+MISSING = frozenset({"", "NA", "N/A", "NULL", "NONE", "-", "?"})  # how spreadsheets and R write a missing value
 INTEGER_TEXT = re.compile(r"[+-]?\d+")  # a field written as an integer (`1.5e30` is a float, rounded as such)
 
 
@@ -1224,7 +1225,7 @@ def csv_rows(reader, path: str, skip_header: bool) -> tuple[list[list[float]], l
     """The rows of numbers, the line each is on, and each row's fields as written."""
     rows: list[list[float]] = []
     lines: list[int] = []
-    texts: list[list[str]] = []
+    fields: list[list[str]] = []
     first_line = 0
     header_skipped = skip_header
     for row in reader:
@@ -1241,7 +1242,7 @@ def csv_rows(reader, path: str, skip_header: bool) -> tuple[list[list[float]], l
         try:
             rows.append([float(cell) for cell in row])
             lines.append(line)
-            texts.append(row)
+            fields.append(row)
         except ValueError:
             texts = [cell for cell in row if not is_number_text(cell)]
             message = f'"{path}" line {line}: cannot read "{texts[0].strip()}" as a number'
@@ -1250,6 +1251,12 @@ def csv_rows(reader, path: str, skip_header: bool) -> tuple[list[list[float]], l
                 shown = "\\t" if separator == "\t" else separator
                 message += f'; its values look separated by `{shown}`: `load_csv(path, delimiter="{shown}")`'
                 raise PrimitiveError(message) from None
+            if texts[0].strip().upper() in MISSING:  # an empty field, `NA`: a value the file does not have
+                column = row.index(texts[0]) + 1
+                raise PrimitiveError(
+                    f"{message}: column {column} has no value there; fill the missing values before loading, or "
+                    "write them as `nan` (which `load_csv` reads)"
+                ) from None
             if not rows and not header_skipped and len(texts) == len(row):  # all text: most likely column names
                 message += f"; if line {line} is a header, skip it with `load_csv(path, skip_header=true)`"
             elif len(texts) < len(row):  # numbers beside text: a column of names or categories
@@ -1263,7 +1270,7 @@ def csv_rows(reader, path: str, skip_header: bool) -> tuple[list[list[float]], l
         if huge is not None and "inf" not in huge.lower():  # `1e400`: beyond any float, where `inf` is meant
             raise PrimitiveError(f'"{path}" line {line}: "{huge.strip()}" is beyond the range of numbers')
         first_line = first_line or line
-    return rows, lines, texts
+    return rows, lines, fields
 
 
 def is_number_text(text: str) -> bool:

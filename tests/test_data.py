@@ -241,6 +241,12 @@ def check_load_csv_errors(tmp_path: Path) -> None:
     beyond_f64 = tmp_path / "huge.csv"
     beyond_f64.write_text("1,1e400\n")
     assert run_time_error("load_csv(a)", str(beyond_f64)).endswith('line 1: "1e400" is beyond the range of numbers')
+    missing_values = tmp_path / "missing.csv"
+    missing_values.write_text("1,2,3\n4,,6\n")
+    assert run_time_error("load_csv(a)", str(missing_values)).endswith(
+        'line 2: cannot read "" as a number: column 2 has no value there; fill the missing values before loading, '
+        "or write them as `nan` (which `load_csv` reads)"
+    )
     floats = tmp_path / "floats.csv"
     floats.write_text("1.5e30,3e10\n6.02214076e23,16777217.0\n")  # floats written as floats round, as f32 does
     np.testing.assert_array_equal(
