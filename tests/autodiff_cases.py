@@ -3001,6 +3001,29 @@ fn f(x) {
     notes="grad(grad(f)) of a loop with `continue`: the inner gradient keeps the flag beside its values",
 )
 
+case(
+    "grad_of_a_lambda_applied_where_made",
+    "second order",
+    """
+fn f(w, x) {
+    let g = grad(fn(v) => sum(tanh(v * w) * x))(w)
+    return sum(g * g)
+}
+""",
+    (normal(71, 5), normal(72, 5)),
+    lambda w, x: inner_gradient_squared(w, x),
+    notes="the inner grad of a lambda is written as a call of its lifted derivative, then differentiated in place",
+)
+
+
+def inner_gradient_squared(w, x):
+    with torch.enable_grad():
+        v = w * 1.0  # the lambda's parameter, at w: its gradient is taken with w still live
+        if not v.requires_grad:  # (the value alone is asked for)
+            v = v.detach().requires_grad_()
+        (g,) = torch.autograd.grad((torch.tanh(v * w) * x).sum(), v, create_graph=True)
+        return (g * g).sum()
+
 
 def loop_with_continue(x):
     t = torch.tensor(0.0, dtype=torch.float64)

@@ -216,6 +216,8 @@ class ForwardSweep:
             case ast.Call(func=ast.Name(id=local)) if f"fn {local}" in env:
                 decl, captured = self.closures[int(env[f"fn {local}"])]
                 return self.inline(decl, captured, expr, env, sweep, hint)
+            case ast.Call(func=ast.Lambda() as function):  # applied where made: `grad(fn(y) => ...)(x)`, written
+                return self.inline(function, self.captured(function, env, sweep), expr, env, sweep, hint)
             case ast.Call(func=ast.Name(id=local)) if f"ref {local}" in env and (
                 (call := self.retargeted(expr, env)) is not None
             ):
