@@ -327,8 +327,6 @@ METHODS = {
     "to": "help: `dlrun --backend cuda` runs the whole program on the GPU: no tensor is moved by hand; a dtype is "
     "converted with `int({x})` or `float({x}, dtype=f64)`",
     "long": "help: DL has no methods; convert with `int({x})`",
-    "int": "help: DL has no methods; convert with `int({x})`",
-    "float": "help: DL has no methods; convert with `float({x})`",
     "double": "help: DL has no methods; convert with `float({x}, dtype=f64)`",
     "ndim": "help: a tensor's rank is `len(shape({x}))`",
     "dim": "help: a tensor's rank is `len(shape({x}))`",
