@@ -48,7 +48,7 @@ from dl.lang.nesting import with_room
 from dl.lang.parse import parse_repl, parse_table
 from dl.lang.primitives import BY_NAME, TRANSFORMS
 from dl.lang.record import record
-from dl.lang.types import FunctionRef, ModuleType, StructType, TupleType, Type
+from dl.lang.types import FunctionRef, GradientRef, ModuleType, StructType, TupleType, Type
 from dl.runtime.backend import Options
 from dl.runtime.metrics import Metrics
 from dl.runtime.values import format_value
@@ -196,7 +196,10 @@ class Session:
             for k, node in enumerate(self.closures, start=1)
             if not ast.captured_names(node.params, node.body)
         }
-        items = [known_functions(item, variables, functions, closures) for item in items]
+        # a name the entry binds or assigns anywhere (a `let`, a parameter, a loop) may not be the session's there
+        rebound = set().union(*(ast.bound_names(item) | ast.assigned_names(item) for item in items))
+        held = {name: t for name, t in variables.items() if name not in rebound}
+        items = [known_functions(item, held, functions, closures) for item in items]
         shown: list[ast.Expr] = []
         bound = list(self.variables)
         for item in items:
@@ -539,6 +542,8 @@ def held_lambdas(typed: Typed, held: Iterable[Type]) -> list[ast.Lambda]:
                 node = typed.functions.get(key, (None,))[0]
                 if isinstance(node, ast.Lambda):
                     found[key] = node
+            case GradientRef(function=function):  # `let d = grad(fn(x) => ...)`: the lambda is held too
+                visit(function)
             case TupleType(items=items):
                 for item in items:
                     visit(item)

@@ -1246,12 +1246,12 @@ def csv_rows(reader, path: str, skip_header: bool) -> tuple[list[list[float]], l
         except ValueError:
             texts = [cell for cell in row if not is_number_text(cell)]
             message = f'"{path}" line {line}: cannot read "{texts[0].strip()}" as a number'
-            separator = next((c for c in "\t;| " if c in texts[0].strip()), None)
+            separator = next((c for c in "\t;|" if c in texts[0].strip()), None)
             if len(row) == 1 and separator is not None:  # a TSV file, or a European spreadsheet's `;`
                 shown = "\\t" if separator == "\t" else separator
                 message += f'; its values look separated by `{shown}`: `load_csv(path, delimiter="{shown}")`'
                 raise PrimitiveError(message) from None
-            if texts[0].strip().upper() in MISSING:  # an empty field, `NA`: a value the file does not have
+            if texts[0].strip().upper() in MISSING and len(texts) < len(row):  # `1,,3`, `1,NA,3` (not a header)
                 column = row.index(texts[0]) + 1
                 raise PrimitiveError(
                     f"{message}: column {column} has no value there; fill the missing values before loading, or "

@@ -1886,13 +1886,25 @@ class Checker:
         for operand in operands:
             if isinstance(operand, ast.Call) and isinstance(operand.func, ast.Name) and operand.func.id == "transpose":
                 inner = self.tables.types.get(id(operand.args[0])) if len(operand.args) == 1 else None
-                if isinstance(inner, TensorType) and inner.rank >= 3:
+                if isinstance(inner, TensorType) and inner.rank >= 3 and self.swapped_fits(operands, operand, inner):
                     shown = print_expr(operand.args[0])
                     return (
                         f"help: `transpose` reverses every axis of the rank-{inner.rank} `{shown}`; to swap its last "
                         f"two, as PyTorch's `.transpose(-2, -1)`, write `swapaxes({shown}, -2, -1)`"
                     )
         return None
+
+    def swapped_fits(self, operands: tuple, transposed: ast.Call, inner: TensorType) -> bool:
+        """Whether the product would check with the last two axes of `transpose`'s argument swapped instead."""
+        swapped = TensorType(inner.dtype, (*inner.dims[:-2], inner.dims[-1], inner.dims[-2]), inner.weak)
+        types = [swapped if side is transposed else self.tables.types.get(id(side)) for side in operands]
+        if not all(isinstance(t, TensorType) for t in types):
+            return False
+        try:
+            matmul_type(types[0], types[1])
+        except ShapeError:
+            return False
+        return True
 
     def text_and_value(self, expr: ast.Binary, left: Type, right: Type) -> None:
         """E0311 for `"loss: " + loss`, whose help writes the fixes with the program's own names."""
@@ -3169,8 +3181,10 @@ def string_help(declared: Type, value: Type, shown: str) -> tuple[str, ...]:
     command line gives as text."""
     if not (isinstance(value, StrType) and isinstance(declared, TensorType) and not declared.dims):
         return ()
-    convert = "int" if declared.dtype in INTEGERS else "float"
-    return (f"help: convert the string with `{convert}({shown})` (a command-line argument is a string)",)
+    conversion = {"f32": f"float({shown})", "f64": f"float({shown}, dtype=f64)", "i64": f"int({shown})"}
+    if declared.dtype not in conversion:
+        return ()
+    return (f"help: convert the string with `{conversion[declared.dtype]}` (a command-line argument is a string)",)
 
 
 def substitute(t: Type, bindings: dict[str, Dim]) -> Type:

@@ -696,3 +696,22 @@ def test_every_node_grad_generates_has_the_span_of_what_it_was_made_for() -> Non
     loop = next(node for node in ast.walk(decls[0]) if isinstance(node, ast.While))
     swept = [node for decl in generated for node in ast.walk(decl) if isinstance(node, ast.While)]
     assert swept and all(node.span == loop.span for node in swept)  # the forward and backward sweeps' loops
+
+
+def test_grad_of_a_function_of_a_module_passed_as_an_argument_is_refused(tmp_path, dlrun) -> None:
+    """`grad(m.act)` where `m` is a parameter holding a module: each call may pass another module, so one
+    derivative cannot serve them (it computed m1's derivative with m2's for every call)."""
+    (tmp_path / "m1.dl").write_text("fn act(x: f32) -> f32 { return x * x }\n")
+    (tmp_path / "m2.dl").write_text("fn act(x: f32) -> f32 { return x * x * x }\n")
+    main = tmp_path / "main.dl"
+    main.write_text(
+        "import m1\nimport m2\nfn use(m) -> f32 {\n    return grad(m.act)(2.0)\n}\n"
+        "fn main() {\n    print(use(m1), use(m2), grad(m1.act)(2.0), grad(m2.act)(2.0))\n}\n"
+    )
+    status, out, err = dlrun(str(main))
+    assert (status, out) == (1, "")
+    assert err.startswith(
+        "error[E0333]: `grad` cannot differentiate `m.act`: `m` holds a module known only when the program runs"
+    )
+    main.write_text("import m1\nimport m2\nfn main() {\n    print(grad(m1.act)(2.0), grad(m2.act)(2.0))\n}\n")
+    assert dlrun(str(main)) == (0, "4.0 12.0\n", "")

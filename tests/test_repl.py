@@ -144,6 +144,16 @@ def test_grad_of_a_variable_holding_a_function_or_a_lambda_that_captures_nothing
         "grad(g)(3.0)",
     )
     assert (out, err) == ("6.0 : f32\n(8.0, 12.0) : (f32, f32)\n6.0 : f32\n", "")
+    # where the entry binds the name again (a `let`, a parameter), it is not the session's variable there
+    for entry in (
+        "let g = h; grad(g)(2.0)",
+        "if true { let g = h; print(grad(g)(2.0)) }",
+        "(fn(g) => grad(g)(2.0))(h)",
+    ):
+        out, err = run(session, capsys, "fn h(x: f32) -> f32 { return x * x * x }", "let g = f", entry)
+        assert out == "" and err.startswith("error[E0333]: `grad` cannot differentiate `g`"), (entry, out, err)
+    out, err = run(session, capsys, "let d = grad(fn(x) => x * x * x)", "d(2.0)")  # (an internal error)
+    assert (out, err) == ("12.0 : f32\n", "")
     out, err = run(session, capsys, "let c = 2.0", "let k = fn(x) => c * x", "c = 5.0", "k(1.0)", "grad(k)(1.0)")
     assert out == "2.0 : f32\n"
     assert err.startswith("error[E0333]: `grad` cannot differentiate `k`: it holds a function known only when")

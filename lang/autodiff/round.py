@@ -174,6 +174,15 @@ class Round:
         holding some function does not say which (each call could pass another), so its derivative cannot be
         written once."""
         reference, local = site.reference, site.local
+        module = reference.target if isinstance(reference, ast.Field) else None
+        if isinstance(module, ast.Name) and local is not None and module.id in local.bound:
+            # `grad(m.act)` of a module passed in: each call may pass another
+            raise NotDifferentiable(
+                f"`grad` cannot differentiate `{reference.target.id}.{reference.name}`: `{reference.target.id}` "
+                "holds a module known only when the program runs",
+                reference.span,
+                ("help: write `grad` of the module's function by the module's name, `grad(m1.act)`",),
+            )
         if not isinstance(reference, ast.Name) or local is None or reference.id not in local.bound:
             return
         top_level = self.typed.program.modules[site.function_module].decls

@@ -107,10 +107,15 @@ class Scope:
             if isinstance(node, ast.FnDecl):
                 lets.setdefault(node.name, []).append(node)
         lambdas = {n: v[0] for n, v in lets.items() if len(v) == 1 and isinstance(v[0], (ast.Lambda, ast.FnDecl))}
-        aliases = {
+        aliases = {  # bound once in the whole function (no parameter of an inner function takes the name)
             n
             for n, v in lets.items()
-            if len(v) == 1 and ((isinstance(v[0], ast.Name) and v[0].id not in bound) or isinstance(v[0], ast.Field))
+            if len(v) == 1
+            and len(bound_at.get(n, ())) == 1
+            and (
+                (isinstance(v[0], ast.Name) and v[0].id not in bound)
+                or (isinstance(v[0], ast.Field) and isinstance(v[0].target, ast.Name) and v[0].target.id not in bound)
+            )
         }
         return Scope(frozenset(bound), frozenset(ast.assigned_names(decl.body)), lambdas, bound_at, frozenset(aliases))
 
