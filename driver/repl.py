@@ -186,7 +186,10 @@ class Session:
         ]
         # A variable holding a declared function is given it again by name: the value an earlier entry made
         # would call the functions its body names as they were then, where Python looks them up at the call.
-        functions = {id(decl): decl.name for decl in declarations if isinstance(decl, ast.FnDecl)}
+        # (a function whose name a variable now holds, `let f = h`, cannot be named: `f` is the variable)
+        functions = {
+            id(decl): decl.name for decl in declarations if isinstance(decl, ast.FnDecl) and decl.name not in variables
+        }
         for name, static in variables.items():
             again = named_again(ast.Name(name, where), static, functions, where)
             if again is not None:  # (in a tuple too: `t = (f, t[1])`)
@@ -199,7 +202,8 @@ class Session:
         # a name the entry binds or assigns anywhere (a `let`, a parameter, a loop) may not be the session's there
         rebound = set().union(*(ast.bound_names(item) | ast.assigned_names(item) for item in items))
         held = {name: t for name, t in variables.items() if name not in rebound}
-        items = [known_functions(item, held, functions, closures) for item in items]
+        named = {key: name for key, name in functions.items() if name not in rebound}
+        items = [known_functions(item, held, named, closures) for item in items]
         shown: list[ast.Expr] = []
         bound = list(self.variables)
         for item in items:

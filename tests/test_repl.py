@@ -152,6 +152,8 @@ def test_grad_of_a_variable_holding_a_function_or_a_lambda_that_captures_nothing
     ):
         out, err = run(session, capsys, "fn h(x: f32) -> f32 { return x * x * x }", "let g = f", entry)
         assert out == "" and err.startswith("error[E0333]: `grad` cannot differentiate `g`"), (entry, out, err)
+    out, err = run(session, capsys, "let m = f", "let f = h", "1 + 1", "m(2.0)", "f(2.0)")  # `f` is a variable now
+    assert (out, err) == ("2 : i64\n20.0 : f32\n8.0 : f32\n", "")  # (every entry was E0305: `m = f` was written)
     out, err = run(session, capsys, "let d = grad(fn(x) => x * x * x)", "d(2.0)")  # (an internal error)
     assert (out, err) == ("12.0 : f32\n", "")
     out, err = run(session, capsys, "let c = 2.0", "let k = fn(x) => c * x", "c = 5.0", "k(1.0)", "grad(k)(1.0)")
