@@ -1788,7 +1788,11 @@ class Checker:
                 self.coerce_operands(result, ((lhs, left), (rhs, right)))
                 return result
             case ast.Unary(op=op, operand=operand):
-                return self.unary_type(op, self.expression(operand, scope, context), expr.span)
+                value = self.expression(operand, scope, context)
+                if op == "-" and value == UNIT:  # `-f(x)` of a function with no `return`
+                    self.no_value_in("-", operand, "-()")
+                    return ANY
+                return self.unary_type(op, value, expr.span)
             case ast.Call():
                 return self.call(expr, scope, context)
             case ast.Index():
