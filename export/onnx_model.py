@@ -34,7 +34,7 @@ from dl.lang import ast
 from dl.lang.calls import BindingError, arranged, bind, bind_function
 from dl.lang.check import Signature
 from dl.lang.diagnostics import DiagnosticError, Span, error
-from dl.lang.files import shipped
+from dl.lang.modules import STDLIB_DIRECTORY, in_stdlib
 from dl.lang.primitives import BY_NAME, PRIMITIVES, Prim
 from dl.lang.record import record
 from dl.lang.shapes import Argument, ShapeError, broadcast_dims, promote_dtypes
@@ -79,9 +79,6 @@ class Tensor:
     @property
     def rank(self) -> int:
         return self.type.rank
-
-
-STDLIB = str(shipped("dl.stdlib", "nn.dl").parent)  # where the standard library's spans point
 
 
 @record(frozen=True)
@@ -305,8 +302,8 @@ class Lowering:
                 return outcome.value if isinstance(outcome, Returned) else ()
             return self.expression(decl.body, scope, graph)
         except Refused as refusal:  # inside the standard library: shown at the call the user wrote
-            if refusal.span.path.startswith(STDLIB) and not span.path.startswith(STDLIB):
-                where = f"the standard library's {refusal.span.path[len(STDLIB) + 1 :]}:{refusal.span.line}"
+            if in_stdlib(refusal.span.path) and not in_stdlib(span.path):
+                where = f"the standard library's {refusal.span.path[len(STDLIB_DIRECTORY) + 1 :]}:{refusal.span.line}"
                 inside = f"reached through `{name.replace('__', '.')}` ({where})"
                 raise Refused(refusal.what, span, f"{refusal.why}; {inside}" if refusal.why else inside) from None
             raise

@@ -26,7 +26,7 @@ from dl.lang import ast, habits
 from dl.lang.calls import Binding, BindingError, bind, bind_function, binding_diagnostic
 from dl.lang.diagnostics import Diagnostic, DiagnosticError, Label, Span, closest, error, warning
 from dl.lang.literals import out_of_range
-from dl.lang.modules import Program, stdlib_path
+from dl.lang.modules import Program, in_stdlib, stdlib_path
 from dl.lang.primitives import BY_NAME, PRIMITIVES, TRANSFORMS, Primitive
 from dl.lang.printer import print_expr
 from dl.lang.record import record
@@ -566,7 +566,7 @@ class Checker:
             return
         if self.call_sites and depends_on_types(diagnostic.code):  # in a function checked for one call's types
             moved = self.in_call(diagnostic)
-            if moved.span != diagnostic.span and diagnostic.span.path.startswith(STDLIB):  # one per stdlib call
+            if moved.span != diagnostic.span and in_stdlib(diagnostic.span.path):  # one per stdlib call
                 if ("call", moved.span) in self.reported:
                     return
                 self.reported.add(("call", moved.span))
@@ -586,7 +586,7 @@ class Checker:
             (
                 site
                 for site in reversed(self.call_sites)
-                if site[1].path != diagnostic.span.path and not site[1].path.startswith(STDLIB)
+                if site[1].path != diagnostic.span.path and not in_stdlib(site[1].path)
             ),
             None,
         )
@@ -2954,8 +2954,6 @@ def joins_text_and_value(left: Type, right: Type) -> bool:
     kinds = [isinstance(t, StrType) for t in (left, right)]
     return kinds[0] != kinds[1] and not any(isinstance(t, AnyType) for t in (left, right))
 
-
-STDLIB = str(stdlib_path("nn").parent)  # a call inside the standard library is not where a user's mistake is shown
 
 ARITHMETIC_OPERATORS = frozenset({"+", "-", "*", "/", "//", "%", "**", "@"})
 NO_VALUE = "`()` is no value: it is what a function that returns nothing gives"

@@ -55,6 +55,14 @@ class Program:
         return order
 
 
+STDLIB_DIRECTORY = str(shipped("dl.stdlib", "nn.dl").parent)  # where the standard library's spans point
+
+
+def in_stdlib(path: str) -> bool:
+    """Whether a span's path is a file of the standard library (where a user's mistake is not shown)."""
+    return path.startswith(STDLIB_DIRECTORY)
+
+
 def stdlib_path(name: str) -> Path | None:
     candidate = shipped("dl.stdlib", f"{name}.dl")
     return candidate if candidate.is_file() else None
