@@ -25,7 +25,7 @@ import ctypes.util
 
 import llvmlite.binding as binding
 from dl.codegen.llvm import LIBMVEC as VECTOR_MATH
-from dl.codegen.llvm import SCALAR_ONLY_MATH
+from dl.codegen.llvm import ROUNDING, SCALAR_ONLY_MATH
 from dl.codegen.llvm import VECTOR_LANES as LANES
 from dl.codegen.lower import SCALAR_MATH, Unsupported
 from dl.lang import ast
@@ -395,10 +395,18 @@ class KernelEmitter:
             return self.call(builder, name, args, kind, lanes)
         if name in ("sqrt", "abs"):
             return builder.call(self.intrinsic("sqrt" if name == "sqrt" else "fabs", kind), args)
+        if name in ROUNDING:  # llvm.floor, llvm.ceil, llvm.roundeven
+            return builder.call(self.intrinsic(ROUNDING[name].removeprefix("llvm."), kind), args)
+        if name == "sign":  # 1 above zero, -1 below, a zero or nan itself
+            x, zero = args[0], self.constant(0.0, kind)
+            below = builder.select(builder.fcmp_ordered("<", x, zero), self.constant(-1.0, kind), x)
+            return builder.select(builder.fcmp_ordered(">", x, zero), self.constant(1.0, kind), below)
         if name in ("maximum", "minimum", "relu"):  # llvm.maximum/minimum propagate nan like numpy
             if name == "relu":
                 name, args = "maximum", [args[0], self.constant(0.0, kind)]
             return builder.call(self.intrinsic(name, kind), args)
+        if name != "sigmoid":
+            raise AssertionError(f"fusion: no kernel form of `{name}`")
         # sigmoid, the interpreter's formula: e = exp(-|x|); 1 / (1 + e) for x >= 0, e / (1 + e) below
         x = args[0]
         e = self.call(builder, "exp", [builder.fneg(builder.call(self.intrinsic("fabs", kind), [x]))], kind, lanes)

@@ -520,7 +520,11 @@ def storage_type(dtype: str) -> llvm_ir.Type:
 VECTOR_LANES = {"d": {"f32": 8, "f64": 4}, "e": {"f32": 16, "f64": 8}}
 MVEC_ISA = {("f32", 4): "b", ("f32", 8): "d", ("f32", 16): "e", ("f64", 2): "b", ("f64", 4): "d", ("f64", 8): "e"}
 LIBMVEC = frozenset({"exp", "log", "sin", "cos", "tanh"})
-UNARY_MATH = frozenset({"exp", "log", "sin", "cos", "tanh", "sqrt", "abs", "sigmoid", "relu"})
+UNARY_MATH = frozenset(
+    {"exp", "log", "sin", "cos", "tanh", "sqrt", "abs", "sigmoid", "relu", "floor", "ceil", "round", "sign"}
+)
+# the step functions' intrinsics (numpy's and torch's `round` takes halves to the even integer)
+ROUNDING = {"floor": "llvm.floor", "ceil": "llvm.ceil", "round": "llvm.roundeven"}
 # built-ins computed one element at a time, calling libm (libmvec need not have them): no vector loop
 SCALAR_ONLY_MATH = frozenset({"softplus", "log1p", "expm1", "erf"})
 
@@ -1064,6 +1068,8 @@ class TensorEmission:
             inverse = builder.fdiv(one, builder.fadd(one, e))
             positive = builder.fcmp_ordered(">=", x, self.constant_of(dtype, 0.0, lanes))
             return builder.select(positive, inverse, builder.fmul(e, inverse))
+        if name in ROUNDING or name == "sign":
+            return self.step(builder, name, dtype, args[0], lanes)
         integer = dtype in ir.INTEGER_DTYPES
         suffix = f"v{lanes}{dtype}"
         if name in ("sqrt", "pow"):
@@ -1667,6 +1673,8 @@ class FunctionEmitter(TensorEmission):
             return self.sigmoid(builder, args[0], kind, result)
         if name == "softplus":
             return self.softplus(builder, args[0], kind, dtype, result)
+        if name in ROUNDING or name == "sign":
+            return self.step(builder, name, dtype, args[0], 1, result)
         integer = dtype in ir.INTEGER_DTYPES
         if name == "relu":
             args.append(kind(0) if integer else kind(0.0))
@@ -1690,6 +1698,22 @@ class FunctionEmitter(TensorEmission):
         if existing is not None:
             return existing
         return llvm_ir.Function(self.module, llvm_ir.FunctionType(kind, [kind] * arity), name)
+
+    def step(self, builder: llvm_ir.IRBuilder, name: str, dtype: str, x, lanes: int, result: str = "") -> llvm_ir.Value:
+        """`floor`, `ceil`, `round` (LLVM's intrinsics) or `sign` (1 above zero, -1 below, `x` itself otherwise:
+        a zero, or nan, as numpy's) of one element or a vector of `lanes`."""
+        kind = TYPES[dtype] if lanes == 1 else llvm_ir.VectorType(TYPES[dtype], lanes)
+        if name in ROUNDING:
+            suffix = dtype if lanes == 1 else f"v{lanes}{dtype}"
+            return builder.call(self.libm(f"{ROUNDING[name]}.{suffix}", kind), [x], name=result)
+        zero, one, minus_one = (
+            self.constant_of(dtype, v, lanes) for v in ((0, 1, -1) if dtype in ir.INTEGER_DTYPES else (0.0, 1.0, -1.0))
+        )
+        if dtype in ir.INTEGER_DTYPES:
+            above, below, otherwise = builder.icmp_signed(">", x, zero), builder.icmp_signed("<", x, zero), zero
+        else:
+            above, below, otherwise = builder.fcmp_ordered(">", x, zero), builder.fcmp_ordered("<", x, zero), x
+        return builder.select(above, one, builder.select(below, minus_one, otherwise), name=result)
 
     def sigmoid(self, builder: llvm_ir.IRBuilder, x, kind, name: str) -> llvm_ir.Value:
         """The interpreter's formula: e = exp(-|x|); 1 / (1 + e) for x >= 0, e / (1 + e) below."""

@@ -28,7 +28,7 @@ from dl.runtime.errors import NEGATIVE_POWER
 
 # The math built-ins scalar code computes (an `ir.MathCall` named after the primitive); those in `FLOAT_MATH`
 # take floats only.
-SCALAR_MATH = FLOAT_MATH | {Prim.ABS, Prim.RELU, Prim.MAXIMUM, Prim.MINIMUM}
+SCALAR_MATH = FLOAT_MATH | {Prim.ABS, Prim.SIGN, Prim.RELU, Prim.MAXIMUM, Prim.MINIMUM}
 ARITHMETIC = {"+": "add", "-": "sub", "*": "mul", "/": "div", "//": "floordiv", "%": "mod", "**": "pow"}
 COMPARISONS = frozenset({"==", "!=", "<", "<=", ">", ">="})
 CHECKED_INTEGER = frozenset({"add", "sub", "mul", "floordiv", "mod"})

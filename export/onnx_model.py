@@ -1259,6 +1259,10 @@ HANDLERS: dict[Prim, Callable[[Call], Any]] = {
     Prim.COS: unary("Cos"),
     Prim.SOFTPLUS: unary("Softplus"),
     Prim.ERF: unary("Erf"),
+    Prim.FLOOR: unary("Floor"),
+    Prim.CEIL: unary("Ceil"),
+    Prim.ROUND: unary("Round"),  # halves to even, as numpy's
+    Prim.SIGN: unary("Sign"),
     Prim.LOG1P: log1p,
     Prim.EXPM1: expm1,
     Prim.TRIL: triangle(upper=False),

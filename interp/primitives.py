@@ -309,6 +309,15 @@ def absolute(x: Any) -> Any:
     return scalar(np.absolute(x))
 
 
+def sign(x: Any) -> Any:
+    if x.__class__ is ndarray and x.dtype is not BOOL:
+        return np.sign(x)
+    no_bools("sign", x)
+    if x.__class__ is float:  # an unsuffixed literal no context gave a dtype: f32, as the checker types it
+        x = np.float32(x)
+    return scalar(np.sign(x))
+
+
 def combining(function, name: str):
     """`maximum`/`minimum`: operands promote as they do for an operator; literals adapt (see `promote`)."""
 
@@ -1680,6 +1689,10 @@ IMPLEMENTATIONS = {
     Prim.LOG1P: unary(np.log1p, "log1p"),
     Prim.EXPM1: unary(np.expm1, "expm1"),
     Prim.ERF: unary(erf, "erf"),
+    Prim.FLOOR: unary(np.floor, "floor"),
+    Prim.CEIL: unary(np.ceil, "ceil"),
+    Prim.ROUND: unary(np.rint, "round"),  # halves to even, as numpy's and torch's `round`
+    Prim.SIGN: sign,
     Prim.MAXIMUM: maximum(),
     Prim.MINIMUM: minimum(),
     Prim.WHERE: make_where(),

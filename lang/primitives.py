@@ -37,6 +37,10 @@ class Prim(Enum):
     LOG1P = "log1p"
     EXPM1 = "expm1"
     ERF = "erf"
+    FLOOR = "floor"
+    CEIL = "ceil"
+    ROUND = "round"
+    SIGN = "sign"
     MAXIMUM = "maximum"
     MINIMUM = "minimum"
     WHERE = "where"
@@ -229,6 +233,7 @@ INPUT = "an input, made from sizes and options: no parameter changes it"
 EFFECT = "an effect, with no value to differentiate"
 DATA = "data, files, shuffles and text are inputs, not functions of parameters"
 INTEGER = "an integer result: it carries no gradient"
+STEPS = "a step function: piecewise constant, its gradient is zero wherever it is defined"
 
 
 def elementwise(prim: Prim, summary: str, adjoint: str, floats_only: bool = True) -> Primitive:
@@ -239,6 +244,21 @@ def elementwise(prim: Prim, summary: str, adjoint: str, floats_only: bool = True
         ONE,
         shapes.elementwise(prim.value, floats_only),
         Templates((("x", adjoint),)),
+        X,
+        floats_only=floats_only,
+    )
+
+
+def step(prim: Prim, summary: str, floats_only: bool = True) -> Primitive:
+    """An elementwise step function (`floor`, `ceil`, `round`, `sign`): piecewise constant, so its gradient is
+    zero, as torch's and JAX's are."""
+    return Primitive(
+        prim,
+        "elementwise",
+        summary,
+        ONE,
+        shapes.elementwise(prim.value, floats_only),
+        NoDerivative(STEPS),
         X,
         floats_only=floats_only,
     )
@@ -311,6 +331,10 @@ PRIMITIVES_LIST = (
     elementwise(Prim.EXPM1, "`exp(x) - 1`, accurate for small `x`", "d * (r + 1.0)"),
     # 2 / sqrt(pi) * exp(-x^2); the literal adapts to x's dtype, so an f64 `x` keeps every digit
     elementwise(Prim.ERF, "the error function", "d * (1.1283791670955126 * exp(-(x * x)))"),
+    step(Prim.FLOOR, "the largest integer at most each element, as a float"),
+    step(Prim.CEIL, "the smallest integer at least each element, as a float"),
+    step(Prim.ROUND, "the nearest integer, halves to the even one (numpy's and torch's `round`), as a float"),
+    step(Prim.SIGN, "-1, 0 or 1 by the sign of each element, in `x`'s dtype (nan stays nan)", floats_only=False),
     pairwise(Prim.MAXIMUM, "the larger of two tensors, elementwise, broadcasting", ">"),
     pairwise(Prim.MINIMUM, "the smaller of two tensors, elementwise, broadcasting", "<"),
     Primitive(

@@ -131,6 +131,36 @@ fn f(x) {
 )
 
 case(
+    "step_functions",
+    "elementwise",
+    """
+fn f(x, w) {
+    let q = floor(3.0 * x) + ceil(x * w) + round(2.0 * w)
+    return sum(q * x * w + sign(x) * w * w + round(x) * sign(w - x))
+}
+""",
+    (normal(62, 3, 4), away(63, 3, 4)),
+    lambda x, w: (
+        (torch.floor(3.0 * x) + torch.ceil(x * w) + torch.round(2.0 * w)) * x * w
+        + torch.sign(x) * w * w
+        + torch.round(x) * torch.sign(w - x)
+    ).sum(),
+)
+
+case(
+    "step_functions_scalar",
+    "elementwise",
+    """
+fn f(x) {
+    return floor(3.0 * x) * x * x + sign(x) * x * x * x + ceil(x) * round(2.0 * x)
+}
+""",
+    (s(0.7),),
+    lambda x: torch.floor(3.0 * x) * x * x + torch.sign(x) * x**3 + torch.ceil(x) * torch.round(2.0 * x),
+    second_order=True,
+)
+
+case(
     "tril_triu",
     "structure",
     """

@@ -255,6 +255,37 @@ def test_math_builtins_agree_within_tolerance(tmp_path: Path, capsys) -> None:
     assert f_compiled == pytest.approx(f_interpreted, rel=1e-12)
 
 
+STEPS_PROGRAM = """
+fn steps(x: f32[N]) -> f32[N] { return floor(x) + 10.0 * ceil(x) + 100.0 * round(x) + 1000.0 * sign(x) }
+fn steps64(x: f64[N]) -> f64[N] { return floor(x) + 10.0 * ceil(x) + 100.0 * round(x) + 1000.0 * sign(x) }
+fn signs(x: i64[N]) -> i64[N] { return sign(x) * 3 }
+fn signs32(x: i32[N]) -> i32[N] { return sign(x) }
+fn one(x: f64) -> f64 { return round(x) + sign(x) * 10.0 + floor(x) * ceil(x) * 100.0 }
+fn whole(x: i64) -> i64 { return sign(x) }
+fn main() {
+    let x = (arange(44) - 22.0) / 4.0  # every quarter from -5.5: halves round to even
+    print(steps(x), steps64(float(x, dtype=f64)))
+    print(steps([0.0 / 0.0, 1.0 / 0.0, -1.0 / 0.0]))
+    print(signs(arange(41) - 20), signs32([2i32, 0i32, -5i32, 7i32, -1i32, 3i32, 0i32, 9i32, -9i32]))
+    for i in 0..9 { print(one(float(i, dtype=f64) * 0.5f64 - 2.0f64), whole(i - 4)) }
+}
+"""
+
+
+def test_step_functions_compile_and_agree_exactly(tmp_path: Path, capsys) -> None:
+    """floor, ceil, round (halves to even) and sign: vector loops of both float dtypes and integers, scalars."""
+    interpreted, compiled = both_backends(tmp_path, STEPS_PROGRAM, capsys)
+    assert compiled == interpreted
+    status, _, explained = run_cli(tmp_path, STEPS_PROGRAM, "--backend", "llvm", "--explain-backend", capsys=capsys)
+    assert status == 0 and "interpreted" not in explained.replace("`main`() interpreted", "")
+    for name in ("steps", "steps64"):
+        assert f"`{name}` compiled: one fused elementwise loop" in explained
+    for name in ("signs", "signs32"):
+        assert f"`{name}`(" in explained and "compiled" in explained
+    # -5.5: floor -6, ceil -5, round -6 (to even), sign -1; -4.5 rounds to -4
+    assert "[-1656. -1556. -1555. -1545. -1445. -1445." in " ".join(interpreted.split())
+
+
 def test_gradient_code_is_compiled_and_agrees(tmp_path: Path, capsys) -> None:
     source = """
 fn loss(x: f64) -> f64 { let y = x * x * 3.0 - x; if y > 1.0 { y = y * tanh(x) } return y + exp(-x) }

@@ -143,6 +143,8 @@ fn g(x: f64[n], y: f64[n]) -> f64[n] {
 }
 fn h(x: f32[n]) -> f32 { return sum(x * x) }
 fn m(x: f64[n], y: f64[n]) -> f64 { return max(x - y) }
+fn steps(x: f32[n]) -> f32[n] { return floor(x) + 10.0 * ceil(x) + 100.0 * round(x) + 1000.0 * sign(x) }
+fn steps64(x: f64[n]) -> f64[n] { return floor(x) + 10.0 * ceil(x) + 100.0 * round(x) + 1000.0 * sign(x) }
 """
 
 
@@ -181,6 +183,14 @@ def test_fused_kernels_compute_what_the_interpreter_computes(blocks: int, thread
         twin, kernels["m"].symbol, [ctypes.c_int64(37), pointer(peaks), pointer(x64), pointer(y64)], blocks, threads
     )
     assert peaks.max() == pipeline.call(program, "m", [x64, y64])
+
+    # the step functions at halves (round takes them to the even integer), zeros of both signs and nan
+    halves = np.array([-2.5, -1.5, -0.5, -0.0, 0.0, 0.5, 1.5, 2.5, 3.7, -3.7, np.nan, np.inf, -np.inf] * 3)
+    for name, dtype in (("steps", np.float32), ("steps64", np.float64)):
+        x, stepped = halves.astype(dtype), np.empty(len(halves), dtype)
+        arguments = [ctypes.c_int64(len(x)), pointer(stepped), pointer(x)]
+        nvptx.run_twin(twin, kernels[name].symbol, arguments, blocks, threads)
+        np.testing.assert_array_equal(stepped, pipeline.call(program, name, [x]))
 
 
 class CpuLoop(nvptx.HostTwin):

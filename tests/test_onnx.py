@@ -142,6 +142,7 @@ CORPUS_FUNCTIONS = [
     "power_iteration",
     "classify",
     "special",
+    "steps",
 ]
 
 

@@ -184,6 +184,25 @@ def test_softplus_log1p_expm1_erf_match_torch(dtype) -> None:
     check(dl_eval("softplus(a)", dtype.type(-100.0)), np.exp(dtype.type(-100.0)), dtype, rtol=1e-6, atol=0)
 
 
+@needs_torch
+@pytest.mark.parametrize("dtype", [F32, F64], ids=str)
+def test_step_functions_match_torch(dtype) -> None:
+    """floor, ceil, round (halves to the even integer, as torch's) and sign, through infinities, nan and the
+    largest floats, keeping the dtype."""
+    finfo = np.finfo(dtype)
+    x = np.array([-2.5, -1.5, -0.5, -0.0, 0.0, 0.5, 1.5, 2.5, 3.7, -3.7, 1e-30, np.inf, -np.inf, np.nan, finfo.max])
+    x = x.astype(dtype)
+    for name in ("floor", "ceil", "round", "sign"):
+        expected = getattr(torch, name)(to_torch(x)).numpy()
+        if name == "sign":  # nan stays nan, as numpy's and JAX's (torch's sign of nan is 0)
+            expected = np.where(np.isnan(x), x, expected)
+        result = dl_eval(f"{name}(a)", x)
+        check(result, expected, dtype, rtol=0, atol=0)
+        check(dl_eval(f"{name}(a)", x[0]), expected[0], dtype, rtol=0, atol=0)
+    assert dl_eval("sign(a)", np.array([5, 0, -3], dtype=np.int64)).tolist() == [1, 0, -1]
+    assert dl_eval("sign(-7)") == -1
+
+
 @pytest.mark.parametrize("dtype", [F32, F64], ids=str)
 def test_sigmoid_extreme_inputs(dtype) -> None:
     x = np.array([-1e30, -1e4, -1000, -100, -88.8, -20, 0, 20, 88.8, 100, 1000, 1e4, 1e30], dtype=dtype)
