@@ -343,6 +343,44 @@ def logsumexp(lowering, bound: dict, span: Span) -> object:
     return Tensor(x.dtype, shape, ir.Read(result.tree.buffer, ZERO, contiguous(shape)))
 
 
+def variance(root: bool):
+    """`var` (`std` where `root`) as the interpreter computes it, in f64: the mean over the axes, then the sum of
+    the squared deviations from it divided by the count less `correction` (at most zero: a division by zero)."""
+    name = "std" if root else "var"
+
+    def apply(lowering, bound: dict, span: Span) -> object:
+        x = as_tensor(lowering, bound["x"], span, bound.get("keepdims", False))
+        if x.dtype not in FLOATS:
+            raise Unsupported(f"`{name}` of {x.dtype}", span)
+        axes = axes_of(lowering, x, bound["axis"], span)
+        keepdims = static_flag(bound["keepdims"], span)
+        correction = bound["correction"]
+        if isinstance(correction, Value) and isinstance(correction.operand, ir.Const):
+            correction = correction.operand.value
+        if isinstance(correction, bool) or not isinstance(correction, (int, float)):
+            raise Unsupported(f"`{name}` with a `correction=` known only when it runs", span)
+        count = math.prod(x.shape[a] for a in axes)
+        if count == 0:
+            raise Unsupported(f"`{name}` of an empty axis", span)
+        wide = x if x.dtype == "f64" else Tensor("f64", x.shape, ir.Apply("convert", "f64", (x.tree,)))
+        total = reduce(lowering, wide, "add", axes, True, span, "f64")
+        mean = lowering.materialise(Tensor("f64", total.shape, scaled(total.tree, 1.0 / count)))
+        deviation = ir.Apply("sub", "f64", (wide.tree, broadcast(mean, x.shape, span).tree))
+        squares = Tensor("f64", x.shape, ir.Apply("mul", "f64", (deviation, deviation)))
+        spread = reduce(lowering, squares, "add", axes, keepdims, span, "f64")
+        divisor = max(count - correction, 0)
+        tree = ir.Apply("div", "f64", (spread.tree, ir.Splat(ir.Const(float(divisor), "f64"))))
+        if root:
+            tree = ir.Apply("sqrt", "f64", (tree,))
+        return finish(lowering, Tensor("f64", spread.shape, tree), x.dtype)
+
+    return apply
+
+
+def scaled(tree: object, factor: float) -> object:
+    return ir.Apply("mul", "f64", (tree, ir.Splat(ir.Const(factor, "f64"))))
+
+
 def one_hot(lowering, bound: dict, span: Span) -> object:
     labels = bound["labels"]
     classes = static_int(lowering, bound["classes"], span, "the number of classes")
@@ -1678,6 +1716,8 @@ HANDLERS = {
     Prim.ARGMAX: arg_extreme("max"),
     Prim.ARGMIN: arg_extreme("min"),
     Prim.LOGSUMEXP: logsumexp,
+    Prim.VAR: variance(root=False),
+    Prim.STD: variance(root=True),
     Prim.ONE_HOT: one_hot,
     Prim.TRIL: triangle("le"),
     Prim.TRIU: triangle("ge"),

@@ -1026,6 +1026,28 @@ def reduction(op_type: str) -> Callable[[Call], Tensor]:
     return lower
 
 
+def variance(root: bool) -> Callable[[Call], Tensor]:
+    """`var` (`std` where `root`): the squared deviations from the mean summed over the axes, divided by their
+    count less the correction (at least 0: a division by zero gives inf or nan, as the interpreter's)."""
+
+    def lower(call: Call) -> Tensor:
+        graph, x, result = call.graph, call.tensor(0, call.result.dtype), call.result
+        axes, keepdims = [a.name for a in call.axes(call.static(1))], int(bool(call.static(2)))
+        mean = graph.op("ReduceMean", [x.name, *axes], TensorType(x.dtype, (UNKNOWN,) * x.rank), keepdims=1)
+        deviation = graph.op("Sub", [x.name, mean.name], x.type)
+        squares = graph.op("Mul", [deviation.name, deviation.name], x.type)
+        total = graph.op("ReduceSum", [squares.name, *axes], result, keepdims=keepdims)
+        one = numpy_helper.from_array(np.array([1], dtype=NUMPY[x.dtype]))
+        ones = graph.op("ConstantOfShape", [graph.shape_of(x).name], x.type, value=one)
+        count = graph.op("ReduceSum", [ones.name, *axes], result, keepdims=keepdims)
+        fewer = graph.op("Sub", [count.name, call.tensor(3, x.dtype).name], result)
+        divisor = graph.op("Max", [fewer.name, graph.constant(np.array(0), x.dtype).name], result)
+        spread = graph.op("Div", [total.name, divisor.name], result)
+        return graph.op("Sqrt", [spread.name], result) if root else spread
+
+    return lower
+
+
 def arg_reduction(op_type: str) -> Callable[[Call], Tensor]:
     def lower(call: Call) -> Tensor:
         x, axis, keepdims = call.tensor(0), call.static(1), bool(call.static(2))
@@ -1278,6 +1300,8 @@ HANDLERS: dict[Prim, Callable[[Call], Any]] = {
     Prim.ARGMAX: arg_reduction("ArgMax"),
     Prim.ARGMIN: arg_reduction("ArgMin"),
     Prim.LOGSUMEXP: logsumexp,
+    Prim.VAR: variance(root=False),
+    Prim.STD: variance(root=True),
     Prim.SOFTMAX: softmax("Softmax"),
     Prim.LOG_SOFTMAX: softmax("LogSoftmax"),
     Prim.MATMUL: matmul,

@@ -510,6 +510,35 @@ def mean(x: Any, axis: int | tuple[int, ...] | None, keepdims: bool) -> Any:
     return summed.dtype.type(summed / count)
 
 
+def variance(root: bool):
+    """`var` (`std` where `root`): numpy's `var` with `ddof=correction` (the squared deviations from the mean,
+    summed, over the count less the correction), computed in f64 as compiled code and torch's CPU kernels
+    accumulate, and rounded to `x`'s dtype. A count at most the correction divides by zero,
+    as torch's does: inf, or nan where every deviation is zero."""
+    name = "std" if root else "var"
+
+    def apply(x: Any, axis: Any, keepdims: Any, correction: Any) -> Any:
+        x = floating(as_array(x), name)
+        position = axes_of(x, axis, name)
+        keep = flag_of(keepdims, "keepdims")
+        if reduces_nothing(x.shape, position):
+            raise PrimitiveError(f"`{name}` of an empty tensor {describe(x)}")
+        if correction.__class__ is bool or not isinstance(correction, (int, float, np.number)):
+            raise PrimitiveError(f"`{name}`'s `correction=` takes a number, found {describe(correction)}")
+        axes = range(x.ndim) if position is None else (position,) if position.__class__ is int else position
+        count = math.prod(x.shape[a] for a in axes)
+        wide = x.astype(np.float64) if x.dtype == F32 else x
+        deviation = wide - np.sum(wide, axis=position, keepdims=True) / np.float64(count)
+        squares = np.sum(deviation * deviation, axis=position, keepdims=keep)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            result = squares / np.float64(max(count - correction, 0))
+        if root:
+            result = np.sqrt(result)
+        return scalar(result.astype(x.dtype, copy=False))
+
+    return apply
+
+
 def logsumexp(x: Any, axis: Any, keepdims: Any) -> Any:
     x = as_array(floating(x, "logsumexp"))
     position = axes_of(x, axis, "logsumexp")
@@ -1703,6 +1732,8 @@ IMPLEMENTATIONS = {
     Prim.ARGMAX: reduction(np.argmax, "argmax", nonempty=True, several=False),
     Prim.ARGMIN: reduction(np.argmin, "argmin", nonempty=True, several=False),
     Prim.LOGSUMEXP: logsumexp,
+    Prim.VAR: variance(root=False),
+    Prim.STD: variance(root=True),
     Prim.SOFTMAX: softmax,
     Prim.LOG_SOFTMAX: log_softmax,
     Prim.MATMUL: make_matmul(),

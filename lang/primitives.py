@@ -52,6 +52,8 @@ class Prim(Enum):
     ARGMAX = "argmax"
     ARGMIN = "argmin"
     LOGSUMEXP = "logsumexp"
+    VAR = "var"
+    STD = "std"
     SOFTMAX = "softmax"
     LOG_SOFTMAX = "log_softmax"
     # structure
@@ -223,6 +225,9 @@ class Primitive:
 F32 = "f32"  # the default dtype keyword value, resolved by each backend
 ONE = Signature(("x",))
 REDUCTION = Signature(("x",), keywords=(("axis", None), ("keepdims", False)))
+# the divisor is the count less `correction`: 0 the population variance (numpy's and JAX's default), 1 the
+# sample variance (torch's default)
+VARIANCE = Signature(("x",), keywords=(("axis", None), ("keepdims", False), ("correction", 0)))
 CREATION = Signature(variadic=("dims", 0, None), keywords=(("dtype", F32),))
 RANDOM = Signature(variadic=("dims", 0, None), keywords=(("seed", None), ("dtype", F32)))
 X = frozenset({"x"})
@@ -389,6 +394,26 @@ PRIMITIVES_LIST = (
         "`log(sum(exp(x)))`, computed stably",
         shapes.reduction("logsumexp", floats_only=True),
         Templates((("x", "expand(d) * exp(x - expand(r))"),)),
+    ),
+    # With m the mean and n - c the count less the correction, var is sum((x - m)^2) / (n - c): its derivative
+    # is 2 (x - m) / (n - c) (m's own is zero: the deviations sum to 0), and std's that over 2 std.
+    Primitive(
+        Prim.VAR,
+        "reduction",
+        "variance, `sum((x - mean)^2) / (count - correction)`; `correction=1` is torch's default",
+        VARIANCE,
+        shapes.variance_rule("var"),
+        Templates((("x", "expand(d) * (2.0 * (x - total(x) / count(x)) / (count(x) - float(correction)))"),)),
+        X,
+    ),
+    Primitive(
+        Prim.STD,
+        "reduction",
+        "standard deviation, the square root of `var` (same keywords)",
+        VARIANCE,
+        shapes.variance_rule("std"),
+        Templates((("x", "expand(d) * ((x - total(x) / count(x)) / ((count(x) - float(correction)) * expand(r)))"),)),
+        X,
     ),
     Primitive(
         Prim.SOFTMAX,

@@ -601,6 +601,26 @@ def reduction(
     return rule
 
 
+def variance_rule(name: str) -> Rule:
+    """`var` and `std`: a reduction of floats, whose `correction=` (subtracted from the count it divides by)
+    is a number."""
+    reduced = reduction(name, floats_only=True)
+
+    def rule(args: list[Argument]) -> Type:
+        correction = args[3].type
+        number = isinstance(correction, TensorType) and not correction.rank and correction.dtype != "bool"
+        if args[3].given and correction is not ANY and not number:
+            raise ShapeError(
+                "E0317",
+                f"`{name}`'s `correction=` takes a number (1 for the sample {name}), found {correction}",
+                str(correction),
+                at=args[3].span,
+            )
+        return reduced(args)
+
+    return rule
+
+
 def strong_float(x: TensorType) -> TensorType:
     if x.weak and x.dtype in INTEGERS:
         return TensorType("i64", x.dims)

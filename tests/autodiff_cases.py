@@ -161,6 +161,42 @@ fn f(x) {
 )
 
 case(
+    "var_std",
+    "reduction",
+    """
+fn f(x, w) {
+    let y = x * w
+    let rows = var(y, axis=1) + std(y, axis=1, correction=1)
+    let columns = std(y, axis=0, keepdims=true) * var(x, axis=0, keepdims=true, correction=1)
+    return sum(rows * rows) + sum(columns) + var(y) * std(x, axis=(0, 1))
+}
+""",
+    (normal(64, 3, 4), normal(65, 3, 4)),
+    lambda x, w: (
+        ((torch.var(x * w, dim=1, correction=0) + torch.std(x * w, dim=1, correction=1)) ** 2).sum()
+        + (torch.std(x * w, dim=0, keepdim=True, correction=0) * torch.var(x, dim=0, keepdim=True, correction=1)).sum()
+        + torch.var(x * w, correction=0) * torch.std(x, dim=(0, 1), correction=0)
+    ),
+)
+
+case(
+    "var_std_scalar",
+    "reduction",
+    """
+fn f(x) {
+    let v = [1.0, -2.0, 0.5, 3.0] * x + [0.0, 1.0, x * x, -1.0]
+    return var(v) * 2.0 + std(v, correction=1)
+}
+""",
+    (s(0.7),),
+    lambda x: (
+        torch.var(torch.stack([x, -2.0 * x + 1.0, 0.5 * x + x * x, 3.0 * x - 1.0]), correction=0) * 2.0
+        + torch.std(torch.stack([x, -2.0 * x + 1.0, 0.5 * x + x * x, 3.0 * x - 1.0]), correction=1)
+    ),
+    second_order=True,
+)
+
+case(
     "tril_triu",
     "structure",
     """

@@ -286,6 +286,49 @@ def test_step_functions_compile_and_agree_exactly(tmp_path: Path, capsys) -> Non
     assert "[-1656. -1556. -1555. -1545. -1445. -1445." in " ".join(interpreted.split())
 
 
+VARIANCE_PROGRAM = """
+fn stats(x: f32[A, B]) -> (f32, f32[B], f32[A, 1], f32) {
+    return (var(x), std(x, axis=0, correction=1), var(x, axis=1, keepdims=true), std(x, axis=(0, 1)))
+}
+fn stats64(x: f64[A, B]) -> (f64, f64[A]) { return (var(x, correction=1), std(x, axis=-1, correction=0.5)) }
+fn loss(x: f32[A, B]) -> f32 { return sum(var(x, axis=1)) + 2.0 * sum(std(x, axis=0, correction=1)) }
+fn degenerate(x: f32[N]) -> f32 { return var(x, correction=2) }
+fn main() {
+    let y = reshape(float(arange(12)), 3, 4) * 0.37 + 0.1
+    let z = y * y
+    print(stats64(float(z, dtype=f64) / 3.0))
+    print(stats(z))
+    print(degenerate([1.0, 2.0]), degenerate([1.0, 1.0]), degenerate([1.0, 2.0, 4.0]), loss(z))
+    print("derivative:", grad(loss)(z))
+}
+"""
+
+
+def test_var_and_std_compile_and_agree_exactly(tmp_path: Path, capsys) -> None:
+    """Both compute in f64 and round to the tensor's dtype: the same f32 digits (f64 sums, added in another order,
+    may differ in the last digit; so may the derivative's own f32 arithmetic)."""
+    interpreted, compiled = both_backends(tmp_path, VARIANCE_PROGRAM, capsys)
+
+    def parts(text: str) -> tuple[list[float], str, list[float]]:
+        in_f64, rest = text.split("\n", 1)
+        in_f32, derivative = rest.split("derivative:")
+        values = [float(n) for n in re.findall(r"[-\d.e+]*\d", in_f64 + derivative)]
+        return values[:4], in_f32, values[4:]
+
+    f64_compiled, f32_compiled, derivative_compiled = parts(compiled)
+    f64_interpreted, f32_interpreted, derivative_interpreted = parts(interpreted)
+    assert f32_compiled == f32_interpreted
+    assert "inf nan 4.6666665" in f32_compiled  # 14/3, correctly rounded to f32
+    assert f64_compiled == pytest.approx(f64_interpreted, rel=1e-14)
+    assert len(derivative_compiled) == 12
+    assert derivative_compiled == pytest.approx(derivative_interpreted, rel=1e-6)
+    status, _, explained = run_cli(tmp_path, VARIANCE_PROGRAM, "--backend", "llvm", "--explain-backend", capsys=capsys)
+    assert status == 0
+    for name in ("stats", "stats64", "loss", "degenerate", "loss_grad"):
+        assert f"`{name}`(" in explained and f"`{name}`(f" in explained
+    assert explained.count(" interpreted") == 1  # main, which prints
+
+
 def test_gradient_code_is_compiled_and_agrees(tmp_path: Path, capsys) -> None:
     source = """
 fn loss(x: f64) -> f64 { let y = x * x * 3.0 - x; if y > 1.0 { y = y * tanh(x) } return y + exp(-x) }

@@ -143,6 +143,7 @@ CORPUS_FUNCTIONS = [
     "classify",
     "special",
     "steps",
+    "statistics",
 ]
 
 

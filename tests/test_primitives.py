@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 import time
+import warnings
 
 import dl.lang
 import numpy as np
@@ -201,6 +202,39 @@ def test_step_functions_match_torch(dtype) -> None:
         check(dl_eval(f"{name}(a)", x[0]), expected[0], dtype, rtol=0, atol=0)
     assert dl_eval("sign(a)", np.array([5, 0, -3], dtype=np.int64)).tolist() == [1, 0, -1]
     assert dl_eval("sign(-7)") == -1
+
+
+@needs_torch
+@pytest.mark.parametrize("dtype", [F32, F64], ids=str)
+def test_var_and_std_match_torch(dtype) -> None:
+    """Over every element, one axis, a tuple of axes, kept or not, with corrections 0, 1 and 2.5; a count at most
+    the correction divides by zero as torch's does (inf, or nan for a constant)."""
+    x = np.random.default_rng(5).standard_normal((3, 4, 5)).astype(dtype) * 3 + 1
+    tensor = to_torch(x)
+    rtol = 1e-6 if dtype == F32 else 1e-13
+    for name in ("var", "std"):
+        for axis, dim in ((None, None), (1, 1), (-1, -1), ((0, 2), (0, 2))):
+            for keepdims in (False, True):
+                for correction in (0, 1, 2.5):
+                    expected = getattr(torch, name)(tensor, dim=dim, keepdim=keepdims, correction=correction)
+                    keywords = f"axis={axis}, keepdims={str(keepdims).lower()}, correction={correction}"
+                    shown = keywords.replace("axis=None, ", "")
+                    result = dl_eval(f"{name}(a, {shown})", x)
+                    check(result, expected.numpy(), dtype, rtol=rtol, atol=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # torch's "degrees of freedom is <= 0"
+        for values, correction in (([1.0, 2.0], 2), ([1.0, 1.0], 3), ([4.0], 1)):
+            expected = torch.var(
+                torch.tensor(values, dtype=getattr(torch, np.dtype(dtype).name)), correction=correction
+            )
+            check(dl_eval(f"var(a, correction={correction})", np.array(values, dtype)), expected.numpy(), dtype)
+    assert dl_eval("std(a)", dtype.type(3.0)) == 0
+
+
+def test_var_of_an_empty_axis_is_an_error() -> None:
+    with pytest.raises(DiagnosticError, match="`var` of an empty tensor"):
+        dl_eval("var(a, axis=0)", np.zeros((0, 3), np.float32))
+    assert dl_eval("std(a, axis=1)", np.zeros((0, 3), np.float32)).shape == (0,)
 
 
 @pytest.mark.parametrize("dtype", [F32, F64], ids=str)

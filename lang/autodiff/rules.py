@@ -72,7 +72,7 @@ BINARY = {
 
 
 # The reductions whose templates use the static forms `expand`, `total` and `count` (`reduction_forms`).
-REDUCED = frozenset({Prim.SUM, Prim.MEAN, Prim.MAX, Prim.MIN, Prim.LOGSUMEXP})
+REDUCED = frozenset({Prim.SUM, Prim.MEAN, Prim.MAX, Prim.MIN, Prim.LOGSUMEXP, Prim.VAR, Prim.STD})
 
 
 EXPANDED = frozenset({Prim.TREE_MAP, Prim.TREE_DOT})
