@@ -644,6 +644,24 @@ def transpose(lowering, bound: dict, span: Span) -> object:
     return Tensor(x.dtype, tuple(x.shape[a] for a in axes), remap(x.tree, axes))
 
 
+def flip(lowering, bound: dict, span: Span) -> object:
+    """A view reading the flipped axes backwards (negative strides from their last element), as a slice with step
+    -1 does; a tree that is not a view is computed into a buffer first."""
+    x = tensor(bound["x"], span)
+    if not x.shape:
+        raise Unsupported("`flip` of a scalar", span)
+    axes = axes_of(lowering, x, bound["axis"], span)
+    if not x.size:
+        return x
+    x = lowering.materialise(x, "flipped")
+    read = x.tree
+    offset, strides = read.offset, list(read.strides)
+    for axis in axes:
+        offset = lowering.add_offset(offset, ir.Const((x.shape[axis] - 1) * strides[axis], "i64"))
+        strides[axis] = -strides[axis]
+    return Tensor(x.dtype, x.shape, ir.Read(read.buffer, offset, tuple(strides)))
+
+
 def swapaxes(lowering, bound: dict, span: Span) -> object:
     """Two axes exchanged: a view, as `transpose` is, so a product with it reads the other layout in place."""
     x = tensor(bound["x"], span)
@@ -1687,6 +1705,7 @@ HANDLERS = {
     Prim.EINSUM: einsum,
     Prim.TRANSPOSE: transpose,
     Prim.SWAPAXES: swapaxes,
+    Prim.FLIP: flip,
     Prim.RESHAPE: reshape,
     Prim.RESHAPE_LIKE: reshape_like,
     Prim.EXPAND_DIMS: expand_dims,
@@ -1740,6 +1759,7 @@ HANDLERS = {
 
 HOST = "host work, and compiled code does not call back into Python"
 REFUSED: dict[Prim, str] = {
+    Prim.CUMSUM: "a running sum carries each element's total to the next, a loop compiled code does not write yet",
     Prim.PRINT: f"printing is {HOST}",
     Prim.TIME: f"reading the clock is {HOST} (and each call must read it anew, where the program does)",
     Prim.DIGITS: f"loading the shipped dataset is {HOST}",

@@ -1123,6 +1123,21 @@ def swapaxes(call: Call) -> Tensor:
     return call.op("Transpose", [x], perm=perm)
 
 
+def flip(call: Call) -> Tensor:
+    """A `Slice` stepping -1 along each flipped axis, from its last element to past its first."""
+    x, axis = call.tensor(0), call.static(1)
+    named = [int(item.value) for item in axis] if isinstance(axis, tuple) else [int(axis)]
+    axes = np.array(sorted({item % x.rank for item in named}))
+    constant = call.graph.constant
+    starts, ends = constant(np.full(len(axes), -1), "i64"), constant(np.full(len(axes), np.iinfo(np.int64).min), "i64")
+    return call.op("Slice", [x, starts, ends, constant(axes, "i64"), constant(np.full(len(axes), -1), "i64")])
+
+
+def cumsum(call: Call) -> Tensor:
+    x = call.tensor(0, call.result.dtype)
+    return call.op("CumSum", [x, call.graph.constant(np.array(int(call.static(1)) % x.rank), "i64")])
+
+
 def reshape(call: Call) -> Tensor:
     return call.op("Reshape", [call.tensor(0), call.graph.vector(list(call.values[1]))])
 
@@ -1307,6 +1322,8 @@ HANDLERS: dict[Prim, Callable[[Call], Any]] = {
     Prim.MATMUL: matmul,
     Prim.TRANSPOSE: transpose,
     Prim.SWAPAXES: swapaxes,
+    Prim.FLIP: flip,
+    Prim.CUMSUM: cumsum,
     Prim.RESHAPE: reshape,
     Prim.CONCAT: concat,
     Prim.STACK: stack,

@@ -649,6 +649,30 @@ def integers_of(values: tuple, what: str) -> tuple[int, ...]:
     return tuple(int(v) for v in values)
 
 
+def flip(x: Any, axis: Any) -> Any:
+    """A view of `x` with the axes `axis` names reversed (a slice with step -1, which every array module takes)."""
+    x = along_axes(x, "flip")
+    position = axes_of(x, axis, "flip")
+    flipped = {a % x.ndim for a in ((position,) if position.__class__ is int else position)}
+    return x[tuple(slice(None, None, -1) if a in flipped else slice(None) for a in range(x.ndim))]
+
+
+def along_axes(x: Any, name: str) -> Any:
+    x = as_array(x)
+    if not x.ndim:
+        raise PrimitiveError(f"`{name}` needs a tensor with an axis, found {describe(x)}")
+    return x
+
+
+def cumsum(x: Any, axis: Any) -> Any:
+    """The running sum along one axis, keeping the dtype (numpy would widen i32); of bools, an i64 count."""
+    x = along_axes(x, "cumsum")
+    if axis.__class__ is tuple:
+        raise PrimitiveError(f"`cumsum` takes one axis, found the tuple {describe(axis)}")
+    position = axes_of(x, axis, "cumsum")
+    return np.cumsum(x, axis=position, dtype=np.int64 if x.dtype == BOOL else x.dtype)
+
+
 def transpose(x: Any, axes: tuple) -> Any:
     x = as_array(x)
     axes = integers_of(axes, "transpose axes")
@@ -1739,6 +1763,8 @@ IMPLEMENTATIONS = {
     Prim.MATMUL: make_matmul(),
     Prim.EINSUM: einsum,
     Prim.TRANSPOSE: transpose,
+    Prim.FLIP: flip,
+    Prim.CUMSUM: cumsum,
     Prim.SWAPAXES: swapaxes,
     Prim.RESHAPE: reshape,
     Prim.CONCAT: concat,

@@ -69,6 +69,8 @@ class Prim(Enum):
     ONE_HOT = "one_hot"
     TRIL = "tril"
     TRIU = "triu"
+    FLIP = "flip"
+    CUMSUM = "cumsum"
     # creation
     ZEROS = "zeros"
     ONES = "ones"
@@ -538,6 +540,23 @@ PRIMITIVES_LIST = (
         TRIANGLE,
         shapes.triangle_rule("triu"),
         {"x": "triu(d, k)"},
+    ),
+    linear(
+        Prim.FLIP,
+        "structure",
+        "the elements in reverse order along `axis` (one, or a tuple of axes), as torch's `flip`",
+        Signature(("x", "axis")),
+        shapes.along_axes_rule("flip", several=True),
+        {"x": "flip(d, axis)"},
+    ),
+    # the adjoint of a running sum is the running sum from the other end
+    linear(
+        Prim.CUMSUM,
+        "structure",
+        "the running sum along `axis`; of bools, the running count (`i64`)",
+        Signature(("x", "axis")),
+        shapes.along_axes_rule("cumsum", several=False),
+        {"x": "flip(cumsum(flip(d, axis), axis), axis)"},
     ),
     # creation
     not_differentiable(Prim.ZEROS, "creation", "a tensor of zeros", CREATION, shapes.make_creation("zeros", 0), INPUT),

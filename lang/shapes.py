@@ -621,6 +621,25 @@ def variance_rule(name: str) -> Rule:
     return rule
 
 
+def along_axes_rule(name: str, several: bool) -> Rule:
+    """`flip(x, axis)` (one axis or, where `several`, a tuple of them) and `cumsum(x, axis)`: `x` of rank 1 or
+    more keeps its shape; a cumulative sum of bools counts (i64), of other dtypes keeps them (i32 included)."""
+
+    def rule(args: list[Argument]) -> Type:
+        x = tensor(args[0].type, f"`{name}`")
+        if x is None:
+            return ANY
+        if x.rank == 0:
+            raise ShapeError("E0306", f"`{name}` needs a tensor with an axis, found {x}", str(x))
+        static_axes(args[1], x.rank, name, several)
+        if name == "cumsum":
+            x = strong_float(x)
+            return TensorType("i64" if x.dtype == "bool" else x.dtype, x.dims)
+        return x
+
+    return rule
+
+
 def strong_float(x: TensorType) -> TensorType:
     if x.weak and x.dtype in INTEGERS:
         return TensorType("i64", x.dims)

@@ -197,6 +197,43 @@ fn f(x) {
 )
 
 case(
+    "flip_cumsum",
+    "structure",
+    """
+fn f(x, w) {
+    let running = cumsum(x * w, 1) + flip(cumsum(flip(x, 0), axis=0), 0)
+    return sum(running * running * flip(w, (0, 1))) + sum(cumsum(tanh(x), axis=-1))
+}
+""",
+    (normal(66, 3, 4), normal(67, 3, 4)),
+    lambda x, w: (
+        (
+            (torch.cumsum(x * w, 1) + torch.flip(torch.cumsum(torch.flip(x, (0,)), 0), (0,))) ** 2
+            * torch.flip(w, (0, 1))
+        ).sum()
+        + torch.cumsum(torch.tanh(x), -1).sum()
+    ),
+)
+
+case(
+    "flip_cumsum_scalar",
+    "structure",
+    """
+fn f(x) {
+    let v = cumsum([1.0, x, x * x, 2.0], 0)
+    return sum(v * flip(v, 0) * [1.0, -1.0, 0.5, 3.0])
+}
+""",
+    (s(0.7),),
+    lambda x: (
+        torch.cumsum(torch.stack([torch.ones_like(x), x, x * x, 2.0 * torch.ones_like(x)]), 0)
+        * torch.flip(torch.cumsum(torch.stack([torch.ones_like(x), x, x * x, 2.0 * torch.ones_like(x)]), 0), (0,))
+        * torch.tensor([1.0, -1.0, 0.5, 3.0], dtype=x.dtype)
+    ).sum(),
+    second_order=True,
+)
+
+case(
     "tril_triu",
     "structure",
     """

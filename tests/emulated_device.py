@@ -61,6 +61,7 @@ CUPY_FUNCTIONS = frozenset(
         "matmul",
         "isfinite",
         "trunc",
+        "cumsum",
     ]
 )
 NO_INITIAL = frozenset({"max", "min", "amax", "amin"})  # cupy.amax(a, axis=None, out=None, keepdims=False)

@@ -144,6 +144,7 @@ CORPUS_FUNCTIONS = [
     "special",
     "steps",
     "statistics",
+    "running",
 ]
 
 

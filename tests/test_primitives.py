@@ -231,6 +231,26 @@ def test_var_and_std_match_torch(dtype) -> None:
     assert dl_eval("std(a)", dtype.type(3.0)) == 0
 
 
+@needs_torch
+def test_flip_and_cumsum_match_torch() -> None:
+    """Every axis and a tuple of them for flip; cumsum along each axis in each dtype, keeping i32 (numpy would
+    widen it) and counting bools as i64."""
+    x = np.random.default_rng(6).standard_normal((3, 4, 5)).astype(np.float32)
+    for axis in (0, 1, 2, -1, (0, 2), (2, 0, 1)):
+        dims = axis if isinstance(axis, tuple) else (axis,)
+        check(dl_eval(f"flip(a, {axis})", x), torch.flip(to_torch(x), dims).numpy(), F32, rtol=0, atol=0)
+    for dtype in (np.float32, np.float64, np.int64, np.int32):
+        values = (x * 10).astype(dtype)
+        for axis in (0, 1, -1):
+            result = dl_eval(f"cumsum(a, axis={axis})", values)
+            expected = torch.cumsum(torch.from_numpy(values.astype(np.float64)), axis).numpy().astype(dtype)
+            assert result.dtype == dtype
+            single = dtype == np.float32  # a running f32 sum rounds at each step: 1e-6 of the sums' size
+            np.testing.assert_allclose(result, expected, rtol=1e-6 if single else 1e-13, atol=1e-5 if single else 0)
+    counted = dl_eval("cumsum(a, 0)", np.array([True, False, True, True]))
+    assert counted.dtype == np.int64 and counted.tolist() == [1, 1, 2, 3]
+
+
 def test_var_of_an_empty_axis_is_an_error() -> None:
     with pytest.raises(DiagnosticError, match="`var` of an empty tensor"):
         dl_eval("var(a, axis=0)", np.zeros((0, 3), np.float32))
