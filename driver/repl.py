@@ -48,7 +48,7 @@ from dl.lang.nesting import with_room
 from dl.lang.parse import parse_repl, parse_table
 from dl.lang.primitives import BY_NAME, TRANSFORMS
 from dl.lang.record import record
-from dl.lang.types import FunctionRef, GradientRef, ModuleType, StructType, TupleType, Type
+from dl.lang.types import FunctionRef, GradientRef, ModuleType, StructType, TensorType, TupleType, Type
 from dl.runtime.backend import Options
 from dl.runtime.metrics import Metrics
 from dl.runtime.values import format_value
@@ -110,6 +110,8 @@ class Session:
         self.values: dict[str, Any] = {}
         self.constants: dict[int, tuple[ast.Const, Any]] = {}
         self.closures: list[ast.Lambda] = []  # the lambdas whose values variables hold
+        # the types of the names each held lambda captured, where it was made
+        self.captures: dict[int, dict[str, Type]] = {}
         self.library = Program(entry=self.entry, sources=self.sources)  # the imported modules, loaded once
         self.search: tuple[str, ...] = ()  # the directories of the files `:load` read, where their imports are
         self.typed: Typed | None = None  # the last entry's checked program, for completion
@@ -166,6 +168,7 @@ class Session:
         self.library = entry.program
         self.typed = checked
         self.closures = held_lambdas(checked, self.variables.values())
+        self.captures = {id(node): captured_types(node, checked) for node in self.closures}
         for value, static in zip(results[count:], returned[count:], strict=True):
             if static != TupleType(()):
                 print(shown(value, static))
@@ -179,9 +182,13 @@ class Session:
         declared = [item for item in items if isinstance(item, DECLARATIONS)]
         declarations, variables = self.retiring(merged(self.declarations, declared), declared)
         # A lambda held by a variable is known to the checker by its node: evaluate it again (unused) so
-        # that the checker meets it before the variable is called.
+        # that the checker meets it before the variable is called. One that captured names (`fn(x) => a * x`,
+        # made by a call of `fn(a) => fn(x) => a * x`) is made where they are, with their types: in a lambda
+        # taking them, given values of those types in a branch that never runs (the variable's value holds
+        # what it captured; only the checker needs to see them).
+        structs = {(self.entry, decl.name) for decl in declarations if isinstance(decl, ast.StructDecl)}
         body: list[ast.Stmt] = [
-            ast.Let(ast.NamePattern(f"<closure {k}>", where), None, node, where)
+            remade(f"<closure {k}>", node, self.captures.get(id(node), {}), structs, where)
             for k, node in enumerate(self.closures, start=1)
         ]
         # A variable holding a declared function is given it again by name: the value an earlier entry made
@@ -534,6 +541,61 @@ def entry_types(program: Program, typed: Typed, path: str) -> tuple[Type, ...]:
     if not isinstance(found, TupleType):
         raise AssertionError("internal error: the REPL entry's result has no type")
     return found.items
+
+
+def captured_types(node: ast.Lambda, typed: Typed) -> dict[str, Type]:
+    """The names `node` captured from where it was made (not the module's functions, constants and imports), with
+    their types there."""
+    environment = typed.environments.get(id(node), {})
+    return {
+        name: environment[name] for name in sorted(ast.captured_names(node.params, node.body)) if name in environment
+    }
+
+
+def remade(
+    name: str, node: ast.Lambda, captured: dict[str, Type], structs: set[tuple[str, str]], where: Span
+) -> ast.Stmt:
+    """`let NAME = node`, or for a lambda that captured names, the same inside `if false { }` and a lambda of those
+    names given placeholder values of their types (left as it was where a type has no placeholder)."""
+    made = ast.Let(ast.NamePattern(name, where), None, node, where)
+    values = [placeholder(static, structs, where) for static in captured.values()]
+    if not captured or any(value is None for value in values):
+        return made
+    maker = ast.Lambda(
+        tuple(ast.Param(captured_name, None, None, where) for captured_name in captured), None, node, where
+    )
+    made = ast.Let(ast.NamePattern(name, where), None, ast.Call(maker, tuple(values), (), where), where)
+    return ast.If(ast.BoolLiteral(False, where), ast.Block((made,), where), None, where)
+
+
+def placeholder(static: Type, structs: set[tuple[str, str]], where: Span) -> ast.Expr | None:
+    """An expression of type `static` for the checker (never run): a literal or `zeros` of the dtype and
+    sizes, a tuple or struct of them; None for a type that has none here (a function, an imported struct, a
+    size known only by name)."""
+    match static:
+        case TensorType(dtype=dtype, dims=dims) if all(isinstance(d, int) for d in dims):
+            if dtype == "bool":
+                zero = placeholder(TensorType("i64", dims), structs, where)
+                return ast.Binary("==", zero, ast.IntLiteral(1, span=where), where)
+            if dims:
+                sizes = tuple(ast.IntLiteral(d, span=where) for d in dims)
+                return ast.Call(
+                    ast.Name("zeros", where), sizes, (ast.Keyword("dtype", ast.Name(dtype, where), where),), where
+                )
+            if dtype in ("f32", "f64"):
+                return ast.FloatLiteral(0.0, dtype, where)
+            value = static.value if isinstance(static.value, int) else 0
+            return ast.IntLiteral(value, dtype, where)
+        case TupleType(items=items):
+            parts = [placeholder(item, structs, where) for item in items]
+            return None if any(part is None for part in parts) else ast.TupleLiteral(tuple(parts), where)
+        case StructType(name=struct, fields=fields) if (static.module, struct) in structs:
+            parts = {field: placeholder(item, structs, where) for field, item in fields}
+            if any(part is None for part in parts.values()):
+                return None
+            inits = tuple(ast.FieldInit(field, part, where) for field, part in parts.items())
+            return ast.StructLiteral(ast.Name(struct, where), inits, where)
+    return None
 
 
 def held_lambdas(typed: Typed, held: Iterable[Type]) -> list[ast.Lambda]:

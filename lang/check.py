@@ -139,6 +139,7 @@ class Tables:
     call_types: dict[int, tuple[Type, ...]] = field(default_factory=dict)
     body_types: dict[int, dict[int, Type]] = field(default_factory=dict)
     instances_called: dict[int, dict[int, int]] = field(default_factory=dict)
+    environments: dict[int, Mapping[str, Type]] = field(default_factory=dict)
 
     def frozen(self, program: Program) -> Typed:
         return Typed(
@@ -156,6 +157,7 @@ class Tables:
             MappingProxyType(self.call_types),
             MappingProxyType(self.body_types),
             MappingProxyType(self.instances_called),
+            MappingProxyType(self.environments),
         )
 
 
@@ -198,6 +200,9 @@ class Typed:
     # id of a call of a function with unannotated parameters (or of a `grad` of one, for all the calls of the
     # gradient) -> for each check of the body the call is in, the check of the callee's body it made
     instances_called: Mapping[int, Mapping[int, int]] = field(default_factory=lambda: NOTHING)
+    # id of a Lambda or local function -> the types of the names in scope where it was made (the last time it
+    # was): what its body may capture, for a tool that makes it again elsewhere (the REPL)
+    environments: Mapping[int, Mapping[str, Type]] = field(default_factory=lambda: NOTHING)
 
     def with_diagnostics(self, diagnostics) -> Typed:
         return replace(self, diagnostics=tuple(diagnostics))
@@ -554,6 +559,9 @@ class Checker:
         for diagnostic in out_of_range(list(self.program.modules.values()), self.tables.coercions):
             self.report(diagnostic)
         self.tables.functions = {key: (info.decl, info.module.path) for key, info in self.functions.items()}
+        self.tables.environments = {
+            key: MappingProxyType(info.environment) for key, info in self.functions.items() if info.environment
+        }
         self.tables.diagnostics.sort(
             key=lambda d: (d.span.path != self.program.entry, d.span.path, d.span.line, d.span.column)
         )

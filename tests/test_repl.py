@@ -161,6 +161,45 @@ def test_grad_of_a_variable_holding_a_function_or_a_lambda_that_captures_nothing
     assert err.startswith("error[E0333]: `grad` cannot differentiate `k`: it holds a function known only when")
 
 
+def test_a_closure_made_by_a_function_in_one_entry_is_called_in_later_ones(
+    session: Session, capsys: pytest.CaptureFixture
+) -> None:
+    """A lambda made inside another call captured names that exist only there (`a` of `mk(3.0)`): later entries
+    still check and call it, and every other entry still runs (each was E0201 `a` before). What it captured are
+    the values and types it saw, not those of a session variable of the same name now."""
+    out, err = run(
+        session,
+        capsys,
+        "let mk = fn(a) => fn(x) => a * x * x",
+        "let k3 = mk(3.0)",
+        "k3(2.0)",
+        "let y = 1.0",
+        "y + k3(1.0)",
+        "struct P { w: f32[2], b: f32 }",
+        "let model = (fn(q) => fn(x) => sum(q.w * x) + q.b)(P { w: [1.0, 2.0], b: 0.5 })",
+        "model([3.0, 4.0])",
+        "let rows = (fn(n) => fn(x) => reshape(x, n, -1))(2)",
+        "rows(arange(6))",
+        "let pick = (fn(t) => fn(b) => where(b, t[0], t[1]))(([1.0, 2.0], 0.0))",
+        "pick([true, false])",
+        "let c = 2.0",
+        "let f = fn(x) => c * x",
+        "let c = [1.0, 2.0]",
+        "f(3.0) + model([1.0, 1.0])",
+    )
+    assert err == ""
+    assert out.splitlines() == [
+        "12.0 : f32",
+        "4.0 : f32",
+        "11.5 : f32",
+        "[[0 1 2]",
+        " [3 4 5]]",
+        ": i64[2, 3]",
+        "[1. 0.] : f32[2]",
+        "9.5 : f32",
+    ]
+
+
 def test_a_name_keeps_the_function_it_was_given_when_the_function_is_declared_again(
     session: Session, capsys: pytest.CaptureFixture
 ) -> None:
