@@ -7,7 +7,8 @@ naming the primitive. `RunError` carries a run-time diagnostic out of a backend 
 
 from __future__ import annotations
 
-from dl.lang.diagnostics import Diagnostic, Span, error
+from dl.lang.diagnostics import Diagnostic, Label, Span, error
+from dl.lang.modules import in_stdlib
 from dl.lang.primitives import Prim
 
 
@@ -42,14 +43,24 @@ class DeepRecursion(Exception):
 
 
 def fail(code: str, message: str, span: Span, label: str = "", helps: tuple[str, ...] = ()) -> RunError:
-    """A `RunError` at `span` with these `helps`, noting the DL call stack as it is now."""
+    """A `RunError` at `span` with these `helps`, noting the DL call stack as it is now. A failure inside the
+    standard library (an assertion of `nn.cross_entropy`, a primitive it calls) is shown at the user's call that
+    reached it, the line in the library a secondary label, as the checker shows its mistakes there."""
     notes = helps
+    secondary: tuple[Label, ...] = ()
     if STACK:
         # Each active function, and where it is now: the call it made, or `span`.
         places = [call for _, call in STACK[1:]] + [span]
         frames = "\n".join(f"  in `{name}` at {place}" for (name, _), place in zip(STACK, places, strict=True))
         notes = (*helps, f"call stack (most recent call last):\n{frames}")
-    return RunError(error(code, message, span, label, notes=notes))
+        if in_stdlib(span.path):
+            outside = [k for k, place in enumerate(places) if not in_stdlib(place.path)]
+            if outside and outside[-1] + 1 < len(STACK):  # the user's innermost call, of the library's function
+                callee = STACK[outside[-1] + 1][0]
+                secondary = (Label(span, label or "fails here"),)
+                label = f"fails inside `{callee}`, in the standard library"
+                span = places[outside[-1]]
+    return RunError(error(code, message, span, label, notes=notes, secondary=secondary))
 
 
 def recursion_error(stack: list[tuple[str, Span]], fallback: Span) -> Diagnostic:

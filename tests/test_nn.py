@@ -388,6 +388,24 @@ def test_cross_entropy_rejects_labels_of_a_size_the_data_decides_when_it_runs(ru
     ), err
 
 
+@pytest.mark.parametrize("backend", ["interp", "llvm"])
+def test_a_failure_inside_the_stdlib_is_shown_at_the_users_call(run_dl, backend: str) -> None:
+    """At the user's innermost call of the library, the library's line a secondary label, the stack in a note."""
+    source = (
+        "import nn\n"
+        "fn loss(logits: f32[B, 3], labels: i64[B]) -> f32 { return nn.cross_entropy(logits, labels) }\n"
+        "fn main() { print(loss(zeros(2, 3), [0, 5])) }\n"
+    )
+    status, out, err = run_dl(source, [], ("--backend", backend))
+    assert (status, out) == (1, "")
+    lines = err.splitlines()
+    assert lines[0] == "error[E0502]: assertion failed: cross_entropy: a label is outside 0..classes"
+    assert lines[1].endswith("prog.dl:2:60"), lines[1]
+    assert lines[4].endswith("^" * 32 + " fails inside `cross_entropy`, in the standard library"), lines[4]
+    assert lines[5].endswith("stdlib/nn.dl:150:5") and lines[5].lstrip().startswith(":::"), lines[5]
+    assert "in `loss` at " in err and "in `cross_entropy` at " in err  # the call stack, innermost last
+
+
 @pytest.mark.parametrize("loss", ["cross_entropy", "accuracy"])
 @pytest.mark.parametrize("shape", [(4, 1), (1, 4)], ids=["column", "row"])
 def test_labels_of_the_right_count_but_another_shape_are_refused(loss: str, shape: tuple[int, int]) -> None:
