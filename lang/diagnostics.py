@@ -198,4 +198,13 @@ def closest(name: str, candidates) -> str | None:
 
 
 # What PyTorch and numpy users type, and DL's name for it.
-ALIASES = {"dim": "axis", "keepdim": "keepdims", "axes": "axis", "generator": "seed", "random_state": "seed"}
+ALIASES = {
+    "dim": "axis",
+    "dims": "axis",
+    "keepdim": "keepdims",
+    "axes": "axis",
+    "generator": "seed",
+    "random_state": "seed",
+    "ddof": "correction",  # numpy's var and std
+    "unbiased": "correction",  # torch's older var and std
+}

@@ -76,6 +76,13 @@ def binding_help(name: str, call: ast.Call) -> tuple[str, ...]:
         function, which = PAIRWISE[name]
         pair = ", ".join(shown(a) for a in call.args)
         return (f"help: `{name}` reduces one tensor; the {which} of two, element by element, is `{function}({pair})`",)
+    decimals = (
+        call.args[1] if len(call.args) == 2 else next((k.value for k in call.keywords if k.name == "decimals"), None)
+    )
+    if name == "round" and decimals is not None:  # numpy's `round(x, 2)`, torch's `round(x, decimals=2)`
+        scale = f"{10**decimals.value}.0" if isinstance(decimals, ast.IntLiteral) and decimals.value < 16 else "s"
+        x = shown(call.args[0]) if call.args else "x"
+        return (f"help: `round` rounds to whole numbers; to decimals, scale first: `round({x} * {scale}) / {scale}`",)
     signature = PRIMITIVES[BY_NAME[name]].signature if name in BY_NAME else None
     if signature is None or signature.variadic is not None:
         return ()

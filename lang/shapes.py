@@ -531,11 +531,18 @@ def static_axis(argument: Argument, rank: int, name: str) -> int | None:
     if isinstance(argument.type, TensorType) and argument.type.dtype == "bool":
         raise ShapeError("E0306", f"`axis=` takes an integer, found {argument.type}", at=argument.span)
     if not isinstance(argument.value, int):
+        if isinstance(argument.type, TensorType) and argument.type.dtype in INTEGERS and argument.type.rank == 1:
+            raise ShapeError(  # torch's `dims=[0, 1]`
+                "E0306",
+                f"`{name}` takes `axis=` as an integer, found {argument.type}",
+                notes=("help: `[0, 1]` is a tensor; where several axes are taken, they are a tuple: `(0, 1)`",),
+                at=argument.span,
+            )
         if isinstance(argument.type, TensorType) and argument.type.dtype in INTEGERS:
             raise ShapeError(
                 "E0306",
                 f"`{name}` needs `axis=` as a literal integer or const",
-                notes=("help: the axis decides the result's shape, so it must be known statically",),
+                notes=("help: the axis must be known before the program runs (it decides what the call computes)",),
                 at=argument.span,
             )
         raise ShapeError("E0306", f"`axis=` takes an integer, found {argument.type}", at=argument.span)
