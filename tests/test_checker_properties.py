@@ -382,9 +382,10 @@ class Builder:
         return f"({self.expr('bool', shapes[0], depth)} {op} {self.expr('bool', shapes[1], depth)})"
 
     def math(self, dtype: str, shape: Shape, depth: int) -> str:
-        names = ["relu", "abs"]
+        names = ["relu", "abs", "sign"]
         if dtype in FLOATS:
             names += ["exp", "log", "sqrt", "tanh", "sigmoid", "sin", "cos", "softplus", "log1p", "expm1", "erf"]
+            names += ["floor", "ceil", "round"]
         return f"{self.choice(names)}({self.expr(dtype, shape, depth)})"
 
     def pairwise(self, dtype: str, shape: Shape, depth: int) -> str:
@@ -412,7 +413,7 @@ class Builder:
             candidates.append(("sum", dtype))
         candidates += [("max", dtype), ("min", dtype)]
         if dtype in FLOATS:
-            candidates += [("mean", dtype), ("logsumexp", dtype)]
+            candidates += [("mean", dtype), ("logsumexp", dtype), ("var", dtype), ("std", dtype)]
         if dtype == "f32":
             candidates.append(("mean", self.choice([*INTEGERS, "bool"])))  # a mean is a fraction: f32
         if dtype == "i64":
@@ -453,7 +454,7 @@ class Builder:
         if dtype != "i32" or self.allowed("sum-of-i32"):
             names.append("sum")
         if dtype in FLOATS:
-            names += ["mean", "logsumexp"]
+            names += ["mean", "logsumexp", "var", "std"]
         ones = [k for k, d in enumerate(shape) if d == 1]
         kept = len(ones) >= 2 and (len(shape) + 2 > MAX_RANK or self.flag())
         if kept:
@@ -470,6 +471,19 @@ class Builder:
         keepdims = ", keepdims=true" if kept else ""
         name = self.choice(names)
         return f"{name}({self.expr(dtype, source, depth)}, axis=({spelled[0]}, {spelled[1]}){keepdims})"
+
+    def along(self, dtype: str, shape: Shape, depth: int) -> str:
+        """`flip` of any dtype along one axis or two, or `cumsum` (of bools for i64: a count), the axis by
+        position or keyword, counted from either end."""
+        axis = self.number(0, len(shape))
+        written = str(axis if self.flag() else axis - len(shape))
+        if dtype != "bool" and self.flag():
+            source = "bool" if dtype == "i64" and self.flag() else dtype
+            spelled = f"axis={written}" if self.flag() else written
+            return f"cumsum({self.expr(source, shape, depth)}, {spelled})"
+        if len(shape) >= 2 and self.flag():
+            written = f"({written}, {(axis + 1) % len(shape)})"
+        return f"flip({self.expr(dtype, shape, depth)}, {written})"
 
     def triangle(self, dtype: str, shape: Shape, depth: int) -> str:
         """`tril` or `triu` (the shape and dtype are its argument's), the diagonal given or not, by position or
@@ -978,6 +992,7 @@ PRODUCTIONS = (
     ("reduction", lambda d, s: len(s) < MAX_RANK or 1 in s or not s),
     ("reduction_over_axes", lambda d, s: d in NUMBERS and (len(s) + 2 <= MAX_RANK or s.count(1) >= 2)),
     ("triangle", lambda d, s: len(s) >= 2),
+    ("along", lambda d, s: len(s) >= 1),
     ("einsum", lambda d, s: d in NUMBERS and len(s) <= 3),
     ("categorical", lambda d, s: d == "i64" and len(s) < MAX_RANK),
     ("dropout", lambda d, s: d in FLOATS),
