@@ -397,9 +397,9 @@ class KernelEmitter:
             return builder.call(self.intrinsic("sqrt" if name == "sqrt" else "fabs", kind), args)
         if name in ROUNDING:  # llvm.floor, llvm.ceil, llvm.roundeven
             return builder.call(self.intrinsic(ROUNDING[name].removeprefix("llvm."), kind), args)
-        if name == "sign":  # 1 above zero, -1 below, a zero or nan itself
+        if name == "sign":  # 1 above zero, -1 below, x + 0.0 otherwise: +0.0 for either zero, nan for nan
             x, zero = args[0], self.constant(0.0, kind)
-            below = builder.select(builder.fcmp_ordered("<", x, zero), self.constant(-1.0, kind), x)
+            below = builder.select(builder.fcmp_ordered("<", x, zero), self.constant(-1.0, kind), builder.fadd(x, zero))
             return builder.select(builder.fcmp_ordered(">", x, zero), self.constant(1.0, kind), below)
         if name in ("maximum", "minimum", "relu"):  # llvm.maximum/minimum propagate nan like numpy
             if name == "relu":

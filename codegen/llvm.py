@@ -1700,8 +1700,8 @@ class FunctionEmitter(TensorEmission):
         return llvm_ir.Function(self.module, llvm_ir.FunctionType(kind, [kind] * arity), name)
 
     def step(self, builder: llvm_ir.IRBuilder, name: str, dtype: str, x, lanes: int, result: str = "") -> llvm_ir.Value:
-        """`floor`, `ceil`, `round` (LLVM's intrinsics) or `sign` (1 above zero, -1 below, `x` itself otherwise:
-        a zero, or nan, as numpy's) of one element or a vector of `lanes`."""
+        """`floor`, `ceil`, `round` (LLVM's intrinsics) or `sign` (1 above zero, -1 below, else 0.0 for a zero of
+        either sign and nan for nan, as numpy's) of one element or a vector of `lanes`."""
         kind = TYPES[dtype] if lanes == 1 else llvm_ir.VectorType(TYPES[dtype], lanes)
         if name in ROUNDING:
             suffix = dtype if lanes == 1 else f"v{lanes}{dtype}"
@@ -1711,8 +1711,9 @@ class FunctionEmitter(TensorEmission):
         )
         if dtype in ir.INTEGER_DTYPES:
             above, below, otherwise = builder.icmp_signed(">", x, zero), builder.icmp_signed("<", x, zero), zero
-        else:
-            above, below, otherwise = builder.fcmp_ordered(">", x, zero), builder.fcmp_ordered("<", x, zero), x
+        else:  # x + 0.0: +0.0 for either zero (numpy's sign of -0.0 is 0.0), nan for nan
+            above, below = builder.fcmp_ordered(">", x, zero), builder.fcmp_ordered("<", x, zero)
+            otherwise = builder.fadd(x, zero)
         return builder.select(above, one, builder.select(below, minus_one, otherwise), name=result)
 
     def sigmoid(self, builder: llvm_ir.IRBuilder, x, kind, name: str) -> llvm_ir.Value:

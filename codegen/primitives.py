@@ -355,8 +355,9 @@ def variance(root: bool):
         axes = axes_of(lowering, x, bound["axis"], span)
         keepdims = static_flag(bound["keepdims"], span)
         correction = bound["correction"]
-        if isinstance(correction, Value) and isinstance(correction.operand, ir.Const):
-            correction = correction.operand.value
+        if isinstance(correction, Value) and isinstance(correction.operand, ir.Const):  # an f32 one as f32 holds it
+            constant = correction.operand
+            correction = float(np.float32(constant.value)) if constant.dtype == "f32" else constant.value
         if isinstance(correction, bool) or not isinstance(correction, (int, float)):
             raise Unsupported(f"`{name}` with a `correction=` known only when it runs", span)
         count = math.prod(x.shape[a] for a in axes)

@@ -1031,8 +1031,10 @@ def variance(root: bool) -> Callable[[Call], Tensor]:
     count less the correction (at least 0: a division by zero gives inf or nan, as the interpreter's)."""
 
     def lower(call: Call) -> Tensor:
-        graph, x, result = call.graph, call.tensor(0, call.result.dtype), call.result
+        graph, given, result = call.graph, call.tensor(0, call.result.dtype), call.result
         axes, keepdims = [a.name for a in call.axes(call.static(1))], int(bool(call.static(2)))
+        x = given if given.dtype == "f64" else graph.cast(given, "f64")  # in f64, as the interpreter computes
+        result = TensorType("f64", result.dims)
         mean = graph.op("ReduceMean", [x.name, *axes], TensorType(x.dtype, (UNKNOWN,) * x.rank), keepdims=1)
         deviation = graph.op("Sub", [x.name, mean.name], x.type)
         squares = graph.op("Mul", [deviation.name, deviation.name], x.type)
@@ -1043,7 +1045,8 @@ def variance(root: bool) -> Callable[[Call], Tensor]:
         fewer = graph.op("Sub", [count.name, call.tensor(3, x.dtype).name], result)
         divisor = graph.op("Max", [fewer.name, graph.constant(np.array(0), x.dtype).name], result)
         spread = graph.op("Div", [total.name, divisor.name], result)
-        return graph.op("Sqrt", [spread.name], result) if root else spread
+        spread = graph.op("Sqrt", [spread.name], result) if root else spread
+        return spread if given.dtype == "f64" else graph.cast(spread, given.dtype)
 
     return lower
 

@@ -531,7 +531,7 @@ def variance(root: bool):
         deviation = wide - np.sum(wide, axis=position, keepdims=True) / np.float64(count)
         squares = np.sum(deviation * deviation, axis=position, keepdims=keep)
         with np.errstate(divide="ignore", invalid="ignore"):
-            result = squares / np.float64(max(count - correction, 0))
+            result = squares / max(np.float64(count) - np.float64(correction), np.float64(0))  # in f64, as compiled
         if root:
             result = np.sqrt(result)
         return scalar(result.astype(x.dtype, copy=False))

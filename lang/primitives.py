@@ -227,6 +227,8 @@ class Primitive:
 F32 = "f32"  # the default dtype keyword value, resolved by each backend
 ONE = Signature(("x",))
 REDUCTION = Signature(("x",), keywords=(("axis", None), ("keepdims", False)))
+# var's and std's divisor in their derivatives, in x's dtype, as the forward computes it
+DEGREES = "maximum(count(x) - correction, 0.0)"
 # the divisor is the count less `correction`: 0 the population variance (numpy's and JAX's default), 1 the
 # sample variance (torch's default)
 VARIANCE = Signature(("x",), keywords=(("axis", None), ("keepdims", False), ("correction", 0)))
@@ -397,16 +399,18 @@ PRIMITIVES_LIST = (
         shapes.reduction("logsumexp", floats_only=True),
         Templates((("x", "expand(d) * exp(x - expand(r))"),)),
     ),
-    # With m the mean and n - c the count less the correction, var is sum((x - m)^2) / (n - c): its derivative
-    # is 2 (x - m) / (n - c) (m's own is zero: the deviations sum to 0), and std's that over 2 std.
+    # With m the mean and n - c the count less the correction (at least 0), var is sum((x - m)^2) / (n - c): its
+    # derivative is 2 (x - m) / (n - c) (m's own is zero: the deviations sum to 0), and std's that over 2 std,
+    # which is 0 where std is (constant data, as torch's). The correction is a constant: no gradient reaches it.
     Primitive(
         Prim.VAR,
         "reduction",
         "variance, `sum((x - mean)^2) / (count - correction)`; `correction=1` is torch's default",
         VARIANCE,
         shapes.variance_rule("var"),
-        Templates((("x", "expand(d) * (2.0 * (x - total(x) / count(x)) / (count(x) - float(correction)))"),)),
+        Templates((("x", f"expand(d) * (2.0 * (x - total(x) / count(x)) / {DEGREES})"),)),
         X,
+        fills=frozenset({"correction"}),
     ),
     Primitive(
         Prim.STD,
@@ -414,8 +418,11 @@ PRIMITIVES_LIST = (
         "standard deviation, the square root of `var` (same keywords)",
         VARIANCE,
         shapes.variance_rule("std"),
-        Templates((("x", "expand(d) * ((x - total(x) / count(x)) / ((count(x) - float(correction)) * expand(r)))"),)),
+        Templates(
+            (("x", f"expand(d) * where(expand(r) > 0.0, (x - total(x) / count(x)) / ({DEGREES} * expand(r)), 0.0)"),)
+        ),
         X,
+        fills=frozenset({"correction"}),
     ),
     Primitive(
         Prim.SOFTMAX,

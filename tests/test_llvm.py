@@ -262,7 +262,10 @@ fn signs(x: i64[N]) -> i64[N] { return sign(x) * 3 }
 fn signs32(x: i32[N]) -> i32[N] { return sign(x) }
 fn one(x: f64) -> f64 { return round(x) + sign(x) * 10.0 + floor(x) * ceil(x) * 100.0 }
 fn whole(x: i64) -> i64 { return sign(x) }
+fn reciprocal_sign(x: f32[N]) -> f32[N] { return 1.0 / sign(x) }  # sign(-0.0) is +0.0, as numpy's: 1 / it is inf
+fn reciprocal_sign64(x: f64) -> f64 { return 1.0 / sign(x) }
 fn main() {
+    print(reciprocal_sign([-0.0, 0.0, -2.0]), reciprocal_sign64(-0.0f64))
     let x = (arange(44) - 22.0) / 4.0  # every quarter from -5.5: halves round to even
     print(steps(x), steps64(float(x, dtype=f64)))
     print(steps([0.0 / 0.0, 1.0 / 0.0, -1.0 / 0.0]))
@@ -276,6 +279,7 @@ def test_step_functions_compile_and_agree_exactly(tmp_path: Path, capsys) -> Non
     """floor, ceil, round (halves to even) and sign: vector loops of both float dtypes and integers, scalars."""
     interpreted, compiled = both_backends(tmp_path, STEPS_PROGRAM, capsys)
     assert compiled == interpreted
+    assert compiled.startswith("[inf inf -1.] inf\n")
     status, _, explained = run_cli(tmp_path, STEPS_PROGRAM, "--backend", "llvm", "--explain-backend", capsys=capsys)
     assert status == 0 and "interpreted" not in explained.replace("`main`() interpreted", "")
     for name in ("steps", "steps64"):

@@ -145,6 +145,7 @@ fn h(x: f32[n]) -> f32 { return sum(x * x) }
 fn m(x: f64[n], y: f64[n]) -> f64 { return max(x - y) }
 fn steps(x: f32[n]) -> f32[n] { return floor(x) + 10.0 * ceil(x) + 100.0 * round(x) + 1000.0 * sign(x) }
 fn steps64(x: f64[n]) -> f64[n] { return floor(x) + 10.0 * ceil(x) + 100.0 * round(x) + 1000.0 * sign(x) }
+fn signs(x: f32[n]) -> f32[n] { return sign(x) }
 """
 
 
@@ -186,11 +187,13 @@ def test_fused_kernels_compute_what_the_interpreter_computes(blocks: int, thread
 
     # the step functions at halves (round takes them to the even integer), zeros of both signs and nan
     halves = np.array([-2.5, -1.5, -0.5, -0.0, 0.0, 0.5, 1.5, 2.5, 3.7, -3.7, np.nan, np.inf, -np.inf] * 3)
-    for name, dtype in (("steps", np.float32), ("steps64", np.float64)):
+    for name, dtype in (("steps", np.float32), ("steps64", np.float64), ("signs", np.float32)):
         x, stepped = halves.astype(dtype), np.empty(len(halves), dtype)
         arguments = [ctypes.c_int64(len(x)), pointer(stepped), pointer(x)]
         nvptx.run_twin(twin, kernels[name].symbol, arguments, blocks, threads)
-        np.testing.assert_array_equal(stepped, pipeline.call(program, name, [x]))
+        expected = pipeline.call(program, name, [x])
+        np.testing.assert_array_equal(stepped, expected)
+        np.testing.assert_array_equal(np.signbit(stepped), np.signbit(expected))  # -0.0 apart from +0.0
 
 
 class CpuLoop(nvptx.HostTwin):

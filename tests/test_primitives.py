@@ -203,6 +203,7 @@ def test_step_functions_match_torch(dtype) -> None:
         result = dl_eval(f"{name}(a)", x)
         check(result, expected, dtype, rtol=0, atol=0)
         check(dl_eval(f"{name}(a)", x[0]), expected[0], dtype, rtol=0, atol=0)
+    assert not np.signbit(dl_eval("sign(a)", np.array([-0.0, 0.0], dtype))).any()  # +0.0 for -0.0, as numpy's
     assert dl_eval("sign(a)", np.array([5, 0, -3], dtype=np.int64)).tolist() == [1, 0, -1]
     assert dl_eval("sign(-7)") == -1
 

@@ -471,14 +471,18 @@ class BackwardSweep:
                 return call("sum", value)
             return call("sum", value, axis=axes_literal(axes), keepdims=ast.BoolLiteral(True))
 
+        x_type = self.types.get(getattr(x, "id", ""))
+        wide = {"dtype": ast.Name("f64")} if isinstance(x_type, TensorType) and x_type.dtype == "f64" else {}
+
         def count(value: ast.Expr) -> ast.Expr:
+            """The count in `x`'s float dtype (f32 for f32 and integers): exact past 2**24 elements in f64."""
             if whole:
-                return call("float", call("len", call("reshape", value, ast.Unary("-", ast.IntLiteral(1)))))
+                return call("float", call("len", call("reshape", value, ast.Unary("-", ast.IntLiteral(1)))), **wide)
             sizes = [ast.Index(call("shape", value), (ast.IntLiteral(k),)) for k in axes]
             product = sizes[0]
             for size in sizes[1:]:
                 product = ast.Binary("*", product, size)
-            return call("float", product)
+            return call("float", product, **wide)
 
         return {"expand": expand, "total": total, "count": count}
 
