@@ -140,6 +140,12 @@ def binary_math(prim: Prim):
     return apply
 
 
+def clip(lowering, bound: dict, span: Span) -> object:
+    """`minimum(maximum(x, lo), hi)`, elementwise as the interpreter's."""
+    larger = binary_math(Prim.MAXIMUM)(lowering, {"a": bound["x"], "b": bound["lo"]}, span)
+    return binary_math(Prim.MINIMUM)(lowering, {"a": larger, "b": bound["hi"]}, span)
+
+
 def where(lowering, bound: dict, span: Span) -> object:
     condition, a, b = bound["condition"], bound["a"], bound["b"]
     dtypes = {v.dtype for v in (a, b) if isinstance(v, Tensor)}
@@ -1696,6 +1702,7 @@ HANDLERS = {
     Prim.MAXIMUM: binary_math(Prim.MAXIMUM),
     Prim.MINIMUM: binary_math(Prim.MINIMUM),
     Prim.WHERE: where,
+    Prim.CLIP: clip,
     Prim.SUM: summed("sum"),
     Prim.MEAN: summed("mean"),
     Prim.MAX: extreme("max"),

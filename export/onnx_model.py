@@ -956,6 +956,13 @@ def unary(op_type: str) -> Callable[[Call], Tensor]:
     return lower
 
 
+def clip(call: Call) -> Tensor:
+    """`Min(Max(x, lo), hi)`: ONNX's `Clip` takes scalar bounds only, and these broadcast."""
+    dtype = call.result.dtype
+    larger = call.graph.op("Max", [call.tensor(0, dtype).name, call.tensor(1, dtype).name], call.result)
+    return call.op("Min", [larger, call.tensor(2, dtype)])
+
+
 def pairwise(op_type: str) -> Callable[[Call], Tensor]:
     def lower(call: Call) -> Tensor:
         return call.op(op_type, [call.tensor(0, call.result.dtype), call.tensor(1, call.result.dtype)])
@@ -1310,6 +1317,7 @@ HANDLERS: dict[Prim, Callable[[Call], Any]] = {
     Prim.EINSUM: einsum,
     Prim.MAXIMUM: pairwise("Max"),
     Prim.MINIMUM: pairwise("Min"),
+    Prim.CLIP: clip,
     Prim.WHERE: where,
     Prim.SUM: reduction("ReduceSum"),
     Prim.MEAN: reduction("ReduceMean"),

@@ -1716,6 +1716,14 @@ def with_leaves(x: Any, leaves: Iterator) -> Any:
 
 maximum = combining(np.maximum, "maximum")
 minimum = combining(np.minimum, "minimum")
+LARGER, SMALLER = maximum(), minimum()
+
+
+def clip(x: Any, lo: Any, hi: Any) -> Any:
+    """numpy's `clip`: `minimum(maximum(x, lo), hi)`, the operands promoting as an operator's (a literal bound has
+    the result's dtype already: the checker gives it)."""
+    return SMALLER(LARGER(x, lo), hi)
+
 
 # Primitives whose operands promote together as an operator's do (`operands` in their records).
 # `LITERAL_ADAPTING[p](weak_a, weak_b)` is p's implementation when some of those operands are literals.
@@ -1748,6 +1756,7 @@ IMPLEMENTATIONS = {
     Prim.SIGN: sign,
     Prim.MAXIMUM: maximum(),
     Prim.MINIMUM: minimum(),
+    Prim.CLIP: clip,
     Prim.WHERE: make_where(),
     Prim.SUM: reduction(total, "sum"),
     Prim.MEAN: reduction(mean, "mean", nonempty=True),

@@ -2207,6 +2207,12 @@ class Checker:
         operands = primitive.positions(primitive.operands or ())
         values = [(expr.args[i], args[i]) for i in operands if i < len(expr.args)]
         values += [(nodes[k], keywords[k]) for k in primitive.fills if k in nodes]
+        fixed_names = (*signature.positional, *(optional for optional, _ in signature.optional))
+        values += [
+            (expr.args[source], args[source])  # a filling parameter given by position (`clip(x, 0.0, 1.0)`)
+            for parameter, source in zip(fixed_names, binding.fixed, strict=True)
+            if parameter in primitive.fills and isinstance(source, int)
+        ]
         self.coerce_operands(result, values)
         return result
 

@@ -206,6 +206,21 @@ def shown(node: ast.Expr) -> str:
     return print_expr(node)
 
 
+def clamped(a: list[str]) -> str | None:
+    """torch's `clamp(x, lo, hi)`, `clamp(x, min=lo)` or `clamp(x, max=hi)`: `clip`, or one of its sides."""
+    if not a:
+        return None
+    named = {k: v for k, _, v in (item.partition("=") for item in a[1:]) if k in ("min", "max") and v}
+    given = [item for item in a[1:] if item.partition("=")[0] not in ("min", "max")]
+    if len(given) + len(named) != len(a) - 1 or len(given) > 2:
+        return None
+    lo = given[0] if given else named.get("min")
+    hi = given[1] if len(given) > 1 else named.get("max")
+    if lo is not None and hi is not None:
+        return f"clip({a[0]}, {lo}, {hi})"
+    return f"maximum({a[0]}, {lo})" if lo is not None else f"minimum({a[0]}, {hi})" if hi is not None else None
+
+
 def axis_keyword(rest: list[str]) -> str:
     return f", axis={rest[0]}" if rest else ""
 
@@ -220,8 +235,7 @@ SPELLINGS: dict[str, Spelling] = {
     "flatten": lambda a: f"reshape({a[0]}, -1)" if len(a) == 1 else None,
     "cat": lambda a: f"concat({a[0]}{axis_keyword(a[1:])})" if a else None,
     "concatenate": lambda a: f"concat({a[0]}{axis_keyword(a[1:])})" if a else None,
-    "clamp": lambda a: f"maximum(minimum({a[0]}, {a[2]}), {a[1]})" if len(a) == 3 else None,
-    "clip": lambda a: f"maximum(minimum({a[0]}, {a[2]}), {a[1]})" if len(a) == 3 else None,
+    "clamp": lambda a: clamped(a),
     "pow": lambda a: f"{a[0]} ** {a[1]}" if len(a) == 2 else None,
     "power": lambda a: f"{a[0]} ** {a[1]}" if len(a) == 2 else None,
     "mm": lambda a: f"{a[0]} @ {a[1]}" if len(a) == 2 else None,
@@ -268,6 +282,8 @@ def spelled(name: str, call: ast.Call, receiver: ast.Expr | None) -> str | None:
         args += [f"{KEYWORDS.get(k.name, k.name)}={shown(k.value)}" for k in call.keywords]
         return f"{name}({', '.join(args)})"
     spelling = SPELLINGS.get(name)
+    if name == "clamp":  # torch's `min=` and `max=` name the bounds
+        return spelling([*args, *(f"{k.name}={shown(k.value)}" for k in call.keywords)])
     return spelling(args) if spelling is not None and not call.keywords else None
 
 

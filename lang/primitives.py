@@ -43,6 +43,7 @@ class Prim(Enum):
     SIGN = "sign"
     MAXIMUM = "maximum"
     MINIMUM = "minimum"
+    CLIP = "clip"
     WHERE = "where"
     # reductions
     SUM = "sum"
@@ -346,6 +347,25 @@ PRIMITIVES_LIST = (
     step(Prim.SIGN, "-1, 0 or 1 by the sign of each element, in `x`'s dtype (nan stays nan)", floats_only=False),
     pairwise(Prim.MAXIMUM, "the larger of two tensors, elementwise, broadcasting", ">"),
     pairwise(Prim.MINIMUM, "the smaller of two tensors, elementwise, broadcasting", "<"),
+    # minimum(maximum(x, lo), hi), as numpy's clip (hi wins where lo > hi); the gradient passes where x is in
+    # [lo, hi], ends included, as torch's clamp's does, and goes to the bound that is the result elsewhere
+    Primitive(
+        Prim.CLIP,
+        "elementwise",
+        "`x` limited to `[lo, hi]` (numpy's `clip`, torch's `clamp`); the three broadcast",
+        Signature(("x", "lo", "hi")),
+        shapes.clip_rule,
+        Templates(
+            (
+                ("x", "where(x < lo, 0.0, where(x > hi, 0.0, d))"),
+                ("lo", "where(x < lo, where(lo > hi, 0.0, d), 0.0)"),
+                ("hi", "where(maximum(x, lo) > hi, d, 0.0)"),
+            ),
+            fitted=True,
+        ),
+        frozenset({"x", "lo", "hi"}),
+        fills=frozenset({"x", "lo", "hi"}),  # a literal takes the result's dtype, as an operator's operand
+    ),
     Primitive(
         Prim.WHERE,
         "elementwise",

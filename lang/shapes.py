@@ -492,6 +492,16 @@ def elementwise(name: str, floats_only: bool = True) -> Rule:
     return rule
 
 
+def clip_rule(args: list[Argument]) -> Type:
+    """`clip(x, lo, hi)`: the three broadcast, and meet as an operator's operands do (literals adapt)."""
+    x, lo, hi = (tensor(a.type, "`clip`") for a in args)
+    if x is None or lo is None or hi is None:
+        return ANY
+    if "bool" in (x.dtype, lo.dtype, hi.dtype):
+        raise ShapeError("E0311", f"`clip` needs numbers, found {x}, {lo} and {hi}", f"{x}, {lo}, {hi}")
+    return strong(arithmetic(arithmetic(x, lo, "clip(..)"), hi, "clip(..)"))
+
+
 def pairwise(name: str) -> Rule:
     def rule(args: list[Argument]) -> Type:
         left, right = tensor(args[0].type, f"`{name}`"), tensor(args[1].type, f"`{name}`")

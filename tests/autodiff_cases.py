@@ -234,6 +234,22 @@ fn f(x) {
 )
 
 case(
+    "clip_bounds",
+    "elementwise",
+    """
+fn f(x, lo, hi) {
+    let ratio = exp(x)
+    return sum(minimum(ratio * hi, clip(ratio, 0.8, 1.2) * hi) + clip(x, lo, hi) * x)
+}
+""",
+    (normal(68, 3, 4), normal(69, 4) * 0.3 - 0.5, normal(70, 3, 4) * 0.3 + 0.5),
+    lambda x, lo, hi: (
+        torch.minimum(torch.exp(x) * hi, torch.clamp(torch.exp(x), 0.8, 1.2) * hi) + torch.clamp(x, lo, hi) * x
+    ).sum(),
+    wrt=(0, 1, 2),
+)
+
+case(
     "tril_triu",
     "structure",
     """

@@ -390,6 +390,9 @@ class Builder:
 
     def pairwise(self, dtype: str, shape: Shape, depth: int) -> str:
         left, right = self.operands(dtype, shape, depth)
+        if self.number(0, 3) == 0:  # clip: a bound of the other operand's dtype, or a literal
+            bound = "1" if dtype in INTEGERS else "0.5"
+            return f"clip({left}, {right}, {bound})" if self.flag() else f"clip({left}, -{bound}, {right})"
         return f"{self.choice(['maximum', 'minimum'])}({left}, {right})"
 
     def where(self, dtype: str, shape: Shape, depth: int) -> str:
@@ -475,7 +478,7 @@ class Builder:
     def along(self, dtype: str, shape: Shape, depth: int) -> str:
         """`flip` of any dtype along one axis or two, or `cumsum` (of bools for i64: a count), the axis by
         position or keyword, counted from either end."""
-        axis = self.number(0, len(shape))
+        axis = self.number(0, len(shape) - 1)
         written = str(axis if self.flag() else axis - len(shape))
         if dtype != "bool" and self.flag():
             source = "bool" if dtype == "i64" and self.flag() else dtype

@@ -145,6 +145,7 @@ CORPUS_FUNCTIONS = [
     "steps",
     "statistics",
     "running",
+    "clipped",
 ]
 
 

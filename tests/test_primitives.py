@@ -255,6 +255,26 @@ def test_flip_and_cumsum_match_torch() -> None:
     assert counted.dtype == np.int64 and counted.tolist() == [1, 1, 2, 3]
 
 
+@needs_torch
+def test_clip_matches_torch_clamp() -> None:
+    """Bounds that broadcast (a scalar, a row, a column), in each dtype; literals take the tensor's dtype; a lower
+    bound above the upper gives the upper, as numpy's and torch's; nan stays nan."""
+    rng = np.random.default_rng(7)
+    for dtype in (np.float32, np.float64, np.int64, np.int32):
+        x = (rng.standard_normal((3, 4)) * 5).astype(dtype)
+        for lo, hi in (((-1.0), 2.0), (rng.standard_normal(4) - 1, rng.standard_normal((3, 1)) + 1)):
+            lo, hi = np.asarray(lo).astype(dtype), np.asarray(hi).astype(dtype)
+            expected = torch.clamp(torch.from_numpy(x), torch.from_numpy(lo), torch.from_numpy(hi)).numpy()
+            result = dl_eval("clip(a, b, c)", x, lo, hi)
+            assert result.dtype == dtype
+            np.testing.assert_array_equal(result, expected)
+    literal = dl_eval("clip(a, 0.5, 1.5)", np.array([0.0, 1.0, 2.0, np.nan]))
+    assert literal.dtype == np.float64 and np.array_equal(literal, [0.5, 1.0, 1.5, np.nan], equal_nan=True)
+    assert dl_eval("clip(a, 0.5, 1.5)", np.float64(0.1)) == 0.5 and dtype_of(dl_eval("clip(a, 0.5, 1.5)", 0.1)) == F32
+    assert dl_eval("clip(a, 2.0, 1.0)", np.array([0.0, 3.0], np.float32)).tolist() == [1.0, 1.0]
+    assert dl_eval("clip(a, 0, 3)", np.array([-2, 5])).tolist() == [0, 3]
+
+
 def test_var_of_an_empty_axis_is_an_error() -> None:
     with pytest.raises(DiagnosticError, match="`var` of an empty tensor"):
         dl_eval("var(a, axis=0)", np.zeros((0, 3), np.float32))
@@ -2453,6 +2473,7 @@ PRIM_TESTS: dict[Prim, tuple[str, ...]] = {
     Prim.SIGN: ("test_step_functions_match_torch",),
     Prim.VAR: ("test_var_and_std_match_torch", "test_var_of_an_empty_axis_is_an_error"),
     Prim.STD: ("test_var_and_std_match_torch", "test_var_of_an_empty_axis_is_an_error"),
+    Prim.CLIP: ("test_clip_matches_torch_clamp",),
     Prim.FLIP: ("test_flip_and_cumsum_match_torch",),
     Prim.CUMSUM: ("test_flip_and_cumsum_match_torch",),
     Prim.MAXIMUM: ("test_maximum_minimum_broadcast", "test_maximum_minimum_with_literals_keep_dtype"),
