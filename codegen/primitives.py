@@ -1768,6 +1768,10 @@ HANDLERS = {
 HOST = "host work, and compiled code does not call back into Python"
 REFUSED: dict[Prim, str] = {
     Prim.CUMSUM: "a running sum carries each element's total to the next, a loop compiled code does not write yet",
+    **{
+        prim: "a sort or a read at per-element indices along an axis, which compiled code does not do yet"
+        for prim in (Prim.TAKE_ALONG_AXIS, Prim.ADD_ALONG_AXIS, Prim.ARGSORT, Prim.SORT)
+    },
     Prim.PRINT: f"printing is {HOST}",
     Prim.TIME: f"reading the clock is {HOST} (and each call must read it anew, where the program does)",
     Prim.DIGITS: f"loading the shipped dataset is {HOST}",

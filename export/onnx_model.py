@@ -1143,6 +1143,32 @@ def flip(call: Call) -> Tensor:
     return call.op("Slice", [x, starts, ends, constant(axes, "i64"), constant(np.full(len(axes), -1), "i64")])
 
 
+def take_along_axis(call: Call) -> Tensor:
+    """`GatherElements`, torch's `gather` (negative indices count from the end, as DL's)."""
+    x = call.tensor(0)
+    return call.op("GatherElements", [x, call.tensor(1, "i64")], axis=int(call.static(2)) % x.rank)
+
+
+def sorting(values: bool) -> Callable[[Call], Tensor]:
+    """`sort` and `argsort` as a `TopK` of the whole axis: ONNX's puts the lower index first among equal values,
+    in either direction, as DL's stable sort does."""
+
+    def lower(call: Call) -> Tensor:
+        graph, x = call.graph, call.tensor(0)
+        axis = int(call.static(1)) % x.rank
+        size = graph.unsqueeze(graph.tensor(graph.dim(x, axis), "i64"), 0)
+        if not isinstance(call.values[2], Number):
+            why = "TopK takes its direction as an attribute"
+            raise Refused("`descending=` known only when it runs", call.span, why)
+        descending = bool(call.values[2].value)
+        found, positions = graph.ops(
+            "TopK", [x.name, size.name], [x.type, TensorType("i64", x.type.dims)], axis=axis, largest=int(descending)
+        )
+        return found if values else positions
+
+    return lower
+
+
 def cumsum(call: Call) -> Tensor:
     x = call.tensor(0, call.result.dtype)
     return call.op("CumSum", [x, call.graph.constant(np.array(int(call.static(1)) % x.rank), "i64")])
@@ -1335,6 +1361,9 @@ HANDLERS: dict[Prim, Callable[[Call], Any]] = {
     Prim.SWAPAXES: swapaxes,
     Prim.FLIP: flip,
     Prim.CUMSUM: cumsum,
+    Prim.TAKE_ALONG_AXIS: take_along_axis,
+    Prim.ARGSORT: sorting(values=False),
+    Prim.SORT: sorting(values=True),
     Prim.RESHAPE: reshape,
     Prim.CONCAT: concat,
     Prim.STACK: stack,

@@ -30,6 +30,7 @@ REFUSED: dict[Prim, str] = {
     Prim.LOAD: "a file read at run time: weights become initializers when exported",
     Prim.UNBROADCAST: DERIVATIVE,
     Prim.SCATTER_ADD: DERIVATIVE,
+    Prim.ADD_ALONG_AXIS: DERIVATIVE,
     Prim.SPLIT_LIKE: DERIVATIVE,
     Prim.TAPE: DERIVATIVE,
     Prim.PUSH: DERIVATIVE,

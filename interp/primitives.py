@@ -1076,6 +1076,62 @@ def scatter_add(x: Any, indices: Any, updates: Any, axis: Any) -> Any:
     return result
 
 
+def along_positions(x: Any, indices: Any, axis: Any, name: str) -> tuple[int, Any]:
+    """The axis `axis` names and `indices` checked against `x` for `take_along_axis`/`add_along_axis`: of its
+    rank, its sizes off the axis, each within the axis (negative ones counting from its end, as numpy's)."""
+    if x.ndim == 0:
+        raise PrimitiveError(f"`{name}` needs a tensor of rank 1 or more, found {describe(x)}")
+    position = axis_of(x, axis) % x.ndim
+    indices = integer_indices(indices, name)
+    xp = array_module(x)
+    indices = xp.asarray(indices)
+    others = [(n, m) for k, (n, m) in enumerate(zip(indices.shape, x.shape, strict=False)) if k != position]
+    if indices.ndim != x.ndim or any(n != m for n, m in others):
+        raise PrimitiveError(f"`{name}`: indices {describe(indices)} do not fit {describe(x)} off axis {position}")
+    size = x.shape[position]
+    if indices.size and (int(indices.min()) < -size or int(indices.max()) >= size):
+        wrong = int(indices.max()) if int(indices.max()) >= size else int(indices.min())
+        raise PrimitiveError(f"`{name}`: index {wrong} is out of range for an axis of size {size}")
+    return position, indices
+
+
+def take_along_axis(x: Any, indices: Any, axis: Any) -> Any:
+    x = as_array(x)
+    position, indices = along_positions(x, indices, axis, "take_along_axis")
+    return scalar(np.take_along_axis(x, indices, axis=position))
+
+
+def add_along_axis(x: Any, indices: Any, updates: Any, axis: Any) -> Any:
+    """`x` with each of `updates` added at its index along `axis` (repeated indices add up)."""
+    result = as_array(x).copy()
+    position, indices = along_positions(result, indices, axis, "add_along_axis")
+    xp, device = array_module(result), DEVICE_ARRAYS.get(result.__class__)
+    grid = [xp.arange(n).reshape([n if k == d else 1 for k in range(result.ndim)]) for d, n in enumerate(indices.shape)]
+    grid[position] = indices % result.shape[position] if result.shape[position] else indices
+    add_at = np.add.at if device is None else device.scatter_add
+    updates = xp.broadcast_to(xp.asarray(updates).astype(result.dtype, copy=False), indices.shape)
+    add_at(result, tuple(xp.broadcast_to(g, indices.shape) for g in grid), updates)
+    return result
+
+
+def argsort(x: Any, axis: Any, descending: Any) -> Any:
+    """A stable sort's positions: ties keep their order, also descending (the order of the reversed tensor's
+    stable ascending sort, reversed); nan sorts last ascending and first descending, as numpy's and torch's."""
+    x = along_axes(x, "argsort")
+    position = axis_of(x, axis) % x.ndim
+    kind = "stable" if x.__class__ is ndarray else None  # cupy's sort is stable, and takes no other `kind`
+    if not flag_of(descending, "descending"):
+        return np.argsort(x, axis=position, kind=kind).astype(np.int64, copy=False)
+    reversed_order = np.argsort(flip(x, position), axis=position, kind=kind)
+    return (x.shape[position] - 1 - flip(reversed_order, position)).astype(np.int64, copy=False)
+
+
+def sort(x: Any, axis: Any, descending: Any) -> Any:
+    x = along_axes(x, "sort")
+    position = axis_of(x, axis) % x.ndim
+    return np.take_along_axis(x, argsort(x, position, descending), axis=position)
+
+
 def split_like(x: Any, like: Any, axis: Any) -> tuple:
     """`x` cut along `axis` into pieces as long as the tensors of `like`: the reverse of `concat`."""
     x = as_array(x)
@@ -1774,6 +1830,9 @@ IMPLEMENTATIONS = {
     Prim.TRANSPOSE: transpose,
     Prim.FLIP: flip,
     Prim.CUMSUM: cumsum,
+    Prim.TAKE_ALONG_AXIS: take_along_axis,
+    Prim.ARGSORT: argsort,
+    Prim.SORT: sort,
     Prim.SWAPAXES: swapaxes,
     Prim.RESHAPE: reshape,
     Prim.CONCAT: concat,
@@ -1804,6 +1863,7 @@ IMPLEMENTATIONS = {
     Prim.RESHAPE_LIKE: reshape_like,
     Prim.EXPAND_DIMS: expand_dims,
     Prim.SCATTER_ADD: scatter_add,
+    Prim.ADD_ALONG_AXIS: add_along_axis,
     Prim.SPLIT_LIKE: split_like,
     Prim.TREE_ADD: make_tree_add(),
     Prim.TAPE: lambda like=None: Tape(),

@@ -76,6 +76,11 @@ def binding_help(name: str, call: ast.Call) -> tuple[str, ...]:
         function, which = PAIRWISE[name]
         pair = ", ".join(shown(a) for a in call.args)
         return (f"help: `{name}` reduces one tensor; the {which} of two, element by element, is `{function}({pair})`",)
+    if name == "gather" and len(call.args) == 3 and not call.keywords:  # PyTorch's gather(x, dim, index)
+        x, axis, indices = (shown(a) for a in call.args)
+        return (
+            f"help: DL's `gather` is numpy's `take`; PyTorch's `gather` is `take_along_axis({x}, {indices}, {axis})`",
+        )
     decimals = (
         call.args[1] if len(call.args) == 2 else next((k.value for k in call.keywords if k.name == "decimals"), None)
     )
@@ -237,6 +242,7 @@ SPELLINGS: dict[str, Spelling] = {
     "concatenate": lambda a: f"concat({a[0]}{axis_keyword(a[1:])})" if a else None,
     "clamp": lambda a: clamped(a),
     "pow": lambda a: f"{a[0]} ** {a[1]}" if len(a) == 2 else None,
+    "topk": lambda a: f"sort({a[0]}, descending=true)[..., 0:{a[1]}]" if len(a) == 2 else None,
     "power": lambda a: f"{a[0]} ** {a[1]}" if len(a) == 2 else None,
     "mm": lambda a: f"{a[0]} @ {a[1]}" if len(a) == 2 else None,
     "dot": lambda a: f"{a[0]} @ {a[1]}" if len(a) == 2 else None,
@@ -274,6 +280,8 @@ def spelled(name: str, call: ast.Call, receiver: ast.Expr | None) -> str | None:
     args = [shown(a) for a in (*((receiver,) if receiver is not None else ()), *given)]
     if name == "transpose" and receiver is not None and len(args) == 3:  # PyTorch's x.transpose(a, b)
         return f"swapaxes({', '.join(args)})"
+    if name == "gather" and len(args) == 3 and not call.keywords:  # PyTorch's gather(x, dim, index)
+        return f"take_along_axis({args[0]}, {args[2]}, {args[1]})"
     if name in BUILT_INS:
         signature = PRIMITIVES[BY_NAME[name]].signature
         taken = len(signature.positional) + len(signature.optional)

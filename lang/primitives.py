@@ -72,6 +72,9 @@ class Prim(Enum):
     TRIU = "triu"
     FLIP = "flip"
     CUMSUM = "cumsum"
+    TAKE_ALONG_AXIS = "take_along_axis"
+    ARGSORT = "argsort"
+    SORT = "sort"
     # creation
     ZEROS = "zeros"
     ONES = "ones"
@@ -97,6 +100,7 @@ class Prim(Enum):
     RESHAPE_LIKE = "reshape_like"
     EXPAND_DIMS = "expand_dims"
     SCATTER_ADD = "scatter_add"
+    ADD_ALONG_AXIS = "add_along_axis"
     SPLIT_LIKE = "split_like"
     TREE_ADD = "tree_add"
     TAPE = "tape"
@@ -320,6 +324,7 @@ STRIDED = (("stride", 1), ("padding", 0))
 SOFTMAX = Signature(("x",), keywords=(("axis", -1),))
 SHARED = "ties share the gradient evenly"
 TRIANGLE = Signature(("x",), optional=(("k", 0),))  # k: the diagonal, 0 the main one, above it positive
+SORTING = Signature(("x",), keywords=(("axis", -1), ("descending", False)))
 PRIMITIVES_LIST = (
     # elementwise math
     elementwise(Prim.EXP, "e to the power of each element", "d * r"),
@@ -585,6 +590,35 @@ PRIMITIVES_LIST = (
         shapes.along_axes_rule("cumsum", several=False),
         {"x": "flip(cumsum(flip(d, axis), axis), axis)"},
     ),
+    # torch's `gather(x, axis, indices)`: one element per index, along `axis`; the adjoint adds `d` back there
+    linear(
+        Prim.TAKE_ALONG_AXIS,
+        "structure",
+        "the element at each integer index along `axis` (numpy's `take_along_axis`, torch's `gather`)",
+        Signature(("x", "indices", "axis")),
+        shapes.take_along_axis_rule,
+        {"x": "add_along_axis(zeros_like(x), indices, d, axis)"},
+        tensors=("x", "indices"),
+    ),
+    not_differentiable(
+        Prim.ARGSORT,
+        "structure",
+        "`i64` positions that sort `x` along `axis`, ties in their order (a stable sort)",
+        SORTING,
+        shapes.sorting_rule("argsort"),
+        SELECTS,
+        tensors=X,
+    ),
+    # the sorted values are `x` read at argsort's positions: the adjoint puts `d` back at them
+    Primitive(
+        Prim.SORT,
+        "structure",
+        "`x` sorted along `axis` (ascending, or with `descending=true`), ties in their order",
+        SORTING,
+        shapes.sorting_rule("sort"),
+        Templates((("x", "add_along_axis(zeros_like(x), argsort(x, axis=axis, descending=descending), d, axis)"),)),
+        X,
+    ),
     # creation
     not_differentiable(Prim.ZEROS, "creation", "a tensor of zeros", CREATION, shapes.make_creation("zeros", 0), INPUT),
     not_differentiable(Prim.ONES, "creation", "a tensor of ones", CREATION, shapes.make_creation("ones", 0), INPUT),
@@ -741,6 +775,15 @@ PRIMITIVES_LIST = (
         Signature(("x", "indices", "updates"), keywords=(("axis", 0),)),
         shapes.scatter_add_rule,
         {"x": "d", "updates": "unbroadcast(gather(d, indices, axis=k), updates)"},
+        tensors=("x", "indices", "updates"),
+    ),
+    linear(
+        Prim.ADD_ALONG_AXIS,
+        "derivative",
+        "`x` with `updates` added at one index per element along `axis` (the adjoint of `take_along_axis`)",
+        Signature(("x", "indices", "updates", "axis")),
+        shapes.add_along_axis_rule,
+        {"x": "d", "updates": "take_along_axis(d, indices, axis)"},
         tensors=("x", "indices", "updates"),
     ),
     linear(

@@ -877,6 +877,58 @@ def gather_rule(args: list[Argument]) -> Type:
     return TensorType(x.dtype, x.dims[:axis] + indices.dims + x.dims[axis + 1 :])
 
 
+def along_indices(x: TensorType, indices: TensorType, axis: int, name: str) -> None:
+    """`indices` of `x`'s rank, its sizes `x`'s off `axis` (any number of indices along it)."""
+    if indices.rank != x.rank:
+        raise ShapeError("E0309", f"`{name}` needs indices of the rank of {x}, found {indices}", str(indices))
+    for k, (a, b) in enumerate(zip(indices.dims, x.dims, strict=True)):
+        if k != axis and not same_dim(a, b):
+            message = f"`{name}` needs indices sized as {x} off axis {axis}, found {indices}"
+            raise ShapeError("E0303", message, str(indices))
+
+
+def take_along_axis_rule(args: list[Argument]) -> Type:
+    x = tensor(args[0].type, "`take_along_axis`")
+    indices = integer_tensor(args[1].type, "take_along_axis")
+    if x is None or indices is None:
+        return ANY
+    if x.rank == 0:
+        raise ShapeError("E0309", f"`take_along_axis` needs a tensor of rank 1 or more, found {x}")
+    along_indices(x, indices, static_axis(args[2], x.rank, "take_along_axis"), "take_along_axis")
+    return TensorType(strong(x).dtype, indices.dims)
+
+
+def add_along_axis_rule(args: list[Argument]) -> Type:
+    x = tensor(args[0].type, "`add_along_axis`")
+    indices = integer_tensor(args[1].type, "add_along_axis")
+    updates = tensor(args[2].type, "`add_along_axis`")
+    if x is None or indices is None or updates is None:
+        return ANY
+    if x.rank == 0:
+        raise ShapeError("E0309", f"`add_along_axis` needs a tensor of rank 1 or more, found {x}")
+    along_indices(x, indices, static_axis(args[3], x.rank, "add_along_axis"), "add_along_axis")
+    if updates.rank != indices.rank or not all(map(same_dim, updates.dims, indices.dims)):
+        raise ShapeError("E0303", f"`add_along_axis` updates {updates} do not have the shape of {indices}")
+    return TensorType(strong(x).dtype, x.dims)
+
+
+def sorting_rule(name: str) -> Rule:
+    """`argsort` (i64 positions) and `sort` (the values): along one axis of a tensor, `descending` a bool."""
+
+    def rule(args: list[Argument]) -> Type:
+        x = tensor(args[0].type, f"`{name}`")
+        if args[2].given and not is_scalar_of(args[2].type, frozenset({"bool"})):
+            raise ShapeError("E0301", f"`{name}`'s `descending=` takes a bool, found {args[2].type}", at=args[2].span)
+        if x is None:
+            return ANY
+        if x.rank == 0:
+            raise ShapeError("E0306", f"`{name}` needs a tensor with an axis, found {x}", str(x))
+        static_axis(Argument(args[1].type, args[1].value if args[1].given else -1, True, args[1].span), x.rank, name)
+        return TensorType("i64", x.dims) if name == "argsort" else strong(x)
+
+    return rule
+
+
 def one_hot_rule(args: list[Argument]) -> Type:
     labels = integer_tensor(args[0].type, "one_hot")
     (classes,) = dims_from(args[1:2], "one_hot")

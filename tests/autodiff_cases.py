@@ -250,6 +250,24 @@ fn f(x, lo, hi) {
 )
 
 case(
+    "sort_take_along_axis",
+    "structure",
+    """
+fn f(x, w) {
+    let order = argsort(x * w, axis=0)
+    let picked = take_along_axis(x, order, 0)
+    return sum(sort(x * w, descending=true) * w) + sum(picked * picked * w) + sum(sort(tanh(x), axis=0)[0])
+}
+""",
+    (normal(71, 3, 4), normal(72, 3, 4)),
+    lambda x, w: (
+        (torch.sort(x * w, dim=-1, descending=True, stable=True).values * w).sum()
+        + (torch.gather(x, 0, torch.argsort(x * w, dim=0, stable=True)) ** 2 * w).sum()
+        + torch.sort(torch.tanh(x), dim=0, stable=True).values[0].sum()
+    ),
+)
+
+case(
     "tril_triu",
     "structure",
     """

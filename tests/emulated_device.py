@@ -62,6 +62,8 @@ CUPY_FUNCTIONS = frozenset(
         "isfinite",
         "trunc",
         "cumsum",
+        "argsort",
+        "take_along_axis",
     ]
 )
 NO_INITIAL = frozenset({"max", "min", "amax", "amin"})  # cupy.amax(a, axis=None, out=None, keepdims=False)

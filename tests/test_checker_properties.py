@@ -484,6 +484,17 @@ class Builder:
             source = "bool" if dtype == "i64" and self.flag() else dtype
             spelled = f"axis={written}" if self.flag() else written
             return f"cumsum({self.expr(source, shape, depth)}, {spelled})"
+        descending = self.choice(["", ", descending=true", ", descending=false"])
+        if dtype == "i64" and self.flag():  # positions of a sort of any dtype
+            return f"argsort({self.expr(self.choice(DTYPES), shape, depth)}, axis={written}{descending})"
+        if self.number(0, 3) == 0:
+            return f"sort({self.expr(dtype, shape, depth)}, axis={written}{descending})"
+        if self.number(0, 3) == 0:  # one element per index along the axis: sorted by a tensor of the same shape
+            order = f"argsort({self.expr(self.choice(DTYPES), shape, depth)}, axis={written})"
+            if dtype in NUMBERS and self.flag():
+                target, updates = self.expr(dtype, shape, depth), self.expr(dtype, shape, depth)
+                return f"add_along_axis({target}, {order}, {updates}, {written})"
+            return f"take_along_axis({self.expr(dtype, shape, depth)}, {order}, {written})"
         if len(shape) >= 2 and self.flag():
             written = f"({written}, {(axis + 1) % len(shape)})"
         return f"flip({self.expr(dtype, shape, depth)}, {written})"

@@ -146,6 +146,7 @@ CORPUS_FUNCTIONS = [
     "statistics",
     "running",
     "clipped",
+    "ranked",
 ]
 
 

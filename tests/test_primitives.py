@@ -275,6 +275,36 @@ def test_clip_matches_torch_clamp() -> None:
     assert dl_eval("clip(a, 0, 3)", np.array([-2, 5])).tolist() == [0, 3]
 
 
+@needs_torch
+def test_sort_argsort_and_take_along_axis_match_torch() -> None:
+    """Stable sorts both ways along each axis (ties, nan last ascending and first descending), in each dtype; a
+    gather of one index per element, negative indices counting from the end; indices out of range are E0513."""
+    rng = np.random.default_rng(8)
+    x = rng.integers(-3, 4, (3, 5)).astype(np.float32)  # many ties
+    x[1, 2] = np.nan
+    tensor = torch.from_numpy(x)
+    for axis in (0, 1, -1):
+        for descending in (False, True):
+            keywords = f"axis={axis}, descending={str(descending).lower()}"
+            expected = torch.sort(tensor, dim=axis, descending=descending, stable=True)
+            np.testing.assert_array_equal(dl_eval(f"argsort(a, {keywords})", x), expected.indices.numpy())
+            np.testing.assert_array_equal(dl_eval(f"sort(a, {keywords})", x), expected.values.numpy())
+    for dtype in (np.int64, np.int32, np.float64):
+        values = x[[0, 2]].astype(dtype)
+        assert dl_eval("sort(a)", values).dtype == dtype
+        assert dl_eval("argsort(a)", values).tolist() == np.argsort(values, axis=-1, kind="stable").tolist()
+    indices = rng.integers(-5, 5, (3, 2))
+    expected = torch.gather(tensor, 1, torch.from_numpy(indices % 5)).numpy()
+    np.testing.assert_array_equal(dl_eval("take_along_axis(a, b, 1)", x, indices), expected)
+    failure = runtime_error("take_along_axis(a, b, 0)", x, np.array([[3, 0, 0, 0, 0]]))
+    assert "index 3 is out of range for an axis of size 3" in failure.diagnostics[0].message
+
+
+def test_add_along_axis_adds_repeated_indices() -> None:
+    result = dl_eval("add_along_axis(a, b, c, 1)", np.zeros((2, 3)), np.array([[0, 0], [2, -1]]), np.ones((2, 2)))
+    assert result.tolist() == [[2.0, 0.0, 0.0], [0.0, 0.0, 2.0]]
+
+
 def test_var_of_an_empty_axis_is_an_error() -> None:
     with pytest.raises(DiagnosticError, match="`var` of an empty tensor"):
         dl_eval("var(a, axis=0)", np.zeros((0, 3), np.float32))
@@ -2474,6 +2504,10 @@ PRIM_TESTS: dict[Prim, tuple[str, ...]] = {
     Prim.VAR: ("test_var_and_std_match_torch", "test_var_of_an_empty_axis_is_an_error"),
     Prim.STD: ("test_var_and_std_match_torch", "test_var_of_an_empty_axis_is_an_error"),
     Prim.CLIP: ("test_clip_matches_torch_clamp",),
+    Prim.TAKE_ALONG_AXIS: ("test_sort_argsort_and_take_along_axis_match_torch",),
+    Prim.ARGSORT: ("test_sort_argsort_and_take_along_axis_match_torch",),
+    Prim.SORT: ("test_sort_argsort_and_take_along_axis_match_torch",),
+    Prim.ADD_ALONG_AXIS: ("test_add_along_axis_adds_repeated_indices",),
     Prim.FLIP: ("test_flip_and_cumsum_match_torch",),
     Prim.CUMSUM: ("test_flip_and_cumsum_match_torch",),
     Prim.MAXIMUM: ("test_maximum_minimum_broadcast", "test_maximum_minimum_with_literals_keep_dtype"),
