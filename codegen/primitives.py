@@ -317,13 +317,17 @@ def arg_extreme(op: str):
     return apply
 
 
-def logsumexp(lowering, bound: dict, span: Span) -> object:
-    """log(sum(exp(x - peak))) + peak over the axes, the peak a max made 0 where it is not finite."""
+def float_reduction(lowering, bound: dict, span: Span, name: str) -> tuple[Tensor, tuple[int, ...], bool]:
+    """A reduction of floats' tensor, its axes and `keepdims` (another dtype is left to the interpreter)."""
     x = as_tensor(lowering, bound["x"], span, bound.get("keepdims", False))
     if x.dtype not in FLOATS:
-        raise Unsupported(f"`logsumexp` of {x.dtype}", span)
-    axes = axes_of(lowering, x, bound["axis"], span)
-    keepdims = static_flag(bound["keepdims"], span)
+        raise Unsupported(f"`{name}` of {x.dtype}", span)
+    return x, axes_of(lowering, x, bound["axis"], span), static_flag(bound["keepdims"], span)
+
+
+def logsumexp(lowering, bound: dict, span: Span) -> object:
+    """log(sum(exp(x - peak))) + peak over the axes, the peak a max made 0 where it is not finite."""
+    x, axes, keepdims = float_reduction(lowering, bound, span, "logsumexp")
     peak = reduce(lowering, x, "max", axes, True, span, x.dtype)
     magnitude = ir.Apply("abs", x.dtype, (peak.tree,))
     finite = ir.Apply("lt", "bool", (magnitude, ir.Splat(ir.Const(float("inf"), x.dtype))))
@@ -355,11 +359,7 @@ def variance(root: bool):
     name = "std" if root else "var"
 
     def apply(lowering, bound: dict, span: Span) -> object:
-        x = as_tensor(lowering, bound["x"], span, bound.get("keepdims", False))
-        if x.dtype not in FLOATS:
-            raise Unsupported(f"`{name}` of {x.dtype}", span)
-        axes = axes_of(lowering, x, bound["axis"], span)
-        keepdims = static_flag(bound["keepdims"], span)
+        x, axes, keepdims = float_reduction(lowering, bound, span, name)
         correction = bound["correction"]
         if isinstance(correction, Value) and isinstance(correction.operand, ir.Const):  # an f32 one as f32 holds it
             constant = correction.operand
