@@ -48,7 +48,7 @@ from dl.lang.nesting import with_room
 from dl.lang.parse import parse_repl, parse_table
 from dl.lang.primitives import BY_NAME, TRANSFORMS
 from dl.lang.record import record
-from dl.lang.types import FunctionRef, GradientRef, ModuleType, StructType, TensorType, TupleType, Type
+from dl.lang.types import FunctionRef, GradientRef, ModuleType, StrType, StructType, TensorType, TupleType, Type
 from dl.runtime.backend import Options
 from dl.runtime.metrics import Metrics
 from dl.runtime.values import format_value
@@ -109,9 +109,9 @@ class Session:
         self.variables: dict[str, Type] = {}
         self.values: dict[str, Any] = {}
         self.constants: dict[int, tuple[ast.Const, Any]] = {}
-        self.closures: list[ast.Lambda] = []  # the lambdas whose values variables hold
+        self.closures: list[tuple[int, ast.Lambda]] = []  # the closures variables hold: (key, lambda)
         # the types of the names each held lambda captured, where it was made
-        self.captures: dict[int, dict[str, Type]] = {}
+        self.captures: dict[int, dict[str, Type]] = {}  # by key
         self.library = Program(entry=self.entry, sources=self.sources)  # the imported modules, loaded once
         self.search: tuple[str, ...] = ()  # the directories of the files `:load` read, where their imports are
         self.typed: Typed | None = None  # the last entry's checked program, for completion
@@ -168,7 +168,7 @@ class Session:
         self.library = entry.program
         self.typed = checked
         self.closures = held_lambdas(checked, self.variables.values())
-        self.captures = {id(node): captured_types(node, checked) for node in self.closures}
+        self.captures = {key: captured_types(key, node, checked) for key, node in self.closures}
         for value, static in zip(results[count:], returned[count:], strict=True):
             if static != TupleType(()):
                 print(shown(value, static))
@@ -186,11 +186,19 @@ class Session:
         # made by a call of `fn(a) => fn(x) => a * x`) is made where they are, with their types: in a lambda
         # taking them, given values of those types in a branch that never runs (the variable's value holds
         # what it captured; only the checker needs to see them).
-        structs = {(self.entry, decl.name) for decl in declarations if isinstance(decl, ast.StructDecl)}
-        body: list[ast.Stmt] = [
-            remade(f"<closure {k}>", node, self.captures.get(id(node), {}), structs, where)
-            for k, node in enumerate(self.closures, start=1)
+        # A closure that captured what has no placeholder (a function value, a struct declared again since) is not
+        # made again: a call of it is checked as returning any type, and the rest of the entry as usual.
+        redeclared = {decl.name for decl in declared if isinstance(decl, ast.StructDecl)}
+        structs = {
+            (self.entry, decl.name)
+            for decl in declarations
+            if isinstance(decl, ast.StructDecl) and decl.name not in redeclared and RETIRED not in decl.name
+        }
+        made = [
+            remade(f"<closure {k}>", node, self.captures.get(key), structs, where)
+            for k, (key, node) in enumerate(self.closures, start=1)
         ]
+        body: list[ast.Stmt] = [statement for statement in made if statement is not None]
         # A variable holding a declared function is given it again by name: the value an earlier entry made
         # would call the functions its body names as they were then, where Python looks them up at the call.
         # (a function whose name a variable now holds, `let f = h`, cannot be named: `f` is the variable)
@@ -202,8 +210,8 @@ class Session:
             if again is not None:  # (in a tuple too: `t = (f, t[1])`)
                 body.append(ast.Assign(ast.Name(name, where), "=", again, where))
         closures = {  # the lambdas that capture nothing: made again, they are the ones the variables hold
-            id(node): f"<closure {k}>"
-            for k, node in enumerate(self.closures, start=1)
+            key: f"<closure {k}>"
+            for k, (key, node) in enumerate(self.closures, start=1)
             if not ast.captured_names(node.params, node.body)
         }
         # a name the entry binds or assigns anywhere (a `let`, a parameter, a loop) may not be the session's there
@@ -543,24 +551,29 @@ def entry_types(program: Program, typed: Typed, path: str) -> tuple[Type, ...]:
     return found.items
 
 
-def captured_types(node: ast.Lambda, typed: Typed) -> dict[str, Type]:
-    """The names `node` captured from where it was made (not the module's functions, constants and imports), with
-    their types there."""
-    environment = typed.environments.get(id(node), {})
-    return {
-        name: environment[name] for name in sorted(ast.captured_names(node.params, node.body)) if name in environment
-    }
+def captured_types(key: int, node: ast.Lambda, typed: Typed) -> dict[str, Type] | None:
+    """The names the closure `key` of `node` captured where it was made (not the module's functions, constants and
+    imports), with their types there; None where this check did not make it (its captures are not known)."""
+    names = sorted(ast.captured_names(node.params, node.body))
+    environment = typed.environments.get(key)
+    if environment is None:
+        return {} if key == id(node) else None  # (a lambda that captures nothing is keyed by itself)
+    return {name: environment[name] for name in names if name in environment}
 
 
 def remade(
-    name: str, node: ast.Lambda, captured: dict[str, Type], structs: set[tuple[str, str]], where: Span
-) -> ast.Stmt:
+    name: str, node: ast.Lambda, captured: dict[str, Type] | None, structs: set[tuple[str, str]], where: Span
+) -> ast.Stmt | None:
     """`let NAME = node`, or for a lambda that captured names, the same inside `if false { }` and a lambda of those
-    names given placeholder values of their types (left as it was where a type has no placeholder)."""
+    names given placeholder values of their types; None where a type has no placeholder here."""
     made = ast.Let(ast.NamePattern(name, where), None, node, where)
+    if captured is None:
+        return None
     values = [placeholder(static, structs, where) for static in captured.values()]
-    if not captured or any(value is None for value in values):
+    if not captured:
         return made
+    if any(value is None for value in values):
+        return None
     maker = ast.Lambda(
         tuple(ast.Param(captured_name, None, None, where) for captured_name in captured), None, node, where
     )
@@ -573,6 +586,8 @@ def placeholder(static: Type, structs: set[tuple[str, str]], where: Span) -> ast
     sizes, a tuple or struct of them; None for a type that has none here (a function, an imported struct, a
     size known only by name)."""
     match static:
+        case StrType():
+            return ast.StringLiteral("", where)
         case TensorType(dtype=dtype, dims=dims) if all(isinstance(d, int) for d in dims):
             if dtype == "bool":
                 zero = placeholder(TensorType("i64", dims), structs, where)
@@ -598,8 +613,9 @@ def placeholder(static: Type, structs: set[tuple[str, str]], where: Span) -> ast
     return None
 
 
-def held_lambdas(typed: Typed, held: Iterable[Type]) -> list[ast.Lambda]:
-    """The lambdas that the function values in types `held` (in tuples and struct fields too) refer to."""
+def held_lambdas(typed: Typed, held: Iterable[Type]) -> list[tuple[int, ast.Lambda]]:
+    """The closures that the function values in types `held` (in tuples and struct fields too) refer to: each
+    one's key and lambda (two closures of one lambda that captured different types have two keys)."""
     found: dict[int, ast.Lambda] = {}
 
     def visit(static: Any) -> None:
@@ -619,7 +635,7 @@ def held_lambdas(typed: Typed, held: Iterable[Type]) -> list[ast.Lambda]:
 
     for static in held:
         visit(static)
-    return list(found.values())
+    return list(found.items())
 
 
 def shown(value: Any, static: Type) -> str:

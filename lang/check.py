@@ -1815,8 +1815,10 @@ class Checker:
                 return self.struct_literal(expr, scope, context)
             case ast.Lambda():
                 name = f"fn({', '.join(p.name for p in expr.params)})"
-                self.functions[id(expr)] = FunctionInfo(expr, context.module, name, scope.visible(), context.dims)
-                return FunctionRef(name, id(expr))
+                environment = scope.visible()
+                key = lambda_key(expr, environment)
+                self.functions[key] = FunctionInfo(expr, context.module, name, environment, context.dims)
+                return FunctionRef(name, key)
         raise AssertionError(expr)
 
     def format_field(self, field: ast.FormatField, scope: Scope, context: Context) -> None:
@@ -2077,8 +2079,10 @@ class Checker:
                 return ANY
             case PrimitiveRef(prim=prim):
                 return self.primitive_call(PRIMITIVES[prim], expr, args, keywords)
-            case FunctionRef(key=key):
+            case FunctionRef(key=key) if key in self.functions:
                 return self.user_call(self.functions[key], expr, args, keywords)
+            case FunctionRef():  # a closure this program never makes (a REPL variable whose maker failed to check)
+                return ANY
             case TransformRef(name=name):
                 return self.transform_call(name, expr, args, keywords)
             case GradientRef(function=function, site=site):
@@ -2808,6 +2812,31 @@ def body_key(decl: ast.FnDecl | ast.Lambda, params: list[Type], captured: tuple)
     their types compare equal), and what it captured."""
     values = tuple(p.value if isinstance(p, TensorType) else None for p in params)
     return (id(decl), tuple(params), values, captured)
+
+
+# (id of a lambda, the types of the names it captured) -> the key of that closure's FunctionRef, for as long as the
+# process runs (the REPL's entries meet a lambda again and must give it the key its values' types name)
+CLOSURE_KEYS: dict[tuple[int, tuple], int] = {}
+
+
+def lambda_key(node: ast.Lambda, environment: Mapping[str, Type]) -> int:
+    """The key of a closure made from `node` where `environment` is in scope: the lambda's id where it captures
+    nothing, else one key per distinct types of what it captures. Two closures of one lambda that captured
+    different types (`mk(3.0)` and `mk([1.0, 2.0])` of `fn(a) => fn(x) => a * x`) are different functions: each
+    call of one is checked with what it captured."""
+    captured = tuple(
+        (name, environment[name], static_value_of(environment[name]))
+        for name in sorted(ast.captured_names(node.params, node.body))
+        if name in environment
+    )
+    if not captured:
+        return id(node)
+    return CLOSURE_KEYS.setdefault((id(node), captured), -1 - len(CLOSURE_KEYS))
+
+
+def static_value_of(t: Type) -> Dim | None:
+    """An integer's statically known value (types compare without it, but it decides sizes: `zeros(n)`)."""
+    return t.value if isinstance(t, TensorType) else None
 
 
 def captured_key(function: FunctionInfo) -> tuple:

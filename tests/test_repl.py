@@ -200,6 +200,45 @@ def test_a_closure_made_by_a_function_in_one_entry_is_called_in_later_ones(
     ]
 
 
+def test_closures_of_one_lambda_that_captured_different_types_keep_their_own_types(
+    session: Session, capsys: pytest.CaptureFixture
+) -> None:
+    """Two closures of `fn(x) => a * x` (made with a scalar, then a vector) are two functions, as they are in a
+    file: each call is checked with what its closure captured, a size known by value included. A closure that
+    captured what the entry cannot make again (a function value, a struct declared again since) is called with
+    its result's type unknown (`_`), and every other entry goes on."""
+    out, err = run(
+        session,
+        capsys,
+        "let mk = fn(a) => fn(x) => a * x",
+        "let k = mk(3.0)",
+        "let kt = mk([1.0, 2.0, 3.0])",
+        "k(5.0)",
+        "let z = k(5.0)",
+        "z + [1.0, 2.0]",
+        "let grow = fn(n) => fn(x) => zeros(n) + x",
+        "let three = grow(3)",
+        "let four = grow(4)",
+        "three(1.0)",
+        "let twice = (fn(f) => fn(x) => f(x) * 2.0)(fn(y) => y + 1.0)",
+        "twice(1.0)",
+        "struct P { a: f32 }",
+        "let scaled = (fn(q) => fn(x) => q.a * x)(P { a: 2.0 })",
+        "struct P { a: f32, b: f32 }",
+        "scaled(3.0)",
+        "kt(1.0)",
+    )
+    assert err == ""
+    assert out.splitlines() == [
+        "15.0 : f32",
+        "[16. 17.] : f32[2]",
+        "[1. 1. 1.] : f32[3]",
+        "4.0 : _",
+        "6.0 : _",
+        "[1. 2. 3.] : f32[3]",
+    ]
+
+
 def test_a_name_keeps_the_function_it_was_given_when_the_function_is_declared_again(
     session: Session, capsys: pytest.CaptureFixture
 ) -> None:

@@ -132,11 +132,12 @@ def walk_calls(node) -> Iterator[ast.Call]:
 
 
 def functions_with_grad(typed: Typed) -> set[int]:
+    """The ids of the functions whose body has a `grad` call (a lambda's, whichever closures of it there are)."""
     found = set()
-    for key, (decl, _) in typed.functions.items():
+    for decl, _ in typed.functions.values():
         for call in walk_calls(decl.body):
             if isinstance(call.func, ast.Name) and isinstance(typed.type_of(call), GradientRef):
-                found.add(key)
+                found.add(id(decl))
                 break
     return found
 
@@ -147,8 +148,8 @@ def reaches_grad(typed: Typed, decl, containing: set[int]) -> bool:
 
 
 def reached(typed: Typed, decl) -> dict[int, str]:
-    """The functions `decl` and those it calls (transitively) name or call, each as the key of
-    `typed.functions` and its module (`decl` itself by its id, with module "")."""
+    """The functions `decl` and those it calls (transitively) name or call, each by its id (a lambda once, whichever
+    closures of it there are), with its module (`decl` itself with module "")."""
     found: dict[int, str] = {}
     stack = [(decl, "")]
     while stack:
