@@ -1418,9 +1418,12 @@ def to_onnx(
     decl = lowering.declarations[function]
     scope: dict[str, Any] = {}
     inputs = []
+    # a weight named as an input (`m.x` beside the input `x`) is an initializer of its own name: `m.x`
+    input_names = {name for name, _ in signature.params if name != weights_parameter}
+    renamed = {leaf: f"{weights_parameter}.{leaf}" for leaf in weights if leaf in input_names}
     for name, t in signature.params:
         if name == weights_parameter:
-            scope[name] = weights_value(t, "")
+            scope[name] = weights_value(t, "", renamed)
         else:
             scope[name] = Tensor(name, t)
             inputs.append(value_info(name, t))
@@ -1431,7 +1434,9 @@ def to_onnx(
     outputs, output_infos = model_outputs(outcome.value, signature, graph)
     used = read_names(graph.nodes)
     initializers = [
-        numpy_helper.from_array(np.ascontiguousarray(array), name) for name, array in weights.items() if name in used
+        numpy_helper.from_array(np.ascontiguousarray(array), renamed.get(name, name))
+        for name, array in weights.items()
+        if renamed.get(name, name) in used
     ]
     model_graph = helper.make_graph(graph.nodes, function, inputs, output_infos, initializers)
     del outputs
@@ -1451,16 +1456,20 @@ def read_names(nodes: list[onnx.NodeProto]) -> set[str]:
     return names
 
 
-def weights_value(t: Type, prefix: str) -> Any:
-    """The weights parameter as a tree whose leaves are the initializers, named as the package names them."""
+def weights_value(t: Type, prefix: str, renamed: dict[str, str]) -> Any:
+    """The weights parameter as a tree whose leaves are the initializers, named as the package names them (or as
+    `renamed` says, where that name is an input's)."""
     match t:
         case StructType(fields=fields):
             return Struct(
-                t, {name: weights_value(item, f"{prefix}.{name}" if prefix else name) for name, item in fields}
+                t,
+                {name: weights_value(item, f"{prefix}.{name}" if prefix else name, renamed) for name, item in fields},
             )
         case TupleType(items=items):
-            return tuple(weights_value(item, f"{prefix}.{p}" if prefix else str(p)) for p, item in enumerate(items))
-    return Tensor(prefix, t)
+            return tuple(
+                weights_value(item, f"{prefix}.{p}" if prefix else str(p), renamed) for p, item in enumerate(items)
+            )
+    return Tensor(renamed.get(prefix, prefix), t)
 
 
 def model_outputs(value: Any, signature: Signature, graph: Graph) -> tuple[list[Tensor], list[onnx.ValueInfoProto]]:

@@ -277,6 +277,28 @@ fn main() { save("m.safetensors", M { w: reshape(float(arange(16)) * 0.1, 4, 4) 
 """
 
 
+NAMESAKE_MODEL = """
+struct W { x: f32[3, 3], lo: f32[3] }
+fn f(m: W, x: f32[B, 3], lo: f32[B, 1]) -> f32[B, 3] { return x @ m.x + m.lo * 10.0 + lo }
+fn main() { save("w.safetensors", W { x: reshape(float(arange(9)), 3, 3), lo: [1.0, 2.0, 3.0] }) }
+"""
+
+
+def test_a_weight_named_as_an_input_is_an_initializer_of_its_own(dlrun, tmp_path: Path, monkeypatch) -> None:
+    """`m.x` beside the input `x`: the initializer is `m.x`, and the input is what the caller feeds (it was one name
+    for both, and onnxruntime read the weight as the input's default: a wrong number, or a rank error)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "namesake.dl").write_text(NAMESAKE_MODEL)
+    assert dlrun("namesake.dl")[0] == 0
+    export(dlrun, tmp_path / "namesake.dl", "f", tmp_path / "w.safetensors", tmp_path / "f.onnx", "--onnx")
+    x, lo = np.ones((2, 3), np.float32), np.array([[100.0], [200.0]], np.float32)
+    (output,) = run_onnx(tmp_path / "f.onnx", x=x, lo=lo)
+    np.testing.assert_allclose(output, x @ np.arange(9.0).reshape(3, 3) + np.array([10.0, 20.0, 30.0]) + lo)
+    model = onnx.load(str(tmp_path / "f.onnx"))
+    assert [i.name for i in model.graph.input] == ["x", "lo"]
+    assert sorted(t.name for t in model.graph.initializer) == ["m.lo", "m.x"]
+
+
 def test_dropout_on_the_inference_path_exports_as_its_input(dlrun, tmp_path: Path, monkeypatch) -> None:
     """`training` known false when exported (here through a call): dropout is `x`, as it is when run."""
     monkeypatch.chdir(tmp_path)
