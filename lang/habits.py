@@ -87,6 +87,7 @@ def binding_help(name: str, call: ast.Call) -> tuple[str, ...]:
     if name == "round" and decimals is not None:  # numpy's `round(x, 2)`, torch's `round(x, decimals=2)`
         scale = f"{10**decimals.value}.0" if isinstance(decimals, ast.IntLiteral) and decimals.value < 16 else "s"
         x = shown(call.args[0]) if call.args else "x"
+        x = f"({x})" if call.args and isinstance(call.args[0], (ast.Binary, ast.Unary)) else x
         return (f"help: `round` rounds to whole numbers; to decimals, scale first: `round({x} * {scale}) / {scale}`",)
     signature = PRIMITIVES[BY_NAME[name]].signature if name in BY_NAME else None
     if signature is None or signature.variadic is not None:
@@ -212,18 +213,22 @@ def shown(node: ast.Expr) -> str:
 
 
 def clamped(a: list[str]) -> str | None:
-    """torch's `clamp(x, lo, hi)`, `clamp(x, min=lo)` or `clamp(x, max=hi)`: `clip`, or one of its sides."""
-    if not a:
+    """torch's `clamp(x, lo, hi)`, `clamp(x, min=lo)` or `clamp(x, max=hi)` (`input=` naming `x`): `clip`, or one
+    of its sides; None for other keywords."""
+    positional = [item for item in a if "=" not in item]
+    named = dict(item.split("=", 1) for item in a if "=" in item)
+    if set(named) - {"input", "min", "max"}:
         return None
-    named = {k: v for k, _, v in (item.partition("=") for item in a[1:]) if k in ("min", "max") and v}
-    given = [item for item in a[1:] if item.partition("=")[0] not in ("min", "max")]
-    if len(given) + len(named) != len(a) - 1 or len(given) > 2:
+    if "input" in named:
+        positional.insert(0, named["input"])
+    if not positional or len(positional) > 3:
         return None
-    lo = given[0] if given else named.get("min")
-    hi = given[1] if len(given) > 1 else named.get("max")
+    x, bounds = positional[0], positional[1:]
+    lo = bounds[0] if bounds else named.get("min")
+    hi = bounds[1] if len(bounds) > 1 else named.get("max")
     if lo is not None and hi is not None:
-        return f"clip({a[0]}, {lo}, {hi})"
-    return f"maximum({a[0]}, {lo})" if lo is not None else f"minimum({a[0]}, {hi})" if hi is not None else None
+        return f"clip({x}, {lo}, {hi})"
+    return f"maximum({x}, {lo})" if lo is not None else f"minimum({x}, {hi})" if hi is not None else None
 
 
 def axis_keyword(rest: list[str]) -> str:

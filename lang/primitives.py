@@ -362,7 +362,7 @@ PRIMITIVES_LIST = (
         shapes.clip_rule,
         Templates(
             (
-                ("x", "where(x < lo, 0.0, where(x > hi, 0.0, d))"),
+                ("x", "where(x >= lo, where(x <= hi, d, 0.0), 0.0)"),  # none where x (or a bound) is nan
                 ("lo", "where(x < lo, where(lo > hi, 0.0, d), 0.0)"),
                 ("hi", "where(maximum(x, lo) > hi, d, 0.0)"),
             ),

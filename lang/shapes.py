@@ -545,7 +545,7 @@ def static_axis(argument: Argument, rank: int, name: str) -> int | None:
             raise ShapeError(  # torch's `dims=[0, 1]`
                 "E0306",
                 f"`{name}` takes `axis=` as an integer, found {argument.type}",
-                notes=("help: `[0, 1]` is a tensor; where several axes are taken, they are a tuple: `(0, 1)`",),
+                notes=("help: a list `[...]` is a tensor: an axis is an integer, and several axes a tuple `(0, 1)`",),
                 at=argument.span,
             )
         if isinstance(argument.type, TensorType) and argument.type.dtype in INTEGERS:

@@ -54,11 +54,12 @@ def fail(code: str, message: str, span: Span, label: str = "", helps: tuple[str,
         frames = "\n".join(f"  in `{name}` at {place}" for (name, _), place in zip(STACK, places, strict=True))
         notes = (*helps, f"call stack (most recent call last):\n{frames}")
         if in_stdlib(span.path):
+            # the user's innermost call on the way (of the library's function, or of a derivative that has the
+            # library's code in it: `grad(loss)` of a loss calling `nn.cross_entropy`)
             outside = [k for k, place in enumerate(places) if not in_stdlib(place.path)]
-            if outside and outside[-1] + 1 < len(STACK):  # the user's innermost call, of the library's function
-                callee = STACK[outside[-1] + 1][0]
+            if outside and outside[-1] + 1 < len(STACK):
                 secondary = (Label(span, label or "fails here"),)
-                label = f"fails inside `{callee}`, in the standard library"
+                label = "the standard library's code fails in this call"
                 span = places[outside[-1]]
     return RunError(error(code, message, span, label, notes=notes, secondary=secondary))
 
