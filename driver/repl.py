@@ -205,15 +205,16 @@ class Session:
         functions = {
             id(decl): decl.name for decl in declarations if isinstance(decl, ast.FnDecl) and decl.name not in variables
         }
+        closures = {  # the lambdas that capture no variable (keyed by themselves): made again, they are the ones
+            # the variables hold (the module's functions they call are the session's, as for a declared function)
+            key: f"<closure {k}>"
+            for k, (key, node) in enumerate(self.closures, start=1)
+            if key == id(node)
+        }
         for name, static in variables.items():
             again = named_again(ast.Name(name, where), static, functions, where)
             if again is not None:  # (in a tuple too: `t = (f, t[1])`)
                 body.append(ast.Assign(ast.Name(name, where), "=", again, where))
-        closures = {  # the lambdas that capture nothing: made again, they are the ones the variables hold
-            key: f"<closure {k}>"
-            for k, (key, node) in enumerate(self.closures, start=1)
-            if not ast.captured_names(node.params, node.body)
-        }
         # a name the entry binds or assigns anywhere (a `let`, a parameter, a loop) may not be the session's there
         rebound = set().union(*(ast.bound_names(item) | ast.assigned_names(item) for item in items))
         held = {name: t for name, t in variables.items() if name not in rebound}
@@ -445,9 +446,15 @@ def known_functions(item: object, variables: dict[str, Type], functions: dict[in
     """`item` with each `grad(g)` (or `value_and_grad(g)`) of a session variable that holds a declared function,
     or a lambda that captures nothing, naming it where it is known (the function's name, or the lambda made again
     by the entry): grad differentiates what a name says statically, and a session variable is a parameter of the
-    entry, which by itself could hold any function."""
+    entry, which by itself could hold any function. A call `h(x)` of a variable holding such a lambda calls the
+    lambda made again, so that a `grad` in its body is written for this call."""
     replacements = {}
     for node in ast.walk(item):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in variables:
+            held = variables[node.func.id]
+            if isinstance(held, FunctionRef) and held.key in closures:
+                replacements[id(node.func)] = ast.Name(closures[held.key], node.func.span)
+            continue
         if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in TRANSFORMS):
             continue
         if not node.args or not isinstance(node.args[0], ast.Name) or node.args[0].id not in variables:

@@ -35,7 +35,7 @@ from dl.lang.calls import Binding, BindingError, arranged, bind, bind_function, 
 from dl.lang.check import CallCheck, RuntimeCheck, Typed, dim_names, rebinding_help
 from dl.lang.diagnostics import Diagnostic, DiagnosticError, Span, closest, error
 from dl.lang.modules import Program
-from dl.lang.primitives import BY_NAME, FLOAT_MATH, PRIMITIVES, Prim
+from dl.lang.primitives import BY_NAME, FLOAT_MATH, PRIMITIVES, TRANSFORMS, Prim
 from dl.lang.printer import print_expr
 from dl.lang.types import ANY, TensorType, TupleType, Type, has_dim_expression
 from dl.runtime import arrays as array_modules
@@ -720,6 +720,8 @@ class Compiler:
         if expr.id in DTYPES:
             dtype = DTYPES[expr.id]
             return lambda frame: dtype
+        if expr.id in TRANSFORMS:  # in a lambda no call reached: `grad` wrote nothing for it, and it never runs
+            return never_differentiated(expr)
         self.unknown_name(expr, scope, "use")
         return lambda frame: None
 
@@ -1499,3 +1501,15 @@ def checked_body(body: Step, call_check: CallCheck, names: tuple[str, ...]) -> S
         return outcome
 
     return run
+
+
+def never_differentiated(expr: ast.Name) -> Step:
+    """`grad` (or `value_and_grad`) left in a lambda that no call reached when the program was checked: the
+    transform wrote no derivative for it, since nothing calls it. Running it fails, saying so."""
+
+    def step(frame: list) -> Any:
+        message = f"`{expr.id}` here has no derivative: no call of the lambda around it was seen when checking"
+        helps = ("help: call the lambda where it is made (in the REPL, in the same entry), or declare it as a `fn`",)
+        raise fail("E0333", message, expr.span, helps=helps)
+
+    return step

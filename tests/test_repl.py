@@ -239,6 +239,22 @@ def test_closures_of_one_lambda_that_captured_different_types_keep_their_own_typ
     ]
 
 
+def test_a_lambda_with_grad_in_it_is_called_in_a_later_entry(session: Session, capsys: pytest.CaptureFixture) -> None:
+    """A lambda whose body takes `grad`, made in one entry and called in others (the entry that made it was an
+    error: `grad` was written only for calls the check saw); a Hessian-vector product as a helper."""
+    out, err = run(
+        session,
+        capsys,
+        "fn sq(x: f32) -> f32 { return x * x }",
+        "let slope = fn(x) => grad(sq)(x)",
+        "slope(3.0)",
+        "let hvp = fn(x, v) => sum(grad(fn(z) => sum(z * z * z))(x) * v)",
+        "hvp([1.0, 2.0], [1.0, 1.0])",
+        "slope(4.0) + hvp([1.0], [2.0])",
+    )
+    assert (out, err) == ("6.0 : f32\n15.0 : f32\n14.0 : f32\n", "")
+
+
 def test_a_name_keeps_the_function_it_was_given_when_the_function_is_declared_again(
     session: Session, capsys: pytest.CaptureFixture
 ) -> None:
