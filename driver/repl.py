@@ -195,7 +195,7 @@ class Session:
             if isinstance(decl, ast.StructDecl) and decl.name not in redeclared and RETIRED not in decl.name
         }
         made = [
-            remade(f"<closure {k}>", node, self.captures.get(key), structs, where)
+            remade(f"<closure {k}>", node, self.captures.get(key), structs, set(variables), where)
             for k, (key, node) in enumerate(self.closures, start=1)
         ]
         body: list[ast.Stmt] = [statement for statement in made if statement is not None]
@@ -449,10 +449,17 @@ def known_functions(item: object, variables: dict[str, Type], functions: dict[in
     entry, which by itself could hold any function. A call `h(x)` of a variable holding such a lambda calls the
     lambda made again, so that a `grad` in its body is written for this call."""
     replacements = {}
+    # (not in a lambda the entry makes: it would capture the lambda made again, which later entries do not have)
+    in_lambdas = {id(inner) for node in ast.walk(item) if isinstance(node, ast.Lambda) for inner in ast.walk(node)}
     for node in ast.walk(item):
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in variables:
             held = variables[node.func.id]
-            if isinstance(held, FunctionRef) and held.key in closures:
+            if (
+                isinstance(held, FunctionRef)
+                and held.closure is None
+                and held.key in closures
+                and id(node) not in in_lambdas
+            ):
                 replacements[id(node.func)] = ast.Name(closures[held.key], node.func.span)
             continue
         if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in TRANSFORMS):
@@ -569,10 +576,16 @@ def captured_types(key: int, node: ast.Lambda, typed: Typed) -> dict[str, Type] 
 
 
 def remade(
-    name: str, node: ast.Lambda, captured: dict[str, Type] | None, structs: set[tuple[str, str]], where: Span
+    name: str,
+    node: ast.Lambda,
+    captured: dict[str, Type] | None,
+    structs: set[tuple[str, str]],
+    variables: set[str],
+    where: Span,
 ) -> ast.Stmt | None:
     """`let NAME = node`, or for a lambda that captured names, the same inside `if false { }` and a lambda of those
-    names given placeholder values of their types; None where a type has no placeholder here."""
+    names given placeholder values of their types. Where a type has none (a function value), a lambda that captured
+    only session variables is made where they are, with the types they have now; else None (not made)."""
     made = ast.Let(ast.NamePattern(name, where), None, node, where)
     if captured is None:
         return None
@@ -580,7 +593,7 @@ def remade(
     if not captured:
         return made
     if any(value is None for value in values):
-        return None
+        return made if set(captured) <= variables else None
     maker = ast.Lambda(
         tuple(ast.Param(captured_name, None, None, where) for captured_name in captured), None, node, where
     )
@@ -606,8 +619,9 @@ def placeholder(static: Type, structs: set[tuple[str, str]], where: Span) -> ast
                 )
             if dtype in ("f32", "f64"):
                 return ast.FloatLiteral(0.0, dtype, where)
-            value = static.value if isinstance(static.value, int) else 0
-            return ast.IntLiteral(value, dtype, where)
+            if isinstance(static.value, int) or dtype != "i64":
+                return ast.IntLiteral(static.value if isinstance(static.value, int) else 0, dtype, where)
+            return ast.Call(ast.Name("int", where), (ast.FloatLiteral(0.0, None, where),), (), where)  # no value known
         case TupleType(items=items):
             parts = [placeholder(item, structs, where) for item in items]
             return None if any(part is None for part in parts) else ast.TupleLiteral(tuple(parts), where)
@@ -627,10 +641,10 @@ def held_lambdas(typed: Typed, held: Iterable[Type]) -> list[tuple[int, ast.Lamb
 
     def visit(static: Any) -> None:
         match static:
-            case FunctionRef(key=key):
+            case FunctionRef(key=key, closure=closure):
                 node = typed.functions.get(key, (None,))[0]
                 if isinstance(node, ast.Lambda):
-                    found[key] = node
+                    found[key if closure is None else closure] = node
             case GradientRef(function=function):  # `let d = grad(fn(x) => ...)`: the lambda is held too
                 visit(function)
             case TupleType(items=items):

@@ -953,6 +953,11 @@ class Checker:
         self.last_instance = checked
         return declared or result
 
+    def function_of(self, ref: FunctionRef) -> FunctionInfo | None:
+        """The function a call of `ref` checks: its closure's (what it captured), else its declaration's; None for a
+        closure this program never makes."""
+        return self.functions.get(ref.key if ref.closure is None else ref.closure)
+
     def remember_instance(self, instance: tuple, result: Type) -> None:
         if instance not in self.instances:
             self.instances_by_function.setdefault(instance[0], []).append(instance)
@@ -1365,6 +1370,8 @@ class Checker:
                 )
             )
             return None
+        if not self.function_fits(current, value, span):  # a function given to a variable of a function type
+            return None
         if node is not None:
             self.coerce(current, value, node)
         return None if proven(current, value) else current
@@ -1629,7 +1636,9 @@ class Checker:
                     error(problem.code, f"`{value.name}` cannot take {', '.join(map(str, args))}: {problem}", span)
                 )
                 return None
-        function = self.functions[value.key]
+        function = self.function_of(value)
+        if function is None:  # a closure this program never makes (a REPL variable's, whose maker it cannot write)
+            return ANY
         params = function.decl.params
         if len(args) < len(params) and all(p.default is not None for p in params[len(args) :]):
             default_context = Context(function.module, function.name, None, frozenset())
@@ -1816,9 +1825,12 @@ class Checker:
             case ast.Lambda():
                 name = f"fn({', '.join(p.name for p in expr.params)})"
                 environment = scope.visible()
-                key = lambda_key(expr, environment)
-                self.functions[key] = FunctionInfo(expr, context.module, name, environment, context.dims)
-                return FunctionRef(name, key)
+                info = FunctionInfo(expr, context.module, name, environment, context.dims)
+                self.functions[id(expr)] = info  # the last closure made, for what reads the lambda's node
+                closure = closure_key(expr, environment)
+                if closure is not None:
+                    self.functions[closure] = info
+                return FunctionRef(name, id(expr), closure)
         raise AssertionError(expr)
 
     def format_field(self, field: ast.FormatField, scope: Scope, context: Context) -> None:
@@ -2079,10 +2091,9 @@ class Checker:
                 return ANY
             case PrimitiveRef(prim=prim):
                 return self.primitive_call(PRIMITIVES[prim], expr, args, keywords)
-            case FunctionRef(key=key) if key in self.functions:
-                return self.user_call(self.functions[key], expr, args, keywords)
-            case FunctionRef():  # a closure this program never makes (a REPL variable whose maker failed to check)
-                return ANY
+            case FunctionRef():
+                function = self.function_of(callee)
+                return ANY if function is None else self.user_call(function, expr, args, keywords)
             case TransformRef(name=name):
                 return self.transform_call(name, expr, args, keywords)
             case GradientRef(function=function, site=site):
@@ -2819,18 +2830,18 @@ def body_key(decl: ast.FnDecl | ast.Lambda, params: list[Type], captured: tuple)
 CLOSURE_KEYS: dict[tuple[int, tuple], int] = {}
 
 
-def lambda_key(node: ast.Lambda, environment: Mapping[str, Type]) -> int:
-    """The key of a closure made from `node` where `environment` is in scope: the lambda's id where it captures
-    nothing, else one key per distinct types of what it captures. Two closures of one lambda that captured
-    different types (`mk(3.0)` and `mk([1.0, 2.0])` of `fn(a) => fn(x) => a * x`) are different functions: each
-    call of one is checked with what it captured."""
+def closure_key(node: ast.Lambda, environment: Mapping[str, Type]) -> int | None:
+    """The key of a closure made from `node` where `environment` is in scope: None where it captures nothing,
+    else one key per distinct types (and static values) of what it captures. Two closures of one lambda that
+    captured different types (`mk(3.0)` and `mk([1.0, 2.0])` of `fn(a) => fn(x) => a * x`) have one type, so one
+    variable may hold either, but each call is checked with what its own closure captured."""
     captured = tuple(
         (name, environment[name], static_value_of(environment[name]))
         for name in sorted(ast.captured_names(node.params, node.body))
         if name in environment
     )
     if not captured:
-        return id(node)
+        return None
     return CLOSURE_KEYS.setdefault((id(node), captured), -1 - len(CLOSURE_KEYS))
 
 
@@ -2842,7 +2853,9 @@ def static_value_of(t: Type) -> Dim | None:
 def captured_key(function: FunctionInfo) -> tuple:
     """The names a lambda or local function captured, with their types, in one order: part of what tells
     one check of its body from another (a lambda is checked again when its maker's call gives them others)."""
-    return tuple(sorted(function.environment.items(), key=lambda item: item[0])) if function.environment else ()
+    if not function.environment:
+        return ()
+    return tuple((name, t, static_value_of(t)) for name, t in sorted(function.environment.items(), key=lambda i: i[0]))
 
 
 def definite(t: Type) -> bool:

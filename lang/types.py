@@ -278,11 +278,13 @@ class FunctionType:
 class FunctionRef:
     """A particular function value: a declaration (or lambda) checked at each call with the argument types.
 
-    `key` identifies the declaration; `environment` holds the types of captured names for lambdas."""
+    `key` identifies the declaration (a lambda by its id, whatever it captured, so that every closure of one
+    lambda has one type); `closure`, for a lambda that captured variables, names the closure: the lambda with the
+    types (and static values) of what it captured, which a call is checked with (lang/check.py `closure_key`)."""
 
     name: str
     key: int
-    environment: tuple = field(default=(), compare=False)
+    closure: int | None = field(default=None, compare=False)
 
     def __str__(self) -> str:
         return self.name if self.name.startswith("fn(") else f"fn {self.name}"

@@ -239,6 +239,29 @@ def test_closures_of_one_lambda_that_captured_different_types_keep_their_own_typ
     ]
 
 
+def test_closures_over_session_variables_and_rebound_closures(session: Session, capsys: pytest.CaptureFixture) -> None:
+    """A lambda calling a session variable that holds a lambda is made again where that variable is (it was a
+    KeyError traceback, found by review); a variable may be given another closure of one lambda; an integer
+    captured with no value known statically keeps its type."""
+    out, err = run(
+        session,
+        capsys,
+        "let sq = fn(x) => x * x",
+        "let twice = fn(x) => sq(x) * 2.0",
+        "tree_map(twice, (1.0, 2.0))",
+        "twice(2.0)",
+        "let mk = fn(a) => fn(x) => a * x",
+        "let k = mk(2)",
+        "k = mk(3)",
+        "k(3)",
+        "let n = int(sum(ones(3)))",
+        "let times = (fn(m) => fn(x) => x * m)(n)",
+        "times(2)",
+    )
+    assert err == ""
+    assert out.splitlines() == ["(2.0, 8.0) : (f32, f32)", "8.0 : f32", "9 : i64", "6 : i64"]
+
+
 def test_a_lambda_with_grad_in_it_is_called_in_a_later_entry(session: Session, capsys: pytest.CaptureFixture) -> None:
     """A lambda whose body takes `grad`, made in one entry and called in others (the entry that made it was an
     error: `grad` was written only for calls the check saw); a Hessian-vector product as a helper."""
