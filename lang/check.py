@@ -922,7 +922,7 @@ class Checker:
         # a lambda is checked again when the names it captured have other types (another call of its maker)
         captured = captured_key(function)
         # static integer values (`kaiming(64, 128)`) decide result shapes, though types compare without them
-        values = tuple(a.value if isinstance(a, TensorType) else None for a in args)
+        values = tuple(static_value_of(a) for a in args)
         instance = (key, args, captured, values)
         checked = body_key(function.decl, list(args), captured)
         if instance in self.instances:
@@ -2821,7 +2821,7 @@ def body_key(decl: ast.FnDecl | ast.Lambda, params: list[Type], captured: tuple)
     """What tells one check of a body from another (`Checker.body_now`): its parameters' types, with the
     static integer values they carry (`kaiming(64, 128)` and `kaiming(32, 16)` make other shapes, though
     their types compare equal), and what it captured."""
-    values = tuple(p.value if isinstance(p, TensorType) else None for p in params)
+    values = tuple(static_value_of(p) for p in params)
     return (id(decl), tuple(params), values, captured)
 
 
@@ -2845,9 +2845,13 @@ def closure_key(node: ast.Lambda, environment: Mapping[str, Type]) -> int | None
     return CLOSURE_KEYS.setdefault((id(node), captured), -1 - len(CLOSURE_KEYS))
 
 
-def static_value_of(t: Type) -> Dim | None:
-    """An integer's statically known value (types compare without it, but it decides sizes: `zeros(n)`)."""
-    return t.value if isinstance(t, TensorType) else None
+def static_value_of(t: Type) -> Dim | int | None:
+    """What a type compares without but a check depends on: an integer's statically known value (it decides
+    sizes: `zeros(n)`), or which closure of a lambda a function value is (`apply(k, x)` and `apply(kt, x)` of two
+    closures of one lambda are checked each with its own)."""
+    if isinstance(t, TensorType):
+        return t.value
+    return t.closure if isinstance(t, FunctionRef) else None
 
 
 def captured_key(function: FunctionInfo) -> tuple:
