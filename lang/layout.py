@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from dl.lang.diagnostics import Diagnostic, Span, error
+from dl.lang.diagnostics import Diagnostic, Label, Span, error
 from dl.lang.lexer import Token
 
 CONTINUES_AFTER = frozenset(
@@ -130,14 +130,15 @@ def never_closed(opener: Token, path: str, misplaced: tuple[Token, Token] | None
     closer = {"LPAR": ")", "LSQB": "]"}.get(opener[0], "}")
     if closer == "}" and misplaced is not None:
         inner, taken = misplaced
+        # the lines are labels (spans), not text, so that a piece of a file re-parsed elsewhere moves them too
         return error(
             "E0103",
             "this `{` is never closed",
             token_span(path, inner),
             "expected a matching `}`",
-            notes=(
-                f"note: the `}}` on line {taken[2]} closes this block, though it is indented less than the "
-                f"block's first line; so the `{{` on line {opener[2]} is left open at the end of the file",
+            secondary=(
+                Label(token_span(path, taken), "this `}` closes the block, though it stands left of its first line"),
+                Label(token_span(path, opener), "so this `{` is left open at the end of the file"),
             ),
         )
     return error(
