@@ -93,7 +93,10 @@ def binding_help(name: str, call: ast.Call) -> tuple[str, ...]:
     if signature is None or signature.variadic is not None:
         return ()
     given = [shown(a) for a in call.args]
-    named = [f"{k.name}={shown(k.value)}" for k in call.keywords]
+    named = [dl_keyword(k) for k in call.keywords]
+    unbiased = next((k for k in call.keywords if k.name == "unbiased"), None)
+    if unbiased is not None and "correction" in signature.keyword_names:
+        return (f"help: torch's `unbiased=` is DL's `correction=`: `{dl_keyword(unbiased)}`",)
     if signature.positional == ("tensors",) and len(given) > 1:
         items = ", ".join([f"({', '.join(given)})", *named])
         return (f"help: `{name}` takes one tuple of tensors: `{name}({items})`",)
@@ -198,8 +201,17 @@ def dtype_call_help(dtype: str, call: ast.Call) -> tuple[str, ...]:
 
 # The built-ins that take dimensions, each as its own argument.
 CREATION = frozenset({"zeros", "ones", "full", "randn", "rand"})
-# PyTorch's keywords that DL spells otherwise.
-KEYWORDS = {"dim": "axis", "keepdim": "keepdims"}
+# PyTorch's and NumPy's keywords that DL spells otherwise.
+KEYWORDS = {"dim": "axis", "keepdim": "keepdims", "ddof": "correction"}
+
+
+def dl_keyword(keyword: ast.Keyword) -> str:
+    """A keyword argument as DL spells it: `dim=1` is `axis=1`, `ddof=1` is `correction=1`, and torch's
+    `unbiased=True` is `correction=1` (`False`, 0)."""
+    if keyword.name == "unbiased" and isinstance(keyword.value, (ast.BoolLiteral, ast.Name)):
+        truth = keyword.value.value if isinstance(keyword.value, ast.BoolLiteral) else keyword.value.id.lower()
+        return f"correction={1 if truth in (True, 'true') else 0}"
+    return f"{KEYWORDS.get(keyword.name, keyword.name)}={shown(keyword.value)}"
 
 
 def shown(node: ast.Expr) -> str:
@@ -292,7 +304,7 @@ def spelled(name: str, call: ast.Call, receiver: ast.Expr | None) -> str | None:
         taken = len(signature.positional) + len(signature.optional)
         if signature.variadic is None and len(args) == taken + 1 and "axis" in signature.keyword_names:
             args[-1] = f"axis={args[-1]}"  # `x.sum(1)`: PyTorch's `dim` is DL's keyword `axis`
-        args += [f"{KEYWORDS.get(k.name, k.name)}={shown(k.value)}" for k in call.keywords]
+        args += [dl_keyword(k) for k in call.keywords]
         return f"{name}({', '.join(args)})"
     spelling = SPELLINGS.get(name)
     if name == "clamp":  # torch's `min=` and `max=` name the bounds
