@@ -568,10 +568,10 @@ def entry_types(program: Program, typed: Typed, path: str) -> tuple[Type, ...]:
 def captured_types(key: int, node: ast.Lambda, typed: Typed) -> dict[str, Type] | None:
     """The names the closure `key` of `node` captured where it was made (not the module's functions, constants and
     imports), with their types there; None where this check did not make it (its captures are not known)."""
-    names = sorted(ast.captured_names(node.params, node.body))
     environment = typed.environments.get(key)
     if environment is None:
         return {} if key == id(node) else None  # (a lambda that captures nothing is keyed by itself)
+    names = sorted(ast.captured_names(node.params, node.body))
     return {name: environment[name] for name in names if name in environment}
 
 

@@ -200,8 +200,9 @@ class Typed:
     # id of a call of a function with unannotated parameters (or of a `grad` of one, for all the calls of the
     # gradient) -> for each check of the body the call is in, the check of the callee's body it made
     instances_called: Mapping[int, Mapping[int, int]] = field(default_factory=lambda: NOTHING)
-    # id of a Lambda or local function -> the types of the names in scope where it was made (the last time it
-    # was): what its body may capture, for a tool that makes it again elsewhere (the REPL)
+    # key of a Lambda or local function (its id: the last closure made; or a `FunctionRef.closure`: that closure)
+    # -> the types of the names in scope where it was made: what its body may capture, for a tool that makes it
+    # again elsewhere (the REPL)
     environments: Mapping[int, Mapping[str, Type]] = field(default_factory=lambda: NOTHING)
 
     def with_diagnostics(self, diagnostics) -> Typed:
