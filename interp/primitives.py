@@ -349,6 +349,8 @@ def make_where(weak_a: bool = False, weak_b: bool = False):
                 f"`where` cannot choose between {describe(a)} and {describe(b)}; a bool is not a number"
             )
         a, b = promote(a, b, weak_a, weak_b)
+        if condition.__class__ is bool:  # a scalar comparison's; a device module's `where` takes arrays alone
+            condition = np.bool_(condition)
         try:
             return scalar(choose(condition, a, b))
         except ValueError:

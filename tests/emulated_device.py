@@ -10,7 +10,8 @@ here wherever it would fail on a GPU for where a value lives:
 - no scalars: indexing one element and reducing everything give 0-d arrays, as in cupy;
 - numpy's functions reach it only through numpy's protocols, as they reach cupy: a ufunc call
   (`__array_ufunc__`, method `__call__` only) and, by name, the functions cupy has (`__array_function__`), with
-  cupy's signature where it is narrower than numpy's (its `max` and `min` take no `initial`);
+  cupy's signature where it is narrower than numpy's (its `max` and `min` take no `initial`, its `where` takes
+  no Python bool as the condition);
 - a host array (np.ndarray) beside a device array in one operation is refused, as cupy refuses it.
 """
 
@@ -91,6 +92,8 @@ class DeviceArray(NDArrayOperatorsMixin):
             return NotImplemented
         if func.__name__ in NO_INITIAL and "initial" in kwargs:
             raise TypeError(f"{func.__name__}() got an unexpected keyword argument 'initial'")
+        if func.__name__ == "where" and not hasattr(args[0], "astype"):  # cupy.where calls condition.astype
+            raise AttributeError(f"'{type(args[0]).__name__}' object has no attribute 'astype'")
         return wrap(func(*unwrapped(args), **unwrapped(kwargs)))
 
     # -------------------------------------------------------------- what cupy's ndarray has
