@@ -669,6 +669,40 @@ def flip(lowering, bound: dict, span: Span) -> object:
     return Tensor(x.dtype, x.shape, ir.Read(read.buffer, offset, tuple(strides)))
 
 
+def pad(lowering, bound: dict, span: Span) -> object:
+    """A buffer of the padded shape filled with `value`, and `x` (less what negative widths remove) written into
+    its place there."""
+    x = tensor(bound["x"], span)
+    if not x.shape or x.dtype == "bool":
+        raise Unsupported(f"`pad` of {'a scalar' if not x.shape else 'bools'}", span)
+    axes = axes_of(lowering, x, bound["axis"], span)
+    before, after = (static_int(lowering, bound[name], span, "a width") for name in ("before", "after"))
+    value = bound["value"]
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        value = Value(ir.Const(value, "i64" if isinstance(value, int) else "f32"), value)
+    if not isinstance(value, Value):
+        raise Unsupported("`pad` with this `value=`", span)
+    shape, inner, skipped, placed = list(x.shape), list(x.shape), [0] * len(x.shape), [0] * len(x.shape)
+    for axis in axes:
+        removed = max(-before, 0) + max(-after, 0)
+        if removed > x.shape[axis]:
+            raise Unsupported(f"`pad` removing {removed} elements of an axis of {x.shape[axis]}", span)
+        shape[axis] = x.shape[axis] + before + after
+        inner[axis], skipped[axis], placed[axis] = x.shape[axis] - removed, max(-before, 0), max(before, 0)
+    out = lowering.allocate(x.dtype, tuple(shape), "padded")
+    lowering.emit(ir.Fill(out, ir.Splat(lowering.promote(value, x.dtype, span))))
+    if math.prod(inner):
+        x = lowering.materialise(x, "padding")
+        read, strides = x.tree, contiguous(tuple(shape))
+        offset = ir.Const(sum(k * stride for k, stride in zip(skipped, read.strides, strict=True)), "i64")
+        source = ir.Read(read.buffer, lowering.add_offset(read.offset, offset), read.strides)
+        region = ir.Read(
+            out, ir.Const(sum(k * stride for k, stride in zip(placed, strides, strict=True)), "i64"), strides
+        )
+        lowering.emit(ir.Fill(out, source, region, tuple(inner)))
+    return view(out)
+
+
 def swapaxes(lowering, bound: dict, span: Span) -> object:
     """Two axes exchanged: a view, as `transpose` is, so a product with it reads the other layout in place."""
     x = tensor(bound["x"], span)
@@ -1714,6 +1748,7 @@ HANDLERS = {
     Prim.TRANSPOSE: transpose,
     Prim.SWAPAXES: swapaxes,
     Prim.FLIP: flip,
+    Prim.PAD: pad,
     Prim.RESHAPE: reshape,
     Prim.RESHAPE_LIKE: reshape_like,
     Prim.EXPAND_DIMS: expand_dims,

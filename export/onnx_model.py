@@ -1143,6 +1143,22 @@ def flip(call: Call) -> Tensor:
     return call.op("Slice", [x, starts, ends, constant(axes, "i64"), constant(np.full(len(axes), -1), "i64")])
 
 
+def pad(call: Call) -> Tensor:
+    """`Pad` in constant mode on the axes named, each by the widths before and after (negative ones remove)."""
+    x = call.tensor(0)
+    axis = call.static(3)
+    named = [int(item.value) for item in axis] if isinstance(axis, tuple) else [int(axis)]
+    axes = sorted({item % x.rank for item in named})
+    graph, one = call.graph, call.graph.constant(np.array([1]), "i64")
+    width = TensorType("i64", (1,))
+    before, after = (graph.op("Reshape", [call.tensor(k, "i64").name, one.name], width) for k in (1, 2))
+    pads = graph.op(
+        "Concat", [before.name] * len(axes) + [after.name] * len(axes), TensorType("i64", (2 * len(axes),)), axis=0
+    )
+    value = call.tensor(4, x.dtype)
+    return call.op("Pad", [x, pads, value, graph.constant(np.array(axes), "i64")], mode="constant")
+
+
 def take_along_axis(call: Call) -> Tensor:
     """`GatherElements`, torch's `gather` (negative indices count from the end, as DL's)."""
     x = call.tensor(0)
@@ -1360,6 +1376,7 @@ HANDLERS: dict[Prim, Callable[[Call], Any]] = {
     Prim.TRANSPOSE: transpose,
     Prim.SWAPAXES: swapaxes,
     Prim.FLIP: flip,
+    Prim.PAD: pad,
     Prim.CUMSUM: cumsum,
     Prim.TAKE_ALONG_AXIS: take_along_axis,
     Prim.ARGSORT: sorting(values=False),

@@ -666,6 +666,26 @@ def along_axes(x: Any, name: str) -> Any:
     return x
 
 
+def pad(x: Any, before: Any, after: Any, axis: Any, value: Any) -> Any:
+    """`x` in a tensor of `value` grown by `before` ahead and `after` behind along each axis named; a negative
+    width removes elements (torch's `pad`)."""
+    x = along_axes(x, "pad")
+    position = axes_of(x, axis, "pad")
+    named = {a % x.ndim for a in ((position,) if position.__class__ is int else position)}
+    before, after = integers_of((before, after), "`pad` widths")
+    shape, source, target = list(x.shape), [slice(None)] * x.ndim, [slice(None)] * x.ndim
+    for a in named:
+        removed = max(-before, 0) + max(-after, 0)
+        if removed > x.shape[a]:
+            raise PrimitiveError(f"`pad` removes {removed} elements from axis {a} of {describe(x)}")
+        shape[a] = x.shape[a] + before + after
+        source[a] = slice(max(-before, 0), x.shape[a] - max(-after, 0))
+        target[a] = slice(max(before, 0), shape[a] - max(after, 0))
+    padded = array_module(x).full(shape, value.item() if hasattr(value, "item") else value, dtype=x.dtype)
+    padded[tuple(target)] = x[tuple(source)]
+    return padded
+
+
 def cumsum(x: Any, axis: Any) -> Any:
     """The running sum along one axis, keeping the dtype (numpy would widen i32); of bools, an i64 count."""
     x = along_axes(x, "cumsum")
@@ -1831,6 +1851,7 @@ IMPLEMENTATIONS = {
     Prim.EINSUM: einsum,
     Prim.TRANSPOSE: transpose,
     Prim.FLIP: flip,
+    Prim.PAD: pad,
     Prim.CUMSUM: cumsum,
     Prim.TAKE_ALONG_AXIS: take_along_axis,
     Prim.ARGSORT: argsort,

@@ -81,6 +81,8 @@ def binding_help(name: str, call: ast.Call) -> tuple[str, ...]:
         return (
             f"help: DL's `gather` is numpy's `take`; PyTorch's `gather` is `take_along_axis({x}, {indices}, {axis})`",
         )
+    if name == "pad" and len(call.args) == 2 and isinstance(call.args[1], ast.TupleLiteral):
+        return padding_help(call)
     decimals = (
         call.args[1] if len(call.args) == 2 else next((k.value for k in call.keywords if k.name == "decimals"), None)
     )
@@ -107,6 +109,35 @@ def binding_help(name: str, call: ast.Call) -> tuple[str, ...]:
         spelled = [*given[:allowed], *(f"{k}={v}" for k, v in zip(free, extra, strict=False)), *named]
         return (f"help: `{name}`'s `{free[0]}` is given by name: `{name}({', '.join(spelled)})`",)
     return ()
+
+
+def padding_help(call: ast.Call) -> tuple[str, ...]:
+    """torch's `pad(x, (left, right, top, bottom))` (pairs from the last axis back) and numpy's
+    `pad(x, ((0, 0), (1, 2)))` (a pair per axis from the first) as DL's calls, one axis each."""
+    items = call.args[1].items  # type: ignore[attr-defined]
+    if items and all(isinstance(item, ast.TupleLiteral) and len(item.items) == 2 for item in items):
+        pairs = [(k, *(shown(w) for w in item.items)) for k, item in enumerate(items)]
+        style = "numpy's"
+    elif items and len(items) % 2 == 0:
+        widths = [shown(item) for item in items]
+        pairs = [(-1 - k, widths[2 * k], widths[2 * k + 1]) for k in range(len(items) // 2)]
+        style = "torch's"
+    else:
+        return ()
+    value = next((k.value for k in call.keywords if k.name in ("value", "constant_values")), None)
+    written = shown(call.args[0])
+    pairs = [pair for pair in pairs if pair[1:] != ("0", "0")]
+    if not pairs:
+        return ()
+    if len(pairs) > 1 and len({pair[1:] for pair in pairs}) == 1:  # the same widths: one call, a tuple of axes
+        pairs = [(f"({', '.join(str(pair[0]) for pair in pairs)})", *pairs[0][1:])]
+    for axis, before, after in pairs:
+        fill = f", value={shown(value)}" if value is not None else ""
+        written = f"pad({written}, {before}, {after}, axis={axis}{fill})"
+    return (
+        f"help: DL's `pad` takes the widths before and after one axis (or a tuple of axes), not {style} tuple of "
+        f"them: `{written}`",
+    )
 
 
 def syntax_help(

@@ -75,6 +75,7 @@ class Prim(Enum):
     TAKE_ALONG_AXIS = "take_along_axis"
     ARGSORT = "argsort"
     SORT = "sort"
+    PAD = "pad"
     # creation
     ZEROS = "zeros"
     ONES = "ones"
@@ -618,6 +619,24 @@ PRIMITIVES_LIST = (
         shapes.sorting_rule("sort"),
         Templates((("x", "add_along_axis(zeros_like(x), argsort(x, axis=axis, descending=descending), d, axis)"),)),
         X,
+    ),
+    # the adjoint of padding is the padding taken off again (negative widths remove), and `value` gets the
+    # adjoint of the places it fills
+    Primitive(
+        Prim.PAD,
+        "structure",
+        "`x` with `before` elements of `value` put ahead along `axis` (one, or a tuple of axes) and `after` behind;"
+        " a negative width removes elements (torch's `pad`)",
+        Signature(("x", "before", "after"), keywords=(("axis", -1), ("value", 0))),
+        shapes.pad_rule,
+        Templates(
+            (
+                ("x", "pad(d, -before, -after, axis=k)"),
+                ("value", "sum(d) - sum(pad(d, -before, -after, axis=k))"),
+            )
+        ),
+        frozenset({"x", "value"}),
+        fills=frozenset({"value"}),
     ),
     # creation
     not_differentiable(Prim.ZEROS, "creation", "a tensor of zeros", CREATION, shapes.make_creation("zeros", 0), INPUT),

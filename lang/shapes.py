@@ -929,6 +929,49 @@ def sorting_rule(name: str) -> Rule:
     return rule
 
 
+def pad_rule(args: list[Argument]) -> Type:
+    """`pad(x, before, after, axis=-1, value=0)`: each axis named (one, or a tuple of them) grows by `before`
+    elements ahead and `after` behind, of `value` (a scalar, of `x`'s dtype where it is not a literal); a
+    negative width removes that many elements instead, as torch's `pad` does."""
+    x = tensor(args[0].type, "`pad`")
+    widths = [pad_width(argument) for argument in args[1:3]]
+    value = args[4]
+    if value.given and not isinstance(value.type, AnyType):
+        fill = tensor(value.type, "`pad`'s `value=`")
+        if fill is not None and fill.rank:
+            raise ShapeError("E0302", f"`pad`'s `value=` takes a scalar, found {fill}", at=value.span)
+        if x is not None and fill is not None and not fill.weak and strong(fill).dtype != strong(x).dtype:
+            message = f"`pad` fills {x} with `value=` of another dtype, {fill}"
+            raise ShapeError("E0317", message, at=value.span)
+    if x is None:
+        return ANY
+    if x.rank == 0:
+        raise ShapeError("E0306", f"`pad` needs a tensor with an axis, found {x}", str(x))
+    axis = Argument(args[3].type, args[3].value if args[3].given else -1, True, args[3].span)
+    dims = list(x.dims)
+    for position in static_axes(axis, x.rank, "pad", several=True) or ():
+        size, removed = dims[position], [-w for w in widths if isinstance(w, int) and w < 0]
+        if isinstance(size, int) and sum(removed) > size:
+            message = f"`pad` removes {sum(removed)} elements from axis {position} of {x}, which has {size}"
+            raise ShapeError("E0307", message, str(x))
+        dims[position] = dim_arithmetic("+", dim_arithmetic("+", size, widths[0]), widths[1])
+    return TensorType(strong(x).dtype, tuple(dims))
+
+
+def pad_width(argument: Argument) -> Dim:
+    """A width of `pad`: an integer, its value known before the program runs or not (the size then is not)."""
+    t = argument.type
+    if isinstance(t, AnyType):
+        return UNKNOWN
+    if not isinstance(t, TensorType) or t.rank or t.dtype not in INTEGERS:
+        notes = (
+            "help: `pad` takes the widths before and after as two integers, and the axes as `axis=`: "
+            "`pad(x, 1, 2, axis=-1)`; torch's `pad(x, (1, 2, 3, 4))` is `pad(pad(x, 1, 2, axis=-1), 3, 4, axis=-2)`",
+        )
+        raise ShapeError("E0301", f"`pad` takes a width as an integer, found {t}", notes=notes, at=argument.span)
+    return argument.value if argument.value is not None else UNKNOWN
+
+
 def one_hot_rule(args: list[Argument]) -> Type:
     labels = integer_tensor(args[0].type, "one_hot")
     (classes,) = dims_from(args[1:2], "one_hot")

@@ -216,6 +216,40 @@ fn f(x, w) {
 )
 
 case(
+    "pad",
+    "structure",
+    """
+fn f(x, w, v) {
+    let framed = pad(x * w, 1, 2, axis=(0, 1), value=v)
+    let cropped = pad(tanh(x), -1, 1, axis=0)
+    return sum(framed * framed * [1.0, -2.0, 0.5, 3.0, 1.5, -1.0, 2.0]) + sum(cropped * w)
+}
+""",
+    (normal(68, 3, 4), normal(69, 3, 4), s(0.3)),
+    lambda x, w, v: (
+        (torch.nn.functional.pad(x * w - v, (1, 2, 1, 2)) + v)
+        .pow(2)
+        .mul(torch.tensor([1.0, -2.0, 0.5, 3.0, 1.5, -1.0, 2.0], dtype=x.dtype))
+        .sum()
+        + (torch.nn.functional.pad(torch.tanh(x), (0, 0, -1, 1)) * w).sum()
+    ),
+)
+
+case(
+    "pad_scalar",
+    "structure",
+    """
+fn f(x) {
+    let v = pad([x, x * x], 2, -1, value=x * x * 3.0)
+    return sum(v * [1.0, 2.0, 0.5])
+}
+""",
+    (s(0.7),),
+    lambda x: (torch.stack([3.0 * x * x, 3.0 * x * x, x]) * torch.tensor([1.0, 2.0, 0.5], dtype=x.dtype)).sum(),
+    second_order=True,
+)
+
+case(
     "flip_cumsum_scalar",
     "structure",
     """

@@ -495,9 +495,22 @@ class Builder:
                 target, updates = self.expr(dtype, shape, depth), self.expr(dtype, shape, depth)
                 return f"add_along_axis({target}, {order}, {updates}, {written})"
             return f"take_along_axis({self.expr(dtype, shape, depth)}, {order}, {written})"
+        if self.number(0, 4) == 0:
+            return self.padded(dtype, shape, axis, written, depth)
         if len(shape) >= 2 and self.flag():
             written = f"({written}, {(axis + 1) % len(shape)})"
         return f"flip({self.expr(dtype, shape, depth)}, {written})"
+
+    def padded(self, dtype: str, shape: Shape, axis: int, written: str, depth: int) -> str:
+        """`pad` along one axis: widths of -1 to 2 (a negative one removes), so that the padded axis has the
+        size aimed at; a literal `value=` for numbers, the axis by keyword or left out for the last."""
+        before, after = self.number(-1, 2), self.number(-1, 2)
+        while max(before, 0) + max(after, 0) > shape[axis]:  # what is added cannot outgrow the axis aimed at
+            before, after = min(before, 0), after - 1
+        source = tuple(n - before - after if k == axis else n for k, n in enumerate(shape))
+        value = {"f32": ", value=1.5", "f64": ", value=-2.0", "i64": ", value=3", "i32": ", value=-1"}.get(dtype, "")
+        spelled = "" if axis == len(shape) - 1 and self.flag() else f", axis={written}"
+        return f"pad({self.expr(dtype, source, depth)}, {before}, {after}{spelled}{value if self.flag() else ''})"
 
     def triangle(self, dtype: str, shape: Shape, depth: int) -> str:
         """`tril` or `triu` (the shape and dtype are its argument's), the diagonal given or not, by position or

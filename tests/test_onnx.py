@@ -147,6 +147,7 @@ CORPUS_FUNCTIONS = [
     "running",
     "clipped",
     "ranked",
+    "padded",
 ]
 
 

@@ -256,6 +256,36 @@ def test_flip_and_cumsum_match_torch() -> None:
 
 
 @needs_torch
+def test_pad_matches_torch() -> None:
+    """Widths before and after, negative ones removing (torch's constant `pad`), along one axis, the last by
+    default, or a tuple of them; a `value=` in each dtype, a literal taking the tensor's dtype."""
+    import torch.nn.functional as functional
+
+    x = np.random.default_rng(8).standard_normal((2, 3, 4)).astype(np.float32)
+    for dtype in (np.float32, np.float64, np.int64, np.int32):
+        values = (x * 10).astype(dtype)
+        for before, after in ((1, 2), (0, 3), (-1, 2), (2, -2), (-1, -1), (0, 0)):
+            for axis in (0, 1, 2, -1, (0, 2), (1, 2, 0)):
+                dims = sorted({a % 3 for a in (axis if isinstance(axis, tuple) else (axis,))}, reverse=True)
+                widths = [w for a in range(2, -1, -1) for w in ((before, after) if a in dims else (0, 0))]
+                expected = functional.pad(torch.from_numpy(values), widths, value=7).numpy()
+                check(dl_eval(f"pad(a, {before}, {after}, axis={axis}, value=7)", values), expected, dtype, 0, 0)
+        last = functional.pad(torch.from_numpy(values), (2, 1)).numpy()
+        check(dl_eval("pad(a, 2, 1)", values), last, dtype, 0, 0)
+    flags = dl_eval("pad(a, 1, 1, value=true)", np.array([False, False]))
+    assert flags.dtype == BOOL and flags.tolist() == [True, False, False, True]
+    assert dl_eval("shape(pad(a, 3, -4))", x) == (2, 3, 3)
+    assert dl_eval("pad(a, b, 0)", np.array([1.0, 2.0], np.float32), 2).tolist() == [0, 0, 1, 2]  # widths at run time
+    assert "removes 5 elements from axis 0" in str(dl_error("pad(a, -3, -2)", np.zeros(4, np.float32)))
+    assert checker_codes("pad(x, -2, -2, axis=0)") == ["E0307"]
+    assert checker_codes("pad(x, (1, 1))") == ["E0206"]
+    assert checker_codes("pad(x, 1.0, 1)") == ["E0301"]
+    assert checker_codes("pad(x, 1, 1, value=[1.0])") == ["E0302"]
+    assert checker_codes("pad(x, 1, 1, value=v)", "x: f32[2, 3], v: f64") == ["E0317"]
+    assert checker_codes("pad(x, 1, 1, axis=2)") == ["E0306"]
+
+
+@needs_torch
 def test_clip_matches_torch_clamp() -> None:
     """Bounds that broadcast (a scalar, a row, a column), in each dtype; literals take the tensor's dtype; a lower
     bound above the upper gives the upper, as numpy's and torch's; nan stays nan."""
@@ -2509,6 +2539,7 @@ PRIM_TESTS: dict[Prim, tuple[str, ...]] = {
     Prim.SORT: ("test_sort_argsort_and_take_along_axis_match_torch",),
     Prim.ADD_ALONG_AXIS: ("test_add_along_axis_adds_repeated_indices",),
     Prim.FLIP: ("test_flip_and_cumsum_match_torch",),
+    Prim.PAD: ("test_pad_matches_torch",),
     Prim.CUMSUM: ("test_flip_and_cumsum_match_torch",),
     Prim.MAXIMUM: ("test_maximum_minimum_broadcast", "test_maximum_minimum_with_literals_keep_dtype"),
     Prim.MINIMUM: ("test_maximum_minimum_broadcast", "test_maximum_minimum_with_literals_keep_dtype"),

@@ -794,7 +794,17 @@ class ForwardSweep:
             if callee.prim in NON_DIFFERENTIABLE:
                 return self.rename(expr, env)
             args = tuple(self.atom(a, env, sweep, "t") for a in expr.args)
-            keywords = tuple(ast.Keyword(k.name, self.rename(k.value, env), k.span) for k in expr.keywords)
+            # a keyword with a gradient (pad's `value=`) is an operand like the others; the rest are static
+            rule = PRIMITIVES[callee.prim].derivative
+            operands = {name for name, _ in rule.adjoints} if isinstance(rule, Templates) else set()
+            keywords = tuple(
+                ast.Keyword(
+                    k.name,
+                    self.atom(k.value, env, sweep, "t") if k.name in operands else self.rename(k.value, env),
+                    k.span,
+                )
+                for k in expr.keywords
+            )
             func = expr.func
             if isinstance(func, ast.Name) and func.id in env:  # `h(x)` in a function given `exp` for `h`
                 func = ast.Name(callee.name, func.span)
