@@ -90,7 +90,7 @@ def cupy_arrays() -> ArrayModule:
         upload=cupy.asarray,
         download=cupy.asnumpy,
         erf=cupyx.scipy.special.erf,
-        scatter_add=cupyx.scatter_add,
+        scatter_add=cupy.add.at if hasattr(cupy.add, "at") else cupyx.scatter_add,  # cupy 14 deprecates the second
         windows=cupy.lib.stride_tricks.sliding_window_view,
     )
 
