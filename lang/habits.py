@@ -81,7 +81,7 @@ def binding_help(name: str, call: ast.Call) -> tuple[str, ...]:
         return (
             f"help: DL's `gather` is numpy's `take`; PyTorch's `gather` is `take_along_axis({x}, {indices}, {axis})`",
         )
-    if name == "pad" and len(call.args) == 2 and isinstance(call.args[1], ast.TupleLiteral):
+    if name == "pad" and len(call.args) >= 2 and isinstance(call.args[1], (ast.TupleLiteral, ast.TensorLiteral)):
         return padding_help(call)
     decimals = (
         call.args[1] if len(call.args) == 2 else next((k.value for k in call.keywords if k.name == "decimals"), None)
@@ -112,19 +112,28 @@ def binding_help(name: str, call: ast.Call) -> tuple[str, ...]:
 
 
 def padding_help(call: ast.Call) -> tuple[str, ...]:
-    """torch's `pad(x, (left, right, top, bottom))` (pairs from the last axis back) and numpy's
-    `pad(x, ((0, 0), (1, 2)))` (a pair per axis from the first) as DL's calls, one axis each."""
+    """torch's `pad(x, (left, right, top, bottom))` (pairs from the last axis back; its `mode` and `value`
+    may follow by position) and numpy's `pad(x, ((0, 0), (1, 2)))` (a pair per axis from the first) as DL's
+    calls, one axis each. A flat pair with `axis=` given pads that axis."""
     items = call.args[1].items  # type: ignore[attr-defined]
-    if items and all(isinstance(item, ast.TupleLiteral) and len(item.items) == 2 for item in items):
+    pairs_of = (ast.TupleLiteral, ast.TensorLiteral)
+    axis = next((k.value for k in call.keywords if k.name in ("axis", "dim")), None)
+    if len(items) > 1 and all(isinstance(item, pairs_of) and len(item.items) == 2 for item in items):
         pairs = [(k, *(shown(w) for w in item.items)) for k, item in enumerate(items)]
         style = "numpy's"
-    elif items and len(items) % 2 == 0:
+    elif items and len(items) % 2 == 0 and not any(isinstance(item, pairs_of) for item in items):
         widths = [shown(item) for item in items]
         pairs = [(-1 - k, widths[2 * k], widths[2 * k + 1]) for k in range(len(items) // 2)]
+        if axis is not None and len(pairs) == 1:
+            pairs = [(shown(axis), *pairs[0][1:])]
         style = "torch's"
     else:
-        return ()
+        return ()  # numpy's one pair for every axis, `((1, 2),)`: the rank is not known here
     value = next((k.value for k in call.keywords if k.name in ("value", "constant_values")), None)
+    if value is None and len(call.args) == 4:  # torch's `pad(x, widths, "constant", 0.5)`
+        value = call.args[3]
+    if isinstance(value, pairs_of):  # numpy's `constant_values=(before, after)`: DL fills with one value
+        value = None
     written = shown(call.args[0])
     pairs = [pair for pair in pairs if pair[1:] != ("0", "0")]
     if not pairs:

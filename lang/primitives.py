@@ -621,7 +621,7 @@ PRIMITIVES_LIST = (
         X,
     ),
     # the adjoint of padding is the padding taken off again (negative widths remove), and `value` gets the
-    # adjoint of the places it fills
+    # adjoint of the places it fills, picked by a mask (no sum of everything less the rest, which cancels)
     Primitive(
         Prim.PAD,
         "structure",
@@ -632,7 +632,7 @@ PRIMITIVES_LIST = (
         Templates(
             (
                 ("x", "pad(d, -before, -after, axis=k)"),
-                ("value", "sum(d) - sum(pad(d, -before, -after, axis=k))"),
+                ("value", "sum(d * pad(zeros_like(x), before, after, axis=k, value=1.0))"),
             )
         ),
         frozenset({"x", "value"}),

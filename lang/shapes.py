@@ -935,16 +935,19 @@ def pad_rule(args: list[Argument]) -> Type:
     negative width removes that many elements instead, as torch's `pad` does."""
     x = tensor(args[0].type, "`pad`")
     widths = [pad_width(argument) for argument in args[1:3]]
-    value = args[4]
+    value, fill = args[4], None
     if value.given and not isinstance(value.type, AnyType):
         fill = tensor(value.type, "`pad`'s `value=`")
         if fill is not None and fill.rank:
             raise ShapeError("E0302", f"`pad`'s `value=` takes a scalar, found {fill}", at=value.span)
-        if x is not None and fill is not None and not fill.weak and strong(fill).dtype != strong(x).dtype:
-            message = f"`pad` fills {x} with `value=` of another dtype, {fill}"
-            raise ShapeError("E0317", message, at=value.span)
     if x is None:
         return ANY
+    if fill is not None and not fill.weak and strong(fill).dtype != strong(x).dtype:
+        notes = ("help: a literal tensor takes a dtype by its suffix: `[1.0f64, 2.0f64]`",) if x.weak else ()
+        raise ShapeError("E0317", f"`pad` fills {x} with `value=` of another dtype, {fill}", notes=notes, at=value.span)
+    if fill is not None and fill.weak and fill.dtype in FLOATS and strong(x).dtype not in FLOATS:
+        notes = ("help: fill with an integer, or pad `float(x)`",)
+        raise ShapeError("E0317", f"`pad` fills {x} with a float literal", notes=notes, at=value.span)
     if x.rank == 0:
         raise ShapeError("E0306", f"`pad` needs a tensor with an axis, found {x}", str(x))
     axis = Argument(args[3].type, args[3].value if args[3].given else -1, True, args[3].span)
@@ -955,7 +958,8 @@ def pad_rule(args: list[Argument]) -> Type:
             message = f"`pad` removes {sum(removed)} elements from axis {position} of {x}, which has {size}"
             raise ShapeError("E0307", message, str(x))
         dims[position] = dim_arithmetic("+", dim_arithmetic("+", size, widths[0]), widths[1])
-    return TensorType(strong(x).dtype, tuple(dims))
+    # a literal tensor padded by a literal (or none) is still a literal: it takes the dtype its use gives it
+    return TensorType(x.dtype, tuple(dims), x.weak and (fill is None or fill.weak))
 
 
 def pad_width(argument: Argument) -> Dim:

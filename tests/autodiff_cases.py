@@ -236,6 +236,20 @@ fn f(x, w, v) {
 )
 
 case(
+    "keyword_operands",
+    "structure",
+    """
+fn f(x, w) {
+    let y = matmul(x, b=w * 2.0)
+    let z = stack(tensors=(y, tanh(y)), axis=0)
+    return sum(flip(x=z * z, axis=1)) + sum(pad(x, 1, 0, value=sum(w) * 0.5))
+}
+""",
+    (normal(70, 3, 4), normal(71, 4, 2)),
+    lambda x, w: (torch.stack((x @ (w * 2.0), torch.tanh(x @ (w * 2.0)))) ** 2).sum() + x.sum() + 3 * (w.sum() * 0.5),
+)
+
+case(
     "pad_scalar",
     "structure",
     """

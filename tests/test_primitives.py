@@ -283,6 +283,17 @@ def test_pad_matches_torch() -> None:
     assert checker_codes("pad(x, 1, 1, value=[1.0])") == ["E0302"]
     assert checker_codes("pad(x, 1, 1, value=v)", "x: f32[2, 3], v: f64") == ["E0317"]
     assert checker_codes("pad(x, 1, 1, axis=2)") == ["E0306"]
+    assert checker_codes("pad([1, 2], 1, 1, value=2.5)") == ["E0317"]  # a float literal would be cut to an integer
+    assert checker_codes("pad([1.0, 2.0], 1, 1)", "x: f64") == []  # a literal padded stays a literal
+    assert dl_eval("pad([1.0, 2.0], 1, 1) * a", np.float64(1.0)).dtype == F64
+    # value's gradient is the adjoint of the places it fills, exactly (no sum of all less the rest, which
+    # loses a small fill's adjoint beside large ones)
+    source = """
+fn main() {
+    print(grad(fn(v) => sum(pad([1.0, 2.0], 0, 1, value=v) * [100000000.0, 100000000.0, 1.0]))(0.5))
+}
+"""
+    assert dl_main(source) == "1.0\n"
 
 
 @needs_torch

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -230,6 +231,10 @@ class ForwardSweep:
                 return self.atom(self.expand_tree_arithmetic(expr, env, sweep), env, sweep, hint)
             case ast.Call() if (primitive := self.forwarded(expr)) is not None:
                 return self.atom(primitive, env, sweep, hint)
+            case ast.Call(func=ast.Name(id=local)) if local not in env and (
+                (function := self.lambda_around(expr)) is not None
+            ):  # `model(w)` of `let model = fn(w) => x @ w`, made in the function around: its body in place
+                return self.inline(function, {}, expr, env, sweep, hint)
             case ast.Call() if self.takes_functions(expr) or self.small_call(expr):
                 decl, _ = self.typed.functions[self.type_of(expr.func).key]
                 return self.inline(decl, {}, expr, env, sweep, hint)
@@ -654,6 +659,59 @@ class ForwardSweep:
         finally:
             self.inlining.pop()
 
+    def lambda_around(self, expr: ast.Call) -> ast.Lambda | None:
+        """The anonymous function that a variable of the function around holds (`let model = fn(w) => x @ w`
+        in `main`, called by the lambda differentiated there), where a call of it can be written in place,
+        reading by name what it captured (as the derivative reads what the lambda itself captured): neither
+        the variable nor any name the function captures is assigned or bound again in that function, so the
+        names hold the values the function saw. None for any other call."""
+        callee = self.type_of(expr.func)
+        if not self.in_place or not isinstance(callee, FunctionRef) or callee.key not in self.typed.functions:
+            return None
+        decl, _ = self.typed.functions[callee.key]
+        if not isinstance(decl, ast.Lambda) or not self.made_around(decl):
+            return None
+        return None if self.changed_captures(expr, decl) else decl
+
+    def made_around(self, decl: ast.Lambda) -> bool:
+        """Whether `decl` is made in the function around itself, not inside a function nested in it."""
+        return any(node is decl for node in ast.walk_scope(self.around.body))
+
+    def changed_captures(self, expr: ast.Call, decl: ast.Lambda) -> list[str]:
+        """The names among the variable `expr` calls and those `decl` captures that the function around assigns,
+        or binds more than once in its own scope (a nested function's parameters and locals are its own)."""
+        if self.changing_in_around is None:
+            kinds = (ast.NamePattern, ast.FnDecl)
+            scope = [n.name for n in ast.walk_scope(self.around.body) if isinstance(n, kinds)]
+            bound = Counter([*scope, *(p.name for p in self.around.params)])
+            again = {name for name, count in bound.items() if count > 1}
+            self.changing_in_around = again | ast.assigned_names(self.around)
+        names = {expr.func.id, *ast.captured_names(decl.params, decl.body)}  # type: ignore[attr-defined]
+        return sorted(names & self.changing_in_around)
+
+    def closure_not_differentiable(self, expr: ast.Call, decl) -> NotDifferentiable:
+        """Why a call of an anonymous or local function cannot be differentiated, with what to do instead."""
+        made_here = isinstance(decl, ast.Lambda) and self.in_place and self.made_around(decl)
+        changed = self.changed_captures(expr, decl) if made_here else []
+        if changed and isinstance(expr.func, ast.Name):
+            return NotDifferentiable(
+                f"`grad` cannot differentiate this call of `{expr.func.id}`: `{changed[0]}` is assigned or bound "
+                "again, so its derivative could read another value than the function saw",
+                expr.span,
+                (
+                    f"help: pass `{changed[0]}` to the function as a parameter, or capture a `let` that keeps the "
+                    "value it needs",
+                ),
+            )
+        return NotDifferentiable(
+            "`grad` cannot yet differentiate through a call of an anonymous or local function made elsewhere",
+            expr.span,
+            (
+                "help: declare the function with `fn` at the top level of a module, or make it with `let` in the "
+                "function where `grad` is written",
+            ),
+        )
+
     def made_closure(self, expr: ast.Call, env, sweep: Sweep) -> tuple[ast.Lambda, dict[str, str]]:
         """The closure a call of a top-level function returns (`let double = scale_by(w)`), with what it
         captured: the function's body is emitted in place up to its `return fn(...) => ...`."""
@@ -794,9 +852,13 @@ class ForwardSweep:
             if callee.prim in NON_DIFFERENTIABLE:
                 return self.rename(expr, env)
             args = tuple(self.atom(a, env, sweep, "t") for a in expr.args)
-            # a keyword with a gradient (pad's `value=`) is an operand like the others; the rest are static
-            rule = PRIMITIVES[callee.prim].derivative
+            # an argument given by keyword is an operand like the others (computed once, given its gradient)
+            # where it is a positional parameter or one with a gradient (pad's `value=`); the other keywords
+            # (`axis=`, `keepdims=`) are static and stay as written
+            primitive = PRIMITIVES[callee.prim]
+            rule, signature = primitive.derivative, primitive.signature
             operands = {name for name, _ in rule.adjoints} if isinstance(rule, Templates) else set()
+            operands |= {*signature.positional, *(name for name, _ in signature.optional)}
             keywords = tuple(
                 ast.Keyword(
                     k.name,
@@ -812,11 +874,7 @@ class ForwardSweep:
         if isinstance(callee, FunctionRef):
             decl, decl_path = self.typed.functions[callee.key]
             if not isinstance(decl, ast.FnDecl) or id(decl) in self.local_functions:
-                raise NotDifferentiable(
-                    "`grad` cannot yet differentiate through a call of an anonymous or local function",
-                    expr.span,
-                    ("help: declare the function at the top level of a module",),
-                )
+                raise self.closure_not_differentiable(expr, decl)
             args = self.user_arguments(decl, decl_path, expr)
             func = self.rename(self.quiet(expr.func), env)
             # (a default sees the callee's module, none of the caller's variables)
