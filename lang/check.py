@@ -1460,7 +1460,9 @@ class Checker:
             return
         hint: tuple[str, ...] = ()
         if isinstance(value, TensorType) and value.dtype == "bool":
-            hint = ("help: reduce it first, e.g. `sum(c) > 0` or `all`-style with `min`",)
+            hint = (
+                "help: reduce it first: `max(c)` is true where any element is (numpy's `any`), `min(c)` where all are",
+            )
         elif isinstance(value, TensorType) and not value.dims:  # `while n`: Python's truthiness
             zero = "0.0" if value.dtype in FLOATS else "0"
             hint = (f"help: DL has no truthiness: compare, `{what} {print_expr(expr)} != {zero}`",)
@@ -2714,6 +2716,11 @@ def gradient_problem(
         fix = "reduce the result to a scalar first, for example with `sum(...)` or `mean(...)`"
         if result == UNIT:
             fix = "end the function with `return` of its loss: a last line with no `return` gives nothing"
+        elif isinstance(result, TupleType) and result.items and isinstance(result.items[0], TensorType):
+            fix = (
+                "return the loss alone: there is no `has_aux=`; compute the other values (an accuracy, say) "
+                "in a call of their own"
+            )
         return error(
             "E0330",
             f"`{name}` needs a function that returns a float scalar, but it returns {result}",

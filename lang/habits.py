@@ -283,6 +283,15 @@ def clamped(a: list[str]) -> str | None:
     return f"maximum({x}, {lo})" if lo is not None else f"minimum({x}, {hi})" if hi is not None else None
 
 
+def squeezed(a: list[str]) -> str | None:
+    """torch's `squeeze(x, k)`: the size-1 axis `k` indexed away, `x[:, 0]`; `x[..., 0]` for the last."""
+    if len(a) != 2:
+        return None
+    if a[1] == "-1":
+        return f"{a[0]}[..., 0]"
+    return f"{a[0]}[{', '.join([':'] * int(a[1]) + ['0'])}]" if a[1].isdigit() and int(a[1]) < 8 else None
+
+
 def axis_keyword(rest: list[str]) -> str:
     return f", axis={rest[0]}" if rest else ""
 
@@ -291,6 +300,7 @@ def axis_keyword(rest: list[str]) -> str:
 Spelling = Callable[[list[str]], str | None]
 SPELLINGS: dict[str, Spelling] = {
     "unsqueeze": lambda a: f"expand_dims({a[0]}, {a[1]})" if len(a) == 2 else None,
+    "squeeze": squeezed,
     "view": lambda a: f"reshape({', '.join(a)})" if len(a) > 1 else None,
     "permute": lambda a: f"transpose({', '.join(a)})",
     "t": lambda a: f"transpose({a[0]})" if len(a) == 1 else None,
