@@ -322,6 +322,7 @@ SPELLINGS: dict[str, Spelling] = {
     "mse_loss": lambda a: f"nn.mse({', '.join(a)})",
     "gelu": lambda a: f"nn.gelu({', '.join(a)})",
     "layer_norm": lambda a: f"nn.layer_norm({', '.join(a)})",
+    "conv1d": lambda a: f"nn.conv1d({', '.join(a)})",
 }
 
 

@@ -1100,6 +1100,16 @@ def make_creation(name: str, extra: int, floats_only: bool = False) -> Rule:
             value = option.type
             if not isinstance(value, (AnyType, TensorType)) or (isinstance(value, TensorType) and value.dims):
                 raise ShapeError("E0301", f"`value=` takes a number, found {value}")
+            dtype = dtype_argument(args[-1], name, floats_only)
+            if isinstance(value, TensorType) and value.dtype in FLOATS and dtype not in FLOATS:
+                notes = (
+                    f"help: fill with {'an integer' if dtype != 'bool' else '`true` or `false`'}, or make "
+                    f"floats and convert them: `int(full(..., value=v))`",
+                )
+                raise ShapeError(
+                    "E0317", f"`full` makes {dtype}, but `value=` is a float ({value})", notes=notes, at=option.span
+                )
+            return TensorType(dtype, dims)
         return TensorType(dtype_argument(args[-1], name, floats_only), dims)
 
     return rule

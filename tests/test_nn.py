@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 from dl import pipeline
 from dl.lang.diagnostics import DiagnosticError
+from dl.lang.modules import stdlib_path
 from dl.runtime.values import StructValue
 
 # The DL wrappers the tests call, each loaded as its own program beside `import nn` (a program is
@@ -44,6 +45,11 @@ fn bce_with_logits_grad(x, t) { return value_and_grad(nn.bce_with_logits, wrt=(0
     "huber_delta_grad": """
 fn huber_delta_grad(p, t, d) { return value_and_grad(fn(p, t) => nn.huber(p, t, delta=d), wrt=(0, 1))(p, t) }""",
     "accuracy": "fn accuracy(logits, labels) { return nn.accuracy(logits, labels) }",
+    "conv1d": "fn conv1d(x, w) { return nn.conv1d(x, w) }",
+    "conv1d_strided": "fn conv1d_strided(x, w) { return nn.conv1d(x, w, stride=2, padding=1) }",
+    "conv1d_grad": """
+fn conv1d_loss(x, w, c) { return sum(nn.conv1d(x, w, stride=2, padding=1) * c) }
+fn conv1d_grad(x, w, c) { return grad(conv1d_loss, wrt=(0, 1))(x, w, c) }""",
     "embedding": "fn embedding(table, ids) { return nn.embedding(table, ids) }",
     "embedding_grad": "fn embedding_grad(table, ids, c) { return grad(fn(t) => sum(nn.embedding(t, ids) * c))(table) }",
     "dropout": "fn dropout(x, rate, seed, training) { return nn.dropout(x, rate, seed, training) }",
@@ -198,6 +204,21 @@ def test_layer_norm(dtype: type, leading: tuple[int, ...]) -> None:
     for actual, wanted in zip(
         call("layer_norm_grad", x, gamma, beta, eps, c), (tx.grad, tg.grad, tb.grad), strict=True
     ):
+        close(actual, wanted, dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
+def test_conv1d_matches_torch(dtype: type) -> None:
+    """torch's F.conv1d over [N, C, L] with [O, C, K] kernels, plain and with stride and padding, and the
+    gradients of both operands."""
+    x, w = normal(1, 2, 3, 9, dtype=dtype), normal(2, 4, 3, 3, dtype=dtype)
+    tx, tw = tensors(x, w)
+    close(call("conv1d", x, w), F.conv1d(tx, tw), dtype)
+    expected = F.conv1d(tx, tw, stride=2, padding=1)
+    close(call("conv1d_strided", x, w), expected, dtype)
+    c = normal(3, *expected.shape, dtype=dtype)
+    (expected * torch.tensor(c)).sum().backward()
+    for actual, wanted in zip(call("conv1d_grad", x, w, c), (tx.grad, tw.grad), strict=True):
         close(actual, wanted, dtype)
 
 
@@ -402,7 +423,10 @@ def test_a_failure_inside_the_stdlib_is_shown_at_the_users_call(run_dl, backend:
     assert lines[0] == "error[E0502]: assertion failed: cross_entropy: a label is outside 0..classes"
     assert lines[1].endswith("prog.dl:2:60"), lines[1]
     assert lines[4].endswith("^" * 32 + " the standard library's code fails in this call"), lines[4]
-    assert lines[5].endswith("stdlib/nn.dl:150:5") and lines[5].lstrip().startswith(":::"), lines[5]
+    library = stdlib_path("nn").read_text().splitlines()
+    start = library.index("fn cross_entropy(logits, labels) {")
+    check = next(n for n in range(start, len(library)) if library[n].startswith("    assert(")) + 1
+    assert lines[5].endswith(f"stdlib/nn.dl:{check}:5") and lines[5].lstrip().startswith(":::"), lines[5]
     assert "in `loss` at " in err and "in `cross_entropy` at " in err  # the call stack, innermost last
 
 

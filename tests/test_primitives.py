@@ -1096,6 +1096,9 @@ def test_zeros_ones_full(dims) -> None:
     check(dl_eval(f"ones({args})"), np.ones(dims, np.float32), F32)
     check(dl_eval(f"full({args}{sep}value=0.5)"), np.full(dims, 0.5, np.float32), F32)
     check(dl_eval(f"full({args}{sep}value=3)"), np.full(dims, 3, np.float32), F32)
+    # a float would be cut to an integer (1e30 did not fit at all): refused before running
+    assert checker_codes(f"full({args}{sep}value=1.5, dtype=i64)") == ["E0317"]
+    assert checker_codes(f"full({args}{sep}value=x, dtype=i32)", "x: f64") == ["E0317"]
     for name, dtype in CREATION_DTYPES.items():
         check(dl_eval(f"zeros({args}{sep}dtype={name})"), np.zeros(dims, dtype), dtype)
         check(dl_eval(f"ones({args}{sep}dtype={name})"), np.ones(dims, dtype), dtype)
