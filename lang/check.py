@@ -502,7 +502,9 @@ class Checker:
         # Literal dtypes from context: in which checks (of a function body, a const) each literal was seen and
         # coerced, so one used differently by two instantiations is left alone.
         self.check_pass = 0
-        self.call_sites: list[tuple[str, Span, tuple[Type, ...]]] = []  # calls being checked, innermost last
+        # calls being checked, innermost last: the callee's name, the call, the argument types, and the
+        # parameters left to unsuffixed float defaults (f32 literals; a W0301 in the stdlib names them)
+        self.call_sites: list[tuple[str, Span, tuple[Type, ...], tuple[str, ...]]] = []
         self.early_consts: set[tuple[str, str]] = set()  # consts reported as used before their definition
         # the latest call of a name or field: should its callee be unknown, or a tensor's method, the help shows
         # DL's spelling of it (lang/habits.py)
@@ -576,9 +578,10 @@ class Checker:
         if self.call_sites and depends_on_types(diagnostic.code):  # in a function checked for one call's types
             moved = self.in_call(diagnostic)
             if moved.span != diagnostic.span and in_stdlib(diagnostic.span.path):  # one per stdlib call
-                if ("call", moved.span) in self.reported:
+                once = ("call", moved.span, diagnostic.severity)  # (a warning there hides no error)
+                if once in self.reported:
                     return
-                self.reported.add(("call", moved.span))
+                self.reported.add(once)
             diagnostic = moved
         key = (diagnostic.code, diagnostic.span)
         if key in self.reported:
@@ -600,10 +603,18 @@ class Checker:
             None,
         )
         if outside is None:
-            name, call, args = self.call_sites[-1]
+            name, call, args, _ = self.call_sites[-1]
             note = f"`{name}` is checked with the argument types of the call at {call}: ({shown_types(args)})"
             return replace(diagnostic, notes=(*diagnostic.notes, note))
-        name, call, args = outside
+        name, call, args, defaulted = outside
+        if diagnostic.code == "W0301":  # f64 data meets the library's f32: its defaults, or an f32 argument
+            given = ", ".join(defaulted)
+            fix = (
+                f"help: `{name}`'s unsuffixed float defaults are f32; give them in f64 here: `{given}`"
+                if defaulted
+                else f"help: give `{name}` f64 values where it computes with f64 data"
+            )
+            diagnostic = replace(diagnostic, notes=(fix,))
         inside = Label(diagnostic.span, diagnostic.label or diagnostic.message)
         innermost = self.call_sites[-1][0]
         where = f"in `{innermost}` at {diagnostic.span}" if innermost != name else f"at {diagnostic.span}"
@@ -2297,7 +2308,12 @@ class Checker:
         params_types = [strong_keep_value(arg) for arg in bound]
         for index, (_, declared) in annotated:
             params_types[index] = substitute(declared, bindings) if isinstance(declared, TensorType) else declared
-        self.call_sites.append((function.name, expr.span, tuple(params_types)))
+        defaulted = tuple(  # `beta1=0.9f64`: what to write for each float default left out
+            f"{param.name}={print_expr(node)}f64"
+            for param, node in zip(params, nodes, strict=True)
+            if node is param.default and literal_kind(node) == "f32" and not isinstance(node, ast.TensorLiteral)
+        )
+        self.call_sites.append((function.name, expr.span, tuple(params_types), defaulted))
         try:
             result = self.instantiate(function, tuple(params_types))
         finally:
@@ -3030,7 +3046,8 @@ NO_VALUE = "`()` is no value: it is what a function that returns nothing gives"
 def depends_on_types(code: str) -> bool:
     """A mistake that depends on the types a function is checked with (not a misspelt name, a `break`
     outside a loop or a missing `return`)."""
-    return (code.startswith("E03") and code not in ("E0321", "E0322")) or code in ("E0204", "E0205", "E0206")
+    codes = ("E0204", "E0205", "E0206", "W0301")
+    return (code.startswith("E03") and code not in ("E0321", "E0322")) or code in codes
 
 
 INTEGER_FOLDS = {

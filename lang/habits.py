@@ -283,13 +283,16 @@ def clamped(a: list[str]) -> str | None:
     return f"maximum({x}, {lo})" if lo is not None else f"minimum({x}, {hi})" if hi is not None else None
 
 
-def squeezed(a: list[str]) -> str | None:
-    """torch's `squeeze(x, k)`: the size-1 axis `k` indexed away, `x[:, 0]`; `x[..., 0]` for the last."""
-    if len(a) != 2:
-        return None
-    if a[1] == "-1":
-        return f"{a[0]}[..., 0]"
-    return f"{a[0]}[{', '.join([':'] * int(a[1]) + ['0'])}]" if a[1].isdigit() and int(a[1]) < 8 else None
+def squeeze_help(receiver: str, axis: ast.Expr) -> tuple[str, ...]:
+    """torch's `squeeze(x, k)` and `x.squeeze(k)`: the size-1 axis `k` indexed away, `x[:, 0]` (`x[..., 0]` for
+    the last)."""
+    if isinstance(axis, ast.IntLiteral) and axis.value < 8:
+        picked = ", ".join([":"] * axis.value + ["0"])
+    elif isinstance(axis, ast.Unary) and axis.op == "-" and isinstance(axis.operand, ast.IntLiteral):
+        picked = "..., 0" if axis.operand.value == 1 else ""
+    else:
+        picked = ""
+    return (f"help: DL has no `squeeze`; index the axis of size 1 away: `{receiver}[{picked}]`",) if picked else ()
 
 
 def axis_keyword(rest: list[str]) -> str:
@@ -300,7 +303,6 @@ def axis_keyword(rest: list[str]) -> str:
 Spelling = Callable[[list[str]], str | None]
 SPELLINGS: dict[str, Spelling] = {
     "unsqueeze": lambda a: f"expand_dims({a[0]}, {a[1]})" if len(a) == 2 else None,
-    "squeeze": squeezed,
     "view": lambda a: f"reshape({', '.join(a)})" if len(a) > 1 else None,
     "permute": lambda a: f"transpose({', '.join(a)})",
     "t": lambda a: f"transpose({a[0]})" if len(a) == 1 else None,
@@ -377,6 +379,8 @@ def call_help(call: ast.Call) -> tuple[str, ...]:
     if func.id == "enumerate" and len(call.args) == 1 and not call.keywords:
         items = shown(call.args[0])
         return (f"help: DL counts with a range: `for i in 0..len({items}) {{ let item = {items}[i] ... }}`",)
+    if func.id == "squeeze" and len(call.args) == 2 and not call.keywords:
+        return squeeze_help(shown(call.args[0]), call.args[1])
     found = spelled(func.id, call, None)
     return (f"help: DL writes this `{found}`",) if found else ()
 
@@ -461,10 +465,7 @@ def method_help(field: ast.Field, call: ast.Call | None) -> tuple[str, ...]:
     if field.name in ("size", "shape") and call is not None and call.func is field and len(call.args) == 1:
         return (f"help: DL has no methods; the size of an axis is `shape({receiver})[{shown(call.args[0])}]`",)
     if field.name == "squeeze" and call is not None and call.func is field and len(call.args) == 1:
-        axis = call.args[0]
-        if isinstance(axis, ast.IntLiteral):
-            picked = ", ".join([":"] * axis.value + ["0"])
-            return (f"help: DL has no `squeeze`; index the axis of size 1 away: `{receiver}[{picked}]`",)
+        return squeeze_help(receiver, call.args[0])
     if field.name in METHODS:
         return (METHODS[field.name].format(x=receiver),)
     return ()
