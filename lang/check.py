@@ -2478,7 +2478,11 @@ class Checker:
         if not isinstance(value, TensorType) or value.dtype not in INTEGERS:
             mask = isinstance(value, TensorType) and value.dtype == "bool" and bool(value.dims)
             message = f"an index must be an integer, found {value}"
-            self.report(error("E0320", message, node.span, str(value), notes=(habits.MASK_INDEX,) if mask else ()))
+            self.report(
+                error(
+                    "E0320", message, node.span, str(value), notes=(habits.MASK_INDEX, habits.MASK_ROWS) if mask else ()
+                )
+            )
             return ANY
         return value
 

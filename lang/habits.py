@@ -65,6 +65,11 @@ MASK_INDEX = (
     "help: a mask selects a number of elements known only when the program runs, which no shape can say: keep "
     "the shape with `where(mask, x, 0.0)` (and `sum(where(mask, x, 0.0))` to total the selected ones)"
 )
+# torch's `x[mask]` for the rows themselves: their positions, first in a stable sort, as many as the mask holds
+MASK_ROWS = (
+    "help: to take the selected rows in order (as many as the mask holds: a size `_`, known when it runs), "
+    "gather their positions: `gather(x, argsort(where(mask, 0, 1))[0:sum(mask)], axis=0)`"
+)
 # Reductions Python calls with two values: DL's take one tensor; the element-wise ones have other names.
 PAIRWISE = {"max": ("maximum", "larger"), "min": ("minimum", "smaller")}
 
