@@ -2182,7 +2182,12 @@ class Checker:
                 )
             )
             return ANY
-        return GradientRef(function, wrt, name == "value_and_grad", expr.span, id(expr))
+        aux_node = next((k.value for k in expr.keywords if k.name == "has_aux"), None)
+        if aux_node is not None and not isinstance(aux_node, ast.BoolLiteral):
+            self.report(error("E0334", "`has_aux=` takes `true` or `false`, written as it is", aux_node.span))
+            return ANY
+        has_aux = aux_node is not None and aux_node.value
+        return GradientRef(function, wrt, name == "value_and_grad", expr.span, id(expr), has_aux)
 
     def gradient_type(self, ref: GradientRef, args: list[Type], span: Span) -> Type | None:
         """The type of `grad(f)(args...)`: `f` must return a float scalar; the gradient of each chosen
@@ -2195,12 +2200,29 @@ class Checker:
         result = self.apply_function(ref.function, list(args), span)
         if result is None or isinstance(result, AnyType):
             return None if result is None else ANY
-        problem = gradient_problem("value_and_grad" if ref.with_value else "grad", result, args, positions, ref.span)
+        name = "value_and_grad" if ref.with_value else "grad"
+        aux = None
+        if ref.has_aux:  # `f` returns (loss, aux): the loss is differentiated, aux comes back beside it
+            if not (isinstance(result, TupleType) and len(result.items) == 2):
+                message = (
+                    f"`{name}` with `has_aux=true` needs a function that returns `(loss, aux)`, but it returns {result}"
+                )
+                self.report(error("E0330", message, ref.span, f"returns {result}"))
+                return None
+            result, aux = result.items
+        problem = gradient_problem(name, result, args, positions, ref.span)
         if problem is not None:
             self.report(problem)
             return None
         gradients = [strong(args[p]) if isinstance(args[p], TensorType) else args[p] for p in positions]
         gradient = TupleType(tuple(gradients)) if isinstance(ref.wrt, tuple) else gradients[0]
+        if aux is not None:
+            aux = strong(aux) if isinstance(aux, TensorType) else aux
+            return (
+                TupleType((TupleType((strong(result), aux)), gradient))
+                if ref.with_value
+                else TupleType((gradient, aux))
+            )
         return TupleType((strong(result), gradient)) if ref.with_value else gradient
 
     def primitive_call(self, primitive: Primitive, expr: ast.Call, args: list[Type], keywords: dict[str, Type]) -> Type:
@@ -2736,11 +2758,8 @@ def gradient_problem(
         fix = "reduce the result to a scalar first, for example with `sum(...)` or `mean(...)`"
         if result == UNIT:
             fix = "end the function with `return` of its loss: a last line with no `return` gives nothing"
-        elif isinstance(result, TupleType) and result.items and isinstance(result.items[0], TensorType):
-            fix = (
-                "return the loss alone: there is no `has_aux=`; compute the other values (an accuracy, say) "
-                "in a call of their own"
-            )
+        elif isinstance(result, TupleType) and len(result.items) == 2 and isinstance(result.items[0], TensorType):
+            fix = f"for `(loss, aux)`, say so: `{name}(f, has_aux=true)` differentiates the loss and returns aux too"
         return error(
             "E0330",
             f"`{name}` needs a function that returns a float scalar, but it returns {result}",

@@ -1081,6 +1081,6 @@ class Support:
 # Program transformations, not primitives: the checker types them and lang/autodiff/ replaces every
 # call of them by generated DL functions before a backend sees the program.
 TRANSFORMS: dict[str, Signature] = {
-    "grad": Signature(("f",), keywords=(("wrt", 0),)),
-    "value_and_grad": Signature(("f",), keywords=(("wrt", 0),)),
+    "grad": Signature(("f",), keywords=(("wrt", 0), ("has_aux", False))),
+    "value_and_grad": Signature(("f",), keywords=(("wrt", 0), ("has_aux", False))),
 }

@@ -317,13 +317,15 @@ class TransformRef:
 @record(frozen=True, slots=True)
 class GradientRef:
     """`grad(f, wrt=...)` or `value_and_grad(f, ...)`: a function whose type follows from `f`'s at each call.
-    `wrt` is one argument position or a tuple of them (the gradient is then a tuple)."""
+    `wrt` is one argument position or a tuple of them (the gradient is then a tuple). With `has_aux`, `f`
+    returns `(loss, aux)`: the gradient is the loss's, and `aux` comes back beside it, as in JAX."""
 
     function: Type
     wrt: int | tuple[int, ...]
     with_value: bool
     span: object = field(default=None, compare=False)  # the `grad(...)` call, for diagnostics
     site: int = field(default=0, compare=False)  # the id of that call (`Typed.instances_called`)
+    has_aux: bool = False
 
     def __str__(self) -> str:
         name = "value_and_grad" if self.with_value else "grad"

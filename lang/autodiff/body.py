@@ -15,6 +15,7 @@ from dl.lang.autodiff.records import Sweep, kept_or_made
 from dl.lang.autodiff.reverse import BackwardSweep
 from dl.lang.autodiff.simplify import prune
 from dl.lang.autodiff.trees import (
+    NotDifferentiable,
     as_stmts,
     assign,
     call,
@@ -38,6 +39,7 @@ from dl.lang.types import (
     PrimitiveRef,
     StructType,
     TensorType,
+    TupleType,
     Type,
 )
 
@@ -147,23 +149,43 @@ class FunctionBody(ForwardSweep, BackwardSweep):
     def active(self, atom: ast.Expr) -> bool:
         return isinstance(atom, ast.Name) and atom.id in self.types and is_active(self.types[atom.id])
 
-    def gradient(self, wrt: int | tuple[int, ...], with_value: bool) -> ast.Block:
-        """`grad(f)`'s body: forward, seed 1, backward; returns the gradient (and the value)."""
+    def gradient(self, wrt: int | tuple[int, ...], with_value: bool, has_aux: bool = False) -> ast.Block:
+        """`grad(f)`'s body: forward, seed 1, backward; returns the gradient (and the value). With `has_aux`,
+        `f` returns `(loss, aux)`: the seed is 1 for the loss and nothing for aux, and the result is
+        `(gradient, aux)`, or `((loss, aux), gradient)` with the value, as JAX's."""
         env = self.parameters()
         body = self.lower(self.decl)
         out: list[ast.Stmt] = []
-        value = self.fresh("value") if with_value else None
-        if value is not None:
+        value = self.fresh("value") if with_value or has_aux else None
+        if has_aux and not isinstance(body[-1], ast.Return):
+            raise NotDifferentiable(
+                "`has_aux=true` needs the function to return `(loss, aux)` once, at its end",
+                self.site or self.decl.span,
+                ("help: compute the loss and aux in variables and return them once, after any `if` or loop",),
+            )
+        if value is not None and not has_aux:
             out.append(let(value, float_literal(0.0, self.result_type)))
         have: set[str] = set()
-        out += self.sweep_to_return(body, env, have, self.seed, value, effects=True)
+        seed = self.aux_seed if has_aux else self.seed
+        out += self.sweep_to_return(body, env, have, seed, value, effects=True, declare=has_aux)
         positions = wrt if isinstance(wrt, tuple) else (wrt,)
         gradients = [self.final_adjoint(self.param_names[self.decl.params[i].name], have) for i in positions]
         result = ast.TupleLiteral(tuple(gradients)) if isinstance(wrt, tuple) else gradients[0]
-        if value is not None:
+        if has_aux and not with_value:
+            result = ast.TupleLiteral((result, ast.Index(name(value), (ast.IntLiteral(1),))))
+        elif value is not None:
             result = ast.TupleLiteral((name(value), result))
         out.append(ast.Return(result))
         return ast.Block(tuple(prune(self.with_kept_values(out), self.round.effectful(), self.struct_of)))
+
+    def aux_seed(self, result: ast.Name) -> ast.Expr:
+        """The adjoint of `(loss, aux)`: 1 for the loss, zeros for aux (which the gradient does not follow)."""
+        t = self.types.get(result.id)
+        items = t.items if isinstance(t, TupleType) and len(t.items) == 2 else (None, None)
+        loss = ast.Index(result, (ast.IntLiteral(0),))
+        self.node_types.give(loss, items[0])
+        one = float_literal(1.0, items[0]) if isinstance(items[0], TensorType) else ast.FloatLiteral(1.0)
+        return ast.TupleLiteral((one, zero_adjoint(ast.Index(result, (ast.IntLiteral(1),)), items[1])))
 
     def seed(self, result: ast.Name) -> ast.Expr:
         """The adjoint the backward sweep starts from: 1, in the result's dtype."""
@@ -268,14 +290,15 @@ class FunctionBody(ForwardSweep, BackwardSweep):
                     return found
         return ANY
 
-    def sweep_to_return(self, stmts, env, have, seed, value, effects) -> list[ast.Stmt]:
-        """Forward and backward of a block that ends in `return` (or in an `if` whose branches do)."""
+    def sweep_to_return(self, stmts, env, have, seed, value, effects, declare: bool = False) -> list[ast.Stmt]:
+        """Forward and backward of a block that ends in `return` (or in an `if` whose branches do); the result
+        is assigned to `value`, or bound to it with `declare`."""
         outer, self.effects = self.effects, effects
-        out = self.sweep_to_return_with(stmts, env, have, seed, value, effects)
+        out = self.sweep_to_return_with(stmts, env, have, seed, value, effects, declare)
         self.effects = outer
         return out
 
-    def sweep_to_return_with(self, stmts, env, have, seed, value, effects) -> list[ast.Stmt]:
+    def sweep_to_return_with(self, stmts, env, have, seed, value, effects, declare: bool = False) -> list[ast.Stmt]:
         sweep = Sweep()
         *prefix, last = stmts
         for stmt in prefix:
@@ -285,7 +308,7 @@ class FunctionBody(ForwardSweep, BackwardSweep):
             result = self.atom(last.value, env, sweep, "result") if last.value is not None else None
             out = sweep.stmts
             if value is not None and result is not None:
-                out.append(assign(name(value), result))
+                out.append(let(value, result) if declare else assign(name(value), result))
             if result is not None and self.active(result):
                 self.accumulate(result.id, seed(result), out, have)
         else:
@@ -297,3 +320,15 @@ class FunctionBody(ForwardSweep, BackwardSweep):
             out.append(ast.If(cond, ast.Block(tuple(then)), ast.Block(tuple(orelse)), last.span))
         out.extend(self.backward(sweep.records, have))
         return out
+
+
+def zero_adjoint(value: ast.Expr, t: Type | None) -> ast.Expr:
+    """Zeros shaped like `value` (of type `t`): a tensor's `zeros_like`, a tuple's item by item, any other tree's
+    leaf by leaf."""
+    if isinstance(t, TupleType):
+        return ast.TupleLiteral(
+            tuple(zero_adjoint(ast.Index(value, (ast.IntLiteral(k),)), item) for k, item in enumerate(t.items))
+        )
+    if isinstance(t, TensorType):
+        return call("zeros_like", value)
+    return call("tree_map", ast.Name("zeros_like", value.span if hasattr(value, "span") else None), value)

@@ -137,7 +137,7 @@ class Round:
         variant = self.typed.instance_called(None, site.call)
         writer = FunctionBody(self, site.function_module, decl, variant)
         writer.site = site.call.span
-        body = writer.gradient(site.wrt, site.with_value)
+        body = writer.gradient(site.wrt, site.with_value, site.has_aux)
         suffix = "value_and_grad" if site.with_value else "grad"
         if site.wrt != 0:
             positions = site.wrt if isinstance(site.wrt, tuple) else (site.wrt,)
@@ -147,6 +147,8 @@ class Round:
         generated = self.fresh_global(site.function_module, f"{decl.name}_{suffix}")
         positions = site.wrt if isinstance(site.wrt, tuple) else (site.wrt,)
         result = annotation_of([params[i] for i in positions], isinstance(site.wrt, tuple))
+        if site.has_aux:  # (gradient, aux), or ((loss, aux), gradient): the checker's types, unwritten here
+            result = None
         if site.with_value and result is not None:
             result = ast.TupleTypeExpr((decl.result, result)) if decl.result is not None else None
         self.added[site.function_module].append(ast.FnDecl(generated, params, result, body, decl.span, decl.name_span))

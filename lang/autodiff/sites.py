@@ -30,6 +30,7 @@ class Site:
     wrt: int | tuple[int, ...]
     with_value: bool
     local: Scope | None = None  # what the function around the call binds
+    has_aux: bool = False  # `f` returns (loss, aux): the loss is differentiated, aux returned beside
 
 
 def grad_sites(typed: Typed, within: frozenset[tuple[str, str]] | None = None) -> Iterator[Site]:
@@ -53,7 +54,7 @@ def grad_sites(typed: Typed, within: frozenset[tuple[str, str]] | None = None) -
                 continue
             f_node = call.args[0] if call.args else next(k.value for k in call.keywords if k.name == "f")
             wrt = wrt_positions(next((k.value for k in call.keywords if k.name == "wrt"), None))
-            yield Site(call, path, decl, target_path, f_node, wrt, ref.with_value, local)
+            yield Site(call, path, decl, target_path, f_node, wrt, ref.with_value, local, ref.has_aux)
 
 
 def unwritten(typed: Typed, within: frozenset[tuple[str, str]] | None = None) -> Iterator[ast.Call]:
