@@ -610,7 +610,7 @@ class Checker:
         if diagnostic.code == "W0301":  # f64 data meets the library's f32: its defaults, or an f32 argument
             given = ", ".join(defaulted)
             fix = (
-                f"help: `{name}`'s unsuffixed float defaults are f32; give them in f64 here: `{given}`"
+                f"help: `{name}`'s unsuffixed floats here (its defaults, or yours) are f32; give them in f64: `{given}`"
                 if defaulted
                 else f"help: give `{name}` f64 values where it computes with f64 data"
             )
@@ -2330,10 +2330,10 @@ class Checker:
         params_types = [strong_keep_value(arg) for arg in bound]
         for index, (_, declared) in annotated:
             params_types[index] = substitute(declared, bindings) if isinstance(declared, TensorType) else declared
-        defaulted = tuple(  # `beta1=0.9f64`: what to write for each float default left out
-            f"{param.name}={print_expr(node)}f64"
+        defaulted = tuple(  # `beta1=0.9f64`: what to write for each unsuffixed float, a default or given
+            f"{param.name}={written}"
             for param, node in zip(params, nodes, strict=True)
-            if node is param.default and literal_kind(node) == "f32" and not isinstance(node, ast.TensorLiteral)
+            if (written := as_f64(node)) is not None
         )
         self.call_sites.append((function.name, expr.span, tuple(params_types), defaulted))
         try:
@@ -2780,6 +2780,18 @@ def gradient_problem(
                 notes=(f"help: the arguments with floats are at `wrt={shown}`",) if floats else (),
             )
     return None
+
+
+def as_f64(node: ast.Expr | None) -> str | None:
+    """An expression of number literals with an unsuffixed float among them (`0.9`, `1.0 / 3.0`), written with
+    its floats as f64 (`0.9f64`, `1.0f64 / 3.0f64`); None for anything else (a tensor literal, a name)."""
+    literals = (ast.FloatLiteral, ast.IntLiteral, ast.Unary, ast.Binary)
+    if node is None or not all(isinstance(n, literals) for n in ast.walk(node)):
+        return None
+    floats = {
+        id(n): replace(n, dtype="f64") for n in ast.walk(node) if isinstance(n, ast.FloatLiteral) and n.dtype is None
+    }
+    return print_expr(ast.replace_nodes(node, floats)) if floats else None
 
 
 def literal_kind(node: ast.Expr) -> str | None:

@@ -1102,10 +1102,8 @@ def make_creation(name: str, extra: int, floats_only: bool = False) -> Rule:
                 raise ShapeError("E0301", f"`value=` takes a number, found {value}")
             dtype = dtype_argument(args[-1], name, floats_only)
             if isinstance(value, TensorType) and value.dtype in FLOATS and dtype not in FLOATS:
-                notes = (
-                    f"help: fill with {'an integer' if dtype != 'bool' else '`true` or `false`'}, or make "
-                    f"floats and convert them: `int(full(..., value=v))`",
-                )
+                literal = "`value=true` or `value=false`" if dtype == "bool" else "an integer, `value=1`"
+                notes = (f"help: fill {dtype} with {literal}",)
                 raise ShapeError(
                     "E0317", f"`full` makes {dtype}, but `value=` is a float ({value})", notes=notes, at=option.span
                 )

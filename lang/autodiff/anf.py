@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -662,14 +661,15 @@ class ForwardSweep:
     def lambda_around(self, expr: ast.Call) -> ast.Lambda | None:
         """The anonymous function that a variable of the function around holds (`let model = fn(w) => x @ w`
         in `main`, called by the lambda differentiated there), where a call of it can be written in place,
-        reading by name what it captured (as the derivative reads what the lambda itself captured): neither
-        the variable nor any name the function captures is assigned or bound again in that function, so the
-        names hold the values the function saw. None for any other call."""
+        reading by name what it captured (as the derivative reads what the lambda itself captured, passed at
+        the `grad` call): the function and the `grad` call are both in the function around's own scope (a
+        function nested there could hide the names), and there each name the function captures, and its
+        variable, is bound at most once, before the function is made, and never assigned. None otherwise."""
         callee = self.type_of(expr.func)
         if not self.in_place or not isinstance(callee, FunctionRef) or callee.key not in self.typed.functions:
             return None
         decl, _ = self.typed.functions[callee.key]
-        if not isinstance(decl, ast.Lambda) or not self.made_around(decl):
+        if not isinstance(decl, ast.Lambda) or not self.made_around(decl) or not self.called_around():
             return None
         return None if self.changed_captures(expr, decl) else decl
 
@@ -677,21 +677,32 @@ class ForwardSweep:
         """Whether `decl` is made in the function around itself, not inside a function nested in it."""
         return any(node is decl for node in ast.walk_scope(self.around.body))
 
+    def called_around(self) -> bool:
+        """Whether the `grad` this derivative is written for is called in the function around itself."""
+        own = ast.walk_scope(self.around.body)
+        return self.site is not None and any(isinstance(n, ast.Call) and n.span == self.site for n in own)
+
     def changed_captures(self, expr: ast.Call, decl: ast.Lambda) -> list[str]:
-        """The names among the variable `expr` calls and those `decl` captures that the function around assigns,
-        or binds more than once in its own scope (a nested function's parameters and locals are its own)."""
-        if self.changing_in_around is None:
+        """The names among the variable `expr` calls and those `decl` captures that the function around, in its
+        own scope, assigns, binds more than once, or binds after `decl` is made (`decl` saw another value, the
+        module's const of that name, say)."""
+        if self.bound_around is None:
             kinds = (ast.NamePattern, ast.FnDecl)
-            scope = [n.name for n in ast.walk_scope(self.around.body) if isinstance(n, kinds)]
-            bound = Counter([*scope, *(p.name for p in self.around.params)])
-            again = {name for name, count in bound.items() if count > 1}
-            self.changing_in_around = again | ast.assigned_names(self.around)
+            scope = [(n.name, n.span) for n in ast.walk_scope(self.around.body) if isinstance(n, kinds)]
+            self.bound_around = [*((p.name, None) for p in self.around.params), *scope]
+            self.assigned_around = ast.assigned_names(self.around)
+        made = (decl.span.line, decl.span.column)
         names = {expr.func.id, *ast.captured_names(decl.params, decl.body)}  # type: ignore[attr-defined]
-        return sorted(names & self.changing_in_around)
+        changed = set(names & self.assigned_around)
+        for captured in names:
+            spans = [span for bound, span in self.bound_around if bound == captured]
+            if len(spans) > 1 or (spans and spans[0] is not None and (spans[0].line, spans[0].column) > made):
+                changed.add(captured)
+        return sorted(changed)
 
     def closure_not_differentiable(self, expr: ast.Call, decl) -> NotDifferentiable:
         """Why a call of an anonymous or local function cannot be differentiated, with what to do instead."""
-        made_here = isinstance(decl, ast.Lambda) and self.in_place and self.made_around(decl)
+        made_here = isinstance(decl, ast.Lambda) and self.in_place and self.made_around(decl) and self.called_around()
         changed = self.changed_captures(expr, decl) if made_here else []
         if changed and isinstance(expr.func, ast.Name):
             return NotDifferentiable(
@@ -704,11 +715,12 @@ class ForwardSweep:
                 ),
             )
         return NotDifferentiable(
-            "`grad` cannot yet differentiate through a call of an anonymous or local function made elsewhere",
+            "`grad` cannot yet differentiate through a call of this anonymous or local function",
             expr.span,
             (
-                "help: declare the function with `fn` at the top level of a module, or make it with `let` in the "
-                "function where `grad` is written",
+                "help: declare it with `fn` at the top level of a module, taking what it computes with as "
+                "parameters; or make it with `let` in a top-level function and write `grad` there, outside any "
+                "function nested in it",
             ),
         )
 

@@ -93,8 +93,9 @@ class FunctionBody(ForwardSweep, BackwardSweep):
         self.values: dict[str, ast.Expr] = {}  # generated name -> the operation whose value it holds
         self.effects = True  # False where a forward runs again: calls go to the functions' quiet copies
         self.all_assigned: set[str] | None = None
-        # the names the function around binds more than once (anywhere in it) or assigns
-        self.changing_in_around: set[str] | None = None
+        # what the function around binds in its own scope (name, where; None for a parameter), and assigns
+        self.bound_around: list[tuple[str, Span | None]] | None = None
+        self.assigned_around: set[str] = set()
         # the Ops of the record list being differentiated -> their stretch in it, and the current Op's stretch
         self.stretch: tuple[dict[str, int], int] = ({}, -1)
 
