@@ -179,6 +179,9 @@ def subcommand_parser(name: str) -> argparse.ArgumentParser:
         )
         command.add_argument("--value", action="store_true", help="value_and_grad: return the value too")
         command.add_argument(
+            "--has-aux", action="store_true", help="has_aux=true: the function returns (loss, aux), aux comes back too"
+        )
+        command.add_argument(
             "--bind",
             metavar="P=F[,P=F...]",
             help="for a function that takes functions: the function each such parameter gets (f=sq,df=nn.relu); "
@@ -466,7 +469,7 @@ def derivative_source(file: str, options: argparse.Namespace, sources: SourceMap
         wrt = positions[0] if len(positions) == 1 else positions
     bindings = parse_bindings(options.bind) if options.bind is not None else None
     program = pipeline.load(file, sources=sources)
-    print(pipeline.derivative_source(program, options.function, wrt, options.value, bindings), end="")
+    print(pipeline.derivative_source(program, options.function, wrt, options.value, bindings, options.has_aux), end="")
     return 0
 
 

@@ -157,8 +157,9 @@ def derivative_source(
     wrt: int | tuple[int, ...] | None,
     with_value: bool,
     bindings: dict[str, str] | None = None,
+    has_aux: bool = False,
 ) -> str:
-    """The DL source of the functions `grad(function, wrt=...)` (or `value_and_grad`) generates for the
+    """The DL source of the functions `grad(function, wrt=..., has_aux=...)` (or `value_and_grad`) generates for the
     entry module's `function` (`wrt` None: the first argument). A function that takes functions is
     differentiated with the ones `bindings` names for its parameters (`{"f": "sq", "df": "nn.relu"}`), and
     `wrt` None is then its first other parameter. Raises `DiagnosticError`, and `UsageError` for bindings
@@ -169,7 +170,7 @@ def derivative_source(
     if not takes:
         if bindings:
             raise UsageError(f"`--bind`: `{function}` takes no functions as arguments")
-        return autodiff.derivative_source(typed, function, 0 if wrt is None else wrt, with_value)
+        return autodiff.derivative_source(typed, function, 0 if wrt is None else wrt, with_value, has_aux)
     if not bindings:
         raise DiagnosticError(binding.depends_on_functions(decl, takes))
     check_bindings(function, takes, bindings)
@@ -178,7 +179,7 @@ def derivative_source(
     specialised_typed = check_beside(program, specialised, typed, [p for p in decl.params if p.name not in bindings])
     choice = ", ".join(f"{name} = {value}" for name, value in bindings.items())
     header = f"# the derivative of `{function}` with {choice}, as `{specialised.name}`\n"
-    return header + autodiff.derivative_source(specialised_typed, specialised.name, positions, with_value)
+    return header + autodiff.derivative_source(specialised_typed, specialised.name, positions, with_value, has_aux)
 
 
 def entry_function(program: Program, name: str) -> ast.FnDecl | None:

@@ -35,12 +35,15 @@ def generated_name(argv: list[str]) -> tuple[str, str]:
         functions = [pair.split("=")[1] for pair in argv[argv.index("--bind") + 1].split(",")]
         name = f"{function}_with_{'_'.join(f.replace('.', '_') for f in functions)}_grad"
         return name + "(", re.escape(f"grad({function}, wrt=") + r"\d+" + re.escape(f")({', '.join(functions)}, ")
+    transform = "value_and_grad" if "--value" in argv else "grad"
+    aux = ", has_aux=true" if "--has-aux" in argv else ""
     wrt = argv[argv.index("--wrt") + 1] if "--wrt" in argv else "0"
     positions = wrt.split(",")
     if positions == ["0"]:
-        return f"{function}_grad", re.escape(f"grad({function})")
+        return f"{function}_{transform}", re.escape(f"{transform}({function}{aux})")
     written = positions[0] if len(positions) == 1 else f"({', '.join(positions)})"
-    return f"{function}_grad_wrt_{'_'.join(positions)}", re.escape(f"grad({function}, wrt={written})")
+    name = f"{function}_{transform}_wrt_{'_'.join(positions)}"
+    return name, re.escape(f"{transform}({function}, wrt={written}{aux})")
 
 
 @pytest.mark.parametrize("path", CASES, ids=lambda p: p.stem)

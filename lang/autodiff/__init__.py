@@ -46,7 +46,7 @@ from dl.lang.autodiff.trees import call, name
 from dl.lang.check import Typed, check, gradient_problem
 from dl.lang.diagnostics import UNKNOWN_SPAN, Diagnostic, DiagnosticError, Span, error
 from dl.lang.modules import Program
-from dl.lang.types import AnyType
+from dl.lang.types import AnyType, TupleType
 
 MAX_ROUNDS = 8  # grad(grad(...)) nesting depth
 
@@ -82,7 +82,9 @@ def differentiate(
     raise DiagnosticError([error("E0333", f"`grad` is nested more than {MAX_ROUNDS} deep", UNKNOWN_SPAN)])
 
 
-def derivative_source(typed: Typed, function: str, wrt: int | tuple[int, ...], with_value: bool) -> str:
+def derivative_source(
+    typed: Typed, function: str, wrt: int | tuple[int, ...], with_value: bool, has_aux: bool = False
+) -> str:
     """The printed DL source of the functions `grad(function, wrt=...)` generates in the entry module of a
     checked program: the gradient function first, then the `_back` functions, then those that the `grad`s
     already in the program generate (`function` may itself call `grad`: `grad(df)` of a derivative) and
@@ -125,9 +127,9 @@ def derivative_source(typed: Typed, function: str, wrt: int | tuple[int, ...], w
                 )
             ]
         )
-    check_request(typed, decl, wrt, with_value)
+    check_request(typed, decl, wrt, with_value, has_aux)
     site_call = call("grad" if not with_value else "value_and_grad", name(function))
-    site = Site(site_call, path, decl, path, name(function), wrt, with_value)
+    site = Site(site_call, path, decl, path, name(function), wrt, with_value, has_aux=has_aux)
     from dl.lang.autodiff.round import Round
 
     generator = Round(typed)
@@ -179,9 +181,12 @@ def earlier_derivatives(program: Program, shown: list, before: set) -> list[tupl
     return found
 
 
-def check_request(typed: Typed, decl: ast.FnDecl, wrt: int | tuple[int, ...], with_value: bool) -> None:
-    """`dlrun grad --fn NAME --wrt ...` asks what `grad(NAME, wrt=...)` would: the checker's E0334, E0330 and
-    E0331 for a call of it, at the function's name (there is no call), for each argument types it is used with."""
+def check_request(
+    typed: Typed, decl: ast.FnDecl, wrt: int | tuple[int, ...], with_value: bool, has_aux: bool = False
+) -> None:
+    """`dlrun grad --fn NAME --wrt ...` asks what `grad(NAME, wrt=..., has_aux=...)` would: the checker's E0334,
+    E0330 and E0331 for a call of it, at the function's name (there is no call), for each argument types it is
+    used with."""
     name = "value_and_grad" if with_value else "grad"
     positions = wrt if isinstance(wrt, tuple) else (wrt,)
     for position in positions:
@@ -192,7 +197,14 @@ def check_request(typed: Typed, decl: ast.FnDecl, wrt: int | tuple[int, ...], wi
     for signature in typed.signatures.get(typed.program.entry, ()):
         if signature.name == decl.name and not isinstance(signature.result, AnyType):
             args = [param_type for _, param_type in signature.params]
-            problem = gradient_problem(name, signature.result, args, positions, decl.name_span)
+            result = signature.result
+            if has_aux:  # (loss, aux): the loss is what is differentiated
+                if not (isinstance(result, TupleType) and len(result.items) == 2):
+                    wanted = "a function that returns `(loss, aux)`"
+                    message = f"`{name}` with `has_aux=true` needs {wanted}, but it returns {result}"
+                    raise DiagnosticError([error("E0330", message, decl.name_span)])
+                result = result.items[0]
+            problem = gradient_problem(name, result, args, positions, decl.name_span)
             if problem is not None:
                 raise DiagnosticError([problem])
 

@@ -179,6 +179,13 @@ class FunctionBody(ForwardSweep, BackwardSweep):
         out.append(ast.Return(result))
         return ast.Block(tuple(prune(self.with_kept_values(out), self.round.effectful(), self.struct_of)))
 
+    def loss_of(self, result: ast.Name) -> ast.Name | None:
+        """The name holding the loss of a `(loss, aux)` result made by a tuple literal here, else None."""
+        made = self.values.get(result.id)
+        if isinstance(made, ast.TupleLiteral) and len(made.items) == 2 and isinstance(made.items[0], ast.Name):
+            return made.items[0]
+        return None
+
     def aux_seed(self, result: ast.Name) -> ast.Expr:
         """The adjoint of `(loss, aux)`: 1 for the loss, zeros for aux (which the gradient does not follow)."""
         t = self.types.get(result.id)
@@ -311,7 +318,11 @@ class FunctionBody(ForwardSweep, BackwardSweep):
             if value is not None and result is not None:
                 out.append(let(value, result) if declare else assign(name(value), result))
             if result is not None and self.active(result):
-                self.accumulate(result.id, seed(result), out, have)
+                loss = self.loss_of(result) if declare else None
+                if loss is not None:  # `return (loss, aux)`: the loss alone is seeded; aux's code has no adjoint
+                    self.accumulate(loss.id, self.seed(loss), out, have)
+                else:
+                    self.accumulate(result.id, seed(result), out, have)
         else:
             assert isinstance(last, ast.If)
             out.extend(self.predeclare(last, env, have))
