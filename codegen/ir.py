@@ -307,6 +307,17 @@ class Reduce:
 
 
 @node
+class Scan:
+    """`target` (the tree's shape) becomes the running sum of `tree` along `axis` (`cumsum`): one pass over the
+    shape in row-major order adds each element to the target's element before it along the axis, which that
+    order has already written; the sums round as numpy's sequential `cumsum` rounds them."""
+
+    target: Buffer
+    tree: object
+    axis: int
+
+
+@node
 class MatMul:
     """`out[m, n] = sum_k a[m, k] * b[k, n]` by the BLAS `gemm` of numpy's OpenBLAS; `a` and `b` are views
     whose last stride or second-to-last stride is 1 (transposed operands are passed as such)."""
@@ -464,6 +475,7 @@ Instruction = (
     | Call
     | Fill
     | Reduce
+    | Scan
     | MatMul
     | ScatterAdd
     | Evaluate

@@ -806,6 +806,8 @@ class TensorEmission:
                 return self.fail_unless(builder, failed, site, "assert")
             case ir.Reduce():
                 return self.reduce(builder, instruction)
+            case ir.Scan():
+                return self.scan(builder, instruction)
             case ir.MatMul():
                 return self.matmul(builder, instruction)
             case ir.Draw():
@@ -1293,6 +1295,25 @@ class TensorEmission:
             return builder
 
         return self.loops(builder, shape, fold, "reduce")
+
+    def scan(self, builder: llvm_ir.IRBuilder, instruction: ir.Scan) -> llvm_ir.IRBuilder:
+        """One pass in row-major order: each element is its tree's value plus the target's element before it
+        along the axis (already written), or the value alone at the axis's first index."""
+        target, axis = instruction.target, instruction.axis
+        pointer, dtype, i64 = self.pointers[target.name], target.dtype, TYPES["i64"]
+        stride = ir.contiguous(target.shape)[axis]
+
+        def step(builder, index):
+            builder, value = self.tree(builder, instruction.tree, index)
+            value = self.convert_value(builder, value, ir.tree_dtype(instruction.tree), dtype)
+            position = self.linear(builder, index, target.shape)
+            first = builder.icmp_signed("==", index[axis], i64(0), name="scan.first")
+            before = builder.select(first, position, builder.sub(position, i64(stride)))  # (a first reads itself)
+            running = self.combine(builder, "add", dtype, self.load_element(builder, pointer, before, dtype), value)
+            self.store_element(builder, pointer, position, dtype, builder.select(first, value, running))
+            return builder
+
+        return self.loops(builder, target.shape, step, "scan")
 
     def combine(self, builder, op: str, dtype: str, running, value) -> llvm_ir.Value:
         kind = TYPES[dtype]

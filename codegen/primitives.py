@@ -703,6 +703,19 @@ def pad(lowering, bound: dict, span: Span) -> object:
     return view(out)
 
 
+def cumsum(lowering, bound: dict, span: Span) -> object:
+    """The running sum along one axis (`ir.Scan`), in `x`'s dtype; of bools, an i64 count."""
+    x = tensor(bound["x"], span)
+    if not x.shape or isinstance(bound["axis"], tuple):
+        raise Unsupported("`cumsum` of a scalar, or along a tuple of axes", span)
+    axis = axis_index(static_int(lowering, bound["axis"], span, "an axis"), len(x.shape), span)
+    if ir.can_fail(x.tree):  # its index checks run before the sums, where the interpreter would fail
+        x = lowering.materialise(x)
+    target = lowering.allocate("i64" if x.dtype == "bool" else x.dtype, x.shape, "running")
+    lowering.emit(ir.Scan(target, x.tree, axis))
+    return view(target)
+
+
 def swapaxes(lowering, bound: dict, span: Span) -> object:
     """Two axes exchanged: a view, as `transpose` is, so a product with it reads the other layout in place."""
     x = tensor(bound["x"], span)
@@ -1749,6 +1762,7 @@ HANDLERS = {
     Prim.SWAPAXES: swapaxes,
     Prim.FLIP: flip,
     Prim.PAD: pad,
+    Prim.CUMSUM: cumsum,
     Prim.RESHAPE: reshape,
     Prim.RESHAPE_LIKE: reshape_like,
     Prim.EXPAND_DIMS: expand_dims,
@@ -1802,7 +1816,6 @@ HANDLERS = {
 
 HOST = "host work, and compiled code does not call back into Python"
 REFUSED: dict[Prim, str] = {
-    Prim.CUMSUM: "a running sum carries each element's total to the next, a loop compiled code does not write yet",
     **{
         prim: "a sort or a read at per-element indices along an axis, which compiled code does not do yet"
         for prim in (Prim.TAKE_ALONG_AXIS, Prim.ADD_ALONG_AXIS, Prim.ARGSORT, Prim.SORT)

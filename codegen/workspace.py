@@ -80,7 +80,7 @@ def packed(blocks: tuple[ir.Block, ...], buffers: list[ir.Buffer]) -> tuple:
 def defines(instruction: object, name: str) -> bool:
     """Whether `instruction` writes all of buffer `name` and reads none of it."""
     reads_it: dict[str, int] = {}
-    if isinstance(instruction, (ir.Fill, ir.Reduce)):
+    if isinstance(instruction, (ir.Fill, ir.Reduce, ir.Scan)):  # (a scan reads only what it wrote)
         count_reads(instruction.tree, reads_it)
         whole = not isinstance(instruction, ir.Fill) or instruction.view is None
         return instruction.target.name == name and whole and name not in reads_it

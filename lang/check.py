@@ -2207,9 +2207,19 @@ class Checker:
                 message = (
                     f"`{name}` with `has_aux=true` needs a function that returns `(loss, aux)`, but it returns {result}"
                 )
-                self.report(error("E0330", message, ref.span, f"returns {result}"))
+                many = isinstance(result, TupleType) and len(result.items) > 2
+                notes = ("help: return the loss and one aux, which may be a tuple: `(loss, (a, b))`",) if many else ()
+                self.report(error("E0330", message, ref.span, f"returns {result}", notes=notes))
                 return None
             result, aux = result.items
+            if not (isinstance(result, TensorType) and result.rank == 0 and strong(result).dtype in FLOATS):
+                message = (
+                    f"`{name}` with `has_aux=true` needs the loss, the first of the pair, to be a float scalar, "
+                    f"but it is {result}"
+                )
+                notes = ("help: reduce the loss to a scalar first, for example with `sum(...)` or `mean(...)`",)
+                self.report(error("E0330", message, ref.span, f"the loss is {result}", notes=notes))
+                return None
         problem = gradient_problem(name, result, args, positions, ref.span)
         if problem is not None:
             self.report(problem)

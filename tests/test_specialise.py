@@ -796,10 +796,9 @@ def test_gradients_of_the_autodiff_corpus_agree_when_compiled() -> None:
             interpreted[case.name] = outcome
         assert_close(actual, expected, rtol=1e-10, atol=1e-12, where=case.name)
     # recursion and indexing by integer tensors (the `pick_` cases) included; `print` is host work, and so
-    # are the random draws of `dropout` (its mask comes from the interpreter's generator); `cumsum` and the sorts
-    # are left to the interpreter (codegen/primitives.py says why)
-    host = ["dropout_through_the_mask", "printing_function_called_in_branch"]
-    host += ["flip_cumsum", "flip_cumsum_scalar", "sort_take_along_axis"]
+    # are the random draws of `dropout` (its mask comes from the interpreter's generator); the sorts are left
+    # to the interpreter (codegen/primitives.py says why)
+    host = ["dropout_through_the_mask", "printing_function_called_in_branch", "sort_take_along_axis"]
     assert sorted(interpreted) == sorted(host), interpreted
     assert compiled == len(CASES) - len(host) >= 109
 

@@ -28,7 +28,7 @@ from dl.lang.autodiff.trees import (
     unused_name,
 )
 from dl.lang.check import NodeTypes
-from dl.lang.diagnostics import Span
+from dl.lang.diagnostics import UNKNOWN_SPAN, Span
 from dl.lang.primitives import Prim
 from dl.lang.types import (
     ANY,
@@ -159,9 +159,10 @@ class FunctionBody(ForwardSweep, BackwardSweep):
         out: list[ast.Stmt] = []
         value = self.fresh("value") if with_value or has_aux else None
         if has_aux and not isinstance(body[-1], ast.Return):
+            known = self.site is not None and self.site.path != UNKNOWN_SPAN.path  # (`dlrun grad` has no call)
             raise NotDifferentiable(
                 "`has_aux=true` needs the function to return `(loss, aux)` once, at its end",
-                self.site or self.decl.span,
+                self.site if known else getattr(self.decl, "name_span", self.decl.span),
                 ("help: compute the loss and aux in variables and return them once, after any `if` or loop",),
             )
         if value is not None and not has_aux:
@@ -335,12 +336,14 @@ class FunctionBody(ForwardSweep, BackwardSweep):
 
 
 def zero_adjoint(value: ast.Expr, t: Type | None) -> ast.Expr:
-    """Zeros shaped like `value` (of type `t`): a tensor's `zeros_like`, a tuple's item by item, any other tree's
-    leaf by leaf."""
+    """Zeros shaped like `value` (of type `t`): a tensor's `zeros_like`, a tuple's item by item, a struct's leaf
+    by leaf; a value with no floats (a string, a function) stands for itself."""
     if isinstance(t, TupleType):
         return ast.TupleLiteral(
             tuple(zero_adjoint(ast.Index(value, (ast.IntLiteral(k),)), item) for k, item in enumerate(t.items))
         )
     if isinstance(t, TensorType):
         return call("zeros_like", value)
-    return call("tree_map", ast.Name("zeros_like", value.span if hasattr(value, "span") else None), value)
+    if isinstance(t, StructType):
+        return call("tree_map", ast.Name("zeros_like", value.span if hasattr(value, "span") else None), value)
+    return value  # a string or a function: no floats, so no adjoint is ever read; the value has its type

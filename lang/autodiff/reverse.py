@@ -32,6 +32,7 @@ from dl.lang.shapes import picks_in_place
 from dl.lang.types import (
     FunctionRef,
     PrimitiveRef,
+    StrType,
     StructType,
     TapeType,
     TensorType,
@@ -306,7 +307,7 @@ class BackwardSweep:
     def index_adjoint(self, target: ast.Name, indices, d: ast.Expr, span: Span) -> ast.Expr:
         target_type = self.types.get(target.id)
         if isinstance(target_type, TupleType):
-            return self.tuple_item_adjoint(target, len(target_type.items), indices[0], d)
+            return self.tuple_item_adjoint(target, target_type.items, indices[0], d)
         if isinstance(target_type, TapeType):
             raise NotDifferentiable("`grad` cannot differentiate indexing a tape", span)
         spread = spread_ellipsis(indices, target_type)  # (positions counted as in the target's axes)
@@ -367,17 +368,24 @@ class BackwardSweep:
         return call("transpose", adjoint, *(ast.IntLiteral(order.index(k)) for k in range(rank)))
 
     @staticmethod
-    def tuple_item_adjoint(target: ast.Name, size: int, index: ast.Expr, d: ast.Expr) -> ast.Expr:
-        """The adjoint of tuple `target` from `d`, that of `target[index]`: `d` at the item, zeros elsewhere.
+    def tuple_item_adjoint(target: ast.Name, items: tuple, index: ast.Expr, d: ast.Expr) -> ast.Expr:
+        """The adjoint of tuple `target` (of the types `items`) from `d`, that of `target[index]`: `d` at the item,
+        zeros elsewhere (an item without tensors, a string or a function, stands for itself: nothing reads its
+        adjoint).
 
         A literal index gives that tuple. Any other index (a const, a parameter given a literal at each call)
         may name another item in each instance the checker makes of the function, so the adjoint is the tuple
         of every candidate indexed the same way, `(cand_0, cand_1, ...)[index]`, which the checker and the
         backends resolve per instance as they resolve `target[index]`."""
 
+        size = len(items)
+
+        def zero(i: int) -> ast.Expr:
+            item = ast.Index(target, (ast.IntLiteral(i),))
+            return item if isinstance(items[i], (StrType, FunctionRef, PrimitiveRef)) else call("zeros_like", item)
+
         def candidate(position: int) -> ast.Expr:
-            zeros = [call("zeros_like", ast.Index(target, (ast.IntLiteral(i),))) for i in range(size)]
-            return ast.TupleLiteral(tuple(d if i == position else zero for i, zero in enumerate(zeros)))
+            return ast.TupleLiteral(tuple(d if i == position else zero(i) for i in range(size)))
 
         match index:
             case ast.IntLiteral(value=value):
