@@ -252,6 +252,12 @@ def export_parser() -> argparse.ArgumentParser:
         metavar="NAME",
         help="the struct parameter the weights are for (default: the one struct parameter the checkpoint fits)",
     )
+    command.add_argument(
+        "--part",
+        metavar="PATH",
+        help="the part of the checkpoint holding the weights, as save names it (`1` of a saved (model_a, model_b)); "
+        "needed where several parts fit",
+    )
     command.add_argument("-o", "--output", required=True, metavar="OUT", help="the file to write")
     command.add_argument("--onnx", action="store_true", help="write an ONNX model (opset 18) instead of a package")
     command.add_argument(
@@ -482,7 +488,7 @@ def export(file: str, options: argparse.Namespace, sources: SourceMap) -> int:
         raise UsageError(f"`-o {options.output}` names an ONNX model: add `--onnx` (a package is a `.dlpkg`)")
     from dl import package
 
-    built = package.build_package(program, options.function, options.weights, options.param)
+    built = package.build_package(program, options.function, options.weights, options.param, options.part)
     if options.onnx:
         try:
             from dl.export import onnx_model  # imported here: the onnx package is the `onnx` extra

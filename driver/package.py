@@ -81,7 +81,9 @@ class Built:
     module: ast.Module
 
 
-def build_package(program: Program, function: str, weights_path: str, parameter: str | None = None) -> Built:
+def build_package(
+    program: Program, function: str, weights_path: str, parameter: str | None = None, part: str | None = None
+) -> Built:
     """`function` of the program with its weights, ready to write (as a package, or as ONNX by dl.export).
     Raises `DiagnosticError` (E0201 no such function, E0605 weights that do not fit, E0606 a function that
     cannot be a package)."""
@@ -92,7 +94,7 @@ def build_package(program: Program, function: str, weights_path: str, parameter:
     annotated(decl)
     signature = signature_of(typed, function)
     exportable(decl, signature)
-    weights = choose_weights(signature, read_weights(weights_path), weights_path, parameter, decl)
+    weights = choose_weights(signature, read_weights(weights_path), weights_path, parameter, decl, part)
     flat = flatten(derived, function, SOURCE)
     source, package_typed = checked_source(flat.module)
     return Built(source, package_typed, flat.names[function], weights, flat.module)
@@ -206,12 +208,18 @@ def read_weights(path: str) -> dict[str, np.ndarray]:
 
 
 def choose_weights(
-    signature: Signature, tensors: dict[str, np.ndarray], path: str, parameter: str | None, decl: ast.FnDecl
+    signature: Signature,
+    tensors: dict[str, np.ndarray],
+    path: str,
+    parameter: str | None,
+    decl: ast.FnDecl,
+    part: str | None = None,
 ) -> Weights:
-    """The struct parameter the checkpoint fits, and the subtree that fits it: the first, in the order the
-    checkpoint's value was laid out (the whole, then its items depth first), whose tensors are exactly the
-    struct's, with its dtypes and shapes. `parameter` names the parameter; otherwise exactly one struct
-    parameter must fit. Raises E0605."""
+    """The struct parameter the checkpoint fits, and the subtree that fits it: the part of the checkpoint (the
+    whole, then its items depth first) whose tensors are exactly the struct's, with its dtypes and shapes,
+    nearest the top (a model saved with its optimizer's state, whose moments fit it too, is the model); where
+    several fit there with other values (two models), `part` must name one (`1` of `(model_a, model_b)`).
+    `parameter` names the parameter; otherwise exactly one struct parameter must fit. Raises E0605."""
     structs = [(name, t) for name, t in signature.params if isinstance(t, StructType)]
     if parameter is not None:
         chosen = [(name, t) for name, t in structs if name == parameter]
@@ -223,7 +231,22 @@ def choose_weights(
         structs = chosen
     if not structs:
         raise weights_error(f"`{decl.name}` has no struct parameter to bind the weights to", path, "none")
-    fitting = [(name, t, prefix) for name, t in structs if (prefix := fitting_prefix(t, tensors)) is not None]
+    if part is not None:
+        fitting = [(name, t, part) for name, t in structs if part in subtrees(tensors) and fits_at(t, tensors, part)]
+        if not fitting:
+            parts = ", ".join(f"`{p or '(the whole)'}`" for _, t in structs for p in fitting_prefixes(t, tensors))
+            notes = (f"the parts that fit: {parts}",) if parts else ()
+            message = f"`--part {part}`: no struct parameter fits that part of `{path}`"
+            raise DiagnosticError(error("E0605", message, start_of(path), notes=notes))
+    else:
+        fitting = [(name, t, prefixes[0]) for name, t in structs if (prefixes := shallowest(t, tensors))]
+    for name, struct, _ in fitting if part is None else ():
+        prefixes = shallowest(struct, tensors)
+        if not same_values(struct, tensors, prefixes):  # `save(path, (model_a, model_b))`
+            shown = ", ".join(f"`{p or '(the whole)'}`" for p in prefixes)
+            message = f"several parts of `{path}` fit parameter `{name}` ({struct.name}), holding other values: {shown}"
+            notes = (f"help: choose the part with `--part`, as `--part {prefixes[-1]}`",)
+            raise DiagnosticError(error("E0605", message, start_of(path), notes=notes))
     if len(fitting) > 1:
         names = ", ".join(f"`{name}`" for name, _, _ in fitting)
         raise weights_error(f"the checkpoint fits several parameters ({names}): choose one with `--param`", path)
@@ -258,11 +281,27 @@ def dotted(prefix: str, name: str) -> str:
     return f"{prefix}.{name}" if prefix else name
 
 
-def fitting_prefix(struct: StructType, tensors: dict[str, np.ndarray]) -> str | None:
-    for prefix in subtrees(tensors):
-        if fits_at(struct, tensors, prefix):
-            return prefix
-    return None
+def same_values(struct: StructType, tensors: dict[str, np.ndarray], prefixes: list[str]) -> bool:
+    """Whether the parts at `prefixes` hold the same tensors (a model saved twice), so any of them will do."""
+    first, *rest = prefixes or [""]
+    return all(
+        np.array_equal(tensors[dotted(first, leaf)], tensors[dotted(prefix, leaf)], equal_nan=True)
+        for prefix in rest
+        for leaf, _ in leaves(struct, "")
+    )
+
+
+def shallowest(struct: StructType, tensors: dict[str, np.ndarray]) -> list[str]:
+    """The parts that fit `struct` nearest the checkpoint's top: a model saved beside its optimizer's state,
+    `(state, model)` or `(model, state)`, is found before the moments inside the state, which fit it too."""
+    prefixes = fitting_prefixes(struct, tensors)
+    depth = min((prefix.count(".") + bool(prefix) for prefix in prefixes), default=0)
+    return [prefix for prefix in prefixes if prefix.count(".") + bool(prefix) == depth]
+
+
+def fitting_prefixes(struct: StructType, tensors: dict[str, np.ndarray]) -> list[str]:
+    """The parts of the checkpoint (`subtrees`) that fit `struct`, in order."""
+    return [prefix for prefix in subtrees(tensors) if fits_at(struct, tensors, prefix)]
 
 
 def subtrees(tensors: dict[str, np.ndarray]) -> list[str]:

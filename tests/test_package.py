@@ -174,6 +174,35 @@ def test_the_weights_are_the_first_subtree_of_the_checkpoint_that_fits(dlrun, pr
     np.testing.assert_array_equal(load_package("m.dlpkg")(x), reference(project, "predict", x))
 
 
+def test_the_model_beside_its_optimizer_state_is_found_and_two_models_need_part(dlrun, project: Path) -> None:
+    """`save(path, (state, model))`: Adam's first moments fit the model's struct and come first, but lie deeper:
+    the part nearest the top is taken (exporting the moments would give zeros-like weights silently). Two
+    models side by side, with other values, are refused until `--part` names one."""
+    saved = 'save("trained.safetensors", (m, (m, 7)))'
+    more = (
+        saved
+        + '\n    save("both.safetensors", (optim.adam_init(m), m))'
+        + '\n    save("two.safetensors", (m, Net { w1: m.w1 * 2.0, b1: m.b1, w2: m.w2, b2: m.b2 }))'
+    )
+    (project / "model.dl").write_text("import optim\n" + (project / "model.dl").read_text().replace(saved, more))
+    assert dlrun(str(project / "model.dl"))[0] == 0  # (it writes where it runs)
+    for name in ("both.safetensors", "two.safetensors", "net.safetensors"):
+        Path(name).replace(project / name)
+    x = inputs()
+    status, out, _ = export(dlrun, project, weights="both.safetensors")
+    assert (status, out) == (0, "wrote m.dlpkg: `predict` with weights `m`: Net (`1` of the checkpoint)\n")
+    np.testing.assert_array_equal(load_package("m.dlpkg")(x), reference(project, "predict", x))
+    status, out, err = export(dlrun, project, weights="two.safetensors")
+    assert (status, out) == (1, "")
+    assert "two.safetensors` fit parameter `m` (Net), holding other values: `0`, `1`" in err
+    assert "help: choose the part with `--part`, as `--part 1`" in err
+    status, out, _ = export(dlrun, project, "--part", "0", weights="two.safetensors")
+    assert (status, out) == (0, "wrote m.dlpkg: `predict` with weights `m`: Net (`0` of the checkpoint)\n")
+    np.testing.assert_array_equal(load_package("m.dlpkg")(x), reference(project, "predict", x))
+    status, _, err = export(dlrun, project, "--part", "2", weights="two.safetensors")
+    assert status == 1 and "`--part 2`: no struct parameter fits that part" in err and "`0`, `1`" in err
+
+
 TWO_STRUCTS = """
 struct A { w: f32[2] }
 struct B { v: f32[2] }
