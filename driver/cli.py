@@ -29,7 +29,7 @@ from pathlib import Path
 
 from dl import __version__, distributed, pipeline
 from dl.lang.check import Typed
-from dl.lang.diagnostics import DiagnosticError, SourceMap, error, render_all
+from dl.lang.diagnostics import DiagnosticError, SourceMap, closest, error, render_all
 from dl.lang.nesting import with_room
 from dl.runtime import threads
 from dl.runtime.errors import UsageError
@@ -335,6 +335,13 @@ def stdout_closed() -> int:
     return STDOUT_CLOSED
 
 
+def mistyped_command(word: str) -> str | None:
+    """The command `word` was likely meant as (`chek`), where it names no file and is no program path."""
+    if Path(word).exists() or word.endswith(".dl") or "/" in word or word.startswith("-"):
+        return None
+    return closest(word, list(SUBCOMMANDS))
+
+
 def command_line(argv: list[str]) -> int:
     if not argv:
         return interactive()
@@ -354,6 +361,9 @@ def command_line(argv: list[str]) -> int:
         options = chosen.parse_args(argv[1:] if argv[0] in SUBCOMMANDS else argv)
         if command not in ("lsp", "repl", "fmt", "plot") and options.file is None:
             chosen.error("give a FILE.dl")
+        mistyped = mistyped_command(argv[0]) if command == "run" else None
+        if mistyped is not None:
+            chosen.error(f"`{argv[0]}` is no file and no command: did you mean `dlrun {mistyped}`?")
     except SystemExit as stop:  # argparse's --help, --version and usage errors: report the status, do not exit
         return int(stop.code or 0)
     if distributed.launched_size() != 1 and not distributed.is_worker():

@@ -1376,9 +1376,9 @@ def csv_rows(reader, path: str, skip_header: bool) -> tuple[list[list[float]], l
             continue
         line = reader.line_num
         if rows and len(row) != len(rows[0]):
-            raise PrimitiveError(
-                f'"{path}" line {line} has {len(row)} values, but line {first_line} has {len(rows[0])}'
-            )
+            count = f"{len(row)} value{'s' * (len(row) != 1)}"
+            comment = "; a CSV file has no comments" if row[0].lstrip().startswith("#") else ""
+            raise PrimitiveError(f'"{path}" line {line} has {count}, but line {first_line} has {len(rows[0])}{comment}')
         try:
             rows.append([float(cell) for cell in row])
             lines.append(line)

@@ -159,3 +159,13 @@ def test_check_reports_every_broken_declaration_and_checks_the_rest(dlrun, tmp_p
     ]
     status, _, err = dlrun("multi.dl")  # running stops at the first syntax error, before checking
     assert status == 1 and err.count("error[") == 1
+
+
+def test_a_mistyped_command_is_named(dlrun) -> None:
+    """`dlrun chek x.dl`: no file `chek`, and a command close to it: a usage error that names the command, not
+    E0404 for a file nobody meant."""
+    status, out, err = dlrun("chek", "x.dl")
+    assert (status, out) == (2, "")
+    assert err.endswith("dlrun: error: `chek` is no file and no command: did you mean `dlrun check`?\n")
+    status, _, err = dlrun("model.dl")  # a program's name is not taken for a command
+    assert status == 1 and "cannot read `model.dl`: no such file" in err

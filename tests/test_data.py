@@ -226,6 +226,10 @@ def check_load_csv_errors(tmp_path: Path) -> None:
     ragged = tmp_path / "ragged.csv"
     ragged.write_text("1,2,3\n4,5,6\n7,8\n")
     assert run_time_error("load_csv(a)", str(ragged)).endswith("line 3 has 2 values, but line 1 has 3")
+    commented = tmp_path / "commented.csv"
+    commented.write_text("1,2,3\n# a note\n4,5,6\n")
+    message = run_time_error("load_csv(a)", str(commented))
+    assert message.endswith("line 2 has 1 value, but line 1 has 3; a CSV file has no comments")
     empty = tmp_path / "empty.csv"
     empty.write_text("a,b\n")
     assert "no rows of numbers" in run_time_error("load_csv(a, skip_header=true)", str(empty))
