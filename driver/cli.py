@@ -337,7 +337,7 @@ def stdout_closed() -> int:
 
 def mistyped_command(word: str) -> str | None:
     """The command `word` was likely meant as (`chek`), where it names no file and is no program path."""
-    if Path(word).exists() or word.endswith(".dl") or "/" in word or word.startswith("-"):
+    if Path(word).exists() or Path(f"{word}.dl").exists() or word.endswith(".dl") or "/" in word:
         return None
     return closest(word, list(SUBCOMMANDS))
 
@@ -361,9 +361,9 @@ def command_line(argv: list[str]) -> int:
         options = chosen.parse_args(argv[1:] if argv[0] in SUBCOMMANDS else argv)
         if command not in ("lsp", "repl", "fmt", "plot") and options.file is None:
             chosen.error("give a FILE.dl")
-        mistyped = mistyped_command(argv[0]) if command == "run" else None
+        mistyped = mistyped_command(options.file) if command == "run" and options.file else None
         if mistyped is not None:
-            chosen.error(f"`{argv[0]}` is no file and no command: did you mean `dlrun {mistyped}`?")
+            chosen.error(f"`{options.file}` is no file and no command: did you mean `dlrun {mistyped}`?")
     except SystemExit as stop:  # argparse's --help, --version and usage errors: report the status, do not exit
         return int(stop.code or 0)
     if distributed.launched_size() != 1 and not distributed.is_worker():
