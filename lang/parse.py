@@ -876,6 +876,10 @@ def describe_found(token: Token) -> str:
     return f"`{text}`"
 
 
+# binary operators that cannot start an expression: one at the start of a line continues the line before
+CONTINUING = frozenset({"+", "*", "/", "//", "%", "**", "@", "and", "or", "==", "!=", "<", "<=", ">", ">="})
+
+
 def syntax_diagnostic(table: ParseTable, tokens: list[Token], token: Token, start: str, path: str) -> Diagnostic:
     """E0102 for a token the grammar does not allow where it is.
 
@@ -905,6 +909,12 @@ def syntax_diagnostic(table: ParseTable, tokens: list[Token], token: Token, star
         tokens[position + 1 : position + 3],
         statement_opening(tokens, position),
     )
+    earlier = next((t for t in reversed(tokens[:position]) if t[0] != "SEP"), None)
+    if not notes and token[1] in CONTINUING and earlier is not None and earlier[2] < line:  # `+ b` on a new line
+        notes = (
+            f"help: a line ends the statement before it: to go on from the line before, end that line with "
+            f"`{token[1]}`, or put the whole expression in parentheses",
+        )
     if start == "embedded_expr" and token[1] == "=" and position + 1 == len(tokens):
         shown = source_text(tokens[:position])  # Python's `f"{loss=}"`
         notes = (
