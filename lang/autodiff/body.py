@@ -26,6 +26,7 @@ from dl.lang.autodiff.trees import (
     name,
     tuple_of,
     unused_name,
+    zero_adjoint,
 )
 from dl.lang.check import NodeTypes
 from dl.lang.diagnostics import UNKNOWN_SPAN, Span
@@ -169,7 +170,7 @@ class FunctionBody(ForwardSweep, BackwardSweep):
             out.append(let(value, float_literal(0.0, self.result_type)))
         have: set[str] = set()
         seed = self.aux_seed if has_aux else self.seed
-        out += self.sweep_to_return(body, env, have, seed, value, effects=True, declare=has_aux)
+        out += self.sweep_to_return(body, env, have, seed, value, effects=True, has_aux=has_aux)
         positions = wrt if isinstance(wrt, tuple) else (wrt,)
         gradients = [self.final_adjoint(self.param_names[self.decl.params[i].name], have) for i in positions]
         result = ast.TupleLiteral(tuple(gradients)) if isinstance(wrt, tuple) else gradients[0]
@@ -191,8 +192,6 @@ class FunctionBody(ForwardSweep, BackwardSweep):
         """The adjoint of `(loss, aux)`: 1 for the loss, zeros for aux (which the gradient does not follow)."""
         t = self.types.get(result.id)
         items = t.items if isinstance(t, TupleType) and len(t.items) == 2 else (None, None)
-        loss = ast.Index(result, (ast.IntLiteral(0),))
-        self.node_types.give(loss, items[0])
         one = float_literal(1.0, items[0]) if isinstance(items[0], TensorType) else ast.FloatLiteral(1.0)
         return ast.TupleLiteral((one, zero_adjoint(ast.Index(result, (ast.IntLiteral(1),)), items[1])))
 
@@ -299,15 +298,16 @@ class FunctionBody(ForwardSweep, BackwardSweep):
                     return found
         return ANY
 
-    def sweep_to_return(self, stmts, env, have, seed, value, effects, declare: bool = False) -> list[ast.Stmt]:
+    def sweep_to_return(self, stmts, env, have, seed, value, effects, has_aux: bool = False) -> list[ast.Stmt]:
         """Forward and backward of a block that ends in `return` (or in an `if` whose branches do); the result
-        is assigned to `value`, or bound to it with `declare`."""
+        is assigned to `value`. With `has_aux`, it is bound to `value` (there is no zero of any aux to start it
+        from), and of a `(loss, aux)` tuple literal the loss alone is seeded."""
         outer, self.effects = self.effects, effects
-        out = self.sweep_to_return_with(stmts, env, have, seed, value, effects, declare)
+        out = self.sweep_to_return_with(stmts, env, have, seed, value, effects, has_aux)
         self.effects = outer
         return out
 
-    def sweep_to_return_with(self, stmts, env, have, seed, value, effects, declare: bool = False) -> list[ast.Stmt]:
+    def sweep_to_return_with(self, stmts, env, have, seed, value, effects, has_aux: bool = False) -> list[ast.Stmt]:
         sweep = Sweep()
         *prefix, last = stmts
         for stmt in prefix:
@@ -317,9 +317,9 @@ class FunctionBody(ForwardSweep, BackwardSweep):
             result = self.atom(last.value, env, sweep, "result") if last.value is not None else None
             out = sweep.stmts
             if value is not None and result is not None:
-                out.append(let(value, result) if declare else assign(name(value), result))
+                out.append(let(value, result) if has_aux else assign(name(value), result))
             if result is not None and self.active(result):
-                loss = self.loss_of(result) if declare else None
+                loss = self.loss_of(result) if has_aux else None
                 if loss is not None:  # `return (loss, aux)`: the loss alone is seeded; aux's code has no adjoint
                     self.accumulate(loss.id, self.seed(loss), out, have)
                 else:
@@ -333,17 +333,3 @@ class FunctionBody(ForwardSweep, BackwardSweep):
             out.append(ast.If(cond, ast.Block(tuple(then)), ast.Block(tuple(orelse)), last.span))
         out.extend(self.backward(sweep.records, have))
         return out
-
-
-def zero_adjoint(value: ast.Expr, t: Type | None) -> ast.Expr:
-    """Zeros shaped like `value` (of type `t`): a tensor's `zeros_like`, a tuple's item by item, a struct's leaf
-    by leaf; a value with no floats (a string, a function) stands for itself."""
-    if isinstance(t, TupleType):
-        return ast.TupleLiteral(
-            tuple(zero_adjoint(ast.Index(value, (ast.IntLiteral(k),)), item) for k, item in enumerate(t.items))
-        )
-    if isinstance(t, TensorType):
-        return call("zeros_like", value)
-    if isinstance(t, StructType):
-        return call("tree_map", ast.Name("zeros_like", value.span if hasattr(value, "span") else None), value)
-    return value  # a string or a function: no floats, so no adjoint is ever read; the value has its type

@@ -25,6 +25,7 @@ from dl.lang.autodiff.trees import (
     let,
     name,
     tuple_of,
+    zero_adjoint,
 )
 from dl.lang.diagnostics import UNKNOWN_SPAN, Span
 from dl.lang.primitives import BY_NAME, NON_DIFFERENTIABLE, PRIMITIVES, Computed, Prim, Primitive, Templates
@@ -32,7 +33,6 @@ from dl.lang.shapes import picks_in_place
 from dl.lang.types import (
     FunctionRef,
     PrimitiveRef,
-    StrType,
     StructType,
     TapeType,
     TensorType,
@@ -380,12 +380,9 @@ class BackwardSweep:
 
         size = len(items)
 
-        def zero(i: int) -> ast.Expr:
-            item = ast.Index(target, (ast.IntLiteral(i),))
-            return item if isinstance(items[i], (StrType, FunctionRef, PrimitiveRef)) else call("zeros_like", item)
-
         def candidate(position: int) -> ast.Expr:
-            return ast.TupleLiteral(tuple(d if i == position else zero(i) for i in range(size)))
+            zeros = [zero_adjoint(ast.Index(target, (ast.IntLiteral(i),)), items[i]) for i in range(size)]
+            return ast.TupleLiteral(tuple(d if i == position else zero for i, zero in enumerate(zeros)))
 
         match index:
             case ast.IntLiteral(value=value):

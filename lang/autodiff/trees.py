@@ -9,6 +9,9 @@ from dl.lang.check import has_float
 from dl.lang.diagnostics import UNKNOWN_SPAN, Span
 from dl.lang.primitives import BY_NAME, TRANSFORMS
 from dl.lang.types import (
+    FunctionRef,
+    PrimitiveRef,
+    StrType,
     TapeType,
     TensorType,
     TupleType,
@@ -171,3 +174,15 @@ def module_names(module: ast.Module) -> set[str]:
         elif isinstance(decl, ast.Import):
             names.add(decl.alias or decl.module)
     return names
+
+
+def zero_adjoint(value: ast.Expr, t: Type | None) -> ast.Expr:
+    """Zeros shaped like `value` (of type `t`): a tensor's `zeros_like`, a tuple's item by item, a struct's leaf
+    by leaf; a value with no floats (a string, a function) stands for itself."""
+    if isinstance(t, TupleType):
+        return ast.TupleLiteral(
+            tuple(zero_adjoint(ast.Index(value, (ast.IntLiteral(k),)), item) for k, item in enumerate(t.items))
+        )
+    if isinstance(t, (StrType, FunctionRef, PrimitiveRef)):
+        return value  # no floats, so no adjoint is ever read: the value itself has the type
+    return call("zeros_like", value)
