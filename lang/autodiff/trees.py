@@ -179,10 +179,17 @@ def module_names(module: ast.Module) -> set[str]:
 def zero_adjoint(value: ast.Expr, t: Type | None) -> ast.Expr:
     """Zeros shaped like `value` (of type `t`): a tensor's `zeros_like`, a tuple's item by item, a struct's leaf
     by leaf; a value with no floats (a string, a function) stands for itself."""
-    if isinstance(t, TupleType):
+    if isinstance(t, TupleType) and any(holds_text_or_function(item) for item in t.items):
         return ast.TupleLiteral(
             tuple(zero_adjoint(ast.Index(value, (ast.IntLiteral(k),)), item) for k, item in enumerate(t.items))
         )
     if isinstance(t, (StrType, FunctionRef, PrimitiveRef)):
         return value  # no floats, so no adjoint is ever read: the value itself has the type
-    return call("zeros_like", value)
+    return call("zeros_like", value)  # (one call for a whole tuple: what simplify folds away)
+
+
+def holds_text_or_function(t: Type | None) -> bool:
+    """A string or a function, or a tuple with one inside: what `zeros_like` cannot take whole."""
+    if isinstance(t, TupleType):
+        return any(holds_text_or_function(item) for item in t.items)
+    return isinstance(t, (StrType, FunctionRef, PrimitiveRef))
