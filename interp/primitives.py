@@ -1292,11 +1292,6 @@ def batches(data: Any, size: Any, shuffle: Any, seed: Any) -> Any:
     if count == 0:
         raise PrimitiveError("`batches` needs a batch size of 1 or more, found 0")
     total = rows.pop()
-    if count > total > 0:  # every row would fall in the dropped partial batch: a loop that runs no step
-        raise PrimitiveError(
-            f"`batches` of {count} rows from {total} rows makes no batch (the last partial batch is dropped): "
-            f"give a size of at most {total}, {total} for one batch of all"
-        )
     order = generator_for(seed).permutation(total) if flag_of(shuffle, "shuffle") else slice(None)
     kept = total // count * count
     cut = tuple(np.reshape(t[order][:kept], (total // count, count, *np.shape(t)[1:])) for t in tensors)

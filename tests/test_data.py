@@ -226,10 +226,6 @@ def check_load_csv_errors(tmp_path: Path) -> None:
     ragged = tmp_path / "ragged.csv"
     ragged.write_text("1,2,3\n4,5,6\n7,8\n")
     assert run_time_error("load_csv(a)", str(ragged)).endswith("line 3 has 2 values, but line 1 has 3")
-    too_large = run_time_error("batches(zeros(10, 2), 64)")
-    assert too_large.endswith(
-        "makes no batch (the last partial batch is dropped): give a size of at most 10, 10 for one batch of all"
-    )
     commented = tmp_path / "commented.csv"
     commented.write_text("1,2,3\n# a note\n4,5,6\n")
     message = run_time_error("load_csv(a)", str(commented))
