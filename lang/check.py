@@ -1520,11 +1520,35 @@ class Checker:
     def element_types(self, iterable: ast.Expr, pattern: ast.Pattern, scope: Scope, context: Context) -> list[Type]:
         """The types the loop variable takes: one, or each distinct item type of a tuple."""
         value = self.expression(iterable, scope, context)
+        self.runs_no_step(value, iterable)
         if isinstance(value, TupleType) and not zips(value, pattern):
             return list(dict.fromkeys(strong(item) for item in value.items)) or [ANY]
         if isinstance(value, TupleType) and any(isinstance(item, TupleType) for item in value.items):
             return self.zipped_tuple_types(value, iterable)
         return [self.element_type(value, iterable)]
+
+    def runs_no_step(self, value: Type, iterable: ast.Expr) -> None:
+        """W0304 for a `for` over tensors whose leading size is known to be 0: its body never runs (a batch
+        size larger than the data, whose one partial batch `batches` drops, and a training loop trains
+        nothing)."""
+        items = value.items if isinstance(value, TupleType) else (value,)
+        tensors = [item for item in items if isinstance(item, TensorType) and item.dims]
+        if not tensors or not any(t.dims[0] == 0 for t in tensors):
+            return
+        made = iterable.func.id if isinstance(iterable, ast.Call) and isinstance(iterable.func, ast.Name) else None
+        notes = (
+            ("help: `batches` drops the last partial batch: a batch size larger than the data makes none",)
+            if made == "batches"
+            else ()
+        )
+        self.report(
+            warning(
+                "W0304",
+                f"this loop runs no step: it walks {value}, whose leading size is 0",
+                iterable.span,
+                notes=notes,
+            )
+        )
 
     def zipped_tuple_types(self, value: TupleType, iterable: ast.Expr) -> list[Type]:
         """`for (a, b) in ((1, 2), (3, 4))`, or a tuple zipped with a tensor: one type per step, as if
