@@ -502,9 +502,9 @@ class Checker:
         # Literal dtypes from context: in which checks (of a function body, a const) each literal was seen and
         # coerced, so one used differently by two instantiations is left alone.
         self.check_pass = 0
-        # calls being checked, innermost last: the callee's name, the call, the argument types, and the
-        # parameters left to unsuffixed float defaults (f32 literals; a W0301 in the stdlib names them)
-        self.call_sites: list[tuple[str, Span, tuple[Type, ...], tuple[str, ...]]] = []
+        # calls being checked, innermost last: the callee's name, the call, the argument types, and each
+        # parameter with the node it gets, given or its default (a W0301 in the stdlib names the float literals)
+        self.call_sites: list[tuple[str, Span, tuple[Type, ...], tuple[tuple[str, ast.Expr], ...]]] = []
         self.early_consts: set[tuple[str, str]] = set()  # consts reported as used before their definition
         # the latest call of a name or field: should its callee be unknown, or a tensor's method, the help shows
         # DL's spelling of it (lang/habits.py)
@@ -606,8 +606,11 @@ class Checker:
             name, call, args, _ = self.call_sites[-1]
             note = f"`{name}` is checked with the argument types of the call at {call}: ({shown_types(args)})"
             return replace(diagnostic, notes=(*diagnostic.notes, note))
-        name, call, args, defaulted = outside
+        name, call, args, arguments = outside
         if diagnostic.code == "W0301":  # f64 data meets the library's f32: its defaults, or an f32 argument
+            # `beta1=0.9f64`: what to write for each unsuffixed float, a default or given (worked out here, where
+            # a warning needs it, not at every call the checker meets)
+            defaulted = [f"{param}={written}" for param, node in arguments if (written := as_f64(node)) is not None]
             given = ", ".join(defaulted)
             fix = (
                 f"help: `{name}`'s unsuffixed floats here (its defaults, or yours) are f32; give them in f64: `{given}`"
@@ -2227,23 +2230,11 @@ class Checker:
         name = "value_and_grad" if ref.with_value else "grad"
         aux = None
         if ref.has_aux:  # `f` returns (loss, aux): the loss is differentiated, aux comes back beside it
-            if not (isinstance(result, TupleType) and len(result.items) == 2):
-                message = (
-                    f"`{name}` with `has_aux=true` needs a function that returns `(loss, aux)`, but it returns {result}"
-                )
-                many = isinstance(result, TupleType) and len(result.items) > 2
-                notes = ("help: return the loss and one aux, which may be a tuple: `(loss, (a, b))`",) if many else ()
-                self.report(error("E0330", message, ref.span, f"returns {result}", notes=notes))
+            problem = aux_problem(name, result, ref.span)
+            if problem is not None:
+                self.report(problem)
                 return None
-            result, aux = result.items
-            if not (isinstance(result, TensorType) and result.rank == 0 and strong(result).dtype in FLOATS):
-                message = (
-                    f"`{name}` with `has_aux=true` needs the loss, the first of the pair, to be a float scalar, "
-                    f"but it is {result}"
-                )
-                notes = ("help: reduce the loss to a scalar first, for example with `sum(...)` or `mean(...)`",)
-                self.report(error("E0330", message, ref.span, f"the loss is {result}", notes=notes))
-                return None
+            result, aux = result.items  # type: ignore[union-attr]
         problem = gradient_problem(name, result, args, positions, ref.span)
         if problem is not None:
             self.report(problem)
@@ -2364,12 +2355,8 @@ class Checker:
         params_types = [strong_keep_value(arg) for arg in bound]
         for index, (_, declared) in annotated:
             params_types[index] = substitute(declared, bindings) if isinstance(declared, TensorType) else declared
-        defaulted = tuple(  # `beta1=0.9f64`: what to write for each unsuffixed float, a default or given
-            f"{param.name}={written}"
-            for param, node in zip(params, nodes, strict=True)
-            if (written := as_f64(node)) is not None
-        )
-        self.call_sites.append((function.name, expr.span, tuple(params_types), defaulted))
+        given = tuple((param.name, node) for param, node in zip(params, nodes, strict=True))
+        self.call_sites.append((function.name, expr.span, tuple(params_types), given))
         try:
             result = self.instantiate(function, tuple(params_types))
         finally:
@@ -2813,6 +2800,23 @@ def gradient_problem(
                 span,
                 notes=(f"help: the arguments with floats are at `wrt={shown}`",) if floats else (),
             )
+    return None
+
+
+def aux_problem(name: str, result: Type, span: Span) -> Diagnostic | None:
+    """Why `name(f, has_aux=true)` cannot differentiate a function returning `result`: E0330 unless it returns
+    `(loss, aux)` with a float scalar loss. None when it can."""
+    if not (isinstance(result, TupleType) and len(result.items) == 2):
+        message = f"`{name}` with `has_aux=true` needs a function that returns `(loss, aux)`, but it returns {result}"
+        many = isinstance(result, TupleType) and len(result.items) > 2
+        notes = ("help: return the loss and one aux, which may be a tuple: `(loss, (a, b))`",) if many else ()
+        return error("E0330", message, span, f"returns {result}", notes=notes)
+    loss = result.items[0]
+    if not (isinstance(loss, TensorType) and loss.rank == 0 and strong(loss).dtype in FLOATS):
+        wanted = "the loss, the first of the pair, to be a float scalar"
+        message = f"`{name}` with `has_aux=true` needs {wanted}, but it is {loss}"
+        notes = ("help: reduce the loss to a scalar first, for example with `sum(...)` or `mean(...)`",)
+        return error("E0330", message, span, f"the loss is {loss}", notes=notes)
     return None
 
 

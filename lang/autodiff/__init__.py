@@ -43,10 +43,10 @@ from __future__ import annotations
 from dl.lang import ast
 from dl.lang.autodiff.sites import Site, functions_with_grad, grad_sites, reached, reaches_grad, unwritten
 from dl.lang.autodiff.trees import call, name
-from dl.lang.check import Typed, check, gradient_problem
+from dl.lang.check import Typed, aux_problem, check, gradient_problem
 from dl.lang.diagnostics import UNKNOWN_SPAN, Diagnostic, DiagnosticError, Span, error
 from dl.lang.modules import Program
-from dl.lang.types import AnyType, TupleType
+from dl.lang.types import AnyType
 
 MAX_ROUNDS = 8  # grad(grad(...)) nesting depth
 
@@ -199,10 +199,9 @@ def check_request(
             args = [param_type for _, param_type in signature.params]
             result = signature.result
             if has_aux:  # (loss, aux): the loss is what is differentiated
-                if not (isinstance(result, TupleType) and len(result.items) == 2):
-                    wanted = "a function that returns `(loss, aux)`"
-                    message = f"`{name}` with `has_aux=true` needs {wanted}, but it returns {result}"
-                    raise DiagnosticError([error("E0330", message, decl.name_span)])
+                problem = aux_problem(name, result, decl.name_span)
+                if problem is not None:
+                    raise DiagnosticError([problem])
                 result = result.items[0]
             problem = gradient_problem(name, result, args, positions, decl.name_span)
             if problem is not None:
