@@ -208,6 +208,10 @@ class Primitive:
     # dropped, moved, merged with another or computed before the program runs
     volatile: bool = False
     floats_only: bool = False  # elementwise math defined on floats only
+    # the parameters the result is linear in, together: zeros in all of them make zeros. Where a backward sweep's
+    # adjoints are known to be zeros, nothing is computed from them (lang/autodiff/zeros.py)
+    linear_in: frozenset[str] = frozenset()
+    product: bool = False  # linear in each of `linear_in` alone (a product): zeros in any one of them make zeros
 
     @property
     def name(self) -> str:
@@ -279,8 +283,8 @@ def step(prim: Prim, summary: str, floats_only: bool = True) -> Primitive:
     )
 
 
-def reduction(prim: Prim, summary: str, rule: Rule, derivative: Derivative) -> Primitive:
-    return Primitive(prim, "reduction", summary, REDUCTION, rule, derivative, X)
+def reduction(prim: Prim, summary: str, rule: Rule, derivative: Derivative, **properties) -> Primitive:
+    return Primitive(prim, "reduction", summary, REDUCTION, rule, derivative, X, **properties)
 
 
 def pairwise(prim: Prim, summary: str, larger: str) -> Primitive:
@@ -299,19 +303,32 @@ def pairwise(prim: Prim, summary: str, larger: str) -> Primitive:
 
 
 def linear(
-    prim: Prim, group: str, summary: str, signature: Signature, rule: Rule, adjoints: dict[str, str], tensors=X
+    prim: Prim,
+    group: str,
+    summary: str,
+    signature: Signature,
+    rule: Rule,
+    adjoints: dict[str, str],
+    tensors=X,
+    product: bool = False,
+    linear_in: frozenset[str] | None = None,
 ) -> Primitive:
-    return Primitive(prim, group, summary, signature, rule, Templates(tuple(adjoints.items())), frozenset(tensors))
+    """A primitive linear in the parameters it has adjoints for (unless `linear_in` says otherwise): together,
+    or each alone (`product`)."""
+    templates = Templates(tuple(adjoints.items()))
+    linear_in = frozenset(adjoints) if linear_in is None else linear_in
+    properties = {"linear_in": linear_in, "product": product}
+    return Primitive(prim, group, summary, signature, rule, templates, frozenset(tensors), **properties)
 
 
 def convolution(
-    prim: Prim, summary: str, signature: Signature, rule: Rule, adjoints: dict[str, str], tensors
+    prim: Prim, summary: str, signature: Signature, rule: Rule, adjoints: dict[str, str], tensors, **linearity
 ) -> Primitive:
     """Convolution and pooling: each is linear in each tensor it computes with, so the rules are each other,
     and `grad(grad(f))` goes through them. `like` gives only a shape; max pooling's choice of position is
     constant almost everywhere, so `x` gets no gradient from the pooling helpers. A max pooling call without
     `stride=` strides by its window `size` (the transform binds `stride` so)."""
-    return linear(prim, "convolution", summary, signature, rule, adjoints, tensors)
+    return linear(prim, "convolution", summary, signature, rule, adjoints, tensors, **linearity)
 
 
 def not_differentiable(
@@ -381,6 +398,7 @@ PRIMITIVES_LIST = (
         Templates((("a", "where(condition, d, 0.0)"), ("b", "where(condition, 0.0, d)")), fitted=True),
         frozenset({"condition", "a", "b"}),
         operands=("a", "b"),
+        linear_in=frozenset({"a", "b"}),
     ),
     # reductions
     reduction(
@@ -388,12 +406,14 @@ PRIMITIVES_LIST = (
         "sum over all elements or along `axis` (one, or a tuple of axes)",
         shapes.reduction("sum"),
         Templates((("x", "zeros_like(x) + expand(d)"),)),
+        linear_in=X,
     ),
     reduction(
         Prim.MEAN,
         "mean; of integers, an `f32`",
         shapes.reduction("mean", averages=True),
         Templates((("x", "(zeros_like(x) + expand(d)) / count(x)"),)),
+        linear_in=X,
     ),
     reduction(
         Prim.MAX,
@@ -481,6 +501,8 @@ PRIMITIVES_LIST = (
         ),
         frozenset({"a", "b"}),
         operands=("a", "b"),
+        linear_in=frozenset({"a", "b"}),
+        product=True,
     ),
     Primitive(
         Prim.EINSUM,
@@ -489,6 +511,8 @@ PRIMITIVES_LIST = (
         Signature(("spec",), variadic=("operands", 1, None)),
         shapes.einsum_rule,
         Computed("each operand's adjoint is an einsum whose spec is computed from the call's (lang/einsum.py)"),
+        linear_in=frozenset({"operands"}),
+        product=True,
     ),
     Primitive(
         Prim.TRANSPOSE,
@@ -498,6 +522,7 @@ PRIMITIVES_LIST = (
         shapes.transpose_rule,
         Computed("the adjoint is transposed by the inverse permutation, computed from the static `axes`"),
         X,
+        linear_in=X,
     ),
     linear(
         Prim.SWAPAXES,
@@ -531,6 +556,7 @@ PRIMITIVES_LIST = (
         Signature(("tensors",), keywords=(("axis", 0),)),
         shapes.stack_rule,
         Computed("the adjoint is cut into one slice per item of the tuple, as many as its type has"),
+        linear_in=frozenset({"tensors"}),
     ),
     linear(
         Prim.BROADCAST_TO,
@@ -637,6 +663,7 @@ PRIMITIVES_LIST = (
         ),
         frozenset({"x", "value"}),
         fills=frozenset({"value"}),
+        linear_in=frozenset({"x", "value"}),
     ),
     # creation
     not_differentiable(Prim.ZEROS, "creation", "a tensor of zeros", CREATION, shapes.make_creation("zeros", 0), INPUT),
@@ -821,6 +848,7 @@ PRIMITIVES_LIST = (
         shapes.tree_add_rule,
         Templates((("a", "d"), ("b", "d"))),
         operands=("a", "b"),
+        linear_in=frozenset({"a", "b"}),
     ),
     not_differentiable(
         Prim.TAPE,
@@ -838,6 +866,7 @@ PRIMITIVES_LIST = (
         shapes.push_rule,
         {"tape": "pop(d)[1]", "value": "pop(d)[0]"},
         tensors=(),
+        linear_in=frozenset(),  # (a tape is no tensor of zeros)
     ),
     linear(
         Prim.POP,
@@ -847,6 +876,7 @@ PRIMITIVES_LIST = (
         shapes.pop_rule,
         {"tape": "push(d[1], d[0])"},
         tensors=(),
+        linear_in=frozenset(),
     ),
     # trees: structs and tuples of tensors (parameters, gradients, optimizer state)
     Primitive(
@@ -865,6 +895,8 @@ PRIMITIVES_LIST = (
         Signature(("a", "b")),
         shapes.tree_dot_rule,
         Computed("written out as a sum of `sum(a * b)` over the leaves before differentiation"),
+        linear_in=frozenset({"a", "b"}),
+        product=True,
     ),
     # data
     not_differentiable(Prim.DIGITS, "data", "the 8x8 digits dataset, shipped", Signature(), shapes.digits_rule, DATA),
@@ -967,6 +999,7 @@ PRIMITIVES_LIST = (
             "w": "conv2d_weight_grad(d, x, w, stride=stride, padding=padding)",
         },
         ("x", "w"),
+        product=True,
     ),
     convolution(
         Prim.MAX_POOL2D,
@@ -975,6 +1008,7 @@ PRIMITIVES_LIST = (
         shapes.max_pool2d_rule,
         {"x": "max_pool2d_grad(d, x, size, stride=stride, padding=padding)"},
         ("x",),
+        linear_in=frozenset(),  # (the maximum of each window: not linear)
     ),
     convolution(
         Prim.CONV2D_INPUT_GRAD,
@@ -986,6 +1020,7 @@ PRIMITIVES_LIST = (
             "w": "conv2d_weight_grad(dy, d, w, stride=stride, padding=padding)",
         },
         ("dy", "w", "like"),
+        product=True,
     ),
     convolution(
         Prim.CONV2D_WEIGHT_GRAD,
@@ -997,6 +1032,7 @@ PRIMITIVES_LIST = (
             "x": "conv2d_input_grad(dy, d, x, stride=stride, padding=padding)",
         },
         ("dy", "x", "like"),
+        product=True,
     ),
     convolution(
         Prim.MAX_POOL2D_GRAD,

@@ -2688,6 +2688,104 @@ fn f(x) {
 )
 
 # ---------------------------------------------------------------------------------------------------------
+# Zeros never computed: a result nothing reads, a loop's variable nothing after it reads. Their adjoints are
+# zeros, and carried back through `sqrt` at 0 they would be 0 * inf, NaN; PyTorch gives these no gradient
+# (the inputs hold exact zeros under `sqrt`, which finite differences step over: nothing the value reads)
+
+ZEROS_UNDER_SQRT = np.array([0.0, 1.0, 2.25, 0.0])
+
+case(
+    "unused_result_of_a_called_loop",
+    "zeros",
+    """
+fn parts(x, y) {
+    let s = 0.0f64
+    for i in 0..2 {
+        s = s + sum(sqrt(y)) * x[i]
+    }
+    return (s, sum(x * x))
+}
+
+fn f(x, y) {
+    let (unused, kept) = parts(x, y)
+    return kept * 2.0
+}
+""",
+    (normal(181, 4), ZEROS_UNDER_SQRT),
+    lambda x, y: 2.0 * (x * x).sum(),
+    wrt=(0, 1),
+    notes="`parts` has a loop, so it is split into `parts_fwd` and `parts_bwd`: the call's backward goes to "
+    "the copy of `parts_bwd` written for zeros as the adjoint of `unused`",
+)
+
+case(
+    "loop_variable_nothing_reads",
+    "zeros",
+    """
+fn f(x, y) {
+    let s = sqrt(y)
+    let total = 0.0f64
+    for i in 0..3 {
+        total = total + sum(x * x) * float(i + 1, dtype=f64)
+        s = s * 2.0
+    }
+    return total
+}
+""",
+    (normal(182, 4), ZEROS_UNDER_SQRT),
+    lambda x, y: 6.0 * (x * x).sum(),
+    wrt=(0, 1),
+)
+
+case(
+    "zero_adjoint_returned_by_a_call",
+    "zeros",
+    """
+fn pair(u, x) {
+    let a = 0.0f64
+    let b = 0.0f64
+    for i in 0..2 {
+        a = a + sum(u)
+        b = b + sum(x * x)
+    }
+    return (a, b)
+}
+
+fn f(x, y) {
+    let (a, b) = pair(sqrt(y), x)
+    return b
+}
+""",
+    (normal(183, 4), ZEROS_UNDER_SQRT),
+    lambda x, y: 2.0 * (x * x).sum(),
+    wrt=(0, 1),
+    notes="the copy of `pair_bwd` for zeros as `a`'s adjoint returns zeros as `u`'s: the caller adds nothing "
+    "through `sqrt`",
+)
+
+case(
+    "unused_result_of_a_function_that_returns_in_an_if",
+    "zeros",
+    """
+fn parts(x, y) {
+    if sum(x) > -100.0 {
+        return (sum(sqrt(y)), sum(x * x))
+    }
+    return (0.0f64, sum(x))
+}
+
+fn f(x, y) {
+    let (unused, kept) = parts(x, y)
+    return kept
+}
+""",
+    (normal(184, 4), ZEROS_UNDER_SQRT),
+    lambda x, y: (x * x).sum(),
+    wrt=(0, 1),
+    notes="a function returning from an `if` is not split: its callers call its `_back`, and so its copy",
+)
+
+# ---------------------------------------------------------------------------------------------------------
 # Scalar -> scalar functions: also checked with grad(grad(f)) against PyTorch double backward
 
 SECOND = {"second_order": True}

@@ -2521,6 +2521,75 @@ def test_effects_happen_on_rank_zero_alone(world_of_two, tmp_path, monkeypatch) 
 
 # ======================================================================= coverage
 
+# ---------------------------------------------------------------------------------------------------------
+# What the table says is linear (`linear_in`, `product`): autodiff relies on it to skip adjoints known to be zeros
+
+POOLED = "float(reshape(arange(16), 1, 1, 4, 4))"  # (the images max pooling chooses in: no ties)
+
+# each primitive with `linear_in`: a call whose parameters a, b (of these shapes) are what it is linear in
+LINEAR_CALLS: dict[Prim, tuple[str, tuple[tuple[int, ...], ...]]] = {
+    Prim.WHERE: ("where([true, false, true], a, b)", ((3,), (3,))),
+    Prim.SUM: ("sum(a, axis=0)", ((2, 3),)),
+    Prim.MEAN: ("mean(a)", ((2, 3),)),
+    Prim.MATMUL: ("matmul(a, b)", ((2, 3), (3, 4))),
+    Prim.EINSUM: ('einsum("ij,jk->ik", a, b)', ((2, 3), (3, 4))),
+    Prim.TRANSPOSE: ("transpose(a)", ((2, 3),)),
+    Prim.SWAPAXES: ("swapaxes(a, 0, 1)", ((2, 3),)),
+    Prim.RESHAPE: ("reshape(a, 3, 2)", ((2, 3),)),
+    Prim.CONCAT: ("concat((a, b), axis=0)", ((2, 3), (1, 3))),
+    Prim.STACK: ("stack((a, b))", ((3,), (3,))),
+    Prim.BROADCAST_TO: ("broadcast_to(a, 2, 3)", ((3,),)),
+    Prim.GATHER: ("gather(a, [2, 0, 0], axis=1)", ((2, 3),)),
+    Prim.TRIL: ("tril(a)", ((3, 3),)),
+    Prim.TRIU: ("triu(a, 1)", ((3, 3),)),
+    Prim.FLIP: ("flip(a, axis=0)", ((2, 3),)),
+    Prim.CUMSUM: ("cumsum(a, axis=1)", ((2, 3),)),
+    Prim.TAKE_ALONG_AXIS: ("take_along_axis(a, [[0, 2], [1, 1]], 1)", ((2, 3),)),
+    Prim.PAD: ("pad(a, 1, 2, value=b)", ((3,), ())),
+    Prim.DROPOUT: ("dropout(a, 0.5, seed=3)", ((8,),)),
+    Prim.FLOAT: ("float(a, dtype=f64)", ((3,),)),
+    Prim.UNBROADCAST: ("unbroadcast(a, [1.0, 2.0, 3.0])", ((2, 3),)),
+    Prim.RESHAPE_LIKE: ("reshape_like(a, [[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])", ((6,),)),
+    Prim.EXPAND_DIMS: ("expand_dims(a, 0)", ((3,),)),
+    Prim.SCATTER_ADD: ("scatter_add(a, [0, 0, 2], b, axis=0)", ((3,), (3,))),
+    Prim.ADD_ALONG_AXIS: ("add_along_axis(a, [[0, 0], [2, 1]], b, 1)", ((2, 3), (2, 2))),
+    Prim.SPLIT_LIKE: ("split_like(a, (zeros(2), zeros(1)))", ((3,),)),
+    Prim.TREE_ADD: ("tree_add(a, b)", ((3,), (3,))),
+    Prim.TREE_DOT: ("tree_dot(a, b)", ((3,), (3,))),
+    Prim.CONV2D: ("conv2d(a, b)", ((1, 1, 4, 4), (2, 1, 3, 3))),
+    Prim.CONV2D_INPUT_GRAD: ("conv2d_input_grad(a, b, zeros(1, 1, 4, 4))", ((1, 2, 2, 2), (2, 1, 3, 3))),
+    Prim.CONV2D_WEIGHT_GRAD: ("conv2d_weight_grad(a, b, zeros(2, 1, 3, 3))", ((1, 2, 2, 2), (1, 1, 4, 4))),
+    Prim.MAX_POOL2D_GRAD: (f"max_pool2d_grad(a, {POOLED}, 2)", ((1, 1, 2, 2),)),
+    Prim.MAX_POOL2D_GATHER: (f"max_pool2d_gather(a, {POOLED}, 2)", ((1, 1, 4, 4),)),
+}
+
+
+def leaves_of(value) -> list[np.ndarray]:
+    return [leaf for item in value for leaf in leaves_of(item)] if isinstance(value, tuple) else [np.asarray(value)]
+
+
+@pytest.mark.parametrize("prim", sorted(LINEAR_CALLS, key=lambda p: p.value), ids=lambda p: p.value)
+def test_linear_primitives_make_zeros_of_zeros(prim: Prim) -> None:
+    """Zeros in every parameter the result is linear in (for a product, in any one of them) make zeros; values
+    there make something else (the call reads them)."""
+    expr, shapes = LINEAR_CALLS[prim]
+    rng = np.random.default_rng(7)
+    values = [np.float32(rng.uniform(1, 2)) if not s else rng.uniform(1, 2, s).astype(np.float32) for s in shapes]
+    zeros = [np.zeros_like(v) for v in values]
+    assert any(np.any(leaf != 0) for leaf in leaves_of(dl_eval(expr, *values))), f"{expr} ignores its arguments"
+    zeroed = [[zeros[k] if k == i else v for k, v in enumerate(values)] for i in range(len(values))]
+    for args in zeroed if PRIMITIVES[prim].product else [zeros]:
+        for leaf in leaves_of(dl_eval(expr, *args)):
+            np.testing.assert_array_equal(leaf, np.zeros_like(leaf), err_msg=expr)
+
+
+def test_every_linear_primitive_is_checked() -> None:
+    linear = {prim for prim, record in PRIMITIVES.items() if record.linear_in}
+    assert set(LINEAR_CALLS) == linear, f"unchecked: {linear - set(LINEAR_CALLS)}; stale: {set(LINEAR_CALLS) - linear}"
+    for prim in linear:
+        assert PRIMITIVES[prim].linear_in <= set(PRIMITIVES[prim].parameters), prim
+
+
 PRIM_TESTS: dict[Prim, tuple[str, ...]] = {
     Prim.EXP: ("test_unary_elementwise", "test_float_only_unary_rejects_integers"),
     Prim.LOG: ("test_unary_elementwise", "test_float_only_unary_rejects_integers"),

@@ -19,6 +19,7 @@ from dl.lang.autodiff.trees import (
     as_stmts,
     assign,
     call,
+    fixed_shape,
     float_literal,
     index_of,
     is_active,
@@ -82,6 +83,8 @@ class FunctionBody(ForwardSweep, BackwardSweep):
         self.user_names = ast.names_used(decl.body) | set(self.used)
         self.local_functions = {id(n) for n in ast.walk(decl.body) if isinstance(n, ast.FnDecl)}
         self.adjoints: dict[str, str] = {}
+        self.adjoint_names: set[str] = set()  # the variables that hold adjoints (`zeros.py` follows their zeros)
+        self.fixed_adjoints: set[str] = set()  # those of them whose shape no iteration of a loop changes
         self.result_type: Type = ANY
         self.pending: list[ast.Stmt] = []  # statements a rule needs before its contributions
         self.just_made = ""  # the name the latest operation's result was given
@@ -109,8 +112,16 @@ class FunctionBody(ForwardSweep, BackwardSweep):
 
     def adjoint(self, var: str) -> str:
         if var not in self.adjoints:
-            self.adjoints[var] = self.fresh(f"d_{var}")
+            self.adjoints[var] = self.fresh_adjoint(f"d_{var}")
+            if fixed_shape(self.types.get(var)):
+                self.fixed_adjoints.add(self.adjoints[var])
         return self.adjoints[var]
+
+    def fresh_adjoint(self, base: str) -> str:
+        """A fresh name for a variable that holds an adjoint."""
+        made = self.fresh(base)
+        self.adjoint_names.add(made)
+        return made
 
     def type_of(self, node) -> Type:
         found = self.node_types.of(node)
@@ -206,7 +217,7 @@ class FunctionBody(ForwardSweep, BackwardSweep):
         """`g_back`'s body: forward, then backward from the parameter `d_result`; returns the adjoints of
         the float parameters (a tuple when there are several)."""
         env = self.parameters()
-        d_result = self.fresh("d_result")
+        d_result = self.fresh_adjoint("d_result")
         body = self.lower(self.decl)
         have: set[str] = set()
         out = self.sweep_to_return(body, env, have, lambda result: name(d_result), None, effects=False)
@@ -235,7 +246,7 @@ class FunctionBody(ForwardSweep, BackwardSweep):
         """The bodies of `g_fwd` and `g_bwd` (`Round.split_functions`), with the names of `g_bwd`'s
         parameters for the kept values and the result's adjoint."""
         env = self.parameters()
-        d_result = self.fresh("d_result")
+        d_result = self.fresh_adjoint("d_result")
         kept = self.fresh("kept")
         *prefix, last = self.lower(self.decl)
         sweep = Sweep()

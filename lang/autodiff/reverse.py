@@ -300,7 +300,7 @@ class BackwardSweep:
             pulled = ast.Call(back, (*rhs.args, d), (), span)
         if len(active) == 1:
             return [(rhs.args[active[0]], pulled)]
-        holder = self.fresh(f"d_{record.result}_args")
+        holder = self.fresh_adjoint(f"d_{record.result}_args")
         self.pending.append(let(holder, pulled, span))
         return [(rhs.args[i], ast.Index(name(holder), (ast.IntLiteral(n),))) for n, i in enumerate(active)]
 

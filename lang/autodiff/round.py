@@ -21,6 +21,7 @@ from dl.lang.autodiff.trees import (
     unused_name,
 )
 from dl.lang.autodiff.trim import trim
+from dl.lang.autodiff.zeros import drop_zeros
 from dl.lang.check import Typed
 from dl.lang.diagnostics import UNKNOWN_SPAN, Diagnostic, DiagnosticError, Span, error
 from dl.lang.modules import Program
@@ -49,6 +50,11 @@ class Round:
         self.pending: list[Callable[[], list[ast.FnDecl]]] = []  # makers of the functions asked for
         self.modules_of: dict[int, str] | None = None  # id of a top-level function -> its module's path
         self.declarations: dict[str, dict[str, ast.Decl]] = {}  # `declared`, by module path
+        # (module path, name) of a function made here -> the names of its variables that hold adjoints, and those
+        # of them whose shape no loop changes (`note_adjoints`, for zeros.py)
+        self.adjoint_names: dict[tuple[str, str], frozenset[str]] = {}
+        self.fixed_adjoints: dict[tuple[str, str], frozenset[str]] = {}
+        self.adjoint_copies: set[tuple[str, str]] = set()  # the copies zeros.py made of `_bwd` and `_back` functions
 
     def run(self, sites: list[Site]) -> Program:
         replacements: dict[str, dict[int, object]] = {path: {} for path in self.program.modules}
@@ -67,6 +73,7 @@ class Round:
                 problems.append(error("E0333", str(problem), problem.span, notes=problem.notes))
         if problems:
             raise DiagnosticError(problems)
+        drop_zeros(self)
         trim(self, replacements)
         modules = {}
         for path, module in self.program.modules.items():
@@ -76,6 +83,11 @@ class Round:
             added = [ast.with_spans(decl, decl.span) for decl in self.added[path]]
             modules[path] = ast.Module(module.path, (*decls, *added))
         return Program(self.program.entry, modules, self.program.imports, self.program.sources)
+
+    def note_adjoints(self, key: tuple[str, str], writer: FunctionBody) -> None:
+        """What zeros.py reads of the function `key` that `writer` wrote: its variables that hold adjoints."""
+        self.adjoint_names[key] = frozenset(writer.adjoint_names)
+        self.fixed_adjoints[key] = frozenset(writer.fixed_adjoints)
 
     def check_built_ins(self, written: list[tuple[str, object]], site: Site) -> None:
         """The calls of built-ins that the transform writes (a derivative rule's `where`, `zeros_like`, ...) name
@@ -152,6 +164,7 @@ class Round:
         if site.with_value and result is not None:
             result = ast.TupleTypeExpr((decl.result, result)) if decl.result is not None else None
         self.added[site.function_module].append(ast.FnDecl(generated, params, result, body, decl.span, decl.name_span))
+        self.note_adjoints((site.function_module, generated), writer)
         return self.reference(site.module, site.function_module, generated, site.call.span)
 
     def lifted(self, site: Site, decl: ast.FnDecl | ast.Lambda, body: ast.Block, writer, suffix: str) -> ast.Expr:
@@ -166,6 +179,7 @@ class Round:
         generated = self.fresh_global(site.module, f"{named}_{suffix}")
         taken = (*params, *(ast.Param(name, None, None, span) for name in captured))
         self.added[site.module].append(ast.FnDecl(generated, taken, None, body, span, span))
+        self.note_adjoints((site.module, generated), writer)
         callee = self.reference(site.module, site.module, generated, span)
         arguments = tuple(ast.Name(p.name, span) for p in taken)
         return ast.Lambda(params, None, ast.Call(callee, arguments, (), span), span)
@@ -231,6 +245,7 @@ class Round:
     def back_function(self, decl: ast.FnDecl, path: str, back_name: str, variant: int | None) -> ast.FnDecl:
         body = FunctionBody(self, path, decl, variant)
         block, d_result = body.pullback()
+        self.note_adjoints((path, back_name), body)
         params = (*strip_defaults(decl.params), ast.Param(d_result, decl.result))
         return ast.FnDecl(back_name, params, self.adjoints_annotation(decl), block, decl.span, decl.name_span)
 
@@ -283,7 +298,9 @@ class Round:
         """`g_fwd(params) -> (result, kept)`: `g`'s body, also returning the values its backward sweep
         reads; `g_bwd(params, kept, d_result)`: that backward sweep, returning the adjoints of the float
         parameters."""
-        forward, backward, kept, d_result = FunctionBody(self, path, decl, variant).split()
+        writer = FunctionBody(self, path, decl, variant)
+        forward, backward, kept, d_result = writer.split()
+        self.note_adjoints((path, bwd), writer)
         params = strip_defaults(decl.params)
         # `g_bwd` is checked with the types it is called with: the kept values have the caller's shapes,
         # which the dimension names of `g`'s annotations (`f32[B, H]`) do not bind

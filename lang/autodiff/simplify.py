@@ -7,6 +7,7 @@ arithmetic into what a person would write. Calls of effects
 from __future__ import annotations
 
 import dataclasses
+from collections import Counter
 from collections.abc import Callable
 
 from dl.lang import ast
@@ -57,8 +58,29 @@ def prune(
                     unread.append(name)
     if dropped:
         stmts = filter_blocks(stmts, lambda stmt: id(stmt) not in dropped)
+    idle = idle_loops(stmts, effects)
+    if idle:  # (what they read may now be unread)
+        return prune(filter_blocks(stmts, lambda stmt: id(stmt) not in idle), effectful, structs)
     stmts = fold_zero_starts(stmts)
     return fold_struct_starts(stmts, structs) if structs is not None else stmts
+
+
+def idle_loops(stmts: list[ast.Stmt], effects: frozenset[str]) -> set[int]:
+    """The `while` loops whose work nothing reads: each variable one assigns is named nowhere outside it (neither
+    after it, nor before it, where an enclosing loop's next iteration would read it), and nothing in it prints,
+    asserts or calls what does. A backward sweep that zeros.py emptied (the adjoint of a result nothing reads)
+    is such a loop: it would pop its tapes and compute nothing."""
+    everywhere = Counter(n.id for n in ast.walk(tuple(stmts)) if isinstance(n, ast.Name))
+    idle: set[int] = set()
+    for loop in ast.walk(tuple(stmts)):
+        if not isinstance(loop, ast.While):
+            continue
+        if any(isinstance(n, ast.ExprStmt | ast.Return) for n in ast.walk(loop.body)) or calls_any(loop, effects):
+            continue
+        inside = Counter(n.id for n in ast.walk(loop) if isinstance(n, ast.Name))
+        if all(everywhere[name] == inside[name] for name in ast.assigned_names(loop)):
+            idle.add(id(loop))
+    return idle
 
 
 def dropped_name(stmt) -> str | None:

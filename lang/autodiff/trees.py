@@ -12,10 +12,12 @@ from dl.lang.types import (
     FunctionRef,
     PrimitiveRef,
     StrType,
+    StructType,
     TapeType,
     TensorType,
     TupleType,
     Type,
+    Unknown,
 )
 
 
@@ -51,6 +53,18 @@ def is_active(t: Type | None) -> bool:
     if isinstance(t, TapeType):
         return is_active(t.item)
     return t is not None and has_float(t)
+
+
+def fixed_shape(t: Type | None) -> bool:
+    """Does every value of type `t` have one shape (no `_` size, which a loop's iterations may change)?"""
+    match t:
+        case TensorType(dims=dims):
+            return not any(isinstance(d, Unknown) for d in dims)
+        case TupleType(items=items):
+            return all(fixed_shape(item) for item in items)
+        case StructType(fields=fields):
+            return all(fixed_shape(field) for _, field in fields)
+    return False
 
 
 def float_literal(value: float, t: Type | None) -> ast.FloatLiteral:

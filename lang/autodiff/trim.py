@@ -42,7 +42,7 @@ class Trimming:
             (key[0], function)
             for key, function in round_.existing_backs.items()
             if function and key[2] in ("back", "bwd") and (key[0], function) in self.functions
-        }
+        } | (round_.adjoint_copies & self.functions.keys())
         self.copies: dict[tuple[Key, tuple[int, ...]], str] = {}  # (adjoint function, items read) -> its copy
 
     def run(self) -> None:
@@ -86,14 +86,7 @@ class Trimming:
         return replacements, made
 
     def resolve(self, path: str, func: ast.Expr) -> Key | None:
-        """The (module, function) a call's callee names: `g` in this module, or `alias.g` in an imported one."""
-        if isinstance(func, ast.Name):
-            return (path, func.id)
-        if isinstance(func, ast.Field) and isinstance(func.target, ast.Name):
-            imports = self.round.program.imports.get(path, [])
-            target = next((to for alias, to in imports if alias == func.target.id), None)
-            return (target, func.name) if target is not None else None
-        return None
+        return callee_key(self.round.program, path, func)
 
     def copy(self, callee: Key, wanted: tuple[int, ...], made: list[Key]) -> str:
         """The name of `callee`'s copy returning only the adjoints at `wanted`, made the first time it is asked."""
@@ -133,6 +126,17 @@ class Trimming:
             backs.pop(key)
             if key[2] == "bwd":
                 backs.pop((key[0], key[1], "fwd", key[3]), None)
+
+
+def callee_key(program, path: str, func: ast.Expr) -> Key | None:
+    """The (module, function) a call's callee names: `g` in this module, or `alias.g` in an imported one."""
+    if isinstance(func, ast.Name):
+        return (path, func.id)
+    if isinstance(func, ast.Field) and isinstance(func.target, ast.Name):
+        imports = program.imports.get(path, [])
+        target = next((to for alias, to in imports if alias == func.target.id), None)
+        return (target, func.name) if target is not None else None
+    return None
 
 
 def items_read(body: ast.Block | ast.Expr) -> dict[str, set[int] | None]:
