@@ -443,7 +443,9 @@ PRIMITIVES_LIST = (
         Prim.LOGSUMEXP,
         "`log(sum(exp(x)))`, computed stably",
         shapes.reduction("logsumexp", floats_only=True),
-        Templates((("x", "expand(d) * exp(x - expand(r))"),)),
+        # softmax, normalised by its own sum: `r` rounded (`1e7 + log 2` is `1e7 + 1` in f32) would have its error
+        # in `exp(x - r)` too, which the division takes out
+        Templates((("x", "expand(d) * exp(x - expand(r)) / total(exp(x - expand(r)))"),)),
     ),
     # With m the mean and n - c the count less the correction (at least 0), var is sum((x - m)^2) / (n - c): its
     # derivative is 2 (x - m) / (n - c) (m's own is zero: the deviations sum to 0), and std's that over 2 std,

@@ -2695,6 +2695,20 @@ fn f(x) {
 ZEROS_UNDER_SQRT = np.array([0.0, 1.0, 2.25, 0.0])
 
 case(
+    "power_with_a_learned_exponent_over_zeros",
+    "zeros",
+    """
+fn f(p, x) {
+    return mean(relu(x) ** p) ** (1.0 / p)
+}
+""",
+    (s(3.0), np.array([-1.0, 0.5, 2.0, 0.0])),
+    lambda p, x: torch.mean(torch.relu(x) ** p) ** (1.0 / p),
+    notes="generalised-mean pooling: the exponent's gradient is none where the base is 0 (`0 ** p` is "
+    "constant in p), as PyTorch's, where `d * r * log(a)` would be 0 * -inf",
+)
+
+case(
     "unused_result_of_a_called_loop",
     "zeros",
     """

@@ -447,6 +447,21 @@ def test_gradient_across_modules_with_default_arguments(tmp_path) -> None:
     np.testing.assert_allclose(dpred, 2.0 * 2.0 * (x - 2.0 * x) / x.size, rtol=1e-10)
 
 
+@pytest.mark.parametrize(
+    "x",
+    [[1e7, 1e7], [1000.0, 1000.0, -1000.0], [-20000.0, -20000.5, -20003.0], [[3e7, 3e7, 0.0], [1.0, 2.0, 3.0]]],
+)
+def test_logsumexp_gradient_is_softmax_in_f32(x) -> None:
+    """In f32, `logsumexp([1e7, 1e7])` rounds to `1e7 + 1`, not `1e7 + log 2`: `exp(x - r)` alone would be
+    `[0.368, 0.368]`; the gradient is the softmax, summing to 1, as JAX's."""
+    data = np.array(x, dtype=np.float32)
+    source = "fn f(x) { return sum(logsumexp(x, axis=-1)) }\nfn g(x) { return grad(f)(x) }\n"
+    got = pipeline.call(pipeline.load("<lse>.dl", source), "g", [data])
+    shifted = np.exp(data.astype(np.float64) - data.max(axis=-1, keepdims=True))
+    np.testing.assert_allclose(got, shifted / shifted.sum(axis=-1, keepdims=True), rtol=1e-6, atol=1e-7)
+    assert got.dtype == np.float32
+
+
 def test_hessian_vector_product_by_reverse_over_reverse() -> None:
     source = (
         "fn f(x) {\n    let y = x\n    let i = 0\n"

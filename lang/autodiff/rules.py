@@ -66,7 +66,8 @@ BINARY = {
     "-": ("d", "-d"),
     "*": ("d * b", "d * a"),
     "/": ("d / b", "-(d * r / b)"),
-    "**": ("d * b * a ** (b - 1.0)", "d * r * log(a)"),
+    # the exponent's: none where the base is 0 (`0 ** b` is constant in `b > 0`), as PyTorch and JAX
+    "**": ("d * b * a ** (b - 1.0)", "where(a == 0.0, 0.0, d * r * log(a))"),
     "%": ("d", "-(d * ((a - r) / b))"),
 }
 
