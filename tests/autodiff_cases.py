@@ -3278,6 +3278,28 @@ fn f(x) {
 )
 
 case(
+    "d2_recursion_whose_base_returns_an_argument",
+    "second order",
+    """
+fn power_times(a: f64, x: f64, n: i64) -> f64 {
+    if n == 0 {
+        return x
+    }
+    return a * power_times(a, x, n - 1)
+}
+
+fn f(a) {
+    return power_times(a, 2.0f64, 3)
+}
+""",
+    (s(1.5),),
+    lambda a: a**3 * 2.0,
+    second_order=True,
+    notes="grad(grad(f)) of a recursive function: the copy of its `_back` trimmed to `a`'s adjoint, `(f64, ())`, "
+    "calls itself, and keeps that type for the second round",
+)
+
+case(
     "d2_loop_with_continue",
     "second order",
     """

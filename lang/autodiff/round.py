@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 from dl.lang import ast
 from dl.lang.autodiff.body import FunctionBody
@@ -50,6 +51,7 @@ class Round:
         self.pending: list[Callable[[], list[ast.FnDecl]]] = []  # makers of the functions asked for
         self.modules_of: dict[int, str] | None = None  # id of a top-level function -> its module's path
         self.declarations: dict[str, dict[str, ast.Decl]] = {}  # `declared`, by module path
+        self.current: Site | None = None  # the site being differentiated
         # (module path, name) of a function made here -> the names of its variables that hold adjoints, and those
         # of them whose shape no loop changes (`note_adjoints`, for zeros.py)
         self.adjoint_names: dict[tuple[str, str], frozenset[str]] = {}
@@ -60,6 +62,7 @@ class Round:
         replacements: dict[str, dict[int, object]] = {path: {} for path in self.program.modules}
         problems: list[Diagnostic] = []
         for site in sites:
+            self.current = site
             try:
                 made = {path: len(added) for path, added in self.added.items()}
                 replacement = self.site(site)
@@ -133,7 +136,17 @@ class Round:
             return ast.Name(function, span)
         alias = next((a for a, target in self.program.imports.get(from_path, []) if target == to_path), None)
         if alias is None:
-            raise NotDifferentiable(f"`grad` needs `{function}`'s module imported here", span)
+            # (at the `grad` call: the code it is made for may be a module the program cannot change, the stdlib's)
+            where = f"{span.path}:{span.line}:{span.column}" if span != UNKNOWN_SPAN else Path(from_path).name
+            raise NotDifferentiable(
+                f"`grad` cannot write this derivative: the code at {where} would name `{function}`, and its "
+                f"module does not import `{function}`'s ({Path(to_path).name})",
+                self.current.call.span if self.current is not None else span,
+                (
+                    "help: a struct built there field by field (`tree_map` in `optim`) can be a tuple instead "
+                    "(`(w, b)`), which needs no name; or write that step in a module that imports it",
+                ),
+            )
         return ast.Field(ast.Name(alias, span), function, span)
 
     # -------------------------------------------------------------- entry points

@@ -100,8 +100,16 @@ class Trimming:
                 item if position in wanted else ast.TupleLiteral(()) for position, item in enumerate(last.value.items)
             )
             body = prune([*stmts, dataclasses.replace(last, value=ast.TupleLiteral(items))], self.round.effectful())
-            body = ast.Block(tuple(body))  # the result unannotated: a `_back`'s annotation names every adjoint
-            self.functions[(path, name)] = dataclasses.replace(original, name=name, result=None, body=body)
+            body = ast.Block(tuple(body))
+            # a `_back`'s annotation, with `()` where the copy returns nothing: a recursive copy's calls of itself
+            # have their type (a later round differentiates them, `grad(grad(f))`)
+            result = original.result
+            if isinstance(result, ast.TupleTypeExpr) and len(result.items) == len(items):
+                kept = [t if position in wanted else ast.TupleTypeExpr(()) for position, t in enumerate(result.items)]
+                result = dataclasses.replace(result, items=tuple(kept))
+            else:
+                result = None
+            self.functions[(path, name)] = dataclasses.replace(original, name=name, result=result, body=body)
             self.adjoints.add((path, name))
             made.append((path, name))
         return self.copies[(callee, wanted)]
