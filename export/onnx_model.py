@@ -1397,6 +1397,7 @@ HANDLERS: dict[Prim, Callable[[Call], Any]] = {
     Prim.INT: to_int,
     Prim.ASSERT: assertion,
     Prim.ZEROS_LIKE: zeros_like,
+    Prim.STOP_GRADIENT: lambda call: call.values[0],
     Prim.RESHAPE_LIKE: reshape_like,
     Prim.EXPAND_DIMS: expand_dims,
     Prim.TREE_ADD: tree_add,

@@ -1882,6 +1882,7 @@ IMPLEMENTATIONS = {
     Prim.PRINT: on_rank_zero(print_values),
     Prim.TIME: clock,
     Prim.ZEROS_LIKE: zeros_like,
+    Prim.STOP_GRADIENT: lambda x: x,
     Prim.UNBROADCAST: unbroadcast,
     Prim.RESHAPE_LIKE: reshape_like,
     Prim.EXPAND_DIMS: expand_dims,

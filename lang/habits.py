@@ -427,7 +427,8 @@ METHODS = {
     "backward": "help: DL has no `.backward()`: `grad(loss_fn)(params, ...)` returns the gradient (docs/autodiff.md)",
     "grad": "help: DL keeps no `.grad`: `grad(loss_fn)(params, ...)` returns the gradient (docs/autodiff.md)",
     "item": "help: `{x}` is a value already: use it as it is (`float({x})` converts)",
-    "detach": "help: DL differentiates only what `grad` is asked for: use `{x}` as it is",
+    "detach": "help: `stop_gradient({x})` is `{x}` with no gradient through it; DL differentiates only what `grad` "
+    "is asked for",
     "numpy": "help: DL's tensors are values already: use `{x}` as it is",
     "append": "help: a tensor's length is fixed: join with `concat(({x}, [value]))`, or make it whole with `zeros(n)` "
     "and set `{x}[i] = value`",

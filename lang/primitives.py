@@ -97,6 +97,7 @@ class Prim(Enum):
     TIME = "time"
     # what derivative code is written with (lang/autodiff/); ordinary built-ins users may call too
     ZEROS_LIKE = "zeros_like"
+    STOP_GRADIENT = "stop_gradient"
     UNBROADCAST = "unbroadcast"
     RESHAPE_LIKE = "reshape_like"
     EXPAND_DIMS = "expand_dims"
@@ -789,6 +790,15 @@ PRIMITIVES_LIST = (
         ONE,
         shapes.zeros_like_rule,
         INPUT,
+    ),
+    # JAX's `stop_gradient`, PyTorch's `detach`: a target network's values, a straight-through estimator
+    not_differentiable(
+        Prim.STOP_GRADIENT,
+        "derivative",
+        "`x` itself (a tensor or a tree), which `grad` takes as a constant: no gradient flows through it",
+        ONE,
+        shapes.stop_gradient_rule,
+        "it stops the gradient: its value is a constant to `grad`",
     ),
     linear(
         Prim.UNBROADCAST,

@@ -1291,6 +1291,11 @@ def zeros_like_rule(args: list[Argument]) -> Type:
     return differentiable_value(args[0].type, "zeros_like")
 
 
+def stop_gradient_rule(args: list[Argument]) -> Type:
+    t = args[0].type
+    return t if isinstance(t, TensorType) else differentiable_value(t, "stop_gradient")
+
+
 def unbroadcast_rule(args: list[Argument]) -> Type:
     x = tensor(args[0].type, "`unbroadcast`")
     like = tensor(args[1].type, "`unbroadcast`")

@@ -716,6 +716,9 @@ class Builder:
     def zeros_like(self, dtype: str, shape: Shape, depth: int) -> str:
         return f"zeros_like({self.expr(dtype, shape, depth)})"
 
+    def stop_gradient(self, dtype: str, shape: Shape, depth: int) -> str:
+        return f"stop_gradient({self.expr(dtype, shape, depth)})"
+
     def tree_dot(self, dtype: str, shape: Shape, depth: int) -> str:
         """`tree_dot` of a pair of float tensors, as a scalar."""
         left = self.expr(dtype, (2,), depth)
@@ -1037,6 +1040,7 @@ PRODUCTIONS = (
     ("one_hot", lambda d, s: d == "f32" and len(s) >= 1),
     ("broadcast_to", lambda d, s: len(s) >= 1),
     ("zeros_like", lambda d, s: True),
+    ("stop_gradient", lambda d, s: True),
     ("tree_map", lambda d, s: d in NUMBERS),
     ("tree_dot", lambda d, s: d in FLOATS and not s),
     ("unbroadcast", lambda d, s: len(s) < MAX_RANK),

@@ -148,6 +148,7 @@ CORPUS_FUNCTIONS = [
     "clipped",
     "ranked",
     "padded",
+    "frozen",
 ]
 
 

@@ -1397,6 +1397,41 @@ def test_zeros_like(shape, dtype, seed) -> None:
     check(zeros[1][1], np.float32(0), F32)
 
 
+@needs_torch
+def test_stop_gradient_is_the_value_with_no_gradient() -> None:
+    """The value itself, of a tensor or a tree, and no gradient through it, as PyTorch's `detach`: a
+    straight-through estimator (rounding forward, the identity's gradient back) and a frozen target."""
+    source = (
+        "struct Net { w: f32[3], b: f32 }\n"
+        "fn straight_through(x: f32[3]) -> f32 { return sum((x + stop_gradient(round(x) - x)) ** 2) }\n"
+        "fn target(net: Net, x: f32[3]) -> f32 {\n"
+        "    let frozen = stop_gradient(net)\n"
+        "    return (sum(net.w * x) + net.b - (sum(frozen.w * x) + frozen.b) * 0.5) ** 2\n"
+        "}\n"
+        "fn main() {\n"
+        "    let x = [0.3, 1.7, -2.4]\n"
+        "    let net = Net { w: [0.5, -1.0, 2.0], b: 0.25 }\n"
+        "    print(stop_gradient(x), stop_gradient((x, 2)), stop_gradient(net).b, stop_gradient(1.5))\n"
+        "    print(grad(straight_through)(x))\n"
+        "    let g = grad(target)(net, x)\n"
+        "    print(g.w, g.b)\n"
+        "}\n"
+    )
+    lines = dl_main(source).splitlines()
+    assert lines[0] == "[ 0.3  1.7 -2.4] ([ 0.3  1.7 -2.4], 2) 0.25 1.5"
+    x = torch.tensor([0.3, 1.7, -2.4], requires_grad=True)
+    (torch.sum((x + (torch.round(x) - x).detach()) ** 2)).backward()
+    np.testing.assert_allclose(np.array(lines[1].strip("[]").split(), dtype=np.float32), x.grad.numpy(), rtol=1e-6)
+    w = torch.tensor([0.5, -1.0, 2.0], requires_grad=True)
+    b = torch.tensor(0.25, requires_grad=True)
+    xs = torch.tensor([0.3, 1.7, -2.4])
+    ((w * xs).sum() + b - ((w.detach() * xs).sum() + b.detach()) * 0.5).pow(2).backward()
+    got_w, got_b = lines[2].rsplit(" ", 1)
+    np.testing.assert_allclose(np.array(got_w.strip("[]").split(), dtype=np.float32), w.grad.numpy(), rtol=1e-6)
+    np.testing.assert_allclose(float(got_b), b.grad.item(), rtol=1e-6)
+    assert checker_codes('stop_gradient("text")') == ["E0311"]
+
+
 def test_zeros_like_of_structs_and_tapes_and_errors() -> None:
     source = (
         "struct L { w: f32[2, 3], b: f64[3] }\n"
@@ -2715,6 +2750,7 @@ PRIM_TESTS: dict[Prim, tuple[str, ...]] = {
         "test_time_is_kept_in_derivative_code",
     ),
     Prim.ZEROS_LIKE: ("test_zeros_like", "test_zeros_like_of_structs_and_tapes_and_errors"),
+    Prim.STOP_GRADIENT: ("test_stop_gradient_is_the_value_with_no_gradient",),
     Prim.UNBROADCAST: (
         "test_unbroadcast_sums_down_to_the_shape",
         "test_unbroadcast_examples_and_errors",
