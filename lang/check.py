@@ -2770,17 +2770,23 @@ def wrt_positions(node: ast.Expr | None) -> int | tuple[int, ...] | None:
 
 
 def gradient_problem(
-    name: str, result: Type, args: list[Type], positions: tuple[int, ...], span: Span
+    name: str, result: Type, args: list[Type], positions: tuple[int, ...], span: Span, aux_option: str = ""
 ) -> Diagnostic | None:
     """Why `name` (`grad` or `value_and_grad`) cannot differentiate a function returning `result` called with
     `args` with respect to `positions`: E0330 unless it returns a float scalar, E0331 for a position without
-    floats. None when it can."""
+    floats. None when it can. `aux_option`: how to ask for `has_aux` where it is not `grad`'s keyword (the CLI's
+    `--has-aux`)."""
     if not (isinstance(result, TensorType) and result.rank == 0 and strong(result).dtype in FLOATS):
         fix = "reduce the result to a scalar first, for example with `sum(...)` or `mean(...)`"
         if result == UNIT:
             fix = "end the function with `return` of its loss: a last line with no `return` gives nothing"
+        elif isinstance(result, TensorType) and result.rank == 0:
+            fix = f"{'a bool' if result.dtype == 'bool' else 'an integer'} has no gradient"
+            if not any(has_float(a) for a in args):
+                fix += ", and the call gives the function no floats: pass floats (`3.0`, not `3`)"
         elif isinstance(result, TupleType) and len(result.items) == 2 and isinstance(result.items[0], TensorType):
-            fix = f"for `(loss, aux)`, say so: `{name}(f, has_aux=true)` differentiates the loss and returns aux too"
+            option = aux_option or f"`{name}(f, has_aux=true)`"
+            fix = f"for `(loss, aux)`, say so: {option} differentiates the loss and returns aux too"
         return error(
             "E0330",
             f"`{name}` needs a function that returns a float scalar, but it returns {result}",

@@ -203,7 +203,7 @@ def check_request(
                 if problem is not None:
                     raise DiagnosticError([problem])
                 result = result.items[0]
-            problem = gradient_problem(name, result, args, positions, decl.name_span)
+            problem = gradient_problem(name, result, args, positions, decl.name_span, "`dlrun grad --has-aux`")
             if problem is not None:
                 raise DiagnosticError([problem])
 
