@@ -462,6 +462,47 @@ def test_logsumexp_gradient_is_softmax_in_f32(x) -> None:
     assert got.dtype == np.float32
 
 
+RECOMPUTED_DRAWS = """
+fn branch(w: f32[3], flag: bool) -> f32 {
+    let s = 0.0
+    if flag {
+        let e = randn(3)
+        s = sum(w * e) + sum(w * randn(3)) * 0.5
+    }
+    return s
+}
+
+fn nested(w: f32[3]) -> f32 {
+    let s = 0.0
+    for i in 0..2 {
+        for j in 0..3 {
+            s = s + sum(w * rand(3))
+        }
+    }
+    return s
+}
+
+fn both(w: f32[3]) -> (f32, f32[3], f32, f32[3], f32[3]) {
+    let (a, da) = value_and_grad(branch)(w, true)
+    let (b, db) = value_and_grad(nested)(w)
+    return (a, da, b, db, grad(branch)(w, true))
+}
+"""
+
+
+@pytest.mark.parametrize("backend", ["interp", "llvm"])
+def test_random_draws_run_again_draw_the_same_numbers(backend: str) -> None:
+    """The backward sweep runs a branch again, and a loop with a loop inside: an unseeded draw there is given a
+    seed, so the gradient is of the noise the value saw. With `w` all ones each function is linear in `w` with
+    the noise as coefficients, so the value is the sum of the gradient's elements."""
+    program = pipeline.load("<draws>.dl", RECOMPUTED_DRAWS)
+    a, da, b, db, again = pipeline.call(program, "both", [np.ones(3, dtype=np.float32)], backend=backend)
+    np.testing.assert_allclose(float(a), float(np.sum(da)), rtol=1e-5)
+    np.testing.assert_allclose(float(b), float(np.sum(db)), rtol=1e-5)
+    assert np.all(db > 0) and np.all(db < 6)  # six uniform draws per element
+    assert not np.array_equal(again, da), "each call draws from the run's stream: other noise"
+
+
 def test_hessian_vector_product_by_reverse_over_reverse() -> None:
     source = (
         "fn f(x) {\n    let y = x\n    let i = 0\n"

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from dl.lang import ast
 from dl.lang.autodiff.anf import ForwardSweep
-from dl.lang.autodiff.lowering import Lowering, lift_returns
+from dl.lang.autodiff.lowering import Lowering, lift_returns, seeded_draws
 from dl.lang.autodiff.records import Sweep, kept_or_made
 from dl.lang.autodiff.reverse import BackwardSweep
 from dl.lang.autodiff.simplify import prune
@@ -296,6 +296,7 @@ class FunctionBody(ForwardSweep, BackwardSweep):
         else:
             stmts = [ast.Return(decl.body, decl.body.span)]
         self.result_type = self.return_type(stmts)
+        stmts = seeded_draws(self, stmts)
         lowering = Lowering(self)
         stmts = lowering.block(stmts, None)
         prefix = lowering.prelude

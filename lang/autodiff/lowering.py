@@ -1,10 +1,13 @@
 """Control flow made ready for the sweeps, before A-normal form: `for` becomes `while`, `break`, `continue`
 and `return` inside loops become flags (`LoopFlags`), and a `return` inside an `if` takes the statements after
-the `if` into its branches (`lift_returns`), so every `return` ends its function's body.
+the `if` into its branches (`lift_returns`), so every `return` ends its function's body. Before that, the
+random draws inside an `if` or a loop are given seeds (`seeded_draws`), so that a branch run again draws
+the same numbers.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING
 
 from dl.lang import ast
@@ -20,9 +23,11 @@ from dl.lang.autodiff.trees import (
 )
 from dl.lang.check import zips
 from dl.lang.diagnostics import Span
+from dl.lang.primitives import PRIMITIVES, Prim
 from dl.lang.types import (
     ANY,
     I64,
+    PrimitiveRef,
     TensorType,
     TupleType,
     Type,
@@ -240,3 +245,87 @@ def lift_returns(stmts: list[ast.Stmt]) -> list[ast.Stmt]:
             orelse = lift_returns([*as_stmts(stmt.orelse), *rest])
             return [*stmts[:position], ast.If(stmt.cond, ast.Block(tuple(then)), ast.Block(tuple(orelse)), stmt.span)]
     return [*stmts, ast.Return(None)]
+
+
+class SeededDraws:
+    """`seeded_draws`: the draws in the blocks of `if`s and loops, each given `seed=`."""
+
+    def __init__(self, body: FunctionBody) -> None:
+        self.body = body
+        self.base = ""  # the names of the seed drawn ahead and of the count of draws, once a draw needs them
+        self.count = ""
+
+    def block(self, stmts, nested: bool) -> list[ast.Stmt]:
+        out: list[ast.Stmt] = []
+        for stmt in stmts:
+            match stmt:
+                case ast.If(then=then, orelse=orelse):
+                    new_else = orelse
+                    if isinstance(orelse, ast.Block):
+                        new_else = ast.Block(tuple(self.block(orelse.body, True)), orelse.span)
+                    elif isinstance(orelse, ast.If):
+                        (new_else,) = self.block([orelse], True)
+                    new_then = ast.Block(tuple(self.block(then.body, True)), then.span)
+                    out.append(dataclasses.replace(stmt, then=new_then, orelse=new_else))
+                case ast.While(body=inner) | ast.For(body=inner):
+                    new_body = ast.Block(tuple(self.block(inner.body, True)), inner.span)
+                    out.append(dataclasses.replace(stmt, body=new_body))
+                case _ if nested:
+                    out += self.seeded(stmt)
+                case _:
+                    out.append(stmt)
+        return out
+
+    def seeded(self, stmt: ast.Stmt) -> list[ast.Stmt]:
+        """`stmt` with its unseeded draws given seeds, after the count of draws goes up by their number."""
+        draws = [n for n in ast.walk_scope(stmt) if isinstance(n, ast.Call) and self.unseeded(n)]
+        if not draws:
+            return [stmt]
+        if not self.base:
+            self.base = self.body.fresh_user_name("draw_seed")
+            self.count = self.body.fresh_user_name("draws")
+        replacements = {}
+        for k, draw in enumerate(draws):  # the count before the statement, plus k
+            seed = self.integer(ast.Binary("-", name(self.count), ast.IntLiteral(len(draws) - k)))
+            seed = self.integer(ast.Binary("+", name(self.base), seed))
+            seeded = dataclasses.replace(draw, keywords=(*draw.keywords, ast.Keyword("seed", seed, draw.span)))
+            self.body.node_types.carry(draw, seeded)
+            replacements[id(draw)] = seeded
+        new = ast.replace_nodes(stmt, replacements)
+        self.body.node_types.carry(stmt, new)
+        counted = self.integer(ast.Binary("+", name(self.count), ast.IntLiteral(len(draws))))
+        return [assign(name(self.count), counted, stmt.span), new]
+
+    def unseeded(self, node: ast.Call) -> bool:
+        callee = self.body.type_of(node.func)
+        if not (isinstance(callee, PrimitiveRef) and PRIMITIVES[callee.prim].random):
+            return False
+        seed = next((k.value for k in node.keywords if k.name == "seed"), None)
+        return seed is None or (isinstance(seed, ast.Name) and seed.id == "none")
+
+    def integer(self, node: ast.Expr) -> ast.Expr:
+        self.body.node_types.give(node, I64)
+        return node
+
+    def prelude(self) -> list[ast.Stmt]:
+        """The seed, one draw from the run's stream (so each run of the function draws other numbers), and the
+        count of draws made."""
+        draw = call("rand", dtype=name("f64"))
+        scaled = ast.Binary("*", draw, ast.FloatLiteral(4294967296.0))
+        for node in (draw, scaled):
+            self.body.node_types.give(node, TensorType("f64"))
+        self.body.node_types.give(draw.func, PrimitiveRef(Prim.RAND))
+        seed = self.integer(call("int", scaled))
+        self.body.node_types.give(seed.func, PrimitiveRef(Prim.INT))
+        return [let(self.base, seed), let(self.count, self.integer(ast.IntLiteral(0)))]
+
+
+def seeded_draws(body: FunctionBody, stmts: list[ast.Stmt]) -> list[ast.Stmt]:
+    """The random draws without `seed=` inside an `if` or a loop, given one: `draw_seed + k` for the `k`-th draw
+    the function makes there, `draw_seed` drawn once from the run's stream ahead of them. The backward sweep
+    runs a branch again (and an iteration of a loop with a loop inside), the variables it assigns restored,
+    the count of draws among them: the same seeds draw the same numbers, where the run's stream would give
+    others, a gradient for noise the value never saw."""
+    seeding = SeededDraws(body)
+    out = seeding.block(stmts, nested=False)
+    return [*seeding.prelude(), *out] if seeding.base else stmts
