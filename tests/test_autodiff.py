@@ -21,6 +21,7 @@ import pytest
 import torch
 from autodiff_cases import CASES, Case, Struct
 from dl import pipeline
+from dl.lang.diagnostics import DiagnosticError
 from dl.runtime.values import StructValue
 
 CASES_BY_NAME = {case.name: case for case in CASES}
@@ -501,6 +502,80 @@ def test_random_draws_run_again_draw_the_same_numbers(backend: str) -> None:
     np.testing.assert_allclose(float(b), float(np.sum(db)), rtol=1e-5)
     assert np.all(db > 0) and np.all(db < 6)  # six uniform draws per element
     assert not np.array_equal(again, da), "each call draws from the run's stream: other noise"
+
+
+ZEROS_OF_THE_PROGRAM = """
+fn scaled(x: f32[3]) -> f32 {
+    return sum(sqrt(x)) * 0.0
+}
+
+fn parts(x: f32[3]) -> (f32, f32) {
+    let s = 0.0
+    for i in 0..2 {
+        s = s + sum(sqrt(x))
+    }
+    return (s, sum(x * x))
+}
+
+fn weighted(x: f32[3]) -> f32 {
+    let (r, t) = parts(x)
+    return r * 0.0 + t
+}
+
+fn last_update_unread(x: f32[3]) -> f32 {
+    let h = x
+    let acc = 0.0
+    for i in 0..3 {
+        acc = acc + sum(h)
+        h = sqrt(h)
+    }
+    return acc
+}
+
+fn all(x: f32[3]) -> (f32[3], f32[3], f32[3]) {
+    return (grad(scaled)(x), grad(weighted)(x), grad(last_update_unread)(x))
+}
+"""
+
+
+@pytest.mark.parametrize("backend", ["interp", "llvm"])
+def test_zeros_of_the_program_against_pytorch(backend: str) -> None:
+    """Where the program multiplies by 0.0 its own values, PyTorch's NaN (0 * inf of `sqrt` at 0) stays; where
+    a loop's last `sqrt` makes what nothing reads, it has no gradient (PyTorch's inf from the earlier ones)."""
+    x = np.array([0.0, 1.0, 2.0], dtype=np.float32)
+    got = pipeline.call(pipeline.load("<zeros>.dl", ZEROS_OF_THE_PROGRAM), "all", [x], backend=backend)
+
+    def last_update_unread(t):
+        h, acc = t, 0.0
+        for _ in range(3):
+            acc, h = acc + h.sum(), torch.sqrt(h)
+        return acc
+
+    for made, function in zip(
+        got,
+        (
+            lambda t: torch.sqrt(t).sum() * 0.0,
+            lambda t: 2 * torch.sqrt(t).sum() * 0.0 + (t * t).sum(),
+            last_update_unread,
+        ),
+        strict=True,
+    ):
+        t = torch.tensor(x, requires_grad=True)
+        function(t).backward()
+        np.testing.assert_allclose(made, t.grad.numpy(), rtol=1e-6, equal_nan=True)
+
+
+def test_a_loop_of_the_program_runs_whose_values_nothing_reads() -> None:
+    """The backward sweep's idle loops are dropped; the program's own loops run as written, and an index out
+    of range in one is still the error it is without `grad`."""
+    source = (
+        "fn f(x: f32[3]) -> f32 {\n    let i = 0\n    let acc = 0.0\n"
+        "    while i < 5 {\n        acc = acc + x[i]\n        i += 1\n    }\n    return sum(x * x)\n}\n"
+        "fn g(x: f32[3]) -> f32[3] { return grad(f)(x) }\n"
+    )
+    with pytest.raises(DiagnosticError) as raised:
+        pipeline.call(pipeline.load("<loop>.dl", source), "g", [np.ones(3, dtype=np.float32)])
+    assert raised.value.diagnostics[0].code == "E0501"
 
 
 def test_hessian_vector_product_by_reverse_over_reverse() -> None:

@@ -2,15 +2,19 @@
 
 A backward sweep starts some adjoints at zero and runs the code that would carry them back: the adjoint of a
 result the caller does not use (`let (loss, state) = step(x)` reading `loss` alone gives `step_bwd` zeros for
-`state`), of a loop's variable that nothing after the loop reads, of the aux of `has_aux`. That code costs a
-sweep, and it is not zero where a derivative is infinite: zeros through `sqrt` at 0 are `0 * inf`, NaN, added
-into a gradient that nothing there flows into. PyTorch never computes them (an unused output has no gradient)
-and JAX's zeros are symbolic; so here.
+`state`), of what a loop's last iteration makes that nothing after the loop reads, of the aux of `has_aux`.
+That code costs a sweep, and it is not zero where a derivative is infinite: zeros through `sqrt` at 0 are
+`0 * inf`, NaN, added into a gradient that nothing there flows into. PyTorch never computes them (an unused
+output has no gradient) and JAX's zeros are symbolic; so here.
 
 What is known to be zeros is followed forwards through the statements that hold adjoints (`Round.adjoint_names`):
 `zeros_like(...)`, a product with zeros, a linear primitive of zeros (`linear_in` in the primitive table), an
 item of a tuple of them; through `if` (zeros on both branches) and loops (zeros at every iteration, found as a
-fixed point). Then:
+fixed point; a backward loop's first iteration, which may know more, written apart). A literal 0 keeps the
+zeros of a sum or a `where` but starts none: the program's own `x * 0.0` is NaN at infinity, as in PyTorch.
+The backward sweep's loops left with nothing to do are dropped (`prune_sweeps`).
+Not followed: a struct's fields one by one (a struct with one field set is not known), and tapes of adjoints
+(a second derivative's). Then:
 
 - adding zeros into an adjoint (`d_x = d_x + c`, `d_x += c`) is dropped, and so is assigning zeros to an adjoint
   that already holds zeros;
@@ -31,9 +35,10 @@ from typing import TYPE_CHECKING
 
 from dl.lang import ast
 from dl.lang.autodiff.rules import bound_arguments
-from dl.lang.autodiff.simplify import prune
+from dl.lang.autodiff.simplify import pops_a_tape, prune_sweeps
 from dl.lang.autodiff.trees import call
 from dl.lang.autodiff.trim import callee_key, renamed
+from dl.lang.calls import BindingError
 from dl.lang.primitives import BY_NAME, PRIMITIVES
 
 if TYPE_CHECKING:
@@ -63,6 +68,11 @@ def join(a: Zeros, b: Zeros) -> Zeros:
     return False
 
 
+def known_items(items: tuple[Zeros, ...]) -> Zeros:
+    """What is known of a tuple of `items`: nothing, where nothing is known of any."""
+    return items if any(item is True or isinstance(item, tuple) for item in items) else False
+
+
 def all_zeros(known: Zeros) -> bool:
     return known is True or (isinstance(known, tuple) and all(all_zeros(item) for item in known))
 
@@ -81,6 +91,9 @@ class Value:
     expr: ast.Expr
     known: Zeros = False
     exact: bool = True
+    # a literal 0 (`where(c, d, 0.0)`): it keeps the zeros of an operation linear in it and others, but is not
+    # known to be zeros itself: the program's own `x * 0.0` computes as PyTorch's does (NaN for `inf * 0.0`)
+    literal_zero: bool = False
 
 
 class Following:
@@ -123,7 +136,7 @@ class Following:
         state = {p.name: known for p, known in zip(original.params, given, strict=True) if p.name in adjoints}
         body = Body(self, path, adjoints, self.round.fixed_adjoints[key])
         stmts = body.block(original.body.body, state)
-        stmts = prune(stmts, self.round.effectful())
+        stmts = prune_sweeps(stmts, self.round.effectful())
         self.functions[(path, name)] = dataclasses.replace(original, name=name, body=ast.Block(tuple(stmts)))
         returned = body.returned if body.returned is not None else False
         self.done[(key, given)] = (name, returned)
@@ -199,6 +212,8 @@ class Body:
                 state.clear()
                 state.update(join_states(then_state, else_state))
                 return [dataclasses.replace(stmt, then=new_then, orelse=new_else)]
+            case ast.While(cond=cond, body=body) if pops_a_tape(cond):
+                return self.backward_loop(stmt, body, state)
             case ast.While(body=body) | ast.For(body=body):
                 entry = self.fixed_point(body, state)
                 state.clear()
@@ -214,6 +229,20 @@ class Body:
                     if isinstance(var, ast.Name) and var.id in self.adjoints:
                         state[var.id] = False
         return [stmt]
+
+    def backward_loop(self, stmt: ast.While, body: ast.Block, state: dict[str, Zeros]) -> list[ast.Stmt]:
+        """A backward sweep's loop, its first iteration written apart where it knows more zeros than the rest:
+        the last iteration of the forward loop, whose new values nothing read (`h = sqrt(h)` there, `h` not
+        read after the loop), has zeros for their adjoints, which later iterations do not."""
+        first_state = dict(state)
+        first = ast.Block(tuple(self.block(body.body, first_state)), body.span)
+        entry = self.fixed_point(body, join_states(state, first_state))  # (the loop may not run at all)
+        state.clear()
+        state.update(entry)
+        rest = ast.Block(tuple(self.block(body.body, dict(entry))), body.span)
+        if first == rest:
+            return [dataclasses.replace(stmt, body=rest)]
+        return [ast.If(stmt.cond, first, None, stmt.span), dataclasses.replace(stmt, body=rest)]
 
     def fixed_point(self, body: ast.Block, state: dict[str, Zeros]) -> dict[str, Zeros]:
         """What is known at the top of every iteration of a loop entered with `state`: what holds at its entry
@@ -283,7 +312,7 @@ class Body:
             case ast.Name(id=var):
                 return Value(expr, state.get(var, False))
             case ast.IntLiteral(value=0) | ast.FloatLiteral(value=0.0):
-                return Value(expr, True, True)
+                return Value(expr, False, True, literal_zero=True)
             case ast.Unary(op="-", operand=operand):
                 inner = self.value(operand, state)
                 return Value(dataclasses.replace(expr, operand=inner.expr), inner.known is True, inner.exact)
@@ -293,7 +322,7 @@ class Body:
                 return self.made(dataclasses.replace(expr, lhs=a.expr, rhs=b.expr), zeros, exact_zeros(a, b), (a, b))
             case ast.Binary(op="+" | "-", lhs=lhs, rhs=rhs):
                 a, b = self.value(lhs, state), self.value(rhs, state)
-                zeros = a.known is True and b.known is True
+                zeros = jointly_zeros((a, b))
                 return self.made(dataclasses.replace(expr, lhs=a.expr, rhs=b.expr), zeros, a.exact and b.exact, (a, b))
             case ast.Index(target=target, indices=indices):
                 inner = self.value(target, state)
@@ -309,7 +338,7 @@ class Body:
             case ast.TupleLiteral(items=items):
                 values = [self.value(item, state) for item in items]
                 new = dataclasses.replace(expr, items=tuple(exactly(v) for v in values))
-                return Value(new, tuple(v.known for v in values))
+                return Value(new, known_items(tuple(v.known for v in values)))
             case ast.Call(func=func):
                 return self.call_value(expr, func, state)
         return Value(expr)
@@ -344,7 +373,7 @@ class Body:
             return Value(expr)
         try:
             named, variadic = bound_arguments(primitive, expr, None)
-        except (TypeError, ValueError):  # (not a call of the built-in's signature: nothing is known of it)
+        except BindingError:  # (not a call of the built-in's signature: nothing is known of it)
             return Value(expr)
         linear = [named.get(p) for p in sorted(primitive.linear_in)]
         if primitive.signature.variadic is not None and primitive.signature.variadic[0] in primitive.linear_in:
@@ -357,19 +386,25 @@ class Body:
         if primitive.product:
             zeros, exact = any(product_zeros(p) for p in parts), exact_zeros(*parts)
         else:
-            zeros, exact = all(all_zeros(p.known) for p in parts), all(p.exact for p in parts)
+            zeros, exact = jointly_zeros(parts), all(p.exact for p in parts)
         return self.made(rewritten, zeros, exact, tuple(parts))
 
 
 def product_zeros(factor: Value) -> bool:
-    """Does `factor` make a product zeros? An adjoint known to be zeros does; a literal 0 does not (a product
-    the program's derivative writes with `0.0` computes as the program's own code would)."""
-    return factor.known is True and not isinstance(factor.expr, ast.IntLiteral | ast.FloatLiteral)
+    """Does `factor` make a product zeros? An adjoint known to be zeros does."""
+    return factor.known is True
+
+
+def jointly_zeros(parts) -> bool:
+    """Is an operation linear in all of `parts` together zeros? Where each is known to be zeros, or a literal 0,
+    and one at least is known (literals alone are the program's own arithmetic)."""
+    known = [all_zeros(p.known) for p in parts]
+    return any(known) and all(k or p.literal_zero for k, p in zip(known, parts, strict=True))
 
 
 def exact_zeros(*factors: Value) -> bool:
     """Is a product of `factors` zeros when it runs? Where every factor is (else a zero times an infinity is NaN)."""
-    return all(f.known is True and f.exact for f in factors)
+    return all((f.known is True or f.literal_zero) and f.exact for f in factors)
 
 
 def exactly(found: Value) -> ast.Expr:
