@@ -3278,6 +3278,34 @@ fn f(x) {
 )
 
 case(
+    "return_of_a_tuple_inside_a_loop",
+    "calls",
+    """
+fn g(x: f64[3]) -> (f64, f64[3]) {
+    let a = 0.0f64
+    let u = x
+    for i in 0..3 {
+        if a > 50.0 {
+            return (a, u)
+        }
+        a = a + sum(x * x)
+        u = u * x
+    }
+    return (a, u)
+}
+
+fn f(x) {
+    let (a, u) = g(x)
+    return a + sum(u) * 0.5
+}
+""",
+    (np.array([3.0, 3.0, 3.0]) + 0.1 * normal(185, 3),),
+    lambda x: returned_in_a_loop(x),
+    notes="the early return's value waits in a variable made before the loop: a tuple of a scalar and a vector, "
+    "made of `zeros` given its type",
+)
+
+case(
     "d2_recursion_whose_base_returns_an_argument",
     "second order",
     """
@@ -3351,3 +3379,12 @@ def loop_with_continue(x):
             continue
         t = t + torch.sin(x) * x
     return t * x
+
+
+def returned_in_a_loop(x):
+    a, u = torch.tensor(0.0, dtype=torch.float64), x
+    for _ in range(3):
+        if a.item() > 50.0:
+            return a + u.sum() * 0.5
+        a, u = a + (x * x).sum(), u * x
+    return a + u.sum() * 0.5

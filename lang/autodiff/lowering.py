@@ -111,8 +111,17 @@ class Lowering:
                 let(self.returned, ast.BoolLiteral(False)),
                 let(self.return_value, placeholder(self.body.result_type, stmt.span)),
             ]
-            self.body.node_types.give(self.prelude[-1].value, self.body.result_type)
+            self.typed(self.prelude[-1].value, self.body.result_type)
         return self.returned, self.return_value
+
+    def typed(self, value: ast.Expr, t: Type) -> None:
+        """Give a placeholder's nodes their types: `(0.0, zeros(3, dtype=f32))` for `(f32, f32[3])`."""
+        self.body.node_types.give(value, t)
+        if isinstance(value, ast.TupleLiteral) and isinstance(t, TupleType):
+            for item, item_type in zip(value.items, t.items, strict=True):
+                self.typed(item, item_type)
+        elif isinstance(value, ast.Call):
+            self.body.node_types.give(value.func, PrimitiveRef(Prim.ZEROS))
 
     def for_to_while(self, stmt: ast.For) -> tuple[list[ast.Stmt], ast.Expr, list[ast.Stmt]]:
         body = self.body
