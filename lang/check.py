@@ -2139,7 +2139,10 @@ class Checker:
                 return self.transform_call(name, expr, args, keywords)
             case GradientRef(function=function, site=site):
                 if keywords:
-                    self.report(error("E0206", f"`{callee}` takes no keyword arguments", expr.keywords[0].span))
+                    bound = self.gradient_keywords(callee, expr, args, keywords)
+                    if bound is None:
+                        return ANY
+                    args = bound
                 self.last_instance = None
                 result = self.gradient_type(callee, args, expr.span) or ANY
                 if isinstance(function, FunctionRef) and not self.trials:
@@ -2215,6 +2218,32 @@ class Checker:
             return ANY
         has_aux = aux_node is not None and aux_node.value
         return GradientRef(function, wrt, name == "value_and_grad", expr.span, id(expr), has_aux)
+
+    def gradient_keywords(
+        self, ref: GradientRef, expr: ast.Call, args: list[Type], keywords: dict[str, Type]
+    ) -> list[Type] | None:
+        """The argument types of `grad(f)(..., name=value)` in `f`'s parameters' order, as a call of `f` binds them
+        (the gradient function takes `f`'s parameters, by name too); None, reported, where they do not bind."""
+        function = self.function_of(ref.function) if isinstance(ref.function, FunctionRef) else None
+        if function is None or not isinstance(function.decl, ast.FnDecl):
+            self.report(error("E0206", f"`{ref}` takes no keyword arguments", expr.keywords[0].span))
+            return None
+        decl = function.decl
+        try:
+            binding = bind_function(function.name, decl.params, len(args), list(keywords), decl.span)
+        except BindingError as problem:
+            self.report(binding_diagnostic(problem, expr))
+            return None
+        bound: list[Type] = []
+        for param, source in zip(decl.params, binding.fixed, strict=True):
+            if isinstance(source, int):
+                bound.append(args[source])
+            elif isinstance(source, str):
+                bound.append(keywords[source])
+            else:
+                default_context = Context(function.module, function.name, None, frozenset())
+                bound.append(self.expression(param.default, Scope(), default_context))
+        return bound
 
     def gradient_type(self, ref: GradientRef, args: list[Type], span: Span) -> Type | None:
         """The type of `grad(f)(args...)`: `f` must return a float scalar; the gradient of each chosen
