@@ -30,7 +30,7 @@ from dl.lang.autodiff.trees import (
     tuple_of,
 )
 from dl.lang.calls import bind_function
-from dl.lang.diagnostics import Span
+from dl.lang.diagnostics import UNKNOWN_SPAN, Span
 from dl.lang.primitives import BY_NAME, NON_DIFFERENTIABLE, PRIMITIVES, Prim, Templates
 from dl.lang.shapes import TREE_OPERATORS, arithmetic
 from dl.lang.types import (
@@ -1005,10 +1005,11 @@ class ForwardSweep:
         inner = dict(env)
         sweep = Sweep()
         self.forward_block(block, inner, sweep, effects)
+        assigned = ast.assigned_names(block)
         updates = [
-            assign(name(outer), name(inner[user]))
+            assign(name(outer), name(inner[user]), last_assignment(block, user))
             for user, outer in env.items()
-            if inner[user] != outer and user in ast.assigned_names(block)
+            if inner[user] != outer and user in assigned
         ]
         return inner, sweep, updates
 
@@ -1024,3 +1025,13 @@ class ForwardSweep:
                         shadowed[key] = env[key]
             self.forward(stmt, env, sweep, nested=True, effects=effects)
         env.update(shadowed)
+
+
+def last_assignment(block: ast.Block, user: str) -> Span:
+    """Where `block` last assigns the variable `user` (outside nested functions): the span of the copy of its
+    new value into the variable, which a run-time error there (a value of another shape) points at."""
+    found = UNKNOWN_SPAN
+    for node in ast.walk_scope(block):
+        if isinstance(node, ast.Assign) and user in ast.target_names(node.target):
+            found = node.span
+    return found
