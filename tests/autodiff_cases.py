@@ -2733,6 +2733,30 @@ fn f(x, y) {
 )
 
 case(
+    "unused_field_of_a_struct_result",
+    "zeros",
+    """
+struct Parts { roots: f64, total: f64 }
+
+fn parts(x, y) {
+    let s = 0.0f64
+    for i in 0..2 {
+        s = s + sum(sqrt(y)) * x[i]
+    }
+    return Parts { roots: s, total: sum(x * x) }
+}
+
+fn f(x, y) {
+    return parts(x, y).total * 3.0
+}
+""",
+    (normal(186, 4), ZEROS_UNDER_SQRT),
+    lambda x, y: 3.0 * (x * x).sum(),
+    wrt=(0, 1),
+    notes="the adjoint of the struct is zeros but for `total`: field by field, as a tuple's item by item",
+)
+
+case(
     "loop_variable_nothing_reads",
     "zeros",
     """

@@ -46,8 +46,26 @@ if TYPE_CHECKING:
 
 Key = tuple[str, str]  # (module path, function name)
 
+
 # What is known of a value: True, zeros; False, nothing; a tuple, item by item
-Zeros = bool | tuple["Zeros", ...]
+@dataclasses.dataclass(frozen=True, slots=True)
+class Fields:
+    """What is known of a struct: of the fields `named`, each its own; of the others, `rest` (True after
+    `zeros_like` of the struct, whose fields are then set one by one: `d_p.b = 1.0`)."""
+
+    named: tuple[tuple[str, Zeros], ...]
+    rest: Zeros = False
+
+    def of(self, field: str) -> Zeros:
+        return next((known for name, known in self.named if name == field), self.rest)
+
+    def with_field(self, field: str, known: Zeros) -> Zeros:
+        named = tuple(sorted({**dict(self.named), field: known}.items()))
+        return knowing(Fields(named, self.rest))
+
+
+# What is known of a value: True, zeros; False, nothing; a tuple, item by item; a struct, field by field
+Zeros = bool | tuple["Zeros", ...] | Fields
 
 
 def drop_zeros(round_: Round) -> None:
@@ -59,6 +77,12 @@ def join(a: Zeros, b: Zeros) -> Zeros:
     """What is known after one of two paths, each knowing `a` and `b`."""
     if a is True and b is True:
         return True
+    if isinstance(a, Fields) or isinstance(b, Fields):
+        a, b = as_fields(a), as_fields(b)
+        if a is None or b is None:
+            return False
+        names = sorted({name for name, _ in a.named} | {name for name, _ in b.named})
+        return knowing(Fields(tuple((n, join(a.of(n), b.of(n))) for n in names), join(a.rest, b.rest)))
     if isinstance(a, tuple) or isinstance(b, tuple):
         size = len(a) if isinstance(a, tuple) else len(b)
         a_items = a if isinstance(a, tuple) else (a,) * size
@@ -68,12 +92,33 @@ def join(a: Zeros, b: Zeros) -> Zeros:
     return False
 
 
+def as_fields(known: Zeros) -> Fields | None:
+    if isinstance(known, Fields):
+        return known
+    return Fields((), known) if isinstance(known, bool) else None
+
+
+def knowing(fields: Fields) -> Zeros:
+    """`fields`, or the plainer True or False where that says the same."""
+    if all(known is fields.rest for _, known in fields.named) and isinstance(fields.rest, bool):
+        return fields.rest
+    return fields if any_zeros(fields) else False
+
+
+def any_zeros(known: Zeros) -> bool:
+    if isinstance(known, Fields):
+        return any_zeros(known.rest) or any(any_zeros(item) for _, item in known.named)
+    return known is True or (isinstance(known, tuple) and any(any_zeros(item) for item in known))
+
+
 def known_items(items: tuple[Zeros, ...]) -> Zeros:
     """What is known of a tuple of `items`: nothing, where nothing is known of any."""
-    return items if any(item is True or isinstance(item, tuple) for item in items) else False
+    return items if any(any_zeros(item) for item in items) else False
 
 
 def all_zeros(known: Zeros) -> bool:
+    if isinstance(known, Fields):
+        return all_zeros(known.rest) and all(all_zeros(item) for _, item in known.named)
     return known is True or (isinstance(known, tuple) and all(all_zeros(item) for item in known))
 
 
@@ -172,6 +217,11 @@ def zero_places(known: Zeros, prefix: str = "") -> list[str]:
         return [prefix or "all"]
     if isinstance(known, tuple):
         return [p for k, item in enumerate(known) for p in zero_places(item, f"{prefix}_{k}" if prefix else str(k))]
+    if isinstance(known, Fields) and known.rest is True:  # zeros but the fields set: `_zero_but_b`
+        others = "_".join(n for n, item in known.named if not all_zeros(item))
+        return [f"{prefix}_but_{others}" if prefix else f"but_{others}"]
+    if isinstance(known, Fields):
+        return [p for n, item in known.named for p in zero_places(item, f"{prefix}_{n}" if prefix else n)]
     return []
 
 
@@ -287,8 +337,12 @@ class Body:
                 state[var] = before is True or product_zeros(found)
             else:
                 state[var] = before
+        elif isinstance(target, ast.Field) and isinstance(target.target, ast.Name):  # `d_p.b = ...`
+            fields = as_fields(state.get(var, False))
+            set_to = found.known if op == "=" else False  # (zeros added were dropped above)
+            state[var] = fields.with_field(target.name, set_to) if fields is not None else False
         elif state.get(var, False) is not True or found.known is not True:
-            state[var] = False  # a field or element of it set to something else
+            state[var] = False  # a deeper field or an element of it set to something else
         return [dataclasses.replace(stmt, value=exactly(found))]
 
     def holds_adjoints(self, pattern: ast.Pattern) -> bool:
@@ -332,9 +386,16 @@ class Body:
                     if -len(inner.known) <= position < len(inner.known):
                         return Value(new, inner.known[position], inner.exact)
                 return Value(new, inner.known is True, inner.exact)
-            case ast.Field(target=target):
+            case ast.Field(target=target, name=field):
                 inner = self.value(target, state)
-                return Value(dataclasses.replace(expr, target=inner.expr), inner.known is True, inner.exact)
+                known = inner.known.of(field) if isinstance(inner.known, Fields) else inner.known is True
+                return Value(dataclasses.replace(expr, target=inner.expr), known, inner.exact)
+            case ast.StructLiteral(fields=fields):
+                values = [self.value(f.value, state) for f in fields]
+                pairs = list(zip(fields, values, strict=True))
+                new_fields = tuple(dataclasses.replace(f, value=exactly(v)) for f, v in pairs)
+                named = tuple(sorted((f.name, v.known) for f, v in pairs))
+                return Value(dataclasses.replace(expr, fields=new_fields), knowing(Fields(named)))
             case ast.TupleLiteral(items=items):
                 values = [self.value(item, state) for item in items]
                 new = dataclasses.replace(expr, items=tuple(exactly(v) for v in values))
