@@ -334,7 +334,8 @@ class MatMul:
 @node
 class ScatterAdd:
     """`target[position(i) + wrap(index(i)) * stride] += updates(i)` for every index `i` of `shape`:
-    `scatter_add`, the reverse of `Take`; an index out of range fails at `site`."""
+    `scatter_add` and `add_along_axis`, the reverse of `Take`; an index out of range fails at `site` (None: the
+    indices were checked before, all of them at once)."""
 
     target: Buffer
     strides: tuple[int, ...]
@@ -343,7 +344,7 @@ class ScatterAdd:
     size: int
     updates: object
     shape: tuple[int, ...]
-    site: int
+    site: int | None
 
 
 @node

@@ -1126,11 +1126,14 @@ class TensorEmission:
         at = builder.bitcast(builder.gep(pointer, [position]), value.type.as_pointer())
         builder.store(value, at, align=ir.ITEM_BYTES[dtype])
 
-    def taken(self, builder, index_value, size: int, site: int, name: str):
-        """An index of a `gather` or `scatter_add`: negative ones count from the end; out of range fails."""
+    def taken(self, builder, index_value, size: int, site: int | None, name: str):
+        """An index of a `gather` or `scatter_add`: negative ones count from the end; out of range fails (with
+        `site` None, the indices were checked before: all of them in -size..size, only wrapped)."""
         i64 = TYPES["i64"]
         negative = builder.icmp_signed("<", index_value, i64(0))
         wrapped = builder.select(negative, builder.add(index_value, i64(size)), index_value)
+        if site is None:
+            return builder, wrapped
         outside = builder.or_(builder.icmp_signed("<", wrapped, i64(0)), builder.icmp_signed(">=", wrapped, i64(size)))
         builder.store(builder.bitcast(index_value, TYPES["f64"]), self.module.get_global("dl.value"))
         return self.fail_unless(builder, outside, site, name), wrapped
@@ -1148,11 +1151,7 @@ class TensorEmission:
                 return builder, self.operand(value)
             case ir.Take():
                 builder, chosen = self.tree(builder, tree.index, index)
-                if tree.site is None:  # checked before (all indices in -size..size): only wrapped
-                    negative = builder.icmp_signed("<", chosen, TYPES["i64"](0))
-                    wrapped = builder.select(negative, builder.add(chosen, TYPES["i64"](tree.size)), chosen)
-                else:
-                    builder, wrapped = self.taken(builder, chosen, tree.size, tree.site, "gather")
+                builder, wrapped = self.taken(builder, chosen, tree.size, tree.site, "gather")
                 position = self.position(builder, self.operand(tree.offset), index, tree.strides)
                 position = builder.add(position, builder.mul(wrapped, TYPES["i64"](tree.stride)))
                 return builder, self.load_element(builder, self.pointers[tree.buffer.name], position, tree.buffer.dtype)

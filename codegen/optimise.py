@@ -197,7 +197,9 @@ def without_dead_stores(blocks: list[ir.Block]) -> list[ir.Block]:
 def checks(instruction: object) -> bool:
     """Whether an instruction can fail (a gather's or a scatter's index check, a categorical sample's row
     check), or draws from the run's random generator (the next draw depends on it): it is never dropped."""
-    if isinstance(instruction, (ir.ScatterAdd, ir.Sample)):
+    if isinstance(instruction, ir.ScatterAdd):
+        return instruction.site is not None
+    if isinstance(instruction, ir.Sample):
         return True
     if isinstance(instruction, ir.Draw):
         return instruction.seed is None

@@ -861,16 +861,8 @@ def gathered(
         index_tree = remap(index_tree, mapping)
     strides = tuple(read.strides[:axis]) + (0,) * k + tuple(read.strides[axis + 1 :])
     if not index_error and index_shape and math.prod(index_shape):
-        # `gather` reports its largest index out of range, else its smallest: checked here, used or not,
-        # and the gather itself is then an ordinary tree (fused, or dropped if unused)
-        indices = indices if isinstance(indices.tree, ir.Read) else lowering.materialise(indices)
-        every = tuple(range(len(index_shape)))
-        for op, test, limit in (("max", "<", size), ("min", ">=", -size)):
-            extreme_index = lowering.temp(f"index.{op}", "i64")
-            lowering.emit(ir.Evaluate(extreme_index, reduce(lowering, indices, op, every, False, span, "i64").tree))
-            inside = lowering.temp("index.inside", "bool")
-            lowering.emit(ir.Compare(inside, test, extreme_index, ir.Const(limit, "i64")))
-            lowering.emit(ir.Check(inside, site, extreme_index))
+        # checked here, used or not, and the gather itself is then an ordinary tree (fused, or dropped if unused)
+        in_range(lowering, indices, size, site, span)
         tree = ir.Take(read.buffer, read.offset, strides, index_tree, read.strides[axis], size, None)
         return Tensor(x.dtype, shape, tree)
     tree = ir.Take(read.buffer, read.offset, strides, index_tree, read.strides[axis], size, site)
@@ -880,6 +872,21 @@ def gathered(
         return Value(scalar)
     # written now: its indices are checked here, as the interpreter checks them, used or not
     return lowering.materialise(Tensor(x.dtype, shape, tree), "gathered")
+
+
+def in_range(lowering, indices: Tensor, size: int, site: int, span: Span) -> Tensor:
+    """`indices` (i64, not empty) checked as the interpreter checks those of `gather` and `take_along_axis`: all at
+    once, failing at `site` with the largest if it is `size` or more, else with the smallest if it is below
+    `-size`. Returns them as a buffer's view, which the checks read."""
+    indices = indices if isinstance(indices.tree, ir.Read) else lowering.materialise(indices)
+    every = tuple(range(len(indices.shape)))
+    for op, test, limit in (("max", "<", size), ("min", ">=", -size)):
+        extreme_index = lowering.temp(f"index.{op}", "i64")
+        lowering.emit(ir.Evaluate(extreme_index, reduce(lowering, indices, op, every, False, span, "i64").tree))
+        inside = lowering.temp("index.inside", "bool")
+        lowering.emit(ir.Compare(inside, test, extreme_index, ir.Const(limit, "i64")))
+        lowering.emit(ir.Check(inside, site, extreme_index))
+    return indices
 
 
 def scatter_add(lowering, bound: dict, span: Span) -> object:
@@ -908,6 +915,64 @@ def scatter_add(lowering, bound: dict, span: Span) -> object:
     )
     site = lowering.site("E0513", message, span, "i64")
     lowering.emit(ir.ScatterAdd(target, position, index_tree, strides[axis], size, updates.tree, shape, site))
+    return view(target)
+
+
+def along_indices(lowering, x: Tensor, indices: object, axis: int, prim: Prim, span: Span) -> Tensor:
+    """The `indices` of `take_along_axis` or `add_along_axis` along `axis` of `x`: i64 (an i32 one widened), of
+    `x`'s rank and its sizes off the axis (others are the interpreter's to report), checked now, as the
+    interpreter checks them, used or not."""
+    indices = as_index(lowering, indices)
+    if not isinstance(indices, Tensor) or indices.dtype != "i64":
+        raise Unsupported(f"`{prim.value}` with these indices", span)
+    others = [(n, m) for d, (n, m) in enumerate(zip(indices.shape, x.shape, strict=False)) if d != axis]
+    if len(indices.shape) != len(x.shape) or any(n != m for n, m in others):
+        raise Unsupported(f"`{prim.value}` of indices {list(indices.shape)} that do not fit {list(x.shape)}", span)
+    if not indices.size:
+        return indices
+    size = x.shape[axis]
+    problem = PrimitiveError(f"`{prim.value}`: index {{value}} is out of range for an axis of size {size}")
+    return in_range(lowering, indices, size, lowering.site("E0513", failure_message(prim, problem), span, "i64"), span)
+
+
+def taken_along(lowering, x: Tensor, index: object, axis: int, shape: tuple[int, ...]) -> Tensor:
+    """`x` read at one index per element along `axis`: `index` is a tree of i64 over `shape` (`x`'s off the axis),
+    every index checked before (in -size..size)."""
+    x = x if isinstance(x.tree, ir.Read) else lowering.materialise(x)
+    read = x.tree
+    strides = tuple(0 if d == axis else stride for d, stride in enumerate(read.strides))
+    tree = ir.Take(read.buffer, read.offset, strides, index, read.strides[axis], x.shape[axis], None)
+    return Tensor(x.dtype, shape, tree)
+
+
+def take_along_axis(lowering, bound: dict, span: Span) -> object:
+    x = tensor(bound["x"], span)
+    axis = axis_index(static_int(lowering, bound["axis"], span, "an axis"), len(x.shape), span)
+    indices = along_indices(lowering, x, bound["indices"], axis, Prim.TAKE_ALONG_AXIS, span)
+    return taken_along(lowering, x, indices.tree, axis, indices.shape)
+
+
+def add_along_axis(lowering, bound: dict, span: Span) -> object:
+    """A copy of `x`, then each of `updates` added at its index (`ir.ScatterAdd`, in the interpreter's order:
+    repeated indices add up as numpy's `add.at` adds them), the updates in `x`'s dtype."""
+    x, updates = tensor(bound["x"], span), bound["updates"]
+    if x.dtype == "bool":
+        raise Unsupported("`add_along_axis` of bools", span)
+    axis = axis_index(static_int(lowering, bound["axis"], span, "an axis"), len(x.shape), span)
+    indices = along_indices(lowering, x, bound["indices"], axis, Prim.ADD_ALONG_AXIS, span)
+    if not isinstance(updates, Tensor) or (updates.dtype != x.dtype and {updates.dtype, x.dtype} != set(FLOATS)):
+        raise Unsupported(f"`add_along_axis` of these updates into {x.dtype}", span)
+    if updates.dtype != x.dtype:
+        updates = Tensor(x.dtype, updates.shape, ir.Apply("convert", x.dtype, (updates.tree,)))
+    updates = broadcast(updates, indices.shape, span)
+    target = lowering.allocate(x.dtype, x.shape, "added")
+    lowering.emit(ir.Fill(target, x.tree))
+    if indices.size:
+        strides = contiguous(x.shape)
+        position = tuple(0 if d == axis else stride for d, stride in enumerate(strides))
+        size = x.shape[axis]
+        scatter = ir.ScatterAdd(target, position, indices.tree, strides[axis], size, updates.tree, indices.shape, None)
+        lowering.emit(scatter)
     return view(target)
 
 
@@ -1770,6 +1835,8 @@ HANDLERS = {
     Prim.UNBROADCAST: unbroadcast,
     Prim.GATHER: gather,
     Prim.SCATTER_ADD: scatter_add,
+    Prim.TAKE_ALONG_AXIS: take_along_axis,
+    Prim.ADD_ALONG_AXIS: add_along_axis,
     Prim.ZEROS: filled(0),
     Prim.ONES: filled(1),
     Prim.FULL: full,
@@ -1817,10 +1884,7 @@ HANDLERS = {
 
 HOST = "host work, and compiled code does not call back into Python"
 REFUSED: dict[Prim, str] = {
-    **{
-        prim: "a sort or a read at per-element indices along an axis, which compiled code does not do yet"
-        for prim in (Prim.TAKE_ALONG_AXIS, Prim.ADD_ALONG_AXIS, Prim.ARGSORT, Prim.SORT)
-    },
+    **{prim: "a sort, which compiled code does not do yet" for prim in (Prim.ARGSORT, Prim.SORT)},
     Prim.PRINT: f"printing is {HOST}",
     Prim.TIME: f"reading the clock is {HOST} (and each call must read it anew, where the program does)",
     Prim.DIGITS: f"loading the shipped dataset is {HOST}",

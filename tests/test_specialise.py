@@ -340,6 +340,47 @@ fn f(z: f32[4, 3], y: i64[4]) -> (f32, f32[4, 3]) {
     check(source, "f", f32(4, 3), np.array([0, 2, 1, -1]), rtol=1e-5)
 
 
+# ------------------------------------------------------------------ picks along an axis and sorts
+
+
+def exactly(source: str, name: str, *args) -> tuple:
+    """The compiled result, which must be the interpreter's to the bit (positions, values, signs of zero, nans)."""
+    expected, actual, report = on_both(source, name, *args)
+    assert verdict(report, name) == "compiled", report
+    for a, e in zip(actual, expected, strict=True):
+        assert a.dtype == e.dtype and a.shape == e.shape and a.tobytes() == e.tobytes(), (a, e)
+    return actual
+
+
+# (x, indices, axis): repeated and negative indices, every axis, more or fewer indices than the axis has
+ALONG = [
+    (f32(3, 5), np.array([[0, 4, -1], [2, 2, 2], [-5, 1, 0]]), 1),
+    (f64(4, 3), np.array([[3, 0, -1], [3, 3, 1]]), 0),
+    (np.arange(24).reshape(2, 3, 4), np.array([[[2], [0], [-3]], [[1], [1], [0]]]), -1),
+    (np.arange(24, dtype=np.int32).reshape(2, 3, 4), np.array([[[2, 0, 1, 1]], [[-1, -3, 0, 0]]], np.int32), 1),
+    (f32(6), np.array([5, 5, 0, -6, 1, 1, 1]), 0),
+    (f32(2, 3), np.zeros((2, 0), np.int64), 1),
+]
+
+
+@pytest.mark.parametrize(("x", "indices", "axis"), ALONG)
+def test_take_along_axis_and_add_along_axis_agree_exactly(x, indices, axis) -> None:
+    """Both as numpy's `take_along_axis` and `add.at` (repeated indices add up, in order)."""
+    updates = (rng(3).standard_normal(indices.shape) * 10).astype(x.dtype)
+    types = [pipeline.value_type(v) for v in (x, indices, updates)]
+    source = (
+        f"fn f(x: {types[0]}, i: {types[1]}, u: {types[2]}) -> ({types[2]}, {types[0]}) {{\n"
+        f"    return (take_along_axis(x, i, {axis}), add_along_axis(x, i, u, {axis}))\n}}\n"
+    )
+    picked, added = exactly(source, "f", x, indices, updates)
+    np.testing.assert_array_equal(picked, np.take_along_axis(x, indices, axis))
+    expected = x.copy()
+    grid = np.indices(indices.shape)
+    grid[axis] = indices % x.shape[axis]
+    np.add.at(expected, tuple(grid), updates)
+    np.testing.assert_array_equal(added, expected)
+
+
 # ------------------------------------------------------------------ run-time failures are the interpreter's
 
 
@@ -379,6 +420,11 @@ def shown(failure: DiagnosticError) -> tuple:
         ("return reshape(x, 1, 2, 2)[[0], 0, [1, 2 + i]]", (f32(4), 0)),
         ("return reshape(x, 1, 2, 2)[[i], :, [1, i]][0]", (f32(4), 3)),
         ("return reshape(x, 2, 2)[:, [0, i]][0]", (f32(4), -3)),
+        ("return take_along_axis(reshape(x, 2, 2), [[0, i], [1, 0]], 1)[0]", (f32(4), 2)),
+        ("return take_along_axis(reshape(x, 2, 2), [[0, i], [1, 5]], 1)[0]", (f32(4), -3)),
+        ("let unused = take_along_axis(x, [i, 0], 0)\n    return x", (f32(4), -5)),
+        ("return add_along_axis(x, [i, 0, i], [1.0, 2.0, 3.0], 0)", (f32(4), 4)),
+        ("return add_along_axis(reshape(x, 2, 2), [[i], [0]], [[1.0], [2.0]], -1)[1]", (f32(4), -3)),
     ],
 )
 def test_run_time_failures_are_the_interpreters_diagnostics(body: str, args: tuple) -> None:
