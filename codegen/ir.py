@@ -318,6 +318,23 @@ class Scan:
 
 
 @node
+class Sort:
+    """`target` (i64, the tree's shape) becomes, along `axis`, the positions that sort the tree's elements there
+    (`argsort`): a stable sort, so equal elements keep their order either way; a nan sorts after every number
+    ascending and before every number `descending`, as numpy's and torch's stable sorts. Each row is merge
+    sorted bottom-up (O(n log n), stable): its elements (the tree, which cannot fail, evaluated once each) and
+    their positions go into `keys` and `positions` (the tree's dtype and i64, [2, n]: runs are merged from one
+    half into the other), and the positions sorted into the target."""
+
+    target: Buffer
+    tree: object
+    axis: int
+    descending: bool
+    keys: Buffer
+    positions: Buffer
+
+
+@node
 class MatMul:
     """`out[m, n] = sum_k a[m, k] * b[k, n]` by the BLAS `gemm` of numpy's OpenBLAS; `a` and `b` are views
     whose last stride or second-to-last stride is 1 (transposed operands are passed as such)."""
@@ -477,6 +494,7 @@ Instruction = (
     | Fill
     | Reduce
     | Scan
+    | Sort
     | MatMul
     | ScatterAdd
     | Evaluate

@@ -665,6 +665,8 @@ class TensorEmission:
     def tensor_instruction(self, builder: llvm_ir.IRBuilder, instruction) -> llvm_ir.IRBuilder:
         if isinstance(instruction, (ir.Fill, ir.Reduce)) and not ir.can_fail(instruction.tree):
             return self.outlined(builder, instruction)
+        if isinstance(instruction, ir.Sort):  # optimised on its own, whatever the function calling it gets
+            return self.outlined(builder, instruction)
         return self.loop_instruction(builder, instruction)
 
     def outlined(self, builder: llvm_ir.IRBuilder, instruction) -> llvm_ir.IRBuilder:
@@ -678,6 +680,8 @@ class TensorEmission:
         if flattened is not None:
             instruction, length = flattened, flattened.target.shape[0]
         buffers: dict[str, ir.Buffer] = {instruction.target.name: instruction.target}
+        if isinstance(instruction, ir.Sort):
+            buffers.update({scratch.name: scratch for scratch in (instruction.keys, instruction.positions)})
         temps: dict[str, ir.Temp] = {}
         operands = [instruction.view.offset] if isinstance(instruction, ir.Fill) and instruction.view else []
         collect(instruction.tree, buffers, operands)
@@ -808,6 +812,8 @@ class TensorEmission:
                 return self.reduce(builder, instruction)
             case ir.Scan():
                 return self.scan(builder, instruction)
+            case ir.Sort():
+                return self.sort(builder, instruction)
             case ir.MatMul():
                 return self.matmul(builder, instruction)
             case ir.Draw():
@@ -1313,6 +1319,128 @@ class TensorEmission:
             return builder
 
         return self.loops(builder, target.shape, step, "scan")
+
+    def sort(self, builder: llvm_ir.IRBuilder, instruction: ir.Sort) -> llvm_ir.IRBuilder:
+        """Each row along the axis merge sorted bottom-up: its elements and their positions written into the first
+        halves of the scratch rows, then runs of 1, 2, 4, ... merged pairwise from one half into the other (the
+        passes are known when compiling, and so are the halves they read and write), then the positions of the
+        half written last copied into the target's row."""
+        target, axis, i64 = instruction.target, instruction.axis, TYPES["i64"]
+        n, dtype = target.shape[axis], instruction.keys.dtype
+        keys, positions = self.pointers[instruction.keys.name], self.pointers[instruction.positions.name]
+        rows = tuple(1 if d == axis else size for d, size in enumerate(target.shape))
+
+        def row(builder, index):
+            def start(builder, k):
+                builder, key = self.tree(builder, instruction.tree, [*index[:axis], k, *index[axis + 1 :]])
+                self.store_element(builder, keys, k, dtype, key)
+                self.store_element(builder, positions, k, "i64", k)
+                return builder
+
+            builder = self.counted(builder, 0, n, 1, start, "sort.start")
+            half, width = 0, 1
+            while width < n:
+                builder = self.merge_runs(builder, instruction, half, width)
+                half, width = 1 - half, 2 * width
+
+            def copy(builder, k):
+                position = self.linear(builder, [*index[:axis], k, *index[axis + 1 :]], target.shape)
+                sorted_position = self.load_element(builder, positions, builder.add(k, i64(half * n)), "i64")
+                self.store_element(builder, self.pointers[target.name], position, "i64", sorted_position)
+                return builder
+
+            return self.counted(builder, 0, n, 1, copy, "sort.copy")
+
+        return self.loops(builder, rows, row, "sort")
+
+    def merge_runs(self, builder: llvm_ir.IRBuilder, instruction: ir.Sort, half: int, width: int):
+        """One pass of `sort`: each pair of neighbouring runs of `width` elements in scratch half `half` merged into
+        the other half from both ends at once (two independent chains of loads and compares for the processor to
+        overlap): the front takes the first of the two candidates, the right one only when it strictly precedes,
+        the back the last, the left one only when the right strictly precedes it, so ties keep their order and
+        the sort is stable. The merged order being unique, the front's one step more (the middle element of an
+        odd count) writes, for an even count, what the back wrote there."""
+        i64, n = TYPES["i64"], instruction.target.shape[instruction.axis]
+
+        def smaller(builder, a, b):
+            return builder.select(builder.icmp_signed("<", a, b), a, b)
+
+        def pair(builder, low):
+            middle = smaller(builder, builder.add(low, i64(width)), i64(n))
+            high = smaller(builder, builder.add(low, i64(2 * width)), i64(n))
+            runs = (low, middle, high)
+            steps = builder.lshr(builder.sub(high, low), i64(1), name="sort.steps")
+            last_left = builder.sub(middle, i64(1))
+            before = builder.block
+            head = self.llvm_function.append_basic_block("sort.merge.head")
+            body = self.llvm_function.append_basic_block("sort.merge.body")
+            end = self.llvm_function.append_basic_block("sort.merge.end")
+            builder.branch(head)
+            builder = llvm_ir.IRBuilder(head)
+            k = builder.phi(i64, name="sort.k")
+            front = builder.phi(i64, name="sort.front")  # the left run's first element not taken from the front
+            back = builder.phi(i64, name="sort.back")  # its last one not taken from the back
+            for phi, start in ((k, i64(0)), (front, low), (back, last_left)):
+                phi.add_incoming(start, before)
+            builder.cbranch(builder.icmp_signed("<", k, steps), body, end)
+            builder = llvm_ir.IRBuilder(body)
+            front_next = self.merge_step(builder, instruction, half, runs, k, front, True)
+            back_next = self.merge_step(builder, instruction, half, runs, k, back, False)
+            k.add_incoming(builder.add(k, i64(1), name="sort.k.next"), builder.block)
+            front.add_incoming(front_next, builder.block)
+            back.add_incoming(back_next, builder.block)
+            builder.branch(head)
+            builder = llvm_ir.IRBuilder(end)
+            self.merge_step(builder, instruction, half, runs, k, front, True)
+            return builder
+
+        return self.counted(builder, 0, n, 2 * width, pair, f"sort.pass.{width}")
+
+    def merge_step(self, builder, instruction: ir.Sort, half: int, runs: tuple, k, left, from_front: bool):
+        """The `k`th element written from the front (or the back) of a merge of the runs `low..middle` and
+        `middle..high` of scratch half `half`, the left run's cursor at `left`; returns its next value."""
+        i64, n = TYPES["i64"], instruction.target.shape[instruction.axis]
+        keys, positions = self.pointers[instruction.keys.name], self.pointers[instruction.positions.name]
+        dtype, (low, middle, high) = instruction.keys.dtype, runs
+        source, destination = i64(half * n), i64((1 - half) * n)
+        side = "front" if from_front else "back"
+        if from_front:  # k taken: left - low of the left run, the rest of the right
+            right = builder.sub(builder.add(middle, k), builder.sub(left, low), name=f"sort.{side}.right")
+            left_in = builder.icmp_signed("<", left, middle)
+            right_in = builder.icmp_signed("<", right, high)
+            at = builder.add(destination, builder.add(low, k), name=f"sort.{side}.at")
+        else:  # k taken: middle - 1 - left of the left run, the rest of the right
+            taken_right = builder.sub(k, builder.sub(builder.sub(middle, i64(1)), left))
+            right = builder.sub(builder.sub(high, i64(1)), taken_right, name=f"sort.{side}.right")
+            left_in = builder.icmp_signed(">=", left, low)
+            right_in = builder.icmp_signed(">=", right, middle)
+            at = builder.add(destination, builder.sub(builder.sub(high, i64(1)), k), name=f"sort.{side}.at")
+        # a run used up is read at `low` instead (in bounds; not chosen)
+        at_left = builder.add(source, builder.select(left_in, left, low))
+        at_right = builder.add(source, builder.select(right_in, right, low))
+        left_key, right_key = (self.load_element(builder, keys, place, dtype) for place in (at_left, at_right))
+        right_first = self.precedes(builder, right_key, left_key, dtype, instruction.descending)
+        if from_front:  # the right one goes first only when it strictly precedes
+            take_left = builder.not_(builder.and_(right_in, builder.or_(builder.not_(left_in), right_first)))
+        else:  # the left one goes last only when the right strictly precedes it
+            take_left = builder.and_(left_in, builder.or_(builder.not_(right_in), right_first))
+        take_left.name = f"sort.{side}.take.left"
+        chosen = builder.select(take_left, at_left, at_right)
+        for scratch, kind in ((keys, dtype), (positions, "i64")):
+            self.store_element(builder, scratch, at, kind, self.load_element(builder, scratch, chosen, kind))
+        step = builder.zext(take_left, i64)
+        return builder.add(left, step) if from_front else builder.sub(left, step)
+
+    def precedes(self, builder, a, b, dtype: str, descending: bool) -> llvm_ir.Value:
+        """Whether key `a` goes strictly before key `b`: smaller (larger, `descending`); a nan after every
+        number ascending, before every number descending, nans and equal numbers (0.0 and -0.0) tied."""
+        if dtype not in ("f32", "f64"):
+            compare = builder.icmp_unsigned if dtype == "bool" else builder.icmp_signed
+            return compare(">" if descending else "<", a, b)
+        ordered = builder.fcmp_ordered(">" if descending else "<", a, b)
+        a_nan, b_nan = builder.fcmp_unordered("uno", a, a), builder.fcmp_unordered("uno", b, b)
+        nan_first = builder.and_(a_nan, builder.not_(b_nan)) if descending else builder.and_(builder.not_(a_nan), b_nan)
+        return builder.or_(ordered, nan_first, name="sort.precedes")
 
     def combine(self, builder, op: str, dtype: str, running, value) -> llvm_ir.Value:
         kind = TYPES[dtype]

@@ -11,7 +11,7 @@ from dl.codegen import ir
 from dl.codegen.ir import contiguous, count_reads, rebuilt
 from dl.codegen.values import ZERO, adds_nothing
 
-WRITES = (ir.Fill, ir.Reduce, ir.Scan, ir.MatMul, ir.ScatterAdd, ir.Draw, ir.Sample)
+WRITES = (ir.Fill, ir.Reduce, ir.Scan, ir.Sort, ir.MatMul, ir.ScatterAdd, ir.Draw, ir.Sample)
 
 
 def reads_at(instructions: list, position: int, known: dict[int, dict[str, int]]) -> dict[str, int]:

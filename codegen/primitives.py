@@ -976,6 +976,32 @@ def add_along_axis(lowering, bound: dict, span: Span) -> object:
     return view(target)
 
 
+def sorting(values: bool):
+    """`argsort` (the positions, `ir.Sort`) and `sort` (`values`: `x` read at those positions, as the interpreter
+    takes them), along one axis known when compiling, `descending` a constant."""
+    name = "sort" if values else "argsort"
+
+    def apply(lowering, bound: dict, span: Span) -> object:
+        x = tensor(bound["x"], span)
+        if not x.shape:
+            raise Unsupported(f"`{name}` of a scalar", span)
+        axis = axis_index(static_int(lowering, bound["axis"], span, "an axis"), len(x.shape), span)
+        descending = static_flag(bound["descending"], span)
+        if not x.size:
+            return x if values else Tensor("i64", x.shape, ir.Splat(ZERO))
+        if ir.can_fail(x.tree) or (values and not isinstance(x.tree, ir.Read)):  # (`sort` reads it again)
+            x = lowering.materialise(x, "sorted")
+        target = lowering.allocate("i64", x.shape, "order")
+        keys = lowering.allocate(x.dtype, (2, x.shape[axis]), "order.keys")
+        positions = lowering.allocate("i64", (2, x.shape[axis]), "order.positions")
+        lowering.emit(ir.Sort(target, x.tree, axis, descending, keys, positions))
+        if not values:
+            return view(target)
+        return taken_along(lowering, x, view(target).tree, axis, x.shape)
+
+    return apply
+
+
 # ------------------------------------------------------------------ convolution and pooling
 # The interpreter's algorithms (interp/primitives.py), on views: a padded copy of the images, im2col as
 # one strided view of it written out, products through gemm, col2im as one accumulating loop per kernel
@@ -1837,6 +1863,8 @@ HANDLERS = {
     Prim.SCATTER_ADD: scatter_add,
     Prim.TAKE_ALONG_AXIS: take_along_axis,
     Prim.ADD_ALONG_AXIS: add_along_axis,
+    Prim.ARGSORT: sorting(values=False),
+    Prim.SORT: sorting(values=True),
     Prim.ZEROS: filled(0),
     Prim.ONES: filled(1),
     Prim.FULL: full,
@@ -1884,7 +1912,6 @@ HANDLERS = {
 
 HOST = "host work, and compiled code does not call back into Python"
 REFUSED: dict[Prim, str] = {
-    **{prim: "a sort, which compiled code does not do yet" for prim in (Prim.ARGSORT, Prim.SORT)},
     Prim.PRINT: f"printing is {HOST}",
     Prim.TIME: f"reading the clock is {HOST} (and each call must read it anew, where the program does)",
     Prim.DIGITS: f"loading the shipped dataset is {HOST}",

@@ -15,7 +15,8 @@ the tensor instructions of codegen/ir.py:
 - reductions (`sum`, `mean`, `max`, `min` over axes, and `softmax`, `log_softmax`, `logsumexp` built from
   them) read their operand's tree directly (`ir.Reduce`); matrix products call numpy's OpenBLAS `gemm`
   (`ir.MatMul`), transposed operands passed as such; `gather` and `scatter_add` (and `take_along_axis`,
-  `add_along_axis`) are `ir.Take` trees and `ir.ScatterAdd` loops with their indices checked.
+  `add_along_axis`) are `ir.Take` trees and `ir.ScatterAdd` loops with their indices checked; `argsort` is
+  `ir.Sort` (a stable merge sort of each row), and `sort` a `Take` at its positions.
 
 Scalar control flow is the scalar lowering's (codegen/lower.py: blocks, branches, loops); a tensor variable
 assigned inside an `if` or a loop gets a fixed buffer (a *home*) that its assignments write. Buffers are

@@ -86,6 +86,10 @@ def defines(instruction: object, name: str) -> bool:
         return instruction.target.name == name and whole and name not in reads_it
     if isinstance(instruction, ir.Draw):
         return instruction.target.name == name
+    if isinstance(instruction, ir.Sort):  # (each row writes its scratch before reading it)
+        count_reads(instruction.tree, reads_it)
+        written = (instruction.target.name, instruction.keys.name, instruction.positions.name)
+        return name in written and name not in reads_it
     if isinstance(instruction, ir.Sample):
         return instruction.target.name == name and instruction.logits.buffer.name != name
     if isinstance(instruction, ir.MatMul):

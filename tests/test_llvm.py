@@ -1691,6 +1691,42 @@ fn main() { print(rows(ones(2, 3)), inner(ones(3))) }
     assert f"{path}:3:4: `inner`(f32[3]) compiled" in err
 
 
+SORTS = """
+fn orders(x: f32[B, N]) -> (i64[B, N], f32[B, N], i64[B, N]) {
+    return (argsort(x), sort(x, axis=0, descending=true), argsort(x * -1.0, descending=true))
+}
+fn counts(i: i64[B, K]) -> i64[B, 4] { return add_along_axis(zeros(len(i), 4, dtype=i64), i, zeros_like(i) + 1, 1) }
+fn loss(logits: f32[B, N], actions: i64[B, 1]) -> f32 {
+    return -sum(take_along_axis(log_softmax(logits), actions, 1)) + sum(sort(logits, descending=true)[:, 0:2])
+}
+fn main() {
+    let logits = reshape(float(arange(12) * 5 % 7), 3, 4) * 0.5
+    let actions = [[1], [0], [-1]]
+    print(orders(logits), counts([[1, 1, 3], [0, 0, 0], [2, -1, 2]]))
+    print("loss:", loss(logits, actions), grad(loss)(logits, actions))
+}
+"""
+
+
+def test_sorts_and_picks_along_an_axis_are_compiled_with_their_gradients(tmp_path: Path, capsys) -> None:
+    """`argsort`, `sort`, `take_along_axis` and `add_along_axis` compiled, and so is the derivative code of a
+    loss picking one log-probability per row and summing each row's top two (`add_along_axis` at the picked
+    and the sorted positions): the same positions and values as interpreted (log_softmax through libm)."""
+    interpreted, compiled = both_backends(tmp_path, SORTS, capsys)
+    assert_lines_close(compiled.splitlines(), interpreted.splitlines(), 1e-6, compiled)
+    assert compiled.split("loss:")[0] == interpreted.split("loss:")[0]  # the orders and counts, exactly
+    status, _, explained = run_cli(tmp_path, SORTS, "--backend", "llvm", "--explain-backend", capsys=capsys)
+    path = tmp_path / "program.dl"
+    assert status == 0 and explained.count(" interpreted") == 1, explained  # main, which prints
+    for line, name, layout in (
+        (2, "orders", "f32[3, 4]"),
+        (5, "counts", "i64[3, 3]"),
+        (6, "loss", "f32[3, 4], i64[3, 1]"),
+    ):
+        assert f"{path}:{line}:4: `{name}`({layout}) compiled" in explained, explained
+    assert "`loss_grad`(f32[3, 4], i64[3, 1]) compiled" in explained, explained
+
+
 def test_the_cache_forgets_its_least_recently_used_entries(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import os
 

@@ -18,6 +18,7 @@ import pytest
 from dl import pipeline
 from dl.codegen import ir, native
 from dl.codegen.registry import specialise
+from dl.codegen.values import NUMPY_DTYPES
 from dl.interp import run as interpreter
 from dl.lang.diagnostics import DiagnosticError
 from dl.runtime.backend import Options
@@ -379,6 +380,104 @@ def test_take_along_axis_and_add_along_axis_agree_exactly(x, indices, axis) -> N
     grid[axis] = indices % x.shape[axis]
     np.add.at(expected, tuple(grid), updates)
     np.testing.assert_array_equal(added, expected)
+
+
+def stable_order(row: np.ndarray, descending: bool) -> list[int]:
+    """The positions a stable sort puts `row` in: Python's `sorted`, which keeps ties in their order either way;
+    nan counted the largest (last ascending, first descending), -0.0 equal to 0.0."""
+    key = [(1, 0.0) if value != value else (0, value) for value in row.tolist()]
+    return sorted(range(len(row)), key=key.__getitem__, reverse=descending)
+
+
+def sort_keys(dtype: str, shape: tuple[int, ...], seed: int) -> np.ndarray:
+    """Few distinct values (many ties), and for floats nan, -0.0 and the infinities among them."""
+    draw = rng(seed)
+    if dtype == "bool":
+        return draw.integers(0, 2, shape).astype(bool)
+    values = draw.integers(-3, 4, shape).astype(NUMPY_DTYPES[dtype])
+    if dtype in ("f32", "f64"):
+        for fill, share in ((np.nan, 0.15), (-0.0, 0.1), (np.inf, 0.05), (-np.inf, 0.05)):
+            values[draw.random(shape) < share] = fill
+    return values
+
+
+def check_sorts(x: np.ndarray, axis: int, descending: bool) -> None:
+    """`argsort` and `sort` compiled give the interpreter's results exactly, and the stable order (`stable_order`)."""
+    kind, positions = pipeline.value_type(x), f"i64[{', '.join(map(str, x.shape))}]"
+    flag = "true" if descending else "false"
+    source = (
+        f"fn f(x: {kind}) -> ({positions}, {kind}) {{\n"
+        f"    return (argsort(x, axis={axis}, descending={flag}), sort(x, axis={axis}, descending={flag}))\n}}\n"
+    )
+    order, values = exactly(source, "f", x)
+    moved = np.moveaxis(x, axis, -1)
+    rows = moved.reshape(math.prod(moved.shape[:-1]), moved.shape[-1])
+    found = np.moveaxis(order, axis, -1).reshape(rows.shape)
+    for row, positions in zip(rows, found, strict=True):
+        assert positions.tolist() == stable_order(row, descending)
+    assert values.tobytes() == np.take_along_axis(x, order, axis).tobytes()
+
+
+@pytest.mark.parametrize("descending", [False, True])
+@pytest.mark.parametrize("dtype", ["f32", "f64", "i64", "i32", "bool"])
+@pytest.mark.parametrize(("shape", "axis"), [((1,), 0), ((13,), -1), ((4, 9), 1), ((33, 3), 0), ((2, 17, 3), -2)])
+def test_sorts_agree_exactly(shape: tuple, axis: int, dtype: str, descending: bool) -> None:
+    check_sorts(sort_keys(dtype, shape, seed=len(shape) + axis), axis, descending)
+
+
+@st.composite
+def sorted_arrays(draw) -> tuple:
+    shape = tuple(draw(st.lists(st.integers(0, 5), min_size=1, max_size=3)))
+    axis = draw(st.integers(-len(shape), len(shape) - 1))
+    along = axis % len(shape)
+    shape = (*shape[:along], draw(st.integers(0, 70)), *shape[along + 1 :])
+    dtype = draw(st.sampled_from(["f32", "f64", "i64", "i32", "bool"]))
+    return sort_keys(dtype, shape, draw(st.integers(0, 1000))), axis, draw(st.booleans())
+
+
+@settings(max_examples=25, deadline=None)
+@given(case=sorted_arrays())
+def test_sorts_of_any_shape_are_stable_and_the_interpreters(case: tuple) -> None:
+    check_sorts(*case)
+
+
+def test_sorts_of_a_larger_row_and_of_a_computed_tensor_are_compiled() -> None:
+    """Rows of 1,025: eleven merge passes, the last merging 1,024 elements with one; the keys read from a tree."""
+    x = sort_keys("f32", (3, 1_025), seed=5)
+    source = "fn f(x: f32[3, 1025]) -> (i64[3, 1025], f32[3, 1025]) {\n    return (argsort(x * 2.0), sort(x + x))\n}\n"
+    order, values = exactly(source, "f", x)
+    assert [row.tolist() for row in order] == [stable_order(row, False) for row in x * 2.0]
+    np.testing.assert_array_equal(values, np.take_along_axis(x + x, order, 1))
+
+
+def test_gradients_through_sorts_and_picks_along_an_axis_are_compiled() -> None:
+    """`take_along_axis` twice (its adjoints added into one gradient) and `sort` both ways, against torch."""
+    torch = pytest.importorskip("torch")
+    source = """
+fn loss(x: f32[3, 5], i: i64[3, 2]) -> f32 {
+    let top = sort(x, descending=true)[:, 0:2]
+    return sum(take_along_axis(log_softmax(x), i, 1)) + sum(take_along_axis(x * x, i, -1)) + sum(top * top) + sum(
+        sort(x, axis=0)[0]
+    )
+}
+fn f(x: f32[3, 5], i: i64[3, 2]) -> (f32, f32[3, 5]) { return value_and_grad(loss)(x, i) }
+"""
+    x, indices = f32(3, 5, seed=7), np.array([[0, 4], [2, 2], [-1, 1]])
+    expected, (value, gradient), report = on_both(source, "f", x, indices)
+    assert verdict(report, "f") == "compiled", report
+    assert_close((value, gradient), expected, rtol=1e-5)
+    t = torch.tensor(x, requires_grad=True)
+    i = torch.tensor(indices % 5)
+    top = torch.sort(t, descending=True, stable=True).values[:, 0:2]
+    total = (
+        torch.gather(torch.log_softmax(t, 1), 1, i).sum()
+        + torch.gather(t * t, 1, i).sum()
+        + (top * top).sum()
+        + torch.sort(t, dim=0, stable=True).values[0].sum()
+    )
+    total.backward()
+    assert value == pytest.approx(total.item(), rel=1e-5)
+    np.testing.assert_allclose(gradient, t.grad.numpy(), rtol=1e-5, atol=1e-6)
 
 
 # ------------------------------------------------------------------ run-time failures are the interpreter's
@@ -841,10 +940,9 @@ def test_gradients_of_the_autodiff_corpus_agree_when_compiled() -> None:
         else:
             interpreted[case.name] = outcome
         assert_close(actual, expected, rtol=1e-10, atol=1e-12, where=case.name)
-    # recursion and indexing by integer tensors (the `pick_` cases) included; `print` is host work, and so
-    # are the random draws of `dropout` (its mask comes from the interpreter's generator); the sorts are left
-    # to the interpreter (codegen/primitives.py says why)
-    host = ["dropout_through_the_mask", "printing_function_called_in_branch", "sort_take_along_axis"]
+    # recursion, indexing by integer tensors (the `pick_` cases) and sorts included; `print` is host work, and
+    # so are the random draws of `dropout` (its mask comes from the interpreter's generator)
+    host = ["dropout_through_the_mask", "printing_function_called_in_branch"]
     assert sorted(interpreted) == sorted(host), interpreted
     assert compiled == len(CASES) - len(host) >= 109
 
