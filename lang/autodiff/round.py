@@ -194,8 +194,12 @@ class Round:
         self.added[site.module].append(ast.FnDecl(generated, taken, None, body, span, span))
         self.note_adjoints((site.module, generated), writer)
         callee = self.reference(site.module, site.module, generated, span)
-        arguments = tuple(ast.Name(p.name, span) for p in taken)
-        return ast.Lambda(params, None, ast.Call(callee, arguments, (), span), span)
+        # the lambda called in the function's place takes its parameters' own names (a run-time error's call stack
+        # shows `fn(p)`), unless one is the name of a variable it passes on
+        own = {p.name: p.name if p.name not in captured else writer.param_names[p.name] for p in decl.params}
+        outer = tuple(dataclasses.replace(p, name=own[p.name]) for p in decl.params)
+        arguments = tuple(ast.Name(name, span) for name in (*own.values(), *captured))
+        return ast.Lambda(outer, None, ast.Call(callee, arguments, (), span), span)
 
     def known_statically(self, site: Site) -> None:
         """`grad(f)` is written where `f` is known: a function's name, a lambda, or a name bound once to a
