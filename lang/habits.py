@@ -88,6 +88,12 @@ def binding_help(name: str, call: ast.Call) -> tuple[str, ...]:
         )
     if name == "pad" and len(call.args) >= 2 and isinstance(call.args[1], (ast.TupleLiteral, ast.TensorLiteral)):
         return padding_help(call)
+    key = next((k for k in call.keywords if k.name in ("key", "generator", "rng")), None)
+    if key is not None and name in BY_NAME and "seed" in PRIMITIVES[BY_NAME[name]].signature.keyword_names:
+        return (  # JAX's `key=`, PyTorch's `generator=`
+            f"help: DL's random draws take an integer `seed=`: `{name}(..., seed={shown(key.value)})` draws the same "
+            "numbers for the same seed; left out, draws come from the run's generator, seeded 0 as the run starts",
+        )
     decimals = (
         call.args[1] if len(call.args) == 2 else next((k.value for k in call.keywords if k.name == "decimals"), None)
     )
