@@ -878,7 +878,6 @@ PRIMITIVES_LIST = (
         shapes.push_rule,
         {"tape": "pop(d)[1]", "value": "pop(d)[0]"},
         tensors=(),
-        linear_in=frozenset(),  # (a tape is no tensor of zeros)
     ),
     linear(
         Prim.POP,
@@ -888,7 +887,6 @@ PRIMITIVES_LIST = (
         shapes.pop_rule,
         {"tape": "push(d[1], d[0])"},
         tensors=(),
-        linear_in=frozenset(),
     ),
     # trees: structs and tuples of tensors (parameters, gradients, optimizer state)
     Primitive(

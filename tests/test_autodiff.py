@@ -565,6 +565,27 @@ def test_zeros_of_the_program_against_pytorch(backend: str) -> None:
         np.testing.assert_allclose(made, t.grad.numpy(), rtol=1e-6, equal_nan=True)
 
 
+def test_gradient_of_a_loss_that_takes_a_gradient_through_an_unused_result() -> None:
+    """grad of a loss that calls grad of a function whose other result nothing reads: the first derivative's
+    tapes of adjoints are zeros for that result (a tape of zeros pops zeros: `push` and `pop` are linear), so
+    the second gives no NaN through `sqrt` at 0, as PyTorch."""
+    source = (
+        "fn parts(x: f32[3]) -> (f32, f32) {\n    let s = 0.0\n    for i in 0..2 { s = s + sum(sqrt(x)) }\n"
+        "    return (s, sum(x * x))\n}\n"
+        "fn loss(w: f32[3], x: f32[3]) -> f32 {\n    let g = grad(fn(v) => parts(v * w)[1])(x)\n"
+        "    return sum(g * g)\n}\n"
+        "fn g(w: f32[3], x: f32[3]) -> f32[3] { return grad(loss)(w, x) }\n"
+    )
+    w, x = np.array([1.0, 0.5, 2.0], dtype=np.float32), np.array([0.0, 1.0, 2.0], dtype=np.float32)
+    got = pipeline.call(pipeline.load("<second>.dl", source), "g", [w, x])
+    tw = torch.tensor(w, requires_grad=True)
+    tx = torch.tensor(x, requires_grad=True)
+    v = tx * 1.0
+    (gv,) = torch.autograd.grad(((v * tw) * (v * tw)).sum(), v, create_graph=True)
+    (gv * gv).sum().backward()
+    np.testing.assert_allclose(got, tw.grad.numpy(), rtol=1e-6)
+
+
 def test_a_loop_of_the_program_runs_whose_values_nothing_reads() -> None:
     """The backward sweep's idle loops are dropped; the program's own loops run as written, and an index out
     of range in one is still the error it is without `grad`."""

@@ -2590,6 +2590,9 @@ LINEAR_CALLS: dict[Prim, tuple[str, tuple[tuple[int, ...], ...]]] = {
     Prim.ADD_ALONG_AXIS: ("add_along_axis(a, [[0, 0], [2, 1]], b, 1)", ((2, 3), (2, 2))),
     Prim.SPLIT_LIKE: ("split_like(a, (zeros(2), zeros(1)))", ((3,),)),
     Prim.TREE_ADD: ("tree_add(a, b)", ((3,), (3,))),
+    # a tape of zeros (what `zeros_like` of a tape is) pops zeros: a second derivative's tapes of adjoints
+    Prim.PUSH: ("pop(push(push(zeros_like(tape(a)), a), b))[0]", ((3,), (3,))),
+    Prim.POP: ("pop(pop(push(push(tape(a), a), b))[1])[0]", ((3,), (3,))),
     Prim.TREE_DOT: ("tree_dot(a, b)", ((3,), (3,))),
     Prim.CONV2D: ("conv2d(a, b)", ((1, 1, 4, 4), (2, 1, 3, 3))),
     Prim.CONV2D_INPUT_GRAD: ("conv2d_input_grad(a, b, zeros(1, 1, 4, 4))", ((1, 2, 2, 2), (2, 1, 3, 3))),

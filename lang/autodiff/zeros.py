@@ -13,8 +13,9 @@ item of a tuple of them; through `if` (zeros on both branches) and loops (zeros 
 fixed point; a backward loop's first iteration, which may know more, written apart). A literal 0 keeps the
 zeros of a sum or a `where` but starts none: the program's own `x * 0.0` is NaN at infinity, as in PyTorch.
 The backward sweep's loops left with nothing to do are dropped (`prune_sweeps`).
-Not followed: a struct's fields one by one (a struct with one field set is not known), and tapes of adjoints
-(a second derivative's). Then:
+A struct's adjoint is followed field by field (`Fields`), a tape of zeros as zeros (`push` and `pop` are
+linear); not followed: a tape's entries item by item (a second derivative's tape of `(d_h, d_r)` with `d_r`
+zeros is not known). Then:
 
 - adding zeros into an adjoint (`d_x = d_x + c`, `d_x += c`) is dropped, and so is assigning zeros to an adjoint
   that already holds zeros;
