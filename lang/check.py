@@ -2138,11 +2138,10 @@ class Checker:
             case TransformRef(name=name):
                 return self.transform_call(name, expr, args, keywords)
             case GradientRef(function=function, site=site):
-                if keywords:
-                    bound = self.gradient_keywords(callee, expr, args, keywords)
-                    if bound is None:
-                        return ANY
-                    args = bound
+                bound = self.gradient_arguments(callee, expr, args, keywords)
+                if bound is None:
+                    return ANY
+                args = bound
                 self.last_instance = None
                 result = self.gradient_type(callee, args, expr.span) or ANY
                 if isinstance(function, FunctionRef) and not self.trials:
@@ -2219,15 +2218,18 @@ class Checker:
         has_aux = aux_node is not None and aux_node.value
         return GradientRef(function, wrt, name == "value_and_grad", expr.span, id(expr), has_aux)
 
-    def gradient_keywords(
+    def gradient_arguments(
         self, ref: GradientRef, expr: ast.Call, args: list[Type], keywords: dict[str, Type]
     ) -> list[Type] | None:
-        """The argument types of `grad(f)(..., name=value)` in `f`'s parameters' order, as a call of `f` binds them
-        (the gradient function takes `f`'s parameters, by name too); None, reported, where they do not bind."""
+        """The argument types of `grad(f)(...)` in `f`'s parameters' order, as a call of a declared `f` binds them:
+        by position, by name (the gradient function takes `f`'s parameters) or their defaults, so that `wrt=`
+        counts `f`'s parameters however the call gives them. None, reported, where they do not bind."""
         function = self.function_of(ref.function) if isinstance(ref.function, FunctionRef) else None
         if function is None or not isinstance(function.decl, ast.FnDecl):
-            self.report(error("E0206", f"`{ref}` takes no keyword arguments", expr.keywords[0].span))
-            return None
+            if keywords:
+                self.report(error("E0206", f"`{ref}` takes no keyword arguments", expr.keywords[0].span))
+                return None
+            return args
         decl = function.decl
         try:
             binding = bind_function(function.name, decl.params, len(args), list(keywords), decl.span)
@@ -2244,6 +2246,21 @@ class Checker:
                 default_context = Context(function.module, function.name, None, frozenset())
                 bound.append(self.expression(param.default, Scope(), default_context))
         return bound
+
+    def gradient_of(self, ref: GradientRef, position: int, arg: Type) -> Type:
+        """The type of the gradient for argument `position`: the argument's, in the dtype of a float parameter
+        that declares one (an unsuffixed `0.5` given to `lam: f64` is an f64 there, and so is its gradient)."""
+        if not isinstance(arg, TensorType):
+            return arg
+        arg = strong(arg)
+        function = self.function_of(ref.function) if isinstance(ref.function, FunctionRef) else None
+        decl = function.decl if function is not None else None
+        if not isinstance(decl, ast.FnDecl) or decl.params[position].annotation is None:
+            return arg
+        declared = self.resolve_type(decl.params[position].annotation, function.module)
+        if isinstance(declared, TensorType) and declared.dtype in FLOATS and arg.dtype in FLOATS:
+            return TensorType(declared.dtype, arg.dims)
+        return arg
 
     def gradient_type(self, ref: GradientRef, args: list[Type], span: Span) -> Type | None:
         """The type of `grad(f)(args...)`: `f` must return a float scalar; the gradient of each chosen
@@ -2268,7 +2285,7 @@ class Checker:
         if problem is not None:
             self.report(problem)
             return None
-        gradients = [strong(args[p]) if isinstance(args[p], TensorType) else args[p] for p in positions]
+        gradients = [self.gradient_of(ref, p, args[p]) for p in positions]
         gradient = TupleType(tuple(gradients)) if isinstance(ref.wrt, tuple) else gradients[0]
         if aux is not None:
             aux = strong(aux) if isinstance(aux, TensorType) else aux

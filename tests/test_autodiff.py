@@ -586,17 +586,40 @@ def test_gradient_of_a_loss_that_takes_a_gradient_through_an_unused_result() -> 
     np.testing.assert_allclose(got, tw.grad.numpy(), rtol=1e-6)
 
 
-def test_a_loop_of_the_program_runs_whose_values_nothing_reads() -> None:
-    """The backward sweep's idle loops are dropped; the program's own loops run as written, and an index out
-    of range in one is still the error it is without `grad`."""
+@pytest.mark.parametrize(
+    "loop",
+    [
+        "let i = 0\n    while i < 5 {\n        acc = acc + x[i]\n        i += 1\n    }",
+        "let s: f32[_] = x\n    while len(s) > 0 {\n        acc = acc + s[5]\n        s = s[1:]\n    }",
+    ],
+    ids=["counted", "popping"],
+)
+def test_a_loop_of_the_program_runs_whose_values_nothing_reads(loop: str) -> None:
+    """The backward sweep's idle loops are dropped; the program's own loops run as written (one written as the
+    backward sweep's are, `while len(s) > 0`, too), and an index out of range in one is still the error it is
+    without `grad`."""
     source = (
-        "fn f(x: f32[3]) -> f32 {\n    let i = 0\n    let acc = 0.0\n"
-        "    while i < 5 {\n        acc = acc + x[i]\n        i += 1\n    }\n    return sum(x * x)\n}\n"
+        f"fn f(x: f32[3]) -> f32 {{\n    let acc = 0.0\n    {loop}\n    return sum(x * x)\n}}\n"
         "fn g(x: f32[3]) -> f32[3] { return grad(f)(x) }\n"
     )
     with pytest.raises(DiagnosticError) as raised:
         pipeline.call(pipeline.load("<loop>.dl", source), "g", [np.ones(3, dtype=np.float32)])
     assert raised.value.diagnostics[0].code == "E0501"
+
+
+def test_a_loop_variable_whose_size_changes_gets_its_gradient_in_its_own_shape() -> None:
+    """A variable declared `f32[_]` that a loop grows: its adjoint is zeros of a new shape at each iteration of
+    the backward sweep, which zeros.py must not take for the zeros it already holds."""
+    source = (
+        "fn grown(x, n: i64) {\n    let h: f32[_] = x\n    let acc = 0.0\n"
+        "    for i in 0..n {\n        acc = acc + sum(h * h)\n        h = concat((h, h, h))\n    }\n"
+        "    return acc\n}\n"
+        "fn g(x: f32[1], n: i64) -> f32[1] { return grad(grown)(x, n) }\n"
+    )
+    program = pipeline.load("<grown>.dl", source)
+    for n, expected in ((1, 4.0), (2, 16.0), (3, 2.0 * 2.0 * 13.0)):
+        got = pipeline.call(program, "g", [np.array([2.0], dtype=np.float32), n])
+        np.testing.assert_allclose(got, [expected], rtol=1e-6)
 
 
 def test_hessian_vector_product_by_reverse_over_reverse() -> None:

@@ -85,6 +85,10 @@ class FunctionBody(ForwardSweep, BackwardSweep):
         self.adjoints: dict[str, str] = {}
         self.adjoint_names: set[str] = set()  # the variables that hold adjoints (`zeros.py` follows their zeros)
         self.fixed_adjoints: set[str] = set()  # those of them whose shape no iteration of a loop changes
+        self.sweep_tapes: set[str] = set()  # the tapes the backward sweep's loops pop (`while len(tape) > 0`)
+        # a size declared `_` (`let h: f32[_] = x`) may change from iteration to iteration: the types this pass
+        # reads are the values' (`x`'s `f32[3]`), so in such a function no adjoint is taken to keep its shape
+        self.sizes_vary = any(isinstance(n, ast.DimName) and n.name == "_" for n in ast.walk(decl))
         self.result_type: Type = ANY
         self.pending: list[ast.Stmt] = []  # statements a rule needs before its contributions
         self.just_made = ""  # the name the latest operation's result was given
@@ -113,7 +117,7 @@ class FunctionBody(ForwardSweep, BackwardSweep):
     def adjoint(self, var: str) -> str:
         if var not in self.adjoints:
             self.adjoints[var] = self.fresh_adjoint(f"d_{var}")
-            if fixed_shape(self.types.get(var)):
+            if not self.sizes_vary and fixed_shape(self.types.get(var)):
                 self.fixed_adjoints.add(self.adjoints[var])
         return self.adjoints[var]
 

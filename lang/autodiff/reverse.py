@@ -92,6 +92,7 @@ class BackwardSweep:
             out.append(ast.If(self.rename(self.quiet(record.stmt.cond, always=True), record.env), then, new_else, span))
             return out
         pop = assign(ast.TupleLiteral((state, name(record.saved))), call("pop", name(record.saved)))
+        self.sweep_tapes.add(record.saved)
         if record.kept is not None:
             before, after_pop = self.restore(record, have)
             out.append(ast.While(condition_of(record.saved), ast.Block((*before, pop, *after_pop)), span))

@@ -56,6 +56,7 @@ class Round:
         # of them whose shape no loop changes (`note_adjoints`, for zeros.py)
         self.adjoint_names: dict[tuple[str, str], frozenset[str]] = {}
         self.fixed_adjoints: dict[tuple[str, str], frozenset[str]] = {}
+        self.sweep_tapes: dict[tuple[str, str], frozenset[str]] = {}  # and the tapes its backward loops pop
         self.adjoint_copies: set[tuple[str, str]] = set()  # the copies zeros.py made of `_bwd` and `_back` functions
 
     def run(self, sites: list[Site]) -> Program:
@@ -88,9 +89,11 @@ class Round:
         return Program(self.program.entry, modules, self.program.imports, self.program.sources)
 
     def note_adjoints(self, key: tuple[str, str], writer: FunctionBody) -> None:
-        """What zeros.py reads of the function `key` that `writer` wrote: its variables that hold adjoints."""
+        """What zeros.py reads of the function `key` that `writer` wrote: its variables that hold adjoints, and the
+        tapes of its backward sweep's loops."""
         self.adjoint_names[key] = frozenset(writer.adjoint_names)
         self.fixed_adjoints[key] = frozenset(writer.fixed_adjoints)
+        self.sweep_tapes[key] = frozenset(writer.sweep_tapes)
 
     def check_built_ins(self, written: list[tuple[str, object]], site: Site) -> None:
         """The calls of built-ins that the transform writes (a derivative rule's `where`, `zeros_like`, ...) name

@@ -62,27 +62,30 @@ def prune(
     return fold_struct_starts(stmts, structs) if structs is not None else stmts
 
 
-def prune_sweeps(stmts: list[ast.Stmt], effectful: frozenset[str] = frozenset()) -> list[ast.Stmt]:
+def prune_sweeps(
+    stmts: list[ast.Stmt], tapes: frozenset[str], effectful: frozenset[str] = frozenset()
+) -> list[ast.Stmt]:
     """`prune`, and a backward sweep's loops left idle dropped: those whose work nothing reads, once zeros.py
     removed what they computed (the adjoint of a result nothing reads), which would pop their tapes for
-    nothing. Only the backward sweep's loops (`while len(tape) > 0`): a loop of the program's own runs as
-    written, whatever it computes (an index out of range is still an error, a loop without end does not end)."""
+    nothing. Only the backward sweep's loops, `while len(tape) > 0` of one of its `tapes`: a loop of the
+    program's own runs as written, whatever it computes (an index out of range is still an error, a loop
+    without end does not end)."""
     stmts = prune(stmts, effectful)
-    idle = idle_loops(stmts, EFFECT_NAMES | effectful)
+    idle = idle_loops(stmts, tapes, EFFECT_NAMES | effectful)
     while idle:  # (what they read may now be unread)
         stmts = prune(filter_blocks(stmts, lambda stmt, idle=idle: id(stmt) not in idle), effectful)
-        idle = idle_loops(stmts, EFFECT_NAMES | effectful)
+        idle = idle_loops(stmts, tapes, EFFECT_NAMES | effectful)
     return stmts
 
 
-def idle_loops(stmts: list[ast.Stmt], effects: frozenset[str]) -> set[int]:
-    """The backward sweep's loops (`while len(tape) > 0`) whose work nothing reads: each variable one assigns is
-    named nowhere outside it (neither after it, nor before it, where an enclosing loop's next iteration would
-    read it), and nothing in it prints, asserts or calls what does."""
+def idle_loops(stmts: list[ast.Stmt], tapes: frozenset[str], effects: frozenset[str]) -> set[int]:
+    """The backward sweep's loops (`while len(tape) > 0`, a tape of `tapes`) whose work nothing reads: each
+    variable one assigns is named nowhere outside it (neither after it, nor before it, where an enclosing
+    loop's next iteration would read it), and nothing in it prints, asserts or calls what does."""
     everywhere = Counter(n.id for n in ast.walk(tuple(stmts)) if isinstance(n, ast.Name))
     idle: set[int] = set()
     for loop in ast.walk(tuple(stmts)):
-        if not (isinstance(loop, ast.While) and pops_a_tape(loop.cond)):
+        if not (isinstance(loop, ast.While) and pops_a_tape(loop.cond, tapes)):
             continue
         if any(isinstance(n, ast.ExprStmt | ast.Return) for n in ast.walk(loop.body)) or calls_any(loop, effects):
             continue
@@ -92,11 +95,13 @@ def idle_loops(stmts: list[ast.Stmt], effects: frozenset[str]) -> set[int]:
     return idle
 
 
-def pops_a_tape(cond: ast.Expr) -> bool:
-    """Is `cond` a backward sweep's loop condition, `len(tape) > 0` (`condition_of`)?"""
+def pops_a_tape(cond: ast.Expr, tapes: frozenset[str]) -> bool:
+    """Is `cond` a backward sweep's loop condition, `len(tape) > 0` (`condition_of`) of one of its `tapes`?"""
     match cond:
-        case ast.Binary(op=">", lhs=ast.Call(func=ast.Name(id="len"), args=(ast.Name(),)), rhs=ast.IntLiteral(value=0)):
-            return True
+        case ast.Binary(
+            op=">", lhs=ast.Call(func=ast.Name(id="len"), args=(ast.Name(id=tape),)), rhs=ast.IntLiteral(value=0)
+        ):
+            return tape in tapes
     return False
 
 

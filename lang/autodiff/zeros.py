@@ -175,14 +175,15 @@ class Following:
             name = self.round.fresh_global(path, f"{function}_zero_{zeros}" if zeros else f"{function}_zero")
             self.round.adjoint_names[(path, name)] = self.round.adjoint_names[key]
             self.round.fixed_adjoints[(path, name)] = self.round.fixed_adjoints[key]
+            self.round.sweep_tapes[(path, name)] = self.round.sweep_tapes[key]
             self.copies.add((path, name))
         self.done[(key, given)] = (name, False)  # (a recursive call meets it unknown)
         original = self.originals[key]
         adjoints = self.round.adjoint_names[key]
         state = {p.name: known for p, known in zip(original.params, given, strict=True) if p.name in adjoints}
-        body = Body(self, path, adjoints, self.round.fixed_adjoints[key])
+        body = Body(self, path, key)
         stmts = body.block(original.body.body, state)
-        stmts = prune_sweeps(stmts, self.round.effectful())
+        stmts = prune_sweeps(stmts, self.round.sweep_tapes[key], self.round.effectful())
         self.functions[(path, name)] = dataclasses.replace(original, name=name, body=ast.Block(tuple(stmts)))
         returned = body.returned if body.returned is not None else False
         self.done[(key, given)] = (name, returned)
@@ -229,11 +230,13 @@ def zero_places(known: Zeros, prefix: str = "") -> list[str]:
 class Body:
     """Follows the zeros through one function's statements, rewriting them (`block`)."""
 
-    def __init__(self, following: Following, path: str, adjoints: frozenset[str], fixed: frozenset[str]) -> None:
+    def __init__(self, following: Following, path: str, key: Key) -> None:
         self.following = following
         self.path = path
-        self.adjoints = adjoints
-        self.fixed = fixed  # (zeros assigned over zeros of one shape change nothing)
+        self.adjoints = following.round.adjoint_names[key]
+        self.tapes = following.round.sweep_tapes[key]  # (the backward sweep's loops pop these)
+        # those whose shape no loop changes: zeros assigned over zeros of one shape change nothing
+        self.fixed = following.round.fixed_adjoints[key]
         self.shadowed = set(following.round.declared(path))  # names that are not the built-ins there
         self.returned: Zeros | None = None
 
@@ -263,7 +266,7 @@ class Body:
                 state.clear()
                 state.update(join_states(then_state, else_state))
                 return [dataclasses.replace(stmt, then=new_then, orelse=new_else)]
-            case ast.While(cond=cond, body=body) if pops_a_tape(cond):
+            case ast.While(cond=cond, body=body) if pops_a_tape(cond, self.tapes):
                 return self.backward_loop(stmt, body, state)
             case ast.While(body=body) | ast.For(body=body):
                 entry = self.fixed_point(body, state)
