@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING
 from dl.lang import ast
 from dl.lang.autodiff.rules import bound_arguments
 from dl.lang.autodiff.simplify import pops_a_tape, prune_sweeps
-from dl.lang.autodiff.trees import call
+from dl.lang.autodiff.trees import assign, call, let, unused_name
 from dl.lang.autodiff.trim import callee_key, renamed
 from dl.lang.calls import BindingError
 from dl.lang.primitives import BY_NAME, PRIMITIVES
@@ -235,6 +235,7 @@ class Body:
         self.path = path
         self.adjoints = following.round.adjoint_names[key]
         self.tapes = following.round.sweep_tapes[key]  # (the backward sweep's loops pop these)
+        self.names = ast.names_used(following.originals[key])  # (those a name made here must not meet)
         # those whose shape no loop changes: zeros assigned over zeros of one shape change nothing
         self.fixed = following.round.fixed_adjoints[key]
         self.shadowed = set(following.round.declared(path))  # names that are not the built-ins there
@@ -296,7 +297,18 @@ class Body:
         rest = ast.Block(tuple(self.block(body.body, dict(entry))), body.span)
         if first == rest:
             return [dataclasses.replace(stmt, body=rest)]
-        return [ast.If(stmt.cond, first, None, stmt.span), dataclasses.replace(stmt, body=rest)]
+        # the first iteration as a loop run at most once, not an `if`: a second derivative differentiates this
+        # code, and a loop's pops it keeps on tapes, where an `if`'s it would run again (which compiled code,
+        # whose tapes are popped in place, does not do)
+        once = unused_name("first_iteration", self.names)
+        span = stmt.span
+        flag = ast.Name(once, span)
+        first_only = ast.While(
+            ast.Binary("and", flag, stmt.cond, span),
+            ast.Block((*first.body, assign(flag, ast.BoolLiteral(False), span)), body.span),
+            span,
+        )
+        return [let(once, ast.BoolLiteral(True), span), first_only, dataclasses.replace(stmt, body=rest)]
 
     def fixed_point(self, body: ast.Block, state: dict[str, Zeros]) -> dict[str, Zeros]:
         """What is known at the top of every iteration of a loop entered with `state`: what holds at its entry
