@@ -362,7 +362,8 @@ PRIMITIVES_LIST = (
     elementwise(Prim.COS, "cosine", "-(d * sin(x))"),
     elementwise(Prim.SOFTPLUS, "`log(1 + exp(x))`, computed stably", "d * sigmoid(x)"),
     elementwise(Prim.LOG1P, "`log(1 + x)`, accurate for small `x`", "d / (1.0 + x)"),
-    elementwise(Prim.EXPM1, "`exp(x) - 1`, accurate for small `x`", "d * (r + 1.0)"),
+    # exp(x), not r + 1: for x below -17 that sum is 1 - 1 in f32, and elu's gradient there would be 0
+    elementwise(Prim.EXPM1, "`exp(x) - 1`, accurate for small `x`", "d * exp(x)"),
     # 2 / sqrt(pi) * exp(-x^2); the literal adapts to x's dtype, so an f64 `x` keeps every digit
     elementwise(Prim.ERF, "the error function", "d * (1.1283791670955126 * exp(-(x * x)))"),
     step(Prim.FLOOR, "the largest integer at most each element, as a float"),

@@ -2709,6 +2709,20 @@ fn f(p, x) {
 )
 
 case(
+    "integer_base_with_a_learned_exponent",
+    "zeros",
+    """
+fn f(b) {
+    return sum([0, 1, 2] ** b) + 2 ** b
+}
+""",
+    (s(1.7),),
+    lambda b: (torch.tensor([0.0, 1.0, 2.0], dtype=torch.float64) ** b).sum() + 2.0**b,
+    notes="the exponent's gradient takes `log` of the integer base in the result's float dtype; none at the "
+    "base 0",
+)
+
+case(
     "unused_result_of_a_called_loop",
     "zeros",
     """

@@ -188,12 +188,12 @@ def test_relu_gradient_at_zero_is_zero_as_in_torch() -> None:
 
 @pytest.mark.parametrize("name", ["leaky_relu", "elu_2"])
 def test_kinked_activations_at_zero_and_far_out_as_in_torch(name: str) -> None:
-    """At 0 the derivative is torch's (the negative side's), and at 1000 elu's exponential of the unused
-    side does not overflow into a NaN gradient."""
-    x = np.array([-1000.0, -1.0, 0.0, 2.0, 1000.0], dtype=np.float32)
+    """At 0 the derivative is torch's (the negative side's); at 1000 elu's exponential of the unused side does
+    not overflow into a NaN gradient; at -20 its gradient keeps its digits (`expm1`'s is `exp(x)`)."""
+    x = np.array([-1000.0, -20.0, -17.0, -1.0, 0.0, 2.0, 1000.0], dtype=np.float32)
     (tx,) = tensors(x)
     ACTIVATIONS[name](tx).sum().backward()
-    got = call(f"{name}_grad", x, np.ones(5, dtype=np.float32))
+    got = call(f"{name}_grad", x, np.ones(7, dtype=np.float32))
     np.testing.assert_allclose(got, tx.grad.numpy(), rtol=1e-6)
     assert np.all(np.isfinite(got))
 

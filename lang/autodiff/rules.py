@@ -67,7 +67,8 @@ BINARY = {
     "*": ("d * b", "d * a"),
     "/": ("d / b", "-(d * r / b)"),
     # the exponent's: none where the base is 0 (`0 ** b` is constant in `b > 0`), as PyTorch and JAX
-    "**": ("d * b * a ** (b - 1.0)", "where(a == 0.0, 0.0, d * r * log(a))"),
+    # (`a + zeros_like(r)`: an integer base, `2 ** b`, in the result's float dtype for `log`)
+    "**": ("d * b * a ** (b - 1.0)", "where(a == 0.0, 0.0, d * r * log(a + zeros_like(r)))"),
     "%": ("d", "-(d * ((a - r) / b))"),
 }
 
