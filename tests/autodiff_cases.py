@@ -2718,8 +2718,7 @@ fn f(b) {
 """,
     (s(1.7),),
     lambda b: (torch.tensor([0.0, 1.0, 2.0], dtype=torch.float64) ** b).sum() + 2.0**b,
-    notes="the exponent's gradient takes `log` of the integer base in the result's float dtype; none at the "
-    "base 0",
+    notes="the exponent's gradient takes `log` of the integer base in the result's float dtype; none at the base 0",
 )
 
 case(
