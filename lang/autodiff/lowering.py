@@ -257,14 +257,18 @@ def lift_returns(stmts: list[ast.Stmt]) -> list[ast.Stmt]:
 
 
 class SeededDraws:
-    """`seeded_draws`: the draws in the blocks of `if`s and loops, each given `seed=`."""
+    """`seeded_draws`: the draws the backward sweep runs again, each given `seed=`: those in an `if`'s branches,
+    and in a loop that the sweep runs again rather than keeps (one with a loop inside, a `break`, `continue` or
+    `return`, which become `if`s, or a `for` over a tuple's items, an `if` per item). A loop that keeps its
+    values (the common one) draws from the run's stream, at no cost."""
 
     def __init__(self, body: FunctionBody) -> None:
         self.body = body
         self.base = ""  # the names of the seed drawn ahead and of the count of draws, once a draw needs them
         self.count = ""
 
-    def block(self, stmts, nested: bool) -> list[ast.Stmt]:
+    def block(self, stmts, again: bool) -> list[ast.Stmt]:
+        """`stmts`, their draws seeded where they run `again` in the backward sweep."""
         out: list[ast.Stmt] = []
         for stmt in stmts:
             match stmt:
@@ -277,13 +281,20 @@ class SeededDraws:
                     new_then = ast.Block(tuple(self.block(then.body, True)), then.span)
                     out.append(dataclasses.replace(stmt, then=new_then, orelse=new_else))
                 case ast.While(body=inner) | ast.For(body=inner):
-                    new_body = ast.Block(tuple(self.block(inner.body, True)), inner.span)
+                    new_body = ast.Block(tuple(self.block(inner.body, again or self.runs_again(stmt))), inner.span)
                     out.append(dataclasses.replace(stmt, body=new_body))
-                case _ if nested:
+                case _ if again:
                     out += self.seeded(stmt)
                 case _:
                     out.append(stmt)
         return out
+
+    def runs_again(self, loop: ast.While | ast.For) -> bool:
+        """Does the backward sweep run this loop's iterations again (rather than keep their values on tapes)?"""
+        inner = (ast.While, ast.For, ast.Break, ast.Continue, ast.Return)  # (an `if`'s branches: seeded as such)
+        if any(isinstance(n, inner) for n in ast.walk_scope(loop.body)):
+            return True
+        return isinstance(loop, ast.For) and isinstance(self.body.type_of(loop.iterable), TupleType)
 
     def seeded(self, stmt: ast.Stmt) -> list[ast.Stmt]:
         """`stmt` with its unseeded draws given seeds, after the count of draws goes up by their number."""
@@ -330,11 +341,11 @@ class SeededDraws:
 
 
 def seeded_draws(body: FunctionBody, stmts: list[ast.Stmt]) -> list[ast.Stmt]:
-    """The random draws without `seed=` inside an `if` or a loop, given one: `draw_seed + k` for the `k`-th draw
-    the function makes there, `draw_seed` drawn once from the run's stream ahead of them. The backward sweep
-    runs a branch again (and an iteration of a loop with a loop inside), the variables it assigns restored,
-    the count of draws among them: the same seeds draw the same numbers, where the run's stream would give
-    others, a gradient for noise the value never saw."""
+    """The random draws without `seed=` that the backward sweep runs again (`SeededDraws`), given one:
+    `draw_seed + k` for the `k`-th draw the function makes there, `draw_seed` drawn once from the run's stream
+    ahead of them. The backward sweep runs a branch again (and an iteration of a loop with a loop inside), the
+    variables it assigns restored, the count of draws among them: the same seeds draw the same numbers, where
+    the run's stream would give others, a gradient for noise the value never saw."""
     seeding = SeededDraws(body)
-    out = seeding.block(stmts, nested=False)
+    out = seeding.block(stmts, again=False)
     return [*seeding.prelude(), *out] if seeding.base else stmts
