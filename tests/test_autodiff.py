@@ -586,22 +586,6 @@ def test_gradient_of_a_loss_that_takes_a_gradient_through_an_unused_result() -> 
     np.testing.assert_allclose(got, tw.grad.numpy(), rtol=1e-6)
 
 
-def test_power_at_a_zero_base_and_a_zero_exponent_as_pytorch() -> None:
-    """`a ** b`'s derivatives where they are not defined by the formula: none for `b` at `a = 0, b >= 0` (and
-    PyTorch's -inf at `b < 0`), none for `a` at `b = 0`."""
-    a = np.array([0.0, 0.0, 0.0, 2.0, 1.5], dtype=np.float32)
-    b = np.array([2.0, 0.0, -1.0, 1.5, 0.0], dtype=np.float32)
-    source = (
-        "fn p(a: f32[5], b: f32[5]) -> f32 { return sum(a ** b) }\nfn g(a, b) { return grad(p, wrt=(0, 1))(a, b) }\n"
-    )
-    for backend in ("interp", "llvm"):
-        da, db = pipeline.call(pipeline.load("<pow>.dl", source), "g", [a, b], backend=backend)
-        ta, tb = torch.tensor(a, requires_grad=True), torch.tensor(b, requires_grad=True)
-        (ta**tb).sum().backward()
-        np.testing.assert_allclose(da, ta.grad.numpy(), rtol=1e-6)
-        np.testing.assert_allclose(db, tb.grad.numpy(), rtol=1e-6)
-
-
 @pytest.mark.parametrize(
     "loop",
     [

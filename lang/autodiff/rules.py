@@ -66,13 +66,9 @@ BINARY = {
     "-": ("d", "-d"),
     "*": ("d * b", "d * a"),
     "/": ("d / b", "-(d * r / b)"),
-    # the exponent's: none where the base is 0 and the exponent not negative (`0 ** b` is constant there), as
-    # PyTorch's (`a + zeros_like(r)`: an integer base, `2 ** b`, in the result's float dtype for `log`)
-    # the base's: none where the exponent is 0 (`a ** 0` is 1; `0 * 0 ** -1` would be NaN at a base of 0)
-    "**": (
-        "where(b == 0.0, 0.0, d * b * a ** (b - 1.0))",
-        "where(a == 0.0 and b >= 0.0, 0.0, d * r * log(a + zeros_like(r)))",
-    ),
+    # the exponent's: none where the base is 0 (`0 ** b` is constant in `b > 0`), as PyTorch and JAX
+    # (`a + zeros_like(r)`: an integer base, `2 ** b`, in the result's float dtype for `log`)
+    "**": ("d * b * a ** (b - 1.0)", "where(a == 0.0, 0.0, d * r * log(a + zeros_like(r)))"),
     "%": ("d", "-(d * ((a - r) / b))"),
 }
 
