@@ -1,8 +1,8 @@
 """Control flow made ready for the sweeps, before A-normal form: `for` becomes `while`, `break`, `continue`
 and `return` inside loops become flags (`LoopFlags`), and a `return` inside an `if` takes the statements after
 the `if` into its branches (`lift_returns`), so every `return` ends its function's body. Before that, the
-random draws inside an `if` or a loop are given seeds (`seeded_draws`), so that a branch run again draws
-the same numbers.
+random draws the backward sweep runs again are given seeds (`seeded_draws`), so that it draws the same
+numbers.
 """
 
 from __future__ import annotations

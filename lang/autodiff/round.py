@@ -22,7 +22,7 @@ from dl.lang.autodiff.trees import (
     unused_name,
 )
 from dl.lang.autodiff.trim import trim
-from dl.lang.autodiff.zeros import drop_zeros
+from dl.lang.autodiff.zeros import AdjointVariables, drop_zeros
 from dl.lang.check import Typed
 from dl.lang.diagnostics import UNKNOWN_SPAN, Diagnostic, DiagnosticError, Span, error
 from dl.lang.modules import Program
@@ -52,11 +52,8 @@ class Round:
         self.modules_of: dict[int, str] | None = None  # id of a top-level function -> its module's path
         self.declarations: dict[str, dict[str, ast.Decl]] = {}  # `declared`, by module path
         self.current: Site | None = None  # the site being differentiated
-        # (module path, name) of a function made here -> the names of its variables that hold adjoints, and those
-        # of them whose shape no loop changes (`note_adjoints`, for zeros.py)
-        self.adjoint_names: dict[tuple[str, str], frozenset[str]] = {}
-        self.fixed_adjoints: dict[tuple[str, str], frozenset[str]] = {}
-        self.sweep_tapes: dict[tuple[str, str], frozenset[str]] = {}  # and the tapes its backward loops pop
+        # (module path, name) of a function made here -> what zeros.py reads of its variables (`note_adjoints`)
+        self.adjoint_variables: dict[tuple[str, str], AdjointVariables] = {}
         self.adjoint_copies: set[tuple[str, str]] = set()  # the copies zeros.py made of `_bwd` and `_back` functions
 
     def run(self, sites: list[Site]) -> Program:
@@ -91,9 +88,9 @@ class Round:
     def note_adjoints(self, key: tuple[str, str], writer: FunctionBody) -> None:
         """What zeros.py reads of the function `key` that `writer` wrote: its variables that hold adjoints, and the
         tapes of its backward sweep's loops."""
-        self.adjoint_names[key] = frozenset(writer.adjoint_names)
-        self.fixed_adjoints[key] = frozenset(writer.fixed_adjoints)
-        self.sweep_tapes[key] = frozenset(writer.sweep_tapes)
+        self.adjoint_variables[key] = AdjointVariables(
+            frozenset(writer.adjoint_names), frozenset(writer.fixed_adjoints), frozenset(writer.sweep_tapes)
+        )
 
     def check_built_ins(self, written: list[tuple[str, object]], site: Site) -> None:
         """The calls of built-ins that the transform writes (a derivative rule's `where`, `zeros_like`, ...) name

@@ -73,7 +73,7 @@ class Trimming:
                 continue
             if not isinstance(node.value, ast.Call) or node.pattern.name not in reads:
                 continue
-            callee = self.resolve(path, node.value.func)
+            callee = callee_key(self.round.program, path, node.value.func)
             read = reads[node.pattern.name]
             if callee is None or callee not in self.adjoints or read is None:
                 continue
@@ -84,9 +84,6 @@ class Trimming:
             copy = self.copy(callee, wanted, made)
             replacements[id(node.value.func)] = renamed(node.value.func, copy)
         return replacements, made
-
-    def resolve(self, path: str, func: ast.Expr) -> Key | None:
-        return callee_key(self.round.program, path, func)
 
     def copy(self, callee: Key, wanted: tuple[int, ...], made: list[Key]) -> str:
         """The name of `callee`'s copy returning only the adjoints at `wanted`, made the first time it is asked."""

@@ -7,7 +7,7 @@ That code costs a sweep, and it is not zero where a derivative is infinite: zero
 `0 * inf`, NaN, added into a gradient that nothing there flows into. PyTorch never computes them (an unused
 output has no gradient) and JAX's zeros are symbolic; so here.
 
-What is known to be zeros is followed forwards through the statements that hold adjoints (`Round.adjoint_names`):
+What is known to be zeros is followed forwards through the statements that hold adjoints (`AdjointVariables`):
 `zeros_like(...)`, a product with zeros, a linear primitive of zeros (`linear_in` in the primitive table), an
 item of a tuple of them; through `if` (zeros on both branches) and loops (zeros at every iteration, found as a
 fixed point; a backward loop's first iteration, which may know more, written apart). A literal 0 keeps the
@@ -48,7 +48,16 @@ if TYPE_CHECKING:
 Key = tuple[str, str]  # (module path, function name)
 
 
-# What is known of a value: True, zeros; False, nothing; a tuple, item by item
+@dataclasses.dataclass(frozen=True, slots=True)
+class AdjointVariables:
+    """What this pass reads of a function the round wrote (`Round.note_adjoints`): the variables that hold
+    adjoints, those of them whose shape no loop changes, and the tapes its backward sweep's loops pop."""
+
+    names: frozenset[str]
+    fixed: frozenset[str]
+    tapes: frozenset[str]
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class Fields:
     """What is known of a struct: of the fields `named`, each its own; of the others, `rest` (True after
@@ -156,7 +165,7 @@ class Following:
 
     def run(self) -> None:
         for key, decl in self.originals.items():
-            if self.round.adjoint_names.get(key):
+            if key in self.round.adjoint_variables and self.round.adjoint_variables[key].names:
                 self.followed(key, (False,) * len(decl.params))
         self.drop_unnamed()
         for path in self.round.added:
@@ -173,17 +182,14 @@ class Following:
         if any(known is not False for known in given):
             zeros = "_".join(part for known in given for part in zero_places(known))
             name = self.round.fresh_global(path, f"{function}_zero_{zeros}" if zeros else f"{function}_zero")
-            self.round.adjoint_names[(path, name)] = self.round.adjoint_names[key]
-            self.round.fixed_adjoints[(path, name)] = self.round.fixed_adjoints[key]
-            self.round.sweep_tapes[(path, name)] = self.round.sweep_tapes[key]
+            self.round.adjoint_variables[(path, name)] = self.round.adjoint_variables[key]
             self.copies.add((path, name))
         self.done[(key, given)] = (name, False)  # (a recursive call meets it unknown)
         original = self.originals[key]
-        adjoints = self.round.adjoint_names[key]
-        state = {p.name: known for p, known in zip(original.params, given, strict=True) if p.name in adjoints}
         body = Body(self, path, key)
+        state = {p.name: known for p, known in zip(original.params, given, strict=True) if p.name in body.adjoints}
         stmts = body.block(original.body.body, state)
-        stmts = prune_sweeps(stmts, self.round.sweep_tapes[key], self.round.effectful())
+        stmts = prune_sweeps(stmts, body.tapes, self.round.effectful())
         self.functions[(path, name)] = dataclasses.replace(original, name=name, body=ast.Block(tuple(stmts)))
         returned = body.returned if body.returned is not None else False
         self.done[(key, given)] = (name, returned)
@@ -192,7 +198,8 @@ class Following:
     def adjoint_call(self, path: str, func: ast.Expr) -> Key | None:
         """The generated function a call's callee names, if it takes adjoints."""
         key = callee_key(self.round.program, path, func)
-        return key if key in self.originals and self.round.adjoint_names.get(key) else None
+        known = self.round.adjoint_variables.get(key)
+        return key if key in self.originals and known is not None and known.names else None
 
     def drop_unnamed(self) -> None:
         """Drop the copies no function names: made for what a loop's variables were thought to hold before its
@@ -233,11 +240,12 @@ class Body:
     def __init__(self, following: Following, path: str, key: Key) -> None:
         self.following = following
         self.path = path
-        self.adjoints = following.round.adjoint_names[key]
-        self.tapes = following.round.sweep_tapes[key]  # (the backward sweep's loops pop these)
+        variables = following.round.adjoint_variables[key]
+        self.adjoints = variables.names
+        self.tapes = variables.tapes  # (the backward sweep's loops pop these)
         self.names = ast.names_used(following.originals[key])  # (those a name made here must not meet)
         # those whose shape no loop changes: zeros assigned over zeros of one shape change nothing
-        self.fixed = following.round.fixed_adjoints[key]
+        self.fixed = variables.fixed
         self.shadowed = set(following.round.declared(path))  # names that are not the built-ins there
         self.returned: Zeros | None = None
 
@@ -253,7 +261,7 @@ class Body:
                 found = self.value(value, state)
                 self.bind(pattern, found.known, state)
                 return [dataclasses.replace(stmt, value=exactly(found))]
-            case ast.Assign(target=target, op=op, value=value) if root_name(target) in self.adjoints:
+            case ast.Assign(target=target, op=op, value=value) if ast.root_name(target) in self.adjoints:
                 return self.assignment(stmt, target, op, value, state)
             case ast.If(then=then, orelse=orelse):
                 then_state = dict(state)
@@ -329,7 +337,7 @@ class Body:
         self.returned = returned
 
     def assignment(self, stmt: ast.Assign, target, op: str, value, state) -> list[ast.Stmt]:
-        var = root_name(target)
+        var = ast.root_name(target)
         before = state.get(var, False) if isinstance(target, ast.Name) else False
         found = self.value(value, state)
         if op == "=" and isinstance(value, ast.Binary) and value.op in ("+", "-"):
@@ -438,7 +446,7 @@ class Body:
             if expr.keywords or len(expr.args) != len(decl.params):
                 return Value(expr)
             values = [self.value(arg, state) for arg in expr.args]
-            adjoints = self.following.round.adjoint_names[callee]
+            adjoints = self.following.round.adjoint_variables[callee].names
             given = tuple(v.known if p.name in adjoints else False for p, v in zip(decl.params, values, strict=True))
             name, returned = self.following.followed(callee, given)
             new_func = renamed(func, name) if name != callee[1] else func
@@ -491,13 +499,6 @@ def exactly(found: Value) -> ast.Expr:
 
 def zeros_of(expr: ast.Expr) -> ast.Expr:
     return call("zeros_like", expr)
-
-
-def root_name(target: ast.Expr) -> str | None:
-    """The variable an assignment's target is, or is a field or element of."""
-    while isinstance(target, ast.Field | ast.Index):
-        target = target.target
-    return target.id if isinstance(target, ast.Name) else None
 
 
 def same_place(a: ast.Expr, b: ast.Expr) -> bool:
