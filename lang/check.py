@@ -2230,22 +2230,35 @@ class Checker:
                 self.report(error("E0206", f"`{ref}` takes no keyword arguments", expr.keywords[0].span))
                 return None
             return args
+        found = self.bound_arguments(function, expr, args, keywords)
+        return found[1] if found is not None else None
+
+    def bound_arguments(
+        self, function: FunctionInfo, expr: ast.Call, args: list[Type], keywords: dict[str, Type]
+    ) -> tuple[Binding, list[Type], list[ast.Expr]] | None:
+        """How a call of `function` binds, and its arguments' types and nodes in the parameters' order: given by
+        position, by name, or the parameter's default. None, reported, where the call does not bind."""
         decl = function.decl
         try:
-            binding = bind_function(function.name, decl.params, len(args), list(keywords), decl.span)
+            binding = bind_function(function.name, decl.params, len(args), [k.name for k in expr.keywords], decl.span)
         except BindingError as problem:
             self.report(binding_diagnostic(problem, expr))
             return None
+        given = {k.name: k.value for k in expr.keywords}
         bound: list[Type] = []
+        nodes: list[ast.Expr] = []
         for param, source in zip(decl.params, binding.fixed, strict=True):
             if isinstance(source, int):
                 bound.append(args[source])
+                nodes.append(expr.args[source])
             elif isinstance(source, str):
                 bound.append(keywords[source])
+                nodes.append(given[source])
             else:
                 default_context = Context(function.module, function.name, None, frozenset())
                 bound.append(self.expression(param.default, Scope(), default_context))
-        return bound
+                nodes.append(param.default)
+        return binding, bound, nodes
 
     def gradient_of(self, ref: GradientRef, position: int, arg: Type) -> Type:
         """The type of the gradient for argument `position`: the argument's, in the dtype of a float parameter
@@ -2364,27 +2377,12 @@ class Checker:
 
     def user_call(self, function: FunctionInfo, expr: ast.Call, args: list[Type], keywords: dict[str, Type]) -> Type:
         decl = function.decl
-        try:
-            binding = bind_function(function.name, decl.params, len(args), [k.name for k in expr.keywords], decl.span)
-        except BindingError as problem:
-            self.report(binding_diagnostic(problem, expr))
+        found = self.bound_arguments(function, expr, args, keywords)
+        if found is None:
             return ANY
+        binding, bound, nodes = found
         if isinstance(decl, ast.FnDecl):
             self.tables.bindings[id(expr)] = binding
-        given = {k.name: k.value for k in expr.keywords}
-        bound: list[Type] = []
-        nodes: list[ast.Expr] = []
-        for param, source in zip(decl.params, binding.fixed, strict=True):
-            if isinstance(source, int):
-                bound.append(args[source])
-                nodes.append(expr.args[source])
-            elif isinstance(source, str):
-                bound.append(keywords[source])
-                nodes.append(given[source])
-            else:
-                default_context = Context(function.module, function.name, None, frozenset())
-                bound.append(self.expression(param.default, Scope(), default_context))
-                nodes.append(param.default)
         params = decl.params
         if function.generic:
             return self.generic_call(function, bound, nodes)
