@@ -40,7 +40,7 @@ def readme_install_commands() -> list[list[str]]:
 def test_the_readme_runs_the_example_on_the_runtime_alone_and_tests_with_dev() -> None:
     run, test = readme_install_commands()
     assert run == ["python3 -m venv .venv && . .venv/bin/activate", "pip install -e .", "dlrun examples/train.dl"]
-    assert test == ['pip install -e ".[dev]"', "python -m pytest"]
+    assert test == ['pip install -e ".[dev]"', "python -m pytest -n auto"]
 
 
 def test_ci_runs_the_readme_commands_exactly_and_in_order() -> None:
@@ -50,7 +50,7 @@ def test_ci_runs_the_readme_commands_exactly_and_in_order() -> None:
         assert command in script[position:], f"`.ci/run` does not run `{command}` (after line {position})"
         position = script.index(command, position) + 1
     lint = [script.index("ruff check ."), script.index("ruff format --check .")]
-    assert script.index('pip install -e ".[dev]"') < min(lint) and max(lint) < script.index("python -m pytest")
+    assert script.index('pip install -e ".[dev]"') < min(lint) and max(lint) < script.index("python -m pytest -n auto")
 
 
 def requirement_name(requirement: str) -> str:
