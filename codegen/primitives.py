@@ -121,6 +121,42 @@ def unary(prim: Prim):
     return apply
 
 
+# `isnan`: x != x; `isinf`: |x| == inf; `isfinite`: x - x == 0 (inf - inf and nan - nan are nan). Compiled
+# without fast-math flags, LLVM keeps each as written.
+FLOAT_TESTS = {Prim.ISNAN: np.isnan, Prim.ISINF: np.isinf, Prim.ISFINITE: np.isfinite}
+
+
+def float_test_tree(prim: Prim, x: object, dtype: str) -> ir.Apply:
+    if prim is Prim.ISNAN:
+        return ir.Apply("ne", "bool", (x, x))
+    if prim is Prim.ISINF:
+        return ir.Apply("eq", "bool", (ir.Apply("abs", dtype, (x,)), ir.Splat(ir.Const(math.inf, dtype))))
+    return ir.Apply("eq", "bool", (ir.Apply("sub", dtype, (x, x)), ir.Splat(ir.Const(0.0, dtype))))
+
+
+def float_test(prim: Prim):
+    def apply(lowering, bound: dict, span: Span) -> object:
+        x = bound["x"]
+        if isinstance(x, Tensor):
+            if x.dtype not in FLOATS:
+                raise Unsupported(f"`{prim.value}` of {x.dtype}", span)
+            if ir.costly(x.tree):  # the test reads each element twice
+                x = lowering.materialise(x)
+            return Tensor("bool", x.shape, float_test_tree(prim, x.tree, x.dtype))
+        value = lowering.scalar_of(x, span)
+        if value.weak is not None:  # a literal: known now
+            return Value(ir.Const(bool(FLOAT_TESTS[prim](np.float32(value.weak))), "bool"))
+        dtype = value.operand.dtype
+        if dtype not in FLOATS:
+            raise Unsupported(f"`{prim.value}` of {dtype}", span)
+        tested = Tensor(dtype, (), ir.Splat(value.operand))
+        result = lowering.temp(prim.value, "bool")
+        lowering.emit(ir.Evaluate(result, float_test_tree(prim, tested.tree, dtype)))
+        return Value(result)
+
+    return apply
+
+
 def scalar_math(lowering, prim: Prim, values: list, span: Span) -> Value:
     return lowering.math_of_values(prim, [lowering.scalar_of(v, span) for v in values], span)
 
@@ -246,6 +282,25 @@ def extreme(op: str):
             raise Unsupported(f"`{op}` of an empty tensor", span)
         keepdims = static_flag(bound["keepdims"], span)
         return finish(lowering, reduce(lowering, x, op, axes, keepdims, span, x.dtype), x.dtype)
+
+    return apply
+
+
+def truth(kind: str):
+    """`any` (`kind`) and `all`: the count of true (for `all`, false) elements over the axes, tested against 0;
+    over no elements, false and true."""
+
+    def apply(lowering, bound: dict, span: Span) -> object:
+        x = bound["x"]
+        if not isinstance(x, Tensor) or x.dtype != "bool":
+            raise Unsupported(f"`{kind}` of this value", span)
+        axes = axes_of(lowering, x, bound["axis"], span)
+        keepdims = static_flag(bound["keepdims"], span)
+        counted = x.tree if kind == "any" else ir.Apply("not", "bool", (x.tree,))
+        ones = Tensor("i64", x.shape, ir.Apply("convert", "i64", (counted,)))
+        total = reduce(lowering, ones, "add", axes, keepdims, span, "i64")
+        test = ir.Apply("gt" if kind == "any" else "eq", "bool", (total.tree, ir.Splat(ir.Const(0, "i64"))))
+        return finish(lowering, Tensor("bool", total.shape, test), "bool")
 
     return apply
 
@@ -1459,6 +1514,40 @@ def arange(lowering, bound: dict, span: Span) -> object:
     return Tensor("i64", (count,), tree)
 
 
+def eye(lowering, bound: dict, span: Span) -> object:
+    dtype = dtype_of(bound["dtype"], span)
+    rows = static_int(lowering, bound["n"], span, "a dimension")
+    columns = rows if bound["m"] is None else static_int(lowering, bound["m"], span, "a dimension")
+    diagonal = ir.Apply("eq", "bool", (ir.Index(0), ir.Index(1)))
+    if dtype == "bool":
+        return Tensor(dtype, (rows, columns), diagonal)
+    return Tensor(dtype, (rows, columns), ir.Apply("convert", dtype, (diagonal,)))
+
+
+def linspace(lowering, bound: dict, span: Span) -> object:
+    """numpy's formula, in f64 as the interpreter computes it: `i * step + start` with `step` the difference of
+    the ends over `num - 1`, and `stop` itself last; converted to the result's dtype."""
+    count = static_int(lowering, bound["num"], span, "the number of points")
+    ends = [lowering.scalar_of(bound[name], span) for name in ("start", "stop")]
+    if bound["dtype"] is not None:
+        dtype = dtype_of(bound["dtype"], span)
+    else:
+        dtype = "f64" if any(end.weak is None and end.operand.dtype == "f64" for end in ends) else "f32"
+    start, stop = (Value(lowering.promote(end, "f64", span)) for end in ends)
+    delta = lowering.binary("-", stop, start, span)
+    step = lowering.binary("/", delta, Value(ir.Const(float(count - 1), "f64")), span) if count > 1 else delta
+    position = ir.Apply("convert", "f64", (ir.Index(0),))
+    tree: object = ir.Apply(
+        "add", "f64", (ir.Apply("mul", "f64", (position, ir.Splat(step.operand))), ir.Splat(start.operand))
+    )
+    if count > 1:
+        last = ir.Apply("eq", "bool", (ir.Index(0), ir.Splat(ir.Const(count - 1, "i64"))))
+        tree = ir.Apply("select", "f64", (last, ir.Splat(stop.operand), tree))
+    if dtype != "f64":
+        tree = ir.Apply("convert", dtype, (tree,))
+    return Tensor(dtype, (count,), tree)
+
+
 def shape(lowering, bound: dict, span: Span) -> object:
     return tuple(Value(ir.Const(n, "i64"), n) for n in shape_of(bound["x"]))
 
@@ -1837,6 +1926,7 @@ IN_A_WORLD = "it talks to the other ranks over MPI on the host, and compiled cod
 # the others (their functions run on the interpreter). A test checks that the two cover `Prim`.
 HANDLERS = {
     **{prim: unary(prim) for prim in SCALAR_MATH if len(PRIMITIVES[prim].signature.positional) == 1},
+    **{prim: float_test(prim) for prim in FLOAT_TESTS},
     Prim.MAXIMUM: binary_math(Prim.MAXIMUM),
     Prim.MINIMUM: binary_math(Prim.MINIMUM),
     Prim.WHERE: where,
@@ -1871,6 +1961,8 @@ HANDLERS = {
     Prim.ZEROS_LIKE: zeros_like,
     Prim.STOP_GRADIENT: lambda lowering, bound, span: bound["x"],
     Prim.ARANGE: arange,
+    Prim.EYE: eye,
+    Prim.LINSPACE: linspace,
     Prim.RAND: drawn(0, Prim.RAND),
     Prim.RANDN: drawn(1, Prim.RANDN),
     Prim.DROPOUT: dropout,
@@ -1887,6 +1979,8 @@ HANDLERS = {
     Prim.TREE_DOT: tree_dot,
     Prim.ARGMAX: arg_extreme("max"),
     Prim.ARGMIN: arg_extreme("min"),
+    Prim.ANY: truth("any"),
+    Prim.ALL: truth("all"),
     Prim.LOGSUMEXP: logsumexp,
     Prim.VAR: variance(root=False),
     Prim.STD: variance(root=True),

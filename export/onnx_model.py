@@ -956,6 +956,39 @@ def unary(op_type: str) -> Callable[[Call], Tensor]:
     return lower
 
 
+def float_test(prim: Prim) -> Callable[[Call], Tensor]:
+    """`isnan` and `isinf` are ONNX's IsNaN and IsInf; `isfinite` is neither."""
+
+    def lower(call: Call) -> Tensor:
+        x = call.tensor(0)
+        if prim is Prim.ISNAN:
+            return call.op("IsNaN", [x])
+        if prim is Prim.ISINF:
+            return call.op("IsInf", [x])
+        graph, result = call.graph, call.result
+        nan, infinite = graph.op("IsNaN", [x.name], result), graph.op("IsInf", [x.name], result)
+        return call.op("Not", [graph.op("Or", [nan.name, infinite.name], result)])
+
+    return lower
+
+
+def truth(kind: str) -> Callable[[Call], Tensor]:
+    """`any` (`kind`) and `all`: the count of true (for `all`, false) elements over the axes, compared with 0."""
+
+    def lower(call: Call) -> Tensor:
+        graph, x = call.graph, call.tensor(0, "bool")
+        counted = x if kind == "any" else graph.op("Not", [x.name], x.type)
+        ones = graph.cast(counted, "i64")
+        count_type = TensorType("i64", call.result.dims)
+        keepdims = int(bool(call.static(2)))
+        axes = [a.name for a in call.axes(call.static(1))]
+        count = graph.op("ReduceSum", [ones.name, *axes], count_type, keepdims=keepdims)
+        zero = graph.constant(np.array(0), "i64")
+        return call.op("Greater" if kind == "any" else "Equal", [count, zero])
+
+    return lower
+
+
 def clip(call: Call) -> Tensor:
     """`Min(Max(x, lo), hi)`: ONNX's `Clip` takes scalar bounds only, and these broadcast."""
     dtype = call.result.dtype
@@ -1241,6 +1274,45 @@ def arange(call: Call) -> Tensor:
     return call.op("Range", [call.graph.tensor(start, "i64"), call.graph.tensor(stop, "i64"), one])
 
 
+def eye(call: Call) -> Tensor:
+    """EyeLike of a matrix of zeros of the size asked for (f32, then cast: ONNX's EyeLike makes no bools)."""
+    graph, result = call.graph, call.result
+    rows = call.values[0]
+    columns = rows if call.values[1] is None else call.values[1]
+    zero = numpy_helper.from_array(np.array([0.0], dtype=np.float32))
+    zeros = graph.op(
+        "ConstantOfShape", [graph.vector([rows, columns]).name], TensorType("f32", result.dims), value=zero
+    )
+    diagonal = graph.op("EyeLike", [zeros.name], zeros.type)
+    return diagonal if result.dtype == "f32" else graph.cast(diagonal, result.dtype)
+
+
+def linspace(call: Call) -> Tensor:
+    """numpy's formula in f64, as the interpreter computes it: `i * step + start`, and `stop` itself last (a
+    constant when the ends are known when exported)."""
+    graph, result = call.graph, call.result
+    if not isinstance(call.values[2], Number):
+        raise Refused("a `linspace` whose number of points is computed", call.span, "export needs it known")
+    count = int(call.values[2].value)
+    start, stop = call.values[0], call.values[1]
+    if isinstance(start, Number) and isinstance(stop, Number):
+        points = np.linspace(float(start.value), float(stop.value), count, dtype=np.float64)
+        return graph.constant(points, result.dtype)
+    wide = TensorType("f64", result.dims)
+    first, last = call.tensor(0, "f64"), call.tensor(1, "f64")
+    positions = graph.constant(np.arange(count, dtype=np.float64), "f64")
+    delta = graph.op("Sub", [last.name, first.name], first.type)
+    step = delta
+    if count > 1:
+        step = graph.op("Div", [delta.name, graph.constant(np.array(float(count - 1)), "f64").name], first.type)
+    scaled = graph.op("Mul", [positions.name, step.name], wide)
+    points = graph.op("Add", [scaled.name, first.name], wide)
+    if count > 1:
+        is_last = graph.constant(np.arange(count) == count - 1, "bool")
+        points = graph.op("Where", [is_last.name, last.name, points.name], wide)
+    return points if result.dtype == "f64" else graph.cast(points, result.dtype)
+
+
 def shape(call: Call) -> tuple:
     x = call.tensor(0)
     return tuple(call.graph.dim(x, axis) for axis in range(x.rank))
@@ -1357,6 +1429,11 @@ HANDLERS: dict[Prim, Callable[[Call], Any]] = {
     Prim.TRIL: triangle(upper=False),
     Prim.TRIU: triangle(upper=True),
     Prim.EINSUM: einsum,
+    Prim.ISNAN: float_test(Prim.ISNAN),
+    Prim.ISINF: float_test(Prim.ISINF),
+    Prim.ISFINITE: float_test(Prim.ISFINITE),
+    Prim.ANY: truth("any"),
+    Prim.ALL: truth("all"),
     Prim.MAXIMUM: pairwise("Max"),
     Prim.MINIMUM: pairwise("Min"),
     Prim.CLIP: clip,
@@ -1391,6 +1468,8 @@ HANDLERS: dict[Prim, Callable[[Call], Any]] = {
     Prim.ONES: creation(1.0),
     Prim.FULL: creation(None),
     Prim.ARANGE: arange,
+    Prim.EYE: eye,
+    Prim.LINSPACE: linspace,
     Prim.SHAPE: shape,
     Prim.LEN: length,
     Prim.FLOAT: to_float,

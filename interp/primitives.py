@@ -242,6 +242,17 @@ def unary(function, name: str):
     return apply
 
 
+def float_test(test, name: str):
+    """`isnan`, `isinf`, `isfinite`: a bool per element of a float tensor."""
+
+    def apply(x: Any) -> Any:
+        if kind_of(x) != "f" and x.__class__ is not float:
+            raise PrimitiveError(f"`{name}` needs a float tensor, found {describe(x)}: an integer is always finite")
+        return scalar(test(x))
+
+    return apply
+
+
 def sigmoid(x: Any) -> Any:
     x = floating(x, "sigmoid")
     # exp(-|x|) never overflows: 1 / (1 + e) for x >= 0, e / (1 + e) below, both accurate to the last bits
@@ -435,6 +446,18 @@ def reduction(function, name: str, nonempty: bool = False, several: bool = True)
         if nonempty and x.size == 0 and reduces_nothing(x.shape, position):
             raise PrimitiveError(f"`{name}` of an empty tensor {describe(x)}")
         return scalar(function(x, axis=position, keepdims=keep))
+
+    return apply
+
+
+def truth(function, name: str):
+    """`any` and `all` of a bool tensor: over no elements, false and true."""
+    general = reduction(function, name)
+
+    def apply(x: Any, axis: Any, keepdims: Any) -> Any:
+        if kind_of(x) != "b":
+            raise PrimitiveError(f"`{name}` needs a bool tensor, found {describe(x)}")
+        return general(x, axis, keepdims)
 
     return apply
 
@@ -849,6 +872,26 @@ def arange(bounds: tuple) -> Any:
         if not is_integer(bound):
             raise PrimitiveError(f"`arange` takes integers, found {describe(bound)}")
     return np.arange(*(int(b) for b in bounds), dtype=np.int64)
+
+
+def eye(n: Any, m: Any, dtype: Any) -> Any:
+    rows, columns = dims_of((n, n if m is None else m))
+    return np.eye(rows, columns, dtype=dtype_of(dtype))
+
+
+def linspace(start: Any, stop: Any, num: Any, dtype: Any) -> Any:
+    """numpy's `linspace` (both ends included; `stop` exactly), in the two ends' float dtype (f64 if either is
+    f64, else f32) or `dtype=`'s."""
+    for end, what in ((start, "start"), (stop, "stop")):
+        if kind_of(end) not in "if" or np.ndim(end):
+            raise PrimitiveError(f"`linspace`'s `{what}` takes a number, found {describe(end)}")
+    (count,) = dims_of((num,))
+    if dtype is None:
+        wide = any(kind_of(end) == "f" and end.__class__ is not float and end.dtype == F64 for end in (start, stop))
+        kind = F64 if wide else F32
+    else:
+        kind = dtype_of(dtype)
+    return np.linspace(float(start), float(stop), count, dtype=np.float64).astype(kind)
 
 
 def random(draw: str, name: str):
@@ -1832,6 +1875,9 @@ IMPLEMENTATIONS = {
     Prim.CEIL: unary(np.ceil, "ceil"),
     Prim.ROUND: unary(np.rint, "round"),  # halves to even, as numpy's and torch's `round`
     Prim.SIGN: sign,
+    Prim.ISNAN: float_test(np.isnan, "isnan"),
+    Prim.ISINF: float_test(np.isinf, "isinf"),
+    Prim.ISFINITE: float_test(np.isfinite, "isfinite"),
     Prim.MAXIMUM: maximum(),
     Prim.MINIMUM: minimum(),
     Prim.CLIP: clip,
@@ -1842,6 +1888,8 @@ IMPLEMENTATIONS = {
     Prim.MIN: reduction(smallest_of, "min", nonempty=True),
     Prim.ARGMAX: reduction(np.argmax, "argmax", nonempty=True, several=False),
     Prim.ARGMIN: reduction(np.argmin, "argmin", nonempty=True, several=False),
+    Prim.ANY: truth(np.any, "any"),
+    Prim.ALL: truth(np.all, "all"),
     Prim.LOGSUMEXP: logsumexp,
     Prim.VAR: variance(root=False),
     Prim.STD: variance(root=True),
@@ -1869,6 +1917,8 @@ IMPLEMENTATIONS = {
     Prim.ONES: filled(1),
     Prim.FULL: full,
     Prim.ARANGE: arange,
+    Prim.EYE: eye,
+    Prim.LINSPACE: linspace,
     Prim.RANDN: random("standard_normal", "randn"),
     Prim.RAND: random("random", "rand"),
     Prim.CATEGORICAL: categorical,

@@ -41,6 +41,9 @@ class Prim(Enum):
     CEIL = "ceil"
     ROUND = "round"
     SIGN = "sign"
+    ISNAN = "isnan"
+    ISINF = "isinf"
+    ISFINITE = "isfinite"
     MAXIMUM = "maximum"
     MINIMUM = "minimum"
     CLIP = "clip"
@@ -52,6 +55,8 @@ class Prim(Enum):
     MIN = "min"
     ARGMAX = "argmax"
     ARGMIN = "argmin"
+    ANY = "any"
+    ALL = "all"
     LOGSUMEXP = "logsumexp"
     VAR = "var"
     STD = "std"
@@ -81,6 +86,8 @@ class Prim(Enum):
     ONES = "ones"
     FULL = "full"
     ARANGE = "arange"
+    EYE = "eye"
+    LINSPACE = "linspace"
     RANDN = "randn"
     RAND = "rand"
     CATEGORICAL = "categorical"
@@ -163,10 +170,10 @@ class Templates:
     """A derivative written in DL: for each parameter with a gradient, its adjoint contribution as an
     expression over `d` (the adjoint of the result), `r` (the result), the call's arguments by parameter
     name, and the static values the transform binds: `k` (the `axis=` argument, unless a parameter is named
-    `k`), `x_dtype` (the dtype of `x`). A reduction's templates also use three forms the transform expands
-    for the call's static axis: `expand(v)` (a reduced value put back in `x`'s rank), `total(v)` (a sum over
-    the reduced elements, keeping their axes) and `count(x)` (how many elements each result reduces, as a
-    float)."""
+    `k`), `x_dtype` (the dtype of `x`) and `r_dtype` (the result's). A reduction's templates also use three
+    forms the transform expands for the call's static axis: `expand(v)` (a reduced value put back in `x`'s
+    rank), `total(v)` (a sum over the reduced elements, keeping their axes) and `count(x)` (how many elements
+    each result reduces, as a float)."""
 
     adjoints: tuple[tuple[str, str], ...]
     fitted: bool = False  # operands broadcast: each contribution is summed down to its operand's shape
@@ -254,6 +261,7 @@ EFFECT = "an effect, with no value to differentiate"
 DATA = "data, files, shuffles and text are inputs, not functions of parameters"
 INTEGER = "an integer result: it carries no gradient"
 STEPS = "a step function: piecewise constant, its gradient is zero wherever it is defined"
+TRUTH = "a bool result: true and false carry no gradient"
 
 
 def elementwise(prim: Prim, summary: str, adjoint: str, floats_only: bool = True) -> Primitive:
@@ -282,6 +290,12 @@ def step(prim: Prim, summary: str, floats_only: bool = True) -> Primitive:
         X,
         floats_only=floats_only,
     )
+
+
+def float_test(prim: Prim, summary: str) -> Primitive:
+    """`isnan`, `isinf`, `isfinite`: a bool per element of a float tensor (the rule refuses integers, which are
+    never nan), with no gradient."""
+    return Primitive(prim, "elementwise", summary, ONE, shapes.float_test(prim.value), NoDerivative(TRUTH), X)
 
 
 def reduction(prim: Prim, summary: str, rule: Rule, derivative: Derivative, **properties) -> Primitive:
@@ -370,6 +384,9 @@ PRIMITIVES_LIST = (
     step(Prim.CEIL, "the smallest integer at least each element, as a float"),
     step(Prim.ROUND, "the nearest integer, halves to the even one (numpy's and torch's `round`), as a float"),
     step(Prim.SIGN, "-1, 0 or 1 by the sign of each element, in `x`'s dtype (nan stays nan)", floats_only=False),
+    float_test(Prim.ISNAN, "a `bool` per element: whether it is nan"),
+    float_test(Prim.ISINF, "a `bool` per element: whether it is infinite (either sign)"),
+    float_test(Prim.ISFINITE, "a `bool` per element: whether it is neither infinite nor nan"),
     pairwise(Prim.MAXIMUM, "the larger of two tensors, elementwise, broadcasting", ">"),
     pairwise(Prim.MINIMUM, "the smaller of two tensors, elementwise, broadcasting", "<"),
     # minimum(maximum(x, lo), hi), as numpy's clip (hi wins where lo > hi); the gradient passes where x is in
@@ -440,6 +457,18 @@ PRIMITIVES_LIST = (
         "`i64` position of the smallest element",
         shapes.reduction("argmin", result_dtype="i64", several=False),
         NoDerivative(SELECTS),
+    ),
+    reduction(
+        Prim.ANY,
+        "whether any element of a bool tensor is true (false of none)",
+        shapes.truth("any"),
+        NoDerivative(TRUTH),
+    ),
+    reduction(
+        Prim.ALL,
+        "whether every element of a bool tensor is true (true of none)",
+        shapes.truth("all"),
+        NoDerivative(TRUTH),
     ),
     reduction(
         Prim.LOGSUMEXP,
@@ -688,6 +717,27 @@ PRIMITIVES_LIST = (
         Signature(variadic=("bounds", 1, 2)),
         shapes.arange_rule,
         INPUT,
+    ),
+    not_differentiable(
+        Prim.EYE,
+        "creation",
+        "an `n` x `m` matrix (`n` x `n` without `m`) with ones on its diagonal, zeros elsewhere",
+        Signature(("n",), optional=(("m", None),), keywords=(("dtype", F32),)),
+        shapes.eye_rule,
+        INPUT,
+    ),
+    # start + (stop - start) * i / (num - 1) for i < num, linear in the two ends
+    linear(
+        Prim.LINSPACE,
+        "creation",
+        "`num` evenly spaced floats from `start` to `stop`, both included",
+        Signature(("start", "stop", "num"), keywords=(("dtype", None),)),
+        shapes.linspace_rule,
+        {
+            "start": "sum(d * linspace(1.0, 0.0, num, dtype=r_dtype))",
+            "stop": "sum(d * linspace(0.0, 1.0, num, dtype=r_dtype))",
+        },
+        tensors=("start", "stop"),
     ),
     not_differentiable(
         Prim.RANDN,

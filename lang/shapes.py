@@ -492,6 +492,21 @@ def elementwise(name: str, floats_only: bool = True) -> Rule:
     return rule
 
 
+def float_test(name: str) -> Rule:
+    """`isnan(x)`, `isinf(x)`, `isfinite(x)`: a bool of `x`'s shape, for floats (an integer is never nan)."""
+
+    def rule(args: list[Argument]) -> Type:
+        x = tensor(args[0].type, f"`{name}`")
+        if x is None:
+            return ANY
+        if x.dtype not in FLOATS:
+            notes = (f"help: an integer is always finite: `{name}` asks it of floats",) if x.dtype != "bool" else ()
+            raise ShapeError("E0317", f"`{name}` needs a float tensor, found {x}", str(x), notes=notes)
+        return TensorType("bool", x.dims)
+
+    return rule
+
+
 def clip_rule(args: list[Argument]) -> Type:
     """`clip(x, lo, hi)`: the three broadcast, and meet as an operator's operands do (literals adapt)."""
     x, lo, hi = (tensor(a.type, "`clip`") for a in args)
@@ -614,6 +629,21 @@ def reduction(
         if keepdims:
             return TensorType(dtype, tuple(1 if i in axes else d for i, d in enumerate(x.dims)))
         return TensorType(dtype, tuple(d for i, d in enumerate(x.dims) if i not in axes))
+
+    return rule
+
+
+def truth(name: str) -> Rule:
+    """`any(x)`, `all(x)`: a reduction of bools (over all elements, or `axis=` one or a tuple of axes)."""
+    reduced = reduction(name, result_dtype="bool")
+
+    def rule(args: list[Argument]) -> Type:
+        x = tensor(args[0].type, f"`{name}`")
+        if x is not None and x.dtype != "bool":
+            example = "x != 0" if x.dtype in INTEGERS else "x != 0.0"
+            notes = (f"help: compare to make bools: `{name}({example})`",)
+            raise ShapeError("E0317", f"`{name}` needs a bool tensor, found {x}", str(x), notes=notes)
+        return reduced(args)
 
     return rule
 
@@ -1162,6 +1192,31 @@ def arange_rule(args: list[Argument]) -> Type:
         return TensorType("i64", (high,))
     size = max(high - low, 0) if isinstance(low, int) and isinstance(high, int) else UNKNOWN
     return TensorType("i64", (size,))
+
+
+def eye_rule(args: list[Argument]) -> Type:
+    """`eye(n)` and `eye(n, m)`: an n x m (n x n) matrix with ones on its diagonal, of `dtype=` (f32)."""
+    rows, columns = dims_from(args[:2] if args[1].given else args[:1] * 2, "eye")
+    return TensorType(dtype_argument(args[2], "eye"), (rows, columns))
+
+
+def linspace_rule(args: list[Argument]) -> Type:
+    """`linspace(start, stop, num)`: `num` evenly spaced floats from `start` to `stop`, both included. The two
+    ends are numbers; the result is f64 if either is, f32 otherwise, unless `dtype=` says."""
+    ends = []
+    for argument, what in zip(args[:2], ("start", "stop"), strict=True):
+        t = argument.type
+        if isinstance(t, AnyType):
+            continue
+        if not isinstance(t, TensorType) or t.rank or t.dtype == "bool":
+            raise ShapeError("E0301", f"`linspace`'s `{what}` takes a number, found {t}", str(t), at=argument.span)
+        ends.append(t)
+    (num,) = dims_from(args[2:3], "linspace")
+    if args[3].given:
+        dtype = dtype_argument(args[3], "linspace", floats_only=True)
+    else:
+        dtype = "f64" if any(t.dtype == "f64" and not t.weak for t in ends) else "f32"
+    return TensorType(dtype, (num,))
 
 
 def shape_rule(args: list[Argument]) -> Type:

@@ -3343,6 +3343,35 @@ fn f(x) {
 )
 
 case(
+    "linspace_of_two_learned_ends",
+    "elementwise",
+    """
+fn f(a, b, x) {
+    return sum(exp(linspace(a, b, 6)) * x)
+}
+""",
+    (s(0.3), s(-1.2), normal(81, 6)),
+    lambda a, b, x: (torch.exp(a + (b - a) * torch.arange(6, dtype=torch.float64) / 5) * x).sum(),
+    notes="linspace is linear in its two ends: each gets the adjoint summed against its weights, 1 - i / 5 and i / 5",
+)
+
+case(
+    "masked_by_isfinite",
+    "select",
+    """
+fn f(x) {
+    let y = log(x)
+    let safe = where(isfinite(y), y, 0.0)
+    return sum(where(isfinite(y), safe * safe, 0.0)) + mean(where(isnan(y), 1.0, x))
+}
+""",
+    (np.array([0.5, -1.0, 2.0, -3.0, 1.5]),),
+    lambda x: masked_squares(x),
+    notes="isfinite and isnan select, with no gradient through the tests; the nan of log(x) at x < 0 is replaced "
+    "before it is squared (the double where), so none reaches x: nan * 0 would be nan, in torch as here",
+)
+
+case(
     "d2_recursion_whose_base_returns_an_argument",
     "second order",
     """
@@ -3398,6 +3427,12 @@ fn f(w, x) {
     lambda w, x: inner_gradient_squared(w, x),
     notes="the inner grad of a lambda is written as a call of its lifted derivative, then differentiated in place",
 )
+
+
+def masked_squares(x):
+    y = torch.log(x)
+    safe = torch.where(torch.isfinite(y), y, 0.0)
+    return torch.where(torch.isfinite(y), safe * safe, 0.0).sum() + torch.where(torch.isnan(y), 1.0, x).mean()
 
 
 def inner_gradient_squared(w, x):

@@ -259,6 +259,14 @@ class Builder:
 
     def leaf_creation(self, dtype: str, shape: Shape) -> str:
         dims = [self.dim(d) for d in shape]
+        if len(shape) == 2 and self.number(0, 3) == 0:  # an identity matrix, square or not
+            square = shape[0] == shape[1] and self.flag()
+            sizes = dims[:1] if square else dims
+            return f"eye({', '.join(sizes)}{'' if dtype == 'f32' and self.flag() else f', dtype={dtype}'})"
+        if len(shape) == 1 and dtype in FLOATS and self.number(0, 3) == 0:  # f64 where an end is, or `dtype=`
+            ends = ("0.5f64", "2.0") if dtype == "f64" and self.flag() else ("-1.0", "3")
+            given = f", dtype={dtype}" if (dtype == "f64" and "0.5f64" not in ends) or self.flag() else ""
+            return f"linspace({ends[0]}, {ends[1]}, {dims[0]}{given})"
         if dtype in FLOATS and self.flag():
             name = self.choice(["randn", "rand"])
             keywords = [f"seed={self.number(0, 9)}"] if self.flag() else []
@@ -361,6 +369,8 @@ class Builder:
         return f"(-{self.expr(dtype, shape, depth)})"
 
     def comparison(self, dtype: str, shape: Shape, depth: int) -> str:
+        if self.number(0, 4) == 0:  # a float test: a bool of the float's shape
+            return f"{self.choice(['isnan', 'isinf', 'isfinite'])}({self.expr(self.choice(FLOATS), shape, depth)})"
         op = self.choice(["==", "!=", "<", "<=", ">", ">="])
         if self.flag():
             shapes = self.operand_shapes(shape, 2)
@@ -415,6 +425,8 @@ class Builder:
         if dtype in NUMBERS and (dtype != "i32" or self.allowed("sum-of-i32")):
             candidates.append(("sum", dtype))
         candidates += [("max", dtype), ("min", dtype)]
+        if dtype == "bool":
+            candidates += [("any", dtype), ("all", dtype)]
         if dtype in FLOATS:
             candidates += [("mean", dtype), ("logsumexp", dtype), ("var", dtype), ("std", dtype)]
         if dtype == "f32":

@@ -1409,6 +1409,43 @@ fn main() { print(weak(), unit_value(3)) }
     assert "`nothing` compiled" in backend.explanation()
 
 
+FLOAT_TESTS_PROGRAM = """
+fn checks(x: f32[3]) -> (bool[3], bool[3], bool[3], bool, bool) {
+    let y = log(x)
+    return (isnan(y), isinf(y), isfinite(y), any(isnan(y)), all(isfinite(x)))
+}
+fn scalars(a: f64) -> (bool, bool, bool, bool) {
+    return (isnan(a), isinf(a / 0.0), isfinite(a), isnan(exp(a) - exp(a)))
+}
+fn along(x: f64[2, 3]) -> (bool[3], bool[2, 1], bool, bool[0]) {
+    let empty = any(zeros(2, 0) > 0.0, axis=0)
+    return (any(x > 1.0, axis=0), all(x > 0.0, axis=1, keepdims=true), all(x > -1.0, axis=(0, 1)), empty)
+}
+fn made(a: f32, b: f64) -> (f32[3, 3], f64[2, 4], f32[5], f64[4], f32[1], bool[2, 3], i64[3, 2]) {
+    let spaced = (linspace(a, 1.0, 5), linspace(0.0, b, 4), linspace(a, 3.0, 1))
+    return (eye(3), eye(2, 4, dtype=f64), spaced[0], spaced[1], spaced[2], eye(2, 3, dtype=bool), eye(3, 2, dtype=i64))
+}
+fn main() {
+    print(checks([1.0, 0.0, -1.0]), checks([2.0, 3.0, 0.5]))
+    print(scalars(2.0), scalars(-3.0), scalars(0.0 / 0.0), scalars(1e400))
+    print(along([[0.5, 2.0, -0.5], [1.5, 0.25, 3.0]]))
+    print(made(0.1, 7.0), made(-2.5, 1e-3))
+}
+"""
+
+
+def test_float_tests_truth_reductions_eye_and_linspace_compile(dlrun, tmp_path: Path) -> None:
+    """isnan/isinf/isfinite of tensors and scalars, any/all over axes (and over none), eye of each dtype and
+    linspace (numpy's values, `stop` exactly) compile and print what the interpreter prints."""
+    path = tmp_path / "made.dl"
+    path.write_text(FLOAT_TESTS_PROGRAM)
+    status, compiled, explained = dlrun("--backend", "llvm", "--explain-backend", str(path))
+    assert status == 0
+    for name in ("checks", "scalars", "along", "made"):
+        assert re.search(rf"`{name}`\(.*\) compiled", explained), explained
+    assert compiled == dlrun(str(path))[1]
+
+
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS = sorted((ROOT / "tests" / "programs").glob("*.dl")) + sorted((ROOT / "examples").glob("*.dl"))
 # the examples whose golden is of their quick run (NAME.quick.out, tests/test_examples.py): run them so

@@ -149,6 +149,7 @@ CORPUS_FUNCTIONS = [
     "ranked",
     "padded",
     "frozen",
+    "tested",
 ]
 
 

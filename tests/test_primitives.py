@@ -210,6 +210,94 @@ def test_step_functions_match_torch(dtype) -> None:
 
 @needs_torch
 @pytest.mark.parametrize("dtype", [F32, F64], ids=str)
+def test_float_tests_match_torch(dtype) -> None:
+    """isnan, isinf and isfinite through nan, both infinities, signed zeros, the largest floats and a subnormal,
+    as torch's, of tensors and of scalars (a `bool`); integers, never nan, are refused when checked."""
+    finfo = np.finfo(dtype)
+    x = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, finfo.max, -finfo.max, finfo.tiny / 2, 1.5], dtype)
+    for name in ("isnan", "isinf", "isfinite"):
+        expected = getattr(torch, name)(to_torch(x)).numpy()
+        check(dl_eval(f"{name}(a)", x), expected, BOOL)
+        check(dl_eval(f"{name}(a)", x.reshape(3, 3)), expected.reshape(3, 3), BOOL)
+        for value, want in zip(x, expected, strict=True):
+            assert dl_eval(f"{name}(a)", value) is bool(want)
+        assert dl_eval(f"{name}(1e400)") is (name == "isinf")
+        (checked,) = checker_errors(f"{name}(x)", "x: i64[3]")
+        assert checked.code == "E0317" and "an integer is always finite" in "".join(checked.notes)
+        failure = dl_error(f"{name}(a)", np.arange(3))  # when run, unchecked
+        assert [d.code for d in failure.diagnostics] == ["E0513"] and "an integer is always finite" in str(failure)
+
+
+@needs_torch
+@SETTINGS
+@given(shape=nonscalar_shapes, seed=seeds)
+def test_any_and_all_match_torch(shape, seed) -> None:
+    """Over every element, each axis (kept or not) and a tuple of axes, as torch's `any` and `all`."""
+    x = np.random.default_rng(seed).random(shape) < 0.4
+    tensor = to_torch(x)
+    for name in ("any", "all"):
+        reference = getattr(torch, name)
+        assert dl_eval(f"{name}(a)", x) is bool(reference(tensor))
+        for axis in range(len(shape)):
+            check(dl_eval(f"{name}(a, axis={axis})", x), reference(tensor, dim=axis).numpy(), BOOL)
+            kept = reference(tensor, dim=axis, keepdim=True).numpy()
+            check(dl_eval(f"{name}(a, axis={axis - len(shape)}, keepdims=true)", x), kept, BOOL)
+        if len(shape) >= 2:
+            check(dl_eval(f"{name}(a, axis=(0, 1))", x), getattr(np, name)(x, axis=(0, 1)), BOOL)
+
+
+def test_any_and_all_of_nothing_and_of_numbers() -> None:
+    """Of no elements, `any` is false and `all` true (numpy's, torch's); numbers are refused with the comparison
+    that makes bools."""
+    assert dl_eval("any(a > 0.0)", np.zeros(0, np.float32)) is False
+    assert dl_eval("all(a > 0.0)", np.zeros(0, np.float32)) is True
+    check(dl_eval("all(a, axis=1)", np.zeros((2, 0), bool)), np.array([True, True]), BOOL)
+    for source, example in (("any(x)", "any(x != 0.0)"), ("all(n)", "all(x != 0)")):
+        (checked,) = checker_errors(source, "x: f32[3], n: i64[3]")
+        assert checked.code == "E0317" and example in "".join(checked.notes)
+    assert [d.code for d in dl_error("any(a)", np.ones(3, np.float32)).diagnostics] == ["E0513"]
+
+
+@needs_torch
+def test_eye_matches_torch() -> None:
+    for n, m in ((1, None), (3, None), (2, 4), (4, 2), (0, 3)):
+        expected = (torch.eye(n) if m is None else torch.eye(n, m)).numpy()
+        check(dl_eval(f"eye({n})" if m is None else f"eye({n}, {m})"), expected, F32)
+    check(dl_eval("eye(a, dtype=f64)", 3), np.eye(3), F64)
+    check(dl_eval("eye(2, dtype=bool)"), np.eye(2, dtype=bool), BOOL)
+    check(dl_eval("eye(2, 3, dtype=i64)"), np.eye(2, 3, dtype=np.int64), I64)
+    assert checker_codes("eye(-1)") == ["E0307"]
+    assert checker_codes("eye(2.0)") == ["E0301"]
+    assert checker_codes("eye(2, 3, x)") != []
+
+
+@needs_torch
+def test_linspace_matches_numpy_and_torch() -> None:
+    """numpy's values exactly (computed in f64, `stop` itself last), torch's to the last bits of f32; the dtype
+    is f64 if an end is, f32 otherwise, or `dtype=`'s."""
+    for start, stop, num in (
+        (0.0, 1.0, 5),
+        (-3.0, 7.5, 11),
+        (2.0, 2.0, 3),
+        (1.0, -1.0, 2),
+        (0.5, 9.0, 1),
+        (0.0, 1.0, 0),
+    ):
+        expected = np.linspace(start, stop, num).astype(np.float32)
+        result = dl_eval(f"linspace({start}, {stop}, {num})")
+        check(result, expected, F32, rtol=0, atol=0)
+        check(result, torch.linspace(start, stop, num).numpy(), F32, rtol=1e-6, atol=1e-6)
+    check(dl_eval("linspace(a, 1.0, 4)", np.float64(0.1)), np.linspace(0.1, 1.0, 4), F64, rtol=0, atol=0)
+    check(dl_eval("linspace(0, 10, 3)"), np.array([0.0, 5.0, 10.0], np.float32), F32)
+    check(dl_eval("linspace(0.0, 1.0, 3, dtype=f64)"), np.linspace(0, 1, 3), F64)
+    assert checker_codes("linspace(0.0, 1.0, -2)") == ["E0307"]
+    assert checker_codes("linspace(x, 1.0, 3)") == ["E0301"]
+    assert checker_codes("linspace(0.0, 1.0, 3, dtype=i64)") == ["E0317"]
+    assert checker_codes("linspace(0.0, 1.0, 2.5)") == ["E0301"]
+
+
+@needs_torch
+@pytest.mark.parametrize("dtype", [F32, F64], ids=str)
 def test_var_and_std_match_torch(dtype) -> None:
     """Over every element, one axis, a tuple of axes, kept or not, with corrections 0, 1 and 2.5; a count at most
     the correction divides by zero as torch's does (inf, or nan for a constant)."""
@@ -1377,10 +1465,13 @@ def test_str_shows_what_print_shows() -> None:
 _checks = itertools.count()
 
 
+def checker_errors(expr: str, params: str = "x: f32[2, 3]") -> list:
+    """The checker's errors for `fn f(<params>) { return <expr> }` (static shapes: no run)."""
+    return dl.lang.check(f"fn f({params}) {{\n    return {expr}\n}}\n", f"<dl-check-{next(_checks)}>.dl").errors
+
+
 def checker_codes(expr: str, params: str = "x: f32[2, 3]") -> list[str]:
-    """The codes of the checker's errors for `fn f(<params>) { return <expr> }` (static shapes: no run)."""
-    typed = dl.lang.check(f"fn f({params}) {{\n    return {expr}\n}}\n", f"<dl-check-{next(_checks)}>.dl")
-    return [d.code for d in typed.errors]
+    return [d.code for d in checker_errors(expr, params)]
 
 
 ALL_DTYPES = st.sampled_from([F32, F64, I64, np.dtype(np.int32), BOOL])
@@ -2590,6 +2681,7 @@ LINEAR_CALLS: dict[Prim, tuple[str, tuple[tuple[int, ...], ...]]] = {
     Prim.ADD_ALONG_AXIS: ("add_along_axis(a, [[0, 0], [2, 1]], b, 1)", ((2, 3), (2, 2))),
     Prim.SPLIT_LIKE: ("split_like(a, (zeros(2), zeros(1)))", ((3,),)),
     Prim.TREE_ADD: ("tree_add(a, b)", ((3,), (3,))),
+    Prim.LINSPACE: ("linspace(a, b, 4)", ((), ())),
     # a tape of zeros (what `zeros_like` of a tape is) pops zeros: a second derivative's tapes of adjoints
     Prim.PUSH: ("pop(push(push(zeros_like(tape(a)), a), b))[0]", ((3,), (3,))),
     Prim.POP: ("pop(pop(push(push(tape(a), a), b))[1])[0]", ((3,), (3,))),
@@ -2652,6 +2744,9 @@ PRIM_TESTS: dict[Prim, tuple[str, ...]] = {
         for prim in (Prim.FLOOR, Prim.CEIL, Prim.ROUND)
     },
     Prim.SIGN: ("test_step_functions_match_torch",),
+    Prim.ISNAN: ("test_float_tests_match_torch",),
+    Prim.ISINF: ("test_float_tests_match_torch",),
+    Prim.ISFINITE: ("test_float_tests_match_torch",),
     Prim.VAR: ("test_var_and_std_match_torch", "test_var_of_an_empty_axis_is_an_error"),
     Prim.STD: ("test_var_and_std_match_torch", "test_var_of_an_empty_axis_is_an_error"),
     Prim.CLIP: ("test_clip_matches_torch_clamp",),
@@ -2697,6 +2792,8 @@ PRIM_TESTS: dict[Prim, tuple[str, ...]] = {
         "test_argmax_argmin_ties_pick_first",
         "test_several_axes_mistakes_at_run_time",
     ),
+    Prim.ANY: ("test_any_and_all_match_torch", "test_any_and_all_of_nothing_and_of_numbers"),
+    Prim.ALL: ("test_any_and_all_match_torch", "test_any_and_all_of_nothing_and_of_numbers"),
     Prim.LOGSUMEXP: (
         "test_reduction_every_axis",
         "test_reduction_over_several_axes",
@@ -2730,6 +2827,8 @@ PRIM_TESTS: dict[Prim, tuple[str, ...]] = {
     Prim.ONES: ("test_zeros_ones_full", "test_creation_dims_from_values_and_errors"),
     Prim.FULL: ("test_zeros_ones_full", "test_creation_dims_from_values_and_errors"),
     Prim.ARANGE: ("test_arange",),
+    Prim.EYE: ("test_eye_matches_torch",),
+    Prim.LINSPACE: ("test_linspace_matches_numpy_and_torch",),
     Prim.RANDN: ("test_random_seeded_reproducible", "test_random_seeds_differ_and_statistics", "test_random_errors"),
     Prim.RAND: ("test_random_seeded_reproducible", "test_random_seeds_differ_and_statistics", "test_random_errors"),
     Prim.CATEGORICAL: (
