@@ -98,6 +98,36 @@ fn train_adamw(w1, b1, w2, b2, x, y, lr, beta1, beta2, eps, decay) {
     return unpack(m)
 }
 
+fn train_rmsprop(w1, b1, w2, b2, x, y, lr, alpha, eps, decay) {
+    let m = model(w1, b1, w2, b2)
+    let state = optim.rmsprop_init(m)
+    for step in 0..STEPS {
+        let (value, g) = value_and_grad(loss)(m, x, y)
+        (m, state) = optim.rmsprop(m, g, state, lr=lr, alpha=alpha, eps=eps, weight_decay=decay)
+    }
+    return unpack(m)
+}
+
+fn train_rmsprop_centered(w1, b1, w2, b2, x, y, lr, alpha, momentum) {
+    let m = model(w1, b1, w2, b2)
+    let state = optim.rmsprop_init(m)
+    for step in 0..STEPS {
+        let (value, g) = value_and_grad(loss)(m, x, y)
+        (m, state) = optim.rmsprop(m, g, state, lr=lr, alpha=alpha, momentum=momentum, centered=true)
+    }
+    return unpack(m)
+}
+
+fn train_adagrad(w1, b1, w2, b2, x, y, lr, lr_decay, decay, eps, initial) {
+    let m = model(w1, b1, w2, b2)
+    let state = optim.adagrad_init(m, initial_accumulator_value=initial)
+    for step in 0..STEPS {
+        let (value, g) = value_and_grad(loss)(m, x, y)
+        (m, state) = optim.adagrad(m, g, state, lr=lr, lr_decay=lr_decay, weight_decay=decay, eps=eps)
+    }
+    return unpack(m)
+}
+
 fn train_clipped(w1, b1, w2, b2, x, y, lr, max_norm) {
     let m = model(w1, b1, w2, b2)
     for step in 0..STEPS {
@@ -187,6 +217,20 @@ CASES = {
     "adamw": (
         [0.05, 0.9, 0.995, 1e-7, 0.1],
         lambda ps: torch.optim.AdamW(ps, lr=0.05, betas=(0.9, 0.995), eps=1e-7, weight_decay=0.1),
+    ),
+    "rmsprop": (
+        [0.01, 0.9, 1e-6, 0.02],
+        lambda ps: torch.optim.RMSprop(ps, lr=0.01, alpha=0.9, eps=1e-6, weight_decay=0.02),
+    ),
+    "rmsprop_centered": (
+        [0.005, 0.95, 0.7],
+        lambda ps: torch.optim.RMSprop(ps, lr=0.005, alpha=0.95, momentum=0.7, centered=True),
+    ),
+    "adagrad": (
+        [0.1, 0.05, 0.01, 1e-8, 0.1],
+        lambda ps: torch.optim.Adagrad(
+            ps, lr=0.1, lr_decay=0.05, weight_decay=0.01, eps=1e-8, initial_accumulator_value=0.1
+        ),
     ),
 }
 
