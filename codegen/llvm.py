@@ -39,11 +39,8 @@ TYPES = {
 INTEGER_MINIMUM = {"i64": -(2**63), "i32": -(2**31)}
 BYTE = llvm_ir.IntType(8)
 INTRINSICS = {"exp": "llvm.exp", "log": "llvm.log", "sqrt": "llvm.sqrt", "sin": "llvm.sin", "cos": "llvm.cos"}
-LIBM = {
-    (name, dtype): name + ("f" if dtype == "f32" else "")
-    for name in ("tanh", "log1p", "expm1", "erf")
-    for dtype in ("f64", "f32")
-}
+LIBM_NAMES = ("tanh", "log1p", "expm1", "erf", "tan", "asin", "acos", "atan")  # called in libm, by these names
+LIBM = {(name, dtype): name + ("f" if dtype == "f32" else "") for name in LIBM_NAMES for dtype in ("f64", "f32")}
 
 
 @record(eq=False)  # compared by identity: the host keeps weak references to them
@@ -526,7 +523,7 @@ UNARY_MATH = frozenset(
 # the step functions' intrinsics (numpy's and torch's `round` takes halves to the even integer)
 ROUNDING = {"floor": "llvm.floor", "ceil": "llvm.ceil", "round": "llvm.roundeven"}
 # built-ins computed one element at a time, calling libm (libmvec need not have them): no vector loop
-SCALAR_ONLY_MATH = frozenset({"softplus", "log1p", "expm1", "erf"})
+SCALAR_ONLY_MATH = frozenset({"softplus", "log1p", "expm1", "erf", "tan", "asin", "acos", "atan"})
 
 
 def integer_power(builder: llvm_ir.IRBuilder, base, exponent, name: str) -> tuple:

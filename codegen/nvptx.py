@@ -34,7 +34,16 @@ from pathlib import Path
 import llvmlite.binding as binding
 from dl.codegen import cache as compile_cache
 from dl.codegen import fusion, ir
-from dl.codegen.llvm import INTEGER_MINIMUM, TYPES, FunctionEmitter, collect, constant, llvm_version, storage_type
+from dl.codegen.llvm import (
+    INTEGER_MINIMUM,
+    LIBM_NAMES,
+    TYPES,
+    FunctionEmitter,
+    collect,
+    constant,
+    llvm_version,
+    storage_type,
+)
 from dl.lang.record import record
 from llvmlite import ir as llvm_ir
 
@@ -48,8 +57,8 @@ I64 = TYPES["i64"]
 LIBDEVICE = {
     **{f"llvm.{name}.f32": f"__nv_{name}f" for name in ("exp", "log", "sin", "cos", "pow")},
     **{f"llvm.{name}.f64": f"__nv_{name}" for name in ("exp", "log", "sin", "cos", "pow")},
-    **{f"{name}f": f"__nv_{name}f" for name in ("tanh", "log1p", "expm1", "erf")},
-    **{name: f"__nv_{name}" for name in ("tanh", "log1p", "expm1", "erf")},
+    **{f"{name}f": f"__nv_{name}f" for name in LIBM_NAMES},
+    **{name: f"__nv_{name}" for name in LIBM_NAMES},
 }
 CALLED = re.compile(r"@(\"?)([\w.]+)\1\(")
 

@@ -33,6 +33,10 @@ class Prim(Enum):
     ABS = "abs"
     SIN = "sin"
     COS = "cos"
+    TAN = "tan"
+    ASIN = "asin"
+    ACOS = "acos"
+    ATAN = "atan"
     SOFTPLUS = "softplus"
     LOG1P = "log1p"
     EXPM1 = "expm1"
@@ -374,6 +378,11 @@ PRIMITIVES_LIST = (
     ),
     elementwise(Prim.SIN, "sine", "d * cos(x)"),
     elementwise(Prim.COS, "cosine", "-(d * sin(x))"),
+    elementwise(Prim.TAN, "tangent", "d * (1.0 + r * r)"),
+    # infinite at |x| = 1 and nan beyond, where the function is not defined (as torch's)
+    elementwise(Prim.ASIN, "inverse sine, in `[-pi/2, pi/2]`", "d / sqrt(1.0 - x * x)"),
+    elementwise(Prim.ACOS, "inverse cosine, in `[0, pi]`", "-(d / sqrt(1.0 - x * x))"),
+    elementwise(Prim.ATAN, "inverse tangent, in `(-pi/2, pi/2)`", "d / (1.0 + x * x)"),
     elementwise(Prim.SOFTPLUS, "`log(1 + exp(x))`, computed stably", "d * sigmoid(x)"),
     elementwise(Prim.LOG1P, "`log(1 + x)`, accurate for small `x`", "d / (1.0 + x)"),
     # exp(x), not r + 1: for x below -17 that sum is 1 - 1 in f32, and elu's gradient there would be 0

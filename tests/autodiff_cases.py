@@ -3356,6 +3356,18 @@ fn f(a, b, x) {
 )
 
 case(
+    "inverse_trigonometry",
+    "elementwise",
+    """
+fn f(x) {
+    return sum(tan(x) * atan(x * 2.0) + asin(x * 0.5) * acos(x * 0.4))
+}
+""",
+    (uniform(82, -1.2, 1.2, 5),),
+    lambda x: (torch.tan(x) * torch.atan(x * 2.0) + torch.asin(x * 0.5) * torch.acos(x * 0.4)).sum(),
+)
+
+case(
     "masked_by_isfinite",
     "select",
     """

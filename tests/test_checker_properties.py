@@ -395,6 +395,7 @@ class Builder:
         names = ["relu", "abs", "sign"]
         if dtype in FLOATS:
             names += ["exp", "log", "sqrt", "tanh", "sigmoid", "sin", "cos", "softplus", "log1p", "expm1", "erf"]
+            names += ["tan", "asin", "acos", "atan"]
             names += ["floor", "ceil", "round"]
         return f"{self.choice(names)}({self.expr(dtype, shape, depth)})"
 

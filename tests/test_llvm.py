@@ -200,7 +200,8 @@ fn f(x: f64) -> f64 {
     return exp(x) * 0.5 + log(x + 2.0) - tanh(x) * sin(x) + cos(x) + sigmoid(x) + sigmoid(-x) + e
 }
 fn g(x: f32) -> f32 {
-    return exp(x) + log(abs(x) + 1.0) + tanh(x) + sqrt(abs(x)) + x ** 2.0 + softplus(x) - erf(x) + expm1(x)
+    let trig = tan(x * 0.3) + asin(x * 0.25) - acos(x * 0.3) * atan(x)
+    return exp(x) + log(abs(x) + 1.0) + tanh(x) + sqrt(abs(x)) + x ** 2.0 + softplus(x) - erf(x) + expm1(x) + trig
 }
 fn main() { for i in 0..7 { let x = float(i, dtype=f64) * 0.7f64 - 2.0f64; print(f(x), g(float(i) - 3.0)) } }
 """

@@ -150,6 +150,7 @@ CORPUS_FUNCTIONS = [
     "padded",
     "frozen",
     "tested",
+    "trig",
 ]
 
 

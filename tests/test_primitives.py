@@ -96,6 +96,10 @@ UNARY_REFERENCES = {
     Prim.ABS: (np.abs, -10, 10),
     Prim.SIN: (np.sin, -10, 10),
     Prim.COS: (np.cos, -10, 10),
+    Prim.TAN: (np.tan, -1.5, 1.5),
+    Prim.ASIN: (np.arcsin, -1, 1),
+    Prim.ACOS: (np.arccos, -1, 1),
+    Prim.ATAN: (np.arctan, -30, 30),
     Prim.SOFTPLUS: (lambda x: np.logaddexp(x.astype(np.float64), 0.0).astype(x.dtype), -60, 60),
     Prim.LOG1P: (np.log1p, -0.99, 100),
     Prim.EXPM1: (np.expm1, -10, 10),
@@ -108,6 +112,10 @@ FLOAT_ONLY = [
     Prim.SIGMOID,
     Prim.SIN,
     Prim.COS,
+    Prim.TAN,
+    Prim.ASIN,
+    Prim.ACOS,
+    Prim.ATAN,
     Prim.SOFTPLUS,
     Prim.LOG1P,
     Prim.EXPM1,
@@ -186,6 +194,25 @@ def test_softplus_log1p_expm1_erf_match_torch(dtype) -> None:
     for name, expected in references.items():
         check(dl_eval(f"{name}({inputs[name]})", x), expected.numpy(), dtype, rtol=rtol, atol=0)
     check(dl_eval("softplus(a)", dtype.type(-100.0)), np.exp(dtype.type(-100.0)), dtype, rtol=1e-6, atol=0)
+
+
+@needs_torch
+@pytest.mark.parametrize("dtype", [F32, F64], ids=str)
+def test_trigonometry_matches_torch(dtype) -> None:
+    """tan, asin, acos and atan, their derivatives included, against torch: near the poles of tan, at and beyond
+    the ends of asin's and acos's domain (inf gradients, nan values), and far along atan."""
+    x = np.array([-1.5, -0.999, -0.5, 0.0, 0.25, 0.999, 1.0, 1.5, -1.0, 1.57, 40.0], dtype)
+    tensor = to_torch(x).requires_grad_()
+    from dl import pipeline
+
+    rtol = 2e-6 if dtype == F32 else 1e-14
+    for name in ("tan", "asin", "acos", "atan"):
+        expected = getattr(torch, name)(tensor)
+        (gradient,) = torch.autograd.grad(expected.sum(), tensor)
+        check(dl_eval(f"{name}(a)", x), expected.detach().numpy(), dtype, rtol=rtol, atol=0)
+        source = f"fn f(v) {{ return sum({name}(v)) }}\nfn g(v) {{ return grad(f)(v) }}\n"
+        found = pipeline.call(pipeline.load(f"{name}.dl", source), "g", [x])
+        check(found, gradient.numpy(), dtype, rtol=rtol * 4, atol=0)
 
 
 @needs_torch
@@ -2739,6 +2766,10 @@ PRIM_TESTS: dict[Prim, tuple[str, ...]] = {
         for prim in (Prim.SOFTPLUS, Prim.LOG1P, Prim.EXPM1)
     },
     Prim.ERF: ("test_float_only_unary_rejects_integers", "test_softplus_log1p_expm1_erf_match_torch"),
+    Prim.TAN: ("test_unary_elementwise", "test_float_only_unary_rejects_integers", "test_trigonometry_matches_torch"),
+    Prim.ASIN: ("test_unary_elementwise", "test_float_only_unary_rejects_integers", "test_trigonometry_matches_torch"),
+    Prim.ACOS: ("test_unary_elementwise", "test_float_only_unary_rejects_integers", "test_trigonometry_matches_torch"),
+    Prim.ATAN: ("test_unary_elementwise", "test_float_only_unary_rejects_integers", "test_trigonometry_matches_torch"),
     **{
         prim: ("test_float_only_unary_rejects_integers", "test_step_functions_match_torch")
         for prim in (Prim.FLOOR, Prim.CEIL, Prim.ROUND)
