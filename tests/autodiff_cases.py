@@ -3342,6 +3342,112 @@ fn f(x) {
     "made of `zeros` given its type",
 )
 
+# A counter, flag or index that an `if` or loop updates after a branch has read it (found by a PyTorch user's
+# first hour): the backward sweep must put it back before replaying the branch. It took the value the
+# iteration ended with, and gave 3 for 2, 14 for 9, 64 for 8.
+case(
+    "counter_updated_after_a_break_test",
+    "while",
+    """
+fn f(w) {
+    let total = 0.0f64
+    let i = 0
+    while i < 5 {
+        if i >= 2 {
+            total += w * float(i, dtype=f64)
+        }
+        if total > 100.0f64 {
+            break
+        }
+        i += 1
+    }
+    return total
+}
+""",
+    (s(1.5),),
+    lambda w: w * (2.0 + 3.0 + 4.0),
+)
+
+case(
+    "counter_updated_after_a_return_test",
+    "while",
+    """
+fn f(w, xs) {
+    let total = 0.0f64
+    let n = 0
+    for x in xs {
+        if n >= 2 {
+            total += w * x
+        }
+        if total > 100.0f64 {
+            return total * 2.0
+        }
+        n += 1
+    }
+    return total
+}
+""",
+    (s(0.5), normal(83, 6)),
+    lambda w, xs: (w * xs[2:]).sum(),
+)
+
+case(
+    "flag_toggled_after_it_is_read",
+    "while",
+    """
+fn f(w) {
+    let total = 0.0f64
+    let on = false
+    let i = 0
+    while i < 5 {
+        i += 1
+        if on {
+            total += w * w
+        }
+        if total > 100.0f64 {
+            break
+        }
+        on = not on
+    }
+    return total
+}
+""",
+    (s(1.5),),
+    lambda w: 2.0 * w * w,
+)
+
+case(
+    "integer_doubled_by_a_loop_after_an_if",
+    "for",
+    """
+fn f(w) {
+    let total = 0.0f64
+    let k = 1
+    if w > 0.0 {
+        total = w * float(k, dtype=f64)
+    }
+    for j in 0..3 {
+        k = k * 2
+    }
+    let m = 0
+    while m < 2 {
+        if m == 1 {
+            total = total * float(k, dtype=f64)
+        }
+        while k < 20 {
+            k += 5
+        }
+        m += 1
+    }
+    return total
+}
+""",
+    (s(1.5),),
+    lambda w: w * 23.0,
+    notes="the `if` reads k = 1 (before the `for`), the `while`'s `if` reads k = 23 (after the inner `while`): "
+    "the sweep undoes the loops that change k, and not only the `if`s",
+)
+
 case(
     "linspace_of_two_learned_ends",
     "elementwise",

@@ -98,6 +98,7 @@ class FunctionBody(ForwardSweep, BackwardSweep):
         self.function_args: list[FunctionRef | PrimitiveRef] = []  # what `ref NAME` entries of an env name
         self.inlining: list[int] = []  # the top-level functions being inlined, innermost last
         self.filled: dict[int, ast.Stmt] = {}  # the pushes of kept values (`Kept.push`), once known
+        self.undos: set[int] = set()  # the statements that put back the variables of an `if` or loop (`undone`)
         self.values: dict[str, ast.Expr] = {}  # generated name -> the operation whose value it holds
         self.effects = True  # False where a forward runs again: calls go to the functions' quiet copies
         self.all_assigned: set[str] | None = None
@@ -261,7 +262,7 @@ class FunctionBody(ForwardSweep, BackwardSweep):
         back: list[ast.Stmt] = []
         if self.active(result):
             self.accumulate(result.id, name(d_result), back, have)
-        back += self.backward(sweep.records, have)
+        back += self.read_undos(self.backward(sweep.records, have))
         gradients = [self.final_adjoint(self.decl.params[i].name, have) for i in self.round.active_params(self.decl)]
         back.append(ast.Return(tuple_of(gradients) if gradients else ast.TupleLiteral(())))
         back = prune(self.with_kept_values(back), self.round.effectful(), self.struct_of)

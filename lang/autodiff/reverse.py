@@ -72,9 +72,35 @@ class BackwardSweep:
         """The backward sweep of an `if` or a loop, at its span (what it generates without one takes it, see
         `Round.run`)."""
         if not any(c in have for c in record.carried):
-            return []
+            return self.undone(record)
         with self.reading(record.body):  # its branches' forward is run again: with the types it was written with
             return self.backward_compound_here(record, have)
+
+    def undone(self, record: Compound) -> list[ast.Stmt]:
+        """The variables of an `if` or loop with nothing to differentiate (a counter, a flag) put back as they were
+        before it: the sweep goes on to what ran before, which must read them so (`if i >= 2` ahead of
+        `if not stop_loop { i += 1 }`). `prune` drops what nothing reads."""
+        state = tuple_of([name(c) for c in record.carried])
+        if isinstance(record.stmt, ast.If):
+            undo: ast.Stmt = assign(state, name(record.saved))
+        else:
+            self.sweep_tapes.add(record.saved)  # each iteration's start popped, down to the first: the state before
+            pop = assign(ast.TupleLiteral((state, name(record.saved))), call("pop", name(record.saved)))
+            undo = ast.While(condition_of(record.saved), ast.Block((pop,)), record.stmt.span)
+        self.undos.add(id(undo))
+        return [undo]
+
+    def read_undos(self, out: list[ast.Stmt]) -> list[ast.Stmt]:
+        """`out`, a whole backward sweep or one iteration of a loop's (after which its variables are taken off the
+        tape again), without the undos whose variables nothing after them reads."""
+        kept: list[ast.Stmt] = []
+        for position, stmt in enumerate(out):
+            if id(stmt) in self.undos:
+                undone = ast.assigned_names((stmt,)) - {s for s in self.sweep_tapes}
+                if not undone & ast.free_names(tuple(out[position + 1 :])):
+                    continue
+            kept.append(stmt)
+        return kept
 
     def backward_compound_here(self, record: Compound, have: set[str]) -> list[ast.Stmt]:
         span = record.stmt.span
@@ -117,7 +143,7 @@ class BackwardSweep:
                     out.append(let(self.adjoint(exit_var), name(self.adjoint(outer))))
                     out.append(assign(name(self.adjoint(outer)), call("zeros_like", name(outer))))
                     inner_have.add(exit_var)
-        out.extend(self.backward(kept.records, inner_have))
+        out.extend(self.read_undos(self.backward(kept.records, inner_have)))
         values, afters, views = kept.split(ast.free_names(tuple(out)), exits, self.is_view)
         before = [let(value, name(exits[value])) for value in afters]
         taken: list[ast.Stmt] = []
