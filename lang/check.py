@@ -1368,6 +1368,8 @@ class Checker:
         current = self.expression(target, scope, context)
         if self.literal_rebound(target, current, value, span):
             return None
+        if self.through_tuple_item(target):
+            return None
         if isinstance(target, ast.Index):
             self.store_element(target, current, value, span)
             return None
@@ -1402,6 +1404,29 @@ class Checker:
         if isinstance(value, TensorType) and not value.weak:
             literals.ask(target.id, value.dtype, span, stored=True)
         return True
+
+    def through_tuple_item(self, target: ast.Expr) -> bool:
+        """`m[1].b[0] = e` where `m` is a tuple: E0309 at the tuple's item, as for `t[1] = e` (tuples are built
+        whole), with the rebinding that does it. True when reported."""
+        link = target
+        while isinstance(link, (ast.Index, ast.Field)):
+            base = link.target
+            tuple_type = self.tables.types.get(id(base))
+            if isinstance(link, ast.Index) and link is not target and isinstance(tuple_type, TupleType):
+                shown, rest = print_expr(base), print_expr(target)[len(print_expr(link)) :]
+                index = link.indices[0]
+                position = index.value % len(tuple_type.items) if isinstance(index, ast.IntLiteral) else None
+                items = ["item" if k == position else f"{shown}[{k}]" for k in range(len(tuple_type.items))]
+                rebuilt = f"({', '.join(items)})" if position is not None and len(items) <= 4 else "(..., item, ...)"
+                notes = (
+                    f"help: change a copy of the item, then rebind the tuple: `let item = {print_expr(link)}`, "
+                    f"`item{rest} = ...`, `{shown} = {rebuilt}`",
+                )
+                message = f"cannot assign into an item of a tuple {tuple_type}: tuples are built whole"
+                self.report(error("E0309", message, link.span, notes=notes))
+                return True
+            link = base
+        return False
 
     def store_element(self, target: ast.Index, region: Type, value: Type, span: Span) -> None:
         """`x[i] = v`: `v` must broadcast into the indexed region and fit its dtype without losing values."""
