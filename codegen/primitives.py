@@ -759,15 +759,19 @@ def pad(lowering, bound: dict, span: Span) -> object:
 
 
 def cumsum(lowering, bound: dict, span: Span) -> object:
-    """The running sum along one axis (`ir.Scan`), in `x`'s dtype; of bools, an i64 count."""
+    """The running sum along one axis (`ir.Scan`), in `x`'s dtype; of bools, an i64 count. An f32 sum runs in
+    an f64 buffer, each result rounded once, as the interpreter's (and torch's)."""
     x = tensor(bound["x"], span)
     if not x.shape or isinstance(bound["axis"], tuple):
         raise Unsupported("`cumsum` of a scalar, or along a tuple of axes", span)
     axis = axis_index(static_int(lowering, bound["axis"], span, "an axis"), len(x.shape), span)
     if ir.can_fail(x.tree):  # its index checks run before the sums, where the interpreter would fail
         x = lowering.materialise(x)
-    target = lowering.allocate("i64" if x.dtype == "bool" else x.dtype, x.shape, "running")
+    accumulate = {"bool": "i64", "f32": "f64"}.get(x.dtype, x.dtype)
+    target = lowering.allocate(accumulate, x.shape, "running")
     lowering.emit(ir.Scan(target, x.tree, axis))
+    if x.dtype == "f32":
+        return Tensor("f32", x.shape, ir.Apply("convert", "f32", (view(target).tree,)))
     return view(target)
 
 
