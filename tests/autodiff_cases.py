@@ -3449,6 +3449,34 @@ fn f(w) {
 )
 
 case(
+    "power_of_a_zero_exponent_at_a_zero_base",
+    "elementwise",
+    """
+fn f(a, b) {
+    return sum(a ** b) + sum(a ** 0.0)
+}
+""",
+    (np.array([0.0, 1.5, 2.0, 0.0]), np.array([0.0, 2.0, 0.0, 3.0])),
+    lambda a, b: (a**b).sum() + (a**0.0).sum(),
+    notes="the base gets none where the exponent is 0 (`a ** 0` is 1), as torch's: not 0 * 0 ** -1, nan",
+)
+
+case(
+    "d2_of_a_first_power_at_zero",
+    "second order",
+    """
+fn f(x) {
+    return x ** 1.0 * 3.0 + x ** 2
+}
+""",
+    (s(0.0),),
+    lambda x: x**1.0 * 3.0 + x**2,
+    second_order=True,
+    notes="the second derivative of x ** 1.0 is that of its first, 1.0 * x ** 0.0, whose rule is none: 0 at x = 0 "
+    "(it was 0.0 * 0 ** -1, nan, so grad(grad(grad(x ** 2.0))) was nan at 0)",
+)
+
+case(
     "linspace_of_two_learned_ends",
     "elementwise",
     """

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dl.lang import ast
 from dl.lang import einsum as einsum_spec
 from dl.lang.autodiff.records import Compound, Op, Part, Record, Store, Sweep
-from dl.lang.autodiff.rules import BINARY, REDUCED, bound_arguments, instantiate
+from dl.lang.autodiff.rules import BINARY, POWER_BY_LITERAL, REDUCED, bound_arguments, instantiate
 from dl.lang.autodiff.trees import (
     NotDifferentiable,
     as_block,
@@ -288,7 +288,10 @@ class BackwardSweep:
             case ast.Binary(op=op, lhs=a, rhs=b) if op in BINARY:
                 rule_a, rule_b = BINARY[op]
                 bindings = {"d": d, "r": r, "a": a, "b": b}
-                if self.active(a):
+                literal = b.value if isinstance(b, (ast.FloatLiteral, ast.IntLiteral)) else None
+                if op == "**" and literal is not None:  # `x ** 2.0`: the rule for that exponent
+                    rule_a = POWER_BY_LITERAL if literal != 0 else None
+                if self.active(a) and rule_a is not None:
                     found.append((a, self.fit(instantiate(rule_a, bindings), a, self.types.get(record.result))))
                 if self.active(b):
                     found.append((b, self.fit(instantiate(rule_b, bindings), b, self.types.get(record.result))))

@@ -68,9 +68,14 @@ BINARY = {
     "/": ("d / b", "-(d * r / b)"),
     # the exponent's: none where the base is 0 (`0 ** b` is constant in `b > 0`), as PyTorch and JAX
     # (`a + zeros_like(r)`: an integer base, `2 ** b`, in the result's float dtype for `log`)
-    "**": ("d * b * a ** (b - 1.0)", "where(a == 0.0, 0.0, d * r * log(a + zeros_like(r)))"),
+    # the base's: none where the exponent is 0 (`a ** 0` is 1), not `0 * 0 ** -1`, as PyTorch's; a literal
+    # exponent takes `POWER_BY_LITERAL` (the literal 0: none at all)
+    "**": ("where(b == 0, 0.0, d * b * a ** (b - 1.0))", "where(a == 0.0, 0.0, d * r * log(a + zeros_like(r)))"),
     "%": ("d", "-(d * ((a - r) / b))"),
 }
+
+
+POWER_BY_LITERAL = "d * b * a ** (b - 1.0)"
 
 
 # The reductions whose templates use the static forms `expand`, `total` and `count` (`reduction_forms`).
