@@ -183,6 +183,11 @@ def syntax_help(
         return (f"help: a value outside functions is a constant: `const {thing} = ...`",)
     if not words and top_level and found[0] == "NAME":
         return ("help: statements go inside a function: `fn main() { ... }` is what `dlrun` runs",)
+    if not words and found[1] == "if" and previous[0] in ("NAME", "INT", "FLOAT", "RPAR", "RSQB"):  # `a if c else b`
+        return (
+            "help: DL has no conditional expression `a if c else b`: choose elementwise with `where(c, a, b)`, or "
+            "write an `if` statement: `let y = b` then `if c { y = a }`",
+        )
     if not words and found[1] == "=" and previous[1] == "..":
         return ("help: a range leaves out its end: `a..b + 1` counts to `b`",)
     declaring_two = opening in ("let", "var") and len(before) > 1 and before[-2][1] in ("let", "var")
