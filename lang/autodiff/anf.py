@@ -14,6 +14,7 @@ from dl.lang import ast
 from dl.lang.autodiff.lowering import Lowering
 from dl.lang.autodiff.records import Compound, Kept, Op, Store, Sweep
 from dl.lang.autodiff.rules import BINARY, REDUCED, template
+from dl.lang.autodiff.sites import Scope, factory_help
 from dl.lang.autodiff.trees import (
     NotDifferentiable,
     as_block,
@@ -713,6 +714,14 @@ class ForwardSweep:
                     f"help: pass `{changed[0]}` to the function as a parameter, or capture a `let` that keeps the "
                     "value it needs",
                 ),
+            )
+        called = expr.func.id if isinstance(expr.func, ast.Name) else None
+        made = Scope.of(self.around).made.get(called) if self.around is not None and called is not None else None
+        if made is not None:  # `let sq = make(3.0)` in the function around, called in the lambda differentiated
+            return NotDifferentiable(
+                f"`grad` cannot differentiate through this call of `{called}`, a function made when the program runs",
+                expr.span,
+                (factory_help(called, made),),
             )
         return NotDifferentiable(
             "`grad` cannot yet differentiate through a call of this anonymous or local function",

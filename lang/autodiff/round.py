@@ -12,7 +12,7 @@ from pathlib import Path
 from dl.lang import ast
 from dl.lang.autodiff.body import FunctionBody
 from dl.lang.autodiff.rules import RULES_PATH
-from dl.lang.autodiff.sites import Site, walk_calls
+from dl.lang.autodiff.sites import Site, factory_help, walk_calls
 from dl.lang.autodiff.trees import (
     NotDifferentiable,
     annotation_of,
@@ -238,11 +238,18 @@ class Round:
                     "value it needs",
                 ),
             )
-        raise NotDifferentiable(
-            f"`grad` cannot differentiate `{reference.id}`: it holds a function known only when the program runs",
-            reference.span,
-            ("help: write `grad` where the function is named, and pass the derivative: `slope(grad(cube), x)`",),
+        made = local.made.get(reference.id)
+        why = (
+            "it holds a function made when the program runs"
+            if made is not None
+            else "it holds a function known only when the program runs"
         )
+        hint = (
+            factory_help(reference.id, made)
+            if made is not None
+            else ("help: write `grad` where the function is named, and pass the derivative: `slope(grad(cube), x)`")
+        )
+        raise NotDifferentiable(f"`grad` cannot differentiate `{reference.id}`: {why}", reference.span, (hint,))
 
     def variant_key(self, decl: ast.FnDecl, variant: int | None) -> tuple:
         """What names the derivative of `decl` written for the check `variant` of its body (its parameters'

@@ -11,6 +11,7 @@ from dl.lang import ast
 from dl.lang.check import Typed, wrt_positions
 from dl.lang.diagnostics import Span
 from dl.lang.primitives import TRANSFORMS
+from dl.lang.printer import print_expr
 from dl.lang.record import record
 from dl.lang.types import (
     FunctionRef,
@@ -89,6 +90,7 @@ class Scope:
     lambdas: dict
     bound_at: dict = field(default_factory=dict)  # name -> the (line, column) of each binding of it
     aliases: frozenset[str] = frozenset()  # names a single `let` binds to a declared function by name (`let g = f`)
+    made: dict = field(default_factory=dict)  # name -> the call a single `let` binds it to (`let sq = make(3.0)`)
 
     @staticmethod
     def empty() -> Scope:
@@ -118,12 +120,25 @@ class Scope:
                 or (isinstance(v[0], ast.Field) and isinstance(v[0].target, ast.Name) and v[0].target.id not in bound)
             )
         }
-        return Scope(frozenset(bound), frozenset(ast.assigned_names(decl.body)), lambdas, bound_at, frozenset(aliases))
+        made = {n: v[0] for n, v in lets.items() if len(v) == 1 and isinstance(v[0], ast.Call)}
+        assigned = frozenset(ast.assigned_names(decl.body))
+        return Scope(frozenset(bound), assigned, lambdas, bound_at, frozenset(aliases), made)
 
     def bound_after(self, name: str, span: Span) -> bool:
         """Whether a `let` (a loop, a local `fn`) binds `name` again after `span`: a function made at `span`
         captured the earlier binding, which that one hides."""
         return any(at > (span.line, span.column) for at in self.bound_at.get(name, ()))
+
+
+def factory_help(name: str, call: ast.Call) -> str:
+    """How to differentiate the function a call made (`let sq = make(3.0)` where `grad` is written): make it
+    inside the function differentiated, where its derivative is written with what it captured."""
+    made, factory = print_expr(call), print_expr(call.func)
+    return (
+        f"help: `{name}` is the function `{made}` returns; differentiate a function that makes it and calls it, "
+        f"`fn f(t) {{ let {name} = {made}; return {name}(t) }}` with `grad(f)`, `{factory}` declared with `fn` at "
+        "the top level"
+    )
 
 
 def walk_calls(node) -> Iterator[ast.Call]:
