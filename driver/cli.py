@@ -34,6 +34,7 @@ from dl.lang.nesting import with_room
 from dl.runtime import threads
 from dl.runtime.errors import UsageError
 from dl.runtime.metrics import Metrics
+from dl.runtime.randomness import RandomSource
 
 SUBCOMMANDS = ("check", "run", "grad", "export", "predict", "fmt", "plot", "lsp", "repl")
 EXIT_STATUS = "exit status: 0 ok, 1 the program's error (diagnostic on stderr), 2 usage error"
@@ -108,6 +109,12 @@ def commands_help(main_command: argparse.ArgumentParser) -> str:
     return "\n".join(lines)
 
 
+def seed_value(text: str) -> int:
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"expected a seed, a whole number 0 or more, found {text!r}")
+    return int(text)
+
+
 def positive_count(text: str) -> int:
     if not text.isdigit() or int(text) < 1:
         raise argparse.ArgumentTypeError(f"expected a whole number of threads, 1 or more, found {text!r}")
@@ -138,6 +145,14 @@ def add_backend(command: argparse.ArgumentParser) -> None:
             "threads for large matrix products and fused loops, and processes for compiling a large module "
             "(default: the cores this process may use, or 1 when the machine is busy); small ones always run on one"
         ),
+    )
+    command.add_argument(
+        "--seed",
+        type=seed_value,
+        default=0,
+        metavar="N",
+        help="seed the run's random stream, which randn, rand, permutation, batches and categorical draw from "
+        "without seed= (default: 0, so runs repeat), as torch.manual_seed",
     )
     command.add_argument(
         "--no-cache",
@@ -457,7 +472,11 @@ def execute(command: str, file: str, args: list[str], options: argparse.Namespac
         explain = None
     if distributed.launched_rank() != 0:
         explain = None  # one copy of the report: every rank compiles the same functions
-    pipeline.run(program, args, options.backend, typed, explain, cache=not options.no_cache)
+    RandomSource.start = options.seed
+    try:
+        pipeline.run(program, args, options.backend, typed, explain, cache=not options.no_cache)
+    finally:
+        RandomSource.start = 0  # (for this process's next run: the tests run many, and a host calls functions)
     return 0
 
 

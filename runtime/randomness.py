@@ -4,9 +4,9 @@ code calls to draw exactly what the interpreter draws (codegen/primitives.py `dr
 codegen/native.py). `categorical_samples` is the one sampler both backends run.
 
 A draw with `seed=s` comes from `numpy.random.default_rng(s)`, fresh at each call; one without comes from the
-run's generator, seeded 0 when the run starts. Both draw doubles (`random` is uniform in [0, 1),
-`standard_normal` is numpy's ziggurat), rounded to the result's dtype, in row-major order: the same numbers
-whether the interpreter or compiled code asks, and whatever shape they are asked in.
+run's generator, seeded 0 when the run starts (or N, with `dlrun --seed N`). Both draw doubles (`random` is
+uniform in [0, 1), `standard_normal` is numpy's ziggurat), rounded to the result's dtype, in row-major order:
+the same numbers whether the interpreter or compiled code asks, and whatever shape they are asked in.
 """
 
 from __future__ import annotations
@@ -27,12 +27,13 @@ class RandomSource:
     makes the generator when it is first drawn from (a host calling a function that draws nothing, often,
     pays nothing for it)."""
 
+    start = 0  # the seed each run starts from: 0, or `dlrun --seed N`'s
     seed = 0
     made: np.random.Generator | None = None
 
     @classmethod
-    def reset(cls, seed: int = 0) -> None:
-        cls.seed, cls.made = seed, None
+    def reset(cls, seed: int | None = None) -> None:
+        cls.seed, cls.made = cls.start if seed is None else seed, None
 
     @classmethod
     def generator(cls) -> np.random.Generator:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 from conftest import ROOT
 
@@ -169,3 +170,24 @@ def test_a_mistyped_command_is_named(dlrun) -> None:
     assert err.endswith("dlrun: error: `chek` is no file and no command: did you mean `dlrun check`?\n")
     status, _, err = dlrun("model.dl")  # a program's name is not taken for a command
     assert status == 1 and "cannot read `model.dl`: no such file" in err
+
+
+SEEDED = "fn main() {\n    print(randn(3), permutation(5))\n}\n"
+
+
+@pytest.mark.parametrize("backend", ["interp", "llvm"])
+def test_seed_starts_the_runs_random_stream(run_dl, backend: str) -> None:
+    """`--seed N` is torch.manual_seed(N): the unseeded draws are those of `default_rng(N)`; without it, of 0;
+    the option before the file, as every option."""
+    for seed in (None, 0, 7):
+        options = ("--backend", backend, *(("--seed", str(seed)) if seed is not None else ()))
+        status, out, err = run_dl(SEEDED, options=options)
+        generator = np.random.default_rng(seed or 0)
+        normal, order = generator.standard_normal(3).astype(np.float32), generator.permutation(5)
+        assert (status, err) == (0, "")
+        assert out == f"{normal} {order}\n"
+
+
+def test_a_seed_is_a_whole_number(dlrun) -> None:
+    status, _, err = dlrun("--seed", "-1", "examples/train.dl")
+    assert status == 2 and "argument --seed: expected a seed, a whole number 0 or more, found '-1'" in err
