@@ -828,6 +828,16 @@ def reshape_like(lowering, bound: dict, span: Span) -> object:
     return reshaped(lowering, tensor(x, span), shape_of(bound["like"]), span)
 
 
+def squeeze(lowering, bound: dict, span: Span) -> object:
+    """A view without the axes of size 1 `axis` names."""
+    x = tensor(bound["x"], span)
+    axes = axes_of(lowering, x, bound["axis"], span)
+    if any(x.shape[a] != 1 for a in axes):
+        raise Unsupported("`squeeze` of an axis whose size is not 1", span)  # the interpreter says which
+    kept = tuple(a for a in range(len(x.shape)) if a not in axes)
+    return Tensor(x.dtype, tuple(x.shape[a] for a in kept), remap(x.tree, kept))
+
+
 def expand_dims(lowering, bound: dict, span: Span) -> object:
     x = bound["x"]
     if isinstance(x, Value):
@@ -1951,6 +1961,7 @@ HANDLERS = {
     Prim.RESHAPE: reshape,
     Prim.RESHAPE_LIKE: reshape_like,
     Prim.EXPAND_DIMS: expand_dims,
+    Prim.SQUEEZE: squeeze,
     Prim.BROADCAST_TO: broadcast_to,
     Prim.UNBROADCAST: unbroadcast,
     Prim.GATHER: gather,

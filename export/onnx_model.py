@@ -1370,6 +1370,10 @@ def reshape_like(call: Call) -> Tensor:
     return call.op("Reshape", [call.tensor(0), call.graph.shape_of(call.tensor(1))])
 
 
+def squeeze(call: Call) -> Tensor:
+    return call.op("Squeeze", [call.tensor(0), *call.axes(call.static(1))])
+
+
 def expand_dims(call: Call) -> Tensor:
     return call.graph.unsqueeze(call.tensor(0), call.static(1))
 
@@ -1483,6 +1487,7 @@ HANDLERS: dict[Prim, Callable[[Call], Any]] = {
     Prim.STOP_GRADIENT: lambda call: call.values[0],
     Prim.RESHAPE_LIKE: reshape_like,
     Prim.EXPAND_DIMS: expand_dims,
+    Prim.SQUEEZE: squeeze,
     Prim.TREE_ADD: tree_add,
     Prim.TREE_MAP: tree_map,
     Prim.TREE_DOT: tree_dot,

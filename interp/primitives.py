@@ -1154,6 +1154,15 @@ def reshape_like(x: Any, like: Any) -> Any:
     return scalar(np.reshape(as_array(x), np.shape(like)))
 
 
+def squeeze(x: Any, axis: Any) -> Any:
+    x = as_array(x)
+    axes = axes_of(x, axis, "squeeze")
+    for position in axes if axes.__class__ is tuple else (axes,):
+        if x.shape[position] != 1:
+            raise PrimitiveError(f"`squeeze` removes axes of size 1; axis {position} of {describe(x)} is not")
+    return scalar(np.squeeze(x, axis=axes))
+
+
 def expand_dims(x: Any, axis: Any) -> Any:
     x = as_array(x)
     if not is_integer(axis):
@@ -1976,6 +1985,7 @@ IMPLEMENTATIONS = {
     Prim.UNBROADCAST: unbroadcast,
     Prim.RESHAPE_LIKE: reshape_like,
     Prim.EXPAND_DIMS: expand_dims,
+    Prim.SQUEEZE: squeeze,
     Prim.SCATTER_ADD: scatter_add,
     Prim.ADD_ALONG_AXIS: add_along_axis,
     Prim.SPLIT_LIKE: split_like,

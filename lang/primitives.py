@@ -72,6 +72,7 @@ class Prim(Enum):
     TRANSPOSE = "transpose"
     SWAPAXES = "swapaxes"
     RESHAPE = "reshape"
+    SQUEEZE = "squeeze"
     CONCAT = "concat"
     STACK = "stack"
     BROADCAST_TO = "broadcast_to"
@@ -580,6 +581,14 @@ PRIMITIVES_LIST = (
         "the same elements in a new shape (one `-1` inferred)",
         Signature(("x",), variadic=("dims", 1, None)),
         shapes.reshape_rule,
+        {"x": "reshape_like(d, x)"},
+    ),
+    linear(
+        Prim.SQUEEZE,
+        "structure",
+        "`x` without its axes of size 1 that `axis` names (one, or a tuple of axes), as torch's `squeeze(dim)`",
+        Signature(("x", "axis")),
+        shapes.squeeze_rule,
         {"x": "reshape_like(d, x)"},
     ),
     linear(

@@ -1374,6 +1374,22 @@ def reshape_like_rule(args: list[Argument]) -> Type:
     return TensorType(strong(x).dtype, like.dims)
 
 
+def squeeze_rule(args: list[Argument]) -> Type:
+    """`squeeze(x, axis)`: `x` without the axes `axis` names (one, or a tuple), each of size 1 (a size known
+    only when it runs is checked then)."""
+    x = tensor(args[0].type, "`squeeze`")
+    if x is None:
+        return ANY
+    if args[1].value is None and not isinstance(args[1].type, TupleType):
+        raise ShapeError("E0306", "`squeeze` needs its axis as a literal integer or const", at=args[1].span)
+    axes = static_axes(args[1], x.rank, "squeeze", several=True) or ()
+    for axis in axes:
+        if isinstance(x.dims[axis], int) and x.dims[axis] != 1:
+            message = f"`squeeze` removes axes of size 1; axis {axis} of {x} has size {x.dims[axis]}"
+            raise ShapeError("E0307", message, f"size {x.dims[axis]}", at=args[1].span)
+    return TensorType(strong(x).dtype, tuple(d for k, d in enumerate(x.dims) if k not in axes))
+
+
 def expand_dims_rule(args: list[Argument]) -> Type:
     x = tensor(args[0].type, "`expand_dims`")
     if x is None:

@@ -626,6 +626,11 @@ class Builder:
         return f"swapaxes({self.expr(dtype, tuple(source), depth)}, {written[0]}, {written[1]})"
 
     def reshape(self, dtype: str, shape: Shape, depth: int) -> str:
+        if len(shape) < MAX_RANK and self.number(0, 3) == 0:  # an axis of size 1 put in, then squeezed out
+            axis = self.number(0, len(shape))
+            widened = (*shape[:axis], 1, *shape[axis:])
+            shown = str(axis) if self.flag() else f"({axis},)"
+            return f"squeeze({self.expr(dtype, widened, depth)}, {shown})"
         factors = [p for n in shape for p in prime_factors(n)]
         rank = self.number(0 if not factors else 1, 3)
         source = [1] * rank

@@ -302,6 +302,18 @@ def test_any_and_all_of_nothing_and_of_numbers() -> None:
 
 
 @needs_torch
+def test_squeeze_matches_torch() -> None:
+    """One axis, a negative one, a tuple; an axis whose size is not 1 is E0307 when checked, E0513 when run."""
+    x = np.random.default_rng(5).standard_normal((1, 3, 1, 2)).astype(np.float32)
+    for axis, dims in (("0", 0), ("-2", -2), ("(0, 2)", (0, 2))):
+        check(dl_eval(f"squeeze(a, {axis})", x), torch.from_numpy(x).squeeze(dims).numpy(), F32, rtol=0, atol=0)
+    check(dl_eval("squeeze(a, 0)", np.array([7], np.int64)), np.int64(7), I64)
+    assert checker_codes("squeeze(x, 1)") == ["E0307"]
+    assert checker_codes("squeeze(x, 2)") == ["E0306"]
+    assert [d.code for d in dl_error("squeeze(a, 1)", x).diagnostics] == ["E0513"]
+
+
+@needs_torch
 def test_eye_matches_torch() -> None:
     for n, m in ((1, None), (3, None), (2, 4), (4, 2), (0, 3)):
         expected = (torch.eye(n) if m is None else torch.eye(n, m)).numpy()
@@ -2724,6 +2736,7 @@ LINEAR_CALLS: dict[Prim, tuple[str, tuple[tuple[int, ...], ...]]] = {
     Prim.ADD_ALONG_AXIS: ("add_along_axis(a, [[0, 0], [2, 1]], b, 1)", ((2, 3), (2, 2))),
     Prim.SPLIT_LIKE: ("split_like(a, (zeros(2), zeros(1)))", ((3,),)),
     Prim.TREE_ADD: ("tree_add(a, b)", ((3,), (3,))),
+    Prim.SQUEEZE: ("squeeze(a, (0, 2))", ((1, 3, 1),)),
     Prim.LINSPACE: ("linspace(a, b, 4)", ((), ())),
     # a tape of zeros (what `zeros_like` of a tape is) pops zeros: a second derivative's tapes of adjoints
     Prim.PUSH: ("pop(push(push(zeros_like(tape(a)), a), b))[0]", ((3,), (3,))),
@@ -2875,6 +2888,7 @@ PRIM_TESTS: dict[Prim, tuple[str, ...]] = {
     Prim.FULL: ("test_zeros_ones_full", "test_creation_dims_from_values_and_errors"),
     Prim.ARANGE: ("test_arange",),
     Prim.EYE: ("test_eye_matches_torch",),
+    Prim.SQUEEZE: ("test_squeeze_matches_torch", "test_linear_primitives_make_zeros_of_zeros"),
     Prim.LINSPACE: ("test_linspace_matches_numpy_and_torch",),
     Prim.RANDN: ("test_random_seeded_reproducible", "test_random_seeds_differ_and_statistics", "test_random_errors"),
     Prim.RAND: ("test_random_seeded_reproducible", "test_random_seeds_differ_and_statistics", "test_random_errors"),
