@@ -292,6 +292,8 @@ def truth(kind: str):
 
     def apply(lowering, bound: dict, span: Span) -> object:
         x = bound["x"]
+        if isinstance(x, Value) and x.operand.dtype == "bool" and bound["axis"] is None:
+            return x  # of one bool: itself
         if not isinstance(x, Tensor) or x.dtype != "bool":
             raise Unsupported(f"`{kind}` of this value", span)
         axes = axes_of(lowering, x, bound["axis"], span)

@@ -1219,8 +1219,13 @@ def sorting(values: bool) -> Callable[[Call], Tensor]:
 
 
 def cumsum(call: Call) -> Tensor:
-    x = call.tensor(0, call.result.dtype)
-    return call.op("CumSum", [x, call.graph.constant(np.array(int(call.static(1)) % x.rank), "i64")])
+    """CumSum; of f32, in f64 and cast back, as the interpreter sums (one rounding per element)."""
+    graph, dtype = call.graph, call.result.dtype
+    x = call.tensor(0, "f64" if dtype == "f32" else dtype)
+    axis = graph.constant(np.array(int(call.static(1)) % x.rank), "i64")
+    if dtype != "f32":
+        return call.op("CumSum", [x, axis])
+    return graph.cast(graph.op("CumSum", [x.name, axis.name], TensorType("f64", call.result.dims)), "f32")
 
 
 def reshape(call: Call) -> Tensor:

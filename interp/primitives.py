@@ -498,30 +498,41 @@ def summed_dtype(x: np.ndarray) -> np.dtype | None:
 
 
 # numpy sums pairwise only along the axis its inner loop runs over (the last of a C-ordered array); over the
-# leading axes it adds one row at a time, and an f32 sum over many rows drifts (the mean of 2,000,000 rows of
-# 0.1 came out 0.0985). Such a sum is taken in blocks of this many rows, the blocks' sums in blocks again.
+# other axes it adds one slice at a time, and an f32 sum over many rows drifts (the mean of 2,000,000 rows of
+# 0.1 came out 0.0985). Such a sum is taken over rows (its axes moved first, copied where they are not
+# already), in blocks of this many rows, the blocks' sums in blocks again.
 ROW_BLOCK = 128
 
 
 def added(x: Any, axis: int | tuple[int, ...] | None, keepdims: bool, dtype: np.dtype | None = None) -> Any:
     """The sum along `axis`, in `dtype` (None: numpy's choice for `x`'s)."""
     if x.__class__ is ndarray:
-        # (a batch's few rows, numpy's own sum: the tests cost a training step next to nothing)
-        if x.shape and x.shape[0] > ROW_BLOCK and dtype is None and x.dtype is F32 and axis is not None and x.ndim > 1:
-            leading = leading_axes(axis, x.ndim)
-            rows = math.prod(x.shape[:leading])
-            if leading and rows > ROW_BLOCK and x.flags.c_contiguous:
-                kept = x.shape[leading:]
-                summed = rows_summed(x.reshape(rows, -1)).reshape(kept)
-                return summed.reshape((1,) * leading + kept) if keepdims else summed
+        if x.dtype is F32 and dtype is None and x.ndim > 1 and x.size > ROW_BLOCK and axis is not None:
+            drifting = drifting_axes(x, axis)
+            if drifting is not None:  # the axes first, in one block of memory: rows of what is kept
+                rows = np.ascontiguousarray(np.moveaxis(x, drifting, tuple(range(len(drifting)))))
+                kept = rows.shape[len(drifting) :]
+                summed = rows_summed(rows.reshape(-1, math.prod(kept))).reshape(kept)
+                if keepdims:
+                    summed = summed.reshape(tuple(1 if k in drifting else n for k, n in enumerate(x.shape)))
+                return summed
         return np.add.reduce(x, axis=axis, dtype=dtype, keepdims=keepdims)
     return np.sum(x, axis=axis, keepdims=keepdims, dtype=dtype)
 
 
-def leading_axes(axis: int | tuple[int, ...], rank: int) -> int:
-    """How many leading axes `axis` names, if it names exactly the first few and not the last; else 0."""
-    axes = sorted(a % rank for a in (axis if axis.__class__ is tuple else (axis,)))
-    return len(axes) if axes == list(range(len(axes))) and len(axes) < rank else 0
+def drifting_axes(x: np.ndarray, axis: int | tuple[int, ...]) -> tuple[int, ...] | None:
+    """The axes of an f32 sum (ascending) over more than `ROW_BLOCK` elements that numpy would add one slice at a
+    time: any but the last of a C-ordered array. None where numpy's own sum is pairwise, or adds few."""
+    if axis.__class__ is int:  # (a batch's bias gradient, each training step: decided in a few tests)
+        position = axis % x.ndim
+        if x.shape[position] <= ROW_BLOCK or (position == x.ndim - 1 and x.flags.c_contiguous):
+            return None
+        return (position,)
+    axes = tuple(sorted(a % x.ndim for a in axis))
+    if math.prod(x.shape[a] for a in axes) <= ROW_BLOCK:
+        return None
+    trailing = axes == tuple(range(x.ndim - len(axes), x.ndim))
+    return None if trailing and x.flags.c_contiguous else axes
 
 
 def rows_summed(rows: np.ndarray) -> np.ndarray:

@@ -1414,8 +1414,11 @@ class Checker:
             tuple_type = self.tables.types.get(id(base))
             if isinstance(link, ast.Index) and link is not target and isinstance(tuple_type, TupleType):
                 shown, rest = print_expr(base), print_expr(target)[len(print_expr(link)) :]
-                index = link.indices[0]
-                position = index.value % len(tuple_type.items) if isinstance(index, ast.IntLiteral) else None
+                index, count = link.indices[0], len(tuple_type.items)
+                position = index.value if isinstance(index, ast.IntLiteral) else None
+                if position is not None and not -count <= position < count:
+                    return False  # out of range: E0308 says so
+                position = position % count if position is not None else None
                 items = ["item" if k == position else f"{shown}[{k}]" for k in range(len(tuple_type.items))]
                 rebuilt = f"({', '.join(items)})" if position is not None and len(items) <= 4 else "(..., item, ...)"
                 notes = (

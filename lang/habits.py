@@ -299,18 +299,6 @@ def clamped(a: list[str]) -> str | None:
     return f"maximum({x}, {lo})" if lo is not None else f"minimum({x}, {hi})" if hi is not None else None
 
 
-def squeeze_help(receiver: str, axis: ast.Expr) -> tuple[str, ...]:
-    """torch's `squeeze(x, k)` and `x.squeeze(k)`: the size-1 axis `k` indexed away, `x[:, 0]` (`x[..., 0]` for
-    the last)."""
-    if isinstance(axis, ast.IntLiteral) and axis.value < 8:
-        picked = ", ".join([":"] * axis.value + ["0"])
-    elif isinstance(axis, ast.Unary) and axis.op == "-" and isinstance(axis.operand, ast.IntLiteral):
-        picked = "..., 0" if axis.operand.value == 1 else ""
-    else:
-        picked = ""
-    return (f"help: DL has no `squeeze`; index the axis of size 1 away: `{receiver}[{picked}]`",) if picked else ()
-
-
 def axis_keyword(rest: list[str]) -> str:
     return f", axis={rest[0]}" if rest else ""
 
@@ -395,8 +383,6 @@ def call_help(call: ast.Call) -> tuple[str, ...]:
     if func.id == "enumerate" and len(call.args) == 1 and not call.keywords:
         items = shown(call.args[0])
         return (f"help: DL counts with a range: `for i in 0..len({items}) {{ let item = {items}[i] ... }}`",)
-    if func.id == "squeeze" and len(call.args) == 2 and not call.keywords:
-        return squeeze_help(shown(call.args[0]), call.args[1])
     found = spelled(func.id, call, None)
     return (f"help: DL writes this `{found}`",) if found else ()
 
@@ -481,8 +467,6 @@ def method_help(field: ast.Field, call: ast.Call | None) -> tuple[str, ...]:
             return (f"help: DL has no methods; convert with `float({receiver}, dtype={dtype})`",)
     if field.name in ("size", "shape") and call is not None and call.func is field and len(call.args) == 1:
         return (f"help: DL has no methods; the size of an axis is `shape({receiver})[{shown(call.args[0])}]`",)
-    if field.name == "squeeze" and call is not None and call.func is field and len(call.args) == 1:
-        return squeeze_help(receiver, call.args[0])
     if field.name in METHODS:
         return (METHODS[field.name].format(x=receiver),)
     return ()

@@ -175,10 +175,10 @@ class Templates:
     """A derivative written in DL: for each parameter with a gradient, its adjoint contribution as an
     expression over `d` (the adjoint of the result), `r` (the result), the call's arguments by parameter
     name, and the static values the transform binds: `k` (the `axis=` argument, unless a parameter is named
-    `k`), `x_dtype` (the dtype of `x`) and `r_dtype` (the result's). A reduction's templates also use three
-    forms the transform expands for the call's static axis: `expand(v)` (a reduced value put back in `x`'s
-    rank), `total(v)` (a sum over the reduced elements, keeping their axes) and `count(x)` (how many elements
-    each result reduces, as a float)."""
+    `k`), `x_dtype` (the dtype of `x`, as `start_dtype` is of `start`) and `r_dtype` (the result's). A
+    reduction's templates also use three forms the transform expands for the call's static axis: `expand(v)`
+    (a reduced value put back in `x`'s rank), `total(v)` (a sum over the reduced elements, keeping their axes)
+    and `count(x)` (how many elements each result reduces, as a float)."""
 
     adjoints: tuple[tuple[str, str], ...]
     fitted: bool = False  # operands broadcast: each contribution is summed down to its operand's shape
@@ -332,12 +332,13 @@ def linear(
     tensors=X,
     product: bool = False,
     linear_in: frozenset[str] | None = None,
+    fills: frozenset[str] = frozenset(),
 ) -> Primitive:
     """A primitive linear in the parameters it has adjoints for (unless `linear_in` says otherwise): together,
     or each alone (`product`)."""
     templates = Templates(tuple(adjoints.items()))
     linear_in = frozenset(adjoints) if linear_in is None else linear_in
-    properties = {"linear_in": linear_in, "product": product}
+    properties = {"linear_in": linear_in, "product": product, "fills": fills}
     return Primitive(prim, group, summary, signature, rule, templates, frozenset(tensors), **properties)
 
 
@@ -752,10 +753,11 @@ PRIMITIVES_LIST = (
         Signature(("start", "stop", "num"), keywords=(("dtype", None),)),
         shapes.linspace_rule,
         {
-            "start": "sum(d * linspace(1.0, 0.0, num, dtype=r_dtype))",
-            "stop": "sum(d * linspace(0.0, 1.0, num, dtype=r_dtype))",
+            "start": "float(sum(d * linspace(1.0, 0.0, num, dtype=r_dtype)), dtype=start_dtype)",
+            "stop": "float(sum(d * linspace(0.0, 1.0, num, dtype=r_dtype)), dtype=stop_dtype)",
         },
         tensors=("start", "stop"),
+        fills=frozenset({"start", "stop"}),  # a literal end takes the result's dtype: `0.7` of an f64 result is f64
     ),
     not_differentiable(
         Prim.RANDN,

@@ -1380,6 +1380,8 @@ def squeeze_rule(args: list[Argument]) -> Type:
     x = tensor(args[0].type, "`squeeze`")
     if x is None:
         return ANY
+    if x.rank == 0:
+        raise ShapeError("E0306", f"`squeeze` needs a tensor with an axis, found {x}", str(x), at=args[0].span)
     if args[1].value is None and not isinstance(args[1].type, TupleType):
         raise ShapeError("E0306", "`squeeze` needs its axis as a literal integer or const", at=args[1].span)
     axes = static_axes(args[1], x.rank, "squeeze", several=True) or ()

@@ -365,7 +365,7 @@ def test_every_primitive_has_a_derivative_rule_or_is_not_differentiable() -> Non
     for prim, record in PRIMITIVES.items():
         match record.derivative:
             case Templates(adjoints=adjoints):
-                bound = {"d", "r", "k", "x_dtype", "r_dtype", *record.parameters}
+                bound = {"d", "r", "k", "r_dtype", *record.parameters, *(f"{p}_dtype" for p in record.parameters)}
                 for param, source in adjoints:
                     assert param in record.parameters, (prim, param)
                     expr = template(source)

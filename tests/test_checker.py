@@ -53,6 +53,16 @@ def test_error_in_a_function_called_from_many_places_is_reported_once() -> None:
     assert codes(dl.lang.check(source, "once.dl")) == [("E0302", 2, 12)]
 
 
+def test_assigning_through_a_tuples_item_is_e0309_and_out_of_range_is_e0308() -> None:
+    """`u[1][0] = e` rebuilds nothing (tuples are built whole); an index out of the tuple's range (or into the
+    empty tuple) is E0308 alone, with no help naming an item that is not there."""
+    source = "fn main() {\n    let t = ()\n    t[0][1] = 5.0\n    let u = (1.0, [1.0, 2.0])\n    u[5][0] = 1.0\n"
+    source += "    u[1][0] = 1.0\n}\n"
+    typed = dl.lang.check(source, "items.dl")
+    assert codes(typed) == [("E0308", 3, 7), ("E0308", 5, 7), ("E0309", 6, 5)]
+    assert "`u = (u[0], item)`" in typed.errors[-1].notes[0]
+
+
 def test_main_parameters_are_strings() -> None:
     typed = dl.lang.check("fn main(n) {\n    print(zeros(int(n)))\n}\n", "args.dl")
     assert typed.diagnostics == ()

@@ -145,6 +145,7 @@ CORPUS_FUNCTIONS = [
     "steps",
     "statistics",
     "running",
+    "long_running",
     "clipped",
     "ranked",
     "padded",

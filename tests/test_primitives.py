@@ -244,6 +244,15 @@ def test_f32_sums_over_many_rows_and_running_sums_stay_accurate() -> None:
     check(dl_eval("mean(a, axis=0)", x), np.array([0.1, 0.1], np.float32), F32, rtol=1e-5, atol=0)
     check(dl_eval("sum(a, axis=0, keepdims=true)", x), np.full((1, 2), 2e5, np.float32), F32, rtol=1e-5, atol=0)
     check(dl_eval("sum(a, axis=(0, 1))", x.reshape(1000, 2000, 2)), np.full(2, 2e5, np.float32), F32, rtol=1e-5)
+    columns = np.full((2_000_000, 3), 0.1, np.float32)  # views, middle and several axes: summed as rows too
+    for source, expected in (
+        ("mean(a[:, 0:2], axis=0)", np.full(2, 0.1)),
+        ("sum(a[::2, :], axis=0)", np.full(3, 1e5)),
+        ("mean(reshape(a, 2, 1000000, 3), axis=(0, 1))", np.full(3, 0.1)),
+        ("mean(reshape(a, 2, 1000000, 3), axis=1)", np.full((2, 3), 0.1)),
+        ("mean(transpose(a), axis=1)", np.full(3, 0.1)),
+    ):
+        check(dl_eval(source, columns), expected.astype(np.float32), F32, rtol=1e-5, atol=0)
     ragged = np.random.default_rng(3).random((1000, 3)).astype(np.float32)  # 7 blocks of 128 rows and 104 more
     check(dl_eval("sum(a, axis=0)", ragged), ragged.astype(np.float64).sum(0).astype(np.float32), F32, rtol=1e-6)
     running = np.full(10_000_000, 0.1, np.float32)
@@ -310,6 +319,7 @@ def test_squeeze_matches_torch() -> None:
     check(dl_eval("squeeze(a, 0)", np.array([7], np.int64)), np.int64(7), I64)
     assert checker_codes("squeeze(x, 1)") == ["E0307"]
     assert checker_codes("squeeze(x, 2)") == ["E0306"]
+    assert checker_codes("squeeze(1.0, 0)") == ["E0306"]
     assert [d.code for d in dl_error("squeeze(a, 1)", x).diagnostics] == ["E0513"]
 
 
@@ -328,8 +338,9 @@ def test_eye_matches_torch() -> None:
 
 @needs_torch
 def test_linspace_matches_numpy_and_torch() -> None:
-    """numpy's values exactly (computed in f64, `stop` itself last), torch's to the last bits of f32; the dtype
-    is f64 if an end is, f32 otherwise, or `dtype=`'s."""
+    """numpy's values exactly (computed in f64 from the ends in the result's dtype, `stop` itself last), torch's
+    to the last bits of f32; the dtype is f64 if an end is, f32 otherwise, or `dtype=`'s (a literal end takes
+    it: `0.7` of an f64 result is the f64 0.7)."""
     for start, stop, num in (
         (0.0, 1.0, 5),
         (-3.0, 7.5, 11),
@@ -337,12 +348,25 @@ def test_linspace_matches_numpy_and_torch() -> None:
         (1.0, -1.0, 2),
         (0.5, 9.0, 1),
         (0.0, 1.0, 0),
+        (-0.3, 0.9, 13),
     ):
-        expected = np.linspace(start, stop, num).astype(np.float32)
+        expected = np.linspace(float(np.float32(start)), float(np.float32(stop)), num).astype(np.float32)
         result = dl_eval(f"linspace({start}, {stop}, {num})")
         check(result, expected, F32, rtol=0, atol=0)
         check(result, torch.linspace(start, stop, num).numpy(), F32, rtol=1e-6, atol=1e-6)
     check(dl_eval("linspace(a, 1.0, 4)", np.float64(0.1)), np.linspace(0.1, 1.0, 4), F64, rtol=0, atol=0)
+    from dl import pipeline
+
+    source = "fn ends(h: f64) -> f64[3] { return linspace(h, 0.7, 3) }\n"
+    source += "fn wide() -> f64[3] { return linspace(0.1, 0.7, 3, dtype=f64) }\n"
+    typed = pipeline.load("ends.dl", source)
+    check(pipeline.call(typed, "ends", [np.float64(0.1)]), np.linspace(0.1, 0.7, 3), F64, rtol=0, atol=0)
+    check(pipeline.call(typed, "wide", []), np.linspace(0.1, 0.7, 3), F64, rtol=0, atol=0)
+    # the ends' gradients in the ends' dtypes, whatever the result's: f = a^2 + ((a + b) / 2)^2 + b^2
+    source = "fn f(a: f32, b: f64) -> f64 { return sum(linspace(a, b, 3) ** 2.0) }\n"
+    source += "fn g(a: f32, b: f64) -> (f32, f64) { return grad(f, wrt=(0, 1))(a, b) }\n"
+    da, db = pipeline.call(pipeline.load("mixed.dl", source), "g", [np.float32(1.0), np.float64(2.0)])
+    assert (dtype_of(da), dtype_of(db), float(da), float(db)) == (F32, F64, 3.5, 5.5)
     check(dl_eval("linspace(0, 10, 3)"), np.array([0.0, 5.0, 10.0], np.float32), F32)
     check(dl_eval("linspace(0.0, 1.0, 3, dtype=f64)"), np.linspace(0, 1, 3), F64)
     assert checker_codes("linspace(0.0, 1.0, -2)") == ["E0307"]

@@ -448,14 +448,14 @@ class BackwardSweep:
         raise NotDifferentiable(f"`{primitive.name}` has no derivative rule", span)
 
     def template_bindings(self, primitive: Primitive, values: dict[str, ast.Expr], d, r) -> dict[str, ast.Expr]:
-        """What a template's names stand for: `d`, `r`, the arguments, and the static values `k` (the axis),
-        `x_dtype` and `r_dtype`. A max pooling call without `stride=` strides by its window `size`."""
+        """What a template's names stand for: `d`, `r`, the arguments, and the static values `k` (the axis) and
+        each parameter's dtype and the result's (`x_dtype`, `r_dtype`). A max pooling call without `stride=`
+        strides by its window `size`."""
         # (a parameter named `k`, the diagonal of `tril`, is itself)
         bindings = {"d": d, "r": r, "k": values.get("axis") or ast.IntLiteral(0), **values}
-        x_type = self.types.get(getattr(values.get("x"), "id", ""))
-        bindings["x_dtype"] = name(x_type.dtype if isinstance(x_type, TensorType) else "f32")
-        r_type = self.types.get(getattr(r, "id", ""))
-        bindings["r_dtype"] = name(r_type.dtype if isinstance(r_type, TensorType) else "f32")
+        for parameter, value in (*values.items(), ("r", r)):  # `x_dtype`, `start_dtype`, `r_dtype`: f32 if unknown
+            found = self.types.get(getattr(value, "id", ""))
+            bindings[f"{parameter}_dtype"] = name(found.dtype if isinstance(found, TensorType) else "f32")
         if "size" in values and bindings.get("stride") is None:
             bindings["stride"] = values["size"]
         return bindings
