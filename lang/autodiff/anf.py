@@ -716,12 +716,13 @@ class ForwardSweep:
                 ),
             )
         called = expr.func.id if isinstance(expr.func, ast.Name) else None
-        made = Scope.of(self.around).made.get(called) if self.around is not None and called is not None else None
+        scope = Scope.of(self.around) if self.around is not None and called is not None else None
+        made = scope.made.get(called) if scope is not None else None
         if made is not None:  # `let sq = make(3.0)` in the function around, called in the lambda differentiated
             return NotDifferentiable(
                 f"`grad` cannot differentiate through this call of `{called}`, a function made when the program runs",
                 expr.span,
-                (factory_help(called, made),),
+                (factory_help(called, made, scope),),
             )
         return NotDifferentiable(
             "`grad` cannot yet differentiate through a call of this anonymous or local function",

@@ -245,7 +245,7 @@ class Round:
             else "it holds a function known only when the program runs"
         )
         hint = (
-            factory_help(reference.id, made)
+            factory_help(reference.id, made, local)
             if made is not None
             else ("help: write `grad` where the function is named, and pass the derivative: `slope(grad(cube), x)`")
         )

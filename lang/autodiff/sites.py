@@ -130,14 +130,17 @@ class Scope:
         return any(at > (span.line, span.column) for at in self.bound_at.get(name, ()))
 
 
-def factory_help(name: str, call: ast.Call) -> str:
+def factory_help(name: str, call: ast.Call, scope: Scope) -> str:
     """How to differentiate the function a call made (`let sq = make(3.0)` where `grad` is written): make it
-    inside the function differentiated, where its derivative is written with what it captured."""
+    inside the function differentiated, where its derivative is written with what it captured; the local
+    values the call reads become that function's parameters after `t` (`fn f(t, k)`)."""
     made, factory = print_expr(call), print_expr(call.func)
+    passed = sorted(ast.free_names(tuple(call.args)) & scope.bound)
+    params = ", ".join(["t", *passed])
     return (
         f"help: `{name}` is the function `{made}` returns; differentiate a function that makes it and calls it, "
-        f"`fn f(t) {{ let {name} = {made}; return {name}(t) }}` with `grad(f)`, `{factory}` declared with `fn` at "
-        "the top level"
+        f"`fn f({params}) {{ let {name} = {made}; return {name}(t) }}` with `grad(f)`, `{factory}` declared with "
+        "`fn` at the top level"
     )
 
 
