@@ -79,7 +79,8 @@ class BackwardSweep:
     def undone(self, record: Compound) -> list[ast.Stmt]:
         """The variables of an `if` or loop with nothing to differentiate (a counter, a flag) put back as they were
         before it: the sweep goes on to what ran before, which must read them so (`if i >= 2` ahead of
-        `if not stop_loop { i += 1 }`). `prune` drops what nothing reads."""
+        `if not stop_loop { i += 1 }`). `read_undos` drops those nothing reads, in a whole sweep or a loop's
+        iteration; in a branch or an iteration computed again they stay."""
         state = tuple_of([name(c) for c in record.carried])
         if isinstance(record.stmt, ast.If):
             undo: ast.Stmt = assign(state, name(record.saved))
@@ -96,7 +97,7 @@ class BackwardSweep:
         kept: list[ast.Stmt] = []
         for position, stmt in enumerate(out):
             if id(stmt) in self.undos:
-                undone = ast.assigned_names((stmt,)) - {s for s in self.sweep_tapes}
+                undone = ast.assigned_names((stmt,)) - self.sweep_tapes
                 if not undone & ast.free_names(tuple(out[position + 1 :])):
                     continue
             kept.append(stmt)
