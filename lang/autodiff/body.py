@@ -98,7 +98,9 @@ class FunctionBody(ForwardSweep, BackwardSweep):
         self.function_args: list[FunctionRef | PrimitiveRef] = []  # what `ref NAME` entries of an env name
         self.inlining: list[int] = []  # the top-level functions being inlined, innermost last
         self.filled: dict[int, ast.Stmt] = {}  # the pushes of kept values (`Kept.push`), once known
-        self.undos: set[int] = set()  # the statements that put back the variables of an `if` or loop (`undone`)
+        # the statements that put back the variables of an `if` or loop (`undone`), by id: held here, so that no
+        # statement made later takes the id of one freed
+        self.undos: dict[int, ast.Stmt] = {}
         self.values: dict[str, ast.Expr] = {}  # generated name -> the operation whose value it holds
         self.effects = True  # False where a forward runs again: calls go to the functions' quiet copies
         self.all_assigned: set[str] | None = None

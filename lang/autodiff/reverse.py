@@ -88,7 +88,7 @@ class BackwardSweep:
             self.sweep_tapes.add(record.saved)  # each iteration's start popped, down to the first: the state before
             pop = assign(ast.TupleLiteral((state, name(record.saved))), call("pop", name(record.saved)))
             undo = ast.While(condition_of(record.saved), ast.Block((pop,)), record.stmt.span)
-        self.undos.add(id(undo))
+        self.undos[id(undo)] = undo
         return [undo]
 
     def read_undos(self, out: list[ast.Stmt]) -> list[ast.Stmt]:
@@ -96,7 +96,7 @@ class BackwardSweep:
         tape again), without the undos whose variables nothing after them reads."""
         kept: list[ast.Stmt] = []
         for position, stmt in enumerate(out):
-            if id(stmt) in self.undos:
+            if self.undos.get(id(stmt)) is stmt:
                 undone = ast.assigned_names((stmt,)) - self.sweep_tapes
                 if not undone & ast.free_names(tuple(out[position + 1 :])):
                     continue
