@@ -1300,9 +1300,11 @@ def linspace(call: Call) -> Tensor:
         raise Refused("a `linspace` whose number of points is computed", call.span, "export needs it known")
     count = int(call.values[2].value)
     start, stop = call.values[0], call.values[1]
-    if isinstance(start, Number) and isinstance(stop, Number):
-        points = np.linspace(float(start.value), float(stop.value), count, dtype=np.float64)
-        return graph.constant(points, result.dtype)
+    if isinstance(start, Number) and isinstance(
+        stop, Number
+    ):  # each end as its dtype holds it (a literal: the result's)
+        first, last = (float(NUMPY[end.dtype](end.value)) for end in (start, stop))
+        return graph.constant(np.linspace(first, last, count, dtype=np.float64), result.dtype)
     wide = TensorType("f64", result.dims)
     first, last = call.tensor(0, "f64"), call.tensor(1, "f64")
     positions = graph.constant(np.arange(count, dtype=np.float64), "f64")

@@ -429,3 +429,22 @@ def test_int8_refuses_weights_holding_nan_rather_than_hide_them(dlrun, tmp_path:
     assert err.startswith("error[E0605]: weight `w` holds nan or inf, which int8 codes cannot hold\n")
     assert "RuntimeWarning" not in err and not (tmp_path / "n.onnx").exists()
     assert dlrun(*args)[0] == 0  # the float model keeps the nan, which its outputs show
+
+
+SPACED = """
+struct W { s: f32 }
+fn spaced(m: W, x: f32[B]) -> f32[13] { return linspace(-0.3, 0.9, 13) + m.s }
+fn main() { save("w.safetensors", W { s: 0.0 }) }
+"""
+
+
+def test_a_literal_linspace_exports_the_points_the_interpreter_computes(dlrun, tmp_path: Path, monkeypatch) -> None:
+    """The literal ends take the f32 result's dtype, as when interpreted: the point at 0 is -1.5e-08."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "spaced.dl").write_text(SPACED)
+    assert dlrun("spaced.dl")[0] == 0
+    export(dlrun, tmp_path / "spaced.dl", "spaced", tmp_path / "w.safetensors", tmp_path / "s.onnx", "--onnx")
+    (points,) = run_onnx(tmp_path / "s.onnx", x=np.ones(1, np.float32))
+    ends = (float(np.float32(-0.3)), float(np.float32(0.9)))
+    np.testing.assert_array_equal(points, np.linspace(*ends, 13).astype(np.float32))
+    assert points[3] == np.float32(-1.4901161e-08)
