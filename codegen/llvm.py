@@ -522,8 +522,9 @@ UNARY_MATH = frozenset(
 )
 # the step functions' intrinsics (numpy's and torch's `round` takes halves to the even integer)
 ROUNDING = {"floor": "llvm.floor", "ceil": "llvm.ceil", "round": "llvm.roundeven"}
-# built-ins computed one element at a time, calling libm (libmvec need not have them): no vector loop
-SCALAR_ONLY_MATH = frozenset({"softplus", "log1p", "expm1", "erf", "tan", "asin", "acos", "atan"})
+# built-ins computed one element at a time, calling libm (libmvec need not have them): no vector loop; the libm
+# functions libmvec lacks, and softplus, which calls log1p
+SCALAR_ONLY_MATH = frozenset(LIBM_NAMES) - LIBMVEC | {"softplus"}
 
 
 def integer_power(builder: llvm_ir.IRBuilder, base, exponent, name: str) -> tuple:
