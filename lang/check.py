@@ -140,6 +140,11 @@ class Tables:
     body_types: dict[int, dict[int, Type]] = field(default_factory=dict)
     instances_called: dict[int, dict[int, int]] = field(default_factory=dict)
     environments: dict[int, Mapping[str, Type]] = field(default_factory=dict)
+    step_types: dict[tuple, dict[int, dict[int, Type]]] = field(default_factory=dict)
+    steps_of: dict[tuple, dict[int, tuple[int, ...]]] = field(default_factory=dict)
+    contested: dict[int, dict[int, str]] = field(default_factory=dict)
+    step_coercions: dict[tuple, dict[int, dict[int, str]]] = field(default_factory=dict)
+    step_literals: set[int] = field(default_factory=set)
 
     def frozen(self, program: Program) -> Typed:
         return Typed(
@@ -158,6 +163,12 @@ class Tables:
             MappingProxyType(self.body_types),
             MappingProxyType(self.instances_called),
             MappingProxyType(self.environments),
+            MappingProxyType(self.step_types),
+            MappingProxyType(self.steps_of),
+            frozenset(node for by_body in self.step_types.values() for made in by_body.values() for node in made),
+            MappingProxyType(self.contested),
+            MappingProxyType(self.step_coercions),
+            frozenset(self.step_literals),
         )
 
 
@@ -204,6 +215,23 @@ class Typed:
     # -> the types of the names in scope where it was made: what its body may capture, for a tool that makes it
     # again elsewhere (the REPL)
     environments: Mapping[int, Mapping[str, Type]] = field(default_factory=lambda: NOTHING)
+    # a `for` over a tuple whose items differ in type has its body checked once for each distinct type, its
+    # steps (`Checker.for_statement`), which may type a node differently (`item + 1`: f64 for one item, i64
+    # for the next). The nodes' types in each step: keyed by the steps they were checked in, outermost first
+    # (id of the For, the step's number), then by check of the function's body; and for each such For, keyed
+    # by the steps it is in and its id, then by check, the number of the step each of the tuple's items takes
+    step_types: Mapping[tuple, Mapping[int, Mapping[int, Type]]] = field(default_factory=lambda: NOTHING)
+    steps_of: Mapping[tuple, Mapping[int, tuple[int, ...]]] = field(default_factory=lambda: NOTHING)
+    stepped: frozenset[int] = frozenset()  # the ids of the nodes `step_types` types
+    # the number literals that take a dtype from context in some checks of their function and another (or
+    # their own) in others, f64 for a call with f64 arguments and f32 for one with f32 (`settle_coercions`): by
+    # id, the dtype each check of the body (numbered) gave it from context, where one did
+    contested: Mapping[int, Mapping[int, str]] = field(default_factory=lambda: NOTHING)
+    # the number literals in the body of a loop over items of several types (`step_types`), by id; and by the
+    # steps they were checked in, then by check of the body, the dtypes those of them that took one from
+    # their context took in those steps (`1` in `item + 1`: f64 for an f64 item, none for an i64)
+    step_coercions: Mapping[tuple, Mapping[int, Mapping[int, str]]] = field(default_factory=lambda: NOTHING)
+    step_literals: frozenset[int] = frozenset()
 
     def with_diagnostics(self, diagnostics) -> Typed:
         return replace(self, diagnostics=tuple(diagnostics))
@@ -217,11 +245,48 @@ class Typed:
         found = self.varied.get(id(node))
         return found if found is not None else self.types.get(id(node))
 
+    def coercion(self, literal: ast.Expr, body: int | None, steps: tuple[tuple[int, int], ...] = ()) -> str | None:
+        """The dtype a number literal takes from its context (`coercions`), or where checks of its function gave
+        it different ones (`contested`), the one check `body` gave it; in the steps `steps` of loops over items
+        of several types, the one it took in those (`step_coercions`)."""
+        if steps and id(literal) in self.step_literals:
+            by_body = self.step_coercions.get(steps, NOTHING)
+            if body is not None and body in by_body:
+                return by_body[body].get(id(literal))
+            found = {made.get(id(literal)) for made in by_body.values()}
+            return found.pop() if len(found) == 1 else None
+        found = self.coercions.get(id(literal))
+        if found is None and body is not None:
+            found = self.contested.get(id(literal), NOTHING).get(body)
+        return found
+
     def type_in_body(self, node: object, body: int | None) -> Type | None:
         """Its type in check number `body` of its function's body (one call's types), where that check gave it
         one; else `type_in_every_call`."""
         found = self.body_types.get(id(node), NOTHING).get(body) if body is not None else None
         return found if found is not None else self.type_in_every_call(node)
+
+    def type_in_steps(self, node: object, steps: tuple[tuple[int, int], ...], body: int | None) -> Type | None:
+        """Its type in the steps `steps` of the loops over tuples around it (`step_types`), where they typed it:
+        in check `body` of its function's body, or where that is None, one that holds for each check."""
+        for depth in range(len(steps), 0, -1):
+            by_body = self.step_types.get(steps[:depth], NOTHING)
+            if body is not None and body in by_body:
+                found = by_body[body].get(id(node))
+            else:
+                types = [(number, made[id(node)]) for number, made in by_body.items() if id(node) in made]
+                found = None if not types else types[0][1] if len({t for _, t in types}) == 1 else common_type(types)
+            if found is not None:
+                return found
+        return None
+
+    def steps_taken(self, loop: object, steps: tuple[tuple[int, int], ...], body: int | None) -> tuple[int, ...] | None:
+        """For a `for` over a tuple whose items differ in type, in the steps `steps` of the loops around it and check
+        `body` of its function (None: every check), the number of the step each item takes (`steps_of`); None where
+        its items are of one type, or where checks differ."""
+        by_body = self.steps_of.get((*steps, id(loop)), NOTHING)
+        found = {by_body[body]} if body in by_body else set(by_body.values())
+        return found.pop() if len(found) == 1 else None
 
     def instance_called(self, body: int | None, call: ast.Call) -> int | None:
         """The check of a callee's body that `call` (or the calls of the gradient a `grad(f)` call makes) made
@@ -457,24 +522,46 @@ class NodeTypes:
         self.typed = typed
         self.given: dict[int, Type] = {}
         self.body: int | None = None  # the check of a body whose types the pass reads (None: every check's)
+        self.steps: tuple[tuple[int, int], ...] = ()  # the steps of loops over tuples it reads (`Typed.step_types`)
+        # new nodes made from nodes that steps type differently (and from a loop over a tuple, `For`s), by id:
+        # (the new node, the checker's node it stands for), whose type depends on the step it is read in
+        self.origins: dict[int, tuple[object, object]] = {}
 
     def of(self, node: object) -> Type | None:
         """Its type; for a node of a function checked for calls of several types that typed it differently,
         its type in the check `body` (code written for one call: an inlined one), else one that holds for each
-        (`Typed.varied`): what is written from it must be right for every call."""
+        (`Typed.varied`): what is written from it must be right for every call. In the body of a loop over a
+        tuple whose items differ in type, its type in the step `steps` names."""
         found = self.given.get(id(node))
+        if found is not None:
+            return found
+        node = self.origin(node)
+        if self.steps:
+            found = self.typed.type_in_steps(node, self.steps, self.body)
         return found if found is not None else self.typed.type_in_body(node, self.body)
 
     def give(self, node: object, t: Type) -> None:
         self.given[id(node)] = t
 
+    def origin(self, node: object) -> object:
+        """The checker's node that `node`, made by a pass, stands for (`derive`); else `node`."""
+        made = self.origins.get(id(node))
+        return made[1] if made is not None and made[0] is node else node
+
+    def derive(self, old: object, new: object) -> None:
+        """`new` stands for `old`: it takes `old`'s types as it is read, step by step."""
+        self.origins[id(new)] = (new, self.origin(old))
+
     def carry(self, old: object, new: object) -> None:
         """Give the nodes of `new`, a copy of `old` with some nodes replaced, the types of `old`'s."""
         if old is new:
             return
-        found = self.of(old)
-        if found is not None:
-            self.give(new, found)
+        if id(self.origin(old)) in self.typed.stepped and id(old) not in self.given:
+            self.derive(old, new)
+        else:
+            found = self.of(old)
+            if found is not None:
+                self.give(new, found)
         if isinstance(old, tuple) and isinstance(new, tuple) and len(old) == len(new):
             for a, b in zip(old, new, strict=True):
                 self.carry(a, b)
@@ -511,6 +598,7 @@ class Checker:
         self.calling: ast.Call | None = None
         self.field_of: ast.Field | None = None  # the latest field checked: its target, if unknown, may be a module
         self.pass_count = 0
+        self.pass_bodies: dict[int, tuple] = {}  # the body each pass of `checked_body` checked
         self.vague_passes: set[int] = set()  # checks of a function with an unknown argument
         self.literal_passes: dict[int, set[int]] = {}
         self.coerced_passes: dict[int, dict[str, set[int]]] = {}
@@ -529,6 +617,12 @@ class Checker:
         self.body_numbers: dict[tuple | None, int] = {}
         self.first_typed: dict[int, tuple[int, Type]] = {}
         self.typed_by_body: dict[int, dict[int, Type]] = {}
+        # the steps of loops over tuples being checked, outermost first (see `Typed.step_types`): (id of the
+        # For, number of the step); and the types of the nodes checked in them, by steps and body (not numbered)
+        self.stepping: list[tuple[int, int]] = []
+        self.step_types: dict[tuple, dict[tuple | None, dict[int, Type]]] = {}
+        self.steps_of: dict[tuple, dict[tuple | None, tuple[int, ...]]] = {}
+        self.step_coercions: dict[tuple, dict[tuple | None, dict[int, str]]] = {}
         # the type each rebinding keeps in each body, and whether its value was proven to fit (`keep_type`)
         self.kept_types: dict[int, dict[int, tuple[Type, bool, Span]]] = {}
         # (the body being checked, id of a call in it) -> the body of the callee that the call checks
@@ -1072,9 +1166,11 @@ class Checker:
         outer_pass = self.check_pass
         self.pass_count += 1
         self.check_pass = self.pass_count
-        outer_body = self.body_now
+        outer_body, outer_steps = self.body_now, self.stepping
         captured = captured_key(function)
         self.body_now = body_key(decl, params, captured)
+        self.pass_bodies[self.check_pass] = self.body_now
+        self.stepping = []  # a loop's steps type the body they are in, not the functions it calls
         if any(isinstance(param, AnyType) for param in params):
             self.vague_passes.add(self.check_pass)
         self.check_unique_params(decl)
@@ -1114,7 +1210,7 @@ class Checker:
             self.silent = silent
             self.literals = literals
             self.check_pass = outer_pass
-            self.body_now = outer_body
+            self.body_now, self.stepping = outer_body, outer_steps
 
     def check_unique_params(self, decl: ast.FnDecl | ast.Lambda) -> None:
         seen: set[str] = set()
@@ -1538,22 +1634,32 @@ class Checker:
                             notes=text if isinstance(bound_type, StrType) else (),
                         )
                     )
-            elements: list[Type] = [I64]
+            steps: list[Type] = [I64]
         else:
-            elements = self.element_types(stmt.iterable, stmt.pattern, scope, context)
+            steps = self.element_types(stmt.iterable, stmt.pattern, scope, context)
+        elements = list(dict.fromkeys(steps))
+        if len(elements) > 1:
+            made = tuple(elements.index(step) for step in steps)
+            self.steps_of.setdefault((*self.stepping, id(stmt)), {})[self.body_now] = made
         context.loops += 1
-        for element in elements:  # a tuple of several types: the body is checked for each, as if unrolled
+        for number, element in enumerate(elements):  # items of several types: the body is checked for each type
             inner = Scope(scope)
-            self.bind_pattern(stmt.pattern, element, inner, context)
-            self.block(stmt.body, inner, context)
+            if len(elements) > 1:
+                self.stepping.append((id(stmt), number))
+            try:
+                self.bind_pattern(stmt.pattern, element, inner, context)
+                self.block(stmt.body, inner, context)
+            finally:
+                if len(elements) > 1:
+                    self.stepping.pop()
         context.loops -= 1
 
     def element_types(self, iterable: ast.Expr, pattern: ast.Pattern, scope: Scope, context: Context) -> list[Type]:
-        """The types the loop variable takes: one, or each distinct item type of a tuple."""
+        """The types the loop variable takes: one, or for a tuple, each item's (as if unrolled)."""
         value = self.expression(iterable, scope, context)
         self.runs_no_step(value, iterable)
         if isinstance(value, TupleType) and not zips(value, pattern):
-            return list(dict.fromkeys(strong(item) for item in value.items)) or [ANY]
+            return [strong(item) for item in value.items] or [ANY]
         if isinstance(value, TupleType) and any(isinstance(item, TupleType) for item in value.items):
             return self.zipped_tuple_types(value, iterable)
         return [self.element_type(value, iterable)]
@@ -1582,8 +1688,8 @@ class Checker:
         )
 
     def zipped_tuple_types(self, value: TupleType, iterable: ast.Expr) -> list[Type]:
-        """`for (a, b) in ((1, 2), (3, 4))`, or a tuple zipped with a tensor: one type per step, as if
-        unrolled (a tuple's items may differ in type)."""
+        """`for (a, b) in ((1, 2), (3, 4))`, or a tuple zipped with a tensor: the type of each step (a tuple's
+        items may differ in type)."""
         steps = {len(item.items) for item in value.items if isinstance(item, TupleType)}
         tensors = [item for item in value.items if isinstance(item, TensorType)]
         steps |= {t.dims[0] for t in tensors if isinstance(t.dims[0], int)}
@@ -1597,8 +1703,7 @@ class Checker:
                 return strong(item.items[k])
             return TensorType(item.dtype, item.dims[1:]) if isinstance(item, TensorType) else ANY
 
-        steps_types = (TupleType(tuple(step(k, item) for item in value.items)) for k in range(count))
-        return list(dict.fromkeys(steps_types)) or [ANY]
+        return [TupleType(tuple(step(k, item) for item in value.items)) for k in range(count)] or [ANY]
 
     def element_type(self, value: Type, iterable: ast.Expr) -> Type:
         if isinstance(value, AnyType):
@@ -1760,10 +1865,14 @@ class Checker:
             if seen - self.vague_passes:
                 seen = seen - self.vague_passes
             coerced = {dtype: passes & seen for dtype, passes in by_dtype.items() if passes & seen}
-            if len(coerced) == 1:
-                ((dtype, passes),) = coerced.items()
-                if passes == seen:
-                    self.tables.coercions[key] = dtype
+            if len(coerced) == 1 and next(iter(coerced.values())) == seen:
+                self.tables.coercions[key] = next(iter(coerced))
+            elif coerced:
+                by_body = self.tables.contested.setdefault(key, {})
+                for dtype, passes in coerced.items():
+                    for body in {self.pass_bodies.get(p) for p in passes}:
+                        if body in self.body_numbers:
+                            by_body[self.body_numbers[body]] = dtype
 
     def coerce_operands(self, result: Type, operands) -> None:
         """Literals meeting a typed value take its dtype (`x * 0.1` with `x: f64` multiplies by the f64 0.1)."""
@@ -1777,6 +1886,9 @@ class Checker:
             case ast.IntLiteral(dtype=None) | ast.FloatLiteral(dtype=None):
                 self.coerced_passes.setdefault(id(node), {}).setdefault(dtype, set()).add(self.check_pass)
                 self.log_literal(node)
+                if self.stepping and not self.trials:
+                    steps = self.step_coercions.setdefault(tuple(self.stepping), {})
+                    steps.setdefault(self.body_now, {})[id(node)] = dtype
             case ast.TensorLiteral(items=items):
                 for item in items:
                     self.mark_literals(item, dtype)
@@ -1787,6 +1899,8 @@ class Checker:
                 self.mark_literals(rhs, dtype)
 
     def log_literal(self, node: ast.Expr) -> None:
+        if self.stepping:
+            self.tables.step_literals.add(id(node))
         if self.trials:  # what a trial check sees of a literal is forgotten after it
             self.literal_log.append(id(node))
 
@@ -1803,6 +1917,10 @@ class Checker:
         do not count)."""
         if not isinstance(t, AnyType) or id(node) not in self.tables.types:
             self.tables.types[id(node)] = t
+        for depth in range(1, len(self.stepping) + 1):
+            made = self.step_types.setdefault(tuple(self.stepping[:depth]), {}).setdefault(self.body_now, {})
+            if not isinstance(t, AnyType) or id(node) not in made:
+                made[id(node)] = t
         if not self.trials and self.check_pass not in self.vague_passes and definite(t):
             body = self.body_numbers.setdefault(self.body_now, len(self.body_numbers))
             first = self.first_typed.setdefault(id(node), (body, t))
@@ -1822,6 +1940,15 @@ class Checker:
                 self.tables.call_types[node] = tuple(dict.fromkeys(t for _, t in types))
                 self.tables.body_types[node] = by_body
         numbers = self.body_numbers
+        for found, into in (
+            (self.step_types, self.tables.step_types),
+            (self.steps_of, self.tables.steps_of),
+            (self.step_coercions, self.tables.step_coercions),
+        ):
+            for steps, by_body in found.items():
+                numbered = {numbers[body]: made for body, made in by_body.items() if body in numbers}
+                if numbered:
+                    into[steps] = numbered
         made = self.tables.instances_called
         for (caller, call), callee in self.calls_made.items():
             if caller in numbers and (callee in numbers or callee == SEVERAL):

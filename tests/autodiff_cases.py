@@ -3176,6 +3176,89 @@ def tuple_loops(x):
 
 
 case(
+    "for_over_items_of_several_dtypes",
+    "for",
+    """
+fn f(w: f64[3]) -> f64 {
+    let total = 0.0f64
+    for item in (w[1], 2, w) {
+        total += sum(item + 1) * w[0]
+    }
+    for (a, b) in ((w[2], 2), (3, w[1])) {
+        total += (a + 1) * b
+    }
+    for a in (w[0], 3) {
+        for b in (2, w[1], a) {
+            total += (a + 1) * (b * 2 + 1) * w[2]
+        }
+        if total > 100.0 {
+            break
+        }
+    }
+    return total
+}
+""",
+    (normal(171, 3),),
+    lambda w: items_of_several_dtypes(w),
+    value_and_grad=True,
+    notes="the checker types the body once for each item's type (`item + 1`: f64, then i64), and the "
+    "lowering's branches share its nodes: each branch is read with its step's types, nested loops too. "
+    "Before, every branch took the last item's types, and the float items got no gradient",
+)
+
+
+def items_of_several_dtypes(w):
+    total = (w[1] + 1) * w[0] + 3 * w[0] + (w + 1).sum() * w[0]
+    total = total + (w[2] + 1) * 3 + 3 * w[1]
+    for a in (w[0], 3):
+        for b in (2, w[1], a):
+            total = total + (a + 1) * (b * 2 + 1) * w[2]
+        if total > 100.0:
+            break
+    return total
+
+
+case(
+    "for_over_functions",
+    "for",
+    """
+fn f(w: f64[3]) -> f64 {
+    let y = w
+    for act in (sin, tanh, exp, relu) {
+        y = act(y) * 1.5
+    }
+    return sum(y)
+}
+""",
+    (normal(172, 3),),
+    lambda w: (torch.relu(torch.exp(torch.tanh(torch.sin(w) * 1.5) * 1.5) * 1.5) * 1.5).sum(),
+    value_and_grad=True,
+    notes="a loop over a tuple of functions calls each in its own step: the value of the derivative "
+    "applied the last function in every step",
+)
+
+case(
+    "for_over_items_of_several_dtypes_second_order",
+    "for",
+    """
+fn f(x: f64) -> f64 {
+    let t = 0.0f64
+    for item in (x, 2, cos(x)) {
+        t += (item * item + 1) * sin(x)
+    }
+    for act in (tanh, exp) {
+        t = act(t) * 0.5
+    }
+    return t
+}
+""",
+    (s(0.4),),
+    lambda x: torch.exp(torch.tanh(((x * x + 1) + 5 + (torch.cos(x) ** 2 + 1)) * torch.sin(x)) * 0.5) * 0.5,
+    second_order=True,
+)
+
+
+case(
     "let_shadowing_in_blocks",
     "for",
     """

@@ -890,3 +890,55 @@ def test_grad_of_a_function_of_a_module_passed_as_an_argument_is_refused(tmp_pat
     )
     main.write_text("import m1\nimport m2\nfn main() {\n    print(grad(m1.act)(2.0), grad(m2.act)(2.0))\n}\n")
     assert dlrun(str(main)) == (0, "4.0 12.0\n", "")
+
+
+GENERIC_LOSS = """
+fn f(w) {
+    let total = 0.0
+    for item in w {
+        total += item * item * w[0]
+    }
+    for item in (w[1], 2) {
+        total += (item + 1) * w[0]
+    }
+    return total
+}
+
+fn g64(w: f64[2]) -> f64[2] {
+    return grad(f)(w)
+}
+
+fn g32(w: f32[2]) -> f32[2] {
+    return grad(f)(w)
+}
+
+fn h(w) {
+    let total = 0.0
+    total += sum(w * w) * w[0]
+    return total
+}
+
+fn d(w) {
+    return grad(h)(w)
+}
+
+fn main() {
+    print(d([0.7f64, -0.3]), d([0.7, -0.3]), g32([0.7, -0.3]), g64([0.7f64, -0.3]))
+}
+"""
+
+
+def test_grad_of_a_generic_function_called_with_f64_and_f32() -> None:
+    """A function without annotations, differentiated for f64 and for f32 arguments: `let total = 0.0` is an
+    f64 in one call and an f32 in the other. Each derivative wrote the f32, which the f64 call could not
+    rebind (an internal error); one written for both calls (in `d`) leaves the literal to adapt."""
+    program = pipeline.load("generic.dl", GENERIC_LOSS)
+    for dtype, tolerance in ((torch.float64, 1e-12), (torch.float32, 1e-6)):
+        w = torch.tensor([0.7, -0.3], dtype=dtype, requires_grad=True)
+        f = (w * w * w[0]).sum() + (w[1] + 1) * w[0] + 3 * w[0]
+        h = (w * w).sum() * w[0]
+        for function, loss in (("g64" if dtype == torch.float64 else "g32", f), ("d", h)):
+            (expected,) = torch.autograd.grad(loss, w)
+            result = pipeline.call(program, function, [w.detach().numpy().copy()])
+            assert result.dtype == expected.numpy().dtype, function
+            np.testing.assert_allclose(result, expected.numpy(), rtol=tolerance, err_msg=function)

@@ -75,6 +75,20 @@ class ForwardSweep:
         finally:
             self.node_types.body = outer
 
+    @contextmanager
+    def stepping(self, block: ast.Block) -> Iterator[None]:
+        """Read `block` with the types of its step, where it is the branch the lowering wrote for a step of a
+        loop over a tuple whose items differ in type (`Lowering.tuple_iterations`): the checker typed the
+        loop's body once for each, and its nodes are shared by the branches."""
+        marked = self.step_blocks.get(id(block))
+        outer = self.node_types.steps
+        if marked is not None and marked[0] is block and outer[-1:] != (marked[1],):
+            self.node_types.steps = (*outer, marked[1])
+        try:
+            yield
+        finally:
+            self.node_types.steps = outer
+
     def instance_of(self, call: ast.Call) -> int | None:
         """The check of the callee's body that `call`, in the body being read, made (`Typed.instance_called`)."""
         return self.typed.instance_called(self.node_types.body, call)
@@ -145,7 +159,7 @@ class ForwardSweep:
     def settled_literal(self, atom: ast.Expr) -> ast.Expr:
         """A number literal with the dtype the checker gave it from context written out, so that a variable
         it starts keeps its dtype when the code around it changes."""
-        dtype = self.typed.coercions.get(id(atom))
+        dtype = self.typed.coercion(atom, self.node_types.body, self.node_types.steps)
         if isinstance(atom, (ast.FloatLiteral, ast.IntLiteral)) and atom.dtype is None and dtype == "f64":
             return ast.FloatLiteral(float(atom.value), "f64", atom.span)
         if isinstance(atom, ast.IntLiteral) and atom.dtype is None and dtype == "f32":
@@ -155,8 +169,12 @@ class ForwardSweep:
     def bound_literal(self, atom: ast.Expr) -> ast.Expr:
         """A float literal a `let` binds, of the dtype the variable has: the one context gave it, else f32
         (`let c = 0.1` is an f32, which must not adapt to an f64 where `c` is used). Integers stay as
-        written (loop counters; an i64 only differs from an adapting literal beside an i32 tensor)."""
+        written (loop counters; an i64 only differs from an adapting literal beside an i32 tensor). One that
+        context gave f64 in some calls of the function and not in others, in a derivative written for all of
+        them, stays as written, to take its dtype in each call again."""
         settled = self.settled_literal(atom)
+        if id(atom) in self.typed.contested and self.node_types.body is None:
+            return settled
         if isinstance(settled, ast.FloatLiteral) and settled.dtype is None:
             return ast.FloatLiteral(settled.value, "f32", settled.span)
         return settled
@@ -1028,12 +1046,13 @@ class ForwardSweep:
         to the end of the block: `env` then names the outer variable's value again (as it was at the
         `let`: the block may have assigned it before)."""
         shadowed: dict[str, str] = {}
-        for stmt in block.body:
-            for user in declared_names(stmt):
-                for key in (user, f"fn {user}"):
-                    if key in env and key not in shadowed:
-                        shadowed[key] = env[key]
-            self.forward(stmt, env, sweep, nested=True, effects=effects)
+        with self.stepping(block):
+            for stmt in block.body:
+                for user in declared_names(stmt):
+                    for key in (user, f"fn {user}"):
+                        if key in env and key not in shadowed:
+                            shadowed[key] = env[key]
+                self.forward(stmt, env, sweep, nested=True, effects=effects)
         env.update(shadowed)
 
 

@@ -101,6 +101,9 @@ class FunctionBody(ForwardSweep, BackwardSweep):
         # the statements that put back the variables of an `if` or loop (`undone`), by id: held here, so that no
         # statement made later takes the id of one freed
         self.undos: dict[int, ast.Stmt] = {}
+        # the branches the lowering writes for the steps of a loop over a tuple whose items differ in type, by id:
+        # (the branch, its step); their nodes are read with the step's types (`ForwardSweep.stepping`)
+        self.step_blocks: dict[int, tuple[ast.Block, tuple[int, int]]] = {}
         self.values: dict[str, ast.Expr] = {}  # generated name -> the operation whose value it holds
         self.effects = True  # False where a forward runs again: calls go to the functions' quiet copies
         self.all_assigned: set[str] | None = None

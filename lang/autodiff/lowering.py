@@ -31,6 +31,7 @@ from dl.lang.types import (
     TensorType,
     TupleType,
     Type,
+    strong,
 )
 
 if TYPE_CHECKING:
@@ -72,12 +73,15 @@ class Lowering:
                 stores = [assign(name(holder), value, stmt.span)] if value is not None else []
                 return [*stores, assign(name(flag), ast.BoolLiteral(True))], {flag}
             case ast.If(cond=cond, then=then, orelse=orelse):
-                then_stmts, then_exits = self.guarded(list(then.body), loop)
+                with self.body.stepping(then):
+                    then_stmts, then_exits = self.guarded(list(then.body), loop)
                 else_stmts, else_exits = self.guarded(list(as_stmts(orelse)), loop)
                 new_else = ast.Block(tuple(else_stmts)) if orelse is not None else None
-                return [
-                    ast.If(cond, ast.Block(tuple(then_stmts), then.span), new_else, stmt.span)
-                ], then_exits | else_exits
+                new_then = ast.Block(tuple(then_stmts), then.span)
+                marked = self.body.step_blocks.get(id(then))
+                if marked is not None and marked[0] is then:
+                    self.body.step_blocks[id(new_then)] = (new_then, marked[1])
+                return [ast.If(cond, new_then, new_else, stmt.span)], then_exits | else_exits
             case ast.While(cond=cond, body=body):
                 return self.loop(cond, list(body.body), [], loop, stmt.span)
             case ast.For():
@@ -176,10 +180,25 @@ class Lowering:
         count = len(iterable.items)
         if zipped:
             count = next(len(part.items) for part in iterable.items if isinstance(part, TupleType))
+        loop = body.node_types.origin(stmt)
+        steps = body.typed.steps_taken(loop, body.node_types.steps, body.node_types.body)
+
+        def step_type(k: int) -> object:
+            if not zipped:
+                return strong(iterable.items[k])
+            return tuple(strong(part.items[k]) if isinstance(part, TupleType) else part for part in iterable.items)
+
+        # (the checker typed the body once for each type: code written for one would be wrong for the others)
+        if steps is None and len({step_type(k) for k in range(count)}) > 1:
+            raise NotDifferentiable(
+                "`grad` cannot yet differentiate this loop over items of several types", stmt.iterable.span
+            )
         position = body.fresh_user_name("position")
         branches: ast.Stmt | None = None
         for k in reversed(range(count)):
             block = ast.Block((ast.Let(stmt.pattern, None, step_value(k), stmt.span), *stmt.body.body), stmt.body.span)
+            if steps is not None:  # the body's nodes, shared by the branches, are read with the types of its step
+                body.step_blocks[id(block)] = (block, (id(loop), steps[k]))
             test = ast.Binary("==", name(position), ast.IntLiteral(k))
             branches = ast.If(test, block, branches, stmt.span)
         cond = ast.Binary("<", name(index), ast.IntLiteral(count))
@@ -283,6 +302,7 @@ class SeededDraws:
                 case ast.While(body=inner) | ast.For(body=inner):
                     new_body = ast.Block(tuple(self.block(inner.body, again or self.runs_again(stmt))), inner.span)
                     out.append(dataclasses.replace(stmt, body=new_body))
+                    self.body.node_types.derive(stmt, out[-1])  # (a `for` over a tuple: its steps are found by it)
                 case _ if again:
                     out += self.seeded(stmt)
                 case _:

@@ -164,6 +164,10 @@ class BackwardSweep:
         """A branch or one iteration in the backward sweep: its forward again (from the restored
         variables), then its backward, leaving the adjoints of the variables it started from. The final
         values of the variables it assigns are `after`'s, not computed again."""
+        with self.stepping(block):
+            return self.recompute_here(block, record, have, after)
+
+    def recompute_here(self, block: ast.Block, record: Compound, have: set[str], after: dict[str, str]) -> ast.Block:
         inner_env = dict(record.env)
         sweep = Sweep()
         self.forward_block(block, inner_env, sweep, effects=False)
