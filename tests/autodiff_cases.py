@@ -1451,6 +1451,29 @@ fn f(w: f64[3], x: f64[3, 2]) {
 )
 
 case(
+    "tuple_assignment_beside_names_like_generated_ones",
+    "tuples",
+    """
+fn f(x: f64) -> f64 {
+    let p = (x, 2.0 * x)
+    p = (3.0 * x, sin(x))
+    let p_2 = (x * x, 1.0f64)
+    let a = 0.0f64
+    let b = 0.0f64
+    (a, b) = p
+    ((a, b), p) = ((a * b, b), p_2)
+    return a * b + p[0]
+}
+""",
+    (s(0.5),),
+    lambda x: 3.0 * x * torch.sin(x) * torch.sin(x) + x * x,
+    second_order=True,
+    notes="`(a, b) = p` read `p`'s generated name (`p_2`, the rebound `p`) as a user's name, and so took the "
+    "user's `p_2`: the gradient was 2.0 for 3.75. Found by the control-flow fuzzer as an internal error in a "
+    "second derivative, where the first derivative's names are the user's",
+)
+
+case(
     "tuple_swap_in_loop",
     "tuples",
     """
@@ -3256,6 +3279,86 @@ fn f(x: f64) -> f64 {
     lambda x: torch.exp(torch.tanh(((x * x + 1) + 5 + (torch.cos(x) ** 2 + 1)) * torch.sin(x)) * 0.5) * 0.5,
     second_order=True,
 )
+
+
+case(
+    "let_hiding_a_variable_in_a_returning_branch",
+    "for",
+    """
+fn f(x: f64) -> f64 {
+    let k = x * 2.0
+    let t = x
+    if x > 0.0 {
+        let k = 5.0f64 + x
+        t = t * k
+        let scale = fn(v) => v * k
+        if t > 100.0 {
+            return t
+        }
+        t = scale(t)
+        let k = t
+        t = t + k
+    } else {
+        return x
+    }
+    return t * k
+}
+""",
+    (s(0.7),),
+    lambda x: hidden_in_branch(x),
+    second_order=True,
+    notes="the statements after the `if` move into its branches (so that each `return` ends one): the branch's "
+    "own `k` is renamed first, or they would read it for the outer `k`. It was refused (E0333)",
+)
+
+
+def hidden_in_branch(x):
+    k = x * 2.0
+    inner = 5.0 + x
+    t = x * inner
+    t = t * inner
+    t = t + t
+    return t * k
+
+
+case(
+    "return_inside_a_loop_of_a_struct_function",
+    "for",
+    """
+struct S { a: f64, v: f64[2] }
+
+fn g(s: S) -> S {
+    for i in 0..3 {
+        if s.a > 2.0 {
+            return s
+        }
+        s.a = s.a * 2.0
+        s.v = s.v * s.a
+    }
+    return s
+}
+
+fn f(w: f64) -> f64 {
+    let r = g(S { a: w, v: [w, 1.0f64] })
+    return r.a + sum(r.v)
+}
+""",
+    (s(0.7),),
+    lambda w: struct_return_in_loop(w),
+    second_order=True,
+    notes="a `return` in a loop keeps the value in a variable declared before the loop: a struct's is built "
+    "field by field (it was refused, E0333)",
+)
+
+
+def struct_return_in_loop(w):
+    a, v = w, torch.stack([w, torch.ones((), dtype=torch.float64)])
+    for _ in range(3):
+        if a > 2.0:
+            break
+        a = a * 2.0
+        v = v * a
+    return a + v.sum()
 
 
 case(

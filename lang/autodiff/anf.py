@@ -186,21 +186,26 @@ class ForwardSweep:
         replacements = {k: v for k, v in replacements.items() if not isinstance(v, literals) or v.dtype}
         return ast.replace_nodes(expr, replacements) if replacements else expr
 
-    def assign(self, target: ast.Expr, value: ast.Expr, env, sweep: Sweep) -> None:
+    def assign(self, target: ast.Expr, value: ast.Expr, env, sweep: Sweep, made: bool = False) -> None:
+        """The assignment `target = value`; `made`: `value` is a generated name already, not the user's code
+        (a generated name may also be a user's variable's, which renaming would read)."""
         match target:
             case ast.Name(id=user):
-                atom = self.atom(value, env, sweep, user)
+                atom = value if made else self.atom(value, env, sweep, user)
                 env[user] = self.name_value(user, atom, sweep, None, self.types.get(env[user], ANY))
             case ast.TupleLiteral(items=items):
-                atom = self.atom(value, env, sweep, "items")
+                atom = value if made else self.atom(value, env, sweep, "items")
                 value_type = self.type_of(value)
                 types = value_type.items if isinstance(value_type, TupleType) else [ANY] * len(items)
                 for position, (item, item_type) in enumerate(zip(items, types, strict=True)):
                     part = ast.Index(atom, (ast.IntLiteral(position),))
                     self.node_types.give(part, item_type)
-                    self.assign(item, part, env, sweep)
+                    hint = item.id if isinstance(item, ast.Name) else "items"
+                    piece = self.atom_of_operation(part, part, sweep, hint)
+                    self.node_types.give(piece, item_type)
+                    self.assign(item, piece, env, sweep, made=True)
             case ast.Index(target=base) | ast.Field(target=base):
-                atom = self.atom(value, env, sweep, "t")
+                atom = value if made else self.atom(value, env, sweep, "t")
                 old = self.atom(base, env, sweep, (ast.root_name(base) or "value"))
                 if not isinstance(old, ast.Name):
                     raise NotDifferentiable("`grad` cannot differentiate an update of this value", target.span)
@@ -215,7 +220,7 @@ class ForwardSweep:
                 if isinstance(base, ast.Name):
                     env[base.id] = new
                 else:
-                    self.assign(base, name(new), env, sweep)
+                    self.assign(base, name(new), env, sweep, made=True)
             case _:
                 raise NotDifferentiable("`grad` cannot differentiate this assignment", target.span)
 

@@ -310,7 +310,7 @@ class FunctionBody(ForwardSweep, BackwardSweep):
         lowering = Lowering(self)
         stmts = lowering.block(stmts, None)
         prefix = lowering.prelude
-        return lift_returns(prefix + stmts)
+        return lift_returns(prefix + stmts, self)
 
     def return_type(self, stmts: list[ast.Stmt]) -> Type:
         for node in ast.walk(tuple(stmts)):

@@ -22,12 +22,13 @@ from dl.lang.autodiff.trees import (
     placeholder,
 )
 from dl.lang.check import zips
-from dl.lang.diagnostics import Span
+from dl.lang.diagnostics import UNKNOWN_SPAN, Span
 from dl.lang.primitives import PRIMITIVES, Prim
 from dl.lang.types import (
     ANY,
     I64,
     PrimitiveRef,
+    StructType,
     TensorType,
     TupleType,
     Type,
@@ -113,10 +114,14 @@ class Lowering:
             self.return_value = self.body.fresh_user_name("return_value")
             self.prelude += [
                 let(self.returned, ast.BoolLiteral(False)),
-                let(self.return_value, placeholder(self.body.result_type, stmt.span)),
+                let(self.return_value, placeholder(self.body.result_type, stmt.span, self.struct_name)),
             ]
             self.typed(self.prelude[-1].value, self.body.result_type)
         return self.returned, self.return_value
+
+    def struct_name(self, t: StructType) -> ast.Expr:
+        """How the derivative's module names struct `t` (qualified where another module declares it)."""
+        return self.body.round.reference(self.body.path, t.module, t.name, UNKNOWN_SPAN)
 
     def typed(self, value: ast.Expr, t: Type) -> None:
         """Give a placeholder's nodes their types: `(0.0, zeros(3, dtype=f32))` for `(f32, f32[3])`."""
@@ -124,6 +129,9 @@ class Lowering:
         if isinstance(value, ast.TupleLiteral) and isinstance(t, TupleType):
             for item, item_type in zip(value.items, t.items, strict=True):
                 self.typed(item, item_type)
+        elif isinstance(value, ast.StructLiteral) and isinstance(t, StructType):
+            for init, (_, field_type) in zip(value.fields, t.fields, strict=True):
+                self.typed(init.value, field_type)
         elif isinstance(value, ast.Call):
             self.body.node_types.give(value.func, PrimitiveRef(Prim.ZEROS))
 
@@ -251,28 +259,96 @@ def contains_return(stmt) -> bool:
     return False
 
 
-def lift_returns(stmts: list[ast.Stmt]) -> list[ast.Stmt]:
-    """Make every `return` the last statement of the body or of a branch of a final `if`."""
+def lift_returns(stmts: list[ast.Stmt], body: FunctionBody) -> list[ast.Stmt]:
+    """Make every `return` the last statement of the body or of a branch of a final `if`. A `let` in a branch
+    that hides a variable the statements after the `if` read is renamed first (`y` -> `y_2`): those statements
+    move into the branch, where they read the outer variable."""
     for position, stmt in enumerate(stmts):
         if isinstance(stmt, ast.Return):
             return stmts[: position + 1]
         if isinstance(stmt, ast.If) and contains_return(stmt):
             rest = stmts[position + 1 :]
             read_after = ast.free_names(tuple(rest))
-            for branch in (stmt.then.body, as_stmts(stmt.orelse)):
-                for shadow in (s for s in branch if isinstance(s, ast.Let)):
-                    for p in ast.pattern_names(shadow.pattern):
-                        if p.name in read_after:
-                            raise NotDifferentiable(
-                                f"`grad` cannot yet differentiate a `let {p.name}` in a branch of an `if` that "
-                                f"returns, when the code after the `if` reads the outer `{p.name}`",
-                                p.span,
-                                (f"help: give the branch's variable another name than `{p.name}`",),
-                            )
-            then = lift_returns([*stmt.then.body, *rest])
-            orelse = lift_returns([*as_stmts(stmt.orelse), *rest])
+            branches = [unhidden(list(stmt.then.body), read_after, body)]
+            branches.append(unhidden(list(as_stmts(stmt.orelse)), read_after, body))
+            then = lift_returns([*branches[0], *rest], body)
+            orelse = lift_returns([*branches[1], *rest], body)
             return [*stmts[:position], ast.If(stmt.cond, ast.Block(tuple(then)), ast.Block(tuple(orelse)), stmt.span)]
     return [*stmts, ast.Return(None)]
+
+
+def unhidden(branch: list[ast.Stmt], read_after: set[str], body: FunctionBody) -> list[ast.Stmt]:
+    """`branch` with each variable its `let`s declare that `read_after` names renamed, from its `let` on."""
+    for position, stmt in enumerate(branch):
+        if not isinstance(stmt, ast.Let):
+            continue
+        for hidden in (p.name for p in ast.pattern_names(stmt.pattern) if p.name in read_after):
+            fresh = body.fresh_user_name(hidden)
+            found: list[object] = [p for p in ast.pattern_names(stmt.pattern) if p.name == hidden]
+            binding_uses(branch[position + 1 :], hidden, found)
+            replacements = {
+                id(node): ast.NamePattern(fresh, node.span)
+                if isinstance(node, ast.NamePattern)
+                else ast.Name(fresh, node.span)
+                for node in found
+            }
+            renamed = list(ast.replace_nodes(tuple(branch[position:]), replacements))
+            for before, after in zip(branch[position:], renamed, strict=True):
+                body.node_types.carry(before, after)
+            branch = [*branch[:position], *renamed]
+            stmt = branch[position]
+    return branch
+
+
+def binding_uses(stmts, variable: str, found: list[object]) -> bool:
+    """Add to `found` the names in `stmts` (a block's, after a `let` of `variable`) that read or assign that
+    `let`'s variable, up to a declaration that hides it; True where one does (the block's rest is not its)."""
+    for stmt in stmts:
+        match stmt:
+            case ast.Let(pattern=pattern, value=value):
+                expression_uses(value, variable, found)
+                if any(p.name == variable for p in ast.pattern_names(pattern)):
+                    return True
+            case ast.FnDecl(name=declared) if declared == variable:
+                return True
+            case ast.FnDecl(params=params, body=inner):
+                function_uses(params, inner, variable, found)
+            case ast.If(cond=cond, then=then, orelse=orelse):
+                expression_uses(cond, variable, found)
+                binding_uses(then.body, variable, found)
+                binding_uses(as_stmts(orelse), variable, found)
+            case ast.While(cond=cond, body=inner):
+                expression_uses(cond, variable, found)
+                binding_uses(inner.body, variable, found)
+            case ast.For(pattern=pattern, iterable=iterable, body=inner):
+                expression_uses(iterable, variable, found)
+                if all(p.name != variable for p in ast.pattern_names(pattern)):
+                    binding_uses(inner.body, variable, found)
+            case _:
+                expression_uses(stmt, variable, found)
+    return False
+
+
+def function_uses(params, inner, variable: str, found: list[object]) -> None:
+    """The uses a nested function (or lambda) makes of `variable`, which it captures unless a parameter hides it."""
+    if any(p.name == variable for p in params):
+        return
+    if isinstance(inner, ast.Block):
+        binding_uses(inner.body, variable, found)
+    else:
+        expression_uses(inner, variable, found)
+
+
+def expression_uses(node: object, variable: str, found: list[object]) -> None:
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        if isinstance(current, ast.Name) and current.id == variable:
+            found.append(current)
+        elif isinstance(current, ast.Lambda):
+            function_uses(current.params, current.body, variable, found)
+        else:
+            stack.extend(ast.children(current))
 
 
 class SeededDraws:

@@ -4,6 +4,8 @@ and `NotDifferentiable`, how the transform says what it cannot differentiate.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from dl.lang import ast
 from dl.lang.check import has_float
 from dl.lang.diagnostics import UNKNOWN_SPAN, Span
@@ -127,8 +129,9 @@ def as_stmts(orelse) -> tuple[ast.Stmt, ...]:
     return as_block(orelse).body if orelse is not None else ()
 
 
-def placeholder(t: Type, span: Span) -> ast.Expr:
-    """A value of type `t` to declare a variable with before its real value exists."""
+def placeholder(t: Type, span: Span, struct: Callable[[StructType], ast.Expr] | None = None) -> ast.Expr:
+    """A value of type `t` to declare a variable with before its real value exists; `struct` names a struct type
+    where the value is written."""
     if isinstance(t, TensorType) and not t.dims:
         if t.dtype in ("f32", "f64"):
             return float_literal(0.0, t)
@@ -136,7 +139,10 @@ def placeholder(t: Type, span: Span) -> ast.Expr:
     if isinstance(t, TensorType) and all(isinstance(d, int) for d in t.dims):
         return call("zeros", *[ast.IntLiteral(d) for d in t.dims], dtype=name(t.dtype))
     if isinstance(t, TupleType):
-        return ast.TupleLiteral(tuple(placeholder(item, span) for item in t.items))
+        return ast.TupleLiteral(tuple(placeholder(item, span, struct) for item in t.items))
+    if isinstance(t, StructType) and struct is not None:
+        fields = tuple(ast.FieldInit(n, placeholder(f, span, struct), span) for n, f in t.fields)
+        return ast.StructLiteral(struct(t), fields, span)
     raise NotDifferentiable(
         f"`grad` cannot yet differentiate a `return` inside a loop of a function returning {t}",
         span,
