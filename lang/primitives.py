@@ -797,6 +797,7 @@ PRIMITIVES_LIST = (
         shapes.dropout_rule,
         {"x": "dropout(d, p, seed=seed, training=training)"},
         tensors=("x", "p"),
+        fills=frozenset({"p"}),  # a literal rate takes x's dtype: the scale of f64 data is 1 / (1 - 0.3), not f32's
     ),
     # inspection and conversion
     not_differentiable(

@@ -1388,6 +1388,19 @@ def test_dropout_is_torch_s_inverted_dropout_with_rand_s_mask(dtype) -> None:
     check(dl_eval("dropout(a, 0.5, seed=3)", dtype.type(4)), dl_eval("dropout(a, 0.5, seed=3)", dtype.type(4)), dtype)
 
 
+@pytest.mark.parametrize("backend", ["interp", "llvm"])
+def test_a_literal_dropout_rate_takes_the_data_s_dtype(backend: str) -> None:
+    """`dropout(x, 0.3)` of f64 data scales by the f64 1 / (1 - 0.3), as torch does: the literal was an f32
+    0.3, and the kept elements 1.4285714528998554 (found by a first-hour probe)."""
+    source = "fn f(x: f64[1000]) -> f64[1000] {\n    return dropout(x, 0.3, seed=5)\n}\n"
+    from dl import pipeline
+
+    out = pipeline.call(pipeline.load("rate.dl", source), "f", [np.ones(1000)], backend=backend)
+    kept = out[out != 0]
+    assert 600 < kept.size < 800
+    assert np.all(kept == 1 / (1 - 0.3))
+
+
 def test_dropout_mistakes_at_run_time() -> None:
     x = np.ones((2, 3), np.float32)
     runtime_error("dropout(a, 1.5, seed=0)", x)
