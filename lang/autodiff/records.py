@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import field
 
 from dl.lang import ast
+from dl.lang.diagnostics import UNKNOWN_SPAN, Span
 from dl.lang.record import record
 
 
@@ -20,6 +21,7 @@ class Part:
     indices: tuple | None
     field: str | None
     value: ast.Expr
+    span: Span = UNKNOWN_SPAN  # the read it is the adjoint of: where an index out of range is reported
 
 
 @record

@@ -270,7 +270,7 @@ class BackwardSweep:
             items[position] = call("tree_add", items[position], part.value)
             return assign(d_var, ast.TupleLiteral(tuple(items)))
         if part.field is None:
-            return ast.Assign(ast.Index(d_var, part.indices), "+=", part.value)
+            return ast.Assign(ast.Index(d_var, part.indices, part.span), "+=", part.value, part.span)
         place = ast.Field(d_var, part.field)
         struct = self.types.get(var)
         field_type = struct.field_type(part.field) if isinstance(struct, StructType) else None
@@ -350,7 +350,7 @@ class BackwardSweep:
         if tensors:
             in_place = picks_in_place([is_index(i) for i in indices])
             return self.picked_adjoint(target, target_type, spread, tensors, in_place, d, span)
-        return Part(indices, None, d)
+        return Part(indices, None, d, span)
 
     def picked_adjoint(self, target: ast.Expr, target_type: Type, indices, tensors, in_place: bool, d, span: Span):
         """The adjoint of indexing by integer tensors, as numpy indexes: `d` added into zeros of the target's
@@ -386,7 +386,7 @@ class BackwardSweep:
             region = tuple(WHOLE if is_index(i) else i for i in full)
             picks = tuple(i if is_index(i) else WHOLE for i in full)
             inner = self.picked_adjoint(ast.Index(target, region), target_type, picks, tensors, in_place, d, span)
-            return Part(region, None, inner)
+            return Part(region, None, inner, span)
         picked = [k for k, i in enumerate(full) if is_index(i)]
         others = [k for k in range(rank) if k not in picked]
         order = picked + others
