@@ -453,6 +453,9 @@ class LiteralBindings:
     kinds: dict[str, str]
     stored: dict[str, dict[str, Span]] = field(default_factory=dict)
     met: dict[str, dict[str, Span]] = field(default_factory=dict)
+    # names bound to weak values computed from such bindings (`let step = lr / (1.0 - beta1 ** t)`), with what
+    # computes them: what they meet, those bindings meet
+    derived: dict[str, ast.Expr] = field(default_factory=dict)
 
     def ask(self, name: str, dtype: str, span: Span, stored: bool) -> None:
         kind = self.kinds.get(name)
@@ -465,6 +468,8 @@ class LiteralBindings:
         match node:
             case ast.Name(id=name):
                 self.ask(name, dtype, node.span, stored=False)
+                if name in self.derived:
+                    self.meets(self.derived[name], dtype)
             case ast.Unary(operand=operand):
                 self.meets(operand, dtype)
             case ast.Binary(lhs=lhs, rhs=rhs):
@@ -473,6 +478,13 @@ class LiteralBindings:
             case ast.TensorLiteral(items=items):
                 for item in items:
                     self.meets(item, dtype)
+
+    def hiding(self, names: set[str]) -> LiteralBindings:
+        """These bindings as a closure that binds `names` itself sees them: the uses of the others it captured
+        still ask (the dtypes found are shared)."""
+        kinds = {k: v for k, v in self.kinds.items() if k not in names}
+        derived = {k: v for k, v in self.derived.items() if k not in names}
+        return LiteralBindings(kinds, self.stored, self.met, derived)
 
     def decided(self) -> dict[str, str | Conflict]:
         found: dict[str, str | Conflict] = {name: next(iter(met)) for name, met in self.met.items() if len(met) == 1}
@@ -701,14 +713,17 @@ class Checker:
             note = f"`{name}` is checked with the argument types of the call at {call}: ({shown_types(args)})"
             return replace(diagnostic, notes=(*diagnostic.notes, note))
         name, call, args, arguments = outside
-        if diagnostic.code == "W0301":  # f64 data meets the library's f32: its defaults, or an f32 argument
-            # `beta1=0.9f64`: what to write for each unsuffixed float, a default or given (worked out here, where
-            # a warning needs it, not at every call the checker meets)
-            defaulted = [f"{param}={written}" for param, node in arguments if (written := as_f64(node)) is not None]
-            given = ", ".join(defaulted)
+        if diagnostic.code == "W0301":  # f64 data meets f32 in the library: an f32 value the call gives it
+            # (its unsuffixed floats, given or defaults, take the dtype they meet: they are not the cause)
+            given = [
+                f"`{param}={print_expr(node)}`"
+                for (param, node), t in zip(arguments, args, strict=False)
+                if isinstance(t, TensorType) and t.dtype == "f32" and not t.weak and node is not None
+            ]
             fix = (
-                f"help: `{name}`'s unsuffixed floats here (its defaults, or yours) are f32; give them in f64: `{given}`"
-                if defaulted
+                f"help: `{name}` is given f32 values, {', '.join(given)}: give them in f64 "
+                "(`float(x, dtype=f64)`, or a literal `0.1f64`)"
+                if given
                 else f"help: give `{name}` f64 values where it computes with f64 data"
             )
             diagnostic = replace(diagnostic, notes=(fix,))
@@ -849,11 +864,19 @@ class Checker:
                 signatures.extend(self.instance_signatures(decl))
 
     def instance_signatures(self, decl: ast.FnDecl) -> list[Signature]:
-        return [
-            Signature(decl.name, tuple(zip((p.name for p in decl.params), args, strict=True)), self.instances[instance])
-            for instance in self.instances_by_function.get(id(decl), [])
-            for (_, args, _, _) in [instance]
-        ]
+        """A signature for each set of argument types a call checked `decl` for; an unsuffixed float argument
+        with the dtype its uses gave it (`check_body`), which may make it one of the others."""
+        found: list[Signature] = []
+        for key, args, captured, values, weakness in self.instances_by_function.get(id(decl), []):
+            decided = self.literal_dtypes.get((key, args, weakness, captured), NOTHING)
+            params = tuple(
+                (p.name, TensorType(dtype) if weak and isinstance(dtype := decided.get(p.name, "f32"), str) else t)
+                for p, t, weak in zip(decl.params, args, weakness, strict=True)
+            )
+            signature = Signature(decl.name, params, self.instances[(key, args, captured, values, weakness)])
+            if signature not in found:
+                found.append(signature)
+        return found
 
     def annotation_or_any(self, param: ast.Param, info: ModuleInfo) -> Type:
         return self.resolve_type(param.annotation, info) if param.annotation is not None else ANY
@@ -1032,7 +1055,7 @@ class Checker:
         captured = captured_key(function)
         # static integer values (`kaiming(64, 128)`) decide result shapes, though types compare without them
         values = tuple(static_value_of(a) for a in args)
-        instance = (key, args, captured, values)
+        instance = (key, args, captured, values, tuple(map(weak_float, args)))
         checked = body_key(function.decl, list(args), captured)
         if instance in self.instances:
             self.last_instance = checked
@@ -1079,14 +1102,34 @@ class Checker:
     ) -> Type:
         """Check a body for these parameter types; first, if it binds names to unsuffixed literals, find the
         dtypes their uses ask for (checked once per function and argument types)."""
-        kinds = self.literal_lets(function.decl)
+        weak = {p.name: "f32" for p, t in zip(function.decl.params, params, strict=False) if weak_float(t)}
+        kinds = {**self.literal_lets(function.decl), **weak}
         if not kinds:
             return self.checked_body(function, params, declared, report, {})
-        captured = captured_key(function)
-        key = (id(function.decl), tuple(params), captured)
+        key = self.literal_key(function, params)
         if key not in self.literal_dtypes:
             self.literal_dtypes[key] = self.literal_uses(function, params, declared, kinds)
-        return self.checked_body(function, params, declared, report, self.literal_dtypes[key])
+        decided = self.literal_dtypes[key]
+        # a parameter given an unsuffixed float takes the dtype its uses ask for, as `let p = 0.9` does
+        params = [
+            TensorType(found if isinstance(found := decided.get(p.name), str) else "f32") if p.name in weak else t
+            for p, t in zip(function.decl.params, params, strict=False)
+        ]
+        return self.checked_body(function, params, declared, report, decided)
+
+    def literal_key(self, function: FunctionInfo, params: list[Type]) -> tuple:
+        """What the dtypes of a body's literal bindings depend on (`literal_dtypes`)."""
+        return (id(function.decl), tuple(params), tuple(map(weak_float, params)), captured_key(function))
+
+    def weak_arguments_decided(self, function: FunctionInfo, params: list[Type], nodes: list[ast.Expr]) -> None:
+        """The unsuffixed floats a call gives parameters without annotations (`leaky_relu(x, 0.01)`, or a default
+        left out) take the dtype the callee's uses asked for (`check_body`): f64 beside f64 data, as a literal
+        written there would. A name that holds one, in a trial check, asks for it in turn."""
+        decided = self.literal_dtypes.get(self.literal_key(function, params), NOTHING)
+        for param, value, node in zip(function.decl.params, params, nodes, strict=False):
+            found = decided.get(param.name)
+            if weak_float(value) and isinstance(found, str):
+                self.coerce(TensorType(found), value, node)
 
     def literal_lets(self, decl: ast.FnDecl | ast.Lambda) -> dict[str, str]:
         """The names `decl`'s body binds with an unannotated `let` to an unsuffixed literal, with its dtype
@@ -1196,6 +1239,8 @@ class Checker:
         literals = self.literals
         if literal_dtypes is not None:  # a body checked for its types: its own literals are not being watched
             self.literals = None
+            if literals is not None and function.environment is not None:  # the names a closure captured are
+                self.literals = literals.hiding(ast.bound_names(decl))
         try:
             if isinstance(decl.body, ast.Block):
                 self.block(decl.body, scope, context)
@@ -1343,6 +1388,17 @@ class Checker:
                 self.record_type(stmt.pattern, strong(kept))
                 return
             value = self.literal_binding(stmt, value, context.literal_dtypes.get(stmt.pattern.name))
+        elif (
+            self.literals is not None
+            and weak_float(value)
+            and stmt.annotation is None
+            and isinstance(stmt.pattern, ast.NamePattern)
+            and stmt.pattern.name not in context.rebound
+        ):
+            self.literals.derived[stmt.pattern.name] = stmt.value  # a trial check: weak, as what computes it
+            scope.names[stmt.pattern.name] = value
+            self.record_type(stmt.pattern, strong(value))
+            return
         if stmt.annotation is not None:
             declared = self.resolve_type(stmt.annotation, context.module)
             unbound = sorted(dim_names(declared) - context.dim_names) if context.dim_names is not None else []
@@ -2551,7 +2607,7 @@ class Checker:
         )
         if bindings is None:
             return ANY
-        params_types = [strong_keep_value(arg) for arg in bound]
+        params_types = [arg if weak_float(arg) else strong_keep_value(arg) for arg in bound]
         for index, (_, declared) in annotated:
             params_types[index] = substitute(declared, bindings) if isinstance(declared, TensorType) else declared
         given = tuple((param.name, node) for param, node in zip(params, nodes, strict=True))
@@ -2560,6 +2616,7 @@ class Checker:
             result = self.instantiate(function, tuple(params_types))
         finally:
             self.call_sites.pop()
+        self.weak_arguments_decided(function, params_types, nodes)
         if not self.trials:  # one call checked for several instances (in a loop over a tuple): none of them
             made = (self.body_now, id(expr))
             earlier = self.calls_made.get(made, self.last_instance)
@@ -3025,18 +3082,6 @@ def aux_problem(name: str, result: Type, span: Span) -> Diagnostic | None:
     return None
 
 
-def as_f64(node: ast.Expr | None) -> str | None:
-    """An expression of number literals with an unsuffixed float among them (`0.9`, `1.0 / 3.0`), written with
-    its floats as f64 (`0.9f64`, `1.0f64 / 3.0f64`); None for anything else (a tensor literal, a name)."""
-    literals = (ast.FloatLiteral, ast.IntLiteral, ast.Unary, ast.Binary)
-    if node is None or not all(isinstance(n, literals) for n in ast.walk(node)):
-        return None
-    floats = {
-        id(n): replace(n, dtype="f64") for n in ast.walk(node) if isinstance(n, ast.FloatLiteral) and n.dtype is None
-    }
-    return print_expr(ast.replace_nodes(node, floats)) if floats else None
-
-
 def literal_kind(node: ast.Expr) -> str | None:
     """The dtype of an expression made only of unsuffixed number literals (`0.0`, `-1`, `[1.0, 2.0]`):
     `f32` if any is a float, else `i64`; None for anything else."""
@@ -3161,7 +3206,15 @@ def captured_key(function: FunctionInfo) -> tuple:
     one check of its body from another (a lambda is checked again when its maker's call gives them others)."""
     if not function.environment:
         return ()
-    return tuple((name, t, static_value_of(t)) for name, t in sorted(function.environment.items(), key=lambda i: i[0]))
+    return tuple(
+        (name, t, static_value_of(t), weak_float(t))
+        for name, t in sorted(function.environment.items(), key=lambda i: i[0])
+    )
+
+
+def weak_float(t: Type) -> bool:
+    """An unsuffixed float scalar not yet given a dtype (`0.9`, or a parameter given one)."""
+    return isinstance(t, TensorType) and t.weak and not t.dims and t.dtype == "f32"
 
 
 def definite(t: Type) -> bool:

@@ -196,7 +196,12 @@ def arithmetic(a: Type, b: Type, symbol: str) -> Type:
             notes=("help: use `//` for integer division, or convert with `float(x)`",),
         )
     dims = broadcast(left, right, symbol)
-    return TensorType(promote_dtypes(left, right), dims, left.weak and right.weak)
+    # a weak float meeting integers stays weak (`0.5 * n`, `beta ** t`): a float it meets later gives the dtype
+    weak = all(
+        side.weak or (side.dtype in INTEGERS and other.weak and other.dtype in FLOATS)
+        for side, other in ((left, right), (right, left))
+    )
+    return TensorType(promote_dtypes(left, right), dims, weak)
 
 
 # ---------------------------------------------------------------------- arithmetic on trees

@@ -163,6 +163,64 @@ fn ratios(x) {
 """
 
 
+# Unsuffixed floats given to parameters without annotations, or their defaults left out, take the dtype their
+# uses ask for in each call, as a name bound to a literal does; what is computed from them and integers too.
+WEAK_ARGUMENTS = """
+import optim
+
+fn leaky(x, slope=0.01) {
+    return where(x > 0.0, x, slope * x)
+}
+
+fn scaled(x, lr=0.001, beta=0.9) {
+    let t = 3
+    let size = lr / (1.0 - beta ** t)
+    return tree_map(fn(leaf) => leaf * size, x)
+}
+
+fn defaults(x) {
+    return leaky(x) + leaky(x, 0.3) + scaled((x, x))[1]
+}
+
+fn adam(w: f64[3]) -> f64[3] {
+    let state = optim.adam_init(w)
+    for i in 0..5 {
+        (w, state) = optim.adam(w, w * w - 1.0, state)
+    }
+    return w
+}
+"""
+
+
+@pytest.mark.parametrize("backend", ["interp", "llvm"])
+def test_weak_arguments_and_defaults_take_the_dtype_of_their_uses(backend: str) -> None:
+    """`leaky_relu(x)` of f64 data multiplied by an f32 0.01 (with W0301), and Adam's f64 steps used an f32
+    0.9 (found by a first-hour probe); an f32 call of the same function keeps f32."""
+    import numpy as np
+    import torch
+    from dl import pipeline
+
+    program = pipeline.load("weak_arguments.dl", WEAK_ARGUMENTS)
+    _, typed = pipeline.prepare(program, (("defaults", (pipeline.value_type(np.ones(4)),)),))
+    assert [d.code for d in typed.diagnostics] == []
+    for dtype in (np.float64, np.float32):
+        x = np.linspace(-1.5, 1.5, 4, dtype=dtype)
+        got = pipeline.call(program, "defaults", [x], backend=backend)
+        one = dtype(1.0)
+        size = dtype(0.001) / (one - dtype(0.9) ** 3)
+        expected = np.where(x > 0, x, dtype(0.01) * x) + np.where(x > 0, x, dtype(0.3) * x) + x * size
+        assert got.dtype == dtype
+        np.testing.assert_array_equal(got, expected)
+
+    w = torch.tensor([0.5, -1.5, 2.0], dtype=torch.float64, requires_grad=True)
+    optimizer = torch.optim.Adam([w])
+    for _ in range(5):
+        w.grad = (w * w - 1.0).detach()
+        optimizer.step()
+    got = pipeline.call(program, "adam", [np.array([0.5, -1.5, 2.0])], backend=backend)
+    np.testing.assert_allclose(got, w.detach().numpy(), rtol=1e-15, atol=0)
+
+
 @pytest.mark.parametrize("backend", ["interp", "llvm"])
 def test_literal_bindings_compute_in_the_dtype_of_their_uses(backend: str) -> None:
     import numpy as np
