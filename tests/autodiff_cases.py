@@ -1474,6 +1474,39 @@ fn f(x: f64) -> f64 {
 )
 
 case(
+    "reductions_along_an_axis_a_parameter_holds",
+    "reductions",
+    """
+fn pooled(x, axis) {
+    return mean(x * x, axis=axis) + sum(sin(x), axis=axis)
+}
+
+fn norm(x, axis=-1) {
+    return sqrt(sum(x * x, axis=axis))
+}
+
+fn f(x: f64[2, 3]) -> f64 {
+    return sum(pooled(x, 0) * [1.0f64, 2.0, 3.0]) + sum(pooled(x, -1)) + sum(norm(x)) + norm(x, axis=0)[1]
+}
+""",
+    (normal(305, 2, 3),),
+    lambda x: reductions_by_parameter(x),
+    value_and_grad=True,
+    notes="`axis=` given by a parameter: known at each call, not written in the derivative, which serves "
+    "calls with other axes (refused before: `grad` needed a literal)",
+)
+
+
+def reductions_by_parameter(x):
+    def pooled(x, axis):
+        return (x * x).mean(axis) + torch.sin(x).sum(axis)
+
+    weights = torch.tensor([1.0, 2.0, 3.0], dtype=torch.float64)
+    norms = torch.sqrt((x * x).sum(-1)).sum() + torch.sqrt((x * x).sum(0))[1]
+    return (pooled(x, 0) * weights).sum() + pooled(x, -1).sum() + norms
+
+
+case(
     "tuple_swap_in_loop",
     "tuples",
     """

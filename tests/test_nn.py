@@ -45,6 +45,19 @@ fn bce_with_logits_grad(x, t) { return value_and_grad(nn.bce_with_logits, wrt=(0
     "huber_delta_grad": """
 fn huber_delta_grad(p, t, d) { return value_and_grad(fn(p, t) => nn.huber(p, t, delta=d), wrt=(0, 1))(p, t) }""",
     "accuracy": "fn accuracy(logits, labels) { return nn.accuracy(logits, labels) }",
+    "cross_entropy_options_grad": """
+fn cross_entropy_options_grad(logits, labels) {
+    return value_and_grad(fn(l) => nn.cross_entropy(l, labels, label_smoothing=0.2, ignore_index=3))(logits)
+}""",
+    "nll_loss_ignoring_grad": """
+fn nll_loss_ignoring_grad(lp, labels) { return value_and_grad(fn(v) => nn.nll_loss(v, labels, ignore_index=1))(lp) }""",
+    "kl_div_grad": "fn kl_div_grad(lp, t) { return value_and_grad(nn.kl_div)(lp, t) }",
+    "norms_grad": """
+fn norms_loss(x, y, gamma, c) {
+    let total = sum(nn.rms_norm(x, gamma) * c) + sum(nn.normalize(x) * c) + sum(nn.normalize(x, axis=0) * c)
+    return total + sum(nn.cosine_similarity(x, y) * c[..., 0]) + sum(nn.norm(x) * c[..., 1])
+}
+fn norms_grad(x, y, gamma, c) { return value_and_grad(norms_loss, wrt=(0, 1, 2))(x, y, gamma, c) }""",
     "conv1d": "fn conv1d(x, w) { return nn.conv1d(x, w) }",
     "conv1d_strided": "fn conv1d_strided(x, w) { return nn.conv1d(x, w, stride=2, padding=1) }",
     "conv1d_grad": """
@@ -409,6 +422,82 @@ def test_cross_entropy(dtype: type, leading: tuple[int, ...]) -> None:
     close(gradient, tl.grad, dtype)
 
 
+@pytest.mark.parametrize("leading", [(6,), (2, 3)], ids=["batch", "batch-and-time"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
+def test_cross_entropy_label_smoothing_and_ignore_index(dtype: type, leading: tuple[int, ...]) -> None:
+    logits = 3.0 * normal(3, *leading, 5, dtype=dtype)
+    labels = np.random.default_rng(4).integers(0, 5, leading)
+    labels.reshape(-1)[[0, 2]] = 3  # ignored: out of the mean as well as the sum
+    labels.reshape(-1)[1] = -100  # not ignored here: out of range
+    (tl,) = tensors(logits)
+    flat = torch.tensor(labels).reshape(-1)
+    with pytest.raises(DiagnosticError, match="a label is outside"):
+        call("cross_entropy_options_grad", logits, labels)
+    labels.reshape(-1)[1] = 4
+    flat = torch.tensor(labels).reshape(-1)
+    expected = F.cross_entropy(tl.reshape(-1, 5), flat, label_smoothing=0.2, ignore_index=3)
+    expected.backward()
+    value, gradient = call("cross_entropy_options_grad", logits, labels)
+    close(value, expected, dtype)
+    close(gradient, tl.grad, dtype)
+    labels.reshape(-1)[[0, 2]] = -100  # torch's default ignore_index
+    (tl,) = tensors(logits)
+    expected = F.cross_entropy(tl.reshape(-1, 5), torch.tensor(labels).reshape(-1))
+    expected.backward()
+    value, gradient = call("cross_entropy_grad", logits, labels)
+    close(value, expected, dtype)
+    close(gradient, tl.grad, dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
+def test_nll_loss_ignore_index_and_kl_div_match_torch(dtype: type) -> None:
+    log_probs = torch.log_softmax(torch.tensor(normal(5, 4, 3, dtype=np.float64)), -1).numpy().astype(dtype)
+    labels = np.array([1, 0, 2, 1])
+    (tl,) = tensors(log_probs)
+    expected = F.nll_loss(tl, torch.tensor(labels), ignore_index=1)
+    expected.backward()
+    value, gradient = call("nll_loss_ignoring_grad", log_probs, labels)
+    close(value, expected, dtype)
+    close(gradient, tl.grad, dtype)
+    target = np.abs(normal(6, 4, 3, dtype=dtype))
+    target[1, 2] = 0.0  # 0 log 0 = 0, and no NaN in the gradient
+    target /= target.sum(-1, keepdims=True)
+    tl, tt = tensors(log_probs, target)
+    expected = F.kl_div(tl, tt, reduction="batchmean")
+    expected.backward()
+    value, gradient = call("kl_div_grad", log_probs, target)
+    close(value, expected, dtype)
+    close(gradient, tl.grad, dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
+def test_rms_norm_normalize_cosine_similarity_and_norm_match_torch(dtype: type) -> None:
+    """Values and gradients, a row of zeros among the rows: torch's norms have gradient 0 there, not NaN."""
+    x, y, gamma, c = (
+        normal(7, 4, 3, dtype=dtype),
+        normal(8, 4, 3, dtype=dtype),
+        normal(9, 3, dtype=dtype),
+        normal(10, 4, 3, dtype=dtype),
+    )
+    x[2] = 0.0
+    y[1] = 0.0
+    tx, ty, tg = tensors(x, y, gamma)
+    tc = torch.tensor(c.astype(np.float64))
+    expected = (
+        (F.rms_norm(tx, (3,), tg, eps=1e-6) * tc).sum()
+        + (F.normalize(tx, dim=-1) * tc).sum()
+        + (F.normalize(tx, dim=0) * tc).sum()
+        + (F.cosine_similarity(tx, ty, dim=-1) * tc[..., 0]).sum()
+        + (torch.linalg.vector_norm(tx, dim=-1) * tc[..., 1]).sum()
+    )
+    expected.backward()
+    value, gradients = call("norms_grad", x, y, gamma, c)
+    close(value, expected, dtype)
+    for actual, wanted in zip(gradients, (tx.grad, ty.grad, tg.grad), strict=True):
+        assert np.all(np.isfinite(actual))
+        close(actual, wanted, dtype)
+
+
 @pytest.mark.parametrize("labels", [[1, 3], [-1, 0]], ids=["too-large", "negative"])
 def test_cross_entropy_rejects_a_label_out_of_range(labels: list[int]) -> None:
     with pytest.raises(DiagnosticError) as failure:
@@ -452,7 +541,7 @@ def test_a_failure_inside_the_stdlib_is_shown_at_the_users_call(run_dl, backend:
     assert lines[1].endswith("prog.dl:2:60"), lines[1]
     assert lines[4].endswith("^" * 32 + " the standard library's code fails in this call"), lines[4]
     library = stdlib_path("nn").read_text().splitlines()
-    start = library.index("fn cross_entropy(logits, labels) {")
+    start = library.index("fn cross_entropy(logits, labels, label_smoothing=0.0, ignore_index=-100) {")
     check = next(n for n in range(start, len(library)) if library[n].startswith("    assert(")) + 1
     assert lines[5].endswith(f"stdlib/nn.dl:{check}:5") and lines[5].lstrip().startswith(":::"), lines[5]
     assert "in `loss` at " in err and "in `cross_entropy` at " in err  # the call stack, innermost last

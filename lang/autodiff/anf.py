@@ -27,6 +27,7 @@ from dl.lang.autodiff.trees import (
     is_active,
     is_tensor_index,
     let,
+    literal_integer,
     name,
     tuple_of,
 )
@@ -148,6 +149,9 @@ class ForwardSweep:
             return atom.id  # the operation's result is named for the variable already: no copy
         var = self.fresh(user)
         atom = self.settled_literal(atom)
+        static = self.values.get(atom.id) if isinstance(atom, ast.Name) else atom
+        if static is not None and literal_integer(static) is not None and user not in self.assigned_anywhere():
+            self.values[var] = static  # a static integer (an inlined call's `axis=-1`): `static_integer` reads it
         sweep.stmts.append(ast.Let(ast.NamePattern(var), annotation, atom))
         self.types[var] = (
             value_type if not isinstance(value_type, AnyType) else self.types.get(getattr(atom, "id", ""), ANY)

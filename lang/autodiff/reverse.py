@@ -23,6 +23,7 @@ from dl.lang.autodiff.trees import (
     is_call,
     is_tensor_index,
     let,
+    literal_integer,
     name,
     tuple_of,
     zero_adjoint,
@@ -473,6 +474,13 @@ class BackwardSweep:
             return found.prim
         return BY_NAME[rhs.func.id if isinstance(rhs.func, ast.Name) else rhs.func.name]  # type: ignore[union-attr]
 
+    def static_integer(self, atom: ast.Expr) -> int | None:
+        """An integer literal's value, or that of a name bound once to one (`let axis = -1`, the parameter of a
+        call written in place given its default); None for anything else."""
+        if isinstance(atom, ast.Name) and atom.id in self.values:
+            return literal_integer(self.values[atom.id])
+        return literal_integer(atom)
+
     def rank(self, atom: ast.Expr) -> int | None:
         t = self.types.get(getattr(atom, "id", ""))
         if t is None:  # a name the function captured (`x` of `fn(w) => x @ w`): the checker's type of it
@@ -490,7 +498,15 @@ class BackwardSweep:
         known = rank is not None
         rank = rank if rank is not None else 1
         named = axis.items if isinstance(axis, ast.TupleLiteral) else (axis,)
-        given = [] if whole else [literal_integer(a) for a in named]
+        given = [] if whole else [self.static_integer(a) for a in named]
+        x_type = self.types.get(getattr(x, "id", ""))
+        wide = {"dtype": ast.Name("f64")} if isinstance(x_type, TensorType) and x_type.dtype == "f64" else {}
+        if (
+            given == [None]
+            and isinstance(axis, ast.Name)
+            and is_integer_scalar(self.types.get(axis.id) or self.type_of(axis))
+        ):
+            return self.named_axis_forms(x, axis, kept, wide)
         if None in given:
             raise NotDifferentiable(
                 f"`grad` needs `{primitive.name}`'s `axis=` as a literal integer or a tuple of them", span
@@ -513,9 +529,6 @@ class BackwardSweep:
                 return call("sum", value)
             return call("sum", value, axis=axes_literal(axes), keepdims=ast.BoolLiteral(True))
 
-        x_type = self.types.get(getattr(x, "id", ""))
-        wide = {"dtype": ast.Name("f64")} if isinstance(x_type, TensorType) and x_type.dtype == "f64" else {}
-
         def count(value: ast.Expr) -> ast.Expr:
             """The count in `x`'s float dtype (f32 for f32 and integers): exact past 2**24 elements in f64."""
             if whole:
@@ -527,6 +540,16 @@ class BackwardSweep:
             return call("float", product, **wide)
 
         return {"expand": expand, "total": total, "count": count}
+
+    def named_axis_forms(self, x: ast.Expr, axis: ast.Name, kept: bool, wide: dict) -> dict[str, Callable]:
+        """`reduction_forms` for one axis a variable holds (a parameter, `fn norm(x, axis=-1)`), whose value the
+        checker knew at each call but which this code serves for all: numpy's `expand_dims` at a negative axis
+        puts it back where the reduction took it, and its size is the leading one once moved to the front."""
+        return {
+            "expand": lambda value: value if kept else call("expand_dims", value, axis),
+            "total": lambda value: call("sum", value, axis=axis, keepdims=ast.BoolLiteral(True)),
+            "count": lambda value: call("float", call("len", call("swapaxes", value, axis, ast.IntLiteral(0))), **wide),
+        }
 
     def transpose_adjoint(self, values, variadic, d, r, span) -> list[tuple[ast.Expr, ast.Expr]]:
         if not variadic:
@@ -658,13 +681,6 @@ class BackwardSweep:
         return None
 
 
-def literal_integer(node: ast.Expr) -> int | None:
-    """The value of an integer literal, possibly negated; None for anything else."""
-    if isinstance(node, ast.Unary) and node.op == "-" and isinstance(node.operand, ast.IntLiteral):
-        return -node.operand.value
-    return node.value if isinstance(node, ast.IntLiteral) else None
-
-
 def axes_literal(axes: list[int]) -> ast.Expr:
     """`axis=` for these axes: one integer, or a tuple of them."""
     literals = tuple(ast.IntLiteral(k) for k in axes)
@@ -703,3 +719,7 @@ WHOLE = ast.Slice(None, None, None)
 def is_whole(index: ast.Expr | ast.Slice | ast.Ellipsis) -> bool:
     """`:`, the whole axis."""
     return isinstance(index, ast.Slice) and index.start is None and index.stop is None and index.step is None
+
+
+def is_integer_scalar(t: Type | None) -> bool:
+    return isinstance(t, TensorType) and not t.dims and t.dtype in ("i32", "i64")

@@ -213,3 +213,10 @@ def holds_text_or_function(t: Type | None) -> bool:
     if isinstance(t, TupleType):
         return any(holds_text_or_function(item) for item in t.items)
     return isinstance(t, (StrType, FunctionRef, PrimitiveRef))
+
+
+def literal_integer(node: ast.Expr) -> int | None:
+    """The value of an integer literal, possibly negated; None for anything else."""
+    if isinstance(node, ast.Unary) and node.op == "-" and isinstance(node.operand, ast.IntLiteral):
+        return -node.operand.value
+    return node.value if isinstance(node, ast.IntLiteral) else None
