@@ -1142,9 +1142,16 @@ def make_tree_add(weak_a: bool = False, weak_b: bool = False):
             return np.logical_or(a, b) if tensors else bool(a or b)
         if is_number_or_tensor(a) and is_number_or_tensor(b):
             return add_leaves(a, b)
+        if without_floats(a) and without_floats(b):  # a function beside the floats: its own adjoint, never
+            return a  # read (autodiff/trees.py `zero_adjoint`)
         raise PrimitiveError(f"`tree_add` adds values of one structure, found {describe(a)} and {describe(b)}")
 
     return tree_add
+
+
+def without_floats(x: Any) -> bool:
+    """A function (a closure, a built-in, a module's function): a leaf with no adjoint."""
+    return callable(x) and not is_number_or_tensor(x) and x.__class__ is not Tape
 
 
 def unbroadcast(x: Any, like: Any) -> Any:

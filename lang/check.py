@@ -145,6 +145,7 @@ class Tables:
     contested: dict[int, dict[int, str]] = field(default_factory=dict)
     step_coercions: dict[tuple, dict[int, dict[int, str]]] = field(default_factory=dict)
     step_literals: set[int] = field(default_factory=set)
+    step_instances: dict[int, dict[tuple, int]] = field(default_factory=dict)
 
     def frozen(self, program: Program) -> Typed:
         return Typed(
@@ -169,6 +170,7 @@ class Tables:
             MappingProxyType(self.contested),
             MappingProxyType(self.step_coercions),
             frozenset(self.step_literals),
+            MappingProxyType(self.step_instances),
         )
 
 
@@ -232,6 +234,9 @@ class Typed:
     # their context took in those steps (`1` in `item + 1`: f64 for an f64 item, none for an i64)
     step_coercions: Mapping[tuple, Mapping[int, Mapping[int, str]]] = field(default_factory=lambda: NOTHING)
     step_literals: frozenset[int] = frozenset()
+    # id of a call in the body of a loop over items of several types -> for each (check of the body, steps it
+    # was checked in), the check of the callee's body it made (`instances_called` has none: they differ)
+    step_instances: Mapping[int, Mapping[tuple, int]] = field(default_factory=lambda: NOTHING)
 
     def with_diagnostics(self, diagnostics) -> Typed:
         return replace(self, diagnostics=tuple(diagnostics))
@@ -288,10 +293,15 @@ class Typed:
         found = {by_body[body]} if body in by_body else set(by_body.values())
         return found.pop() if len(found) == 1 else None
 
-    def instance_called(self, body: int | None, call: ast.Call) -> int | None:
+    def instance_called(self, body: int | None, call: ast.Call, steps: tuple = ()) -> int | None:
         """The check of a callee's body that `call` (or the calls of the gradient a `grad(f)` call makes) made
         in check `body` of the body it is in, or in every check of it (`body` None) where they all made the
-        same one. None where they made several, or checked the callee with unknown types."""
+        same one; in the steps `steps` of loops over items of several types, the one it made there. None where
+        they made several, or checked the callee with unknown types."""
+        stepped = self.step_instances.get(id(call), NOTHING)
+        if steps and stepped:
+            found = {made for (check, at), made in stepped.items() if at == steps and body in (None, check)}
+            return found.pop() if len(found) == 1 else None
         made = self.instances_called.get(id(call), NOTHING)
         found = set(made.values()) if body is None else {made.get(body)}
         one = found.pop() if len(found) == 1 else None
@@ -635,6 +645,11 @@ class Checker:
         self.step_types: dict[tuple, dict[tuple | None, dict[int, Type]]] = {}
         self.steps_of: dict[tuple, dict[tuple | None, tuple[int, ...]]] = {}
         self.step_coercions: dict[tuple, dict[tuple | None, dict[int, str]]] = {}
+        self.step_calls: dict[tuple, tuple | None] = {}  # (body, steps, id of a call) -> the callee's body
+        self.gradient_nodes: list[ast.Expr] | None = None  # the argument nodes `gradient_arguments` bound
+        # id of an unsuffixed float given to, or left as the default of, a parameter without annotation -> (it,
+        # the function, the parameter, the spans of the calls by the dtype each decided): `settle_weak_arguments`
+        self.weak_decisions: dict[int, tuple[ast.Expr, str, ast.Param, dict[str, list[Span]]]] = {}
         # the type each rebinding keeps in each body, and whether its value was proven to fit (`keep_type`)
         self.kept_types: dict[int, dict[int, tuple[Type, bool, Span]]] = {}
         # (the body being checked, id of a call in it) -> the body of the callee that the call checks
@@ -665,6 +680,7 @@ class Checker:
             if decl is not None and len(decl.params) == len(arg_types):
                 self.apply_function(FunctionRef(function_name, id(decl)), list(arg_types), decl.name_span)
         self.settle_coercions()
+        self.settle_weak_arguments()
         for diagnostic in out_of_range(list(self.program.modules.values()), self.tables.coercions):
             self.report(diagnostic)
         self.tables.functions = {key: (info.decl, info.module.path) for key, info in self.functions.items()}
@@ -1121,15 +1137,49 @@ class Checker:
         """What the dtypes of a body's literal bindings depend on (`literal_dtypes`)."""
         return (id(function.decl), tuple(params), tuple(map(weak_float, params)), captured_key(function))
 
-    def weak_arguments_decided(self, function: FunctionInfo, params: list[Type], nodes: list[ast.Expr]) -> None:
+    def weak_arguments_decided(
+        self, function: FunctionInfo, params: list[Type], nodes: list[ast.Expr], span: Span
+    ) -> None:
         """The unsuffixed floats a call gives parameters without annotations (`leaky_relu(x, 0.01)`, or a default
         left out) take the dtype the callee's uses asked for (`check_body`): f64 beside f64 data, as a literal
-        written there would. A name that holds one, in a trial check, asks for it in turn."""
+        written there would. A name that holds one, in a trial check, asks for it in turn. A default is one node
+        for every call: what each decided is kept, and settled once all are known (`settle_weak_arguments`)."""
         decided = self.literal_dtypes.get(self.literal_key(function, params), NOTHING)
         for param, value, node in zip(function.decl.params, params, nodes, strict=False):
+            if not weak_float(value):
+                continue
             found = decided.get(param.name)
-            if weak_float(value) and isinstance(found, str):
-                self.coerce(TensorType(found), value, node)
+            dtype = found if isinstance(found, str) else "f32"
+            if not self.trials and self.check_pass not in self.vague_passes:  # (a check of unknown types: none)
+                entry = self.weak_decisions.setdefault(id(node), (node, function.name, param, {}))
+                entry[3].setdefault(dtype, []).append(span)
+            if node is not param.default:
+                self.coerce(TensorType(dtype), value, node)
+            elif self.literals is not None:
+                self.literals.meets(node, dtype)
+
+    def settle_weak_arguments(self) -> None:
+        """A default left out takes the dtype its calls decided where they all decided one; where some calls
+        decided f64 and others f32, it stays f32 (one value serves them all), and each f64 call is warned (W0301),
+        as is a literal given in a function checked for f64 and f32 calls that its f64 checks round to f32."""
+        for node, name, param, by_dtype in self.weak_decisions.values():
+            mixed = len(by_dtype) > 1 and "f64" in by_dtype
+            if node is param.default:
+                if set(by_dtype) == {"f64"}:
+                    self.tables.coercions[id(node)] = "f64"
+                for span in by_dtype.get("f64", []) if mixed else []:
+                    message = (
+                        f"`{name}`'s default `{param.name}={print_expr(node)}` is an f32 in this call: other calls "
+                        f"of `{name}` take it as an f32, and a default is one value"
+                    )
+                    help = f"help: give it in f64 here: `{param.name}={print_expr(node)}f64`"
+                    self.report(warning("W0301", message, span, notes=(help,)))
+            elif "f64" in by_dtype and id(node) not in self.tables.coercions:
+                message = (
+                    f"`{print_expr(node)}` is an f32 here: `{name}` takes it as an f64 for some checks of this "
+                    "function and as an f32 for others, and a literal is one value"
+                )
+                self.report(warning("W0301", message, node.span, notes=(f"help: write `{print_expr(node)}f64`",)))
 
     def literal_lets(self, decl: ast.FnDecl | ast.Lambda) -> dict[str, str]:
         """The names `decl`'s body binds with an unannotated `let` to an unsuffixed literal, with its dtype
@@ -1518,7 +1568,7 @@ class Checker:
             self.store_undeclared(target, value, scope, context)
             return None
         current = self.expression(target, scope, context)
-        if self.literal_rebound(target, current, value, span):
+        if self.literal_rebound(target, current, value, span, node):
             return None
         if self.through_tuple_item(target):
             return None
@@ -1545,17 +1595,31 @@ class Checker:
             self.coerce(current, value, node)
         return None if proven(current, value) else current
 
-    def literal_rebound(self, target: ast.Expr, current: Type, value: Type, span: Span) -> bool:
+    def literal_rebound(
+        self, target: ast.Expr, current: Type, value: Type, span: Span, node: ast.Expr | None = None
+    ) -> bool:
         """In the trial check of a body (`LiteralBindings`), rebinding a literal's name (still weak) asks for
-        the value's dtype: True then, as the real check of the rebinding comes once the name has its dtype."""
+        the value's dtype: True then, as the real check of the rebinding comes once the name has its dtype. A
+        value computed from the name itself (`total = sin(total)`) is of the name's dtype, whatever it is: it
+        asks for none (its f32 is only the weak name's, taken alone)."""
         literals = self.literals
         if literals is None or not isinstance(target, ast.Name) or target.id not in literals.kinds:
             return False
         if not (isinstance(current, TensorType) and current.weak):
             return False
-        if isinstance(value, TensorType) and not value.weak:
+        own = (
+            literals.kinds[target.id] == "f32"
+            and node is not None
+            and getattr(value, "dtype", None) == "f32"
+            and {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and self.is_value(n)} == {target.id}
+        )
+        if isinstance(value, TensorType) and not value.weak and not own:
             literals.ask(target.id, value.dtype, span, stored=True)
         return True
+
+    def is_value(self, name: ast.Name) -> bool:
+        """Does `name`, checked, hold a tensor (not a function or a module)?"""
+        return isinstance(self.tables.types.get(id(name)), TensorType)
 
     def through_tuple_item(self, target: ast.Expr) -> bool:
         """`m[1].b[0] = e` where `m` is a tuple: E0309 at the tuple's item, as for `t[1] = e` (tuples are built
@@ -2005,6 +2069,9 @@ class Checker:
                 numbered = {numbers[body]: made for body, made in by_body.items() if body in numbers}
                 if numbered:
                     into[steps] = numbered
+        for (caller, steps, call), callee in self.step_calls.items():
+            if caller in numbers and callee in numbers:
+                self.tables.step_instances.setdefault(call, {})[(numbers[caller], steps)] = numbers[callee]
         made = self.tables.instances_called
         for (caller, call), callee in self.calls_made.items():
             if caller in numbers and (callee in numbers or callee == SEVERAL):
@@ -2349,12 +2416,16 @@ class Checker:
             case TransformRef(name=name):
                 return self.transform_call(name, expr, args, keywords)
             case GradientRef(function=function, site=site):
+                self.gradient_nodes = None
                 bound = self.gradient_arguments(callee, expr, args, keywords)
                 if bound is None:
                     return ANY
-                args = bound
+                args, nodes = bound, self.gradient_nodes
                 self.last_instance = None
                 result = self.gradient_type(callee, args, expr.span) or ANY
+                called = self.function_of(function) if isinstance(function, FunctionRef) else None
+                if called is not None and nodes is not None:  # its unsuffixed floats take the dtypes decided
+                    self.weak_arguments_decided(called, args, nodes, expr.span)
                 if isinstance(function, FunctionRef) and not self.trials:
                     self.gradient_calls[(self.body_now, site, id(expr))] = self.last_instance
                 return result
@@ -2442,7 +2513,10 @@ class Checker:
                 return None
             return args
         found = self.bound_arguments(function, expr, args, keywords)
-        return found[1] if found is not None else None
+        if found is None:
+            return None
+        self.gradient_nodes = found[2]
+        return found[1]
 
     def bound_arguments(
         self, function: FunctionInfo, expr: ast.Call, args: list[Type], keywords: dict[str, Type]
@@ -2471,14 +2545,17 @@ class Checker:
                 nodes.append(param.default)
         return binding, bound, nodes
 
-    def gradient_of(self, ref: GradientRef, position: int, arg: Type) -> Type:
+    def gradient_of(self, ref: GradientRef, position: int, arg: Type, decided: Mapping = NOTHING) -> Type:
         """The type of the gradient for argument `position`: the argument's, in the dtype of a float parameter
-        that declares one (an unsuffixed `0.5` given to `lam: f64` is an f64 there, and so is its gradient)."""
+        that declares one (an unsuffixed `0.5` given to `lam: f64` is an f64 there, and so is its gradient), or
+        for an unsuffixed float given to a parameter without one, the dtype its uses decided (`decided`)."""
         if not isinstance(arg, TensorType):
             return arg
-        arg = strong(arg)
         function = self.function_of(ref.function) if isinstance(ref.function, FunctionRef) else None
         decl = function.decl if function is not None else None
+        if weak_float(arg) and decl is not None and isinstance(decided.get(decl.params[position].name), str):
+            return TensorType(decided[decl.params[position].name])
+        arg = strong(arg)
         if not isinstance(decl, ast.FnDecl) or decl.params[position].annotation is None:
             return arg
         declared = self.resolve_type(decl.params[position].annotation, function.module)
@@ -2509,7 +2586,9 @@ class Checker:
         if problem is not None:
             self.report(problem)
             return None
-        gradients = [self.gradient_of(ref, p, args[p]) for p in positions]
+        called = self.function_of(ref.function) if isinstance(ref.function, FunctionRef) else None
+        decided = self.literal_dtypes.get(self.literal_key(called, args), NOTHING) if called is not None else NOTHING
+        gradients = [self.gradient_of(ref, p, args[p], decided) for p in positions]
         gradient = TupleType(tuple(gradients)) if isinstance(ref.wrt, tuple) else gradients[0]
         if aux is not None:
             aux = strong(aux) if isinstance(aux, TensorType) else aux
@@ -2616,11 +2695,13 @@ class Checker:
             result = self.instantiate(function, tuple(params_types))
         finally:
             self.call_sites.pop()
-        self.weak_arguments_decided(function, params_types, nodes)
+        self.weak_arguments_decided(function, params_types, nodes, expr.span)
         if not self.trials:  # one call checked for several instances (in a loop over a tuple): none of them
             made = (self.body_now, id(expr))
             earlier = self.calls_made.get(made, self.last_instance)
             self.calls_made[made] = self.last_instance if earlier == self.last_instance else SEVERAL
+            if self.stepping:  # ... but one in each step (`Typed.step_instances`)
+                self.step_calls[(self.body_now, tuple(self.stepping), id(expr))] = self.last_instance
         return result
 
     def generic_call(self, function: FunctionInfo, args: list[Type], nodes: list[ast.Expr]) -> Type:

@@ -3294,6 +3294,86 @@ fn f(w: f64[3]) -> f64 {
 )
 
 case(
+    "for_over_items_given_to_generic_functions",
+    "for",
+    """
+struct P { a: f64, b: f64 }
+struct R { a: i64, b: f64 }
+
+fn product(p) {
+    return p[0] * p[1]
+}
+
+fn scaled(p) {
+    return p.a * p.b
+}
+
+fn summed(a, b) {
+    let s = 0.0f64
+    for q in (a, b) {
+        s += q
+    }
+    return s
+}
+
+fn f(x: f64) -> f64 {
+    let total = 0.0f64
+    for s in ((x, x), (2, x)) {
+        total += product(s)
+    }
+    for s in (P { a: x, b: x }, R { a: 3, b: x }) {
+        total += scaled(s)
+    }
+    for it in (x, 2) {
+        total += summed(it, x)
+    }
+    let y = x
+    for (act, c) in ((sin, exp), (x, x)) {
+        y = act(y * c)
+    }
+    for p in ((sin, x), (cos, x)) {
+        total += p[1] * x
+    }
+    return total + y
+}
+""",
+    (s(0.5),),
+    lambda x: (x * x + 2 * x) + (x * x + 3 * x) + (3 * x + 2) + 2 * x * x + torch.exp(torch.sin(x * x) * x),
+    value_and_grad=True,
+    second_order=True,
+    notes="a call in the body of a loop over items of several types checks its callee once per step: each "
+    "step's call is written for its own check (it was an internal error), and a function item's adjoint is "
+    "the function itself. Found by the tuple-loop fuzzer",
+)
+
+case(
+    "for_over_tensors_of_two_ranks_given_to_a_split_function",
+    "for",
+    """
+fn h(x, w, flag: bool) {
+    let y = x @ w
+    if flag {
+        y = y * 2.0f64
+    }
+    return sum(y)
+}
+
+fn f(w: f64[2, 2], v: f64[2], m: f64[1, 2]) -> f64 {
+    let total = 0.0f64
+    for x in (v, m) {
+        total += h(x, w, false) + h(x * 0.5, w, true)
+    }
+    return total
+}
+""",
+    (normal(311, 2, 2), normal(312, 2), normal(313, 1, 2)),
+    lambda w, v, m: (v @ w).sum() + (v @ w).sum() + (m @ w).sum() + (m @ w).sum(),
+    wrt=(0, 1, 2),
+    notes="`h` is split (its `if`) and checked at two ranks, one per step: each step's call is written for "
+    "its own check (it was refused, E0333, and before that a wrong gradient for `w`)",
+)
+
+case(
     "for_over_items_of_several_dtypes_second_order",
     "for",
     """

@@ -160,6 +160,13 @@ fn ratios(x) {
     }
     return acc
 }
+
+fn through_sin(w: f64[2]) -> f64 {
+    let total = 0.0
+    total += w[1] * w[0]
+    total = sin(total)
+    return total
+}
 """
 
 
@@ -188,6 +195,23 @@ fn adam(w: f64[3]) -> f64[3] {
         (w, state) = optim.adam(w, w * w - 1.0, state)
     }
     return w
+}
+
+fn adagrad(w: f64[3]) -> f64[3] {
+    let state = optim.adagrad_init(w)
+    for i in 0..5 {
+        (w, state) = optim.adagrad(w, w * w - 1.0, state, lr_decay=0.1)
+    }
+    return w
+}
+
+fn slope_loss(x, slope=0.01) {
+    return sum(where(x > 0.0, x, slope * x) ** 2)
+}
+
+fn slope_grad(x: f64[3]) -> f64 {
+    let h: f64 = grad(slope_loss, wrt=1)(x)
+    return h + grad(slope_loss, wrt=1)(x, 0.01)
 }
 """
 
@@ -220,6 +244,20 @@ def test_weak_arguments_and_defaults_take_the_dtype_of_their_uses(backend: str) 
     got = pipeline.call(program, "adam", [np.array([0.5, -1.5, 2.0])], backend=backend)
     np.testing.assert_allclose(got, w.detach().numpy(), rtol=1e-15, atol=0)
 
+    w = torch.tensor([0.5, -1.5, 2.0], dtype=torch.float64, requires_grad=True)
+    optimizer = torch.optim.Adagrad([w], lr_decay=0.1)
+    for _ in range(5):
+        w.grad = (w * w - 1.0).detach()
+        optimizer.step()
+    got = pipeline.call(program, "adagrad", [np.array([0.5, -1.5, 2.0])], backend=backend)
+    np.testing.assert_allclose(got, w.detach().numpy(), rtol=1e-15, atol=0)
+
+    x = np.array([-0.3, 0.7, -1.5])  # the gradient for `slope` is an f64, as the slope its uses made it
+    slope = torch.tensor(0.01, dtype=torch.float64, requires_grad=True)
+    (torch.where(torch.tensor(x) > 0, torch.tensor(x), slope * torch.tensor(x)) ** 2).sum().backward()
+    got = pipeline.call(program, "slope_grad", [x], backend=backend)
+    assert np.asarray(got).dtype == np.float64 and got == 2 * slope.grad.item()
+
 
 @pytest.mark.parametrize("backend", ["interp", "llvm"])
 def test_literal_bindings_compute_in_the_dtype_of_their_uses(backend: str) -> None:
@@ -241,6 +279,10 @@ def test_literal_bindings_compute_in_the_dtype_of_their_uses(backend: str) -> No
     stepped = pipeline.call(program, "step", [w, g], backend=backend)
     assert stepped.dtype == np.float64
     np.testing.assert_array_equal(stepped, w - np.float64(0.1) * g)
+
+    w = np.array([0.3, -0.2])  # rebound to a value computed from itself, whose dtype is its own (was E0326)
+    through = pipeline.call(program, "through_sin", [w], backend=backend)
+    assert np.asarray(through).dtype == np.float64 and through == np.sin(w[1] * w[0])
 
     for dtype in (np.float32, np.float64):  # one unannotated function, a dtype per call
         values = np.linspace(0.5, 2.5, 6, dtype=dtype)

@@ -92,7 +92,7 @@ class ForwardSweep:
 
     def instance_of(self, call: ast.Call) -> int | None:
         """The check of the callee's body that `call`, in the body being read, made (`Typed.instance_called`)."""
-        return self.typed.instance_called(self.node_types.body, call)
+        return self.typed.instance_called(self.node_types.body, call, self.node_types.steps)
 
     def forward(self, stmt: ast.Stmt, env: dict[str, str], sweep: Sweep, nested: bool, effects: bool) -> None:
         outer, self.effects = self.effects, effects

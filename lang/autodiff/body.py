@@ -296,7 +296,7 @@ class FunctionBody(ForwardSweep, BackwardSweep):
         return env
 
     def final_adjoint(self, var: str, have: set[str]) -> ast.Expr:
-        return name(self.adjoint(var)) if var in have else call("zeros_like", name(var))
+        return name(self.adjoint(var)) if var in have else zero_adjoint(name(var), self.types.get(var))
 
     def lower(self, decl: ast.FnDecl | ast.Lambda) -> list[ast.Stmt]:
         """The body with `for` made `while`, `break`/`continue`/`return` in loops made flags, and every

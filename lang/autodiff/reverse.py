@@ -52,7 +52,7 @@ class BackwardSweep:
         out = []
         for var in sorted(self.outer_variables(stmt, env, set())):
             if var not in have and is_active(self.types.get(var)):
-                out.append(let(self.adjoint(var), call("zeros_like", name(var))))
+                out.append(let(self.adjoint(var), zero_adjoint(name(var), self.types.get(var))))
                 have.add(var)
         return out
 
@@ -143,7 +143,7 @@ class BackwardSweep:
                 exits[exit_var] = outer
                 if outer in have:
                     out.append(let(self.adjoint(exit_var), name(self.adjoint(outer))))
-                    out.append(assign(name(self.adjoint(outer)), call("zeros_like", name(outer))))
+                    out.append(assign(name(self.adjoint(outer)), zero_adjoint(name(outer), self.types.get(outer))))
                     inner_have.add(exit_var)
         out.extend(self.read_undos(self.backward(kept.records, inner_have)))
         values, afters, views = kept.split(ast.free_names(tuple(out)), exits, self.is_view)
@@ -190,7 +190,7 @@ class BackwardSweep:
             exit_var = inner_env.get(user, outer)
             if exit_var != outer and outer in record.carried and outer in have:
                 out.append(let(self.adjoint(exit_var), name(self.adjoint(outer))))
-                out.append(assign(name(self.adjoint(outer)), call("zeros_like", name(outer))))
+                out.append(assign(name(self.adjoint(outer)), zero_adjoint(name(outer), self.types.get(outer))))
                 inner_have.add(exit_var)
         out.extend(self.backward(sweep.records, inner_have))
         return ast.Block(tuple(out))
@@ -245,7 +245,7 @@ class BackwardSweep:
         d_var = self.adjoint(var)
         if isinstance(contribution, Part):
             if var not in have:
-                out.append(let(d_var, call("zeros_like", name(var))))
+                out.append(let(d_var, zero_adjoint(name(var), self.types.get(var))))
                 have.add(var)
             out.append(self.add_to_part(var, contribution))
             return
