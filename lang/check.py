@@ -27,7 +27,7 @@ from dl.lang.calls import Binding, BindingError, bind, bind_function, binding_di
 from dl.lang.diagnostics import Diagnostic, DiagnosticError, Label, Span, closest, error, warning
 from dl.lang.literals import out_of_range
 from dl.lang.modules import Program, in_stdlib, stdlib_path
-from dl.lang.primitives import BY_NAME, PRIMITIVES, TRANSFORMS, Primitive
+from dl.lang.primitives import BY_NAME, PRIMITIVES, TRANSFORMS, Prim, Primitive
 from dl.lang.printer import print_expr
 from dl.lang.record import record
 from dl.lang.shapes import (
@@ -2639,7 +2639,29 @@ class Checker:
             if parameter in primitive.fills and isinstance(source, int)
         ]
         self.coerce_operands(result, values)
+        if primitive.prim is Prim.TRANSPOSE:
+            self.identity_transpose(expr, [a.value for a in arguments[1:]], result)
         return result
+
+    def identity_transpose(self, expr: ast.Call, axes: list, result: Type) -> None:
+        """W0305 for `transpose(x, 0, 1)` of a matrix (or any axes in their own order): a permutation that
+        leaves `x` as it is, which PyTorch's `transpose(x, 0, 1)`, a swap of two axes, does not."""
+        if not isinstance(result, TensorType) or len(axes) < 2 or axes != list(range(result.rank)):
+            return
+        first, second = axes[0], axes[1]
+        self.report(
+            warning(
+                "W0305",
+                f"this `transpose` leaves its argument as it is: axes {tuple(axes)} are a permutation in their "
+                "own order",
+                expr.span,
+                notes=(
+                    "help: DL's `transpose` takes the new order of all the axes, as numpy's does; torch's "
+                    f"`transpose(x, {first}, {second})` swaps two: write `swapaxes(x, {first}, {second})`, or "
+                    "`transpose(x)` to reverse them",
+                ),
+            )
+        )
 
     def applier(self, function: Type, span: Span):
         """How a rule applies a function argument to argument types (for `tree_map`)."""
