@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import field, replace
 from types import MappingProxyType
+from typing import TypeVar
 
 from dl.lang import ast, habits
 from dl.lang.calls import Binding, BindingError, bind, bind_function, binding_diagnostic
@@ -258,8 +259,7 @@ class Typed:
             by_body = self.step_coercions.get(steps, NOTHING)
             if body is not None and body in by_body:
                 return by_body[body].get(id(literal))
-            found = {made.get(id(literal)) for made in by_body.values()}
-            return found.pop() if len(found) == 1 else None
+            return agreed(made.get(id(literal)) for made in by_body.values())
         found = self.coercions.get(id(literal))
         if found is None and body is not None:
             found = self.contested.get(id(literal), NOTHING).get(body)
@@ -290,8 +290,7 @@ class Typed:
         `body` of its function (None: every check), the number of the step each item takes (`steps_of`); None where
         its items are of one type, or where checks differ."""
         by_body = self.steps_of.get((*steps, id(loop)), NOTHING)
-        found = {by_body[body]} if body in by_body else set(by_body.values())
-        return found.pop() if len(found) == 1 else None
+        return by_body[body] if body in by_body else agreed(by_body.values())
 
     def instance_called(self, body: int | None, call: ast.Call, steps: tuple = ()) -> int | None:
         """The check of a callee's body that `call` (or the calls of the gradient a `grad(f)` call makes) made
@@ -300,11 +299,9 @@ class Typed:
         they made several, or checked the callee with unknown types."""
         stepped = self.step_instances.get(id(call), NOTHING)
         if steps and stepped:
-            found = {made for (check, at), made in stepped.items() if at == steps and body in (None, check)}
-            return found.pop() if len(found) == 1 else None
+            return agreed(made for (check, at), made in stepped.items() if at == steps and body in (None, check))
         made = self.instances_called.get(id(call), NOTHING)
-        found = set(made.values()) if body is None else {made.get(body)}
-        one = found.pop() if len(found) == 1 else None
+        one = agreed(made.values() if body is None else [made.get(body)])
         return one if one != SEVERAL else None
 
     def instance_alike(self, call: ast.Call, args: list[Type], params: tuple[ast.Param, ...]) -> int | None:
@@ -646,7 +643,6 @@ class Checker:
         self.steps_of: dict[tuple, dict[tuple | None, tuple[int, ...]]] = {}
         self.step_coercions: dict[tuple, dict[tuple | None, dict[int, str]]] = {}
         self.step_calls: dict[tuple, tuple | None] = {}  # (body, steps, id of a call) -> the callee's body
-        self.gradient_nodes: list[ast.Expr] | None = None  # the argument nodes `gradient_arguments` bound
         # id of an unsuffixed float given to, or left as the default of, a parameter without annotation -> (it,
         # the function, the parameter, the spans of the calls by the dtype each decided): `settle_weak_arguments`
         self.weak_decisions: dict[int, tuple[ast.Expr, str, ast.Param, dict[str, list[Span]]]] = {}
@@ -2416,11 +2412,10 @@ class Checker:
             case TransformRef(name=name):
                 return self.transform_call(name, expr, args, keywords)
             case GradientRef(function=function, site=site):
-                self.gradient_nodes = None
                 bound = self.gradient_arguments(callee, expr, args, keywords)
                 if bound is None:
                     return ANY
-                args, nodes = bound, self.gradient_nodes
+                args, nodes = bound
                 self.last_instance = None
                 result = self.gradient_type(callee, args, expr.span) or ANY
                 called = self.function_of(function) if isinstance(function, FunctionRef) else None
@@ -2502,21 +2497,19 @@ class Checker:
 
     def gradient_arguments(
         self, ref: GradientRef, expr: ast.Call, args: list[Type], keywords: dict[str, Type]
-    ) -> list[Type] | None:
+    ) -> tuple[list[Type], list[ast.Expr] | None] | None:
         """The argument types of `grad(f)(...)` in `f`'s parameters' order, as a call of a declared `f` binds them:
         by position, by name (the gradient function takes `f`'s parameters) or their defaults, so that `wrt=`
-        counts `f`'s parameters however the call gives them. None, reported, where they do not bind."""
+        counts `f`'s parameters however the call gives them, with their nodes (None for a function value). None,
+        reported, where they do not bind."""
         function = self.function_of(ref.function) if isinstance(ref.function, FunctionRef) else None
         if function is None or not isinstance(function.decl, ast.FnDecl):
             if keywords:
                 self.report(error("E0206", f"`{ref}` takes no keyword arguments", expr.keywords[0].span))
                 return None
-            return args
+            return args, None
         found = self.bound_arguments(function, expr, args, keywords)
-        if found is None:
-            return None
-        self.gradient_nodes = found[2]
-        return found[1]
+        return (found[1], found[2]) if found is not None else None
 
     def bound_arguments(
         self, function: FunctionInfo, expr: ast.Call, args: list[Type], keywords: dict[str, Type]
@@ -3313,6 +3306,15 @@ def captured_key(function: FunctionInfo) -> tuple:
         (name, t, static_value_of(t), weak_float(t))
         for name, t in sorted(function.environment.items(), key=lambda i: i[0])
     )
+
+
+T = TypeVar("T")
+
+
+def agreed(values: Iterable[T]) -> T | None:
+    """The one value among `values` (what every check agreed on); None where there are none, or several."""
+    found = set(values)
+    return found.pop() if len(found) == 1 else None
 
 
 def weak_float(t: Type) -> bool:

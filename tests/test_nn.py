@@ -156,6 +156,15 @@ def close(actual: Any, expected: torch.Tensor | np.ndarray, dtype: type) -> None
     np.testing.assert_allclose(actual, expected, **TOLERANCE[dtype])
 
 
+def value_and_gradient_match(name: str, args: tuple, expected: torch.Tensor, leaf: torch.Tensor, dtype: type) -> None:
+    """The `value_and_grad` wrapper `name`, called with `args`, gives torch's `expected` and its gradient for
+    `leaf`."""
+    expected.backward()
+    value, gradient = call(name, *args)
+    close(value, expected, dtype)
+    close(gradient, leaf.grad, dtype)
+
+
 # ------------------------------------------------------------------------------------------- activations
 
 ACTIVATIONS = {
@@ -429,24 +438,16 @@ def test_cross_entropy_label_smoothing_and_ignore_index(dtype: type, leading: tu
     labels = np.random.default_rng(4).integers(0, 5, leading)
     labels.reshape(-1)[[0, 2]] = 3  # ignored: out of the mean as well as the sum
     labels.reshape(-1)[1] = -100  # not ignored here: out of range
-    (tl,) = tensors(logits)
-    flat = torch.tensor(labels).reshape(-1)
     with pytest.raises(DiagnosticError, match="a label is outside"):
         call("cross_entropy_options_grad", logits, labels)
     labels.reshape(-1)[1] = 4
-    flat = torch.tensor(labels).reshape(-1)
-    expected = F.cross_entropy(tl.reshape(-1, 5), flat, label_smoothing=0.2, ignore_index=3)
-    expected.backward()
-    value, gradient = call("cross_entropy_options_grad", logits, labels)
-    close(value, expected, dtype)
-    close(gradient, tl.grad, dtype)
+    (tl,) = tensors(logits)
+    expected = F.cross_entropy(tl.reshape(-1, 5), torch.tensor(labels).reshape(-1), label_smoothing=0.2, ignore_index=3)
+    value_and_gradient_match("cross_entropy_options_grad", (logits, labels), expected, tl, dtype)
     labels.reshape(-1)[[0, 2]] = -100  # torch's default ignore_index
     (tl,) = tensors(logits)
     expected = F.cross_entropy(tl.reshape(-1, 5), torch.tensor(labels).reshape(-1))
-    expected.backward()
-    value, gradient = call("cross_entropy_grad", logits, labels)
-    close(value, expected, dtype)
-    close(gradient, tl.grad, dtype)
+    value_and_gradient_match("cross_entropy_grad", (logits, labels), expected, tl, dtype)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
@@ -455,19 +456,13 @@ def test_nll_loss_ignore_index_and_kl_div_match_torch(dtype: type) -> None:
     labels = np.array([1, 0, 2, 1])
     (tl,) = tensors(log_probs)
     expected = F.nll_loss(tl, torch.tensor(labels), ignore_index=1)
-    expected.backward()
-    value, gradient = call("nll_loss_ignoring_grad", log_probs, labels)
-    close(value, expected, dtype)
-    close(gradient, tl.grad, dtype)
+    value_and_gradient_match("nll_loss_ignoring_grad", (log_probs, labels), expected, tl, dtype)
     target = np.abs(normal(6, 4, 3, dtype=dtype))
     target[1, 2] = 0.0  # 0 log 0 = 0, and no NaN in the gradient
     target /= target.sum(-1, keepdims=True)
     tl, tt = tensors(log_probs, target)
     expected = F.kl_div(tl, tt, reduction="batchmean")
-    expected.backward()
-    value, gradient = call("kl_div_grad", log_probs, target)
-    close(value, expected, dtype)
-    close(gradient, tl.grad, dtype)
+    value_and_gradient_match("kl_div_grad", (log_probs, target), expected, tl, dtype)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])

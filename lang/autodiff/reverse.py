@@ -32,6 +32,7 @@ from dl.lang.diagnostics import UNKNOWN_SPAN, Span
 from dl.lang.primitives import BY_NAME, NON_DIFFERENTIABLE, PRIMITIVES, Computed, Prim, Primitive, Templates
 from dl.lang.shapes import picks_in_place
 from dl.lang.types import (
+    INTEGERS,
     FunctionRef,
     PrimitiveRef,
     StructType,
@@ -722,4 +723,4 @@ def is_whole(index: ast.Expr | ast.Slice | ast.Ellipsis) -> bool:
 
 
 def is_integer_scalar(t: Type | None) -> bool:
-    return isinstance(t, TensorType) and not t.dims and t.dtype in ("i32", "i64")
+    return isinstance(t, TensorType) and not t.dims and t.dtype in INTEGERS
