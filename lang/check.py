@@ -629,6 +629,7 @@ class Checker:
         self.literal_lets_of: dict[int, dict[str, str]] = {}
         self.dimension_sources_of: dict[int, dict[str, DimSource]] = {}
         self.trials = 0
+        self.recursed: set[tuple] = set()
         # The body being checked, for the argument types of one call (`checked_body`), numbered in the order
         # first seen; the first such check that gave each node a definite type, with that type; and for a node
         # that checks of other bodies typed too, each one's type (`varied_types`)
@@ -1073,6 +1074,7 @@ class Checker:
             self.last_instance = checked
             return self.instances[instance]
         if instance in self.in_progress:
+            self.recursed.add(instance)
             self.last_instance = checked
             return ANY  # recursion: the result is what the non-recursive returns give
         self.in_progress.add(instance)
@@ -1088,7 +1090,7 @@ class Checker:
             declared = substitute(declared, {name: dim for name, (dim, _) in bindings.items()})
         try:
             result = self.check_body(function, list(args), declared)
-            if declared is None and result is not ANY:
+            if declared is None and result is not ANY and instance in self.recursed:
                 self.remember_instance(instance, result)
                 result = self.check_body(function, list(args), declared, report=False)
         finally:
