@@ -39,9 +39,10 @@ from dl.lang.diagnostics import Diagnostic, DiagnosticError, SourceMap, Span, cl
 from dl.lang.files import open_regular, replacing
 from dl.lang.flatten import flatten
 from dl.lang.modules import Program, load_program
+from dl.lang.primitives import PRIMITIVES
 from dl.lang.printer import print_module
 from dl.lang.record import record
-from dl.lang.types import StructType, TensorType, TupleType, Type
+from dl.lang.types import PrimitiveRef, StructType, TensorType, TupleType, Type
 from dl.runtime.backend import Prepared
 from dl.runtime.conform import conforms
 from dl.runtime.values import DTYPES, StructValue
@@ -97,6 +98,7 @@ def build_package(
     weights = choose_weights(signature, read_weights(weights_path), weights_path, parameter, decl, part)
     flat = flatten(derived, function, SOURCE)
     source, package_typed = checked_source(flat.module)
+    no_files(function, package_typed, SOURCE, flat.module)
     return Built(source, package_typed, flat.names[function], weights, flat.module)
 
 
@@ -189,6 +191,30 @@ def exportable(decl: ast.FnDecl, signature: Signature) -> None:
                 decl.name_span,
             )
         )
+
+
+def no_files(function: str, typed: Typed, path: str, written: ast.Module | None = None, package: str = "") -> None:
+    """A package computes its outputs from its inputs alone: its code names no primitive that reads or writes a
+    file (`save`, `load`, `log_metric`, `load_csv`, `load_npz`), called or passed on, so that running a package
+    from elsewhere touches no file. Raises E0606 at the first such name: at export, in `written` (the flattened
+    module, whose nodes keep the spans of the user's files); loading `package`, in its source at `path`."""
+    names = [node for node in ast.walk(typed.program.modules[path]) if isinstance(node, ast.Name)]
+    spans = [node.span for node in ast.walk(written) if isinstance(node, ast.Name)] if written else []
+    for position, node in enumerate(names):
+        ref = typed.types.get(id(node))
+        if not (isinstance(ref, PrimitiveRef) and PRIMITIVES[ref.prim].files):
+            continue
+        does = "writes" if PRIMITIVES[ref.prim].effect else "reads"
+        if package:
+            message = f"package `{package}`: `{function}` calls `{ref.name}`, which {does} a file"
+        else:
+            message = f"`{function}` cannot be exported: it calls `{ref.name}`, which {does} a file"
+        help = (
+            "help: a package computes its outputs from its inputs alone, and running one touches no file: "
+            "read data outside it and give it as an input, or save what it returns"
+        )
+        span = spans[position] if len(spans) == len(names) else node.span
+        raise DiagnosticError(error("E0606", message, span, notes=(help,)))
 
 
 def tensors_only(t: Type) -> bool:
@@ -498,6 +524,7 @@ def load_package(path: str | Path, backend: str = "interp", sources: SourceMap |
     decl = entry_decl(typed.program, function)
     if decl is None or signature_record(signature_of(typed, function)) != manifest["signature"]:
         raise package_error("E0602", path, f"the manifest's signature of `{function}` is not the source's")
+    no_files(function, typed, source_path, package=path)
     signature = signature_of(typed, function)
     struct = dict(signature.params).get(manifest["weights"])
     if not isinstance(struct, StructType):

@@ -216,6 +216,9 @@ class Primitive:
     fills: frozenset[str] = frozenset()  # keywords whose literal takes the result's dtype (`full(n, value=0.1)`)
     functions: frozenset[str] = frozenset()  # parameters that take a function, which the rule applies
     effect: bool = False  # run for what it does (output, files): a call is never dropped as unread
+    # reads or writes a file the program names (a checkpoint, a data file, the metrics file): a package, whose
+    # outputs come from its inputs alone, never calls it (E0606, driver/package.py)
+    files: bool = False
     random: bool = False  # draws from a random stream
     # not pure: its value changes from call to call with the same arguments (a clock), so a call is never
     # dropped, moved, merged with another or computed before the program runs
@@ -1007,6 +1010,7 @@ PRIMITIVES_LIST = (
         Signature(("path",), keywords=(("skip_header", False), ("delimiter", ","))),
         shapes.load_csv_rule,
         DATA,
+        files=True,
     ),
     not_differentiable(
         Prim.LOAD_NPZ,
@@ -1015,6 +1019,7 @@ PRIMITIVES_LIST = (
         Signature(("path", "name"), keywords=(("dtype", F32), ("rank", 2))),
         shapes.load_npz_rule,
         DATA,
+        files=True,
     ),
     not_differentiable(
         Prim.TEXT_CORPUS,
@@ -1042,6 +1047,7 @@ PRIMITIVES_LIST = (
         shapes.log_metric_rule,
         EFFECT,
         effect=True,
+        files=True,
     ),
     not_differentiable(
         Prim.PROGRESS,
@@ -1061,6 +1067,7 @@ PRIMITIVES_LIST = (
         shapes.save_rule,
         EFFECT,
         effect=True,
+        files=True,
     ),
     not_differentiable(
         Prim.LOAD,
@@ -1069,6 +1076,7 @@ PRIMITIVES_LIST = (
         Signature(("path", "like")),
         shapes.load_rule,
         "stored values, which no parameter changes",
+        files=True,
     ),
     # convolution
     convolution(

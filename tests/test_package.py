@@ -415,6 +415,49 @@ def test_a_package_whose_source_does_not_check_reports_the_checker(dlrun, projec
     ]
 
 
+def test_a_package_touches_no_file(dlrun, project: Path, tmp_path: Path) -> None:
+    """Running a package from elsewhere writes and reads no file: exporting code that names `save`, `load`,
+    `log_metric`, `load_csv` or `load_npz` (here in a function of another module) is E0606 at the user's call,
+    and a package whose source was edited to call one is refused on load, before anything runs."""
+    (project / "layers.dl").write_text('fn dense(x, w, b) {\n    log_metric("calls", 1.0)\n    return x @ w + b\n}\n')
+    status, out, err = export(dlrun, project)
+    assert (status, out) == (1, "")
+    assert err.splitlines()[:6] == [
+        "error[E0606]: `predict` cannot be exported: it calls `log_metric`, which writes a file",
+        f" --> {project / 'layers.dl'}:2:5",
+        "  |",
+        '2 |     log_metric("calls", 1.0)',
+        "  |     ^^^^^^^^^^",
+        "  = help: a package computes its outputs from its inputs alone, and running one touches no file: read "
+        "data outside it and give it as an input, or save what it returns",
+    ]
+    assert not Path("m.dlpkg").exists()
+    (project / "layers.dl").write_text(LAYERS)
+    export(dlrun, project)
+
+    def saving(members: dict) -> None:
+        members["model.dl"] = members["model.dl"].replace(
+            b"    return", b'    save("evil.safetensors", x)\n    return', 1
+        )
+        hashes = {name: hashlib.sha256(members[name]).hexdigest() for name in ("model.dl", "weights.safetensors")}
+        with_manifest(members, sha256=hashes)
+
+    rewritten("m.dlpkg", "evil.dlpkg", saving)
+    with pytest.raises(DiagnosticError) as raised:
+        load_package("evil.dlpkg")
+    (found,) = raised.value.diagnostics
+    assert (found.code, found.message, found.span.path) == (
+        "E0606",
+        "package `evil.dlpkg`: `predict` calls `save`, which writes a file",
+        "evil.dlpkg/model.dl",
+    )
+    assert "evil.dlpkg/model.dl" in str(found.span) and found.span.line > 1
+    np.savez("x.npz", x=inputs())
+    status, _, err = dlrun("predict", "evil.dlpkg", "--input", "x.npz", "-o", "y.npz")
+    assert status == 1 and "error[E0606]: package `evil.dlpkg`: `predict` calls `save`" in err
+    assert not Path("evil.safetensors").exists() and not Path("y.npz").exists()
+
+
 def test_compiled_calls_see_new_arrays_and_arrays_changed_in_place(tmp_path: Path) -> None:
     """A compiled function's argument slots keep the address of the array of the last call (codegen/native.py,
     `Specialisation.placed`): an array changed in place since is read anew, another array takes its place, and
