@@ -15,3 +15,16 @@ def load_package(path, backend: str = "interp"):
     from dl.package import load_package as load  # imported here: `import dl` stays light
 
     return load(path, backend)
+
+
+def main() -> int:
+    """`dlrun` (driver/cli.py), imported here so that Ctrl-C while DL is still loading stops it as Ctrl-C does
+    later (`dlrun: interrupted`, status 130) rather than with a traceback."""
+    import sys
+
+    try:
+        from dl.cli import main as command_line
+    except KeyboardInterrupt:
+        sys.stderr.write("dlrun: interrupted\n")
+        return 130
+    return command_line()

@@ -1,5 +1,5 @@
 import sys
 
-from dl.cli import main
+from dl import main
 
 sys.exit(main())

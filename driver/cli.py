@@ -13,9 +13,9 @@
     dlrun lsp                   run the language server on stdio (for editors)
     dlrun repl                  the interactive REPL (also `dlrun` alone)
 
-Exit status: 0 ok, 1 the program's error (diagnostic on stderr), 2 usage error, 141 stdout closed
-by its reader (`dlrun prog.dl | head -1`: dlrun stops quietly, as `cat` does). A Python traceback is
-only ever shown for a bug in DL itself (status 3), and says so.
+Exit status: 0 ok, 1 the program's error (diagnostic on stderr), 2 usage error, 130 Ctrl-C, 143 and 129
+SIGTERM and SIGHUP, 141 stdout closed by its reader (`dlrun prog.dl | head -1`: dlrun stops quietly, as
+`cat` does). A Python traceback is only ever shown for a bug in DL itself (status 3), and says so.
 """
 
 from __future__ import annotations
@@ -24,8 +24,10 @@ import argparse
 import contextlib
 import os
 import re
+import signal
 import sys
 from pathlib import Path
+from typing import Any
 
 from dl import __version__, distributed, pipeline
 from dl.lang.check import Typed
@@ -332,13 +334,96 @@ STDOUT_CLOSED = 141
 
 def main(argv: list[str] | None = None) -> int:
     """Run one `dlrun` command; returns its exit status."""
+    argv = sys.argv[1:] if argv is None else argv
+    with_streams()
+    handlers = stop_on_signals()
+    written = sys.stdout
+    if argv and argv[0] not in ("lsp", "repl"):  # (the REPL's terminal and the server's protocol are their own)
+        sys.stdout = GuardedOutput(written)
     try:
-        status = command_line(sys.argv[1:] if argv is None else argv)
+        status = command_line(argv)
         if not sys.stdout.closed:  # (the language server closes it when it exits)
             sys.stdout.flush()  # here, where a closed pipe is caught, not at exit
         return status
     except BrokenPipeError:  # stdout (or stderr) was closed by its reader: stop quietly, as `cat` does
         return stdout_closed()
+    except OutputFailed as failure:  # a full disk: `dlrun prog.dl > /dev/full`
+        print(f"dlrun: error: cannot write the output: {failure.strerror or failure}", file=sys.stderr)
+        stdout_closed()
+        return 1
+    except KeyboardInterrupt:  # while DL loads, or between the commands' own handlers
+        print("dlrun: interrupted", file=sys.stderr)
+        return 130
+    except Terminated as stop:
+        print(f"dlrun: stopped by {stop.name}", file=sys.stderr)
+        return 128 + stop.number
+    finally:
+        if isinstance(sys.stdout, GuardedOutput):
+            sys.stdout = written
+        for number, handler in handlers.items():
+            signal.signal(number, handler)
+
+
+class Terminated(BaseException):
+    """SIGTERM or SIGHUP (`timeout`, a scheduler's pre-emption, `docker stop`, a closed terminal): raised where the
+    program is, as Ctrl-C's KeyboardInterrupt is, so that a save in progress removes its temporary file and the
+    target stays as it was. Not a KeyboardInterrupt: the REPL goes on after Ctrl-C, not after this."""
+
+    def __init__(self, number: int) -> None:
+        super().__init__(number)
+        self.number = number
+        self.name = signal.Signals(number).name
+
+
+def stop_on_signals() -> dict[int, Any]:
+    """Raise `Terminated` on SIGTERM and SIGHUP; the handlers they had, to restore."""
+
+    def stop(number: int, frame: object) -> None:
+        raise Terminated(number)
+
+    previous = {}
+    for number in (signal.SIGTERM, signal.SIGHUP):
+        with contextlib.suppress(ValueError, OSError):  # (not the main thread: a test calling `main`)
+            previous[number] = signal.signal(number, stop)
+    return previous
+
+
+def with_streams() -> None:
+    """A standard stream that was closed when dlrun started (`dlrun prog.dl >&-`, a daemon's): Python has None
+    there, which print passes over but other writers do not; the null device takes its place."""
+    for name, mode in (("stdin", "r"), ("stdout", "w"), ("stderr", "w")):
+        if getattr(sys, name) is None:
+            setattr(sys, name, open(os.devnull, mode))  # noqa: SIM115 (open for the process's life)
+
+
+class OutputFailed(OSError):
+    """Standard output could not be written (a full disk, an I/O error): the user's to fix, not a bug in DL."""
+
+
+class GuardedOutput:
+    """Standard output, whose failures to write are `OutputFailed` (a closed pipe stays BrokenPipeError)."""
+
+    def __init__(self, stream) -> None:
+        self.stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return self.stream.write(text)
+        except BrokenPipeError:
+            raise
+        except OSError as failure:
+            raise OutputFailed(failure.errno, failure.strerror) from None
+
+    def flush(self) -> None:
+        try:
+            self.stream.flush()
+        except BrokenPipeError:
+            raise
+        except OSError as failure:
+            raise OutputFailed(failure.errno, failure.strerror) from None
+
+    def __getattr__(self, name: str):
+        return getattr(self.stream, name)
 
 
 def stdout_closed() -> int:
@@ -403,8 +488,8 @@ def command_line(argv: list[str]) -> int:
     except KeyboardInterrupt:
         distributed.report("dlrun: interrupted")
         return 130
-    except BrokenPipeError:
-        raise  # not a bug: `main` ends quietly
+    except (BrokenPipeError, OutputFailed):
+        raise  # not a bug: `main` ends quietly, or says that the output could not be written
     except Exception:
         import traceback  # imported here: only a bug in dlrun prints one
 
@@ -462,6 +547,10 @@ def execute(command: str, file: str, args: list[str], options: argparse.Namespac
         Path(options.metrics) if options.metrics else None,
         Path(options.runs) if options.runs else None,
     )
+    if options.runs and Path(options.runs).exists() and not Path(options.runs).is_dir():  # now, not after an epoch
+        raise UsageError(
+            f"`--runs {options.runs}` is not a directory: each run that logs metrics gets a directory in it"
+        )
     if options.threads is not None:
         threads.use(options.threads)
     elif distributed.launched_size() == 1:  # ranks sharing a host would share its cores: one thread each
@@ -515,6 +604,8 @@ def export(file: str, options: argparse.Namespace, sources: SourceMap) -> int:
         raise UsageError("`--quantize` applies to ONNX models: add `--onnx`")
     if output.suffix.lower() == ".onnx" and not options.onnx:  # a package there would be a zip named .onnx
         raise UsageError(f"`-o {options.output}` names an ONNX model: add `--onnx` (a package is a `.dlpkg`)")
+    if output.suffix.lower() == ".dlpkg" and options.onnx:  # `dlrun predict` would find no package there
+        raise UsageError(f"`-o {options.output}` names a package, and `--onnx` writes an ONNX model: name it `.onnx`")
     from dl import package
 
     built = package.build_package(program, options.function, options.weights, options.param, options.part)

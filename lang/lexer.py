@@ -83,7 +83,8 @@ class Scanner:
         append = tokens.append
         keywords, fixed_kinds = self.keywords, self.fixed_kinds
         line, line_start = 1, 0
-        for found in self.regex.finditer(text):
+        # a byte order mark at the start (an editor's document holds it; read_source drops a file's) is a blank
+        for found in self.regex.finditer(text, 1 if text.startswith("\ufeff") else 0):
             kind = found.lastgroup
             start, stop = found.span(kind)
             value = text[start:stop]

@@ -79,7 +79,9 @@ def resolve(name: str, importer: str, search: tuple[str, ...] = ()) -> Path | No
 def read_source(path: Path, span: Span | None = None) -> str:
     """Read a source file; a missing or unreadable file, one that is not a regular file (a directory, a named
     pipe, a device such as /dev/zero) or one larger than `MAX_SOURCE_BYTES` is a diagnostic (E0404). A byte
-    order mark that some editors write at the start of UTF-8 text is not part of the source."""
+    order mark that some editors write at the start of UTF-8 text is not part of the source. The diagnostic is
+    at `span` (an import), else in the file: at its first line, or at the byte that is not UTF-8."""
+    at = Span(str(path), 1, 1, 1, 1)
     try:
         return read_text(path, MAX_SOURCE_BYTES).removeprefix("\ufeff")
     except FileNotFoundError:
@@ -90,9 +92,10 @@ def read_source(path: Path, span: Span | None = None) -> str:
         data, start = failure.object, failure.start
         line, column = data.count(b"\n", 0, start) + 1, start - (data.rfind(b"\n", 0, start) + 1) + 1
         problem = f"it is not UTF-8 text (byte 0x{data[start]:02x} at line {line}, column {column})"
+        at = Span(str(path), line, column, line, column + 1)
     except OSError as failure:
         problem = failure.strerror or "it cannot be read"
-    raise DiagnosticError(error("E0404", f"cannot read `{path}`: {problem}", span or Span(str(path), 1, 1, 1, 1)))
+    raise DiagnosticError(error("E0404", f"cannot read `{path}`: {problem}", span or at))
 
 
 def load_program(

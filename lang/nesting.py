@@ -106,7 +106,8 @@ def in_room(function: Callable[..., T]) -> Callable[..., T]:
 def with_room(action: Callable[[], T]) -> T:
     """`action()`, run where deep trees and deep DL recursion fit: on a thread with a large stack, while the
     recursion limit is raised. Its result is returned and its exceptions re-raised here. Ctrl-C (which only
-    the main thread receives) stops the action too, then is re-raised. Called from inside a room, runs
+    the main thread receives), or another signal's exception (dlrun's SIGTERM), stops the action too, then is
+    re-raised. Called from inside a room, runs
     directly."""
     if getattr(_local, "inside", False):
         return action()
@@ -125,7 +126,7 @@ def with_room(action: Callable[[], T]) -> T:
     try:
         while not done.wait(0.1):
             pass
-    except KeyboardInterrupt:
+    except BaseException:  # only a signal's handler raises here
         room.interrupt(done)
         raise
     ROOMS.give_back(room)

@@ -89,7 +89,8 @@ def new_record(runs: Path) -> Path:
         }
         write_atomically(directory / RECORD, json.dumps(record, indent=2) + "\n")
     except OSError as problem:
-        raise MetricsError(f"cannot make the run record in `{runs}`: {problem.strerror}") from None
+        why = "it is not a directory" if runs.exists() and not runs.is_dir() else problem.strerror
+        raise MetricsError(f"cannot make the run record in `{runs}`: {why}") from None
     return directory
 
 

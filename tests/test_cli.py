@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -80,6 +85,89 @@ def test_an_onnx_output_without_onnx_is_a_usage_error(dlrun, tmp_path: Path) -> 
         err == f"dlrun: error: `-o {tmp_path / 'm.onnx'}` names an ONNX model: add `--onnx` (a package is a `.dlpkg`)\n"
     )
     assert not (tmp_path / "m.onnx").exists()
+
+
+def test_an_onnx_model_under_a_package_s_name_is_a_usage_error(dlrun, tmp_path: Path) -> None:
+    args = ("export", "examples/hello.dl", "--fn", "main", "--weights", "w.safetensors", "--onnx")
+    status, out, err = dlrun(*args, "-o", str(tmp_path / "m.dlpkg"))
+    assert (status, out) == (2, "")
+    assert err == (
+        f"dlrun: error: `-o {tmp_path / 'm.dlpkg'}` names a package, and `--onnx` writes an ONNX model: "
+        "name it `.onnx`\n"
+    )
+
+
+def test_runs_naming_a_file_is_a_usage_error_before_the_program_runs(dlrun, tmp_path: Path) -> None:
+    (tmp_path / "prog.dl").write_text('fn main() {\n    print("ran")\n    log_metric("loss", 1.0)\n}\n')
+    status, out, err = dlrun("--runs", str(tmp_path / "prog.dl"), str(tmp_path / "prog.dl"))
+    assert (status, out) == (2, "")
+    assert err == (
+        f"dlrun: error: `--runs {tmp_path / 'prog.dl'}` is not a directory: each run that logs metrics gets a "
+        "directory in it\n"
+    )
+
+
+def dlrun_process(*argv: str, **options) -> subprocess.Popen:
+    """`dlrun` as its entry point (`dl:main`, pyproject.toml) runs it, in a process of its own."""
+    command = [sys.executable, "-c", "import sys, dl; sys.exit(dl.main())", *argv]
+    return subprocess.Popen(command, stderr=subprocess.PIPE, text=True, **options)
+
+
+def test_closed_standard_streams_are_no_traceback(tmp_path: Path) -> None:
+    """Started with stdout or stdin closed (a daemon's, `dlrun prog.dl >&-`), dlrun runs: output goes nowhere."""
+    (tmp_path / "prog.dl").write_text("fn main() {\n    print(ones(3))\n}\n")
+    for argv, closed in (((str(tmp_path / "prog.dl"),), 1), (("check", str(tmp_path / "prog.dl")), 1), (("repl",), 0)):
+        process = dlrun_process(*argv, preexec_fn=lambda closed=closed: os.close(closed))
+        _, err = process.communicate(timeout=120)
+        assert (process.returncode, err) == (0, ""), argv
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
+def test_output_to_a_full_disk_is_the_user_s_error_not_a_bug(tmp_path: Path) -> None:
+    (tmp_path / "prog.dl").write_text("fn main() {\n    for i in 0..100000 {\n        print(i)\n    }\n}\n")
+    for argv in ((str(tmp_path / "prog.dl"),), ("check", str(tmp_path / "prog.dl"))):
+        with open("/dev/full", "w") as full:
+            process = dlrun_process(*argv, stdout=full)
+            _, err = process.communicate(timeout=120)
+        assert (process.returncode, err) == (1, "dlrun: error: cannot write the output: No space left on device\n")
+
+
+def test_ctrl_c_while_dl_is_loading_is_an_interrupt_not_a_traceback() -> None:
+    """The entry point imports the command line inside its handler: an interrupt then is status 130."""
+    command = (
+        "import sys, dl\n"
+        "class Interrupting:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name == 'dl.cli':\n"
+        "            raise KeyboardInterrupt\n"
+        "sys.meta_path.insert(0, Interrupting())\n"
+        "sys.exit(dl.main())\n"
+    )
+    done = subprocess.run([sys.executable, "-c", command, "check", "x.dl"], capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stdout, done.stderr) == (130, "", "dlrun: interrupted\n")
+
+
+@pytest.mark.parametrize("number", [signal.SIGTERM, signal.SIGHUP])
+def test_sigterm_or_sighup_during_saves_stops_and_leaves_the_target_whole(tmp_path: Path, number: int) -> None:
+    """`timeout`, a scheduler's pre-emption or a closed terminal stop dlrun as Ctrl-C does: a save in progress
+    removes its temporary file and the checkpoint is the last one written whole."""
+    from safetensors.numpy import load_file
+
+    (tmp_path / "prog.dl").write_text(
+        "fn main() {\n    let w = randn(1000, 1000, seed=0)\n    let i = 0\n    while true {\n"
+        '        save("w.safetensors", (w, float(i)))\n        i += 1\n    }\n}\n'
+    )
+    process = dlrun_process(str(tmp_path / "prog.dl"), cwd=tmp_path, stdout=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while not (tmp_path / "w.safetensors").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.3)
+    process.send_signal(number)
+    _, err = process.communicate(timeout=60)
+    assert (process.returncode, err) == (128 + number, f"dlrun: stopped by {signal.Signals(number).name}\n")
+    saved = load_file(str(tmp_path / "w.safetensors"))
+    assert saved["0"].shape == (1000, 1000)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["prog.dl", "w.safetensors"]
 
 
 def test_a_file_named_without_its_extension_is_suggested_with_it(dlrun) -> None:

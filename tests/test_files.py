@@ -121,7 +121,7 @@ def test_a_source_that_is_not_utf_8_is_refused_with_where_it_stops_being(tmp_pat
     path = tmp_path / "latin1.dl"
     path.write_bytes('fn main() {\n    print("café")\n}\n'.encode("latin-1"))
     reason = "it is not UTF-8 text (byte 0xe9 at line 2, column 15)"
-    assert dlrun(str(path)) == (1, "", f"error[E0404]: cannot read `{path}`: {reason}\n --> {path}:1:1\n")
+    assert dlrun(str(path)) == (1, "", f"error[E0404]: cannot read `{path}`: {reason}\n --> {path}:2:15\n")
 
 
 def test_an_imported_module_over_the_size_limit_is_refused_at_its_import(short_tmp: Path, dlrun) -> None:

@@ -111,6 +111,14 @@ def test_a_mistake_inside_an_imported_function_is_shown_at_the_call(tmp_path: Pa
     assert related.message == "f32[4, 3] @ f32[5, 2]"
 
 
+def test_a_byte_order_mark_at_the_start_of_a_document_is_a_blank_there() -> None:
+    """An editor's document may begin with the byte order mark its file has (`dlrun check` drops a file's):
+    the diagnostics are those of the text without it, their columns on line 1 counting it."""
+    [shown] = lsp.diagnostics_for(lang.check("\ufeff" + BAD, PATH), PATH, URI)
+    assert (shown.code, shown.range) == ("E0302", types.Range(types.Position(0, 21), types.Position(0, 44)))
+    assert lsp.diagnostics_for(lang.check("\ufefffn main() {\n    print(1)\n}\n", PATH), PATH, URI) == []
+
+
 def test_a_parse_error_is_an_lsp_diagnostic() -> None:
     shown = lsp.diagnostics_for(lang.check("fn main( {\n", PATH), PATH, URI)
     assert shown and all(d.severity == types.DiagnosticSeverity.Error for d in shown)
