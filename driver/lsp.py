@@ -984,6 +984,12 @@ def name_classes(typed: Typed | None, path: str) -> dict[tuple[int, int], tuple[
                     put(Span(path, end.end_line, end.end_column - len(name), 0, 0), "struct")
                 else:
                     put(node.span, "type" if name in DTYPE_NAMES else "struct")
+            case ast.TensorTypeExpr(module=alias) if alias is not None:  # `gpt.GPT[2, 64]`
+                put(
+                    Span(path, node.span.line, node.span.column, node.span.line, node.span.column + len(alias)),
+                    "namespace",
+                )
+                put(Span(path, node.span.line, node.span.column + len(alias) + 1, 0, 0), "struct")
             case ast.TensorTypeExpr():
                 put(node.span, "type")
             case ast.DimName():

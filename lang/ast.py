@@ -63,9 +63,12 @@ class NamedType:
 
 @node
 class TensorTypeExpr:
+    """`f32[B, 3]`, or a generic struct given sizes (`Linear[5, 2]`, `gpt.GPT[2, 64]`: `module` is its module)."""
+
     dtype: str
     dims: tuple[Dim, ...]
     span: Span = _span()
+    module: str | None = None
 
 
 @node

@@ -784,7 +784,7 @@ class Checker:
             for node in ast.walk(tuple(each.type for each in decl.fields)):
                 if isinstance(node, ast.NamedType) and node.module is None and node.name in by_name:
                     resolve(by_name[node.name])
-                elif isinstance(node, ast.TensorTypeExpr) and node.dtype in by_name:
+                elif isinstance(node, ast.TensorTypeExpr) and node.module is None and node.dtype in by_name:
                     resolve(by_name[node.dtype])
             self.resolve_struct(info, decl)
 
@@ -928,6 +928,15 @@ class Checker:
                 structs = self.modules[target].structs
                 if name in structs:
                     return any_sizes(structs[name])
+                return self.unknown_type(f"{module}.{name}", node.span, {})
+            case ast.TensorTypeExpr(dtype=name, module=module) if module is not None:  # `gpt.GPT[2, 64]`
+                target = info.imports.get(module)
+                if target is None:
+                    self.report(error("E0318", f"unknown module `{module}` in a type", node.span))
+                    return ANY
+                structs = self.modules[target].structs
+                if name in structs:
+                    return self.sized_struct(structs[name], node, info, struct_field)
                 return self.unknown_type(f"{module}.{name}", node.span, {})
             case ast.TensorTypeExpr(dtype=dtype, dims=dims) if dtype in info.structs:
                 return self.sized_struct(info.structs[dtype], node, info, struct_field)

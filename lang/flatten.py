@@ -111,6 +111,9 @@ class Scope:
                 return ast.NamedType(self.use(self.flattener.imports[self.path][alias], name), None, node.span)
             case ast.NamedType(name=name) if self.declared(name):
                 return ast.NamedType(self.use(self.path, name), None, node.span)
+            case ast.TensorTypeExpr(dtype=name, module=alias) if alias is not None:  # `gpt.GPT[2, 64]`
+                dims = tuple(self.rewrite(dim) for dim in node.dims)
+                return ast.TensorTypeExpr(self.use(self.flattener.imports[self.path][alias], name), dims, node.span)
             case ast.TensorTypeExpr(dtype=name) if self.declared(name):  # a generic struct: `Linear[5, 2]`
                 dims = tuple(self.rewrite(dim) for dim in node.dims)
                 return ast.TensorTypeExpr(self.use(self.path, name), dims, node.span)

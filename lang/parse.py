@@ -181,6 +181,11 @@ class Builder:
         dims = tuple(nodes(children))
         return ast.TensorTypeExpr(children[0][1], dims, span_between(self.path, children[0], children[-1]))
 
+    def qualified_tensor_type(self, children: list) -> ast.TensorTypeExpr:
+        module, _, name = children[:3]
+        dims = tuple(nodes(children[3:]))
+        return ast.TensorTypeExpr(name[1], dims, span_between(self.path, module, children[-1]), module[1])
+
     def dim_leaf(self, children: list) -> ast.Dim:
         kind, text, line, column = children[0]
         span = Span(self.path, line, column, line, column + len(text))

@@ -141,8 +141,8 @@ def print_type(node: ast.TypeExpr) -> str:
     match node:
         case ast.NamedType(name=name, module=module):
             return f"{module}.{name}" if module else name
-        case ast.TensorTypeExpr(dtype=dtype, dims=dims):
-            return f"{dtype}[{', '.join(print_dim(d) for d in dims)}]"
+        case ast.TensorTypeExpr(dtype=dtype, dims=dims, module=module):
+            return f"{module + '.' if module else ''}{dtype}[{', '.join(print_dim(d) for d in dims)}]"
         case ast.TupleTypeExpr(items=items):
             inner = ", ".join(print_type(item) for item in items)
             return f"({inner},)" if len(items) == 1 else f"({inner})"

@@ -297,3 +297,37 @@ def test_an_integer_out_of_range_beside_an_index_tensor_is_E0308() -> None:
     typed = dl.lang.check("fn f(x: f32[3, 4], j: i64[2]) {\n    return x[5, j]\n}\n", "picks.dl")
     assert [d.message for d in typed.diagnostics] == ["index 5 is out of range for axis 0 with size 3"]
     assert codes(typed) == [("E0308", 2, 14)]
+
+
+def test_a_generic_struct_of_another_module_takes_sizes(tmp_path, dlrun) -> None:
+    """`layers.Linear[3, 2]` as `Linear[3, 2]` is in its own module: checked, run, differentiated, exported
+    (flattened to the struct's new name) and laid out by `fmt` as written; wrong sizes and unknown names are
+    E0318 at the type."""
+    (tmp_path / "layers.dl").write_text(
+        "struct Linear[I, O] { w: f32[I, O], b: f32[O] }\n\nfn linear(p, x) { return x @ p.w + p.b }\n"
+    )
+    main = tmp_path / "main.dl"
+    program = (
+        "import layers\n\n"
+        "fn apply(p: layers.Linear[3, 2], x: f32[B, 3]) -> f32[B, 2] {\n    return layers.linear(p, x)\n}\n\n"
+        "fn main() {\n"
+        "    let p = layers.Linear { w: ones(3, 2), b: zeros(2) }\n"
+        "    print(apply(p, ones(1, 3)))\n"
+        "    print(grad(fn(q) => sum(apply(q, ones(4, 3))))(p).w[0])\n"
+        '    save("p.safetensors", p)\n'
+        "}\n"
+    )
+    main.write_text(program)
+    assert dlrun(str(main)) == (0, "[[3. 3.]]\n[4. 4.]\n", "")
+    assert dlrun("fmt", "--print", str(main)) == (0, program, "")
+    package = str(tmp_path / "m.dlpkg")
+    assert dlrun("export", str(main), "--fn", "apply", "--weights", "p.safetensors", "-o", package)[0] == 0
+    main.write_text("import layers\n\nfn f(p: layers.Linear[3]) {}\n\nfn g(p: layers.Nope[3]) {}\n\nfn main() {}\n")
+    status, _, err = dlrun("check", str(main))
+    assert status == 1
+    assert [line for line in err.splitlines() if line.startswith(("error", " -->"))] == [
+        "error[E0318]: struct `Linear` takes 2 sizes, found 1",
+        f" --> {main}:3:9",
+        "error[E0318]: unknown type `layers.Nope`",
+        f" --> {main}:5:9",
+    ]
