@@ -3874,6 +3874,25 @@ fn f(w, x) {
 )
 
 
+case(
+    "integer_literal_argument_used_as_count_and_divisor",
+    "calls",
+    """
+fn scaled(x, n: i64) {
+    let count = len(arange(n))
+    return x / n * float(count)
+}
+
+fn f(x) {
+    return sum(scaled(x, 2) * x)
+}
+""",
+    (normal(73, 4),),
+    lambda x: (x / 2 * 2 * x).sum(),
+    notes="the literal 2 written in place at both uses of n: `arange(2)` an integer, `x / 2` of x's dtype",
+)
+
+
 def masked_squares(x):
     y = torch.log(x)
     safe = torch.where(torch.isfinite(y), y, 0.0)

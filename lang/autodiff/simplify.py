@@ -140,6 +140,8 @@ def propagate_copies(stmts: list[ast.Stmt]) -> list[ast.Stmt]:
     def resolve(node: ast.Expr) -> ast.Expr:
         while isinstance(node, ast.Name) and node.id in alias:
             node = alias[node.id]
+        if isinstance(node, (ast.FloatLiteral, ast.IntLiteral)):  # a node of its own at each use: the checker
+            return dataclasses.replace(node)  # gives a literal a dtype by its node (`arange(2)` and `x / 2`)
         return node
 
     stmts = filter_blocks(stmts, lambda stmt: id(stmt) not in copies)
