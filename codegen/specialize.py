@@ -808,6 +808,8 @@ class Specialiser(FunctionLowering):
                 if isinstance(value, Tensor) and value.dtype == "bool":
                     return Tensor("bool", value.shape, ir.Apply("not", "bool", (value.tree,)))
                 return self.logical_not(self.scalar_of(value, expr.span), expr.span)
+            case ast.Binary(op="and" | "or" as op, lhs=lhs, rhs=rhs) if self.elementwise_logic(expr):
+                return self.elementwise(op, [self.evaluate(lhs), self.evaluate(rhs)], expr.span)
             case ast.Binary(op="and" | "or"):
                 return self.short_circuit(expr)
             case ast.Binary(op=op, lhs=lhs, rhs=rhs):
@@ -1020,6 +1022,12 @@ class Specialiser(FunctionLowering):
         result = self.temp("equal", "bool")
         self.emit(ir.Evaluate(result, tree))
         return Value(result)
+
+    def elementwise_logic(self, expr: ast.Binary) -> bool:
+        """`a and b` of bool tensors: elementwise, both sides evaluated (as the interpreter does), where the
+        checker typed it a tensor in every call."""
+        checked = self.typed.type_of(expr)
+        return isinstance(checked, TensorType) and bool(checked.dims)
 
     def negated(self, value: object, span: Span) -> object:
         """`-value` of a scalar or tensor, or of each leaf of a struct or tuple."""

@@ -244,6 +244,27 @@ def compiled_functions_of(name: str) -> set[str]:
     return set(re.findall(r"^fn (\w+)", PROGRAMS[name], re.MULTILINE)) - {"main"}
 
 
+BOOL_TENSOR_LOGIC = """
+fn inside(x: i64[N], lo: i64, hi: i64) -> bool[N] {
+    return x >= lo and x < hi
+}
+fn outside(x: f64[N]) -> bool[N] {
+    return x < -1.0 or x > 1.0 or not isfinite(x)
+}
+fn main() {
+    print(inside(arange(6), 1, 4))
+    print(outside([-2.0f64, 0.5f64, 3.0f64, 1.0f64 / 0.0f64]))
+}
+"""
+
+
+def test_and_or_of_bool_tensors_are_elementwise_and_compiled(tmp_path: Path, capsys) -> None:
+    interpreted, compiled = both_backends(tmp_path, BOOL_TENSOR_LOGIC, capsys)
+    assert compiled == interpreted == "[False  True  True  True False False]\n[ True False  True  True]\n"
+    _, _, err = run_cli(tmp_path, BOOL_TENSOR_LOGIC, "--backend", "llvm", "--explain-backend", capsys=capsys)
+    assert "`inside`(i64[6], i64, i64) compiled" in err and "`outside`(f64[4]) compiled" in err
+
+
 def numbers(text: str) -> list[float]:
     return [float(word) for word in text.split()]
 
