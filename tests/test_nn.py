@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import math
+from importlib.util import find_spec
 from typing import Any
 
 import numpy as np
@@ -739,3 +740,138 @@ def test_kaiming_is_he_normal() -> None:
     assert w.std() == pytest.approx(std, rel=0.01)
     assert np.mean(np.abs(w) < std) == pytest.approx(0.6827, abs=0.01)  # normal, not uniform
     np.testing.assert_array_equal(w, call("kaiming", fan_in, fan_out, 1))
+
+
+# ------------------------------------------------------------------------------------------- channels and pooling
+# Functions over NCHW data (channels on axis 1), each with a wrapper `name(params)` and `name_grad(params, c)`,
+# the gradient of sum(name(...) * c) with respect to the float tensors among the parameters, run on both
+# backends. Sizes and strides are literals in the wrappers, so the checker knows them and the llvm backend
+# compiles the functions (it needs the number of windows as a constant).
+
+CHANNEL_FUNCTIONS = {
+    # name: (parameters, call, the parameters differentiated)
+    "batch_norm_eval": ("x, m, v, g, b", "nn.batch_norm_eval(x, (m, v), g, b)", "x, g, b"),
+    "group_norm": ("x, g, b", "nn.group_norm(x, 2, g, b)", "x, g, b"),
+    "instance_norm": ("x, g, b", "nn.instance_norm(x, g, b, eps=1e-3)", "x, g, b"),
+}
+for _name, (_params, _call, _wrt) in CHANNEL_FUNCTIONS.items():
+    _positions = ", ".join(str(n) for n in range(len(_wrt.split(", "))))
+    WRAPPERS[_name] = f"fn {_name}({_params}) {{ return {_call} }}"
+    WRAPPERS[f"{_name}_grad"] = (
+        f"fn {_name}_grad({_params}, c) {{ return grad(fn({_wrt}) => sum({_call} * c), wrt=({_positions},))({_wrt}) }}"
+    )
+WRAPPERS["batch_norm_train"] = "fn batch_norm_train(x, m, v, g, b) { return nn.batch_norm_train(x, (m, v), g, b) }"
+WRAPPERS["batch_norm_train_momentum"] = """
+fn batch_norm_train_momentum(x, m, v, g, b) { return nn.batch_norm_train(x, (m, v), g, b, momentum=0.3, eps=1e-3) }"""
+WRAPPERS["batch_norm_train_grad"] = """
+fn batch_norm_train_loss(x, g, b, m, v, c) {
+    let (y, stats) = nn.batch_norm_train(x, (m, v), g, b)
+    return sum(y * c)
+}
+fn batch_norm_train_grad(x, m, v, g, b, c) { return grad(batch_norm_train_loss, wrt=(0, 1, 2))(x, g, b, m, v, c) }"""
+WRAPPERS["batch_norm_stats"] = "fn batch_norm_stats() { return nn.batch_norm_stats(4) }"
+
+BACKENDS = [
+    "interp",
+    pytest.param("llvm", marks=pytest.mark.skipif(find_spec("llvmlite") is None, reason="needs llvmlite")),
+]
+# the inputs of the channel functions: [N, C], [N, C, L] and [N, C, H, W]
+CHANNEL_SHAPES = [(6, 4), (3, 4, 5), (2, 4, 3, 5)]
+CHANNEL_SHAPE_IDS = ["features", "sequences", "images"]
+
+
+def call_on(backend: str, name: str, *args: Any) -> Any:
+    """The wrapper `name` called on `backend`; on llvm, it and every function of nn.dl it calls must have been
+    compiled, none left to the interpreter."""
+    _, typed = pipeline.prepare(program(name), ((name, tuple(pipeline.value_type(a) for a in args)),))
+    prepared = pipeline.on_backend(backend, typed, cache=False)
+    result = prepared.call(name, list(args))
+    interpreted = [line for line in prepared.outcome().splitlines() if "interpreted" in line]
+    assert not interpreted, "\n".join(interpreted)
+    return result
+
+
+def compare(backend: str, name: str, args: tuple, reference, leaves: list[torch.Tensor], dtype: type) -> None:
+    """The wrapper `name` gives `reference(*leaves)`, and `name_grad` the gradients of sum(reference * c)."""
+    expected = reference(*leaves)
+    c = normal(99, *expected.shape, dtype=dtype)
+    (expected * torch.tensor(c.astype(np.float64))).sum().backward()
+    close(call_on(backend, name, *args), expected, dtype)
+    gradients = call_on(backend, f"{name}_grad", *args, c)
+    gradients = gradients if isinstance(gradients, tuple) else (gradients,)
+    for actual, leaf in zip(gradients, leaves, strict=True):
+        close(actual, leaf.grad, dtype)
+
+
+def channel_parameters(shape: tuple[int, ...], dtype: type) -> tuple[np.ndarray, ...]:
+    """x with channels of different means and scales, positive running variances, gamma and beta."""
+    channels = shape[1]
+    scale = np.arange(1, channels + 1).reshape(channels, *([1] * (len(shape) - 2)))
+    x = (normal(1, *shape, dtype=dtype) * scale + scale).astype(dtype)
+    running_mean, running_var = normal(2, channels, dtype=dtype), np.abs(normal(3, channels, dtype=dtype)) + dtype(0.5)
+    return x, running_mean, running_var, normal(4, channels, dtype=dtype), normal(5, channels, dtype=dtype)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("shape", CHANNEL_SHAPES, ids=CHANNEL_SHAPE_IDS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
+def test_batch_norm_in_training_matches_torch(dtype: type, shape: tuple[int, ...], backend: str) -> None:
+    """The output and its gradients, and the running statistics torch's F.batch_norm leaves in its buffers: moved
+    `momentum` of the way to the batch's mean and unbiased variance."""
+    x, running_mean, running_var, gamma, beta = channel_parameters(shape, dtype)
+    for name, momentum, eps in (("batch_norm_train", 0.1, 1e-5), ("batch_norm_train_momentum", 0.3, 1e-3)):
+        tx, tg, tb = tensors(x, gamma, beta)
+        buffers = [torch.tensor(s.astype(np.float64)) for s in (running_mean, running_var)]
+        expected = F.batch_norm(tx, *buffers, tg, tb, training=True, momentum=momentum, eps=eps)
+        y, (new_mean, new_var) = call_on(backend, name, x, running_mean, running_var, gamma, beta)
+        close(y, expected, dtype)
+        close(new_mean, buffers[0], dtype)
+        close(new_var, buffers[1], dtype)
+    c = normal(6, *shape, dtype=dtype)
+    tx, tg, tb = tensors(x, gamma, beta)
+    expected = F.batch_norm(tx, None, None, tg, tb, training=True)
+    (expected * torch.tensor(c.astype(np.float64))).sum().backward()
+    gradients = call_on(backend, "batch_norm_train_grad", x, running_mean, running_var, gamma, beta, c)
+    for actual, leaf in zip(gradients, (tx, tg, tb), strict=True):
+        close(actual, leaf.grad, dtype)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("shape", CHANNEL_SHAPES, ids=CHANNEL_SHAPE_IDS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
+def test_batch_norm_in_evaluation_and_group_norm_match_torch(dtype: type, shape: tuple[int, ...], backend: str) -> None:
+    x, running_mean, running_var, gamma, beta = channel_parameters(shape, dtype)
+    statistics = [torch.tensor(s.astype(np.float64)) for s in (running_mean, running_var)]
+    compare(
+        backend,
+        "batch_norm_eval",
+        (x, running_mean, running_var, gamma, beta),
+        lambda x, g, b: F.batch_norm(x, *statistics, g, b, training=False),
+        tensors(x, gamma, beta),
+        dtype,
+    )
+    reference = lambda x, g, b: F.group_norm(x, 2, g, b)  # noqa: E731
+    compare(backend, "group_norm", (x, gamma, beta), reference, tensors(x, gamma, beta), dtype)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("shape", CHANNEL_SHAPES[1:], ids=CHANNEL_SHAPE_IDS[1:])
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
+def test_instance_norm_matches_torch(dtype: type, shape: tuple[int, ...], backend: str) -> None:
+    x, _, _, gamma, beta = channel_parameters(shape, dtype)
+    reference = lambda x, g, b: F.instance_norm(x, weight=g, bias=b, eps=1e-3)  # noqa: E731
+    compare(backend, "instance_norm", (x, gamma, beta), reference, tensors(x, gamma, beta), dtype)
+
+
+def test_batch_norm_stats_start_as_torchs_buffers() -> None:
+    module = torch.nn.BatchNorm2d(4)
+    running_mean, running_var = call("batch_norm_stats")
+    np.testing.assert_array_equal(running_mean, module.running_mean.numpy())
+    np.testing.assert_array_equal(running_var, module.running_var.numpy())
+
+
+def test_batch_norm_refuses_to_train_on_one_value_per_channel() -> None:
+    """torch's F.batch_norm raises for it: the unbiased variance of one value divides by zero."""
+    x, running_mean, running_var, gamma, beta = channel_parameters((1, 4), np.float32)
+    with pytest.raises(DiagnosticError, match="more than one value"):
+        call("batch_norm_train", x, running_mean, running_var, gamma, beta)
