@@ -753,6 +753,15 @@ CHANNEL_FUNCTIONS = {
     "batch_norm_eval": ("x, m, v, g, b", "nn.batch_norm_eval(x, (m, v), g, b)", "x, g, b"),
     "group_norm": ("x, g, b", "nn.group_norm(x, 2, g, b)", "x, g, b"),
     "instance_norm": ("x, g, b", "nn.instance_norm(x, g, b, eps=1e-3)", "x, g, b"),
+    "avg_pool2d": ("x", "nn.avg_pool2d(x, 2)", "x"),
+    "avg_pool2d_strided": ("x", "nn.avg_pool2d(x, 3, stride=2, padding=1)", "x"),
+    "adaptive_avg_pool2d": ("x", "nn.adaptive_avg_pool2d(x, 3)", "x"),
+    "adaptive_avg_pool2d_1": ("x", "nn.adaptive_avg_pool2d(x, 1)", "x"),
+    "global_avg_pool2d": ("x", "nn.global_avg_pool2d(x)", "x"),
+    "avg_pool1d": ("x", "nn.avg_pool1d(x, 3)", "x"),
+    "avg_pool1d_strided": ("x", "nn.avg_pool1d(x, 4, stride=2, padding=2)", "x"),
+    "max_pool1d": ("x", "nn.max_pool1d(x, 2)", "x"),
+    "max_pool1d_strided": ("x", "nn.max_pool1d(x, 3, stride=2, padding=1)", "x"),
 }
 for _name, (_params, _call, _wrt) in CHANNEL_FUNCTIONS.items():
     _positions = ", ".join(str(n) for n in range(len(_wrt.split(", "))))
@@ -875,3 +884,26 @@ def test_batch_norm_refuses_to_train_on_one_value_per_channel() -> None:
     x, running_mean, running_var, gamma, beta = channel_parameters((1, 4), np.float32)
     with pytest.raises(DiagnosticError, match="more than one value"):
         call("batch_norm_train", x, running_mean, running_var, gamma, beta)
+
+
+POOLS = {
+    "avg_pool2d": lambda x: F.avg_pool2d(x, 2),
+    "avg_pool2d_strided": lambda x: F.avg_pool2d(x, 3, stride=2, padding=1),
+    "adaptive_avg_pool2d": lambda x: F.adaptive_avg_pool2d(x, 3),
+    "adaptive_avg_pool2d_1": lambda x: F.adaptive_avg_pool2d(x, 1),
+    "global_avg_pool2d": lambda x: F.adaptive_avg_pool2d(x, 1),
+    "avg_pool1d": lambda x: F.avg_pool1d(x, 3),
+    "avg_pool1d_strided": lambda x: F.avg_pool1d(x, 4, stride=2, padding=2),
+    "max_pool1d": lambda x: F.max_pool1d(x, 2),
+    "max_pool1d_strided": lambda x: F.max_pool1d(x, 3, stride=2, padding=1),
+}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("name", POOLS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
+def test_pooling_matches_torch(dtype: type, name: str, backend: str) -> None:
+    """Odd sizes, which the windows do not divide: torch's floor mode drops the rest (7 by 5 images, sequences of
+    11)."""
+    x = normal(1, 2, 3, 11, dtype=dtype) if "1d" in name else normal(1, 2, 3, 7, 5, dtype=dtype)
+    compare(backend, name, (x,), POOLS[name], tensors(x), dtype)
