@@ -190,3 +190,9 @@ def test_dlrun_fmt_leaves_a_file_with_a_syntax_error_alone(dlrun, tmp_path: Path
     assert (status, out) == (1, "1 file left alone (errors above)\n") and err.startswith("error[E0102]")
     assert file.read_text() == "fn main( {\n"
     assert [p.name for p in tmp_path.iterdir()] == ["broken.dl"]
+
+
+def test_the_standard_library_and_the_examples_are_in_canonical_form(dlrun) -> None:
+    """What users read first is laid out as `dlrun fmt` lays out theirs (a first-hour probe found the stdlib
+    was not)."""
+    assert dlrun("fmt", "--check", "stdlib", "examples")[0] == 0
