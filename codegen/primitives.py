@@ -1522,9 +1522,13 @@ def zero(dtype: str) -> ir.Const:
 
 def arange(lowering, bound: dict, span: Span) -> object:
     bounds = [static_int(lowering, b, span, "an `arange` bound") for b in bound["bounds"]]
-    start, stop = (0, bounds[0]) if len(bounds) == 1 else bounds
-    count = max(stop - start, 0)
+    start, stop, step = (0, bounds[0], 1) if len(bounds) == 1 else (*bounds, 1)[:3]
+    if step == 0:
+        raise Unsupported("`arange` with a step of 0, which stops the program", span)
+    count = len(range(start, stop, step))
     tree: object = ir.Index(0)
+    if step != 1:
+        tree = ir.Apply("mul", "i64", (tree, ir.Splat(ir.Const(step, "i64"))))
     if start:
         tree = ir.Apply("add", "i64", (tree, ir.Splat(ir.Const(start, "i64"))))
     return Tensor("i64", (count,), tree)

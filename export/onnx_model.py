@@ -1274,9 +1274,9 @@ def creation(fill: float | None) -> Callable[[Call], Tensor]:
 
 def arange(call: Call) -> Tensor:
     bounds = list(call.values[0])
-    start, stop = (Number(0, "i64"), bounds[0]) if len(bounds) == 1 else bounds
-    one = call.graph.constant(np.array(1), "i64")
-    return call.op("Range", [call.graph.tensor(start, "i64"), call.graph.tensor(stop, "i64"), one])
+    start, stop = (Number(0, "i64"), bounds[0]) if len(bounds) == 1 else bounds[:2]
+    step = call.graph.tensor(bounds[2], "i64") if len(bounds) == 3 else call.graph.constant(np.array(1), "i64")
+    return call.op("Range", [call.graph.tensor(start, "i64"), call.graph.tensor(stop, "i64"), step])
 
 
 def eye(call: Call) -> Tensor:

@@ -918,6 +918,8 @@ def arange(bounds: tuple) -> Any:
     for bound in bounds:
         if not is_integer(bound):
             raise PrimitiveError(f"`arange` takes integers, found {describe(bound)}")
+    if len(bounds) == 3 and int(bounds[2]) == 0:
+        raise PrimitiveError("`arange`'s step is 0")
     return np.arange(*(int(b) for b in bounds), dtype=np.int64)
 
 

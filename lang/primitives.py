@@ -735,8 +735,8 @@ PRIMITIVES_LIST = (
     not_differentiable(
         Prim.ARANGE,
         "creation",
-        "`i64` tensor `0, ..., n - 1` or `a, ..., b - 1`",
-        Signature(variadic=("bounds", 1, 2)),
+        "`i64` tensor `0, ..., n - 1`, `a, ..., b - 1`, or `a, a + step, ...` short of `b` (numpy's and torch's)",
+        Signature(variadic=("bounds", 1, 3)),
         shapes.arange_rule,
         INPUT,
     ),

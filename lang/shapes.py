@@ -1189,14 +1189,17 @@ def dropout_rule(args: list[Argument]) -> Type:
 
 
 def arange_rule(args: list[Argument]) -> Type:
+    """`arange(n)`, `arange(a, b)` and `arange(a, b, step)`: the integers of Python's `range` of the same bounds."""
     values = dims_from(args, "arange")
     if len(values) == 1:
         return TensorType("i64", (max(values[0], 0) if isinstance(values[0], int) else values[0],))
-    low, high = values
-    if low == 0:
+    low, high, step = (*values, 1) if len(values) == 2 else values
+    if step == 0:
+        raise ShapeError("E0307", "`arange`'s step is 0", at=args[2].span)
+    if low == 0 and step == 1:
         return TensorType("i64", (high,))
-    size = max(high - low, 0) if isinstance(low, int) and isinstance(high, int) else UNKNOWN
-    return TensorType("i64", (size,))
+    known = all(isinstance(v, int) for v in (low, high, step))
+    return TensorType("i64", (len(range(low, high, step)) if known else UNKNOWN,))
 
 
 def eye_rule(args: list[Argument]) -> Type:

@@ -265,6 +265,25 @@ def test_and_or_of_bool_tensors_are_elementwise_and_compiled(tmp_path: Path, cap
     assert "`inside`(i64[6], i64, i64) compiled" in err and "`outside`(f64[4]) compiled" in err
 
 
+ARANGE_STEPS = """
+fn steps(n: i64) -> (i64[_], i64[_], i64[_]) {
+    return (arange(1, n, 3), arange(n, -n, -4), arange(2, n, 100))
+}
+fn main() {
+    print(steps(11))
+    print(steps(0))
+}
+"""
+
+
+def test_arange_with_a_step_compiles_and_counts_as_numpy(tmp_path: Path, capsys) -> None:
+    interpreted, compiled = both_backends(tmp_path, ARANGE_STEPS, capsys)
+    assert compiled == interpreted
+    assert compiled.splitlines()[0] == "([ 1  4  7 10], [11  7  3 -1 -5 -9], [2])"
+    _, _, err = run_cli(tmp_path, ARANGE_STEPS, "--backend", "llvm", "--explain-backend", capsys=capsys)
+    assert "`steps`(i64 = 11) compiled" in err
+
+
 def numbers(text: str) -> list[float]:
     return [float(word) for word in text.split()]
 

@@ -152,6 +152,7 @@ CORPUS_FUNCTIONS = [
     "frozen",
     "tested",
     "trig",
+    "strided",
 ]
 
 

@@ -3080,3 +3080,17 @@ def test_every_operator_has_tests() -> None:
     for names in [*OPERATOR_TESTS.values(), *UNARY_OPERATOR_TESTS.values()]:
         for name in names:
             assert callable(globals().get(name)) and name.startswith("test_"), f"no test named {name}"
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(-12, 12), st.integers(-12, 12), st.integers(-5, 5).filter(bool))
+def test_arange_with_a_step_is_numpy_s(start: int, stop: int, step: int) -> None:
+    check(dl_eval(f"arange({start}, {stop}, {step})"), np.arange(start, stop, step), I64)
+    check(dl_eval("arange(a, b, c)", start, stop, step), np.arange(start, stop, step), I64)
+
+
+def test_arange_with_a_step_of_zero_is_refused() -> None:
+    typed = dl.lang.check("fn main() {\n    print(arange(0, 3, 0))\n}\n", "step.dl")
+    found = [(d.code, d.message, d.span.line, d.span.column) for d in typed.diagnostics]
+    assert found == [("E0307", "`arange`'s step is 0", 2, 24)]
+    assert "`arange`'s step is 0" in str(runtime_error("arange(0, 3, a)", 0))
