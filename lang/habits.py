@@ -24,6 +24,11 @@ NAMES = {
     "None": "help: DL has no `None`: an axis of size 1 is added with `expand_dims(x, axis)`, and a variable holds "
     "a value from its `let` on (`let best = 1e9`)",
     "self": "help: DL has no methods: a function takes the struct it works on as a parameter",
+    # numpy's and torch's constants (`np.pi`, `torch.inf`): an unsuffixed literal takes its uses' dtype
+    "pi": "help: DL has no `pi` constant: write `3.141592653589793`, which takes the dtype of what it meets "
+    "(a `const` would be an f32)",
+    "inf": "help: DL writes infinity as a literal too large for any dtype: `1e400` (and `-1e400`)",
+    "nan": "help: DL has no `nan` constant: `0.0 / 0.0` is one",
 }
 DTYPE_NAMES = {"float32": "f32", "float64": "f64", "double": "f64", "int64": "i64", "long": "i64", "int32": "i32"}
 DTYPES_HELP = "help: DL's dtypes are `f32`, `f64`, `i32`, `i64` and `bool`"
