@@ -107,10 +107,21 @@ class Compiled:
 
     def specialisations(self) -> str:
         """What the functions compiled per argument layout did with the layouts they were called with."""
-        lines = []
+        lines, loaded, built = [], 0, 0
         for body in self.bodies.values():
             if isinstance(body, SpecialisingBody):
                 lines.extend(body.explanation())
+                loaded += body.loaded
+                built += body.built
+        if loaded or built:
+            counts = [
+                f"{n} loaded from the compile cache" if cached else f"{n} compiled by LLVM"
+                for cached, n in ((True, loaded), (False, built))
+                if n
+            ]
+            saved = ", saved to the compile cache" if built and self.cached else " (--no-cache)" if built else ""
+            layouts = "layout" if loaded + built == 1 else "layouts"
+            lines.append(f"native code for the {layouts} compiled when called: {', '.join(counts)}{saved}")
         return "\n".join(lines)
 
 
@@ -406,6 +417,7 @@ class SpecialisingBody:
 
     def __init__(self, typed: Typed, decl, path: str, cache: bool) -> None:
         self.typed, self.decl, self.path, self.cache = typed, decl, path, cache
+        self.loaded = self.built = 0  # layouts whose native code the compile cache had, and LLVM compiled
         self.compiled: dict[tuple, Specialisation | None] = {}
         self.reasons: dict[tuple, str] = {}
         self.structs: Structs | None = None
@@ -471,6 +483,10 @@ class SpecialisingBody:
             # O2: O3 takes seconds on the large loop-nest functions inlining makes, for no faster code
             native = compile_functions(functions, target, directory, vectors, speed=2)
             LIVE.add(native)
+            if native.from_cache:
+                self.loaded += 1
+            else:
+                self.built += 1
         except NeedsStatic as need:
             if need.position not in self.static:
                 self.static.add(need.position)

@@ -284,6 +284,19 @@ def test_arange_with_a_step_compiles_and_counts_as_numpy(tmp_path: Path, capsys)
     assert "`steps`(i64 = 11) compiled" in err
 
 
+def test_explain_backend_says_where_the_code_compiled_when_called_came_from(
+    tmp_path: Path, capsys, monkeypatch
+) -> None:
+    monkeypatch.setenv("DL_CACHE_DIR", str(tmp_path / "cache"))
+    runs = [run_cli(tmp_path, ARANGE_STEPS, "--backend", "llvm", "--explain-backend", capsys=capsys) for _ in "ab"]
+    runs.append(run_cli(tmp_path, ARANGE_STEPS, "--backend", "llvm", "--explain-backend", "--no-cache", capsys=capsys))
+    assert [err.splitlines()[-1] for _, _, err in runs] == [
+        "native code for the layouts compiled when called: 2 compiled by LLVM, saved to the compile cache",
+        "native code for the layouts compiled when called: 2 loaded from the compile cache",
+        "native code for the layouts compiled when called: 2 compiled by LLVM (--no-cache)",
+    ]
+
+
 def numbers(text: str) -> list[float]:
     return [float(word) for word in text.split()]
 
@@ -428,6 +441,7 @@ fn main() { print(square(3.0), norm(ones(3)), swap(Pair { a: 1.0, b: 2.0 }).a, t
         f"{path}:7:4: `twice`(f32) compiled",
         f"{path}:8:4: `main`() interpreted: it calls `print`, which compiled code does not do: printing is host work, "
         f"and compiled code does not call back into Python (at {path}:8:13)",
+        "native code for the layouts compiled when called: 2 compiled by LLVM, saved to the compile cache",
     ]
 
 
