@@ -20,11 +20,11 @@ SIGTERM and SIGHUP, 141 stdout closed by its reader (`dlrun prog.dl | head -1`: 
 
 from __future__ import annotations
 
+import _signal
 import argparse
 import contextlib
 import os
 import re
-import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -361,7 +361,7 @@ def main(argv: list[str] | None = None) -> int:
         if isinstance(sys.stdout, GuardedOutput):
             sys.stdout = written
         for number, handler in handlers.items():
-            signal.signal(number, handler)
+            _signal.signal(number, handler)
 
 
 class Terminated(BaseException):
@@ -372,7 +372,12 @@ class Terminated(BaseException):
     def __init__(self, number: int) -> None:
         super().__init__(number)
         self.number = number
-        self.name = signal.Signals(number).name
+        self.name = STOPPING_SIGNALS[number]
+
+
+# SIGTERM and SIGHUP by number, POSIX's (the C module `_signal` sets their handlers: the `signal` module costs
+# `dlrun hello.dl` a millisecond of start-up, tests/test_tables.py)
+STOPPING_SIGNALS = {15: "SIGTERM", 1: "SIGHUP"}
 
 
 def stop_on_signals() -> dict[int, Any]:
@@ -382,9 +387,9 @@ def stop_on_signals() -> dict[int, Any]:
         raise Terminated(number)
 
     previous = {}
-    for number in (signal.SIGTERM, signal.SIGHUP):
+    for number in STOPPING_SIGNALS:
         with contextlib.suppress(ValueError, OSError):  # (not the main thread: a test calling `main`)
-            previous[number] = signal.signal(number, stop)
+            previous[number] = _signal.signal(number, stop)
     return previous
 
 

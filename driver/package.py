@@ -210,7 +210,7 @@ def no_files(function: str, typed: Typed, path: str, written: ast.Module | None 
         else:
             message = f"`{function}` cannot be exported: it calls `{ref.name}`, which {does} a file"
         help = (
-            "help: a package computes its outputs from its inputs alone, and running one touches no file: "
+            "help: an exported model computes its outputs from its inputs alone, and running one touches no file: "
             "read data outside it and give it as an input, or save what it returns"
         )
         span = spans[position] if len(spans) == len(names) else node.span
