@@ -405,8 +405,12 @@ class FunctionLowering:
                 raise Unsupported("it formats an f-string, which the interpreter does", expr.span)
         raise Unsupported(f"it uses {type(expr).__name__.lower()} expressions", expr.span)
 
+    def literal_coercion(self, expr: ast.IntLiteral | ast.FloatLiteral) -> str | None:
+        """The dtype a literal takes from its context (`Typed.coercions`)."""
+        return self.typed.coercions.get(id(expr))
+
     def literal(self, expr: ast.IntLiteral | ast.FloatLiteral) -> Value:
-        coerced = self.typed.coercions.get(id(expr))
+        coerced = self.literal_coercion(expr)
         default = "i64" if isinstance(expr, ast.IntLiteral) else "f32"
         dtype = expr.dtype or coerced or default
         if dtype not in ir.SCALAR_DTYPES:

@@ -109,6 +109,30 @@ class Returning:
     home: object = None
 
 
+def value_dtypes(values: list) -> tuple[str, ...]:
+    """The dtypes of the tensors and scalars among lowered values, tuples' items and structs' fields in order,
+    `?` for anything else: `lang.check.dtype_leaves` of the types of the check they match."""
+    leaves: list[str] = []
+
+    def add(value: object) -> None:
+        if isinstance(value, tuple):
+            for item in value:
+                add(item)
+        elif isinstance(value, Struct):
+            for item in value.values:
+                add(item)
+        elif isinstance(value, Tensor):
+            leaves.append(value.dtype)
+        elif isinstance(value, Value):
+            leaves.append(value.operand.dtype)
+        else:
+            leaves.append("?")
+
+    for value in values:
+        add(value)
+    return tuple(leaves)
+
+
 class Specialiser(FunctionLowering):
     def __init__(self, typed: Typed, decl: ast.FnDecl, path: str, arguments: list, structs, registry) -> None:
         super().__init__(typed, decl, path)
@@ -1022,6 +1046,15 @@ class Specialiser(FunctionLowering):
         result = self.temp("equal", "bool")
         self.emit(ir.Evaluate(result, tree))
         return Value(result)
+
+    def literal_coercion(self, expr: ast.IntLiteral | ast.FloatLiteral) -> str | None:
+        """The dtype a literal takes from its context; one that calls of different dtypes give different ones
+        (`let s = 0.01` in a function called with f64 and with f32 data) takes the one of the function being
+        lowered, by the dtypes of its arguments."""
+        if id(expr) not in self.typed.contested_by_dtypes or not self.entries:
+            return self.typed.coercions.get(id(expr))
+        decl, values = self.entries[-1]
+        return self.typed.coercion_for(expr, value_dtypes([values.get(p.name) for p in decl.params]))
 
     def elementwise_logic(self, expr: ast.Binary) -> bool:
         """`a and b` of bool tensors: elementwise, both sides evaluated (as the interpreter does), where the

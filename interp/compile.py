@@ -52,6 +52,7 @@ from dl.runtime.values import (
     StructType,
     StructValue,
     describe,
+    dtype_leaves,
     dtype_name,
     format_with_spec,
 )
@@ -61,6 +62,16 @@ MAX_RANK = 64  # numpy's limit on a tensor's axes
 
 
 # ---------------------------------------------------------------------- scopes
+
+
+def with_argument_dtypes(body: Step, slot: int, count: int) -> Step:
+    """`body`, keeping first the dtypes of the call's arguments (slots 1 to `count`) in `slot`."""
+
+    def run(frame: list) -> Any:
+        frame[slot] = dtype_leaves(frame[1 : count + 1])
+        return body(frame)
+
+    return run
 
 
 class FunctionScope:
@@ -75,6 +86,9 @@ class FunctionScope:
         self.taken: frozenset[int] = frozenset()  # ids of the `Name` nodes that read a variable the last time
         # the parameters whose types name sizes (`x: f32[N]`), by slot: a check in the body binds `N` from them
         self.sized: tuple[tuple[int, Type], ...] = ()
+        # the slot holding the dtypes of the call's arguments (`dtype_leaves`), for a body whose literals take
+        # one dtype in some calls and another in others (`Typed.contested_by_dtypes`); None for any other
+        self.dtypes_slot: int | None = None
 
     def allocate(self) -> int:
         self.size += 1
@@ -271,6 +285,10 @@ class Compiler:
             if (declared := self.typed.type_of(param)) is not None and dim_names(declared)
         )
         self_slot = scope.declare(self_slot_name) if self_slot_name else None
+        contested = self.typed.contested_by_dtypes if self.typed is not None else {}
+        literals = (ast.FloatLiteral, ast.IntLiteral)
+        if any(isinstance(n, literals) and id(n) in contested for n in ast.walk_scope(decl.body)):
+            function_scope.dtypes_slot = function_scope.allocate()
         defaults = tuple(
             self.expression(p.default, Scope(FunctionScope(None))) if p.default else None for p in decl.params
         )
@@ -283,6 +301,8 @@ class Compiler:
                 frame[0] = value(frame)
                 return RETURN
 
+        if function_scope.dtypes_slot is not None:
+            body = with_argument_dtypes(body, function_scope.dtypes_slot, len(decl.params))
         compiled = self.bodies.get(id(decl))
         if compiled is not None:
             body = compiled.around(body, self.declared_struct)
@@ -649,6 +669,11 @@ class Compiler:
                 return lambda frame: constant
             case ast.FloatLiteral(value=value, dtype=dtype):
                 constant = DTYPES[dtype or self.coercions.get(id(expr), "f32")].type(value)
+                slot = scope.function.dtypes_slot
+                by_dtypes = self.typed.contested_by_dtypes.get(id(expr)) if self.typed is not None else None
+                if dtype is None and slot is not None and by_dtypes:  # its dtype is the call's (`let s = 0.01`)
+                    choices = {leaves: DTYPES[found].type(value) for leaves, found in by_dtypes.items()}
+                    return lambda frame: choices.get(frame[slot], constant)
                 return lambda frame: constant
             case ast.BoolLiteral(value=value):
                 return lambda frame: value

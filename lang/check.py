@@ -147,6 +147,7 @@ class Tables:
     step_coercions: dict[tuple, dict[int, dict[int, str]]] = field(default_factory=dict)
     step_literals: set[int] = field(default_factory=set)
     step_instances: dict[int, dict[tuple, int]] = field(default_factory=dict)
+    contested_by_dtypes: dict[int, dict[tuple[str, ...], str]] = field(default_factory=dict)
 
     def frozen(self, program: Program) -> Typed:
         return Typed(
@@ -172,6 +173,7 @@ class Tables:
             MappingProxyType(self.step_coercions),
             frozenset(self.step_literals),
             MappingProxyType(self.step_instances),
+            MappingProxyType(self.contested_by_dtypes),
         )
 
 
@@ -238,6 +240,9 @@ class Typed:
     # id of a call in the body of a loop over items of several types -> for each (check of the body, steps it
     # was checked in), the check of the callee's body it made (`instances_called` has none: they differ)
     step_instances: Mapping[int, Mapping[tuple, int]] = field(default_factory=lambda: NOTHING)
+    # `contested` by the dtypes of the arguments of the checks (`dtype_leaves`): what a backend that runs one
+    # body for every call (the interpreter) or compiles per call (LLVM) reads with the arguments it has
+    contested_by_dtypes: Mapping[int, Mapping[tuple[str, ...], str]] = field(default_factory=lambda: NOTHING)
 
     def with_diagnostics(self, diagnostics) -> Typed:
         return replace(self, diagnostics=tuple(diagnostics))
@@ -263,6 +268,15 @@ class Typed:
         found = self.coercions.get(id(literal))
         if found is None and body is not None:
             found = self.contested.get(id(literal), NOTHING).get(body)
+        return found
+
+    def coercion_for(self, literal: ast.Expr, dtypes: tuple[str, ...]) -> str | None:
+        """The dtype a number literal takes from its context; for one that checks of its function gave different
+        ones (`contested`: `let s = 0.01` in a function called with f64 and with f32 data), the one the checks
+        of the function for arguments of these leaf dtypes gave it (`dtype_leaves`), where they agreed."""
+        found = self.coercions.get(id(literal))
+        if found is None:
+            found = self.contested_by_dtypes.get(id(literal), NOTHING).get(dtypes)
         return found
 
     def type_in_body(self, node: object, body: int | None) -> Type | None:
@@ -1996,10 +2010,17 @@ class Checker:
                 self.tables.coercions[key] = next(iter(coerced))
             elif coerced:
                 by_body = self.tables.contested.setdefault(key, {})
+                by_dtypes: dict[tuple[str, ...], str | None] = {}
                 for dtype, passes in coerced.items():
                     for body in {self.pass_bodies.get(p) for p in passes}:
                         if body in self.body_numbers:
                             by_body[self.body_numbers[body]] = dtype
+                        if body is not None:  # (checks of arguments of one dtype that disagree: neither)
+                            leaves = dtype_leaves(body[1])
+                            by_dtypes[leaves] = dtype if by_dtypes.get(leaves, dtype) == dtype else None
+                agreed_dtypes = {leaves: dtype for leaves, dtype in by_dtypes.items() if dtype is not None}
+                if agreed_dtypes:
+                    self.tables.contested_by_dtypes[key] = agreed_dtypes
 
     def coerce_operands(self, result: Type, operands) -> None:
         """Literals meeting a typed value take its dtype (`x * 0.1` with `x: f64` multiplies by the f64 0.1)."""
@@ -3326,6 +3347,30 @@ def agreed(values: Iterable[T]) -> T | None:
     """The one value among `values` (what every check agreed on); None where there are none, or several."""
     found = set(values)
     return found.pop() if len(found) == 1 else None
+
+
+def dtype_leaves(types: Iterable[Type]) -> tuple[str, ...]:
+    """The dtypes of the tensors among `types` (a check's parameter types), tuples' items and structs' fields in
+    order, `?` for anything else: what a backend matches the values of a call's arguments against
+    (`runtime.values.dtype_leaves`)."""
+    leaves: list[str] = []
+
+    def add(t: Type) -> None:
+        match t:
+            case TensorType(dtype=dtype):
+                leaves.append(dtype)
+            case TupleType(items=items):
+                for item in items:
+                    add(item)
+            case StructType(fields=fields):
+                for _, field_type in fields:
+                    add(field_type)
+            case _:
+                leaves.append("?")
+
+    for t in types:
+        add(t)
+    return tuple(leaves)
 
 
 def weak_float(t: Type) -> bool:

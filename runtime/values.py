@@ -97,6 +97,32 @@ def dtype_name(value: Any) -> str:
     return type(value).__name__
 
 
+def dtype_leaves(values: Any) -> tuple[str, ...]:
+    """The dtypes of the tensors and numbers among `values` (a call's arguments), tuples' items and structs'
+    fields in order, `?` for anything else: `lang.check.dtype_leaves` of the types of the check they match."""
+    leaves: list[str] = []
+
+    def add(value: Any) -> None:
+        if isinstance(value, tuple):
+            for item in value:
+                add(item)
+        elif isinstance(value, StructValue):
+            for item in value.values:
+                add(item)
+        elif getattr(value, "dtype", None) is not None:
+            leaves.append(DTYPE_NAMES.get(value.dtype, "?"))
+        elif isinstance(value, bool):
+            leaves.append("bool")
+        elif isinstance(value, int):
+            leaves.append("i64")
+        else:
+            leaves.append("?")
+
+    for value in values:
+        add(value)
+    return tuple(leaves)
+
+
 def describe(value: Any) -> str:
     """A short type-like description for run-time messages: `f32[3, 4]`, `i64`, `(f32, i64)`."""
     if isinstance(value, np.ndarray) or value.__class__ in DEVICE_ARRAYS:
