@@ -49,15 +49,18 @@ class Comment:
 
 @in_room
 def format_source(source: str, path: str = "<input>") -> str:
-    """The canonical layout of `source`, comments kept. Raises `DiagnosticError` for a syntax error."""
+    """The canonical layout of `source`, comments kept, with the line endings its first line has (a file
+    written with CRLF keeps them, as black does). Raises `DiagnosticError` for a syntax error."""
     module = parse(source, path)
     comments = find_comments(source)
     blank_lines = {number for number, line in enumerate(source.splitlines(), start=1) if not line.strip()}
     token = LITERAL_TEXT.set(literal_spellings(module, source))
     try:
-        return Formatter(comments, blank_lines).module(module)
+        formatted = Formatter(comments, blank_lines).module(module)
     finally:
         LITERAL_TEXT.reset(token)
+    first = source.find("\n")
+    return formatted.replace("\n", "\r\n") if first > 0 and source[first - 1] == "\r" else formatted
 
 
 def find_comments(source: str) -> list[Comment]:

@@ -196,3 +196,15 @@ def test_the_standard_library_and_the_examples_are_in_canonical_form(dlrun) -> N
     """What users read first is laid out as `dlrun fmt` lays out theirs (a first-hour probe found the stdlib
     was not)."""
     assert dlrun("fmt", "--check", "stdlib", "examples")[0] == 0
+
+
+def test_a_file_with_crlf_line_endings_keeps_them(tmp_path, dlrun) -> None:
+    """`dlrun fmt` and the language server's formatting give a CRLF file back with CRLF (they gave LF)."""
+    path = tmp_path / "crlf.dl"
+    path.write_bytes(b"fn main() {  # hi\r\n    let x = 1 # c\r\n\r\n    print(x)\r\n}\r\n")
+    assert dlrun("fmt", str(path))[0] == 0
+    canonical = format_source("fn main() {  # hi\n    let x = 1 # c\n\n    print(x)\n}\n").replace("\n", "\r\n")
+    assert path.read_bytes() == canonical.encode()
+    assert dlrun("fmt", "--check", str(path))[0] == 0
+    assert format_source(canonical) == canonical
+    assert format_source("fn main() {}\n") == "fn main() {}\n"
