@@ -935,23 +935,11 @@ class Checker:
                     return any_sizes(info.structs[name])
                 return self.unknown_type(name, node.span, info.structs)
             case ast.NamedType(name=name, module=module):
-                target = info.imports.get(module)
-                if target is None:
-                    self.report(error("E0318", f"unknown module `{module}` in a type", node.span))
-                    return ANY
-                structs = self.modules[target].structs
-                if name in structs:
-                    return any_sizes(structs[name])
-                return self.unknown_type(f"{module}.{name}", node.span, {})
+                struct = self.module_struct(module, name, node.span, info)
+                return any_sizes(struct) if struct is not None else ANY
             case ast.TensorTypeExpr(dtype=name, module=module) if module is not None:  # `gpt.GPT[2, 64]`
-                target = info.imports.get(module)
-                if target is None:
-                    self.report(error("E0318", f"unknown module `{module}` in a type", node.span))
-                    return ANY
-                structs = self.modules[target].structs
-                if name in structs:
-                    return self.sized_struct(structs[name], node, info, struct_field)
-                return self.unknown_type(f"{module}.{name}", node.span, {})
+                struct = self.module_struct(module, name, node.span, info)
+                return self.sized_struct(struct, node, info, struct_field) if struct is not None else ANY
             case ast.TensorTypeExpr(dtype=dtype, dims=dims) if dtype in info.structs:
                 return self.sized_struct(info.structs[dtype], node, info, struct_field)
             case ast.TensorTypeExpr(dtype=dtype, dims=dims):
@@ -971,6 +959,19 @@ class Checker:
             case ast.FunctionTypeExpr(params=params, result=result):
                 return FunctionType(tuple(self.resolve_type(p, info) for p in params), self.resolve_type(result, info))
         raise AssertionError(node)
+
+    def module_struct(self, module: str, name: str, span: Span, info: ModuleInfo) -> StructType | None:
+        """Struct `name` of the module imported as `module` (`layers.Linear`); None, reported (E0318), where
+        there is no such module or struct."""
+        target = info.imports.get(module)
+        if target is None:
+            self.report(error("E0318", f"unknown module `{module}` in a type", span))
+            return None
+        structs = self.modules[target].structs
+        if name in structs:
+            return structs[name]
+        self.unknown_type(f"{module}.{name}", span, {})
+        return None
 
     def sized_struct(self, struct: StructType, node: ast.TensorTypeExpr, info: ModuleInfo, struct_field) -> Type:
         """`Linear[5, 2]`: a generic struct of these sizes."""
