@@ -338,7 +338,7 @@ def main(argv: list[str] | None = None) -> int:
     with_streams()
     handlers = stop_on_signals()
     written = sys.stdout
-    if argv and argv[0] not in ("lsp", "repl"):  # (the REPL's terminal and the server's protocol are their own)
+    if guards_output(argv, written):
         sys.stdout = GuardedOutput(written)
     try:
         status = command_line(argv)
@@ -362,6 +362,19 @@ def main(argv: list[str] | None = None) -> int:
             sys.stdout = written
         for number, handler in handlers.items():
             _signal.signal(number, handler)
+
+
+def guards_output(argv: list[str], stdout) -> bool:
+    """Whether standard output's failures are reported as the user's (`OutputFailed`): for every command but
+    the language server (its protocol is its own) and the REPL at a terminal (prompt_toolkit's); a REPL
+    whose output goes to a file or a pipe prints as any command does."""
+    if argv and argv[0] == "lsp":
+        return False
+    if not argv or argv[0] == "repl":
+        with contextlib.suppress(AttributeError, ValueError, OSError):
+            return not stdout.isatty()
+        return False
+    return True
 
 
 class Terminated(BaseException):

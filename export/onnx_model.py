@@ -1273,10 +1273,26 @@ def creation(fill: float | None) -> Callable[[Call], Tensor]:
 
 
 def arange(call: Call) -> Tensor:
+    """`Range`; counting down by a known step, the negation of the count up from `-start` by `-step`:
+    onnxruntime rewrites a `Gather` of a `Range` as a `Slice`, which reads a stop of -1 (`arange(n - 1, -1,
+    -1)`, a reversal) as "from the end", and gathered nothing."""
+    graph = call.graph
     bounds = list(call.values[0])
     start, stop = (Number(0, "i64"), bounds[0]) if len(bounds) == 1 else bounds[:2]
-    step = call.graph.tensor(bounds[2], "i64") if len(bounds) == 3 else call.graph.constant(np.array(1), "i64")
-    return call.op("Range", [call.graph.tensor(start, "i64"), call.graph.tensor(stop, "i64"), step])
+    step = bounds[2] if len(bounds) == 3 else Number(1, "i64")
+    if isinstance(step, Number) and step.value < 0:
+        ends = [negated(graph, end) for end in (start, stop)]
+        up = graph.op("Range", [*(e.name for e in ends), graph.tensor(Number(-step.value, "i64")).name], call.result)
+        return graph.op("Neg", [up.name], call.result)
+    return call.op("Range", [graph.tensor(start, "i64"), graph.tensor(stop, "i64"), graph.tensor(step, "i64")])
+
+
+def negated(graph: Graph, value: Any) -> Tensor:
+    """`-value` of an i64 scalar, folded when it is known."""
+    if isinstance(value, Number):
+        return graph.tensor(Number(-int(value.value), "i64"))
+    scalar = graph.tensor(value, "i64")
+    return graph.op("Neg", [scalar.name], scalar.type)
 
 
 def eye(call: Call) -> Tensor:

@@ -1196,7 +1196,7 @@ def arange_rule(args: list[Argument]) -> Type:
     low, high, step = (*values, 1) if len(values) == 2 else values
     if step == 0:
         raise ShapeError("E0307", "`arange`'s step is 0", at=args[2].span)
-    if low == 0 and step == 1:
+    if low == 0 and step == 1 and not isinstance(high, int):  # `arange(0, n)` is `arange(n)`: `n` long
         return TensorType("i64", (high,))
     known = all(isinstance(v, int) for v in (low, high, step))
     return TensorType("i64", (len(range(low, high, step)) if known else UNKNOWN,))

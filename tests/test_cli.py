@@ -130,6 +130,10 @@ def test_output_to_a_full_disk_is_the_user_s_error_not_a_bug(tmp_path: Path) -> 
             process = dlrun_process(*argv, stdout=full)
             _, err = process.communicate(timeout=120)
         assert (process.returncode, err) == (1, "dlrun: error: cannot write the output: No space left on device\n")
+    with open("/dev/full", "w") as full:  # a REPL reading a script, its output to a file
+        process = dlrun_process("repl", stdin=subprocess.PIPE, stdout=full)
+        _, err = process.communicate("print(1)\n", timeout=120)
+    assert (process.returncode, err) == (1, "dlrun: error: cannot write the output: No space left on device\n")
 
 
 def test_ctrl_c_while_dl_is_loading_is_an_interrupt_not_a_traceback() -> None:

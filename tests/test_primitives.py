@@ -3094,3 +3094,8 @@ def test_arange_with_a_step_of_zero_is_refused() -> None:
     found = [(d.code, d.message, d.span.line, d.span.column) for d in typed.diagnostics]
     assert found == [("E0307", "`arange`'s step is 0", 2, 24)]
     assert "`arange`'s step is 0" in str(runtime_error("arange(0, 3, a)", 0))
+
+
+def test_arange_to_a_negative_stop_is_empty_to_the_checker_too() -> None:
+    source = "fn main() {\n    let a: i64[0] = arange(0, -3, 1)\n    print(a, arange(0, -3) + arange(0, 0))\n}\n"
+    assert dl.lang.check(source, "empty.dl").diagnostics == ()
