@@ -446,7 +446,8 @@ class Package:
     def checked_arguments(self, args: tuple, named: dict[str, Any]) -> list[Any]:
         given = dict(zip((name for name, _ in self.inputs), args, strict=False))
         if len(args) > len(self.inputs):
-            raise self.input_error(f"`{self.function}` takes {len(self.inputs)} inputs, {len(args)} given")
+            count = len(self.inputs)
+            raise self.input_error(f"`{self.function}` takes {count} input{'s' * (count != 1)}, {len(args)} given")
         for name, value in named.items():
             if name not in dict(self.inputs) or name in given:
                 raise self.input_error(
@@ -508,6 +509,7 @@ def input_value(value: Any) -> Any:
 def load_package(path: str | Path, backend: str = "interp", sources: SourceMap | None = None) -> Package:
     """Read and validate the package at `path`; the `Package` runs on `backend`. Raises `DiagnosticError`."""
     path = str(path)
+    pipeline.known_backend(backend)
     members = read_members(path)
     manifest = read_manifest(path, members[MANIFEST])
     for name in (SOURCE, WEIGHTS):

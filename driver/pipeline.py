@@ -82,9 +82,16 @@ BACKENDS = {"interp": "dl.interp.run", "llvm": "dl.codegen.backend", "cuda": "dl
 
 def backend(name: str) -> Backend:
     """The backend called `name`. Raises `ValueError` for a name not in `BACKENDS`."""
-    if name not in BACKENDS:
-        raise ValueError(f"unknown backend {name!r}")
+    known_backend(name)
     return importlib.import_module(BACKENDS[name]).BACKEND
+
+
+def known_backend(name: str) -> None:
+    """Raises `ValueError`, naming the backends there are, unless `name` is one of them (checked by callers from
+    Python, such as `dl.load_package`, before their work: a CLI's choices are argparse's)."""
+    if name not in BACKENDS:
+        names = ", ".join(f"{known!r}" for known in BACKENDS)
+        raise ValueError(f"unknown backend {name!r}: the backends are {names}")
 
 
 def on_backend(name: str, typed: Typed, cache: bool = True) -> Prepared:

@@ -82,13 +82,26 @@ def warning(code: str, message: str, span: Span, label: str = "", *, notes: tupl
 
 
 class DiagnosticError(Exception):
-    """Carries one or more diagnostics out of a pass."""
+    """Carries one or more diagnostics out of a pass. Caught from Python (`dl.load_package`), its `code` is
+    the first diagnostic's and its text is `CODE: message`, so that a traceback or a log line says which."""
 
     def __init__(self, diagnostics: list[Diagnostic] | Diagnostic):
         if isinstance(diagnostics, Diagnostic):
             diagnostics = [diagnostics]
         self.diagnostics = list(diagnostics)
         super().__init__(self.diagnostics[0].message if self.diagnostics else "diagnostics")
+
+    @property
+    def code(self) -> str | None:
+        """The first diagnostic's code (`E0604`), or None when there is none."""
+        return self.diagnostics[0].code if self.diagnostics else None
+
+    def __str__(self) -> str:
+        if not self.diagnostics:
+            return "diagnostics"
+        first = self.diagnostics[0]
+        more = len(self.diagnostics) - 1
+        return f"{first.code}: {first.message}" + (f" (and {more} more diagnostic{'s' * (more > 1)})" if more else "")
 
 
 @record

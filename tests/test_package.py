@@ -295,6 +295,20 @@ def test_inputs_are_checked_against_the_signature(dlrun, project: Path) -> None:
     assert diagnostic(lambda: package(np.array(["a"] * 4, dtype=object), scale)).endswith("found a non-numeric array")
 
 
+def test_a_package_error_caught_in_python_says_its_code(dlrun, project: Path) -> None:
+    """From Python, the `DiagnosticError` has the code docs/export.md names, in `.code` and in its text; a
+    backend that does not exist is a ValueError naming those that do, before the package is read."""
+    export(dlrun, project)
+    package = load_package("m.dlpkg")
+    with pytest.raises(DiagnosticError) as raised:
+        package(inputs(), inputs())
+    assert raised.value.code == "E0604"
+    assert str(raised.value) == "E0604: `predict` takes 1 input, 2 given"
+    with pytest.raises(ValueError) as unknown:
+        load_package("missing.dlpkg", backend="tpu")
+    assert str(unknown.value) == "unknown backend 'tpu': the backends are 'interp', 'llvm', 'cuda'"
+
+
 @pytest.mark.parametrize("backend", ["interp", "llvm"])
 def test_inputs_that_fitted_once_are_not_trusted_blindly(dlrun, project: Path, backend: str) -> None:
     """Shapes and dtypes that fitted are remembered (driver/package.py, `Package.arguments`): the same shape
