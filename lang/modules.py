@@ -7,12 +7,13 @@ import cycle or a missing module is a diagnostic at the `import` line.
 
 from __future__ import annotations
 
+import os
 from dataclasses import field
 from pathlib import Path
 
 from dl.lang import ast
 from dl.lang.diagnostics import Diagnostic, DiagnosticError, SourceMap, Span, error
-from dl.lang.files import MAX_SOURCE_BYTES, read_text, shipped
+from dl.lang.files import MAX_SOURCE_BYTES, not_regular, read_text, shipped
 from dl.lang.parse import Recovered, parse, recover
 from dl.lang.record import record
 
@@ -187,6 +188,32 @@ def finished(program: Program, loading: Loading) -> None:
         program.imports[loading.parent.path].append((loading.alias, loading.path))
 
 
+def no_module(decl: ast.Import, importer: str, search: tuple[str, ...]) -> Diagnostic:
+    """E0401, saying where the module was looked for, and what is there under its name that is not a file."""
+    # the REPL's entries import as a file `<repl>` in its directory would, but there is no such file
+    here = "in the current directory" if Path(importer).name.startswith("<") else "beside this file"
+    loaded = ", beside the files loaded" if search else ""
+    notes = tuple(
+        f"`{candidate}` is there, but {not_regular(mode, candidate).strerror}: a module is a `.dl` file"
+        for candidate, mode in not_files(decl.module, importer, search)
+    )
+    looked = f"looked for `{decl.module}.dl` {here}{loaded} and in the standard library"
+    return error("E0401", f"no module named `{decl.module}`", decl.span, looked, notes=notes)
+
+
+def not_files(name: str, importer: str, search: tuple[str, ...]) -> list[tuple[Path, int]]:
+    """The paths where `resolve` looked for module `name` that exist but are not regular files (a directory
+    named `sub.dl`), with their modes."""
+    found = []
+    for directory in (str(Path(importer).parent), *search):
+        candidate = Path(directory) / f"{name}.dl"
+        try:
+            found.append((candidate, os.stat(candidate).st_mode))
+        except OSError:  # not there (or a broken link): nothing to explain
+            continue
+    return found
+
+
 def import_one(
     program: Program, decl: ast.Import, importer: str, stack: list[Loading], on_stack: set[str]
 ) -> tuple[str, ast.Module | None]:
@@ -194,15 +221,7 @@ def import_one(
     search = program.search if importer == program.entry else ()
     found = resolve(decl.module, importer, search)
     if found is None:
-        loaded = ", beside the files loaded" if search else ""
-        raise DiagnosticError(
-            error(
-                "E0401",
-                f"no module named `{decl.module}`",
-                decl.span,
-                f"looked for `{decl.module}.dl` beside this file{loaded} and in the standard library",
-            )
-        )
+        raise DiagnosticError(no_module(decl, importer, search))
     target = str(found)
     if target in on_stack:
         chain = [loading.path for loading in stack]

@@ -141,6 +141,7 @@ def test_an_imported_module_that_is_not_a_regular_file_is_not_one(kind: str, sho
     main.write_text("import odd\n\nfn main() {\n    print(1)\n}\n")
     status, _, err = within(30, lambda: dlrun(str(main)))
     assert status == 1 and err.startswith("error[E0401]: no module named `odd`\n")
+    assert f"= note: `{short_tmp / 'odd.dl'}` is there, but {REFUSED[kind]}: a module is a `.dl` file\n" in err
 
 
 @pytest.mark.parametrize("kind", KINDS)

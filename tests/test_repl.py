@@ -366,6 +366,16 @@ def test_a_failed_entry_leaves_the_state_as_it_was(session: Session, capsys: pyt
     assert out == "1 : i64\n"
 
 
+def test_a_missing_module_is_looked_for_in_the_current_directory(
+    session: Session, capsys: pytest.CaptureFixture
+) -> None:
+    """An entry is no file: the label says where the REPL looked (not "beside this file")."""
+    _, err = run(session, capsys, "import nope")
+    assert err.splitlines()[-1] == (
+        "  | ^^^^^^^^^^^ looked for `nope.dl` in the current directory and in the standard library"
+    )
+
+
 def test_return_at_top_level_is_a_diagnostic(session: Session, capsys: pytest.CaptureFixture) -> None:
     _, err = run(session, capsys, "return 3")
     assert err.startswith("error[E0102]: `return` outside a function")
