@@ -404,8 +404,7 @@ def write_file(output: Path, data: bytes) -> None:
 
 
 def cannot_write(path: Path, problem: OSError) -> Diagnostic:
-    reason = problem.strerror or str(problem)
-    return error("E0608", f"cannot write `{path}`: {reason[:1].lower() + reason[1:]}", start_of(str(path)))
+    return error("E0608", f"cannot write `{path}`: {reason_of(problem)}", start_of(str(path)))
 
 
 # ---------------------------------------------------------------------- load
@@ -523,8 +522,9 @@ def load_package(path: str | Path, backend: str = "interp", sources: SourceMap |
     source_path = f"{path}/{SOURCE}"
     typed = check_source(source_path, members[SOURCE], sources)
     function = manifest["function"]
-    decl = entry_decl(typed.program, function)
-    if decl is None or signature_record(signature_of(typed, function)) != manifest["signature"]:
+    if entry_decl(typed.program, function) is None:
+        raise package_error("E0602", path, f"the manifest names function `{function}`, which the source does not have")
+    if signature_record(signature_of(typed, function)) != manifest["signature"]:
         raise package_error("E0602", path, f"the manifest's signature of `{function}` is not the source's")
     no_files(function, typed, source_path, package=path)
     signature = signature_of(typed, function)
@@ -562,9 +562,43 @@ def read_members(path: str) -> dict[str, bytes]:
     except zipfile.BadZipFile as problem:
         if "CRC" in str(problem):
             raise package_error("E0602", path, f"a member is corrupt ({problem})") from None
+        if looks_like_onnx(path):
+            raise package_error(
+                "E0601",
+                path,
+                "it is an ONNX model, not a DL package",
+                (
+                    "help: run an ONNX model with onnxruntime; "
+                    "`dlrun predict` runs the `.dlpkg` of an export without `--onnx`",
+                ),
+            ) from None
         raise package_error("E0601", path, f"not a DL package, or truncated ({problem})") from None
-    except (OSError, EOFError, zipfile.LargeZipFile, NotImplementedError) as problem:
+    except OSError as problem:
+        raise package_error("E0601", path, f"cannot be read ({reason_of(problem)})") from None
+    except (EOFError, zipfile.LargeZipFile, NotImplementedError) as problem:
         raise package_error("E0601", path, f"cannot be read ({problem})") from None
+
+
+def reason_of(problem: OSError) -> str:
+    """An error's reason in words, without Python's `[Errno 22] ...: 'path'` around it."""
+    reason = problem.strerror or str(problem)
+    return reason[:1].lower() + reason[1:]
+
+
+# The first bytes of an ONNX model as `onnx` writes it: a protobuf ModelProto opens with field 1, its IR version
+# (a small varint), then one of the fields that follow it (producer name and version, domain, model version,
+# doc string, graph, opset imports).
+ONNX_THIRD_BYTES = frozenset(b"\x12\x1a\x22\x28\x32\x3a\x42")
+
+
+def looks_like_onnx(path: str) -> bool:
+    """Whether the file at `path` (which is no zip) starts as an ONNX model does."""
+    try:
+        with open_regular(path) as file:
+            head = file.read(3)
+    except OSError:
+        return False
+    return len(head) == 3 and head[0] == 0x08 and 0 < head[1] < 0x80 and head[2] in ONNX_THIRD_BYTES
 
 
 def read_manifest(path: str, data: bytes) -> dict[str, Any]:
@@ -592,11 +626,20 @@ def read_manifest(path: str, data: bytes) -> dict[str, Any]:
         "sha256": dict,
     }
     for key, kind in expected.items():
-        if not isinstance(manifest.get(key), kind):
+        if key not in manifest:
             raise package_error("E0601", path, f"its manifest lacks `{key}`")
+        if not isinstance(manifest[key], kind):
+            found, wanted = json_kind(manifest[key]), json_kind(kind())
+            raise package_error("E0601", path, f"its manifest's `{key}` is {found}, not {wanted}")
     if sorted(manifest["sha256"]) != sorted((SOURCE, WEIGHTS)):
         raise package_error("E0601", path, f"its manifest's `sha256` does not list {SOURCE} and {WEIGHTS}")
     return manifest
+
+
+def json_kind(value: Any) -> str:
+    """What a JSON value is, in words."""
+    kinds = ((bool, "a boolean"), (str, "a string"), (dict, "an object"), (list, "a list"), ((int, float), "a number"))
+    return next((name for kind, name in kinds if isinstance(value, kind)), "null")
 
 
 def check_source(source_path: str, data: bytes, sources: SourceMap | None) -> Typed:
@@ -651,15 +694,19 @@ def read_inputs(path: str, package: Package) -> dict[str, np.ndarray]:
     except NpzError as problem:  # checked member by member (interp/npz.py): a pickle is never read as one
         raise inputs_error(path, str(problem)) from None
     except OSError as problem:  # a directory, a device or a pipe, unreadable
-        raise inputs_error(path, f"cannot be read ({problem})") from None
+        raise inputs_error(path, f"cannot be read ({reason_of(problem)})") from None
     names = [name for name, _ in package.inputs]
     if len(names) == 1 and len(arrays) == 1:
-        return {names[0]: next(iter(arrays.values()))}
+        arrays = {names[0]: next(iter(arrays.values()))}
     missing = [name for name in names if name not in arrays]
     extra = sorted(name for name in arrays if name not in names)
     if missing or extra:
         problem = f"it has no array `{missing[0]}`" if missing else f"it has array `{extra[0]}`, which is no input"
         raise inputs_error(path, f"{problem}; `{package.function}` takes {', '.join(f'`{n}`' for n in names)}")
+    try:  # here, so that an array that does not fit is reported at the file it came from
+        package.checked_arguments((), arrays)
+    except DiagnosticError as failure:
+        raise inputs_error(path, failure.diagnostics[0].message) from None
     return arrays
 
 

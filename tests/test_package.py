@@ -353,6 +353,49 @@ def test_npz_inputs_are_never_unpickled(dlrun, project: Path) -> None:
     assert not Path("y.npz").exists()
 
 
+def test_predict_says_what_is_wrong_with_its_files_in_words(dlrun, project: Path) -> None:
+    """A directory is named as one (no `[Errno 22]`), an ONNX model as one, and an array that does not fit is
+    reported at the input file it came from, as a missing one is."""
+    export(dlrun, project)
+    os.mkdir("folder")
+    status, _, err = dlrun("predict", "m.dlpkg", "--input", "folder", "-o", "y.npz")
+    assert (status, err) == (
+        1,
+        "error[E0604]: input file `folder`: cannot be read (it is a directory, not a regular file)\n --> folder:1:1\n",
+    )
+    status, _, err = dlrun("predict", "folder", "--input", "x.npz", "-o", "y.npz")
+    assert err.startswith("error[E0601]: package `folder`: cannot be read (it is a directory, not a regular file)\n")
+    np.savez("narrow.npz", x=inputs()[:, :3])
+    status, _, err = dlrun("predict", "m.dlpkg", "--input", "narrow.npz", "-o", "y.npz")
+    assert (status, err) == (
+        1,
+        "error[E0604]: input file `narrow.npz`: input `x` does not fit `predict(x: f32[B, 4]) -> f32[B, 3]`: "
+        "expected f32[B, 4], found f32[5, 3] (axis 1 has 3, not 4)\n --> narrow.npz:1:1\n",
+    )
+    assert not Path("y.npz").exists()
+    if importlib.util.find_spec("onnx") is None:
+        pytest.skip("the onnx package is not installed: the ONNX model is not written")
+    dlrun(
+        "export",
+        str(project / "model.dl"),
+        "--fn",
+        "predict",
+        "--weights",
+        str(project / "net.safetensors"),
+        "-o",
+        "m.onnx",
+        "--onnx",
+    )
+    status, _, err = dlrun("predict", "m.onnx", "--input", "narrow.npz", "-o", "y.npz")
+    assert (status, err) == (
+        1,
+        "error[E0601]: package `m.onnx`: it is an ONNX model, not a DL package\n"
+        " --> m.onnx:1:1\n"
+        "  = help: run an ONNX model with onnxruntime; `dlrun predict` runs the `.dlpkg` of an export without "
+        "`--onnx`\n",
+    )
+
+
 def rewritten(path: str, target: str, change) -> None:
     """The package at `path` written again as `target`, `change(members)` applied to its members."""
     with zipfile.ZipFile(path) as archive:
@@ -413,6 +456,14 @@ def test_a_damaged_package_is_a_diagnostic(dlrun, project: Path) -> None:
         "E0601: package `extra.dlpkg`: expected the members"
     )
     assert diagnostic(lambda: load_package("missing.dlpkg")) == "E0601: package `missing.dlpkg`: no such file"
+    rewritten("m.dlpkg", "hashes.dlpkg", lambda m: with_manifest(m, sha256="abc"))
+    assert diagnostic(lambda: load_package("hashes.dlpkg")) == (
+        "E0601: package `hashes.dlpkg`: its manifest's `sha256` is a string, not an object"
+    )
+    rewritten("m.dlpkg", "nofunction.dlpkg", lambda m: with_manifest(m, function="nope"))
+    assert diagnostic(lambda: load_package("nofunction.dlpkg")) == (
+        "E0602: package `nofunction.dlpkg`: the manifest names function `nope`, which the source does not have"
+    )
 
 
 def test_a_package_whose_source_does_not_check_reports_the_checker(dlrun, project: Path) -> None:
