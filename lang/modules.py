@@ -96,7 +96,14 @@ def read_source(path: Path, span: Span | None = None) -> str:
         at = Span(str(path), line, column, line, column + 1)
     except OSError as failure:
         problem = failure.strerror or "it cannot be read"
-    raise DiagnosticError(error("E0404", f"cannot read `{path}`: {problem}", span or at))
+    notes = (STANDARD_INPUT_HELP,) if span is None and str(path) in STANDARD_INPUT_NAMES else ()
+    raise DiagnosticError(error("E0404", f"cannot read `{path}`: {problem}", span or at, notes=notes))
+
+
+# What users type for a program on standard input, which is read by the REPL rather than as a file (a pipe cannot
+# be read twice, and a file's imports are found beside it)
+STANDARD_INPUT_NAMES = frozenset(("-", "/dev/stdin", "/dev/fd/0", "/proc/self/fd/0"))
+STANDARD_INPUT_HELP = "help: a program is read from a file; `dlrun repl` reads DL from standard input, entry by entry"
 
 
 def load_program(

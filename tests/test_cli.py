@@ -182,6 +182,23 @@ def test_a_file_named_without_its_extension_is_suggested_with_it(dlrun) -> None:
     )
 
 
+def test_a_program_on_standard_input_is_pointed_to_the_repl(tmp_path: Path) -> None:
+    """`dlrun -` and `dlrun /dev/stdin` read no program (a file's imports are beside it, a pipe is not read
+    twice): the help says that `dlrun repl` reads standard input."""
+    for name in ("-", "/dev/stdin"):
+        done = subprocess.run(
+            [sys.executable, "-c", "import sys, dl; sys.exit(dl.main())", name],
+            input="fn main() { print(1) }\n",
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == 1
+        assert done.stderr.splitlines()[-1] == (
+            "  = help: a program is read from a file; `dlrun repl` reads DL from standard input, entry by entry"
+        )
+
+
 def test_a_module_beside_the_program_that_takes_a_standard_module_s_name_is_named(
     dlrun, tmp_path: Path, monkeypatch
 ) -> None:
