@@ -718,7 +718,11 @@ def piped(session: Session, stream: TextIO) -> int:
     pending = ""
     failed = False
     held = False  # `pending` is whole but ends with an `if` whose `else` may begin the next line
-    for number, line in enumerate(stream):
+    for number, line in enumerate(text_lines(stream)):
+        if isinstance(line, Diagnostic):  # the entry it was part of is lost with it
+            print(render_all([line], session.sources), file=sys.stderr)
+            pending, held, failed = "", False, True
+            continue
         line = line.removeprefix("\ufeff") if number == 0 else line  # a byte order mark, as a file may start
         if held and not line.lstrip().startswith("else"):
             failed |= session.handle(pending) is Outcome.FAILED
@@ -741,6 +745,23 @@ def piped(session: Session, stream: TextIO) -> int:
     if pending.strip():
         failed |= session.handle(pending) is Outcome.FAILED
     return int(failed)
+
+
+def text_lines(stream: TextIO) -> Iterator[str | Diagnostic]:
+    """The lines of `stream`, each decoded as UTF-8 here (a line that is not is E0404, as a file that is not
+    would be), rather than by Python's text layer, which shows such bytes as escapes (U+DCFF) or stops."""
+    binary = getattr(stream, "buffer", None)
+    if binary is None:  # already text (a test's StringIO)
+        yield from stream
+        return
+    for number, data in enumerate(binary, 1):
+        try:
+            yield data.decode("utf-8").replace("\r\n", "\n")
+        except UnicodeDecodeError as failure:
+            column = failure.start + 1
+            problem = f"it is not UTF-8 text (byte 0x{data[failure.start]:02x} at line {number}, column {column})"
+            where = Span("<stdin>", number, column, number, column + 1)
+            yield error("E0404", f"cannot read standard input: {problem}", where)
 
 
 def make_prompt(session: Session, input: Any = None, output: Any = None, history: Any = None) -> Any:

@@ -547,6 +547,22 @@ def test_piped_stdin_may_start_with_a_byte_order_mark(tmp_path: Path) -> None:
     assert (done.stdout, done.stderr, done.returncode) == ("3 : i64\n", "", 0)
 
 
+@pytest.mark.parametrize("encoding", ["utf-8:surrogateescape", "utf-8:strict"])
+def test_piped_stdin_that_is_not_utf8_is_said_to_be_so(tmp_path: Path, encoding: str) -> None:
+    """As a file that is not UTF-8 is (E0404), whichever way Python would decode stdin (a C locale escapes the
+    bytes as U+DCFF, a UTF-8 one stops); the lines after it still run."""
+    env = {**os.environ, "XDG_DATA_HOME": str(tmp_path / "data"), "PYTHONIOENCODING": encoding}
+    done = subprocess.run(
+        [str(DLRUN), "repl"], input=b"\xff\xfe\n1 + 1\r\n", capture_output=True, timeout=60, cwd=tmp_path, env=env
+    )
+    assert (done.stdout, done.stderr, done.returncode) == (
+        b"2 : i64\n",
+        b"error[E0404]: cannot read standard input: it is not UTF-8 text (byte 0xff at line 1, column 1)\n"
+        b" --> <stdin>:1:1\n",
+        1,
+    )
+
+
 def test_piped_stdin_takes_an_else_on_the_line_after_the_if(tmp_path: Path) -> None:
     lines = (
         "let n = 0\nif true {\n    n = 1\n}\nelse {\n    n = 2\n}\nn\nif n > 5 { n = 9 }\n\nn\nif n == 1 { n = 4 }\nn\n"
