@@ -120,6 +120,8 @@ def seed_value(text: str) -> int:
 def positive_count(text: str) -> int:
     if not text.isdigit() or int(text) < 1:
         raise argparse.ArgumentTypeError(f"expected a whole number of threads, 1 or more, found {text!r}")
+    if int(text) > threads.MOST:  # a typo (an extra digit): as many threads, and compile processes, would be made
+        raise argparse.ArgumentTypeError(f"expected at most {threads.MOST} threads, found {text}")
     return int(text)
 
 

@@ -23,6 +23,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+MOST = 1024  # `--threads` above this is a usage error: more than any machine's cores, so a typo
 LARGE = 1 << 24  # multiply-adds: a 256x256x256 product
 SPLIT = 1 << 18  # elements of a fused loop (about 0.3 ms of work on one core) worth splitting across threads
 

@@ -81,6 +81,13 @@ def test_threads_must_be_a_whole_number(dlrun, given: str) -> None:
     assert f"argument --threads: expected a whole number of threads, 1 or more, found '{given}'" in err
 
 
+@pytest.mark.parametrize("given", ["1025", "100000"])
+def test_threads_beyond_any_machine_are_a_usage_error(dlrun, given: str) -> None:
+    status, out, err = dlrun("--threads", given, "examples/train.dl")
+    assert (status, out) == (2, "")
+    assert err.endswith(f"error: argument --threads: expected at most 1024 threads, found {given}\n")
+
+
 def test_threads_apply_to_a_run(dlrun, tmp_path, restored) -> None:
     (tmp_path / "hello.dl").write_text('fn main() { print("hello") }\n')
     assert dlrun("--threads", "3", str(tmp_path / "hello.dl"))[:2] == (0, "hello\n")
