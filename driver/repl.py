@@ -320,7 +320,7 @@ class Session:
             raise DiagnosticError(error("E0102", "`:type` takes one expression", where, "not an expression"))
         entry = self.entry_program(list(items), path)
         checked, _ = self.prepare(entry)
-        print(f"{text} : {entry_types(entry.program, checked, self.entry)[-1]}")
+        print(f"{text} : {type_text(checked, entry_types(entry.program, checked, self.entry)[-1])}")
 
     def show_derivative(self, argument: str) -> None:
         name, _, wrt_text = argument.partition(" ")
@@ -657,6 +657,24 @@ def held_lambdas(typed: Typed, held: Iterable[Type]) -> list[tuple[int, ast.Lamb
     for static in held:
         visit(static)
     return list(found.items())
+
+
+def type_text(typed: Typed, static: Type) -> str:
+    """A type as `:type` shows it: a declared function as its checked signature (as completion and the language
+    server's hover show it), each one it was checked with where its parameters are not annotated."""
+    found = typed.functions.get(static.key) if isinstance(static, FunctionRef) else None
+    if found is None or not isinstance(found[0], ast.FnDecl):
+        return str(static)
+    decl, path = found
+    name, retired, earlier = decl.name.partition(f" {RETIRED}")  # `f (earlier 5)`: `fn f(x: f32) -> f32 (earlier 5)`
+    checked = dict.fromkeys(
+        str(dataclasses.replace(s, name=name)) + (f" {RETIRED}{earlier}" if retired else "")
+        for s in typed.signatures.get(path, ())
+        if s.name == decl.name
+    )
+    if len(checked) > 1:
+        return f"{' or '.join(checked)} (by call)"
+    return next(iter(checked), str(static))
 
 
 def shown(value: Any, static: Type) -> str:

@@ -302,7 +302,14 @@ def test_a_name_keeps_the_function_it_was_given_when_the_function_is_declared_ag
         "g(1.0)",
     )
     assert err == ""
-    assert out.splitlines() == ["2.0 : f32", "4.0 : f32", "2.0 : f32", "3.0 : f32", "g : fn f (earlier 5)", "3.0 : f32"]
+    assert out.splitlines() == [
+        "2.0 : f32",
+        "4.0 : f32",
+        "2.0 : f32",
+        "3.0 : f32",
+        "g : fn f(x: f32) -> f32 (earlier 5)",
+        "3.0 : f32",
+    ]
     assert not [d for d in session.declarations if "earlier" in getattr(d, "name", "")]
 
 
@@ -419,6 +426,24 @@ def test_commands(session: Session, capsys: pytest.CaptureFixture, tmp_path: Pat
     assert "unknown name `SCALE`" in err and "unknown command `:nope`" in err
     assert "needs an argument" in err and "not 'x'" in err
     assert session.handle(":quit") is Outcome.QUIT
+
+
+def test_type_of_a_function_is_its_signature(session: Session, capsys: pytest.CaptureFixture) -> None:
+    out, err = run(
+        session,
+        capsys,
+        "fn predict(x: f32[B, 4], k: i64) -> f32[B] { return sum(x, axis=1) }",
+        "let h = predict",
+        ":type predict",
+        ":type h",
+        ":type fn(x) => x",
+    )
+    assert err == ""
+    assert out.splitlines() == [
+        "predict : fn predict(x: f32[B, 4], k: i64) -> f32[B]",
+        "h : fn predict(x: f32[B, 4], k: i64) -> f32[B]",
+        "fn(x) => x : fn(x)",
+    ]
 
 
 def test_load_finds_the_imports_beside_the_file(
