@@ -155,6 +155,8 @@ def unexpected_character(text: str, position: int, line: int, column: int, path:
     from dl.lang.habits import CHARACTERS  # (only a mistake needs it)
 
     notes = (CHARACTERS[char],) if char in CHARACTERS else ()
+    if not notes and not char.isascii() and f"_{char}".isidentifier():  # a letter Python would take in a name
+        notes = ("help: names are ASCII: letters `A`-`Z`, `a`-`z`, digits and `_`",)
     if not char.isprintable() or char.isspace():
         char = f"U+{ord(char):04X}"  # (an invisible one, named)
     return error("E0101", f"unexpected character `{char}`", span, "not part of any DL token", notes=notes)
