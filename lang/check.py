@@ -970,7 +970,7 @@ class Checker:
         structs = self.modules[target].structs
         if name in structs:
             return structs[name]
-        self.unknown_type(f"{module}.{name}", span, {})
+        self.unknown_type(f"{module}.{name}", span, [f"{module}.{struct}" for struct in structs])
         return None
 
     def sized_struct(self, struct: StructType, node: ast.TensorTypeExpr, info: ModuleInfo, struct_field) -> Type:

@@ -322,7 +322,9 @@ def test_a_generic_struct_of_another_module_takes_sizes(tmp_path, dlrun) -> None
     assert dlrun("fmt", "--print", str(main)) == (0, program, "")
     package = str(tmp_path / "m.dlpkg")
     assert dlrun("export", str(main), "--fn", "apply", "--weights", "p.safetensors", "-o", package)[0] == 0
-    main.write_text("import layers\n\nfn f(p: layers.Linear[3]) {}\n\nfn g(p: layers.Nope[3]) {}\n\nfn main() {}\n")
+    main.write_text(
+        "import layers\n\nfn f(p: layers.Linear[3]) {}\n\nfn g(p: layers.Nope[3]) {}\n\nfn h(p: layers.Linaer) {}\n"
+    )
     status, _, err = dlrun("check", str(main))
     assert status == 1
     assert [line for line in err.splitlines() if line.startswith(("error", " -->"))] == [
@@ -330,4 +332,7 @@ def test_a_generic_struct_of_another_module_takes_sizes(tmp_path, dlrun) -> None
         f" --> {main}:3:9",
         "error[E0318]: unknown type `layers.Nope`",
         f" --> {main}:5:9",
+        "error[E0318]: unknown type `layers.Linaer`",
+        f" --> {main}:7:9",
     ]
+    assert "help: did you mean `layers.Linear`?" in err
