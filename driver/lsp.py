@@ -533,9 +533,11 @@ def definition(typed: Typed, path: str, line: int, column: int) -> tuple[str, Sp
             return member_definition(typed, typed.type_of(target), name)
         case ast.NamedType(name=name, module=None):
             return module_definition(typed, path, name)
-        case ast.NamedType(name=name, module=alias):
+        case ast.NamedType(name=name, module=alias) | ast.TensorTypeExpr(dtype=name, module=alias) if alias:
             target = dict(typed.program.imports.get(path, [])).get(alias)
             return module_definition(typed, target, name) if target else None
+        case ast.TensorTypeExpr(dtype=name):  # a generic struct given sizes (`Linear[3, 2]`); a dtype has none
+            return module_definition(typed, path, name)
     return None
 
 

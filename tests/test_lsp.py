@@ -395,6 +395,21 @@ def test_definition_of_an_imported_module_and_its_members(project) -> None:
     assert lsp.definition(checked, path, 8, 1) is None
 
 
+def test_definition_of_a_generic_struct_given_sizes(tmp_path: Path) -> None:
+    """`layers.Linear[3, 2]` and `Pair[4]` in types go to their structs, as `layers.Linear` and `Pair` do."""
+    (tmp_path / "layers.dl").write_text("struct Linear[I, O] { w: f32[I, O] }\n")
+    source = (
+        "import layers\nstruct Pair[N] { a: f32[N] }\n"
+        "fn f(p: layers.Linear[3, 2], q: Pair[4]) -> f32 { return sum(p.w) + sum(q.a) }\n"
+    )
+    path = str(tmp_path / "main.dl")
+    checked = lang.check(source, path)
+    assert checked.errors == []
+    assert lsp.definition(checked, path, 3, 17) == where(str(tmp_path / "layers.dl"), 1, 8, 14)
+    assert lsp.definition(checked, path, 3, 34) == where(path, 2, 8, 12)
+    assert lsp.definition(checked, path, 3, 45) is None  # `f32`, a dtype
+
+
 def test_definition_finds_the_nearest_binding_in_scope() -> None:
     source = "fn f(x: f32) -> f32 {\n    let x = x + 1.0\n    return x\n}\n"
     checked = lang.check(source, PATH)
