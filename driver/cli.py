@@ -26,6 +26,7 @@ import contextlib
 import os
 import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -420,6 +421,16 @@ class OutputFailed(OSError):
     """Standard output could not be written (a full disk, an I/O error): the user's to fix, not a bug in DL."""
 
 
+def guarded(action: Callable[..., Any], *args: Any) -> Any:
+    """`action(*args)`, a write to standard output: its OSError is `OutputFailed`, but a closed pipe's."""
+    try:
+        return action(*args)
+    except BrokenPipeError:
+        raise
+    except OSError as failure:
+        raise OutputFailed(failure.errno, failure.strerror) from None
+
+
 class GuardedOutput:
     """Standard output, whose failures to write are `OutputFailed` (a closed pipe stays BrokenPipeError)."""
 
@@ -427,20 +438,10 @@ class GuardedOutput:
         self.stream = stream
 
     def write(self, text: str) -> int:
-        try:
-            return self.stream.write(text)
-        except BrokenPipeError:
-            raise
-        except OSError as failure:
-            raise OutputFailed(failure.errno, failure.strerror) from None
+        return guarded(self.stream.write, text)
 
     def flush(self) -> None:
-        try:
-            self.stream.flush()
-        except BrokenPipeError:
-            raise
-        except OSError as failure:
-            raise OutputFailed(failure.errno, failure.strerror) from None
+        guarded(self.stream.flush)
 
     def __getattr__(self, name: str):
         return getattr(self.stream, name)
@@ -658,7 +659,7 @@ def predict(file: str, options: argparse.Namespace, sources: SourceMap) -> int:
     from dl import package
 
     loaded = package.load_package(file, options.backend, sources)
-    result = loaded(**package.read_inputs(options.input, loaded))
+    result = loaded.run(package.read_inputs(options.input, loaded))
     package.write_outputs(Path(options.output), result)
     print(f"wrote {options.output}")
     return 0

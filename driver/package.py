@@ -424,9 +424,13 @@ class Package:
         self.calling: Callable[[list], Any] | None = None  # the prepared function, made at the first call
 
     def __call__(self, *args: Any, **named: Any) -> Any:
+        return self.run(self.arguments(args, named))
+
+    def run(self, values: list[Any]) -> Any:
+        """The function on arguments already checked (`arguments`, `read_inputs`)."""
         if self.calling is None:
             self.calling = self.prepared.caller(self.function)
-        return self.calling(self.arguments(args, named))
+        return self.calling(values)
 
     def arguments(self, args: tuple, named: dict[str, Any]) -> list[Any]:
         """The call's arguments in the function's order, the weights among them, each input checked (E0604).
@@ -682,10 +686,10 @@ def struct_value(t: Type, tensors: dict[str, np.ndarray], name: str) -> Any:
 # ---------------------------------------------------------------------- `dlrun predict`'s files
 
 
-def read_inputs(path: str, package: Package) -> dict[str, np.ndarray]:
-    """The arrays of the .npz file at `path`, by input name: each array is named after its input, or, for a
-    function of one input, the file's one array may have any name. Never unpickles: an object array is
-    refused. Raises E0604."""
+def read_inputs(path: str, package: Package) -> list[Any]:
+    """The arrays of the .npz file at `path` as the package's checked arguments (`Package.run` takes them):
+    each array is named after its input, or, for a function of one input, the file's one array may have any
+    name. Never unpickles: an object array is refused. Raises E0604, at the file."""
     try:
         with open_regular(path) as file:
             arrays = read_arrays(file, path)
@@ -704,10 +708,9 @@ def read_inputs(path: str, package: Package) -> dict[str, np.ndarray]:
         problem = f"it has no array `{missing[0]}`" if missing else f"it has array `{extra[0]}`, which is no input"
         raise inputs_error(path, f"{problem}; `{package.function}` takes {', '.join(f'`{n}`' for n in names)}")
     try:  # here, so that an array that does not fit is reported at the file it came from
-        package.checked_arguments((), arrays)
+        return package.checked_arguments((), arrays)
     except DiagnosticError as failure:
         raise inputs_error(path, failure.diagnostics[0].message) from None
-    return arrays
 
 
 def inputs_error(path: str, message: str) -> DiagnosticError:
