@@ -1052,7 +1052,7 @@ class Specialiser(FunctionLowering):
         (`let s = 0.01` in a function called with f64 and with f32 data) takes the one of the function being
         lowered, by the dtypes of its arguments."""
         if id(expr) not in self.typed.contested_by_dtypes or not self.entries:
-            return self.typed.coercions.get(id(expr))
+            return super().literal_coercion(expr)
         decl, values = self.entries[-1]
         return self.typed.coercion_for(expr, value_dtypes([values.get(p.name) for p in decl.params]))
 

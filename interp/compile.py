@@ -287,7 +287,7 @@ class Compiler:
         self_slot = scope.declare(self_slot_name) if self_slot_name else None
         contested = self.typed.contested_by_dtypes if self.typed is not None else {}
         literals = (ast.FloatLiteral, ast.IntLiteral)
-        if any(isinstance(n, literals) and id(n) in contested for n in ast.walk_scope(decl.body)):
+        if contested and any(isinstance(n, literals) and id(n) in contested for n in ast.walk_scope(decl.body)):
             function_scope.dtypes_slot = function_scope.allocate()
         defaults = tuple(
             self.expression(p.default, Scope(FunctionScope(None))) if p.default else None for p in decl.params
