@@ -119,35 +119,3 @@ def test_float_literals_too_large_for_their_dtype_are_infinity_on_both_backends(
     else:
         dtype = np.float64 if suffix == "f64" else np.float32
         assert dtype(interpreted[1]) == dtype(value)  # printed as the shortest text of its dtype
-
-
-CALLS_OF_TWO_DTYPES = """
-fn scale(x) {
-    let s = 0.01
-    let t = s * 3.0
-    return x * t
-}
-
-fn apply(f, x) { return f(x) }
-
-fn main() {
-    let a = scale(ones(2, dtype=f64))
-    let b = scale(ones(2))
-    let half = fn(v) {
-        let k = 0.7
-        return v * k
-    }
-    print(a[0] - 0.03f64, b[0] - 0.03, a[1] == 0.03f64, b[1] == 0.03f32)
-    print(apply(half, ones(1, dtype=f64))[0] == 0.7f64, apply(half, ones(1))[0] == 0.7f32)
-}
-"""
-
-
-@pytest.mark.parametrize("backend", ["interp", "llvm"])
-def test_a_literal_s_binding_has_the_dtype_of_each_call(backend: str, tmp_path, dlrun) -> None:
-    """`let s = 0.01` in a function called with f64 data and with f32 data is an f64 in the first call and an
-    f32 in the second: each call computes as if the literal were written with its data's suffix (it was the
-    f32 0.01 in both, 2e-10 off in f64)."""
-    path = tmp_path / "calls.dl"
-    path.write_text(CALLS_OF_TWO_DTYPES)
-    assert dlrun("--backend", backend, str(path)) == (0, "0.0 0.0 true true\ntrue true\n", "")
