@@ -1521,17 +1521,48 @@ def zero(dtype: str) -> ir.Const:
 
 
 def arange(lowering, bound: dict, span: Span) -> object:
-    bounds = [static_int(lowering, b, span, "an `arange` bound") for b in bound["bounds"]]
-    start, stop, step = (0, bounds[0], 1) if len(bounds) == 1 else (*bounds, 1)[:3]
-    if step == 0:
-        raise Unsupported("`arange` with a step of 0, which stops the program", span)
-    count = len(range(start, stop, step))
-    tree: object = ir.Index(0)
-    if step != 1:
-        tree = ir.Apply("mul", "i64", (tree, ir.Splat(ir.Const(step, "i64"))))
-    if start:
-        tree = ir.Apply("add", "i64", (tree, ir.Splat(ir.Const(start, "i64"))))
-    return Tensor("i64", (count,), tree)
+    """Of integers, `start + i step` in i64, converted to `dtype=`'s; with a float bound, `start + i step` in f64
+    rounded once to the result's dtype, as the interpreter computes it. The bounds must be known when compiled
+    (the count is the tensor's size)."""
+    given = [
+        lowering.scalar_of(b, span) if not isinstance(b, int) else Value(ir.Const(b, "i64")) for b in bound["bounds"]
+    ]
+    if not any(value.operand.dtype in ("f32", "f64") for value in given):
+        bounds = [static_int(lowering, value, span, "an `arange` bound") for value in given]
+        start, stop, step = (0, bounds[0], 1) if len(bounds) == 1 else (*bounds, 1)[:3]
+        if step == 0:
+            raise Unsupported("`arange` with a step of 0, which stops the program", span)
+        tree: object = ir.Index(0)
+        if step != 1:
+            tree = ir.Apply("mul", "i64", (tree, ir.Splat(ir.Const(step, "i64"))))
+        if start:
+            tree = ir.Apply("add", "i64", (tree, ir.Splat(ir.Const(start, "i64"))))
+        dtype = "i64" if bound["dtype"] is None else dtype_of(bound["dtype"], span)
+        if dtype != "i64":
+            tree = ir.Apply("convert", dtype, (tree,))
+        return Tensor(dtype, (len(range(start, stop, step)),), tree)
+    if not all(isinstance(value.operand, ir.Const) for value in given):
+        raise Unsupported("an `arange` of float bounds known only at run time (its length is its size)", span)
+    numbers = [  # each bound as the number of its dtype (a literal has the result's: f32's 0.1 is 0.100000001)
+        float(np.float32(value.operand.value)) if value.operand.dtype == "f32" else float(value.operand.value)
+        for value in given
+    ]
+    start, stop, step = (0.0, numbers[0], 1.0) if len(numbers) == 1 else (*numbers, 1.0)[:3]
+    if step == 0.0 or not math.isfinite(start + stop + step):
+        raise Unsupported("`arange` with a step of 0 or a bound not finite, which stops the program", span)
+    if bound["dtype"] is not None:
+        dtype = dtype_of(bound["dtype"], span)
+    else:
+        dtype = "f64" if any(v.weak is None and v.operand.dtype == "f64" for v in given) else "f32"
+    position = ir.Apply("convert", "f64", (ir.Index(0),))
+    tree = ir.Apply(
+        "add",
+        "f64",
+        (ir.Apply("mul", "f64", (position, ir.Splat(ir.Const(step, "f64")))), ir.Splat(ir.Const(start, "f64"))),
+    )
+    if dtype != "f64":
+        tree = ir.Apply("convert", dtype, (tree,))
+    return Tensor(dtype, (max(math.ceil((stop - start) / step), 0),), tree)
 
 
 def eye(lowering, bound: dict, span: Span) -> object:

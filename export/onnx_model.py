@@ -1273,18 +1273,48 @@ def creation(fill: float | None) -> Callable[[Call], Tensor]:
 
 
 def arange(call: Call) -> Tensor:
-    """`Range`; counting down by a known step, the negation of the count up from `-start` by `-step`:
-    onnxruntime rewrites a `Gather` of a `Range` as a `Slice`, which reads a stop of -1 (`arange(n - 1, -1,
-    -1)`, a reversal) as "from the end", and gathered nothing."""
-    graph = call.graph
+    """Of integers, `Range` (cast to `dtype=`'s); counting down by a known step, the negation of the count up
+    from `-start` by `-step`: onnxruntime rewrites a `Gather` of a `Range` as a `Slice`, which reads a stop of -1
+    (`arange(n - 1, -1, -1)`, a reversal) as "from the end", and gathered nothing. With a float bound, the
+    interpreter's `start + i step` in f64 (a constant when the bounds are known)."""
+    graph, result = call.graph, call.result
     bounds = list(call.values[0])
+    if any(bound.dtype in ("f32", "f64") for bound in bounds):
+        return float_arange(graph, bounds, result)
+    counted = TensorType("i64", result.dims)
     start, stop = (Number(0, "i64"), bounds[0]) if len(bounds) == 1 else bounds[:2]
     step = bounds[2] if len(bounds) == 3 else Number(1, "i64")
     if isinstance(step, Number) and step.value < 0:
         ends = [negated(graph, end) for end in (start, stop)]
-        up = graph.op("Range", [*(e.name for e in ends), graph.tensor(Number(-step.value, "i64")).name], call.result)
-        return graph.op("Neg", [up.name], call.result)
-    return call.op("Range", [graph.tensor(start, "i64"), graph.tensor(stop, "i64"), graph.tensor(step, "i64")])
+        up = graph.op("Range", [*(e.name for e in ends), graph.tensor(Number(-step.value, "i64")).name], counted)
+        made = graph.op("Neg", [up.name], counted)
+    else:
+        made = graph.op("Range", [graph.tensor(b, "i64").name for b in (start, stop, step)], counted)
+    return made if result.dtype == "i64" else graph.cast(made, result.dtype)
+
+
+def float_arange(graph: Graph, bounds: list, result: TensorType) -> Tensor:
+    """`arange` with a float bound: `ceil((stop - start) / step)` values `start + i step` in f64, then cast."""
+    if all(isinstance(bound, Number) for bound in bounds):
+        numbers = [float(bound.value) for bound in bounds]
+        start, stop, step = (0.0, numbers[0], 1.0) if len(numbers) == 1 else (*numbers, 1.0)[:3]
+        count = max(int(np.ceil((stop - start) / step)), 0) if step else 0
+        return graph.constant(np.arange(count, dtype=np.float64) * step + start, result.dtype)
+    wide = TensorType("f64", result.dims)
+    scalar = TensorType("f64", ())
+    given = [graph.tensor(bound, "f64") for bound in bounds]
+    start, stop, step = (
+        (graph.tensor(Number(0.0, "f64")), given[0], graph.tensor(Number(1.0, "f64")))
+        if len(given) == 1
+        else (*given, graph.tensor(Number(1.0, "f64")))[:3]
+    )
+    span = graph.op("Div", [graph.op("Sub", [stop.name, start.name], scalar).name, step.name], scalar)
+    ceiling = graph.op("Ceil", [span.name], scalar)
+    count = graph.cast(graph.op("Max", [ceiling.name, graph.tensor(Number(0.0, "f64")).name], scalar), "i64")
+    zero, one = graph.tensor(Number(0, "i64")), graph.tensor(Number(1, "i64"))
+    positions = graph.cast(graph.op("Range", [zero.name, count.name, one.name], TensorType("i64", result.dims)), "f64")
+    values = graph.op("Add", [graph.op("Mul", [positions.name, step.name], wide).name, start.name], wide)
+    return values if result.dtype == "f64" else graph.cast(values, result.dtype)
 
 
 def negated(graph: Graph, value: Any) -> Tensor:

@@ -914,13 +914,32 @@ def full(dims: tuple, value: Any, dtype: Any) -> Any:
     return scalar(np.full(dims_of(dims), value, dtype=dtype_of(dtype)))
 
 
-def arange(bounds: tuple) -> Any:
+def arange(bounds: tuple, dtype: Any) -> Any:
+    """numpy's `arange`: of integers, `i64` (or `dtype=`'s); with a float bound, `ceil((b - a) / step)` values
+    `a + i step` computed in f64 and rounded once to f32 (f64 if a bound is, or `dtype=`'s), as torch's."""
+    floats = [b for b in bounds if kind_of(b) == "f"]
     for bound in bounds:
-        if not is_integer(bound):
-            raise PrimitiveError(f"`arange` takes integers, found {describe(bound)}")
-    if len(bounds) == 3 and int(bounds[2]) == 0:
-        raise PrimitiveError("`arange`'s step is 0")
-    return np.arange(*(int(b) for b in bounds), dtype=np.int64)
+        if kind_of(bound) not in "if" or np.ndim(bound):
+            raise PrimitiveError(f"`arange` takes numbers as bounds, found {describe(bound)}")
+    if dtype is not None and dtype_of(dtype).kind not in ("f" if floats else "fi"):
+        made = "floats, not" if floats else "numbers, not"
+        raise PrimitiveError(f"`arange` makes {made} {DTYPE_NAMES[dtype_of(dtype)]}")
+    if not floats:
+        if len(bounds) == 3 and int(bounds[2]) == 0:
+            raise PrimitiveError("`arange`'s step is 0")
+        counted = np.arange(*(int(b) for b in bounds), dtype=np.int64)
+        return counted if dtype is None else counted.astype(dtype_of(dtype))
+    start, stop, step = (0.0, float(bounds[0]), 1.0) if len(bounds) == 1 else (*map(float, bounds), 1.0)[:3]
+    if step == 0.0 or not math.isfinite(start + stop + step):
+        what = "step is 0" if step == 0.0 else "bounds must be finite"
+        raise PrimitiveError(f"`arange`'s {what}")
+    if dtype is None:
+        wide = any(b.__class__ is not float and b.dtype == F64 for b in floats)
+        kind = F64 if wide else F32
+    else:
+        kind = dtype_of(dtype)
+    count = max(math.ceil((stop - start) / step), 0)
+    return (np.arange(count, dtype=np.float64) * step + start).astype(kind)
 
 
 def eye(n: Any, m: Any, dtype: Any) -> Any:

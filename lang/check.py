@@ -2664,6 +2664,8 @@ class Checker:
             for parameter, source in zip(fixed_names, binding.fixed, strict=True)
             if parameter in primitive.fills and isinstance(source, int)
         ]
+        if signature.variadic and signature.variadic[0] in primitive.fills:  # `arange(0.0, 1.0, 0.1)`'s bounds
+            values += [(expr.args[index], args[index]) for index in binding.variadic]
         self.coerce_operands(result, values)
         if primitive.prim is Prim.TRANSPOSE:
             self.identity_transpose(expr, [a.value for a in arguments[1:]], result)

@@ -735,10 +735,12 @@ PRIMITIVES_LIST = (
     not_differentiable(
         Prim.ARANGE,
         "creation",
-        "`i64` tensor `0, ..., n - 1`, `a, ..., b - 1`, or `a, a + step, ...` short of `b` (numpy's and torch's)",
-        Signature(variadic=("bounds", 1, 3)),
+        "`0, ..., n - 1`, `a, ..., b - 1`, or `a, a + step, ...` short of `b`: `i64` of integers, floats of a float"
+        " bound, or `dtype=` (numpy's and torch's)",
+        Signature(variadic=("bounds", 1, 3), keywords=(("dtype", None),)),
         shapes.arange_rule,
         INPUT,
+        fills=frozenset({"bounds"}),  # a literal bound takes the result's dtype: `0.1` of an f64 count is f64
     ),
     not_differentiable(
         Prim.EYE,

@@ -1189,17 +1189,43 @@ def dropout_rule(args: list[Argument]) -> Type:
 
 
 def arange_rule(args: list[Argument]) -> Type:
-    """`arange(n)`, `arange(a, b)` and `arange(a, b, step)`: the integers of Python's `range` of the same bounds."""
-    values = dims_from(args, "arange")
+    """`arange(n)`, `arange(a, b)` and `arange(a, b, step)`: the integers of Python's `range` of the same bounds,
+    as `i64`, or as `dtype=`'s. With a float bound (`arange(0.0, 1.0, 0.1)`) it counts in floats, as numpy and
+    torch do: `ceil((b - a) / step)` values `a + i step`, f32 unless a bound is f64 or `dtype=` says; its length
+    is then known only when the program runs."""
+    bounds, dtype_arg = args[:-1], args[-1]
+    floats = [a for a in bounds if isinstance(a.type, TensorType) and not a.type.rank and a.type.dtype in FLOATS]
+    if floats:
+        for argument in bounds:
+            t = argument.type
+            if not isinstance(t, AnyType) and (not isinstance(t, TensorType) or t.rank or t.dtype == "bool"):
+                raise ShapeError("E0301", f"`arange` takes numbers as bounds, found {t}", str(t), at=argument.span)
+        if dtype_arg.given:
+            dtype = dtype_argument(dtype_arg, "arange")
+            if dtype not in FLOATS:
+                notes = ("help: count in integers (`arange(0, 10, 2)`), or convert: `int(arange(0.0, 1.0, 0.1))`",)
+                raise ShapeError(
+                    "E0317", f"`arange` of float bounds makes floats, not {dtype}", notes=notes, at=dtype_arg.span
+                )
+        else:
+            dtype = "f64" if any(a.type.dtype == "f64" and not a.type.weak for a in floats) else "f32"
+        step = bounds[2] if len(bounds) == 3 else None
+        if step is not None and step.value == 0:
+            raise ShapeError("E0307", "`arange`'s step is 0", at=step.span)
+        return TensorType(dtype, (UNKNOWN,))
+    values = dims_from(bounds, "arange")
+    dtype = dtype_argument(dtype_arg, "arange") if dtype_arg.given else "i64"
+    if dtype == "bool":
+        raise ShapeError("E0317", "`arange` makes numbers; `dtype=` cannot be bool", at=dtype_arg.span)
     if len(values) == 1:
-        return TensorType("i64", (max(values[0], 0) if isinstance(values[0], int) else values[0],))
+        return TensorType(dtype, (max(values[0], 0) if isinstance(values[0], int) else values[0],))
     low, high, step = (*values, 1) if len(values) == 2 else values
     if step == 0:
         raise ShapeError("E0307", "`arange`'s step is 0", at=args[2].span)
     if low == 0 and step == 1 and not isinstance(high, int):  # `arange(0, n)` is `arange(n)`: `n` long
-        return TensorType("i64", (high,))
+        return TensorType(dtype, (high,))
     known = all(isinstance(v, int) for v in (low, high, step))
-    return TensorType("i64", (len(range(low, high, step)) if known else UNKNOWN,))
+    return TensorType(dtype, (len(range(low, high, step)) if known else UNKNOWN,))
 
 
 def eye_rule(args: list[Argument]) -> Type:

@@ -284,6 +284,34 @@ def test_arange_with_a_step_compiles_and_counts_as_numpy(tmp_path: Path, capsys)
     assert "`steps`(i64 = 11) compiled" in err
 
 
+ARANGE_FLOATS = """
+fn tenths() -> (f32[_], f64[_], f32[_]) {
+    return (arange(0.0, 1.0, 0.1), arange(1.0, -0.5, -0.3, dtype=f64), arange(2, 7.0))
+}
+fn scaled(n: i64) -> f32[_] { return arange(n, dtype=f32) * 0.5 }
+fn data(lo: f32) -> f32[_] { return arange(lo, 2.0, 0.5) }
+fn main() {
+    let (t, w, c) = tenths()
+    print(len(t), t[3], t[9], w, c)
+    print(scaled(3), scaled(0), data(0.25))
+}
+"""
+
+
+def test_arange_of_floats_compiles_from_constant_bounds_as_interpreted(tmp_path: Path, capsys) -> None:
+    """Float bounds known when compiled give the interpreter's values (f64 `a + i step`, rounded once); bounds
+    known only at run time (the length is the size) leave the function to the interpreter, at its span."""
+    interpreted, compiled = both_backends(tmp_path, ARANGE_FLOATS, capsys)
+    assert compiled == interpreted
+    assert (
+        compiled
+        == "10 0.3 0.90000004 [ 1.   0.7  0.4  0.1 -0.2] [2. 3. 4. 5. 6.]\n[0.  0.5 1. ] [] [0.25 0.75 1.25 1.75]\n"
+    )
+    _, _, err = run_cli(tmp_path, ARANGE_FLOATS, "--backend", "llvm", "--explain-backend", capsys=capsys)
+    assert "`tenths`() compiled" in err and "`scaled`(i64 = 3) compiled" in err
+    assert "`data`(f32) interpreted: an `arange` of float bounds known only at run time" in err
+
+
 def test_explain_backend_says_where_the_code_compiled_when_called_came_from(
     tmp_path: Path, capsys, monkeypatch
 ) -> None:

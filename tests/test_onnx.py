@@ -153,6 +153,7 @@ CORPUS_FUNCTIONS = [
     "tested",
     "trig",
     "strided",
+    "spaced",
 ]
 
 

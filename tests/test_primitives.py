@@ -1287,9 +1287,29 @@ def test_arange() -> None:
     check(dl_eval("arange(-3, 2)"), np.arange(-3, 2), I64)
     check(dl_eval("arange(5, 2)"), np.arange(5, 2), I64)
     check(dl_eval("arange(a)", 4), np.arange(4), I64)
-    runtime_error("arange(2.0)")
-    runtime_error("arange(1, 2.5)")
+    check(dl_eval("arange(5, dtype=f32)"), np.arange(5), F32, rtol=0, atol=0)
+    check(dl_eval("arange(1, 10, 3, dtype=f64)"), np.arange(1, 10, 3), F64, rtol=0, atol=0)
     runtime_error("arange(true)")
+    runtime_error("arange(1, 5, 0)")
+
+
+def test_arange_of_floats_counts_as_torch_and_numpy() -> None:
+    """A float bound counts in floats: `ceil((b - a) / step)` values `a + i step`, f32 unless a bound is f64."""
+    torch = pytest.importorskip("torch")
+    check(dl_eval("arange(2.5)"), torch.arange(2.5).numpy(), F32, rtol=0, atol=0)
+    check(dl_eval("arange(1, 2.5)"), torch.arange(1, 2.5).numpy(), F32, rtol=0, atol=0)
+    check(dl_eval("arange(0.0, 1.0, 0.25)"), torch.arange(0.0, 1.0, 0.25).numpy(), F32, rtol=0, atol=0)
+    check(dl_eval("arange(1.0, -0.5, -0.5)"), torch.arange(1.0, -0.5, -0.5).numpy(), F32, rtol=0, atol=0)
+    check(dl_eval("arange(1.0, 1.0)"), np.zeros(0, np.float32), F32)
+    check(dl_eval("arange(1.0, 0.0)"), np.zeros(0, np.float32), F32)
+    for bounds in [(0.0, 1.0, 0.1), (-1.3, 2.9, 0.7), (5.0, -3.2, -1.1), (0.0, 0.3, 0.1)]:
+        expected = np.arange(*bounds)  # numpy's `a + i step`; torch's differs from it in the last bit at times
+        found = dl_eval("arange(a, b, c)", *map(np.float64, bounds))
+        check(found, expected, F64, rtol=0, atol=0)
+        np.testing.assert_allclose(found, torch.arange(*bounds, dtype=torch.float64).numpy(), rtol=1e-15, atol=1e-15)
+        check(dl_eval("arange(a, b, c, dtype=f32)", *map(np.float64, bounds)), expected.astype(np.float32), F32)
+    for bounds in ["0.0, 1.0, 0.0", "0.0, 1e400", "0.0 * 1e400"]:  # a step of 0, to infinity, nan
+        runtime_error(f"arange({bounds})")
 
 
 @pytest.mark.parametrize("name", ["randn", "rand"])
