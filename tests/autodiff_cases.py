@@ -3924,3 +3924,25 @@ def returned_in_a_loop(x):
             return a + u.sum() * 0.5
         a, u = a + (x * x).sum(), u * x
     return a + u.sum() * 0.5
+
+
+case(
+    "call_with_a_branch_decided_by_its_literals",
+    "calls",
+    """
+fn act(x, leak=0.0, square=false) {
+    if leak == 0.0 and not square {
+        return relu(x)
+    } else if square {
+        return x * x
+    }
+    return maximum(x, x * leak)
+}
+
+fn f(x) {
+    return sum(act(x) * act(x, 0.1) + act(x, 0.0, true))
+}
+""",
+    (normal(62, 6),),
+    lambda x: (torch.relu(x) * torch.maximum(x, x * 0.1) + x * x).sum(),
+)

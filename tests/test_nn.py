@@ -50,6 +50,13 @@ fn huber_delta_grad(p, t, d) { return value_and_grad(fn(p, t) => nn.huber(p, t, 
 fn cross_entropy_options_grad(logits, labels) {
     return value_and_grad(fn(l) => nn.cross_entropy(l, labels, label_smoothing=0.2, ignore_index=3))(logits)
 }""",
+    "cross_entropy_in_place_grad": """
+fn cross_entropy_in_place(logits, labels) { return nn.cross_entropy(logits, labels) }
+fn cross_entropy_in_place_grad(logits, labels) { return value_and_grad(cross_entropy_in_place)(logits, labels) }""",
+    "cross_entropy_unsmoothed_grad": """
+fn cross_entropy_unsmoothed_grad(logits, labels) {
+    return value_and_grad(fn(l) => nn.cross_entropy(l, labels, label_smoothing=0.0))(logits)
+}""",
     "nll_loss_ignoring_grad": """
 fn nll_loss_ignoring_grad(lp, labels) { return value_and_grad(fn(v) => nn.nll_loss(v, labels, ignore_index=1))(lp) }""",
     "kl_div_grad": "fn kl_div_grad(lp, t) { return value_and_grad(nn.kl_div)(lp, t) }",
@@ -449,6 +456,21 @@ def test_cross_entropy_label_smoothing_and_ignore_index(dtype: type, leading: tu
     (tl,) = tensors(logits)
     expected = F.cross_entropy(tl.reshape(-1, 5), torch.tensor(labels).reshape(-1))
     value_and_gradient_match("cross_entropy_grad", (logits, labels), expected, tl, dtype)
+
+
+@pytest.mark.parametrize("name", ["cross_entropy_grad", "cross_entropy_in_place_grad", "cross_entropy_unsmoothed_grad"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
+def test_cross_entropy_of_masked_classes_is_finite_as_torch(dtype: type, name: str) -> None:
+    """Logits of -inf (classes masked out, as a language model's vocabulary may be) that no label picks: torch's
+    loss and gradient are finite, as DL's, called in place in a derivative, split, or with smoothing 0 given.
+    Smoothing's mean over the classes, multiplied by 0, made nan of them (0 * -inf)."""
+    logits = normal(5, 4, 6, dtype=dtype)
+    logits[:, 4:] = -np.inf
+    labels = np.array([0, 3, 1, 2])
+    (tl,) = tensors(logits)
+    expected = F.cross_entropy(tl, torch.tensor(labels))
+    assert np.isfinite(expected.item())
+    value_and_gradient_match(name, (logits, labels), expected, tl, dtype)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])

@@ -49,6 +49,99 @@ from dl.lang.types import (
 EXPRESSIONS = (ast.Name, ast.Unary, ast.Binary, ast.Call, ast.Index, ast.Field)
 FORWARDS = 4  # `forwarded`: the most functions that pass a call on before it reaches a built-in
 SMALL = 16  # `small_call`: the most statements before the `return` of a function inlined into a derivative
+
+
+def decided_statements(decl: ast.FnDecl, call: ast.Call) -> list[ast.Stmt] | None:
+    """`decl`'s body as `call` runs it, where every `if` in it is decided by parameters the call binds to
+    literals (given, or defaults left out) that the body never assigns: each `if` replaced by the statements
+    of its branch taken, up to a `return` there. `nn.cross_entropy(logits, labels)` is then the straight-line
+    body of `label_smoothing == 0.0`, written in place in a derivative. None where an `if` is not decided so
+    (or a branch taken has a loop or another statement around a `return`)."""
+    assigned = ast.assigned_names(decl.body)
+    literals = {}
+    for position, param in enumerate(decl.params):
+        given = call.args[position] if position < len(call.args) else param.default
+        value = literal_value(given)
+        if value is not None and param.name not in assigned:
+            literals[param.name] = value
+    out: list[ast.Stmt] = []
+
+    def walk(stmts) -> bool:
+        """Append `stmts` as run; True where they ended in a `return`."""
+        for stmt in stmts:
+            if isinstance(stmt, ast.If):
+                taken = decided(stmt.cond, literals)
+                if taken is None:
+                    return None
+                branch = stmt.then.body if taken else stmt.orelse
+                if isinstance(branch, ast.If):
+                    branch = (branch,)
+                elif isinstance(branch, ast.Block):
+                    branch = branch.body
+                ended = walk(branch or ())
+                if ended is None or ended:
+                    return ended
+                continue
+            out.append(stmt)
+            if isinstance(stmt, ast.Return):
+                return True
+        return False
+
+    if not isinstance(decl.body, ast.Block) or not any(isinstance(s, ast.If) for s in decl.body.body):
+        return None
+    return out if walk(decl.body.body) else None
+
+
+def literal_value(node: ast.Expr | None) -> int | float | bool | None:
+    """The number or bool an unsuffixed or suffixed literal (or its negation) stands for; None otherwise."""
+    match node:
+        case ast.IntLiteral(value=value) | ast.FloatLiteral(value=value) | ast.BoolLiteral(value=value):
+            return value
+        case ast.Unary(op="-", operand=ast.IntLiteral() | ast.FloatLiteral() as operand):
+            return -operand.value
+    return None
+
+
+COMPARISONS = {
+    "==": lambda a, b: a == b,
+    "!=": lambda a, b: a != b,
+    "<": lambda a, b: a < b,
+    "<=": lambda a, b: a <= b,
+    ">": lambda a, b: a > b,
+    ">=": lambda a, b: a >= b,
+}
+
+
+def decided(cond: ast.Expr, literals: dict[str, object]) -> bool | None:
+    """The value of a condition made of comparisons, `and`, `or` and `not` of literals and of the names
+    `literals` binds; None where it reads anything else."""
+    match cond:
+        case ast.Binary(op="and" | "or" as op, lhs=lhs, rhs=rhs):
+            left, right = decided(lhs, literals), decided(rhs, literals)
+            if left is None or right is None:
+                return None
+            return (left and right) if op == "and" else (left or right)
+        case ast.Unary(op="not", operand=operand):
+            value = decided(operand, literals)
+            return None if value is None else not value
+        case ast.Binary(op=op, lhs=lhs, rhs=rhs) if op in COMPARISONS:
+            left, right = operand_value(lhs, literals), operand_value(rhs, literals)
+            if left is None or right is None:
+                return None
+            return bool(COMPARISONS[op](left, right))
+        case ast.BoolLiteral(value=value):
+            return value
+        case ast.Name(id=name) if isinstance(literals.get(name), bool):
+            return literals[name]
+    return None
+
+
+def operand_value(node: ast.Expr, literals: dict[str, object]) -> object | None:
+    if isinstance(node, ast.Name):
+        return literals.get(node.id)
+    return literal_value(node)
+
+
 SOURCE = " module"  # the key of `env` naming the module whose code is read, where not this one (no identifier)
 
 
@@ -584,7 +677,7 @@ class ForwardSweep:
         decl, path = self.typed.functions[callee.key]
         if not isinstance(decl, ast.FnDecl) or id(decl) in self.local_functions or id(decl) in self.inlining:
             return False
-        *body, last = decl.body.body or (None,)
+        *body, last = decided_statements(decl, expr) or decl.body.body or (None,)
         missing = decl.params[len(expr.args) :]
         if any(p.default is None for p in missing) or len(body) >= SMALL or not isinstance(last, ast.Return):
             return False
@@ -682,7 +775,7 @@ class ForwardSweep:
         self.inlining.append(id(decl))
         try:
             with self.reading(instance):
-                return self.inline_body(decl, inner, sweep, hint, expr.span)
+                return self.inline_body(decl, inner, sweep, hint, expr.span, expr)
         finally:
             self.inlining.pop()
 
@@ -813,10 +906,10 @@ class ForwardSweep:
             return True
         return False
 
-    def inline_body(self, decl, inner, sweep: Sweep, hint: str, span: Span) -> ast.Expr:
+    def inline_body(self, decl, inner, sweep: Sweep, hint: str, span: Span, call: ast.Call) -> ast.Expr:
         if not isinstance(decl.body, ast.Block):
             return self.atom(decl.body, inner, sweep, hint)
-        *body, last = decl.body.body
+        *body, last = (decided_statements(decl, call) if isinstance(decl, ast.FnDecl) else None) or decl.body.body
         returns = (node for node in ast.walk_scope(tuple(body)) if isinstance(node, ast.Return))
         if not isinstance(last, ast.Return) or last.value is None or next(returns, None) is not None:
             raise NotDifferentiable(
