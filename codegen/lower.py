@@ -447,12 +447,21 @@ class FunctionLowering:
         return self.site("E0510", f"integer overflow: i64 {symbol} i64 is out of the i64 range", span)
 
     def short_circuit(self, expr: ast.Binary) -> Value:
-        """`a and b`, `a or b` on bools: `b` is evaluated only when `a` does not decide."""
+        """`a and b`, `a or b` on bools: `b` is evaluated only when `a` does not decide. An `a` known when compiling
+        leaves no branch: the answer, or `b` itself (so that `if padding == 0 and stride == size` with sizes
+        known is decided, and only its branch taken is compiled)."""
         name = expr.op
-        result = self.declare(f"{name}.result", "bool")
         left = self.expression(expr.lhs)
         if left.operand.dtype != "bool":
             raise Unsupported(f"`{name}` of {left.operand.dtype}", expr.span)
+        if isinstance(left.operand, ir.Const):
+            if bool(left.operand.value) == (name == "or"):
+                return Value(ir.Const(bool(left.operand.value), "bool"))
+            right = self.expression(expr.rhs)
+            if right.operand.dtype != "bool":
+                raise Unsupported(f"`{name}` of {right.operand.dtype}", expr.span)
+            return right
+        result = self.declare(f"{name}.result", "bool")
         self.emit(ir.Store(result, left.operand))
         right_label, end = self.fresh_label(f"{name}.rhs"), self.fresh_label(f"{name}.end")
         if name == "and":

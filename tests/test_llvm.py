@@ -312,6 +312,31 @@ def test_arange_of_floats_compiles_from_constant_bounds_as_interpreted(tmp_path:
     assert "`data`(f32) interpreted: an `arange` of float bounds known only at run time" in err
 
 
+DECIDED_CONDITIONS = """
+fn pick(x: f32[12], size: i64, stride: i64) -> f32[_] {
+    if stride == 0 or stride == size and size > 1 {
+        return reshape(x, -1, size)[:, 0]
+    }
+    return x[0:size]
+}
+fn main() {
+    let x = float(arange(12))
+    print(pick(x, 3, 0), pick(x, 4, 4), pick(x, 2, 5), pick(x, 1, 1))
+}
+"""
+
+
+def test_and_or_of_conditions_known_when_compiled_decide_the_branch(tmp_path: Path, capsys) -> None:
+    """`and`/`or` of comparisons of integers the function is compiled for are decided when compiling: only the
+    branch taken is compiled, so the two branches may return different shapes (they were refused as
+    "returns of different types or shapes", the function left to the interpreter)."""
+    interpreted, compiled = both_backends(tmp_path, DECIDED_CONDITIONS, capsys)
+    assert compiled == interpreted == "[0. 3. 6. 9.] [0. 4. 8.] [0. 1.] [0.]\n"
+    _, _, err = run_cli(tmp_path, DECIDED_CONDITIONS, "--backend", "llvm", "--explain-backend", capsys=capsys)
+    assert "interpreted" not in err.replace("`main`() interpreted", ""), err
+    assert "`pick`(f32[12], i64 = 3, i64 = 0) compiled" in err
+
+
 def test_explain_backend_says_where_the_code_compiled_when_called_came_from(
     tmp_path: Path, capsys, monkeypatch
 ) -> None:
