@@ -597,8 +597,9 @@ def check(file: str, types: bool, sources: SourceMap) -> int:
         raise DiagnosticError(typed.diagnostics)
     show_warnings(typed, sources)
     if types:
+        imports = typed.program.imports.get(file, [])
         for signature in typed.signatures.get(file, []):
-            print(signature)
+            print(signature.text_in(file, imports))
     else:
         print("ok")
     return 0

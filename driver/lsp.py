@@ -283,8 +283,9 @@ def signatures_of(typed: Typed, path: str) -> dict[str, list[str]]:
     """The checked signatures of a module's functions by name, as `dlrun check --types` prints them: one for
     a function whose parameters are annotated, one per set of argument types it was checked for if not."""
     found: dict[str, list[str]] = {}
+    imports = typed.program.imports.get(path, [])
     for signature in typed.signatures.get(path, []):
-        shown = str(signature)
+        shown = signature.text_in(path, imports)
         if shown not in found.setdefault(signature.name, []):
             found[signature.name].append(shown)
     return found
@@ -292,7 +293,8 @@ def signatures_of(typed: Typed, path: str) -> dict[str, list[str]]:
 
 def function_hover(typed: Typed, path: str, source: str, decl: ast.FnDecl) -> str:
     checked = [signature for signature in typed.signatures.get(path, []) if signature.name == decl.name]
-    shown = "\n".join(dict.fromkeys(str(signature) for signature in checked)) or f"fn {decl.name}"
+    imports = typed.program.imports.get(path, [])
+    shown = "\n".join(dict.fromkeys(s.text_in(path, imports) for s in checked)) or f"fn {decl.name}"
     doc = doc_comment(source, decl)
     return f"{shown}\n\n{doc}" if doc else shown
 
@@ -358,7 +360,10 @@ def node_hover(typed: Typed, path: str, source: str, chain: list[Any], functions
 
 def symbols(module: ast.Module, typed: Typed | None = None) -> list[types.DocumentSymbol]:
     """The outline of a module: its functions (with their signatures), structs (with their fields) and consts."""
-    signatures = {s.name: str(s) for s in typed.signatures.get(module.path, [])} if typed else {}
+    imports = typed.program.imports.get(module.path, []) if typed else []
+    signatures = (
+        {s.name: s.text_in(module.path, imports) for s in typed.signatures.get(module.path, [])} if typed else {}
+    )
     found: list[types.DocumentSymbol] = []
     for decl in module.decls:
         match decl:

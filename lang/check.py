@@ -104,6 +104,22 @@ class Signature:
         shown = ", ".join(f"{name}: {t}" for name, t in self.params)
         return f"fn {self.name}({shown}) -> {self.result}"
 
+    def text_in(self, path: str, imports: Iterable[tuple[str, str]]) -> str:
+        """As `str`, with each struct of a module that `path` imports named as `path`'s code names it
+        (`layers.Linear[3, 2]`, where `str` says `Linear[3, 2]`): how `dlrun check --types` and the language
+        server show a module's signatures."""
+        aliases = {module: alias for alias, module in imports}
+
+        def named(t: Type) -> Type:
+            if isinstance(t, StructType) and t.module != path and t.module in aliases:
+                return replace(t, name=f"{aliases[t.module]}.{t.name}")
+            if isinstance(t, TupleType):
+                return TupleType(tuple(named(item) for item in t.items))
+            return t
+
+        shown = ", ".join(f"{name}: {named(t)}" for name, t in self.params)
+        return f"fn {self.name}({shown}) -> {named(self.result)}"
+
 
 @record(frozen=True, slots=True)
 class RuntimeCheck:

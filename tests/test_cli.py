@@ -245,6 +245,39 @@ def test_check_types_prints_signatures_in_declaration_order(dlrun) -> None:
     ]
 
 
+LAYERS = """\
+struct Linear[I, O] { w: f32[I, O], b: f32[O] }
+struct Plain { w: f32[2] }
+fn make() -> Plain { return Plain { w: zeros(2) } }
+fn apply(l: Linear[I, O], x: f32[B, I]) -> f32[B, O] { return x @ l.w + l.b }
+"""
+
+USES_LAYERS = """\
+import layers as ly
+struct Own { v: f32 }
+fn forward(l: ly.Linear[3, 2], x: f32[B, 3]) -> f32[B, 2] { return ly.apply(l, x) }
+fn both() -> (ly.Plain, Own) { return (ly.make(), Own { v: 1.0 }) }
+fn main() {
+    print(forward(ly.Linear { w: zeros(3, 2), b: zeros(2) }, ones(4, 3)), both()[1].v)
+}
+"""
+
+
+def test_check_types_names_another_module_s_structs_as_the_file_does(dlrun, tmp_path: Path, monkeypatch) -> None:
+    """`ly.Linear[3, 2]`, as the file writes it (and could paste back), not `Linear[3, 2]`, which names nothing
+    there; the file's own structs stay unqualified."""
+    (tmp_path / "layers.dl").write_text(LAYERS)
+    (tmp_path / "model.dl").write_text(USES_LAYERS)
+    monkeypatch.chdir(tmp_path)
+    status, out, err = dlrun("check", "--types", "model.dl")
+    assert (status, err) == (0, "")
+    assert out.splitlines() == [
+        "fn forward(l: ly.Linear[3, 2], x: f32[B, 3]) -> f32[B, 2]",
+        "fn both() -> (ly.Plain, Own)",
+        "fn main() -> ()",
+    ]
+
+
 @pytest.mark.parametrize("path", sorted((ROOT / "examples").glob("*.dl")), ids=lambda p: p.name)
 def test_every_example_checks_clean(dlrun, path: Path) -> None:
     assert dlrun("check", str(path.relative_to(ROOT))) == (0, "ok\n", "")

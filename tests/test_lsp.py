@@ -152,6 +152,21 @@ def test_hover_on_a_module_s_function_shows_its_signature_and_doc_comment() -> N
     assert "torch.nn.Linear" in shown  # nn.dl's doc comment of `linear`
 
 
+def test_hover_names_another_module_s_structs_as_the_file_does(tmp_path: Path) -> None:
+    from test_cli import LAYERS, USES_LAYERS
+
+    (tmp_path / "layers.dl").write_text(LAYERS)
+    path = tmp_path / "model.dl"
+    path.write_text(USES_LAYERS)
+    checked = lang.check(USES_LAYERS, str(path))
+    shown, _ = lsp.hover_text(checked, str(path), USES_LAYERS, 3, 5)
+    assert shown == "fn forward(l: ly.Linear[3, 2], x: f32[B, 3]) -> f32[B, 2]"
+    assert [s.detail for s in lsp.symbols(checked.program.modules[str(path)], checked)][1:3] == [
+        "fn forward(l: ly.Linear[3, 2], x: f32[B, 3]) -> f32[B, 2]",
+        "fn both() -> (ly.Plain, Own)",
+    ]
+
+
 def test_hover_on_an_expression_shows_its_type(typed) -> None:
     assert hover(typed, 13, 36) == "f32[2, 3]"  # inside `ones(2, 3)`, on the closing parenthesis
     assert hover(typed, 8, 1) is None  # a blank line
