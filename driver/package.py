@@ -420,7 +420,13 @@ class Package:
         self.weights_value = value
         self.weights_at = [name for name, _ in self.signature.params].index(weights)
         self.accepted: set[tuple] = set()  # the inputs' (shape, dtype)s that fitted the signature, up to ACCEPTED
-        self.prepared: Prepared = pipeline.on_backend(backend, typed)
+        try:
+            self.prepared: Prepared = pipeline.on_backend(backend, typed)
+        except DiagnosticError as problem:  # a backend that cannot run here: said of the package, not its source
+            if [d.code for d in problem.diagnostics] != ["E0406"]:
+                raise
+            (missing,) = problem.diagnostics
+            raise DiagnosticError(error(missing.code, missing.message, start_of(path), notes=missing.notes)) from None
         self.calling: Callable[[list], Any] | None = None  # the prepared function, made at the first call
 
     def __call__(self, *args: Any, **named: Any) -> Any:

@@ -4,10 +4,11 @@
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import os
 import shutil
+import importlib.util
+import sys
 import zipfile
 from pathlib import Path
 
@@ -143,18 +144,22 @@ def test_predict_reads_and_writes_npz_on_either_backend(dlrun, project: Path) ->
 
 
 def test_predict_on_the_cuda_backend_says_what_is_missing_or_runs(dlrun, project: Path) -> None:
-    """Without cupy (or a GPU) the package is refused with E0406 and the extra to install, and no output is
-    written; with the cuda backend's array path on numpy (as tests/test_cuda_array.py runs it) it predicts."""
+    """Without cupy (or a GPU) the package is refused with E0406 and the extra to install, pointed at the package
+    (not at a line of the source inside it, which the user never wrote), and no output is written; with the cuda
+    backend's array path on numpy (as tests/test_cuda_array.py runs it) it predicts."""
     from dl.codegen import cuda
     from dl.runtime.arrays import NUMPY
 
     x = inputs()
     export(dlrun, project)
     np.savez("x.npz", x=x)
-    if importlib.util.find_spec("cupy") is None:
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(cuda.BACKEND, "arrays", None)
+        patch.setitem(sys.modules, "cupy", None)  # as if not installed
         status, out, err = dlrun("predict", "m.dlpkg", "--input", "x.npz", "-o", "y.npz", "--backend", "cuda")
-        assert (status, out) == (1, "") and err.startswith("error[E0406]: the cuda backend cannot run here")
-        assert not Path("y.npz").exists()
+    assert (status, out) == (1, "") and err.startswith("error[E0406]: the cuda backend cannot run here")
+    assert err.splitlines()[1] == " --> m.dlpkg:1:1" and "pip install 'dl-lang[cuda]'" in err
+    assert not Path("y.npz").exists()
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(cuda.BACKEND, "arrays", NUMPY)
         found = load_package("m.dlpkg", "cuda")(x)
