@@ -4,10 +4,10 @@
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import os
 import shutil
-import importlib.util
 import sys
 import zipfile
 from pathlib import Path
