@@ -579,6 +579,8 @@ def name_sites(module: ast.Module) -> Iterator[tuple[str, Span]]:
                 yield name, field_name_span(node)
             case ast.NamedType(name=name, module=None):
                 yield name, node.span
+            case ast.TensorTypeExpr(dtype=name, module=None):  # `Linear[3, 2]`: a struct given sizes (or a dtype)
+                yield name, name_span(name, node.span)
             case ast.FieldDecl(name=name):
                 yield name, name_span(name, node.span)
         for child in ast.children(node):

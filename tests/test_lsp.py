@@ -425,6 +425,21 @@ def test_definition_of_a_generic_struct_given_sizes(tmp_path: Path) -> None:
     assert lsp.definition(checked, path, 3, 45) is None  # `f32`, a dtype
 
 
+def test_references_of_a_generic_struct_reach_it_given_sizes() -> None:
+    """`Pair[4]` in a type is a reference to `struct Pair`, as `Pair` and `Pair { ... }` are."""
+    source = (
+        "struct Pair[N] { a: f32[N] }\n"
+        "fn f(q: Pair[4], r: Pair[N]) -> f32[4] { return q.a }\n"
+        "fn main() { print(f(Pair { a: zeros(4) }, Pair { a: zeros(2) })) }\n"
+    )
+    checked = lang.check(source, PATH)
+    assert checked.errors == []
+    expected = [(1, 8, 12), (2, 9, 13), (2, 21, 25), (3, 21, 25), (3, 43, 47)]
+    assert spans(lsp.references(checked, PATH, 1, 9)) == expected
+    assert spans(lsp.references(checked, PATH, 2, 10)) == expected  # from the sized type itself
+    assert spans(lsp.references(checked, PATH, 2, 38)) == []  # `f32[4]`, a dtype
+
+
 def test_definition_finds_the_nearest_binding_in_scope() -> None:
     source = "fn f(x: f32) -> f32 {\n    let x = x + 1.0\n    return x\n}\n"
     checked = lang.check(source, PATH)
