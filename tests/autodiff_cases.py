@@ -3946,3 +3946,24 @@ fn f(x) {
     (normal(62, 6),),
     lambda x: (torch.relu(x) * torch.maximum(x, x * 0.1) + x * x).sum(),
 )
+
+case(
+    "call_with_a_decided_branch_that_hides_a_name",
+    "calls",
+    """
+fn twice(x, flag=true) {
+    let y = x * 2.0
+    if flag {
+        let y = x * 3.0
+        assert(max(abs(y)) >= 0.0, "finite")
+    }
+    return y
+}
+
+fn f(x) {
+    return sum(twice(x) * x)
+}
+""",
+    (normal(63, 5),),
+    lambda x: (x * 2.0 * x).sum(),
+)

@@ -66,8 +66,8 @@ def decided_statements(decl: ast.FnDecl, call: ast.Call) -> list[ast.Stmt] | Non
             literals[param.name] = value
     out: list[ast.Stmt] = []
 
-    def walk(stmts) -> bool:
-        """Append `stmts` as run; True where they ended in a `return`."""
+    def walk(stmts) -> bool | None:
+        """Append `stmts` as run; True where they ended in a `return`, None where they cannot be written so."""
         for stmt in stmts:
             if isinstance(stmt, ast.If):
                 taken = decided(stmt.cond, literals)
@@ -81,6 +81,8 @@ def decided_statements(decl: ast.FnDecl, call: ast.Call) -> list[ast.Stmt] | Non
                 ended = walk(branch or ())
                 if ended is None or ended:
                     return ended
+                if any(isinstance(node, ast.Let) for node in ast.walk_scope(tuple(branch or ()))):
+                    return None  # its names would outlive its block, and hide the function's own after it
                 continue
             out.append(stmt)
             if isinstance(stmt, ast.Return):
