@@ -598,9 +598,11 @@ def matmul(lowering, a: object, b: object, span: Span) -> object:
 
 
 def einsum(lowering, bound: dict, span: Span) -> object:
-    """`einsum(spec, operands...)` as one loop nest over every letter of the spec (the result's first, then the
-    summed ones): the operands, each seen through its letters, multiplied elementwise, then summed over the
-    letters the result drops (in f64 for floats, as `sum`). No gemm: a product of two matrices is faster as `@`."""
+    """`einsum(spec, operands...)` in the steps of lang/einsum.py's `contraction_path`: one or two operands as
+    one loop nest over every letter of the spec (`contraction`); three or more two at a time, in the order
+    numpy's `einsum(optimize=True)` takes, each step's sums in a buffer of their own that the next step reads
+    rounded to the operands' dtype (a step summing no letter stays a product, computed in the next step's
+    loop nest). No gemm: a product of two matrices is faster as `@`."""
     spec_value = bound["spec"]
     text = spec_value.value if isinstance(spec_value, Text) else spec_value
     try:
@@ -619,17 +621,33 @@ def einsum(lowering, bound: dict, span: Span) -> object:
         for letter, size in zip(letters, operand.shape, strict=True):
             if sizes.setdefault(letter, size) != size:
                 raise Unsupported("an `einsum` the interpreter reports", span)
+    left = operands
+    for positions, step in einsum_spec.contraction_path(spec, sizes):
+        taken = [left[position] for position in positions]
+        left = [operand for position, operand in enumerate(left) if position not in positions]
+        left.append(contraction(lowering, step, taken, span))
+    return finish(lowering, left[0], dtype)
+
+
+def contraction(lowering, spec: einsum_spec.Spec, operands: list[Tensor], span: Span) -> Tensor:
+    """One loop nest over every letter of `spec` (the result's first, then the summed ones): the operands
+    (of one dtype), each seen through its letters, multiplied elementwise, then summed over the letters the
+    result drops (in f64 for floats, as `sum`) into a buffer, read rounded to the operands' dtype."""
+    dtype = operands[0].dtype
     letters = spec.output + spec.summed
+    sizes: dict[str, int] = {}
     product = None
     for own, operand in zip(spec.inputs, operands, strict=True):
+        sizes.update(zip(own, operand.shape, strict=True))
         seen = remap(operand.tree, tuple(own.index(letter) if letter in own else None for letter in letters))
         product = seen if product is None else ir.Apply("mul", dtype, (product, seen))
     whole = Tensor(dtype, tuple(sizes[letter] for letter in letters), product)
     if not spec.summed:
-        return finish(lowering, whole, dtype)
+        return whole
     accumulate = "f64" if dtype in FLOATS else "i64"
     summed = tuple(range(len(spec.output), len(letters)))
-    return finish(lowering, reduce(lowering, whole, "add", summed, False, span, accumulate), dtype)
+    total = reduce(lowering, whole, "add", summed, False, span, accumulate)
+    return total if accumulate == dtype else Tensor(dtype, total.shape, ir.Apply("convert", dtype, (total.tree,)))
 
 
 def as_operand(value: object, span: Span) -> Tensor:

@@ -1,4 +1,5 @@
-"""`einsum` specs: parsing one, and the spec of each operand's adjoint.
+"""`einsum` specs: parsing one, the spec of each operand's adjoint, and the order in which compiled code
+contracts three operands or more (`contraction_path`).
 
 A spec names each axis of each operand with a letter and says which letters the result keeps, in order:
 `"bij,bjk->bik"` is a batch of matrix products. Letters the result does not keep are summed over. DL takes
@@ -12,6 +13,9 @@ through `parse`, so they agree on what a spec means.
 
 from __future__ import annotations
 
+import itertools
+import math
+from collections.abc import Mapping
 from functools import cache
 
 from dl.lang.record import record
@@ -75,3 +79,56 @@ def adjoint_spec(spec: Spec, operand: int) -> tuple[Spec, bool]:
     needs_ones = any(letter not in covered for letter in own)
     inputs = (spec.output, *others, *((own,) if needs_ones else ()))
     return Spec(inputs, own), needs_ones
+
+
+Path = tuple[tuple[tuple[int, ...], Spec], ...]
+
+
+def contraction_path(spec: Spec, sizes: Mapping[str, int]) -> Path:
+    """The steps computing `spec` (each letter's size in `sizes`), as numpy's `einsum_path` writes them: each
+    step takes the operands at its positions in the list of those left (the spec's at first), contracts them
+    by its spec and appends the result to the list. Three operands or more go two at a time, as numpy's
+    `einsum(optimize=True)` (its greedy path): each step contracts the pair `best_pair` picks into their
+    letters that another operand or the result still needs, summing the rest; the last step's spec keeps
+    the result's letters. Fewer operands, or pairs making no fewer iterations in all than one loop nest over
+    every letter, give that one step."""
+    whole = ((tuple(range(len(spec.inputs))), spec),)
+    if len(spec.inputs) < 3:
+        return whole
+    left, steps, iterations = list(spec.inputs), [], 0
+    while len(left) > 1:
+        (first, second), kept = best_pair(left, spec.output, sizes)
+        steps.append(((first, second), Spec((left[first], left[second]), kept)))
+        iterations += nest_size(left[first] + left[second], sizes)
+        left = [letters for position, letters in enumerate(left) if position not in (first, second)]
+        left.append(kept)
+    return tuple(steps) if iterations < nest_size("".join(spec.inputs), sizes) else whole
+
+
+def best_pair(inputs: list[str], output: str, sizes: Mapping[str, int]) -> tuple[tuple[int, int], str]:
+    """The positions of the pair of `inputs` to contract first, and the letters of its result, as numpy's
+    greedy path chooses: among the pairs sharing a letter (all pairs if none do: outer products come last),
+    the one whose result is smallest beside its operands (their elements less its elements, the most), then
+    the one with the smallest loop nest (the product of the sizes of its letters), then the leftmost."""
+    pairs = list(itertools.combinations(range(len(inputs)), 2))
+    sharing = [(a, b) for a, b in pairs if set(inputs[a]) & set(inputs[b])]
+    choices = []
+    for first, second in sharing or pairs:
+        kept = kept_letters(inputs, (first, second), output)
+        removed = nest_size(inputs[first], sizes) + nest_size(inputs[second], sizes) - nest_size(kept, sizes)
+        choices.append(((-removed, nest_size(inputs[first] + inputs[second], sizes)), (first, second), kept))
+    _, pair, kept = min(choices, key=lambda choice: choice[0])
+    return pair, kept
+
+
+def kept_letters(inputs: list[str], pair: tuple[int, int], output: str) -> str:
+    """The letters of the pair at `pair` that the result or another input needs: the result's first, in its
+    order, then the others in order of first use."""
+    joined = inputs[pair[0]] + inputs[pair[1]]
+    needed = set(output).union(*(letters for position, letters in enumerate(inputs) if position not in pair))
+    return "".join(letter for letter in dict.fromkeys(output + joined) if letter in joined and letter in needed)
+
+
+def nest_size(letters: str, sizes: Mapping[str, int]) -> int:
+    """The iterations of one loop nest over the distinct `letters` (the elements of an operand of them)."""
+    return math.prod(sizes[letter] for letter in set(letters))

@@ -20,6 +20,7 @@ from dl import pipeline
 from dl.cli import main as dlrun
 from dl.codegen import cache, native
 from dl.lang import ast
+from dl.lang import einsum as einsum_spec
 from dl.lang.cache import cache_directory as cache_directory_of
 from dl.runtime.randomness import categorical_samples
 from hypothesis import HealthCheck, given, settings
@@ -465,6 +466,125 @@ fn main() {
     found = [numbers(re.sub(r"[\[\]]", " ", text)) for text in (interpreted, compiled)]
     assert len(found[0]) == 9 + 3 + 1
     assert found[1] == pytest.approx(found[0], rel=1e-12)
+
+
+EINSUMS = """
+fn filled(n: i64, offset: f32) -> f32[_] { return sin(float(arange(n)) * 0.7 + offset) }
+fn pool(rows: f32[I, H], x: f32[N, C, H, W], columns: f32[J, W]) -> f32[N, C, I, J] {
+    return einsum("ih,nchw,jw->ncij", rows, x, columns)
+}
+fn shared(a: f32[A, B], b: f32[B, C], d: f32[B, C, D]) -> f32[A, D] { return einsum("ab,bc,bcd->ad", a, b, d) }
+fn chain(a: f32[A, B], b: f32[B, C], c: f32[B, D], e: f32[E]) -> f32[A, D, E] {
+    return einsum("ab,bc,bd,e->ade", a, b, c, e)
+}
+fn scaled(a: f32[A, B], b: f32[B, C], d: f32[C, D], s: f32) -> f32[A, D] { return einsum("ab,bc,cd,->ad", a, b, d, s) }
+fn counts(a: i64[A, B], b: i64[B, C], d: i64[C, D]) -> i64[A, D] { return einsum("ab,bc,cd->ad", a, b, d) }
+fn pool_loss(rows: f32[I, H], x: f32[N, C, H, W], columns: f32[J, W], weights: f32[N, C, I, J]) -> f32 {
+    return sum(einsum("ih,nchw,jw->ncij", rows, x, columns) * weights)
+}
+fn chain_loss(a: f32[A, B], b: f32[B, C], c: f32[B, D], e: f32[E]) -> f32 {
+    let y = einsum("ab,bc,bd,e->ade", a, b, c, e)
+    return sum(y * y)
+}
+fn main() {
+    let rows = reshape(filled(12, 0.1), 2, 6)
+    let x = reshape(filled(216, 0.2), 2, 3, 6, 6)
+    let columns = reshape(filled(12, 0.3), 2, 6)
+    let weights = reshape(filled(24, 0.4), 2, 3, 2, 2)
+    let a = reshape(filled(12, 0.5), 3, 4)
+    let b = reshape(filled(20, 0.6), 4, 5)
+    let c = reshape(filled(24, 0.7), 4, 6)
+    let d = reshape(filled(120, 0.8), 4, 5, 6)
+    let e = filled(2, 0.9)
+    print(pool(rows, x, columns))
+    print(shared(a, b, d))
+    print(chain(a, b, c, e))
+    print(scaled(a, b, d[0], 2.5))
+    print(counts(reshape(arange(12), 3, 4), reshape(arange(20), 4, 5), reshape(arange(30), 5, 6)))
+    print(grad(pool_loss, wrt=(0, 1, 2))(rows, x, columns, weights))
+    print(grad(chain_loss, wrt=(0, 1, 2, 3))(a, b, c, e))
+}
+"""
+
+
+def einsums_in_numpy() -> list[np.ndarray]:
+    """What EINSUMS prints, from numpy's einsum in f64 of the same f32 inputs; the gradients by hand (each
+    operand's is the einsum of the result's adjoint and the other operands)."""
+
+    def filled(n: int, offset: float) -> np.ndarray:
+        return np.sin(np.arange(n, dtype=np.float32) * np.float32(0.7) + np.float32(offset)).astype(np.float64)
+
+    rows, x, columns = (
+        filled(12, 0.1).reshape(2, 6),
+        filled(216, 0.2).reshape(2, 3, 6, 6),
+        filled(12, 0.3).reshape(2, 6),
+    )
+    weights = filled(24, 0.4).reshape(2, 3, 2, 2)
+    a, b, c = filled(12, 0.5).reshape(3, 4), filled(20, 0.6).reshape(4, 5), filled(24, 0.7).reshape(4, 6)
+    d, e = filled(120, 0.8).reshape(4, 5, 6), filled(2, 0.9)
+    y = np.einsum("ab,bc,bd,e->ade", a, b, c, e)
+    return [
+        np.einsum("ih,nchw,jw->ncij", rows, x, columns),
+        np.einsum("ab,bc,bcd->ad", a, b, d),
+        y,
+        np.einsum("ab,bc,cd,->ad", a, b, d[0], 2.5),
+        np.einsum(
+            "ab,bc,cd->ad", *(np.arange(n).reshape(shape) for n, shape in ((12, (3, 4)), (20, (4, 5)), (30, (5, 6))))
+        ),
+        np.einsum("ncij,nchw,jw->ih", weights, x, columns),
+        np.einsum("ncij,ih,jw->nchw", weights, rows, columns),
+        np.einsum("ncij,ih,nchw->jw", weights, rows, x),
+        np.einsum("ade,bc,bd,e->ab", 2 * y, b, c, e),
+        np.einsum("ade,ab,bd,e->b", 2 * y, a, c, e)[:, None].repeat(5, axis=1),  # the same along `c`
+        np.einsum("ade,ab,bc,e->bd", 2 * y, a, b, e),
+        np.einsum("ade,ab,bc,bd->e", 2 * y, a, b, c),
+    ]
+
+
+def test_einsums_of_three_and_four_operands_are_compiled_pairwise_and_agree(tmp_path: Path, capsys) -> None:
+    """Three and four operands contracted two at a time (`b` summed over three operands, `e` an outer product,
+    `a` and `e` kept from one operand each, a scalar operand, i64 operands), and their gradients (einsums of
+    as many operands): the interpreter's values and numpy's, to f32's precision (each intermediate is
+    rounded to f32); the i64 products exactly."""
+    interpreted, compiled = both_backends(tmp_path, EINSUMS, capsys)
+    found = [numbers(re.sub(r"[\[\](),]", " ", text)) for text in (interpreted, compiled)]
+    expected = np.concatenate([value.ravel() for value in einsums_in_numpy()])
+    assert len(found[0]) == len(found[1]) == expected.size == 24 + 18 + 36 + 18 + 18 + 12 + 216 + 12 + 12 + 20 + 24 + 2
+    scale = np.abs(expected).max()
+    assert found[1] == pytest.approx(found[0], rel=1e-5, abs=1e-6 * scale)
+    np.testing.assert_allclose(found[1], expected, rtol=1e-5, atol=1e-6 * scale)
+    status, _, explained = run_cli(tmp_path, EINSUMS, "--backend", "llvm", "--explain-backend", capsys=capsys)
+    assert status == 0 and explained.count(" interpreted") == 1, explained  # main, which prints
+    counts = slice(24 + 18 + 36 + 18, 24 + 18 + 36 + 18 + 18)
+    assert found[1][counts] == found[0][counts] == expected[counts].tolist()  # i64: exactly
+    for name in ("pool", "shared", "chain", "scaled", "counts", "pool_loss_grad", "chain_loss_grad"):
+        assert re.search(rf"`{name}\w*`\((f32|i64)\[[^`]*\) compiled", explained), (name, explained)
+
+
+@pytest.mark.parametrize(
+    ("text", "sizes", "steps"),
+    [
+        ("ih,nchw,jw->ncij", "i2h6n2c3w6j2", ["ih,nchw->nciw", "jw,nciw->ncij"]),
+        ("ih,nchw,jw->ncij", "i32h64n8c16w64j32", ["ih,nchw->nciw", "jw,nciw->ncij"]),
+        ("ncij,nchw,jw->ih", "i32h64n8c16w64j32", ["nchw,jw->hncj", "ncij,hncj->ih"]),
+        ("ab,bc,bcd->ad", "a3b4c5d6", ["bc,bcd->db", "ab,db->ad"]),  # not ab,bc: the smaller nest sums nothing
+        ("ab,bc,bd,e->ade", "a3b4c5d6e2", ["ab,bc->ab", "bd,ab->ad", "e,ad->ade"]),
+        ("ab,bc,cd,de->ae", "a3b4c5d6e7", ["cd,de->ec", "bc,ec->eb", "ab,eb->ae"]),
+        ("ij,jk->ik", "i3j4k5", ["ij,jk->ik"]),  # two operands: one loop nest, as always
+        ("i,i,i->i", "i5", ["i,i,i->i"]),  # pairs make no fewer iterations
+        ("i,j,k->ijk", "i5j3k2", ["i,j,k->ijk"]),
+        ("ab,bc,cd,->ad", "a3b4c5d6", ["bc,cd->db", "ab,db->ad", ",ad->ad"]),  # a scalar: an outer product, last
+    ],
+)
+def test_einsum_contraction_path_is_numpys_greedy_one(text: str, sizes: str, steps: list[str]) -> None:
+    """Compiled code's order of pairwise contractions (lang/einsum.py) is numpy's `einsum_path(optimize="greedy")`
+    (its positions: each step's operands leave the list, their result is appended), into the letters still
+    needed; one step where pairs do not pay."""
+    letters = {letter: int(size) for letter, size in re.findall(r"([a-z])(\d+)", sizes)}
+    path = einsum_spec.contraction_path(einsum_spec.parse(text), letters)
+    assert [str(spec) for _, spec in path] == steps
+    operands = [np.ones([letters[letter] for letter in own]) for own in einsum_spec.parse(text).inputs]
+    assert [positions for positions, _ in path] == np.einsum_path(text, *operands, optimize="greedy")[0][1:]
 
 
 def test_explain_backend_names_the_functions_main_reaches_at_their_names(tmp_path: Path, capsys) -> None:
