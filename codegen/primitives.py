@@ -1091,6 +1091,32 @@ def sorting(values: bool):
     return apply
 
 
+def topk(lowering, bound: dict, span: Span) -> object:
+    """`(values, indices)`: the first `k` of the stable order `ir.Sort` makes along one axis known when compiling
+    (descending where `largest`), viewed in place, and `x` read at them, as the interpreter takes them; `k` a
+    constant from 0 to the axis's size (another is the interpreter's to report)."""
+    x = tensor(bound["x"], span)
+    if not x.shape or x.dtype == "bool":
+        raise Unsupported("`topk` of a scalar or of bools", span)
+    axis = axis_index(static_int(lowering, bound["axis"], span, "an axis"), len(x.shape), span)
+    k = static_int(lowering, bound["k"], span, "`k`")
+    if not 0 <= k <= x.shape[axis]:
+        raise Unsupported(f"`topk` of {k} elements along an axis of size {x.shape[axis]}", span)
+    largest = static_flag(bound["largest"], span)
+    shape = (*x.shape[:axis], k, *x.shape[axis + 1 :])
+    if not k or not x.size:
+        zero = ir.Const(0.0 if x.dtype in FLOATS else 0, x.dtype)
+        return Tensor(x.dtype, shape, ir.Splat(zero)), Tensor("i64", shape, ir.Splat(ZERO))
+    if ir.can_fail(x.tree) or not isinstance(x.tree, ir.Read):  # (the values read it again)
+        x = lowering.materialise(x, "sorted")
+    target = lowering.allocate("i64", x.shape, "order")
+    keys = lowering.allocate(x.dtype, (2, x.shape[axis]), "order.keys")
+    positions = lowering.allocate("i64", (2, x.shape[axis]), "order.positions")
+    lowering.emit(ir.Sort(target, x.tree, axis, largest, keys, positions))
+    indices = Tensor("i64", shape, ir.Read(target, ZERO, contiguous(x.shape)))  # the first k along the axis
+    return taken_along(lowering, x, indices.tree, axis, shape), indices
+
+
 # ------------------------------------------------------------------ convolution and pooling
 # The interpreter's algorithms (interp/primitives.py), on views: a padded copy of the images, im2col as
 # one strided view of it written out, products through gemm, col2im as one accumulating loop per kernel
@@ -2025,6 +2051,7 @@ HANDLERS = {
     Prim.ADD_ALONG_AXIS: add_along_axis,
     Prim.ARGSORT: sorting(values=False),
     Prim.SORT: sorting(values=True),
+    Prim.TOPK: topk,
     Prim.ZEROS: filled(0),
     Prim.ONES: filled(1),
     Prim.FULL: full,

@@ -1218,6 +1218,19 @@ def sorting(values: bool) -> Callable[[Call], Tensor]:
     return lower
 
 
+def topk(call: Call) -> tuple[Tensor, Tensor]:
+    """`TopK` with `k` as its 1-element input (known or computed) and `largest` as its attribute: ONNX's, sorted,
+    puts the lower index first among equal values, as DL's does. A `k` beyond the axis's size fails in the runtime."""
+    graph, x = call.graph, call.tensor(0)
+    axis = int(call.static(2)) % x.rank
+    if not isinstance(call.values[3], Number):
+        raise Refused("`largest=` known only when it runs", call.span, "TopK takes its direction as an attribute")
+    k = graph.unsqueeze(graph.tensor(call.values[1], "i64"), 0)
+    values, indices = call.result.items
+    found, positions = graph.ops("TopK", [x.name, k.name], [values, indices], axis=axis, largest=int(call.static(3)))
+    return found, positions
+
+
 def cumsum(call: Call) -> Tensor:
     """CumSum; of f32, in f64 and cast back, as the interpreter sums (one rounding per element)."""
     graph, dtype = call.graph, call.result.dtype
@@ -1519,6 +1532,7 @@ HANDLERS: dict[Prim, Callable[[Call], Any]] = {
     Prim.TAKE_ALONG_AXIS: take_along_axis,
     Prim.ARGSORT: sorting(values=False),
     Prim.SORT: sorting(values=True),
+    Prim.TOPK: topk,
     Prim.RESHAPE: reshape,
     Prim.CONCAT: concat,
     Prim.STACK: stack,

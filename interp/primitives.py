@@ -1281,6 +1281,22 @@ def sort(x: Any, axis: Any, descending: Any) -> Any:
     return np.take_along_axis(x, argsort(x, position, descending), axis=position)
 
 
+def topk(x: Any, k: Any, axis: Any, largest: Any) -> tuple:
+    """`(values, indices)`: the `k` largest elements along `axis`, descending (the smallest, ascending, unless
+    `largest`), and their i64 positions: the first `k` of a stable sort's, so ties keep their order (torch leaves
+    theirs unspecified); nan counts as the largest, as in torch."""
+    x = along_axes(x, "topk")
+    no_bools("topk", x)
+    position = axis_of(x, axis) % x.ndim
+    size = x.shape[position]
+    if not is_integer(k) or not 0 <= k <= size:
+        where = f"(the size of axis {position} of {describe(x)})"
+        raise PrimitiveError(f"`topk` takes `k` from 0 to {size} {where}, found {shown_value(k)}")
+    order = argsort(x, position, flag_of(largest, "largest"))
+    indices = order[(slice(None),) * position + (slice(0, int(k)),)]
+    return np.take_along_axis(x, indices, axis=position), indices
+
+
 def split_like(x: Any, like: Any, axis: Any) -> tuple:
     """`x` cut along `axis` into pieces as long as the tensors of `like`: the reverse of `concat`."""
     x = as_array(x)
@@ -1992,6 +2008,7 @@ IMPLEMENTATIONS = {
     Prim.TAKE_ALONG_AXIS: take_along_axis,
     Prim.ARGSORT: argsort,
     Prim.SORT: sort,
+    Prim.TOPK: topk,
     Prim.SWAPAXES: swapaxes,
     Prim.RESHAPE: reshape,
     Prim.CONCAT: concat,

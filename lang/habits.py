@@ -320,7 +320,6 @@ SPELLINGS: dict[str, Spelling] = {
     "concatenate": lambda a: f"concat({a[0]}{axis_keyword(a[1:])})" if a else None,
     "clamp": lambda a: clamped(a),
     "pow": lambda a: f"{a[0]} ** {a[1]}" if len(a) == 2 else None,
-    "topk": lambda a: f"sort({a[0]}, descending=true)[..., 0:{a[1]}]" if len(a) == 2 else None,
     "power": lambda a: f"{a[0]} ** {a[1]}" if len(a) == 2 else None,
     "mm": lambda a: f"{a[0]} @ {a[1]}" if len(a) == 2 else None,
     "dot": lambda a: f"{a[0]} @ {a[1]}" if len(a) == 2 else None,

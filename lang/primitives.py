@@ -85,6 +85,7 @@ class Prim(Enum):
     TAKE_ALONG_AXIS = "take_along_axis"
     ARGSORT = "argsort"
     SORT = "sort"
+    TOPK = "topk"
     PAD = "pad"
     # creation
     ZEROS = "zeros"
@@ -699,6 +700,18 @@ PRIMITIVES_LIST = (
         SORTING,
         shapes.sorting_rule("sort"),
         Templates((("x", "add_along_axis(zeros_like(x), argsort(x, axis=axis, descending=descending), d, axis)"),)),
+        X,
+    ),
+    # `(values, indices)`: the values are `x` read at the indices, so the adjoint puts `d[0]` back at them (the
+    # adjoint of take_along_axis); the i64 indices carry none
+    Primitive(
+        Prim.TOPK,
+        "structure",
+        "`(values, indices)`: the `k` largest elements along `axis` in descending order (the smallest, ascending,"
+        " with `largest=false`) and their `i64` positions, ties the lower position first (torch's `topk`)",
+        Signature(("x", "k"), keywords=(("axis", -1), ("largest", True))),
+        shapes.topk_rule,
+        Templates((("x", "add_along_axis(zeros_like(x), r[1], d[0], axis)"),)),
         X,
     ),
     # the adjoint of padding is the padding taken off again (negative widths remove), and `value` gets the

@@ -964,6 +964,32 @@ def sorting_rule(name: str) -> Rule:
     return rule
 
 
+def topk_rule(args: list[Argument]) -> Type:
+    """`topk(x, k, axis=-1, largest=true)`: `(values, indices)`, each `x`'s shape with `axis` of size `k`; `x` a
+    float or integer tensor with an axis, `k` an integer from 0 to the axis's size (checked here when both are
+    known, else when it runs), the values in `x`'s dtype and the indices `i64`."""
+    x = tensor(args[0].type, "`topk`")
+    k, axis, largest = args[1], args[2], args[3]
+    if not isinstance(k.type, AnyType) and not (isinstance(k.type, TensorType) and is_scalar_of(k.type, INTEGERS)):
+        raise ShapeError("E0301", f"`topk` takes `k` as an integer, found {k.type}", at=k.span)
+    flag_argument(largest, "largest")
+    if x is None:
+        return ANY
+    if x.dtype == "bool":
+        notes = ("help: make numbers of the flags first: `topk(where(b, 1, 0), k)` puts the true ones first",)
+        raise ShapeError("E0317", f"`topk` needs a float or integer tensor, found {x}", str(x), notes, at=args[0].span)
+    if x.rank == 0:
+        raise ShapeError("E0306", f"`topk` needs a tensor with an axis, found {x}", str(x), at=args[0].span)
+    position = static_axis(Argument(axis.type, axis.value if axis.given else -1, True, axis.span), x.rank, "topk")
+    size = x.dims[position]
+    if isinstance(k.value, int) and (k.value < 0 or (isinstance(size, int) and k.value > size)):
+        bound = f"from 0 to {size}" if isinstance(size, int) else "of 0 or more"
+        message = f"`topk` takes `k` {bound} (the size of axis {position} of {x}), found {k.value}"
+        raise ShapeError("E0307", message, f"k = {k.value}", at=k.span)
+    dims = (*x.dims[:position], k.value if k.value is not None else UNKNOWN, *x.dims[position + 1 :])
+    return TupleType((TensorType(strong(x).dtype, dims), TensorType("i64", dims)))
+
+
 def pad_rule(args: list[Argument]) -> Type:
     """`pad(x, before, after, axis=-1, value=0)`: each axis named (one, or a tuple of them) grows by `before`
     elements ahead and `after` behind, of `value` (a scalar, of `x`'s dtype where it is not a literal); a

@@ -315,6 +315,26 @@ fn f(x, w) {
     ),
 )
 
+# topk's values are x read at its indices: the gradient goes back to those positions; the indices carry none
+case(
+    "topk",
+    "structure",
+    """
+fn f(x, w) {
+    let (top, at) = topk(x * w, 2)
+    let (low, _) = topk(tanh(x), 1, axis=0, largest=false)
+    return sum(top * top * w[:, 0:2]) + sum(low) + sum(take_along_axis(x, at, 1) * 0.5)
+}
+""",
+    (normal(314, 3, 4), normal(315, 3, 4)),
+    lambda x, w: (
+        (torch.topk(x * w, 2).values ** 2 * w[:, 0:2]).sum()
+        + torch.topk(torch.tanh(x), 1, dim=0, largest=False).values.sum()
+        + (torch.gather(x, 1, torch.topk(x * w, 2).indices) * 0.5).sum()
+    ),
+    wrt=(0, 1),
+)
+
 case(
     "tril_triu",
     "structure",

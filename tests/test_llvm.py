@@ -2002,6 +2002,43 @@ def test_sorts_and_picks_along_an_axis_are_compiled_with_their_gradients(tmp_pat
     assert "`loss_grad`(f32[3, 4], i64[3, 1]) compiled" in explained, explained
 
 
+TOPK = """
+fn tops(x: f32[B, N]) -> (f32[B, 2], i64[B, 2], f32[1, N], i64[1, N], f32[B, 0], i64[B, 0], f32[B, N], i64[B, N]) {
+    let (values, indices) = topk(x, 2)
+    let (low, rows) = topk(x, 1, axis=0, largest=false)
+    let (none, nowhere) = topk(x, 0)
+    let (every, order) = topk(x * -1.0, len(x[0]), axis=-1, largest=false)
+    return (values, indices, low, rows, none, nowhere, every, order)
+}
+fn counted(n: i64[B, N, M]) -> (i64[B, 2, M], i64[B, 2, M]) { return topk(n, 2, axis=1) }
+fn wide(x: f64[N]) -> (f64[3], i64[3]) { return topk(x, 3, largest=false) }
+fn loss(logits: f32[B, N]) -> f32 {
+    let (best, at) = topk(logits, 2)
+    return sum(best * best) - sum(take_along_axis(logits, at, 1))
+}
+fn main() {
+    let logits = reshape(float(arange(12) * 5 % 7), 3, 4) * 0.5
+    print(tops(logits))
+    print(counted(reshape(arange(24) * 7 % 5, 2, 3, 4)), wide([3.0f64, -1.0f64, 2.0f64, -1.0f64, 0.5f64]))
+    print("loss:", loss(logits), grad(loss)(logits))
+}
+"""
+
+
+def test_topk_is_compiled_with_its_gradient(tmp_path: Path, capsys) -> None:
+    """`topk` compiled (the first k of `ir.Sort`'s order, and `x` read there): along either axis, both ways, k
+    of 0 and of the whole axis, of f32, f64 and i64 with ties (lower position first), and the derivative code of
+    a loss of its values: the same values and positions as interpreted."""
+    interpreted, compiled = both_backends(tmp_path, TOPK, capsys)
+    assert compiled == interpreted
+    status, _, explained = run_cli(tmp_path, TOPK, "--backend", "llvm", "--explain-backend", capsys=capsys)
+    path = tmp_path / "program.dl"
+    assert status == 0 and explained.count(" interpreted") == 1, explained  # main, which prints
+    for line, name, layout in ((2, "tops", "f32[3, 4]"), (9, "counted", "i64[2, 3, 4]"), (10, "wide", "f64[5]")):
+        assert f"{path}:{line}:4: `{name}`({layout}) compiled" in explained, explained
+    assert "`loss_grad`(f32[3, 4]) compiled" in explained, explained
+
+
 def test_the_cache_forgets_its_least_recently_used_entries(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import os
 

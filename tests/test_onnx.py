@@ -148,6 +148,7 @@ CORPUS_FUNCTIONS = [
     "long_running",
     "clipped",
     "ranked",
+    "top",
     "padded",
     "frozen",
     "tested",

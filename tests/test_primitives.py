@@ -508,6 +508,70 @@ def test_sort_argsort_and_take_along_axis_match_torch() -> None:
     assert "index 3 is out of range for an axis of size 3" in failure.diagnostics[0].message
 
 
+@needs_torch
+@pytest.mark.parametrize("dtype", [F32, F64, I64, np.dtype(np.int32)], ids=str)
+def test_topk_matches_torch(dtype) -> None:
+    """The k largest (or smallest) along each axis of tensors of rank 1 to 3, k from 0 to the axis's size, as
+    torch's `topk(sorted=True)`: values in `x`'s dtype, i64 positions, shapes `x`'s with the axis of size k."""
+    rng = np.random.default_rng(11)
+    for shape in ((6,), (3, 5), (2, 4, 3)):
+        x = rng.permutation(np.prod(shape)).reshape(shape).astype(dtype) - 7  # distinct: torch's order is defined
+        tensor = torch.from_numpy(x)
+        for axis in range(-len(shape), len(shape)):
+            size = shape[axis]
+            for k in sorted({0, 1, size // 2, size}):
+                for largest in (True, False):
+                    expected = torch.topk(tensor, k, dim=axis, largest=largest, sorted=True)
+                    values, indices = dl_eval(f"topk(a, {k}, axis={axis}, largest={str(largest).lower()})", x)
+                    check(values, expected.values.numpy(), dtype, rtol=0, atol=0)
+                    check(indices, expected.indices.numpy(), I64)
+        values, indices = dl_eval("topk(a, 2)", x)  # axis=-1 and largest=true by default
+        expected = torch.topk(tensor, 2)
+        check(values, expected.values.numpy(), dtype, rtol=0, atol=0)
+        check(indices, expected.indices.numpy(), I64)
+
+
+@needs_torch
+def test_topk_ties_nan_and_errors() -> None:
+    """Ties come lower position first, as a stable sort's first k (torch leaves their order unspecified, so the
+    reference is torch's stable sort); nan counts as the largest, as torch's `topk`. A `k` outside 0 to the size, an
+    axis out of range, bools and scalars are refused: when checked (E0307, E0306, E0317) and when run (E0513)."""
+    x = np.array([[2.0, 1.0, 2.0, 3.0, 1.0], [0.0, 0.0, 0.0, 0.0, 0.0], [1.0, np.nan, 4.0, 1.0, 3.0]], np.float32)
+    tensor = torch.from_numpy(x)
+    for largest in (True, False):
+        stable = torch.sort(tensor, dim=1, descending=largest, stable=True)
+        for k in (1, 3, 5):
+            values, indices = dl_eval(f"topk(a, {k}, largest={str(largest).lower()})", x)
+            np.testing.assert_array_equal(values, stable.values[:, :k].numpy())
+            np.testing.assert_array_equal(indices, stable.indices[:, :k].numpy())
+    values, indices = dl_eval("topk(a, 2)", x[2])
+    expected = torch.topk(tensor[2], 2)
+    np.testing.assert_array_equal(values, expected.values.numpy())
+    np.testing.assert_array_equal(indices, expected.indices.numpy())
+    assert checker_codes("topk(x, 3)") == []
+    assert checker_codes("topk(x, 2, axis=0)") == []
+    assert checker_codes("topk(x, 4)") == ["E0307"]
+    assert checker_codes("topk(x, 3, axis=0)") == ["E0307"]
+    assert checker_codes("topk(x, -1)") == ["E0307"]
+    assert checker_codes("topk(x, 2.0)") == ["E0301"]
+    assert checker_codes("topk(x, 1, axis=2)") == ["E0306"]
+    assert checker_codes("topk(x, 1, largest=1)") == ["E0301"]
+    assert checker_codes("topk(x > 0.0, 1)") == ["E0317"]
+    assert checker_codes("topk(1.0, 1)") == ["E0306"]
+    (checked,) = checker_errors("topk(x, 4)")
+    assert "`topk` takes `k` from 0 to 3 (the size of axis 1 of f32[2, 3]), found 4" in checked.message
+    for expr, args, message in (
+        ("topk(a, b)", (x, 6), "`topk` takes `k` from 0 to 5 (the size of axis 1 of f32[3, 5]), found 6"),
+        ("topk(a, b, axis=0)", (x, 4), "`topk` takes `k` from 0 to 3 (the size of axis 0 of f32[3, 5]), found 4"),
+        ("topk(a, b)", (x, -1), "found -1"),
+        ("topk(a, 1, axis=2)", (x,), "axis 2 is out of range"),
+        ("topk(a, 1)", (x > 0,), "a bool is not a number"),
+        ("topk(a, 1)", (np.float32(1.0),), "needs a tensor with an axis"),
+    ):
+        failure = runtime_error(expr, *args)
+        assert [d.code for d in failure.diagnostics] == ["E0513"] and message in str(failure), str(failure)
+
+
 def test_add_along_axis_adds_repeated_indices() -> None:
     result = dl_eval("add_along_axis(a, b, c, 1)", np.zeros((2, 3)), np.array([[0, 0], [2, -1]]), np.ones((2, 2)))
     assert result.tolist() == [[2.0, 0.0, 0.0], [0.0, 0.0, 2.0]]
@@ -2870,6 +2934,7 @@ PRIM_TESTS: dict[Prim, tuple[str, ...]] = {
     Prim.TAKE_ALONG_AXIS: ("test_sort_argsort_and_take_along_axis_match_torch",),
     Prim.ARGSORT: ("test_sort_argsort_and_take_along_axis_match_torch",),
     Prim.SORT: ("test_sort_argsort_and_take_along_axis_match_torch",),
+    Prim.TOPK: ("test_topk_matches_torch", "test_topk_ties_nan_and_errors"),
     Prim.ADD_ALONG_AXIS: ("test_add_along_axis_adds_repeated_indices",),
     Prim.FLIP: ("test_flip_and_cumsum_match_torch",),
     Prim.PAD: ("test_pad_matches_torch",),
