@@ -82,6 +82,7 @@ from dl.lang import ast
 from dl.lang.calls import Binding, BindingError, bind_function
 from dl.lang.check import Typed, dim_names
 from dl.lang.diagnostics import Span
+from dl.lang.parse import COMPARE
 from dl.lang.primitives import BY_NAME
 from dl.lang.record import record
 from dl.lang.shapes import TREE_OPERATORS, picks_in_place
@@ -1632,14 +1633,6 @@ INTEGER_FOLDS = {
     "//": lambda a, b: a // b,
     "%": lambda a, b: a % b,
 }
-INTEGER_COMPARISONS = {
-    "==": lambda a, b: a == b,
-    "!=": lambda a, b: a != b,
-    "<": lambda a, b: a < b,
-    "<=": lambda a, b: a <= b,
-    ">": lambda a, b: a > b,
-    ">=": lambda a, b: a >= b,
-}
 
 
 def integers_folded(op: str, left: Value, right: Value) -> Value | None:
@@ -1653,8 +1646,8 @@ def integers_folded(op: str, left: Value, right: Value) -> Value | None:
     if weak and not all(type(w) is int for w in (left.weak, right.weak)):
         return None
     a, b = (int(o.value) for o in operands)
-    if op in INTEGER_COMPARISONS:
-        return Value(ir.Const(INTEGER_COMPARISONS[op](a, b), "bool"))
+    if op in COMPARE:
+        return Value(ir.Const(COMPARE[op](a, b), "bool"))
     if op not in INTEGER_FOLDS or (op in ("//", "%") and b == 0):
         return None
     result = INTEGER_FOLDS[op](a, b)

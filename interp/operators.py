@@ -30,6 +30,7 @@ from dl.interp.primitives import (
     scalar,
 )
 from dl.lang.diagnostics import Span
+from dl.lang.parse import COMPARE
 from dl.lang.shapes import TREE_OPERATORS
 from dl.runtime.calls import Function
 from dl.runtime.errors import NEGATIVE_POWER, PrimitiveError, fail
@@ -74,12 +75,7 @@ FUNCTIONS: dict[str, Callable[[Any, Any], Any]] = {
     "//": operator.floordiv,
     "%": operator.mod,
     "**": operator.pow,
-    "==": operator.eq,
-    "!=": operator.ne,
-    "<": operator.lt,
-    "<=": operator.le,
-    ">": operator.gt,
-    ">=": operator.ge,
+    **COMPARE,
 }
 
 

@@ -21,6 +21,7 @@ passes after the parser are guaranteed to walk is refused (lang/nesting.py).
 
 from __future__ import annotations
 
+import operator
 import re
 import threading
 from collections.abc import Callable
@@ -348,6 +349,16 @@ INFIX_POWER = {
 }
 PREFIX_POWER = {"not": 3, "-": 9}
 COMPARISONS = frozenset({"==", "!=", "<", "<=", ">", ">="})
+# what each comparison computes of two numbers known before running (a branch decided when compiling, or in a
+# derivative written in place)
+COMPARE = {
+    "==": operator.eq,
+    "!=": operator.ne,
+    "<": operator.lt,
+    "<=": operator.le,
+    ">": operator.gt,
+    ">=": operator.ge,
+}
 
 
 def group_operators(sequence: list, path: str) -> ast.Expr:

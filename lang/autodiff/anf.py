@@ -33,6 +33,7 @@ from dl.lang.autodiff.trees import (
 )
 from dl.lang.calls import bind_function
 from dl.lang.diagnostics import UNKNOWN_SPAN, Span
+from dl.lang.parse import COMPARE
 from dl.lang.primitives import BY_NAME, NON_DIFFERENTIABLE, PRIMITIVES, Prim, Templates
 from dl.lang.shapes import TREE_OPERATORS, arithmetic
 from dl.lang.types import (
@@ -104,16 +105,6 @@ def literal_value(node: ast.Expr | None) -> int | float | bool | None:
     return None
 
 
-COMPARISONS = {
-    "==": lambda a, b: a == b,
-    "!=": lambda a, b: a != b,
-    "<": lambda a, b: a < b,
-    "<=": lambda a, b: a <= b,
-    ">": lambda a, b: a > b,
-    ">=": lambda a, b: a >= b,
-}
-
-
 def decided(cond: ast.Expr, literals: dict[str, object]) -> bool | None:
     """The value of a condition made of comparisons, `and`, `or` and `not` of literals and of the names
     `literals` binds; None where it reads anything else."""
@@ -126,11 +117,11 @@ def decided(cond: ast.Expr, literals: dict[str, object]) -> bool | None:
         case ast.Unary(op="not", operand=operand):
             value = decided(operand, literals)
             return None if value is None else not value
-        case ast.Binary(op=op, lhs=lhs, rhs=rhs) if op in COMPARISONS:
+        case ast.Binary(op=op, lhs=lhs, rhs=rhs) if op in COMPARE:
             left, right = operand_value(lhs, literals), operand_value(rhs, literals)
             if left is None or right is None:
                 return None
-            return bool(COMPARISONS[op](left, right))
+            return bool(COMPARE[op](left, right))
         case ast.BoolLiteral(value=value):
             return value
         case ast.Name(id=name) if isinstance(literals.get(name), bool):
