@@ -3987,3 +3987,42 @@ fn f(x) {
     (normal(63, 5),),
     lambda x: (x * 2.0 * x).sum(),
 )
+
+case(
+    "call_whose_branch_reads_a_parameter_bound_again",
+    "calls",
+    """
+fn cube_or_square(x, mode=0) {
+    let mode = 1
+    if mode == 1 {
+        return sum(x * x * x)
+    }
+    return sum(x * x)
+}
+
+fn f(x) {
+    return cube_or_square(x)
+}
+""",
+    (normal(64, 4),),
+    lambda x: (x * x * x).sum(),
+)
+
+case(
+    "call_whose_branch_compares_a_float_f32_rounds",
+    "calls",
+    """
+fn cube_or_square(x, p=16777217.0) {
+    if p == 16777216.0 {
+        return sum(x * x * x)
+    }
+    return sum(x * x)
+}
+
+fn f(x) {
+    return cube_or_square(x)
+}
+""",
+    (normal(65, 4),),
+    lambda x: (x * x * x).sum(),  # the f32 16777217.0 is 16777216.0
+)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import struct
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -54,11 +55,11 @@ SMALL = 16  # `small_call`: the most statements before the `return` of a functio
 
 def decided_statements(decl: ast.FnDecl, call: ast.Call) -> list[ast.Stmt] | None:
     """`decl`'s body as `call` runs it, where every `if` in it is decided by parameters the call binds to
-    literals (given, or defaults left out) that the body never assigns: each `if` replaced by the statements
-    of its branch taken, up to a `return` there. `nn.cross_entropy(logits, labels)` is then the straight-line
-    body of `label_smoothing == 0.0`, written in place in a derivative. None where an `if` is not decided so
-    (or a branch taken has a loop or another statement around a `return`)."""
-    assigned = ast.assigned_names(decl.body)
+    literals (given, or defaults left out) that the body never assigns or binds again: each `if` replaced by
+    the statements of its branch taken, up to a `return` there. `nn.cross_entropy(logits, labels)` is then the
+    straight-line body of `label_smoothing == 0.0`, written in place in a derivative. None where an `if` is not
+    decided so (or a branch taken falls through after binding a name)."""
+    assigned = ast.assigned_names(decl.body) | ast.bound_names(decl.body)  # `let mode = 1` hides the parameter
     literals = {}
     for position, param in enumerate(decl.params):
         given = call.args[position] if position < len(call.args) else param.default
@@ -130,9 +131,21 @@ def decided(cond: ast.Expr, literals: dict[str, object]) -> bool | None:
 
 
 def operand_value(node: ast.Expr, literals: dict[str, object]) -> object | None:
-    if isinstance(node, ast.Name):
-        return literals.get(node.id)
-    return literal_value(node)
+    """A comparison's operand known now: a literal, or a name `literals` binds. A float only where f32 and f64
+    hold it alike (0.0, 0.5, 2.0): the parameter's dtype, which decides how a literal such as 0.1 rounds, is
+    not known here, so such a comparison is left to run."""
+    value = literals.get(node.id) if isinstance(node, ast.Name) else literal_value(node)
+    if isinstance(value, float) and not exact_in_f32(value):
+        return None
+    return value
+
+
+def exact_in_f32(value: float) -> bool:
+    """Whether the f32 nearest `value` is `value` itself (as the f64 is)."""
+    try:
+        return struct.unpack("f", struct.pack("f", value))[0] == value
+    except OverflowError:
+        return False
 
 
 SOURCE = " module"  # the key of `env` naming the module whose code is read, where not this one (no identifier)
