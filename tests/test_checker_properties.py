@@ -497,6 +497,11 @@ class Builder:
             source = "bool" if dtype == "i64" and self.flag() else dtype
             spelled = f"axis={written}" if self.flag() else written
             return f"cumsum({self.expr(source, shape, depth)}, {spelled})"
+        if dtype in NUMBERS and self.number(0, 4) == 0:  # `topk` of a whole axis: its values in order, or positions
+            positions = dtype == "i64" and self.flag()
+            source = self.choice(sorted(NUMBERS)) if positions else dtype
+            largest = self.choice(["", ", largest=true", ", largest=false"])
+            return f"topk({self.expr(source, shape, depth)}, {shape[axis]}, axis={written}{largest})[{int(positions)}]"
         descending = self.choice(["", ", descending=true", ", descending=false"])
         if dtype == "i64" and self.flag():  # positions of a sort of any dtype
             return f"argsort({self.expr(self.choice(DTYPES), shape, depth)}, axis={written}{descending})"
