@@ -44,6 +44,7 @@ from dl.lang.diagnostics import Span
 from dl.lang.primitives import FLOAT_MATH, PRIMITIVES, Prim, Support
 from dl.runtime.errors import PrimitiveError, failure_message
 from dl.runtime.randomness import CATEGORICAL_PEAK
+from dl.runtime.values import arange_count
 from dl.runtime.world import World
 
 
@@ -1606,7 +1607,8 @@ def arange(lowering, bound: dict, span: Span) -> object:
     )
     if dtype != "f64":
         tree = ir.Apply("convert", dtype, (tree,))
-    return Tensor(dtype, (max(math.ceil((stop - start) / step), 0),), tree)
+    wide = any(v.operand.dtype == "f64" for v in given)  # the bounds' dtype, which counts the steps
+    return Tensor(dtype, (arange_count(start, stop, step, np.dtype(np.float64 if wide else np.float32)),), tree)
 
 
 def eye(lowering, bound: dict, span: Span) -> object:

@@ -39,6 +39,7 @@ from dl.lang.primitives import BY_NAME, PRIMITIVES, Prim
 from dl.lang.record import record
 from dl.lang.shapes import Argument, ShapeError, broadcast_dims, promote_dtypes
 from dl.lang.types import ANY, UNKNOWN, DimVar, DTypeType, StrType, StructType, TensorType, TupleType, Type
+from dl.runtime.values import arange_count
 from onnx import TensorProto, helper, numpy_helper
 
 OPSET = 18
@@ -1293,7 +1294,7 @@ def arange(call: Call) -> Tensor:
     graph, result = call.graph, call.result
     bounds = list(call.values[0])
     if any(bound.dtype in ("f32", "f64") for bound in bounds):
-        return float_arange(graph, bounds, result)
+        return float_arange(call, bounds, result)
     counted = TensorType("i64", result.dims)
     start, stop = (Number(0, "i64"), bounds[0]) if len(bounds) == 1 else bounds[:2]
     step = bounds[2] if len(bounds) == 3 else Number(1, "i64")
@@ -1306,28 +1307,21 @@ def arange(call: Call) -> Tensor:
     return made if result.dtype == "i64" else graph.cast(made, result.dtype)
 
 
-def float_arange(graph: Graph, bounds: list, result: TensorType) -> Tensor:
-    """`arange` with a float bound: `ceil((stop - start) / step)` values `start + i step` in f64, then cast."""
-    if all(isinstance(bound, Number) for bound in bounds):
-        numbers = [float(bound.value) for bound in bounds]
-        start, stop, step = (0.0, numbers[0], 1.0) if len(numbers) == 1 else (*numbers, 1.0)[:3]
-        count = max(int(np.ceil((stop - start) / step)), 0) if step else 0
-        return graph.constant(np.arange(count, dtype=np.float64) * step + start, result.dtype)
-    wide = TensorType("f64", result.dims)
-    scalar = TensorType("f64", ())
-    given = [graph.tensor(bound, "f64") for bound in bounds]
-    start, stop, step = (
-        (graph.tensor(Number(0.0, "f64")), given[0], graph.tensor(Number(1.0, "f64")))
-        if len(given) == 1
-        else (*given, graph.tensor(Number(1.0, "f64")))[:3]
-    )
-    span = graph.op("Div", [graph.op("Sub", [stop.name, start.name], scalar).name, step.name], scalar)
-    ceiling = graph.op("Ceil", [span.name], scalar)
-    count = graph.cast(graph.op("Max", [ceiling.name, graph.tensor(Number(0.0, "f64")).name], scalar), "i64")
-    zero, one = graph.tensor(Number(0, "i64")), graph.tensor(Number(1, "i64"))
-    positions = graph.cast(graph.op("Range", [zero.name, count.name, one.name], TensorType("i64", result.dims)), "f64")
-    values = graph.op("Add", [graph.op("Mul", [positions.name, step.name], wide).name, start.name], wide)
-    return values if result.dtype == "f64" else graph.cast(values, result.dtype)
+def float_arange(call: Call, bounds: list, result: TensorType) -> Tensor:
+    """`arange` with a float bound, known when exported: the interpreter's values (`start + i step` in f64 from
+    each bound in its own dtype, rounded to the result's; `arange_count` of them) as a constant. Bounds known
+    only when the model runs are refused: ONNX's `Range` counts and adds in its own way."""
+    if not all(isinstance(bound, Number) for bound in bounds):
+        raise Refused(
+            "a float `arange` whose bounds are known only when it runs",
+            call.span,
+            "ONNX's Range counts in its own arithmetic; write `float(arange(n)) * step + start` with a count `n`",
+        )
+    numbers = [float(NUMPY[b.dtype](b.value)) if b.dtype in ("f32", "f64") else float(b.value) for b in bounds]
+    start, stop, step = (0.0, numbers[0], 1.0) if len(numbers) == 1 else (*numbers, 1.0)[:3]
+    counting = np.dtype(np.float64 if any(b.dtype == "f64" for b in bounds) else np.float32)  # the bounds' dtype
+    values = np.arange(arange_count(start, stop, step, counting), dtype=np.float64) * step + start
+    return call.graph.constant(values, result.dtype)
 
 
 def negated(graph: Graph, value: Any) -> Tensor:

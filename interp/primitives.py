@@ -34,7 +34,16 @@ from dl.runtime.errors import AssertionFailure, PrimitiveError
 from dl.runtime.metrics import log_value, progress_line
 from dl.runtime.randomness import CATEGORICAL_PEAK, RandomSource, categorical_samples
 from dl.runtime.threads import Threads, large_product, threaded
-from dl.runtime.values import DEVICE_ARRAYS, DTYPE_NAMES, DTYPES, StructValue, Tape, describe, format_value
+from dl.runtime.values import (
+    DEVICE_ARRAYS,
+    DTYPE_NAMES,
+    DTYPES,
+    StructValue,
+    Tape,
+    arange_count,
+    describe,
+    format_value,
+)
 from dl.runtime.world import World, average, on_rank_zero, shard
 from numpy.lib.stride_tricks import sliding_window_view
 
@@ -915,8 +924,8 @@ def full(dims: tuple, value: Any, dtype: Any) -> Any:
 
 
 def arange(bounds: tuple, dtype: Any) -> Any:
-    """numpy's `arange`: of integers, `i64` (or `dtype=`'s); with a float bound, `ceil((b - a) / step)` values
-    `a + i step` computed in f64 and rounded once to f32 (f64 if a bound is, or `dtype=`'s), as torch's."""
+    """numpy's `arange`: of integers, `i64` (or `dtype=`'s); with a float bound, `arange_count` values `a + i step`
+    computed in f64 and rounded once to f32 (f64 if a bound is, or `dtype=`'s)."""
     floats = [b for b in bounds if kind_of(b) == "f"]
     for bound in bounds:
         if kind_of(bound) not in "if" or np.ndim(bound):
@@ -933,12 +942,9 @@ def arange(bounds: tuple, dtype: Any) -> Any:
     if step == 0.0 or not math.isfinite(start + stop + step):
         what = "step is 0" if step == 0.0 else "bounds must be finite"
         raise PrimitiveError(f"`arange`'s {what}")
-    if dtype is None:
-        wide = any(b.__class__ is not float and b.dtype == F64 for b in floats)
-        kind = F64 if wide else F32
-    else:
-        kind = dtype_of(dtype)
-    count = max(math.ceil((stop - start) / step), 0)
+    bounds_kind = F64 if any(b.__class__ is not float and b.dtype == F64 for b in floats) else F32
+    kind = bounds_kind if dtype is None else dtype_of(dtype)
+    count = arange_count(start, stop, step, bounds_kind)
     return (np.arange(count, dtype=np.float64) * step + start).astype(kind)
 
 

@@ -115,6 +115,8 @@ class Signature:
                 return replace(t, name=f"{aliases[t.module]}.{t.name}")
             if isinstance(t, TupleType):
                 return TupleType(tuple(named(item) for item in t.items))
+            if isinstance(t, FunctionType):
+                return FunctionType(tuple(named(param) for param in t.params), named(t.result))
             return t
 
         shown = ", ".join(f"{name}: {named(t)}" for name, t in self.params)
@@ -2681,7 +2683,8 @@ class Checker:
             if parameter in primitive.fills and isinstance(source, int)
         ]
         if signature.variadic and signature.variadic[0] in primitive.fills:  # `arange(0.0, 1.0, 0.1)`'s bounds
-            values += [(expr.args[index], args[index]) for index in binding.variadic]
+            floats = [i for i in binding.variadic if isinstance(args[i], TensorType) and args[i].dtype in FLOATS]
+            values += [(expr.args[index], args[index]) for index in floats]  # integers count as integers
         self.coerce_operands(result, values)
         if primitive.prim is Prim.TRANSPOSE:
             self.identity_transpose(expr, [a.value for a in arguments[1:]], result)

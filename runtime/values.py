@@ -10,6 +10,7 @@ tuples, structs are `StructValue`s. Values are never mutated in place where a pr
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -235,3 +236,14 @@ def format_scalar(value: Any, spec: str) -> str:
     if isinstance(value, str):
         return format(value, spec)
     raise ValueError(f"a format spec applies to a number, a string or a tensor, not {format_value(value)}")
+
+
+def arange_count(start: float, stop: float, step: float, dtype: np.dtype) -> int:
+    """How many values `start + i step` an `arange` of float bounds makes: `ceil((stop - start) / step)`, that
+    arithmetic done in `dtype`, the bounds' (f64 if one is, else f32), as numpy's `arange` of such scalars
+    does: with the f32 0.3 and 0.1, three steps from 0 (in f64, 3.0000000745 steps: four, the last one the
+    stop itself once rounded)."""
+    kind = dtype.type
+    with np.errstate(all="ignore"):
+        steps = kind((kind(stop) - kind(start)) / kind(step))
+    return max(math.ceil(float(steps)), 0)

@@ -257,6 +257,7 @@ import layers as ly
 struct Own { v: f32 }
 fn forward(l: ly.Linear[3, 2], x: f32[B, 3]) -> f32[B, 2] { return ly.apply(l, x) }
 fn both() -> (ly.Plain, Own) { return (ly.make(), Own { v: 1.0 }) }
+fn apply(g: fn(ly.Plain) -> f32) -> f32 { return g(ly.make()) }
 fn main() {
     print(forward(ly.Linear { w: zeros(3, 2), b: zeros(2) }, ones(4, 3)), both()[1].v)
 }
@@ -274,6 +275,7 @@ def test_check_types_names_another_module_s_structs_as_the_file_does(dlrun, tmp_
     assert out.splitlines() == [
         "fn forward(l: ly.Linear[3, 2], x: f32[B, 3]) -> f32[B, 2]",
         "fn both() -> (ly.Plain, Own)",
+        "fn apply(g: fn(ly.Plain) -> f32) -> f32",
         "fn main() -> ()",
     ]
 

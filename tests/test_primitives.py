@@ -1376,6 +1376,19 @@ def test_arange_of_floats_counts_as_torch_and_numpy() -> None:
         runtime_error(f"arange({bounds})")
 
 
+def test_arange_counts_its_steps_in_its_bounds_dtype_as_numpy() -> None:
+    """`ceil((b - a) / step)` in the bounds' dtype, as numpy's `arange` of such scalars: the f32 0.3 and 0.1
+    make three steps (in f64, 3.0000000745: four, the last the stop itself once rounded). Integer bounds count
+    as integers whatever `dtype=` says (16777217 steps of 1 are 16777217, though f32 cannot hold 16777217)."""
+    for a, b, step in itertools.product([0.0, 0.1, -1.3, 5.0], [0.3, 1.2, 2.9, -3.2], [0.1, 0.2, -0.3, 0.7, -1.1]):
+        for kind, dtype in ((np.float32, F32), (np.float64, F64)):
+            expected = np.arange(kind(a), kind(b), kind(step))  # numpy adds an f32 step rounded again: 3e-6 off
+            found = dl_eval("arange(a, b, c)", kind(a), kind(b), kind(step))
+            check(found, expected, dtype, rtol=1e-5, atol=1e-5)
+    assert len(dl_eval("arange(0.0, 0.3, 0.1)")) == len(dl_eval("arange(0.0, 1.2, 0.1)")) - 9 == 3
+    check(dl_eval("arange(16777215, 16777219, dtype=f32)"), np.arange(16777215, 16777219).astype(np.float32), F32)
+
+
 @pytest.mark.parametrize("name", ["randn", "rand"])
 @SETTINGS
 @given(dims=DIMS, seed=st.integers(0, 2**31 - 1))
