@@ -29,6 +29,13 @@ NAMES = {
     "(a `const` would be an f32)",
     "inf": "help: DL writes infinity as a literal too large for any dtype: `1e400` (and `-1e400`)",
     "nan": "help: DL has no `nan` constant: `0.0 / 0.0` is one",
+    # torch's functions DL spells otherwise
+    "chunk": "help: DL has no `chunk`: slice the axis into its pieces, `x[..., 0:n]`, `x[..., n:2 * n]`, ... (n the "
+    "size of a piece; `split_like(x, (a, b), axis)` cuts it as long as the tensors `a` and `b`)",
+    "randint": "help: DL has no `randint`: `int(rand(n) * float(high))` draws n integers from 0 to high - 1 (`seed=` "
+    "as for `rand`), and `permutation(n)` shuffles 0..n",
+    "norm": "help: the Euclidean norm along an axis is `nn.norm(x, axis=-1)` (`import nn`); of all of `x`, "
+    "`sqrt(sum(x * x))`",
 }
 DTYPE_NAMES = {"float32": "f32", "float64": "f64", "double": "f64", "int64": "i64", "long": "i64", "int32": "i32"}
 DTYPES_HELP = "help: DL's dtypes are `f32`, `f64`, `i32`, `i64` and `bool`"
@@ -87,7 +94,7 @@ def binding_help(name: str, call: ast.Call) -> tuple[str, ...]:
         pair = ", ".join(shown(a) for a in call.args)
         return (f"help: `{name}` reduces one tensor; the {which} of two, element by element, is `{function}({pair})`",)
     if name == "gather" and len(call.args) == 3 and not call.keywords:  # PyTorch's gather(x, dim, index)
-        x, axis, indices = (shown(a) for a in call.args)
+        x, axis, indices = shown(call.args[0]), shown(call.args[1]), print_expr(call.args[2])  # indices: a tensor
         return (
             f"help: DL's `gather` is numpy's `take`; PyTorch's `gather` is `take_along_axis({x}, {indices}, {axis})`",
         )
@@ -359,7 +366,7 @@ def spelled(name: str, call: ast.Call, receiver: ast.Expr | None) -> str | None:
     if name == "transpose" and receiver is not None and len(args) == 3:  # PyTorch's x.transpose(a, b)
         return f"swapaxes({', '.join(args)})"
     if name == "gather" and len(args) == 3 and not call.keywords:  # PyTorch's gather(x, dim, index)
-        return f"take_along_axis({args[0]}, {args[2]}, {args[1]})"
+        return f"take_along_axis({args[0]}, {print_expr(given[-1])}, {args[1]})"  # the indices: a tensor
     if name in BUILT_INS:
         signature = PRIMITIVES[BY_NAME[name]].signature
         taken = len(signature.positional) + len(signature.optional)
@@ -445,6 +452,10 @@ METHODS = {
     "copy": "help: DL's values do not change in place: use `{x}` as it is",
     "contiguous": "help: DL's tensors need no layout by hand: use `{x}` as it is",
     "cuda": "help: `dlrun --backend cuda` runs the whole program on the GPU: no tensor is moved by hand",
+    "chunk": "help: DL has no methods and no `chunk`: slice the axis into its pieces, `{x}[..., 0:n]`, "
+    "`{x}[..., n:2 * n]`, ... (n the size of a piece)",
+    "split": "help: DL has no methods; `split_like({x}, (a, b), axis)` cuts `{x}` as long as the tensors `a` and "
+    "`b`, or slice the axis: `{x}[..., 0:n]`, `{x}[..., n:2 * n]`",
 }
 IN_PLACE = {"add_": "+=", "sub_": "-=", "mul_": "*=", "div_": "/="}  # `x.add_(1.0)` is `x += 1.0`
 
