@@ -2846,6 +2846,8 @@ class Checker:
             )
             return ANY
         picks = [axis for axis, part in enumerate(parts) if not isinstance(part, ast.Slice)]
+        if any(isinstance(parts[axis][1], AnyType) for axis in picks):
+            return ANY  # an index of no known type (its error reported): a scalar or a tensor of indices
         if any(isinstance(parts[axis][1], TensorType) and parts[axis][1].dims for axis in picks):
             return self.picked(target, parts, picks, in_place, expr)
         dims: list[Dim] = []
