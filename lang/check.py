@@ -2812,11 +2812,14 @@ class Checker:
     def index(self, expr: ast.Index, scope: Scope, context: Context) -> Type:
         target = self.expression(expr.target, scope, context)
         parts = []
+        known: dict[int, int] = {}  # slice bounds' values known before running, a const's (`x[0:T]`) too
         for item in expr.indices:
             if isinstance(item, ast.Slice):
                 for bound in (item.start, item.stop, item.step):
                     if bound is not None:
-                        self.index_value(bound, scope, context)
+                        value = static_value(bound, self.index_value(bound, scope, context))
+                        if isinstance(value, int) and not isinstance(value, bool):
+                            known[id(bound)] = value
                 parts.append(item)
             elif isinstance(item, ast.Ellipsis):
                 parts.append(item)
@@ -2849,12 +2852,12 @@ class Checker:
         if any(isinstance(parts[axis][1], AnyType) for axis in picks):
             return ANY  # an index of no known type (its error reported): a scalar or a tensor of indices
         if any(isinstance(parts[axis][1], TensorType) and parts[axis][1].dims for axis in picks):
-            return self.picked(target, parts, picks, in_place, expr)
+            return self.picked(target, parts, picks, in_place, expr, known)
         dims: list[Dim] = []
         for axis, part in enumerate(parts):
             size = target.dims[axis]
             if isinstance(part, ast.Slice):
-                dims.append(slice_size(part, size))
+                dims.append(slice_size(part, size, known))
                 continue
             self.index_in_range(target, axis, *part)
         dims.extend(target.dims[len(parts) :])
@@ -2873,7 +2876,9 @@ class Checker:
                 )
             )
 
-    def picked(self, target: TensorType, parts: list, picks: list[int], in_place: bool, expr: ast.Index) -> Type:
+    def picked(
+        self, target: TensorType, parts: list, picks: list[int], in_place: bool, expr: ast.Index, known: dict[int, int]
+    ) -> Type:
         """The type of indexing by integer tensors, as numpy indexes: the index tensors and any integers among
         them broadcast together to one shape, which takes their axes' place when they are next to each other
         (`z[:, y]`, `z[arange(B), y]`) and comes first when slices part them (`x[0, :, y]`: numpy's rule)."""
@@ -2897,7 +2902,9 @@ class Checker:
                 )
             )
             return ANY
-        sliced = {axis: slice_size(part, target.dims[axis]) for axis, part in enumerate(parts) if axis not in picks}
+        sliced = {
+            axis: slice_size(part, target.dims[axis], known) for axis, part in enumerate(parts) if axis not in picks
+        }
         rest = target.dims[len(parts) :]
         if in_place:  # side by side: in their place (`picks_in_place`)
             before = [sliced[axis] for axis in range(picks[0])]
@@ -3481,10 +3488,12 @@ def static_value(node: ast.Expr, value_type: Type) -> Dim | None:
     return None
 
 
-def slice_size(part: ast.Slice, size: Dim) -> Dim:
-    start = _literal(part.start)
-    stop = _literal(part.stop)
-    step = _literal(part.step) if part.step is not None else 1
+def slice_size(part: ast.Slice, size: Dim, known: Mapping[int, int] = MappingProxyType({})) -> Dim:
+    """The size of `part` of an axis of `size`: known where the bounds are literals or values `known` holds (by
+    the id of their nodes), and the size is known (or the slice is whole)."""
+    start = known.get(id(part.start), _literal(part.start))
+    stop = known.get(id(part.stop), _literal(part.stop))
+    step = known.get(id(part.step), _literal(part.step)) if part.step is not None else 1
     if any(v is _UNSET for v in (start, stop, step)) or not isinstance(step, int) or step == 0:
         return UNKNOWN
     if part.start is None and part.stop is None and step == 1:
