@@ -1625,9 +1625,11 @@ class Checker:
                     f"`{print_expr(target)}` has type {current}; it cannot be rebound to {value}",
                     span,
                     str(value),
-                    notes=(rebinding_help(target, current, value),),
+                    notes=(rebinding_help(target, current, value, declared_again=True),),
                 )
             )
+            if isinstance(target, ast.Name) and isinstance(current, TensorType) and isinstance(value, TensorType):
+                scope.refine(target.id, value)  # what follows sees the tensor it was given, not the old shape's errors
             return None
         if not self.function_fits(current, value, span):  # a function given to a variable of a function type
             return None
@@ -3838,7 +3840,9 @@ def article(word: str) -> str:
     return "an" if word[0] in "aeiou" else "a"
 
 
-def rebinding_help(target: ast.Expr, current: Type, value: Type) -> str:
+def rebinding_help(target: ast.Expr, current: Type, value: Type, declared_again: bool = False) -> str:
+    """What to write instead of a rebinding to a value that does not fit; `declared_again`: the checker's help,
+    which also offers `let name = ...` (a shape that changes once, as PyTorch code rebinds `h = conv(h)`)."""
     same_kind = (
         isinstance(current, TensorType)
         and isinstance(value, TensorType)
@@ -3847,9 +3851,16 @@ def rebinding_help(target: ast.Expr, current: Type, value: Type) -> str:
     )
     if same_kind and isinstance(target, ast.Name):
         dims = ", ".join("_" if a != b else str(a) for a, b in zip(current.dims, value.dims, strict=True))
+        underscored = f"`let {target.id}: {current.dtype}[{dims}] = ...`"
+        if not declared_again:
+            return (
+                "help: a variable keeps the type it was declared with; if its size changes, declare the "
+                f"changing dimension as `_`: {underscored}"
+            )
         return (
-            f"help: a variable keeps the type it was declared with; if its size changes, declare the "
-            f"changing dimension as `_`: `let {target.id}: {current.dtype}[{dims}] = ...`"
+            f"help: a variable keeps the type it was declared with: to name a value of another shape, declare it "
+            f"again, `let {target.id} = ...` (a new variable; the old one is hidden from there on); for a size that "
+            f"changes in a loop, declare the changing dimension as `_`: {underscored}"
         )
     if isinstance(target, ast.Name) and isinstance(value, TupleType) and value.items and value.items[0] == current:
         # `m = optim.adam(m, g, state)`: the update returns the new value with others
