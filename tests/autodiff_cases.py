@@ -3960,11 +3960,11 @@ fn act(x, leak=0.0, square=false) {
 }
 
 fn f(x) {
-    return sum(act(x) * act(x, 0.1) + act(x, 0.0, true))
+    return sum(act(x) * act(x, 0.25) + act(x, 0.0, true))
 }
 """,
     (normal(62, 6),),
-    lambda x: (torch.relu(x) * torch.maximum(x, x * 0.1) + x * x).sum(),
+    lambda x: (torch.relu(x) * torch.maximum(x, x * 0.25) + x * x).sum(),
 )
 
 case(
