@@ -2162,6 +2162,11 @@ class Checker:
                 if op == "+" and joins_text_and_value(left, right):
                     self.text_and_value(expr, left, right)
                     return ANY
+                if op == "**" and negative_integer(rhs) and isinstance(left, TensorType) and left.dtype in INTEGERS:
+                    notes = (f"help: convert first: `float({print_expr(lhs)}) ** {print_expr(rhs)}`",)
+                    message = f"an integer raised to a negative power has no integer value: {left} ** {right}"
+                    self.report(error("E0311", message, expr.span, f"{left} ** {right}", notes=notes))
+                    return ANY
                 if op == "@" and (hint := self.transposed_batch(lhs, rhs)):
                     try:
                         matmul_type(left, right)
@@ -3488,6 +3493,13 @@ def static_value(node: ast.Expr, value_type: Type) -> Dim | None:
     if isinstance(node, ast.Unary) and node.op == "-" and isinstance(node.operand, ast.IntLiteral):
         return -node.operand.value
     return None
+
+
+def negative_integer(node: ast.Expr) -> bool:
+    """Is `node` a negative integer literal (`-1`)? An integer base raised to it fails when it runs."""
+    if isinstance(node, ast.Unary) and node.op == "-" and isinstance(node.operand, ast.IntLiteral):
+        return node.operand.value > 0
+    return isinstance(node, ast.IntLiteral) and node.value < 0
 
 
 def slice_size(part: ast.Slice, size: Dim, known: Mapping[int, int] = MappingProxyType({})) -> Dim:
