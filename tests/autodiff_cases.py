@@ -4026,3 +4026,22 @@ fn f(x) {
     (normal(65, 4),),
     lambda x: (x * x * x).sum(),  # the f32 16777217.0 is 16777216.0
 )
+
+case(
+    "call_whose_branch_compares_an_integer_as_a_float",
+    "calls",
+    """
+fn cube_or_square(x, n=16777217) {
+    if n == 16777216.0 {
+        return sum(x * x * x)
+    }
+    return sum(x * x)
+}
+
+fn f(x) {
+    return cube_or_square(x)
+}
+""",
+    (normal(66, 4),),
+    lambda x: (x * x * x).sum(),  # the run compares 16777217 as an f32: 16777216.0
+)
