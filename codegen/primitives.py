@@ -44,7 +44,7 @@ from dl.lang.diagnostics import Span
 from dl.lang.primitives import FLOAT_MATH, PRIMITIVES, Prim, Support
 from dl.runtime.errors import PrimitiveError, failure_message
 from dl.runtime.randomness import CATEGORICAL_PEAK
-from dl.runtime.values import arange_count
+from dl.runtime.values import float_steps
 from dl.runtime.world import World
 
 
@@ -1592,9 +1592,10 @@ def arange(lowering, bound: dict, span: Span) -> object:
         float(np.float32(value.operand.value)) if value.operand.dtype == "f32" else float(value.operand.value)
         for value in given
     ]
-    start, stop, step = (0.0, numbers[0], 1.0) if len(numbers) == 1 else (*numbers, 1.0)[:3]
-    if step == 0.0 or not math.isfinite(start + stop + step):
-        raise Unsupported("`arange` with a step of 0 or a bound not finite, which stops the program", span)
+    try:
+        start, step, count = float_steps(numbers, any(v.operand.dtype == "f64" for v in given))
+    except ValueError as problem:
+        raise Unsupported(f"{problem}, which stops the program", span) from None
     if bound["dtype"] is not None:
         dtype = dtype_of(bound["dtype"], span)
     else:
@@ -1607,8 +1608,7 @@ def arange(lowering, bound: dict, span: Span) -> object:
     )
     if dtype != "f64":
         tree = ir.Apply("convert", dtype, (tree,))
-    wide = any(v.operand.dtype == "f64" for v in given)  # the bounds' dtype, which counts the steps
-    return Tensor(dtype, (arange_count(start, stop, step, np.dtype(np.float64 if wide else np.float32)),), tree)
+    return Tensor(dtype, (count,), tree)
 
 
 def eye(lowering, bound: dict, span: Span) -> object:

@@ -39,7 +39,7 @@ from dl.lang.primitives import BY_NAME, PRIMITIVES, Prim
 from dl.lang.record import record
 from dl.lang.shapes import Argument, ShapeError, broadcast_dims, promote_dtypes
 from dl.lang.types import ANY, UNKNOWN, DimVar, DTypeType, StrType, StructType, TensorType, TupleType, Type
-from dl.runtime.values import arange_count
+from dl.runtime.values import float_steps
 from onnx import TensorProto, helper, numpy_helper
 
 OPSET = 18
@@ -1309,7 +1309,7 @@ def arange(call: Call) -> Tensor:
 
 def float_arange(call: Call, bounds: list, result: TensorType) -> Tensor:
     """`arange` with a float bound, known when exported: the interpreter's values (`start + i step` in f64 from
-    each bound in its own dtype, rounded to the result's; `arange_count` of them) as a constant. Bounds known
+    each bound in its own dtype, rounded to the result's; `float_steps`' count of them) as a constant. Bounds known
     only when the model runs are refused: ONNX's `Range` counts and adds in its own way."""
     if not all(isinstance(bound, Number) for bound in bounds):
         raise Refused(
@@ -1318,10 +1318,11 @@ def float_arange(call: Call, bounds: list, result: TensorType) -> Tensor:
             "ONNX's Range counts in its own arithmetic; write `float(arange(n)) * step + start` with a count `n`",
         )
     numbers = [float(NUMPY[b.dtype](b.value)) if b.dtype in ("f32", "f64") else float(b.value) for b in bounds]
-    start, stop, step = (0.0, numbers[0], 1.0) if len(numbers) == 1 else (*numbers, 1.0)[:3]
-    counting = np.dtype(np.float64 if any(b.dtype == "f64" for b in bounds) else np.float32)  # the bounds' dtype
-    values = np.arange(arange_count(start, stop, step, counting), dtype=np.float64) * step + start
-    return call.graph.constant(values, result.dtype)
+    try:
+        start, step, count = float_steps(numbers, any(b.dtype == "f64" for b in bounds))
+    except ValueError as problem:
+        raise Refused(f"an `arange` that stops the program ({problem})", call.span, "it fails when run") from None
+    return call.graph.constant(np.arange(count, dtype=np.float64) * step + start, result.dtype)
 
 
 def negated(graph: Graph, value: Any) -> Tensor:

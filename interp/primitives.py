@@ -40,8 +40,8 @@ from dl.runtime.values import (
     DTYPES,
     StructValue,
     Tape,
-    arange_count,
     describe,
+    float_steps,
     format_value,
 )
 from dl.runtime.world import World, average, on_rank_zero, shard
@@ -924,8 +924,8 @@ def full(dims: tuple, value: Any, dtype: Any) -> Any:
 
 
 def arange(bounds: tuple, dtype: Any) -> Any:
-    """numpy's `arange`: of integers, `i64` (or `dtype=`'s); with a float bound, `arange_count` values `a + i step`
-    computed in f64 and rounded once to f32 (f64 if a bound is, or `dtype=`'s)."""
+    """numpy's `arange`: of integers, `i64` (or `dtype=`'s); with a float bound, `float_steps`' count of values
+    `a + i step`, computed in f64 and rounded once to f32 (f64 if a bound is, or `dtype=`'s)."""
     floats = [b for b in bounds if kind_of(b) == "f"]
     for bound in bounds:
         if kind_of(bound) not in "if" or np.ndim(bound):
@@ -938,13 +938,12 @@ def arange(bounds: tuple, dtype: Any) -> Any:
             raise PrimitiveError("`arange`'s step is 0")
         counted = np.arange(*(int(b) for b in bounds), dtype=np.int64)
         return counted if dtype is None else counted.astype(dtype_of(dtype))
-    start, stop, step = (0.0, float(bounds[0]), 1.0) if len(bounds) == 1 else (*map(float, bounds), 1.0)[:3]
-    if step == 0.0 or not math.isfinite(start + stop + step):
-        what = "step is 0" if step == 0.0 else "bounds must be finite"
-        raise PrimitiveError(f"`arange`'s {what}")
-    bounds_kind = F64 if any(b.__class__ is not float and b.dtype == F64 for b in floats) else F32
-    kind = bounds_kind if dtype is None else dtype_of(dtype)
-    count = arange_count(start, stop, step, bounds_kind)
+    wide = any(b.__class__ is not float and b.dtype == F64 for b in floats)
+    try:
+        start, step, count = float_steps([float(b) for b in bounds], wide)
+    except ValueError as problem:
+        raise PrimitiveError(str(problem)) from None
+    kind = (F64 if wide else F32) if dtype is None else dtype_of(dtype)
     return (np.arange(count, dtype=np.float64) * step + start).astype(kind)
 
 

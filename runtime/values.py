@@ -238,12 +238,22 @@ def format_scalar(value: Any, spec: str) -> str:
     raise ValueError(f"a format spec applies to a number, a string or a tensor, not {format_value(value)}")
 
 
-def arange_count(start: float, stop: float, step: float, dtype: np.dtype) -> int:
-    """How many values `start + i step` an `arange` of float bounds makes: `ceil((stop - start) / step)`, that
-    arithmetic done in `dtype`, the bounds' (f64 if one is, else f32), as numpy's `arange` of such scalars
-    does: with the f32 0.3 and 0.1, three steps from 0 (in f64, 3.0000000745 steps: four, the last one the
-    stop itself once rounded)."""
-    kind = dtype.type
+def float_steps(bounds: list[float], wide: bool) -> tuple[float, float, int]:
+    """An `arange` of float bounds (one to three, as given) as `(start, step, count)`: `count` values `start + i
+    step`, `ceil((stop - start) / step)` of them, that arithmetic done in the bounds' dtype (f64 if `wide`, else
+    f32), as numpy's `arange` of such scalars does: with the f32 0.3 and 0.1, three steps from 0 (in f64,
+    3.0000000745 steps: four, the last one the stop itself once rounded). Raises `ValueError`, saying why, for a
+    step of 0, a bound not finite or more steps than a number holds."""
+    start, stop, step = (0.0, bounds[0], 1.0) if len(bounds) == 1 else (*bounds, 1.0)[:3]
+    if step == 0.0:
+        raise ValueError("`arange`'s step is 0")
+    if not math.isfinite(start + stop + step):
+        raise ValueError("`arange`'s bounds must be finite")
+    kind = np.float64 if wide else np.float32
     with np.errstate(all="ignore"):
-        steps = kind((kind(stop) - kind(start)) / kind(step))
-    return max(math.ceil(float(steps)), 0)
+        steps = float(kind((kind(stop) - kind(start)) / kind(step)))
+    if not math.isfinite(steps):
+        raise ValueError(
+            f"`arange` from {start} to {stop} by {step} counts more steps than an {'f64' if wide else 'f32'} holds"
+        )
+    return start, step, max(math.ceil(steps), 0)

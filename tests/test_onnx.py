@@ -259,12 +259,17 @@ fn spaced(m: W, x: f32[2]) -> f32[_] {
     return arange(0.0, sum(x), 0.5) * m.w[0]
 }
 
+fn stepless(m: W, x: f32[2]) -> f32[_] {
+    return arange(0.0, 1.0, 0.0) * m.w[0]
+}
+
 fn main() { save("w.safetensors", W { w: ones(2) }) }
 """
 
 
 @pytest.mark.parametrize(
-    "function", ["shows", "noisy", "recursive", "checked", "leaves", "stores", "parted", "dropped", "spaced"]
+    "function",
+    ["shows", "noisy", "recursive", "checked", "leaves", "stores", "parted", "dropped", "spaced", "stepless"],
 )
 def test_what_onnx_cannot_express_is_a_diagnostic_at_its_span(
     dlrun, tmp_path: Path, monkeypatch, function: str, update_goldens: bool
