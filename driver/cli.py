@@ -597,9 +597,8 @@ def check(file: str, types: bool, sources: SourceMap) -> int:
         raise DiagnosticError(typed.diagnostics)
     show_warnings(typed, sources)
     if types:
-        imports = typed.program.imports.get(file, [])
         for signature in typed.signatures.get(file, []):
-            print(signature.text_in(file, imports))
+            print(signature.text_in(file, typed.program))
     else:
         print("ok")
     return 0

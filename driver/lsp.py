@@ -283,9 +283,8 @@ def signatures_of(typed: Typed, path: str) -> dict[str, list[str]]:
     """The checked signatures of a module's functions by name, as `dlrun check --types` prints them: one for
     a function whose parameters are annotated, one per set of argument types it was checked for if not."""
     found: dict[str, list[str]] = {}
-    imports = typed.program.imports.get(path, [])
     for signature in typed.signatures.get(path, []):
-        shown = signature.text_in(path, imports)
+        shown = signature.text_in(path, typed.program)
         if shown not in found.setdefault(signature.name, []):
             found[signature.name].append(shown)
     return found
@@ -293,8 +292,7 @@ def signatures_of(typed: Typed, path: str) -> dict[str, list[str]]:
 
 def function_hover(typed: Typed, path: str, source: str, decl: ast.FnDecl) -> str:
     checked = [signature for signature in typed.signatures.get(path, []) if signature.name == decl.name]
-    imports = typed.program.imports.get(path, [])
-    shown = "\n".join(dict.fromkeys(s.text_in(path, imports) for s in checked)) or f"fn {decl.name}"
+    shown = "\n".join(dict.fromkeys(s.text_in(path, typed.program) for s in checked)) or f"fn {decl.name}"
     doc = doc_comment(source, decl)
     return f"{shown}\n\n{doc}" if doc else shown
 
@@ -360,9 +358,8 @@ def node_hover(typed: Typed, path: str, source: str, chain: list[Any], functions
 
 def symbols(module: ast.Module, typed: Typed | None = None) -> list[types.DocumentSymbol]:
     """The outline of a module: its functions (with their signatures), structs (with their fields) and consts."""
-    imports = typed.program.imports.get(module.path, []) if typed else []
     signatures = (
-        {s.name: s.text_in(module.path, imports) for s in typed.signatures.get(module.path, [])} if typed else {}
+        {s.name: s.text_in(module.path, typed.program) for s in typed.signatures.get(module.path, [])} if typed else {}
     )
     found: list[types.DocumentSymbol] = []
     for decl in module.decls:

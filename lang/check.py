@@ -104,11 +104,11 @@ class Signature:
         shown = ", ".join(f"{name}: {t}" for name, t in self.params)
         return f"fn {self.name}({shown}) -> {self.result}"
 
-    def text_in(self, path: str, imports: Iterable[tuple[str, str]]) -> str:
+    def text_in(self, path: str, program: Program) -> str:
         """As `str`, with each struct of a module that `path` imports named as `path`'s code names it
         (`layers.Linear[3, 2]`, where `str` says `Linear[3, 2]`): how `dlrun check --types` and the language
         server show a module's signatures."""
-        aliases = {module: alias for alias, module in imports}
+        aliases = {module: alias for alias, module in program.imports.get(path, [])}
 
         def named(t: Type) -> Type:
             if isinstance(t, StructType) and t.module != path and t.module in aliases:
@@ -2162,7 +2162,14 @@ class Checker:
                 if op == "+" and joins_text_and_value(left, right):
                     self.text_and_value(expr, left, right)
                     return ANY
-                if op == "**" and negative_integer(rhs) and isinstance(left, TensorType) and left.dtype in INTEGERS:
+                power = _literal(rhs)  # an integer literal, `-1` too
+                if (
+                    op == "**"
+                    and isinstance(power, int)
+                    and power < 0
+                    and isinstance(left, TensorType)
+                    and left.dtype in INTEGERS
+                ):
                     notes = (f"help: convert first: `float({print_expr(lhs)}) ** {print_expr(rhs)}`",)
                     message = f"an integer raised to a negative power has no integer value: {left} ** {right}"
                     self.report(error("E0311", message, expr.span, f"{left} ** {right}", notes=notes))
@@ -3493,13 +3500,6 @@ def static_value(node: ast.Expr, value_type: Type) -> Dim | None:
     if isinstance(node, ast.Unary) and node.op == "-" and isinstance(node.operand, ast.IntLiteral):
         return -node.operand.value
     return None
-
-
-def negative_integer(node: ast.Expr) -> bool:
-    """Is `node` a negative integer literal (`-1`)? An integer base raised to it fails when it runs."""
-    if isinstance(node, ast.Unary) and node.op == "-" and isinstance(node.operand, ast.IntLiteral):
-        return node.operand.value > 0
-    return isinstance(node, ast.IntLiteral) and node.value < 0
 
 
 def slice_size(part: ast.Slice, size: Dim, known: Mapping[int, int] = MappingProxyType({})) -> Dim:
