@@ -592,6 +592,9 @@ class Specialiser(FunctionLowering):
         walked in step (`batches`' result): the tensors as they are when the loop starts (a copy if the loop may
         change them), each name a row of its tensor in turn (a scalar for a vector)."""
         value = self.evaluate(iterable)
+        items = tuple_items(value, stmt.pattern)
+        if items is not None:
+            return self.for_items(items, stmt)
         if isinstance(stmt.pattern, ast.NamePattern):
             if not isinstance(value, Tensor) or not value.shape:
                 raise Unsupported("`for` over something other than a tensor", stmt.span)
@@ -622,6 +625,25 @@ class Specialiser(FunctionLowering):
                 self.let(ast.NamePattern(name), Value(element), stmt.span)
 
         self.counted_loop(names[0], counter, lambda: ir.Const(sequences[0].shape[0], "i64"), body, bind)
+
+    def for_items(self, items: list[object], stmt: ast.For) -> None:
+        """`for layer in layers` over a tuple's items (or tuples zipped): written out, the body once for each
+        item in a scope of its own, as if the user had written the items out. A variable the body assigns may
+        then take another shape from item to item (`h = h @ layer.w`), as it may in straight-line code."""
+        exits = (ast.Break, ast.Continue)
+        if any(isinstance(node, exits) and self.exits_loop(node, stmt) for node in ast.walk_scope(stmt.body)):
+            raise Unsupported("`break` or `continue` in a `for` over a tuple's items", stmt.span)
+        for item in items:
+            self.scopes.append({})
+            self.let(stmt.pattern, item, stmt.span)
+            self.block(stmt.body)
+            self.scopes.pop()
+
+    @staticmethod
+    def exits_loop(node: ast.Break | ast.Continue, loop: ast.For) -> bool:
+        """Whether `node`, inside `loop`'s body, breaks or continues `loop` itself (not a loop nested in it)."""
+        inner = [n for n in ast.walk_scope(loop.body) if isinstance(n, (ast.While, ast.For))]
+        return not any(any(m is node for m in ast.walk_scope(n.body)) for n in inner)
 
     def let(self, pattern: ast.Pattern, value: object, span: Span) -> None:
         match pattern:
@@ -1633,6 +1655,24 @@ INTEGER_FOLDS = {
     "//": lambda a, b: a // b,
     "%": lambda a, b: a % b,
 }
+
+
+def tuple_items(value: object, pattern: ast.Pattern) -> list[object] | None:
+    """The values a `for` over a tuple's items binds its pattern to in turn, as the checker reads the loop
+    (`check.zips`): the items of `layers` in `for layer in layers`, or for `for (a, b) in (t, u)` over tuples
+    walked in step, `(t[k], u[k])`. None where the loop walks tensors' rows instead (or a tensor with tuples)."""
+    if not isinstance(value, tuple):
+        return None
+    walked = (
+        isinstance(pattern, ast.TuplePattern)
+        and len(pattern.items) == len(value)
+        and all(isinstance(part, tuple) or (isinstance(part, Tensor) and part.shape) for part in value)
+    )
+    if not walked:
+        return list(value)
+    if not all(isinstance(part, tuple) for part in value) or len({len(part) for part in value}) != 1:
+        return None
+    return [tuple(part[k] for part in value) for k in range(len(value[0]))]
 
 
 def integers_folded(op: str, left: Value, right: Value) -> Value | None:

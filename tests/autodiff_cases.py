@@ -3314,6 +3314,38 @@ fn f(w: f64[3]) -> f64 {
 )
 
 case(
+    "for_over_layers_of_several_shapes",
+    "for",
+    """
+struct L { w: f64[I, O], b: f64[O] }
+
+fn f(w1: f64[3, 4], b1: f64[4], w2: f64[4, 2], b2: f64[2], x: f64[5, 3]) -> f64 {
+    let z = 2.0f64
+    let h: f64[5, _] = x
+    for layer in (L { w: w1, b: b1 }, L { w: w2, b: b2 }) {
+        let z = h @ layer.w + layer.b
+        h = tanh(z)
+    }
+    let total = 0.0f64
+    for (a, c) in ((h, h[0]), (3.0f64, 0.5f64)) {
+        total += sum(a * c)
+    }
+    return total * z
+}
+""",
+    (normal(401, 3, 4), normal(402, 4), normal(403, 4, 2), normal(404, 2), normal(405, 5, 3)),
+    lambda w1, b1, w2, b2, x: (lambda h: ((h * 3.0).sum() + (h[0] * 0.5).sum()) * 2.0)(
+        torch.tanh(torch.tanh(x @ w1 + b1) @ w2 + b2)
+    ),
+    wrt=(0, 1, 2, 3, 4),
+    value_and_grad=True,
+    notes="a loop over a tuple of layers (PyTorch's `for layer in self.layers`) is written out, a block per "
+    "item: `h` takes another shape from item to item, a `let` in the body hides the outer `z` only there, "
+    "and the derivative is straight-line code (it was a tape and a branch per item run again); tuples "
+    "walked in step (`for (a, c) in (t, u)`) are written out too",
+)
+
+case(
     "for_over_items_given_to_generic_functions",
     "for",
     """

@@ -952,6 +952,44 @@ def test_gradients_of_the_autodiff_corpus_agree_when_compiled() -> None:
     assert compiled == len(CASES) - len(host) >= 109
 
 
+LAYER_LOOP = """
+import nn
+
+struct Linear { w: f32[I, O], b: f32[O] }
+
+fn forward(layers: (Linear, Linear, Linear), x: f32[B, 4]) -> f32[B, 3] {
+    let h: f32[B, _] = x
+    for layer in layers {
+        h = nn.relu(h @ layer.w + layer.b)
+    }
+    return h
+}
+
+fn loss(layers: (Linear, Linear, Linear), x: f32[B, 4], y: i64[B]) -> f32 {
+    return nn.cross_entropy(forward(layers, x), y)
+}
+
+fn step(w1: f32[4, 8], w2: f32[8, 5], w3: f32[5, 3], x: f32[6, 4], y: i64[6]) {
+    let layers = (Linear { w: w1, b: zeros(8) }, Linear { w: w2, b: zeros(5) }, Linear { w: w3, b: zeros(3) })
+    let (l, g) = value_and_grad(loss)(layers, x, y)
+    return (l, forward(layers, x), g[0].w, g[1].b, g[2].w)
+}
+"""
+
+
+def test_a_loop_over_a_tuple_of_layers_is_compiled() -> None:
+    """PyTorch's `for layer in self.layers`: the loop is written out, each item's block compiled where its
+    values' shapes are known (`h` changes shape from layer to layer), in the forward function and in the
+    derivative, which is straight-line code. (Both ran on the interpreter: the derivative's tape, and an
+    assignment that changes a tensor's shape.)"""
+    args = (f32(4, 8), f32(8, 5, seed=1), f32(5, 3, seed=2), f32(6, 4, seed=3), np.array([0, 2, 1, 1, 0, 2]))
+    expected, actual, report = on_both(LAYER_LOOP, "step", *args)
+    assert verdict(report, "step") == "compiled", report
+    assert "compiler bug" not in report
+    assert_close(actual, expected, rtol=1e-5)
+    assert np.abs(expected[2]).sum() > 0 and np.abs(expected[4]).sum() > 0  # (relu left some gradient)
+
+
 def test_the_mlp_training_step_is_compiled(tmp_path: Path) -> None:
     source = (ROOT / "examples" / "train.dl").read_text()
     loaded = pipeline.load(str(ROOT / "examples" / "train.dl"), source)

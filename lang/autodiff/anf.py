@@ -13,7 +13,7 @@ from contextlib import contextmanager
 
 from dl.lang import ast
 from dl.lang.autodiff.lowering import Lowering
-from dl.lang.autodiff.records import Compound, Kept, Op, Store, Sweep
+from dl.lang.autodiff.records import Compound, Kept, Op, Stepped, Store, Sweep
 from dl.lang.autodiff.rules import BINARY, REDUCED, template
 from dl.lang.autodiff.sites import Scope, factory_help
 from dl.lang.autodiff.trees import (
@@ -223,6 +223,12 @@ class ForwardSweep:
             case ast.ExprStmt(expr=expr):
                 if effects:
                     sweep.stmts.append(ast.ExprStmt(self.rename(expr, env), stmt.span))
+            case ast.If(then=then) if self.unrolled.get(id(stmt)) is stmt:  # an item of a loop over a tuple
+                item = Sweep(sweep.stmts)  # (its statements go straight into the sweep's)
+                self.forward_block(then, env, item, effects)
+                with self.stepping(then):
+                    steps = self.node_types.steps
+                sweep.records.append(Stepped(steps, item.records))
             case ast.If() | ast.While():
                 self.compound(stmt, env, sweep, effects)
             case ast.FnDecl(name=local):

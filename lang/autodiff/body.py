@@ -104,6 +104,9 @@ class FunctionBody(ForwardSweep, BackwardSweep):
         # the branches the lowering writes for the steps of a loop over a tuple whose items differ in type, by id:
         # (the branch, its step); their nodes are read with the step's types (`ForwardSweep.stepping`)
         self.step_blocks: dict[int, tuple[ast.Block, tuple[int, int]]] = {}
+        # the blocks the lowering writes for the items of a loop over a tuple (`Lowering.unrolled`), each an
+        # `if true` by id, which the forward sweep writes in place
+        self.unrolled: dict[int, ast.If] = {}
         self.values: dict[str, ast.Expr] = {}  # generated name -> the operation whose value it holds
         self.effects = True  # False where a forward runs again: calls go to the functions' quiet copies
         self.all_assigned: set[str] | None = None

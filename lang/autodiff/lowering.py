@@ -85,6 +85,8 @@ class Lowering:
                 return [ast.If(cond, new_then, new_else, stmt.span)], then_exits | else_exits
             case ast.While(cond=cond, body=body):
                 return self.loop(cond, list(body.body), [], loop, stmt.span)
+            case ast.For() if unrolls(stmt, self.body):
+                return self.unrolled(stmt, loop), set()
             case ast.For():
                 before, cond, body = self.for_to_while(stmt)
                 return self.loop(cond, body, before, loop, stmt.span)
@@ -152,10 +154,8 @@ class Lowering:
             before = [let(index, ast.IntLiteral(0)), let(items, stmt.iterable)]
             iterable_type = body.type_of(stmt.iterable)
             zipped = isinstance(iterable_type, TupleType) and zips(iterable_type, stmt.pattern)
-            if isinstance(iterable_type, TupleType) and not zipped:
+            if over_items(stmt, iterable_type):
                 return before, *self.tuple_iterations(stmt, iterable_type, items, index)
-            if zipped and any(isinstance(item, TupleType) for item in iterable_type.items):
-                return before, *self.tuple_iterations(stmt, iterable_type, items, index, zipped=True)
             binds = self.element_lets(stmt, items, index)
             leading = ast.Index(name(items), (ast.IntLiteral(0),)) if zipped else name(items)
             cond = ast.Binary("<", name(index), call("len", leading))
@@ -163,11 +163,56 @@ class Lowering:
         body.node_types.give(step, index_type)
         return before, cond, [*binds, assign(name(index), step), *stmt.body.body]
 
-    def tuple_iterations(self, stmt: ast.For, iterable: TupleType, items: str, index: str, zipped: bool = False):
+    def unrolled(self, stmt: ast.For, loop: LoopFlags | None) -> list[ast.Stmt]:
+        """A loop over a tuple's items (`for layer in layers`) written out, one block per item: `let items =
+        layers`, then for each k `let layer = items[k]` and the body, each block read with its item's types.
+        Its derivative is then straight-line code, as if the user had written the layers out: no tape, no branch
+        per item run again in the backward sweep, and compiled code for a body whose values change shape from
+        item to item (`h = h @ layer.w`). A block is an `if true` the forward sweep writes in place
+        (`FunctionBody.unrolled`): its `let`s end with it."""
+        body = self.body
+        items = body.fresh_user_name("items")
+        out: list[ast.Stmt] = [let(items, stmt.iterable)]
+        iterable = body.type_of(stmt.iterable)
+        assert isinstance(iterable, TupleType)
+        for _, value, step in self.item_values(stmt, iterable, items):
+            block = ast.Block((ast.Let(stmt.pattern, None, value, stmt.span), *stmt.body.body), stmt.body.span)
+            if step is not None:
+                body.step_blocks[id(block)] = (block, step)
+            with body.stepping(block):
+                lowered = ast.Block(tuple(self.block(list(block.body), loop)), stmt.body.span)
+            if step is not None:
+                body.step_blocks[id(lowered)] = (lowered, step)
+            written = ast.If(ast.BoolLiteral(True, stmt.span), lowered, None, stmt.span)
+            body.unrolled[id(written)] = written
+            out.append(written)
+        return out
+
+    def tuple_iterations(self, stmt: ast.For, iterable: TupleType, items: str, index: str):
         """The condition and body of a loop over a tuple's items, or over tuples zipped (`for (a, b) in
         (t, u)`), whose values may differ in type (the checker checks the body once for each step):
-        `if position == 0 { let x = items[0]; body } else if ...`."""
+        `if position == 0 { let x = items[0]; body } else if ...`. (Where the body has no `break`, `continue`
+        or `return`, the loop is `unrolled` instead.)"""
         body = self.body
+        position = body.fresh_user_name("position")
+        branches: ast.Stmt | None = None
+        iterations = list(self.item_values(stmt, iterable, items))
+        for k, value, step in reversed(iterations):
+            block = ast.Block((ast.Let(stmt.pattern, None, value, stmt.span), *stmt.body.body), stmt.body.span)
+            if step is not None:  # the body's nodes, shared by the branches, are read with the types of its step
+                body.step_blocks[id(block)] = (block, step)
+            test = ast.Binary("==", name(position), ast.IntLiteral(k))
+            branches = ast.If(test, block, branches, stmt.span)
+        cond = ast.Binary("<", name(index), ast.IntLiteral(len(iterations)))
+        steps = [let(position, name(index)), assign(name(index), ast.Binary("+", name(index), ast.IntLiteral(1)))]
+        return cond, [*steps, *([branches] if branches is not None else [])]
+
+    def item_values(self, stmt: ast.For, iterable: TupleType, items: str):
+        """For each step of a loop over the items of the tuple named `items` (or over tuples zipped): its
+        number, the value its pattern binds (`items[k]`, or `(items[0][k], items[1][k])`), and the step the
+        checker typed its body in, where the items differ in type (else None)."""
+        body = self.body
+        zipped = zips(iterable, stmt.pattern)
 
         def item(of: ast.Expr, of_type: Type, k: int) -> ast.Index:
             element = ast.Index(of, (ast.IntLiteral(k),))
@@ -201,17 +246,8 @@ class Lowering:
             raise NotDifferentiable(
                 "`grad` cannot yet differentiate this loop over items of several types", stmt.iterable.span
             )
-        position = body.fresh_user_name("position")
-        branches: ast.Stmt | None = None
-        for k in reversed(range(count)):
-            block = ast.Block((ast.Let(stmt.pattern, None, step_value(k), stmt.span), *stmt.body.body), stmt.body.span)
-            if steps is not None:  # the body's nodes, shared by the branches, are read with the types of its step
-                body.step_blocks[id(block)] = (block, (id(loop), steps[k]))
-            test = ast.Binary("==", name(position), ast.IntLiteral(k))
-            branches = ast.If(test, block, branches, stmt.span)
-        cond = ast.Binary("<", name(index), ast.IntLiteral(count))
-        steps = [let(position, name(index)), assign(name(index), ast.Binary("+", name(index), ast.IntLiteral(1)))]
-        return cond, [*steps, *([branches] if branches is not None else [])]
+        for k in range(count):
+            yield k, step_value(k), ((id(loop), steps[k]) if steps is not None else None)
 
     def element_lets(self, stmt: ast.For, items: str, index: str) -> list[ast.Stmt]:
         body = self.body
@@ -229,6 +265,25 @@ class Lowering:
                 lets.append(ast.Let(item, None, element, stmt.span))
             return lets
         raise NotDifferentiable("`grad` cannot yet differentiate this kind of `for` loop", stmt.span)
+
+
+def over_items(loop: ast.For, iterable: Type) -> bool:
+    """Whether `loop` steps through a tuple's items (`for layer in layers`), or through tuples zipped (`for (a, b)
+    in (t, u)` with a tuple among them), rather than through a tensor's rows."""
+    if not isinstance(iterable, TupleType):
+        return False
+    zipped = zips(iterable, loop.pattern)
+    return not zipped or any(isinstance(item, TupleType) for item in iterable.items)
+
+
+def unrolls(loop: ast.Stmt, body: FunctionBody) -> bool:
+    """Whether the lowering writes `loop` out, a block per item (`Lowering.unrolled`): a `for` over a tuple's
+    items with no `break`, `continue` or `return` in it (those keep the loop, their flags tested per step)."""
+    if not isinstance(loop, ast.For) or isinstance(loop.iterable, ast.Range):
+        return False
+    if not over_items(loop, body.type_of(loop.iterable)):
+        return False
+    return not any(isinstance(n, (ast.Break, ast.Continue, ast.Return)) for n in ast.walk_scope(loop.body))
 
 
 class LoopFlags:
@@ -387,6 +442,8 @@ class SeededDraws:
 
     def runs_again(self, loop: ast.While | ast.For) -> bool:
         """Does the backward sweep run this loop's iterations again (rather than keep their values on tapes)?"""
+        if unrolls(loop, self.body):  # (written out: each item's block runs once, as straight-line code)
+            return False
         inner = (ast.While, ast.For, ast.Break, ast.Continue, ast.Return)  # (an `if`'s branches: seeded as such)
         if any(isinstance(n, inner) for n in ast.walk_scope(loop.body)):
             return True

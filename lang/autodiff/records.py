@@ -82,7 +82,16 @@ class Compound:
     body: int | None = None  # which check's types the body it is in was read with (`ForwardSweep.reading`)
 
 
-Record = Op | Store | Compound
+@record
+class Stepped:
+    """The records of one item's block of a loop over a tuple written out (`Lowering.unrolled`): their nodes
+    are read with the types of that item's step (`steps`, as `NodeTypes.steps`), in the backward sweep too."""
+
+    steps: tuple[tuple[int, int], ...]
+    records: list[Record]
+
+
+Record = Op | Store | Compound | Stepped
 
 
 @record

@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 from dl.lang import ast
 from dl.lang import einsum as einsum_spec
-from dl.lang.autodiff.records import Compound, Op, Part, Record, Store, Sweep
+from dl.lang.autodiff.records import Compound, Op, Part, Record, Stepped, Store, Sweep
 from dl.lang.autodiff.rules import BINARY, POWER_BY_LITERAL, REDUCED, bound_arguments, instantiate
 from dl.lang.autodiff.trees import (
     NotDifferentiable,
@@ -226,6 +226,10 @@ class BackwardSweep:
                     self.accumulate(old, d_new, out, have)
                 case Compound():
                     out.extend(self.backward_compound(record, have))
+                case Stepped(steps=steps, records=inner):
+                    outer, self.node_types.steps = self.node_types.steps, steps
+                    out.extend(self.backward(inner, have))
+                    self.node_types.steps = outer
         return out
 
     def fit(self, contribution: ast.Expr, operand: ast.Expr, result_type: Type | None = None) -> ast.Expr:
