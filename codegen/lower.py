@@ -505,7 +505,7 @@ class FunctionLowering:
         return result
 
     def binary(self, op: str, left: Value, right: Value, span: Span) -> Value:
-        if left.weak is not None and right.weak is not None and op in FOLDED:
+        if left.weak is not None and right.weak is not None and folds(op, left.weak, right.weak):
             return fold(op, left.weak, right.weak, span)
         dtype = self.common_dtype(left, right, span)
         lhs, rhs = self.promote(left, dtype, span), self.promote(right, dtype, span)
@@ -646,7 +646,15 @@ class FunctionLowering:
         return Value(result)
 
 
-FOLDED = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b}
+FOLDED = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b, "/": lambda a, b: a / b}
+
+
+def folds(op: str, a: int | float, b: int | float) -> bool:
+    """Whether `fold` computes `a op b` of two unsuffixed literals now: `/` of floats only, and not by 0 (the
+    run's `inf` or nan)."""
+    if op != "/":
+        return op in FOLDED
+    return isinstance(a, float) and isinstance(b, float) and b != 0.0
 
 
 def fold(op: str, a: int | float, b: int | float, span: Span) -> Value:

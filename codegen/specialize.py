@@ -1108,6 +1108,8 @@ class Specialiser(FunctionLowering):
 
     def binary(self, op: str, left: Value, right: Value, span: Span) -> Value:
         folded = integers_folded(op, left, right)
+        if folded is None:
+            folded = floats_folded(op, left, right)
         if folded is not None:
             return folded
         result = super().binary(op, left, right, span)
@@ -1694,6 +1696,31 @@ def integers_folded(op: str, left: Value, right: Value) -> Value | None:
     if not -(2**63) <= result < 2**63:
         return None
     return Value(ir.Const(result, "i64"), result if weak else None)
+
+
+FLOAT_FOLDS = {"+": np.add, "-": np.subtract, "*": np.multiply, "/": np.divide}
+
+
+def floats_folded(op: str, left: Value, right: Value) -> Value | None:
+    """`op` of two float constants (a literal the context gave a dtype: `arange(0.0, 1.0, 1.0 / 64.0)`'s step)
+    computed now, in their dtype, as numpy computes them when interpreted (IEEE: the same bits), so that an
+    `arange` of such bounds and a branch on them are known when compiling. An unsuffixed literal meeting a
+    constant takes its dtype; two of them are the scalar lowering's fold. None where either is not a constant."""
+    if not all(isinstance(v.operand, ir.Const) for v in (left, right)):
+        return None
+    strong = {v.operand.dtype for v in (left, right) if v.weak is None}
+    if len(strong) != 1 or not strong <= {"f32", "f64"}:
+        return None  # (two weak literals: `lower.fold`)
+    (dtype,) = strong
+    kind = NUMPY_DTYPES[dtype]
+    a, b = (kind(v.operand.value if v.weak is None else v.weak) for v in (left, right))
+    if op in COMPARE:
+        return Value(ir.Const(bool(COMPARE[op](a, b)), "bool"))
+    if op not in FLOAT_FOLDS:
+        return None
+    with np.errstate(all="ignore"):  # (`1.0 / 0.0` is inf, as the interpreter's numpy gives)
+        result = FLOAT_FOLDS[op](a, b)
+    return Value(ir.Const(float(result), dtype))
 
 
 def bind_dimensions(declared: object, layout: ir.Layout, bindings: dict) -> None:

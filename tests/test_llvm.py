@@ -313,6 +313,41 @@ def test_arange_of_floats_compiles_from_constant_bounds_as_interpreted(tmp_path:
     assert "`data`(f32) interpreted: an `arange` of float bounds known only at run time" in err
 
 
+FOLDED_FLOATS = """
+fn grid() -> (f32[_], f64[_], f32[_]) {
+    let third = arange(0.0, 1.0, 1.0 / 3.0, dtype=f64)
+    return (arange(0.0, 1.0, 1.0 / 64.0), third, arange(0.0, 2.0 * 0.7, 0.1f32 * 3.0))
+}
+fn scaled(x: f32[3], y: f64[3]) -> (f32[3], f64[3], f32[3]) {
+    let s = 0.0f32
+    if 1.0f32 / 3.0f32 > 0.3f32 {
+        s = 1.5f32 * 2.0f32 - 0.25
+    }
+    return (x * (1.0 / 3.0), y * (1.0 / 3.0 - 0.1), x * s)
+}
+fn main() {
+    let (a, b, c) = grid()
+    print(len(a), sum(a), a[63], b, c)
+    let (p, q, r) = scaled(ones(3), ones(3, dtype=f64))
+    print(p, q, r, q[0] - (1.0f64 / 3.0f64 - 0.1f64))
+}
+"""
+
+
+def test_float_arithmetic_of_constants_is_computed_when_compiling(tmp_path: Path, capsys) -> None:
+    """`arange(0.0, 1.0, 1.0 / 64.0)`: float constants' arithmetic is computed when compiling, in their dtype
+    (an unsuffixed pair as Python numbers, still adapting), as the interpreter computes it, so the bounds are
+    known and the function compiles (it was interpreted: bounds known only at run time); a branch on such a
+    comparison is known too."""
+    interpreted, compiled = both_backends(tmp_path, FOLDED_FLOATS, capsys)
+    assert compiled == interpreted
+    lines = compiled.splitlines()
+    assert lines[0].startswith("64 31.5 0.984375 [0.         0.33333333 0.66666667]")
+    assert lines[-1].endswith(" 0.0"), lines  # (1/3 - 0.1 folded in f64, as Python and numpy do)
+    _, _, err = run_cli(tmp_path, FOLDED_FLOATS, "--backend", "llvm", "--explain-backend", capsys=capsys)
+    assert "`grid`() compiled" in err and "`scaled`(f32[3], f64[3]) compiled" in err, err
+
+
 DECIDED_CONDITIONS = """
 fn pick(x: f32[12], size: i64, stride: i64) -> f32[_] {
     if stride == 0 or stride == size and size > 1 {
