@@ -633,6 +633,8 @@ class Specialiser(FunctionLowering):
         exits = (ast.Break, ast.Continue)
         if any(isinstance(node, exits) and self.exits_loop(node, stmt) for node in ast.walk_scope(stmt.body)):
             raise Unsupported("`break` or `continue` in a `for` over a tuple's items", stmt.span)
+        # the items as they are when the loop starts: a later item may read storage an earlier one's body writes
+        items = [self.detached(item, set(self.homes)) for item in items]
         for item in items:
             self.scopes.append({})
             self.let(stmt.pattern, item, stmt.span)

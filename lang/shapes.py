@@ -1520,8 +1520,10 @@ def tree_add_rule(args: list[Argument]) -> Type:
     if isinstance(a, TapeType) and isinstance(b, TapeType):  # `tape()` is a tape of `_` until pushed onto
         return TapeType(tree_add_rule([Argument(a.item), Argument(b.item)]))
     if isinstance(a, StructType) and isinstance(b, StructType) and same_struct(a, b) and a.params:
-        # a field typed `Linear` (sizes unknown) plus an adjoint of known sizes, `Linear[64, _]`
-        return a.with_sizes(tuple(y if isinstance(x, Unknown) else x for x, y in zip(a.sizes, b.sizes, strict=True)))
+        # a field typed `Linear` (sizes unknown) plus an adjoint of known sizes, `Linear[64, _]`; a size of 1 may
+        # be broadcast (the tensors' `tree_add` broadcasts): unknown stays unknown there
+        sizes = zip(a.sizes, b.sizes, strict=True)
+        return a.with_sizes(tuple(y if isinstance(x, Unknown) and y != 1 else x for x, y in sizes))
     raise ShapeError("E0301", f"`tree_add` adds values of one type, found {a} and {b}", f"{a}, {b}")
 
 

@@ -3346,6 +3346,37 @@ fn f(w1: f64[3, 4], b1: f64[4], w2: f64[4, 2], b2: f64[2], x: f64[5, 3]) -> f64 
 )
 
 case(
+    "for_over_items_around_an_if_after_a_transpose",
+    "for",
+    """
+const C = 3.0f64
+
+fn k(v: f64[2, 2]) -> f64[2, 2] { return v * 100.0f64 }
+
+fn f(w: f64[2, 2], x: f64[2, 2]) -> f64 {
+    let v = w
+    let vt = transpose(v)
+    for s in (1.5f64, 2.0f64) {
+        if sum(x) > 0.0f64 {
+            v = v * s
+        }
+        let C = s
+        fn k(u) { return u * C }
+        v = k(v) + v
+    }
+    return sum(x @ vt) + sum(v * v) * C + sum(k(x))
+}
+""",
+    (normal(411, 2, 2), np.abs(normal(412, 2, 2))),
+    lambda w, x: (x @ w.T).sum() + ((w * 1.5 * 2.5 * 2.0 * 3.0) ** 2).sum() * 3.0 + (x * 100.0).sum(),
+    wrt=(0, 1),
+    value_and_grad=True,
+    notes="found in review: the adjoint of `x @ vt` went to `w` through `transpose` after the `if` in an item's "
+    "block had changed `v` (the block was taken for straight-line code), and a `let` or local `fn` of the "
+    "body hid the module's `C` and `k` after the loop",
+)
+
+case(
     "for_over_items_given_to_generic_functions",
     "for",
     """

@@ -990,6 +990,35 @@ def test_a_loop_over_a_tuple_of_layers_is_compiled() -> None:
     assert np.abs(expected[2]).sum() > 0 and np.abs(expected[4]).sum() > 0  # (relu left some gradient)
 
 
+ITEMS_READ_BEFORE = """
+fn f(x: f64[3], n: i64) -> f64[3] {
+    let h = x * 1.0f64
+    let i = 0
+    while i < n {
+        for s in (2.0f64, h, 0.5f64) {
+            h = h * s
+        }
+        if sum(x) > 0.0f64 {
+            for (a, b) in ((h, x), (1.0f64, h)) {
+                h = h * a + b
+            }
+        }
+        i += 1
+    }
+    return h
+}
+"""
+
+
+def test_the_items_of_a_loop_over_a_tuple_are_read_when_it_starts() -> None:
+    """`for s in (2.0, h, 0.5) { h = h * s }` inside a loop or an `if`, where `h` has a home its assignments
+    write: the items are the values they had when the loop started (compiled, the second item read `h` as the
+    first item's block had left it: found in review)."""
+    expected, actual, report = on_both(ITEMS_READ_BEFORE, "f", np.array([1.0, 2.0, 3.0]), 2)
+    assert verdict(report, "f") == "compiled", report
+    np.testing.assert_array_equal(actual, expected)
+
+
 def test_the_mlp_training_step_is_compiled(tmp_path: Path) -> None:
     source = (ROOT / "examples" / "train.dl").read_text()
     loaded = pipeline.load(str(ROOT / "examples" / "train.dl"), source)

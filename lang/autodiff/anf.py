@@ -225,7 +225,10 @@ class ForwardSweep:
                     sweep.stmts.append(ast.ExprStmt(self.rename(expr, env), stmt.span))
             case ast.If(then=then) if self.unrolled.get(id(stmt)) is stmt:  # an item of a loop over a tuple
                 item = Sweep(sweep.stmts)  # (its statements go straight into the sweep's)
+                outer = set(env)
                 self.forward_block(then, env, item, effects)
+                for key in set(env) - outer:  # the block's own names (`let`, local `fn`) end with it
+                    del env[key]
                 with self.stepping(then):
                     steps = self.node_types.steps
                 sweep.records.append(Stepped(steps, item.records))

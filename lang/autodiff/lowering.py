@@ -445,7 +445,7 @@ class SeededDraws:
         if unrolls(loop, self.body):  # (written out: each item's block runs once, as straight-line code)
             return False
         inner = (ast.While, ast.For, ast.Break, ast.Continue, ast.Return)  # (an `if`'s branches: seeded as such)
-        if any(isinstance(n, inner) for n in ast.walk_scope(loop.body)):
+        if any(isinstance(n, inner) and not unrolls(n, self.body) for n in ast.walk_scope(loop.body)):
             return True
         return isinstance(loop, ast.For) and isinstance(self.body.type_of(loop.iterable), TupleType)
 

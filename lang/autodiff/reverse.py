@@ -204,7 +204,7 @@ class BackwardSweep:
         for record in records:
             if isinstance(record, Op):
                 stretches[record.result] = stretch
-            stretch += isinstance(record, Compound)
+            stretch += isinstance(record, (Compound, Stepped))  # (an item's block may hold an `if` or loop)
         for record in reversed(records):
             match record:
                 case Op(result=result) if result in have:
