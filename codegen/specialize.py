@@ -681,8 +681,12 @@ class Specialiser(FunctionLowering):
         bindings: dict[str, int] = {}
         if dim_names(check.type) and self.entries:  # `f32[N]`: `N` as the function's parameters bind it
             decl, values = self.entries[-1]
-            for param in decl.params:
-                declared = self.typed.type_of(param)
+            call_check = self.typed.checked_calls.get(id(decl))  # (the annotations: a call binds their names)
+            for position, param in enumerate(decl.params):
+                if call_check is not None:
+                    declared = call_check.params[position].type if call_check.params[position] is not None else None
+                else:
+                    declared = self.typed.type_of(param)
                 if declared is not None and dim_names(declared) and param.name in values:
                     conforms(stand_in(values[param.name]), declared, bindings)
         annotation_fits(value, check.type, bindings, stmt.span)

@@ -1506,6 +1506,7 @@ class Checker:
                     )
                 )
                 declared = ANY
+            written, declared = declared, sizes_of_this_check(declared, context)
             what = (
                 f"`{stmt.pattern.name}` is declared {declared}"
                 if isinstance(stmt.pattern, ast.NamePattern)
@@ -1514,8 +1515,10 @@ class Checker:
             fitting = self.expect_fits(
                 declared, value, stmt.value.span, what, annotation=stmt.annotation.span, node=stmt.value
             )
-            if fitting and not proven(declared, value):
-                self.tables.runtime_checks[id(stmt)] = RuntimeCheck(declared, stmt.annotation.span)
+            if fitting and not proven(declared, value):  # (the names, which the run binds from each call)
+                self.tables.runtime_checks[id(stmt)] = RuntimeCheck(written, stmt.annotation.span)
+                if dim_names(written) and context.decl is not None:  # the run reads the names from the annotations
+                    self.check_calls(context.decl, context.module)
             value = declared  # what the user meant, also after a mismatch (reported once, here)
         self.bind_pattern(stmt.pattern, value, scope, context)
 
@@ -3811,6 +3814,17 @@ def string_help(declared: Type, value: Type, shown: str) -> tuple[str, ...]:
     if declared.dtype not in conversion:
         return ()
     return (f"help: convert the string with `{conversion[declared.dtype]}` (a command-line argument is a string)",)
+
+
+def sizes_of_this_check(declared: Type, context: Context) -> Type:
+    """A `let` annotation's dimension names (`let h: f32[B, _] = x`) as the parameters' types bind them in this
+    check of the body: the names themselves where the function is checked once for its annotations, the sizes of
+    one call's arguments where it is checked per call (a parameter left unannotated), as its result type is."""
+    names = dim_names(declared)
+    if not names or not names <= context.dims.keys():
+        return declared
+    sizes = {name: context.dims[name].type.value for name in names}
+    return substitute_dims(declared, {name: UNKNOWN if size is None else size for name, size in sizes.items()})
 
 
 def substitute(t: Type, bindings: dict[str, Dim]) -> Type:
