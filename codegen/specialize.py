@@ -163,6 +163,10 @@ class Specialiser(FunctionLowering):
         self.tape_loops: list[TapeLoop] = []  # the loops being lowered, innermost last
         self.frames: list[list[dict]] = []  # the scopes of the callers of the function being inlined
         self.owners: dict[str, tuple[dict, str]] = {}  # home buffer -> (the scope, the variable's name)
+        # home buffer -> the `if` or loop (by id) whose branches or iterations write it (None: no such statement),
+        # and the `if`s and loops being lowered, innermost last
+        self.made_for: dict[str, int | None] = {}
+        self.compounds: list[int] = []
         # the i64 parameters' values and what is computed from them: temp name -> the parameters' positions
         self.parameter_temps: dict[str, frozenset[int]] = {}
         self.parameter_variables: dict[str, frozenset[int]] = {}  # variables `let` bound to such a value
@@ -430,6 +434,7 @@ class Specialiser(FunctionLowering):
                         scope[name] = self.home(value, name)
                         for buffer in home_buffers(scope[name]):
                             self.owners[buffer] = (scope, name)
+                            self.made_for[buffer] = id(stmt)
                     else:  # already a home: what reads it now must not see the writes to come
                         self.protect(home_buffers(value), (scope, name))
                     if isinstance(scope[name], TapeValue) and isinstance(stmt, (ast.While, ast.For)):
@@ -525,12 +530,19 @@ class Specialiser(FunctionLowering):
     def lowered_statement(self, stmt: ast.Stmt) -> None:
         if self.label is None:
             return  # unreachable code after a return, break or continue
-        if not isinstance(stmt, (ast.While, ast.For)):
+        if not isinstance(stmt, (ast.While, ast.For, ast.If)):
             return self.lowered_simply(stmt)
+        self.compounds.append(id(stmt))
+        if isinstance(stmt, ast.If):
+            try:
+                return self.lowered_simply(stmt)
+            finally:
+                self.compounds.pop()
         self.tape_loops.append(TapeLoop())
         try:
             return self.lowered_simply(stmt)
         finally:
+            self.compounds.pop()
             inner = self.tape_loops.pop()
             if self.tape_loops:  # read in the loop around it too
                 self.tape_loops[-1].reads |= inner.reads
@@ -696,7 +708,10 @@ class Specialiser(FunctionLowering):
             case ast.Name(id=name):
                 scope = self.scope_of(name, span)
                 current = scope[name]
-                if self.owns(scope, name, current):
+                if self.owns(scope, name, current) and self.outgrown(current, value):
+                    del self.owners[current.tree.buffer.name]  # (nothing writes it again: the name lets it go)
+                    scope[name] = self.bind(value, self.uses.get(name, 0))
+                elif self.owns(scope, name, current):
                     if isinstance(current, (tuple, Struct)) and crossed(current, value):
                         value = self.bind(value, 1, detach=True)  # every part read before any is written
                     self.store_home(current, value, span, (scope, name))
@@ -728,6 +743,17 @@ class Specialiser(FunctionLowering):
             case _:
                 raise Unsupported("an assignment to this target", span)
 
+    def outgrown(self, home: object, value: object) -> bool:
+        """Whether a variable's home tensor, made for an `if` or loop that has ended (`x = relu(x)` in an `if`, in
+        the block of one item of a loop over layers), is assigned a tensor of another shape or dtype (the next
+        layer's `h = h @ w`): the variable then takes the value, as a rebinding in straight-line code does,
+        rather than the home being written. Inside the statement it was made for, its shape stays fixed."""
+        if not isinstance(home, Tensor) or not isinstance(value, Tensor):
+            return False
+        if (home.shape, home.dtype) == (value.shape, value.dtype):
+            return False
+        return self.made_for.get(home.tree.buffer.name) not in self.compounds
+
     def assign_element(self, name: str, base: ast.Name, indices: tuple, value: object, span: Span) -> None:
         """`x[i, a:b] = v` (and `+=`): the selected elements of `x`'s storage are overwritten; `x` is first
         given storage of its own unless it is a home (a value is never changed where another name sees it)."""
@@ -740,6 +766,7 @@ class Specialiser(FunctionLowering):
             scope[name] = current
             self.homes.add(current.tree.buffer.name)
             self.owners[current.tree.buffer.name] = (scope, name)
+            self.made_for[current.tree.buffer.name] = self.compounds[-1] if self.compounds else None
         else:
             self.protect({current.tree.buffer.name}, (scope, name))
         region = self.view_of(current, indices, span)

@@ -1019,6 +1019,43 @@ def test_the_items_of_a_loop_over_a_tuple_are_read_when_it_starts() -> None:
     np.testing.assert_array_equal(actual, expected)
 
 
+LAYERS_WITH_AN_IF = """
+struct Linear { w: f32[I, O], b: f32[O] }
+
+fn forward(layers: (Linear, Linear, Linear), x: f32[B, 4], last: i64) -> f32[B, _] {
+    let h: f32[B, _] = x
+    let i = 0
+    for layer in layers {
+        h = h @ layer.w + layer.b
+        if i < last {
+            h = relu(h)
+        }
+        i += 1
+    }
+    if sum(h) > 0.0 {
+        h = h * 2.0
+    }
+    h = h @ ones(3, 2)
+    return h
+}
+
+fn run(w1: f32[4, 8], w2: f32[8, 5], w3: f32[5, 3], x: f32[6, 4], last: i64) -> f32[6, 2] {
+    let layers = (Linear { w: w1, b: zeros(8) }, Linear { w: w2, b: ones(5) }, Linear { w: w3, b: zeros(3) })
+    return forward(layers, x, last)
+}
+"""
+
+
+def test_a_variable_assigned_in_an_if_takes_another_shape_after_it() -> None:
+    """PyTorch's `for i, layer in enumerate(self.layers): h = layer(h); if i < last: h = relu(h)`: the `if`
+    gives `h` storage of its shape, and the next layer's `h = h @ layer.w` (another shape) rebinds `h` once the
+    `if` is over, as the interpreter does (compiled, it was an assignment that changes a tensor's shape)."""
+    args = (f32(4, 8), f32(8, 5, seed=1), f32(5, 3, seed=2), f32(6, 4, seed=3), 2)
+    expected, actual, report = on_both(LAYERS_WITH_AN_IF, "run", *args)
+    assert verdict(report, "run") == "compiled", report
+    assert_close(actual, expected, rtol=1e-5)
+
+
 def test_the_mlp_training_step_is_compiled(tmp_path: Path) -> None:
     source = (ROOT / "examples" / "train.dl").read_text()
     loaded = pipeline.load(str(ROOT / "examples" / "train.dl"), source)
