@@ -32,6 +32,7 @@ from dl.lang.primitives import BY_NAME, PRIMITIVES, TRANSFORMS, Prim, Primitive
 from dl.lang.printer import print_expr
 from dl.lang.record import record
 from dl.lang.shapes import (
+    TUPLES_ADDED,
     Argument,
     ShapeError,
     arithmetic,
@@ -2160,7 +2161,8 @@ class Checker:
                 left = self.expression(lhs, scope, context)
                 right = self.expression(rhs, scope, context)
                 if op in ARITHMETIC_OPERATORS and UNIT in (left, right):
-                    self.no_value_in(op, lhs if left == UNIT else rhs, f"{left} {op} {right}")
+                    other = right if left == UNIT else left
+                    self.no_value_in(op, lhs if left == UNIT else rhs, f"{left} {op} {right}", other)
                     return ANY
                 if op == "+" and joins_text_and_value(left, right):
                     self.text_and_value(expr, left, right)
@@ -2334,9 +2336,14 @@ class Checker:
             )
         )
 
-    def no_value_in(self, op: str, empty: ast.Expr, shown: str) -> None:
+    def no_value_in(self, op: str, empty: ast.Expr, shown: str, other: Type | None = None) -> None:
         """E0311 for `()` in arithmetic, which would give `()` again: most often the call of a function whose
-        last line is an expression with no `return` before it (as in Rust, not as in Python)."""
+        last line is an expression with no `return` before it (as in Rust, not as in Python); or an empty tuple
+        the user wrote, to join tuples to (`acc = acc + (x,)`, Python's way of collecting values)."""
+        if not isinstance(empty, ast.Call) and isinstance(other, TupleType) and op == "+":
+            message = f"`+` of two tuples needs them of one length, found {shown}"
+            self.report(error("E0311", message, empty.span, "()", notes=TUPLES_ADDED))
+            return
         notes = [NO_VALUE]
         callee = self.tables.types.get(id(empty.func)) if isinstance(empty, ast.Call) else None
         if isinstance(callee, FunctionRef) and callee.key in self.functions:

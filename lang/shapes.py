@@ -210,6 +210,12 @@ def arithmetic(a: Type, b: Type, symbol: str) -> Type:
 # tuples of one length); a number (a scalar) meets every leaf of a tree.
 
 TREE_OPERATORS = frozenset({"+", "-", "*", "/", "**"})
+# `+` of tuples is arithmetic, item by item, as on structs; a Python user may mean joining them
+TUPLES_ADDED = (
+    "note: `+` adds tuples item by item, as it adds structs; it does not join them (tuples have a fixed length)",
+    "help: to collect a value per step, write each into a tensor made before the loop: "
+    "`let outs = zeros(n, ...)`, then `outs[i] = h` (or `concat` them once, after the loop)",
+)
 TREE_MAP_HELP = "help: apply a function leaf by leaf with `tree_map(fn(p, q) => p - 0.1 * q, m, g)`"
 
 
@@ -257,7 +263,10 @@ def tree_leaves(a: Type, b: Type, symbol: str, shown: str, where: str) -> Type:
         )
     if isinstance(tree, TupleType):
         if isinstance(other, TupleType) and len(other.items) != len(tree.items):
-            raise ShapeError("E0311", f"`{symbol}` of two tuples needs them of one length, found {shown}", shown)
+            notes = TUPLES_ADDED if symbol == "+" else ()
+            raise ShapeError(
+                "E0311", f"`{symbol}` of two tuples needs them of one length, found {shown}", shown, notes=notes
+            )
         items = []
         for i, item in enumerate(tree.items):
             paired = other.items[i] if isinstance(other, TupleType) else other
