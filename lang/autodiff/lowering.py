@@ -278,12 +278,20 @@ def over_items(loop: ast.For, iterable: Type) -> bool:
 
 def unrolls(loop: ast.Stmt, body: FunctionBody) -> bool:
     """Whether the lowering writes `loop` out, a block per item (`Lowering.unrolled`): a `for` over a tuple's
-    items with no `break`, `continue` or `return` in it (those keep the loop, their flags tested per step)."""
+    items with no `break`, `continue` or `return` in it (those keep the loop, their flags tested per step), and
+    no rebinding the run checks (`h = h @ w` where `h` was not declared to change size: the loop's `h = ...`
+    fails when run, as the function does without `grad`; written out, each value would be a `let` of its own)."""
     if not isinstance(loop, ast.For) or isinstance(loop.iterable, ast.Range):
         return False
     if not over_items(loop, body.type_of(loop.iterable)):
         return False
-    return not any(isinstance(n, (ast.Break, ast.Continue, ast.Return)) for n in ast.walk_scope(loop.body))
+    checks = body.typed.runtime_checks
+    for node in ast.walk_scope(loop.body):
+        if isinstance(node, (ast.Break, ast.Continue, ast.Return)):
+            return False
+        if isinstance(node, ast.Assign) and (id(node) in checks or id(body.node_types.origin(node)) in checks):
+            return False
+    return True
 
 
 class LoopFlags:
