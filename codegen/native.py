@@ -11,6 +11,7 @@ directly. A failure reported by native code becomes the interpreter's diagnostic
 from __future__ import annotations
 
 import ctypes
+import math
 import weakref
 from collections.abc import Callable
 from dataclasses import field
@@ -409,6 +410,9 @@ class Specialisation:
     error: object  # dl.error of the module, as a ctypes int64
     blas: bool  # whether it multiplies matrices through OpenBLAS (runtime/threads.py)
     placed: list = field(default_factory=list)  # per argument leaf: the array whose address its slot holds
+    # the small result tensors (`packed_outputs`), views of one block made per call: (its size in bytes, and
+    # per tensor (slot, shape, numpy dtype, offset)); `outputs` are then the others
+    packed: tuple = (0, ())
 
 
 class SpecialisingBody:
@@ -422,6 +426,7 @@ class SpecialisingBody:
         self.reasons: dict[tuple, str] = {}
         self.structs: Structs | None = None
         self.static: set[int] = set()  # positions of integer parameters compiled in (shapes depend on them)
+        self.quick: dict[tuple, Specialisation | None] = {}  # `quick_key` -> what `compiled` holds for it
         self.beyond = 0  # calls with a layout not compiled because MAX_LAYOUTS were
 
     def around(self, fallback: Step, structs: StructTypes) -> Step:
@@ -430,6 +435,14 @@ class SpecialisingBody:
 
         def body(frame: list) -> object:
             leaves: list = []
+            key = self.quick_key(frame[1 : count + 1], leaves)
+            entry = self.quick.get(key, False) if key is not None else False
+            if entry is not False:  # a layout met before: no layout records made and hashed
+                if entry is None:
+                    return fallback(frame)
+                frame[0] = self.run(entry, leaves)
+                return RETURN
+            leaves = []
             layout = self.layout(frame[1 : count + 1], leaves)
             entry = self.compiled.get(layout, False)
             if entry is False:
@@ -440,6 +453,8 @@ class SpecialisingBody:
                 if entry is RETRY:  # an integer parameter is now part of the layout: compile for its value
                     return body(frame)
                 self.compiled[layout] = entry
+            if key is not None:
+                self.quick[key] = entry
             if entry is None:
                 return fallback(frame)
             frame[0] = self.run(entry, leaves)
@@ -459,11 +474,32 @@ class SpecialisingBody:
             )
         return tuple([flatten(value, leaves, seen) for value in arguments])
 
+    def quick_key(self, arguments: list, leaves: list) -> tuple | None:
+        """A key for the arguments' layout made of plain tuples, dtypes and classes (`quick_key`), which the
+        layouts met before are found by: cheaper to make and to hash than the layout itself, for an interpreted
+        loop calling compiled code (a training step's tensors, each step). Their leaves appended to `leaves`."""
+        static = self.static
+        key = []
+        for k, value in enumerate(arguments):
+            if static and k in static and value.__class__ is int:
+                key.append((STATIC, value))
+                continue
+            found = quick_key(value, leaves)
+            if found is None:
+                return None
+            key.append(found)
+        return tuple(key)
+
     def direct(self, args: list) -> object:
         """The call run natively if its layout is compiled already (see `CompiledBody.direct`)."""
         if self.structs is None:  # not installed in a backend yet
             return NOT_COMPILED
         leaves: list = []
+        key = self.quick_key(args, leaves)
+        entry = self.quick.get(key) if key is not None else None
+        if entry is not None:
+            return self.run(entry, leaves)
+        leaves = []
         entry = self.compiled.get(self.layout(args, leaves))
         return NOT_COMPILED if entry is None else self.run(entry, leaves)
 
@@ -529,6 +565,7 @@ class SpecialisingBody:
             slots[slot] = cell.ctypes.data
         call = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(native.addresses[lowered.function.symbol])
         error = ctypes.c_int64.from_address(native.error_address)
+        packed, outputs = packed_outputs(outputs)
         return Specialisation(
             call,
             native,
@@ -541,6 +578,7 @@ class SpecialisingBody:
             ctypes.addressof(slots),
             error,
             uses_blas,
+            packed=packed,
         )
 
     def run(self, entry: Specialisation, leaves: list) -> object:
@@ -563,6 +601,16 @@ class SpecialisingBody:
             else:
                 cells[slot][0] = value
         outputs: dict[int, np.ndarray] = {}
+        size, packed = entry.packed
+        if packed:  # one allocation and one address for the small ones
+            block = np.empty(size, dtype=np.uint8)
+            base = data_address(block)
+            for slot, shape, dtype, offset in packed:
+                array = outputs[slot] = np.ndarray(shape, dtype, block, offset)
+                slots[slot] = address = base + offset
+                ADDRESSES[id(array)] = (weakref.ref(array), address)  # (passed back next call, as a step's state)
+            if len(ADDRESSES) >= 4096:
+                ADDRESSES.clear()
         for slot, shape, dtype in entry.outputs:
             array = np.empty(shape, dtype=dtype)
             outputs[slot] = array
@@ -641,6 +689,28 @@ NAMES = {
 ADDRESSES: dict[int, tuple[weakref.ref, int]] = {}  # by id of an array: (it, its data's address)
 
 
+SMALL_RESULT = 4096  # bytes: result tensors up to this size share a block, of at most PACKED bytes
+PACKED = 65536
+
+
+def packed_outputs(outputs: list) -> tuple[tuple, list]:
+    """The result tensors (slot, shape, numpy dtype) split into those made as views of one block per call (their
+    offsets in it, 64-byte aligned; the block's size) and the others, each an array of its own. A call returning a
+    model's small tensors (biases, an optimizer's state, a loss) then allocates once and asks one address (the
+    cost of an interpreted loop calling compiled code, per tensor), while a large result keeps no other alive."""
+    packed, alone, offset = [], [], 0
+    for slot, shape, dtype in outputs:
+        size = math.prod(shape) * np.dtype(dtype).itemsize
+        if size <= SMALL_RESULT and offset + size <= PACKED:
+            packed.append((slot, shape, dtype, offset))
+            offset += -(-size // 64) * 64
+        else:
+            alone.append((slot, shape, dtype))
+    if len(packed) < 2:  # (one alone is as cheap)
+        return (0, ()), outputs
+    return (max(offset, 1), tuple(packed)), alone
+
+
 def address_of(array: np.ndarray) -> int:
     """The address of an array's data. Arrays passed again and again (a model's weights) are looked up, by
     identity, while they live; the others are asked (`data_address`)."""
@@ -690,16 +760,54 @@ def flatten(value, leaves: list, kinds: dict) -> ir.Layout:
     return ir.OtherArgument(cls.__name__)
 
 
+STATIC, TUPLE, TEXT, STRUCT = object(), object(), object(), object()  # (marks no dtype or class equals)
+
+
+def quick_key(value, leaves: list) -> object:
+    """`value`'s layout as a key of plain tuples, dtypes and classes (`CompiledBody.quick_key`), its leaves
+    appended to `leaves` as `flatten` appends them; None for a value only `flatten` lays out (a function)."""
+    cls = value.__class__
+    if cls is np.ndarray:
+        leaves.append(value)
+        return (value.dtype, value.shape)
+    if cls in SCALAR_CLASSES:
+        leaves.append(value)
+        return cls
+    if cls is tuple:
+        key = [TUPLE]
+        for item in value:
+            found = quick_key(item, leaves)
+            if found is None:
+                return None
+            key.append(found)
+        return tuple(key)
+    if cls is StructValue:
+        if value.flattened is None:  # its leaves and key, made once (its layout when `flatten` needs it)
+            inner_leaves: list = []
+            keys = [quick_key(item, inner_leaves) for item in value.values]
+            key = None if None in keys else (STRUCT, id(value.type), *keys)
+            value.flattened = (None, inner_leaves, None, key)
+        _, inner_leaves, _, key = value.flattened
+        if key is not None:
+            leaves.extend(inner_leaves)
+        return key
+    if cls is str:
+        return (TEXT, value)
+    return None
+
+
 def flatten_struct(value: StructValue, leaves: list, kinds: dict) -> ir.StructLayout:
     """A struct's layout, made once per struct value and kept on it: a struct value is immutable and so are
     its arrays' shapes and dtypes, and a model's weights are passed unchanged call after call (12 µs a call
     for the digits MLP's four tensors)."""
-    if value.flattened is None:
+    if value.flattened is None or value.flattened[0] is None:
         inner_leaves: list = []
         inner_kinds: dict = {id(value.type): value.type}
         items = tuple([flatten(item, inner_leaves, inner_kinds) for item in value.values])
-        value.flattened = (ir.StructLayout(id(value.type), items, value.type.name), inner_leaves, inner_kinds)
-    layout, inner_leaves, inner_kinds = value.flattened
+        key = quick_key(value, [])
+        layout = ir.StructLayout(id(value.type), items, value.type.name)
+        value.flattened = (layout, inner_leaves, inner_kinds, key)
+    layout, inner_leaves, inner_kinds, _ = value.flattened
     leaves.extend(inner_leaves)
     kinds.update(inner_kinds)
     return layout

@@ -313,6 +313,54 @@ def test_arange_of_floats_compiles_from_constant_bounds_as_interpreted(tmp_path:
     assert "`data`(f32) interpreted: an `arange` of float bounds known only at run time" in err
 
 
+LAYOUTS_MET_AGAIN = """
+struct P { a: f32[2], b: f32[3] }
+
+fn scaled(x) {
+    return (x * 2.0, x + 1.0, sum(x))
+}
+
+fn doubled(x) {
+    return x * 2.0
+}
+
+fn head(n: i64, x: f32[_]) -> f32[_] {
+    return x[0:n] * 1.0
+}
+
+fn moved(p: P, lr: f32) -> P {
+    return P { a: p.a - lr, b: p.b * lr }
+}
+
+fn main() {
+    let p = P { a: ones(2), b: ones(3) }
+    for i in 0..3 {
+        let (a, b, s) = scaled(ones(3) * float(i))
+        let (c, d, t) = scaled(ones(2, 2, dtype=f64))
+        a[0] = 100.0
+        b[1] = -1.0
+        print(a, b, s, c[1], d[0], t)
+        print(head(2, ones(5)), head(3, ones(5) * 2.0), head(2, ones(4)))
+        p = moved(moved(p, 0.5), 2.0)
+        print(p.a, p.b, doubled((1.0, ones(2)))[1], doubled(i))
+    }
+}
+"""
+
+
+def test_layouts_met_again_and_results_written_after(tmp_path: Path, capsys) -> None:
+    """A compiled function called from an interpreted loop finds the layouts it met before by a key of plain
+    tuples (each call of other shapes, dtypes, structure or compiled-in integers its own), and its small results
+    are views of one block: writing into one leaves the others as they were. As interpreted."""
+    interpreted, compiled = both_backends(tmp_path, LAYOUTS_MET_AGAIN, capsys)
+    assert compiled == interpreted
+    assert "[100.   0.   0.] [ 1. -1.  1.] 0.0" in compiled and "[100.   4.   4.] [ 3. -1.  3.] 6.0" in compiled
+    _, _, err = run_cli(tmp_path, LAYOUTS_MET_AGAIN, "--backend", "llvm", "--explain-backend", capsys=capsys)
+    for layout in ("`scaled`(f32[3]) compiled", "`scaled`(f64[2, 2]) compiled", "`moved`(P, f32) compiled"):
+        assert layout in err, err
+    assert "`head`(i64 = 2, f32[5]) compiled" in err and "`head`(i64 = 3, f32[5]) compiled" in err, err
+
+
 FOLDED_FLOATS = """
 fn grid() -> (f32[_], f64[_], f32[_]) {
     let third = arange(0.0, 1.0, 1.0 / 3.0, dtype=f64)
