@@ -510,7 +510,7 @@ class Specialiser(FunctionLowering):
         if not isinstance(value, Tensor) or value.dtype != home.dtype:
             raise Unsupported("an assignment changes a tensor's dtype", span)
         if value.shape != home.shape:
-            raise Unsupported(
+            raise ShapeChanged(
                 f"an assignment changes a tensor's shape from {list(home.shape)} to {list(value.shape)}", span
             )
         return value
@@ -682,7 +682,12 @@ class Specialiser(FunctionLowering):
         if op != "=":
             value = self.binary_values(op[:-1], self.evaluate(target), value, stmt.span)
         self.kept_type(stmt, value)
-        self.assign_to(target, value, stmt.span)
+        try:
+            self.assign_to(target, value, stmt.span)
+        except ShapeChanged as problem:
+            if not grown(target, value_expr):
+                raise
+            raise ShapeChanged(f"{problem.reason}; {GROWN}", problem.span) from None
 
     def kept_type(self, stmt: ast.Let | ast.Assign, value: object) -> None:
         """A `let`'s annotation or a rebinding's type that the checker left to the run, checked on the shapes
@@ -1690,6 +1695,26 @@ INTEGER_FOLDS = {
     "//": lambda a, b: a // b,
     "%": lambda a, b: a % b,
 }
+
+
+class ShapeChanged(Unsupported):
+    """A variable with storage of one shape (assigned in a loop or `if`) given a value of another."""
+
+
+GROWN = (
+    "a tensor grown by `concat` in a loop has another shape each step: write each step into one made before "
+    "the loop (`let outs = zeros(T, B, H)`, then `outs[t] = h`), as compiled code can"
+)
+
+
+def grown(target: ast.Expr, value: ast.Expr) -> bool:
+    """`outs = concat((outs, x))`: a variable joined with more of itself (PyTorch's `outs.append(h)`, then
+    `torch.stack(outs)`)."""
+    if not isinstance(target, ast.Name) or not isinstance(value, ast.Call):
+        return False
+    callee = value.func.id if isinstance(value.func, ast.Name) else None
+    read = any(isinstance(node, ast.Name) and node.id == target.id for node in ast.walk(value.args))
+    return callee in ("concat", "stack") and read
 
 
 def tuple_items(value: object, pattern: ast.Pattern) -> list[object] | None:

@@ -1056,6 +1056,28 @@ def test_a_variable_assigned_in_an_if_takes_another_shape_after_it() -> None:
     assert_close(actual, expected, rtol=1e-5)
 
 
+def test_a_tensor_grown_by_concat_in_a_loop_says_how_to_compile_it() -> None:
+    """PyTorch's `outs.append(h)` then `torch.stack(outs)`, written `outs = concat((outs, ...))` in a loop:
+    interpreted (the shape changes each step), with the way to write it that compiles."""
+    source = """
+fn run(x: f32[T, B, F], w: f32[F, F]) -> f32[_, B, F] {
+    let h = zeros(B, F)
+    let outs: f32[_, B, F] = zeros(0, B, F)
+    for xt in x {
+        h = tanh(xt + h @ w)
+        outs = concat((outs, expand_dims(h, 0)))
+    }
+    return outs
+}
+"""
+    expected, actual, report = on_both(source, "run", f32(3, 2, 4), f32(4, 4, seed=1))
+    assert verdict(report, "run").startswith(
+        "interpreted: an assignment changes a tensor's shape from [0, 2, 4] to [1, 2, 4]; a tensor grown by "
+        "`concat` in a loop has another shape each step: write each step into one made before the loop"
+    ), report
+    assert_close(actual, expected)
+
+
 def test_the_mlp_training_step_is_compiled(tmp_path: Path) -> None:
     source = (ROOT / "examples" / "train.dl").read_text()
     loaded = pipeline.load(str(ROOT / "examples" / "train.dl"), source)
