@@ -457,7 +457,15 @@ def matmul_type(a: Type, b: Type) -> Type:
     inner_left = left.dims[-1]
     inner_right = right.dims[-2] if right.rank > 1 else right.dims[0]
     if not same_dim(inner_left, inner_right):
-        raise ShapeError("E0302", f"matmul inner dimensions differ: {inner_left} vs {inner_right}", label)
+        notes = ()
+        if right.rank == 2 and isinstance(inner_left, int) and same_dim(inner_left, right.dims[-1]):
+            notes = (  # `x @ w` with PyTorch's nn.Linear weight, [out, in]
+                f"help: the right operand's last axis is {inner_left}, the left's: multiply by its transpose, "
+                "`x @ transpose(w)` (PyTorch's `nn.Linear` stores its weight as [out, in]; DL's `nn.linear` takes "
+                "[in, out])",
+            )
+        message = f"matmul inner dimensions differ: {inner_left} vs {inner_right}"
+        raise ShapeError("E0302", message, label, notes=notes)
     batch_left = left.dims[:-2] if left.rank > 1 else ()
     batch_right = right.dims[:-2] if right.rank > 1 else ()
     batch = broadcast_dims(batch_left, batch_right)
