@@ -20,6 +20,7 @@ from dl.codegen import ir
 from dl.lang import ast
 from dl.lang.check import Typed
 from dl.lang.diagnostics import Span
+from dl.lang.parse import FOLDED, folds
 from dl.lang.primitives import FLOAT_MATH, PRIMITIVES, Prim
 from dl.lang.record import record
 from dl.lang.shapes import promote_dtypes
@@ -644,17 +645,6 @@ class FunctionLowering:
         result = self.temp(name, dtype)
         self.emit(ir.MathCall(result, name, args))
         return Value(result)
-
-
-FOLDED = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b, "/": lambda a, b: a / b}
-
-
-def folds(op: str, a: int | float, b: int | float) -> bool:
-    """Whether `fold` computes `a op b` of two unsuffixed literals now: `/` of floats only, and not by 0 (the
-    run's `inf` or nan)."""
-    if op != "/":
-        return op in FOLDED
-    return isinstance(a, float) and isinstance(b, float) and b != 0.0
 
 
 def fold(op: str, a: int | float, b: int | float, span: Span) -> Value:

@@ -163,9 +163,10 @@ class Specialiser(FunctionLowering):
         self.tape_loops: list[TapeLoop] = []  # the loops being lowered, innermost last
         self.frames: list[list[dict]] = []  # the scopes of the callers of the function being inlined
         self.owners: dict[str, tuple[dict, str]] = {}  # home buffer -> (the scope, the variable's name)
-        # home buffer -> the `if` or loop (by id) whose branches or iterations write it (None: no such statement),
-        # and the `if`s and loops being lowered, innermost last
-        self.made_for: dict[str, int | None] = {}
+        # home buffer -> the statements that write it, in order: (the `if` or loop, by id, whose homes made or
+        # took it, or None for an element assignment; the `if`s and loops around that statement); and the `if`s
+        # and loops being lowered now, innermost last
+        self.home_users: dict[str, list[tuple[int | None, tuple[int, ...]]]] = {}
         self.compounds: list[int] = []
         # the i64 parameters' values and what is computed from them: temp name -> the parameters' positions
         self.parameter_temps: dict[str, frozenset[int]] = {}
@@ -434,9 +435,10 @@ class Specialiser(FunctionLowering):
                         scope[name] = self.home(value, name)
                         for buffer in home_buffers(scope[name]):
                             self.owners[buffer] = (scope, name)
-                            self.made_for[buffer] = id(stmt)
                     else:  # already a home: what reads it now must not see the writes to come
                         self.protect(home_buffers(value), (scope, name))
+                    for buffer in home_buffers(scope[name]):  # (`stmt` itself is the last of `compounds`)
+                        self.home_users.setdefault(buffer, []).append((id(stmt), tuple(self.compounds[:-1])))
                     if isinstance(scope[name], TapeValue) and isinstance(stmt, (ast.While, ast.For)):
                         if scope[name] is not value:  # storage made for it here (zeros), bound before the loop
                             scope[name].depth = len(self.tape_loops) - 1
@@ -751,13 +753,18 @@ class Specialiser(FunctionLowering):
     def outgrown(self, home: object, value: object) -> bool:
         """Whether a variable's home tensor, made for an `if` or loop that has ended (`x = relu(x)` in an `if`, in
         the block of one item of a loop over layers), is assigned a tensor of another shape or dtype (the next
-        layer's `h = h @ w`): the variable then takes the value, as a rebinding in straight-line code does,
-        rather than the home being written. Inside the statement it was made for, its shape stays fixed."""
+        layer's `h = h @ w`), in straight-line code after that statement (within the `if`s and loops it was in,
+        no other): the variable then takes the value, as a rebinding there does, rather than the home being
+        written. Inside the statement it was made for, or in a later `if` or loop (whose paths meet, or whose
+        iterations carry the variable), its shape stays fixed."""
         if not isinstance(home, Tensor) or not isinstance(value, Tensor):
             return False
         if (home.shape, home.dtype) == (value.shape, value.dtype):
             return False
-        return self.made_for.get(home.tree.buffer.name) not in self.compounds
+        users = self.home_users.get(home.tree.buffer.name)
+        if not users or any(user in self.compounds for user, _ in users):
+            return False
+        return users[-1][1] == tuple(self.compounds)
 
     def assign_element(self, name: str, base: ast.Name, indices: tuple, value: object, span: Span) -> None:
         """`x[i, a:b] = v` (and `+=`): the selected elements of `x`'s storage are overwritten; `x` is first
@@ -771,7 +778,7 @@ class Specialiser(FunctionLowering):
             scope[name] = current
             self.homes.add(current.tree.buffer.name)
             self.owners[current.tree.buffer.name] = (scope, name)
-            self.made_for[current.tree.buffer.name] = self.compounds[-1] if self.compounds else None
+            self.home_users[current.tree.buffer.name] = [(None, tuple(self.compounds))]
         else:
             self.protect({current.tree.buffer.name}, (scope, name))
         region = self.view_of(current, indices, span)

@@ -1507,18 +1507,19 @@ class Checker:
                     )
                 )
                 declared = ANY
-            written, declared = declared, sizes_of_this_check(declared, context)
+            written, (declared, unknown) = declared, sizes_of_this_check(declared, context)
+            shown = f"{written} ({declared} in this call)" if declared != written else f"{declared}"
             what = (
-                f"`{stmt.pattern.name}` is declared {declared}"
+                f"`{stmt.pattern.name}` is declared {shown}"
                 if isinstance(stmt.pattern, ast.NamePattern)
-                else f"the pattern is declared {declared}"
+                else f"the pattern is declared {shown}"
             )
             fitting = self.expect_fits(
                 declared, value, stmt.value.span, what, annotation=stmt.annotation.span, node=stmt.value
             )
-            if fitting and not proven(declared, value):  # (the names, which the run binds from each call)
+            if fitting and (unknown or not proven(declared, value)):  # (the names, which the run binds per call)
                 self.tables.runtime_checks[id(stmt)] = RuntimeCheck(written, stmt.annotation.span)
-                if dim_names(written) and context.decl is not None:  # the run reads the names from the annotations
+                if declared != written and context.decl is not None:  # the run reads the names from the annotations
                     self.check_calls(context.decl, context.module)
             value = declared  # what the user meant, also after a mismatch (reported once, here)
         self.bind_pattern(stmt.pattern, value, scope, context)
@@ -2161,8 +2162,10 @@ class Checker:
                 left = self.expression(lhs, scope, context)
                 right = self.expression(rhs, scope, context)
                 if op in ARITHMETIC_OPERATORS and UNIT in (left, right):
+                    empty = lhs if left == UNIT else rhs
                     other = right if left == UNIT else left
-                    self.no_value_in(op, lhs if left == UNIT else rhs, f"{left} {op} {right}", other)
+                    written = written_empty(empty, context.decl)
+                    self.no_value_in(op, empty, f"{left} {op} {right}", other if written else None)
                     return ANY
                 if op == "+" and joins_text_and_value(left, right):
                     self.text_and_value(expr, left, right)
@@ -2340,7 +2343,7 @@ class Checker:
         """E0311 for `()` in arithmetic, which would give `()` again: most often the call of a function whose
         last line is an expression with no `return` before it (as in Rust, not as in Python); or an empty tuple
         the user wrote, to join tuples to (`acc = acc + (x,)`, Python's way of collecting values)."""
-        if not isinstance(empty, ast.Call) and isinstance(other, TupleType) and op == "+":
+        if isinstance(other, TupleType) and other != UNIT and op == "+":  # (`empty` is a `()` the user wrote)
             message = f"`+` of two tuples needs them of one length, found {shown}"
             self.report(error("E0311", message, empty.span, "()", notes=TUPLES_ADDED))
             return
@@ -3823,15 +3826,38 @@ def string_help(declared: Type, value: Type, shown: str) -> tuple[str, ...]:
     return (f"help: convert the string with `{conversion[declared.dtype]}` (a command-line argument is a string)",)
 
 
-def sizes_of_this_check(declared: Type, context: Context) -> Type:
+def written_empty(expr: ast.Expr, decl: ast.FnDecl | ast.Lambda | None) -> bool:
+    """Whether `expr` is an empty tuple the user wrote (`()`), or a variable that the function binds or assigns
+    one to (`let acc = ()`), rather than the nothing a call without a `return` of a value gives."""
+    if isinstance(expr, ast.TupleLiteral):
+        return not expr.items
+    if not isinstance(expr, ast.Name) or decl is None:
+        return False
+    for node in ast.walk_scope(decl.body):
+        bound = (
+            node.pattern.name
+            if isinstance(node, ast.Let) and isinstance(node.pattern, ast.NamePattern)
+            else node.target.id
+            if isinstance(node, ast.Assign) and isinstance(node.target, ast.Name)
+            else None
+        )
+        if bound == expr.id and isinstance(node.value, ast.TupleLiteral) and not node.value.items:
+            return True
+    return False
+
+
+def sizes_of_this_check(declared: Type, context: Context) -> tuple[Type, bool]:
     """A `let` annotation's dimension names (`let h: f32[B, _] = x`) as the parameters' types bind them in this
     check of the body: the names themselves where the function is checked once for its annotations, the sizes of
-    one call's arguments where it is checked per call (a parameter left unannotated), as its result type is."""
+    one call's arguments where it is checked per call (a parameter left unannotated), as its result type is; and
+    whether a size of the call is unknown (`_` here: the run checks it). A nested function's own names (its
+    parameters' types) are not the function around's: they stay."""
     names = dim_names(declared)
-    if not names or not names <= context.dims.keys():
-        return declared
+    if not names or context.dim_names is None or not names <= context.dims.keys():
+        return declared, False
     sizes = {name: context.dims[name].type.value for name in names}
-    return substitute_dims(declared, {name: UNKNOWN if size is None else size for name, size in sizes.items()})
+    unknown = any(size is None for size in sizes.values())
+    return substitute_dims(declared, {name: UNKNOWN if size is None else size for name, size in sizes.items()}), unknown
 
 
 def substitute(t: Type, bindings: dict[str, Dim]) -> Type:
