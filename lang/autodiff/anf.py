@@ -86,6 +86,11 @@ def decided_statements(decl: ast.FnDecl, call: ast.Call) -> list[ast.Stmt] | Non
                 if any(isinstance(node, ast.Let) for node in ast.walk_scope(tuple(branch or ()))):
                     return None  # its names would outlive its block, and hide the function's own after it
                 continue
+            match stmt:  # an `assert` of those parameters that holds (`reduction == "mean" or ...`): nothing to run
+                case ast.ExprStmt(expr=ast.Call(func=ast.Name(id="assert"), args=(condition, *_))) if (
+                    decided(condition, literals) is True
+                ):
+                    continue
             out.append(stmt)
             if isinstance(stmt, ast.Return):
                 return True
@@ -96,9 +101,12 @@ def decided_statements(decl: ast.FnDecl, call: ast.Call) -> list[ast.Stmt] | Non
     return out if walk(decl.body.body) else None
 
 
-def literal_value(node: ast.Expr | None) -> int | float | bool | None:
-    """The number or bool an unsuffixed or suffixed literal (or its negation) stands for; None otherwise."""
+def literal_value(node: ast.Expr | None) -> int | float | bool | str | None:
+    """The number, bool or string an unsuffixed or suffixed literal (or its negation) stands for (`mode="sum"`);
+    None otherwise."""
     match node:
+        case ast.StringLiteral(value=value):
+            return value
         case ast.IntLiteral(value=value) | ast.FloatLiteral(value=value) | ast.BoolLiteral(value=value):
             return value
         case ast.Unary(op="-", operand=ast.IntLiteral() | ast.FloatLiteral() as operand):
