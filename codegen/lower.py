@@ -20,7 +20,6 @@ from dl.codegen import ir
 from dl.lang import ast
 from dl.lang.check import Typed
 from dl.lang.diagnostics import Span
-from dl.lang.parse import FOLDED, folds
 from dl.lang.primitives import FLOAT_MATH, PRIMITIVES, Prim
 from dl.lang.record import record
 from dl.lang.shapes import promote_dtypes
@@ -506,7 +505,7 @@ class FunctionLowering:
         return result
 
     def binary(self, op: str, left: Value, right: Value, span: Span) -> Value:
-        if left.weak is not None and right.weak is not None and folds(op, left.weak, right.weak):
+        if left.weak is not None and right.weak is not None and op in FOLDED:
             return fold(op, left.weak, right.weak, span)
         dtype = self.common_dtype(left, right, span)
         lhs, rhs = self.promote(left, dtype, span), self.promote(right, dtype, span)
@@ -645,6 +644,9 @@ class FunctionLowering:
         result = self.temp(name, dtype)
         self.emit(ir.MathCall(result, name, args))
         return Value(result)
+
+
+FOLDED = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b}
 
 
 def fold(op: str, a: int | float, b: int | float, span: Span) -> Value:

@@ -35,7 +35,6 @@ from dl.lang.calls import Binding, BindingError, arranged, bind, bind_function, 
 from dl.lang.check import CallCheck, RuntimeCheck, Typed, dim_names, rebinding_help
 from dl.lang.diagnostics import Diagnostic, DiagnosticError, Span, closest, error
 from dl.lang.modules import Program
-from dl.lang.parse import FOLDED, folds
 from dl.lang.primitives import BY_NAME, FLOAT_MATH, PRIMITIVES, TRANSFORMS, Prim
 from dl.lang.printer import print_expr
 from dl.lang.types import ANY, TensorType, TupleType, Type, has_dim_expression
@@ -833,9 +832,7 @@ class Compiler:
         return self.expression(expr, scope)
 
     def weak_literal(self, expr: ast.Expr) -> int | float | None:
-        """The value of an unsuffixed number literal (possibly negated), which adapts to the other operand; and of
-        `+`, `-`, `*` of two such (`/` of two floats, not by 0), computed as Python numbers and adapting in turn,
-        as compiled code computes them (codegen/lower.py `fold`): `y > 0.1 + 0.2` compares an f64 `y` in f64."""
+        """The value of an unsuffixed number literal (possibly negated), which adapts to the other operand."""
         if id(expr) in self.coercions:
             return None
         match expr:
@@ -846,12 +843,6 @@ class Compiler:
             case ast.Unary(op="-", operand=operand):
                 value = self.weak_literal(operand)
                 return -value if value is not None else None
-            case ast.Binary(op="+" | "-" | "*" | "/" as op, lhs=lhs, rhs=rhs):
-                a, b = self.weak_literal(lhs), self.weak_literal(rhs)
-                if a is None or b is None or not folds(op, a, b):
-                    return None
-                value = FOLDED[op](a, b)
-                return value if isinstance(value, float) or -(2**63) <= value < 2**63 else None
         return None
 
     def integer_constant(self, expr: ast.IntLiteral) -> Any:

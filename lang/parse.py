@@ -359,17 +359,6 @@ COMPARE = {
     ">": operator.gt,
     ">=": operator.ge,
 }
-# the arithmetic of two unsuffixed literals, computed as Python numbers before running (by the interpreter's
-# compiler and by compiled code alike), the result adapting as a literal does: `folds` says which
-FOLDED = {"+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.truediv}
-
-
-def folds(op: str, a: int | float, b: int | float) -> bool:
-    """Whether `a op b` of two unsuffixed literals is computed before running: `/` of floats only, and not by
-    0 (the run's `inf` or nan)."""
-    if op != "/":
-        return op in FOLDED
-    return isinstance(a, float) and isinstance(b, float) and b != 0.0
 
 
 def group_operators(sequence: list, path: str) -> ast.Expr:

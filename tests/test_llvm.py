@@ -313,29 +313,6 @@ def test_arange_of_floats_compiles_from_constant_bounds_as_interpreted(tmp_path:
     assert "`data`(f32) interpreted: an `arange` of float bounds known only at run time" in err
 
 
-LITERAL_PAIRS = """
-fn above(y: f64) -> bool {
-    return y > 0.1 + 0.2
-}
-fn below(y: f64) -> bool {
-    return y < 1.0 / 3.0
-}
-fn main() {
-    let y = 0.3000000001f64
-    let z = 0.3333333333333333f64
-    print(above(y), below(z), y > 0.1 + 0.2, z < 1.0 / 3.0, f"{z - 1.0 / 3.0:.3g}")
-}
-"""
-
-
-def test_arithmetic_of_two_unsuffixed_literals_adapts_as_a_literal_does(tmp_path: Path, capsys) -> None:
-    """`0.1 + 0.2` and `1.0 / 3.0` are computed as Python numbers and adapt to the f64 they meet, interpreted as
-    compiled (the interpreter computed them in f32, so that a comparison with an f64 went the other way compiled:
-    found in review)."""
-    interpreted, compiled = both_backends(tmp_path, LITERAL_PAIRS, capsys)
-    assert interpreted == compiled == "true false true false 0\n"
-
-
 LAYOUTS_MET_AGAIN = """
 struct P { a: f32[2], b: f32[3] }
 

@@ -1056,6 +1056,33 @@ def test_a_variable_assigned_in_an_if_takes_another_shape_after_it() -> None:
     assert_close(actual, expected, rtol=1e-5)
 
 
+NESTED_IFS_IN_A_LAYER = """
+struct Lin { w: f32[I, O] }
+
+fn forward(x: f32[2, 4], act: bool, shift: bool, w1: f32[4, 3], w2: f32[3, 5]) -> f32 {
+    let layers = (Lin { w: w1 }, Lin { w: w2 })
+    let h: f32[2, _] = x
+    for layer in layers {
+        h = h @ layer.w
+        if act {
+            if shift { h = h - 0.5 }
+            h = relu(h)
+        }
+    }
+    return sum(h)
+}
+"""
+
+
+def test_storage_written_by_nested_ifs_is_let_go_after_them() -> None:
+    """An `if` inside an `if` in a layer's block: once both have ended, the next layer's `h = h @ layer.w`
+    rebinds `h` (it stayed interpreted: found in review)."""
+    args = (f32(2, 4), True, True, f32(4, 3, seed=1), f32(3, 5, seed=2))
+    expected, actual, report = on_both(NESTED_IFS_IN_A_LAYER, "forward", *args)
+    assert verdict(report, "forward") == "compiled", report
+    assert_close(actual, expected, rtol=1e-5)
+
+
 LATER_BRANCHES = """
 fn branches(x: f32[3], c: bool, d: bool) -> f32 {
     let h: f32[_] = x

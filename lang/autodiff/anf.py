@@ -53,11 +53,12 @@ FORWARDS = 4  # `forwarded`: the most functions that pass a call on before it re
 SMALL = 16  # `small_call`: the most statements before the `return` of a function inlined into a derivative
 
 
-def decided_statements(decl: ast.FnDecl, call: ast.Call) -> list[ast.Stmt] | None:
+def decided_statements(decl: ast.FnDecl, call: ast.Call, builtin_assert: bool = True) -> list[ast.Stmt] | None:
     """`decl`'s body as `call` runs it, where every `if` in it is decided by parameters the call binds to
     literals (given, or defaults left out) that the body never assigns or binds again: each `if` replaced by
     the statements of its branch taken, up to a `return` there. `nn.cross_entropy(logits, labels)` is then the
-    straight-line body of `label_smoothing == 0.0`, written in place in a derivative. None where an `if` is not
+    straight-line body of `label_smoothing == 0.0`, written in place in a derivative. An `assert` of such a
+    condition that holds is left out (`builtin_assert`: the name is the built-in's). None where an `if` is not
     decided so (or a branch taken falls through after binding a name)."""
     assigned = ast.assigned_names(decl.body) | ast.bound_names(decl.body)  # `let mode = 1` hides the parameter
     literals = {}
@@ -88,7 +89,7 @@ def decided_statements(decl: ast.FnDecl, call: ast.Call) -> list[ast.Stmt] | Non
                 continue
             match stmt:  # an `assert` of those parameters that holds (`reduction == "mean" or ...`): nothing to run
                 case ast.ExprStmt(expr=ast.Call(func=ast.Name(id="assert"), args=(condition, *_))) if (
-                    decided(condition, literals) is True
+                    builtin_assert and "assert" not in assigned and decided(condition, literals) is True
                 ):
                     continue
             out.append(stmt)
@@ -703,7 +704,7 @@ class ForwardSweep:
         decl, path = self.typed.functions[callee.key]
         if not isinstance(decl, ast.FnDecl) or id(decl) in self.local_functions or id(decl) in self.inlining:
             return False
-        *body, last = decided_statements(decl, expr) or decl.body.body or (None,)
+        *body, last = decided_statements(decl, expr, self.builtin_assert(decl)) or decl.body.body or (None,)
         missing = decl.params[len(expr.args) :]
         if any(p.default is None for p in missing) or len(body) >= SMALL or not isinstance(last, ast.Return):
             return False
@@ -932,10 +933,19 @@ class ForwardSweep:
             return True
         return False
 
+    def builtin_assert(self, decl: ast.FnDecl) -> bool:
+        """Whether `assert` in `decl`'s body is the built-in, not a function of its module of that name."""
+        try:
+            path = self.round.module_of(decl)
+        except KeyError:  # a local function: its module is this one
+            path = self.path
+        return "assert" not in self.round.declared(path)
+
     def inline_body(self, decl, inner, sweep: Sweep, hint: str, span: Span, call: ast.Call) -> ast.Expr:
         if not isinstance(decl.body, ast.Block):
             return self.atom(decl.body, inner, sweep, hint)
-        *body, last = (decided_statements(decl, call) if isinstance(decl, ast.FnDecl) else None) or decl.body.body
+        decided = decided_statements(decl, call, self.builtin_assert(decl)) if isinstance(decl, ast.FnDecl) else None
+        *body, last = decided or decl.body.body
         returns = (node for node in ast.walk_scope(tuple(body)) if isinstance(node, ast.Return))
         if not isinstance(last, ast.Return) or last.value is None or next(returns, None) is not None:
             raise NotDifferentiable(
