@@ -227,7 +227,7 @@ class Builder:
 
     def leaf(self, dtype: str, shape: Shape) -> str:
         kinds = ["param", "creation"]
-        if len(shape) <= 2 and prod(shape) <= 8:
+        if len(shape) <= 2 and 0 < prod(shape) <= 8:  # (an empty axis, as `pad` may aim at, has no literal)
             kinds.append("literal")
         if dtype == "i64" and len(shape) == 1:
             kinds.append("arange")
