@@ -38,6 +38,7 @@ from dl.lang.types import (
     Type,
     Unknown,
     dim_arithmetic,
+    exact_quotient,
     same_struct,
     strong,
 )
@@ -831,8 +832,10 @@ def reshape_rule(args: list[Argument]) -> Type:
                     "E0307", f"cannot reshape {x} ({size} elements) into [{', '.join(map(str, dims))}]", str(x)
                 )
             dims[dims.index(-1)] = size // rest
-        else:
-            dims[dims.index(-1)] = UNKNOWN
+        else:  # `reshape(x, -1, 1, 8, 8)` of an f32[B, 64]: the -1 is B, where the sizes divide exactly
+            whole = reduce(lambda a, b: dim_arithmetic("*", a, b), x.dims, 1)
+            quotient = exact_quotient(whole, rest) if rest and not isinstance(whole, Unknown) else None
+            dims[dims.index(-1)] = quotient if quotient is not None else UNKNOWN
     elif size is not None and all(isinstance(d, int) for d in dims) and prod(dims) != size:
         raise ShapeError(
             "E0307",

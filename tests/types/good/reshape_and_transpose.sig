@@ -1,2 +1,2 @@
-fn flatten(images: f32[N, 2, 3]) -> f32[_, 6]
+fn flatten(images: f32[N, 2, 3]) -> f32[N, 6]
 fn main() -> ()
