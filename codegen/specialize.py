@@ -535,19 +535,17 @@ class Specialiser(FunctionLowering):
         if not isinstance(stmt, (ast.While, ast.For, ast.If)):
             return self.lowered_simply(stmt)
         self.compounds.append(id(stmt))
-        if isinstance(stmt, ast.If):
-            try:
-                return self.lowered_simply(stmt)
-            finally:
-                self.compounds.pop()
-        self.tape_loops.append(TapeLoop())
+        loop = not isinstance(stmt, ast.If)
+        if loop:
+            self.tape_loops.append(TapeLoop())
         try:
             return self.lowered_simply(stmt)
         finally:
             self.compounds.pop()
-            inner = self.tape_loops.pop()
-            if self.tape_loops:  # read in the loop around it too
-                self.tape_loops[-1].reads |= inner.reads
+            if loop:
+                inner = self.tape_loops.pop()
+                if self.tape_loops:  # read in the loop around it too
+                    self.tape_loops[-1].reads |= inner.reads
 
     def lowered_simply(self, stmt: ast.Stmt) -> None:
         match stmt:
@@ -700,12 +698,7 @@ class Specialiser(FunctionLowering):
         bindings: dict[str, int] = {}
         if dim_names(check.type) and self.entries:  # `f32[N]`: `N` as the function's parameters bind it
             decl, values = self.entries[-1]
-            call_check = self.typed.checked_calls.get(id(decl))  # (the annotations: a call binds their names)
-            for position, param in enumerate(decl.params):
-                if call_check is not None:
-                    declared = call_check.params[position].type if call_check.params[position] is not None else None
-                else:
-                    declared = self.typed.type_of(param)
+            for param, declared in zip(decl.params, self.typed.declared_params(decl), strict=True):
                 if declared is not None and dim_names(declared) and param.name in values:
                     conforms(stand_in(values[param.name]), declared, bindings)
         annotation_fits(value, check.type, bindings, stmt.span)

@@ -281,7 +281,7 @@ class Compiler:
             scope.declare(param.name)
         function_scope.sized = tuple(
             (scope.names[param.name], declared)
-            for param, declared in zip(decl.params, self.declared_params(decl), strict=True)
+            for param, declared in zip(decl.params, self.typed.declared_params(decl), strict=True)
             if declared is not None and dim_names(declared)
         )
         self_slot = scope.declare(self_slot_name) if self_slot_name else None
@@ -392,14 +392,6 @@ class Compiler:
             store(frame, result)
 
         return checked_let
-
-    def declared_params(self, decl: ast.FnDecl | ast.Lambda) -> list[Type | None]:
-        """Each parameter's type as its annotation declares it (`x: f32[B, 4]`, whose names a call binds), where
-        it has one: what the checker gave it where the function is checked per call is one call's types."""
-        call_check = self.checked_calls.get(id(decl))
-        if call_check is not None:
-            return [check.type if check is not None else None for check in call_check.params]
-        return [self.typed.type_of(param) if self.typed is not None else None for param in decl.params]
 
     def pattern_store(self, pattern: ast.Pattern, scope: Scope) -> Callable[[list, Any], None]:
         """A function storing a value into the slots a pattern declares."""

@@ -269,6 +269,15 @@ class Typed:
     def type_of(self, node: ast.Expr) -> Type | None:
         return self.types.get(id(node))
 
+    def declared_params(self, decl: ast.FnDecl | ast.Lambda) -> list[Type | None]:
+        """Each parameter's type as its annotation declares it (`x: f32[B, 4]`, whose names each call binds), where
+        the run checks its calls (`checked_calls`); else the checker's type of it. (Where the function is checked
+        per call, the checker's type is one call's.)"""
+        call_check = self.checked_calls.get(id(decl))
+        if call_check is not None:
+            return [check.type if check is not None else None for check in call_check.params]
+        return [self.type_of(param) for param in decl.params]
+
     def type_in_every_call(self, node: object) -> Type | None:
         """Its type, or for a node of a function checked for calls of several types that typed it
         differently, one that holds for each (`varied`): what code written once for all the calls reads."""

@@ -175,10 +175,7 @@ class Lowering:
         out: list[ast.Stmt] = [let(items, stmt.iterable)]
         iterable = body.type_of(stmt.iterable)
         assert isinstance(iterable, TupleType)
-        for _, value, step in self.item_values(stmt, iterable, items):
-            block = ast.Block((ast.Let(stmt.pattern, None, value, stmt.span), *stmt.body.body), stmt.body.span)
-            if step is not None:
-                body.step_blocks[id(block)] = (block, step)
+        for _, block, step in self.item_blocks(stmt, iterable, items):
             with body.stepping(block):
                 lowered = ast.Block(tuple(self.block(list(block.body), loop)), stmt.body.span)
             if step is not None:
@@ -196,21 +193,19 @@ class Lowering:
         body = self.body
         position = body.fresh_user_name("position")
         branches: ast.Stmt | None = None
-        iterations = list(self.item_values(stmt, iterable, items))
-        for k, value, step in reversed(iterations):
-            block = ast.Block((ast.Let(stmt.pattern, None, value, stmt.span), *stmt.body.body), stmt.body.span)
-            if step is not None:  # the body's nodes, shared by the branches, are read with the types of its step
-                body.step_blocks[id(block)] = (block, step)
+        iterations = list(self.item_blocks(stmt, iterable, items))
+        for k, block, _ in reversed(iterations):
             test = ast.Binary("==", name(position), ast.IntLiteral(k))
             branches = ast.If(test, block, branches, stmt.span)
         cond = ast.Binary("<", name(index), ast.IntLiteral(len(iterations)))
         steps = [let(position, name(index)), assign(name(index), ast.Binary("+", name(index), ast.IntLiteral(1)))]
         return cond, [*steps, *([branches] if branches is not None else [])]
 
-    def item_values(self, stmt: ast.For, iterable: TupleType, items: str):
+    def item_blocks(self, stmt: ast.For, iterable: TupleType, items: str):
         """For each step of a loop over the items of the tuple named `items` (or over tuples zipped): its
-        number, the value its pattern binds (`items[k]`, or `(items[0][k], items[1][k])`), and the step the
-        checker typed its body in, where the items differ in type (else None)."""
+        number, its block (`let x = items[k]` or `let (a, b) = (items[0][k], items[1][k])`, then the body), and
+        the step the checker typed the body in, where the items differ in type (else None): the body's nodes,
+        shared by the blocks, are read with the types of that step (`step_blocks`)."""
         body = self.body
         zipped = zips(iterable, stmt.pattern)
 
@@ -247,7 +242,11 @@ class Lowering:
                 "`grad` cannot yet differentiate this loop over items of several types", stmt.iterable.span
             )
         for k in range(count):
-            yield k, step_value(k), ((id(loop), steps[k]) if steps is not None else None)
+            block = ast.Block((ast.Let(stmt.pattern, None, step_value(k), stmt.span), *stmt.body.body), stmt.body.span)
+            step = (id(loop), steps[k]) if steps is not None else None
+            if step is not None:
+                body.step_blocks[id(block)] = (block, step)
+            yield k, block, step
 
     def element_lets(self, stmt: ast.For, items: str, index: str) -> list[ast.Stmt]:
         body = self.body
