@@ -2381,7 +2381,10 @@ class Checker:
         except ShapeError as problem:
             self.report(error(problem.code, str(problem), span, problem.label, notes=problem.notes))
             return ANY
-        if isinstance(left, TensorType) and isinstance(right, TensorType) and widens_f32(left, right):
+        tensors = isinstance(left, TensorType) and isinstance(right, TensorType)
+        if tensors and widens_f32(left, right) and (left.rank or right.rank):
+            # (two scalars widened cost nothing: `float(steps) / (time() - start)`; where an f64 scalar meets
+            # f32 tensors later, that operation is warned)
             self.report(
                 warning(
                     "W0301",
