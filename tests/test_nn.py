@@ -967,3 +967,44 @@ def test_pooling_matches_torch(dtype: type, name: str, backend: str) -> None:
     11)."""
     x = normal(1, 2, 3, 11, dtype=dtype) if "1d" in name else normal(1, 2, 3, 7, 5, dtype=dtype)
     compare(backend, name, (x,), POOLS[name], tensors(x), dtype)
+
+
+WRAPPERS["bce_probs_grad"] = """
+fn bce_probs_grad(p, t) { return value_and_grad(nn.binary_cross_entropy, wrt=(0, 1))(p, t) }"""
+WRAPPERS["bce_probs_sum_grad"] = """
+fn bce_probs_sum_grad(p, t) { return value_and_grad(fn(p) => nn.binary_cross_entropy(p, t, reduction="sum"))(p) }"""
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
+def test_binary_cross_entropy_of_probabilities_matches_torch(dtype: type, backend: str) -> None:
+    """Value and gradients (of the probabilities and the soft targets), mean and sum, against torch's
+    F.binary_cross_entropy; at probabilities of exactly 0 and 1 the logs are clamped at -100, as torch's,
+    and the gradient has no NaN."""
+    probs = (1.0 / (1.0 + np.exp(-normal(1, 4, 5, dtype=np.float64) * 3.0))).astype(dtype)
+    targets = np.random.default_rng(2).random((4, 5)).astype(dtype)
+    tp, tt = tensors(probs, targets)
+    expected = F.binary_cross_entropy(tp, tt)
+    expected.backward()
+    value, gradients = call_on(backend, "bce_probs_grad", probs, targets)
+    close(value, expected, dtype)
+    for actual, wanted in zip(gradients, (tp.grad, tt.grad), strict=True):
+        close(actual, wanted, dtype)
+    (tp,) = tensors(probs)
+    expected = F.binary_cross_entropy(tp, tt.detach(), reduction="sum")
+    expected.backward()
+    value, gradient = call_on(backend, "bce_probs_sum_grad", probs, targets)
+    close(value, expected, dtype)
+    close(gradient, tp.grad, dtype)
+    edges, hard = np.array([0.0, 1.0, 0.0, 1.0], dtype=dtype), np.array([1.0, 0.0, 0.0, 1.0], dtype=dtype)
+    value, (gradient, _) = call_on(backend, "bce_probs_grad", edges, hard)
+    close(value, F.binary_cross_entropy(*tensors(edges, hard)), dtype)  # (100 + 100 + 0 + 0) / 4
+    assert np.isfinite(gradient).all()
+
+
+def test_binary_cross_entropy_refuses_what_is_not_a_probability() -> None:
+    with pytest.raises(DiagnosticError) as failure:
+        call("bce_probs_grad", np.array([0.5, 1.5], dtype=np.float32), np.array([1.0, 0.0], dtype=np.float32))
+    (diagnostic,) = failure.value.diagnostics
+    assert diagnostic.code == "E0502"
+    assert diagnostic.message.endswith("the probabilities are not all in [0, 1] (for logits, use bce_with_logits)")
