@@ -167,6 +167,7 @@ class Tables:
     step_literals: set[int] = field(default_factory=set)
     step_instances: dict[int, dict[tuple, int]] = field(default_factory=dict)
     contested_by_dtypes: dict[int, dict[tuple[str, ...], str]] = field(default_factory=dict)
+    splats: dict[int, int] = field(default_factory=dict)
 
     def frozen(self, program: Program) -> Typed:
         return Typed(
@@ -193,6 +194,7 @@ class Tables:
             frozenset(self.step_literals),
             MappingProxyType(self.step_instances),
             MappingProxyType(self.contested_by_dtypes),
+            MappingProxyType({call: count for call, count in self.splats.items() if count != NOT_SPLATTED}),
         )
 
 
@@ -262,6 +264,9 @@ class Typed:
     # `contested` by the dtypes of the arguments of the checks (`dtype_leaves`): what a backend that runs one
     # body for every call (the interpreter) or compiles per call (LLVM) reads with the arguments it has
     contested_by_dtypes: Mapping[int, Mapping[tuple[str, ...], str]] = field(default_factory=lambda: NOTHING)
+    # id of a call of a primitive given its dimensions (or axes) as one tuple, `zeros(shape(x))` -> how many
+    # (lang/dimensions.py passes them one by one before anything runs)
+    splats: Mapping[int, int] = field(default_factory=lambda: NOTHING)
 
     def with_diagnostics(self, diagnostics) -> Typed:
         return replace(self, diagnostics=tuple(diagnostics))
@@ -2695,11 +2700,16 @@ class Checker:
         fixed = [*((name, None) for name in signature.positional), *signature.optional]
         for source, _ in zip(binding.fixed, fixed, strict=True):
             arguments.append(self.argument(source, args, keywords, expr, nodes))
-        arguments.extend(self.argument(index, args, keywords, expr, nodes) for index in binding.variadic)
-        arguments.extend(self.argument(source, args, keywords, expr, nodes) for source in binding.keywords)
-        for position in primitive.positions(primitive.functions):
-            arguments[position] = replace(arguments[position], apply=self.applier(arguments[position].type, expr.span))
         try:
+            splat = self.splatted(primitive, expr, binding, args)
+            if splat is None:
+                arguments.extend(self.argument(index, args, keywords, expr, nodes) for index in binding.variadic)
+            else:
+                arguments.extend(splat)
+            arguments.extend(self.argument(source, args, keywords, expr, nodes) for source in binding.keywords)
+            for position in primitive.positions(primitive.functions):
+                applier = self.applier(arguments[position].type, expr.span)
+                arguments[position] = replace(arguments[position], apply=applier)
             result = primitive.rule(arguments)
         except ShapeError as problem:
             self.report(
@@ -2728,6 +2738,43 @@ class Checker:
         if primitive.prim is Prim.TRANSPOSE:
             self.identity_transpose(expr, [a.value for a in arguments[1:]], result)
         return result
+
+    def splatted(
+        self, primitive: Primitive, expr: ast.Call, binding: Binding, args: list[Type]
+    ) -> list[Argument] | None:
+        """The dimensions (or axes) of a call given as one tuple, as torch and numpy take them (`zeros(shape(x))`,
+        `reshape(y, (B, -1))`, `transpose(x, (1, 0, 2))`), one argument each; None for a call that passes them
+        one by one. The call is recorded (`Typed.splats`): lang/dimensions.py writes them out one by one, each
+        an item of the tuple (`shape(x)[0], shape(x)[1]`), where the tuple is an expression that reading again
+        costs nothing (a name, a field, `shape(...)` of one); another is E0301."""
+        variadic = primitive.signature.variadic
+        if variadic is None or variadic[0] not in SPLATTED or len(binding.variadic) != 1:
+            return None
+        (position,) = binding.variadic
+        given, node = args[position], expr.args[position]
+        if isinstance(given, AnyType):  # (not known in this check: a function no call reached)
+            return None
+        tuple_given = isinstance(given, TupleType) and all(isinstance(t, (TensorType, AnyType)) for t in given.items)
+        count = len(given.items) if tuple_given else NOT_SPLATTED
+        known = self.tables.splats.setdefault(id(expr), count)
+        if known != count:  # (a function checked per call, whose calls give it different things)
+            message = (
+                f"`{primitive.name}` is given its {variadic[0]} as {shown_splat(known)} by one call of this function "
+                f"and as {shown_splat(count)} by another"
+            )
+            raise ShapeError("E0301", message, str(given), at=node.span)
+        if not tuple_given:
+            return None
+        if not isinstance(node, ast.TupleLiteral) and not read_again_freely(node):
+            sources = "a tuple literal, a name or `shape(name)`"
+            message = f"`{primitive.name}` takes its {variadic[0]} as one tuple only from {sources}"
+            name = "sizes" if variadic[0] == "dims" else variadic[0]
+            notes = (f"help: bind the tuple to a name first, `let {name} = {print_expr(node)}`, and pass `{name}`",)
+            raise ShapeError("E0301", message, str(given), notes, at=node.span)
+        if isinstance(node, ast.TupleLiteral):
+            items = [(item, t) for item, t in zip(node.items, given.items, strict=True)]
+            return [Argument(t, static_value(item, t), span=item.span) for item, t in items]
+        return [Argument(t, static_value(node, t), span=node.span) for t in given.items]
 
     def identity_transpose(self, expr: ast.Call, axes: list, result: Type) -> None:
         """W0305 for `transpose(x, 0, 1)` of a matrix (or any axes in their own order): a permutation that
@@ -3514,6 +3561,29 @@ def strong_keep_value(t: Type) -> Type:
     if isinstance(t, TensorType) and t.weak:
         return TensorType(t.dtype, t.dims, False, t.value)
     return t
+
+
+SPLATTED = frozenset({"dims", "axes"})  # the variadic parameters a tuple may give all at once (`zeros(shape(x))`)
+NOT_SPLATTED = -1  # in `Tables.splats`: a call that gives them one by one (not in `Typed.splats`)
+
+
+def shown_splat(count: int) -> str:
+    return "separate arguments" if count == NOT_SPLATTED else f"a tuple of {count}"
+
+
+def read_again_freely(node: ast.Expr) -> bool:
+    """Whether evaluating `node` again costs nothing and gives the same value: a name, its fields and items,
+    `shape(...)` or `len(...)` of such."""
+    match node:
+        case ast.Name():
+            return True
+        case ast.Field(target=target):
+            return read_again_freely(target)
+        case ast.Index(target=target, indices=indices):
+            return read_again_freely(target) and all(isinstance(i, ast.IntLiteral) for i in indices)
+        case ast.Call(func=ast.Name(id="shape"), args=(argument,), keywords=()):
+            return read_again_freely(argument)
+    return False
 
 
 def static_value(node: ast.Expr, value_type: Type) -> Dim | None:

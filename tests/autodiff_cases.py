@@ -350,6 +350,25 @@ fn f(x, w) {
 )
 
 case(
+    "dimensions_as_one_tuple",
+    "structure",
+    """
+fn f(x, w) {
+    let y = x @ w
+    let h = reshape(y, (len(x), -1))
+    let back = reshape(h * h, shape(y))
+    return sum(transpose(back, (2, 0, 1)) * transpose(broadcast_to(w[0], shape(back)), (2, 0, 1)))
+}
+""",
+    (normal(66, 2, 3, 4), normal(67, 4, 5)),
+    lambda x, w: (
+        (((x @ w).reshape(x.shape[0], -1)) ** 2).reshape((x @ w).shape).permute(2, 0, 1)
+        * torch.broadcast_to(w[0], (2, 3, 5)).permute(2, 0, 1)
+    ).sum(),
+    wrt=(0, 1),
+)
+
+case(
     "swapaxes_batched_scores",
     "structure",
     """
