@@ -14,8 +14,10 @@ differently.
 
 from __future__ import annotations
 
+import operator
 from dataclasses import field
 
+import numpy as np
 from dl.codegen import ir
 from dl.lang import ast
 from dl.lang.check import Typed
@@ -646,16 +648,23 @@ class FunctionLowering:
         return Value(result)
 
 
-FOLDED = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b}
+FOLDED = {"+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.truediv}
 
 
 def fold(op: str, a: int | float, b: int | float, span: Span) -> Value:
-    """Two unsuffixed literals: the interpreter computes them as Python numbers, still weak; so do we."""
-    value = FOLDED[op](a, b)
-    dtype = "i64" if isinstance(value, int) else "f32"
-    if dtype == "i64" and not -(2**63) <= value < 2**63:
-        raise Unsupported("a constant out of the i64 range", span)
-    return Value(ir.Const(cast_constant(value, dtype), dtype), value)
+    """Two unsuffixed literals that nothing gave a dtype, computed as the interpreter computes them: two
+    integers as Python numbers, still weak (`/` of them is the checker's error); with a float, in f32, each
+    read as an f32 (`0.1 * 0.3` is the f32 product of the f32s nearest 0.1 and 0.3, as `let t = 0.1` then
+    `t * 0.3` is), which gives an f32. (A context that decides their dtype gave each literal it, and they
+    are folded in it: specialize.floats_folded.)"""
+    if isinstance(a, int) and isinstance(b, int) and op != "/":
+        value = FOLDED[op](a, b)
+        if not -(2**63) <= value < 2**63:
+            raise Unsupported("a constant out of the i64 range", span)
+        return Value(ir.Const(value, "i64"), value)
+    with np.errstate(all="ignore"):  # (`1.0 / 0.0` is inf, as the interpreter's numpy gives)
+        value = float(FOLDED[op](np.float32(a), np.float32(b)))
+    return Value(ir.Const(value, "f32"))
 
 
 COMPARE_NAMES = {"==": "eq", "!=": "ne", "<": "lt", "<=": "le", ">": "gt", ">=": "ge"}

@@ -1763,14 +1763,10 @@ def floats_folded(op: str, left: Value, right: Value) -> Value | None:
     """`op` of two float constants (a literal the context gave a dtype: `arange(0.0, 1.0, 1.0 / 64.0)`'s step)
     computed now, in their dtype, as numpy computes them when interpreted (IEEE: the same bits), so that an
     `arange` of such bounds and a branch on them are known when compiling. An unsuffixed literal meeting a
-    constant takes its dtype; two of them are the scalar lowering's fold (`/`: here, in f32, as interpreted).
+    constant takes its dtype; two of them are the scalar lowering's `fold`.
     None where either is not a constant."""
     if not all(isinstance(v.operand, ir.Const) for v in (left, right)):
         return None
-    if op == "/" and all(isinstance(v.weak, float) for v in (left, right)) and right.weak != 0.0:
-        # two float literals divided, which the interpreter computes as f32s (an f32 result, not a literal):
-        # `arange(0.0, 1.0, 1.0 / 64.0)`'s step (`+`, `-`, `*` of them are `lower.fold`'s)
-        return Value(ir.Const(float(np.float32(left.weak) / np.float32(right.weak)), "f32"))
     strong = {v.operand.dtype for v in (left, right) if v.weak is None}
     if len(strong) != 1 or not strong <= {"f32", "f64"}:
         return None  # (two weak literals: `lower.fold`)

@@ -3328,8 +3328,9 @@ def aux_problem(name: str, result: Type, span: Span) -> Diagnostic | None:
 
 
 def literal_kind(node: ast.Expr) -> str | None:
-    """The dtype of an expression made only of unsuffixed number literals (`0.0`, `-1`, `[1.0, 2.0]`):
-    `f32` if any is a float, else `i64`; None for anything else."""
+    """The dtype of an expression made only of unsuffixed number literals (`0.0`, `-1`, `[1.0, 2.0]`,
+    `0.1 * 0.3`): `f32` if any is a float, else `i64`; None for anything else (and for `/` of two integers,
+    which is a mistake)."""
     match node:
         case ast.FloatLiteral(dtype=None):
             return "f32"
@@ -3337,12 +3338,20 @@ def literal_kind(node: ast.Expr) -> str | None:
             return "i64"
         case ast.Unary(op="-", operand=operand):
             return literal_kind(operand)
+        case ast.Binary(op=op, lhs=lhs, rhs=rhs) if op in LITERAL_ARITHMETIC:
+            kinds = {literal_kind(lhs), literal_kind(rhs)}
+            if None in kinds or (op == "/" and kinds == {"i64"}):
+                return None
+            return "f32" if "f32" in kinds else "i64"
         case ast.TensorLiteral(items=items) if items:
             kinds = [literal_kind(item) for item in items]
             if None in kinds:
                 return None
             return "f32" if "f32" in kinds else "i64"
     return None
+
+
+LITERAL_ARITHMETIC = frozenset({"+", "-", "*", "/", "//", "%", "**"})
 
 
 def literal_conflict(stmt: ast.Let, conflict: Conflict) -> Diagnostic:
