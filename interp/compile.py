@@ -973,6 +973,8 @@ class Compiler:
         """A primitive's argument: literals and type names are constants, bound when the call is compiled."""
         literal = self.weak_literal(expr)
         match expr:
+            case ast.FloatLiteral() | ast.Unary(op="-", operand=ast.FloatLiteral()) if self.by_call_dtypes(expr):
+                return Argument(step=self.expression(expr, scope), literal=literal)  # (its dtype is the call's)
             case ast.IntLiteral() | ast.FloatLiteral() | ast.BoolLiteral() | ast.StringLiteral():
                 return Argument(value=self.expression(expr, scope)([]), literal=literal)
             case ast.Unary(op="-", operand=ast.IntLiteral() | ast.FloatLiteral()):
@@ -982,6 +984,12 @@ class Compiler:
             case ast.Name(id=name) if scope.lookup(name) is not None:
                 return Argument(step=self.expression(expr, scope), slot=scope.lookup(name))
         return Argument(step=self.expression(expr, scope))
+
+    def by_call_dtypes(self, expr: ast.Expr) -> bool:
+        """Whether a float literal (or its negation) takes its dtype from each call's argument dtypes (a function
+        checked for f64 and f32 calls): its value is then the call's, not a constant."""
+        literal = expr.operand if isinstance(expr, ast.Unary) else expr
+        return self.typed is not None and bool(self.typed.contested_by_dtypes.get(id(literal)))
 
     def dynamic_call(self, expr: ast.Call, scope: Scope) -> Step:
         callee = self.expression(expr.func, scope)
