@@ -1594,7 +1594,9 @@ class Checker:
                     stmt.op[:-1], stmt.value if value == UNIT else stmt.target, f"{current} {stmt.op} {value}"
                 )
                 return
+            operand = value
             value = self.binary_type(stmt.op[0], current, value, stmt.span)
+            self.coerce_operands(value, ((stmt.value, operand),))  # `s += 0.1 * 0.3` with `s: f64`, as `s = s + ...`
         kept = self.store(stmt.target, value, stmt.value.span, scope, context, stmt.value if stmt.op == "=" else None)
         if kept is not None:
             self.keep_type(stmt, kept, value)
@@ -1633,6 +1635,8 @@ class Checker:
             return None
         if isinstance(target, ast.Index):
             self.store_element(target, current, value, span)
+            if node is not None:  # `z[0] = 0.03` into an f64 tensor stores the f64 0.03
+                self.coerce(current, value, node)
             return None
         unknown_tape = isinstance(current, TapeType) and isinstance(current.item, AnyType)
         if isinstance(target, ast.Name) and unknown_tape and isinstance(value, TapeType):
