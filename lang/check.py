@@ -1219,22 +1219,23 @@ class Checker:
         as is a literal given in a function checked for f64 and f32 calls that its f64 checks round to f32."""
         for node, name, param, by_dtype in self.weak_decisions.values():
             mixed = len(by_dtype) > 1 and "f64" in by_dtype
+            leaves = literal_leaves(node)
             if node is param.default:
                 if set(by_dtype) == {"f64"}:
-                    self.tables.coercions[id(node)] = "f64"
+                    self.tables.coercions.update((id(leaf), "f64") for leaf in leaves)
                 for span in by_dtype.get("f64", []) if mixed else []:
                     message = (
                         f"`{name}`'s default `{param.name}={print_expr(node)}` is an f32 in this call: other calls "
                         f"of `{name}` take it as an f32, and a default is one value"
                     )
-                    help = f"help: give it in f64 here: `{param.name}={print_expr(node)}f64`"
+                    help = f"help: give it in f64 here: `{param.name}={print_expr(in_f64(node))}`"
                     self.report(warning("W0301", message, span, notes=(help,)))
-            elif "f64" in by_dtype and id(node) not in self.tables.coercions:
+            elif "f64" in by_dtype and not all(id(leaf) in self.tables.coercions for leaf in leaves):
                 message = (
                     f"`{print_expr(node)}` is an f32 here: `{name}` takes it as an f64 for some checks of this "
                     "function and as an f32 for others, and a literal is one value"
                 )
-                self.report(warning("W0301", message, node.span, notes=(f"help: write `{print_expr(node)}f64`",)))
+                self.report(warning("W0301", message, node.span, notes=(f"help: write `{print_expr(in_f64(node))}`",)))
 
     def literal_lets(self, decl: ast.FnDecl | ast.Lambda) -> dict[str, str]:
         """The names `decl`'s body binds with an unannotated `let` to an unsuffixed literal, with its dtype
@@ -3353,6 +3354,17 @@ def literal_kind(node: ast.Expr) -> str | None:
                 return None
             return "f32" if "f32" in kinds else "i64"
     return None
+
+
+def literal_leaves(node: ast.Expr) -> list[ast.Expr]:
+    """The unsuffixed number literals an expression of them is made of (`-(0.1 * 0.3)`: 0.1 and 0.3)."""
+    return [n for n in ast.walk(node) if isinstance(n, (ast.FloatLiteral, ast.IntLiteral)) and n.dtype is None]
+
+
+def in_f64(node: ast.Expr) -> ast.Expr:
+    """`node` with its unsuffixed float literals suffixed `f64` (what a help writes: `-(0.1f64 * 0.3f64)`)."""
+    floats = [leaf for leaf in literal_leaves(node) if isinstance(leaf, ast.FloatLiteral)]
+    return ast.replace_nodes(node, {id(leaf): replace(leaf, dtype="f64") for leaf in floats})
 
 
 LITERAL_ARITHMETIC = frozenset({"+", "-", "*", "/", "//", "%", "**"})

@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 from dl.lang import ast
 from dl.lang.primitives import BY_NAME, PRIMITIVES
-from dl.lang.printer import print_expr
+from dl.lang.printer import ATOM, precedence, print_expr
 
 BUILT_INS = frozenset(BY_NAME)  # what a NumPy or PyTorch call of the same name is in DL
 # Names of the modules such code calls through (`np.zeros(3)`, `F.relu(x)`): DL's built-ins need none.
@@ -345,6 +345,9 @@ SPELLINGS: dict[str, Spelling] = {
 }
 
 
+OPERATOR_SPELLINGS = frozenset({"pow", "power", "mm", "dot", "bmm"})  # spelled with an operator: operands wrapped
+
+
 def range_spelling(call: ast.Call) -> tuple[str, ...]:
     """`range(3)` is `0..3` in DL, `range(a, b)` is `a..b`; a step has no DL spelling but a `while`."""
     bounds = [print_expr(arg) for arg in call.args]
@@ -364,7 +367,10 @@ def spelled(name: str, call: ast.Call, receiver: ast.Expr | None) -> str | None:
     given = call.args
     if name in CREATION and len(given) == 1 and isinstance(given[0], (ast.TupleLiteral, ast.TensorLiteral)):
         given = given[0].items  # `np.zeros((3, 4))`: DL takes each dimension as its own argument
-    args = [shown(a) for a in (*((receiver,) if receiver is not None else ()), *given)]
+    nodes = (*((receiver,) if receiver is not None else ()), *given)
+    args = [shown(a) for a in nodes]
+    if name in OPERATOR_SPELLINGS:  # `pow(x + 1.0, 2.0)` is `(x + 1.0) ** 2.0`
+        args = [text if precedence(a) == ATOM else f"({text})" for a, text in zip(nodes, args, strict=True)]
     if name == "transpose" and receiver is not None and len(args) == 3:  # PyTorch's x.transpose(a, b)
         return f"swapaxes({', '.join(args)})"
     if name == "gather" and len(args) == 3 and not call.keywords:  # PyTorch's gather(x, dim, index)

@@ -832,6 +832,7 @@ PRIMITIVES_LIST = (
         shapes.float_rule,
         {"x": "float(d, dtype=x_dtype)"},
         tensors=(),
+        fills=frozenset({"x"}),  # `float(0.03, dtype=f64)` is the f64 nearest 0.03
     ),
     not_differentiable(
         Prim.INT,
