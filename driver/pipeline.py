@@ -22,7 +22,7 @@ from dl.lang.autodiff import differentiate
 from dl.lang.check import Typed
 from dl.lang.check import check as check_program
 from dl.lang.diagnostics import DiagnosticError, SourceMap
-from dl.lang.dimensions import declare_dimensions, splats_written
+from dl.lang.dimensions import declare_dimensions
 from dl.lang.modules import Program, load_program, read_source
 from dl.lang.nesting import in_room
 from dl.lang.types import ANY, TensorType, TupleType, Type, strong
@@ -171,7 +171,7 @@ def derivative_source(
     differentiated with the ones `bindings` names for its parameters (`{"f": "sq", "df": "nn.relu"}`), and
     `wrt` None is then its first other parameter. Raises `DiagnosticError`, and `UsageError` for bindings
     that do not fit."""
-    typed = splats_written(check(program))
+    typed = check(program)
     decl = entry_function(program, function)
     takes = binding.function_parameters(typed, decl) if decl is not None else []
     if not takes:
@@ -249,4 +249,4 @@ def check_beside(program: Program, specialised: ast.FnDecl, typed: Typed, params
     checked = check_program(replace(program, modules=modules), calls)
     if checked.errors:
         raise DiagnosticError(checked.diagnostics)
-    return splats_written(checked, calls)
+    return checked

@@ -31,7 +31,7 @@ from dl.interp.operators import (
 )
 from dl.interp.primitives import I64_LIMIT, NUMBERS, array_module, as_array, is_number_or_tensor, scalar
 from dl.lang import ast
-from dl.lang.calls import Binding, BindingError, arranged, bind, bind_function, binding_diagnostic
+from dl.lang.calls import Binding, BindingError, arranged, bind, bind_function, binding_diagnostic, takes_one_tuple
 from dl.lang.check import CallCheck, RuntimeCheck, Typed, dim_names, rebinding_help
 from dl.lang.diagnostics import Diagnostic, DiagnosticError, Span, closest, error
 from dl.lang.modules import Program
@@ -966,7 +966,10 @@ class Compiler:
         arguments = arranged(primitive, binding, positional, named, lambda value: Argument(value=_default_value(value)))
         if primitive.signature.variadic is not None:
             at = len(binding.fixed)
-            arguments[at] = tuple_argument(list(arguments[at]))
+            if takes_one_tuple(primitive, binding):  # `zeros(shape(x))` or `zeros(n)`
+                arguments[at] = one_tuple_argument(arguments[at][0])
+            else:
+                arguments[at] = tuple_argument(list(arguments[at]))
         return primitive_step(prim, arguments, expr.span, self.table)
 
     def argument(self, expr: ast.Expr, scope: Scope) -> Argument:
@@ -1249,6 +1252,15 @@ def tuple_argument(items: list[Argument]) -> Argument:
         return Argument(value=tuple(item.value for item in items))
     sources = [(item.step, item.value) for item in items]
     return Argument(step=lambda frame: tuple([constant if step is None else step(frame) for step, constant in sources]))
+
+
+def one_tuple_argument(item: Argument) -> Argument:
+    """The one argument that gives a primitive its dimensions or axes: a tuple of them (`zeros(shape(x))`), taken
+    as it is, or one integer (`zeros(3)`), made a tuple of one."""
+    if item.constant:
+        return Argument(value=item.value if item.value.__class__ is tuple else (item.value,))
+    step = item.step
+    return Argument(step=lambda frame: value if (value := step(frame)).__class__ is tuple else (value,))
 
 
 def truth(value: Any, span: Span, what: str) -> bool:

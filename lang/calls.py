@@ -131,18 +131,31 @@ def bind_function(
     return Binding(tuple(fixed), (), ())
 
 
+ONE_TUPLE = frozenset({"dims", "axes"})  # variadic parameters a tuple may give all at once: `zeros(shape(x))`
+
+
+def takes_one_tuple(primitive: Primitive, binding: Binding) -> bool:
+    """Whether this call gives `primitive` its dimensions (or axes) as one argument, which may be a tuple of them
+    (`zeros(shape(x))`, `reshape(y, (B, -1))`, as torch and numpy take a shape) or one integer (`zeros(3)`)."""
+    variadic = primitive.signature.variadic
+    return variadic is not None and variadic[0] in ONE_TUPLE and len(binding.variadic) == 1
+
+
 def arranged(
     primitive: Primitive, binding: Binding, positional: Sequence[V], keywords: Mapping[str, V], default: Callable
 ) -> list:
     """A primitive call's arguments in the order its implementations take them (`Primitive.parameters`): each
-    parameter's argument, or `default(value)` of its signature's default; the variadic tail as one tuple."""
+    parameter's argument, or `default(value)` of its signature's default; the variadic tail as one tuple (a tuple
+    given as the one argument of dimensions or axes, `zeros(shape(x))`, is that tail: `takes_one_tuple`)."""
     signature = primitive.signature
     defaults = [*(None for _ in signature.positional), *(value for _, value in signature.optional)]
     values = [
         pick(source, positional, keywords, default, value)
         for source, value in zip(binding.fixed, defaults, strict=True)
     ]
-    if signature.variadic is not None:
+    if takes_one_tuple(primitive, binding) and isinstance(positional[binding.variadic[0]], tuple):
+        values.append(positional[binding.variadic[0]])
+    elif signature.variadic is not None:
         values.append(tuple(positional[i] for i in binding.variadic))
     for source, (_, value) in zip(binding.keywords, signature.keywords, strict=True):
         values.append(pick(source, positional, keywords, default, value))

@@ -24,7 +24,7 @@ from types import MappingProxyType
 from typing import TypeVar
 
 from dl.lang import ast, habits
-from dl.lang.calls import Binding, BindingError, bind, bind_function, binding_diagnostic
+from dl.lang.calls import Binding, BindingError, bind, bind_function, binding_diagnostic, takes_one_tuple
 from dl.lang.diagnostics import Diagnostic, DiagnosticError, Label, Span, closest, error, warning
 from dl.lang.literals import out_of_range
 from dl.lang.modules import Program, in_stdlib, stdlib_path
@@ -167,7 +167,6 @@ class Tables:
     step_literals: set[int] = field(default_factory=set)
     step_instances: dict[int, dict[tuple, int]] = field(default_factory=dict)
     contested_by_dtypes: dict[int, dict[tuple[str, ...], str]] = field(default_factory=dict)
-    splats: dict[int, int] = field(default_factory=dict)
 
     def frozen(self, program: Program) -> Typed:
         return Typed(
@@ -194,7 +193,6 @@ class Tables:
             frozenset(self.step_literals),
             MappingProxyType(self.step_instances),
             MappingProxyType(self.contested_by_dtypes),
-            MappingProxyType({call: count for call, count in self.splats.items() if count != NOT_SPLATTED}),
         )
 
 
@@ -264,9 +262,6 @@ class Typed:
     # `contested` by the dtypes of the arguments of the checks (`dtype_leaves`): what a backend that runs one
     # body for every call (the interpreter) or compiles per call (LLVM) reads with the arguments it has
     contested_by_dtypes: Mapping[int, Mapping[tuple[str, ...], str]] = field(default_factory=lambda: NOTHING)
-    # id of a call of a primitive given its dimensions (or axes) as one tuple, `zeros(shape(x))` -> how many
-    # (lang/dimensions.py passes them one by one before anything runs)
-    splats: Mapping[int, int] = field(default_factory=lambda: NOTHING)
 
     def with_diagnostics(self, diagnostics) -> Typed:
         return replace(self, diagnostics=tuple(diagnostics))
@@ -2707,6 +2702,8 @@ class Checker:
             arguments.append(self.argument(source, args, keywords, expr, nodes))
         try:
             splat = self.splatted(primitive, expr, binding, args)
+            if isinstance(splat, AnyType):
+                return ANY
             if splat is None:
                 arguments.extend(self.argument(index, args, keywords, expr, nodes) for index in binding.variadic)
             else:
@@ -2746,36 +2743,24 @@ class Checker:
 
     def splatted(
         self, primitive: Primitive, expr: ast.Call, binding: Binding, args: list[Type]
-    ) -> list[Argument] | None:
+    ) -> list[Argument] | AnyType | None:
         """The dimensions (or axes) of a call given as one tuple, as torch and numpy take them (`zeros(shape(x))`,
-        `reshape(y, (B, -1))`, `transpose(x, (1, 0, 2))`), one argument each; None for a call that passes them
-        one by one. The call is recorded (`Typed.splats`): lang/dimensions.py writes them out one by one, each
-        an item of the tuple (`shape(x)[0], shape(x)[1]`), where the tuple is an expression that reading again
-        costs nothing (a name, a field, `shape(...)` of one); another is E0301."""
-        variadic = primitive.signature.variadic
-        if variadic is None or variadic[0] not in SPLATTED or len(binding.variadic) != 1:
+        `reshape(y, (B, -1))`, `transpose(x, (1, 0, 2))`), one argument each for the rule; `ANY` where the one
+        argument's type is not known (a tuple or an integer: the result's rank is not known either); None for a
+        call that passes them one by one. Backends take the tuple as it comes (`calls.takes_one_tuple`)."""
+        if not takes_one_tuple(primitive, binding):
             return None
         (position,) = binding.variadic
         given, node = args[position], expr.args[position]
         if isinstance(given, AnyType):  # (not known in this check: a function no call reached)
-            return None
-        tuple_given = isinstance(given, TupleType) and all(isinstance(t, (TensorType, AnyType)) for t in given.items)
-        count = len(given.items) if tuple_given else NOT_SPLATTED
-        known = self.tables.splats.setdefault(id(expr), count)
-        if known != count:  # (a function checked per call, whose calls give it different things)
-            message = (
-                f"`{primitive.name}` is given its {variadic[0]} as {shown_splat(known)} by one call of this function "
-                f"and as {shown_splat(count)} by another"
+            return ANY
+        if not (isinstance(given, TupleType) and all(isinstance(t, (TensorType, AnyType)) for t in given.items)):
+            return None  # (an integer; or what the rule refuses, with its help)
+        if not given.items and primitive.signature.variadic[0] == "axes":
+            message = f"`{primitive.name}` of an empty tuple of axes: give one axis for each of the tensor's"
+            raise ShapeError(
+                "E0319", message, str(given), (f"help: `{primitive.name}(x)` reverses the axes",), node.span
             )
-            raise ShapeError("E0301", message, str(given), at=node.span)
-        if not tuple_given:
-            return None
-        if not isinstance(node, ast.TupleLiteral) and not read_again_freely(node):
-            sources = "a tuple literal, a name or `shape(name)`"
-            message = f"`{primitive.name}` takes its {variadic[0]} as one tuple only from {sources}"
-            name = "sizes" if variadic[0] == "dims" else variadic[0]
-            notes = (f"help: bind the tuple to a name first, `let {name} = {print_expr(node)}`, and pass `{name}`",)
-            raise ShapeError("E0301", message, str(given), notes, at=node.span)
         if isinstance(node, ast.TupleLiteral):
             items = [(item, t) for item, t in zip(node.items, given.items, strict=True)]
             return [Argument(t, static_value(item, t), span=item.span) for item, t in items]
@@ -3586,29 +3571,6 @@ def strong_keep_value(t: Type) -> Type:
     if isinstance(t, TensorType) and t.weak:
         return TensorType(t.dtype, t.dims, False, t.value)
     return t
-
-
-SPLATTED = frozenset({"dims", "axes"})  # the variadic parameters a tuple may give all at once (`zeros(shape(x))`)
-NOT_SPLATTED = -1  # in `Tables.splats`: a call that gives them one by one (not in `Typed.splats`)
-
-
-def shown_splat(count: int) -> str:
-    return "separate arguments" if count == NOT_SPLATTED else f"a tuple of {count}"
-
-
-def read_again_freely(node: ast.Expr) -> bool:
-    """Whether evaluating `node` again costs nothing and gives the same value: a name, its fields and items,
-    `shape(...)` or `len(...)` of such."""
-    match node:
-        case ast.Name():
-            return True
-        case ast.Field(target=target):
-            return read_again_freely(target)
-        case ast.Index(target=target, indices=indices):
-            return read_again_freely(target) and all(isinstance(i, ast.IntLiteral) for i in indices)
-        case ast.Call(func=ast.Name(id="shape"), args=(argument,), keywords=()):
-            return read_again_freely(argument)
-    return False
 
 
 def static_value(node: ast.Expr, value_type: Type) -> Dim | None:

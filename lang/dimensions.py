@@ -11,11 +11,6 @@ writes, at the start of each such body, a `let` of each name from its parameters
 and checks the program again. At the start of the body no parameter has been rebound or shadowed yet, so
 the value is the size the call bound; a local of the same name declared later in the body shadows it, as
 it shadows any name.
-
-The same pass writes out the dimensions (or axes) a call gives a primitive as one tuple (`Typed.splats`):
-`zeros(shape(x))` becomes `zeros(shape(x)[0], shape(x)[1])` and `reshape(y, (B, -1))` becomes
-`reshape(y, B, -1)`, so that every backend sees them one by one, as the primitive takes them. (The checker
-accepts a tuple only where reading it again costs nothing: a tuple literal, a name, `shape(...)` of one.)
 """
 
 from __future__ import annotations
@@ -29,55 +24,18 @@ from dl.lang.types import DimSource
 
 
 def declare_dimensions(typed: Typed, calls: tuple = ()) -> Typed:
-    """`typed` itself when no function reads a dimension name and no call gives its dimensions as a tuple; else
-    the check of the program with the `let`s and the dimensions written (`calls`: the host's calls the first
-    check was given, see `check`)."""
-    if not typed.dimension_reads and not typed.splats:
+    """`typed` itself when no function reads a dimension name; else the check of the program with the
+    `let`s written (`calls`: the host's calls the first check was given, see `check`)."""
+    if not typed.dimension_reads:
         return typed
-    program = typed.program
-    splatted = splatted_calls(typed)
-    replacements: dict[int, object] = dict(splatted)
+    replacements: dict[int, ast.FnDecl] = {}
     for key, reads in typed.dimension_reads.items():
         decl = typed.functions[key][0]
         if isinstance(decl, ast.FnDecl):
-            replacements[key] = with_dimensions(ast.replace_nodes(decl, splatted), reads)
+            replacements[key] = with_dimensions(decl, reads)
+    program = typed.program
     modules = {path: ast.replace_nodes(module, replacements) for path, module in program.modules.items()}
     return check(dataclasses.replace(program, modules=modules), calls)
-
-
-def splats_written(typed: Typed, calls: tuple = ()) -> Typed:
-    """`typed` with only the calls' tuples of dimensions written out, checked again (for `dlrun grad`, which
-    prints derivatives without the `let`s of dimension names)."""
-    if not typed.splats:
-        return typed
-    splatted = splatted_calls(typed)
-    modules = {path: ast.replace_nodes(module, splatted) for path, module in typed.program.modules.items()}
-    return check(dataclasses.replace(typed.program, modules=modules), calls)
-
-
-def splatted_calls(typed: Typed) -> dict[int, ast.Call]:
-    """By id, each call of `Typed.splats` with its tuple written out an item at a time (inner calls first, so
-    that a call inside another's arguments is written out there too)."""
-    found = [
-        node
-        for module in typed.program.modules.values()
-        for node in ast.walk(module)
-        if isinstance(node, ast.Call) and id(node) in typed.splats
-    ]
-    written: dict[int, ast.Call] = {}
-    for call in reversed(found):  # (`walk` yields a node before what is inside it)
-        (position,) = typed.bindings[id(call)].variadic
-        given = ast.replace_nodes(call.args[position], written)
-        span = given.span
-        if isinstance(given, ast.TupleLiteral):
-            items = given.items
-        else:
-            items = tuple(
-                ast.Index(given, (ast.IntLiteral(k, None, span),), span) for k in range(typed.splats[id(call)])
-            )
-        args = tuple(ast.replace_nodes(a, written) for a in call.args)
-        written[id(call)] = dataclasses.replace(call, args=(*args[:position], *items, *args[position + 1 :]))
-    return written
 
 
 def with_dimensions(decl: ast.FnDecl, reads: dict[str, DimSource]) -> ast.FnDecl:

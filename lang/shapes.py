@@ -791,7 +791,7 @@ def dims_from(args: list[Argument], name: str) -> tuple[Dim, ...]:
             continue
         if not isinstance(t, TensorType) or t.rank or t.dtype not in INTEGERS:
             several = isinstance(t, TupleType) or (isinstance(t, TensorType) and t.rank == 1)
-            notes = dimensions_help(name, t) if several else ()
+            notes = dimensions_help(name, args) if several else ()
             raise ShapeError("E0301", f"`{name}` takes dimensions as integers, found {t}", str(t), notes)
         value = argument.value
         if isinstance(value, int) and value < 0 and name != "arange" and not (name == "reshape" and value == -1):
@@ -800,18 +800,27 @@ def dims_from(args: list[Argument], name: str) -> tuple[Dim, ...]:
     return tuple(dims)
 
 
-def dimensions_help(name: str, given: Type) -> tuple[str, ...]:
-    """How to pass the dimensions of a tuple (`ones((2, 5))`, `zeros(shape(x))`) one by one."""
-    items = given.items if isinstance(given, TupleType) else ()
-    values = [item.value if isinstance(item, TensorType) else None for item in items]
+def dimensions_help(name: str, args: list[Argument]) -> tuple[str, ...]:
+    """How to pass dimensions given as a nested tuple, or as a tuple beside others (`ones((2, 3), 4)`): as
+    integers, each its own argument or all in one tuple."""
+    values = [value for argument in args for value in flat_values(argument.type)]
     shown = ", ".join(str(v) for v in values) if values and None not in values else "3, 4"
-    example = f"{name}(x, {shown})" if name in ("reshape", "broadcast_to") else f"{name}({shown})"
-    notes = [f"help: pass each dimension as its own argument: `{example}`"]
+    first = "x, " if name in ("reshape", "broadcast_to") else ""
+    notes = [
+        f"help: pass the dimensions as integers, each its own argument or all in one tuple: `{name}({first}{shown})`"
+    ]
     if name in ("zeros", "ones"):
         notes.append(f"`zeros_like(x){' + 1.0' if name == 'ones' else ''}` has the shape of `x`")
     elif name == "reshape":
         notes.append("`reshape_like(y, x)` gives `y` the shape of `x`")
     return tuple(notes)
+
+
+def flat_values(given: Type) -> list:
+    """The integers a tuple holds, nested tuples flattened (None for one not known)."""
+    if isinstance(given, TupleType):
+        return [value for item in given.items for value in flat_values(item)]
+    return [given.value if isinstance(given, TensorType) else None]
 
 
 def reshape_rule(args: list[Argument]) -> Type:

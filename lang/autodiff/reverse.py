@@ -559,9 +559,26 @@ class BackwardSweep:
     def transpose_adjoint(self, values, variadic, d, r, span) -> list[tuple[ast.Expr, ast.Expr]]:
         if not variadic:
             return [(values["x"], call("transpose", d))]
-        perm = [a.value for a in variadic]
+        perm = self.static_axes(variadic)
         inverse = [perm.index(i) for i in range(len(perm))]
         return [(values["x"], call("transpose", d, *[ast.IntLiteral(i) for i in inverse]))]
+
+    def static_axes(self, variadic: list[ast.Expr]) -> list[int]:
+        """The axes a `transpose` names, each known to the checker: literals, or names of integers or of a tuple of
+        them (`transpose(x, perm)`), the values their types hold; negative axes counted from the end."""
+        axes: list = []
+        for node in variadic:
+            found = literal_integer(node)
+            if found is not None:
+                axes.append(found)
+                continue
+            given = self.types.get(node.id) if isinstance(node, ast.Name) else None
+            given = given if given is not None else self.type_of(node)  # (a name the function captured)
+            items = given.items if isinstance(given, TupleType) else (given,)
+            axes.extend(item.value if isinstance(item, TensorType) else None for item in items)
+        if not all(isinstance(axis, int) for axis in axes):
+            raise AssertionError(f"transpose axes the checker did not know: {variadic}")
+        return [axis % len(axes) for axis in axes]
 
     def stack_adjoint(self, values, variadic, d, r, span) -> list[tuple[ast.Expr, ast.Expr]]:
         tensors = values["tensors"]
