@@ -151,13 +151,19 @@ def reason(problem: OSError) -> str:
 # ---------------------------------------------------------------------- load
 
 
-def load(path: Any, like: Any) -> Any:
-    """The value of `like`'s structure, dtypes and shapes stored in the safetensors file `path`."""
+def load(path: Any, like: Any, strict: bool = True) -> Any:
+    """The value of `like`'s structure, dtypes and shapes stored in the safetensors file `path`. Not `strict`
+    (torch's `load_state_dict(strict=False)`: a pretrained part of a larger model), the tensors the file does not
+    hold keep `like`'s values and those `like` does not have are left out; a file that holds none of them is
+    still refused, as its names cannot be meant."""
     path = path_of(path, "load")
     expected = named_tensors(like, "`like`")
     tensors = read_checkpoint(path)
     missing = [name for name in expected if name not in tensors]
     unexpected = sorted(name for name in tensors if name not in expected)
+    if not strict and len(missing) < len(expected):
+        tensors = {name: tensors.get(name, tensor) for name, tensor in expected.items()}
+        missing, unexpected = [], []
     if missing:
         # what the file holds instead (a PyTorch state dict's `fc1.weight`): what the names must map from
         held = ", ".join(f"`{name}` {shown(tensors[name])}" for name in unexpected[:SHOWN_NAMES])

@@ -1089,7 +1089,7 @@ PRIMITIVES_LIST = (
         Prim.LOAD,
         "checkpoint",
         "a tensor or tree of `like`'s type read from a safetensors file",
-        Signature(("path", "like")),
+        Signature(("path", "like"), keywords=(("strict", True),)),
         shapes.load_rule,
         "stored values, which no parameter changes",
         files=True,

@@ -1414,8 +1414,10 @@ def save_rule(args: list[Argument]) -> Type:
 
 
 def load_rule(args: list[Argument]) -> Type:
-    """`load(path, like)` is a value of exactly `like`'s type, read from the file."""
+    """`load(path, like, strict=true)` is a value of exactly `like`'s type, read from the file (`strict=false`:
+    what the file holds of it)."""
     checkpoint_path(args[0], "load")
+    flag_argument(args[2], "strict")
     return checkpoint_value(args[1], "load")
 
 

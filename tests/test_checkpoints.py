@@ -499,3 +499,41 @@ def test_save_replaces_an_existing_checkpoint(tmp_path: Path) -> None:
     np.testing.assert_array_equal(call(source, "f", str(path), np.array([1.0, 2.0], np.float32)), [1.0, 2.0])
     np.testing.assert_array_equal(call(source, "f", str(path), np.array([3.0, 4.0], np.float32)), [3.0, 4.0])
     assert [p.name for p in tmp_path.iterdir()] == [path.name]
+
+
+PARTIAL = (
+    STATE
+    + """
+fn load_some(path: str) -> State {
+    return load(path, like(), strict=false)
+}
+"""
+)
+
+
+def test_a_load_not_strict_reads_what_the_file_holds_and_keeps_like_for_the_rest(tmp_path: Path) -> None:
+    """torch's `load_state_dict(strict=False)`: a pretrained part of a larger model. The tensors the file holds
+    are read (and checked), the others keep `like`'s values, and the file's others are left out."""
+    rng = np.random.default_rng(1)
+    first = {"layers.0.w": rng.standard_normal((2, 3)).astype("f4"), "layers.0.b": rng.standard_normal(3)}
+    path = tmp_path / "backbone.safetensors"
+    write(path, {**first, "head.weight": np.ones((4, 4), "f4")})
+    loaded = leaves(call(PARTIAL, "load_some", str(path)))
+    expected = {**fitting(), **first}  # `like()` is zeros
+    assert sorted(loaded) == sorted(expected)
+    for name, tensor in expected.items():
+        assert same_bits(loaded[name], tensor), name
+    write(path, {**first, "layers.1.w": np.zeros((3, 2), "f4")})  # a tensor it holds must still fit
+    expected_misfit = (
+        f"load: tensor `layers.1.w` of checkpoint `{path}`: expected f32[2, 3] (as in `like`), found f32[3, 2]"
+    )
+    assert run_error(PARTIAL, "load_some", str(path)) == ("E0521", expected_misfit)
+    write(path, {"fc1.weight": np.zeros((3, 2), "f4")})  # none of `like`'s names: not what was meant
+    code, message = run_error(PARTIAL, "load_some", str(path))
+    assert code == "E0521" and "is missing tensors `layers.0.w`" in message and "holds `fc1.weight`" in message
+
+
+def test_strict_is_a_bool() -> None:
+    typed = dl.lang.check(STATE + 'fn bad(path: str) -> State { return load(path, like(), strict="no") }')
+    expected = ("E0301", "`load`: `strict=` takes `true` or `false`, found str")
+    assert [(d.code, d.message) for d in typed.errors] == [expected]
