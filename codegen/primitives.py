@@ -811,9 +811,14 @@ def swapaxes(lowering, bound: dict, span: Span) -> object:
 def reshaped(lowering, x: Tensor, shape: tuple[int, ...], span: Span) -> object:
     if math.prod(shape) != x.size:
         raise Unsupported(f"`reshape` of {list(x.shape)} to {list(shape)}", span)
-    if not shape:
+    if not shape:  # its one element, read where it is stored (`reshape(x, ())` of an `f32[1]`)
         scalar = lowering.temp("element", x.dtype)
-        lowering.emit(ir.Evaluate(scalar, lowering.plain(x).tree if x.shape else x.tree))
+        if x.shape:
+            stored = lowering.plain(x).tree
+            tree = ir.Read(stored.buffer, stored.offset, contiguous(()))
+        else:
+            tree = x.tree
+        lowering.emit(ir.Evaluate(scalar, tree))
         return Value(scalar)
     x = lowering.plain(x)
     return Tensor(x.dtype, shape, ir.Read(x.tree.buffer, x.tree.offset, contiguous(shape)))

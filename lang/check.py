@@ -167,6 +167,7 @@ class Tables:
     step_literals: set[int] = field(default_factory=set)
     step_instances: dict[int, dict[tuple, int]] = field(default_factory=dict)
     contested_by_dtypes: dict[int, dict[tuple[str, ...], str]] = field(default_factory=dict)
+    transpose_axes: dict[int, set[tuple]] = field(default_factory=dict)
 
     def frozen(self, program: Program) -> Typed:
         return Typed(
@@ -193,6 +194,7 @@ class Tables:
             frozenset(self.step_literals),
             MappingProxyType(self.step_instances),
             MappingProxyType(self.contested_by_dtypes),
+            frozenset(call for call, seen in self.transpose_axes.items() if len(seen) > 1),
         )
 
 
@@ -262,6 +264,9 @@ class Typed:
     # `contested` by the dtypes of the arguments of the checks (`dtype_leaves`): what a backend that runs one
     # body for every call (the interpreter) or compiles per call (LLVM) reads with the arguments it has
     contested_by_dtypes: Mapping[int, Mapping[tuple[str, ...], str]] = field(default_factory=lambda: NOTHING)
+    # ids of the `transpose` calls whose axes (from a parameter: `transpose(x, perm)`) differ between the checks of
+    # their function: code written once for every call (a derivative) cannot know them
+    varied_axes: frozenset[int] = frozenset()
 
     def with_diagnostics(self, diagnostics) -> Typed:
         return replace(self, diagnostics=tuple(diagnostics))
@@ -2739,6 +2744,8 @@ class Checker:
         self.coerce_operands(result, values)
         if primitive.prim is Prim.TRANSPOSE:
             self.identity_transpose(expr, [a.value for a in arguments[1:]], result)
+            if not self.trials:
+                self.tables.transpose_axes.setdefault(id(expr), set()).add(tuple(a.value for a in arguments[1:]))
         return result
 
     def splatted(
@@ -3447,12 +3454,16 @@ def closure_key(node: ast.Lambda, environment: Mapping[str, Type]) -> int | None
     return CLOSURE_KEYS.setdefault((id(node), captured), -1 - len(CLOSURE_KEYS))
 
 
-def static_value_of(t: Type) -> Dim | int | None:
+def static_value_of(t: Type) -> Dim | int | tuple | None:
     """What a type compares without but a check depends on: an integer's statically known value (it decides
-    sizes: `zeros(n)`), or which closure of a lambda a function value is (`apply(k, x)` and `apply(kt, x)` of two
-    closures of one lambda are checked each with its own)."""
+    sizes: `zeros(n)`), the values of a tuple's items (`randn(sizes)` of `(3, 2)` and of `(2, 3)`, `transpose(x,
+    perm)`), or which closure of a lambda a function value is (`apply(k, x)` and `apply(kt, x)` of two closures of
+    one lambda are checked each with its own)."""
     if isinstance(t, TensorType):
         return t.value
+    if isinstance(t, TupleType):
+        values = tuple(static_value_of(item) for item in t.items)
+        return values if any(value is not None for value in values) else None
     return t.closure if isinstance(t, FunctionRef) else None
 
 

@@ -366,7 +366,7 @@ def spelled(name: str, call: ast.Call, receiver: ast.Expr | None) -> str | None:
     spelling of it here."""
     given = call.args
     if name in CREATION and len(given) == 1 and isinstance(given[0], (ast.TupleLiteral, ast.TensorLiteral)):
-        given = given[0].items  # `np.zeros((3, 4))`: DL takes each dimension as its own argument
+        given = given[0].items  # `np.zeros((3, 4))`: `zeros(3, 4)` (a tuple is DL too, `zeros((3, 4))`)
     nodes = (*((receiver,) if receiver is not None else ()), *given)
     args = [shown(a) for a in nodes]
     if name in OPERATOR_SPELLINGS:  # `pow(x + 1.0, 2.0)` is `(x + 1.0) ** 2.0`

@@ -747,7 +747,11 @@ def transpose_rule(args: list[Argument]) -> Type:
         if items and all(isinstance(item, TensorType) and isinstance(item.value, int) for item in items):
             permutation = ", ".join(str(item.value) for item in items)  # `x.permute((1, 0, 2))`, as PyTorch takes
             notes = (f"help: write the axes as arguments, not a tuple: `transpose(x, {permutation})`",)
-        raise ShapeError("E0319", "`transpose` axes must be literal integers or consts", notes=notes)
+        raise ShapeError(
+            "E0319",
+            "`transpose` axes must be integers known before running (literals, consts, or names of them)",
+            notes=notes,
+        )
     if sorted(values) != list(range(x.rank)):
         # a permutation written for another rank: swapping two axes is what is usually meant
         swap = "help: `swapaxes(x, -2, -1)` exchanges two axes of a tensor of any rank"
@@ -775,7 +779,11 @@ def swapaxes_rule(args: list[Argument]) -> Type:
 
 def swapped_axis(argument: Argument, x: TensorType) -> int:
     if not isinstance(argument.value, int):
-        raise ShapeError("E0319", "`swapaxes` axes must be literal integers or consts", at=argument.span)
+        raise ShapeError(
+            "E0319",
+            "`swapaxes` axes must be integers known before running (literals, consts, or names of them)",
+            at=argument.span,
+        )
     if not -x.rank <= argument.value < x.rank:
         message = f"axis {argument.value} is out of range for `swapaxes` of a rank-{x.rank} tensor, {x}"
         raise ShapeError("E0319", message, str(x), at=argument.span)

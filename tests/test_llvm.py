@@ -2386,3 +2386,25 @@ def test_the_gradient_of_a_lambda_or_a_local_fn_is_compiled_where_its_function_i
     status, _, explained = run_cli(tmp_path, LAMBDA_STEP, "--backend", "llvm", "--explain-backend", capsys=capsys)
     made = {line.split("`")[1] for line in explained.splitlines() if line.endswith(") compiled")}
     assert status == 0 and made >= {"main_lambda_grad", "step_value_and_grad"}, explained
+
+
+DIMENSIONS_AS_ONE_TUPLE = """
+fn shaped(x: f32[2, 3]) -> f32[3, 2] {
+    let back = reshape(transpose(x, (1, 0)) * 2.0, shape(transpose(x)))
+    return back + zeros(shape(back)) + ones((3, 2))
+}
+fn single(x: f32[1]) -> f32 { return reshape(x, ()) * 2.0 }
+fn main() { print(shaped([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]), single([1.5])) }
+"""
+
+
+def test_dimensions_given_as_one_tuple_compile(tmp_path: Path, capsys) -> None:
+    """`reshape(y, shape(x))`, `transpose(x, (1, 0))`, `ones((3, 2))` and `reshape(x, ())` (its one element) compile,
+    and print what the interpreter prints."""
+    interpreted, compiled = both_backends(tmp_path, DIMENSIONS_AS_ONE_TUPLE, capsys)
+    assert compiled == interpreted
+    status, _, explained = run_cli(
+        tmp_path, DIMENSIONS_AS_ONE_TUPLE, "--backend", "llvm", "--explain-backend", capsys=capsys
+    )
+    assert status == 0
+    assert "`shaped`(f32[2, 3]) compiled" in explained and "`single`(f32[1]) compiled" in explained, explained

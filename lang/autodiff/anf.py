@@ -1034,6 +1034,15 @@ class ForwardSweep:
             # where it is a positional parameter or one with a gradient (pad's `value=`); the other keywords
             # (`axis=`, `keepdims=`) are static and stay as written
             primitive = PRIMITIVES[callee.prim]
+            if id(expr) in self.typed.varied_axes:
+                raise NotDifferentiable(
+                    "`grad` cannot differentiate this `transpose`: calls of its function give it different axes",
+                    expr.span,
+                    (
+                        "help: the derivative is written once for every call: give each permutation its own function, "
+                        "or write the axes in the call",
+                    ),
+                )
             rule, signature = primitive.derivative, primitive.signature
             operands = {name for name, _ in rule.adjoints} if isinstance(rule, Templates) else set()
             operands |= {*signature.positional, *(name for name, _ in signature.optional)}

@@ -559,11 +559,11 @@ class BackwardSweep:
     def transpose_adjoint(self, values, variadic, d, r, span) -> list[tuple[ast.Expr, ast.Expr]]:
         if not variadic:
             return [(values["x"], call("transpose", d))]
-        perm = self.static_axes(variadic)
+        perm = self.static_axes(variadic, span)
         inverse = [perm.index(i) for i in range(len(perm))]
         return [(values["x"], call("transpose", d, *[ast.IntLiteral(i) for i in inverse]))]
 
-    def static_axes(self, variadic: list[ast.Expr]) -> list[int]:
+    def static_axes(self, variadic: list[ast.Expr], span: Span) -> list[int]:
         """The axes a `transpose` names, each known to the checker: literals, or names of integers or of a tuple of
         them (`transpose(x, perm)`), the values their types hold; negative axes counted from the end."""
         axes: list = []
@@ -576,8 +576,12 @@ class BackwardSweep:
             given = given if given is not None else self.type_of(node)  # (a name the function captured)
             items = given.items if isinstance(given, TupleType) else (given,)
             axes.extend(item.value if isinstance(item, TensorType) else None for item in items)
-        if not all(isinstance(axis, int) for axis in axes):
-            raise AssertionError(f"transpose axes the checker did not know: {variadic}")
+        if not all(isinstance(axis, int) for axis in axes):  # (a function no call reached: `dlrun grad`)
+            raise NotDifferentiable(
+                "`grad` needs the axes of this `transpose` known: they come from a value no call of its function gave",
+                span,
+                ("help: call the function (or `grad` of it) with its arguments somewhere, or write the axes",),
+            )
         return [axis % len(axes) for axis in axes]
 
     def stack_adjoint(self, values, variadic, d, r, span) -> list[tuple[ast.Expr, ast.Expr]]:

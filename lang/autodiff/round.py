@@ -71,7 +71,9 @@ class Round:
                 self.check_built_ins(written, site)
                 replacements[site.module][id(site.call)] = ast.with_spans(replacement, site.call.span)
             except NotDifferentiable as problem:
-                problems.append(error("E0333", str(problem), problem.span, notes=problem.notes))
+                found = error("E0333", str(problem), problem.span, notes=problem.notes)
+                if found not in problems:  # (one function's problem, met by each `grad` of it)
+                    problems.append(found)
         if problems:
             raise DiagnosticError(problems)
         drop_zeros(self)
