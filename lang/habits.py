@@ -333,6 +333,8 @@ SPELLINGS: dict[str, Spelling] = {
     "bmm": lambda a: f"{a[0]} @ {a[1]}" if len(a) == 2 else None,
     "ones_like": lambda a: f"zeros_like({a[0]}) + 1.0" if len(a) == 1 else None,
     "full_like": lambda a: f"zeros_like({a[0]}) + {a[1]}" if len(a) == 2 else None,
+    "randn_like": lambda a: f"randn(shape({a[0]}))" if len(a) == 1 else None,
+    "rand_like": lambda a: f"rand(shape({a[0]}))" if len(a) == 1 else None,
     "masked_fill": lambda a: f"where({a[1]}, {a[2]}, {a[0]})" if len(a) == 3 else None,
     "size": lambda a: f"shape({a[0]})" if len(a) == 1 else None,
     "numel": lambda a: f"len(reshape({a[0]}, -1))" if len(a) == 1 else None,
