@@ -1008,3 +1008,73 @@ def test_binary_cross_entropy_refuses_what_is_not_a_probability() -> None:
     (diagnostic,) = failure.value.diagnostics
     assert diagnostic.code == "E0502"
     assert diagnostic.message.endswith("the probabilities are not all in [0, 1] (for logits, use bce_with_logits)")
+
+
+WRAPPERS["lstm_sequence_grad"] = """
+fn lstm_sequence_loss(xs, h0, c0, layers, co, ch, cc) {
+    let (out, (hn, cn)) = nn.lstm(xs, (h0, c0), layers)
+    return sum(out * co) + sum(hn * ch) + sum(cn * cc)
+}
+fn lstm_sequence_grad(xs, h0, c0, a, b, c, d, e, f, g, h, co, ch, cc) {
+    let layers = (
+        nn.LSTM { weight_ih: a, weight_hh: b, bias_ih: c, bias_hh: d },
+        nn.LSTM { weight_ih: e, weight_hh: f, bias_ih: g, bias_hh: h },
+    )
+    return (
+        nn.lstm(xs, (h0, c0), layers),
+        grad(lstm_sequence_loss, wrt=(0, 1, 2, 3))(xs, h0, c0, layers, co, ch, cc),
+    )
+}"""
+WRAPPERS["gru_sequence_grad"] = """
+fn gru_sequence_loss(xs, h0, layers, co, ch) {
+    let (out, hn) = nn.gru(xs, h0, layers)
+    return sum(out * co) + sum(hn * ch)
+}
+fn gru_sequence_grad(xs, h0, a, b, c, d, e, f, g, h, co, ch) {
+    let layers = (
+        nn.GRU { weight_ih: a, weight_hh: b, bias_ih: c, bias_hh: d },
+        nn.GRU { weight_ih: e, weight_hh: f, bias_ih: g, bias_hh: h },
+    )
+    return (nn.gru(xs, h0, layers), grad(gru_sequence_loss, wrt=(0, 1, 2))(xs, h0, layers, co, ch))
+}"""
+
+
+@pytest.mark.parametrize("kind", ["lstm", "gru"])
+def test_two_layer_recurrent_sequences_match_torch(kind: str) -> None:
+    """nn.lstm and nn.gru over a sequence of 5 steps with 2 layers, against torch.nn.LSTM and torch.nn.GRU with
+    num_layers=2: every step's output, the last states, and the gradients of the inputs, the initial states and
+    every layer's weights."""
+    steps, batch, inputs, hidden = 5, 3, 4, 6
+    gates = 4 if kind == "lstm" else 3
+    weights = cell_weights(gates, inputs, hidden) + [w * 0.8 for w in cell_weights(gates, hidden, hidden)]
+    module = (torch.nn.LSTM if kind == "lstm" else torch.nn.GRU)(inputs, hidden, num_layers=2).double()
+    names = [f"{kind}_{layer}" for layer in ("ih_l0", "hh_l0", "ih_l0", "hh_l0", "ih_l1", "hh_l1", "ih_l1", "hh_l1")]
+    names = [("weight_" if k % 4 < 2 else "bias_") + name.split("_", 1)[1] for k, name in enumerate(names)]
+    with torch.no_grad():
+        for name, value in zip(names, weights, strict=True):
+            getattr(module, name).copy_(torch.tensor(value.astype(np.float64)))
+    xs, h0, c0 = normal(1, steps, batch, inputs), normal(2, 2, batch, hidden), normal(3, 2, batch, hidden)
+    co, ch, cc = normal(4, steps, batch, hidden), normal(5, 2, batch, hidden), normal(6, 2, batch, hidden)
+    tx, th, tc = tensors(xs, h0, c0)
+    if kind == "lstm":
+        out, (hn, cn) = module(tx, (th, tc))
+        loss = (out * torch.tensor(co)).sum() + (hn * torch.tensor(ch)).sum() + (cn * torch.tensor(cc)).sum()
+        (value, gradients) = call("lstm_sequence_grad", xs, h0, c0, *weights, co, ch, cc)
+        actual_out, (actual_hn, actual_cn) = value
+        close(actual_cn, cn, np.float32)
+        leaves = (tx, th, tc)
+    else:
+        out, hn = module(tx, th)
+        loss = (out * torch.tensor(co)).sum() + (hn * torch.tensor(ch)).sum()
+        (value, gradients) = call("gru_sequence_grad", xs, h0, *weights, co, ch)
+        actual_out, actual_hn = value
+        leaves = (tx, th)
+    loss.backward()
+    close(actual_out, out, np.float32)
+    close(actual_hn, hn, np.float32)
+    *data_gradients, layer_gradients = gradients
+    for actual, leaf in zip(data_gradients, leaves, strict=True):
+        close(actual, leaf.grad, np.float32)
+    found = [value for layer in layer_gradients for value in layer.values]
+    for actual, name in zip(found, names, strict=True):
+        close(actual, getattr(module, name).grad, np.float32)
