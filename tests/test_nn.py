@@ -1078,3 +1078,18 @@ def test_two_layer_recurrent_sequences_match_torch(kind: str) -> None:
     found = [value for layer in layer_gradients for value in layer.values]
     for actual, name in zip(found, names, strict=True):
         close(actual, getattr(module, name).grad, np.float32)
+
+
+def test_a_recurrent_sequence_needs_one_state_row_per_layer() -> None:
+    """torch refuses an initial state of another number of layers; so does nn.gru (an extra row would come back
+    untouched)."""
+    weights = cell_weights(3, 4, 6) + cell_weights(3, 6, 6)
+    xs, h0 = normal(1, 5, 3, 4), normal(2, 3, 3, 6)  # three rows for two layers
+    co, ch = normal(4, 5, 3, 6), normal(5, 3, 3, 6)
+    with pytest.raises(DiagnosticError) as failure:
+        call("gru_sequence_grad", xs, h0, *weights, co, ch)
+    (diagnostic,) = failure.value.diagnostics
+    assert (diagnostic.code, diagnostic.message) == (
+        "E0502",
+        "assertion failed: gru: the initial state has one row per layer",
+    )
