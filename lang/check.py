@@ -2775,8 +2775,14 @@ class Checker:
 
     def identity_transpose(self, expr: ast.Call, axes: list, result: Type) -> None:
         """W0305 for `transpose(x, 0, 1)` of a matrix (or any axes in their own order): a permutation that
-        leaves `x` as it is, which PyTorch's `transpose(x, 0, 1)`, a swap of two axes, does not."""
+        leaves `x` as it is, which PyTorch's `transpose(x, 0, 1)`, a swap of two axes, does not. Only for axes
+        written as literals there: a helper's `transpose(x, perm)` some call gives the identity is not the habit."""
         if not isinstance(result, TensorType) or len(axes) < 2 or axes != list(range(result.rank)):
+            return
+        written = [
+            item for arg in expr.args[1:] for item in (arg.items if isinstance(arg, ast.TupleLiteral) else (arg,))
+        ]
+        if not all(isinstance(item, ast.IntLiteral) for item in written):
             return
         first, second = axes[0], axes[1]
         self.report(
