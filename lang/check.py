@@ -2761,6 +2761,14 @@ class Checker:
         given, node = args[position], expr.args[position]
         if isinstance(given, AnyType):  # (not known in this check: a function no call reached)
             return ANY
+        if isinstance(node, ast.TensorLiteral) and all(
+            isinstance(literal_operand(i), ast.IntLiteral) for i in node.items
+        ):
+            sizes = ", ".join(print_expr(item) for item in node.items)  # torch's `zeros([2, 3])`: a list
+            what = "dimensions" if primitive.signature.variadic[0] == "dims" else "axes"
+            message = f"`{primitive.name}` takes {what} as integers, found {given}: `[{sizes}]` is a tensor"
+            notes = (f"help: give them as a tuple, `({sizes}{',' if len(node.items) == 1 else ''})`, or one by one",)
+            raise ShapeError("E0301", message, str(given), notes, node.span)
         if not (isinstance(given, TupleType) and all(isinstance(t, (TensorType, AnyType)) for t in given.items)):
             return None  # (an integer; or what the rule refuses, with its help)
         if not given.items and primitive.signature.variadic[0] == "axes":
@@ -3588,6 +3596,11 @@ def strong_keep_value(t: Type) -> Type:
     if isinstance(t, TensorType) and t.weak:
         return TensorType(t.dtype, t.dims, False, t.value)
     return t
+
+
+def literal_operand(node: ast.Expr) -> ast.Expr:
+    """The literal of a negated literal (`-1`), else the node itself."""
+    return node.operand if isinstance(node, ast.Unary) and node.op == "-" else node
 
 
 def static_value(node: ast.Expr, value_type: Type) -> Dim | None:
