@@ -2743,9 +2743,10 @@ class Checker:
             values += [(expr.args[index], args[index]) for index in floats]  # integers count as integers
         self.coerce_operands(result, values)
         if primitive.prim is Prim.TRANSPOSE:
-            self.identity_transpose(expr, [a.value for a in arguments[1:]], result)
+            axes = [a.value for a in arguments[1:]]
+            self.identity_transpose(expr, axes, result)
             if not self.trials:
-                self.tables.transpose_axes.setdefault(id(expr), set()).add(tuple(a.value for a in arguments[1:]))
+                self.tables.transpose_axes.setdefault(id(expr), set()).add(tuple(axes))
         return result
 
     def splatted(

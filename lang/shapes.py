@@ -742,15 +742,8 @@ def transpose_rule(args: list[Argument]) -> Type:
         return TensorType(x.dtype, tuple(reversed(x.dims)))
     values = [a.value for a in axes]
     if any(not isinstance(v, int) for v in values):
-        notes = ()
-        items = axes[0].type.items if len(axes) == 1 and isinstance(axes[0].type, TupleType) else None
-        if items and all(isinstance(item, TensorType) and isinstance(item.value, int) for item in items):
-            permutation = ", ".join(str(item.value) for item in items)  # `x.permute((1, 0, 2))`, as PyTorch takes
-            notes = (f"help: write the axes as arguments, not a tuple: `transpose(x, {permutation})`",)
         raise ShapeError(
-            "E0319",
-            "`transpose` axes must be integers known before running (literals, consts, or names of them)",
-            notes=notes,
+            "E0319", "`transpose` axes must be integers known before running (literals, consts, or names of them)"
         )
     if sorted(values) != list(range(x.rank)):
         # a permutation written for another rank: swapping two axes is what is usually meant
